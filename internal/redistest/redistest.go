@@ -1,0 +1,231 @@
+// Package redistest starts private redis-server processes for tests.
+//
+// Every server listens on a free loopback port, keeps nothing on disk and is
+// stopped when the test ends. Tests never talk to a Redis they did not start.
+// When redis-server is missing the test is skipped, except under CI=true,
+// where a missing component is a failure.
+//
+// The helpers are safe for concurrent use by parallel tests.
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Server is one running redis-server owned by a test.
+type Server struct {
+	t    testing.TB
+	bin  string
+	dir  string
+	port int
+	args []string
+
+	mu  sync.Mutex
+	cmd *exec.Cmd
+}
+
+// Require returns the path of binary name, skipping the test when it is
+// missing, or failing it when CI=true.
+func Require(t testing.TB, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err == nil {
+		return p
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s not found in PATH (CI=true: a missing component is a failure; run ./scripts/install-deps.sh)", name)
+	}
+	t.Skipf("%s not found in PATH; run ./scripts/install-deps.sh", name)
+	return ""
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Start runs a private redis-server on a free loopback port with no
+// persistence. extra arguments are appended to the command line (for example
+// "--cluster-enabled", "yes"). The server is killed when the test ends.
+func Start(t testing.TB, extra ...string) *Server {
+	t.Helper()
+	bin := Require(t, "redis-server")
+	s := &Server{t: t, bin: bin, dir: t.TempDir(), args: extra}
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		s.port = FreePort(t)
+		if lastErr = s.start(); lastErr == nil {
+			t.Cleanup(s.Kill)
+			return s
+		}
+	}
+	t.Fatalf("redis-server did not start: %v", lastErr)
+	return nil
+}
+
+// StartOnPort runs a private redis-server on the given loopback port.
+func StartOnPort(t testing.TB, port int, extra ...string) *Server {
+	t.Helper()
+	bin := Require(t, "redis-server")
+	s := &Server{t: t, bin: bin, dir: t.TempDir(), args: extra, port: port}
+	if err := s.start(); err != nil {
+		t.Fatalf("redis-server on port %d did not start: %v", port, err)
+	}
+	t.Cleanup(s.Kill)
+	return s
+}
+
+func (s *Server) start() error {
+	args := []string{
+		"--port", strconv.Itoa(s.port),
+		"--bind", "127.0.0.1",
+		"--save", "",
+		"--appendonly", "no",
+		"--dir", s.dir,
+		"--daemonize", "no",
+		"--protected-mode", "no",
+		"--loglevel", "warning",
+		"--logfile", filepath.Join(s.dir, "redis.log"),
+	}
+	args = append(args, s.args...)
+	cmd := exec.Command(s.bin, args...)
+	cmd.Dir = s.dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			return fmt.Errorf("redis-server exited at start: %s", s.logTail())
+		default:
+		}
+		if err := ping(s.Addr(), 200*time.Millisecond); err == nil {
+			s.mu.Lock()
+			s.cmd = cmd
+			s.mu.Unlock()
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = cmd.Process.Kill()
+	return fmt.Errorf("redis-server did not answer PING within 10s: %s", s.logTail())
+}
+
+func (s *Server) logTail() string {
+	b, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(b)
+}
+
+// ping sends an inline PING and waits for +PONG.
+func ping(addr string, timeout time.Duration) error {
+	c, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if line != "+PONG\r\n" {
+		return fmt.Errorf("unexpected reply %q", line)
+	}
+	return nil
+}
+
+// Addr is host:port of the server.
+func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// Port is the server's TCP port.
+func (s *Server) Port() int { return s.port }
+
+// Dir is the server's private working directory.
+func (s *Server) Dir() string { return s.dir }
+
+// Kill stops the server at once (SIGKILL) and waits for it to go away.
+// Killing a stopped server is a no-op.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	cmd := s.cmd
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGCONT)
+	_ = cmd.Process.Kill()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if ping(s.Addr(), 50*time.Millisecond) != nil {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Restart starts the server again on the same port after Kill.
+func (s *Server) Restart() {
+	s.t.Helper()
+	var err error
+	for attempt := 0; attempt < 50; attempt++ {
+		if err = s.start(); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	s.t.Fatalf("redis-server restart on %s: %v", s.Addr(), err)
+}
+
+// Pause freezes the process (SIGSTOP): it keeps accepting TCP connections in
+// the kernel but never answers, like a hung Redis.
+func (s *Server) Pause() { s.signal(syscall.SIGSTOP) }
+
+// Resume undoes Pause (SIGCONT).
+func (s *Server) Resume() { s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Signal(sig)
+	}
+}
+
+// CLI runs redis-cli against the server and returns its output.
+func (s *Server) CLI(ctx context.Context, args ...string) (string, error) {
+	bin, err := exec.LookPath("redis-cli")
+	if err != nil {
+		return "", err
+	}
+	full := append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(s.port)}, args...)
+	out, err := exec.CommandContext(ctx, bin, full...).CombinedOutput()
+	return string(out), err
+}
