@@ -1,3 +1,25 @@
-// Package lua holds the Redis Lua scripts of cpsguard, embedded, with one typed
-// Go wrapper per script.
+// Package lua holds the Redis Lua scripts of cpsguard, embedded, with one
+// typed Go wrapper per script. It is the only package that builds KEYS/ARGV
+// or decodes script replies.
+//
+// Scripts (each .lua file starts with a header listing KEYS, ARGV and reply):
+//
+//   - admit.lua: rolling-window admission over N buckets in one atomic step;
+//   - counts.lua: calls in each bucket's window (read-only);
+//   - pace.lua: reserve the next send slot of a carrier (leaky bucket);
+//   - release.lua: give a reserved slot back;
+//   - queue.lua: calls waiting for a carrier and the least wait (read-only).
+//
+// The clock is always Redis TIME, in integer microseconds; scores are integer
+// microseconds and every fraction travels as an integer of microseconds,
+// never as a Lua float. Keys carry a Redis Cluster hash tag (Key); a script
+// call must only name keys of one slot (Slot).
+//
+// Failure: a wrapper returns the go-redis error as is (network, timeout,
+// script error) and a reply of the wrong shape as an error wrapping ErrReply;
+// decoders never panic. Load loads every script at start, so a script Redis
+// rejects fails there; Run falls back from EVALSHA to EVAL when a server has
+// lost its script cache.
+//
+// Everything here is stateless and safe for concurrent use.
 package lua

@@ -1,0 +1,146 @@
+package lua_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/cpsguard/cpsguard/lua"
+)
+
+// build turns fuzz bytes into a reply-like value: arrays of int64, with
+// bytes choosing odd element types, so decoders meet every shape.
+func build(data []byte) any {
+	if len(data) == 0 {
+		return nil
+	}
+	switch data[0] % 4 {
+	case 0:
+		return int64(int8(data[0]))
+	case 1:
+		return string(data[1:])
+	}
+	arr := make([]any, 0, len(data))
+	for _, b := range data[1:] {
+		switch b % 7 {
+		case 0:
+			arr = append(arr, "x")
+		case 1:
+			arr = append(arr, nil)
+		case 2:
+			arr = append(arr, []any{int64(1)})
+		default:
+			arr = append(arr, int64(int8(b))/4)
+		}
+	}
+	return arr
+}
+
+func FuzzDecodeAdmit(f *testing.F) {
+	f.Add([]byte{2, 4, 4, 4, 4, 4, 8}, 1)
+	f.Add([]byte{3, 4, 28, 0, 4, 4, 8, 12}, 2)
+	f.Add([]byte{1, 'o', 'k'}, 1)
+	f.Fuzz(func(t *testing.T, data []byte, n int) {
+		n = n & 7
+		r, err := lua.DecodeAdmit(build(data), n)
+		if err != nil {
+			if !errors.Is(err, lua.ErrReply) {
+				t.Fatalf("error %v does not wrap ErrReply", err)
+			}
+			return
+		}
+		if len(r.Counts) != n {
+			t.Fatalf("got %d counts, want %d", len(r.Counts), n)
+		}
+		if r.Admitted == (r.Refused >= 0) {
+			t.Fatalf("admitted %v with refused %d", r.Admitted, r.Refused)
+		}
+	})
+}
+
+func FuzzDecodeCounts(f *testing.F) {
+	f.Add([]byte{2, 40, 4}, 1)
+	f.Add([]byte{0}, 0)
+	f.Fuzz(func(t *testing.T, data []byte, n int) {
+		n = n & 7
+		r, err := lua.DecodeCounts(build(data), n)
+		if err != nil {
+			if !errors.Is(err, lua.ErrReply) {
+				t.Fatalf("error %v does not wrap ErrReply", err)
+			}
+			return
+		}
+		if len(r.Counts) != n {
+			t.Fatalf("got %d counts, want %d", len(r.Counts), n)
+		}
+	})
+}
+
+func FuzzDecodePace(f *testing.F) {
+	f.Add([]byte{2, 4, 40, 44})
+	f.Add([]byte{3, 3, 3, 3})
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := lua.DecodePace(build(data))
+		if err != nil {
+			if !errors.Is(err, lua.ErrReply) {
+				t.Fatalf("error %v does not wrap ErrReply", err)
+			}
+			return
+		}
+		if r.WaitUS < 0 {
+			t.Fatalf("negative wait %d", r.WaitUS)
+		}
+	})
+}
+
+func FuzzDecodeQueue(f *testing.F) {
+	f.Add([]byte{2, 40, 8, 12})
+	f.Add([]byte{0})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := lua.DecodeQueue(build(data))
+		if err != nil {
+			if !errors.Is(err, lua.ErrReply) {
+				t.Fatalf("error %v does not wrap ErrReply", err)
+			}
+			return
+		}
+		if r.Queued < 0 || r.WaitUS < 0 {
+			t.Fatalf("negative queue %+v", r)
+		}
+	})
+}
+
+func FuzzDecodeRelease(f *testing.F) {
+	f.Add([]byte{0})
+	f.Add([]byte{4})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if _, err := lua.DecodeRelease(build(data)); err != nil && !errors.Is(err, lua.ErrReply) {
+			t.Fatalf("error %v does not wrap ErrReply", err)
+		}
+	})
+}
+
+func TestDecodeAdmit(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		v       any
+		n       int
+		wantErr bool
+	}{
+		{"admitted", []any{int64(1), int64(-1), int64(0), int64(5), int64(0), int64(3)}, 1, false},
+		{"refused", []any{int64(0), int64(1), int64(0), int64(5), int64(7), int64(3), int64(5)}, 2, false},
+		{"nil", nil, 1, true},
+		{"short", []any{int64(1)}, 1, true},
+		{"string element", []any{int64(1), int64(-1), "0", int64(5), int64(0), int64(3)}, 1, true},
+		{"refused index out of range", []any{int64(0), int64(3), int64(0), int64(5), int64(7), int64(3)}, 1, true},
+		{"admitted with refused index", []any{int64(1), int64(0), int64(0), int64(5), int64(0), int64(3)}, 1, true},
+		{"bad flag", []any{int64(2), int64(-1), int64(0), int64(5), int64(0), int64(3)}, 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := lua.DecodeAdmit(tc.v, tc.n)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("got err %v, want error %v", err, tc.wantErr)
+			}
+		})
+	}
+}

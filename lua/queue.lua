@@ -1,0 +1,20 @@
+-- queue.lua — how many calls wait for a slot of a carrier, and for how long (read-only).
+--
+-- KEYS[1]      sorted set of reserved slots (see pace.lua)
+-- ARGV[1]      interval between slots (integer µs, > 0)
+--
+-- Reply (array of integers):
+--   [1] now_us     Redis TIME in µs
+--   [2] queued     slots scored > now (calls still waiting to be sent)
+--   [3] wait_us    max(0, last + interval - now): the least wait of a call reserving now
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local key = KEYS[1]
+local queued = redis.call('ZCOUNT', key, now + 1, '+inf')
+local wait = 0
+local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+if last[2] then
+  wait = tonumber(last[2]) + tonumber(ARGV[1]) - now
+  if wait < 0 then wait = 0 end
+end
+return {now, queued, wait}

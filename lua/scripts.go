@@ -1,0 +1,348 @@
+package lua
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed admit.lua
+	admitSrc string
+	//go:embed counts.lua
+	countsSrc string
+	//go:embed pace.lua
+	paceSrc string
+	//go:embed release.lua
+	releaseSrc string
+	//go:embed queue.lua
+	queueSrc string
+)
+
+// The scripts, hashed once. Run sends EVALSHA and falls back to EVAL when the
+// server does not know the script (restart, SCRIPT FLUSH, failover).
+var (
+	admitScript   = redis.NewScript(admitSrc)
+	countsScript  = redis.NewScript(countsSrc)
+	paceScript    = redis.NewScript(paceSrc)
+	releaseScript = redis.NewScript(releaseSrc)
+	queueScript   = redis.NewScript(queueSrc)
+)
+
+// Script names, as passed to observers and used in metrics labels.
+const (
+	ScriptAdmit   = "admit"
+	ScriptCounts  = "counts"
+	ScriptPace    = "pace"
+	ScriptRelease = "release"
+	ScriptQueue   = "queue"
+)
+
+// ErrReply reports a script reply whose shape or values are not what the
+// script returns; it means a wrong script or a broken server, never a limit.
+var ErrReply = errors.New("lua: malformed script reply")
+
+// ErrArgs reports arguments a script cannot be run with (no keys, a window
+// or interval that is not positive).
+var ErrArgs = errors.New("lua: invalid script arguments")
+
+// Load sends SCRIPT LOAD for every script, so a script Redis rejects fails at
+// start and not on the first call. On a ClusterClient go-redis loads the
+// scripts on every master.
+func Load(ctx context.Context, c redis.Scripter) error {
+	for _, s := range []struct {
+		name   string
+		script *redis.Script
+	}{
+		{ScriptAdmit, admitScript},
+		{ScriptCounts, countsScript},
+		{ScriptPace, paceScript},
+		{ScriptRelease, releaseScript},
+		{ScriptQueue, queueScript},
+	} {
+		if err := s.script.Load(ctx, c).Err(); err != nil {
+			return fmt.Errorf("lua: load %s.lua: %w", s.name, err)
+		}
+	}
+	return nil
+}
+
+// SHA returns the SHA1 digest of a script by name (ScriptAdmit, …), as used
+// by EVALSHA; "" for an unknown name. Benchmarks and operators use it to run a
+// script by hand.
+func SHA(name string) string {
+	switch name {
+	case ScriptAdmit:
+		return admitScript.Hash()
+	case ScriptCounts:
+		return countsScript.Hash()
+	case ScriptPace:
+		return paceScript.Hash()
+	case ScriptRelease:
+		return releaseScript.Hash()
+	case ScriptQueue:
+		return queueScript.Hash()
+	}
+	return ""
+}
+
+// Micros converts d to integer microseconds, rounding up: a window or an
+// interval is never shortened by the conversion.
+func Micros(d time.Duration) int64 {
+	us := int64(d / time.Microsecond)
+	if d%time.Microsecond > 0 {
+		us++
+	}
+	return us
+}
+
+// MicrosFloor converts d to integer microseconds, rounding down: a maximum
+// wait is never lengthened by the conversion. Negative durations become 0.
+func MicrosFloor(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64(d / time.Microsecond)
+}
+
+// Time converts Redis TIME in microseconds to a time.Time.
+func Time(us int64) time.Time { return time.UnixMicro(us) }
+
+// AdmitBucket is one bucket of an admit.lua call.
+type AdmitBucket struct {
+	Key      string
+	Limit    int64
+	WindowUS int64 // > 0
+}
+
+// AdmitReply is the decoded reply of admit.lua.
+type AdmitReply struct {
+	// Admitted reports the call was admitted (added to every bucket, or
+	// already present when Duplicate).
+	Admitted bool
+	// Refused is the 0-based index of the refusing bucket, -1 when admitted.
+	Refused int
+	// Duplicate reports the member was already in a bucket; nothing was added.
+	Duplicate bool
+	// NowUS is Redis TIME at the decision, in µs.
+	NowUS int64
+	// RetryAfterUS is, when refused, the µs until the refusing bucket has room.
+	RetryAfterUS int64
+	// Counts holds the calls in each bucket's window after the decision.
+	Counts []int64
+}
+
+// Admit runs admit.lua: one atomic decision over every bucket. All keys must
+// hash to one Redis Cluster slot (see Slot); callers split cross-slot
+// decisions themselves.
+func Admit(ctx context.Context, c redis.Scripter, member string, buckets []AdmitBucket) (AdmitReply, error) {
+	if len(buckets) == 0 {
+		return AdmitReply{}, fmt.Errorf("%w: admit needs at least one bucket", ErrArgs)
+	}
+	keys := make([]string, len(buckets))
+	args := make([]any, 1, 1+2*len(buckets))
+	args[0] = member
+	for i, b := range buckets {
+		if b.WindowUS <= 0 {
+			return AdmitReply{}, fmt.Errorf("%w: bucket %q: window %dµs must be > 0", ErrArgs, b.Key, b.WindowUS)
+		}
+		keys[i] = b.Key
+		args = append(args, b.Limit, b.WindowUS)
+	}
+	v, err := admitScript.Run(ctx, c, keys, args...).Result()
+	if err != nil {
+		return AdmitReply{}, err
+	}
+	return DecodeAdmit(v, len(buckets))
+}
+
+// DecodeAdmit decodes an admit.lua reply for n buckets. It never panics; a
+// reply of the wrong shape is an error wrapping ErrReply.
+func DecodeAdmit(v any, n int) (AdmitReply, error) {
+	a, err := ints(v, 5+n, ScriptAdmit)
+	if err != nil {
+		return AdmitReply{}, err
+	}
+	r := AdmitReply{
+		Admitted:     a[0] == 1,
+		Refused:      int(a[1]),
+		Duplicate:    a[2] == 1,
+		NowUS:        a[3],
+		RetryAfterUS: a[4],
+		Counts:       a[5:],
+	}
+	switch {
+	case a[0] != 0 && a[0] != 1, a[2] != 0 && a[2] != 1:
+		return AdmitReply{}, fmt.Errorf("%w: admit: flags %d/%d not 0 or 1", ErrReply, a[0], a[2])
+	case r.Admitted && r.Refused != -1, !r.Admitted && (a[1] < 0 || a[1] >= int64(n)):
+		return AdmitReply{}, fmt.Errorf("%w: admit: refused index %d with admitted=%v for %d buckets", ErrReply, a[1], r.Admitted, n)
+	case r.Duplicate && !r.Admitted:
+		return AdmitReply{}, fmt.Errorf("%w: admit: duplicate but not admitted", ErrReply)
+	case r.RetryAfterUS < 0:
+		return AdmitReply{}, fmt.Errorf("%w: admit: negative retry-after %d", ErrReply, r.RetryAfterUS)
+	}
+	for i, c := range r.Counts {
+		if c < 0 {
+			return AdmitReply{}, fmt.Errorf("%w: admit: negative count %d for bucket %d", ErrReply, c, i)
+		}
+	}
+	return r, nil
+}
+
+// CountsReply is the decoded reply of counts.lua.
+type CountsReply struct {
+	NowUS  int64
+	Counts []int64
+}
+
+// Counts runs counts.lua: the calls in each bucket's window, without writing.
+// windowsUS[i] is the window of keys[i]. Keys must share one Cluster slot.
+func Counts(ctx context.Context, c redis.Scripter, keys []string, windowsUS []int64) (CountsReply, error) {
+	if len(keys) == 0 || len(keys) != len(windowsUS) {
+		return CountsReply{}, fmt.Errorf("%w: counts needs one window per key (%d keys, %d windows)", ErrArgs, len(keys), len(windowsUS))
+	}
+	args := make([]any, len(windowsUS))
+	for i, w := range windowsUS {
+		if w <= 0 {
+			return CountsReply{}, fmt.Errorf("%w: bucket %q: window %dµs must be > 0", ErrArgs, keys[i], w)
+		}
+		args[i] = w
+	}
+	v, err := countsScript.Run(ctx, c, keys, args...).Result()
+	if err != nil {
+		return CountsReply{}, err
+	}
+	return DecodeCounts(v, len(keys))
+}
+
+// DecodeCounts decodes a counts.lua reply for n buckets. It never panics.
+func DecodeCounts(v any, n int) (CountsReply, error) {
+	a, err := ints(v, 1+n, ScriptCounts)
+	if err != nil {
+		return CountsReply{}, err
+	}
+	for i, c := range a[1:] {
+		if c < 0 {
+			return CountsReply{}, fmt.Errorf("%w: counts: negative count %d for bucket %d", ErrReply, c, i)
+		}
+	}
+	return CountsReply{NowUS: a[0], Counts: a[1:]}, nil
+}
+
+// PaceReply is the decoded reply of pace.lua.
+type PaceReply struct {
+	// OK reports a slot was reserved (or was already held by the member).
+	OK bool
+	// WaitUS is slot - now: the wait, or the wait it would have been.
+	WaitUS int64
+	// NowUS is Redis TIME at the decision, in µs.
+	NowUS int64
+}
+
+// Pace runs pace.lua: reserve the next slot of key for member, unless the
+// wait would exceed maxWaitUS.
+func Pace(ctx context.Context, c redis.Scripter, key, member string, intervalUS, maxWaitUS int64) (PaceReply, error) {
+	if intervalUS <= 0 {
+		return PaceReply{}, fmt.Errorf("%w: slot set %q: interval %dµs must be > 0", ErrArgs, key, intervalUS)
+	}
+	if maxWaitUS < 0 {
+		maxWaitUS = 0
+	}
+	v, err := paceScript.Run(ctx, c, []string{key}, member, intervalUS, maxWaitUS).Result()
+	if err != nil {
+		return PaceReply{}, err
+	}
+	return DecodePace(v)
+}
+
+// DecodePace decodes a pace.lua reply. It never panics.
+func DecodePace(v any) (PaceReply, error) {
+	a, err := ints(v, 3, ScriptPace)
+	if err != nil {
+		return PaceReply{}, err
+	}
+	if a[0] != 0 && a[0] != 1 {
+		return PaceReply{}, fmt.Errorf("%w: pace: flag %d not 0 or 1", ErrReply, a[0])
+	}
+	if a[1] < 0 {
+		return PaceReply{}, fmt.Errorf("%w: pace: negative wait %d", ErrReply, a[1])
+	}
+	return PaceReply{OK: a[0] == 1, WaitUS: a[1], NowUS: a[2]}, nil
+}
+
+// Release runs release.lua: remove member's slot from key. It reports whether
+// a slot was removed.
+func Release(ctx context.Context, c redis.Scripter, key, member string) (bool, error) {
+	v, err := releaseScript.Run(ctx, c, []string{key}, member).Result()
+	if err != nil {
+		return false, err
+	}
+	return DecodeRelease(v)
+}
+
+// DecodeRelease decodes a release.lua reply. It never panics.
+func DecodeRelease(v any) (bool, error) {
+	n, ok := v.(int64)
+	if !ok || (n != 0 && n != 1) {
+		return false, fmt.Errorf("%w: release: got %T %v, want integer 0 or 1", ErrReply, v, v)
+	}
+	return n == 1, nil
+}
+
+// QueueReply is the decoded reply of queue.lua.
+type QueueReply struct {
+	NowUS int64
+	// Queued is the number of slots still in the future.
+	Queued int64
+	// WaitUS is the least wait of a call reserving now.
+	WaitUS int64
+}
+
+// Queue runs queue.lua: the calls waiting for a slot of key and the wait a
+// new reservation would at least have. It writes nothing.
+func Queue(ctx context.Context, c redis.Scripter, key string, intervalUS int64) (QueueReply, error) {
+	if intervalUS <= 0 {
+		return QueueReply{}, fmt.Errorf("%w: slot set %q: interval %dµs must be > 0", ErrArgs, key, intervalUS)
+	}
+	v, err := queueScript.Run(ctx, c, []string{key}, intervalUS).Result()
+	if err != nil {
+		return QueueReply{}, err
+	}
+	return DecodeQueue(v)
+}
+
+// DecodeQueue decodes a queue.lua reply. It never panics.
+func DecodeQueue(v any) (QueueReply, error) {
+	a, err := ints(v, 3, ScriptQueue)
+	if err != nil {
+		return QueueReply{}, err
+	}
+	if a[1] < 0 || a[2] < 0 {
+		return QueueReply{}, fmt.Errorf("%w: queue: negative queued %d or wait %d", ErrReply, a[1], a[2])
+	}
+	return QueueReply{NowUS: a[0], Queued: a[1], WaitUS: a[2]}, nil
+}
+
+// ints checks that v is an array of exactly n integers.
+func ints(v any, n int, script string) ([]int64, error) {
+	arr, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s: got %T, want array", ErrReply, script, v)
+	}
+	if len(arr) != n {
+		return nil, fmt.Errorf("%w: %s: got %d elements, want %d", ErrReply, script, len(arr), n)
+	}
+	out := make([]int64, n)
+	for i, e := range arr {
+		x, ok := e.(int64)
+		if !ok {
+			return nil, fmt.Errorf("%w: %s: element %d is %T, want integer", ErrReply, script, i, e)
+		}
+		out[i] = x
+	}
+	return out, nil
+}

@@ -1,0 +1,138 @@
+package lua_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/cpsguard/cpsguard/internal/redistest"
+	"github.com/cpsguard/cpsguard/lua"
+)
+
+func newClient(t *testing.T) (*redis.Client, *redistest.Server) {
+	t.Helper()
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	return c, srv
+}
+
+func TestLoadAndRunEveryScript(t *testing.T) {
+	ctx := context.Background()
+	c, _ := newClient(t)
+	if err := lua.Load(ctx, c); err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	for _, name := range []string{lua.ScriptAdmit, lua.ScriptCounts, lua.ScriptPace, lua.ScriptRelease, lua.ScriptQueue} {
+		ok, err := c.ScriptExists(ctx, lua.SHA(name)).Result()
+		if err != nil || len(ok) != 1 || !ok[0] {
+			t.Errorf("script %s (sha %s) not loaded: %v %v", name, lua.SHA(name), ok, err)
+		}
+	}
+	key := lua.Key("t", "peer", "a")
+	r, err := lua.Admit(ctx, c, "m1", []lua.AdmitBucket{{Key: key, Limit: 1, WindowUS: 1_000_000}})
+	if err != nil || !r.Admitted || r.Counts[0] != 1 {
+		t.Fatalf("Admit = %+v, %v; want admitted with count 1", r, err)
+	}
+	// Scores are exact integer microseconds (no float formatting loss).
+	score, err := c.ZScore(ctx, key, "m1").Result()
+	if err != nil || int64(score) != r.NowUS || score != float64(r.NowUS) {
+		t.Fatalf("score of m1 = %v (%v), want %d", score, err, r.NowUS)
+	}
+	ttl, err := c.PTTL(ctx, key).Result()
+	if err != nil || ttl <= time.Second || ttl > 2*time.Second {
+		t.Fatalf("PTTL = %v (%v), want window + 1 s, in (1s, 2s]", ttl, err)
+	}
+	cr, err := lua.Counts(ctx, c, []string{key}, []int64{1_000_000})
+	if err != nil || cr.Counts[0] != 1 || cr.NowUS < r.NowUS {
+		t.Fatalf("Counts = %+v, %v; want 1", cr, err)
+	}
+	slots := lua.Key("t", "carrier", "a")
+	p, err := lua.Pace(ctx, c, slots, "c1", 100_000, 0)
+	if err != nil || !p.OK || p.WaitUS != 0 {
+		t.Fatalf("Pace = %+v, %v; want OK wait 0", p, err)
+	}
+	q, err := lua.Queue(ctx, c, slots, 100_000)
+	if err != nil || q.WaitUS <= 0 || q.WaitUS > 100_000 {
+		t.Fatalf("Queue = %+v, %v; want wait in (0, 100ms]", q, err)
+	}
+	removed, err := lua.Release(ctx, c, slots, "c1")
+	if err != nil || !removed {
+		t.Fatalf("Release = %v, %v; want true", removed, err)
+	}
+	removed, err = lua.Release(ctx, c, slots, "c1")
+	if err != nil || removed {
+		t.Fatalf("second Release = %v, %v; want false", removed, err)
+	}
+}
+
+// After SCRIPT FLUSH (restart, failover) Run falls back to EVAL.
+func TestRunAfterScriptFlush(t *testing.T) {
+	ctx := context.Background()
+	c, _ := newClient(t)
+	if err := lua.Load(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lua.Pace(ctx, c, "t:{carrier:x}", "m", 1000, 0); err != nil {
+		t.Fatalf("Pace after SCRIPT FLUSH: %v", err)
+	}
+}
+
+func TestArgsValidated(t *testing.T) {
+	ctx := context.Background()
+	var c redis.Scripter // never reached
+	if _, err := lua.Admit(ctx, c, "m", nil); !errors.Is(err, lua.ErrArgs) {
+		t.Errorf("Admit with no buckets: got %v, want ErrArgs", err)
+	}
+	if _, err := lua.Admit(ctx, c, "m", []lua.AdmitBucket{{Key: "k", Limit: 1}}); !errors.Is(err, lua.ErrArgs) {
+		t.Errorf("Admit with zero window: got %v, want ErrArgs", err)
+	}
+	if _, err := lua.Pace(ctx, c, "k", "m", 0, 0); !errors.Is(err, lua.ErrArgs) {
+		t.Errorf("Pace with zero interval: got %v, want ErrArgs", err)
+	}
+	if _, err := lua.Counts(ctx, c, []string{"a"}, nil); !errors.Is(err, lua.ErrArgs) {
+		t.Errorf("Counts with missing window: got %v, want ErrArgs", err)
+	}
+}
+
+func TestSlot(t *testing.T) {
+	for _, tc := range []struct {
+		key  string
+		want int
+	}{
+		{"foo", 12182},
+		{"123456789", 12739},
+		{"{foo}bar", 12182},
+		{"x{foo}y", 12182},
+		{"{}foo", lua.Slot("{}foo")}, // empty tag: whole key
+		{"cpsguard:{peer:a}", lua.Slot("peer:a")},
+	} {
+		if got := lua.Slot(tc.key); got != tc.want {
+			t.Errorf("Slot(%q) = %d, want %d", tc.key, got, tc.want)
+		}
+	}
+}
+
+// The Go slot function agrees with the server's CLUSTER KEYSLOT.
+func TestSlotMatchesServer(t *testing.T) {
+	srv := redistest.Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer c.Close()
+	for i := range 50 {
+		key := lua.Key("cpsguard", "peer", "p"+strconv.Itoa(i*7919))
+		want, err := c.ClusterKeySlot(context.Background(), key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := lua.Slot(key); int64(got) != want {
+			t.Fatalf("Slot(%q) = %d, want %d", key, got, want)
+		}
+	}
+}
