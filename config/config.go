@@ -9,106 +9,115 @@ import (
 // must not modify a Config they did not build themselves; a reload produces a
 // new one.
 type Config struct {
-	NodeID         string
-	SIP            SIP
-	Store          Store
-	HTTP           HTTP
-	Log            Log
-	Shadow         bool
-	CustomerHeader string
-	Peers          []Peer
-	Customers      []Customer
-	Carriers       []Carrier
+	NodeID         string     `cfg:"node_id"`
+	SIP            SIP        `cfg:"sip"`
+	Store          Store      `cfg:"store"`
+	HTTP           HTTP       `cfg:"http"`
+	Log            Log        `cfg:"log"`
+	Shadow         bool       `cfg:"shadow"`
+	CustomerHeader string     `cfg:"customer_header"`
+	Peers          []Peer     `cfg:"peers"`
+	Customers      []Customer `cfg:"customers"`
+	Carriers       []Carrier  `cfg:"carriers"`
 	// Routes maps a route name to the carriers it tries, in order.
-	Routes map[string][]string
+	Routes map[string][]string `cfg:"routes"`
+
+	idx *index // lookup tables built at load; nil in hand-built Configs
 }
 
 // SIP is the SIP front end's configuration.
 type SIP struct {
 	// Listen holds listen URLs: "udp://host:port" or "tcp://host:port".
-	Listen []string
+	Listen []string `cfg:"listen"`
 	// Advertise is host[:port] put in Via and Record-Route; empty means the
 	// listen address.
-	Advertise string
+	Advertise string `cfg:"advertise"`
 	// RecordRoute adds a Record-Route header to forwarded initial INVITEs.
-	RecordRoute bool
+	RecordRoute bool `cfg:"record_route"`
 	// UnknownSource is "reject" (403 Forbidden) or "drop" (no answer).
-	UnknownSource string
+	UnknownSource string `cfg:"unknown_source"`
 	// Reject is the answer to a call refused by admission.
-	Reject Reject
+	Reject Reject `cfg:"reject"`
 }
 
 // Reject describes the SIP response sent for a CPS rejection.
 type Reject struct {
-	Code   int
-	Reason string
+	Code   int    `cfg:"code"`
+	Reason string `cfg:"reason"`
 	// RetryAfter adds a Retry-After header when > 0.
-	RetryAfter time.Duration
+	RetryAfter time.Duration `cfg:"retry_after"`
 }
 
 // Store selects and tunes the shared store.
 type Store struct {
 	// Redis is nil for the in-process store.
-	Redis     *Redis
-	KeyPrefix string
+	Redis     *Redis `cfg:"redis"`
+	KeyPrefix string `cfg:"key_prefix"`
 	// OnError is "local", "admit" or "reject".
-	OnError string
+	OnError string `cfg:"on_error"`
 }
 
 // Redis addresses a standalone server, a Sentinel group or a Cluster.
 type Redis struct {
 	// Addrs: one = standalone, several = cluster; sentinels when MasterName is set.
-	Addrs      []string
-	MasterName string
-	Username   string
-	Password   string
-	DB         int
+	Addrs      []string `cfg:"addrs"`
+	MasterName string   `cfg:"master_name"`
+	Username   string   `cfg:"username"`
+	Password   string   `cfg:"password"`
+	DB         int      `cfg:"db"`
 	// Timeout bounds every Redis call made for a SIP call.
-	Timeout time.Duration
+	Timeout time.Duration `cfg:"timeout"`
 }
 
 // HTTP is the operations endpoint.
 type HTTP struct {
-	Listen string
+	Listen string `cfg:"listen"`
 	// Token is the bearer token required by write endpoints; empty = none.
-	Token string
+	Token string `cfg:"token"`
 }
 
 // Log configures log/slog.
 type Log struct {
-	Level  string // debug | info | warn | error
-	Format string // json | text
+	Level  string `cfg:"level"`  // debug | info | warn | error
+	Format string `cfg:"format"` // json | text
 }
 
 // Peer is a party that sends calls, identified by source address.
 type Peer struct {
-	Name      string
-	Sources   []netip.Prefix
-	CPS       float64
-	Customer  string
-	Customers []string
-	Route     string
+	Name      string         `cfg:"name"`
+	Sources   []netip.Prefix `cfg:"sources"`
+	CPS       float64        `cfg:"cps"`
+	Customer  string         `cfg:"customer"`
+	Customers []string       `cfg:"customers"`
+	Route     string         `cfg:"route"`
 }
 
 // Customer is the party a call belongs to.
 type Customer struct {
-	Name  string
-	CPS   float64
-	Route string
+	Name  string  `cfg:"name"`
+	CPS   float64 `cfg:"cps"`
+	Route string  `cfg:"route"`
 }
 
 // Carrier is a downstream destination with a pacing limit.
 type Carrier struct {
-	Name    string
-	URI     string
-	CPS     float64
-	MaxWait time.Duration
+	Name    string        `cfg:"name"`
+	URI     string        `cfg:"uri"`
+	CPS     float64       `cfg:"cps"`
+	MaxWait time.Duration `cfg:"max_wait"`
 }
 
 // PeerByAddr returns the peer owning addr by longest-prefix match over all
-// peers' sources, or nil. Ties cannot happen in a validated Config.
+// peers' sources, or nil. Overlapping sources are allowed when one prefix is
+// more specific than the other: 10.0.0.0/8 on one peer and 10.1.2.3/32 on
+// another send 10.1.2.3 to the second peer and the rest of 10/8 to the first.
+// Two peers with the same prefix are rejected by validation, so ties cannot
+// happen in a loaded Config. IPv4-mapped IPv6 addresses match IPv4 prefixes.
 func (c *Config) PeerByAddr(addr netip.Addr) *Peer {
 	addr = addr.Unmap()
+	if x := c.index(); x != nil {
+		return x.peerByAddr(c, addr)
+	}
 	var best *Peer
 	bestBits := -1
 	for i := range c.Peers {
@@ -124,6 +133,12 @@ func (c *Config) PeerByAddr(addr netip.Addr) *Peer {
 
 // Customer returns the customer named name, or nil.
 func (c *Config) Customer(name string) *Customer {
+	if x := c.index(); x != nil {
+		if i, ok := x.customers[name]; ok {
+			return &c.Customers[i]
+		}
+		return nil
+	}
 	for i := range c.Customers {
 		if c.Customers[i].Name == name {
 			return &c.Customers[i]
@@ -134,6 +149,12 @@ func (c *Config) Customer(name string) *Customer {
 
 // Carrier returns the carrier named name, or nil.
 func (c *Config) Carrier(name string) *Carrier {
+	if x := c.index(); x != nil {
+		if i, ok := x.carriers[name]; ok {
+			return &c.Carriers[i]
+		}
+		return nil
+	}
 	for i := range c.Carriers {
 		if c.Carriers[i].Name == name {
 			return &c.Carriers[i]

@@ -1,0 +1,178 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/spf13/viper"
+)
+
+// EnvPrefix starts every environment override: CPSGUARD_ + the key path in
+// upper case with "_" between the parts, e.g. CPSGUARD_STORE_REDIS_PASSWORD
+// for store.redis.password. Lists are given as "a,b" (or space separated).
+// Lists of peers, customers and carriers and the routes map cannot be set
+// from the environment.
+const EnvPrefix = "CPSGUARD"
+
+// keyDelim replaces viper's default "." key delimiter so that route names
+// containing dots ("eu.premium") stay one map key.
+const keyDelim = "::"
+
+// Default returns the configuration used for every setting the file leaves
+// out (DESIGN.md "Configuration"). NodeID defaults to the host name.
+func Default() *Config {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "cpsguard"
+	}
+	c := &Config{
+		NodeID: host,
+		SIP: SIP{
+			Listen:        []string{"udp://127.0.0.1:5060", "tcp://127.0.0.1:5060"},
+			RecordRoute:   true,
+			UnknownSource: "reject",
+			Reject:        Reject{Code: 503, Reason: "CPS Limit Exceeded"},
+		},
+		Store:          Store{KeyPrefix: "cpsguard", OnError: "local"},
+		HTTP:           HTTP{Listen: "127.0.0.1:9090"},
+		Log:            Log{Level: "info", Format: "json"},
+		CustomerHeader: "X-Customer",
+	}
+	return c
+}
+
+// setDefaults fills the defaults of a block that is allocated only when the
+// file has it (store.redis).
+func setDefaults(p any) {
+	if r, ok := p.(*Redis); ok {
+		r.Timeout = 50 * time.Millisecond
+	}
+}
+
+// Load reads the YAML file at path, applies defaults and CPSGUARD_
+// environment overrides, and validates the result. A file that cannot be
+// read gives an error wrapping the os error (errors.Is(err, fs.ErrNotExist)
+// works); a file that can be read but is not a valid configuration gives a
+// *ValidationError listing every problem.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: read %w", err)
+	}
+	c, err := Parse(data)
+	var ve *ValidationError
+	if errors.As(err, &ve) {
+		ve.File = path
+	}
+	return c, err
+}
+
+// Parse is Load on YAML already in memory. Environment overrides apply.
+func Parse(data []byte) (*Config, error) {
+	// A fresh viper per parse: viper is not safe for concurrent use, and
+	// this one is never shared. Only this function reads it.
+	v := viper.NewWithOptions(viper.KeyDelimiter(keyDelim))
+	v.SetConfigType("yaml")
+	bindEnv(v, "", reflect.TypeFor[Config]())
+	if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
+		return nil, &ValidationError{Errors: []string{"invalid YAML: " + yamlMessage(err)}}
+	}
+	tree := v.AllSettings()
+
+	c := Default()
+	errs := &errorList{}
+	d := decoder{errs: errs}
+	d.decode("", tree, reflect.ValueOf(c).Elem())
+	normalize(c)
+	validate(c, errs)
+	if len(errs.lines) > 0 {
+		return nil, &ValidationError{Errors: errs.lines}
+	}
+	c.buildIndex()
+	return c, nil
+}
+
+// yamlMessage strips viper's wrapping from a YAML syntax error.
+func yamlMessage(err error) string {
+	msg := err.Error()
+	if i := strings.Index(msg, "yaml: "); i >= 0 {
+		msg = msg[i+len("yaml: "):]
+	}
+	return msg
+}
+
+// normalize folds route names to lower case: viper folds every map key of
+// the file, so routes: {Premium: [...]} arrives as "premium", and a
+// reference to "Premium" must find it. Route names are therefore
+// case-insensitive.
+func normalize(c *Config) {
+	for i := range c.Peers {
+		c.Peers[i].Route = strings.ToLower(c.Peers[i].Route)
+	}
+	for i := range c.Customers {
+		c.Customers[i].Route = strings.ToLower(c.Customers[i].Route)
+	}
+}
+
+// bindEnv binds CPSGUARD_<PATH> for every scalar or scalar-list setting of
+// struct type t, so an override works even when the file lacks the key
+// (viper's AutomaticEnv only sees keys it already knows).
+func bindEnv(v *viper.Viper, prefix string, t reflect.Type) {
+	for _, key := range envKeys(t, prefix) {
+		_ = v.BindEnv(key, envName(key)) // only fails without a key, which cannot happen
+	}
+}
+
+func envName(key string) string {
+	return EnvPrefix + "_" + strings.ToUpper(strings.ReplaceAll(key, keyDelim, "_"))
+}
+
+// EnvVars lists every environment variable that overrides a setting, e.g.
+// CPSGUARD_HTTP_LISTEN.
+func EnvVars() []string {
+	keys := envKeys(reflect.TypeFor[Config](), "")
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = envName(k)
+	}
+	return out
+}
+
+// envKeys lists the keys (joined with keyDelim) of struct type t that can be
+// overridden from the environment.
+func envKeys(t reflect.Type, prefix string) []string {
+	var keys []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag := f.Tag.Get("cfg")
+		if tag == "" {
+			continue
+		}
+		key := tag
+		if prefix != "" {
+			key = prefix + keyDelim + tag
+		}
+		ft := f.Type
+		if ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		switch {
+		case ft == durationType:
+			keys = append(keys, key)
+		case ft.Kind() == reflect.Struct:
+			keys = append(keys, envKeys(ft, key)...)
+		case ft.Kind() == reflect.Map:
+			// routes: not overridable
+		case ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.Struct:
+			// peers, customers, carriers: not overridable
+		default:
+			keys = append(keys, key)
+		}
+	}
+	return keys
+}

@@ -1,0 +1,390 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+const example = "../testdata/cpsguard.yaml"
+
+func TestExampleLoads(t *testing.T) {
+	c, err := Load(example)
+	if err != nil {
+		t.Fatalf("Load(%s): %v", example, err)
+	}
+	if got, want := len(c.Peers), 2; got != want {
+		t.Errorf("peers: got %d, want %d", got, want)
+	}
+	if c.Store.Redis != nil {
+		t.Errorf("store.redis: got %v, want nil (in-process store)", c.Store.Redis)
+	}
+	if got := c.Customer("globex"); got == nil || got.CPS != 0.5 {
+		t.Errorf("Customer(globex): got %+v, want cps 0.5", got)
+	}
+}
+
+// TestBadFiles checks one file per validation rule: each must fail with
+// exactly one error, the expected one, so each file proves one rule.
+func TestBadFiles(t *testing.T) {
+	tests := []struct {
+		name string
+		want string
+	}{
+		{"cps_zero", "peers[0].cps: must be > 0 (got 0)"},
+		{"cps_negative", "carriers[1].cps: must be > 0 (got -3)"},
+		{"cps_not_number", "customers[0].cps: must be a number (got \"fast\")"},
+		{"max_wait_negative", "carriers[0].max_wait: must be >= 0 (got -1s)"},
+		{"max_wait_no_unit", "carriers[0].max_wait: must be a duration like 2s or 500ms (got 2)"},
+		{"unknown_key", "carriers[0].max_wiat: unknown key (did you mean \"max_wait\"?)"},
+		{"unknown_section", "metrics: unknown key"},
+		{"wrong_type", "shadow: must be true or false (got \"maybe\")"},
+		{"cidr_invalid", "peers[0].sources[0]: invalid CIDR \"127.0.0.300/32\": want a network like 192.0.2.0/24"},
+		{"cidr_host_bits", "peers[0].sources[0]: invalid CIDR \"127.0.0.1/8\": host bits are set (network is 127.0.0.0/8)"},
+		{"sources_empty", "peers[0].sources: must list at least one source address or CIDR"},
+		{"same_prefix", "peers[1].sources[0]: 127.0.0.1/32 is also a source of peer \"dialer-1\" (peers[0].sources[0]): a prefix belongs to one peer; overlapping prefixes of different lengths are allowed, the longest prefix wins"},
+		{"duplicate_peer", "peers[1].name: duplicate name \"dialer-1\" (also peers[0])"},
+		{"duplicate_customer", "customers[1].name: duplicate name \"acme\" (also customers[0])"},
+		{"duplicate_carrier", "carriers[1].name: duplicate name \"carrier-a\" (also carriers[0])"},
+		{"name_unsafe", "customers[0].name: must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit (got \"acme}\")"},
+		{"name_missing", "customers[0].name: must be set"},
+		{"route_unknown_carrier", "routes.default[1]: unknown carrier \"carrier-z\""},
+		{"route_empty", "routes.spare: must list at least one carrier"},
+		{"route_duplicate_carrier", "routes.default[1]: carrier \"carrier-a\" is listed twice"},
+		{"peer_route_unknown", "peers[0].route: unknown route \"premium\" (routes: default)"},
+		{"customer_route_unknown", "customers[0].route: unknown route \"premium\" (routes: default)"},
+		{"default_route_missing", "peers[0].route: not set and customer \"acme\" has no route, so calls use route \"default\", which is not defined in routes"},
+		{"peer_customer_unknown", "peers[0].customer: unknown customer \"globex\""},
+		{"peer_customer_not_listed", "peers[0].customer: customer \"globex\" must also be listed in peers[0].customers"},
+		{"peer_customers_unknown", "peers[0].customers[1]: unknown customer \"globex\""},
+		{"listen_scheme", "sip.listen[1]: must be udp://host:port or tcp://host:port (got \"tls://127.0.0.1:5061\")"},
+		{"listen_port", "sip.listen[0]: must be udp://host:port or tcp://host:port with a numeric port (got \"udp://127.0.0.1\")"},
+		{"http_listen", "http.listen: must be host:port (got \"localhost\")"},
+		{"reject_code", "sip.reject.code: must be a 4xx, 5xx or 6xx SIP status (got 200)"},
+		{"retry_after_fraction", "sip.reject.retry_after: must be whole seconds: Retry-After counts seconds (got 1.5s)"},
+		{"unknown_source", "sip.unknown_source: must be one of \"reject\", \"drop\" (got \"ignore\")"},
+		{"on_error", "store.on_error: must be one of \"local\", \"admit\", \"reject\" (got \"retry\")"},
+		{"redis_timeout", "store.redis.timeout: must be > 0 (got 0s)"},
+		{"redis_no_addrs", "store.redis.addrs: must list at least one address like 127.0.0.1:6379 (omit store.redis for the in-process store)"},
+		{"key_prefix", "store.key_prefix: must be 1-64 letters, digits, '.', '_', ':' or '-' (got \"cps{guard}\")"},
+		{"log_level", "log.level: must be one of \"debug\", \"info\", \"warn\", \"error\" (got \"verbose\")"},
+		{"log_format", "log.format: must be one of \"json\", \"text\" (got \"xml\")"},
+		{"customer_header", "customer_header: must be a header name like X-Customer (got \"X Customer\")"},
+		{"carrier_uri", "carriers[0].uri: must be a sip: URI like sip:192.0.2.10:5060 (got \"127.0.0.1:5070\")"},
+		{"carrier_uri_transport", "carriers[1].uri: transport must be udp or tcp (got \"tls\" in \"sip:127.0.0.1:5071;transport=tls\")"},
+	}
+	seen := map[string]bool{"bad_many.yaml": true, "bad_yaml_syntax.yaml": true}
+	for _, tt := range tests {
+		file := "bad_" + tt.name + ".yaml"
+		seen[file] = true
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join("..", "testdata", "config", file)
+			_, err := Load(path)
+			var ve *ValidationError
+			if !errors.As(err, &ve) {
+				t.Fatalf("Load(%s): got %v, want a *ValidationError", file, err)
+			}
+			if len(ve.Errors) != 1 || ve.Errors[0] != tt.want {
+				t.Errorf("Load(%s):\ngot  %q\nwant [%q]", file, ve.Errors, tt.want)
+			}
+			if ve.File != path {
+				t.Errorf("File: got %q, want %q", ve.File, path)
+			}
+			// The expected message is also written in the file, for readers.
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(data), "# want: "+tt.want+"\n") {
+				t.Errorf("%s: header comment does not say %q", file, tt.want)
+			}
+		})
+	}
+	// Every bad file has a row.
+	files, _ := filepath.Glob(filepath.Join("..", "testdata", "config", "bad_*.yaml"))
+	for _, f := range files {
+		if !seen[filepath.Base(f)] {
+			t.Errorf("%s has no row in TestBadFiles", f)
+		}
+	}
+}
+
+func TestYAMLSyntaxError(t *testing.T) {
+	_, err := Load("../testdata/config/bad_yaml_syntax.yaml")
+	var ve *ValidationError
+	if !errors.As(err, &ve) || len(ve.Errors) != 1 || !strings.HasPrefix(ve.Errors[0], "invalid YAML: line ") {
+		t.Fatalf("got %v, want one \"invalid YAML: line ...\" error", err)
+	}
+}
+
+func TestManyErrorsAtOnce(t *testing.T) {
+	_, err := Load("../testdata/config/bad_many.yaml")
+	var ve *ValidationError
+	if !errors.As(err, &ve) {
+		t.Fatalf("got %v, want *ValidationError", err)
+	}
+	want := []string{
+		`carriers[0].max_wiat: unknown key (did you mean "max_wait"?)`,
+		`store.redis.passwrd: unknown key (did you mean "password"?)`,
+		`peers[0].sources[1]: invalid CIDR "not-an-ip": want a network like 192.0.2.0/24 or an address`,
+		`node_id: must be 1-253 letters, digits, '.', '_' or '-' (got "node 1")`,
+		`sip.listen[1]: must be udp://host:port or tcp://host:port (got "sctp://127.0.0.1:5060")`,
+		`sip.reject.code: must be a 4xx, 5xx or 6xx SIP status (got 99)`,
+		`store.on_error: must be one of "local", "admit", "reject" (got "panic")`,
+		`store.redis.timeout: must be > 0 (got -1s)`,
+		`http.listen: must be host:port (got "127.0.0.1")`,
+		`log.level: must be one of "debug", "info", "warn", "error" (got "loud")`,
+		`peers[0].cps: must be > 0 (got 0)`,
+		`peers[0].customer: unknown customer "ghost"`,
+		`peers[0].route: unknown route "nowhere" (routes: default)`,
+		`peers[1].name: duplicate name "dialer-1" (also peers[0])`,
+		`peers[1].sources[0]: 10.0.0.0/8 is also a source of peer "dialer-1" (peers[0].sources[0]): a prefix belongs to one peer; overlapping prefixes of different lengths are allowed, the longest prefix wins`,
+		`peers[1].cps: must be > 0 (got -1)`,
+		`customers[0].route: unknown route "gold" (routes: default)`,
+		`customers[1].name: duplicate name "acme" (also customers[0])`,
+		`carriers[1].name: must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit (got "carrier b")`,
+		`carriers[1].uri: must be a sip: URI like sip:192.0.2.10:5060 (got "mailto:noc@example.com")`,
+		`carriers[1].cps: must be > 0 (got -3)`,
+		`carriers[1].max_wait: must be >= 0 (got -2s)`,
+		`routes.default[1]: unknown carrier "carrier-x"`,
+	}
+	got := slices.Sorted(slices.Values(ve.Errors))
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("errors:\ngot  %d: %s\nwant %d: %s", len(got), strings.Join(got, "\n      "), len(want), strings.Join(want, "\n      "))
+	}
+	// Error() has a header and one line per problem.
+	if lines := strings.Split(err.Error(), "\n"); len(lines) != len(want)+1 {
+		t.Errorf("Error(): got %d lines, want %d", len(lines), len(want)+1)
+	}
+	if strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("Error() leaks the misspelt password value: %s", err)
+	}
+}
+
+func TestMissingFile(t *testing.T) {
+	_, err := Load(filepath.Join(t.TempDir(), "nope.yaml"))
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("got %v, want fs.ErrNotExist", err)
+	}
+	var ve *ValidationError
+	if errors.As(err, &ve) {
+		t.Errorf("got a ValidationError for a missing file: %v", err)
+	}
+}
+
+const minimal = `
+peers:
+  - {name: dialer-1, sources: [127.0.0.1/32], cps: 50}
+carriers:
+  - {name: carrier-a, uri: "sip:127.0.0.1:5070", cps: 10}
+routes:
+  default: [carrier-a]
+`
+
+func TestDefaults(t *testing.T) {
+	c, err := Parse([]byte(minimal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, _ := os.Hostname()
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"node_id", c.NodeID, host},
+		{"sip.listen", fmt.Sprint(c.SIP.Listen), "[udp://127.0.0.1:5060 tcp://127.0.0.1:5060]"},
+		{"sip.record_route", c.SIP.RecordRoute, true},
+		{"sip.unknown_source", c.SIP.UnknownSource, "reject"},
+		{"sip.reject", c.SIP.Reject, Reject{Code: 503, Reason: "CPS Limit Exceeded"}},
+		{"store.redis", c.Store.Redis == nil, true},
+		{"store.key_prefix", c.Store.KeyPrefix, "cpsguard"},
+		{"store.on_error", c.Store.OnError, "local"},
+		{"http.listen", c.HTTP.Listen, "127.0.0.1:9090"},
+		{"log", c.Log, Log{Level: "info", Format: "json"}},
+		{"customer_header", c.CustomerHeader, "X-Customer"},
+		{"carriers[0].max_wait", c.Carriers[0].MaxWait, time.Duration(0)},
+	}
+	for _, ck := range checks {
+		if ck.got != ck.want {
+			t.Errorf("%s: got %v, want %v", ck.name, ck.got, ck.want)
+		}
+	}
+}
+
+func TestRedisDefaults(t *testing.T) {
+	c, err := Parse([]byte("store: {redis: {addrs: [127.0.0.1:6379]}}\n" + minimal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Store.Redis == nil || c.Store.Redis.Timeout != 50*time.Millisecond {
+		t.Fatalf("store.redis: got %v, want timeout 50ms", c.Store.Redis)
+	}
+	if got := c.StoreMode(); got != "redis" {
+		t.Errorf("StoreMode: got %q, want redis", got)
+	}
+}
+
+func TestEnvOverride(t *testing.T) {
+	// Keys absent from the file (http.listen, sip.listen, the whole redis
+	// block) and keys present in it (store.key_prefix, peers' defaults) are
+	// all overridable.
+	t.Setenv("CPSGUARD_HTTP_LISTEN", "127.0.0.1:19090")
+	t.Setenv("CPSGUARD_SIP_LISTEN", "udp://127.0.0.1:15060,tcp://127.0.0.1:15061")
+	t.Setenv("CPSGUARD_STORE_KEY_PREFIX", "from-env")
+	t.Setenv("CPSGUARD_STORE_REDIS_ADDRS", "10.0.0.1:6379 10.0.0.2:6379")
+	t.Setenv("CPSGUARD_STORE_REDIS_PASSWORD", "s3cret")
+	t.Setenv("CPSGUARD_STORE_REDIS_TIMEOUT", "80ms")
+	t.Setenv("CPSGUARD_SHADOW", "true")
+	t.Setenv("CPSGUARD_SIP_REJECT_CODE", "486")
+	c, err := Parse([]byte("store: {key_prefix: from-file}\n" + minimal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.HTTP.Listen, "127.0.0.1:19090"; got != want {
+		t.Errorf("http.listen: got %q, want %q", got, want)
+	}
+	if got, want := c.SIP.Listen, []string{"udp://127.0.0.1:15060", "tcp://127.0.0.1:15061"}; !slices.Equal(got, want) {
+		t.Errorf("sip.listen: got %q, want %q", got, want)
+	}
+	if got, want := c.Store.KeyPrefix, "from-env"; got != want {
+		t.Errorf("store.key_prefix: got %q, want %q", got, want)
+	}
+	r := c.Store.Redis
+	if r == nil {
+		t.Fatal("store.redis: got nil, want the block built from the environment")
+	}
+	if !slices.Equal(r.Addrs, []string{"10.0.0.1:6379", "10.0.0.2:6379"}) || r.Password != "s3cret" || r.Timeout != 80*time.Millisecond {
+		t.Errorf("store.redis: got %+v (password %q)", r, r.Password)
+	}
+	if !c.Shadow || c.SIP.Reject.Code != 486 {
+		t.Errorf("shadow, sip.reject.code: got %v, %d, want true, 486", c.Shadow, c.SIP.Reject.Code)
+	}
+}
+
+func TestEnvOverrideInvalid(t *testing.T) {
+	t.Setenv("CPSGUARD_SIP_REJECT_CODE", "busy")
+	_, err := Parse([]byte(minimal))
+	var ve *ValidationError
+	if !errors.As(err, &ve) || len(ve.Errors) != 1 || ve.Errors[0] != `sip.reject.code: must be an integer (got "busy")` {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestEnvVars(t *testing.T) {
+	vars := EnvVars()
+	for _, want := range []string{"CPSGUARD_STORE_REDIS_PASSWORD", "CPSGUARD_HTTP_LISTEN", "CPSGUARD_NODE_ID", "CPSGUARD_SIP_REJECT_RETRY_AFTER", "CPSGUARD_CUSTOMER_HEADER"} {
+		if !slices.Contains(vars, want) {
+			t.Errorf("EnvVars() lacks %s: %v", want, vars)
+		}
+	}
+}
+
+func TestSecretsRedacted(t *testing.T) {
+	t.Setenv("CPSGUARD_STORE_REDIS_PASSWORD", "redis-pw-123")
+	t.Setenv("CPSGUARD_HTTP_TOKEN", "http-token-456")
+	c, err := Parse([]byte("store: {redis: {addrs: [127.0.0.1:6379]}}\n" + minimal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Store.Redis.Password != "redis-pw-123" || c.HTTP.Token != "http-token-456" {
+		t.Fatalf("secrets not loaded: %q %q", c.Store.Redis.Password, c.HTTP.Token)
+	}
+	r := c.Redacted()
+	shown := map[string]string{
+		"Summary":      c.Summary(),
+		"%v":           fmt.Sprintf("%v", *c),
+		"%+v":          fmt.Sprintf("%+v", *c),
+		"%+v Redis":    fmt.Sprintf("%+v", c.Store.Redis),
+		"%+v HTTP":     fmt.Sprintf("%+v", c.HTTP),
+		"Redacted %+v": fmt.Sprintf("%+v %+v %+v", *r, *r.Store.Redis, r.HTTP.Token),
+		"LogValue":     c.LogValue().String(),
+	}
+	for how, s := range shown {
+		if strings.Contains(s, "redis-pw-123") || strings.Contains(s, "http-token-456") {
+			t.Errorf("%s leaks a secret: %s", how, s)
+		}
+	}
+	if !strings.Contains(c.Summary(), "(password set)") || !strings.Contains(c.Summary(), "(token set)") {
+		t.Errorf("Summary does not say the secrets are set:\n%s", c.Summary())
+	}
+	if r.Store.Redis.Password != Redacted || r.HTTP.Token != Redacted {
+		t.Errorf("Redacted(): got %q, %q", r.Store.Redis.Password, r.HTTP.Token)
+	}
+	// Redacted copies: the original keeps its secrets.
+	if c.Store.Redis.Password != "redis-pw-123" {
+		t.Errorf("Redacted() modified the original")
+	}
+}
+
+func TestRouteNamesCaseInsensitive(t *testing.T) {
+	c, err := Parse([]byte(minimal + "  Eu.Premium: [carrier-a]\ncustomers:\n  - {name: Acme, cps: 1, route: EU.premium}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.RouteFor(nil, c.Customer("Acme")); got != "eu.premium" {
+		t.Errorf("RouteFor: got %q, want eu.premium", got)
+	}
+	if _, ok := c.Routes["eu.premium"]; !ok {
+		t.Errorf("routes: got %v, want key eu.premium", c.Routes)
+	}
+}
+
+func TestPeerByAddrLongestPrefix(t *testing.T) {
+	c, err := Parse([]byte(`
+peers:
+  - {name: wide, sources: [10.0.0.0/8, "2001:db8::/32"], cps: 1}
+  - {name: narrow, sources: [10.1.0.0/16], cps: 1}
+  - {name: host, sources: [10.1.2.3, "2001:db8::1/128"], cps: 1}
+carriers:
+  - {name: carrier-a, uri: "sip:127.0.0.1:5070", cps: 10}
+routes:
+  default: [carrier-a]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ addr, want string }{
+		{"10.9.9.9", "wide"},
+		{"10.1.9.9", "narrow"},
+		{"10.1.2.3", "host"},
+		{"::ffff:10.1.2.3", "host"},
+		{"2001:db8::1", "host"},
+		{"2001:db8::2", "wide"},
+		{"192.0.2.1", ""},
+		{"::1", ""},
+	}
+	hand := *c
+	hand.idx = nil // the linear fallback must agree with the index
+	for _, tt := range tests {
+		for name, cfg := range map[string]*Config{"indexed": c, "linear": &hand} {
+			p := cfg.PeerByAddr(netip.MustParseAddr(tt.addr))
+			got := ""
+			if p != nil {
+				got = p.Name
+			}
+			if got != tt.want {
+				t.Errorf("%s PeerByAddr(%s): got %q, want %q", name, tt.addr, got, tt.want)
+			}
+		}
+	}
+}
+
+func TestIndexIgnoredOnEditedCopy(t *testing.T) {
+	c, err := Parse([]byte(minimal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := *c
+	cp.Carriers = append([]Carrier{{Name: "carrier-z", CPS: 1}}, c.Carriers...)
+	if cp.Carrier("carrier-z") == nil || cp.Carrier("carrier-a").Name != "carrier-a" {
+		t.Errorf("an edited copy must not use the original's index")
+	}
+}

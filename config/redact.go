@@ -1,0 +1,154 @@
+package config
+
+import (
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+)
+
+// Redacted replaces a secret that is set, wherever a Config is shown.
+const Redacted = "REDACTED"
+
+func redact(secret string) string {
+	if secret == "" {
+		return ""
+	}
+	return Redacted
+}
+
+// String shows the Redis settings with the password redacted, so printing a
+// Config with %v or %+v never leaks it.
+func (r Redis) String() string {
+	return fmt.Sprintf("{Addrs:%v MasterName:%s Username:%s Password:%s DB:%d Timeout:%s}",
+		r.Addrs, r.MasterName, r.Username, redact(r.Password), r.DB, r.Timeout)
+}
+
+// String shows the HTTP settings with the token redacted.
+func (h HTTP) String() string {
+	return fmt.Sprintf("{Listen:%s Token:%s}", h.Listen, redact(h.Token))
+}
+
+// Redacted returns a copy of c with every secret (store.redis.password,
+// http.token) replaced by [Redacted] when set. Use it whenever a whole Config
+// is logged, printed or served.
+func (c *Config) Redacted() *Config {
+	out := *c
+	out.HTTP.Token = redact(c.HTTP.Token)
+	if c.Store.Redis != nil {
+		r := *c.Store.Redis
+		r.Password = redact(r.Password)
+		out.Store.Redis = &r
+	}
+	return &out
+}
+
+// LogValue makes slog log a Config as a short summary without secrets.
+func (c *Config) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("node_id", c.NodeID),
+		slog.Int("peers", len(c.Peers)),
+		slog.Int("customers", len(c.Customers)),
+		slog.Int("carriers", len(c.Carriers)),
+		slog.Int("routes", len(c.Routes)),
+		slog.String("store", c.storeSummary()),
+		slog.Bool("shadow", c.Shadow),
+	)
+}
+
+// StoreMode is "in-process", "redis", "redis-sentinel" or "redis-cluster".
+func (c *Config) StoreMode() string {
+	r := c.Store.Redis
+	switch {
+	case r == nil:
+		return "in-process"
+	case r.MasterName != "":
+		return "redis-sentinel"
+	case len(r.Addrs) > 1:
+		return "redis-cluster"
+	default:
+		return "redis"
+	}
+}
+
+func (c *Config) storeSummary() string {
+	r := c.Store.Redis
+	if r == nil {
+		return "in-process"
+	}
+	s := fmt.Sprintf("%s %s", c.StoreMode(), strings.Join(r.Addrs, ","))
+	if r.MasterName != "" {
+		s += " master " + r.MasterName
+	}
+	return s
+}
+
+func fmtCPS(v float64) string { return fmt.Sprintf("%g cps", v) }
+
+// Summary is a short, human-readable description of c for `cpsguard check`
+// and logs: counts, names, limits, routes and the store mode. It never
+// contains a secret; it only says whether one is set.
+func (c *Config) Summary() string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	w("node_id: %s", c.NodeID)
+	w("sip: listen %s; record_route %t; unknown_source %s; reject %d %q",
+		strings.Join(c.SIP.Listen, " "), c.SIP.RecordRoute, c.SIP.UnknownSource,
+		c.SIP.Reject.Code, c.SIP.Reject.Reason)
+	store := c.storeSummary()
+	if r := c.Store.Redis; r != nil {
+		store += fmt.Sprintf(" db %d timeout %s", r.DB, r.Timeout)
+		if r.Password != "" {
+			store += " (password set)"
+		}
+	}
+	w("store: %s; key_prefix %s; on_error %s", store, c.Store.KeyPrefix, c.Store.OnError)
+	httpLine := "http: " + c.HTTP.Listen
+	if c.HTTP.Token != "" {
+		httpLine += " (token set)"
+	}
+	w("%s", httpLine)
+	if c.Shadow {
+		w("shadow: true (would-be rejections are counted, calls admitted)")
+	}
+	w("peers (%d):", len(c.Peers))
+	for _, p := range c.Peers {
+		srcs := make([]string, len(p.Sources))
+		for i, s := range p.Sources {
+			srcs[i] = s.String()
+		}
+		line := fmt.Sprintf("  %s: %s from %s", p.Name, fmtCPS(p.CPS), strings.Join(srcs, " "))
+		if p.Customer != "" {
+			line += ", customer " + p.Customer
+		}
+		if len(p.Customers) > 0 {
+			line += ", may name " + strings.Join(p.Customers, " ")
+		}
+		if p.Route != "" {
+			line += ", route " + p.Route
+		}
+		w("%s", line)
+	}
+	w("customers (%d):", len(c.Customers))
+	for _, cu := range c.Customers {
+		line := fmt.Sprintf("  %s: %s", cu.Name, fmtCPS(cu.CPS))
+		if cu.Route != "" {
+			line += ", route " + cu.Route
+		}
+		w("%s", line)
+	}
+	w("carriers (%d):", len(c.Carriers))
+	for _, ca := range c.Carriers {
+		w("  %s: %s, max_wait %s, %s", ca.Name, fmtCPS(ca.CPS), ca.MaxWait, ca.URI)
+	}
+	names := make([]string, 0, len(c.Routes))
+	for name := range c.Routes {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	w("routes (%d):", len(names))
+	for _, name := range names {
+		w("  %s: %s", name, strings.Join(c.Routes[name], " -> "))
+	}
+	return b.String()
+}

@@ -1,0 +1,398 @@
+package config
+
+import (
+	"fmt"
+	"math"
+	"net"
+	"net/netip"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	sipmsg "github.com/emiago/sipgo/sip"
+)
+
+// Name rules. Names end up in Redis keys (inside a Cluster hash tag, so no
+// braces) and in Prometheus label values, so they are kept to a small, safe
+// alphabet.
+var (
+	nameRe      = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+	routeNameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+	nodeIDRe    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$`)
+	keyPrefixRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$`)
+	// tokenRe is an HTTP/SIP header field name (RFC 3261 token).
+	tokenRe = regexp.MustCompile("^[A-Za-z0-9.!%*_+`'~-]+$")
+)
+
+// DefaultRoute is the route of a call whose customer and peer name none.
+const DefaultRoute = "default"
+
+func oneOf(v string, allowed ...string) bool { return slices.Contains(allowed, v) }
+
+func quoteAll(vs []string) string {
+	q := make([]string, len(vs))
+	for i, v := range vs {
+		q[i] = strconv.Quote(v)
+	}
+	return strings.Join(q, ", ")
+}
+
+// validate checks every rule on a decoded Config and records each violation
+// in errs. It never stops early.
+func validate(c *Config, errs *errorList) {
+	v := validator{c: c, errs: errs}
+	v.top()
+	v.sip()
+	v.store()
+	v.http()
+	v.peers()
+	v.customers()
+	v.carriers()
+	v.routes()
+	v.defaultRoute()
+}
+
+type validator struct {
+	c    *Config
+	errs *errorList
+}
+
+func (v *validator) errf(path, format string, args ...any) { v.errs.errf(path, format, args...) }
+
+func (v *validator) name(path, name string) {
+	switch {
+	case name == "":
+		v.errf(path, "must be set")
+	case !nameRe.MatchString(name):
+		v.errf(path, "must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit (got %q)", name)
+	}
+}
+
+func (v *validator) cps(path string, cps float64) {
+	if !(cps > 0) || math.IsInf(cps, 0) {
+		v.errf(path, "must be > 0 (got %g)", cps)
+	}
+}
+
+func (v *validator) enum(path, val string, allowed ...string) {
+	if !oneOf(val, allowed...) {
+		v.errf(path, "must be one of %s (got %q)", quoteAll(allowed), val)
+	}
+}
+
+// hostPort checks "host:port" with a numeric port 0-65535 (0 = any free
+// port, useful in tests).
+func hostPort(s string) error {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Errorf("must be host:port (got %q)", s)
+	}
+	if host == "" && !strings.HasPrefix(s, ":") {
+		return fmt.Errorf("must be host:port (got %q)", s)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("port must be 0-65535 (got %q)", s)
+	}
+	return nil
+}
+
+func (v *validator) top() {
+	if !nodeIDRe.MatchString(v.c.NodeID) {
+		v.errf("node_id", "must be 1-253 letters, digits, '.', '_' or '-' (got %q)", v.c.NodeID)
+	}
+	if !tokenRe.MatchString(v.c.CustomerHeader) {
+		v.errf("customer_header", "must be a header name like X-Customer (got %q)", v.c.CustomerHeader)
+	}
+	v.enum("log.level", v.c.Log.Level, "debug", "info", "warn", "error")
+	v.enum("log.format", v.c.Log.Format, "json", "text")
+}
+
+func (v *validator) sip() {
+	s := v.c.SIP
+	if len(s.Listen) == 0 {
+		v.errf("sip.listen", "must list at least one address like udp://127.0.0.1:5060")
+	}
+	seen := map[string]int{}
+	for i, l := range s.Listen {
+		path := fmt.Sprintf("sip.listen[%d]", i)
+		u, err := url.Parse(l)
+		switch {
+		case err != nil || (u.Scheme != "udp" && u.Scheme != "tcp"):
+			v.errf(path, "must be udp://host:port or tcp://host:port (got %q)", l)
+			continue
+		case u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "":
+			v.errf(path, "must be udp://host:port or tcp://host:port, nothing more (got %q)", l)
+			continue
+		}
+		if err := hostPort(u.Host); err != nil || u.Hostname() == "" {
+			v.errf(path, "must be udp://host:port or tcp://host:port with a numeric port (got %q)", l)
+			continue
+		}
+		key := u.Scheme + "://" + u.Host
+		if j, dup := seen[key]; dup {
+			v.errf(path, "duplicate of sip.listen[%d] (%q)", j, l)
+		}
+		seen[key] = i
+	}
+	if a := s.Advertise; a != "" {
+		if strings.Contains(a, "://") || strings.ContainsAny(a, " ;/@") {
+			v.errf("sip.advertise", "must be host or host:port (got %q)", a)
+		} else if strings.Contains(a, ":") && !strings.HasPrefix(a, "[") && strings.Count(a, ":") > 1 {
+			// A bare IPv6 address: fine as a host.
+			if _, err := netip.ParseAddr(a); err != nil {
+				v.errf("sip.advertise", "must be host or host:port (got %q)", a)
+			}
+		} else if strings.Contains(a, ":") {
+			if err := hostPort(a); err != nil {
+				v.errf("sip.advertise", "must be host or host:port (got %q)", a)
+			}
+		}
+	}
+	v.enum("sip.unknown_source", s.UnknownSource, "reject", "drop")
+	if c := s.Reject.Code; c < 400 || c > 699 {
+		v.errf("sip.reject.code", "must be a 4xx, 5xx or 6xx SIP status (got %d)", c)
+	}
+	if r := s.Reject.Reason; r == "" {
+		v.errf("sip.reject.reason", "must be set")
+	} else if strings.ContainsFunc(r, func(c rune) bool { return c < 0x20 || c == 0x7f }) {
+		v.errf("sip.reject.reason", "must not contain control characters (got %q)", r)
+	}
+	if ra := s.Reject.RetryAfter; ra < 0 {
+		v.errf("sip.reject.retry_after", "must be >= 0 (got %s)", ra)
+	} else if ra%time.Second != 0 {
+		v.errf("sip.reject.retry_after", "must be whole seconds: Retry-After counts seconds (got %s)", ra)
+	}
+}
+
+func (v *validator) store() {
+	s := v.c.Store
+	if !keyPrefixRe.MatchString(s.KeyPrefix) {
+		v.errf("store.key_prefix", "must be 1-64 letters, digits, '.', '_', ':' or '-' (got %q)", s.KeyPrefix)
+	}
+	v.enum("store.on_error", s.OnError, "local", "admit", "reject")
+	r := s.Redis
+	if r == nil {
+		return
+	}
+	if len(r.Addrs) == 0 {
+		v.errf("store.redis.addrs", "must list at least one address like 127.0.0.1:6379 (omit store.redis for the in-process store)")
+	}
+	for i, a := range r.Addrs {
+		if err := hostPort(a); err != nil {
+			v.errf(fmt.Sprintf("store.redis.addrs[%d]", i), "%v", err)
+		}
+	}
+	if r.DB < 0 {
+		v.errf("store.redis.db", "must be >= 0 (got %d)", r.DB)
+	} else if r.DB != 0 && r.MasterName == "" && len(r.Addrs) > 1 {
+		v.errf("store.redis.db", "must be 0 with Redis Cluster (several addrs) (got %d)", r.DB)
+	}
+	if r.Timeout <= 0 {
+		v.errf("store.redis.timeout", "must be > 0 (got %s)", r.Timeout)
+	}
+}
+
+func (v *validator) http() {
+	if err := hostPort(v.c.HTTP.Listen); err != nil {
+		v.errf("http.listen", "%v", err)
+	}
+}
+
+func (v *validator) route(path, route string) {
+	if route == "" {
+		return
+	}
+	if _, ok := v.c.Routes[route]; !ok {
+		v.errf(path, "unknown route %q%s", route, known(v.c.Routes))
+	}
+}
+
+// known lists the defined routes for an "unknown route" message.
+func known(routes map[string][]string) string {
+	if len(routes) == 0 {
+		return " (no routes are defined)"
+	}
+	names := make([]string, 0, len(routes))
+	for n := range routes {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return " (routes: " + strings.Join(names, ", ") + ")"
+}
+
+func (v *validator) peers() {
+	names := map[string]int{}
+	// owner maps each source prefix to "peers[i].sources[j]" and the peer name.
+	type owner struct {
+		path, peer string
+		i          int
+	}
+	owners := map[netip.Prefix]owner{}
+	for i, p := range v.c.Peers {
+		path := fmt.Sprintf("peers[%d]", i)
+		v.name(path+".name", p.Name)
+		if j, dup := names[p.Name]; dup && p.Name != "" {
+			v.errf(path+".name", "duplicate name %q (also peers[%d])", p.Name, j)
+		} else if p.Name != "" {
+			names[p.Name] = i
+		}
+		if len(p.Sources) == 0 {
+			v.errf(path+".sources", "must list at least one source address or CIDR")
+		}
+		for j, pfx := range p.Sources {
+			spath := fmt.Sprintf("%s.sources[%d]", path, j)
+			if pfx.Addr().Is4In6() {
+				v.errf(spath, "IPv4-mapped prefix %s never matches; write it as IPv4", pfx)
+				continue
+			}
+			if o, dup := owners[pfx]; dup {
+				if o.i == i {
+					v.errf(spath, "duplicate source %s (also %s)", pfx, o.path)
+				} else {
+					v.errf(spath, "%s is also a source of peer %q (%s): a prefix belongs to one peer; overlapping prefixes of different lengths are allowed, the longest prefix wins", pfx, o.peer, o.path)
+				}
+				continue
+			}
+			owners[pfx] = owner{path: spath, peer: p.Name, i: i}
+		}
+		v.cps(path+".cps", p.CPS)
+		allowed := map[string]bool{}
+		for j, cu := range p.Customers {
+			cpath := fmt.Sprintf("%s.customers[%d]", path, j)
+			if allowed[cu] {
+				v.errf(cpath, "duplicate customer %q", cu)
+			}
+			allowed[cu] = true
+			if v.c.Customer(cu) == nil {
+				v.errf(cpath, "unknown customer %q", cu)
+			}
+		}
+		if p.Customer != "" {
+			switch {
+			case v.c.Customer(p.Customer) == nil:
+				v.errf(path+".customer", "unknown customer %q", p.Customer)
+			case !allowed[p.Customer]:
+				v.errf(path+".customer", "customer %q must also be listed in %s.customers", p.Customer, path)
+			}
+		}
+		v.route(path+".route", p.Route)
+	}
+}
+
+func (v *validator) customers() {
+	names := map[string]int{}
+	for i, cu := range v.c.Customers {
+		path := fmt.Sprintf("customers[%d]", i)
+		v.name(path+".name", cu.Name)
+		if j, dup := names[cu.Name]; dup && cu.Name != "" {
+			v.errf(path+".name", "duplicate name %q (also customers[%d])", cu.Name, j)
+		} else if cu.Name != "" {
+			names[cu.Name] = i
+		}
+		v.cps(path+".cps", cu.CPS)
+		v.route(path+".route", cu.Route)
+	}
+}
+
+func (v *validator) carriers() {
+	names := map[string]int{}
+	for i, ca := range v.c.Carriers {
+		path := fmt.Sprintf("carriers[%d]", i)
+		v.name(path+".name", ca.Name)
+		if j, dup := names[ca.Name]; dup && ca.Name != "" {
+			v.errf(path+".name", "duplicate name %q (also carriers[%d])", ca.Name, j)
+		} else if ca.Name != "" {
+			names[ca.Name] = i
+		}
+		if err := checkCarrierURI(ca.URI); err != nil {
+			v.errf(path+".uri", "%v", err)
+		}
+		v.cps(path+".cps", ca.CPS)
+		if ca.MaxWait < 0 {
+			v.errf(path+".max_wait", "must be >= 0 (got %s)", ca.MaxWait)
+		}
+	}
+}
+
+// checkCarrierURI parses uri the way the proxy will (sipgo) and requires a
+// sip: URI with a host and, if given, a transport the proxy speaks.
+func checkCarrierURI(uri string) error {
+	if uri == "" {
+		return fmt.Errorf("must be set, like sip:192.0.2.10:5060")
+	}
+	if !strings.HasPrefix(strings.ToLower(uri), "sip:") {
+		return fmt.Errorf("must be a sip: URI like sip:192.0.2.10:5060 (got %q)", uri)
+	}
+	var u sipmsg.Uri
+	if err := sipmsg.ParseUri(uri, &u); err != nil || u.Host == "" {
+		return fmt.Errorf("must be a sip: URI with a host, like sip:192.0.2.10:5060 (got %q)", uri)
+	}
+	if t, ok := u.UriParams.Get("transport"); ok && !oneOf(strings.ToLower(t), "udp", "tcp") {
+		return fmt.Errorf("transport must be udp or tcp (got %q in %q)", t, uri)
+	}
+	return nil
+}
+
+func (v *validator) routes() {
+	for _, name := range sortedRouteNames(v.c.Routes) {
+		path := "routes." + name
+		if !routeNameRe.MatchString(name) {
+			v.errf(path, "route name must be 1-64 lower-case letters, digits, '.', '_' or '-' (got %q)", name)
+		}
+		carriers := v.c.Routes[name]
+		if len(carriers) == 0 {
+			v.errf(path, "must list at least one carrier")
+		}
+		seen := map[string]bool{}
+		for i, ca := range carriers {
+			cpath := fmt.Sprintf("%s[%d]", path, i)
+			switch {
+			case seen[ca]:
+				v.errf(cpath, "carrier %q is listed twice", ca)
+			case v.c.Carrier(ca) == nil:
+				v.errf(cpath, "unknown carrier %q", ca)
+			}
+			seen[ca] = true
+		}
+	}
+}
+
+func sortedRouteNames(m map[string][]string) []string {
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// defaultRoute requires route "default" when some call of some peer can end
+// up on it: the peer names no route and it can carry a call whose customer
+// names none either (including a call with no customer at all, when the peer
+// has no default customer).
+func (v *validator) defaultRoute() {
+	if _, ok := v.c.Routes[DefaultRoute]; ok {
+		return
+	}
+	for i, p := range v.c.Peers {
+		if p.Route != "" {
+			continue
+		}
+		reason := ""
+		if p.Customer == "" {
+			reason = "calls without a customer header have no customer"
+		}
+		for _, name := range p.Customers {
+			if cu := v.c.Customer(name); cu != nil && cu.Route == "" && reason == "" {
+				reason = fmt.Sprintf("customer %q has no route", name)
+			}
+		}
+		if reason != "" {
+			v.errf(fmt.Sprintf("peers[%d].route", i),
+				"not set and %s, so calls use route %q, which is not defined in routes", reason, DefaultRoute)
+		}
+	}
+}
