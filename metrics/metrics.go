@@ -8,6 +8,8 @@
 package metrics
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
@@ -34,6 +36,16 @@ const (
 
 	PacingPaced = "paced"
 	PacingFull  = "full"
+
+	RerouteFull   = "full"
+	RerouteFailed = "failed"
+
+	ReloadSuccess = "success"
+	ReloadFailure = "failure"
+
+	// PeerUnknown is the peer label of calls from a source that matches no
+	// configured peer. SyncLimits never deletes its series.
+	PeerUnknown = "unknown"
 )
 
 // Metrics holds the collectors.
@@ -56,7 +68,12 @@ type Metrics struct {
 	// cpsguard_reroutes_total{carrier,reason}.
 	Reroutes *prometheus.CounterVec
 	// LimitCPS exports the configured limits: cpsguard_limit_cps{scope,name}.
+	// SyncLimits keeps it in step with the configuration.
 	LimitCPS *prometheus.GaugeVec
+	// MaxWait exports each carrier's configured max_wait, so alerts and
+	// dashboards can compare the queue delay with it:
+	// cpsguard_pacing_max_wait_seconds{carrier}. SyncLimits sets it.
+	MaxWait *prometheus.GaugeVec
 	// StoreUp is 1 while Redis is in use, 0 in fallback.
 	StoreUp prometheus.Gauge
 	// StoreErrors counts failed store calls: cpsguard_store_errors_total{script}.
@@ -65,18 +82,28 @@ type Metrics struct {
 	StoreDuration *prometheus.HistogramVec
 	// ConfigReloads counts reloads: cpsguard_config_reloads_total{result}.
 	ConfigReloads *prometheus.CounterVec
+	// ConfigLastReloadOK is 1 when the last reload succeeded (or none has
+	// happened since start), 0 while a bad file is being ignored:
+	// cpsguard_config_last_reload_successful.
+	ConfigLastReloadOK prometheus.Gauge
 	// SIPErrors counts messages the proxy could not use:
 	// cpsguard_sip_errors_total{reason}.
 	SIPErrors *prometheus.CounterVec
+
+	// syncMu serialises SyncLimits.
+	syncMu sync.Mutex
 }
 
 // WaitBuckets resolve queue delay from 1 ms up to 10 s.
 var WaitBuckets = []float64{0, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2, 3, 5, 10}
 
-// New builds and registers every collector on reg.
+// New builds and registers every collector on reg. It panics when a collector
+// of the same name is already registered on reg (a wiring bug found at
+// start-up). Go runtime and process collectors are not included: use
+// NewRegistry, or register them on reg yourself.
 func New(reg prometheus.Registerer) *Metrics {
 	f := promauto.With(reg)
-	return &Metrics{
+	m := &Metrics{
 		Admission: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "admission_total",
 			Help: "Admission decisions per peer or customer bucket.",
@@ -106,6 +133,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: Namespace, Name: "limit_cps",
 			Help: "Configured calls-per-second limit.",
 		}, []string{"scope", "name"}),
+		MaxWait: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "pacing_max_wait_seconds",
+			Help: "Configured longest wait for a carrier send slot (max_wait).",
+		}, []string{"carrier"}),
 		StoreUp: f.NewGauge(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "store_up",
 			Help: "1 when the shared Redis store is in use, 0 when running on the fallback.",
@@ -123,9 +154,17 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: Namespace, Name: "config_reloads_total",
 			Help: "Configuration reloads by result (success, failure).",
 		}, []string{"result"}),
+		ConfigLastReloadOK: f.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "config_last_reload_successful",
+			Help: "1 when the last configuration reload succeeded, 0 when it failed and the previous configuration is still in use.",
+		}),
 		SIPErrors: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "sip_errors_total",
 			Help: "SIP messages the proxy could not use, by reason.",
 		}, []string{"reason"}),
 	}
+	// The configuration in use at start-up was loaded successfully, or the
+	// process would not be running.
+	m.ConfigLastReloadOK.Set(1)
+	return m
 }

@@ -1,0 +1,31 @@
+// Package httpapi is cpsguard's operations HTTP server and its client.
+//
+// The server (New) answers on http.listen, loopback by default:
+//
+//	GET  /metrics        Prometheus exposition of the injected registry
+//	GET  /healthz        200 while the process serves HTTP
+//	GET  /readyz         200 when Options.Ready reports nil (SIP listeners up,
+//	                     store usable or fallback active), else 503
+//	GET  /api/v1/status  Status as JSON: every peer, customer and carrier with
+//	                     its limit and the calls in its current window read
+//	                     from the store (the whole pool's figure on Redis),
+//	                     carrier queues, store mode, node id, config hash
+//	POST /api/v1/reload  re-read the configuration file; needs
+//	                     "Authorization: Bearer <http.token>" when a token is
+//	                     set; a bad file answers 422 with every error
+//
+// Every error answer is JSON (type Error) with a 4xx or 5xx code: unknown path
+// 404, wrong method 405 (with Allow), missing or wrong token 401. Nothing on
+// this server changes limits except a reload of the operator's own file, and
+// that needs the token when one is configured.
+//
+// The server reads everything through the funcs and small interfaces of
+// Options, so it holds no state of its own beyond a cache of the config hash.
+// A store failure while building the status does not fail the request: the
+// entries it could not read have a null current and the error is listed in
+// Status.Errors.
+//
+// The client side (FetchStatus, RenderStatus) backs `cpsguard status`.
+//
+// Everything here is safe for concurrent use.
+package httpapi

@@ -1,0 +1,441 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/cpsguard/cpsguard/admission"
+	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/lua"
+	"github.com/cpsguard/cpsguard/pacing"
+)
+
+// Counter reads admission windows; admission.Store implementations (and the
+// store's Failover) satisfy it.
+type Counter interface {
+	// Counts returns the calls currently in each bucket's window.
+	Counts(ctx context.Context, buckets []admission.Bucket) ([]int, error)
+}
+
+// Queuer reads carrier slot queues; pacing.SlotStore implementations (and the
+// store's Failover) satisfy it.
+type Queuer interface {
+	// Queue reports the reservations still in the future and the least wait of
+	// a call reserving now.
+	Queue(ctx context.Context, key string, interval time.Duration) (queued int, wait time.Duration, err error)
+}
+
+// SentCounter reads how many calls were sent to a carrier in the last second.
+type SentCounter interface {
+	// Sent returns the slots of key that fell in the last second.
+	Sent(ctx context.Context, key string) (int, error)
+}
+
+// Options wires the server to the running node. Only Config is required; a
+// nil func or interface turns its feature off as documented per field.
+type Options struct {
+	// Config returns the configuration in use (required). It is called per
+	// request, so a reload shows at once, including a changed http.token.
+	Config func() *config.Config
+	// Counts reads the peer and customer windows. Nil: their Current is null.
+	Counts Counter
+	// Queue reads the carrier queues. Nil: carriers' Queued and Wait are null.
+	Queue Queuer
+	// Sent reads the calls sent to each carrier in the last second. Nil:
+	// carriers' Current is null.
+	Sent SentCounter
+	// StoreMode reports "redis", "fallback" or "local". Nil: "local" when no
+	// Redis is configured, else "unknown".
+	StoreMode func() string
+	// Ready reports why the node cannot take calls, or nil when it can. Nil:
+	// always ready.
+	Ready func() error
+	// Reload re-reads the configuration file and swaps it in, or returns why
+	// not (a *config.ValidationError for a bad file). Nil: reload answers 501.
+	Reload func() error
+	// LoadedAt returns when the configuration in use was loaded. Nil: the
+	// first time this server saw the current snapshot.
+	LoadedAt func() time.Time
+	// ConfigHash identifies a configuration. Nil: ConfigHash.
+	ConfigHash func(*config.Config) string
+	// Registry is served on /metrics. Nil: /metrics answers 404. Register the
+	// Go and process collectors on it yourself (metrics.NewRegistry does);
+	// the server adds none.
+	Registry prometheus.Gatherer
+	// Logger receives reloads and refused requests. Nil: discarded.
+	Logger *slog.Logger
+	// StatusTimeout bounds the store reads of one status request. Zero: 2 s.
+	StatusTimeout time.Duration
+}
+
+// New returns the operations handler. It panics when o.Config is nil, a
+// wiring mistake found at start-up.
+func New(o Options) http.Handler {
+	if o.Config == nil {
+		panic("httpapi: Options.Config is required")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.ConfigHash == nil {
+		o.ConfigHash = ConfigHash
+	}
+	if o.StatusTimeout <= 0 {
+		o.StatusTimeout = 2 * time.Second
+	}
+	s := &server{o: o}
+	if cfg := o.Config(); cfg != nil && cfg.HTTP.Token == "" && !loopback(cfg.HTTP.Listen) {
+		o.Logger.Warn("http.token is empty and http.listen is not a loopback address: anyone who can reach it may trigger a reload",
+			"listen", cfg.HTTP.Listen)
+	}
+
+	mux := http.NewServeMux()
+	if o.Registry != nil {
+		mh := promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{
+			ErrorLog:      slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
+			ErrorHandling: promhttp.ContinueOnError,
+		})
+		mux.Handle(PathMetrics, methods(mh, http.MethodGet, http.MethodHead))
+	}
+	mux.Handle(PathHealthz, methods(http.HandlerFunc(s.healthz), http.MethodGet, http.MethodHead))
+	mux.Handle(PathReadyz, methods(http.HandlerFunc(s.readyz), http.MethodGet, http.MethodHead))
+	mux.Handle(PathStatus, methods(http.HandlerFunc(s.status), http.MethodGet, http.MethodHead))
+	mux.Handle(PathReload, methods(http.HandlerFunc(s.reload), http.MethodPost))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &Error{Code: http.StatusNotFound, Message: "no such path: " + r.URL.Path})
+	})
+	return mux
+}
+
+// NewServer returns an *http.Server for h on addr with timeouts suited to an
+// operations endpoint, logging its errors to log (nil: discarded).
+func NewServer(addr string, h http.Handler, log *slog.Logger) *http.Server {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &http.Server{
+		Addr:              addr,
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
+
+// ConfigHash returns "sha256:" and the hex SHA-256 of cfg's JSON encoding with
+// its secrets redacted (config.Config.Redacted), so it can be served without
+// revealing a password or token. A change of secret alone does not change it.
+func ConfigHash(cfg *config.Config) string {
+	if cfg == nil {
+		return ""
+	}
+	b, err := json.Marshal(cfg.Redacted())
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+type server struct {
+	o Options
+	// seen caches the hash and first-seen time of the last snapshot.
+	seen     atomic.Pointer[snapshot]
+	reloadMu sync.Mutex
+}
+
+type snapshot struct {
+	cfg  *config.Config
+	hash string
+	at   time.Time
+}
+
+// snapshotOf returns the hash and load time of cfg, computing the hash once
+// per snapshot.
+func (s *server) snapshotOf(cfg *config.Config) *snapshot {
+	if sn := s.seen.Load(); sn != nil && sn.cfg == cfg {
+		return sn
+	}
+	sn := &snapshot{cfg: cfg, hash: s.o.ConfigHash(cfg), at: time.Now()}
+	s.seen.Store(sn)
+	return sn
+}
+
+func (s *server) loadedAt(sn *snapshot) time.Time {
+	if s.o.LoadedAt != nil {
+		return s.o.LoadedAt()
+	}
+	return sn.at
+}
+
+func (s *server) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, Health{Status: "ok"})
+}
+
+func (s *server) readyz(w http.ResponseWriter, _ *http.Request) {
+	if s.o.Ready != nil {
+		if err := s.o.Ready(); err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, Health{Status: "unavailable", Error: err.Error()})
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, Health{Status: "ok"})
+}
+
+func (s *server) status(w http.ResponseWriter, r *http.Request) {
+	cfg := s.o.Config()
+	if cfg == nil {
+		writeError(w, &Error{Code: http.StatusServiceUnavailable, Message: "no configuration loaded"})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.o.StatusTimeout)
+	defer cancel()
+	writeJSON(w, http.StatusOK, s.buildStatus(ctx, cfg))
+}
+
+func (s *server) storeMode(cfg *config.Config) string {
+	if s.o.StoreMode != nil {
+		return s.o.StoreMode()
+	}
+	if cfg.Store.Redis == nil {
+		return "local"
+	}
+	return "unknown"
+}
+
+// buildStatus reads every window and queue of cfg from the store.
+func (s *server) buildStatus(ctx context.Context, cfg *config.Config) Status {
+	sn := s.snapshotOf(cfg)
+	st := Status{
+		NodeID:     cfg.NodeID,
+		StoreMode:  s.storeMode(cfg),
+		ConfigHash: sn.hash,
+		LoadedAt:   s.loadedAt(sn).UTC(),
+		Peers:      make([]Entry, len(cfg.Peers)),
+		Customers:  make([]Entry, len(cfg.Customers)),
+		Carriers:   make([]Entry, len(cfg.Carriers)),
+	}
+	prefix := cfg.Store.KeyPrefix
+
+	peerBuckets := make([]admission.Bucket, len(cfg.Peers))
+	for i, p := range cfg.Peers {
+		peerBuckets[i] = bucket(prefix, scopePeer, p.Name, p.CPS)
+		st.Peers[i] = windowEntry(p.Name, p.CPS, peerBuckets[i])
+	}
+	custBuckets := make([]admission.Bucket, len(cfg.Customers))
+	for i, c := range cfg.Customers {
+		custBuckets[i] = bucket(prefix, scopeCustomer, c.Name, c.CPS)
+		st.Customers[i] = windowEntry(c.Name, c.CPS, custBuckets[i])
+	}
+	if s.o.Counts != nil {
+		st.Errors = append(st.Errors, s.fillCounts(ctx, "peers", st.Peers, peerBuckets)...)
+		st.Errors = append(st.Errors, s.fillCounts(ctx, "customers", st.Customers, custBuckets)...)
+	}
+
+	for i, c := range cfg.Carriers {
+		e := Entry{
+			Name: c.Name, LimitCPS: c.CPS,
+			WindowLimit: c.CPS, WindowSeconds: 1,
+			MaxWaitSeconds: c.MaxWait.Seconds(),
+		}
+		key := lua.Key(prefix, scopeCarrier, c.Name)
+		if s.o.Queue != nil {
+			queued, wait, err := s.o.Queue.Queue(ctx, key, pacing.Interval(c.CPS))
+			if err != nil {
+				st.Errors = append(st.Errors, "carrier "+c.Name+": queue: "+err.Error())
+			} else {
+				ws := wait.Seconds()
+				e.Queued, e.WaitSeconds = &queued, &ws
+			}
+		}
+		if s.o.Sent != nil {
+			n, err := s.o.Sent.Sent(ctx, key)
+			if err != nil {
+				st.Errors = append(st.Errors, "carrier "+c.Name+": sent: "+err.Error())
+			} else {
+				e.setCurrent(n)
+			}
+		}
+		st.Carriers[i] = e
+	}
+	st.Time = time.Now().UTC()
+	return st
+}
+
+// fillCounts reads the windows of buckets into entries in one store call.
+func (s *server) fillCounts(ctx context.Context, what string, entries []Entry, buckets []admission.Bucket) []string {
+	if len(buckets) == 0 {
+		return nil
+	}
+	counts, err := s.o.Counts.Counts(ctx, buckets)
+	if err == nil && len(counts) != len(buckets) {
+		err = errors.New("store returned a wrong number of counts")
+	}
+	if err != nil {
+		return []string{what + ": counts: " + err.Error()}
+	}
+	for i, n := range counts {
+		if n >= 0 {
+			entries[i].setCurrent(n)
+		}
+	}
+	return nil
+}
+
+// Scopes of lua.Key, as the proxy builds its keys.
+const (
+	scopePeer     = "peer"
+	scopeCustomer = "customer"
+	scopeCarrier  = "carrier"
+)
+
+func bucket(prefix, scope, name string, cps float64) admission.Bucket {
+	limit, window := admission.LimitFor(cps)
+	return admission.Bucket{Key: lua.Key(prefix, scope, name), Limit: limit, Window: window}
+}
+
+func windowEntry(name string, cps float64, b admission.Bucket) Entry {
+	return Entry{Name: name, LimitCPS: cps, WindowLimit: float64(b.Limit), WindowSeconds: b.Window.Seconds()}
+}
+
+func (e *Entry) setCurrent(n int) {
+	e.Current = &n
+	if e.WindowLimit > 0 {
+		p := 100 * float64(n) / e.WindowLimit
+		e.Percent = &p
+	}
+}
+
+func (s *server) reload(w http.ResponseWriter, r *http.Request) {
+	cfg := s.o.Config()
+	token := ""
+	if cfg != nil {
+		token = cfg.HTTP.Token
+	}
+	if token != "" {
+		got, ok := bearer(r.Header.Get("Authorization"))
+		if !ok {
+			s.o.Logger.Warn("reload refused: no bearer token", "remote", r.RemoteAddr)
+			w.Header().Set("WWW-Authenticate", `Bearer realm="cpsguard"`)
+			writeError(w, &Error{Code: http.StatusUnauthorized, Message: "missing bearer token"})
+			return
+		}
+		if !tokenEqual(got, token) {
+			s.o.Logger.Warn("reload refused: wrong bearer token", "remote", r.RemoteAddr)
+			w.Header().Set("WWW-Authenticate", `Bearer realm="cpsguard", error="invalid_token"`)
+			writeError(w, &Error{Code: http.StatusUnauthorized, Message: "invalid bearer token"})
+			return
+		}
+	}
+	if s.o.Reload == nil {
+		writeError(w, &Error{Code: http.StatusNotImplemented, Message: "reload is not available on this node"})
+		return
+	}
+
+	s.reloadMu.Lock()
+	err := s.o.Reload()
+	s.reloadMu.Unlock()
+	if err != nil {
+		var ve *config.ValidationError
+		if errors.As(err, &ve) {
+			s.o.Logger.Warn("reload via api: configuration rejected, previous one stays in use",
+				"remote", r.RemoteAddr, "file", ve.File, "errors", len(ve.Errors))
+			writeError(w, &Error{
+				Code:    http.StatusUnprocessableEntity,
+				Message: "configuration rejected; the previous configuration stays in use",
+				Errors:  ve.Errors,
+			})
+			return
+		}
+		s.o.Logger.Warn("reload via api failed, previous configuration stays in use", "remote", r.RemoteAddr, "err", err)
+		writeError(w, &Error{
+			Code:    http.StatusInternalServerError,
+			Message: "reload failed; the previous configuration stays in use",
+			Errors:  strings.Split(err.Error(), "\n"),
+		})
+		return
+	}
+	res := ReloadResult{Status: "reloaded"}
+	if cfg := s.o.Config(); cfg != nil {
+		sn := s.snapshotOf(cfg)
+		res.ConfigHash, res.LoadedAt = sn.hash, s.loadedAt(sn).UTC()
+	}
+	s.o.Logger.Info("configuration reloaded via api", "remote", r.RemoteAddr, "config_hash", res.ConfigHash)
+	writeJSON(w, http.StatusOK, res)
+}
+
+// bearer extracts the token of an "Authorization: Bearer <token>" header.
+func bearer(h string) (string, bool) {
+	const p = "bearer "
+	if len(h) <= len(p) || !strings.EqualFold(h[:len(p)], p) {
+		return "", false
+	}
+	t := strings.TrimSpace(h[len(p):])
+	return t, t != ""
+}
+
+// tokenEqual compares in constant time; hashing first hides the length too.
+func tokenEqual(got, want string) bool {
+	g, w := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
+	return subtle.ConstantTimeCompare(g[:], w[:]) == 1
+}
+
+// methods answers 405 with an Allow header to any other method.
+func methods(h http.Handler, allowed ...string) http.Handler {
+	allow := strings.Join(allowed, ", ")
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for _, m := range allowed {
+			if r.Method == m {
+				h.ServeHTTP(w, r)
+				return
+			}
+		}
+		w.Header().Set("Allow", allow)
+		writeError(w, &Error{Code: http.StatusMethodNotAllowed, Message: "method " + r.Method + " not allowed; use " + allow})
+	})
+}
+
+func writeError(w http.ResponseWriter, e *Error) {
+	writeJSON(w, e.Code, e)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v) // the client went away; nothing to do
+}
+
+// loopback reports whether listen ("host:port") binds only loopback.
+func loopback(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,580 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cpsguard/cpsguard/admission"
+	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/metrics"
+)
+
+func testConfig() *config.Config {
+	return &config.Config{
+		NodeID: "node-1",
+		Store:  config.Store{KeyPrefix: "cpsguard", OnError: "local"},
+		HTTP:   config.HTTP{Listen: "127.0.0.1:9090"},
+		Peers: []config.Peer{
+			{Name: "dialer-1", CPS: 50},
+			{Name: "dialer-2", CPS: 0.5},
+		},
+		Customers: []config.Customer{{Name: "acme", CPS: 20}},
+		Carriers: []config.Carrier{
+			{Name: "carrier-a", CPS: 10, MaxWait: 2 * time.Second},
+			{Name: "carrier-b", CPS: 5, MaxWait: time.Second},
+		},
+	}
+}
+
+// fakeStore answers Counts from a map by key and Queue from a map by key.
+type fakeStore struct {
+	mu        sync.Mutex
+	counts    map[string]int
+	queued    map[string]int
+	waits     map[string]time.Duration
+	countErr  error
+	queueErr  error
+	gotCounts [][]admission.Bucket
+	gotQueue  map[string]time.Duration
+}
+
+func (f *fakeStore) Counts(_ context.Context, buckets []admission.Bucket) ([]int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.gotCounts = append(f.gotCounts, buckets)
+	if f.countErr != nil {
+		return nil, f.countErr
+	}
+	out := make([]int, len(buckets))
+	for i, b := range buckets {
+		out[i] = f.counts[b.Key]
+	}
+	return out, nil
+}
+
+func (f *fakeStore) Queue(_ context.Context, key string, interval time.Duration) (int, time.Duration, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.gotQueue == nil {
+		f.gotQueue = map[string]time.Duration{}
+	}
+	f.gotQueue[key] = interval
+	if f.queueErr != nil {
+		return 0, 0, f.queueErr
+	}
+	return f.queued[key], f.waits[key], nil
+}
+
+func (f *fakeStore) Sent(_ context.Context, key string) (int, error) {
+	return map[string]int{"cpsguard:{carrier:carrier-a}": 9}[key], nil
+}
+
+func newFake() *fakeStore {
+	return &fakeStore{
+		counts: map[string]int{
+			"cpsguard:{peer:dialer-1}": 12,
+			"cpsguard:{peer:dialer-2}": 1,
+			"cpsguard:{customer:acme}": 5,
+		},
+		queued: map[string]int{"cpsguard:{carrier:carrier-a}": 4},
+		waits:  map[string]time.Duration{"cpsguard:{carrier:carrier-a}": 404 * time.Millisecond},
+	}
+}
+
+// do sends one request to h and returns the recorded answer.
+func do(t *testing.T, h http.Handler, method, path string, header map[string]string) *httptest.ResponseRecorder {
+	t.Helper()
+	req := httptest.NewRequest(method, path, nil)
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+func decodeError(t *testing.T, rec *httptest.ResponseRecorder) Error {
+	t.Helper()
+	if ct := rec.Header().Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		t.Errorf("Content-Type: got %q, want application/json", ct)
+	}
+	var e Error
+	if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil {
+		t.Fatalf("error body %q: not JSON: %v", rec.Body.String(), err)
+	}
+	if e.Message == "" {
+		t.Errorf("error body %q: empty \"error\"", rec.Body.String())
+	}
+	return e
+}
+
+func TestHealthAndReady(t *testing.T) {
+	var notReady error
+	h := New(Options{
+		Config: testConfig,
+		Ready:  func() error { return notReady },
+	})
+	tests := []struct {
+		name     string
+		method   string
+		path     string
+		notReady error
+		want     int
+	}{
+		{"healthz", http.MethodGet, PathHealthz, nil, 200},
+		{"healthz HEAD", http.MethodHead, PathHealthz, nil, 200},
+		{"healthz while not ready", http.MethodGet, PathHealthz, errors.New("sip down"), 200},
+		{"readyz ready", http.MethodGet, PathReadyz, nil, 200},
+		{"readyz not ready", http.MethodGet, PathReadyz, errors.New("store unusable"), 503},
+		{"readyz POST", http.MethodPost, PathReadyz, nil, 405},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			notReady = tt.notReady
+			rec := do(t, h, tt.method, tt.path, nil)
+			if rec.Code != tt.want {
+				t.Fatalf("%s %s: got %d, want %d (body %s)", tt.method, tt.path, rec.Code, tt.want, rec.Body)
+			}
+			if tt.want == 503 {
+				var hl Health
+				if err := json.Unmarshal(rec.Body.Bytes(), &hl); err != nil || hl.Error != "store unusable" {
+					t.Errorf("readyz body: got %s (%v), want the Ready error", rec.Body, err)
+				}
+			}
+		})
+	}
+}
+
+func TestBadRequests(t *testing.T) {
+	h := New(Options{Config: testConfig, Registry: prometheus.NewRegistry(), Reload: func() error { return nil }})
+	tests := []struct {
+		name      string
+		method    string
+		path      string
+		want      int
+		wantAllow string
+	}{
+		{"unknown path", http.MethodGet, "/nope", 404, ""},
+		{"status with trailing slash", http.MethodGet, PathStatus + "/", 404, ""},
+		{"api root", http.MethodGet, "/api/v1/", 404, ""},
+		{"status POST", http.MethodPost, PathStatus, 405, "GET, HEAD"},
+		{"status DELETE", http.MethodDelete, PathStatus, 405, "GET, HEAD"},
+		{"reload GET", http.MethodGet, PathReload, 405, "POST"},
+		{"reload PUT", http.MethodPut, PathReload, 405, "POST"},
+		{"metrics POST", http.MethodPost, PathMetrics, 405, "GET, HEAD"},
+		{"healthz PUT", http.MethodPut, PathHealthz, 405, "GET, HEAD"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := do(t, h, tt.method, tt.path, nil)
+			if rec.Code != tt.want {
+				t.Fatalf("%s %s: got %d, want %d", tt.method, tt.path, rec.Code, tt.want)
+			}
+			decodeError(t, rec)
+			if got := rec.Header().Get("Allow"); got != tt.wantAllow {
+				t.Errorf("Allow: got %q, want %q", got, tt.wantAllow)
+			}
+		})
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	reg := metrics.NewRegistry()
+	m := metrics.New(reg)
+	m.SyncLimits(testConfig())
+	h := New(Options{Config: testConfig, Registry: reg})
+	rec := do(t, h, http.MethodGet, PathMetrics, nil)
+	if rec.Code != 200 {
+		t.Fatalf("GET /metrics: got %d, want 200", rec.Code)
+	}
+	body := rec.Body.String()
+	for _, want := range []string{
+		`cpsguard_limit_cps{name="carrier-a",scope="carrier"} 10`,
+		"go_goroutines",
+		"process_start_time_seconds",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics: %q missing", want)
+		}
+	}
+
+	t.Run("no registry", func(t *testing.T) {
+		h := New(Options{Config: testConfig})
+		if rec := do(t, h, http.MethodGet, PathMetrics, nil); rec.Code != 404 {
+			t.Errorf("GET /metrics without registry: got %d, want 404", rec.Code)
+		}
+	})
+}
+
+func getStatus(t *testing.T, h http.Handler) Status {
+	t.Helper()
+	rec := do(t, h, http.MethodGet, PathStatus, nil)
+	if rec.Code != 200 {
+		t.Fatalf("GET status: got %d, want 200 (body %s)", rec.Code, rec.Body)
+	}
+	var st Status
+	dec := json.NewDecoder(rec.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&st); err != nil {
+		t.Fatalf("decode status: %v", err)
+	}
+	return st
+}
+
+func intp(n int) *int           { return &n }
+func floatp(f float64) *float64 { return &f }
+
+func TestStatus(t *testing.T) {
+	store := newFake()
+	loaded := time.Date(2026, 11, 22, 2, 0, 0, 0, time.UTC)
+	h := New(Options{
+		Config:    testConfig,
+		Counts:    store,
+		Queue:     store,
+		StoreMode: func() string { return "redis" },
+		LoadedAt:  func() time.Time { return loaded },
+	})
+	st := getStatus(t, h)
+
+	if st.NodeID != "node-1" || st.StoreMode != "redis" || !st.LoadedAt.Equal(loaded) {
+		t.Errorf("header: got node %q store %q loaded %v, want node-1 redis %v", st.NodeID, st.StoreMode, st.LoadedAt, loaded)
+	}
+	if want := ConfigHash(testConfig()); st.ConfigHash != want || !strings.HasPrefix(want, "sha256:") {
+		t.Errorf("config hash: got %q, want %q", st.ConfigHash, want)
+	}
+	if len(st.Errors) != 0 {
+		t.Errorf("errors: got %v, want none", st.Errors)
+	}
+	wantPeers := []Entry{
+		{Name: "dialer-1", LimitCPS: 50, WindowLimit: 50, WindowSeconds: 1.01, Current: intp(12), Percent: floatp(24)},
+		{Name: "dialer-2", LimitCPS: 0.5, WindowLimit: 1, WindowSeconds: 2.01, Current: intp(1), Percent: floatp(100)},
+	}
+	wantCarriers := []Entry{
+		{Name: "carrier-a", LimitCPS: 10, WindowLimit: 10, WindowSeconds: 1, Queued: intp(4), WaitSeconds: floatp(0.404), MaxWaitSeconds: 2},
+		{Name: "carrier-b", LimitCPS: 5, WindowLimit: 5, WindowSeconds: 1, Queued: intp(0), WaitSeconds: floatp(0), MaxWaitSeconds: 1},
+	}
+	check := func(what string, got, want []Entry) {
+		t.Helper()
+		gj, _ := json.Marshal(got)
+		wj, _ := json.Marshal(want)
+		if !bytes.Equal(gj, wj) {
+			t.Errorf("%s:\ngot  %s\nwant %s", what, gj, wj)
+		}
+	}
+	check("peers", st.Peers, wantPeers)
+	check("customers", st.Customers, []Entry{{Name: "acme", LimitCPS: 20, WindowLimit: 20, WindowSeconds: 1.01, Current: intp(5), Percent: floatp(25)}})
+	check("carriers", st.Carriers, wantCarriers)
+
+	// The status reads the buckets exactly as admission keys and sizes them:
+	// one Counts call per scope, Queue with the pacing interval.
+	if n := len(store.gotCounts); n != 2 {
+		t.Fatalf("Counts calls: got %d, want 2 (peers, customers)", n)
+	}
+	limit, window := admission.LimitFor(0.5)
+	if got, want := store.gotCounts[0][1], (admission.Bucket{Key: "cpsguard:{peer:dialer-2}", Limit: limit, Window: window}); got != want {
+		t.Errorf("bucket of dialer-2: got %+v, want %+v", got, want)
+	}
+	if got, want := store.gotQueue["cpsguard:{carrier:carrier-b}"], 202*time.Millisecond; got != want {
+		t.Errorf("queue interval of carrier-b (5 cps): got %v, want %v", got, want)
+	}
+
+	t.Run("sent counter fills carriers' current", func(t *testing.T) {
+		h := New(Options{Config: testConfig, Counts: store, Queue: store, Sent: store})
+		st := getStatus(t, h)
+		if c := st.Carriers[0]; c.Current == nil || *c.Current != 9 || *c.Percent != 90 {
+			t.Errorf("carrier-a current: got %v / %v, want 9 / 90%%", c.Current, c.Percent)
+		}
+	})
+}
+
+func TestStatusStoreErrors(t *testing.T) {
+	store := newFake()
+	store.countErr = errors.New("redis: i/o timeout")
+	store.queueErr = errors.New("redis: connection refused")
+	h := New(Options{Config: testConfig, Counts: store, Queue: store})
+	st := getStatus(t, h)
+	if st.StoreMode != "local" {
+		t.Errorf("store mode without func and without redis: got %q, want local", st.StoreMode)
+	}
+	for _, e := range slices.Concat(st.Peers, st.Customers, st.Carriers) {
+		if e.Current != nil || e.Percent != nil || e.Queued != nil || e.WaitSeconds != nil {
+			t.Errorf("entry %s: got figures %+v, want null after a store error", e.Name, e)
+		}
+	}
+	if got := len(st.Errors); got != 4 { // peers, customers, carrier-a, carrier-b
+		t.Errorf("errors: got %d %v, want 4", got, st.Errors)
+	}
+	var buf bytes.Buffer
+	if err := RenderStatus(&buf, st); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "store errors:\n  peers: counts: redis: i/o timeout") {
+		t.Errorf("render: store errors missing:\n%s", buf.String())
+	}
+}
+
+func TestStatusWithoutConfig(t *testing.T) {
+	h := New(Options{Config: func() *config.Config { return nil }})
+	rec := do(t, h, http.MethodGet, PathStatus, nil)
+	if rec.Code != 503 {
+		t.Errorf("status without config: got %d, want 503", rec.Code)
+	}
+	decodeError(t, rec)
+}
+
+func TestReload(t *testing.T) {
+	bad := &config.ValidationError{File: "/etc/cpsguard/cpsguard.yaml", Errors: []string{
+		"carriers[1].cps: must be > 0 (got -3)",
+		"routes.default[0]: unknown carrier \"nope\"",
+	}}
+	tests := []struct {
+		name      string
+		token     string
+		auth      string
+		reloadErr error
+		noReload  bool
+		want      int
+		wantErrs  []string
+		wantCalls int
+	}{
+		{name: "no token configured", want: 200, wantCalls: 1},
+		{name: "no token configured, header ignored", auth: "Bearer whatever", want: 200, wantCalls: 1},
+		{name: "token set, no header", token: "s3cret", want: 401},
+		{name: "token set, wrong token", token: "s3cret", auth: "Bearer s3cret2", want: 401},
+		{name: "token set, empty bearer", token: "s3cret", auth: "Bearer ", want: 401},
+		{name: "token set, basic auth", token: "s3cret", auth: "Basic czNjcmV0", want: 401},
+		{name: "token set, token without scheme", token: "s3cret", auth: "s3cret", want: 401},
+		{name: "token set, right token", token: "s3cret", auth: "Bearer s3cret", want: 200, wantCalls: 1},
+		{name: "token set, scheme in lower case", token: "s3cret", auth: "bearer s3cret", want: 200, wantCalls: 1},
+		{name: "bad file", token: "s3cret", auth: "Bearer s3cret", reloadErr: bad, want: 422,
+			wantErrs: bad.Errors, wantCalls: 1},
+		{name: "bad file wrapped", reloadErr: errors.Join(errors.New("reload"), bad), want: 422,
+			wantErrs: bad.Errors, wantCalls: 1},
+		{name: "unreadable file", reloadErr: errors.New("open /etc/cpsguard/cpsguard.yaml: permission denied"), want: 500,
+			wantErrs: []string{"open /etc/cpsguard/cpsguard.yaml: permission denied"}, wantCalls: 1},
+		{name: "reload not wired", noReload: true, want: 501},
+		{name: "reload not wired still needs the token", token: "s3cret", noReload: true, want: 401},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := testConfig()
+			cfg.HTTP.Token = tt.token
+			calls := 0
+			o := Options{Config: func() *config.Config { return cfg }}
+			if !tt.noReload {
+				o.Reload = func() error { calls++; return tt.reloadErr }
+			}
+			h := New(o)
+			hdr := map[string]string{}
+			if tt.auth != "" {
+				hdr["Authorization"] = tt.auth
+			}
+			rec := do(t, h, http.MethodPost, PathReload, hdr)
+			if rec.Code != tt.want {
+				t.Fatalf("POST reload: got %d, want %d (body %s)", rec.Code, tt.want, rec.Body)
+			}
+			if calls != tt.wantCalls {
+				t.Errorf("Reload calls: got %d, want %d", calls, tt.wantCalls)
+			}
+			if tt.want == 200 {
+				var res ReloadResult
+				if err := json.Unmarshal(rec.Body.Bytes(), &res); err != nil || res.Status != "reloaded" || res.ConfigHash == "" {
+					t.Errorf("reload body: got %s (%v), want status reloaded and a hash", rec.Body, err)
+				}
+				return
+			}
+			e := decodeError(t, rec)
+			if tt.want == 401 && rec.Header().Get("WWW-Authenticate") == "" {
+				t.Errorf("401 without WWW-Authenticate")
+			}
+			if tt.wantErrs != nil && !slices.Equal(e.Errors, tt.wantErrs) {
+				t.Errorf("errors: got %q, want %q", e.Errors, tt.wantErrs)
+			}
+			if strings.Contains(rec.Body.String(), "s3cret") {
+				t.Errorf("answer leaks the token: %s", rec.Body)
+			}
+		})
+	}
+}
+
+// A reload that changes http.token takes effect on the next request.
+func TestReloadTokenFollowsConfig(t *testing.T) {
+	var mu sync.Mutex
+	cfg := testConfig()
+	cfg.HTTP.Token = "old"
+	current := func() *config.Config { mu.Lock(); defer mu.Unlock(); return cfg }
+	h := New(Options{Config: current, Reload: func() error {
+		next := testConfig()
+		next.HTTP.Token = "new"
+		mu.Lock()
+		cfg = next
+		mu.Unlock()
+		return nil
+	}})
+	if rec := do(t, h, http.MethodPost, PathReload, map[string]string{"Authorization": "Bearer old"}); rec.Code != 200 {
+		t.Fatalf("reload with old token: got %d, want 200", rec.Code)
+	}
+	if rec := do(t, h, http.MethodPost, PathReload, map[string]string{"Authorization": "Bearer old"}); rec.Code != 401 {
+		t.Errorf("reload with old token after the change: got %d, want 401", rec.Code)
+	}
+	if rec := do(t, h, http.MethodPost, PathReload, map[string]string{"Authorization": "Bearer new"}); rec.Code != 200 {
+		t.Errorf("reload with new token: got %d, want 200", rec.Code)
+	}
+}
+
+func TestConfigHash(t *testing.T) {
+	a, b := testConfig(), testConfig()
+	if ConfigHash(a) != ConfigHash(b) {
+		t.Errorf("equal configs: hashes differ")
+	}
+	b.Carriers[0].CPS = 11
+	if ConfigHash(a) == ConfigHash(b) {
+		t.Errorf("carrier cps changed: hash unchanged")
+	}
+	c := testConfig()
+	c.HTTP.Token = "tok"
+	c.Store.Redis = &config.Redis{Addrs: []string{"127.0.0.1:6379"}, Password: "pw"}
+	d := testConfig()
+	d.HTTP.Token = "other"
+	d.Store.Redis = &config.Redis{Addrs: []string{"127.0.0.1:6379"}, Password: "other"}
+	if ConfigHash(c) != ConfigHash(d) {
+		t.Errorf("configs differing only in secrets: hashes differ, so the hash depends on the secrets")
+	}
+	if ConfigHash(nil) != "" {
+		t.Errorf("ConfigHash(nil): want empty")
+	}
+}
+
+// The default load time is the first time the server saw the snapshot, and
+// it moves when the snapshot changes.
+func TestDefaultLoadedAt(t *testing.T) {
+	var mu sync.Mutex
+	cfg := testConfig()
+	h := New(Options{Config: func() *config.Config { mu.Lock(); defer mu.Unlock(); return cfg }})
+	first := getStatus(t, h).LoadedAt
+	if again := getStatus(t, h).LoadedAt; !again.Equal(first) {
+		t.Errorf("same snapshot: loaded_at moved from %v to %v", first, again)
+	}
+	time.Sleep(2 * time.Millisecond)
+	mu.Lock()
+	cfg = testConfig()
+	mu.Unlock()
+	if next := getStatus(t, h).LoadedAt; !next.After(first) {
+		t.Errorf("new snapshot: loaded_at %v, want after %v", next, first)
+	}
+}
+
+func TestFetchStatusAndRender(t *testing.T) {
+	store := newFake()
+	h := New(Options{
+		Config: testConfig, Counts: store, Queue: store,
+		StoreMode: func() string { return "fallback" },
+	})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+
+	ctx := context.Background()
+	for _, addr := range []string{srv.URL, srv.URL + "/", strings.TrimPrefix(srv.URL, "http://")} {
+		st, err := FetchStatus(ctx, addr)
+		if err != nil {
+			t.Fatalf("FetchStatus(%q): %v", addr, err)
+		}
+		if st.StoreMode != "fallback" || len(st.Carriers) != 2 {
+			t.Errorf("FetchStatus(%q): got %+v", addr, st)
+		}
+	}
+
+	st, err := FetchStatus(ctx, srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.ConfigHash = "sha256:0123456789abcdef0123"
+	st.LoadedAt = time.Date(2026, 11, 22, 2, 0, 0, 0, time.UTC)
+	st.Time = st.LoadedAt.Add(5*time.Minute + 3*time.Second + 400*time.Millisecond)
+	var buf bytes.Buffer
+	if err := RenderStatus(&buf, st); err != nil {
+		t.Fatal(err)
+	}
+	want := `node node-1   store fallback   config 0123456789ab   loaded 2026-11-22 02:00:00Z (5m3s ago)
+
+PEERS        LIMIT  CURRENT     %  QUEUED   WAIT  MAX WAIT
+  dialer-1      50       12   24%
+  dialer-2     0.5        1  100%
+
+CUSTOMERS    LIMIT  CURRENT     %  QUEUED   WAIT  MAX WAIT
+  acme          20        5   25%
+
+CARRIERS     LIMIT  CURRENT     %  QUEUED   WAIT  MAX WAIT
+  carrier-a     10        -     -       4  404ms        2s
+  carrier-b      5        -     -       0     0s        1s
+
+`
+	if got := buf.String(); got != want {
+		t.Errorf("RenderStatus:\ngot\n%s\nwant\n%s", got, want)
+	}
+}
+
+func TestFetchStatusErrors(t *testing.T) {
+	ctx := context.Background()
+	t.Run("json error", func(t *testing.T) {
+		srv := httptest.NewServer(New(Options{Config: func() *config.Config { return nil }}))
+		defer srv.Close()
+		_, err := FetchStatus(ctx, srv.URL)
+		var e *Error
+		if !errors.As(err, &e) || e.Code != 503 || e.Message != "no configuration loaded" {
+			t.Errorf("got %v, want *Error 503 no configuration loaded", err)
+		}
+	})
+	t.Run("not cpsguard", func(t *testing.T) {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusBadGateway)
+			io.WriteString(w, "upstream down")
+		}))
+		defer srv.Close()
+		_, err := FetchStatus(ctx, srv.URL)
+		var e *Error
+		if !errors.As(err, &e) || e.Code != 502 || e.Message != "upstream down" {
+			t.Errorf("got %v, want *Error 502 upstream down", err)
+		}
+	})
+	t.Run("nobody listening", func(t *testing.T) {
+		srv := httptest.NewServer(http.NotFoundHandler())
+		url := srv.URL
+		srv.Close()
+		if _, err := FetchStatus(ctx, url); err == nil {
+			t.Errorf("FetchStatus of a closed server: got nil error")
+		}
+	})
+}
+
+func TestNewPanicsWithoutConfig(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Errorf("New without Config: want a panic")
+		}
+	}()
+	New(Options{})
+}
+
+func TestLoopback(t *testing.T) {
+	for listen, want := range map[string]bool{
+		"127.0.0.1:9090": true, "[::1]:9090": true, "localhost:9090": true,
+		"0.0.0.0:9090": false, ":9090": false, "10.0.0.1:9090": false, "bogus": false,
+	} {
+		if got := loopback(listen); got != want {
+			t.Errorf("loopback(%q): got %v, want %v", listen, got, want)
+		}
+	}
+}

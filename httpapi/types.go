@@ -1,0 +1,112 @@
+package httpapi
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Paths served by New.
+const (
+	PathMetrics = "/metrics"
+	PathHealthz = "/healthz"
+	PathReadyz  = "/readyz"
+	PathStatus  = "/api/v1/status"
+	PathReload  = "/api/v1/reload"
+)
+
+// Status is the JSON answer of GET /api/v1/status.
+type Status struct {
+	// NodeID is the answering node's node_id.
+	NodeID string `json:"node_id"`
+	// StoreMode is "redis" (the shared store decides), "fallback" (Redis
+	// failed; store.on_error decides) or "local" (no Redis configured).
+	StoreMode string `json:"store_mode"`
+	// ConfigHash identifies the configuration in use: "sha256:" and the hex
+	// digest of the configuration with its secrets redacted. Nodes with the
+	// same hash run the same file.
+	ConfigHash string `json:"config_hash"`
+	// LoadedAt is when the configuration in use was loaded.
+	LoadedAt time.Time `json:"loaded_at"`
+	// Time is the node's clock when the status was built.
+	Time time.Time `json:"time"`
+	// Peers, Customers and Carriers list every configured name, in
+	// configuration order.
+	Peers     []Entry `json:"peers"`
+	Customers []Entry `json:"customers"`
+	Carriers  []Entry `json:"carriers"`
+	// Errors lists the store reads that failed; their entries have a null
+	// Current (and Queued, Wait for carriers).
+	Errors []string `json:"errors,omitempty"`
+}
+
+// Entry is one peer, customer or carrier in a Status.
+type Entry struct {
+	// Name is the configured name.
+	Name string `json:"name"`
+	// LimitCPS is the configured calls-per-second limit.
+	LimitCPS float64 `json:"limit_cps"`
+	// WindowLimit and WindowSeconds describe the rolling window Current is
+	// counted in: at most WindowLimit calls in any WindowSeconds (1 s and
+	// floor(cps) for cps >= 1; one call per 1/cps s below 1 cps; both include
+	// the admission guard). For carriers the window is 1 s and the limit cps.
+	WindowLimit   float64 `json:"window_limit"`
+	WindowSeconds float64 `json:"window_seconds"`
+	// Current is the number of calls in the current window, read from the
+	// store; null when it could not be read (or, for carriers, when the store
+	// does not report sent calls).
+	Current *int `json:"current"`
+	// Percent is 100 * Current / WindowLimit; null when Current is.
+	Percent *float64 `json:"percent"`
+	// Queued is, for carriers, the number of calls holding a slot still in the
+	// future (waiting to be sent), pool-wide on Redis.
+	Queued *int `json:"queued,omitempty"`
+	// WaitSeconds is, for carriers, the least wait a call reserving a slot
+	// now would have: the last reserved slot plus one interval, from now.
+	WaitSeconds *float64 `json:"wait_seconds,omitempty"`
+	// MaxWaitSeconds is, for carriers, the configured max_wait.
+	MaxWaitSeconds float64 `json:"max_wait_seconds,omitempty"`
+}
+
+// Health is the JSON answer of /healthz and /readyz.
+type Health struct {
+	// Status is "ok" or "unavailable".
+	Status string `json:"status"`
+	// Error says why the node is not ready.
+	Error string `json:"error,omitempty"`
+}
+
+// ReloadResult is the JSON answer of a successful POST /api/v1/reload.
+type ReloadResult struct {
+	// Status is "reloaded".
+	Status string `json:"status"`
+	// ConfigHash and LoadedAt describe the configuration now in use.
+	ConfigHash string    `json:"config_hash"`
+	LoadedAt   time.Time `json:"loaded_at"`
+}
+
+// Error is the JSON body of every error answer. The client returns it as an
+// error (*Error) for any answer that is not 2xx.
+type Error struct {
+	// Message says what went wrong.
+	Message string `json:"error"`
+	// Errors lists every problem of a rejected configuration file, one
+	// "path: message" per line.
+	Errors []string `json:"errors,omitempty"`
+	// Code is the HTTP status code; it is not part of the JSON body.
+	Code int `json:"-"`
+}
+
+// Error implements error.
+func (e *Error) Error() string {
+	var b strings.Builder
+	if e.Code != 0 {
+		fmt.Fprintf(&b, "http %d: ", e.Code)
+	}
+	b.WriteString(e.Message)
+	for _, line := range e.Errors {
+		b.WriteString("\n  ")
+		b.WriteString(line)
+	}
+	return b.String()
+}

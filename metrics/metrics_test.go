@@ -1,0 +1,251 @@
+package metrics
+
+import (
+	"errors"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/cpsguard/cpsguard/config"
+)
+
+// touchAll records one sample in every collector, so each vector has a
+// series and appears in a scrape.
+func touchAll(m *Metrics) {
+	m.Admission.WithLabelValues(ScopePeer, "dialer-1", ResultAdmitted).Inc()
+	m.Calls.WithLabelValues("dialer-1", OutcomeForwarded).Inc()
+	m.PacingWait.WithLabelValues("carrier-a").Observe(0.2)
+	m.Pacing.WithLabelValues("carrier-a", PacingPaced).Inc()
+	m.Queued.WithLabelValues("carrier-a").Set(1)
+	m.Reroutes.WithLabelValues("carrier-a", RerouteFull).Inc()
+	m.LimitCPS.WithLabelValues(ScopeCarrier, "carrier-a").Set(10)
+	m.MaxWait.WithLabelValues("carrier-a").Set(2)
+	m.StoreUp.Set(1)
+	m.StoreErrors.WithLabelValues("admit").Inc()
+	m.StoreDuration.WithLabelValues("admit").Observe(0.001)
+	m.ConfigReloads.WithLabelValues(ReloadSuccess).Inc()
+	m.ConfigLastReloadOK.Set(1)
+	m.SIPErrors.WithLabelValues("parse").Inc()
+}
+
+// fieldCollectors returns every exported collector field of m by name.
+func fieldCollectors(t *testing.T, m *Metrics) map[string]prometheus.Collector {
+	t.Helper()
+	out := map[string]prometheus.Collector{}
+	v := reflect.ValueOf(m).Elem()
+	for i := 0; i < v.NumField(); i++ {
+		f := v.Type().Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		c, ok := v.Field(i).Interface().(prometheus.Collector)
+		if !ok {
+			t.Fatalf("field %s is not a prometheus.Collector", f.Name)
+		}
+		out[f.Name] = c
+	}
+	return out
+}
+
+// exportedNames returns the metric family names a scrape of reg shows.
+func exportedNames(t *testing.T, reg *prometheus.Registry) []string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	var names []string
+	for _, mf := range mfs {
+		names = append(names, mf.GetName())
+	}
+	sort.Strings(names)
+	return names
+}
+
+func TestEveryCollectorHasASampleAndLints(t *testing.T) {
+	m := New(prometheus.NewRegistry())
+	touchAll(m)
+	for name, c := range fieldCollectors(t, m) {
+		if n := testutil.CollectAndCount(c); n == 0 {
+			t.Errorf("%s: got 0 series after touchAll, want >= 1 (add it to touchAll)", name)
+		}
+		problems, err := testutil.CollectAndLint(c)
+		if err != nil {
+			t.Errorf("%s: lint: %v", name, err)
+		}
+		for _, p := range problems {
+			t.Errorf("%s: lint: %s: %s", name, p.Metric, p.Text)
+		}
+	}
+}
+
+func TestDesignNamesAreExported(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	touchAll(New(reg))
+	got := exportedNames(t, reg)
+	// The names of DESIGN.md "HTTP and metrics".
+	for _, want := range []string{
+		"cpsguard_admission_total",
+		"cpsguard_calls_total",
+		"cpsguard_pacing_wait_seconds",
+		"cpsguard_pacing_total",
+		"cpsguard_pacing_queued",
+		"cpsguard_limit_cps",
+		"cpsguard_store_up",
+		"cpsguard_store_errors_total",
+		"cpsguard_store_duration_seconds",
+		"cpsguard_config_reloads_total",
+	} {
+		if !slices.Contains(got, want) {
+			t.Errorf("metric %s: not exported; got %v", want, got)
+		}
+	}
+}
+
+func TestWaitBucketsResolveMillisecondsToMaxWait(t *testing.T) {
+	if !slices.Contains(WaitBuckets, 0.001) {
+		t.Errorf("WaitBuckets %v: want a 1 ms bucket", WaitBuckets)
+	}
+	if last := WaitBuckets[len(WaitBuckets)-1]; last < 5 {
+		t.Errorf("WaitBuckets top %v s: want >= 5 s to resolve common max_wait values", last)
+	}
+	if !sort.Float64sAreSorted(WaitBuckets) {
+		t.Errorf("WaitBuckets %v: not sorted", WaitBuckets)
+	}
+}
+
+func TestNewRegistryHasRuntimeCollectors(t *testing.T) {
+	reg := NewRegistry()
+	New(reg)
+	names := exportedNames(t, reg)
+	for _, want := range []string{"go_goroutines", "process_start_time_seconds"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("NewRegistry: %s missing; got %v", want, names)
+		}
+	}
+}
+
+func cfgWith(peers, customers, carriers []string) *config.Config {
+	c := &config.Config{}
+	for i, n := range peers {
+		c.Peers = append(c.Peers, config.Peer{Name: n, CPS: float64(10 + i)})
+	}
+	for i, n := range customers {
+		c.Customers = append(c.Customers, config.Customer{Name: n, CPS: float64(20 + i)})
+	}
+	for i, n := range carriers {
+		c.Carriers = append(c.Carriers, config.Carrier{Name: n, CPS: float64(30 + i), MaxWait: time.Duration(i+1) * time.Second})
+	}
+	return c
+}
+
+// series lists the label sets of c as sorted "k=v,k=v" strings.
+func series(t *testing.T, c prometheus.Collector) []string {
+	t.Helper()
+	ch := make(chan prometheus.Metric, 64)
+	go func() { c.Collect(ch); close(ch) }()
+	var out []string
+	for m := range ch {
+		var parts []string
+		pb := metricPB(t, m)
+		for _, lp := range pb.GetLabel() {
+			parts = append(parts, lp.GetName()+"="+lp.GetValue())
+		}
+		out = append(out, strings.Join(parts, ","))
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestSyncLimits(t *testing.T) {
+	m := New(prometheus.NewRegistry())
+	m.SyncLimits(cfgWith([]string{"p1", "p2"}, []string{"c1", "c2"}, []string{"k1", "k2"}))
+
+	if got := testutil.ToFloat64(m.LimitCPS.WithLabelValues(ScopePeer, "p2")); got != 11 {
+		t.Errorf("limit of peer p2: got %v, want 11", got)
+	}
+	if got := testutil.ToFloat64(m.MaxWait.WithLabelValues("k2")); got != 2 {
+		t.Errorf("max wait of carrier k2: got %v, want 2", got)
+	}
+	// Traffic for every name, plus the unknown peer.
+	for _, p := range []string{"p1", "p2", PeerUnknown} {
+		m.Calls.WithLabelValues(p, OutcomeForwarded).Inc()
+	}
+	m.Admission.WithLabelValues(ScopePeer, "p2", ResultAdmitted).Inc()
+	m.Admission.WithLabelValues(ScopeCustomer, "c2", ResultRejected).Inc()
+	m.Admission.WithLabelValues(ScopeCustomer, "c1", ResultRejected).Inc()
+	for _, k := range []string{"k1", "k2"} {
+		m.PacingWait.WithLabelValues(k).Observe(0.1)
+		m.Pacing.WithLabelValues(k, PacingPaced).Inc()
+		m.Queued.WithLabelValues(k).Set(1)
+		m.Reroutes.WithLabelValues(k, RerouteFull).Inc()
+	}
+
+	// Reload: p2, c2, k2 removed; p3 added; p1 limit changed.
+	next := cfgWith([]string{"p1", "p3"}, []string{"c1"}, []string{"k1"})
+	next.Peers[0].CPS = 99
+	m.SyncLimits(next)
+
+	tests := []struct {
+		name string
+		c    prometheus.Collector
+		want []string
+	}{
+		{"limit_cps", m.LimitCPS, []string{
+			"name=c1,scope=customer", "name=k1,scope=carrier", "name=p1,scope=peer", "name=p3,scope=peer"}},
+		{"admission_total", m.Admission, []string{"name=c1,result=rejected,scope=customer"}},
+		{"calls_total", m.Calls, []string{"outcome=forwarded,peer=p1", "outcome=forwarded,peer=unknown"}},
+		{"pacing_wait_seconds", m.PacingWait, []string{"carrier=k1"}},
+		{"pacing_total", m.Pacing, []string{"carrier=k1,result=paced"}},
+		{"pacing_queued", m.Queued, []string{"carrier=k1"}},
+		{"reroutes_total", m.Reroutes, []string{"carrier=k1,reason=full"}},
+		{"pacing_max_wait_seconds", m.MaxWait, []string{"carrier=k1"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := series(t, tt.c); !slices.Equal(got, tt.want) {
+				t.Errorf("series after reload: got %v, want %v", got, tt.want)
+			}
+		})
+	}
+	if got := testutil.ToFloat64(m.LimitCPS.WithLabelValues(ScopePeer, "p1")); got != 99 {
+		t.Errorf("limit of peer p1 after reload: got %v, want 99", got)
+	}
+	m.SyncLimits(nil) // must not panic
+}
+
+func TestObserveReload(t *testing.T) {
+	m := New(prometheus.NewRegistry())
+	if got := testutil.ToFloat64(m.ConfigLastReloadOK); got != 1 {
+		t.Errorf("last reload ok at start: got %v, want 1", got)
+	}
+	m.ObserveReload(errors.New("carriers[1].cps: must be > 0"))
+	if got := testutil.ToFloat64(m.ConfigLastReloadOK); got != 0 {
+		t.Errorf("last reload ok after failure: got %v, want 0", got)
+	}
+	m.ObserveReload(nil)
+	if got := testutil.ToFloat64(m.ConfigLastReloadOK); got != 1 {
+		t.Errorf("last reload ok after success: got %v, want 1", got)
+	}
+	for result, want := range map[string]float64{ReloadSuccess: 1, ReloadFailure: 1} {
+		if got := testutil.ToFloat64(m.ConfigReloads.WithLabelValues(result)); got != want {
+			t.Errorf("reloads{result=%q}: got %v, want %v", result, got, want)
+		}
+	}
+}
+
+func metricPB(t *testing.T, m prometheus.Metric) *dto.Metric {
+	t.Helper()
+	var pb dto.Metric
+	if err := m.Write(&pb); err != nil {
+		t.Fatalf("write metric: %v", err)
+	}
+	return &pb
+}

@@ -1,0 +1,133 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/cpsguard/cpsguard/config"
+)
+
+// NewRegistry returns a registry with the Go runtime and process collectors
+// already registered (go_*, process_*). Build the cpsguard collectors on it
+// with New and serve it with httpapi.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return reg
+}
+
+// SyncLimits makes the metrics follow cfg: it sets cpsguard_limit_cps for
+// every peer, customer and carrier and cpsguard_pacing_max_wait_seconds for
+// every carrier, and deletes every series whose peer, customer or carrier is
+// no longer configured, in all collectors labelled by those names. Call it
+// once at start-up and after every successful reload.
+//
+// Series of the peer PeerUnknown, and series with an empty name, are kept.
+// A call still in flight for a removed name may recreate its series after
+// SyncLimits ran; the next SyncLimits deletes it again.
+//
+// SyncLimits is safe for concurrent use; a nil cfg does nothing.
+func (m *Metrics) SyncLimits(cfg *config.Config) {
+	if cfg == nil {
+		return
+	}
+	m.syncMu.Lock()
+	defer m.syncMu.Unlock()
+
+	peers := make(map[string]bool, len(cfg.Peers))
+	customers := make(map[string]bool, len(cfg.Customers))
+	carriers := make(map[string]bool, len(cfg.Carriers))
+	for _, p := range cfg.Peers {
+		peers[p.Name] = true
+	}
+	for _, c := range cfg.Customers {
+		customers[c.Name] = true
+	}
+	for _, c := range cfg.Carriers {
+		carriers[c.Name] = true
+	}
+	byScope := map[string]map[string]bool{
+		ScopePeer:     peers,
+		ScopeCustomer: customers,
+		ScopeCarrier:  carriers,
+	}
+	inScope := func(l map[string]string) bool {
+		names, ok := byScope[l["scope"]]
+		return !ok || l["name"] == "" || names[l["name"]]
+	}
+	carrierKept := func(l map[string]string) bool {
+		return l["carrier"] == "" || carriers[l["carrier"]]
+	}
+
+	prune(m.LimitCPS, inScope)
+	prune(m.Admission, inScope)
+	prune(m.Calls, func(l map[string]string) bool {
+		p := l["peer"]
+		return p == "" || p == PeerUnknown || peers[p]
+	})
+	prune(m.PacingWait, carrierKept)
+	prune(m.Pacing, carrierKept)
+	prune(m.Queued, carrierKept)
+	prune(m.Reroutes, carrierKept)
+	prune(m.MaxWait, carrierKept)
+
+	for _, p := range cfg.Peers {
+		m.LimitCPS.WithLabelValues(ScopePeer, p.Name).Set(p.CPS)
+	}
+	for _, c := range cfg.Customers {
+		m.LimitCPS.WithLabelValues(ScopeCustomer, c.Name).Set(c.CPS)
+	}
+	for _, c := range cfg.Carriers {
+		m.LimitCPS.WithLabelValues(ScopeCarrier, c.Name).Set(c.CPS)
+		m.MaxWait.WithLabelValues(c.Name).Set(c.MaxWait.Seconds())
+	}
+}
+
+// ObserveReload counts one configuration reload (SIGHUP, file change or API)
+// by its result and sets cpsguard_config_last_reload_successful. err is the
+// reload's error; nil means success.
+func (m *Metrics) ObserveReload(err error) {
+	if err != nil {
+		m.ConfigReloads.WithLabelValues(ReloadFailure).Inc()
+		m.ConfigLastReloadOK.Set(0)
+		return
+	}
+	m.ConfigReloads.WithLabelValues(ReloadSuccess).Inc()
+	m.ConfigLastReloadOK.Set(1)
+}
+
+// vec is what every *prometheus.XxxVec offers.
+type vec interface {
+	prometheus.Collector
+	Delete(prometheus.Labels) bool
+}
+
+// prune deletes every series of v whose labels keep rejects.
+func prune(v vec, keep func(labels map[string]string) bool) {
+	ch := make(chan prometheus.Metric)
+	go func() {
+		v.Collect(ch)
+		close(ch)
+	}()
+	var drop []prometheus.Labels
+	for metric := range ch {
+		var pb dto.Metric
+		if err := metric.Write(&pb); err != nil {
+			continue
+		}
+		labels := make(prometheus.Labels, len(pb.GetLabel()))
+		for _, lp := range pb.GetLabel() {
+			labels[lp.GetName()] = lp.GetValue()
+		}
+		if !keep(labels) {
+			drop = append(drop, labels)
+		}
+	}
+	for _, l := range drop {
+		v.Delete(l)
+	}
+}
