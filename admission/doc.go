@@ -1,0 +1,22 @@
+// Package admission owns inbound admission: the rolling-window limit of each
+// peer and customer ("never more than the limit in any rolling window").
+//
+// A Store decides for all buckets of a call at once: it admits only when
+// every bucket is under its limit, and then counts the call in every bucket;
+// a refused call is counted nowhere. Two stores decide the same way:
+//
+//   - RedisStore shares the windows of a whole pool through Redis
+//     (standalone, Sentinel or Cluster), one admit.lua call per decision on
+//     Redis's clock; buckets in different Cluster slots are decided bucket by
+//     bucket and never over-admit;
+//   - LocalStore keeps them in process (one node, or the fallback while Redis
+//     is down), on the local monotonic clock, with memory bounded by the
+//     limits and idle buckets evicted.
+//
+// Failure: over the limit is a Decision with Admit false, never an error. An
+// error means the store failed (Redis down, timeout, bad reply) and nothing
+// is known about the decision; the caller applies the failure policy
+// (store.on_error). RedisStore bounds every call by RedisOptions.Timeout.
+//
+// Both stores are safe for concurrent use.
+package admission
