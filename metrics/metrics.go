@@ -74,8 +74,13 @@ type Metrics struct {
 	// dashboards can compare the queue delay with it:
 	// cpsguard_pacing_max_wait_seconds{carrier}. SyncLimits sets it.
 	MaxWait *prometheus.GaugeVec
-	// StoreUp is 1 while Redis is in use, 0 in fallback.
+	// StoreUp is 1 while Redis is in use, 0 in fallback (and on a node with
+	// no Redis configured; see RedisConfigured).
 	StoreUp prometheus.Gauge
+	// RedisConfigured is 1 when store.redis is configured, 0 for the
+	// in-process store, so alerts can tell a fallback from a single node:
+	// cpsguard_store_redis_configured. SyncLimits sets it.
+	RedisConfigured prometheus.Gauge
 	// StoreErrors counts failed store calls: cpsguard_store_errors_total{script}.
 	StoreErrors *prometheus.CounterVec
 	// StoreDuration times store calls: cpsguard_store_duration_seconds{script}.
@@ -140,6 +145,10 @@ func New(reg prometheus.Registerer) *Metrics {
 		StoreUp: f.NewGauge(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "store_up",
 			Help: "1 when the shared Redis store is in use, 0 when running on the fallback.",
+		}),
+		RedisConfigured: f.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "store_redis_configured",
+			Help: "1 when a Redis store is configured, 0 when the node runs on the in-process store only.",
 		}),
 		StoreErrors: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "store_errors_total",

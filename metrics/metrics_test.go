@@ -28,6 +28,7 @@ func touchAll(m *Metrics) {
 	m.LimitCPS.WithLabelValues(ScopeCarrier, "carrier-a").Set(10)
 	m.MaxWait.WithLabelValues("carrier-a").Set(2)
 	m.StoreUp.Set(1)
+	m.RedisConfigured.Set(1)
 	m.StoreErrors.WithLabelValues("admit").Inc()
 	m.StoreDuration.WithLabelValues("admit").Observe(0.001)
 	m.ConfigReloads.WithLabelValues(ReloadSuccess).Inc()
@@ -217,6 +218,14 @@ func TestSyncLimits(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.LimitCPS.WithLabelValues(ScopePeer, "p1")); got != 99 {
 		t.Errorf("limit of peer p1 after reload: got %v, want 99", got)
+	}
+	if got := testutil.ToFloat64(m.RedisConfigured); got != 0 {
+		t.Errorf("redis configured without store.redis: got %v, want 0", got)
+	}
+	next.Store.Redis = &config.Redis{Addrs: []string{"127.0.0.1:6379"}}
+	m.SyncLimits(next)
+	if got := testutil.ToFloat64(m.RedisConfigured); got != 1 {
+		t.Errorf("redis configured with store.redis: got %v, want 1", got)
 	}
 	m.SyncLimits(nil) // must not panic
 }

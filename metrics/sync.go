@@ -21,8 +21,8 @@ func NewRegistry() *prometheus.Registry {
 }
 
 // SyncLimits makes the metrics follow cfg: it sets cpsguard_limit_cps for
-// every peer, customer and carrier and cpsguard_pacing_max_wait_seconds for
-// every carrier, and deletes every series whose peer, customer or carrier is
+// every peer, customer and carrier, cpsguard_pacing_max_wait_seconds for
+// every carrier and cpsguard_store_redis_configured, and deletes every series whose peer, customer or carrier is
 // no longer configured, in all collectors labelled by those names. Call it
 // once at start-up and after every successful reload.
 //
@@ -75,6 +75,11 @@ func (m *Metrics) SyncLimits(cfg *config.Config) {
 	prune(m.Reroutes, carrierKept)
 	prune(m.MaxWait, carrierKept)
 
+	if cfg.Store.Redis != nil {
+		m.RedisConfigured.Set(1)
+	} else {
+		m.RedisConfigured.Set(0)
+	}
 	for _, p := range cfg.Peers {
 		m.LimitCPS.WithLabelValues(ScopePeer, p.Name).Set(p.CPS)
 	}
