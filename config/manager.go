@@ -1,0 +1,325 @@
+package config
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+// Reload results passed to OnReload observers; they are the values of the
+// result label of cpsguard_config_reloads_total.
+const (
+	ReloadSuccess = "success"
+	ReloadFailure = "failure"
+)
+
+// RestartOnly lists the settings a running process cannot change: a reload
+// keeps their running value and reports the difference (see
+// Manager.PendingRestart). Everything else (limits, peers, customers,
+// carriers, routes, reject answer, shadow, log level, http.token, …) takes
+// effect at once.
+var RestartOnly = []string{"node_id", "sip.listen", "sip.advertise", "store", "http.listen", "log.format"}
+
+// NeedsRestart returns the RestartOnly settings whose value differs between
+// running and next, in RestartOnly order.
+func NeedsRestart(running, next *Config) []string {
+	var out []string
+	if running.NodeID != next.NodeID {
+		out = append(out, "node_id")
+	}
+	if !slices.Equal(running.SIP.Listen, next.SIP.Listen) {
+		out = append(out, "sip.listen")
+	}
+	if running.SIP.Advertise != next.SIP.Advertise {
+		out = append(out, "sip.advertise")
+	}
+	if !sameStore(running.Store, next.Store) {
+		out = append(out, "store")
+	}
+	if running.HTTP.Listen != next.HTTP.Listen {
+		out = append(out, "http.listen")
+	}
+	if running.Log.Format != next.Log.Format {
+		out = append(out, "log.format")
+	}
+	return out
+}
+
+func sameStore(a, b Store) bool {
+	if a.KeyPrefix != b.KeyPrefix || a.OnError != b.OnError || (a.Redis == nil) != (b.Redis == nil) {
+		return false
+	}
+	if a.Redis == nil {
+		return true
+	}
+	x, y := *a.Redis, *b.Redis
+	return slices.Equal(x.Addrs, y.Addrs) && x.MasterName == y.MasterName && x.Username == y.Username &&
+		x.Password == y.Password && x.DB == y.DB && x.Timeout == y.Timeout
+}
+
+// keepRunning returns a copy of next whose RestartOnly settings are those of
+// running.
+func keepRunning(running, next *Config) *Config {
+	out := *next
+	out.NodeID = running.NodeID
+	out.SIP.Listen = running.SIP.Listen
+	out.SIP.Advertise = running.SIP.Advertise
+	out.Store = running.Store
+	out.HTTP.Listen = running.HTTP.Listen
+	out.Log.Format = running.Log.Format
+	return &out // the index only covers peers, customers and carriers: still valid
+}
+
+// Manager owns the running configuration of a process: it loads the file,
+// hands out the current immutable snapshot, and reloads it on demand
+// (Reload) or when the file changes (Watch). A failed reload keeps the last
+// good snapshot.
+//
+// A Manager is safe for concurrent use. Reloads are serialised; Current is a
+// single atomic load and never blocks.
+type Manager struct {
+	path     string
+	debounce time.Duration
+
+	cur    atomic.Pointer[Config]
+	logger atomic.Pointer[slog.Logger]
+
+	failures atomic.Uint64
+
+	mu       sync.Mutex // serialises reloads; guards the fields below
+	lastSum  [32]byte   // content of the last file read, valid or not
+	badSum   [32]byte   // content of the last invalid file logged
+	pending  []string
+	onChange []func(old, new *Config)
+	onReload []func(result string)
+}
+
+// Option configures a Manager.
+type Option func(*Manager)
+
+// WithLogger sets the logger for reload and watch events (default: discard).
+// It can be changed later with SetLogger.
+func WithLogger(l *slog.Logger) Option { return func(m *Manager) { m.SetLogger(l) } }
+
+// WithDebounce sets how long Watch waits after the last file-system event
+// before reloading (default 250ms), so an editor's burst of writes and
+// renames gives one reload.
+func WithDebounce(d time.Duration) Option { return func(m *Manager) { m.debounce = d } }
+
+// NewManager loads the file at path and returns a Manager holding it. It
+// fails, with the error of Load, when the file cannot be read or is invalid:
+// a process must not start on a bad configuration.
+func NewManager(path string, opts ...Option) (*Manager, error) {
+	m := &Manager{path: path, debounce: 250 * time.Millisecond}
+	m.SetLogger(slog.New(slog.DiscardHandler))
+	for _, o := range opts {
+		o(m)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: read %w", err)
+	}
+	c, err := parseFile(path, data)
+	if err != nil {
+		return nil, err
+	}
+	m.lastSum = sha256.Sum256(data)
+	m.cur.Store(c)
+	return m, nil
+}
+
+func parseFile(path string, data []byte) (*Config, error) {
+	c, err := Parse(data)
+	var ve *ValidationError
+	if errors.As(err, &ve) {
+		ve.File = path
+	}
+	return c, err
+}
+
+// Path is the configuration file's path.
+func (m *Manager) Path() string { return m.path }
+
+// Current returns the running configuration. It is never nil and must not
+// be modified. Call it once per unit of work (per SIP call) and use that
+// snapshot throughout, so one call never mixes two configurations.
+func (m *Manager) Current() *Config { return m.cur.Load() }
+
+// SetLogger replaces the logger, e.g. once the configuration has said which
+// format to log in.
+func (m *Manager) SetLogger(l *slog.Logger) { m.logger.Store(l) }
+
+func (m *Manager) log() *slog.Logger { return m.logger.Load() }
+
+// Failures is the number of failed reloads since the Manager was created.
+func (m *Manager) Failures() uint64 { return m.failures.Load() }
+
+// PendingRestart lists the RestartOnly settings whose value in the file (as
+// of the last successful reload) differs from the running one. Empty when
+// nothing waits for a restart.
+func (m *Manager) PendingRestart() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.pending)
+}
+
+// OnChange registers fn, called after every successful reload with the
+// previous and the new snapshot (which may be equal when the file did not
+// change). Observers run synchronously, in registration order, one reload
+// at a time; they must not call Reload.
+func (m *Manager) OnChange(fn func(old, new *Config)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.onChange = append(m.onChange, fn)
+}
+
+// OnReload registers fn, called after every reload attempt with
+// ReloadSuccess or ReloadFailure, e.g. to count
+// cpsguard_config_reloads_total{result}. Same rules as OnChange.
+func (m *Manager) OnReload(fn func(result string)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.onReload = append(m.onReload, fn)
+}
+
+// Reload reads the file again, validates it and, if valid, makes it the
+// current configuration. On failure the current configuration stays, the
+// failure is counted and logged (the full error list only the first time a
+// given invalid content is seen) and returned: a *ValidationError for an
+// invalid file, a wrapped os error for an unreadable one.
+//
+// RestartOnly settings keep their running value; if the file changes them,
+// they are logged at Warn and listed by PendingRestart.
+func (m *Manager) Reload() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.reload(false)
+}
+
+// reload does the work of Reload with m.mu held. With onlyIfChanged, a file
+// whose content is the one last read is left alone (Watch sees events for
+// other files of the directory, chmods, symlink swaps to equal content), and
+// a missing file is ignored: a rename-replace may be half done and the next
+// event will bring the new file.
+func (m *Manager) reload(onlyIfChanged bool) error {
+	data, err := os.ReadFile(m.path)
+	if err != nil {
+		if onlyIfChanged && errors.Is(err, fs.ErrNotExist) {
+			m.log().Debug("config file missing, waiting for it to reappear", "file", m.path)
+			return nil
+		}
+		err = fmt.Errorf("config: read %w", err)
+		m.fail(err, [32]byte{})
+		return err
+	}
+	sum := sha256.Sum256(data)
+	if onlyIfChanged && sum == m.lastSum {
+		return nil
+	}
+	m.lastSum = sum
+	next, err := parseFile(m.path, data)
+	if err != nil {
+		m.fail(err, sum)
+		return err
+	}
+	m.badSum = [32]byte{}
+	old := m.cur.Load()
+	m.pending = NeedsRestart(old, next)
+	if len(m.pending) > 0 {
+		next = keepRunning(old, next)
+		m.log().Warn("config settings changed but need a restart; the running values stay",
+			"file", m.path, "settings", m.pending)
+	}
+	m.cur.Store(next)
+	m.log().Info("config reloaded", "file", m.path, "config", next)
+	for _, fn := range m.onChange {
+		fn(old, next)
+	}
+	m.notify(ReloadSuccess)
+	return nil
+}
+
+// fail counts a failed reload and logs it: with every error the first time
+// this content fails, briefly when the same bad content is reloaded again.
+func (m *Manager) fail(err error, sum [32]byte) {
+	m.failures.Add(1)
+	if sum == ([32]byte{}) || sum != m.badSum {
+		m.badSum = sum
+		var ve *ValidationError
+		if errors.As(err, &ve) {
+			m.log().Error("config reload failed; keeping the running configuration",
+				"file", m.path, "errors", ve.Errors)
+		} else {
+			m.log().Error("config reload failed; keeping the running configuration",
+				"file", m.path, "error", err.Error())
+		}
+	} else {
+		m.log().Warn("config file still invalid; keeping the running configuration", "file", m.path)
+	}
+	m.notify(ReloadFailure)
+}
+
+func (m *Manager) notify(result string) {
+	for _, fn := range m.onReload {
+		fn(result)
+	}
+}
+
+// Watch reloads the configuration when its file changes, until ctx is done;
+// it then returns nil. It watches the file's directory, not the file, so it
+// keeps working when the file is replaced by a rename (editors, Kubernetes
+// ConfigMap symlink swaps) or deleted and recreated. Events are debounced and
+// a reload happens only if the content changed. Failed reloads behave as in
+// Reload. Watch returns an error only if the watch cannot be set up.
+func (m *Manager) Watch(ctx context.Context) error {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("config: watch: %w", err)
+	}
+	defer w.Close()
+	dir := filepath.Dir(m.path)
+	if err := w.Add(dir); err != nil {
+		return fmt.Errorf("config: watch %s: %w", dir, err)
+	}
+	m.log().Debug("watching config directory", "dir", dir, "file", m.path)
+
+	// Go >= 1.23 timers: Stop and Reset never leave a stale tick in timer.C.
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-w.Events:
+			if !ok {
+				return nil
+			}
+			if ev.Op == fsnotify.Chmod {
+				continue
+			}
+			timer.Reset(m.debounce)
+		case err, ok := <-w.Errors:
+			if !ok {
+				return nil
+			}
+			m.log().Warn("config watch error", "dir", dir, "error", err.Error())
+			timer.Reset(m.debounce) // events may have been lost: look at the file
+		case <-timer.C:
+			m.mu.Lock()
+			_ = m.reload(true) // logged and counted inside
+			m.mu.Unlock()
+		}
+	}
+}
