@@ -30,6 +30,8 @@ type Server struct {
 	dir  string
 	port int
 	args []string
+	// confFile, when set, is passed first and the server runs as a sentinel.
+	confFile string
 
 	mu  sync.Mutex
 	cmd *exec.Cmd
@@ -93,16 +95,24 @@ func StartOnPort(t testing.TB, port int, extra ...string) *Server {
 }
 
 func (s *Server) start() error {
-	args := []string{
-		"--port", strconv.Itoa(s.port),
-		"--bind", "127.0.0.1",
-		"--save", "",
-		"--appendonly", "no",
-		"--dir", s.dir,
-		"--daemonize", "no",
-		"--protected-mode", "no",
-		"--loglevel", "warning",
-		"--logfile", filepath.Join(s.dir, "redis.log"),
+	logfile := filepath.Join(s.dir, "redis.log")
+	var args []string
+	if s.confFile != "" {
+		// A sentinel: its config file first; it takes no persistence options.
+		args = []string{s.confFile, "--sentinel", "--port", strconv.Itoa(s.port),
+			"--daemonize", "no", "--logfile", logfile}
+	} else {
+		args = []string{
+			"--port", strconv.Itoa(s.port),
+			"--bind", "127.0.0.1",
+			"--save", "",
+			"--appendonly", "no",
+			"--dir", s.dir,
+			"--daemonize", "no",
+			"--protected-mode", "no",
+			"--loglevel", "warning",
+			"--logfile", logfile,
+		}
 	}
 	args = append(args, s.args...)
 	cmd := exec.Command(s.bin, args...)
@@ -229,3 +239,5 @@ func (s *Server) CLI(ctx context.Context, args ...string) (string, error) {
 	out, err := exec.CommandContext(ctx, bin, full...).CombinedOutput()
 	return string(out), err
 }
+
+var netListen = func(addr string) (interface{ Close() error }, error) { return net.Listen("tcp", addr) }
