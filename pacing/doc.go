@@ -1,0 +1,19 @@
+// Package pacing owns outbound pacing: calls go to a carrier no faster than
+// its CPS, each taking the carrier's next free send slot (a leaky bucket) and
+// waiting for it.
+//
+// A SlotStore reserves slots atomically: slot = max(now, last + interval);
+// when the wait would exceed the caller's maximum, nothing is reserved.
+// RedisSlots shares the slots of a pool through Redis (pace.lua on Redis's
+// clock); LocalSlots keeps them in process on the local monotonic clock. The
+// Pacer on top reserves with Interval(cps) (which includes Guard), never
+// reserves a slot the caller cannot wait for, waits cancellably, and releases
+// the slot of a cancelled wait.
+//
+// Failure: a full queue is a Slot with OK false, never an error. An error
+// means the store failed and nothing was reserved that the caller knows of;
+// the caller applies the failure policy. A slot whose release failed only
+// delays later calls until its time has passed.
+//
+// Every type here is safe for concurrent use.
+package pacing

@@ -1,0 +1,181 @@
+package pacing
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"sync"
+	"time"
+)
+
+// sweepEvery is how often, on the store's clock, idle slot sets are looked for.
+const sweepEvery = time.Second
+
+// LocalSlots is the in-process SlotStore of a single node, or the fallback
+// while Redis is down. It decides exactly like pace.lua, on the local
+// monotonic clock.
+//
+// Memory is bounded: slots older than max(1 s, interval) are trimmed, so a
+// carrier holds at most about (max_wait + 1 s) / interval slots, and a slot
+// set with nothing left is evicted lazily by later calls (no background
+// goroutine). LocalSlots is safe for concurrent use.
+type LocalSlots struct {
+	clock func() time.Time
+
+	mu        sync.Mutex
+	epoch     time.Time
+	last      time.Duration
+	nextSweep time.Duration
+	sets      map[string]*slotSet
+}
+
+var _ SlotStore = (*LocalSlots)(nil)
+
+// NewLocalSlots returns an empty LocalSlots on clock (nil = time.Now).
+// Clock readings that go backwards are treated as the latest reading.
+func NewLocalSlots(clock func() time.Time) *LocalSlots {
+	if clock == nil {
+		clock = time.Now
+	}
+	return &LocalSlots{clock: clock, epoch: clock(), sets: make(map[string]*slotSet)}
+}
+
+type slotEntry struct {
+	at     time.Duration // since epoch
+	member string
+}
+
+// slotSet holds the reserved slots of one carrier in time order.
+type slotSet struct {
+	slots   []slotEntry
+	members map[string]time.Duration
+	keep    time.Duration // trim horizon of the last reservation
+}
+
+func (s *slotSet) trim(now, keep time.Duration) {
+	i := 0
+	for i < len(s.slots) && s.slots[i].at <= now-keep {
+		delete(s.members, s.slots[i].member)
+		i++
+	}
+	if i > 0 {
+		n := copy(s.slots, s.slots[i:])
+		clear(s.slots[n:])
+		s.slots = s.slots[:n]
+	}
+}
+
+func (l *LocalSlots) now() time.Duration {
+	d := l.clock().Sub(l.epoch)
+	if d < l.last {
+		d = l.last
+	}
+	l.last = d
+	return d
+}
+
+func (l *LocalSlots) sweep(now time.Duration) {
+	if now < l.nextSweep {
+		return
+	}
+	l.nextSweep = now + sweepEvery
+	for k, s := range l.sets {
+		s.trim(now, s.keep)
+		if len(s.slots) == 0 {
+			delete(l.sets, k)
+		}
+	}
+}
+
+func keepFor(interval time.Duration) time.Duration { return max(interval, time.Second) }
+
+// Reserve takes the next slot like pace.lua.
+func (l *LocalSlots) Reserve(_ context.Context, key, member string, interval, maxWait time.Duration) (Slot, error) {
+	if interval <= 0 {
+		return Slot{}, errInterval(key, interval)
+	}
+	maxWait = max(maxWait, 0)
+	keep := keepFor(interval)
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	l.sweep(now)
+	slot := Slot{At: l.epoch.Add(now), Key: key, Member: member, Reserved: l.epoch.Add(now)}
+
+	s := l.sets[key]
+	if s == nil {
+		s = &slotSet{members: make(map[string]time.Duration)}
+		l.sets[key] = s
+	}
+	s.trim(now, keep)
+	if at, ok := s.members[member]; ok {
+		slot.OK, slot.Wait = true, max(at-now, 0)
+		return slot, nil
+	}
+	at := now
+	if n := len(s.slots); n > 0 {
+		at = max(at, s.slots[n-1].at+interval)
+	}
+	slot.Wait = at - now
+	if slot.Wait > maxWait {
+		return slot, nil
+	}
+	s.slots = append(s.slots, slotEntry{at: at, member: member})
+	s.members[member] = at
+	s.keep = max(s.keep, keep)
+	slot.OK = true
+	return slot, nil
+}
+
+// Release removes member's slot; an unknown member is a no-op.
+func (l *LocalSlots) Release(_ context.Context, key, member string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.sets[key]
+	if s == nil {
+		return nil
+	}
+	at, ok := s.members[member]
+	if !ok {
+		return nil
+	}
+	delete(s.members, member)
+	// Slots are strictly increasing in time, so at finds the one slot.
+	if i, found := slices.BinarySearchFunc(s.slots, at, func(e slotEntry, t time.Duration) int {
+		return cmp.Compare(e.at, t)
+	}); found && s.slots[i].member == member {
+		s.slots = slices.Delete(s.slots, i, i+1)
+	}
+	return nil
+}
+
+// Queue reports the slots still in the future and the least wait of a call
+// reserving now.
+func (l *LocalSlots) Queue(_ context.Context, key string, interval time.Duration) (int, time.Duration, error) {
+	if interval <= 0 {
+		return 0, 0, errInterval(key, interval)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	s := l.sets[key]
+	if s == nil || len(s.slots) == 0 {
+		return 0, 0, nil
+	}
+	queued := 0
+	for i := len(s.slots) - 1; i >= 0 && s.slots[i].at > now; i-- {
+		queued++
+	}
+	return queued, max(s.slots[len(s.slots)-1].at+interval-now, 0), nil
+}
+
+// Len returns the number of slot sets held, after evicting empty ones.
+func (l *LocalSlots) Len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	l.nextSweep = 0
+	l.sweep(now)
+	return len(l.sets)
+}

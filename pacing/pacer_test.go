@@ -1,0 +1,104 @@
+package pacing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/cpsguard/cpsguard/lua"
+)
+
+func TestInterval(t *testing.T) {
+	for _, tc := range []struct {
+		cps  float64
+		want time.Duration
+	}{
+		{10, 101 * time.Millisecond},
+		{1, 1010 * time.Millisecond},
+		{0.5, 2020 * time.Millisecond},
+		{0, 0},
+	} {
+		if got := Interval(tc.cps); got != tc.want {
+			t.Errorf("Interval(%v) = %v, want %v", tc.cps, got, tc.want)
+		}
+	}
+}
+
+func TestPacer(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			p := NewPacer(b.real)
+			ctx := context.Background()
+			c := Carrier{Key: lua.Key("test", "carrier", t.Name()), CPS: 10, MaxWait: time.Second}
+
+			first, err := p.Reserve(ctx, c, "call-0")
+			if err != nil || !first.OK || first.Wait > 5*time.Millisecond {
+				t.Fatalf("first Reserve = %+v, %v; want OK with no wait", first, err)
+			}
+			if err := p.Wait(ctx, first); err != nil {
+				t.Fatalf("Wait on a due slot: %v", err)
+			}
+
+			// Wait sleeps until the slot is due, not before.
+			second, err := p.Reserve(ctx, c, "call-1")
+			if err != nil || !second.OK || second.Wait < 50*time.Millisecond {
+				t.Fatalf("second Reserve = %+v, %v; want OK with a wait near 101ms", second, err)
+			}
+			if err := p.Wait(ctx, second); err != nil || time.Now().Before(second.Due()) {
+				t.Fatalf("Wait = %v at %v before due", err, time.Until(second.Due()))
+			}
+
+			// Wait returns early on cancel and releases the slot.
+			third, err := p.Reserve(ctx, c, "call-2")
+			if err != nil || !third.OK || third.Wait < 50*time.Millisecond {
+				t.Fatalf("third Reserve = %+v, %v; want OK with a wait", third, err)
+			}
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			err = p.Wait(cctx, third)
+			if !errors.Is(err, context.DeadlineExceeded) || !time.Now().Before(third.Due()) {
+				t.Fatalf("Wait with a 5ms context = %v after %v; want DeadlineExceeded before the slot (%v)", err, time.Since(start), third.Wait)
+			}
+			if b.realHeld(c.Key, "call-2") {
+				t.Fatal("slot of a cancelled wait is still held")
+			}
+			if !errors.Is(p.Wait(ctx, Slot{}), ErrNotReserved) {
+				t.Fatal("Wait on a refused slot: want ErrNotReserved")
+			}
+			if err := p.Release(ctx, Slot{}); err != nil {
+				t.Fatalf("Release of a refused slot: %v", err)
+			}
+		})
+	}
+}
+
+// Never reserve a slot the caller cannot wait for: a context deadline
+// shorter than MaxWait caps the wait, and the refusal reserves nothing.
+func TestPacerHonoursDeadline(t *testing.T) {
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			p := NewPacer(b.real)
+			c := Carrier{Key: lua.Key("test", "carrier", t.Name()), CPS: 10, MaxWait: 10 * time.Second}
+			for i := range 3 { // slots at +0, +101ms, +202ms
+				if s, err := p.Reserve(context.Background(), c, fmt.Sprintf("call-%d", i)); err != nil || !s.OK {
+					t.Fatalf("Reserve %d = %+v, %v", i, s, err)
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+			defer cancel()
+			s, err := p.Reserve(ctx, c, "late")
+			if err != nil || s.OK || s.Wait < 150*time.Millisecond {
+				t.Fatalf("Reserve with 150ms left = %+v, %v; want refused with the would-be wait", s, err)
+			}
+			if b.realHeld(c.Key, "late") {
+				t.Fatal("a refused reservation holds a slot")
+			}
+			if _, err := p.Reserve(context.Background(), Carrier{Key: c.Key, CPS: 0}, "x"); err == nil {
+				t.Fatal("Reserve with cps 0: got no error")
+			}
+		})
+	}
+}

@@ -1,0 +1,119 @@
+package pacing
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/cpsguard/cpsguard/lua"
+)
+
+// RedisOptions tunes a RedisSlots.
+type RedisOptions struct {
+	// Timeout bounds every store call (context.WithTimeout on the caller's
+	// context); 0 = no bound beyond the caller's context. For the deadline
+	// to reach the socket the client needs ContextTimeoutEnabled: true.
+	Timeout time.Duration
+	// Observe, when set, is called after every script run with the script
+	// name (lua.ScriptPace, …), its duration and its error (nil on success).
+	// It must be fast and safe for concurrent use; it feeds metrics.
+	Observe func(script string, d time.Duration, err error)
+}
+
+// RedisSlots is the SlotStore shared by every node of a pool: one sorted set
+// per carrier, one pace.lua call per reservation, on Redis's clock. Every
+// slot set is one key, so Redis Cluster needs nothing special. RedisSlots is
+// safe for concurrent use.
+type RedisSlots struct {
+	c   redis.UniversalClient
+	opt RedisOptions
+}
+
+var _ SlotStore = (*RedisSlots)(nil)
+
+// NewRedisSlots returns a SlotStore on c. Call Load once at start.
+func NewRedisSlots(c redis.UniversalClient, opt RedisOptions) *RedisSlots {
+	return &RedisSlots{c: c, opt: opt}
+}
+
+// Load loads every script into Redis (all masters of a cluster).
+func (s *RedisSlots) Load(ctx context.Context) error {
+	ctx, cancel := s.context(ctx)
+	defer cancel()
+	if err := lua.Load(ctx, s.c); err != nil {
+		return fmt.Errorf("pacing: %w", err)
+	}
+	return nil
+}
+
+func (s *RedisSlots) context(ctx context.Context) (context.Context, context.CancelFunc) {
+	if s.opt.Timeout > 0 {
+		return context.WithTimeout(ctx, s.opt.Timeout)
+	}
+	return ctx, func() {}
+}
+
+func (s *RedisSlots) observe(script string, start time.Time, err error) {
+	if s.opt.Observe != nil {
+		s.opt.Observe(script, time.Since(start), err)
+	}
+}
+
+// Reserve runs pace.lua. The interval is rounded up and maxWait down to whole
+// microseconds, so neither conversion lets a call out early.
+func (s *RedisSlots) Reserve(ctx context.Context, key, member string, interval, maxWait time.Duration) (Slot, error) {
+	if interval <= 0 {
+		return Slot{}, errInterval(key, interval)
+	}
+	ctx, cancel := s.context(ctx)
+	defer cancel()
+	start := time.Now()
+	r, err := lua.Pace(ctx, s.c, key, member, lua.Micros(interval), lua.MicrosFloor(maxWait))
+	s.observe(lua.ScriptPace, start, err)
+	if err != nil {
+		return Slot{}, fmt.Errorf("pacing: run pace.lua for %q: %w", key, err)
+	}
+	return Slot{
+		OK:       r.OK,
+		Wait:     time.Duration(r.WaitUS) * time.Microsecond,
+		At:       lua.Time(r.NowUS),
+		Key:      key,
+		Member:   member,
+		Reserved: time.Now(),
+	}, nil
+}
+
+// Release runs release.lua (ZREM).
+func (s *RedisSlots) Release(ctx context.Context, key, member string) error {
+	ctx, cancel := s.context(ctx)
+	defer cancel()
+	start := time.Now()
+	_, err := lua.Release(ctx, s.c, key, member)
+	s.observe(lua.ScriptRelease, start, err)
+	if err != nil {
+		return fmt.Errorf("pacing: run release.lua for %q: %w", key, err)
+	}
+	return nil
+}
+
+// Queue runs queue.lua (no writes).
+func (s *RedisSlots) Queue(ctx context.Context, key string, interval time.Duration) (int, time.Duration, error) {
+	if interval <= 0 {
+		return 0, 0, errInterval(key, interval)
+	}
+	ctx, cancel := s.context(ctx)
+	defer cancel()
+	start := time.Now()
+	r, err := lua.Queue(ctx, s.c, key, lua.Micros(interval))
+	s.observe(lua.ScriptQueue, start, err)
+	if err != nil {
+		return 0, 0, fmt.Errorf("pacing: run queue.lua for %q: %w", key, err)
+	}
+	return int(r.Queued), time.Duration(r.WaitUS) * time.Microsecond, nil
+}
+
+func errInterval(key string, interval time.Duration) error {
+	return fmt.Errorf("pacing: slot set %q: interval %v must be > 0", key, interval)
+}
