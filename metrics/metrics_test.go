@@ -1,7 +1,6 @@
 package metrics
 
 import (
-	"errors"
 	"reflect"
 	"slices"
 	"sort"
@@ -235,15 +234,16 @@ func TestObserveReload(t *testing.T) {
 	if got := testutil.ToFloat64(m.ConfigLastReloadOK); got != 1 {
 		t.Errorf("last reload ok at start: got %v, want 1", got)
 	}
-	m.ObserveReload(errors.New("carriers[1].cps: must be > 0"))
+	m.ObserveReload(ReloadFailure)
 	if got := testutil.ToFloat64(m.ConfigLastReloadOK); got != 0 {
 		t.Errorf("last reload ok after failure: got %v, want 0", got)
 	}
-	m.ObserveReload(nil)
+	m.ObserveReload(ReloadSuccess)
 	if got := testutil.ToFloat64(m.ConfigLastReloadOK); got != 1 {
 		t.Errorf("last reload ok after success: got %v, want 1", got)
 	}
-	for result, want := range map[string]float64{ReloadSuccess: 1, ReloadFailure: 1} {
+	m.ObserveReload("bogus")
+	for result, want := range map[string]float64{ReloadSuccess: 1, ReloadFailure: 2} {
 		if got := testutil.ToFloat64(m.ConfigReloads.WithLabelValues(result)); got != want {
 			t.Errorf("reloads{result=%q}: got %v, want %v", result, got, want)
 		}
@@ -257,4 +257,12 @@ func metricPB(t *testing.T, m prometheus.Metric) *dto.Metric {
 		t.Fatalf("write metric: %v", err)
 	}
 	return &pb
+}
+
+// The reload results of config.Manager.OnReload are the label values.
+func TestReloadResultsMatchConfig(t *testing.T) {
+	if config.ReloadSuccess != ReloadSuccess || config.ReloadFailure != ReloadFailure {
+		t.Errorf("config reload results %q/%q, metrics %q/%q: want equal",
+			config.ReloadSuccess, config.ReloadFailure, ReloadSuccess, ReloadFailure)
+	}
 }

@@ -93,10 +93,11 @@ func (m *Metrics) SyncLimits(cfg *config.Config) {
 }
 
 // ObserveReload counts one configuration reload (SIGHUP, file change or API)
-// by its result and sets cpsguard_config_last_reload_successful. err is the
-// reload's error; nil means success.
-func (m *Metrics) ObserveReload(err error) {
-	if err != nil {
+// by its result, ReloadSuccess or ReloadFailure (any other value counts as a
+// failure), and sets cpsguard_config_last_reload_successful. Its signature
+// fits config.Manager.OnReload: mgr.OnReload(m.ObserveReload).
+func (m *Metrics) ObserveReload(result string) {
+	if result != ReloadSuccess {
 		m.ConfigReloads.WithLabelValues(ReloadFailure).Inc()
 		m.ConfigLastReloadOK.Set(0)
 		return
