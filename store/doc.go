@@ -1,0 +1,14 @@
+// Package store chooses and guards the store that admission and pacing decide
+// on: it builds the go-redis client for the configured topology (standalone,
+// Sentinel, Cluster), announces this node in Redis with a heartbeat so the
+// pool knows its size, and wraps the Redis stores in a Failover that moves to
+// the in-process stores (store.on_error: local), admits (admit) or refuses
+// (reject) when Redis fails, and moves back when a background probe sees Redis
+// answer.
+//
+// Failure: a Redis error or timeout never reaches the SIP call path as a lost
+// call; the call that met the error is decided by the fallback at once. Under
+// on_error reject, ErrStoreDown is returned and the proxy refuses the call.
+//
+// Everything here is safe for concurrent use.
+package store

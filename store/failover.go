@@ -1,0 +1,315 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cpsguard/cpsguard/admission"
+	"github.com/cpsguard/cpsguard/pacing"
+)
+
+// Policies for Options.OnError (store.on_error).
+const (
+	// PolicyLocal decides on the in-process stores, each limit divided by the
+	// number of live nodes last seen, until Redis answers again.
+	PolicyLocal = "local"
+	// PolicyAdmit admits every call without admission limits (fail open).
+	// Carriers are still paced, on the in-process slots (see Failover).
+	PolicyAdmit = "admit"
+	// PolicyReject refuses every call (fail closed): Admit and Reserve return
+	// ErrStoreDown.
+	PolicyReject = "reject"
+)
+
+// Modes reported by Failover.Mode.
+const (
+	ModeRedis    = "redis"    // the shared Redis store decides
+	ModeFallback = "fallback" // Redis failed; on_error decides
+	ModeLocal    = "local"    // no Redis configured: in-process store only
+)
+
+// ErrStoreDown is returned under PolicyReject while Redis is unusable.
+var ErrStoreDown = errors.New("store: redis unavailable and store.on_error is reject")
+
+// Pinger is what the probe needs of a Redis client.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// Options configures a Failover.
+type Options struct {
+	// Redis and RedisSlots are the shared stores; nil for a single node on
+	// the in-process store.
+	Redis      admission.Store
+	RedisSlots pacing.SlotStore
+	// Local and LocalSlots are the in-process stores (required).
+	Local      admission.Store
+	LocalSlots pacing.SlotStore
+	// Probe checks Redis while in fallback (required with Redis).
+	Probe Pinger
+	// Nodes counts live nodes; nil means 1.
+	Nodes *Heartbeat
+	// Policy is PolicyLocal (default), PolicyAdmit or PolicyReject.
+	Policy string
+	// ProbeInterval is the pause between probes in fallback (default 250 ms).
+	ProbeInterval time.Duration
+	// Timeout bounds one probe (default 50 ms).
+	Timeout time.Duration
+	// OnMode is called once per switch with the new mode.
+	OnMode func(mode string)
+	Logger *slog.Logger
+}
+
+// Failover is an admission.Store and a pacing.SlotStore that decides on Redis
+// while Redis answers and on the in-process stores (per Policy) from the first
+// Redis error until a background probe sees Redis answer again. A call that
+// meets a Redis error is decided by the fallback at once, so no call is lost
+// and none waits longer than the Redis timeout.
+//
+// Failover is safe for concurrent use.
+type Failover struct {
+	o    Options
+	down atomic.Bool
+	kick chan struct{}
+	mu   sync.Mutex // serialises mode switches and their logs
+}
+
+var (
+	_ admission.Store  = (*Failover)(nil)
+	_ pacing.SlotStore = (*Failover)(nil)
+)
+
+// NewFailover returns a Failover in Redis mode (or local mode without Redis).
+func NewFailover(o Options) *Failover {
+	if o.Policy == "" {
+		o.Policy = PolicyLocal
+	}
+	if o.ProbeInterval <= 0 {
+		o.ProbeInterval = 250 * time.Millisecond
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 50 * time.Millisecond
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Failover{o: o, kick: make(chan struct{}, 1)}
+}
+
+// Mode reports which store decides now: ModeRedis, ModeFallback or ModeLocal.
+func (f *Failover) Mode() string {
+	switch {
+	case f.o.Redis == nil:
+		return ModeLocal
+	case f.down.Load():
+		return ModeFallback
+	default:
+		return ModeRedis
+	}
+}
+
+// Usable reports whether calls can be decided now: always, except in fallback
+// under PolicyReject.
+func (f *Failover) Usable() bool {
+	return !(f.Mode() == ModeFallback && f.o.Policy == PolicyReject)
+}
+
+func (f *Failover) redisInUse() bool { return f.o.Redis != nil && !f.down.Load() }
+
+// fail switches to fallback after a Redis error (once per outage).
+func (f *Failover) fail(op string, err error) {
+	if f.o.Redis == nil || !f.down.CompareAndSwap(false, true) {
+		return
+	}
+	f.mu.Lock()
+	f.o.Logger.Warn("redis failed, switching to fallback", "op", op, "policy", f.o.Policy, "live_nodes", f.nodes(), "err", err)
+	if f.o.OnMode != nil {
+		f.o.OnMode(ModeFallback)
+	}
+	f.mu.Unlock()
+	select {
+	case f.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (f *Failover) recover() {
+	if !f.down.CompareAndSwap(true, false) {
+		return
+	}
+	f.mu.Lock()
+	f.o.Logger.Info("redis answers again, back on the shared store")
+	if f.o.OnMode != nil {
+		f.o.OnMode(ModeRedis)
+	}
+	f.mu.Unlock()
+}
+
+func (f *Failover) nodes() int {
+	if f.o.Nodes == nil {
+		return 1
+	}
+	return f.o.Nodes.Live()
+}
+
+// Admit implements admission.Store.
+func (f *Failover) Admit(ctx context.Context, member string, buckets []admission.Bucket) (admission.Decision, error) {
+	if f.redisInUse() {
+		d, err := f.o.Redis.Admit(ctx, member, buckets)
+		if err == nil {
+			return d, nil
+		}
+		if ctx.Err() != nil && !errors.Is(err, context.DeadlineExceeded) {
+			return d, err // the caller gave up (CANCEL); Redis is not to blame
+		}
+		f.fail("admit", err)
+	}
+	switch f.o.Policy {
+	case PolicyAdmit:
+		counts := make([]int, len(buckets))
+		for i := range counts {
+			counts[i] = -1
+		}
+		return admission.Decision{Admit: true, Refused: -1, Counts: counts, At: time.Now()}, nil
+	case PolicyReject:
+		if f.o.Redis != nil {
+			return admission.Decision{Refused: -1}, ErrStoreDown
+		}
+	}
+	return f.o.Local.Admit(ctx, member, f.share(buckets))
+}
+
+// Counts implements admission.Store; in fallback it reports this node's
+// in-process windows.
+func (f *Failover) Counts(ctx context.Context, buckets []admission.Bucket) ([]int, error) {
+	if f.redisInUse() {
+		c, err := f.o.Redis.Counts(ctx, buckets)
+		if err == nil {
+			return c, nil
+		}
+		f.fail("counts", err)
+	}
+	return f.o.Local.Counts(ctx, f.share(buckets))
+}
+
+// share divides every limit by the live nodes: n nodes each admitting
+// floor(limit/n) never admit more than limit together. A share below one call
+// becomes one call per n/limit windows.
+func (f *Failover) share(buckets []admission.Bucket) []admission.Bucket {
+	n := f.nodes()
+	if n <= 1 || f.o.Redis == nil {
+		return buckets
+	}
+	out := make([]admission.Bucket, len(buckets))
+	for i, b := range buckets {
+		if q := b.Limit / n; q >= 1 {
+			b.Limit = q
+		} else {
+			b.Window = time.Duration(int64(b.Window) * int64(n) / int64(max(b.Limit, 1)))
+			b.Limit = 1
+		}
+		out[i] = b
+	}
+	return out
+}
+
+// Reserve implements pacing.SlotStore. In fallback the slot interval is
+// multiplied by the live nodes, so the pool together stays within the
+// carrier's cps. Under PolicyAdmit carriers are still paced this way: failing
+// open on admission must not make a carrier see more than its cps.
+func (f *Failover) Reserve(ctx context.Context, key, member string, interval, maxWait time.Duration) (pacing.Slot, error) {
+	if f.redisInUse() {
+		s, err := f.o.RedisSlots.Reserve(ctx, key, member, interval, maxWait)
+		if err == nil {
+			return s, nil
+		}
+		if ctx.Err() != nil && !errors.Is(err, context.DeadlineExceeded) {
+			return s, err
+		}
+		f.fail("reserve", err)
+	}
+	if f.o.Policy == PolicyReject && f.o.Redis != nil {
+		return pacing.Slot{Key: key, Member: member}, ErrStoreDown
+	}
+	return f.o.LocalSlots.Reserve(ctx, key, member, f.shareInterval(interval), maxWait)
+}
+
+func (f *Failover) shareInterval(interval time.Duration) time.Duration {
+	if f.o.Redis == nil {
+		return interval
+	}
+	return interval * time.Duration(f.nodes())
+}
+
+// Release implements pacing.SlotStore. A slot is released from both stores:
+// it may have been reserved before a switch.
+func (f *Failover) Release(ctx context.Context, key, member string) error {
+	lerr := f.o.LocalSlots.Release(ctx, key, member)
+	if f.redisInUse() {
+		if err := f.o.RedisSlots.Release(ctx, key, member); err != nil {
+			f.fail("release", err)
+			return fmt.Errorf("store: release %q: %w", key, err)
+		}
+	}
+	return lerr
+}
+
+// Queue implements pacing.SlotStore.
+func (f *Failover) Queue(ctx context.Context, key string, interval time.Duration) (int, time.Duration, error) {
+	if f.redisInUse() {
+		n, w, err := f.o.RedisSlots.Queue(ctx, key, interval)
+		if err == nil {
+			return n, w, nil
+		}
+		f.fail("queue", err)
+	}
+	return f.o.LocalSlots.Queue(ctx, key, f.shareInterval(interval))
+}
+
+// Run probes Redis while in fallback and switches back when it answers. It
+// returns when ctx is done. Without Redis it just waits for ctx.
+func (f *Failover) Run(ctx context.Context) {
+	if f.o.Redis == nil || f.o.Probe == nil {
+		<-ctx.Done()
+		return
+	}
+	t := time.NewTicker(f.o.ProbeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-f.kick:
+		case <-t.C:
+		}
+		if !f.down.Load() {
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, f.o.Timeout)
+		err := f.o.Probe.Ping(pctx)
+		cancel()
+		if err == nil {
+			f.recover()
+		}
+	}
+}
+
+// Check tries Redis once (at start) and switches to fallback when it does not
+// answer; it returns the error for the caller to log.
+func (f *Failover) Check(ctx context.Context) error {
+	if f.o.Redis == nil || f.o.Probe == nil {
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, max(f.o.Timeout, time.Second))
+	defer cancel()
+	if err := f.o.Probe.Ping(pctx); err != nil {
+		f.fail("start", err)
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,226 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cpsguard/cpsguard/admission"
+	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/internal/redistest"
+	"github.com/cpsguard/cpsguard/lua"
+	"github.com/cpsguard/cpsguard/pacing"
+)
+
+func redisConfig(addr, policy string) *config.Config {
+	return &config.Config{
+		NodeID: "node-a",
+		Store: config.Store{
+			KeyPrefix: "fo",
+			OnError:   policy,
+			Redis:     &config.Redis{Addrs: []string{addr}, Timeout: 50 * time.Millisecond},
+		},
+	}
+}
+
+type modes struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (m *modes) add(s string) { m.mu.Lock(); m.got = append(m.got, s); m.mu.Unlock() }
+func (m *modes) list() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]string(nil), m.got...)
+}
+
+func open(t *testing.T, cfg *config.Config) (*Stores, *modes) {
+	t.Helper()
+	m := &modes{}
+	s, err := Open(context.Background(), cfg, OpenOptions{OnMode: m.add, ProbeInterval: 50 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done; _ = s.Close() })
+	return s, m
+}
+
+func waitMode(t *testing.T, s *Stores, want string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for s.Mode() != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("mode: got %s, want %s within 10s", s.Mode(), want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+var bucket = []admission.Bucket{{Key: lua.Key("fo", "peer", "p"), Limit: 4, Window: time.Second}}
+
+func TestInProcessWithoutRedis(t *testing.T) {
+	s, _ := open(t, &config.Config{NodeID: "solo", Store: config.Store{KeyPrefix: "fo"}})
+	if got := s.Mode(); got != ModeLocal {
+		t.Fatalf("mode: got %s, want %s", got, ModeLocal)
+	}
+	for i := 0; i < 5; i++ {
+		d, err := s.Admit(context.Background(), fmt.Sprint("c", i), bucket)
+		if err != nil {
+			t.Fatalf("admit %d: %v", i, err)
+		}
+		if want := i < 4; d.Admit != want {
+			t.Fatalf("call %d: admit got %v, want %v", i, d.Admit, want)
+		}
+	}
+}
+
+func TestFallbackAndBack(t *testing.T) {
+	srv := redistest.Start(t)
+	s, m := open(t, redisConfig(srv.Addr(), PolicyLocal))
+	ctx := context.Background()
+	if got := s.Mode(); got != ModeRedis {
+		t.Fatalf("mode: got %s, want redis", got)
+	}
+	// A second node beats into the pool: the fallback must halve the limits.
+	other := lua.Heartbeater{Client: s.client, Key: lua.Key("fo", "nodes", "all")}
+	if n, err := other.Beat(ctx, "node-b", 10*time.Second); err != nil || n != 2 {
+		t.Fatalf("second node beat: %d, %v; want 2", n, err)
+	}
+	if err := s.heartbeat.Beat(ctx, time.Second); err != nil || s.LiveNodes() != 2 {
+		t.Fatalf("live nodes: got %d, %v; want 2", s.LiveNodes(), err)
+	}
+	d, err := s.Admit(ctx, "before", bucket)
+	if err != nil || !d.Admit {
+		t.Fatalf("admit on redis: %+v, %v", d, err)
+	}
+	if n := s.client.ZCard(ctx, bucket[0].Key).Val(); n != 1 {
+		t.Fatalf("redis bucket holds %d, want 1", n)
+	}
+
+	srv.Kill()
+	admitted := 0
+	for i := 0; i < 4; i++ {
+		d, err := s.Admit(ctx, fmt.Sprint("down", i), bucket)
+		if err != nil {
+			t.Fatalf("admit %d with redis down: %v (a call must never see the store error under local)", i, err)
+		}
+		if d.Admit {
+			admitted++
+		}
+	}
+	if got := s.Mode(); got != ModeFallback {
+		t.Fatalf("mode after kill: got %s, want fallback", got)
+	}
+	if admitted != 2 {
+		t.Fatalf("fallback admitted %d of 4 with limit 4 over 2 live nodes, want 2", admitted)
+	}
+	slot, err := s.Reserve(ctx, lua.Key("fo", "carrier", "c"), "x", 100*time.Millisecond, time.Second)
+	if err != nil || !slot.OK {
+		t.Fatalf("reserve in fallback: %+v, %v", slot, err)
+	}
+
+	srv.Restart()
+	waitMode(t, s, ModeRedis)
+	d, err = s.Admit(ctx, "after", bucket)
+	if err != nil || !d.Admit {
+		t.Fatalf("admit after recovery: %+v, %v", d, err)
+	}
+	if n := s.client.ZCard(ctx, bucket[0].Key).Val(); n != 1 {
+		t.Fatalf("restarted redis bucket holds %d, want 1", n)
+	}
+	if got, want := fmt.Sprint(m.list()), "[fallback redis]"; got != want {
+		t.Fatalf("mode switches: got %s, want %s", got, want)
+	}
+}
+
+func TestHungRedisIsBoundedByTimeout(t *testing.T) {
+	srv := redistest.Start(t)
+	s, _ := open(t, redisConfig(srv.Addr(), PolicyLocal))
+	srv.Pause()
+	defer srv.Resume()
+	start := time.Now()
+	d, err := s.Admit(context.Background(), "hung", bucket)
+	took := time.Since(start)
+	if err != nil || !d.Admit {
+		t.Fatalf("admit against a hung redis: %+v, %v", d, err)
+	}
+	// Not a performance threshold: only a hang (no timeout at all) fails here.
+	if took > 5*time.Second {
+		t.Fatalf("admit took %v against a hung redis; the 50ms timeout did not apply", took)
+	}
+	if got := s.Mode(); got != ModeFallback {
+		t.Fatalf("mode: got %s, want fallback", got)
+	}
+	srv.Resume()
+	waitMode(t, s, ModeRedis)
+}
+
+func TestPolicies(t *testing.T) {
+	for _, tc := range []struct {
+		policy    string
+		wantErr   error
+		wantAdmit bool
+	}{
+		{PolicyAdmit, nil, true},
+		{PolicyReject, ErrStoreDown, false},
+	} {
+		t.Run(tc.policy, func(t *testing.T) {
+			srv := redistest.Start(t)
+			s, _ := open(t, redisConfig(srv.Addr(), tc.policy))
+			srv.Kill()
+			for i := 0; i < 6; i++ { // more than the limit of 4
+				d, err := s.Admit(context.Background(), fmt.Sprint("c", i), bucket)
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("call %d: err got %v, want %v", i, err, tc.wantErr)
+				}
+				if d.Admit != tc.wantAdmit {
+					t.Fatalf("call %d: admit got %v, want %v", i, d.Admit, tc.wantAdmit)
+				}
+			}
+			if got, want := s.Usable(), tc.policy != PolicyReject; got != want {
+				t.Fatalf("usable: got %v, want %v", got, want)
+			}
+			_, err := s.Reserve(context.Background(), "k", "m", time.Millisecond, time.Second)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("reserve: err got %v, want %v", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestStartWithRedisDown(t *testing.T) {
+	port := redistest.FreePort(t)
+	s, _ := open(t, redisConfig(fmt.Sprintf("127.0.0.1:%d", port), PolicyLocal))
+	if got := s.Mode(); got != ModeFallback {
+		t.Fatalf("mode with no redis listening: got %s, want fallback", got)
+	}
+	d, err := s.Admit(context.Background(), "c", bucket)
+	if err != nil || !d.Admit {
+		t.Fatalf("admit: %+v, %v", d, err)
+	}
+	srv := redistest.StartOnPort(t, port)
+	_ = srv
+	waitMode(t, s, ModeRedis)
+}
+
+func TestShareDividesLimits(t *testing.T) {
+	hb := NewHeartbeat(nil, HeartbeatOptions{MinNodes: 3})
+	f := NewFailover(Options{Redis: admission.NewLocalStore(nil), Local: admission.NewLocalStore(nil), LocalSlots: pacing.NewLocalSlots(nil), Nodes: hb})
+	got := f.share([]admission.Bucket{{Limit: 10, Window: time.Second}, {Limit: 2, Window: time.Second}})
+	if got[0].Limit != 3 || got[0].Window != time.Second {
+		t.Fatalf("10 over 3 nodes: got %+v, want limit 3 per 1s", got[0])
+	}
+	if got[1].Limit != 1 || got[1].Window != 1500*time.Millisecond {
+		t.Fatalf("2 over 3 nodes: got %+v, want 1 per 1.5s", got[1])
+	}
+	if iv := f.shareInterval(100 * time.Millisecond); iv != 300*time.Millisecond {
+		t.Fatalf("interval over 3 nodes: got %v, want 300ms", iv)
+	}
+}

@@ -1,0 +1,103 @@
+package store
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"time"
+)
+
+// Beater records one node's heartbeat in the shared store and returns how
+// many nodes beat within ttl (lua.Heartbeat on Redis).
+type Beater interface {
+	Beat(ctx context.Context, node string, ttl time.Duration) (live int, err error)
+}
+
+// Heartbeat announces this node in Redis every Interval and remembers how
+// many nodes were alive at the last successful beat. The fallback divides
+// every limit by that figure: n nodes that each allow limit/n stay within the
+// limit together, which is the point of "one limit for the pool".
+//
+// The rule: a node is live when its last beat is younger than TTL (3 ×
+// Interval). The figure is the one last seen while Redis answered; a node that
+// starts while Redis is down assumes HeartbeatOptions.MinNodes (default 1).
+// Heartbeat is safe for concurrent use.
+type Heartbeat struct {
+	beater   Beater
+	node     string
+	interval time.Duration
+	ttl      time.Duration
+	minNodes int
+	live     atomic.Int64
+	onError  func(error)
+	log      *slog.Logger
+}
+
+// HeartbeatOptions configures NewHeartbeat.
+type HeartbeatOptions struct {
+	Node     string
+	Interval time.Duration // default 1 s
+	// MinNodes is the figure assumed before the first successful beat
+	// (default 1).
+	MinNodes int
+	// OnError is told of a failed beat (the failover uses it to switch).
+	OnError func(error)
+	Logger  *slog.Logger
+}
+
+// NewHeartbeat returns a Heartbeat that beats through b.
+func NewHeartbeat(b Beater, o HeartbeatOptions) *Heartbeat {
+	if o.Interval <= 0 {
+		o.Interval = time.Second
+	}
+	if o.MinNodes < 1 {
+		o.MinNodes = 1
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	h := &Heartbeat{beater: b, node: o.Node, interval: o.Interval, ttl: 3 * o.Interval,
+		minNodes: o.MinNodes, onError: o.OnError, log: o.Logger}
+	h.live.Store(int64(o.MinNodes))
+	return h
+}
+
+// Live is the number of live nodes last seen (at least 1).
+func (h *Heartbeat) Live() int {
+	if h == nil {
+		return 1
+	}
+	return int(max(h.live.Load(), 1))
+}
+
+// Beat beats once now.
+func (h *Heartbeat) Beat(ctx context.Context, timeout time.Duration) error {
+	bctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	n, err := h.beater.Beat(bctx, h.node, h.ttl)
+	if err != nil {
+		if h.onError != nil && ctx.Err() == nil {
+			h.onError(err)
+		}
+		return err
+	}
+	if old := h.live.Swap(int64(max(n, 1))); old != int64(max(n, 1)) {
+		h.log.Info("live nodes changed", "live_nodes", n, "was", old)
+	}
+	return nil
+}
+
+// Run beats every interval until ctx is done.
+func (h *Heartbeat) Run(ctx context.Context, timeout time.Duration) {
+	t := time.NewTicker(h.interval)
+	defer t.Stop()
+	_ = h.Beat(ctx, timeout)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_ = h.Beat(ctx, timeout)
+		}
+	}
+}

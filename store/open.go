@@ -1,0 +1,121 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/cpsguard/cpsguard/admission"
+	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/lua"
+	"github.com/cpsguard/cpsguard/pacing"
+)
+
+// OpenOptions are the non-config inputs of Open.
+type OpenOptions struct {
+	// Observe is told of every Redis script run (metrics).
+	Observe func(script string, d time.Duration, err error)
+	// OnMode is told of every switch between ModeRedis and ModeFallback.
+	OnMode func(mode string)
+	// HeartbeatInterval defaults to 1 s.
+	HeartbeatInterval time.Duration
+	// ProbeInterval defaults to 250 ms.
+	ProbeInterval time.Duration
+	Logger        *slog.Logger
+}
+
+// Stores is the store a node decides on, built from store.* of the config.
+type Stores struct {
+	*Failover
+	client    redis.UniversalClient
+	heartbeat *Heartbeat
+	timeout   time.Duration
+}
+
+// Open builds the stores for cfg: the in-process stores alone when
+// cfg.Store.Redis is nil, else the Redis stores guarded by a Failover with the
+// in-process stores behind them. It loads the scripts when Redis answers;
+// when Redis does not answer the node still starts, in fallback (under
+// on_error reject it refuses calls, as the operator asked), and the probe
+// brings it back to Redis.
+func Open(ctx context.Context, cfg *config.Config, o OpenOptions) (*Stores, error) {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	local := admission.NewLocalStore(nil)
+	localSlots := pacing.NewLocalSlots(nil)
+	rc := cfg.Store.Redis
+	if rc == nil {
+		return &Stores{Failover: NewFailover(Options{Local: local, LocalSlots: localSlots, Logger: o.Logger})}, nil
+	}
+	if len(rc.Addrs) == 0 {
+		return nil, fmt.Errorf("store: store.redis.addrs is empty")
+	}
+	client := NewClient(rc)
+	s := &Stores{client: client, timeout: rc.Timeout}
+	observe := o.Observe
+	hb := NewHeartbeat(lua.Heartbeater{Client: client, Key: lua.Key(cfg.Store.KeyPrefix, "nodes", "all")},
+		HeartbeatOptions{
+			Node:     cfg.NodeID,
+			Interval: o.HeartbeatInterval,
+			OnError:  func(err error) { s.fail("heartbeat", err) },
+			Logger:   o.Logger,
+		})
+	s.heartbeat = hb
+	s.Failover = NewFailover(Options{
+		Redis:         admission.NewRedisStore(client, admission.RedisOptions{Timeout: rc.Timeout, Observe: observe}),
+		RedisSlots:    pacing.NewRedisSlots(client, pacing.RedisOptions{Timeout: rc.Timeout, Observe: observe}),
+		Local:         local,
+		LocalSlots:    localSlots,
+		Probe:         pinger{client: client},
+		Nodes:         hb,
+		Policy:        cfg.Store.OnError,
+		ProbeInterval: o.ProbeInterval,
+		Timeout:       rc.Timeout,
+		OnMode:        o.OnMode,
+		Logger:        o.Logger,
+	})
+	lctx, cancel := context.WithTimeout(ctx, max(time.Second, rc.Timeout))
+	defer cancel()
+	if err := lua.Load(lctx, client); err != nil {
+		o.Logger.Warn("redis not usable at start, starting in fallback", "err", err, "policy", cfg.Store.OnError)
+		s.fail("start", err)
+	} else if err := hb.Beat(ctx, max(time.Second, rc.Timeout)); err != nil {
+		o.Logger.Warn("redis heartbeat failed at start", "err", err)
+	}
+	return s, nil
+}
+
+// Run keeps the heartbeat and the fallback probe going until ctx is done.
+func (s *Stores) Run(ctx context.Context) {
+	if s.heartbeat != nil {
+		go s.heartbeat.Run(ctx, s.timeout)
+	}
+	s.Failover.Run(ctx)
+}
+
+// LiveNodes is the pool size last seen in Redis (1 without Redis).
+func (s *Stores) LiveNodes() int { return s.heartbeat.Live() }
+
+// Close closes the Redis client, if any.
+func (s *Stores) Close() error {
+	if s.client == nil {
+		return nil
+	}
+	return s.client.Close()
+}
+
+// pinger adapts a go-redis client to Pinger; a successful probe also reloads
+// the scripts (a restarted Redis has none; EVALSHA would fall back to EVAL,
+// but loading them here keeps that off the call path).
+type pinger struct{ client redis.UniversalClient }
+
+func (p pinger) Ping(ctx context.Context) error {
+	if err := p.client.Ping(ctx).Err(); err != nil {
+		return err
+	}
+	return lua.Load(ctx, p.client)
+}
