@@ -1,0 +1,402 @@
+// Package siptest provides real SIP endpoints for tests of the call path: a
+// measuring carrier (UAS) that records when each INVITE arrives, and a
+// small caller (UAC). Both are built on sipgo and listen on loopback.
+//
+// A Carrier is safe for concurrent use; it stops when the test ends.
+package siptest
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net"
+	"sort"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/emiago/sipgo"
+	sipmsg "github.com/emiago/sipgo/sip"
+)
+
+// Answer decides how a Carrier answers one INVITE: the final status code
+// (0 = 200) and how long to ring (180) before answering; a negative Ring
+// rings until the call is cancelled.
+type Answer struct {
+	Code int
+	Ring time.Duration
+}
+
+// Carrier is a UAS that answers INVITEs and records their arrival times,
+// taken when the datagram or segment is read, before parsing.
+type Carrier struct {
+	// Addr is ip:port the carrier listens on (UDP and TCP, same port).
+	Addr string
+
+	answer func(req *sipmsg.Request) Answer
+
+	mu       sync.Mutex
+	arrivals map[string]time.Time // first arrival per Call-ID
+	counts   map[string]int       // requests per method (every received one)
+	invites  []*sipmsg.Request
+	// cancelled counts ringing INVITEs ended by a CANCEL.
+	cancelled int
+}
+
+// Cancelled returns how many ringing INVITEs a CANCEL ended.
+func (c *Carrier) Cancelled() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cancelled
+}
+
+// StartCarrier runs a carrier on ip (e.g. "127.0.0.1"), UDP and TCP on one
+// free port. answer may be nil (always 200).
+func StartCarrier(t testing.TB, ip string, answer func(req *sipmsg.Request) Answer) *Carrier {
+	t.Helper()
+	c := &Carrier{answer: answer, arrivals: map[string]time.Time{}, counts: map[string]int{}}
+	log := slog.New(slog.DiscardHandler)
+	ua, err := sipgo.NewUA(
+		sipgo.WithUserAgent("carrier"),
+		sipgo.WithUserAgentTransactionLayerOptions(sipmsg.WithTransactionLayerLogger(log), sipmsg.WithTransactionLayerUnhandledResponseHandler(func(*sipmsg.Response) {})),
+		sipgo.WithUserAgentTransportLayerOptions(
+			sipmsg.WithTransportLayerLogger(log),
+			sipmsg.WithTransportLayerReadFilter(c.readFilter),
+		),
+	)
+	if err != nil {
+		t.Fatalf("carrier ua: %v", err)
+	}
+	srv, err := sipgo.NewServer(ua, sipgo.WithServerLogger(log))
+	if err != nil {
+		t.Fatalf("carrier server: %v", err)
+	}
+	srv.OnInvite(c.onInvite)
+	srv.OnAck(func(req *sipmsg.Request, tx sipmsg.ServerTransaction) { c.count("ACK") })
+	srv.OnBye(c.ok("BYE"))
+	srv.OnOptions(c.ok("OPTIONS"))
+	srv.OnCancel(func(req *sipmsg.Request, tx sipmsg.ServerTransaction) { c.count("CANCEL") })
+
+	var udp *net.UDPConn
+	var tcp *net.TCPListener
+	for attempt := 0; ; attempt++ {
+		udp, err = net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP(ip)})
+		if err != nil {
+			t.Fatalf("carrier udp: %v", err)
+		}
+		port := udp.LocalAddr().(*net.UDPAddr).Port
+		tcp, err = net.ListenTCP("tcp", &net.TCPAddr{IP: net.ParseIP(ip), Port: port})
+		if err == nil {
+			break
+		}
+		udp.Close()
+		if attempt > 20 {
+			t.Fatalf("carrier tcp: %v", err)
+		}
+	}
+	c.Addr = udp.LocalAddr().String()
+	go srv.ServeUDP(udp)
+	go srv.ServeTCP(tcp)
+	t.Cleanup(func() {
+		udp.Close()
+		tcp.Close()
+		ua.Close()
+	})
+	return c
+}
+
+// readFilter timestamps INVITEs as they are read.
+func (c *Carrier) readFilter(_ sipmsg.TransportReadProps, data []byte) ([]byte, error) {
+	if bytes.HasPrefix(data, []byte("INVITE ")) {
+		now := time.Now()
+		if id := rawCallID(data); id != "" {
+			c.mu.Lock()
+			if _, seen := c.arrivals[id]; !seen {
+				c.arrivals[id] = now
+			}
+			c.mu.Unlock()
+		}
+	}
+	return data, nil
+}
+
+// rawCallID finds the Call-ID header in raw message bytes.
+func rawCallID(data []byte) string {
+	for _, name := range []string{"\nCall-ID:", "\ni:", "\ncall-id:", "\nCall-Id:"} {
+		i := bytes.Index(data, []byte(name))
+		if i < 0 {
+			continue
+		}
+		rest := data[i+len(name):]
+		if j := bytes.IndexByte(rest, '\n'); j >= 0 {
+			rest = rest[:j]
+		}
+		return string(bytes.TrimSpace(rest))
+	}
+	return ""
+}
+
+func (c *Carrier) count(method string) {
+	c.mu.Lock()
+	c.counts[method]++
+	c.mu.Unlock()
+}
+
+func (c *Carrier) ok(method string) sipgo.RequestHandler {
+	return func(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
+		c.count(method)
+		_ = tx.Respond(sipmsg.NewResponseFromRequest(req, 200, "OK", nil))
+	}
+}
+
+func (c *Carrier) onInvite(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
+	c.count("INVITE")
+	c.mu.Lock()
+	c.invites = append(c.invites, req)
+	c.mu.Unlock()
+	a := Answer{Code: 200}
+	if c.answer != nil {
+		a = c.answer(req)
+		if a.Code == 0 {
+			a.Code = 200
+		}
+	}
+	_ = tx.Respond(sipmsg.NewResponseFromRequest(req, 100, "Trying", nil))
+	if a.Ring != 0 {
+		ring := sipmsg.NewResponseFromRequest(req, 180, "Ringing", nil)
+		_ = tx.Respond(ring)
+		var after <-chan time.Time
+		if a.Ring > 0 {
+			after = time.After(a.Ring)
+		}
+		select {
+		case <-after:
+		case <-tx.Done():
+			return
+		case <-cancelled(tx):
+			c.mu.Lock()
+			c.cancelled++
+			c.mu.Unlock()
+			return // sipgo answered 487
+		}
+	}
+	res := sipmsg.NewResponseFromRequest(req, a.Code, reason(a.Code), nil)
+	if a.Code >= 200 && a.Code < 300 {
+		host, port, _ := net.SplitHostPort(c.Addr)
+		p, _ := strconv.Atoi(port)
+		contact := &sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "carrier", Host: host, Port: p, UriParams: sipmsg.NewParams()}}
+		if req.Transport() == "TCP" {
+			contact.Address.UriParams.Add("transport", "tcp")
+		}
+		res.AppendHeader(contact)
+	}
+	_ = tx.Respond(res)
+}
+
+func cancelled(tx sipmsg.ServerTransaction) <-chan struct{} {
+	ch := make(chan struct{})
+	var once sync.Once
+	if !tx.OnCancel(func(*sipmsg.Request) { once.Do(func() { close(ch) }) }) {
+		once.Do(func() { close(ch) })
+	}
+	return ch
+}
+
+func reason(code int) string {
+	switch code {
+	case 200:
+		return "OK"
+	case 408:
+		return "Request Timeout"
+	case 486:
+		return "Busy Here"
+	case 503:
+		return "Service Unavailable"
+	}
+	return "Status " + strconv.Itoa(code)
+}
+
+// Arrivals returns the first arrival time of every INVITE, sorted.
+func (c *Carrier) Arrivals() []time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]time.Time, 0, len(c.arrivals))
+	for _, t := range c.arrivals {
+		out = append(out, t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Before(out[j]) })
+	return out
+}
+
+// Count returns how many requests of method the carrier handled
+// (retransmissions absorbed by transactions are not counted).
+func (c *Carrier) Count(method string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.counts[method]
+}
+
+// Invites returns the INVITEs the carrier received, in order.
+func (c *Carrier) Invites() []*sipmsg.Request {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*sipmsg.Request(nil), c.invites...)
+}
+
+// MaxInWindow returns the largest number of arrivals in any window
+// [t, t+w) that starts at an arrival: the most calls the carrier saw in one
+// rolling window.
+func MaxInWindow(ts []time.Time, w time.Duration) int {
+	best := 0
+	j := 0
+	for i := range ts {
+		if j < i {
+			j = i
+		}
+		for j < len(ts) && ts[j].Sub(ts[i]) < w {
+			j++
+		}
+		if n := j - i; n > best {
+			best = n
+		}
+	}
+	return best
+}
+
+// Caller is a UDP UAC bound to one source address.
+type Caller struct {
+	Addr   string
+	ua     *sipgo.UserAgent
+	client *sipgo.Client
+}
+
+// StartCaller binds a UDP caller on ip (e.g. "127.0.0.2").
+func StartCaller(t testing.TB, ip string) *Caller {
+	t.Helper()
+	log := slog.New(slog.DiscardHandler)
+	ua, err := sipgo.NewUA(
+		sipgo.WithUserAgent("caller"),
+		sipgo.WithUserAgentTransactionLayerOptions(sipmsg.WithTransactionLayerLogger(log), sipmsg.WithTransactionLayerUnhandledResponseHandler(func(*sipmsg.Response) {})),
+		sipgo.WithUserAgentTransportLayerOptions(sipmsg.WithTransportLayerLogger(log)),
+	)
+	if err != nil {
+		t.Fatalf("caller ua: %v", err)
+	}
+	srv, err := sipgo.NewServer(ua, sipgo.WithServerLogger(log))
+	if err != nil {
+		t.Fatalf("caller server: %v", err)
+	}
+	srv.OnBye(func(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
+		_ = tx.Respond(sipmsg.NewResponseFromRequest(req, 200, "OK", nil))
+	})
+	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP(ip)})
+	if err != nil {
+		t.Fatalf("caller udp: %v", err)
+	}
+	addr := udp.LocalAddr().String()
+	go srv.ServeUDP(udp)
+	// Requests leave through the listener: wait until sipgo pooled it.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if c, err := ua.TransportLayer().GetConnection("udp", addr); err == nil && c != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("caller listener %s not ready", addr)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	client, err := sipgo.NewClient(ua, sipgo.WithClientAddr(addr), sipgo.WithClientConnectionAddr(addr), sipgo.WithClientLogger(log))
+	if err != nil {
+		t.Fatalf("caller client: %v", err)
+	}
+	t.Cleanup(func() {
+		udp.Close()
+		ua.Close()
+	})
+	return &Caller{Addr: addr, ua: ua, client: client}
+}
+
+// Invite builds an INVITE for user@proxy (proxy is ip:port) with extra
+// headers ("Name: value").
+func (c *Caller) Invite(proxy string, headers ...string) *sipmsg.Request {
+	host, port, _ := net.SplitHostPort(proxy)
+	p, _ := strconv.Atoi(port)
+	req := sipmsg.NewRequest(sipmsg.INVITE, sipmsg.Uri{Scheme: "sip", User: "100", Host: host, Port: p})
+	chost, cport, _ := net.SplitHostPort(c.Addr)
+	cp, _ := strconv.Atoi(cport)
+	req.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "caller", Host: chost, Port: cp}})
+	for _, h := range headers {
+		if i := bytes.IndexByte([]byte(h), ':'); i > 0 {
+			req.AppendHeader(sipmsg.NewHeader(h[:i], string(bytes.TrimSpace([]byte(h[i+1:])))))
+		}
+	}
+	req.SetTransport("UDP")
+	return req
+}
+
+// Transaction sends req in a client transaction.
+func (c *Caller) Transaction(ctx context.Context, req *sipmsg.Request) (sipmsg.ClientTransaction, error) {
+	return c.client.TransactionRequest(ctx, req)
+}
+
+// Final sends req and returns its final response (provisional ones are
+// skipped), or nil when the transaction ends without one.
+func (c *Caller) Final(ctx context.Context, req *sipmsg.Request) *sipmsg.Response {
+	tx, err := c.client.TransactionRequest(ctx, req)
+	if err != nil {
+		return nil
+	}
+	defer tx.Terminate()
+	for {
+		select {
+		case r := <-tx.Responses():
+			if r.IsProvisional() {
+				continue
+			}
+			return r
+		case <-tx.Done():
+			return nil
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// Client exposes the caller's sipgo client.
+func (c *Caller) Client() *sipgo.Client { return c.client }
+
+// WriteRaw sends raw bytes from a fresh UDP socket on ip to addr.
+func WriteRaw(t testing.TB, ip, addr string, data []byte) {
+	t.Helper()
+	ra, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		t.Fatalf("resolve %s: %v", addr, err)
+	}
+	conn, err := net.DialUDP("udp", &net.UDPAddr{IP: net.ParseIP(ip)}, ra)
+	if err != nil {
+		t.Fatalf("dial %s: %v", addr, err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write(data); err != nil {
+		t.Fatalf("write raw: %v", err)
+	}
+}
+
+// CancelFor builds the CANCEL of a sent INVITE (same Request-URI, top Via,
+// Call-ID, From, To and CSeq number; RFC 3261 9.1).
+func CancelFor(inv *sipmsg.Request) *sipmsg.Request {
+	cr := sipmsg.NewRequest(sipmsg.CANCEL, *inv.Recipient.Clone())
+	cr.AppendHeader(inv.Via().Clone())
+	mf := sipmsg.MaxForwardsHeader(70)
+	cr.AppendHeader(&mf)
+	cr.AppendHeader(sipmsg.HeaderClone(inv.From()))
+	cr.AppendHeader(sipmsg.HeaderClone(inv.To()))
+	cr.AppendHeader(sipmsg.HeaderClone(inv.CallID()))
+	cr.AppendHeader(&sipmsg.CSeqHeader{SeqNo: inv.CSeq().SeqNo, MethodName: sipmsg.CANCEL})
+	cr.SetBody(nil)
+	cr.SetTransport(inv.Transport())
+	cr.SetDestination(inv.Destination())
+	cr.Laddr = inv.Laddr
+	return cr
+}

@@ -1,0 +1,185 @@
+package sip
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	sipmsg "github.com/emiago/sipgo/sip"
+
+	"github.com/cpsguard/cpsguard/config"
+)
+
+// allowed is the Allow header of the proxy's own answers.
+const allowed = "INVITE, ACK, CANCEL, BYE, OPTIONS, UPDATE, INFO, PRACK, REFER, NOTIFY, MESSAGE"
+
+// inDialog reports whether req belongs to a dialog (To tag present).
+func inDialog(req *sipmsg.Request) bool {
+	to := req.To()
+	return to != nil && to.Params.Has("tag")
+}
+
+// nextHop pops the proxy's own Route entries from out and returns where
+// the request goes next: the top remaining Route, else the Request-URI.
+// ok is false when the request was not routed through the proxy (no Route
+// entry of ours), which the proxy refuses to relay.
+func (p *Proxy) nextHop(cfg *config.Config, out *sipmsg.Request) (t target, ok bool) {
+	if popOwnRoutes(p, out) == 0 {
+		return target{}, false
+	}
+	u := &out.Recipient
+	if r := out.Route(); r != nil {
+		u = &r.Address
+	}
+	t = targetOf(u, "")
+	if _, has := u.UriParams.Get("transport"); !has {
+		// No transport named: a carrier's URI decides for its own address.
+		for i := range cfg.Carriers {
+			ct, err := parseCarrierURI(cfg.Carriers[i].URI)
+			if err == nil && ct.host == t.host && ct.port == t.port {
+				t.transport = ct.transport
+				break
+			}
+		}
+	}
+	return t, true
+}
+
+// prepareInDialog builds the request forwarded along the route set.
+func (p *Proxy) prepareInDialog(req *sipmsg.Request) (*sipmsg.Request, bool) {
+	cfg := p.cfg()
+	out := req.Clone()
+	t, ok := p.nextHop(cfg, out)
+	if !ok {
+		return nil, false
+	}
+	decMaxForwards(out)
+	lo := addVia(p, out, t.transport)
+	out.SetTransport(t.transport)
+	out.SetDestination(t.hostPort())
+	out.Laddr = lo.laddr
+	return out, true
+}
+
+// forwardInDialog relays a request inside a dialog (BYE, re-INVITE, UPDATE,
+// INFO, …) statefully along its route set. It is not limited.
+func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
+	if mf := req.MaxForwards(); mf != nil && mf.Val() == 0 {
+		p.answer(req, tx, sipmsg.StatusTooManyHops, "Too Many Hops")
+		return
+	}
+	out, ok := p.prepareInDialog(req)
+	if !ok {
+		p.answer(req, tx, sipmsg.StatusCallTransactionDoesNotExists, "Call/Transaction Does Not Exist")
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.Background(), noAnswerTimeout)
+	ctx, err := p.tl.Request(cctx, out)
+	cancel()
+	if err != nil {
+		p.log.Debug("in-dialog forward failed", "method", string(req.Method), "call_id", callID(req), "error", err)
+		p.answer(req, tx, sipmsg.StatusServiceUnavailable, "Service Unavailable")
+		return
+	}
+	upstream := sipmsg.NewResponseFromRequest(req, 100, "Trying", nil).Destination()
+	relay := func(r *sipmsg.Response) {
+		rr := r.Clone()
+		rr.RemoveHeader("Via")
+		rr.SetDestination(upstream)
+		rr.SetTransport(req.Transport())
+		if err := tx.Respond(rr); err != nil {
+			p.log.Debug("relay failed", "status", r.StatusCode, "error", err)
+		}
+	}
+	if req.IsInvite() {
+		ctx.OnRetransmission(func(r *sipmsg.Response) {
+			if r.IsSuccess() {
+				relay(r)
+			}
+		})
+	}
+	limit := time.NewTimer(ringTimeout)
+	defer limit.Stop()
+	for {
+		select {
+		case r := <-ctx.Responses():
+			if r.StatusCode == 100 {
+				continue
+			}
+			relay(r)
+			if !r.IsProvisional() {
+				return
+			}
+		case <-ctx.Done():
+			p.answer(req, tx, sipmsg.StatusRequestTimeout, "Request Timeout")
+			return
+		case <-limit.C:
+			ctx.Terminate()
+			p.answer(req, tx, sipmsg.StatusRequestTimeout, "Request Timeout")
+			return
+		case <-p.base.Done():
+			// Shutdown: stop waiting; the transaction ends on its own timers.
+			p.answer(req, tx, sipmsg.StatusServiceUnavailable, "Service Unavailable")
+			return
+		}
+	}
+}
+
+// onAck forwards ACKs for 2xx along the route set, statelessly. ACKs for
+// the proxy's own or relayed non-2xx responses are absorbed by sipgo's
+// INVITE server transaction and never reach this handler.
+func (p *Proxy) onAck(req *sipmsg.Request, _ sipmsg.ServerTransaction) {
+	out, ok := p.prepareInDialog(req)
+	if !ok {
+		return
+	}
+	if err := p.tp.WriteMsg(out); err != nil {
+		p.log.Debug("ACK forward failed", "call_id", callID(req), "error", err)
+	}
+}
+
+// onCancel answers a CANCEL that matches no INVITE transaction (sipgo
+// handles the matching ones: 200 to the CANCEL, 487 to the INVITE, and the
+// call's handler is told).
+func (p *Proxy) onCancel(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
+	p.answer(req, tx, sipmsg.StatusCallTransactionDoesNotExists, "Call/Transaction Does Not Exist")
+}
+
+// onOptions answers out-of-dialog OPTIONS (keepalives) with 200 OK and
+// forwards in-dialog ones.
+func (p *Proxy) onOptions(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
+	if inDialog(req) {
+		p.forwardInDialog(req, tx)
+		return
+	}
+	res := sipmsg.NewResponseFromRequest(req, sipmsg.StatusOK, "OK", nil)
+	res.AppendHeader(sipmsg.NewHeader("Allow", allowed))
+	res.AppendHeader(sipmsg.NewHeader("Accept", "application/sdp"))
+	if err := tx.Respond(res); err != nil {
+		p.log.Debug("respond failed", "method", "OPTIONS", "error", err)
+	}
+}
+
+// onOther handles every other method: in a dialog it is forwarded; out of
+// a dialog the proxy does not serve it (405).
+func (p *Proxy) onOther(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
+	if inDialog(req) {
+		p.forwardInDialog(req, tx)
+		return
+	}
+	res := sipmsg.NewResponseFromRequest(req, sipmsg.StatusMethodNotAllowed, "Method Not Allowed", nil)
+	res.AppendHeader(sipmsg.NewHeader("Allow", allowed))
+	if err := tx.Respond(res); err != nil {
+		p.log.Debug("respond failed", "method", string(req.Method), "error", err)
+	}
+}
+
+// answer sends the proxy's own response to a request.
+func (p *Proxy) answer(req *sipmsg.Request, tx sipmsg.ServerTransaction, code int, reason string) {
+	if req.IsAck() {
+		return
+	}
+	if err := tx.Respond(sipmsg.NewResponseFromRequest(req, code, reason, nil)); err != nil && p.log.Enabled(context.Background(), slog.LevelDebug) {
+		p.log.Debug("respond failed", "status", code, "error", err)
+	}
+}

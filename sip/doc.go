@@ -1,0 +1,46 @@
+// Package sip is cpsguard's SIP front end: it identifies, admits, routes,
+// paces and forwards calls. It is a stateful proxy built on sipgo
+// (github.com/emiago/sipgo, imported as sipmsg for its message package).
+//
+// # What it owns
+//
+// For an initial INVITE, in this order: the peer is the owner of the
+// packet's source address (longest-prefix match, never a header); the
+// customer is the customer header's value when the peer may name it (else
+// 403), otherwise the peer's default; 100 Trying goes out at once; one
+// admission store call checks the peer and customer windows (refused:
+// sip.reject, or admitted anyway in shadow mode); then the carriers of the
+// route are tried in order: a pacing slot within the carrier's max_wait is
+// reserved and waited for (a timer, cancellable by CANCEL and shutdown), and
+// the INVITE is forwarded with a new Via, Record-Route, Max-Forwards minus
+// one and the carrier's host, port and transport. Responses are relayed
+// upstream; a 5xx, 408, timeout or transport error before any provisional
+// response above 100 moves the call to the next carrier (paced again). When
+// no carrier can take the call it is rejected with 503.
+//
+// In-dialog requests (To tag set: ACK for 2xx, BYE, re-INVITE, UPDATE,
+// INFO, …) are relayed along their Route set, without limits, but only when
+// their top Route names this proxy. Out-of-dialog OPTIONS get 200 OK; other
+// out-of-dialog methods get 405. A CANCEL for a call waiting for its slot
+// releases the slot and the caller gets 487 (the carrier never sees the
+// call); a CANCEL after forwarding is forwarded.
+//
+// # Failure
+//
+// A store error (admission or pacing) rejects the call with 503 and the
+// outcome rejected_store; issue 6 puts a fallback store behind the same
+// interfaces. Malformed or oversized messages are dropped (or answered 400
+// when a transaction can be formed) and counted in
+// cpsguard_sip_errors_total{reason}; they never stop the proxy. Every call
+// ends: the handler goroutine returns on the final response, on a carrier
+// timeout (4 s of silence, 3 min of ringing) or on shutdown, and sipgo's
+// transactions end on their RFC 3261 timers.
+//
+// # Concurrency
+//
+// A Proxy is safe for concurrent use. sipgo runs each request in its own
+// goroutine; a call waiting for a slot costs that goroutine and one timer.
+// The configuration is read once per call through Options.Config, so a
+// reload applies to the next call; the listen addresses are read once by
+// Serve.
+package sip

@@ -1,0 +1,133 @@
+package sip
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+
+	sipmsg "github.com/emiago/sipgo/sip"
+)
+
+// target is where a request goes next: host, port and transport.
+type target struct {
+	host      string
+	port      int
+	transport string // "UDP" or "TCP"
+}
+
+func (t target) hostPort() string {
+	return net.JoinHostPort(strings.Trim(t.host, "[]"), strconv.Itoa(t.port))
+}
+
+// parseCarrierURI reads a carrier's URI ("sip:host[:port][;transport=tcp]").
+func parseCarrierURI(raw string) (target, error) {
+	var u sipmsg.Uri
+	if err := sipmsg.ParseUri(raw, &u); err != nil {
+		return target{}, fmt.Errorf("parse carrier uri %q: %w", raw, err)
+	}
+	if u.Host == "" {
+		return target{}, fmt.Errorf("carrier uri %q has no host", raw)
+	}
+	return targetOf(&u, ""), nil
+}
+
+// targetOf is the next hop named by a URI; fallback is the transport when
+// the URI names none (default UDP).
+func targetOf(u *sipmsg.Uri, fallback string) target {
+	t := target{host: u.Host, port: u.Port, transport: fallback}
+	if v, ok := u.UriParams.Get("transport"); ok && v != "" {
+		t.transport = strings.ToUpper(v)
+	}
+	if t.transport != "TCP" {
+		t.transport = "UDP"
+	}
+	if t.port == 0 {
+		t.port = sipmsg.DefaultPort(t.transport)
+	}
+	return t
+}
+
+// popOwnRoutes removes the Route entries at the top of req that point at
+// this proxy and reports how many there were.
+func popOwnRoutes(p *Proxy, req *sipmsg.Request) int {
+	n := 0
+	for {
+		r := req.Route()
+		if r == nil || !p.isMe(&r.Address) {
+			return n
+		}
+		req.RemoveHeader("Route")
+		n++
+	}
+}
+
+// decMaxForwards replaces Max-Forwards by its value minus one (70 - 1 when
+// absent). The header is replaced, not changed in place: sipgo's clones
+// share it with the original request.
+func decMaxForwards(req *sipmsg.Request) {
+	v := uint32(70)
+	if mf := req.MaxForwards(); mf != nil {
+		v = mf.Val()
+	}
+	if v > 0 {
+		v--
+	}
+	mf := sipmsg.MaxForwardsHeader(v)
+	if req.MaxForwards() != nil {
+		req.ReplaceHeader(&mf)
+	} else {
+		req.AppendHeader(&mf)
+	}
+}
+
+// addVia puts the proxy's Via (new branch) on top of req for transport tp
+// and returns how the proxy names itself on it.
+func addVia(p *Proxy, req *sipmsg.Request, tp string) local {
+	lo := p.localFor(tp)
+	via := &sipmsg.ViaHeader{
+		ProtocolName:    "SIP",
+		ProtocolVersion: "2.0",
+		Transport:       tp,
+		Host:            lo.host,
+		Port:            lo.port,
+		Params:          sipmsg.NewParams(),
+	}
+	via.Params.Add("branch", sipmsg.GenerateBranchN(16))
+	// RFC 3581: fill received/rport of the previous hop when it asked.
+	if prev := req.Via(); prev != nil && prev.Params.Has("rport") {
+		if h, port, err := net.SplitHostPort(req.MessageData.Source()); err == nil {
+			if v, _ := prev.Params.Get("rport"); v == "" {
+				prev.Params.Add("rport", port)
+			}
+			prev.Params.Add("received", h)
+		}
+	}
+	req.PrependHeader(via)
+	if tp != "UDP" {
+		lo.laddr = sipmsg.Addr{}
+	}
+	return lo
+}
+
+// addRecordRoute records the proxy in the route set of the dialog. When the
+// two legs use different transports it records itself twice (RFC 5658), so
+// each side reaches the proxy on its own transport.
+func addRecordRoute(p *Proxy, req *sipmsg.Request, inTP, outTP string) {
+	rr := func(tp string) *sipmsg.RecordRouteHeader {
+		lo := p.localFor(tp)
+		h := &sipmsg.RecordRouteHeader{Address: sipmsg.Uri{
+			Scheme:    "sip",
+			Host:      lo.host,
+			Port:      lo.port,
+			UriParams: sipmsg.NewParams(),
+		}}
+		h.Address.UriParams.Add("transport", strings.ToLower(tp))
+		h.Address.UriParams.Add("lr", "")
+		return h
+	}
+	if !strings.EqualFold(inTP, outTP) {
+		req.PrependHeader(rr(inTP))
+	}
+	req.PrependHeader(rr(outTP))
+}

@@ -1,0 +1,532 @@
+package sip
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	sipmsg "github.com/emiago/sipgo/sip"
+
+	"github.com/cpsguard/cpsguard/admission"
+	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/lua"
+	"github.com/cpsguard/cpsguard/metrics"
+	"github.com/cpsguard/cpsguard/pacing"
+)
+
+// PeerUnknown is the peer label of calls from a source no peer owns.
+const PeerUnknown = "unknown"
+
+// call is one initial INVITE on its way through the proxy. It lives in the
+// goroutine sipgo runs the INVITE handler in and ends when that returns.
+type call struct {
+	p    *Proxy
+	cfg  *config.Config
+	req  *sipmsg.Request
+	tx   sipmsg.ServerTransaction
+	ctx  context.Context
+	log  *slog.Logger
+	peer string // metric label
+	// member identifies the call attempt in stores: Call-ID and top Via branch.
+	member string
+	// upstream is where responses to the caller go.
+	upstream string
+	outcome  string
+}
+
+// onInvite handles every INVITE: initial ones go through admission and
+// pacing, in-dialog ones (re-INVITE, To tag set) are only forwarded.
+func (p *Proxy) onInvite(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
+	if to := req.To(); to != nil && to.Params.Has("tag") {
+		p.forwardInDialog(req, tx)
+		return
+	}
+	p.active.Add(1)
+	defer p.active.Add(-1)
+
+	ctx, cancel := context.WithCancelCause(p.base)
+	defer cancel(nil)
+	if !tx.OnCancel(func(*sipmsg.Request) { cancel(errCallCanceled) }) {
+		cancel(errCallCanceled)
+	}
+	tx.OnTerminate(func(string, error) { cancel(errTxTerminated) })
+
+	c := &call{p: p, cfg: p.cfg(), req: req, tx: tx, ctx: ctx, log: p.log}
+	c.run()
+	if c.outcome != "" {
+		p.m.Calls.WithLabelValues(c.peer, c.outcome).Inc()
+	}
+}
+
+func (c *call) run() {
+	p, cfg, req := c.p, c.cfg, c.req
+	c.peer = PeerUnknown
+	src, ok := sourceAddr(req)
+	if !ok {
+		p.m.SIPErrors.WithLabelValues("source").Inc()
+		return
+	}
+	peer := cfg.PeerByAddr(src)
+	if peer == nil {
+		c.outcome = metrics.OutcomeRejectedForbidden
+		if cfg.SIP.UnknownSource == "drop" {
+			return
+		}
+		c.respond(sipmsg.StatusForbidden, "Forbidden")
+		return
+	}
+	c.peer = peer.Name
+	c.respond(sipmsg.StatusTrying, "Trying")
+	if c.log.Enabled(c.ctx, slog.LevelDebug) {
+		c.log = c.log.With("call_id", callID(req), "peer", peer.Name)
+	}
+
+	if req.From() == nil || req.To() == nil || req.CallID() == nil {
+		p.m.SIPErrors.WithLabelValues("malformed").Inc()
+		c.respond(sipmsg.StatusBadRequest, "Bad Request")
+		return
+	}
+	if mf := req.MaxForwards(); mf != nil && mf.Val() == 0 {
+		c.respond(sipmsg.StatusTooManyHops, "Too Many Hops")
+		return
+	}
+	if p.draining.Load() {
+		c.outcome = metrics.OutcomeRejectedQueue
+		c.respond(sipmsg.StatusServiceUnavailable, "Service Unavailable")
+		return
+	}
+
+	// Customer: the header, if this peer may name it; else the peer's default.
+	var cu *config.Customer
+	if name := headerValue(req, cfg.CustomerHeader); name != "" {
+		if !peer.MayUseCustomer(name) {
+			c.outcome = metrics.OutcomeRejectedForbidden
+			c.respond(sipmsg.StatusForbidden, "Forbidden")
+			return
+		}
+		if cu = cfg.Customer(name); cu == nil {
+			c.outcome = metrics.OutcomeRejectedForbidden
+			c.respond(sipmsg.StatusForbidden, "Forbidden")
+			return
+		}
+	} else if peer.Customer != "" {
+		cu = cfg.Customer(peer.Customer)
+	}
+
+	branch, _ := req.Via().Params.Get("branch")
+	c.member = callID(req) + "/" + branch
+
+	if !c.admit(peer, cu) {
+		return
+	}
+	c.route(cfg.Routes[cfg.RouteFor(peer, cu)])
+}
+
+// admit runs the one admission store call for the peer and customer
+// buckets. It answers the call and returns false when the call must stop.
+func (c *call) admit(peer *config.Peer, cu *config.Customer) bool {
+	p, cfg := c.p, c.cfg
+	type scoped struct{ scope, name string }
+	var buckets []admission.Bucket
+	var names []scoped
+	add := func(scope, name string, cps float64) {
+		if cps <= 0 {
+			return // no limit configured for this scope
+		}
+		limit, window := admission.LimitFor(cps)
+		buckets = append(buckets, admission.Bucket{Key: lua.Key(cfg.Store.KeyPrefix, scope, name), Limit: limit, Window: window})
+		names = append(names, scoped{scope, name})
+	}
+	add(metrics.ScopePeer, peer.Name, peer.CPS)
+	if cu != nil {
+		add(metrics.ScopeCustomer, cu.Name, cu.CPS)
+	}
+	if len(buckets) == 0 {
+		return true
+	}
+
+	sctx, cancel := c.storeCtx()
+	dec, err := p.adm.Admit(sctx, c.member, buckets)
+	cancel()
+	if err != nil {
+		if c.canceled() {
+			c.outcome = metrics.OutcomeCanceled
+			return false
+		}
+		c.log.Debug("admission store failed", "error", err)
+		c.outcome = metrics.OutcomeRejectedStore
+		c.respond(sipmsg.StatusServiceUnavailable, "Service Unavailable")
+		return false
+	}
+	if dec.Admit {
+		for _, n := range names {
+			p.m.Admission.WithLabelValues(n.scope, n.name, metrics.ResultAdmitted).Inc()
+		}
+		return true
+	}
+	result := metrics.ResultRejected
+	if cfg.Shadow {
+		result = metrics.ResultShadowRejected
+	}
+	if dec.Refused >= 0 && dec.Refused < len(names) {
+		n := names[dec.Refused]
+		p.m.Admission.WithLabelValues(n.scope, n.name, result).Inc()
+	}
+	if cfg.Shadow {
+		return true
+	}
+	c.outcome = metrics.OutcomeRejectedCPS
+	rej := cfg.SIP.Reject
+	code, reason := rej.Code, rej.Reason
+	if code < 300 || code > 699 {
+		code = sipmsg.StatusServiceUnavailable
+	}
+	if reason == "" {
+		reason = "CPS Limit Exceeded"
+	}
+	res := sipmsg.NewResponseFromRequest(c.req, code, reason, nil)
+	if rej.RetryAfter > 0 {
+		secs := int(math.Ceil(rej.RetryAfter.Seconds()))
+		res.AppendHeader(sipmsg.NewHeader("Retry-After", strconv.Itoa(secs)))
+	}
+	c.send(res)
+	return false
+}
+
+// route tries the carriers of the call's route in order: reserve a slot
+// within max_wait, wait for it, forward; a full carrier or one failing
+// before any provisional response above 100 passes the call to the next.
+func (c *call) route(carriers []string) {
+	p, cfg := c.p, c.cfg
+	forwarded := false
+	var lastFail *sipmsg.Response
+	for i, name := range carriers {
+		car := cfg.Carrier(name)
+		if car == nil {
+			continue
+		}
+		pc := pacing.Carrier{Key: lua.Key(cfg.Store.KeyPrefix, metrics.ScopeCarrier, name), CPS: car.CPS, MaxWait: car.MaxWait}
+		sctx, cancel := c.storeCtx()
+		slot, err := p.pacer.Reserve(sctx, pc, c.member+"#"+strconv.Itoa(i))
+		cancel()
+		if err != nil {
+			if c.canceled() {
+				c.outcome = metrics.OutcomeCanceled
+				return
+			}
+			c.log.Debug("pacing store failed", "carrier", name, "error", err)
+			if !forwarded {
+				c.outcome = metrics.OutcomeRejectedStore
+			}
+			c.respond(sipmsg.StatusServiceUnavailable, "Service Unavailable")
+			return
+		}
+		if !slot.OK {
+			p.m.Pacing.WithLabelValues(name, metrics.PacingFull).Inc()
+			p.m.Reroutes.WithLabelValues(name, "full").Inc()
+			continue
+		}
+		p.m.Pacing.WithLabelValues(name, metrics.PacingPaced).Inc()
+		p.m.PacingWait.WithLabelValues(name).Observe(slot.Wait.Seconds())
+
+		queued := p.m.Queued.WithLabelValues(name)
+		queued.Inc()
+		err = p.pacer.Wait(c.ctx, slot)
+		queued.Dec()
+		if err == nil && c.ctx.Err() != nil {
+			// Cancelled as the slot came due: give the slot back, do not send.
+			err = c.ctx.Err()
+			rctx, cancel := context.WithTimeout(context.Background(), storeBudget)
+			_ = p.pacer.Release(rctx, slot)
+			cancel()
+		}
+		if err != nil {
+			c.stopped(forwarded)
+			return
+		}
+		if !forwarded {
+			forwarded = true
+			c.outcome = metrics.OutcomeForwarded
+		}
+		res, retry := c.forward(car)
+		if !retry {
+			return
+		}
+		p.m.Reroutes.WithLabelValues(name, "failed").Inc()
+		if res != nil {
+			lastFail = res
+		}
+	}
+	if c.canceled() {
+		return
+	}
+	if forwarded {
+		if lastFail != nil {
+			c.relay(lastFail)
+		} else {
+			c.respond(sipmsg.StatusRequestTimeout, "Request Timeout")
+		}
+		return
+	}
+	c.outcome = metrics.OutcomeRejectedQueue
+	c.respond(sipmsg.StatusServiceUnavailable, "No Carrier Available")
+}
+
+// stopped ends a call whose wait for a slot was interrupted: by the
+// caller's CANCEL (sipgo already answered 487) or by shutdown (503).
+func (c *call) stopped(forwarded bool) {
+	if c.canceled() {
+		if !forwarded {
+			c.outcome = metrics.OutcomeCanceled
+		}
+		return
+	}
+	if !forwarded {
+		c.outcome = metrics.OutcomeRejectedQueue
+	}
+	c.respond(sipmsg.StatusServiceUnavailable, "Service Unavailable")
+}
+
+// canceled reports whether the caller cancelled the call.
+func (c *call) canceled() bool {
+	return errors.Is(context.Cause(c.ctx), errCallCanceled)
+}
+
+// storeCtx bounds one store call by store.redis.timeout.
+func (c *call) storeCtx() (context.Context, context.CancelFunc) {
+	d := storeBudget
+	if r := c.cfg.Store.Redis; r != nil && r.Timeout > 0 {
+		d = r.Timeout
+	}
+	return context.WithTimeout(c.ctx, d)
+}
+
+// respond answers the INVITE with a response of the proxy's own.
+func (c *call) respond(code int, reason string) {
+	c.send(sipmsg.NewResponseFromRequest(c.req, code, reason, nil))
+}
+
+func (c *call) send(res *sipmsg.Response) {
+	if c.upstream == "" {
+		c.upstream = res.Destination()
+	}
+	if err := c.tx.Respond(res); err != nil {
+		c.log.Debug("respond failed", "status", res.StatusCode, "error", err)
+	}
+}
+
+// relay passes a carrier's response upstream without the proxy's Via.
+func (c *call) relay(res *sipmsg.Response) {
+	r := res.Clone()
+	r.RemoveHeader("Via")
+	if c.upstream == "" {
+		c.upstream = sipmsg.NewResponseFromRequest(c.req, 100, "Trying", nil).Destination()
+	}
+	r.SetDestination(c.upstream)
+	r.SetTransport(c.req.Transport())
+	if err := c.tx.Respond(r); err != nil {
+		c.log.Debug("relay failed", "status", res.StatusCode, "error", err)
+	}
+}
+
+// forward sends the INVITE to one carrier and relays its responses. retry
+// reports that the carrier failed before any provisional response above 100
+// (5xx, 408, timeout, transport error) and the next carrier may be tried;
+// res is then the failure response, if any.
+func (c *call) forward(car *config.Carrier) (res *sipmsg.Response, retry bool) {
+	p := c.p
+	target, err := parseCarrierURI(car.URI)
+	if err != nil {
+		c.log.Debug("bad carrier uri", "carrier", car.Name, "error", err)
+		return nil, true
+	}
+	out := c.req.Clone()
+	popOwnRoutes(p, out)
+	out.Recipient.Host = target.host
+	out.Recipient.Port = target.port
+	if out.Recipient.UriParams != nil {
+		out.Recipient.UriParams.Remove("transport")
+	}
+	if target.transport == "TCP" {
+		if out.Recipient.UriParams == nil {
+			out.Recipient.UriParams = sipmsg.NewParams()
+		}
+		out.Recipient.UriParams.Add("transport", "tcp")
+	}
+	decMaxForwards(out)
+	if c.cfg.SIP.RecordRoute {
+		addRecordRoute(p, out, c.req.Transport(), target.transport)
+	}
+	lo := addVia(p, out, target.transport)
+	out.SetTransport(target.transport)
+	out.SetDestination(target.hostPort())
+	out.Laddr = lo.laddr
+
+	cctx, cancel := context.WithTimeout(context.Background(), noAnswerTimeout)
+	ctx, err := p.tl.Request(cctx, out)
+	cancel()
+	if err != nil {
+		c.log.Debug("forward failed", "carrier", car.Name, "error", err)
+		return nil, true
+	}
+	log := c.log
+	if log.Enabled(c.ctx, slog.LevelDebug) {
+		log = log.With("carrier", car.Name)
+		log.Debug("call forwarded")
+	}
+	// 2xx retransmissions bypass Responses(); relay them too.
+	ctx.OnRetransmission(func(r *sipmsg.Response) {
+		if r.IsSuccess() {
+			c.relay(r)
+		}
+	})
+
+	timer := time.NewTimer(noAnswerTimeout)
+	defer timer.Stop()
+	var (
+		gotAny, provisional, cancelPending, cancelSent bool
+		done                                           = c.ctx.Done()
+	)
+	sendCancel := func() {
+		cancelSent = true
+		p.cancelUpstream(out)
+		timer.Reset(cancelTimeout)
+	}
+	for {
+		select {
+		case r := <-ctx.Responses():
+			if !gotAny {
+				gotAny = true
+				timer.Reset(ringTimeout)
+			}
+			if cancelPending && !cancelSent {
+				sendCancel()
+			}
+			if r.IsProvisional() {
+				if r.StatusCode > 100 {
+					provisional = true
+					if !cancelSent {
+						timer.Reset(ringTimeout)
+					}
+					c.relay(r)
+				}
+				continue
+			}
+			if !r.IsSuccess() && !provisional && !cancelSent && (r.StatusCode == 408 || (r.StatusCode >= 500 && r.StatusCode < 600)) {
+				return r, true
+			}
+			c.relay(r)
+			return r, false
+
+		case <-ctx.Done():
+			if cancelSent || cancelPending {
+				return nil, false
+			}
+			if !provisional {
+				return nil, true
+			}
+			c.respond(sipmsg.StatusRequestTimeout, "Request Timeout")
+			return nil, false
+
+		case <-timer.C:
+			if cancelSent || cancelPending {
+				ctx.Terminate()
+				return nil, false
+			}
+			if !gotAny {
+				// Silent carrier: no CANCEL without a provisional response
+				// (RFC 3261 9.1); drop the transaction and move on.
+				ctx.Terminate()
+				return nil, true
+			}
+			// Rang too long (Timer C): cancel downstream, 408 upstream.
+			sendCancel()
+			c.respond(sipmsg.StatusRequestTimeout, "Request Timeout")
+
+		case <-done:
+			done = nil
+			if !c.canceled() {
+				// Shutdown: the caller gets 503, the carrier a CANCEL.
+				c.respond(sipmsg.StatusServiceUnavailable, "Service Unavailable")
+			}
+			if gotAny {
+				sendCancel()
+			} else {
+				cancelPending = true
+				timer.Reset(cancelTimeout)
+			}
+		}
+	}
+}
+
+// cancelUpstream sends a CANCEL for a forwarded INVITE (RFC 3261 9.1) and
+// drains its transaction in the background until it ends.
+func (p *Proxy) cancelUpstream(inv *sipmsg.Request) {
+	cr := sipmsg.NewRequest(sipmsg.CANCEL, *inv.Recipient.Clone())
+	cr.SipVersion = inv.SipVersion
+	cr.AppendHeader(inv.Via().Clone())
+	for _, h := range inv.GetHeaders("Route") {
+		cr.AppendHeader(sipmsg.HeaderClone(h))
+	}
+	mf := sipmsg.MaxForwardsHeader(70)
+	cr.AppendHeader(&mf)
+	cr.AppendHeader(sipmsg.HeaderClone(inv.From()))
+	cr.AppendHeader(sipmsg.HeaderClone(inv.To()))
+	cr.AppendHeader(sipmsg.HeaderClone(inv.CallID()))
+	cr.AppendHeader(&sipmsg.CSeqHeader{SeqNo: inv.CSeq().SeqNo, MethodName: sipmsg.CANCEL})
+	cr.SetBody(nil)
+	cr.SetTransport(inv.Transport())
+	cr.SetDestination(inv.Destination())
+	cr.Laddr = inv.Laddr
+
+	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
+	defer cancel()
+	tx, err := p.tl.Request(ctx, cr)
+	if err != nil {
+		p.log.Debug("send CANCEL failed", "call_id", callID(inv), "error", err)
+		return
+	}
+	go func() {
+		defer tx.Terminate()
+		t := time.NewTimer(cancelTimeout)
+		defer t.Stop()
+		for {
+			select {
+			case r := <-tx.Responses():
+				if !r.IsProvisional() {
+					return
+				}
+			case <-tx.Done():
+				return
+			case <-t.C:
+				return
+			}
+		}
+	}()
+}
+
+// sourceAddr is the packet source of a request, never a header.
+func sourceAddr(req *sipmsg.Request) (netip.Addr, bool) {
+	ap, err := netip.ParseAddrPort(req.MessageData.Source())
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return ap.Addr().Unmap(), true
+}
+
+// headerValue returns the trimmed value of the first header called name.
+func headerValue(req *sipmsg.Request, name string) string {
+	if name == "" {
+		return ""
+	}
+	h := req.GetHeader(name)
+	if h == nil {
+		return ""
+	}
+	return strings.TrimSpace(h.Value())
+}

@@ -1,0 +1,486 @@
+package sip
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/emiago/sipgo"
+	sipmsg "github.com/emiago/sipgo/sip"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cpsguard/cpsguard/admission"
+	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/metrics"
+	"github.com/cpsguard/cpsguard/pacing"
+)
+
+// Admitter decides admissions atomically over several rolling-window buckets.
+// admission.Store satisfies it.
+type Admitter interface {
+	Admit(ctx context.Context, member string, buckets []admission.Bucket) (admission.Decision, error)
+}
+
+// Pacer reserves, waits for and releases carrier send slots. *pacing.Pacer
+// satisfies it.
+type Pacer interface {
+	// Reserve takes the carrier's next send slot within c.MaxWait, or reports
+	// Slot.OK false without reserving anything.
+	Reserve(ctx context.Context, c pacing.Carrier, member string) (pacing.Slot, error)
+	// Wait blocks until the slot is due. When ctx ends first it releases the
+	// slot and returns ctx.Err().
+	Wait(ctx context.Context, s pacing.Slot) error
+	// Release gives back a slot that will not be used.
+	Release(ctx context.Context, s pacing.Slot) error
+}
+
+// Options configure a Proxy. Config, Admission and Pacer are required.
+type Options struct {
+	// Config returns the current configuration snapshot. The proxy reads it
+	// once per call, so a reload applies to the next call.
+	Config func() *config.Config
+	// Admission is the rolling-window store (peer and customer buckets).
+	Admission Admitter
+	// Pacer paces forwarded calls per carrier.
+	Pacer Pacer
+	// Metrics receives every counter; nil builds a private, unexported set.
+	Metrics *metrics.Metrics
+	// Logger receives the proxy's and sipgo's logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// MaxMessageSize is the largest SIP message the proxy parses. Larger
+// messages are dropped (UDP) or close the connection (TCP) and are counted
+// in cpsguard_sip_errors_total{reason="oversized"}.
+const MaxMessageSize = 16 * 1024
+
+// Timers of the call path. They are variables so tests can shorten them.
+var (
+	// noAnswerTimeout is how long a carrier may stay silent (not even a
+	// 100 Trying) before the call moves to the next carrier of its route.
+	noAnswerTimeout = 4 * time.Second
+	// ringTimeout bounds a forwarded INVITE that got a provisional response
+	// but no final one (RFC 3261 Timer C is > 3 min).
+	ringTimeout = 3 * time.Minute
+	// cancelTimeout is how long a CANCELled INVITE waits for the carrier's
+	// final response before the proxy gives up on it.
+	cancelTimeout = 5 * time.Second
+	// storeBudget bounds one store call when config sets no Redis timeout.
+	storeBudget = time.Second
+	// shutdownGrace bounds how long Serve waits for calls to finish after
+	// its context is cancelled.
+	shutdownGrace = 5 * time.Second
+)
+
+// Causes of a call context's cancellation.
+var (
+	errCallCanceled  = errors.New("sip: call canceled by the caller")
+	errTxTerminated  = errors.New("sip: server transaction terminated")
+	errProxyShutdown = errors.New("sip: proxy shutting down")
+)
+
+// listener is one bound SIP socket.
+type listener struct {
+	network string // "udp" or "tcp"
+	addr    netip.AddrPort
+	udp     *net.UDPConn
+	tcp     *net.TCPListener
+}
+
+// local is how the proxy names itself on one transport (Via, Record-Route).
+type local struct {
+	host string
+	port int
+	// laddr is the UDP listener's local address, used as the source of
+	// outgoing UDP requests so carriers see the proxy's SIP port.
+	laddr sipmsg.Addr
+}
+
+// Proxy is the SIP front end: it identifies, admits, routes, paces and
+// forwards calls. Build it with New and run it with Serve.
+type Proxy struct {
+	cfg   func() *config.Config
+	adm   Admitter
+	pacer Pacer
+	m     *metrics.Metrics
+	log   *slog.Logger
+
+	ua  *sipgo.UserAgent
+	srv *sipgo.Server
+	tl  *sipmsg.TransactionLayer
+	tp  *sipmsg.TransportLayer
+
+	ready   chan struct{}
+	serving atomic.Bool
+
+	// Set once in Serve before ready is closed; read-only afterwards.
+	listeners []listener
+	locals    map[string]local // by "udp"/"tcp"
+	advHost   string
+	advPort   int
+
+	// base is the parent of every call context; cancelled on shutdown.
+	base       context.Context
+	baseCancel context.CancelCauseFunc
+	draining   atomic.Bool
+	active     atomic.Int64
+}
+
+// New builds a Proxy. It does not open sockets; Serve does.
+func New(opts Options) (*Proxy, error) {
+	if opts.Config == nil {
+		return nil, errors.New("sip: Options.Config is required")
+	}
+	if opts.Admission == nil {
+		return nil, errors.New("sip: Options.Admission is required")
+	}
+	if opts.Pacer == nil {
+		return nil, errors.New("sip: Options.Pacer is required")
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = metrics.New(prometheus.NewRegistry())
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	p := &Proxy{
+		cfg:   opts.Config,
+		adm:   opts.Admission,
+		pacer: opts.Pacer,
+		m:     opts.Metrics,
+		log:   opts.Logger.With("component", "sip"),
+		ready: make(chan struct{}),
+	}
+	p.base, p.baseCancel = context.WithCancelCause(context.Background())
+
+	sipLog := slog.New(&sipgoHandler{inner: opts.Logger.Handler(), errs: p.m.SIPErrors}).With("component", "sipgo")
+	parser := sipmsg.NewParser()
+	parser.MaxMessageLength = MaxMessageSize
+	ua, err := sipgo.NewUA(
+		sipgo.WithUserAgent("cpsguard"),
+		sipgo.WithUserAgentParser(parser),
+		sipgo.WithUserAgentTransactionLayerOptions(
+			sipmsg.WithTransactionLayerLogger(sipLog),
+			sipmsg.WithTransactionLayerUnhandledResponseHandler(p.onStrayResponse),
+		),
+		sipgo.WithUserAgentTransportLayerOptions(
+			sipmsg.WithTransportLayerLogger(sipLog),
+			sipmsg.WithTransportLayerReadFilter(p.readFilter),
+		),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("sip: create user agent: %w", err)
+	}
+	srv, err := sipgo.NewServer(ua, sipgo.WithServerLogger(sipLog))
+	if err != nil {
+		_ = ua.Close()
+		return nil, fmt.Errorf("sip: create server: %w", err)
+	}
+	p.ua, p.srv = ua, srv
+	p.tl, p.tp = ua.TransactionLayer(), ua.TransportLayer()
+
+	srv.OnInvite(p.onInvite)
+	srv.OnAck(p.onAck)
+	srv.OnCancel(p.onCancel)
+	srv.OnOptions(p.onOptions)
+	srv.OnNoRoute(p.onOther)
+	return p, nil
+}
+
+// Ready is closed once every listener of Serve is bound.
+func (p *Proxy) Ready() <-chan struct{} { return p.ready }
+
+// Addrs returns the bound listen addresses as "udp://ip:port" and
+// "tcp://ip:port" (useful with port 0). Valid after Ready is closed.
+func (p *Proxy) Addrs() []string {
+	select {
+	case <-p.ready:
+	default:
+		return nil
+	}
+	out := make([]string, 0, len(p.listeners))
+	for _, l := range p.listeners {
+		out = append(out, l.network+"://"+l.addr.String())
+	}
+	return out
+}
+
+// Serve listens on every sip.listen URL of the current configuration (UDP
+// and TCP in one process) and handles SIP until ctx is cancelled. On
+// cancellation it stops taking new calls (503), cancels calls still
+// waiting for a slot, waits a few seconds for calls in progress, closes the
+// sockets and returns nil. It returns an error when a listener cannot be
+// bound. Serve may be called once.
+func (p *Proxy) Serve(ctx context.Context) error {
+	if !p.serving.CompareAndSwap(false, true) {
+		return errors.New("sip: Serve called twice")
+	}
+	cfg := p.cfg()
+	if cfg == nil {
+		return errors.New("sip: no configuration")
+	}
+	if err := p.listen(cfg); err != nil {
+		return err
+	}
+	close(p.ready)
+
+	var wg sync.WaitGroup
+	errc := make(chan error, len(p.listeners))
+	for _, l := range p.listeners {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			if l.udp != nil {
+				err = p.srv.ServeUDP(l.udp)
+			} else {
+				err = p.srv.ServeTCP(l.tcp)
+			}
+			if err != nil && !errors.Is(err, net.ErrClosed) {
+				errc <- fmt.Errorf("sip: serve %s://%s: %w", l.network, l.addr, err)
+			}
+		}()
+	}
+	p.log.Info("sip listening", "addrs", strings.Join(p.Addrs(), ","))
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+	}
+
+	p.draining.Store(true)
+	p.baseCancel(errProxyShutdown)
+	grace, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	p.waitIdle(grace)
+	cancel()
+	for _, l := range p.listeners {
+		if l.udp != nil {
+			_ = l.udp.Close()
+		} else {
+			_ = l.tcp.Close()
+		}
+	}
+	_ = p.ua.Close()
+	wg.Wait()
+	return serveErr
+}
+
+// Shutdown drains the proxy: new initial INVITEs get 503, calls already
+// admitted continue until they are forwarded or ctx ends; then calls still
+// waiting are cancelled. Cancel Serve's context afterwards to close the
+// sockets. It returns ctx.Err() when calls were still in progress.
+func (p *Proxy) Shutdown(ctx context.Context) error {
+	p.draining.Store(true)
+	err := p.waitIdle(ctx)
+	p.baseCancel(errProxyShutdown)
+	return err
+}
+
+// waitIdle polls until no initial INVITE is being handled or ctx ends.
+func (p *Proxy) waitIdle(ctx context.Context) error {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for p.active.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// listen binds every listen URL and computes how the proxy names itself.
+func (p *Proxy) listen(cfg *config.Config) error {
+	if len(cfg.SIP.Listen) == 0 {
+		return errors.New("sip: sip.listen is empty")
+	}
+	closeAll := func() {
+		for _, l := range p.listeners {
+			if l.udp != nil {
+				_ = l.udp.Close()
+			} else {
+				_ = l.tcp.Close()
+			}
+		}
+		p.listeners = nil
+	}
+	for _, raw := range cfg.SIP.Listen {
+		u, err := url.Parse(raw)
+		if err != nil || u.Host == "" {
+			closeAll()
+			return fmt.Errorf("sip: listen %q: want udp://host:port or tcp://host:port", raw)
+		}
+		switch strings.ToLower(u.Scheme) {
+		case "udp":
+			a, err := net.ResolveUDPAddr("udp", u.Host)
+			if err != nil {
+				closeAll()
+				return fmt.Errorf("sip: listen %q: %w", raw, err)
+			}
+			c, err := net.ListenUDP("udp", a)
+			if err != nil {
+				closeAll()
+				return fmt.Errorf("sip: listen %q: %w", raw, err)
+			}
+			ap := c.LocalAddr().(*net.UDPAddr).AddrPort()
+			p.listeners = append(p.listeners, listener{network: "udp", addr: unmap(ap), udp: c})
+		case "tcp":
+			a, err := net.ResolveTCPAddr("tcp", u.Host)
+			if err != nil {
+				closeAll()
+				return fmt.Errorf("sip: listen %q: %w", raw, err)
+			}
+			l, err := net.ListenTCP("tcp", a)
+			if err != nil {
+				closeAll()
+				return fmt.Errorf("sip: listen %q: %w", raw, err)
+			}
+			ap := l.Addr().(*net.TCPAddr).AddrPort()
+			p.listeners = append(p.listeners, listener{network: "tcp", addr: unmap(ap), tcp: l})
+		default:
+			closeAll()
+			return fmt.Errorf("sip: listen %q: unsupported scheme %q (udp or tcp)", raw, u.Scheme)
+		}
+	}
+
+	if adv := cfg.SIP.Advertise; adv != "" {
+		if h, port, err := net.SplitHostPort(adv); err == nil {
+			p.advHost = h
+			p.advPort, _ = strconv.Atoi(port)
+		} else {
+			p.advHost = strings.Trim(adv, "[]")
+		}
+	}
+	p.locals = make(map[string]local, 2)
+	for _, l := range p.listeners {
+		if _, ok := p.locals[l.network]; ok {
+			continue // the first listener of a transport names the proxy
+		}
+		lo := local{host: p.advHost, port: p.advPort}
+		if lo.host == "" {
+			lo.host = hostOf(l.addr.Addr())
+		}
+		if lo.port == 0 {
+			lo.port = int(l.addr.Port())
+		}
+		if l.udp != nil {
+			la := l.udp.LocalAddr().(*net.UDPAddr)
+			lo.laddr = sipmsg.Addr{IP: la.IP, Port: la.Port, Zone: la.Zone}
+		}
+		p.locals[l.network] = lo
+	}
+	return nil
+}
+
+// hostOf names a listen address for Via and Record-Route; an unspecified
+// address falls back to the first non-loopback IPv4 of the host.
+func hostOf(a netip.Addr) string {
+	if !a.IsUnspecified() {
+		return a.String()
+	}
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, ia := range addrs {
+			if n, ok := ia.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
+				return n.IP.String()
+			}
+		}
+	}
+	return "127.0.0.1"
+}
+
+func unmap(ap netip.AddrPort) netip.AddrPort {
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}
+
+// localFor returns how the proxy names itself on transport tp ("UDP",
+// "TCP"); a transport without a listener borrows another listener's port.
+func (p *Proxy) localFor(tp string) local {
+	if lo, ok := p.locals[strings.ToLower(tp)]; ok {
+		return lo
+	}
+	for _, n := range []string{"udp", "tcp"} {
+		if lo, ok := p.locals[n]; ok {
+			lo.laddr = sipmsg.Addr{}
+			return lo
+		}
+	}
+	return local{host: "127.0.0.1", port: 5060}
+}
+
+// isMe reports whether a SIP URI (from a Route header) points at this proxy.
+func (p *Proxy) isMe(u *sipmsg.Uri) bool {
+	host := strings.Trim(u.Host, "[]")
+	port := u.Port
+	if port == 0 {
+		port = sipmsg.DefaultPort("udp")
+	}
+	if p.advHost != "" && strings.EqualFold(host, p.advHost) {
+		if p.advPort != 0 {
+			return port == p.advPort
+		}
+		return p.listensOn(port)
+	}
+	if !p.listensOn(port) && port != p.advPort {
+		return false
+	}
+	for _, lo := range p.locals {
+		if strings.EqualFold(host, lo.host) {
+			return true
+		}
+	}
+	ha, err := netip.ParseAddr(host)
+	if err != nil {
+		return false
+	}
+	for _, l := range p.listeners {
+		if l.addr.Addr() == ha.Unmap() || l.addr.Addr().IsUnspecified() {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Proxy) listensOn(port int) bool {
+	for _, l := range p.listeners {
+		if int(l.addr.Port()) == port {
+			return true
+		}
+	}
+	return false
+}
+
+// readFilter drops datagrams that filled the read buffer: they were cut
+// short by the socket and cannot be a whole SIP message.
+func (p *Proxy) readFilter(props sipmsg.TransportReadProps, data []byte) ([]byte, error) {
+	if props.Transport == "UDP" && len(data) >= int(sipmsg.TransportBufferReadSize) {
+		p.m.SIPErrors.WithLabelValues("oversized").Inc()
+		return nil, nil
+	}
+	return data, nil
+}
+
+// onStrayResponse handles responses that match no client transaction
+// (late retransmissions): they are dropped.
+func (p *Proxy) onStrayResponse(res *sipmsg.Response) {
+	if p.log.Enabled(context.Background(), slog.LevelDebug) {
+		p.log.Debug("stray response dropped", "status", res.StatusCode, "call_id", callID(res))
+	}
+}
+
+func callID(m sipmsg.Message) string {
+	if h := m.CallID(); h != nil {
+		return h.Value()
+	}
+	return ""
+}

@@ -1,0 +1,615 @@
+package sip
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/netip"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	sipmsg "github.com/emiago/sipgo/sip"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/cpsguard/cpsguard/admission"
+	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/internal/siptest"
+	"github.com/cpsguard/cpsguard/metrics"
+	"github.com/cpsguard/cpsguard/pacing"
+)
+
+// fakeAdmitter answers admissions from a script.
+type fakeAdmitter struct {
+	mu      sync.Mutex
+	refuse  int // index of the refusing bucket, -1 = admit
+	err     error
+	calls   int
+	buckets [][]admission.Bucket
+	members []string
+}
+
+func (f *fakeAdmitter) Admit(_ context.Context, member string, b []admission.Bucket) (admission.Decision, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	f.buckets = append(f.buckets, b)
+	f.members = append(f.members, member)
+	if f.err != nil {
+		return admission.Decision{}, f.err
+	}
+	if f.refuse >= 0 {
+		return admission.Decision{Admit: false, Refused: f.refuse, RetryAfter: time.Second}, nil
+	}
+	return admission.Decision{Admit: true, Refused: -1}, nil
+}
+
+// fakePacer grants slots after a fixed wait, or none for full carriers.
+type fakePacer struct {
+	mu       sync.Mutex
+	wait     time.Duration
+	full     map[string]bool // by key
+	err      error
+	reserved []string // keys
+	released []string // keys
+}
+
+func (f *fakePacer) Reserve(_ context.Context, c pacing.Carrier, member string) (pacing.Slot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return pacing.Slot{}, f.err
+	}
+	if f.full[c.Key] {
+		return pacing.Slot{OK: false, Wait: c.MaxWait + time.Second}, nil
+	}
+	f.reserved = append(f.reserved, c.Key)
+	return pacing.Slot{OK: true, Wait: f.wait, Key: c.Key, Member: member, Reserved: time.Now()}, nil
+}
+
+func (f *fakePacer) Wait(ctx context.Context, s pacing.Slot) error {
+	t := time.NewTimer(time.Until(s.Due()))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		_ = f.Release(context.Background(), s)
+		return ctx.Err()
+	}
+}
+
+func (f *fakePacer) Release(_ context.Context, s pacing.Slot) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.released = append(f.released, s.Key)
+	return nil
+}
+
+func (f *fakePacer) counts() (reserved, released int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.reserved), len(f.released)
+}
+
+func testConfig(carriers ...config.Carrier) *config.Config {
+	names := make([]string, len(carriers))
+	for i, c := range carriers {
+		names[i] = c.Name
+	}
+	return &config.Config{
+		SIP: config.SIP{
+			Listen:        []string{"udp://127.0.0.1:0", "tcp://127.0.0.1:0"},
+			RecordRoute:   true,
+			UnknownSource: "reject",
+			Reject:        config.Reject{Code: 503, Reason: "CPS Limit Exceeded"},
+		},
+		Store:          config.Store{KeyPrefix: "t"},
+		CustomerHeader: "X-Customer",
+		Peers: []config.Peer{{
+			Name: "dialer-1", Sources: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")},
+			CPS: 50, Customer: "acme", Customers: []string{"acme", "beta"},
+		}},
+		Customers: []config.Customer{{Name: "acme", CPS: 20}, {Name: "beta", CPS: 5}, {Name: "gamma", CPS: 5}},
+		Carriers:  carriers,
+		Routes:    map[string][]string{"default": names},
+	}
+}
+
+func carrierCfg(name string, c *siptest.Carrier) config.Carrier {
+	return config.Carrier{Name: name, URI: "sip:" + c.Addr, CPS: 100, MaxWait: time.Second}
+}
+
+type harness struct {
+	p     *Proxy
+	m     *metrics.Metrics
+	udp   string // ip:port
+	tcp   string
+	adm   *fakeAdmitter
+	pacer *fakePacer
+}
+
+func testLogger() *slog.Logger {
+	if os.Getenv("SIP_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+func startProxy(t *testing.T, cfg *config.Config, adm Admitter, pacer Pacer) *harness {
+	t.Helper()
+	m := metrics.New(prometheus.NewRegistry())
+	var mu sync.Mutex
+	cur := cfg
+	p, err := New(Options{
+		Config:    func() *config.Config { mu.Lock(); defer mu.Unlock(); return cur },
+		Admission: adm, Pacer: pacer, Metrics: m, Logger: testLogger(),
+	})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Serve(ctx) }()
+	select {
+	case <-p.Ready():
+	case err := <-done:
+		t.Fatalf("Serve: %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve returned %v", err)
+		}
+	})
+	h := &harness{p: p, m: m}
+	for _, a := range p.Addrs() {
+		if s, ok := strings.CutPrefix(a, "udp://"); ok {
+			h.udp = s
+		}
+		if s, ok := strings.CutPrefix(a, "tcp://"); ok {
+			h.tcp = s
+		}
+	}
+	if f, ok := adm.(*fakeAdmitter); ok {
+		h.adm = f
+	}
+	if f, ok := pacer.(*fakePacer); ok {
+		h.pacer = f
+	}
+	return h
+}
+
+func newFakes() (*fakeAdmitter, *fakePacer) {
+	return &fakeAdmitter{refuse: -1}, &fakePacer{full: map[string]bool{}}
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestNewRequiresOptions(t *testing.T) {
+	adm, pacer := newFakes()
+	cfg := func() *config.Config { return testConfig() }
+	for _, tc := range []struct {
+		name string
+		opts Options
+	}{
+		{"no config", Options{Admission: adm, Pacer: pacer}},
+		{"no admission", Options{Config: cfg, Pacer: pacer}},
+		{"no pacer", Options{Config: cfg, Admission: adm}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := New(tc.opts); err == nil {
+				t.Fatalf("New(%s) = nil error, want error", tc.name)
+			}
+		})
+	}
+}
+
+func TestForwardedCallIsRewrittenAndAnswered(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	adm, pacer := newFakes()
+	h := startProxy(t, testConfig(carrierCfg("a", car)), adm, pacer)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+
+	res := caller.Final(ctxT(t, 5*time.Second), caller.Invite(h.udp))
+	if res == nil || res.StatusCode != 200 {
+		t.Fatalf("final = %v, want 200", res)
+	}
+	if got := res.GetHeaders("Via"); len(got) != 1 {
+		t.Errorf("response Vias = %d, want 1 (the proxy's removed)", len(got))
+	}
+	if res.RecordRoute() == nil {
+		t.Errorf("200 OK has no Record-Route")
+	}
+	inv := car.Invites()
+	if len(inv) != 1 {
+		t.Fatalf("carrier INVITEs = %d, want 1", len(inv))
+	}
+	got := inv[0]
+	if hp := got.Recipient.Host + ":" + itoa(got.Recipient.Port); hp != car.Addr {
+		t.Errorf("Request-URI host:port = %s, want %s", hp, car.Addr)
+	}
+	if got.Recipient.User != "100" {
+		t.Errorf("Request-URI user = %q, want 100", got.Recipient.User)
+	}
+	if n := len(got.GetHeaders("Via")); n != 2 {
+		t.Errorf("carrier Vias = %d, want 2", n)
+	}
+	if v := got.Via(); v.Host != "127.0.0.1" || itoa(v.Port) != strings.Split(h.udp, ":")[1] {
+		t.Errorf("top Via = %s, want the proxy %s", v.SentBy(), h.udp)
+	}
+	if mf := got.MaxForwards(); mf == nil || mf.Val() != 69 {
+		t.Errorf("Max-Forwards = %v, want 69", mf)
+	}
+	if rr := got.RecordRoute(); rr == nil || !strings.Contains(rr.Value(), ";lr") {
+		t.Errorf("Record-Route = %v, want the proxy with lr", rr)
+	}
+	waitFor(t, func() bool {
+		return testutil.ToFloat64(h.m.Calls.WithLabelValues("dialer-1", metrics.OutcomeForwarded)) == 1
+	}, "calls_total{forwarded} = 1")
+	if n := testutil.ToFloat64(h.m.Admission.WithLabelValues("customer", "acme", metrics.ResultAdmitted)); n != 1 {
+		t.Errorf("admission_total{customer,acme,admitted} = %v, want 1", n)
+	}
+	if len(adm.buckets) != 1 || len(adm.buckets[0]) != 2 {
+		t.Fatalf("admission calls = %v, want one call with peer and customer buckets", adm.buckets)
+	}
+	if k := adm.buckets[0][0].Key; k != "t:{peer:dialer-1}" {
+		t.Errorf("peer bucket key = %q", k)
+	}
+	if k := adm.buckets[0][1].Key; k != "t:{customer:acme}" {
+		t.Errorf("customer bucket key = %q", k)
+	}
+	if m := adm.members[0]; !strings.Contains(m, "/z9hG4bK") {
+		t.Errorf("member = %q, want Call-ID/branch", m)
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+func TestRejections(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	for _, tc := range []struct {
+		name    string
+		cfg     func(*config.Config)
+		adm     func(*fakeAdmitter)
+		pacer   func(*fakePacer)
+		src     string
+		headers []string
+		code    int
+		outcome string
+		peer    string
+	}{
+		{name: "unknown source", src: "127.0.0.9", code: 403, outcome: metrics.OutcomeRejectedForbidden, peer: PeerUnknown},
+		{name: "customer header not allowed", src: "127.0.0.2", headers: []string{"X-Customer: gamma"}, code: 403, outcome: metrics.OutcomeRejectedForbidden},
+		{name: "customer header unknown", src: "127.0.0.2", headers: []string{"X-Customer: nobody"}, code: 403, outcome: metrics.OutcomeRejectedForbidden},
+		{name: "over limit", src: "127.0.0.2", adm: func(f *fakeAdmitter) { f.refuse = 1 }, code: 503, outcome: metrics.OutcomeRejectedCPS},
+		{name: "over limit custom reject", src: "127.0.0.2", cfg: func(c *config.Config) {
+			c.SIP.Reject = config.Reject{Code: 486, Reason: "Busy CPS", RetryAfter: 1500 * time.Millisecond}
+		}, adm: func(f *fakeAdmitter) { f.refuse = 0 }, code: 486, outcome: metrics.OutcomeRejectedCPS},
+		{name: "admission store error", src: "127.0.0.2", adm: func(f *fakeAdmitter) { f.err = errors.New("redis down") }, code: 503, outcome: metrics.OutcomeRejectedStore},
+		{name: "pacing store error", src: "127.0.0.2", pacer: func(f *fakePacer) { f.err = errors.New("redis down") }, code: 503, outcome: metrics.OutcomeRejectedStore},
+		{name: "carrier full", src: "127.0.0.2", pacer: func(f *fakePacer) { f.full["t:{carrier:a}"] = true }, code: 503, outcome: metrics.OutcomeRejectedQueue},
+		{name: "shadow admits", src: "127.0.0.2", cfg: func(c *config.Config) { c.Shadow = true }, adm: func(f *fakeAdmitter) { f.refuse = 0 }, code: 200, outcome: metrics.OutcomeForwarded},
+		{name: "max forwards zero", src: "127.0.0.2", headers: []string{"Max-Forwards: 0"}, code: 483},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(carrierCfg("a", car))
+			if tc.cfg != nil {
+				tc.cfg(cfg)
+			}
+			adm, pacer := newFakes()
+			if tc.adm != nil {
+				tc.adm(adm)
+			}
+			if tc.pacer != nil {
+				tc.pacer(pacer)
+			}
+			h := startProxy(t, cfg, adm, pacer)
+			caller := siptest.StartCaller(t, tc.src)
+			before := car.Count("INVITE")
+			res := caller.Final(ctxT(t, 5*time.Second), caller.Invite(h.udp, tc.headers...))
+			if res == nil || res.StatusCode != tc.code {
+				t.Fatalf("final = %v, want %d", res, tc.code)
+			}
+			if tc.code == 486 {
+				if ra := res.GetHeader("Retry-After"); ra == nil || ra.Value() != "2" {
+					t.Errorf("Retry-After = %v, want 2", ra)
+				}
+				if res.Reason != "Busy CPS" {
+					t.Errorf("reason = %q, want Busy CPS", res.Reason)
+				}
+			}
+			if tc.code != 200 && car.Count("INVITE") != before {
+				t.Errorf("carrier saw the rejected call")
+			}
+			if tc.outcome != "" {
+				peer := tc.peer
+				if peer == "" {
+					peer = "dialer-1"
+				}
+				// The outcome is counted as the handler returns, just after the answer.
+				waitFor(t, func() bool { return testutil.ToFloat64(h.m.Calls.WithLabelValues(peer, tc.outcome)) == 1 },
+					"calls_total{"+peer+","+tc.outcome+"} = 1")
+			}
+		})
+	}
+}
+
+func TestUnknownSourceDropIsSilent(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	cfg := testConfig(carrierCfg("a", car))
+	cfg.SIP.UnknownSource = "drop"
+	adm, pacer := newFakes()
+	h := startProxy(t, cfg, adm, pacer)
+	caller := siptest.StartCaller(t, "127.0.0.9")
+	tx, err := caller.Transaction(ctxT(t, 5*time.Second), caller.Invite(h.udp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Terminate()
+	select {
+	case r := <-tx.Responses():
+		t.Fatalf("got %d, want silence", r.StatusCode)
+	case <-time.After(1500 * time.Millisecond):
+	}
+	if n := car.Count("INVITE"); n != 0 {
+		t.Errorf("carrier INVITEs = %d, want 0", n)
+	}
+}
+
+func TestRerouteOnFullAndOnCarrier503(t *testing.T) {
+	bad := siptest.StartCarrier(t, "127.0.0.1", func(*sipmsg.Request) siptest.Answer { return siptest.Answer{Code: 503} })
+	good := siptest.StartCarrier(t, "127.0.0.1", nil)
+	third := siptest.StartCarrier(t, "127.0.0.1", nil)
+	cfg := testConfig(carrierCfg("bad", bad), carrierCfg("full", third), carrierCfg("good", good))
+	adm, pacer := newFakes()
+	pacer.full["t:{carrier:full}"] = true
+	h := startProxy(t, cfg, adm, pacer)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	res := caller.Final(ctxT(t, 5*time.Second), caller.Invite(h.udp))
+	if res == nil || res.StatusCode != 200 {
+		t.Fatalf("final = %v, want 200 from the third carrier", res)
+	}
+	if bad.Count("INVITE") != 1 || third.Count("INVITE") != 0 || good.Count("INVITE") != 1 {
+		t.Errorf("INVITEs bad/full/good = %d/%d/%d, want 1/0/1", bad.Count("INVITE"), third.Count("INVITE"), good.Count("INVITE"))
+	}
+	if n := testutil.ToFloat64(h.m.Reroutes.WithLabelValues("bad", "failed")); n != 1 {
+		t.Errorf("reroutes{bad,failed} = %v, want 1", n)
+	}
+	if n := testutil.ToFloat64(h.m.Reroutes.WithLabelValues("full", "full")); n != 1 {
+		t.Errorf("reroutes{full,full} = %v, want 1", n)
+	}
+	if reserved, _ := pacer.counts(); reserved != 2 {
+		t.Errorf("slots reserved = %d, want 2 (bad and good)", reserved)
+	}
+}
+
+func TestAllCarriersFailRelaysLastFailure(t *testing.T) {
+	bad := siptest.StartCarrier(t, "127.0.0.1", func(*sipmsg.Request) siptest.Answer { return siptest.Answer{Code: 503} })
+	adm, pacer := newFakes()
+	h := startProxy(t, testConfig(carrierCfg("bad", bad)), adm, pacer)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	res := caller.Final(ctxT(t, 5*time.Second), caller.Invite(h.udp))
+	if res == nil || res.StatusCode != 503 {
+		t.Fatalf("final = %v, want the carrier's 503", res)
+	}
+}
+
+func TestBusyIsFinal(t *testing.T) {
+	busy := siptest.StartCarrier(t, "127.0.0.1", func(*sipmsg.Request) siptest.Answer { return siptest.Answer{Code: 486} })
+	good := siptest.StartCarrier(t, "127.0.0.1", nil)
+	adm, pacer := newFakes()
+	h := startProxy(t, testConfig(carrierCfg("busy", busy), carrierCfg("good", good)), adm, pacer)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	res := caller.Final(ctxT(t, 5*time.Second), caller.Invite(h.udp))
+	if res == nil || res.StatusCode != 486 {
+		t.Fatalf("final = %v, want 486", res)
+	}
+	if good.Count("INVITE") != 0 {
+		t.Errorf("a 486 was rerouted")
+	}
+}
+
+func TestCancelWhileQueued(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	adm, pacer := newFakes()
+	pacer.wait = 3 * time.Second
+	h := startProxy(t, testConfig(carrierCfg("a", car)), adm, pacer)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	ctx := ctxT(t, 5*time.Second)
+	inv := caller.Invite(h.udp)
+	tx, err := caller.Transaction(ctx, inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Terminate()
+	waitQueued(t, h, "a")
+	cres := caller.Final(ctx, siptest.CancelFor(inv))
+	if cres == nil || cres.StatusCode != 200 {
+		t.Fatalf("CANCEL answer = %v, want 200", cres)
+	}
+	if res := finalOf(ctx, tx); res == nil || res.StatusCode != 487 {
+		t.Fatalf("INVITE final = %v, want 487", res)
+	}
+	waitFor(t, func() bool { _, rel := pacer.counts(); return rel == 1 }, "slot released")
+	waitFor(t, func() bool {
+		return testutil.ToFloat64(h.m.Calls.WithLabelValues("dialer-1", metrics.OutcomeCanceled)) == 1
+	}, "outcome canceled")
+	if n := car.Count("INVITE"); n != 0 {
+		t.Errorf("carrier INVITEs = %d, want 0", n)
+	}
+	if q := testutil.ToFloat64(h.m.Queued.WithLabelValues("a")); q != 0 {
+		t.Errorf("queued = %v, want 0", q)
+	}
+}
+
+func TestCancelAfterForwardReachesCarrier(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", func(*sipmsg.Request) siptest.Answer { return siptest.Answer{Ring: -1} })
+	adm, pacer := newFakes()
+	h := startProxy(t, testConfig(carrierCfg("a", car)), adm, pacer)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	ctx := ctxT(t, 5*time.Second)
+	inv := caller.Invite(h.udp)
+	tx, err := caller.Transaction(ctx, inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Terminate()
+	for r := range tx.Responses() {
+		if r.StatusCode == 180 {
+			break
+		}
+	}
+	if cres := caller.Final(ctx, siptest.CancelFor(inv)); cres == nil || cres.StatusCode != 200 {
+		t.Fatalf("CANCEL answer = %v, want 200", cres)
+	}
+	if res := finalOf(ctx, tx); res == nil || res.StatusCode != 487 {
+		t.Fatalf("INVITE final = %v, want 487", res)
+	}
+	waitFor(t, func() bool { return car.Count("CANCEL") == 1 || carrierCancelled(car) }, "CANCEL at the carrier")
+}
+
+// carrierCancelled: sipgo answers a matching CANCEL inside the transaction
+// layer without calling the CANCEL handler, so the carrier's INVITE handler
+// returning early is the sign; Count("CANCEL") covers unmatched ones.
+func carrierCancelled(c *siptest.Carrier) bool { return c.Cancelled() > 0 }
+
+func TestOptionsAndOtherMethods(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	adm, pacer := newFakes()
+	h := startProxy(t, testConfig(carrierCfg("a", car)), adm, pacer)
+	caller := siptest.StartCaller(t, "127.0.0.9") // OPTIONS from anyone: keepalive
+	for _, tc := range []struct {
+		method sipmsg.RequestMethod
+		code   int
+	}{
+		{sipmsg.OPTIONS, 200},
+		{sipmsg.MESSAGE, 405},
+		{sipmsg.BYE, 405},
+	} {
+		req := caller.Invite(h.udp)
+		req.Method = tc.method
+		res := caller.Final(ctxT(t, 5*time.Second), req)
+		if res == nil || res.StatusCode != tc.code {
+			t.Errorf("%s: final = %v, want %d", tc.method, res, tc.code)
+		}
+	}
+}
+
+func TestMalformedIsCountedAndCallsStillWork(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	adm, pacer := newFakes()
+	h := startProxy(t, testConfig(carrierCfg("a", car)), adm, pacer)
+	fixtures, err := os.ReadDir("../testdata/sip")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range fixtures {
+		data, err := os.ReadFile("../testdata/sip/" + f.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		siptest.WriteRaw(t, "127.0.0.2", h.udp, data)
+		n++
+	}
+	siptest.WriteRaw(t, "127.0.0.2", h.udp, make([]byte, 40000)) // oversized, zeros only: ignored
+	siptest.WriteRaw(t, "127.0.0.2", h.udp, []byte(strings.Repeat("X", 40000)))
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	res := caller.Final(ctxT(t, 5*time.Second), caller.Invite(h.udp))
+	if res == nil || res.StatusCode != 200 {
+		t.Fatalf("call after garbage: final = %v, want 200", res)
+	}
+	waitFor(t, func() bool { return errorsCounted(h.m) >= float64(n) }, "sip errors counted")
+	if n := testutil.ToFloat64(h.m.SIPErrors.WithLabelValues("oversized")); n < 1 {
+		t.Errorf("sip_errors_total{oversized} = %v, want >= 1", n)
+	}
+}
+
+func errorsCounted(m *metrics.Metrics) float64 {
+	total := 0.0
+	for _, r := range []string{"parse", "oversized", "malformed", "transaction", "source"} {
+		total += testutil.ToFloat64(m.SIPErrors.WithLabelValues(r))
+	}
+	return total
+}
+
+func TestGoroutinesReturnToBaseline(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	adm, pacer := newFakes()
+	pacer.wait = 20 * time.Millisecond
+	h := startProxy(t, testConfig(carrierCfg("a", car)), adm, pacer)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	// Warm up connections and pools, then measure.
+	caller.Final(ctxT(t, 5*time.Second), caller.Invite(h.udp))
+	time.Sleep(100 * time.Millisecond)
+	base := runtime.NumGoroutine()
+
+	var wg sync.WaitGroup
+	var ok atomic.Int64
+	for i := 0; i < 100; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if res := caller.Final(ctxT(t, 10*time.Second), caller.Invite(h.udp)); res != nil && res.StatusCode == 200 {
+				ok.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := ok.Load(); n != 100 {
+		t.Errorf("answered calls = %d, want 100", n)
+	}
+	waitFor(t, func() bool { return h.p.active.Load() == 0 }, "no active calls")
+	var now int
+	for i := 0; i < 100; i++ {
+		now = runtime.NumGoroutine()
+		if now <= base+5 {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	buf := make([]byte, 1<<20)
+	t.Fatalf("goroutines = %d after load, baseline %d\n%s", now, base, buf[:runtime.Stack(buf, true)])
+}
+
+func finalOf(ctx context.Context, tx sipmsg.ClientTransaction) *sipmsg.Response {
+	for {
+		select {
+		case r := <-tx.Responses():
+			if !r.IsProvisional() {
+				return r
+			}
+		case <-tx.Done():
+			return nil
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+func waitQueued(t *testing.T, h *harness, carrier string) {
+	t.Helper()
+	waitFor(t, func() bool { return testutil.ToFloat64(h.m.Queued.WithLabelValues(carrier)) >= 1 }, "call queued")
+}
+
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
