@@ -62,7 +62,7 @@ func setDefaults(p any) {
 func Load(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("config: read %w", err)
+		return nil, fmt.Errorf("config: cannot read file: %w", err)
 	}
 	c, err := Parse(data)
 	var ve *ValidationError

@@ -128,7 +128,7 @@ func NewManager(path string, opts ...Option) (*Manager, error) {
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("config: read %w", err)
+		return nil, fmt.Errorf("config: cannot read file: %w", err)
 	}
 	c, err := parseFile(path, data)
 	if err != nil {
@@ -219,7 +219,7 @@ func (m *Manager) reload(onlyIfChanged bool) error {
 			m.log().Debug("config file missing, waiting for it to reappear", "file", m.path)
 			return nil
 		}
-		err = fmt.Errorf("config: read %w", err)
+		err = fmt.Errorf("config: cannot read file: %w", err)
 		m.fail(err, [32]byte{})
 		return err
 	}

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/cpsguard/cpsguard/config"
+)
+
+// runCheck validates a configuration file: exit 0 and a summary on stdout
+// (no secrets), or exit 1 and every error, one per line, on stderr.
+func runCheck(args []string) int {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	path := fs.String("config", configPathFlag(), "configuration `file` (also $CPSGUARD_CONFIG)")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "Usage: cpsguard check [--config FILE]\n\nValidate FILE with the environment overrides applied; print a summary\nor every error, one per line.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return flagExit(err)
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "cpsguard check: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
+	c, err := config.Load(*path)
+	var ve *config.ValidationError
+	switch {
+	case errors.As(err, &ve):
+		fmt.Fprintf(os.Stderr, "%s: invalid, %d error(s):\n", *path, len(ve.Errors))
+		for _, line := range ve.Errors {
+			fmt.Fprintln(os.Stderr, line)
+		}
+		return exitFail
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "cpsguard check: %v\n", err)
+		return exitFail
+	}
+	fmt.Printf("%s: OK\n%s", *path, c.Summary())
+	return exitOK
+}
+
+// flagExit maps a flag parse error to an exit code: -h is not a failure.
+func flagExit(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	return exitUsage
+}

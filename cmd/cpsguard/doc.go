@@ -1,0 +1,19 @@
+// Command cpsguard is the SIP call-admission controller's binary and the
+// composition root of the program: it parses the command line, loads the
+// configuration (package config) and wires the long-running parts together.
+//
+// Subcommands:
+//
+//	cpsguard serve   [--config FILE]   run (config from CPSGUARD_CONFIG or ./cpsguard.yaml)
+//	cpsguard check   [--config FILE]   validate; print a summary (exit 0) or every error (exit 1)
+//	cpsguard version                   print version, commit and Go version
+//
+// Exit codes: 0 success, 1 failure (bad configuration, listener error),
+// 2 usage error. serve exits 0 after a clean shutdown on SIGINT or SIGTERM;
+// SIGHUP reloads the configuration, as does a change of the file. A bad
+// configuration at start-up is fatal; a bad one on reload is logged and the
+// running one stays (see package config).
+//
+// Subcommands are registered in the commands map; a new one lives in its own
+// file and adds itself from an init function.
+package main

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+)
+
+// command is one subcommand: run gets the arguments after the subcommand's
+// name and returns the process exit code.
+type command struct {
+	run     func(args []string) int
+	summary string
+}
+
+// commands holds the subcommands by name. A subcommand in its own file adds
+// itself here from init, e.g.
+//
+//	func init() { commands["status"] = command{runStatus, "show live limits and counts"} }
+var commands = map[string]command{
+	"serve":   {runServe, "run the proxy"},
+	"check":   {runCheck, "validate a configuration file"},
+	"version": {runVersion, "print version information"},
+}
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+)
+
+func main() {
+	os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func dispatch(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return exitUsage
+	}
+	switch args[0] {
+	case "help", "-h", "-help", "--help":
+		usage(stdout)
+		return exitOK
+	}
+	cmd, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "cpsguard: unknown command %q\n\n", args[0])
+		usage(stderr)
+		return exitUsage
+	}
+	return cmd.run(args[1:])
+}
+
+func usage(w io.Writer) {
+	var b strings.Builder
+	b.WriteString("cpsguard: SIP call-admission controller (calls-per-second limits)\n\nUsage:\n  cpsguard <command> [flags]\n\nCommands:\n")
+	names := make([]string, 0, len(commands))
+	for name := range commands {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		fmt.Fprintf(&b, "  %-8s  %s\n", name, commands[name].summary)
+	}
+	b.WriteString("\nRun 'cpsguard <command> -h' for the flags of a command.\n")
+	io.WriteString(w, b.String())
+}
+
+// configPathFlag is the --config default: $CPSGUARD_CONFIG, else
+// ./cpsguard.yaml.
+func configPathFlag() string {
+	if p := os.Getenv("CPSGUARD_CONFIG"); p != "" {
+		return p
+	}
+	return "./cpsguard.yaml"
+}

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/debug"
+)
+
+// version is set at build time: go build -ldflags "-X main.version=v1.2.3"
+// (the Makefile does). Without it, the module version from the build info
+// is used when there is one.
+var version = "dev"
+
+// buildInfo describes the running binary.
+type buildInfo struct {
+	Version, Commit, GoVersion string
+}
+
+func readBuildInfo() buildInfo {
+	bi := buildInfo{Version: version, Commit: "unknown", GoVersion: runtime.Version()}
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return bi
+	}
+	if bi.Version == "dev" && info.Main.Version != "" && info.Main.Version != "(devel)" {
+		bi.Version = info.Main.Version
+	}
+	if info.GoVersion != "" {
+		bi.GoVersion = info.GoVersion
+	}
+	var rev, modified string
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			modified = s.Value
+		}
+	}
+	if rev != "" {
+		bi.Commit = rev
+		if modified == "true" {
+			bi.Commit += "-dirty"
+		}
+	}
+	return bi
+}
+
+func runVersion(args []string) int {
+	fs := flag.NewFlagSet("version", flag.ContinueOnError)
+	if err := fs.Parse(args); err != nil {
+		return flagExit(err)
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "cpsguard version: unexpected argument %q\n", fs.Arg(0))
+		return exitUsage
+	}
+	bi := readBuildInfo()
+	fmt.Printf("cpsguard %s\ncommit: %s\ngo: %s\n", bi.Version, bi.Commit, bi.GoVersion)
+	return exitOK
+}
