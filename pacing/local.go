@@ -56,12 +56,19 @@ func (s *slotSet) trim(now, keep time.Duration) {
 	i := 0
 	for i < len(s.slots) && s.slots[i].at <= now-keep {
 		delete(s.members, s.slots[i].member)
+		s.slots[i] = slotEntry{}
 		i++
 	}
-	if i > 0 {
-		n := copy(s.slots, s.slots[i:])
-		clear(s.slots[n:])
-		s.slots = s.slots[:n]
+	if i == 0 {
+		return
+	}
+	s.slots = s.slots[i:]
+	// Reslicing drops the head in O(1); the array is reclaimed when append
+	// reallocates, or compacted here once the live part is small.
+	if len(s.slots) == 0 {
+		s.slots = nil
+	} else if cap(s.slots) > 64 && len(s.slots) < cap(s.slots)/4 {
+		s.slots = append(make([]slotEntry, 0, 2*len(s.slots)), s.slots...)
 	}
 }
 
