@@ -79,6 +79,9 @@ func TestBadFiles(t *testing.T) {
 		{"customer_header", "customer_header: must be a header name like X-Customer (got \"X Customer\")"},
 		{"carrier_uri", "carriers[0].uri: must be a sip: URI like sip:192.0.2.10:5060 (got \"127.0.0.1:5070\")"},
 		{"carrier_uri_transport", "carriers[1].uri: transport must be udp or tcp (got \"tls\" in \"sip:127.0.0.1:5071;transport=tls\")"},
+		{"no_peers", "peers: must list at least one peer (without peers every call is refused)"},
+		{"carrier_uri_password", "carriers[0].uri: must not contain a password (RFC 3261 deprecates user:password in URIs)"},
+		{"advertise", "sip.advertise: must be host or host:port (got \"udp://192.0.2.1:5060\")"},
 	}
 	seen := map[string]bool{"bad_many.yaml": true, "bad_yaml_syntax.yaml": true}
 	for _, tt := range tests {
@@ -386,5 +389,26 @@ func TestIndexIgnoredOnEditedCopy(t *testing.T) {
 	cp.Carriers = append([]Carrier{{Name: "carrier-z", CPS: 1}}, c.Carriers...)
 	if cp.Carrier("carrier-z") == nil || cp.Carrier("carrier-a").Name != "carrier-a" {
 		t.Errorf("an edited copy must not use the original's index")
+	}
+}
+
+func TestAdvertise(t *testing.T) {
+	tests := []struct {
+		advertise string
+		ok        bool
+	}{
+		{"proxy.example.com", true},
+		{"192.0.2.1:5060", true},
+		{"2001:db8::1", true},
+		{"[2001:db8::1]:5060", true},
+		{"proxy.example.com:sip", false},
+		{"sip:proxy.example.com", false},
+		{"a b", false},
+	}
+	for _, tt := range tests {
+		_, err := Parse([]byte(fmt.Sprintf("sip: {advertise: %q}\n%s", tt.advertise, minimal)))
+		if (err == nil) != tt.ok {
+			t.Errorf("advertise %q: got err %v, want ok=%v", tt.advertise, err, tt.ok)
+		}
 	}
 }

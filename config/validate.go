@@ -231,6 +231,11 @@ func (v *validator) peers() {
 		i          int
 	}
 	owners := map[netip.Prefix]owner{}
+	if len(v.c.Peers) == 0 {
+		// An empty or truncated file (a bad ConfigMap mount) must not be
+		// swapped in at reload: it would refuse all traffic.
+		v.errf("peers", "must list at least one peer (without peers every call is refused)")
+	}
 	for i, p := range v.c.Peers {
 		path := fmt.Sprintf("peers[%d]", i)
 		v.name(path+".name", p.Name)
@@ -329,6 +334,9 @@ func checkCarrierURI(uri string) error {
 	var u sipmsg.Uri
 	if err := sipmsg.ParseUri(uri, &u); err != nil || u.Host == "" {
 		return fmt.Errorf("must be a sip: URI with a host, like sip:192.0.2.10:5060 (got %q)", uri)
+	}
+	if u.Password != "" {
+		return fmt.Errorf("must not contain a password (RFC 3261 deprecates user:password in URIs)")
 	}
 	if t, ok := u.UriParams.Get("transport"); ok && !oneOf(strings.ToLower(t), "udp", "tcp") {
 		return fmt.Errorf("transport must be udp or tcp (got %q in %q)", t, uri)
