@@ -172,7 +172,7 @@ func (c *Config) RouteFor(p *Peer, cu *Customer) string {
 	if p != nil && p.Route != "" {
 		return p.Route
 	}
-	return "default"
+	return DefaultRoute
 }
 
 // MayUseCustomer reports whether peer p may name customer in the customer

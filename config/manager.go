@@ -96,11 +96,11 @@ type Manager struct {
 	logger atomic.Pointer[slog.Logger]
 
 	failures atomic.Uint64
+	pending  atomic.Pointer[[]string] // RestartOnly settings waiting for a restart
 
 	mu       sync.Mutex // serialises reloads; guards the fields below
 	lastSum  [32]byte   // content of the last file read, valid or not
 	badSum   [32]byte   // content of the last invalid file logged
-	pending  []string
 	onChange []func(old, new *Config)
 	onReload []func(result string)
 }
@@ -169,15 +169,17 @@ func (m *Manager) Failures() uint64 { return m.failures.Load() }
 // of the last successful reload) differs from the running one. Empty when
 // nothing waits for a restart.
 func (m *Manager) PendingRestart() []string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return slices.Clone(m.pending)
+	if p := m.pending.Load(); p != nil {
+		return slices.Clone(*p)
+	}
+	return nil
 }
 
 // OnChange registers fn, called after every successful reload with the
 // previous and the new snapshot (which may be equal when the file did not
 // change). Observers run synchronously, in registration order, one reload
-// at a time; they must not call Reload.
+// at a time; they must not call Reload (it would deadlock) and should be
+// quick. Current and PendingRestart are safe to call from them.
 func (m *Manager) OnChange(fn func(old, new *Config)) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -235,11 +237,12 @@ func (m *Manager) reload(onlyIfChanged bool) error {
 	}
 	m.badSum = [32]byte{}
 	old := m.cur.Load()
-	m.pending = NeedsRestart(old, next)
-	if len(m.pending) > 0 {
+	pending := NeedsRestart(old, next)
+	m.pending.Store(&pending)
+	if len(pending) > 0 {
 		next = keepRunning(old, next)
 		m.log().Warn("config settings changed but need a restart; the running values stay",
-			"file", m.path, "settings", m.pending)
+			"file", m.path, "settings", pending)
 	}
 	m.cur.Store(next)
 	m.log().Info("config reloaded", "file", m.path, "config", next)
