@@ -65,13 +65,16 @@ func (r *ring) trim(now, window time.Duration) {
 	}
 }
 
-// grow makes room for limit calls, keeping the calls held.
+// grow makes room for one more call when the ring is full, doubling its
+// capacity up to limit: a bucket holds at most its limit, and a bucket with
+// a large limit but little traffic stays small.
 func (r *ring) grow(limit int) {
-	if limit <= len(r.at) {
+	if r.n < len(r.at) || r.n >= limit {
 		return
 	}
-	at := make([]time.Duration, limit)
-	member := make([]string, limit)
+	size := min(max(2*len(r.at), 8), limit)
+	at := make([]time.Duration, size)
+	member := make([]string, size)
 	for i := 0; i < r.n; i++ {
 		at[i], member[i] = r.at[r.idx(i)], r.member[r.idx(i)]
 	}
@@ -138,7 +141,6 @@ func (s *LocalStore) Admit(_ context.Context, member string, buckets []Bucket) (
 			r = &ring{members: make(map[string]struct{})}
 			s.buckets[b.Key] = r
 		}
-		r.grow(max(b.Limit, 1))
 		r.trim(now, b.Window)
 		rings = append(rings, r)
 		d.Counts[i] = r.n
@@ -161,6 +163,7 @@ func (s *LocalStore) Admit(_ context.Context, member string, buckets []Bucket) (
 		}
 	}
 	for i, b := range buckets {
+		rings[i].grow(b.Limit)
 		rings[i].window = b.Window
 		rings[i].push(now, member)
 		d.Counts[i]++
