@@ -349,3 +349,64 @@ func TestWatchRenameReplace(t *testing.T) {
 		t.Errorf("Failures: got %d, want 1", m.Failures())
 	}
 }
+
+// TestWatchConfigMapSwap mimics a Kubernetes ConfigMap volume: the file is a
+// symlink through "..data", and an update atomically renames a new "..data"
+// symlink pointing at a new directory. The file itself never changes.
+func TestWatchConfigMapSwap(t *testing.T) {
+	dir := t.TempDir()
+	mkVersion := func(name, content string) {
+		if err := os.Mkdir(filepath.Join(dir, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(dir, name, "cpsguard.yaml"), content)
+	}
+	mkVersion("..v1", versioned(1))
+	if err := os.Symlink("..v1", filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "cpsguard.yaml")
+	if err := os.Symlink(filepath.Join("..data", "cpsguard.yaml"), path); err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewManager(path, WithDebounce(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := make(chan float64, 16)
+	m.OnChange(func(_, new *Config) { changed <- new.Peers[0].CPS })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Watch(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Watch: %v", err)
+		}
+	}()
+
+	// As in TestWatchRenameReplace, repeat the swap (to a new version each
+	// time) until the watcher, which may not be set up yet, reports.
+	deadline := time.After(10 * time.Second)
+	for i := 2; ; i++ {
+		name := fmt.Sprintf("..v%d", i)
+		mkVersion(name, versioned(i))
+		tmp := filepath.Join(dir, "..data_tmp")
+		if err := os.Symlink(name, tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case v := <-changed:
+			if v < 2 {
+				t.Fatalf("watcher loaded cps %v, want a swapped-in version", v)
+			}
+			return
+		case <-time.After(100 * time.Millisecond):
+		case <-deadline:
+			t.Fatal("watcher did not notice a ConfigMap-style swap within 10s")
+		}
+	}
+}
