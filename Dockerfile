@@ -1,0 +1,35 @@
+# syntax=docker/dockerfile:1
+#
+# cpsguard container: a static binary on distroless, running as non-root.
+#
+#   docker build -t cpsguard .
+#   docker run --rm -v $PWD/my.yaml:/etc/cpsguard/cpsguard.yaml:ro \
+#     -p 5060:5060/udp -p 5060:5060/tcp -p 127.0.0.1:9090:9090 cpsguard
+#
+# No configuration is baked in: mount yours at /etc/cpsguard/cpsguard.yaml.
+# Inside a container it must listen on all interfaces (sip.listen
+# udp://0.0.0.0:5060, http.listen 0.0.0.0:9090) and should set http.token
+# (CPSGUARD_HTTP_TOKEN). Pass secrets as CPSGUARD_* environment variables.
+
+ARG GO_VERSION=1.26
+
+FROM golang:${GO_VERSION} AS build
+WORKDIR /src
+# Dependencies first, so source edits do not re-download them.
+COPY go.mod go.sum ./
+RUN --mount=type=cache,target=/go/pkg/mod go mod download
+COPY . .
+ARG VERSION=dev
+RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
+    CGO_ENABLED=0 GOOS=linux go build -trimpath \
+      -ldflags "-s -w -X main.version=${VERSION}" \
+      -o /out/cpsguard ./cmd/cpsguard
+
+# distroless/static: no shell, no libc (the binary is static), CA certificates
+# and /etc/passwd with the nonroot user (65532).
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /out/cpsguard /usr/local/bin/cpsguard
+USER 65532:65532
+# SIP (UDP and TCP) and the operations HTTP server (/metrics, /api/v1/...).
+EXPOSE 5060/udp 5060/tcp 9090
+ENTRYPOINT ["/usr/local/bin/cpsguard", "serve", "--config", "/etc/cpsguard/cpsguard.yaml"]

@@ -1,0 +1,304 @@
+package deploy
+
+import (
+	"bufio"
+	"debug/elf"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/cpsguard/cpsguard/config"
+)
+
+type composeFile struct {
+	Services map[string]struct {
+		Build *struct {
+			Context    string `yaml:"context"`
+			Dockerfile string `yaml:"dockerfile"`
+		} `yaml:"build"`
+		Image       string            `yaml:"image"`
+		Environment map[string]string `yaml:"environment"`
+		Volumes     []string          `yaml:"volumes"`
+		Ports       []string          `yaml:"ports"`
+		DependsOn   any               `yaml:"depends_on"`
+	} `yaml:"services"`
+}
+
+func readYAML(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+func TestCompose(t *testing.T) {
+	var c composeFile
+	readYAML(t, "docker-compose.yml", &c)
+
+	for _, want := range []string{"redis", "cpsguard-1", "cpsguard-2", "prometheus", "grafana"} {
+		if _, ok := c.Services[want]; !ok {
+			t.Errorf("service %s: missing", want)
+		}
+	}
+
+	hostPorts := map[string]string{}
+	nodeIDs := map[string]string{}
+	for name, s := range c.Services {
+		// Every file or directory the compose file mounts exists.
+		for _, v := range s.Volumes {
+			host, rest, ok := strings.Cut(v, ":")
+			if !ok || !strings.HasPrefix(host, ".") {
+				continue // a named volume
+			}
+			if _, err := os.Stat(host); err != nil {
+				t.Errorf("%s: mounts %s: %v", name, host, err)
+			}
+			if strings.HasPrefix(rest, "/etc/cpsguard/") && !strings.HasSuffix(rest, ":ro") {
+				t.Errorf("%s: configuration mount %q: want read-only (:ro)", name, v)
+			}
+		}
+		for _, p := range s.Ports {
+			spec, proto := p, "tcp"
+			if cut, ok := strings.CutSuffix(p, "/udp"); ok {
+				spec, proto = cut, "udp"
+			}
+			spec = strings.TrimSuffix(spec, "/tcp")
+			parts := strings.Split(spec, ":")
+			if len(parts) != 3 || parts[0] != "127.0.0.1" {
+				t.Errorf("%s: port %q: want 127.0.0.1:HOST:CONTAINER (loopback only)", name, p)
+				continue
+			}
+			key := parts[1] + "/" + proto
+			if other, dup := hostPorts[key]; dup {
+				t.Errorf("%s: host port %s also published by %s", name, key, other)
+			}
+			hostPorts[key] = name
+		}
+		if !strings.HasPrefix(name, "cpsguard-") {
+			continue
+		}
+		// The cpsguard nodes: built from the repository's Dockerfile, with
+		// the shared config mounted where the image's ENTRYPOINT reads it.
+		if s.Build == nil {
+			t.Errorf("%s: no build section", name)
+		} else if _, err := os.Stat(filepath.Join(s.Build.Context, s.Build.Dockerfile)); err != nil {
+			t.Errorf("%s: Dockerfile: %v", name, err)
+		}
+		if !slices.Contains(s.Volumes, "./cpsguard-compose.yaml:/etc/cpsguard/cpsguard.yaml:ro") {
+			t.Errorf("%s: volumes %v: want ./cpsguard-compose.yaml mounted at /etc/cpsguard/cpsguard.yaml", name, s.Volumes)
+		}
+		id := s.Environment["CPSGUARD_NODE_ID"]
+		if id == "" {
+			t.Errorf("%s: no CPSGUARD_NODE_ID", name)
+		} else if other, dup := nodeIDs[id]; dup {
+			t.Errorf("%s: node id %q also used by %s", name, id, other)
+		}
+		nodeIDs[id] = name
+		if s.Environment["CPSGUARD_HTTP_TOKEN"] == "" {
+			t.Errorf("%s: no CPSGUARD_HTTP_TOKEN: the API listens on the compose network", name)
+		}
+	}
+	if len(nodeIDs) != 2 {
+		t.Errorf("cpsguard nodes: got %d, want 2", len(nodeIDs))
+	}
+}
+
+// The configuration the compose nodes run is valid, shares Redis and is
+// reachable by Prometheus.
+func TestComposeConfigIsValid(t *testing.T) {
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, config.EnvPrefix+"_") {
+			t.Setenv(k, "")
+			os.Unsetenv(k)
+		}
+	}
+	t.Setenv("CPSGUARD_NODE_ID", "cpsguard-1")
+	t.Setenv("CPSGUARD_SIP_ADVERTISE", "cpsguard-1:5060")
+	t.Setenv("CPSGUARD_HTTP_TOKEN", "change-me")
+	cfg, err := config.Load("cpsguard-compose.yaml")
+	if err != nil {
+		t.Fatalf("cpsguard-compose.yaml: %v", err)
+	}
+	if cfg.Store.Redis == nil || !slices.Equal(cfg.Store.Redis.Addrs, []string{"redis:6379"}) {
+		t.Errorf("store.redis: got %+v, want addrs [redis:6379] (the compose service)", cfg.Store.Redis)
+	}
+	if cfg.HTTP.Listen != "0.0.0.0:9090" {
+		t.Errorf("http.listen: got %q, want 0.0.0.0:9090 (scraped over the compose network)", cfg.HTTP.Listen)
+	}
+	if cfg.NodeID != "cpsguard-1" || cfg.HTTP.Token != "change-me" {
+		t.Errorf("environment overrides: got node_id %q token set %v", cfg.NodeID, cfg.HTTP.Token != "")
+	}
+}
+
+func TestPrometheusScrapesComposeNodes(t *testing.T) {
+	var p struct {
+		RuleFiles     []string `yaml:"rule_files"`
+		ScrapeConfigs []struct {
+			JobName       string `yaml:"job_name"`
+			StaticConfigs []struct {
+				Targets []string `yaml:"targets"`
+			} `yaml:"static_configs"`
+		} `yaml:"scrape_configs"`
+	}
+	readYAML(t, "prometheus/prometheus.yml", &p)
+	var targets []string
+	for _, sc := range p.ScrapeConfigs {
+		if sc.JobName != "cpsguard" {
+			continue
+		}
+		for _, s := range sc.StaticConfigs {
+			targets = append(targets, s.Targets...)
+		}
+	}
+	slices.Sort(targets)
+	if want := []string{"cpsguard-1:9090", "cpsguard-2:9090"}; !slices.Equal(targets, want) {
+		t.Errorf("job cpsguard targets: got %v, want %v", targets, want)
+	}
+	if !slices.Contains(p.RuleFiles, "/etc/prometheus/alerts.yml") {
+		t.Errorf("rule_files %v: want /etc/prometheus/alerts.yml (mounted by docker-compose.yml)", p.RuleFiles)
+	}
+}
+
+func TestGrafanaProvisioning(t *testing.T) {
+	var ds struct {
+		Datasources []struct {
+			Type, URL string
+		} `yaml:"datasources"`
+	}
+	readYAML(t, "grafana/provisioning/datasources/prometheus.yml", &ds)
+	if len(ds.Datasources) != 1 || ds.Datasources[0].Type != "prometheus" || ds.Datasources[0].URL != "http://prometheus:9090" {
+		t.Errorf("datasources: got %+v, want one prometheus at http://prometheus:9090", ds.Datasources)
+	}
+	var dash struct {
+		Providers []struct {
+			Options struct {
+				Path string `yaml:"path"`
+			} `yaml:"options"`
+		} `yaml:"providers"`
+	}
+	readYAML(t, "grafana/provisioning/dashboards/cpsguard.yml", &dash)
+	if len(dash.Providers) != 1 || dash.Providers[0].Options.Path != "/var/lib/grafana/dashboards" {
+		t.Errorf("dashboard providers: got %+v, want one reading /var/lib/grafana/dashboards", dash.Providers)
+	}
+}
+
+func TestDockerfile(t *testing.T) {
+	b, err := os.ReadFile("../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	df := string(b)
+	for _, want := range []string{
+		"CGO_ENABLED=0",
+		"-trimpath",
+		"./cmd/cpsguard",
+		"FROM gcr.io/distroless/static",
+		"USER 65532:65532",
+		"EXPOSE 5060/udp 5060/tcp 9090",
+		`ENTRYPOINT ["/usr/local/bin/cpsguard", "serve", "--config", "/etc/cpsguard/cpsguard.yaml"]`,
+	} {
+		if !strings.Contains(df, want) {
+			t.Errorf("Dockerfile: %q missing", want)
+		}
+	}
+	if n := strings.Count(df, "\nFROM "); n < 2 {
+		t.Errorf("Dockerfile: got %d stages, want a multi-stage build", n)
+	}
+}
+
+// unitKeys parses a systemd unit into section.key -> values.
+func unitKeys(t *testing.T, path string) map[string][]string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := map[string][]string{}
+	section := ""
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		switch {
+		case line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, ";"):
+		case strings.HasPrefix(line, "[") && strings.HasSuffix(line, "]"):
+			section = strings.Trim(line, "[]")
+		default:
+			k, v, ok := strings.Cut(line, "=")
+			if !ok {
+				t.Errorf("%s: line %q: not key=value", path, line)
+				continue
+			}
+			out[section+"."+k] = append(out[section+"."+k], v)
+		}
+	}
+	return out
+}
+
+func TestSystemdUnit(t *testing.T) {
+	u := unitKeys(t, "cpsguard.service")
+	for key, want := range map[string]string{
+		"Service.ExecStart":             "/usr/local/bin/cpsguard serve --config /etc/cpsguard/cpsguard.yaml",
+		"Service.ExecReload":            "/bin/kill -HUP $MAINPID",
+		"Service.Restart":               "on-failure",
+		"Service.DynamicUser":           "yes",
+		"Service.NoNewPrivileges":       "yes",
+		"Service.ProtectSystem":         "strict",
+		"Service.ProtectHome":           "yes",
+		"Service.PrivateTmp":            "yes",
+		"Service.CapabilityBoundingSet": "CAP_NET_BIND_SERVICE",
+		"Service.AmbientCapabilities":   "CAP_NET_BIND_SERVICE",
+		"Install.WantedBy":              "multi-user.target",
+	} {
+		if got := u[key]; !slices.Contains(got, want) {
+			t.Errorf("%s: got %q, want %q", key, got, want)
+		}
+	}
+	if path, err := exec.LookPath("systemd-analyze"); err == nil {
+		// verify wants the ExecStart binary to exist: point it at /bin/true.
+		b, _ := os.ReadFile("cpsguard.service")
+		tmp := filepath.Join(t.TempDir(), "cpsguard.service")
+		os.WriteFile(tmp, []byte(strings.ReplaceAll(string(b), "/usr/local/bin/cpsguard", "/bin/true")), 0o644)
+		out, err := exec.Command(path, "verify", tmp).CombinedOutput()
+		if err != nil || len(out) > 0 {
+			t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+		}
+	}
+}
+
+// CGO_ENABLED=0 with -trimpath yields a static binary, as the Dockerfile's
+// distroless/static stage needs.
+func TestStaticBuild(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary; skipped under -short")
+	}
+	bin := filepath.Join(t.TempDir(), "cpsguard")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/cpsguard")
+	cmd.Dir = ".."
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Errorf("binary has a program interpreter: dynamically linked")
+		}
+	}
+	if libs, _ := f.ImportedLibraries(); len(libs) > 0 {
+		t.Errorf("binary needs shared libraries %v: want none", libs)
+	}
+}
