@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/cpsguard/cpsguard/httpapi"
+)
+
+func init() {
+	commands["status"] = command{runStatus, "show a node's limits, current calls and carrier queues"}
+}
+
+// runStatus implements `cpsguard status [--addr URL] [--watch]`: it prints the
+// status table of the node at --addr once, or with --watch every second until
+// SIGINT or SIGTERM. Exit code exitOK, exitFail when the node cannot be read,
+// exitUsage on a usage error.
+func runStatus(args []string) int {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	addr := fs.String("addr", "http://127.0.0.1:9090", "operations `URL` of the node (its http.listen)")
+	watch := fs.Bool("watch", false, "refresh every second until interrupted")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "usage: cpsguard status [--addr URL] [--watch]\n\n"+
+			"Shows every peer, customer and carrier with its limit, the calls in its\n"+
+			"current window (pool-wide on Redis), queued calls and wait.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "cpsguard status: unexpected argument %q\n", fs.Arg(0))
+		fs.Usage()
+		return exitUsage
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if *watch {
+		if err := httpapi.Watch(ctx, os.Stdout, *addr, time.Second); err != nil {
+			fmt.Fprintf(os.Stderr, "cpsguard status: %v\n", err)
+			return exitFail
+		}
+		return exitOK
+	}
+	if err := httpapi.PrintStatus(ctx, os.Stdout, *addr); err != nil {
+		fmt.Fprintf(os.Stderr, "cpsguard status: %v\n", err)
+		return exitFail
+	}
+	return exitOK
+}
