@@ -57,10 +57,12 @@ func runAdmit(b *testing.B, admit func(member string) error) {
 //	local/admitall:   LocalStore, a bucket large enough to admit every call
 //	                  (ring insert + trim + member set on every call).
 //	redis/store:      RedisStore.Admit, one bucket, one admit.lua per call.
-//	redis/store-timeout-observe: the same with a 50 ms per-call timeout and an
+//	redis/store-timeout-observe: the same with a per-call timeout and an
 //	                  observer, as cmd/cpsguard runs it.
 //	redis/raw-evalsha: the same script and arguments through go-redis EvalSha,
 //	                  no wrapper: the ceiling for redis/store.
+//	redis/raw-evalsha-timeout: the same with a per-call context timeout: the
+//	                  ceiling for redis/store-timeout-observe.
 func BenchmarkAdmit(b *testing.B) {
 	ctx := context.Background()
 	b.Run("local/limit100", func(b *testing.B) {
@@ -88,7 +90,7 @@ func BenchmarkAdmit(b *testing.B) {
 	})
 	b.Run("redis/store-timeout-observe", func(b *testing.B) {
 		var observed atomic.Int64
-		s := NewRedisStore(c, RedisOptions{Timeout: 50 * time.Millisecond, Observe: func(string, time.Duration, error) { observed.Add(1) }})
+		s := NewRedisStore(c, RedisOptions{Timeout: time.Second, Observe: func(string, time.Duration, error) { observed.Add(1) }})
 		bk := []Bucket{benchBucket("redis-opts")}
 		b.SetParallelism(benchParallelism)
 		runAdmit(b, func(m string) error { _, err := s.Admit(ctx, m, bk); return err })
@@ -99,6 +101,16 @@ func BenchmarkAdmit(b *testing.B) {
 		b.SetParallelism(benchParallelism)
 		runAdmit(b, func(m string) error {
 			return c.EvalSha(ctx, sha, keys, m, bk.Limit, windowUS).Err()
+		})
+	})
+	b.Run("redis/raw-evalsha-timeout", func(b *testing.B) {
+		bk := benchBucket("raw-timeout")
+		sha, keys, windowUS := lua.SHA(lua.ScriptAdmit), []string{bk.Key}, lua.Micros(bk.Window)
+		b.SetParallelism(benchParallelism)
+		runAdmit(b, func(m string) error {
+			cctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			return c.EvalSha(cctx, sha, keys, m, bk.Limit, windowUS).Err()
 		})
 	})
 }
