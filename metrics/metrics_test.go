@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"errors"
 	"reflect"
 	"slices"
 	"sort"
@@ -264,5 +265,17 @@ func TestReloadResultsMatchConfig(t *testing.T) {
 	if config.ReloadSuccess != ReloadSuccess || config.ReloadFailure != ReloadFailure {
 		t.Errorf("config reload results %q/%q, metrics %q/%q: want equal",
 			config.ReloadSuccess, config.ReloadFailure, ReloadSuccess, ReloadFailure)
+	}
+}
+
+func TestObserveStore(t *testing.T) {
+	m := New(prometheus.NewRegistry())
+	m.ObserveStore("admit", 2*time.Millisecond, nil)
+	m.ObserveStore("admit", 60*time.Millisecond, errors.New("i/o timeout"))
+	if got := testutil.CollectAndCount(m.StoreDuration); got != 1 {
+		t.Errorf("duration series: got %d, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.StoreErrors.WithLabelValues("admit")); got != 1 {
+		t.Errorf("errors{admit}: got %v, want 1", got)
 	}
 }

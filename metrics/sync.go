@@ -1,6 +1,8 @@
 package metrics
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	dto "github.com/prometheus/client_model/go"
@@ -104,6 +106,17 @@ func (m *Metrics) ObserveReload(result string) {
 	}
 	m.ConfigReloads.WithLabelValues(ReloadSuccess).Inc()
 	m.ConfigLastReloadOK.Set(1)
+}
+
+// ObserveStore records one store script run: its duration in
+// cpsguard_store_duration_seconds{script} and, when err is not nil, one
+// cpsguard_store_errors_total{script}. Its signature fits the Observe hook of
+// admission.RedisOptions and pacing.RedisOptions: Observe: m.ObserveStore.
+func (m *Metrics) ObserveStore(script string, d time.Duration, err error) {
+	m.StoreDuration.WithLabelValues(script).Observe(d.Seconds())
+	if err != nil {
+		m.StoreErrors.WithLabelValues(script).Inc()
+	}
 }
 
 // vec is what every *prometheus.XxxVec offers.
