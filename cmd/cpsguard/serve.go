@@ -13,10 +13,16 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/httpapi"
+	"github.com/cpsguard/cpsguard/metrics"
+	"github.com/cpsguard/cpsguard/pacing"
+	"github.com/cpsguard/cpsguard/sip"
+	"github.com/cpsguard/cpsguard/store"
 )
 
 // shutdownTimeout bounds a graceful stop of the HTTP server.
@@ -81,37 +87,90 @@ func logLevel(s string) slog.Level {
 	return l
 }
 
-// run is the composition root of a running node. It starts every component
-// on ctx and returns when ctx is done (nil, after a graceful stop) or when a
+// run is the composition root of a running node: metrics, the store (Redis
+// with its fallback, or in-process), the SIP proxy and the operations HTTP
+// server. It returns when ctx is done (nil, after a graceful stop) or when a
 // component fails (that error, after stopping the others).
 //
-// Seams for what comes next:
-//   - the SIP proxy is built from mgr (it reads mgr.Current() per call) and
-//     started with start("sip", proxy.Run) next to the HTTP server;
-//   - the HTTP API and /metrics replace httpHandler(mgr); the API's reload
-//     endpoint calls mgr.Reload;
-//   - the metrics layer counts reloads with
-//     mgr.OnReload(func(r string) { reloads.WithLabelValues(r).Inc() })
-//     and refreshes limit gauges from mgr.OnChange.
+// On ctx done (SIGINT/SIGTERM) the node drains: new INVITEs get 503, calls
+// waiting for a slot are sent or rejected within the proxy's grace period,
+// in-flight transactions finish, then the listeners close.
 func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *slog.LevelVar) error {
 	cfg := mgr.Current()
 	bi := readBuildInfo()
 	logger.Info("cpsguard starting", "version", bi.Version, "commit", bi.Commit,
 		"config_file", mgr.Path(), "config", cfg)
+	store.RouteRedisLogs(logger)
 
-	mgr.OnChange(func(_, next *config.Config) { level.Set(logLevel(next.Log.Level)) })
+	reg := metrics.NewRegistry()
+	m := metrics.New(reg)
+	m.SyncLimits(cfg)
+	var loadedAt atomic.Int64
+	loadedAt.Store(time.Now().UnixNano())
+	mgr.OnReload(m.ObserveReload)
+	mgr.OnChange(func(_, next *config.Config) {
+		level.Set(logLevel(next.Log.Level))
+		m.SyncLimits(next)
+		loadedAt.Store(time.Now().UnixNano())
+	})
 
-	// Bind listeners before starting anything, so a port in use fails
-	// start-up with a clear error instead of half a node.
+	stores, err := store.Open(ctx, cfg, store.OpenOptions{
+		Observe: m.ObserveStore,
+		OnMode: func(mode string) {
+			if mode == store.ModeRedis {
+				m.StoreUp.Set(1)
+			} else {
+				m.StoreUp.Set(0)
+			}
+		},
+		Logger: logger.With("component", "store"),
+	})
+	if err != nil {
+		return err
+	}
+	defer stores.Close()
+	if stores.Mode() == store.ModeRedis {
+		m.StoreUp.Set(1)
+	}
+
+	proxy, err := sip.New(sip.Options{
+		Config:    mgr.Current,
+		Admission: stores,
+		Pacer:     pacing.NewPacer(stores),
+		Metrics:   m,
+		Logger:    logger,
+	})
+	if err != nil {
+		return err
+	}
+
+	// Bind the HTTP listener before starting anything, so a port in use
+	// fails start-up with a clear error instead of half a node.
 	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
 	if err != nil {
 		return fmt.Errorf("http: listen on %s: %w", cfg.HTTP.Listen, err)
 	}
-	srv := &http.Server{
-		Handler:           httpHandler(mgr),
-		ReadHeaderTimeout: 5 * time.Second,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-	}
+	srv := httpapi.NewServer(cfg.HTTP.Listen, httpapi.New(httpapi.Options{
+		Config:    mgr.Current,
+		Counts:    stores,
+		Queue:     stores,
+		StoreMode: stores.Mode,
+		Ready: func() error {
+			select {
+			case <-proxy.Ready():
+			default:
+				return errors.New("sip listeners not up")
+			}
+			if !stores.Usable() {
+				return errors.New("store unusable: redis down and store.on_error is reject")
+			}
+			return nil
+		},
+		Reload:   mgr.Reload,
+		LoadedAt: func() time.Time { return time.Unix(0, loadedAt.Load()) },
+		Registry: reg,
+		Logger:   logger.With("component", "http"),
+	}), logger)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -129,6 +188,8 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 		})
 	}
 
+	start("store", func(ctx context.Context) error { stores.Run(ctx); return nil })
+	start("sip", proxy.Serve)
 	start("http", func(ctx context.Context) error { return serveHTTP(ctx, srv, ln) })
 	start("config-watch", func(ctx context.Context) error {
 		// Not fatal: SIGHUP and the API still reload.
@@ -143,21 +204,16 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 	defer signal.Stop(hup)
 	start("sighup", func(ctx context.Context) error { reloadOnSIGHUP(ctx, hup, mgr, logger); return nil })
 
-	logger.Info("cpsguard running", "http_listen", ln.Addr().String(), "store", cfg.StoreMode())
+	select {
+	case <-proxy.Ready():
+		logger.Info("cpsguard running", "sip", strings.Join(proxy.Addrs(), ","),
+			"http_listen", ln.Addr().String(), "store", stores.Mode())
+	case <-ctx.Done():
+	}
 	<-ctx.Done()
 	logger.Info("cpsguard stopping")
 	wg.Wait()
 	return firstErr
-}
-
-// httpHandler serves the operations endpoints that exist so far.
-func httpHandler(mgr *config.Manager) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		io.WriteString(w, "ok\n")
-	})
-	return mux
 }
 
 // serveHTTP serves on ln until ctx is done, then shuts down gracefully.
