@@ -37,6 +37,9 @@ type call struct {
 	// upstream is where responses to the caller go.
 	upstream string
 	outcome  string
+	// gateKeys are the admission limits the send gate enforces on this
+	// node's own sends (none in shadow mode or when over a limit).
+	gateKeys []gateKey
 }
 
 // onInvite handles every INVITE: initial ones go through admission and
@@ -134,6 +137,7 @@ func (c *call) admit(peer *config.Peer, cu *config.Customer) bool {
 	type scoped struct{ scope, name string }
 	var buckets []admission.Bucket
 	var names []scoped
+	var gates []gateKey
 	add := func(scope, name string, cps float64) {
 		if cps <= 0 {
 			return // no limit configured for this scope
@@ -141,6 +145,7 @@ func (c *call) admit(peer *config.Peer, cu *config.Customer) bool {
 		limit, window := admission.LimitFor(cps)
 		buckets = append(buckets, admission.Bucket{Key: lua.Key(cfg.Store.KeyPrefix, scope, name), Limit: limit, Window: window})
 		names = append(names, scoped{scope, name})
+		gates = append(gates, gateKey{scope + ":" + name, cps})
 	}
 	add(metrics.ScopePeer, peer.Name, peer.CPS)
 	if cu != nil {
@@ -164,6 +169,9 @@ func (c *call) admit(peer *config.Peer, cu *config.Customer) bool {
 		return false
 	}
 	if dec.Admit {
+		if !cfg.Shadow {
+			c.gateKeys = gates
+		}
 		for _, n := range names {
 			p.m.Admission.WithLabelValues(n.scope, n.name, metrics.ResultAdmitted).Inc()
 		}
@@ -211,9 +219,9 @@ func (c *call) route(carriers []string) {
 			continue
 		}
 		pc := pacing.Carrier{Key: lua.Key(cfg.Store.KeyPrefix, metrics.ScopeCarrier, name), CPS: car.CPS, MaxWait: car.MaxWait}
-		sctx, cancel := c.storeCtx()
-		slot, err := p.pacer.Reserve(sctx, pc, c.member+"#"+strconv.Itoa(i))
-		cancel()
+		// No deadline here: the Pacer shortens max_wait to a context's
+		// deadline. The store bounds its own round trip (store.redis.timeout).
+		slot, err := p.pacer.Reserve(c.ctx, pc, c.member+"#"+strconv.Itoa(i))
 		if err != nil {
 			if c.canceled() {
 				c.outcome = metrics.OutcomeCanceled
@@ -245,6 +253,10 @@ func (c *call) route(carriers []string) {
 			_ = p.pacer.Release(rctx, slot)
 			cancel()
 		}
+		var ticket gateTicket
+		if err == nil {
+			ticket, err = p.gate.wait(c.ctx, append(c.gateKeys, gateKey{metrics.ScopeCarrier + ":" + name, car.CPS}))
+		}
 		if err != nil {
 			c.stopped(forwarded)
 			return
@@ -253,7 +265,7 @@ func (c *call) route(carriers []string) {
 			forwarded = true
 			c.outcome = metrics.OutcomeForwarded
 		}
-		res, retry := c.forward(car)
+		res, retry := c.forward(car, ticket)
 		if !retry {
 			return
 		}
@@ -338,7 +350,7 @@ func (c *call) relay(res *sipmsg.Response) {
 // reports that the carrier failed before any provisional response above 100
 // (5xx, 408, timeout, transport error) and the next carrier may be tried;
 // res is then the failure response, if any.
-func (c *call) forward(car *config.Carrier) (res *sipmsg.Response, retry bool) {
+func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Response, retry bool) {
 	p := c.p
 	target, err := parseCarrierURI(car.URI)
 	if err != nil {
@@ -374,6 +386,7 @@ func (c *call) forward(car *config.Carrier) (res *sipmsg.Response, retry bool) {
 		c.log.Debug("forward failed", "carrier", car.Name, "error", err)
 		return nil, true
 	}
+	p.gate.sent(ticket, time.Now())
 	log := c.log
 	if log.Enabled(c.ctx, slog.LevelDebug) {
 		log = log.With("carrier", car.Name)

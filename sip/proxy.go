@@ -133,6 +133,8 @@ type Proxy struct {
 	baseCancel context.CancelCauseFunc
 	draining   atomic.Bool
 	active     atomic.Int64
+
+	gate *sendGate
 }
 
 // New builds a Proxy. It does not open sockets; Serve does.
@@ -159,6 +161,7 @@ func New(opts Options) (*Proxy, error) {
 		m:     opts.Metrics,
 		log:   opts.Logger.With("component", "sip"),
 		ready: make(chan struct{}),
+		gate:  newSendGate(),
 	}
 	p.base, p.baseCancel = context.WithCancelCause(context.Background())
 

@@ -28,8 +28,9 @@ type Answer struct {
 	Ring time.Duration
 }
 
-// Carrier is a UAS that answers INVITEs and records their arrival times,
-// taken when the datagram or segment is read, before parsing.
+// Carrier is a UAS that answers INVITEs and records their arrival times:
+// the kernel's receive time for UDP (SO_TIMESTAMPNS on Linux), the read
+// time for TCP, always before parsing.
 type Carrier struct {
 	// Addr is ip:port the carrier listens on (UDP and TCP, same port).
 	Addr string
@@ -96,7 +97,7 @@ func StartCarrier(t testing.TB, ip string, answer func(req *sipmsg.Request) Answ
 		}
 	}
 	c.Addr = udp.LocalAddr().String()
-	go srv.ServeUDP(udp)
+	go srv.ServeUDP(newStampConn(udp, c.arrived))
 	go srv.ServeTCP(tcp)
 	t.Cleanup(func() {
 		udp.Close()
@@ -106,19 +107,27 @@ func StartCarrier(t testing.TB, ip string, answer func(req *sipmsg.Request) Answ
 	return c
 }
 
-// readFilter timestamps INVITEs as they are read.
-func (c *Carrier) readFilter(_ sipmsg.TransportReadProps, data []byte) ([]byte, error) {
-	if bytes.HasPrefix(data, []byte("INVITE ")) {
-		now := time.Now()
-		if id := rawCallID(data); id != "" {
-			c.mu.Lock()
-			if _, seen := c.arrivals[id]; !seen {
-				c.arrivals[id] = now
-			}
-			c.mu.Unlock()
-		}
+// readFilter timestamps INVITEs read over TCP (UDP ones are stamped by the
+// kernel, see stampConn).
+func (c *Carrier) readFilter(props sipmsg.TransportReadProps, data []byte) ([]byte, error) {
+	if props.Transport != "UDP" {
+		c.arrived(data, time.Now())
 	}
 	return data, nil
+}
+
+// arrived records the first arrival of an INVITE.
+func (c *Carrier) arrived(data []byte, at time.Time) {
+	if !bytes.HasPrefix(data, []byte("INVITE ")) {
+		return
+	}
+	if id := rawCallID(data); id != "" {
+		c.mu.Lock()
+		if _, seen := c.arrivals[id]; !seen {
+			c.arrivals[id] = at
+		}
+		c.mu.Unlock()
+	}
 }
 
 // rawCallID finds the Call-ID header in raw message bytes.

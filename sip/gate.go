@@ -1,0 +1,124 @@
+package sip
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/cpsguard/cpsguard/admission"
+)
+
+// sendGate is the last line of the node's own promise: no `limit`
+// consecutive sends of one key (a carrier, a peer, a customer) leave this
+// node within one window.
+//
+// The shared store decides when a call may go (admission time, pacing slot),
+// but the send happens later, after a timer wake-up and some scheduling; on
+// a busy machine that lateness varies by tens of milliseconds, more than
+// the stores' 1 % guards. A call woken late followed by one woken on time
+// would put limit+1 calls into one second at the carrier. The gate records
+// when this node actually sent, and holds a send until the send `limit`
+// places back is a full window old. It only ever delays, by about the
+// jitter it absorbs; it never rejects. Across a pool the stores' guards
+// carry the promise; the gate removes this node's own jitter from it.
+//
+// A sendGate is safe for concurrent use.
+type sendGate struct {
+	mu    sync.Mutex
+	rings map[string]*sendRing
+}
+
+// sendRing holds the last limit send times of one key, oldest at next.
+type sendRing struct {
+	limit  int
+	window time.Duration
+	at     []time.Time
+	next   int
+}
+
+// gateKey is one limit a send must respect.
+type gateKey struct {
+	key string
+	cps float64
+}
+
+// gateTicket identifies the ring entries of one send, to stamp the time
+// the message actually left.
+type gateTicket struct {
+	rings []*sendRing
+	idx   []int
+}
+
+func newSendGate() *sendGate { return &sendGate{rings: map[string]*sendRing{}} }
+
+func (g *sendGate) ring(k gateKey) *sendRing {
+	limit, window := admission.LimitFor(k.cps)
+	r := g.rings[k.key]
+	if r == nil || r.limit != limit || r.window != window {
+		// New key, or its limit changed on reload: start a fresh history.
+		r = &sendRing{limit: limit, window: window, at: make([]time.Time, limit)}
+		g.rings[k.key] = r
+	}
+	return r
+}
+
+// reserve returns 0 and a ticket when a send now respects every key (and
+// records it), or how long to wait before asking again.
+func (g *sendGate) reserve(keys []gateKey, now time.Time) (time.Duration, gateTicket) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var wait time.Duration
+	rings := make([]*sendRing, 0, len(keys))
+	for _, k := range keys {
+		if k.cps <= 0 {
+			continue
+		}
+		r := g.ring(k)
+		rings = append(rings, r)
+		if oldest := r.at[r.next]; !oldest.IsZero() {
+			if d := oldest.Add(r.window).Sub(now); d > wait {
+				wait = d
+			}
+		}
+	}
+	if wait > 0 {
+		return wait, gateTicket{}
+	}
+	t := gateTicket{rings: rings, idx: make([]int, len(rings))}
+	for i, r := range rings {
+		t.idx[i] = r.next
+		r.at[r.next] = now
+		r.next = (r.next + 1) % r.limit
+	}
+	return 0, t
+}
+
+// sent stamps the ticket's entries with the time the message left (after
+// the write returned), so the window counts from the real send.
+func (g *sendGate) sent(t gateTicket, at time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, r := range t.rings {
+		if at.After(r.at[t.idx[i]]) {
+			r.at[t.idx[i]] = at
+		}
+	}
+}
+
+// wait blocks until a send respects every key and returns its ticket, or
+// ctx.Err() when ctx ends first. Waiting costs a timer.
+func (g *sendGate) wait(ctx context.Context, keys []gateKey) (gateTicket, error) {
+	for {
+		d, t := g.reserve(keys, time.Now())
+		if d <= 0 {
+			return t, nil
+		}
+		timer := time.NewTimer(d)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return gateTicket{}, ctx.Err()
+		}
+	}
+}
