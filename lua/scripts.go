@@ -63,6 +63,7 @@ func Load(ctx context.Context, c redis.Scripter) error {
 		{ScriptPace, paceScript},
 		{ScriptRelease, releaseScript},
 		{ScriptQueue, queueScript},
+		{ScriptHeartbeat, heartbeatScript},
 	} {
 		if err := s.script.Load(ctx, c).Err(); err != nil {
 			return fmt.Errorf("lua: load %s.lua: %w", s.name, err)
@@ -86,6 +87,8 @@ func SHA(name string) string {
 		return releaseScript.Hash()
 	case ScriptQueue:
 		return queueScript.Hash()
+	case ScriptHeartbeat:
+		return heartbeatScript.Hash()
 	}
 	return ""
 }
@@ -114,9 +117,12 @@ func Time(us int64) time.Time { return time.UnixMicro(us) }
 
 // AdmitBucket is one bucket of an admit.lua call.
 type AdmitBucket struct {
-	Key      string
-	Limit    int64
-	WindowUS int64 // > 0
+	// Key is the bucket's sorted set.
+	Key string
+	// Limit is the number of calls the window may hold.
+	Limit int64
+	// WindowUS is the window in integer µs (> 0).
+	WindowUS int64
 }
 
 // AdmitReply is the decoded reply of admit.lua.
@@ -195,7 +201,9 @@ func DecodeAdmit(v any, n int) (AdmitReply, error) {
 
 // CountsReply is the decoded reply of counts.lua.
 type CountsReply struct {
-	NowUS  int64
+	// NowUS is Redis TIME at the read, in µs.
+	NowUS int64
+	// Counts holds the calls in each bucket's window.
 	Counts []int64
 }
 
@@ -295,6 +303,7 @@ func DecodeRelease(v any) (bool, error) {
 
 // QueueReply is the decoded reply of queue.lua.
 type QueueReply struct {
+	// NowUS is Redis TIME at the read, in µs.
 	NowUS int64
 	// Queued is the number of slots still in the future.
 	Queued int64
