@@ -8,7 +8,8 @@
 //   - counts.lua: calls in each bucket's window (read-only);
 //   - pace.lua: reserve the next send slot of a carrier (leaky bucket);
 //   - release.lua: give a reserved slot back;
-//   - queue.lua: calls waiting for a carrier and the least wait (read-only).
+//   - queue.lua: calls waiting for a carrier and the least wait (read-only);
+//   - heartbeat.lua: node liveness, to count the live pool (heartbeat.go).
 //
 // The clock is always Redis TIME, in integer microseconds; scores are integer
 // microseconds and every fraction travels as an integer of microseconds,

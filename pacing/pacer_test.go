@@ -41,19 +41,25 @@ func TestPacer(t *testing.T) {
 				t.Fatalf("Wait on a due slot: %v", err)
 			}
 
-			// Wait sleeps until the slot is due, not before.
+			// Wait sleeps until the slot is due, not before. The slot is one
+			// interval after the first on the store's clock, exactly.
 			second, err := p.Reserve(ctx, c, "call-1")
-			if err != nil || !second.OK || second.Wait < 50*time.Millisecond {
-				t.Fatalf("second Reserve = %+v, %v; want OK with a wait near 101ms", second, err)
+			if err != nil || !second.OK || second.At.Add(second.Wait).Sub(first.At) != Interval(c.CPS) {
+				t.Fatalf("second Reserve = %+v, %v; want OK one interval (%v) after the first", second, err, Interval(c.CPS))
 			}
 			if err := p.Wait(ctx, second); err != nil || time.Now().Before(second.Due()) {
 				t.Fatalf("Wait = %v at %v before due", err, time.Until(second.Due()))
 			}
 
-			// Wait returns early on cancel and releases the slot.
-			third, err := p.Reserve(ctx, c, "call-2")
-			if err != nil || !third.OK || third.Wait < 50*time.Millisecond {
-				t.Fatalf("third Reserve = %+v, %v; want OK with a wait", third, err)
+			// Wait returns early on cancel and releases the slot. A 1 CPS
+			// carrier makes the wait long enough that no stall hides it.
+			slow := Carrier{Key: lua.Key("test", "carrier", t.Name()+"/slow"), CPS: 1, MaxWait: 5 * time.Second}
+			if s, err := p.Reserve(ctx, slow, "slow-0"); err != nil || !s.OK {
+				t.Fatalf("Reserve slow-0 = %+v, %v", s, err)
+			}
+			third, err := p.Reserve(ctx, slow, "slow-1")
+			if err != nil || !third.OK || third.Wait < 500*time.Millisecond {
+				t.Fatalf("Reserve slow-1 = %+v, %v; want OK with a wait near 1.01s", third, err)
 			}
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Millisecond)
 			defer cancel()
@@ -62,8 +68,11 @@ func TestPacer(t *testing.T) {
 			if !errors.Is(err, context.DeadlineExceeded) || !time.Now().Before(third.Due()) {
 				t.Fatalf("Wait with a 5ms context = %v after %v; want DeadlineExceeded before the slot (%v)", err, time.Since(start), third.Wait)
 			}
-			if b.realHeld(c.Key, "call-2") {
+			if b.realHeld(slow.Key, "slow-1") {
 				t.Fatal("slot of a cancelled wait is still held")
+			}
+			if !b.realHeld(slow.Key, "slow-0") {
+				t.Fatal("the other slot was released too")
 			}
 			if !errors.Is(p.Wait(ctx, Slot{}), ErrNotReserved) {
 				t.Fatal("Wait on a refused slot: want ErrNotReserved")
@@ -81,17 +90,17 @@ func TestPacerHonoursDeadline(t *testing.T) {
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			p := NewPacer(b.real)
-			c := Carrier{Key: lua.Key("test", "carrier", t.Name()), CPS: 10, MaxWait: 10 * time.Second}
-			for i := range 3 { // slots at +0, +101ms, +202ms
+			c := Carrier{Key: lua.Key("test", "carrier", t.Name()), CPS: 1, MaxWait: 10 * time.Second}
+			for i := range 3 { // slots at +0, +1.01s, +2.02s
 				if s, err := p.Reserve(context.Background(), c, fmt.Sprintf("call-%d", i)); err != nil || !s.OK {
 					t.Fatalf("Reserve %d = %+v, %v", i, s, err)
 				}
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 			defer cancel()
 			s, err := p.Reserve(ctx, c, "late")
-			if err != nil || s.OK || s.Wait < 150*time.Millisecond {
-				t.Fatalf("Reserve with 150ms left = %+v, %v; want refused with the would-be wait", s, err)
+			if err != nil || s.OK || s.Wait < 500*time.Millisecond {
+				t.Fatalf("Reserve with 500ms left = %+v, %v; want refused with the would-be wait", s, err)
 			}
 			if b.realHeld(c.Key, "late") {
 				t.Fatal("a refused reservation holds a slot")
