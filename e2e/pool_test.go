@@ -1,0 +1,131 @@
+//go:build linux
+
+package e2e
+
+// One limit for the pool: two nodes on one private redis-server, one peer
+// (one source address) dialing both at 1.5 × its limit in total; measured at
+// the carrier by kernel receive time.
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cpsguard/cpsguard/internal/redistest"
+)
+
+// dialAll runs one SIPp caller per node concurrently, each at rate for
+// calls, from source ip; it fails the test unless every call ends normally.
+func dialAll(t *testing.T, nodes []*node, ip string, rate float64, calls int, limit time.Duration) {
+	t.Helper()
+	runs := make([]sippRun, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Go(func() { runs[i] = dial(t, ip, n.sip, rate, calls, limit) })
+	}
+	wg.Wait()
+	for i, r := range runs {
+		if r.code != 0 {
+			t.Errorf("SIPp against node %s: every call must end with 200 or 503:\n%s", nodes[i].id, r.failure())
+		} else {
+			t.Logf("SIPp against node %s: %s", nodes[i].id, r.summary())
+		}
+	}
+}
+
+// startPool starts n nodes on one Redis with the given peers and carriers.
+func startPool(t *testing.T, redisAddr string, n int, peers []peerConf, carriers []carrierConf) []*node {
+	t.Helper()
+	var nodes []*node
+	for i := 0; i < n; i++ {
+		nodes = append(nodes, startNode(t, nodeConf{id: fmt.Sprintf("pool-%d", i), redis: redisAddr,
+			redisTimeout: 200 * time.Millisecond, peers: peers, carriers: carriers}, true))
+	}
+	return nodes
+}
+
+// poolOutcomes sums call outcomes over the nodes, once all want are counted.
+func poolOutcomes(t *testing.T, nodes []*node, want int) map[string]float64 {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		sum := map[string]float64{}
+		total := 0.0
+		for _, n := range nodes {
+			for k, v := range n.outcomes() {
+				sum[k] += v
+				total += v
+			}
+		}
+		if int(total) >= want || time.Now().After(deadline) {
+			return sum
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestPoolPeerLimitHoldsAcrossNodes(t *testing.T) {
+	srv := redistest.Start(t)
+	car := startCarrier(t, "127.0.0.1")
+	const limit, seconds, nodesN = 20, 5, 2
+	nodes := startPool(t, srv.Addr(), nodesN,
+		[]peerConf{{name: "dialer", sources: []string{"127.0.0.2/32"}, cps: limit}},
+		[]carrierConf{{name: "carrier", addr: car.addr, cps: 1000, maxWait: time.Second}})
+
+	// 1.5 × the limit in total, split over the nodes.
+	rate := 1.5 * limit / nodesN
+	calls := int(rate * seconds)
+	dialAll(t, nodes, "127.0.0.2", rate, calls, 40*time.Second)
+
+	offered := calls * nodesN
+	out := poolOutcomes(t, nodes, offered)
+	arr := car.arrivalTimes()
+	if got := maxInWindow(arr, time.Second); got > limit {
+		t.Errorf("max INVITEs in a rolling second at the carrier = %d, want <= %d (one limit for the pool); gaps: %s",
+			got, limit, gaps(arr))
+	}
+	// 95 % is the goal; this box is shared and SIPp's rate drifts, so the
+	// floor is 85 % (the upper bound above never gets a tolerance).
+	if floor := limit * seconds * 85 / 100; len(arr) < floor {
+		t.Errorf("carrier got %d calls, want >= %d (85%% of %d × %d s)", len(arr), floor, limit, seconds)
+	}
+	t.Logf("carrier got %d of %d offered (%d%% of limit × seconds); outcomes %v",
+		len(arr), offered, len(arr)*100/(limit*seconds), out)
+	if int(out["forwarded"]) != len(arr) || int(out["forwarded"]+out["rejected_cps"]) != offered {
+		t.Errorf("outcomes %v: want forwarded = carrier (%d) and forwarded + rejected_cps = %d", out, len(arr), offered)
+	}
+	for _, n := range nodes {
+		if f := n.outcomes()["forwarded"]; f == 0 {
+			t.Errorf("node %s forwarded nothing: the load was not shared", n.id)
+		}
+	}
+}
+
+func TestPoolCarrierPacedByAllNodes(t *testing.T) {
+	srv := redistest.Start(t)
+	car := startCarrier(t, "127.0.0.1")
+	const carrierCPS, seconds, nodesN = 10, 5, 2
+	nodes := startPool(t, srv.Addr(), nodesN,
+		[]peerConf{{name: "dialer", sources: []string{"127.0.0.2/32"}, cps: 1000}},
+		[]carrierConf{{name: "carrier", addr: car.addr, cps: carrierCPS, maxWait: time.Second}})
+
+	rate := 1.5 * carrierCPS / nodesN
+	calls := int(rate * seconds)
+	dialAll(t, nodes, "127.0.0.2", rate, calls, 40*time.Second)
+
+	offered := calls * nodesN
+	out := poolOutcomes(t, nodes, offered)
+	arr := car.arrivalTimes()
+	if got := maxInWindow(arr, time.Second); got > carrierCPS {
+		t.Errorf("max INVITEs in a rolling second at the carrier = %d, want <= %d (paced by the pool); gaps: %s",
+			got, carrierCPS, gaps(arr))
+	}
+	if floor := carrierCPS * seconds * 85 / 100; len(arr) < floor {
+		t.Errorf("carrier got %d calls, want >= %d (85%% of %d × %d s)", len(arr), floor, carrierCPS, seconds)
+	}
+	t.Logf("carrier got %d of %d offered; outcomes %v", len(arr), offered, out)
+	if int(out["forwarded"]) != len(arr) || int(out["forwarded"]+out["rejected_queue"]) != offered {
+		t.Errorf("outcomes %v: want forwarded = carrier (%d) and forwarded + rejected_queue = %d", out, len(arr), offered)
+	}
+}

@@ -1,0 +1,392 @@
+//go:build linux
+
+package e2e
+
+// Raw-UDP SIP endpoints owned by this package: a measuring carrier that
+// stamps every INVITE with the kernel's receive time, and a small caller that
+// sends INVITEs and collects final answers. Both parse leniently (they face
+// the proxy, not the wild) and keep no transaction state.
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+)
+
+// sipMsg is a leniently parsed SIP message.
+type sipMsg struct {
+	method string // request method; "" for a response
+	code   int    // response status; 0 for a request
+	hdrs   []hdr  // in order, folded lines joined
+	body   []byte
+}
+
+type hdr struct{ name, value string }
+
+var compact = map[string]string{"v": "via", "f": "from", "t": "to", "i": "call-id", "m": "contact",
+	"l": "content-length", "c": "content-type"}
+
+func canon(name string) string {
+	n := strings.ToLower(strings.TrimSpace(name))
+	if c, ok := compact[n]; ok {
+		return c
+	}
+	return n
+}
+
+// parseSIP parses a message; ok is false for anything without a start line
+// and headers.
+func parseSIP(b []byte) (m sipMsg, ok bool) {
+	head, body, found := bytes.Cut(b, []byte("\r\n\r\n"))
+	if !found {
+		head, body, _ = bytes.Cut(b, []byte("\n\n"))
+	}
+	lines := strings.Split(strings.ReplaceAll(string(head), "\r\n", "\n"), "\n")
+	if len(lines) < 2 {
+		return m, false
+	}
+	start := strings.Fields(lines[0])
+	if len(start) < 2 {
+		return m, false
+	}
+	if strings.HasPrefix(start[0], "SIP/") {
+		m.code, _ = strconv.Atoi(start[1])
+	} else {
+		m.method = start[0]
+	}
+	for _, l := range lines[1:] {
+		if (strings.HasPrefix(l, " ") || strings.HasPrefix(l, "\t")) && len(m.hdrs) > 0 {
+			m.hdrs[len(m.hdrs)-1].value += " " + strings.TrimSpace(l)
+			continue
+		}
+		name, value, found := strings.Cut(l, ":")
+		if !found {
+			continue
+		}
+		m.hdrs = append(m.hdrs, hdr{canon(name), strings.TrimSpace(value)})
+	}
+	m.body = body
+	return m, true
+}
+
+func (m sipMsg) get(name string) string {
+	for _, h := range m.hdrs {
+		if h.name == name {
+			return h.value
+		}
+	}
+	return ""
+}
+
+func (m sipMsg) all(name string) []string {
+	var out []string
+	for _, h := range m.hdrs {
+		if h.name == name {
+			out = append(out, h.value)
+		}
+	}
+	return out
+}
+
+// response builds a response to req copying Via, Record-Route, From, To,
+// Call-ID and CSeq; toTag is added to To when it has none.
+func response(req sipMsg, code int, reason, toTag string, extra ...string) []byte {
+	var b strings.Builder
+	fmt.Fprintf(&b, "SIP/2.0 %d %s\r\n", code, reason)
+	for _, v := range req.all("via") {
+		b.WriteString("Via: " + v + "\r\n")
+	}
+	for _, v := range req.all("record-route") {
+		b.WriteString("Record-Route: " + v + "\r\n")
+	}
+	b.WriteString("From: " + req.get("from") + "\r\n")
+	to := req.get("to")
+	if toTag != "" && !strings.Contains(to, ";tag=") {
+		to += ";tag=" + toTag
+	}
+	b.WriteString("To: " + to + "\r\n")
+	b.WriteString("Call-ID: " + req.get("call-id") + "\r\n")
+	b.WriteString("CSeq: " + req.get("cseq") + "\r\n")
+	for _, e := range extra {
+		b.WriteString(e + "\r\n")
+	}
+	b.WriteString("Content-Length: 0\r\n\r\n")
+	return []byte(b.String())
+}
+
+// carrier is a UDP UAS on loopback: INVITE → 100 + 200, ACK → nothing,
+// anything else → 200. It records the first arrival of every Call-ID.
+type carrier struct {
+	addr string
+	conn *net.UDPConn
+
+	mu       sync.Mutex
+	arrivals map[string]time.Time
+	methods  map[string]int
+}
+
+// startCarrier listens on ip (e.g. 127.0.0.1), a free port; it stops when
+// the test ends.
+func startCarrier(t testing.TB, ip string) *carrier {
+	t.Helper()
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP(ip)})
+	if err != nil {
+		t.Fatalf("carrier: %v", err)
+	}
+	_ = conn.SetReadBuffer(4 << 20)
+	enableTimestamps(t, conn)
+	c := &carrier{addr: conn.LocalAddr().String(), conn: conn, arrivals: map[string]time.Time{}, methods: map[string]int{}}
+	done := make(chan struct{})
+	go c.serve(done)
+	t.Cleanup(func() { conn.Close(); <-done })
+	return c
+}
+
+// enableTimestamps asks the kernel for receive timestamps (SO_TIMESTAMPNS):
+// the arrival time is taken before any scheduling delay of the reader.
+func enableTimestamps(t testing.TB, conn *net.UDPConn) {
+	t.Helper()
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_TIMESTAMPNS, 1)
+	}); err != nil || serr != nil {
+		t.Fatalf("SO_TIMESTAMPNS: %v %v", err, serr)
+	}
+}
+
+// kernelTime extracts the SCM_TIMESTAMPNS time from oob, or returns now.
+func kernelTime(oob []byte) time.Time {
+	msgs, err := syscall.ParseSocketControlMessage(oob)
+	if err == nil {
+		for _, m := range msgs {
+			if m.Header.Level == syscall.SOL_SOCKET && m.Header.Type == syscall.SO_TIMESTAMPNS &&
+				len(m.Data) >= int(unsafe.Sizeof(syscall.Timespec{})) {
+				ts := (*syscall.Timespec)(unsafe.Pointer(&m.Data[0]))
+				return time.Unix(ts.Sec, ts.Nsec)
+			}
+		}
+	}
+	return time.Now()
+}
+
+func (c *carrier) serve(done chan struct{}) {
+	defer close(done)
+	buf := make([]byte, 65536)
+	oob := make([]byte, 256)
+	for {
+		n, oobn, _, from, err := c.conn.ReadMsgUDP(buf, oob)
+		if err != nil {
+			return
+		}
+		at := kernelTime(oob[:oobn])
+		m, ok := parseSIP(buf[:n])
+		if !ok || m.method == "" {
+			continue
+		}
+		id := m.get("call-id")
+		c.mu.Lock()
+		c.methods[m.method]++
+		if m.method == "INVITE" {
+			if _, seen := c.arrivals[id]; !seen {
+				c.arrivals[id] = at
+			}
+		}
+		c.mu.Unlock()
+		switch m.method {
+		case "ACK":
+		case "INVITE":
+			_, _ = c.conn.WriteToUDP(response(m, 100, "Trying", ""), from)
+			_, _ = c.conn.WriteToUDP(response(m, 200, "OK", "car"+strconv.Itoa(len(id)),
+				"Contact: <sip:carrier@"+c.addr+">"), from)
+		default:
+			_, _ = c.conn.WriteToUDP(response(m, 200, "OK", "car"), from)
+		}
+	}
+}
+
+// arrivals returns the first arrival of every INVITE, sorted.
+func (c *carrier) arrivalTimes() []time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]time.Time, 0, len(c.arrivals))
+	for _, at := range c.arrivals {
+		out = append(out, at)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Before(out[j]) })
+	return out
+}
+
+// count returns how many requests of method arrived (retransmissions too).
+func (c *carrier) count(method string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.methods[method]
+}
+
+// maxInWindow is the largest number of arrivals in any window [t, t+w)
+// starting at an arrival (sorted input): the most calls any rolling window
+// held.
+func maxInWindow(ts []time.Time, w time.Duration) int {
+	best, j := 0, 0
+	for i := range ts {
+		for j < len(ts) && ts[j].Sub(ts[i]) < w {
+			j++
+		}
+		if n := j - i; n > best {
+			best = n
+		}
+	}
+	return best
+}
+
+// gaps lists the times between arrivals in ms, for failure messages.
+func gaps(ts []time.Time) string {
+	var b strings.Builder
+	for i := 1; i < len(ts); i++ {
+		fmt.Fprintf(&b, "%.1f ", float64(ts[i].Sub(ts[i-1]).Microseconds())/1000)
+	}
+	return b.String() + "(ms)"
+}
+
+// caller is a raw UDP UAC bound to one source address. It sends INVITEs
+// and records every response code per Call-ID; non-2xx finals are ACKed.
+type caller struct {
+	t    testing.TB
+	conn *net.UDPConn
+	addr string
+
+	mu    sync.Mutex
+	codes map[string][]int
+	other int // responses to requests this caller did not make
+}
+
+func startCaller(t testing.TB, ip string, port int) (*caller, error) {
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP(ip), Port: port})
+	if err != nil {
+		return nil, err
+	}
+	c := &caller{t: t, conn: conn, addr: conn.LocalAddr().String(), codes: map[string][]int{}}
+	done := make(chan struct{})
+	go c.serve(done)
+	t.Cleanup(func() { conn.Close(); <-done })
+	return c, nil
+}
+
+func (c *caller) serve(done chan struct{}) {
+	defer close(done)
+	buf := make([]byte, 65536)
+	for {
+		n, from, err := c.conn.ReadFromUDP(buf)
+		if err != nil {
+			return
+		}
+		m, ok := parseSIP(buf[:n])
+		if !ok || m.code == 0 {
+			continue
+		}
+		id := m.get("call-id")
+		c.mu.Lock()
+		if _, mine := c.codes[id]; mine {
+			c.codes[id] = append(c.codes[id], m.code)
+		} else {
+			c.other++
+		}
+		c.mu.Unlock()
+		if m.code >= 300 && strings.HasSuffix(m.get("cseq"), "INVITE") {
+			_, _ = c.conn.WriteToUDP(ackFor(m), from)
+		}
+	}
+}
+
+// ackFor builds the hop-by-hop ACK of a non-2xx final response.
+func ackFor(res sipMsg) []byte {
+	seq, _, _ := strings.Cut(res.get("cseq"), " ")
+	to := res.get("to")
+	uri := to
+	if i, j := strings.IndexByte(to, '<'), strings.IndexByte(to, '>'); i >= 0 && j > i {
+		uri = to[i+1 : j]
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "ACK %s SIP/2.0\r\nVia: %s\r\nFrom: %s\r\nTo: %s\r\nCall-ID: %s\r\nCSeq: %s ACK\r\nMax-Forwards: 70\r\nContent-Length: 0\r\n\r\n",
+		uri, res.get("via"), res.get("from"), to, res.get("call-id"), seq)
+	return []byte(b.String())
+}
+
+// invite sends one INVITE for Call-ID id to target (ip:port).
+func (c *caller) invite(target, id string) error {
+	c.mu.Lock()
+	if _, ok := c.codes[id]; !ok {
+		c.codes[id] = []int{}
+	}
+	c.mu.Unlock()
+	to, err := net.ResolveUDPAddr("udp", target)
+	if err != nil {
+		return err
+	}
+	_, err = c.conn.WriteToUDP(inviteMsg(c.addr, target, id), to)
+	return err
+}
+
+// inviteMsg is a minimal initial INVITE from a UA at local to target.
+func inviteMsg(local, target, id string) []byte {
+	return []byte(fmt.Sprintf("INVITE sip:100@%s SIP/2.0\r\n"+
+		"Via: SIP/2.0/UDP %s;branch=z9hG4bK-%s;rport\r\n"+
+		"Max-Forwards: 70\r\n"+
+		"From: <sip:e2e@%s>;tag=f-%s\r\n"+
+		"To: <sip:100@%s>\r\n"+
+		"Call-ID: %s\r\n"+
+		"CSeq: 1 INVITE\r\n"+
+		"Contact: <sip:e2e@%s>\r\n"+
+		"Content-Length: 0\r\n\r\n", target, local, id, local, id, target, id, local))
+}
+
+// final returns the final response code (>= 200) of call id, or 0.
+func (c *caller) final(id string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, code := range c.codes[id] {
+		if code >= 200 {
+			return code
+		}
+	}
+	return 0
+}
+
+// responses returns every code received for call id.
+func (c *caller) responses(id string) []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]int(nil), c.codes[id]...)
+}
+
+// waitFinal waits until every call in ids has a final answer or limit passes;
+// it returns the finals (0 = none).
+func (c *caller) waitFinal(ids []string, limit time.Duration) map[string]int {
+	deadline := time.Now().Add(limit)
+	for {
+		out := map[string]int{}
+		missing := 0
+		for _, id := range ids {
+			out[id] = c.final(id)
+			if out[id] == 0 {
+				missing++
+			}
+		}
+		if missing == 0 || time.Now().After(deadline) {
+			return out
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
