@@ -34,15 +34,9 @@ type Counter interface {
 // Queuer reads carrier slot queues; pacing.SlotStore implementations (and the
 // store's Failover) satisfy it.
 type Queuer interface {
-	// Queue reports the reservations still in the future and the least wait of
-	// a call reserving now.
-	Queue(ctx context.Context, key string, interval time.Duration) (queued int, wait time.Duration, err error)
-}
-
-// SentCounter reads how many calls were sent to a carrier in the last second.
-type SentCounter interface {
-	// Sent returns the slots of key that fell in the last second.
-	Sent(ctx context.Context, key string) (int, error)
+	// Queue reports the calls waiting for a slot, the slots of the last
+	// second and the least wait of a call reserving now.
+	Queue(ctx context.Context, key string, interval time.Duration) (pacing.QueueState, error)
 }
 
 // Options wires the server to the running node. Only Config is required; a
@@ -53,11 +47,9 @@ type Options struct {
 	Config func() *config.Config
 	// Counts reads the peer and customer windows. Nil: their Current is null.
 	Counts Counter
-	// Queue reads the carrier queues. Nil: carriers' Queued and Wait are null.
+	// Queue reads the carrier queues and their calls in the last second.
+	// Nil: carriers' Current, Queued and Wait are null.
 	Queue Queuer
-	// Sent reads the calls sent to each carrier in the last second. Nil:
-	// carriers' Current is null.
-	Sent SentCounter
 	// StoreMode reports "redis", "fallback" or "local". Nil: "local" when no
 	// Redis is configured, else "unknown".
 	StoreMode func() string
@@ -257,20 +249,13 @@ func (s *server) buildStatus(ctx context.Context, cfg *config.Config) Status {
 		}
 		key := lua.Key(prefix, scopeCarrier, c.Name)
 		if s.o.Queue != nil {
-			queued, wait, err := s.o.Queue.Queue(ctx, key, pacing.Interval(c.CPS))
+			q, err := s.o.Queue.Queue(ctx, key, pacing.Interval(c.CPS))
 			if err != nil {
 				st.Errors = append(st.Errors, "carrier "+c.Name+": queue: "+err.Error())
 			} else {
-				ws := wait.Seconds()
-				e.Queued, e.WaitSeconds = &queued, &ws
-			}
-		}
-		if s.o.Sent != nil {
-			n, err := s.o.Sent.Sent(ctx, key)
-			if err != nil {
-				st.Errors = append(st.Errors, "carrier "+c.Name+": sent: "+err.Error())
-			} else {
-				e.setCurrent(n)
+				ws := q.Wait.Seconds()
+				e.Queued, e.WaitSeconds = &q.Queued, &ws
+				e.setCurrent(q.Sent)
 			}
 		}
 		st.Carriers[i] = e

@@ -19,6 +19,7 @@ import (
 	"github.com/cpsguard/cpsguard/admission"
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/metrics"
+	"github.com/cpsguard/cpsguard/pacing"
 )
 
 func testConfig() *config.Config {
@@ -44,6 +45,7 @@ type fakeStore struct {
 	counts    map[string]int
 	queued    map[string]int
 	waits     map[string]time.Duration
+	sent      map[string]int
 	countErr  error
 	queueErr  error
 	gotCounts [][]admission.Bucket
@@ -64,7 +66,7 @@ func (f *fakeStore) Counts(_ context.Context, buckets []admission.Bucket) ([]int
 	return out, nil
 }
 
-func (f *fakeStore) Queue(_ context.Context, key string, interval time.Duration) (int, time.Duration, error) {
+func (f *fakeStore) Queue(_ context.Context, key string, interval time.Duration) (pacing.QueueState, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.gotQueue == nil {
@@ -72,13 +74,9 @@ func (f *fakeStore) Queue(_ context.Context, key string, interval time.Duration)
 	}
 	f.gotQueue[key] = interval
 	if f.queueErr != nil {
-		return 0, 0, f.queueErr
+		return pacing.QueueState{}, f.queueErr
 	}
-	return f.queued[key], f.waits[key], nil
-}
-
-func (f *fakeStore) Sent(_ context.Context, key string) (int, error) {
-	return map[string]int{"cpsguard:{carrier:carrier-a}": 9}[key], nil
+	return pacing.QueueState{Queued: f.queued[key], Sent: f.sent[key], Wait: f.waits[key]}, nil
 }
 
 func newFake() *fakeStore {
@@ -90,6 +88,7 @@ func newFake() *fakeStore {
 		},
 		queued: map[string]int{"cpsguard:{carrier:carrier-a}": 4},
 		waits:  map[string]time.Duration{"cpsguard:{carrier:carrier-a}": 404 * time.Millisecond},
+		sent:   map[string]int{"cpsguard:{carrier:carrier-a}": 9},
 	}
 }
 
@@ -262,8 +261,8 @@ func TestStatus(t *testing.T) {
 		{Name: "dialer-2", LimitCPS: 0.5, WindowLimit: 1, WindowSeconds: 2.01, Current: intp(1), Percent: floatp(100)},
 	}
 	wantCarriers := []Entry{
-		{Name: "carrier-a", LimitCPS: 10, WindowLimit: 10, WindowSeconds: 1, Queued: intp(4), WaitSeconds: floatp(0.404), MaxWaitSeconds: 2},
-		{Name: "carrier-b", LimitCPS: 5, WindowLimit: 5, WindowSeconds: 1, Queued: intp(0), WaitSeconds: floatp(0), MaxWaitSeconds: 1},
+		{Name: "carrier-a", LimitCPS: 10, WindowLimit: 10, WindowSeconds: 1, Current: intp(9), Percent: floatp(90), Queued: intp(4), WaitSeconds: floatp(0.404), MaxWaitSeconds: 2},
+		{Name: "carrier-b", LimitCPS: 5, WindowLimit: 5, WindowSeconds: 1, Current: intp(0), Percent: floatp(0), Queued: intp(0), WaitSeconds: floatp(0), MaxWaitSeconds: 1},
 	}
 	check := func(what string, got, want []Entry) {
 		t.Helper()
@@ -290,13 +289,9 @@ func TestStatus(t *testing.T) {
 		t.Errorf("queue interval of carrier-b (5 cps): got %v, want %v", got, want)
 	}
 
-	t.Run("sent counter fills carriers' current", func(t *testing.T) {
-		h := New(Options{Config: testConfig, Counts: store, Queue: store, Sent: store})
-		st := getStatus(t, h)
-		if c := st.Carriers[0]; c.Current == nil || *c.Current != 9 || *c.Percent != 90 {
-			t.Errorf("carrier-a current: got %v / %v, want 9 / 90%%", c.Current, c.Percent)
-		}
-	})
+	if c := st.Carriers[0]; c.Current == nil || *c.Current != 9 || *c.Percent != 90 {
+		t.Errorf("carrier-a current: got %v / %v, want 9 / 90%% (slots of the last second)", c.Current, c.Percent)
+	}
 }
 
 func TestStatusStoreErrors(t *testing.T) {
@@ -517,8 +512,8 @@ CUSTOMERS    LIMIT  CURRENT     %  QUEUED   WAIT  MAX WAIT
   acme          20        5   25%
 
 CARRIERS     LIMIT  CURRENT     %  QUEUED   WAIT  MAX WAIT
-  carrier-a     10        -     -       4  404ms        2s
-  carrier-b      5        -     -       0     0s        1s
+  carrier-a     10        9   90%       4  404ms        2s
+  carrier-b      5        0    0%       0     0s        1s
 
 `
 	if got := buf.String(); got != want {

@@ -94,7 +94,7 @@ func FuzzDecodePace(f *testing.F) {
 }
 
 func FuzzDecodeQueue(f *testing.F) {
-	f.Add([]byte{2, 40, 8, 12})
+	f.Add([]byte{2, 40, 8, 12, 3})
 	f.Add([]byte{0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r, err := lua.DecodeQueue(build(data))
@@ -104,7 +104,7 @@ func FuzzDecodeQueue(f *testing.F) {
 			}
 			return
 		}
-		if r.Queued < 0 || r.WaitUS < 0 {
+		if r.Queued < 0 || r.WaitUS < 0 || r.Sent < 0 {
 			t.Fatalf("negative queue %+v", r)
 		}
 	})

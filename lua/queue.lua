@@ -7,6 +7,7 @@
 --   [1] now_us     Redis TIME in µs
 --   [2] queued     slots scored > now (calls still waiting to be sent)
 --   [3] wait_us    max(0, last + interval - now): the least wait of a call reserving now
+--   [4] sent       slots scored in (now - 1 s, now]: calls sent in the last second
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local key = KEYS[1]
@@ -17,4 +18,5 @@ if last[2] then
   wait = tonumber(last[2]) + tonumber(ARGV[1]) - now
   if wait < 0 then wait = 0 end
 end
-return {now, queued, wait}
+local sent = redis.call('ZCOUNT', key, '(' .. (now - 1000000), now)
+return {now, queued, wait, sent}

@@ -309,6 +309,8 @@ type QueueReply struct {
 	Queued int64
 	// WaitUS is the least wait of a call reserving now.
 	WaitUS int64
+	// Sent is the number of slots in the last second (now - 1 s, now].
+	Sent int64
 }
 
 // Queue runs queue.lua: the calls waiting for a slot of key and the wait a
@@ -326,14 +328,14 @@ func Queue(ctx context.Context, c redis.Scripter, key string, intervalUS int64) 
 
 // DecodeQueue decodes a queue.lua reply. It never panics.
 func DecodeQueue(v any) (QueueReply, error) {
-	a, err := ints(v, 3, ScriptQueue)
+	a, err := ints(v, 4, ScriptQueue)
 	if err != nil {
 		return QueueReply{}, err
 	}
-	if a[1] < 0 || a[2] < 0 {
-		return QueueReply{}, fmt.Errorf("%w: queue: negative queued %d or wait %d", ErrReply, a[1], a[2])
+	if a[1] < 0 || a[2] < 0 || a[3] < 0 {
+		return QueueReply{}, fmt.Errorf("%w: queue: negative queued %d, wait %d or sent %d", ErrReply, a[1], a[2], a[3])
 	}
-	return QueueReply{NowUS: a[0], Queued: a[1], WaitUS: a[2]}, nil
+	return QueueReply{NowUS: a[0], Queued: a[1], WaitUS: a[2], Sent: a[3]}, nil
 }
 
 // ints checks that v is an array of exactly n integers.

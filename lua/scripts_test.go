@@ -57,8 +57,8 @@ func TestLoadAndRunEveryScript(t *testing.T) {
 		t.Fatalf("Pace = %+v, %v; want OK wait 0", p, err)
 	}
 	q, err := lua.Queue(ctx, c, slots, 100_000)
-	if err != nil || q.WaitUS <= 0 || q.WaitUS > 100_000 {
-		t.Fatalf("Queue = %+v, %v; want wait in (0, 100ms]", q, err)
+	if err != nil || q.WaitUS <= 0 || q.WaitUS > 100_000 || q.Sent != 1 || q.Queued != 0 {
+		t.Fatalf("Queue = %+v, %v; want wait in (0, 100ms], 1 sent, none queued", q, err)
 	}
 	removed, err := lua.Release(ctx, c, slots, "c1")
 	if err != nil || !removed {

@@ -157,24 +157,29 @@ func (l *LocalSlots) Release(_ context.Context, key, member string) error {
 	return nil
 }
 
-// Queue reports the slots still in the future and the least wait of a call
-// reserving now.
-func (l *LocalSlots) Queue(_ context.Context, key string, interval time.Duration) (int, time.Duration, error) {
+// Queue reports the slots still in the future, those of the last second, and
+// the least wait of a call reserving now.
+func (l *LocalSlots) Queue(_ context.Context, key string, interval time.Duration) (QueueState, error) {
 	if interval <= 0 {
-		return 0, 0, errInterval(key, interval)
+		return QueueState{}, errInterval(key, interval)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
 	s := l.sets[key]
 	if s == nil || len(s.slots) == 0 {
-		return 0, 0, nil
+		return QueueState{}, nil
 	}
-	queued := 0
-	for i := len(s.slots) - 1; i >= 0 && s.slots[i].at > now; i-- {
-		queued++
+	var q QueueState
+	i := len(s.slots) - 1
+	for ; i >= 0 && s.slots[i].at > now; i-- {
+		q.Queued++
 	}
-	return queued, max(s.slots[len(s.slots)-1].at+interval-now, 0), nil
+	for ; i >= 0 && s.slots[i].at > now-time.Second; i-- {
+		q.Sent++
+	}
+	q.Wait = max(s.slots[len(s.slots)-1].at+interval-now, 0)
+	return q, nil
 }
 
 // Len returns the number of slot sets held, after evicting empty ones.

@@ -61,7 +61,18 @@ type SlotStore interface {
 	// Release removes a reservation that will not be used (call cancelled or
 	// rerouted before it was sent). Releasing an unknown member is a no-op.
 	Release(ctx context.Context, key, member string) error
-	// Queue reports the reservations still in the future (calls waiting for
-	// their slot) and the wait a call reserving now would at least have.
-	Queue(ctx context.Context, key string, interval time.Duration) (queued int, wait time.Duration, err error)
+	// Queue reports the state of a carrier's slots (see QueueState).
+	Queue(ctx context.Context, key string, interval time.Duration) (QueueState, error)
+}
+
+// QueueState is what an operator sees of one carrier's slots.
+type QueueState struct {
+	// Queued is the number of reservations still in the future: calls
+	// waiting for their slot.
+	Queued int
+	// Sent is the number of slots in the last second: the carrier's current
+	// calls per second as paced by the whole pool.
+	Sent int
+	// Wait is the least wait of a call reserving now.
+	Wait time.Duration
 }

@@ -105,9 +105,9 @@ func (s *RedisSlots) Release(ctx context.Context, key, member string) error {
 }
 
 // Queue runs queue.lua (no writes).
-func (s *RedisSlots) Queue(ctx context.Context, key string, interval time.Duration) (int, time.Duration, error) {
+func (s *RedisSlots) Queue(ctx context.Context, key string, interval time.Duration) (QueueState, error) {
 	if interval <= 0 {
-		return 0, 0, errInterval(key, interval)
+		return QueueState{}, errInterval(key, interval)
 	}
 	ctx, cancel := s.context(ctx)
 	defer cancel()
@@ -115,9 +115,9 @@ func (s *RedisSlots) Queue(ctx context.Context, key string, interval time.Durati
 	r, err := lua.Queue(ctx, s.c, key, lua.Micros(interval))
 	s.observe(lua.ScriptQueue, start, err)
 	if err != nil {
-		return 0, 0, fmt.Errorf("pacing: run queue.lua for %q: %w", key, err)
+		return QueueState{}, fmt.Errorf("pacing: run queue.lua for %q: %w", key, err)
 	}
-	return int(r.Queued), time.Duration(r.WaitUS) * time.Microsecond, nil
+	return QueueState{Queued: int(r.Queued), Sent: int(r.Sent), Wait: time.Duration(r.WaitUS) * time.Microsecond}, nil
 }
 
 func errInterval(key string, interval time.Duration) error {

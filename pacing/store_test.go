@@ -151,12 +151,16 @@ func TestReserveSpacing(t *testing.T) {
 				t.Errorf("call %d: slot held %v, want %v", i, held, wantOK)
 			}
 		}
-		queued, wait, err := b.store.Queue(context.Background(), key, interval)
+		q, err := b.store.Queue(context.Background(), key, interval)
 		if err != nil {
 			t.Fatal(err)
 		}
+		queued, wait := q.Queued, q.Wait
 		if queued != 10 && !(queued == 11 && !b.exact) || wait <= time.Second || wait > 1100*time.Millisecond {
-			t.Fatalf("Queue = %d, %v; want 10 future slots and a wait in (1s, 1.1s]", queued, wait)
+			t.Fatalf("Queue = %+v; want 10 future slots and a wait in (1s, 1.1s]", q)
+		}
+		if q.Sent+q.Queued != 11 {
+			t.Fatalf("Queue = %+v; want sent + queued = the 11 reserved slots", q)
 		}
 	})
 }
@@ -256,7 +260,7 @@ func TestInvalidInterval(t *testing.T) {
 		if _, err := b.store.Reserve(context.Background(), key, "m", 0, time.Second); err == nil {
 			t.Fatal("Reserve with interval 0: got no error")
 		}
-		if _, _, err := b.store.Queue(context.Background(), key, 0); err == nil {
+		if _, err := b.store.Queue(context.Background(), key, 0); err == nil {
 			t.Fatal("Queue with interval 0: got no error")
 		}
 	})

@@ -260,11 +260,11 @@ func (f *Failover) Release(ctx context.Context, key, member string) error {
 }
 
 // Queue implements pacing.SlotStore.
-func (f *Failover) Queue(ctx context.Context, key string, interval time.Duration) (int, time.Duration, error) {
+func (f *Failover) Queue(ctx context.Context, key string, interval time.Duration) (pacing.QueueState, error) {
 	if f.redisInUse() {
-		n, w, err := f.o.RedisSlots.Queue(ctx, key, interval)
+		q, err := f.o.RedisSlots.Queue(ctx, key, interval)
 		if err == nil {
-			return n, w, nil
+			return q, nil
 		}
 		f.fail("queue", err)
 	}
