@@ -93,6 +93,7 @@ type nodeConf struct {
 	redisTimeout  time.Duration
 	unknownSource string // reject | drop
 	token         string
+	logLevel      string // default info
 	peers         []peerConf
 	carriers      []carrierConf
 }
@@ -125,7 +126,11 @@ func (c nodeConf) yaml(sipPort, httpPort int) string {
 	if c.token != "" {
 		fmt.Fprintf(&b, "  token: %s\n", c.token)
 	}
-	b.WriteString("log: {level: info, format: json}\n")
+	lvl := c.logLevel
+	if lvl == "" {
+		lvl = "info"
+	}
+	fmt.Fprintf(&b, "log: {level: %s, format: json}\n", lvl)
 	b.WriteString("customers:\n  - {name: any, cps: 100000}\n")
 	b.WriteString("peers:\n")
 	for _, p := range c.peers {
@@ -487,4 +492,16 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// grep returns the log lines containing s (at most 20).
+func (n *node) grep(s string) string {
+	b, _ := os.ReadFile(n.logPath)
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, s) && len(out) < 20 {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
 }
