@@ -66,7 +66,7 @@ func TestRedisFailureDuringLoad(t *testing.T) {
 			for i := 0; i < 2; i++ {
 				nodes = append(nodes, startNode(t, nodeConf{id: fmt.Sprintf("fault-%d", i), redis: srv.Addr(),
 					onError: "local", logLevel: "debug", // the default, spelled out
-					peers:   []peerConf{{name: "dialer", sources: []string{"127.0.0.2/32"}, cps: 200}},
+					peers:    []peerConf{{name: "dialer", sources: []string{"127.0.0.2/32"}, cps: 200}},
 					carriers: []carrierConf{{name: "carrier", addr: car.addr, cps: 1000, maxWait: time.Second}}}, true))
 			}
 			waitStoreUp(t, nodes, 1, 5*time.Second)
