@@ -1,0 +1,140 @@
+// Command cpsbench runs the experiments of issue 7 (performance vs Kamailio
+// and vs Redis's own ceiling). One subcommand per experiment; each prints a
+// table, writes CSVs under -out and, where it has one, a PNG. Every run is
+// bounded in calls and time and uses loopback only. The bench/*.sh scripts
+// build the binaries and call these.
+//
+//	cpsbench accuracy   [-runs 3] [-limit 100] [-seconds 10]
+//	cpsbench throughput [-runs 3] [-rates 500,1000,...] [-seconds 5]
+//	cpsbench latency    [-runs 3] [-rate 1000] [-seconds 5]
+//	cpsbench pacing     [-runs 3] [-cps 50] [-offered 100] [-seconds 10]
+//	cpsbench decisions  [-runs 3] [-seconds 3] [-callers 1,64,256]
+//	cpsbench memory     [-queued 10000]
+//	cpsbench plot       (re-draw PNGs from the CSVs in -out)
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// common flags of every experiment.
+type env struct {
+	out      string // bench/out
+	results  string // bench/results (committed PNGs)
+	cpsguard string // cpsguard binary
+	kamCfg   string // bench/kamailio/relay.cfg
+	runs     int
+	ctx      context.Context
+}
+
+func (e *env) dir(parts ...string) string {
+	p := filepath.Join(append([]string{e.out}, parts...)...)
+	_ = os.MkdirAll(p, 0o755)
+	return p
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+		os.Exit(2)
+	}
+	sub := os.Args[1]
+	fs := flag.NewFlagSet(sub, flag.ExitOnError)
+	e := &env{}
+	fs.StringVar(&e.out, "out", "bench/out", "output `dir` for CSVs and logs")
+	fs.StringVar(&e.results, "results", "bench/results", "`dir` for the PNGs")
+	fs.StringVar(&e.cpsguard, "cpsguard", "bench/out/bin/cpsguard", "cpsguard `binary`")
+	fs.StringVar(&e.kamCfg, "kamailio-cfg", "bench/kamailio/relay.cfg", "Kamailio `config`")
+	fs.IntVar(&e.runs, "runs", 3, "repetitions (the median is reported)")
+
+	var run func(*env) error
+	switch sub {
+	case "accuracy":
+		run = accuracyCmd(fs)
+	case "throughput":
+		run = throughputCmd(fs)
+	case "latency":
+		run = latencyCmd(fs)
+	case "pacing":
+		run = pacingCmd(fs)
+	case "decisions":
+		run = decisionsCmd(fs)
+	case "memory":
+		run = memoryCmd(fs)
+	case "plot":
+		run = plotCmd(fs)
+	default:
+		usage()
+		os.Exit(2)
+	}
+	_ = fs.Parse(os.Args[2:])
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	e.ctx = ctx
+	if e.runs < 1 {
+		e.runs = 1
+	}
+	// Absolute paths: kamailio changes its working directory.
+	for _, p := range []*string{&e.out, &e.results, &e.cpsguard, &e.kamCfg} {
+		if a, err := filepath.Abs(*p); err == nil {
+			*p = a
+		}
+	}
+	machine()
+	start := time.Now()
+	if err := run(e); err != nil {
+		fmt.Fprintf(os.Stderr, "cpsbench %s: %v\n", sub, err)
+		os.Exit(1)
+	}
+	fmt.Printf("\n%s done in %s; load after: %s\n", sub, time.Since(start).Round(time.Second), load())
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: cpsbench accuracy|throughput|latency|pacing|decisions|memory|plot [flags]")
+}
+
+// machine prints what the figures were measured on.
+func machine() {
+	model := ""
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "model name"); ok {
+				model = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	fmt.Printf("machine: %d CPUs (%s), %s; load: %s\n", runtime.NumCPU(), model, runtime.Version(), load())
+}
+
+// load returns the 1/5/15-minute load averages.
+func load() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// tool returns the path of a binary or an error naming the package.
+func tool(name, pkg string) (string, error) {
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("%s not found (apt-get install %s)", name, pkg)
+	}
+	return p, nil
+}
