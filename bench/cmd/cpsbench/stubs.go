@@ -5,9 +5,6 @@ import (
 	"flag"
 )
 
-func throughputCmd(*flag.FlagSet) func(*env) error {
-	return func(*env) error { return errors.New("todo") }
-}
 func latencyCmd(*flag.FlagSet) func(*env) error {
 	return func(*env) error { return errors.New("todo") }
 }
