@@ -505,3 +505,5 @@ func (n *node) grep(s string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+const sigterm = syscall.SIGTERM

@@ -131,6 +131,24 @@ type carrier struct {
 	mu       sync.Mutex
 	arrivals map[string]time.Time
 	methods  map[string]int
+	delay    time.Duration // before the 200 to an INVITE
+	pending  map[string]func() bool // delayed answers by Call-ID: stop → true if stopped in time
+	canceled int                    // INVITEs ended by CANCEL before their 200
+}
+
+// cancelCount returns how many INVITEs a CANCEL ended (answered 487).
+func (c *carrier) cancelCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.canceled
+}
+
+// setAnswerDelay makes the carrier answer INVITEs with 100 at once and 200
+// after d.
+func (c *carrier) setAnswerDelay(d time.Duration) {
+	c.mu.Lock()
+	c.delay = d
+	c.mu.Unlock()
 }
 
 // startCarrier listens on ip (e.g. 127.0.0.1), a free port; it stops when
@@ -143,7 +161,8 @@ func startCarrier(t testing.TB, ip string) *carrier {
 	}
 	_ = conn.SetReadBuffer(4 << 20)
 	enableTimestamps(t, conn)
-	c := &carrier{addr: conn.LocalAddr().String(), conn: conn, arrivals: map[string]time.Time{}, methods: map[string]int{}}
+	c := &carrier{addr: conn.LocalAddr().String(), conn: conn, arrivals: map[string]time.Time{}, methods: map[string]int{},
+		pending: map[string]func() bool{}}
 	done := make(chan struct{})
 	go c.serve(done)
 	t.Cleanup(func() { conn.Close(); <-done })
@@ -197,6 +216,7 @@ func (c *carrier) serve(done chan struct{}) {
 		}
 		id := m.get("call-id")
 		c.mu.Lock()
+		delay := c.delay
 		c.methods[m.method]++
 		if m.method == "INVITE" {
 			if _, seen := c.arrivals[id]; !seen {
@@ -206,10 +226,39 @@ func (c *carrier) serve(done chan struct{}) {
 		c.mu.Unlock()
 		switch m.method {
 		case "ACK":
+		case "CANCEL":
+			// 200 to the CANCEL; a still unanswered INVITE ends with 487.
+			_, _ = c.conn.WriteToUDP(response(m, 200, "OK", "car"), from)
+			c.mu.Lock()
+			stop := c.pending[id]
+			delete(c.pending, id)
+			c.mu.Unlock()
+			if stop != nil && stop() {
+				c.mu.Lock()
+				c.canceled++
+				c.mu.Unlock()
+				inv := m
+				inv.hdrs = nil
+				for _, h := range m.hdrs {
+					if h.name == "cseq" {
+						seq, _, _ := strings.Cut(h.value, " ")
+						h.value = seq + " INVITE"
+					}
+					inv.hdrs = append(inv.hdrs, h)
+				}
+				_, _ = c.conn.WriteToUDP(response(inv, 487, "Request Terminated", "car"+strconv.Itoa(len(id))), from)
+			}
 		case "INVITE":
 			_, _ = c.conn.WriteToUDP(response(m, 100, "Trying", ""), from)
-			_, _ = c.conn.WriteToUDP(response(m, 200, "OK", "car"+strconv.Itoa(len(id)),
-				"Contact: <sip:carrier@"+c.addr+">"), from)
+			ok := response(m, 200, "OK", "car"+strconv.Itoa(len(id)), "Contact: <sip:carrier@"+c.addr+">")
+			if delay > 0 {
+				tm := time.AfterFunc(delay, func() { _, _ = c.conn.WriteToUDP(ok, from) })
+				c.mu.Lock()
+				c.pending[id] = tm.Stop
+				c.mu.Unlock()
+			} else {
+				_, _ = c.conn.WriteToUDP(ok, from)
+			}
 		default:
 			_, _ = c.conn.WriteToUDP(response(m, 200, "OK", "car"), from)
 		}
