@@ -131,7 +131,7 @@ type carrier struct {
 	mu       sync.Mutex
 	arrivals map[string]time.Time
 	methods  map[string]int
-	delay    time.Duration // before the 200 to an INVITE
+	delay    time.Duration          // before the 200 to an INVITE
 	pending  map[string]func() bool // delayed answers by Call-ID: stop → true if stopped in time
 	canceled int                    // INVITEs ended by CANCEL before their 200
 }
