@@ -388,8 +388,32 @@ func (c *caller) invite(target, id string) error {
 	return err
 }
 
+// send sends a prepared request for Call-ID id to target.
+func (c *caller) send(target, id string, msg []byte) error {
+	c.mu.Lock()
+	if _, ok := c.codes[id]; !ok {
+		c.codes[id] = []int{}
+	}
+	c.mu.Unlock()
+	to, err := net.ResolveUDPAddr("udp", target)
+	if err != nil {
+		return err
+	}
+	_, err = c.conn.WriteToUDP(msg, to)
+	return err
+}
+
 // inviteMsg is a minimal initial INVITE from a UA at local to target.
 func inviteMsg(local, target, id string) []byte {
+	return inviteWithBody(local, target, id, "")
+}
+
+// inviteWithBody is inviteMsg with an SDP body (none when empty).
+func inviteWithBody(local, target, id, body string) []byte {
+	ct := ""
+	if body != "" {
+		ct = "Content-Type: application/sdp\r\n"
+	}
 	return []byte(fmt.Sprintf("INVITE sip:100@%s SIP/2.0\r\n"+
 		"Via: SIP/2.0/UDP %s;branch=z9hG4bK-%s;rport\r\n"+
 		"Max-Forwards: 70\r\n"+
@@ -398,7 +422,7 @@ func inviteMsg(local, target, id string) []byte {
 		"Call-ID: %s\r\n"+
 		"CSeq: 1 INVITE\r\n"+
 		"Contact: <sip:e2e@%s>\r\n"+
-		"Content-Length: 0\r\n\r\n", target, local, id, local, id, target, id, local))
+		"%sContent-Length: %d\r\n\r\n%s", target, local, id, local, id, target, id, local, ct, len(body), body))
 }
 
 // final returns the final response code (>= 200) of call id, or 0.
