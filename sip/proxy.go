@@ -63,6 +63,9 @@ type Options struct {
 // in cpsguard_sip_errors_total{reason="oversized"}.
 const MaxMessageSize = 16 * 1024
 
+// udpReadBuffer is the socket receive buffer asked for UDP listeners.
+const udpReadBuffer = 4 << 20
+
 // Timers of the call path. They are variables so tests can shorten them.
 var (
 	// noAnswerTimeout is how long a carrier may stay silent (not even a
@@ -336,6 +339,9 @@ func (p *Proxy) listen(cfg *config.Config) error {
 				closeAll()
 				return fmt.Errorf("sip: listen %q: %w", raw, err)
 			}
+			// Bursts of datagrams must not be dropped by a small default
+			// buffer (the kernel caps this at net.core.rmem_max).
+			_ = c.SetReadBuffer(udpReadBuffer)
 			ap := c.LocalAddr().(*net.UDPAddr).AddrPort()
 			p.listeners = append(p.listeners, listener{network: "udp", addr: unmap(ap), udp: c})
 		case "tcp":
