@@ -10,7 +10,7 @@
 //	cpsbench pacing     [-runs 3] [-cps 50] [-offered 100] [-seconds 10]
 //	cpsbench decisions  [-runs 3] [-seconds 3] [-callers 1,64,256]
 //	cpsbench memory     [-queued 10000]
-//	cpsbench plot       (re-draw PNGs from the CSVs in -out)
+//	cpsbench profile    [-rate 2000] [-seconds 20] (pprof of the per-call path)
 package main
 
 import (
@@ -56,6 +56,7 @@ func main() {
 	fs.StringVar(&e.cpsguard, "cpsguard", "bench/out/bin/cpsguard", "cpsguard `binary`")
 	fs.StringVar(&e.kamCfg, "kamailio-cfg", "bench/kamailio/relay.cfg", "Kamailio `config`")
 	fs.IntVar(&e.runs, "runs", 3, "repetitions (the median is reported)")
+	gogc := fs.String("node-gogc", "", "GOGC for the cpsguard process (profile-guided tuning; default: Go's 100)")
 
 	var run func(*env) error
 	switch sub {
@@ -71,13 +72,19 @@ func main() {
 		run = decisionsCmd(fs)
 	case "memory":
 		run = memoryCmd(fs)
-	case "plot":
-		run = plotCmd(fs)
+	case "profile":
+		run = profileCmd(fs)
 	default:
 		usage()
 		os.Exit(2)
 	}
 	_ = fs.Parse(os.Args[2:])
+	if *gogc != "" {
+		// Read by the started node's runtime, not by this process's (the
+		// runtime read GOGC at its own start).
+		_ = os.Setenv("GOGC", *gogc)
+		fmt.Println("cpsguard runs with GOGC=" + *gogc)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	e.ctx = ctx
@@ -100,7 +107,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: cpsbench accuracy|throughput|latency|pacing|decisions|memory|plot [flags]")
+	fmt.Fprintln(os.Stderr, "usage: cpsbench accuracy|throughput|latency|pacing|decisions|memory|profile [flags]")
 }
 
 // machine prints what the figures were measured on.

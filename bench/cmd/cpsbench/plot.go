@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"image/color"
 	"os"
@@ -89,10 +88,4 @@ func plotSeries(path, title, xlabel, ylabel string, lines []plotLine, limit floa
 		return err
 	}
 	return p.Save(10*vg.Inch, 5*vg.Inch, path)
-}
-
-func plotCmd(fs *flag.FlagSet) func(*env) error {
-	return func(e *env) error {
-		return fmt.Errorf("plot: the experiments draw their own PNGs; re-run them")
-	}
 }

@@ -122,11 +122,12 @@ func sippStep(e *env, dir string, target string, uasPort, rate, seconds int) (ua
 }
 
 type tpStep struct {
-	system    string
-	run, rate int
-	uac, uas  sippResult
-	pass      bool
-	cpuPer1k  float64 // CPU seconds of the system per 1,000 calls
+	system     string
+	run, rate  int
+	uac, uas   sippResult
+	pass       bool
+	cpuPer1k   float64 // CPU seconds of the system (node + its Redis) per 1,000 calls
+	redisPer1k float64 // of which Redis
 }
 
 func throughputCmd(fs *flag.FlagSet) func(*env) error {
@@ -157,8 +158,8 @@ func throughputCmd(fs *flag.FlagSet) func(*env) error {
 						return fmt.Errorf("%s run %d at %d: %w", name, run, rate, err)
 					}
 					steps = append(steps, st)
-					fmt.Printf("  %-9s run %d %5d CPS: ok %d/%d failed %d retrans uac %d uas %d, rate %.0f, cpu %.2f s/1k calls → %v (load %s)\n",
-						name, run, rate, st.uac.ok, rate**seconds, st.uac.failed, st.uac.retrans, st.uas.retrans, st.uac.rate, st.cpuPer1k, passWord(st.pass), load())
+					fmt.Printf("  %-9s run %d %5d CPS: ok %d/%d failed %d retrans uac %d uas %d, rate %.0f, cpu %.2f s/1k calls (redis %.2f) → %v (load %s)\n",
+						name, run, rate, st.uac.ok, rate**seconds, st.uac.failed, st.uac.retrans, st.uas.retrans, st.uac.rate, st.cpuPer1k, st.redisPer1k, passWord(st.pass), load())
 					if !st.pass {
 						break
 					}
@@ -167,9 +168,9 @@ func throughputCmd(fs *flag.FlagSet) func(*env) error {
 				best[name] = append(best[name], float64(top))
 			}
 		}
-		t := stats.Table{Header: []string{"system", "run", "rate", "ok", "failed", "retrans_uac", "retrans_uas", "achieved_cps", "cpu_s_per_1k_calls", "pass"}}
+		t := stats.Table{Header: []string{"system", "run", "rate", "ok", "failed", "retrans_uac", "retrans_uas", "achieved_cps", "cpu_s_per_1k_calls", "of_which_redis", "pass"}}
 		for _, s := range steps {
-			t.Add(s.system, s.run, s.rate, s.uac.ok, s.uac.failed, s.uac.retrans, s.uas.retrans, s.uac.rate, s.cpuPer1k, s.pass)
+			t.Add(s.system, s.run, s.rate, s.uac.ok, s.uac.failed, s.uac.retrans, s.uas.retrans, s.uac.rate, s.cpuPer1k, s.redisPer1k, s.pass)
 		}
 		if err := t.WriteCSV(filepath.Join(e.out, "throughput-steps.csv")); err != nil {
 			return err
@@ -217,16 +218,17 @@ func throughputStep(e *env, name string, run, rate, seconds int) (tpStep, error)
 		return tpStep{}, err
 	}
 	defer sys.stop()
-	cpu0 := treeCPU(sys)
+	cpu0, r0 := treeCPU(sys), redisCPU(sys)
 	uac, uas, err := sippStep(e, dir, sys.addr, uasPort, rate, seconds)
 	if err != nil {
 		return tpStep{}, err
 	}
-	cpu := treeCPU(sys) - cpu0
+	cpu, rcpu := treeCPU(sys)-cpu0, redisCPU(sys)-r0
 	want := rate * seconds
 	st := tpStep{system: name, run: run, rate: rate, uac: uac, uas: uas}
 	if uac.ok > 0 {
 		st.cpuPer1k = cpu / float64(uac.ok) * 1000
+		st.redisPer1k = rcpu / float64(uac.ok) * 1000
 	}
 	st.pass = uac.ok == want && uac.failed == 0 && uac.retrans == 0 && uas.retrans == 0 &&
 		uac.elapsed <= float64(seconds)*1.2+1
@@ -245,6 +247,13 @@ func treeCPU(s *system) float64 {
 		total += procs.CPUTime(s.redis.Pid())
 	}
 	return total
+}
+
+func redisCPU(s *system) float64 {
+	if s.redis == nil {
+		return 0
+	}
+	return procs.CPUTime(s.redis.Pid())
 }
 
 // childrenOf lists the direct children of pid (kamailio's workers).

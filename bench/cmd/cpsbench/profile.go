@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cpsguard/cpsguard/bench/internal/procs"
+	"github.com/cpsguard/cpsguard/bench/internal/sipbench"
+)
+
+// profileCmd profiles the per-call path under load: a benchmark build of
+// the node with net/http/pprof (bench/cmd/cpsguard-prof) on Redis, SIPp at
+// a fixed rate with non-binding limits; CPU and allocation profiles over
+// the middle of the run; then a heap profile with calls queued for slots.
+func profileCmd(fs *flag.FlagSet) func(*env) error {
+	rate := fs.Int("rate", 2000, "CPS offered (SIPp)")
+	seconds := fs.Int("seconds", 20, "seconds of load")
+	window := fs.Int("window", 10, "seconds profiled (from 4 s in)")
+	queued := fs.Int("queued", 10000, "calls queued for the heap profile (0 = skip)")
+	bin := fs.String("prof-bin", "bench/out/bin/cpsguard-prof", "benchmark build with pprof")
+	return func(e *env) error {
+		pbin, _ := filepath.Abs(*bin)
+		dir := e.dir("profile")
+		uasPort := procs.FreeUDP()
+		dest := "127.0.0.1:" + strconv.Itoa(uasPort)
+		e2 := *e
+		e2.cpsguard = pbin
+		sys, err := startCpsguardRedis(&e2, filepath.Join(dir, "node"), procs.CpsguardOptions{
+			PeerCPS: 100000, CarrierCPS: 100000, MaxWait: time.Second, Carrier: dest,
+		})
+		if err != nil {
+			return err
+		}
+		defer sys.stop()
+		base := "http://" + sys.guard.HTTP + "/debug/pprof/"
+		type res struct {
+			uac, uas sippResult
+			err      error
+		}
+		done := make(chan res, 1)
+		go func() {
+			u, s, err := sippStep(e, filepath.Join(dir, "sipp"), sys.addr, uasPort, *rate, *seconds)
+			done <- res{u, s, err}
+		}()
+		time.Sleep(4 * time.Second)
+		if err := fetch(e.ctx, base+"allocs", filepath.Join(dir, "allocs-0.pb.gz")); err != nil {
+			return err
+		}
+		cpu0 := treeCPU(sys)
+		if err := fetch(e.ctx, base+"profile?seconds="+strconv.Itoa(*window), filepath.Join(dir, "cpu.pb.gz")); err != nil {
+			return err
+		}
+		cpu := treeCPU(sys) - cpu0
+		if err := fetch(e.ctx, base+"allocs", filepath.Join(dir, "allocs-1.pb.gz")); err != nil {
+			return err
+		}
+		r := <-done
+		if r.err != nil {
+			return r.err
+		}
+		fmt.Printf("profile: %d CPS for %d s through cpsguard-prof (Redis); SIPp ok %d failed %d retrans %d; node+redis CPU %.2f s in the %d s window (%.0f µs per call)\n",
+			*rate, *seconds, r.uac.ok, r.uac.failed, r.uac.retrans, cpu, *window, cpu/float64(*rate**window)*1e6)
+		if err := pprofTop(dir, "cpu-top.txt", "-top", "-nodecount=35", pbin, filepath.Join(dir, "cpu.pb.gz")); err != nil {
+			return err
+		}
+		if err := pprofTop(dir, "cpu-cum.txt", "-top", "-cum", "-nodecount=45", pbin, filepath.Join(dir, "cpu.pb.gz")); err != nil {
+			return err
+		}
+		if err := pprofTop(dir, "allocs-top.txt", "-top", "-nodecount=35", "-sample_index=alloc_space", "-base", filepath.Join(dir, "allocs-0.pb.gz"), pbin, filepath.Join(dir, "allocs-1.pb.gz")); err != nil {
+			return err
+		}
+		if err := pprofTop(dir, "allocs-objects-top.txt", "-top", "-nodecount=25", "-sample_index=alloc_objects", "-base", filepath.Join(dir, "allocs-0.pb.gz"), pbin, filepath.Join(dir, "allocs-1.pb.gz")); err != nil {
+			return err
+		}
+		sys.stop()
+		if *queued > 0 {
+			if err := queuedHeap(&e2, dir, *queued); err != nil {
+				return err
+			}
+		}
+		fmt.Println("profiles and tops in", dir)
+		return nil
+	}
+}
+
+func fetch(ctx context.Context, url, path string) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	r, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer r.Body.Close()
+	if r.StatusCode != 200 {
+		return fmt.Errorf("GET %s: %s", url, r.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, r.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// pprofTop runs `go tool pprof args...`, writes the output to dir/name and
+// prints its head.
+func pprofTop(dir, name string, args ...string) error {
+	out, err := exec.Command("go", append([]string{"tool", "pprof"}, args...)...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("go tool pprof %v: %w\n%s", args, err, out)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), out, 0o644); err != nil {
+		return err
+	}
+	lines := strings.Split(string(out), "\n")
+	fmt.Printf("\n== %s ==\n%s\n", name, strings.Join(lines[:min(len(lines), 30)], "\n"))
+	return nil
+}
+
+// queuedHeap holds `queued` calls waiting for slots and takes a heap
+// profile and the goroutine count.
+func queuedHeap(e *env, dir string, queued int) error {
+	sk, err := startSink(e.ctx)
+	if err != nil {
+		return err
+	}
+	defer sk.stop()
+	sys, err := startCpsguardRedis(e, filepath.Join(dir, "queued"), procs.CpsguardOptions{
+		PeerCPS: 100000, CarrierCPS: 1, MaxWait: 4 * time.Hour, Carrier: sk.Addr(),
+	})
+	if err != nil {
+		return err
+	}
+	defer sys.stop()
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _, _ = sipbench.RunCaller(ctx, sipbench.CallerOptions{Target: sys.addr, Rate: 2000, Count: queued, Linger: 2 * time.Minute, Prefix: "heap"})
+	}()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		q, err := sys.guard.Metric(e.ctx, "cpsguard_pacing_queued", "")
+		if err == nil && int(q) >= queued*99/100 {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	base := "http://" + sys.guard.HTTP + "/debug/pprof/"
+	if err := fetch(e.ctx, base+"heap?gc=1", filepath.Join(dir, "heap-queued.pb.gz")); err != nil {
+		return err
+	}
+	if err := fetch(e.ctx, base+"goroutine?debug=1", filepath.Join(dir, "goroutines-queued.txt")); err != nil {
+		return err
+	}
+	rss, _ := procs.RSS(sys.pid)
+	b, _ := os.ReadFile(filepath.Join(dir, "goroutines-queued.txt"))
+	first, _, _ := strings.Cut(string(b), "\n")
+	fmt.Printf("\nqueued: %d calls, RSS %.1f MiB, %s\n", queued, mib(rss), first)
+	return pprofTop(dir, "heap-queued-top.txt", "-top", "-nodecount=25", "-sample_index=inuse_space", e.cpsguard, filepath.Join(dir, "heap-queued.pb.gz"))
+}
