@@ -71,7 +71,7 @@ func TestRedisFailureDuringLoad(t *testing.T) {
 			}
 			waitStoreUp(t, nodes, 1, 5*time.Second)
 
-			const rate, seconds = 10, 10
+			const rate, seconds = 20, 10
 			runs := make([]sippRun, len(nodes))
 			var wg sync.WaitGroup
 			for i, n := range nodes {
