@@ -63,6 +63,18 @@ type Options struct {
 // in cpsguard_sip_errors_total{reason="oversized"}.
 const MaxMessageSize = 16 * 1024
 
+func init() {
+	// sipgo refuses to send a UDP message longer than UDPMTUSize-200 bytes
+	// (1300 by default), so an INVITE with a large SDP could not be
+	// forwarded. SIP over UDP may exceed the path MTU (RFC 3261 18.1.1
+	// prefers TCP, but a carrier's URI decides the transport here): allow
+	// what the proxy accepts. This is process-wide; cpsguard is the only SIP
+	// stack user of its process.
+	if sipmsg.UDPMTUSize < MaxMessageSize+200 {
+		sipmsg.UDPMTUSize = MaxMessageSize + 200
+	}
+}
+
 // udpReadBuffer is the socket receive buffer asked for UDP listeners.
 const udpReadBuffer = 4 << 20
 
@@ -222,9 +234,10 @@ func (p *Proxy) Addrs() []string {
 
 // Serve listens on every sip.listen URL of the current configuration (UDP
 // and TCP in one process) and handles SIP until ctx is cancelled. On
-// cancellation it stops taking new calls (503), cancels calls still
-// waiting for a slot, waits a few seconds for calls in progress, closes the
-// sockets and returns nil. It returns an error when a listener cannot be
+// cancellation it drains: new initial INVITEs get 503, calls in progress
+// (waiting for a slot or forwarded) have 5 s to finish, then the rest are
+// cancelled (503 upstream, CANCEL downstream); then it closes the sockets
+// and returns nil. It returns an error when a listener cannot be
 // bound. Serve may be called once.
 func (p *Proxy) Serve(ctx context.Context) error {
 	if !p.serving.CompareAndSwap(false, true) {
@@ -264,10 +277,17 @@ func (p *Proxy) Serve(ctx context.Context) error {
 	case serveErr = <-errc:
 	}
 
+	// Drain: new INVITEs get 503, calls in progress (queued or forwarded)
+	// may finish within the grace; then the rest are cancelled (503 to the
+	// caller, CANCEL to the carrier) and given a moment to say so before
+	// the sockets close.
 	p.draining.Store(true)
-	p.baseCancel(errProxyShutdown)
 	grace, cancel := context.WithTimeout(context.Background(), shutdownGrace)
-	p.waitIdle(grace)
+	_ = p.waitIdle(grace)
+	cancel()
+	p.baseCancel(errProxyShutdown)
+	last, cancel := context.WithTimeout(context.Background(), time.Second)
+	_ = p.waitIdle(last)
 	cancel()
 	for _, l := range p.listeners {
 		if l.udp != nil {

@@ -613,3 +613,53 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+func TestLargeInviteOverUDP(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	adm, pacer := newFakes()
+	h := startProxy(t, testConfig(carrierCfg("a", car)), adm, pacer)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	req := caller.Invite(h.udp, "Content-Type: application/sdp")
+	req.SetBody([]byte("v=0\r\n" + strings.Repeat("a=x-padding:0123456789abcdef0123456789abcdef\r\n", 40)))
+	res := caller.Final(ctxT(t, 5*time.Second), req)
+	if res == nil || res.StatusCode != 200 {
+		t.Fatalf("%d-byte INVITE: final = %v, want 200", len(req.String()), res)
+	}
+}
+
+func TestServeDrainsCallsInFlight(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", func(*sipmsg.Request) siptest.Answer { return siptest.Answer{Ring: time.Second} })
+	adm, pacer := newFakes()
+	p, err := New(Options{Config: func() *config.Config { return testConfig(carrierCfg("a", car)) },
+		Admission: adm, Pacer: pacer, Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Serve(ctx) }()
+	<-p.Ready()
+	addr := strings.TrimPrefix(p.Addrs()[0], "udp://")
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	tx, err := caller.Transaction(ctxT(t, 10*time.Second), caller.Invite(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Terminate()
+	waitFor(t, func() bool { return car.Count("INVITE") == 1 }, "call at the carrier")
+	cancel() // shutdown while the carrier rings
+
+	late := caller.Final(ctxT(t, 5*time.Second), caller.Invite(addr))
+	if late == nil || late.StatusCode != 503 {
+		t.Errorf("INVITE while draining: %v, want 503", late)
+	}
+	if res := finalOf(ctxT(t, 5*time.Second), tx); res == nil || res.StatusCode != 200 {
+		t.Errorf("call in flight at shutdown: final %v, want the carrier's 200", res)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("Serve = %v, want nil", err)
+	}
+	if car.Cancelled() != 0 {
+		t.Errorf("carrier got a CANCEL for a call that could finish")
+	}
+}
