@@ -10,8 +10,10 @@
 #
 # Knobs (environment): SOAK_SECONDS (600), SOAK_SAMPLE (30; 10 for runs under
 # 5 min), SOAK_PEER_CPS (40: the peer limit for the pool), SOAK_CARRIER_CPS
-# (30: the carrier's pace, max_wait 500ms). The load is 3 x SOAK_PEER_CPS in
-# total, half through each node, from 127.0.0.2; the carrier is SIPp (uas.xml).
+# (30: the carrier's pace, max_wait 500ms), SOAK_IDLE (35: seconds after the
+# load before the last, idle sample; sipgo's transaction timers are 32 s).
+# The load is 3 x SOAK_PEER_CPS in total, half through each node, from
+# 127.0.0.2; the carrier is SIPp (uas.xml).
 # Everything listens on 127.0.0.1 only; everything started here is stopped on
 # exit.
 set -euo pipefail
@@ -23,6 +25,7 @@ PEER_CPS=${SOAK_PEER_CPS:-40}
 CARRIER_CPS=${SOAK_CARRIER_CPS:-30}
 RATE=$((3 * PEER_CPS / 2)) # per node
 CALLS=$((RATE * SOAK_SECONDS))
+SOAK_IDLE=${SOAK_IDLE:-35}
 
 for c in redis-server redis-cli sipp curl go; do
   command -v "$c" >/dev/null || { echo "soak: $c not found (./scripts/install-deps.sh)" >&2; exit 1; }
@@ -103,16 +106,6 @@ for n in a b; do
   curl -fs "http://127.0.0.1:${http[$n]}/readyz" >/dev/null || { echo "soak: node $n not ready" >&2; cat "$work/$n.log" >&2; exit 1; }
 done
 
-echo "soak: ${SOAK_SECONDS}s, peer limit $PEER_CPS cps, carrier $CARRIER_CPS cps, offered $((2 * RATE)) cps ($RATE per node); load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-declare -A dialer
-for n in a b; do
-  (cd "$work" && exec sipp -nostdin -sf "$OLDPWD/testdata/sipp/uac.xml" -i 127.0.0.2 -s 100 \
-    -r "$RATE" -m "$CALLS" -l 2000 -recv_timeout 10000 -timeout "$((SOAK_SECONDS + 60))s" \
-    -trace_stat -stf "$work/sipp-$n.csv" -fd 5 "127.0.0.1:${sip[$n]}" >"$work/sipp-$n.out" 2>&1) &
-  dialer[$n]=$!
-  pids+=("${dialer[$n]}")
-done
-
 metric() { # metric NODE NAME [LABEL-FILTER]: sum of the series
   curl -fs "http://127.0.0.1:${http[$1]}/metrics" |
     awk -v name="$2" -v f="${3:-}" '$1 == name || index($1, name "{") == 1 { if (f == "" || index($1, f)) s += $2 } END { printf "%d", s }'
@@ -132,6 +125,18 @@ sample() { # sample ELAPSED: one row per node
     echo "$1,$n,$rss,$gor,$fwd,$((all - fwd)),$mem,$keys" >>"$csv"
   done
 }
+
+sample 0 # baseline: nodes up, no load yet
+
+echo "soak: ${SOAK_SECONDS}s, peer limit $PEER_CPS cps, carrier $CARRIER_CPS cps, offered $((2 * RATE)) cps ($RATE per node); load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+declare -A dialer
+for n in a b; do
+  (cd "$work" && exec sipp -nostdin -sf "$OLDPWD/testdata/sipp/uac.xml" -i 127.0.0.2 -s 100 \
+    -r "$RATE" -m "$CALLS" -l 2000 -recv_timeout 10000 -timeout "$((SOAK_SECONDS + 60))s" \
+    -trace_stat -stf "$work/sipp-$n.csv" -fd 5 "127.0.0.1:${sip[$n]}" >"$work/sipp-$n.out" 2>&1) &
+  dialer[$n]=$!
+  pids+=("${dialer[$n]}")
+done
 
 start=$(date +%s)
 warm=$((SOAK_SAMPLE < 10 ? SOAK_SAMPLE : 10))
@@ -157,7 +162,9 @@ for n in a b; do
   fi
 done
 sleep 2
-sample "$(($(date +%s) - start))" # after the load, idle
+sample "$(($(date +%s) - start))" # just after the load
+sleep "$SOAK_IDLE"
+sample "$(($(date +%s) - start))" # idle: timers of the last calls expired
 
 for n in a b; do
   kill -TERM "${pid[$n]}"
@@ -167,15 +174,16 @@ for n in a b; do
   fi
 done
 
-# Report: first and last rows under load, and the idle row.
+# Report: baseline and first rows under load, the last rows under load, just
+# after it and idle.
 echo
 echo "Soak: ${SOAK_SECONDS}s, 2 nodes, offered $((2 * RATE)) cps (3 x peer limit $PEER_CPS), carrier $CARRIER_CPS cps"
 awk -F, 'NR > 1 { rows[++n] = $0 }
   END {
     printf "%-10s %-5s %9s %11s %10s %10s %14s %7s\n", "elapsed_s", "node", "rss_kb", "goroutines", "forwarded", "rejected", "redis_used_mem", "dbsize"
     for (i = 1; i <= n; i++) {
-      if (i <= 2 || i > n - 4) { split(rows[i], f, ","); printf "%-10s %-5s %9s %11s %10s %10s %14s %7s\n", f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8] }
-      else if (i == 3) print "..."
+      if (i <= 4 || i > n - 6) { split(rows[i], f, ","); printf "%-10s %-5s %9s %11s %10s %10s %14s %7s\n", f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8] }
+      else if (i == 5) print "..."
     }
   }' "$csv"
 echo
