@@ -184,3 +184,60 @@ func TestRedisDownPolicies(t *testing.T) {
 		}
 	})
 }
+
+// A Sentinel master failover during a SIPp load on two nodes: every call is
+// answered and forwarded (on_error local bridges the failover), the nodes
+// go to the fallback and come back on the new master.
+func TestSentinelFailoverDuringLoad(t *testing.T) {
+	redistest.Require(t, "redis-cli")
+	st := redistest.StartSentinel(t, "e2e", 1)
+	car := startCarrier(t, "127.0.0.1")
+	var nodes []*node
+	for i := 0; i < 2; i++ {
+		nodes = append(nodes, startNode(t, nodeConf{id: fmt.Sprintf("sentinel-%d", i),
+			sentinels: st.SentinelAddrs(), masterName: st.MasterName, onError: "local", logLevel: "debug",
+			peers:    []peerConf{{name: "dialer", sources: []string{"127.0.0.2/32"}, cps: 200}},
+			carriers: []carrierConf{{name: "carrier", addr: car.addr, cps: 1000, maxWait: time.Second}}}, true))
+	}
+	waitStoreUp(t, nodes, 1, 5*time.Second)
+
+	const rate, seconds = 10, 15
+	runs := make([]sippRun, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Go(func() { runs[i] = dial(t, "127.0.0.2", n.sip, rate, rate*seconds, 60*time.Second) })
+	}
+	time.Sleep(2 * time.Second)
+	st.Master.Kill()
+	down := waitStoreUp(t, nodes, 0, 5*time.Second)
+	// Sentinel notices after down-after (1 s), elects and promotes the
+	// replica; the probe finds the new master through the sentinels.
+	back := waitStoreUp(t, nodes, 1, 20*time.Second)
+	t.Logf("master killed: store_up 0 after %s, 1 again %s later (failover)", down.Round(time.Millisecond), back.Round(time.Millisecond))
+	wg.Wait()
+
+	offered := 0
+	for i, r := range runs {
+		offered += rate * seconds
+		if r.code != 0 || r.n("SuccessfulCall") != rate*seconds {
+			t.Errorf("SIPp against node %s: every call must be answered and end:\n%s", nodes[i].id, r.failure())
+		}
+	}
+	out := poolOutcomes(t, nodes, offered)
+	if int(out["forwarded"]) != offered {
+		t.Errorf("outcomes %v: want all %d forwarded through the failover (on_error local)", out, offered)
+		for _, n := range nodes {
+			t.Logf("node %s store failures:\n%s", n.id, n.grep("store failed"))
+		}
+	}
+	if got := len(car.arrivalTimes()); got != offered {
+		t.Errorf("carrier got %d calls, want %d", got, offered)
+	}
+	for _, n := range nodes {
+		if f, b := n.logCount(msgFallback), n.logCount(msgBack); f < 1 || b < 1 {
+			t.Errorf("node %s logged %q %d times and %q %d times, want the switch and the return", n.id, msgFallback, f, msgBack, b)
+		} else if f != 1 || b != 1 {
+			t.Logf("node %s switched %d times to the fallback and %d times back during the failover", n.id, f, b)
+		}
+	}
+}

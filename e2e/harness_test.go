@@ -89,6 +89,8 @@ type carrierConf struct {
 type nodeConf struct {
 	id            string
 	redis         string // host:port; empty = in-process store
+	sentinels     []string
+	masterName    string // with sentinels: a Sentinel group
 	onError       string // local | admit | reject
 	redisTimeout  time.Duration
 	unknownSource string // reject | drop
@@ -112,11 +114,14 @@ func (c nodeConf) yaml(sipPort, httpPort int) string {
 	}
 	fmt.Fprintf(&b, "  unknown_source: %s\n  reject: {code: 503, reason: CPS Limit Exceeded}\n", us)
 	b.WriteString("store:\n  key_prefix: e2e\n")
-	if c.redis != "" {
-		to := c.redisTimeout
-		if to == 0 {
-			to = 50 * time.Millisecond
-		}
+	to := c.redisTimeout
+	if to == 0 {
+		to = 50 * time.Millisecond
+	}
+	switch {
+	case c.masterName != "":
+		fmt.Fprintf(&b, "  redis: {addrs: [%s], master_name: %s, timeout: %s}\n", strings.Join(c.sentinels, ", "), c.masterName, to)
+	case c.redis != "":
 		fmt.Fprintf(&b, "  redis: {addrs: [%s], timeout: %s}\n", c.redis, to)
 	}
 	if c.onError != "" {
