@@ -1,0 +1,54 @@
+package sip
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	sipmsg "github.com/emiago/sipgo/sip"
+
+	"github.com/cpsguard/cpsguard/config"
+)
+
+// FuzzRequestHandling runs the proxy's header handling (customer header,
+// dialog test, Route popping, Max-Forwards, Via, Record-Route, next hop) on
+// whatever the parser accepts: it must never panic.
+func FuzzRequestHandling(f *testing.F) {
+	files, _ := filepath.Glob(filepath.Join("..", "testdata", "sip", "*"))
+	for _, p := range files {
+		if b, err := os.ReadFile(p); err == nil {
+			f.Add(b)
+		}
+	}
+	f.Add([]byte("BYE sip:carrier@127.0.0.1:5070 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.2:5061;branch=z9hG4bK-1;rport\r\n" +
+		"Route: <sip:127.0.0.1:5060;transport=udp;lr>\r\nRoute: <sip:127.0.0.1:5060;transport=tcp;lr>\r\n" +
+		"From: <sip:a@x>;tag=1\r\nTo: <sip:b@y>;tag=2\r\nCall-ID: c\r\nCSeq: 2 BYE\r\nMax-Forwards: 0\r\nX-Customer: acme\r\nContent-Length: 0\r\n\r\n"))
+	f.Add([]byte("sip:127.0.0.1:5071;transport=tcp"))
+
+	p, err := New(Options{Config: func() *config.Config { return testConfig() }, Admission: &fakeAdmitter{refuse: -1}, Pacer: &fakePacer{}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	p.locals = map[string]local{"udp": {host: "127.0.0.1", port: 5060}, "tcp": {host: "127.0.0.1", port: 5060}}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		_, _ = parseCarrierURI(string(data))
+		msg, err := sipmsg.ParseMessage(data)
+		if err != nil {
+			return
+		}
+		req, ok := msg.(*sipmsg.Request)
+		if !ok {
+			return
+		}
+		_ = headerValue(req, "X-Customer")
+		_ = inDialog(req)
+		_, _ = sourceAddr(req)
+		out := req.Clone()
+		popOwnRoutes(p, out)
+		decMaxForwards(out)
+		addRecordRoute(p, out, "UDP", "TCP")
+		addVia(p, out, "UDP")
+		_, _ = p.nextHop(testConfig(), req.Clone())
+		_ = out.String()
+	})
+}
