@@ -17,10 +17,12 @@ import (
 // exits 0 within a bound.
 func TestGracefulShutdownWithQueuedCalls(t *testing.T) {
 	car := startCarrier(t, "127.0.0.1")
-	// 2 cps with max_wait 4 s: a burst of 8 calls queues for up to 3.5 s.
+	// 1 cps with max_wait 8 s: a burst of 8 calls queues for up to 7 s, longer
+	// than the proxy's drain (5 s), so some calls are sent while draining
+	// and the rest are refused when the drain ends.
 	n := startNode(t, nodeConf{id: "drain",
 		peers:    []peerConf{{name: "dialer", sources: []string{"127.0.0.2/32"}, cps: 1000}},
-		carriers: []carrierConf{{name: "slow", addr: car.addr, cps: 2, maxWait: 4 * time.Second}}}, true)
+		carriers: []carrierConf{{name: "slow", addr: car.addr, cps: 1, maxWait: 8 * time.Second}}}, true)
 	c, err := startCaller(t, "127.0.0.2", 0)
 	if err != nil {
 		t.Fatal(err)
@@ -50,10 +52,16 @@ func TestGracefulShutdownWithQueuedCalls(t *testing.T) {
 
 	start := time.Now()
 	n.signal(sigterm)
+	// The signal is handled asynchronously: wait until the node says it is
+	// stopping, so the INVITEs below really come after SIGTERM took effect.
+	for n.logCount("cpsguard stopping") == 0 && n.alive() && time.Since(start) < 5*time.Second {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
 	// New INVITEs until the process is gone (bounded): each gets 503 while
 	// the node drains, or nothing once its listener is closed.
 	var late []string
-	for i := 0; i < 200 && n.alive(); i++ {
+	for i := 0; i < 500 && n.alive(); i++ {
 		id := fmt.Sprintf("late-%d@e2e", i)
 		late = append(late, id)
 		_ = c.invite(n.sip, id)
