@@ -13,7 +13,10 @@
 // route are tried in order: a pacing slot within the carrier's max_wait is
 // reserved and waited for (a timer, cancellable by CANCEL and shutdown), and
 // the INVITE is forwarded with a new Via, Record-Route, Max-Forwards minus
-// one and the carrier's host, port and transport. Responses are relayed
+// one and the carrier's host, port and transport. Just before the send, a
+// local send gate holds the call until this node's own last sends of the
+// carrier, peer and customer leave room in the rolling window, so a timer
+// woken late never puts limit+1 calls into one second at the carrier. Responses are relayed
 // upstream; a 5xx, 408, timeout or transport error before any provisional
 // response above 100 moves the call to the next carrier (paced again). When
 // no carrier can take the call it is rejected with 503.
@@ -28,10 +31,12 @@
 // # Failure
 //
 // A store error (admission or pacing) rejects the call with 503 and the
-// outcome rejected_store; issue 6 puts a fallback store behind the same
-// interfaces. Malformed or oversized messages are dropped (or answered 400
-// when a transaction can be formed) and counted in
-// cpsguard_sip_errors_total{reason}; they never stop the proxy. Every call
+// outcome rejected_store; a fallback store goes behind the same interfaces.
+// Malformed or oversized messages are dropped (or answered 400 when a
+// transaction can be formed) and counted in cpsguard_sip_errors_total with
+// reason parse, oversized, malformed, transaction or source; they never
+// stop the proxy. On shutdown Serve drains: new INVITEs get 503, calls in
+// progress get 5 s to finish, then the rest are cancelled. Every call
 // ends: the handler goroutine returns on the final response, on a carrier
 // timeout (4 s of silence, 3 min of ringing) or on shutdown, and sipgo's
 // transactions end on their RFC 3261 timers.
