@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -512,4 +513,36 @@ func TestE2EGarbageInterleavedWithCalls(t *testing.T) {
 	if errs := errorsCounted(h.m); errs == 0 {
 		t.Errorf("sip_errors_total = 0 after %d junk messages", sent)
 	}
+}
+
+// Every call ends: after a SIPp load through the real stores, the
+// goroutine count returns to where it was before the load.
+func TestE2EGoroutinesReturnAfterLoad(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	h := startE2E(t, e2eOpts{peerCPS: 30, acme: 1000, globex: 1000,
+		carriers: []e2eCarrier{{"a", "sip:" + car.Addr, 40, time.Second}}})
+	// Warm up sockets, pools and the Redis connection pool.
+	if code, out := sipp(t, 20*time.Second, "-sf", scenario(t, "uac.xml"), "-i", "127.0.0.2", "-s", "100",
+		"-r", "20", "-m", "20", h.udp); code != 0 {
+		t.Fatalf("warm-up sipp exit %d:\n%s", code, tail(out))
+	}
+	waitCalls(t, h, "dialer-1", 20)
+	time.Sleep(200 * time.Millisecond)
+	base := runtime.NumGoroutine()
+
+	// 3 s at twice the peer limit: forwarded, paced and rejected calls.
+	code, out := sipp(t, 30*time.Second, "-sf", scenario(t, "uac.xml"), "-i", "127.0.0.2", "-s", "100",
+		"-r", "60", "-m", "180", "-l", "500", h.udp)
+	if code != 0 {
+		t.Fatalf("sipp exit %d:\n%s", code, tail(out))
+	}
+	waitCalls(t, h, "dialer-1", 200)
+	var now int
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if now = runtime.NumGoroutine(); now <= base+5 {
+			return
+		}
+	}
+	buf := make([]byte, 1<<20)
+	t.Fatalf("goroutines = %d after the load, %d before\n%s", now, base, buf[:runtime.Stack(buf, true)])
 }

@@ -663,3 +663,34 @@ func TestServeDrainsCallsInFlight(t *testing.T) {
 		t.Errorf("carrier got a CANCEL for a call that could finish")
 	}
 }
+
+func TestReloadAppliesToTheNextCall(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	adm, pacer := newFakes()
+	before := testConfig(carrierCfg("a", car))
+	after := testConfig(carrierCfg("a", car))
+	after.Peers[0].Customers = append(after.Peers[0].Customers, "gamma")
+	var mu sync.Mutex
+	cur := before
+	p, err := New(Options{Config: func() *config.Config { mu.Lock(); defer mu.Unlock(); return cur },
+		Admission: adm, Pacer: pacer, Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Serve(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	<-p.Ready()
+	addr := strings.TrimPrefix(p.Addrs()[0], "udp://")
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	if res := caller.Final(ctxT(t, 5*time.Second), caller.Invite(addr, "X-Customer: gamma")); res == nil || res.StatusCode != 403 {
+		t.Fatalf("before reload: %v, want 403", res)
+	}
+	mu.Lock()
+	cur = after
+	mu.Unlock()
+	if res := caller.Final(ctxT(t, 5*time.Second), caller.Invite(addr, "X-Customer: gamma")); res == nil || res.StatusCode != 200 {
+		t.Fatalf("after reload: %v, want 200", res)
+	}
+}
