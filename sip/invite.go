@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	sipmsg "github.com/emiago/sipgo/sip"
@@ -392,11 +393,18 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 		log = log.With("carrier", car.Name)
 		log.Debug("call forwarded")
 	}
-	// 2xx retransmissions bypass Responses(); relay them too.
+	// 2xx retransmissions bypass Responses(); relay them too, or repeat
+	// the proxy's own ACK when it hung the call up.
+	var hungUp atomic.Pointer[sipmsg.Request]
 	ctx.OnRetransmission(func(r *sipmsg.Response) {
-		if r.IsSuccess() {
-			c.relay(r)
+		if !r.IsSuccess() {
+			return
 		}
+		if ack := hungUp.Load(); ack != nil {
+			_ = p.tp.WriteMsg(ack)
+			return
+		}
+		c.relay(r)
 	})
 
 	timer := time.NewTimer(noAnswerTimeout)
@@ -432,6 +440,14 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 			}
 			if !r.IsSuccess() && !provisional && !cancelSent && (r.StatusCode == 408 || (r.StatusCode >= 500 && r.StatusCode < 600)) {
 				return r, true
+			}
+			if r.IsSuccess() && (cancelSent || cancelPending || c.ctx.Err() != nil) {
+				// The answer crossed our CANCEL (or came after the caller
+				// was already given a final answer): nobody upstream will
+				// ACK it, so end the carrier's call here.
+				ack := p.hangUp(out, r)
+				hungUp.Store(ack)
+				return r, false
 			}
 			c.relay(r)
 			return r, false
@@ -477,6 +493,69 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 	}
 }
 
+// hangUp ends a call the carrier answered after the caller had gone: ACK
+// for the 2xx, then BYE, both sent to the carrier's Contact (RFC 3261
+// 15: a UAC receiving a 2xx after CANCEL must ACK it and send BYE). It
+// returns the ACK so 2xx retransmissions can be ACKed again.
+func (p *Proxy) hangUp(inv *sipmsg.Request, ok *sipmsg.Response) *sipmsg.Request {
+	next := inv.Recipient
+	if ct := ok.Contact(); ct != nil && ct.Address.Host != "" {
+		next = *ct.Address.Clone()
+	}
+	t := targetOf(&next, inv.Transport())
+	build := func(method sipmsg.RequestMethod, seq uint32) *sipmsg.Request {
+		r := sipmsg.NewRequest(method, *next.Clone())
+		r.SipVersion = inv.SipVersion
+		mf := sipmsg.MaxForwardsHeader(70)
+		r.AppendHeader(&mf)
+		r.AppendHeader(sipmsg.HeaderClone(inv.From()))
+		r.AppendHeader(sipmsg.HeaderClone(ok.To()))
+		r.AppendHeader(sipmsg.HeaderClone(inv.CallID()))
+		r.AppendHeader(&sipmsg.CSeqHeader{SeqNo: seq, MethodName: method})
+		r.SetBody(nil)
+		lo := addVia(p, r, t.transport)
+		r.SetTransport(t.transport)
+		r.SetDestination(t.hostPort())
+		r.Laddr = lo.laddr
+		return r
+	}
+	seq := inv.CSeq().SeqNo
+	ack := build(sipmsg.ACK, seq)
+	if err := p.tp.WriteMsg(ack); err != nil {
+		p.log.Debug("ACK of a crossing 2xx failed", "call_id", callID(inv), "error", err)
+	}
+	bye := build(sipmsg.BYE, seq+1)
+	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
+	defer cancel()
+	tx, err := p.tl.Request(ctx, bye)
+	if err != nil {
+		p.log.Debug("BYE of a crossing 2xx failed", "call_id", callID(inv), "error", err)
+		return ack
+	}
+	go drain(tx)
+	return ack
+}
+
+// drain reads a non-INVITE client transaction until its final response
+// (or its end), so sipgo never blocks passing a response up.
+func drain(tx sipmsg.ClientTransaction) {
+	defer tx.Terminate()
+	t := time.NewTimer(cancelTimeout)
+	defer t.Stop()
+	for {
+		select {
+		case r := <-tx.Responses():
+			if !r.IsProvisional() {
+				return
+			}
+		case <-tx.Done():
+			return
+		case <-t.C:
+			return
+		}
+	}
+}
+
 // cancelUpstream sends a CANCEL for a forwarded INVITE (RFC 3261 9.1) and
 // drains its transaction in the background until it ends.
 func (p *Proxy) cancelUpstream(inv *sipmsg.Request) {
@@ -504,23 +583,7 @@ func (p *Proxy) cancelUpstream(inv *sipmsg.Request) {
 		p.log.Debug("send CANCEL failed", "call_id", callID(inv), "error", err)
 		return
 	}
-	go func() {
-		defer tx.Terminate()
-		t := time.NewTimer(cancelTimeout)
-		defer t.Stop()
-		for {
-			select {
-			case r := <-tx.Responses():
-				if !r.IsProvisional() {
-					return
-				}
-			case <-tx.Done():
-				return
-			case <-t.C:
-				return
-			}
-		}
-	}()
+	go drain(tx)
 }
 
 // sourceAddr is the packet source of a request, never a header.

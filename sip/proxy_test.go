@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"runtime"
@@ -693,4 +694,96 @@ func TestReloadAppliesToTheNextCall(t *testing.T) {
 	if res := caller.Final(ctxT(t, 5*time.Second), caller.Invite(addr, "X-Customer: gamma")); res == nil || res.StatusCode != 200 {
 		t.Fatalf("after reload: %v, want 200", res)
 	}
+}
+
+// rawCarrier answers a CANCEL with 200 and then answers the INVITE with 200
+// anyway: the answer crosses the CANCEL, as it can on a real network.
+type rawCarrier struct {
+	conn *net.UDPConn
+	mu   sync.Mutex
+	got  map[sipmsg.RequestMethod]int
+}
+
+func startRawCarrier(t *testing.T) *rawCarrier {
+	t.Helper()
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	rc := &rawCarrier{conn: conn, got: map[sipmsg.RequestMethod]int{}}
+	go func() {
+		buf := make([]byte, 65535)
+		var invite *sipmsg.Request
+		for {
+			n, from, err := conn.ReadFromUDP(buf)
+			if err != nil {
+				return
+			}
+			msg, err := sipmsg.ParseMessage(append([]byte(nil), buf[:n]...))
+			if err != nil {
+				continue
+			}
+			req, ok := msg.(*sipmsg.Request)
+			if !ok {
+				continue
+			}
+			rc.mu.Lock()
+			rc.got[req.Method]++
+			rc.mu.Unlock()
+			send := func(res *sipmsg.Response) { _, _ = conn.WriteToUDP([]byte(res.String()), from) }
+			switch req.Method {
+			case sipmsg.INVITE:
+				invite = req
+				ring := sipmsg.NewResponseFromRequest(req, 180, "Ringing", nil)
+				ring.To().Params.Add("tag", "raw")
+				send(ring)
+			case sipmsg.CANCEL:
+				send(sipmsg.NewResponseFromRequest(req, 200, "OK", nil))
+				if invite != nil {
+					ok := sipmsg.NewResponseFromRequest(invite, 200, "OK", nil)
+					ok.To().Params.Add("tag", "raw")
+					ok.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "raw", Host: "127.0.0.1", Port: conn.LocalAddr().(*net.UDPAddr).Port}})
+					send(ok)
+				}
+			case sipmsg.BYE:
+				send(sipmsg.NewResponseFromRequest(req, 200, "OK", nil))
+			}
+		}
+	}()
+	return rc
+}
+
+func (rc *rawCarrier) count(m sipmsg.RequestMethod) int {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	return rc.got[m]
+}
+
+func TestAnswerCrossingCancelIsHungUp(t *testing.T) {
+	raw := startRawCarrier(t)
+	adm, pacer := newFakes()
+	cfg := testConfig(config.Carrier{Name: "raw", URI: "sip:" + raw.conn.LocalAddr().String(), CPS: 100, MaxWait: time.Second})
+	h := startProxy(t, cfg, adm, pacer)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	ctx := ctxT(t, 5*time.Second)
+	inv := caller.Invite(h.udp)
+	tx, err := caller.Transaction(ctx, inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Terminate()
+	for r := range tx.Responses() {
+		if r.StatusCode == 180 {
+			break
+		}
+	}
+	if cres := caller.Final(ctx, siptest.CancelFor(inv)); cres == nil || cres.StatusCode != 200 {
+		t.Fatalf("CANCEL answer = %v, want 200", cres)
+	}
+	if res := finalOf(ctx, tx); res == nil || res.StatusCode != 487 {
+		t.Fatalf("INVITE final = %v, want 487", res)
+	}
+	waitFor(t, func() bool { return raw.count(sipmsg.ACK) >= 1 && raw.count(sipmsg.BYE) >= 1 },
+		"ACK and BYE for the 200 that crossed the CANCEL")
 }
