@@ -1,7 +1,8 @@
 # cpsguard — build, test, benchmark.
 #
 # `make test` is THE test command: it installs what is missing (redis-server,
-# SIPp), checks formatting and vet, and runs every test with the race detector.
+# SIPp), checks formatting and vet, runs every test with the race detector,
+# then every fuzz target for a few seconds.
 
 GO      ?= go
 BIN     ?= bin/cpsguard
@@ -25,6 +26,11 @@ lint:
 
 test: deps lint
 	$(GO) test -race -count=1 -timeout 20m ./...
+	./scripts/fuzz.sh
+
+# Every fuzz target for FUZZTIME each (default 3s; e.g. make fuzz FUZZTIME=1m).
+fuzz:
+	FUZZTIME=$(or $(FUZZTIME),3s) ./scripts/fuzz.sh
 
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./...
