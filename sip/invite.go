@@ -310,11 +310,14 @@ func (c *call) canceled() bool {
 	return errors.Is(context.Cause(c.ctx), errCallCanceled)
 }
 
-// storeCtx bounds one store call by store.redis.timeout.
+// storeCtx is a safety bound on one admission call. The store bounds its
+// own Redis round trip by store.redis.timeout and falls back when it
+// expires; this deadline must stay well behind that one, or a Redis
+// timeout would look like the caller giving up and reject the call.
 func (c *call) storeCtx() (context.Context, context.CancelFunc) {
 	d := storeBudget
-	if r := c.cfg.Store.Redis; r != nil && r.Timeout > 0 {
-		d = r.Timeout
+	if r := c.cfg.Store.Redis; r != nil && 4*r.Timeout > d {
+		d = 4 * r.Timeout
 	}
 	return context.WithTimeout(c.ctx, d)
 }

@@ -89,7 +89,8 @@ var (
 	// cancelTimeout is how long a CANCELled INVITE waits for the carrier's
 	// final response before the proxy gives up on it.
 	cancelTimeout = 5 * time.Second
-	// storeBudget bounds one store call when config sets no Redis timeout.
+	// storeBudget is the least safety bound on one admission store call
+	// (the store's own store.redis.timeout is much shorter).
 	storeBudget = time.Second
 	// shutdownGrace bounds how long Serve waits for calls to finish after
 	// its context is cancelled.
