@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 )
 
 type pacingResult struct {
+	build                     string // "cpsguard" or the -compare-label
 	run                       int
 	offered, calls, rejected  int
 	maxWindow                 int
@@ -28,6 +30,7 @@ type pacingResult struct {
 	lateN                     int
 	delayP50, delayMax        time.Duration
 	sent, arrival             []time.Time // per forwarded call, for the plot
+	late                      []*time.Duration
 	t0                        time.Time
 }
 
@@ -67,6 +70,8 @@ func pacingCmd(fs *flag.FlagSet) func(*env) error {
 	offered := fs.Float64("offered", 100, "offered CPS")
 	seconds := fs.Float64("seconds", 10, "offered for this long")
 	maxWait := fs.Duration("max-wait", 2*time.Second, "carrier max_wait")
+	cmpBin := fs.String("compare-cpsguard", "", "a second cpsguard `binary` (e.g. with a suggested fix) run alternately")
+	cmpLabel := fs.String("compare-label", "candidate", "name of the second binary in tables and plots")
 	return func(e *env) error {
 		count := int(*offered * *seconds)
 		fmt.Printf("pacing: carrier %g CPS (max_wait %s), offered %g CPS for %gs (%d calls), cpsguard on Redis\n", *cps, *maxWait, *offered, *seconds, count)
@@ -75,25 +80,49 @@ func pacingCmd(fs *flag.FlagSet) func(*env) error {
 			if e.ctx.Err() != nil {
 				return e.ctx.Err()
 			}
-			r, err := pacingOnce(e, run, *cps, *offered, count, *maxWait)
-			if err != nil {
-				return fmt.Errorf("run %d: %w", run, err)
+			builds := []struct{ label, bin string }{{"cpsguard", e.cpsguard}}
+			if *cmpBin != "" {
+				abs, _ := filepath.Abs(*cmpBin)
+				builds = append(builds, struct{ label, bin string }{*cmpLabel, abs})
 			}
-			fmt.Printf("  run %d: %d at carrier, %d rejected, max %d in a sliding 1 s; gap p50 %s p99 %s ms; lateness p50 %s p99 %s max %s ms (%d matched) (load %s)\n",
-				run, r.calls, r.rejected, r.maxWindow, stats.Ms(r.gapP50), stats.Ms(r.gapP99), stats.Ms(r.lateP50), stats.Ms(r.lateP99), stats.Ms(r.lateMax), r.lateN, load())
-			all = append(all, r)
+			for _, b := range builds {
+				e2 := *e
+				e2.cpsguard = b.bin
+				r, err := pacingOnce(&e2, run, *cps, *offered, count, *maxWait)
+				if err != nil {
+					return fmt.Errorf("run %d: %w", run, err)
+				}
+				r.build = b.label
+				fmt.Printf("  %s run %d: %d at carrier, %d rejected, max %d in a sliding 1 s; gap p50 %s p99 %s ms; lateness p50 %s p99 %s max %s ms (%d matched) (load %s)\n",
+					r.build, run, r.calls, r.rejected, r.maxWindow, stats.Ms(r.gapP50), stats.Ms(r.gapP99), stats.Ms(r.lateP50), stats.Ms(r.lateP99), stats.Ms(r.lateMax), r.lateN, load())
+				all = append(all, r)
+			}
 		}
 		ideal := time.Duration(float64(time.Second) / *cps)
-		t := stats.Table{Header: []string{"run", "offered", "at_carrier", "rejected", "max_in_sliding_1s", "ideal_gap_ms", "gap_p1_ms", "gap_p50_ms", "gap_p99_ms", "late_p50_ms", "late_p99_ms", "late_max_ms", "queue_delay_p50_ms", "queue_delay_max_ms"}}
-		var mw []float64
-		var l50, l99, lmax, g1, g50, g99 []time.Duration
+		t := stats.Table{Header: []string{"build", "run", "offered", "at_carrier", "rejected", "max_in_sliding_1s", "ideal_gap_ms", "gap_p1_ms", "gap_p50_ms", "gap_p99_ms", "late_p50_ms", "late_p99_ms", "late_max_ms", "queue_delay_p50_ms", "queue_delay_max_ms"}}
+		var order []string
 		for _, r := range all {
-			t.Add(r.run, r.offered, r.calls, r.rejected, r.maxWindow, ideal, r.gapP1, r.gapP50, r.gapP99, r.lateP50, r.lateP99, r.lateMax, r.delayP50, r.delayMax)
-			mw = append(mw, float64(r.maxWindow))
-			l50, l99, lmax = append(l50, r.lateP50), append(l99, r.lateP99), append(lmax, r.lateMax)
-			g1, g50, g99 = append(g1, r.gapP1), append(g50, r.gapP50), append(g99, r.gapP99)
+			t.Add(r.build, r.run, r.offered, r.calls, r.rejected, r.maxWindow, ideal, r.gapP1, r.gapP50, r.gapP99, r.lateP50, r.lateP99, r.lateMax, r.delayP50, r.delayMax)
+			if !slices.Contains(order, r.build) {
+				order = append(order, r.build)
+			}
 		}
-		t.Add("median", "", "", "", stats.Median(mw), ideal, stats.MedianDur(g1), stats.MedianDur(g50), stats.MedianDur(g99), stats.MedianDur(l50), stats.MedianDur(l99), stats.MedianDur(lmax), "", "")
+		for _, b := range order {
+			var mw []float64
+			var l50, l99, lmax, g1, g50, g99 []time.Duration
+			worst := 0
+			for _, r := range all {
+				if r.build != b {
+					continue
+				}
+				mw = append(mw, float64(r.maxWindow))
+				worst = max(worst, r.maxWindow)
+				l50, l99, lmax = append(l50, r.lateP50), append(l99, r.lateP99), append(lmax, r.lateMax)
+				g1, g50, g99 = append(g1, r.gapP1), append(g50, r.gapP50), append(g99, r.gapP99)
+			}
+			t.Add(b, "median", "", "", "", stats.Median(mw), ideal, stats.MedianDur(g1), stats.MedianDur(g50), stats.MedianDur(g99), stats.MedianDur(l50), stats.MedianDur(l99), stats.MedianDur(lmax), "", "")
+			t.Add(b, "worst", "", "", "", worst, "", "", "", "", "", "", stats.Max(lmax), "", "")
+		}
 		fmt.Println()
 		t.Print(os.Stdout)
 		if err := t.WriteCSV(filepath.Join(e.out, "pacing.csv")); err != nil {
@@ -125,7 +154,29 @@ func pacingCmd(fs *flag.FlagSet) func(*env) error {
 			"time since first INVITE (s)", "calls in the last 1 s", []plotLine{sl}, *cps); err != nil {
 			return err
 		}
-		fmt.Println("wrote", filepath.Join(e.out, "pacing.csv"), png1, png2)
+		var lls []plotLine
+		seen := map[string]bool{}
+		for _, r := range all {
+			if seen[r.build] {
+				continue
+			}
+			seen[r.build] = true
+			l := plotLine{name: r.build + fmt.Sprintf(" (run %d)", r.run), dots: true}
+			for i := range r.arrival {
+				if r.late[i] == nil {
+					continue
+				}
+				l.x = append(l.x, r.arrival[i].Sub(r.t0).Seconds())
+				l.y = append(l.y, float64(*r.late[i])/1e6)
+			}
+			lls = append(lls, l)
+		}
+		png3 := filepath.Join(e.results, "pacing-lateness.png")
+		if err := plotSeries(png3, fmt.Sprintf("Lateness of each INVITE at the carrier vs its slot (carrier %g CPS, offered %g CPS)", *cps, *offered),
+			"arrival at the carrier (s)", "arrival - slot (ms)", lls, 0); err != nil {
+			return err
+		}
+		fmt.Println("wrote", filepath.Join(e.out, "pacing.csv"), png1, png2, png3)
 		return nil
 	}
 }
@@ -139,7 +190,7 @@ func sortTimes(ts []time.Time) {
 }
 
 func pacingOnce(e *env, run int, cps, offered float64, count int, maxWait time.Duration) (pacingResult, error) {
-	dir := e.dir("pacing", fmt.Sprintf("run-%d", run))
+	dir := e.dir("pacing", fmt.Sprintf("%s-run-%d", filepath.Base(e.cpsguard), run))
 	sk, err := startSink(e.ctx)
 	if err != nil {
 		return pacingResult{}, err
@@ -188,10 +239,14 @@ func pacingOnce(e *env, run int, cps, offered float64, count int, maxWait time.D
 		r.arrival = append(r.arrival, a.At)
 		delay = append(delay, a.At.Sub(s))
 		lateNS := ""
+		var lp *time.Duration
 		if slot, ok := w.slots[a.CallID]; ok {
-			late = append(late, a.At.Sub(slot))
+			l := a.At.Sub(slot)
+			lp = &l
+			late = append(late, l)
 			lateNS = strconv.FormatInt(int64(a.At.Sub(slot)), 10)
 		}
+		r.late = append(r.late, lp)
 		rows = append(rows, []string{a.CallID, strconv.FormatInt(s.UnixNano(), 10), strconv.FormatInt(a.At.UnixNano(), 10), lateNS})
 	}
 	w.mu.Unlock()
