@@ -50,7 +50,7 @@ func TestSlidingGrid(t *testing.T) {
 	ts := at(0, 100, 1100)
 	from := ts[0]
 	_, n := SlidingGrid(ts, time.Second, from, from.Add(1200*time.Millisecond), 400*time.Millisecond)
-	want := []int{1, 2, 2, 2} // t = 0, 400, 800, 1200 ms: (t-1s, t]
+	want := []int{1, 2, 2, 1} // t = 0, 400, 800, 1200 ms: (t-1s, t]; at 1200 only 1100
 	if len(n) != len(want) {
 		t.Fatalf("SlidingGrid = %v, want %v", n, want)
 	}
