@@ -32,7 +32,7 @@ func (p *Proxy) nextHop(cfg *config.Config, out *sipmsg.Request) (t target, ok b
 		u = &r.Address
 	}
 	t = targetOf(u, "")
-	if _, has := u.UriParams.Get("transport"); !has {
+	if _, has := u.UriParams.Get("transport"); !has && cfg != nil {
 		// No transport named: a carrier's URI decides for its own address.
 		for i := range cfg.Carriers {
 			ct, err := parseCarrierURI(cfg.Carriers[i].URI)

@@ -70,6 +70,10 @@ func (p *Proxy) onInvite(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
 func (c *call) run() {
 	p, cfg, req := c.p, c.cfg, c.req
 	c.peer = PeerUnknown
+	if cfg == nil {
+		c.respond(sipmsg.StatusServiceUnavailable, "Service Unavailable")
+		return
+	}
 	src, ok := sourceAddr(req)
 	if !ok {
 		p.m.SIPErrors.WithLabelValues("source").Inc()
