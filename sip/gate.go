@@ -2,6 +2,7 @@ package sip
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -105,13 +106,22 @@ func (g *sendGate) sent(t gateTicket, at time.Time) {
 	}
 }
 
+// errGateFull reports that the gate would hold a send longer than allowed.
+var errGateFull = errors.New("sip: send gate wait over max_wait")
+
 // wait blocks until a send respects every key and returns its ticket, or
-// ctx.Err() when ctx ends first. Waiting costs a timer.
-func (g *sendGate) wait(ctx context.Context, keys []gateKey) (gateTicket, error) {
-	for {
+// ctx.Err() when ctx ends first. Waiting costs a timer. When the first wait
+// would exceed limit it returns errGateFull at once, so a carrier whose
+// slots come faster than the gate lets them out (fractional CPS above 1)
+// cannot build an ever-growing queue.
+func (g *sendGate) wait(ctx context.Context, keys []gateKey, limit time.Duration) (gateTicket, error) {
+	for first := true; ; first = false {
 		d, t := g.reserve(keys, time.Now())
 		if d <= 0 {
 			return t, nil
+		}
+		if first && d > limit {
+			return gateTicket{}, errGateFull
 		}
 		timer := time.NewTimer(d)
 		select {

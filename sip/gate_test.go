@@ -1,6 +1,8 @@
 package sip
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 )
@@ -46,5 +48,21 @@ func TestSendGateStampsRealSendTime(t *testing.T) {
 	g.sent(tk, t0.Add(40*time.Millisecond)) // the write left 40 ms after the check
 	if d, _ := g.reserve(keys, t0.Add(time.Second)); d != 50*time.Millisecond {
 		t.Errorf("wait = %v, want 50ms (1.01 s after the real send)", d)
+	}
+}
+
+func TestSendGateWaitGivesUpOverLimit(t *testing.T) {
+	g := newSendGate()
+	keys := []gateKey{{"carrier:a", 1}}
+	if _, err := g.wait(context.Background(), keys, time.Second); err != nil {
+		t.Fatalf("first send: %v", err)
+	}
+	if _, err := g.wait(context.Background(), keys, 100*time.Millisecond); !errors.Is(err, errGateFull) {
+		t.Fatalf("second send within the window, limit 100ms: err = %v, want errGateFull", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := g.wait(ctx, keys, 2*time.Second); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("wait cut by its context: err = %v, want DeadlineExceeded", err)
 	}
 }

@@ -260,7 +260,16 @@ func (c *call) route(carriers []string) {
 		}
 		var ticket gateTicket
 		if err == nil {
-			ticket, err = p.gate.wait(c.ctx, append(c.gateKeys, gateKey{metrics.ScopeCarrier + ":" + name, car.CPS}))
+			ticket, err = p.gate.wait(c.ctx, append(c.gateKeys, gateKey{metrics.ScopeCarrier + ":" + name, car.CPS}), car.MaxWait)
+			if errors.Is(err, errGateFull) {
+				// This node already sent the carrier's limit within the
+				// window: treat it as full, give the slot back, move on.
+				rctx, cancel := context.WithTimeout(context.Background(), storeBudget)
+				_ = p.pacer.Release(rctx, slot)
+				cancel()
+				p.m.Reroutes.WithLabelValues(name, "full").Inc()
+				continue
+			}
 		}
 		if err != nil {
 			c.stopped(forwarded)
