@@ -477,6 +477,33 @@ func (n *node) logTail() string {
 	return string(b)
 }
 
+// logTimes returns the times of the log records whose "msg" is msg.
+func (n *node) logTimes(msg string) []time.Time {
+	b, _ := os.ReadFile(n.logPath)
+	var out []time.Time
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		var rec struct {
+			Time time.Time `json:"time"`
+			Msg  string    `json:"msg"`
+		}
+		if json.Unmarshal(line, &rec) == nil && rec.Msg == msg {
+			out = append(out, rec.Time)
+		}
+	}
+	return out
+}
+
+// countIn counts the times in [from, to].
+func countIn(ts []time.Time, from, to time.Time) int {
+	c := 0
+	for _, x := range ts {
+		if !x.Before(from) && !x.After(to) {
+			c++
+		}
+	}
+	return c
+}
+
 // logCount counts log records whose "msg" is msg.
 func (n *node) logCount(msg string) int {
 	b, _ := os.ReadFile(n.logPath)
