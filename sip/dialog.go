@@ -3,6 +3,8 @@ package sip
 import (
 	"context"
 	"log/slog"
+	"net/netip"
+	"strings"
 	"time"
 
 	sipmsg "github.com/emiago/sipgo/sip"
@@ -45,20 +47,68 @@ func (p *Proxy) nextHop(cfg *config.Config, out *sipmsg.Request) (t target, ok b
 	return t, true
 }
 
-// prepareInDialog builds the request forwarded along the route set.
-func (p *Proxy) prepareInDialog(req *sipmsg.Request) (*sipmsg.Request, bool) {
+// knownAddr reports whether addr is a configured party: in a peer's sources
+// or the address of a carrier. A carrier named by a host name (not an IP)
+// cannot be matched without DNS, so such a configuration makes every address
+// known (documented in the README: use IP addresses for carriers).
+func knownAddr(cfg *config.Config, addr netip.Addr) bool {
+	if cfg.PeerByAddr(addr) != nil {
+		return true
+	}
+	for i := range cfg.Carriers {
+		t, err := parseCarrierURI(cfg.Carriers[i].URI)
+		if err != nil {
+			continue
+		}
+		ip, err := netip.ParseAddr(strings.Trim(t.host, "[]"))
+		if err != nil || ip.Unmap() == addr.Unmap() {
+			return true
+		}
+	}
+	return false
+}
+
+// knownHost reports whether a next hop's host is a configured party (see
+// knownAddr); a host name is known only when it is a carrier's.
+func knownHost(cfg *config.Config, host string) bool {
+	if ip, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
+		return knownAddr(cfg, ip)
+	}
+	for i := range cfg.Carriers {
+		if t, err := parseCarrierURI(cfg.Carriers[i].URI); err == nil && strings.EqualFold(t.host, host) {
+			return true
+		}
+	}
+	return false
+}
+
+// prepareInDialog builds the request forwarded along the route set. On
+// failure it returns the status to answer: 481 for a request not routed
+// through the proxy, 403 for one from or to a party the configuration does
+// not know. Without that check any host could use the proxy as an unlimited
+// open relay by adding a To tag and a Route naming it.
+func (p *Proxy) prepareInDialog(req *sipmsg.Request) (*sipmsg.Request, int) {
 	cfg := p.cfg()
+	src, ok := sourceAddr(req)
+	if !ok || !knownAddr(cfg, src) {
+		p.m.SIPErrors.WithLabelValues("unknown_source").Inc()
+		return nil, sipmsg.StatusForbidden
+	}
 	out := req.Clone()
 	t, ok := p.nextHop(cfg, out)
 	if !ok {
-		return nil, false
+		return nil, sipmsg.StatusCallTransactionDoesNotExists
+	}
+	if !knownHost(cfg, t.host) {
+		p.m.SIPErrors.WithLabelValues("unknown_destination").Inc()
+		return nil, sipmsg.StatusForbidden
 	}
 	decMaxForwards(out)
 	lo := addVia(p, out, t.transport)
 	out.SetTransport(t.transport)
 	out.SetDestination(t.hostPort())
 	out.Laddr = lo.laddr
-	return out, true
+	return out, 0
 }
 
 // forwardInDialog relays a request inside a dialog (BYE, re-INVITE, UPDATE,
@@ -68,9 +118,13 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 		p.answer(req, tx, sipmsg.StatusTooManyHops, "Too Many Hops")
 		return
 	}
-	out, ok := p.prepareInDialog(req)
-	if !ok {
-		p.answer(req, tx, sipmsg.StatusCallTransactionDoesNotExists, "Call/Transaction Does Not Exist")
+	out, code := p.prepareInDialog(req)
+	if code != 0 {
+		reason := "Call/Transaction Does Not Exist"
+		if code == sipmsg.StatusForbidden {
+			reason = "Forbidden"
+		}
+		p.answer(req, tx, code, reason)
 		return
 	}
 	cctx, cancel := context.WithTimeout(context.Background(), noAnswerTimeout)
@@ -129,8 +183,8 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 // the proxy's own or relayed non-2xx responses are absorbed by sipgo's
 // INVITE server transaction and never reach this handler.
 func (p *Proxy) onAck(req *sipmsg.Request, _ sipmsg.ServerTransaction) {
-	out, ok := p.prepareInDialog(req)
-	if !ok {
+	out, code := p.prepareInDialog(req)
+	if code != 0 {
 		return
 	}
 	if err := p.tp.WriteMsg(out); err != nil {

@@ -23,7 +23,9 @@
 //
 // In-dialog requests (To tag set: ACK for 2xx, BYE, re-INVITE, UPDATE,
 // INFO, …) are relayed along their Route set, without limits, but only when
-// their top Route names this proxy. Out-of-dialog OPTIONS get 200 OK; other
+// their top Route names this proxy and they come from, and go to, a party
+// the configuration knows (a peer's source or a carrier's address; 403
+// otherwise), so the proxy is no open relay. Out-of-dialog OPTIONS get 200 OK; other
 // out-of-dialog methods get 405. A CANCEL for a call waiting for its slot
 // releases the slot and the caller gets 487 (the carrier never sees the
 // call); a CANCEL after forwarding is forwarded.
@@ -34,7 +36,8 @@
 // outcome rejected_store; a fallback store goes behind the same interfaces.
 // Malformed or oversized messages are dropped (or answered 400 when a
 // transaction can be formed) and counted in cpsguard_sip_errors_total with
-// reason parse, oversized, malformed, transaction or source; they never
+// reason parse, oversized, malformed, transaction, source, unknown_source or
+// unknown_destination (in-dialog requests from or to strangers); they never
 // stop the proxy. On shutdown Serve drains: new INVITEs get 503, calls in
 // progress get 5 s to finish, then the rest are cancelled. Every call
 // ends: the handler goroutine returns on the final response, on a carrier

@@ -787,3 +787,78 @@ func TestAnswerCrossingCancelIsHungUp(t *testing.T) {
 	waitFor(t, func() bool { return raw.count(sipmsg.ACK) >= 1 && raw.count(sipmsg.BYE) >= 1 },
 		"ACK and BYE for the 200 that crossed the CANCEL")
 }
+
+func TestInDialogFromOrToStrangersIsRefused(t *testing.T) {
+	cfg := &config.Config{
+		Peers:    []config.Peer{{Name: "p", Sources: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")}}},
+		Carriers: []config.Carrier{{Name: "c", URI: "sip:127.0.0.50:5070"}},
+	}
+	for _, tc := range []struct {
+		addr string
+		want bool
+	}{
+		{"127.0.0.2", true},  // a peer's source
+		{"127.0.0.50", true}, // a carrier
+		{"127.0.0.9", false}, // nobody
+		{"192.0.2.1", false}, // nobody
+	} {
+		if got := knownAddr(cfg, netip.MustParseAddr(tc.addr)); got != tc.want {
+			t.Errorf("knownAddr(%s): got %v, want %v", tc.addr, got, tc.want)
+		}
+		if got := knownHost(cfg, tc.addr); got != tc.want {
+			t.Errorf("knownHost(%s): got %v, want %v", tc.addr, got, tc.want)
+		}
+	}
+	if knownHost(cfg, "evil.example") {
+		t.Error("knownHost(evil.example): got true, want false (no carrier has that name)")
+	}
+	named := &config.Config{Carriers: []config.Carrier{{Name: "c", URI: "sip:carrier.example:5060"}}}
+	if !knownHost(named, "CARRIER.example") {
+		t.Error("knownHost of a carrier's host name: got false, want true")
+	}
+}
+
+// TestNoOpenRelay sends in-dialog BYEs routed through the proxy: from a peer
+// to a carrier they are relayed; from a stranger, or to a stranger, they get
+// 403 and nothing is sent.
+func TestNoOpenRelay(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	adm, pacer := newFakes()
+	h := startProxy(t, testConfig(carrierCfg("a", car)), adm, pacer)
+	stranger := siptest.StartCarrier(t, "127.0.0.77", nil)
+	bye := func(c *siptest.Caller, to string) *sipmsg.Request {
+		req := c.Invite(h.udp)
+		req.Method = sipmsg.BYE
+		host, port, _ := net.SplitHostPort(to)
+		req.Recipient.Host = host
+		req.Recipient.Port, _ = strconv.Atoi(port)
+		tag := sipmsg.NewParams()
+		tag.Add("tag", "dialog-1")
+		req.AppendHeader(&sipmsg.ToHeader{Address: req.Recipient, Params: tag})
+		req.AppendHeader(sipmsg.NewHeader("Route", "<sip:"+h.udp+";lr>"))
+		req.SetDestination(h.udp)
+		return req
+	}
+	for _, tc := range []struct {
+		name, from, to string
+		want           int
+	}{
+		{"peer to carrier", "127.0.0.2", car.Addr, 200},
+		{"stranger to carrier", "127.0.0.9", car.Addr, 403},
+		{"peer to stranger", "127.0.0.2", stranger.Addr, 403},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := siptest.StartCaller(t, tc.from)
+			res := c.Final(ctxT(t, 5*time.Second), bye(c, tc.to))
+			if res == nil || res.StatusCode != tc.want {
+				t.Fatalf("final = %v, want %d", res, tc.want)
+			}
+		})
+	}
+	if n := car.Count("BYE"); n != 1 {
+		t.Errorf("carrier got %d BYEs, want 1 (only the peer's)", n)
+	}
+	if n := stranger.Count("BYE"); n != 0 {
+		t.Errorf("stranger got %d BYEs, want 0", n)
+	}
+}
