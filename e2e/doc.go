@@ -8,7 +8,7 @@
 // this package that stamps every INVITE with the kernel's receive time
 // (SO_TIMESTAMPNS). Nodes are stopped with SIGTERM and must exit 0.
 //
-// What is covered: one limit for a pool of two nodes (peer limit and carrier
+// What is covered: one limit for a pool of three nodes (peer limit and carrier
 // pacing measured at the carrier in every sliding second), Redis killed,
 // hung (SIGSTOP) and failed over by Sentinel during a SIPp load,
 // store.on_error reject and admit, graceful shutdown with queued and
