@@ -89,19 +89,35 @@ type accuracyResult struct {
 func accuracyCmd(fs *flag.FlagSet) func(*env) error {
 	limit := fs.Int("limit", 100, "CPS limit")
 	factor := fs.Float64("factor", 3, "offered load as a multiple of the limit")
-	seconds := fs.Float64("seconds", 10, "offered for this long")
+	seconds := fs.Float64("seconds", 10, "offered for this long (uniform) or bursting for this long in total (onoff)")
+	pattern := fs.String("pattern", "uniform", "uniform: a steady factor x limit; onoff: 1 s bursts at factor x limit, 1.3 s apart (idle between)")
 	return func(e *env) error {
 		offered := float64(*limit) * *factor
 		count := int(offered * *seconds)
 		dur := time.Duration(*seconds * float64(time.Second))
-		fmt.Printf("accuracy: %d CPS limit, offered %.0f CPS for %s (%d calls), %d runs per system\n", *limit, offered, dur, count, e.runs)
+		var at func(int) time.Duration
+		tag := ""
+		if *pattern == "onoff" {
+			// Bursts of 1 s at `offered`, a burst starting every 2.3 s: the
+			// bursts' phase against any fixed 1 s interval timer shifts by
+			// 0.3 s each time, so some burst straddles a timer tick.
+			perBurst := int(offered)
+			at = func(i int) time.Duration {
+				b, k := i/perBurst, i%perBurst
+				return time.Duration(b)*2300*time.Millisecond + time.Duration(float64(k)/offered*float64(time.Second))
+			}
+			tag = "-onoff"
+		} else if *pattern != "uniform" {
+			return fmt.Errorf("unknown -pattern %q", *pattern)
+		}
+		fmt.Printf("accuracy: %d CPS limit, offered %.0f CPS %s for %s (%d calls), %d runs per system\n", *limit, offered, *pattern, dur, count, e.runs)
 		var all []accuracyResult
 		for run := 1; run <= e.runs; run++ {
 			for _, name := range []string{"cpsguard", "kamailio-pipelimit"} {
 				if e.ctx.Err() != nil {
 					return e.ctx.Err()
 				}
-				r, err := accuracyOnce(e, name, run, *limit, offered, count, dur)
+				r, err := accuracyOnce(e, name, run, *limit, offered, count, dur, at, tag)
 				if err != nil {
 					return fmt.Errorf("%s run %d: %w", name, run, err)
 				}
@@ -110,12 +126,12 @@ func accuracyCmd(fs *flag.FlagSet) func(*env) error {
 				all = append(all, r)
 			}
 		}
-		return accuracyReport(e, all, *limit)
+		return accuracyReport(e, all, *limit, tag)
 	}
 }
 
-func accuracyOnce(e *env, name string, run, limit int, offered float64, count int, dur time.Duration) (accuracyResult, error) {
-	dir := e.dir("accuracy", fmt.Sprintf("%s-%d", name, run))
+func accuracyOnce(e *env, name string, run, limit int, offered float64, count int, dur time.Duration, at func(int) time.Duration, tag string) (accuracyResult, error) {
+	dir := e.dir("accuracy"+tag, fmt.Sprintf("%s-%d", name, run))
 	sk, err := startSink(e.ctx)
 	if err != nil {
 		return accuracyResult{}, err
@@ -136,7 +152,7 @@ func accuracyOnce(e *env, name string, run, limit int, offered float64, count in
 	time.Sleep(300 * time.Millisecond)
 
 	recs, cst, err := sipbench.RunCaller(e.ctx, sipbench.CallerOptions{
-		Target: sys.addr, Rate: offered, Count: count, Linger: 5 * time.Second,
+		Target: sys.addr, Rate: offered, Count: count, Linger: 5 * time.Second, At: at,
 		Prefix: fmt.Sprintf("acc-%s-%d-%d", name, run, time.Now().UnixNano()%1e6),
 	})
 	if err != nil {
@@ -168,7 +184,7 @@ func accuracyOnce(e *env, name string, run, limit int, offered float64, count in
 	return r, nil
 }
 
-func accuracyReport(e *env, all []accuracyResult, limit int) error {
+func accuracyReport(e *env, all []accuracyResult, limit int, tag string) error {
 	t := stats.Table{Header: []string{"system", "run", "offered", "at_carrier", "max_in_sliding_1s", "x_limit", "cps", "utilisation_pct", "caller_200", "caller_rejected", "no_final", "retrans"}}
 	for _, r := range all {
 		t.Add(r.system, r.run, r.offered, r.calls, r.maxWindow, float64(r.maxWindow)/float64(limit), r.cps, 100*r.util, r.ok, r.rejected, r.noFinal, r.retrans)
@@ -189,7 +205,7 @@ func accuracyReport(e *env, all []accuracyResult, limit int) error {
 	}
 	fmt.Println()
 	t.Print(os.Stdout)
-	if err := t.WriteCSV(filepath.Join(e.out, "accuracy.csv")); err != nil {
+	if err := t.WriteCSV(filepath.Join(e.out, "accuracy"+tag+".csv")); err != nil {
 		return err
 	}
 	// Picture: sliding-second count over time, the worst run (highest
@@ -220,14 +236,18 @@ func accuracyReport(e *env, all []accuracyResult, limit int) error {
 		}
 		lines = append(lines, pl)
 	}
-	if err := stats.WriteCSV(filepath.Join(e.out, "accuracy-sliding.csv"), []string{"system", "t_s", "calls_in_sliding_1s"}, rows); err != nil {
+	if err := stats.WriteCSV(filepath.Join(e.out, "accuracy"+tag+"-sliding.csv"), []string{"system", "t_s", "calls_in_sliding_1s"}, rows); err != nil {
 		return err
 	}
-	png := filepath.Join(e.results, "accuracy-sliding-window.png")
-	if err := plotSeries(png, fmt.Sprintf("Calls at the carrier in the sliding second (limit %d, offered 3x; worst of the runs)", limit),
+	png := filepath.Join(e.results, "accuracy"+tag+"-sliding-window.png")
+	what := "offered 3x steadily"
+	if tag == "-onoff" {
+		what = "offered 3x in 1 s bursts every 2.3 s"
+	}
+	if err := plotSeries(png, fmt.Sprintf("Calls at the carrier in the sliding second (limit %d, %s; worst run)", limit, what),
 		"time since first INVITE (s)", "calls in the last 1 s", lines, float64(limit)); err != nil {
 		return err
 	}
-	fmt.Println("wrote", filepath.Join(e.out, "accuracy.csv"), "and", png)
+	fmt.Println("wrote", filepath.Join(e.out, "accuracy"+tag+".csv"), "and", png)
 	return nil
 }

@@ -28,6 +28,9 @@ type CallerOptions struct {
 	Prefix string
 	// Headers are extra header lines for every INVITE (no CRLF).
 	Headers []string
+	// At, when set, gives the send time of call i as an offset from the
+	// start, replacing the fixed schedule i/Rate (Rate must still be > 0).
+	At func(i int) time.Duration
 }
 
 // CallRecord is what the caller saw of one call. Times are the local clock
@@ -221,6 +224,9 @@ func RunCaller(ctx context.Context, opts CallerOptions) ([]CallRecord, CallerSta
 sending:
 	for i := 0; i < opts.Count; i++ {
 		due := t0.Add(time.Duration(i) * interval)
+		if opts.At != nil {
+			due = t0.Add(opts.At(i))
+		}
 		if d := time.Until(due); d > 0 {
 			select {
 			case <-ctx.Done():
