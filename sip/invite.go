@@ -164,8 +164,8 @@ func (c *call) admit(peer *config.Peer, cu *config.Customer) bool {
 	dec, err := p.adm.Admit(sctx, c.member, buckets)
 	cancel()
 	if err != nil {
-		if c.canceled() {
-			c.outcome = metrics.OutcomeCanceled
+		if c.ctx.Err() != nil {
+			c.stopped(false) // cancelled, transaction ended or shutdown
 			return false
 		}
 		c.log.Debug("admission store failed", "error", err)
@@ -228,8 +228,10 @@ func (c *call) route(carriers []string) {
 		// deadline. The store bounds its own round trip (store.redis.timeout).
 		slot, err := p.pacer.Reserve(c.ctx, pc, c.member+"#"+strconv.Itoa(i))
 		if err != nil {
-			if c.canceled() {
-				c.outcome = metrics.OutcomeCanceled
+			if c.ctx.Err() != nil {
+				// Not the store: the caller cancelled, the transaction
+				// ended or the proxy is shutting down.
+				c.stopped(forwarded)
 				return
 			}
 			c.log.Debug("pacing store failed", "carrier", name, "error", err)
@@ -349,8 +351,10 @@ func (c *call) send(res *sipmsg.Response) {
 	}
 }
 
-// relay passes a carrier's response upstream without the proxy's Via.
-func (c *call) relay(res *sipmsg.Response) {
+// relay passes a carrier's response upstream without the proxy's Via. An
+// error means the caller could not be reached (e.g. its TCP connection is
+// gone).
+func (c *call) relay(res *sipmsg.Response) error {
 	r := res.Clone()
 	r.RemoveHeader("Via")
 	if c.upstream == "" {
@@ -358,9 +362,11 @@ func (c *call) relay(res *sipmsg.Response) {
 	}
 	r.SetDestination(c.upstream)
 	r.SetTransport(c.req.Transport())
-	if err := c.tx.Respond(r); err != nil {
+	err := c.tx.Respond(r)
+	if err != nil {
 		c.log.Debug("relay failed", "status", res.StatusCode, "error", err)
 	}
+	return err
 }
 
 // forward sends the INVITE to one carrier and relays its responses. retry
@@ -465,7 +471,12 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 				hungUp.Store(ack)
 				return r, false
 			}
-			c.relay(r)
+			if err := c.relay(r); err != nil && r.IsSuccess() {
+				// The caller is unreachable (a TCP caller that hung up while
+				// its call waited for a slot): nobody upstream will ACK this
+				// answer, so end the carrier's call here too.
+				hungUp.Store(p.hangUp(out, r))
+			}
 			return r, false
 
 		case <-ctx.Done():

@@ -150,6 +150,14 @@ func (f *Failover) recover() {
 	f.mu.Unlock()
 }
 
+// callerGaveUp reports whether the caller cancelled ctx (CANCEL, shutdown):
+// a Redis error then says nothing about Redis. A caller's deadline that ran
+// out with the Redis call is not giving up: go-redis reports a socket
+// timeout then, and the call still needs a decision from the fallback.
+func callerGaveUp(ctx context.Context) bool {
+	return errors.Is(ctx.Err(), context.Canceled)
+}
+
 func (f *Failover) nodes() int {
 	if f.o.Nodes == nil {
 		return 1
@@ -164,7 +172,7 @@ func (f *Failover) Admit(ctx context.Context, member string, buckets []admission
 		if err == nil {
 			return d, nil
 		}
-		if ctx.Err() != nil && !errors.Is(err, context.DeadlineExceeded) {
+		if callerGaveUp(ctx) {
 			return d, err // the caller gave up (CANCEL); Redis is not to blame
 		}
 		f.fail("admit", err)
@@ -228,7 +236,7 @@ func (f *Failover) Reserve(ctx context.Context, key, member string, interval, ma
 		if err == nil {
 			return s, nil
 		}
-		if ctx.Err() != nil && !errors.Is(err, context.DeadlineExceeded) {
+		if callerGaveUp(ctx) {
 			return s, err
 		}
 		f.fail("reserve", err)

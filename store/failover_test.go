@@ -224,3 +224,36 @@ func TestShareDividesLimits(t *testing.T) {
 		t.Fatalf("interval over 3 nodes: got %v, want 300ms", iv)
 	}
 }
+
+// TestCallerDeadlineEqualToTimeoutStillFallsBack: a caller whose own deadline
+// is the Redis timeout sees go-redis's socket timeout, not its context's
+// error; the call must still be decided by the fallback, not failed.
+func TestCallerDeadlineEqualToTimeoutStillFallsBack(t *testing.T) {
+	srv := redistest.Start(t)
+	s, _ := open(t, redisConfig(srv.Addr(), PolicyLocal))
+	srv.Pause()
+	defer srv.Resume()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	d, err := s.Admit(ctx, "deadline", bucket)
+	if err != nil || !d.Admit {
+		t.Fatalf("admit with the caller's deadline = redis timeout: %+v, %v; want admitted by the fallback", d, err)
+	}
+	if got := s.Mode(); got != ModeFallback {
+		t.Fatalf("mode: got %s, want fallback", got)
+	}
+}
+
+// TestCancelledCallerDoesNotSwitch: a CANCEL is not a Redis failure.
+func TestCancelledCallerDoesNotSwitch(t *testing.T) {
+	srv := redistest.Start(t)
+	s, _ := open(t, redisConfig(srv.Addr(), PolicyLocal))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.Admit(ctx, "gone", bucket); err == nil {
+		t.Fatal("admit with a cancelled context: got no error")
+	}
+	if got := s.Mode(); got != ModeRedis {
+		t.Fatalf("mode after a cancelled caller: got %s, want redis", got)
+	}
+}
