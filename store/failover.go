@@ -58,6 +58,11 @@ type Options struct {
 	Policy string
 	// ProbeInterval is the pause between probes in fallback (default 250 ms).
 	ProbeInterval time.Duration
+	// RecoverAfter is how many probes in a row must succeed before the node
+	// goes back to Redis (default 3): a Redis that answers PING but is slow
+	// or flapping must not make the node switch back and forth, since every
+	// switch starts the other store without the last second's history.
+	RecoverAfter int
 	// Timeout bounds one probe (default 50 ms).
 	Timeout time.Duration
 	// OnMode is called once per switch with the new mode.
@@ -75,7 +80,6 @@ type Options struct {
 type Failover struct {
 	o    Options
 	down atomic.Bool
-	kick chan struct{}
 	mu   sync.Mutex // serialises mode switches and their logs
 }
 
@@ -92,13 +96,16 @@ func NewFailover(o Options) *Failover {
 	if o.ProbeInterval <= 0 {
 		o.ProbeInterval = 250 * time.Millisecond
 	}
+	if o.RecoverAfter <= 0 {
+		o.RecoverAfter = 3
+	}
 	if o.Timeout <= 0 {
 		o.Timeout = 50 * time.Millisecond
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Failover{o: o, kick: make(chan struct{}, 1)}
+	return &Failover{o: o}
 }
 
 // Mode reports which store decides now: ModeRedis, ModeFallback or ModeLocal.
@@ -132,10 +139,6 @@ func (f *Failover) fail(op string, err error) {
 		f.o.OnMode(ModeFallback)
 	}
 	f.mu.Unlock()
-	select {
-	case f.kick <- struct{}{}:
-	default:
-	}
 }
 
 func (f *Failover) recover() {
@@ -170,6 +173,13 @@ func (f *Failover) Admit(ctx context.Context, member string, buckets []admission
 	if f.redisInUse() {
 		d, err := f.o.Redis.Admit(ctx, member, buckets)
 		if err == nil {
+			if d.Admit && !d.Duplicate {
+				// Mirror the admission into the in-process windows (full
+				// limits: this node's own calls never exceed the pool's), so
+				// a switch to the fallback starts with this node's last
+				// second instead of empty windows.
+				_, _ = f.o.Local.Admit(ctx, member, buckets)
+			}
 			return d, nil
 		}
 		if callerGaveUp(ctx) {
@@ -193,14 +203,12 @@ func (f *Failover) Admit(ctx context.Context, member string, buckets []admission
 }
 
 // Counts implements admission.Store; in fallback it reports this node's
-// in-process windows.
+// in-process windows. It is a read for operators (status API): its errors are
+// returned, never taken as a reason to switch, so a status client that gives
+// up or a slow status read cannot move the node off Redis.
 func (f *Failover) Counts(ctx context.Context, buckets []admission.Bucket) ([]int, error) {
 	if f.redisInUse() {
-		c, err := f.o.Redis.Counts(ctx, buckets)
-		if err == nil {
-			return c, nil
-		}
-		f.fail("counts", err)
+		return f.o.Redis.Counts(ctx, buckets)
 	}
 	return f.o.Local.Counts(ctx, f.share(buckets))
 }
@@ -267,14 +275,11 @@ func (f *Failover) Release(ctx context.Context, key, member string) error {
 	return lerr
 }
 
-// Queue implements pacing.SlotStore.
+// Queue implements pacing.SlotStore. Like Counts it is a read for
+// operators and never switches the mode.
 func (f *Failover) Queue(ctx context.Context, key string, interval time.Duration) (pacing.QueueState, error) {
 	if f.redisInUse() {
-		q, err := f.o.RedisSlots.Queue(ctx, key, interval)
-		if err == nil {
-			return q, nil
-		}
-		f.fail("queue", err)
+		return f.o.RedisSlots.Queue(ctx, key, interval)
 	}
 	return f.o.LocalSlots.Queue(ctx, key, f.shareInterval(interval))
 }
@@ -288,20 +293,26 @@ func (f *Failover) Run(ctx context.Context) {
 	}
 	t := time.NewTicker(f.o.ProbeInterval)
 	defer t.Stop()
+	good := 0
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-f.kick:
 		case <-t.C:
 		}
 		if !f.down.Load() {
+			good = 0
 			continue
 		}
 		pctx, cancel := context.WithTimeout(ctx, f.o.Timeout)
 		err := f.o.Probe.Ping(pctx)
 		cancel()
-		if err == nil {
+		if err != nil {
+			good = 0
+			continue
+		}
+		if good++; good >= f.o.RecoverAfter {
+			good = 0
 			f.recover()
 		}
 	}
