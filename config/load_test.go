@@ -40,6 +40,7 @@ func TestBadFiles(t *testing.T) {
 	}{
 		{"cps_zero", "peers[0].cps: must be > 0 (got 0)"},
 		{"cps_negative", "carriers[1].cps: must be > 0 (got -3)"},
+		{"cps_huge", "customers[0].cps: must be <= 100000 (got 1e+09)"},
 		{"cps_not_number", "customers[0].cps: must be a number (got \"fast\")"},
 		{"max_wait_negative", "carriers[0].max_wait: must be >= 0 (got -1s)"},
 		{"max_wait_no_unit", "carriers[0].max_wait: must be a duration like 2s or 500ms (got 2)"},

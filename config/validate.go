@@ -71,9 +71,18 @@ func (v *validator) name(path, name string) {
 	}
 }
 
+// MaxCPS is the largest cps a peer, customer or carrier may have. A window
+// holds one entry per call, so a limit is also memory; far beyond what one
+// SIP proxy node carries, a "practically unlimited" 1e9 would make every
+// bucket a gigabyte.
+const MaxCPS = 100000
+
 func (v *validator) cps(path string, cps float64) {
-	if !(cps > 0) || math.IsInf(cps, 0) {
+	switch {
+	case !(cps > 0) || math.IsInf(cps, 0):
 		v.errf(path, "must be > 0 (got %g)", cps)
+	case cps > MaxCPS:
+		v.errf(path, "must be <= %d (got %g)", MaxCPS, cps)
 	}
 }
 
