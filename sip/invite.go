@@ -125,6 +125,9 @@ func (c *call) run() {
 	} else if peer.Customer != "" {
 		cu = cfg.Customer(peer.Customer)
 	}
+	if cu != nil && c.log.Enabled(c.ctx, slog.LevelDebug) {
+		c.log = c.log.With("customer", cu.Name)
+	}
 
 	branch, _ := req.Via().Params.Get("branch")
 	c.member = callID(req) + "/" + branch
@@ -189,6 +192,14 @@ func (c *call) admit(peer *config.Peer, cu *config.Customer) bool {
 	if dec.Refused >= 0 && dec.Refused < len(names) {
 		n := names[dec.Refused]
 		p.m.Admission.WithLabelValues(n.scope, n.name, result).Inc()
+		if c.log.Enabled(c.ctx, slog.LevelDebug) {
+			count := -1
+			if dec.Refused < len(dec.Counts) {
+				count = dec.Counts[dec.Refused]
+			}
+			c.log.Debug("over cps limit", "scope", n.scope, "name", n.name,
+				"count", count, "retry_after", dec.RetryAfter, "shadow", cfg.Shadow)
+		}
 	}
 	if cfg.Shadow {
 		return true
@@ -244,6 +255,7 @@ func (c *call) route(carriers []string) {
 		if !slot.OK {
 			p.m.Pacing.WithLabelValues(name, metrics.PacingFull).Inc()
 			p.m.Reroutes.WithLabelValues(name, "full").Inc()
+			c.log.Debug("carrier full, trying the next", "carrier", name, "wait", slot.Wait, "max_wait", car.MaxWait)
 			continue
 		}
 		p.m.Pacing.WithLabelValues(name, metrics.PacingPaced).Inc()
@@ -289,6 +301,13 @@ func (c *call) route(carriers []string) {
 		if res != nil {
 			lastFail = res
 		}
+		if c.log.Enabled(c.ctx, slog.LevelDebug) {
+			status := 0
+			if res != nil {
+				status = res.StatusCode
+			}
+			c.log.Debug("carrier failed, trying the next", "carrier", name, "status", status)
+		}
 	}
 	if c.canceled() {
 		return
@@ -302,6 +321,7 @@ func (c *call) route(carriers []string) {
 		return
 	}
 	c.outcome = metrics.OutcomeRejectedQueue
+	c.log.Debug("no carrier of the route could take the call in time", "carriers", len(carriers))
 	c.respond(sipmsg.StatusServiceUnavailable, "No Carrier Available")
 }
 
