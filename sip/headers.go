@@ -57,7 +57,9 @@ func popOwnRoutes(p *Proxy, req *sipmsg.Request) int {
 		if r == nil || !p.isMe(&r.Address) {
 			return n
 		}
-		req.RemoveHeader("Route")
+		if !req.RemoveHeader("Route") {
+			return n // bounded even if the parsed header is out of step
+		}
 		n++
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -143,6 +144,10 @@ type Proxy struct {
 	locals    map[string]local // by "udp"/"tcp"
 	advHost   string
 	advPort   int
+	// ifAddrs are the machine's interface addresses, collected when a
+	// listener is bound to an unspecified address (0.0.0.0, ::): such a
+	// listener is reached on any of them, and on nothing else.
+	ifAddrs []netip.Addr
 
 	// base is the parent of every call context; cancelled on shutdown.
 	base       context.Context
@@ -392,6 +397,12 @@ func (p *Proxy) listen(cfg *config.Config) error {
 			p.advHost = strings.Trim(adv, "[]")
 		}
 	}
+	for _, l := range p.listeners {
+		if l.addr.Addr().IsUnspecified() {
+			p.ifAddrs = interfaceAddrs()
+			break
+		}
+	}
 	p.locals = make(map[string]local, 2)
 	for _, l := range p.listeners {
 		if _, ok := p.locals[l.network]; ok {
@@ -427,6 +438,24 @@ func hostOf(a netip.Addr) string {
 		}
 	}
 	return "127.0.0.1"
+}
+
+// interfaceAddrs lists the machine's interface addresses (unmapped, no
+// zone).
+func interfaceAddrs() []netip.Addr {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil
+	}
+	out := make([]netip.Addr, 0, len(addrs))
+	for _, ia := range addrs {
+		if n, ok := ia.(*net.IPNet); ok {
+			if a, ok := netip.AddrFromSlice(n.IP); ok {
+				out = append(out, a.Unmap())
+			}
+		}
+	}
+	return out
 }
 
 func unmap(ap netip.AddrPort) netip.AddrPort {
@@ -473,8 +502,15 @@ func (p *Proxy) isMe(u *sipmsg.Uri) bool {
 	if err != nil {
 		return false
 	}
+	ha = ha.Unmap().WithZone("")
 	for _, l := range p.listeners {
-		if l.addr.Addr() == ha.Unmap() || l.addr.Addr().IsUnspecified() {
+		if l.addr.Addr() == ha {
+			return true
+		}
+		// A listener on 0.0.0.0 or :: is reached on the machine's own
+		// addresses only: another host on the same port (a carrier's SBC
+		// in the route set) is not this proxy.
+		if l.addr.Addr().IsUnspecified() && slices.Contains(p.ifAddrs, ha) {
 			return true
 		}
 	}

@@ -862,3 +862,54 @@ func TestNoOpenRelay(t *testing.T) {
 		t.Errorf("stranger got %d BYEs, want 0", n)
 	}
 }
+
+// TestIsMeOnUnspecifiedListener: a proxy listening on 0.0.0.0 is reached on
+// the machine's own addresses (and its advertised host), not on any host
+// that happens to use the same port, so a carrier SBC's Route entry after
+// the proxy's own stays in the route set.
+func TestIsMeOnUnspecifiedListener(t *testing.T) {
+	for _, adv := range []string{"", "198.51.100.7"} {
+		t.Run("advertise="+adv, func(t *testing.T) {
+			cfg := testConfig()
+			cfg.SIP.Listen = []string{"udp://0.0.0.0:0"}
+			cfg.SIP.Advertise = adv
+			adm, pacer := newFakes()
+			h := startProxy(t, cfg, adm, pacer)
+			_, port, _ := net.SplitHostPort(h.udp)
+			uri := func(host string) *sipmsg.Uri {
+				var u sipmsg.Uri
+				if err := sipmsg.ParseUri("sip:"+host+":"+port+";lr", &u); err != nil {
+					t.Fatal(err)
+				}
+				return &u
+			}
+			want := map[string]bool{
+				"127.0.0.1":   true,  // an interface address of this machine
+				"203.0.113.5": false, // a carrier SBC on the same port
+			}
+			if adv != "" {
+				want[adv] = true
+			}
+			for host, w := range want {
+				if got := h.p.isMe(uri(host)); got != w {
+					t.Errorf("isMe(%s:%s) = %v, want %v", host, port, got, w)
+				}
+			}
+
+			msg, err := sipmsg.ParseMessage([]byte("BYE sip:b@127.0.0.2:5060 SIP/2.0\r\n" +
+				"Via: SIP/2.0/UDP 127.0.0.2:5061;branch=z9hG4bK-1\r\n" +
+				"Route: <sip:127.0.0.1:" + port + ";lr>, <sip:203.0.113.5:" + port + ";lr>\r\n" +
+				"From: <sip:a@x>;tag=1\r\nTo: <sip:b@y>;tag=2\r\nCall-ID: c\r\nCSeq: 2 BYE\r\nContent-Length: 0\r\n\r\n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := msg.(*sipmsg.Request)
+			if n := popOwnRoutes(h.p, req); n != 1 {
+				t.Errorf("popOwnRoutes = %d, want 1", n)
+			}
+			if r := req.Route(); r == nil || r.Address.Host != "203.0.113.5" {
+				t.Errorf("top Route after popping = %v, want the SBC's", r)
+			}
+		})
+	}
+}
