@@ -37,7 +37,7 @@ func plotSeries(path, title, xlabel, ylabel string, lines []plotLine, limit floa
 	p.Legend.Top = false
 	p.Legend.Left = false
 	p.Y.Min = 0
-	xmin, xmax := 0.0, 0.0
+	xmin, xmax, ymax := 0.0, 0.0, 0.0
 	for i, l := range lines {
 		xy := make(plotter.XYs, len(l.x))
 		for j := range l.x {
@@ -48,6 +48,7 @@ func plotSeries(path, title, xlabel, ylabel string, lines []plotLine, limit floa
 			if l.x[j] > xmax {
 				xmax = l.x[j]
 			}
+			ymax = max(ymax, l.y[j])
 		}
 		c := palette[i%len(palette)]
 		if l.dots {
@@ -83,6 +84,9 @@ func plotSeries(path, title, xlabel, ylabel string, lines []plotLine, limit floa
 	}
 	if limit > 0 && p.Y.Max < limit*1.25 {
 		p.Y.Max = limit * 1.25
+	}
+	if p.Y.Max < ymax*1.08 { // headroom above the highest point
+		p.Y.Max = ymax * 1.08
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
