@@ -82,16 +82,24 @@ func knownHost(cfg *config.Config, host string) bool {
 	return false
 }
 
+// dropRequest is prepareInDialog's status for a request that gets no answer
+// at all (an unknown source with sip.unknown_source: drop).
+const dropRequest = -1
+
 // prepareInDialog builds the request forwarded along the route set. On
 // failure it returns the status to answer: 481 for a request not routed
 // through the proxy, 403 for one from or to a party the configuration does
-// not know. Without that check any host could use the proxy as an unlimited
-// open relay by adding a To tag and a Route naming it.
+// not know (dropRequest for an unknown source when unknown_source is drop).
+// Without that check any host could use the proxy as an unlimited open
+// relay by adding a To tag and a Route naming it.
 func (p *Proxy) prepareInDialog(req *sipmsg.Request) (*sipmsg.Request, int) {
 	cfg := p.cfg()
 	src, ok := sourceAddr(req)
 	if !ok || !knownAddr(cfg, src) {
 		p.m.SIPErrors.WithLabelValues("unknown_source").Inc()
+		if cfg.SIP.UnknownSource == "drop" {
+			return nil, dropRequest
+		}
 		return nil, sipmsg.StatusForbidden
 	}
 	out := req.Clone()
@@ -114,17 +122,21 @@ func (p *Proxy) prepareInDialog(req *sipmsg.Request) (*sipmsg.Request, int) {
 // forwardInDialog relays a request inside a dialog (BYE, re-INVITE, UPDATE,
 // INFO, …) statefully along its route set. It is not limited.
 func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
-	if mf := req.MaxForwards(); mf != nil && mf.Val() == 0 {
-		p.answer(req, tx, sipmsg.StatusTooManyHops, "Too Many Hops")
+	out, code := p.prepareInDialog(req)
+	switch code {
+	case 0:
+	case dropRequest:
+		return
+	case sipmsg.StatusForbidden:
+		// A stranger's source may be spoofed: answer once, keep no state.
+		p.answerOnce(req, tx, code, "Forbidden")
+		return
+	default:
+		p.answer(req, tx, code, "Call/Transaction Does Not Exist")
 		return
 	}
-	out, code := p.prepareInDialog(req)
-	if code != 0 {
-		reason := "Call/Transaction Does Not Exist"
-		if code == sipmsg.StatusForbidden {
-			reason = "Forbidden"
-		}
-		p.answer(req, tx, code, reason)
+	if mf := req.MaxForwards(); mf != nil && mf.Val() == 0 {
+		p.answer(req, tx, sipmsg.StatusTooManyHops, "Too Many Hops")
 		return
 	}
 	cctx, cancel := context.WithTimeout(context.Background(), noAnswerTimeout)
@@ -226,6 +238,20 @@ func (p *Proxy) onOther(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
 	if err := tx.Respond(res); err != nil {
 		p.log.Debug("respond failed", "method", string(req.Method), "error", err)
 	}
+}
+
+// answerOnce sends the proxy's own final response once and ends the server
+// transaction at once, for requests from or to parties the configuration
+// does not know (their source may be spoofed). Left to sipgo, the
+// transaction would live on after the handler returns (TerminateGracefully
+// keeps a finalized UDP transaction for its timers) and, for an INVITE,
+// retransmit the response on Timer G for 32 s (Timer H): about 11 datagrams
+// to the claimed source per request, and the state to go with them.
+// Terminate stops those timers and removes the transaction; a retransmitted
+// request is then answered again, once per request received.
+func (p *Proxy) answerOnce(req *sipmsg.Request, tx sipmsg.ServerTransaction, code int, reason string) {
+	p.answer(req, tx, code, reason)
+	tx.Terminate()
 }
 
 // answer sends the proxy's own response to a request.

@@ -25,7 +25,10 @@
 // INFO, …) are relayed along their Route set, without limits, but only when
 // their top Route names this proxy and they come from, and go to, a party
 // the configuration knows (a peer's source or a carrier's address; 403
-// otherwise), so the proxy is no open relay. Out-of-dialog OPTIONS get 200 OK; other
+// otherwise, or nothing from an unknown source when unknown_source is drop),
+// so the proxy is no open relay. A 403 to a stranger, in or out of a
+// dialog, is sent once and its transaction ended at once: a spoofed source
+// gets no retransmissions and costs no state. Out-of-dialog OPTIONS get 200 OK; other
 // out-of-dialog methods get 405. A CANCEL for a call waiting for its slot
 // releases the slot and the caller gets 487 (the carrier never sees the
 // call); a CANCEL after forwarding is forwarded.

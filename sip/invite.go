@@ -85,7 +85,7 @@ func (c *call) run() {
 		if cfg.SIP.UnknownSource == "drop" {
 			return
 		}
-		c.respond(sipmsg.StatusForbidden, "Forbidden")
+		p.answerOnce(req, c.tx, sipmsg.StatusForbidden, "Forbidden")
 		return
 	}
 	c.peer = peer.Name

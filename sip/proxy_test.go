@@ -913,3 +913,97 @@ func TestIsMeOnUnspecifiedListener(t *testing.T) {
 		})
 	}
 }
+
+// rawUDP sends one raw request from a fresh socket on ip to the proxy and
+// returns the first line of every datagram that comes back: it waits up to
+// 5 s for the first one, then listens for `quiet` more (a retransmission
+// would come within 0.5 s, then 1 s after that). With first false it only
+// listens for quiet.
+func rawUDP(t *testing.T, ip, proxy string, build func(laddr string) string, quiet time.Duration, first bool) []string {
+	t.Helper()
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP(ip)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ra, err := net.ResolveUDPAddr("udp", proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.WriteToUDP([]byte(build(conn.LocalAddr().String())), ra); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	buf := make([]byte, 65535)
+	deadline := time.Now().Add(quiet)
+	if first {
+		deadline = time.Now().Add(5 * time.Second)
+	}
+	for i := 0; i < 100; i++ {
+		_ = conn.SetReadDeadline(deadline)
+		n, _, err := conn.ReadFromUDP(buf)
+		if err != nil {
+			break // deadline
+		}
+		line, _, _ := strings.Cut(string(buf[:n]), "\r\n")
+		got = append(got, line)
+		if len(got) == 1 {
+			deadline = time.Now().Add(quiet)
+		}
+	}
+	return got
+}
+
+// strangerRequest is a request from laddr to the proxy; toTag makes it an
+// in-dialog one routed through the proxy towards car.
+func strangerRequest(method, proxy, car, toTag string) func(string) string {
+	return func(laddr string) string {
+		to := "<sip:100@" + proxy + ">"
+		route := ""
+		ruri := "sip:100@" + proxy
+		if toTag != "" {
+			to += ";tag=" + toTag
+			route = "Route: <sip:" + proxy + ";lr>\r\n"
+			ruri = "sip:100@" + car
+		}
+		return method + " " + ruri + " SIP/2.0\r\n" +
+			"Via: SIP/2.0/UDP " + laddr + ";branch=z9hG4bK-" + method + toTag + ";rport\r\n" + route +
+			"Max-Forwards: 70\r\nFrom: <sip:x@" + laddr + ">;tag=f1\r\nTo: " + to + "\r\n" +
+			"Call-ID: stranger-" + method + toTag + "\r\nCSeq: 1 " + method + "\r\n" +
+			"Contact: <sip:x@" + laddr + ">\r\nContent-Length: 0\r\n\r\n"
+	}
+}
+
+// TestStrangerGetsOne403: a request from an unknown source is answered
+// 403 once, without a transaction that retransmits it to a possibly spoofed
+// address; in drop mode an in-dialog one (To tag) gets nothing either.
+func TestStrangerGetsOne403(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	t.Run("reject", func(t *testing.T) {
+		adm, pacer := newFakes()
+		h := startProxy(t, testConfig(carrierCfg("a", car)), adm, pacer)
+		for _, tag := range []string{"", "dlg"} {
+			got := rawUDP(t, "127.0.0.9", h.udp, strangerRequest("INVITE", h.udp, car.Addr, tag), 2*time.Second, true)
+			if len(got) != 1 || !strings.Contains(got[0], " 403 ") {
+				t.Errorf("INVITE (To tag %q) from a stranger: got %q, want exactly one 403", tag, got)
+			}
+		}
+		if n := car.Count("INVITE"); n != 0 {
+			t.Errorf("carrier INVITEs = %d, want 0", n)
+		}
+	})
+	t.Run("drop", func(t *testing.T) {
+		cfg := testConfig(carrierCfg("a", car))
+		cfg.SIP.UnknownSource = "drop"
+		adm, pacer := newFakes()
+		h := startProxy(t, cfg, adm, pacer)
+		for _, m := range []string{"INVITE", "BYE"} {
+			if got := rawUDP(t, "127.0.0.9", h.udp, strangerRequest(m, h.udp, car.Addr, "dlg"), 1500*time.Millisecond, false); len(got) != 0 {
+				t.Errorf("in-dialog %s from a stranger in drop mode: got %q, want nothing", m, got)
+			}
+		}
+		if n := car.Count("BYE") + car.Count("INVITE"); n != 0 {
+			t.Errorf("carrier requests = %d, want 0", n)
+		}
+	})
+}
