@@ -16,7 +16,9 @@
 // one and the carrier's host, port and transport. Just before the send, a
 // local send gate holds the call until this node's own last sends of the
 // carrier, peer and customer leave room in the rolling window, so a timer
-// woken late never puts limit+1 calls into one second at the carrier. Responses are relayed
+// woken late never puts limit+1 calls into one second at the carrier; the
+// slot and gate waits together stay within the carrier's max_wait (past
+// it the carrier counts as full). Responses are relayed
 // upstream; a 5xx, 408, timeout or transport error before any provisional
 // response above 100 moves the call to the next carrier (paced again). When
 // no carrier can take the call it is rejected with 503.

@@ -27,6 +27,10 @@ import (
 type sendGate struct {
 	mu    sync.Mutex
 	rings map[string]*sendRing
+	// now and sleep are the clock wait uses; tests replace them. sleep
+	// returns ctx.Err() when ctx ends first.
+	now   func() time.Time
+	sleep func(ctx context.Context, d time.Duration) error
 }
 
 // sendRing holds the last limit send times of one key, oldest at next.
@@ -50,7 +54,21 @@ type gateTicket struct {
 	idx   []int
 }
 
-func newSendGate() *sendGate { return &sendGate{rings: map[string]*sendRing{}} }
+func newSendGate() *sendGate {
+	return &sendGate{rings: map[string]*sendRing{}, now: time.Now, sleep: sleepCtx}
+}
+
+// sleepCtx waits d, or until ctx ends (then it returns ctx.Err()).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
 
 func (g *sendGate) ring(k gateKey) *sendRing {
 	limit, window := admission.LimitFor(k.cps)
@@ -106,29 +124,28 @@ func (g *sendGate) sent(t gateTicket, at time.Time) {
 	}
 }
 
-// errGateFull reports that the gate would hold a send longer than allowed.
+// errGateFull reports that the gate would hold a send past its deadline.
 var errGateFull = errors.New("sip: send gate wait over max_wait")
 
 // wait blocks until a send respects every key and returns its ticket, or
-// ctx.Err() when ctx ends first. Waiting costs a timer. When the first wait
-// would exceed limit it returns errGateFull at once, so a carrier whose
-// slots come faster than the gate lets them out (fractional CPS above 1)
-// cannot build an ever-growing queue.
-func (g *sendGate) wait(ctx context.Context, keys []gateKey, limit time.Duration) (gateTicket, error) {
-	for first := true; ; first = false {
-		d, t := g.reserve(keys, time.Now())
+// ctx.Err() when ctx ends first. Waiting costs a timer. Whenever the next
+// wait would end after deadline (on the first check and on every later one,
+// since other sends may take the room a waiter was waiting for) it returns
+// errGateFull at once, so a call is never held past its carrier's max_wait
+// and a carrier whose slots come faster than the gate lets them out
+// (fractional CPS above 1) cannot build an ever-growing queue.
+func (g *sendGate) wait(ctx context.Context, keys []gateKey, deadline time.Time) (gateTicket, error) {
+	for {
+		now := g.now()
+		d, t := g.reserve(keys, now)
 		if d <= 0 {
 			return t, nil
 		}
-		if first && d > limit {
+		if now.Add(d).After(deadline) {
 			return gateTicket{}, errGateFull
 		}
-		timer := time.NewTimer(d)
-		select {
-		case <-timer.C:
-		case <-ctx.Done():
-			timer.Stop()
-			return gateTicket{}, ctx.Err()
+		if err := g.sleep(ctx, d); err != nil {
+			return gateTicket{}, err
 		}
 	}
 }

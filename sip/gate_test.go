@@ -3,8 +3,11 @@ package sip
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/cpsguard/cpsguard/admission"
 )
 
 func TestSendGate(t *testing.T) {
@@ -54,15 +57,62 @@ func TestSendGateStampsRealSendTime(t *testing.T) {
 func TestSendGateWaitGivesUpOverLimit(t *testing.T) {
 	g := newSendGate()
 	keys := []gateKey{{"carrier:a", 1}}
-	if _, err := g.wait(context.Background(), keys, time.Second); err != nil {
+	if _, err := g.wait(context.Background(), keys, time.Now().Add(time.Second)); err != nil {
 		t.Fatalf("first send: %v", err)
 	}
-	if _, err := g.wait(context.Background(), keys, 100*time.Millisecond); !errors.Is(err, errGateFull) {
+	if _, err := g.wait(context.Background(), keys, time.Now().Add(100*time.Millisecond)); !errors.Is(err, errGateFull) {
 		t.Fatalf("second send within the window, limit 100ms: err = %v, want errGateFull", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	if _, err := g.wait(ctx, keys, 2*time.Second); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := g.wait(ctx, keys, time.Now().Add(2*time.Second)); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("wait cut by its context: err = %v, want DeadlineExceeded", err)
+	}
+}
+
+// TestSendGateWaitDeadlineOnEveryLoop: a waiter whose first wait fits its
+// deadline, but whose room is taken by another send while it sleeps, gives
+// up as soon as the next wait would pass the deadline instead of sleeping
+// again; without a competitor the same wait ends with a ticket. Fake clock:
+// sleeping only advances it.
+func TestSendGateWaitDeadlineOnEveryLoop(t *testing.T) {
+	for _, competitor := range []bool{true, false} {
+		t.Run(fmt.Sprintf("competitor=%v", competitor), func(t *testing.T) {
+			t0 := time.Unix(1000, 0)
+			fake := t0
+			g := newSendGate()
+			g.now = func() time.Time { return fake }
+			keys := []gateKey{{"carrier:a", 1}} // one send per 1.01 s
+			_, window := admission.LimitFor(1)
+			if d, _ := g.reserve(keys, t0); d != 0 {
+				t.Fatalf("first send: wait %v", d)
+			}
+			sleeps := 0
+			g.sleep = func(ctx context.Context, d time.Duration) error {
+				sleeps++
+				if sleeps > 5 {
+					return context.Canceled // the old code slept on and on
+				}
+				fake = fake.Add(d)
+				if competitor {
+					// Another call of this node takes the room first.
+					if w, _ := g.reserve(keys, fake); w != 0 {
+						t.Errorf("competitor: wait %v", w)
+					}
+				}
+				return nil
+			}
+			fake = t0.Add(window - 50*time.Millisecond)
+			_, err := g.wait(context.Background(), keys, fake.Add(100*time.Millisecond))
+			if competitor && !errors.Is(err, errGateFull) {
+				t.Errorf("room taken while sleeping: err = %v after %d sleeps, want errGateFull after 1", err, sleeps)
+			}
+			if !competitor && err != nil {
+				t.Errorf("room freed while sleeping: err = %v, want a ticket", err)
+			}
+			if sleeps != 1 {
+				t.Errorf("sleeps = %d, want 1", sleeps)
+			}
+		})
 	}
 }

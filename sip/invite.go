@@ -274,7 +274,9 @@ func (c *call) route(carriers []string) {
 		}
 		var ticket gateTicket
 		if err == nil {
-			ticket, err = p.gate.wait(c.ctx, append(c.gateKeys, gateKey{metrics.ScopeCarrier + ":" + name, car.CPS}), car.MaxWait)
+			// The whole wait (slot, then gate) stays within max_wait.
+			deadline := slot.Due().Add(max(car.MaxWait-slot.Wait, 0))
+			ticket, err = p.gate.wait(c.ctx, append(c.gateKeys, gateKey{metrics.ScopeCarrier + ":" + name, car.CPS}), deadline)
 			if errors.Is(err, errGateFull) {
 				// This node already sent the carrier's limit within the
 				// window: treat it as full, give the slot back, move on.

@@ -549,7 +549,14 @@ func TestGoroutinesReturnToBaseline(t *testing.T) {
 	car := siptest.StartCarrier(t, "127.0.0.1", nil)
 	adm, pacer := newFakes()
 	pacer.wait = 20 * time.Millisecond
-	h := startProxy(t, testConfig(carrierCfg("a", car)), adm, pacer)
+	// Limits above the load: the send gate holds no call past max_wait, so
+	// with the default limits most of the burst would get 503 (that is
+	// TestSendGateWaitDeadlineOnEveryLoop's business, not this test's).
+	cfg := testConfig(carrierCfg("a", car))
+	cfg.Carriers[0].CPS = 1000
+	cfg.Peers[0].CPS = 1000
+	cfg.Customers[0].CPS = 1000
+	h := startProxy(t, cfg, adm, pacer)
 	caller := siptest.StartCaller(t, "127.0.0.2")
 	// Warm up connections and pools, then measure.
 	caller.Final(ctxT(t, 5*time.Second), caller.Invite(h.udp))
