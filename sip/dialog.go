@@ -199,6 +199,9 @@ func (p *Proxy) onAck(req *sipmsg.Request, _ sipmsg.ServerTransaction) {
 	if code != 0 {
 		return
 	}
+	if mf := req.MaxForwards(); mf != nil && mf.Val() == 0 {
+		return // no hops left (an ACK is never answered, so just drop it)
+	}
 	if err := p.tp.WriteMsg(out); err != nil {
 		p.log.Debug("ACK forward failed", "call_id", callID(req), "error", err)
 	}

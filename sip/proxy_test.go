@@ -1014,3 +1014,49 @@ func TestStrangerGetsOne403(t *testing.T) {
 		}
 	})
 }
+
+// TestAckWithoutHopsIsDropped: an in-dialog ACK with Max-Forwards 0 is not
+// forwarded; one with hops left is. Both are handed to onAck in turn and
+// leave through the same socket, so the first datagram at the carrier must
+// be the second ACK.
+func TestAckWithoutHopsIsDropped(t *testing.T) {
+	carrier, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer carrier.Close()
+	car := carrier.LocalAddr().String()
+	adm, pacer := newFakes()
+	h := startProxy(t, testConfig(config.Carrier{Name: "raw", URI: "sip:" + car, CPS: 100, MaxWait: time.Second}), adm, pacer)
+	ack := func(callID string, mf int) *sipmsg.Request {
+		msg, err := sipmsg.ParseMessage([]byte("ACK sip:carrier@" + car + " SIP/2.0\r\n" +
+			"Via: SIP/2.0/UDP 127.0.0.2:5061;branch=z9hG4bK-" + callID + "\r\n" +
+			"Route: <sip:" + h.udp + ";lr>\r\n" +
+			"Max-Forwards: " + itoa(mf) + "\r\nFrom: <sip:a@x>;tag=1\r\nTo: <sip:b@y>;tag=2\r\n" +
+			"Call-ID: " + callID + "\r\nCSeq: 1 ACK\r\nContent-Length: 0\r\n\r\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := msg.(*sipmsg.Request)
+		req.SetTransport("UDP")
+		req.SetSource("127.0.0.2:5061")
+		return req
+	}
+	// Requests leave through the listener: wait until sipgo pooled it.
+	waitFor(t, func() bool { c, err := h.p.tp.GetConnection("udp", h.udp); return err == nil && c != nil }, "listener pooled")
+	h.p.onAck(ack("no-hops", 0), nil)
+	h.p.onAck(ack("hops-left", 70), nil)
+	buf := make([]byte, 65535)
+	_ = carrier.SetReadDeadline(time.Now().Add(5 * time.Second))
+	n, _, err := carrier.ReadFromUDP(buf)
+	if err != nil {
+		t.Fatalf("no ACK reached the carrier: %v", err)
+	}
+	got := string(buf[:n])
+	if !strings.Contains(got, "Call-ID: hops-left") {
+		t.Fatalf("first ACK at the carrier:\n%s\nwant the one with hops left (Max-Forwards 0 must be dropped)", got)
+	}
+	if !strings.Contains(got, "Max-Forwards: 69") {
+		t.Errorf("forwarded ACK:\n%s\nwant Max-Forwards 69", got)
+	}
+}
