@@ -41,6 +41,8 @@ type call struct {
 	// gateKeys are the admission limits the send gate enforces on this
 	// node's own sends (none in shadow mode or when over a limit).
 	gateKeys []gateKey
+	// forwarded is set once an INVITE actually left for a carrier.
+	forwarded bool
 }
 
 // onInvite handles every INVITE: initial ones go through admission and
@@ -227,7 +229,6 @@ func (c *call) admit(peer *config.Peer, cu *config.Customer) bool {
 // before any provisional response above 100 passes the call to the next.
 func (c *call) route(carriers []string) {
 	p, cfg := c.p, c.cfg
-	forwarded := false
 	var lastFail *sipmsg.Response
 	for i, name := range carriers {
 		car := cfg.Carrier(name)
@@ -242,11 +243,11 @@ func (c *call) route(carriers []string) {
 			if c.ctx.Err() != nil {
 				// Not the store: the caller cancelled, the transaction
 				// ended or the proxy is shutting down.
-				c.stopped(forwarded)
+				c.stopped(c.forwarded)
 				return
 			}
 			c.log.Debug("pacing store failed", "carrier", name, "error", err)
-			if !forwarded {
+			if !c.forwarded {
 				c.outcome = metrics.OutcomeRejectedStore
 			}
 			c.respond(sipmsg.StatusServiceUnavailable, "Service Unavailable")
@@ -288,12 +289,8 @@ func (c *call) route(carriers []string) {
 			}
 		}
 		if err != nil {
-			c.stopped(forwarded)
+			c.stopped(c.forwarded)
 			return
-		}
-		if !forwarded {
-			forwarded = true
-			c.outcome = metrics.OutcomeForwarded
 		}
 		res, retry := c.forward(car, ticket)
 		if !retry {
@@ -314,7 +311,7 @@ func (c *call) route(carriers []string) {
 	if c.canceled() {
 		return
 	}
-	if forwarded {
+	if c.forwarded {
 		if lastFail != nil {
 			c.relay(lastFail)
 		} else {
@@ -432,6 +429,10 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 		return nil, true
 	}
 	p.gate.sent(ticket, time.Now())
+	if !c.forwarded {
+		c.forwarded = true
+		c.outcome = metrics.OutcomeForwarded
+	}
 	log := c.log
 	if log.Enabled(c.ctx, slog.LevelDebug) {
 		log = log.With("carrier", car.Name)

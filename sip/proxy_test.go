@@ -1060,3 +1060,30 @@ func TestAckWithoutHopsIsDropped(t *testing.T) {
 		t.Errorf("forwarded ACK:\n%s\nwant Max-Forwards 69", got)
 	}
 }
+
+// TestUnreachableCarrierIsNotForwarded: when the INVITE cannot even leave
+// (a TCP carrier refusing connections) the call was never forwarded: 503
+// No Carrier Available and the outcome rejected_queue, not a 408 counted as
+// forwarded.
+func TestUnreachableCarrierIsNotForwarded(t *testing.T) {
+	l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String()
+	l.Close() // nothing listens there any more: connections are refused
+	adm, pacer := newFakes()
+	cfg := testConfig(config.Carrier{Name: "down", URI: "sip:" + closed + ";transport=tcp", CPS: 100, MaxWait: time.Second})
+	h := startProxy(t, cfg, adm, pacer)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	res := caller.Final(ctxT(t, 10*time.Second), caller.Invite(h.udp))
+	if res == nil || res.StatusCode != 503 || res.Reason != "No Carrier Available" {
+		t.Fatalf("final = %v, want 503 No Carrier Available", res)
+	}
+	waitFor(t, func() bool {
+		return testutil.ToFloat64(h.m.Calls.WithLabelValues("dialer-1", metrics.OutcomeRejectedQueue)) == 1
+	}, "calls_total{rejected_queue} = 1")
+	if n := testutil.ToFloat64(h.m.Calls.WithLabelValues("dialer-1", metrics.OutcomeForwarded)); n != 0 {
+		t.Errorf("calls_total{forwarded} = %v, want 0", n)
+	}
+}
