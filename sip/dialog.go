@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"net/netip"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	sipmsg "github.com/emiago/sipgo/sip"
@@ -157,31 +159,79 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 			p.log.Debug("relay failed", "status", r.StatusCode, "error", err)
 		}
 	}
+	// A CANCEL of an in-dialog INVITE is answered by sipgo (200, and 487 to
+	// the re-INVITE); the forwarded re-INVITE is cancelled here.
+	var cancelled <-chan struct{}
+	var acked atomic.Pointer[sipmsg.Request]
 	if req.IsInvite() {
+		ch := make(chan struct{})
+		var once sync.Once
+		if !tx.OnCancel(func(*sipmsg.Request) { once.Do(func() { close(ch) }) }) {
+			once.Do(func() { close(ch) })
+		}
+		cancelled = ch
 		ctx.OnRetransmission(func(r *sipmsg.Response) {
-			if r.IsSuccess() {
-				relay(r)
+			if !r.IsSuccess() {
+				return
 			}
+			if ack := acked.Load(); ack != nil {
+				_ = p.tp.WriteMsg(ack)
+				return
+			}
+			relay(r)
 		})
 	}
 	limit := time.NewTimer(ringTimeout)
 	defer limit.Stop()
+	var gotAny, cancelPending, cancelSent bool
+	sendCancel := func() {
+		cancelSent = true
+		p.cancelUpstream(out)
+		limit.Reset(cancelTimeout)
+	}
 	for {
 		select {
 		case r := <-ctx.Responses():
+			gotAny = true
+			if cancelPending && !cancelSent && r.IsProvisional() {
+				sendCancel()
+			}
 			if r.StatusCode == 100 {
+				continue
+			}
+			if cancelSent || cancelPending {
+				// The caller already has its 487.
+				if r.IsSuccess() {
+					// The answer crossed the CANCEL: nobody upstream will
+					// ACK it, so ACK it here (the dialog itself goes on).
+					acked.Store(p.ackInDialog(out, r))
+				}
+				if !r.IsProvisional() {
+					return
+				}
 				continue
 			}
 			relay(r)
 			if !r.IsProvisional() {
 				return
 			}
+		case <-cancelled:
+			cancelled = nil
+			if gotAny {
+				sendCancel()
+			} else {
+				// No CANCEL before a provisional response (RFC 3261 9.1).
+				cancelPending = true
+				limit.Reset(cancelTimeout)
+			}
 		case <-ctx.Done():
 			p.answer(req, tx, sipmsg.StatusRequestTimeout, "Request Timeout")
 			return
 		case <-limit.C:
 			ctx.Terminate()
-			p.answer(req, tx, sipmsg.StatusRequestTimeout, "Request Timeout")
+			if !cancelSent && !cancelPending {
+				p.answer(req, tx, sipmsg.StatusRequestTimeout, "Request Timeout")
+			}
 			return
 		case <-p.base.Done():
 			// Shutdown: stop waiting; the transaction ends on its own timers.
@@ -189,6 +239,32 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 			return
 		}
 	}
+}
+
+// ackInDialog ACKs a 2xx to a forwarded in-dialog INVITE along the same
+// route set, and returns the ACK so retransmissions of the 2xx can be
+// ACKed again.
+func (p *Proxy) ackInDialog(inv *sipmsg.Request, ok *sipmsg.Response) *sipmsg.Request {
+	ack := sipmsg.NewRequest(sipmsg.ACK, *inv.Recipient.Clone())
+	ack.SipVersion = inv.SipVersion
+	for _, h := range inv.GetHeaders("Route") {
+		ack.AppendHeader(sipmsg.HeaderClone(h))
+	}
+	mf := sipmsg.MaxForwardsHeader(70)
+	ack.AppendHeader(&mf)
+	ack.AppendHeader(sipmsg.HeaderClone(inv.From()))
+	ack.AppendHeader(sipmsg.HeaderClone(ok.To()))
+	ack.AppendHeader(sipmsg.HeaderClone(inv.CallID()))
+	ack.AppendHeader(&sipmsg.CSeqHeader{SeqNo: inv.CSeq().SeqNo, MethodName: sipmsg.ACK})
+	ack.SetBody(nil)
+	lo := addVia(p, ack, inv.Transport())
+	ack.SetTransport(inv.Transport())
+	ack.SetDestination(inv.Destination())
+	ack.Laddr = lo.laddr
+	if err := p.tp.WriteMsg(ack); err != nil {
+		p.log.Debug("ACK of a crossing 2xx failed", "call_id", callID(inv), "error", err)
+	}
+	return ack
 }
 
 // onAck forwards ACKs for 2xx along the route set, statelessly. ACKs for

@@ -33,7 +33,8 @@
 // gets no retransmissions and costs no state. Out-of-dialog OPTIONS get 200 OK; other
 // out-of-dialog methods get 405. A CANCEL for a call waiting for its slot
 // releases the slot and the caller gets 487 (the carrier never sees the
-// call); a CANCEL after forwarding is forwarded.
+// call); a CANCEL after forwarding is forwarded, and so is one of a
+// re-INVITE (a 2xx crossing it is ACKed by the proxy).
 //
 // # Failure
 //

@@ -1087,3 +1087,80 @@ func TestUnreachableCarrierIsNotForwarded(t *testing.T) {
 		t.Errorf("calls_total{forwarded} = %v, want 0", n)
 	}
 }
+
+// reInvite builds an in-dialog INVITE from c, routed through the proxy to
+// the carrier at car.
+func reInvite(c *siptest.Caller, proxy, car string) *sipmsg.Request {
+	req := c.Invite(proxy)
+	host, port, _ := net.SplitHostPort(car)
+	req.Recipient.Host = host
+	req.Recipient.Port, _ = strconv.Atoi(port)
+	tag := sipmsg.NewParams()
+	tag.Add("tag", "dialog-1")
+	req.AppendHeader(&sipmsg.ToHeader{Address: req.Recipient, Params: tag})
+	req.AppendHeader(sipmsg.NewHeader("Route", "<sip:"+proxy+";lr>"))
+	req.SetDestination(proxy)
+	return req
+}
+
+// TestCancelOfReInviteReachesCarrier: sipgo answers a CANCEL of a
+// re-INVITE (200, 487) itself; the forwarded re-INVITE must be cancelled
+// too, or the carrier rings on.
+func TestCancelOfReInviteReachesCarrier(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", func(*sipmsg.Request) siptest.Answer { return siptest.Answer{Ring: -1} })
+	adm, pacer := newFakes()
+	h := startProxy(t, testConfig(carrierCfg("a", car)), adm, pacer)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	ctx := ctxT(t, 10*time.Second)
+	inv := reInvite(caller, h.udp, car.Addr)
+	tx, err := caller.Transaction(ctx, inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Terminate()
+	for r := range tx.Responses() {
+		if r.StatusCode == 180 {
+			break
+		}
+	}
+	if cres := caller.Final(ctx, siptest.CancelFor(inv)); cres == nil || cres.StatusCode != 200 {
+		t.Fatalf("CANCEL answer = %v, want 200", cres)
+	}
+	if res := finalOf(ctx, tx); res == nil || res.StatusCode != 487 {
+		t.Fatalf("re-INVITE final = %v, want 487", res)
+	}
+	waitFor(t, func() bool { return car.Count("CANCEL") == 1 || carrierCancelled(car) }, "CANCEL at the carrier")
+}
+
+// TestReInviteAnswerCrossingCancelIsAcked: a 2xx to a re-INVITE that
+// crosses the CANCEL is ACKed by the proxy (the caller already has 487);
+// the dialog is not hung up.
+func TestReInviteAnswerCrossingCancelIsAcked(t *testing.T) {
+	raw := startRawCarrier(t)
+	addr := raw.conn.LocalAddr().String()
+	adm, pacer := newFakes()
+	h := startProxy(t, testConfig(config.Carrier{Name: "raw", URI: "sip:" + addr, CPS: 100, MaxWait: time.Second}), adm, pacer)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	ctx := ctxT(t, 10*time.Second)
+	inv := reInvite(caller, h.udp, addr)
+	tx, err := caller.Transaction(ctx, inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Terminate()
+	for r := range tx.Responses() {
+		if r.StatusCode == 180 {
+			break
+		}
+	}
+	if cres := caller.Final(ctx, siptest.CancelFor(inv)); cres == nil || cres.StatusCode != 200 {
+		t.Fatalf("CANCEL answer = %v, want 200", cres)
+	}
+	if res := finalOf(ctx, tx); res == nil || res.StatusCode != 487 {
+		t.Fatalf("re-INVITE final = %v, want 487", res)
+	}
+	waitFor(t, func() bool { return raw.count(sipmsg.ACK) >= 1 }, "ACK for the 2xx that crossed the CANCEL")
+	if n := raw.count(sipmsg.BYE); n != 0 {
+		t.Errorf("BYEs at the carrier = %d, want 0 (a re-INVITE does not end the dialog)", n)
+	}
+}
