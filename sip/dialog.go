@@ -38,8 +38,8 @@ func (p *Proxy) nextHop(cfg *config.Config, out *sipmsg.Request) (t target, ok b
 	t = targetOf(u, "")
 	if _, has := u.UriParams.Get("transport"); !has && cfg != nil {
 		// No transport named: a carrier's URI decides for its own address.
-		for i := range cfg.Carriers {
-			ct, err := parseCarrierURI(cfg.Carriers[i].URI)
+		for _, c := range carrierTargets(cfg) {
+			ct, err := c.t, c.err
 			if err == nil && ct.host == t.host && ct.port == t.port {
 				t.transport = ct.transport
 				break
@@ -57,8 +57,8 @@ func knownAddr(cfg *config.Config, addr netip.Addr) bool {
 	if cfg.PeerByAddr(addr) != nil {
 		return true
 	}
-	for i := range cfg.Carriers {
-		t, err := parseCarrierURI(cfg.Carriers[i].URI)
+	for _, c := range carrierTargets(cfg) {
+		t, err := c.t, c.err
 		if err != nil {
 			continue
 		}
@@ -76,8 +76,8 @@ func knownHost(cfg *config.Config, host string) bool {
 	if ip, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
 		return knownAddr(cfg, ip)
 	}
-	for i := range cfg.Carriers {
-		if t, err := parseCarrierURI(cfg.Carriers[i].URI); err == nil && strings.EqualFold(t.host, host) {
+	for _, c := range carrierTargets(cfg) {
+		if c.err == nil && strings.EqualFold(c.t.host, host) {
 			return true
 		}
 	}

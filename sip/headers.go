@@ -5,8 +5,11 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	sipmsg "github.com/emiago/sipgo/sip"
+
+	"github.com/cpsguard/cpsguard/config"
 )
 
 // target is where a request goes next: host, port and transport.
@@ -30,6 +33,49 @@ func parseCarrierURI(raw string) (target, error) {
 		return target{}, fmt.Errorf("carrier uri %q has no host", raw)
 	}
 	return targetOf(&u, ""), nil
+}
+
+// carrierTarget is one carrier's parsed URI.
+type carrierTarget struct {
+	t   target
+	err error
+}
+
+// parsedCarriers are the parsed carrier URIs of one configuration snapshot,
+// index-aligned with cfg.Carriers. Snapshots are not changed once in use
+// (a reload builds a new one), so the pointer identifies the contents.
+type parsedCarriers struct {
+	cfg     *config.Config
+	targets []carrierTarget
+}
+
+// carrierCache holds the parsed carriers of the last snapshot seen, so the
+// URIs are parsed once per reload, not on every forward and for every
+// carrier of every in-dialog request.
+var carrierCache atomic.Pointer[parsedCarriers]
+
+// carrierTargets returns the parsed URIs of cfg.Carriers, index-aligned.
+func carrierTargets(cfg *config.Config) []carrierTarget {
+	if pc := carrierCache.Load(); pc != nil && pc.cfg == cfg && len(pc.targets) == len(cfg.Carriers) {
+		return pc.targets
+	}
+	ts := make([]carrierTarget, len(cfg.Carriers))
+	for i := range cfg.Carriers {
+		ts[i].t, ts[i].err = parseCarrierURI(cfg.Carriers[i].URI)
+	}
+	carrierCache.Store(&parsedCarriers{cfg: cfg, targets: ts})
+	return ts
+}
+
+// carrierTargetOf returns the parsed URI of car, a carrier of cfg.
+func carrierTargetOf(cfg *config.Config, car *config.Carrier) (target, error) {
+	ts := carrierTargets(cfg)
+	for i := range cfg.Carriers {
+		if &cfg.Carriers[i] == car {
+			return ts[i].t, ts[i].err
+		}
+	}
+	return parseCarrierURI(car.URI) // not from cfg's slice
 }
 
 // targetOf is the next hop named by a URI; fallback is the transport when

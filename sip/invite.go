@@ -394,7 +394,7 @@ func (c *call) relay(res *sipmsg.Response) error {
 // res is then the failure response, if any.
 func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Response, retry bool) {
 	p := c.p
-	target, err := parseCarrierURI(car.URI)
+	target, err := carrierTargetOf(c.cfg, car)
 	if err != nil {
 		c.log.Debug("bad carrier uri", "carrier", car.Name, "error", err)
 		return nil, true

@@ -1164,3 +1164,27 @@ func TestReInviteAnswerCrossingCancelIsAcked(t *testing.T) {
 		t.Errorf("BYEs at the carrier = %d, want 0 (a re-INVITE does not end the dialog)", n)
 	}
 }
+
+// TestCarrierURIsParsedOncePerSnapshot: the carrier checks of in-dialog
+// requests do not parse the carriers' URIs again on every request, and a
+// new snapshot (reload) is parsed afresh.
+func TestCarrierURIsParsedOncePerSnapshot(t *testing.T) {
+	cfg := &config.Config{Carriers: []config.Carrier{
+		{Name: "a", URI: "sip:127.0.0.50:5070"},
+		{Name: "b", URI: "sip:carrier.example:5060;transport=tcp"},
+	}}
+	knownHost(cfg, "127.0.0.50") // first use parses
+	if n := testing.AllocsPerRun(100, func() { knownHost(cfg, "127.0.0.50") }); n != 0 {
+		t.Errorf("allocations per check = %v, want 0 (URIs parsed once per snapshot)", n)
+	}
+	if !knownHost(cfg, "carrier.example") {
+		t.Error("knownHost(carrier.example) = false, want true")
+	}
+	if tg, err := carrierTargetOf(cfg, &cfg.Carriers[1]); err != nil || tg.host != "carrier.example" || tg.transport != "TCP" {
+		t.Errorf("carrier b target = %+v, %v", tg, err)
+	}
+	reloaded := &config.Config{Carriers: []config.Carrier{{Name: "a", URI: "sip:127.0.0.60:5070"}}}
+	if knownHost(reloaded, "127.0.0.50") || !knownHost(reloaded, "127.0.0.60") {
+		t.Error("a reloaded snapshot still uses the old carrier URIs")
+	}
+}
