@@ -179,7 +179,7 @@ func (c *call) admit(peer *config.Peer, cu *config.Customer) bool {
 		return false
 	}
 	if dec.Admit {
-		if !cfg.Shadow {
+		if !cfg.Shadow && !failOpen(dec) {
 			c.gateKeys = gates
 		}
 		for _, n := range names {
@@ -222,6 +222,22 @@ func (c *call) admit(peer *config.Peer, cu *config.Customer) bool {
 	}
 	c.send(res)
 	return false
+}
+
+// failOpen reports an admission no bucket counted: the store's fail-open
+// policy (store.on_error: admit reports every count as -1) admits without
+// limits, so the send gate must not hold the call to them either (with a
+// deadline it would turn the held calls into 503s).
+func failOpen(dec admission.Decision) bool {
+	if len(dec.Counts) == 0 {
+		return false
+	}
+	for _, n := range dec.Counts {
+		if n >= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // route tries the carriers of the call's route in order: reserve a slot

@@ -31,6 +31,7 @@ type fakeAdmitter struct {
 	mu      sync.Mutex
 	refuse  int // index of the refusing bucket, -1 = admit
 	err     error
+	counts  []int // Decision.Counts of admissions
 	calls   int
 	buckets [][]admission.Bucket
 	members []string
@@ -48,7 +49,7 @@ func (f *fakeAdmitter) Admit(_ context.Context, member string, b []admission.Buc
 	if f.refuse >= 0 {
 		return admission.Decision{Admit: false, Refused: f.refuse, RetryAfter: time.Second}, nil
 	}
-	return admission.Decision{Admit: true, Refused: -1}, nil
+	return admission.Decision{Admit: true, Refused: -1, Counts: f.counts}, nil
 }
 
 // fakePacer grants slots after a fixed wait, or none for full carriers.
@@ -1186,5 +1187,24 @@ func TestCarrierURIsParsedOncePerSnapshot(t *testing.T) {
 	reloaded := &config.Config{Carriers: []config.Carrier{{Name: "a", URI: "sip:127.0.0.60:5070"}}}
 	if knownHost(reloaded, "127.0.0.50") || !knownHost(reloaded, "127.0.0.60") {
 		t.Error("a reloaded snapshot still uses the old carrier URIs")
+	}
+}
+
+// TestFailOpenAdmissionIsNotGated: an admission the store did not count
+// (store.on_error: admit, every count -1) is without limits, so the send
+// gate does not hold calls to the peer and customer limits either (it
+// would hold them past max_wait and reject them with 503).
+func TestFailOpenAdmissionIsNotGated(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	cfg := testConfig(carrierCfg("a", car))
+	cfg.Customers[0].CPS = 2 // acme: two calls per window
+	adm, pacer := newFakes()
+	adm.counts = []int{-1, -1}
+	h := startProxy(t, cfg, adm, pacer)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	for i := 0; i < 4; i++ {
+		if res := caller.Final(ctxT(t, 5*time.Second), caller.Invite(h.udp)); res == nil || res.StatusCode != 200 {
+			t.Fatalf("call %d: final = %v, want 200 (fail open: no limits)", i+1, res)
+		}
 	}
 }
