@@ -53,18 +53,10 @@ func (s *RedisStore) Load(ctx context.Context) error {
 	return nil
 }
 
-// context bounds one call by the store's timeout; a caller's deadline that
-// comes sooner is kept as it is (and saves a timer).
+// context bounds one call by the store's timeout (lua.WithTimeout).
 func (s *RedisStore) context(ctx context.Context) (context.Context, context.CancelFunc) {
-	if s.opt.Timeout > 0 {
-		if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > s.opt.Timeout {
-			return context.WithTimeout(ctx, s.opt.Timeout)
-		}
-	}
-	return ctx, noCancel
+	return lua.WithTimeout(ctx, s.opt.Timeout)
 }
-
-func noCancel() {}
 
 func (s *RedisStore) observe(script string, start time.Time, err error) {
 	if s.opt.Observe != nil {
