@@ -19,7 +19,8 @@ import (
 // the stores' 1 % guards. A call woken late followed by one woken on time
 // would put limit+1 calls into one second at the carrier. The gate records
 // when this node actually sent, and holds a send until the send `limit`
-// places back is a full window old. It only ever delays, by about the
+// places back is a window old (the stores' window less gateSlack). It only
+// ever delays, by about the
 // jitter it absorbs; it never rejects. Across a pool the stores' guards
 // carry the promise; the gate removes this node's own jitter from it.
 //
@@ -33,12 +34,36 @@ type sendGate struct {
 	sleep func(ctx context.Context, d time.Duration) error
 }
 
-// sendRing holds the last limit send times of one key, oldest at next.
+// sendRing holds the last limit send times of one key. It grows with the
+// sends it records (a 100,000 CPS key that carries 10 calls holds 10
+// entries, not 100,000) and, once it holds limit entries, is a ring whose
+// oldest entry is at next.
 type sendRing struct {
 	limit  int
 	window time.Duration
 	at     []time.Time
 	next   int
+}
+
+// oldest returns the send limit places back, or the zero time when fewer
+// than limit sends were recorded.
+func (r *sendRing) oldest() time.Time {
+	if len(r.at) < r.limit {
+		return time.Time{}
+	}
+	return r.at[r.next]
+}
+
+// record stores a send time and returns its index.
+func (r *sendRing) record(at time.Time) int {
+	if len(r.at) < r.limit {
+		r.at = append(r.at, at)
+		return len(r.at) - 1
+	}
+	i := r.next
+	r.at[i] = at
+	r.next = (r.next + 1) % r.limit
+	return i
 }
 
 // gateKey is one limit a send must respect.
@@ -70,12 +95,25 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// gateSlack is how much shorter the gate's window is than the stores'.
+//
+// The gate measures real sends, so it needs no guard against its own
+// lateness; with the stores' full window (1 s + Guard, exactly the span of
+// limit pacing slots) every send would inherit the lateness of the send
+// limit places back plus its own, a ratchet that grew lateness by ~0.6 ms
+// per second of backlog (BENCHMARKS.md, finding F1). Half the guard is kept
+// for the network between this node and the carrier: the gate then never
+// holds a send that is on its slot, yet a burst of late sends still leaves
+// at most limit in any 1 s + Guard/2 at this node.
+const gateSlack = admission.Guard / 2
+
 func (g *sendGate) ring(k gateKey) *sendRing {
 	limit, window := admission.LimitFor(k.cps)
+	window -= gateSlack
 	r := g.rings[k.key]
 	if r == nil || r.limit != limit || r.window != window {
 		// New key, or its limit changed on reload: start a fresh history.
-		r = &sendRing{limit: limit, window: window, at: make([]time.Time, limit)}
+		r = &sendRing{limit: limit, window: window}
 		g.rings[k.key] = r
 	}
 	return r
@@ -94,7 +132,7 @@ func (g *sendGate) reserve(keys []gateKey, now time.Time) (time.Duration, gateTi
 		}
 		r := g.ring(k)
 		rings = append(rings, r)
-		if oldest := r.at[r.next]; !oldest.IsZero() {
+		if oldest := r.oldest(); !oldest.IsZero() {
 			if d := oldest.Add(r.window).Sub(now); d > wait {
 				wait = d
 			}
@@ -105,9 +143,7 @@ func (g *sendGate) reserve(keys []gateKey, now time.Time) (time.Duration, gateTi
 	}
 	t := gateTicket{rings: rings, idx: make([]int, len(rings))}
 	for i, r := range rings {
-		t.idx[i] = r.next
-		r.at[r.next] = now
-		r.next = (r.next + 1) % r.limit
+		t.idx[i] = r.record(now)
 	}
 	return 0, t
 }

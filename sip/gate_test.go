@@ -21,10 +21,10 @@ func TestSendGate(t *testing.T) {
 		wantWait time.Duration
 	}{
 		{"under the limit", 3, []int{0, 10}, 20, 0},
-		{"limit reached in the window", 3, []int{0, 10, 20}, 30, 980 * time.Millisecond},
-		{"oldest is a window old", 3, []int{0, 10, 20}, 1010, 0},
-		{"late send counts from when it left", 2, []int{0, 300}, 900, 110 * time.Millisecond},
-		{"fractional cps: one per 1/cps", 0.5, []int{0}, 1000, 1010 * time.Millisecond},
+		{"limit reached in the window", 3, []int{0, 10, 20}, 30, 975 * time.Millisecond},
+		{"oldest is a window old", 3, []int{0, 10, 20}, 1005, 0},
+		{"late send counts from when it left", 2, []int{0, 300}, 900, 105 * time.Millisecond},
+		{"fractional cps: one per 1/cps", 0.5, []int{0}, 1000, 1005 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := newSendGate()
@@ -49,8 +49,8 @@ func TestSendGateStampsRealSendTime(t *testing.T) {
 	keys := []gateKey{{"peer:p", 1}, {"carrier:a", 100}}
 	_, tk := g.reserve(keys, t0)
 	g.sent(tk, t0.Add(40*time.Millisecond)) // the write left 40 ms after the check
-	if d, _ := g.reserve(keys, t0.Add(time.Second)); d != 50*time.Millisecond {
-		t.Errorf("wait = %v, want 50ms (1.01 s after the real send)", d)
+	if d, _ := g.reserve(keys, t0.Add(time.Second)); d != 45*time.Millisecond {
+		t.Errorf("wait = %v, want 45ms (1.005 s after the real send)", d)
 	}
 }
 
@@ -82,7 +82,7 @@ func TestSendGateWaitDeadlineOnEveryLoop(t *testing.T) {
 			fake := t0
 			g := newSendGate()
 			g.now = func() time.Time { return fake }
-			keys := []gateKey{{"carrier:a", 1}} // one send per 1.01 s
+			keys := []gateKey{{"carrier:a", 1}} // one send per 1.005 s
 			_, window := admission.LimitFor(1)
 			if d, _ := g.reserve(keys, t0); d != 0 {
 				t.Fatalf("first send: wait %v", d)
@@ -114,5 +114,74 @@ func TestSendGateWaitDeadlineOnEveryLoop(t *testing.T) {
 				t.Errorf("sleeps = %d, want 1", sleeps)
 			}
 		})
+	}
+}
+
+// TestSendGateNoLatenessRatchet: sends that follow pacing slots (limit per
+// 1 s + Guard) with a few milliseconds of wake-up jitter do not pile up
+// lateness. With the stores' own window the gate would hold a send until
+// the one limit places back was a full slot span old, and each held send
+// would inherit that send's lateness plus its own wake-up delay: a ratchet
+// (BENCHMARKS.md, finding F1).
+func TestSendGateNoLatenessRatchet(t *testing.T) {
+	const cps = 50
+	limit, window := admission.LimitFor(cps)
+	interval := window / time.Duration(limit) // the pacing slot spacing
+	t0 := time.Unix(1000, 0)
+	g := newSendGate()
+	keys := []gateKey{{"carrier:a", cps}}
+	jitter := []time.Duration{0, 3 * time.Millisecond, 1 * time.Millisecond, 2 * time.Millisecond}
+	const wake = time.Millisecond
+	var worst time.Duration
+	for i := 0; i < 20*limit; i++ {
+		slot := t0.Add(time.Duration(i) * interval)
+		at := slot.Add(jitter[i%len(jitter)])
+		for {
+			d, tk := g.reserve(keys, at)
+			if d == 0 {
+				g.sent(tk, at)
+				break
+			}
+			at = at.Add(d + wake) // a held send wakes a little late
+		}
+		if late := at.Sub(slot); late > worst {
+			worst = late
+		}
+	}
+	if max := 3*time.Millisecond + wake; worst > max {
+		t.Errorf("worst lateness over %d sends = %v, want <= %v (the largest jitter and one wake-up)", 20*limit, worst, max)
+	}
+}
+
+// TestSendGateRingGrowsWithSends: a key's history holds the sends it saw,
+// not its limit, so a 100,000 CPS carrier that carries a few calls costs a
+// few entries; once full it wraps and still enforces the limit.
+func TestSendGateRingGrowsWithSends(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	g := newSendGate()
+	big := []gateKey{{"carrier:big", 100000}}
+	for i := 0; i < 10; i++ {
+		if d, tk := g.reserve(big, t0); d != 0 {
+			t.Fatalf("send %d: wait %v", i, d)
+		} else {
+			g.sent(tk, t0)
+		}
+	}
+	if n := cap(g.rings["carrier:big"].at); n > 64 {
+		t.Errorf("ring capacity after 10 sends = %d, want it to grow with the sends", n)
+	}
+	small := []gateKey{{"carrier:small", 3}}
+	for round := 0; round < 3; round++ {
+		base := t0.Add(time.Duration(round) * 2 * time.Second)
+		for i := 0; i < 3; i++ {
+			d, tk := g.reserve(small, base.Add(time.Duration(i)*time.Millisecond))
+			if d != 0 {
+				t.Fatalf("round %d send %d: wait %v", round, i, d)
+			}
+			g.sent(tk, base.Add(time.Duration(i)*time.Millisecond))
+		}
+		if d, _ := g.reserve(small, base.Add(10*time.Millisecond)); d == 0 {
+			t.Fatalf("round %d: fourth send in the window passed", round)
+		}
 	}
 }
