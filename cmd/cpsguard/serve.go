@@ -19,6 +19,7 @@ import (
 
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/httpapi"
+	"github.com/cpsguard/cpsguard/internal/gctune"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/pacing"
 	"github.com/cpsguard/cpsguard/sip"
@@ -98,8 +99,15 @@ func logLevel(s string) slog.Level {
 func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *slog.LevelVar) error {
 	cfg := mgr.Current()
 	bi := readBuildInfo()
+	gc := gctune.Apply()
+	var memLimit any = gc.MemoryLimit
+	if gc.LimitSource == "none" {
+		memLimit = "none"
+	}
 	logger.Info("cpsguard starting", "version", bi.Version, "commit", bi.Commit,
-		"config_file", mgr.Path(), "config", cfg)
+		"config_file", mgr.Path(), "config", cfg,
+		"gogc", gc.GCPercent, "gogc_from", gc.GCSource,
+		"memory_limit", memLimit, "memory_limit_from", gc.LimitSource)
 	store.RouteRedisLogs(logger)
 
 	reg := metrics.NewRegistry()

@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/internal/gctune"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/pacing"
 	"github.com/cpsguard/cpsguard/sip"
@@ -50,6 +51,7 @@ func run(path string) error {
 		return err
 	}
 	cfg := mgr.Current()
+	gctune.Apply() // as the node does
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	slog.SetDefault(logger)
 	store.RouteRedisLogs(logger)
