@@ -1,0 +1,265 @@
+package lua
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrClosed is the error of a script call made through a closed Pipeliner,
+// or still queued when it was closed.
+var ErrClosed = errors.New("lua: pipeliner closed")
+
+// PipelineOptions tunes a Pipeliner. The zero value is usable.
+type PipelineOptions struct {
+	// Flushers is the number of goroutines sending batches, each on its own
+	// connection; default 2. One batch is in flight per flusher.
+	Flushers int
+	// MaxBatch caps the script calls in one pipeline; default 64.
+	MaxBatch int
+	// Queue is the capacity of the call queue; default 1024. A caller that
+	// finds it full waits, bounded by its context.
+	Queue int
+	// Cap bounds a batch none of whose callers has a deadline; default 5 s.
+	Cap time.Duration
+}
+
+// Pipeliner is a redis.Scripter that sends the script calls of concurrent
+// callers as one pipeline per round trip (implicit pipelining): EVAL and
+// EVALSHA calls are queued; each of a few flusher goroutines takes the first
+// queued call, without waiting, every other call already queued (up to
+// MaxBatch), and sends them as one go-redis Pipeline. A lone caller never
+// waits for company: it pays two goroutine hand-offs, not a timer. Each
+// script still runs atomically in Redis, so batching changes no decision.
+//
+// A Pipeliner works on every go-redis UniversalClient: on a ClusterClient
+// go-redis splits a pipeline by node and follows MOVED/ASK. NOSCRIPT in a
+// reply reaches the caller as the error of its command, so redis.Script.Run
+// falls back to EVAL, which goes through the queue as well.
+//
+// Timeouts: a caller waits for its reply until its context ends and then
+// returns the context's error, so a hung Redis (every flusher stuck in a
+// pipeline) still fails each caller by its own deadline. A batch is sent
+// with the earliest deadline of its callers (or Cap), so the client needs
+// ContextTimeoutEnabled for a hung pipeline to free its flusher before the
+// client's read timeout. A caller whose context has ended before its call
+// is sent is left out of the batch.
+//
+// ScriptLoad and ScriptExists go to the client directly. The Pipeliner does
+// not own the client: Close stops the flushers, not the client. Pipeliner is
+// safe for concurrent use.
+type Pipeliner struct {
+	c     redis.UniversalClient
+	opt   PipelineOptions
+	queue chan *pcall
+
+	mu     sync.RWMutex // closed, and enqueues against Close
+	closed bool
+	done   chan struct{}
+	wg     sync.WaitGroup
+}
+
+// pcall is one queued script call. reply is buffered, so the flusher never
+// blocks on a caller that has gone.
+type pcall struct {
+	ctx   context.Context
+	cmd   *redis.Cmd
+	reply chan error
+}
+
+var _ redis.Scripter = (*Pipeliner)(nil)
+
+// NewPipeliner starts a Pipeliner on c. Close it when done.
+func NewPipeliner(c redis.UniversalClient, opt PipelineOptions) *Pipeliner {
+	if opt.Flushers <= 0 {
+		opt.Flushers = 2
+	}
+	if opt.MaxBatch <= 0 {
+		opt.MaxBatch = 64
+	}
+	if opt.Queue <= 0 {
+		opt.Queue = 1024
+	}
+	if opt.Cap <= 0 {
+		opt.Cap = 5 * time.Second
+	}
+	p := &Pipeliner{c: c, opt: opt, queue: make(chan *pcall, opt.Queue), done: make(chan struct{})}
+	p.wg.Add(opt.Flushers)
+	for range opt.Flushers {
+		go p.flush()
+	}
+	return p
+}
+
+// Close stops the flushers after their batch in flight, fails every queued
+// call and every later one with ErrClosed, and waits for the flushers to
+// end. It does not close the client. Close is idempotent.
+func (p *Pipeliner) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	close(p.done)
+	p.mu.Unlock()
+	p.wg.Wait()
+	p.drain()
+	return nil
+}
+
+// drain fails every queued call with ErrClosed.
+func (p *Pipeliner) drain() {
+	for {
+		select {
+		case c := <-p.queue:
+			c.reply <- ErrClosed
+		default:
+			return
+		}
+	}
+}
+
+// Eval implements redis.Scripter through the queue.
+func (p *Pipeliner) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return p.run(ctx, "eval", script, keys, args)
+}
+
+// EvalSha implements redis.Scripter through the queue.
+func (p *Pipeliner) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return p.run(ctx, "evalsha", sha1, keys, args)
+}
+
+// EvalRO implements redis.Scripter through the queue.
+func (p *Pipeliner) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return p.run(ctx, "eval_ro", script, keys, args)
+}
+
+// EvalShaRO implements redis.Scripter through the queue.
+func (p *Pipeliner) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return p.run(ctx, "evalsha_ro", sha1, keys, args)
+}
+
+// ScriptExists implements redis.Scripter on the client directly.
+func (p *Pipeliner) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolSliceCmd {
+	return p.c.ScriptExists(ctx, hashes...)
+}
+
+// ScriptLoad implements redis.Scripter on the client directly (on a
+// ClusterClient: every master).
+func (p *Pipeliner) ScriptLoad(ctx context.Context, script string) *redis.StringCmd {
+	return p.c.ScriptLoad(ctx, script)
+}
+
+// run queues one script call and waits for its reply or the end of ctx.
+func (p *Pipeliner) run(ctx context.Context, name, payload string, keys []string, args []any) *redis.Cmd {
+	a := make([]any, 3+len(keys), 3+len(keys)+len(args))
+	a[0], a[1], a[2] = name, payload, len(keys)
+	for i, k := range keys {
+		a[3+i] = k
+	}
+	a = append(a, args...)
+	cmd := redis.NewCmd(ctx, a...)
+	if len(keys) > 0 {
+		cmd.SetFirstKeyPos(3)
+	}
+	if err := ctx.Err(); err != nil {
+		cmd.SetErr(err)
+		return cmd
+	}
+	c := &pcall{ctx: ctx, cmd: cmd, reply: make(chan error, 1)}
+	p.mu.RLock()
+	if p.closed {
+		p.mu.RUnlock()
+		cmd.SetErr(ErrClosed)
+		return cmd
+	}
+	select {
+	case p.queue <- c:
+		p.mu.RUnlock()
+	case <-ctx.Done():
+		p.mu.RUnlock()
+		cmd.SetErr(ctx.Err())
+		return cmd
+	}
+	select {
+	case err := <-c.reply:
+		if err != nil {
+			cmd.SetErr(err) // ErrClosed: the flusher never touched cmd
+		}
+		return cmd
+	case <-ctx.Done():
+		// The flusher may still write to cmd: hand back another one.
+		out := redis.NewCmd(ctx, a...)
+		out.SetErr(ctx.Err())
+		return out
+	}
+}
+
+// flush is one flusher: it blocks for the first call, then takes whatever
+// else is queued without waiting and sends the batch.
+func (p *Pipeliner) flush() {
+	defer p.wg.Done()
+	batch := make([]*pcall, 0, p.opt.MaxBatch)
+	for {
+		select {
+		case c := <-p.queue:
+			batch = append(batch[:0], c)
+		case <-p.done:
+			return
+		}
+	fill:
+		for len(batch) < p.opt.MaxBatch {
+			select {
+			case c := <-p.queue:
+				batch = append(batch, c)
+			default:
+				break fill
+			}
+		}
+		p.send(batch)
+		clear(batch)
+	}
+}
+
+// send runs one batch: a lone call as a plain command on its own context,
+// several as one pipeline bounded by their earliest deadline.
+func (p *Pipeliner) send(batch []*pcall) {
+	live := batch[:0]
+	for _, c := range batch {
+		if c.ctx.Err() == nil {
+			live = append(live, c)
+		}
+	}
+	switch len(live) {
+	case 0:
+		return
+	case 1:
+		c := live[0]
+		_ = p.c.Process(c.ctx, c.cmd)
+		c.reply <- nil
+		return
+	}
+	var dl time.Time
+	for _, c := range live {
+		if d, ok := c.ctx.Deadline(); ok && (dl.IsZero() || d.Before(dl)) {
+			dl = d
+		}
+	}
+	if dl.IsZero() {
+		dl = time.Now().Add(p.opt.Cap)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), dl)
+	pipe := p.c.Pipeline()
+	for _, c := range live {
+		_ = pipe.Process(ctx, c.cmd)
+	}
+	_, _ = pipe.Exec(ctx) // every command carries its own result or error
+	cancel()
+	for _, c := range live {
+		c.reply <- nil
+	}
+}
