@@ -88,43 +88,44 @@ func knownHost(cfg *config.Config, host string) bool {
 // at all (an unknown source with sip.unknown_source: drop).
 const dropRequest = -1
 
-// prepareInDialog builds the request forwarded along the route set. On
+// prepareInDialog builds the request forwarded along the route set (req
+// itself stays unchanged) and returns where it goes. On
 // failure it returns the status to answer: 481 for a request not routed
 // through the proxy, 403 for one from or to a party the configuration does
 // not know (dropRequest for an unknown source when unknown_source is drop).
 // Without that check any host could use the proxy as an unlimited open
 // relay by adding a To tag and a Route naming it.
-func (p *Proxy) prepareInDialog(req *sipmsg.Request) (*sipmsg.Request, int) {
+func (p *Proxy) prepareInDialog(req *sipmsg.Request) (*sipmsg.Request, target, int) {
 	cfg := p.cfg()
 	src, ok := sourceAddr(req)
 	if !ok || !knownAddr(cfg, src) {
 		p.m.SIPErrors.WithLabelValues("unknown_source").Inc()
 		if cfg.SIP.UnknownSource == "drop" {
-			return nil, dropRequest
+			return nil, target{}, dropRequest
 		}
-		return nil, sipmsg.StatusForbidden
+		return nil, target{}, sipmsg.StatusForbidden
 	}
-	out := req.Clone()
+	out := forwardCopy(req)
 	t, ok := p.nextHop(cfg, out)
 	if !ok {
-		return nil, sipmsg.StatusCallTransactionDoesNotExists
+		return nil, target{}, sipmsg.StatusCallTransactionDoesNotExists
 	}
 	if !knownHost(cfg, t.host) {
 		p.m.SIPErrors.WithLabelValues("unknown_destination").Inc()
-		return nil, sipmsg.StatusForbidden
+		return nil, target{}, sipmsg.StatusForbidden
 	}
 	decMaxForwards(out)
 	lo := addVia(p, out, t.transport)
 	out.SetTransport(t.transport)
 	out.SetDestination(t.hostPort())
 	out.Laddr = lo.laddr
-	return out, 0
+	return out, t, 0
 }
 
 // forwardInDialog relays a request inside a dialog (BYE, re-INVITE, UPDATE,
 // INFO, …) statefully along its route set. It is not limited.
 func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
-	out, code := p.prepareInDialog(req)
+	out, t, code := p.prepareInDialog(req)
 	switch code {
 	case 0:
 	case dropRequest:
@@ -141,7 +142,7 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 		p.answer(req, tx, sipmsg.StatusTooManyHops, "Too Many Hops")
 		return
 	}
-	cctx, cancel := context.WithTimeout(context.Background(), noAnswerTimeout)
+	cctx, cancel := requestCtx(t)
 	ctx, err := p.tl.Request(cctx, out)
 	cancel()
 	if err != nil {
@@ -149,13 +150,9 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 		p.answer(req, tx, sipmsg.StatusServiceUnavailable, "Service Unavailable")
 		return
 	}
-	upstream := sipmsg.NewResponseFromRequest(req, 100, "Trying", nil).Destination()
+	upstream := upstreamOf(req)
 	relay := func(r *sipmsg.Response) {
-		rr := r.Clone()
-		rr.RemoveHeader("Via")
-		rr.SetDestination(upstream)
-		rr.SetTransport(req.Transport())
-		if err := tx.Respond(rr); err != nil {
+		if err := tx.Respond(relayResponse(r, upstream, req.Transport())); err != nil {
 			p.log.Debug("relay failed", "status", r.StatusCode, "error", err)
 		}
 	}
@@ -181,8 +178,18 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 			relay(r)
 		})
 	}
-	limit := time.NewTimer(ringTimeout)
-	defer limit.Stop()
+	// Only an INVITE needs a bound of its own (it may ring for minutes, and
+	// a CANCEL shortens the wait); any other client transaction ends on its
+	// own Timer F (ctx.Done) when no final response comes.
+	var (
+		limit  *time.Timer
+		limitC <-chan time.Time
+	)
+	if req.IsInvite() {
+		limit = time.NewTimer(ringTimeout)
+		defer limit.Stop()
+		limitC = limit.C
+	}
 	var gotAny, cancelPending, cancelSent bool
 	sendCancel := func() {
 		cancelSent = true
@@ -227,7 +234,7 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 		case <-ctx.Done():
 			p.answer(req, tx, sipmsg.StatusRequestTimeout, "Request Timeout")
 			return
-		case <-limit.C:
+		case <-limitC:
 			ctx.Terminate()
 			if !cancelSent && !cancelPending {
 				p.answer(req, tx, sipmsg.StatusRequestTimeout, "Request Timeout")
@@ -271,7 +278,7 @@ func (p *Proxy) ackInDialog(inv *sipmsg.Request, ok *sipmsg.Response) *sipmsg.Re
 // the proxy's own or relayed non-2xx responses are absorbed by sipgo's
 // INVITE server transaction and never reach this handler.
 func (p *Proxy) onAck(req *sipmsg.Request, _ sipmsg.ServerTransaction) {
-	out, code := p.prepareInDialog(req)
+	out, _, code := p.prepareInDialog(req)
 	if code != 0 {
 		return
 	}

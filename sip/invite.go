@@ -386,20 +386,17 @@ func (c *call) send(res *sipmsg.Response) {
 	}
 }
 
-// relay passes a carrier's response upstream without the proxy's Via. An
-// error means the caller could not be reached (e.g. its TCP connection is
-// gone).
+// relay passes a carrier's response upstream without the proxy's Via
+// (res itself is changed, see relayResponse). An error means the caller
+// could not be reached (e.g. its TCP connection is gone).
 func (c *call) relay(res *sipmsg.Response) error {
-	r := res.Clone()
-	r.RemoveHeader("Via")
 	if c.upstream == "" {
-		c.upstream = sipmsg.NewResponseFromRequest(c.req, 100, "Trying", nil).Destination()
+		c.upstream = upstreamOf(c.req)
 	}
-	r.SetDestination(c.upstream)
-	r.SetTransport(c.req.Transport())
-	err := c.tx.Respond(r)
+	status := res.StatusCode
+	err := c.tx.Respond(relayResponse(res, c.upstream, c.req.Transport()))
 	if err != nil {
-		c.log.Debug("relay failed", "status", res.StatusCode, "error", err)
+		c.log.Debug("relay failed", "status", status, "error", err)
 	}
 	return err
 }
@@ -415,29 +412,8 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 		c.log.Debug("bad carrier uri", "carrier", car.Name, "error", err)
 		return nil, true
 	}
-	out := c.req.Clone()
-	popOwnRoutes(p, out)
-	out.Recipient.Host = target.host
-	out.Recipient.Port = target.port
-	if out.Recipient.UriParams != nil {
-		out.Recipient.UriParams.Remove("transport")
-	}
-	if target.transport == "TCP" {
-		if out.Recipient.UriParams == nil {
-			out.Recipient.UriParams = sipmsg.NewParams()
-		}
-		out.Recipient.UriParams.Add("transport", "tcp")
-	}
-	decMaxForwards(out)
-	if c.cfg.SIP.RecordRoute {
-		addRecordRoute(p, out, c.req.Transport(), target.transport)
-	}
-	lo := addVia(p, out, target.transport)
-	out.SetTransport(target.transport)
-	out.SetDestination(target.hostPort())
-	out.Laddr = lo.laddr
-
-	cctx, cancel := context.WithTimeout(context.Background(), noAnswerTimeout)
+	out := p.outboundInvite(c.req, target, c.cfg.SIP.RecordRoute)
+	cctx, cancel := requestCtx(target)
 	ctx, err := p.tl.Request(cctx, out)
 	cancel()
 	if err != nil {
@@ -557,6 +533,35 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 			}
 		}
 	}
+}
+
+// outboundInvite builds the INVITE forwarded to a carrier at target from
+// the received req, which stays unchanged: the proxy's own Route entries
+// popped, the Request-URI pointed at the carrier, Max-Forwards decremented,
+// Record-Route (when recordRoute) and the proxy's Via added.
+func (p *Proxy) outboundInvite(req *sipmsg.Request, target target, recordRoute bool) *sipmsg.Request {
+	out := forwardCopy(req)
+	popOwnRoutes(p, out)
+	out.Recipient.Host = target.host
+	out.Recipient.Port = target.port
+	if out.Recipient.UriParams != nil {
+		out.Recipient.UriParams.Remove("transport")
+	}
+	if target.transport == "TCP" {
+		if out.Recipient.UriParams == nil {
+			out.Recipient.UriParams = sipmsg.NewParams()
+		}
+		out.Recipient.UriParams.Add("transport", "tcp")
+	}
+	decMaxForwards(out)
+	if recordRoute {
+		addRecordRoute(p, out, req.Transport(), target.transport)
+	}
+	lo := addVia(p, out, target.transport)
+	out.SetTransport(target.transport)
+	out.SetDestination(target.hostPort())
+	out.Laddr = lo.laddr
+	return out
 }
 
 // hangUp ends a call the carrier answered after the caller had gone: ACK

@@ -1,0 +1,82 @@
+package sip
+
+import (
+	"context"
+	"net/netip"
+	"strings"
+
+	sipmsg "github.com/emiago/sipgo/sip"
+)
+
+// forwardCopy returns the request the proxy forwards in place of req: a new
+// Request with its own header list and Request-URI but sharing req's
+// header objects and body, instead of sipgo's deep Clone, which copies
+// every header of every relayed request (the largest allocation of the
+// per-call path).
+//
+// req itself must stay as received: sipgo's server transaction builds its
+// responses from it and matches retransmissions and CANCELs against it.
+// Sharing is safe because the forwarding code changes headers only by
+// replacing, removing or prepending entries of the copy's own list
+// (decMaxForwards, popOwnRoutes, addRecordRoute, addVia), never a shared
+// header object in place, with two exceptions copied here: the top Via,
+// whose received/rport parameters addVia fills in (RFC 3581), and the
+// Request-URI, whose parameters forward rewrites (NewRequest copies them).
+func forwardCopy(req *sipmsg.Request) *sipmsg.Request {
+	out := sipmsg.NewRequest(req.Method, req.Recipient)
+	out.SipVersion = req.SipVersion
+	topVia := true
+	for _, h := range req.Headers() {
+		if v, ok := h.(*sipmsg.ViaHeader); ok && topVia {
+			topVia = false
+			h = v.Clone()
+		}
+		out.AppendHeader(h)
+	}
+	out.SetBody(req.Body())
+	out.SetTransport(req.Transport())
+	out.SetSource(req.Source())
+	out.SetDestination(req.Destination())
+	out.Laddr = req.Laddr
+	return out
+}
+
+// relayResponse turns a response received on a client transaction into
+// the one relayed upstream: the proxy's own Via (the top one) removed,
+// addressed to dest over transport tp. It changes and returns res itself
+// rather than a copy: sipgo's client transaction does not use a response
+// after passing it up (Responses or OnRetransmission); it keeps the last
+// one only until the next arrives, and builds its ACK of a non-2xx final
+// response before passing that up. Every retransmission is a newly parsed
+// message, so each response is relayed at most once.
+func relayResponse(res *sipmsg.Response, dest, tp string) *sipmsg.Response {
+	res.RemoveHeader("Via")
+	res.SetDestination(dest)
+	res.SetTransport(tp)
+	return res
+}
+
+// upstreamOf is where responses to a received request go: what
+// sipgo.NewResponseFromRequest(req, …).Destination() returns, without
+// building a response for it. For a received request that is its packet
+// source (sipgo resolves a request's remote address only for requests it
+// sends).
+func upstreamOf(req *sipmsg.Request) string {
+	if src := req.Source(); src != "" {
+		return src
+	}
+	return sipmsg.NewResponseFromRequest(req, 100, "Trying", nil).Destination()
+}
+
+// requestCtx is the context for opening a client transaction to t. sipgo
+// uses it only to resolve a host name and to open a connection; a UDP
+// request to an IP address does neither, so it gets no deadline (a timer
+// fewer per forwarded request). The transaction's own timers (B, F) end it.
+func requestCtx(t target) (context.Context, context.CancelFunc) {
+	if t.transport == "UDP" {
+		if _, err := netip.ParseAddr(strings.Trim(t.host, "[]")); err == nil {
+			return context.Background(), func() {}
+		}
+	}
+	return context.WithTimeout(context.Background(), noAnswerTimeout)
+}

@@ -1,0 +1,173 @@
+package sip
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	sipmsg "github.com/emiago/sipgo/sip"
+
+	"github.com/cpsguard/cpsguard/config"
+)
+
+// parseReq parses a raw request as received from src over UDP.
+func parseReq(t *testing.T, raw, src string) *sipmsg.Request {
+	t.Helper()
+	msg, err := sipmsg.ParseMessage([]byte(strings.ReplaceAll(raw, "\n", "\r\n") + "v=0\n"))
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	req, ok := msg.(*sipmsg.Request)
+	if !ok {
+		t.Fatalf("not a request: %T", msg)
+	}
+	req.SetSource(src)
+	req.SetTransport("UDP")
+	return req
+}
+
+// withoutTopVia drops the top Via line (its branch is random) so two
+// forwarded copies can be compared.
+func withoutTopVia(s string) string {
+	lines := strings.Split(s, "\r\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, "Via:") {
+			return strings.Join(append(lines[:i:i], lines[i+1:]...), "\r\n")
+		}
+	}
+	return s
+}
+
+func viaParams(hs []sipmsg.Header, i int) sipmsg.HeaderParams {
+	return hs[i].(*sipmsg.ViaHeader).Params
+}
+
+// TestForwardingLeavesTheReceivedRequestUnchanged: the forwarded request
+// shares header objects with the received one (forwardCopy), which sipgo's
+// server transaction keeps for its responses and for matching; forwarding
+// must not change it by a byte, and two forwards of it must not disturb
+// each other.
+func TestForwardingLeavesTheReceivedRequestUnchanged(t *testing.T) {
+	car := config.Carrier{Name: "c1", URI: "sip:127.0.0.9:5080", CPS: 100, MaxWait: time.Second}
+	adm, pacer := newFakes()
+	h := startProxy(t, testConfig(car), adm, pacer)
+
+	t.Run("INVITE", func(t *testing.T) {
+		raw := "INVITE sip:+15551234@" + h.udp + ";transport=udp;user=phone SIP/2.0\n" +
+			"Via: SIP/2.0/UDP 127.0.0.2:5070;branch=z9hG4bK-top;rport\n" +
+			"Via: SIP/2.0/UDP 10.0.0.9:5060;branch=z9hG4bK-older\n" +
+			"Route: <sip:" + h.udp + ";lr>\n" +
+			"Max-Forwards: 70\n" +
+			"Record-Route: <sip:10.0.0.9;lr>\n" +
+			"From: <sip:a@127.0.0.2>;tag=f1\n" +
+			"To: <sip:+15551234@127.0.0.1>\n" +
+			"Call-ID: copy-test\n" +
+			"CSeq: 1 INVITE\n" +
+			"Contact: <sip:a@127.0.0.2:5070>\n" +
+			"X-Customer: acme\n" +
+			"Content-Type: application/sdp\n" +
+			"Content-Length: 4\n\n"
+		req := parseReq(t, raw, "127.0.0.2:5070")
+		before := req.String()
+
+		tgt := target{host: "127.0.0.9", port: 5080, transport: "TCP"}
+		out := h.p.outboundInvite(req, tgt, true)
+		first := out.String()
+		second := h.p.outboundInvite(req, tgt, true).String()
+		if after := req.String(); after != before {
+			t.Fatalf("received INVITE changed by forwarding:\nbefore:\n%s\nafter:\n%s", before, after)
+		}
+		if withoutTopVia(first) != withoutTopVia(second) {
+			t.Fatalf("two forwards differ:\n%s\n---\n%s", first, second)
+		}
+
+		if out.Recipient.Host != "127.0.0.9" || out.Recipient.Port != 5080 {
+			t.Errorf("Request-URI %s", out.Recipient.String())
+		}
+		if v, _ := out.Recipient.UriParams.Get("transport"); v != "tcp" || !out.Recipient.UriParams.Has("user") {
+			t.Errorf("Request-URI params %s", out.Recipient.String())
+		}
+		vias := out.GetHeaders("Via")
+		if len(vias) != 3 || vias[0].(*sipmsg.ViaHeader).Transport != "TCP" {
+			t.Fatalf("Vias %v", vias)
+		}
+		if r, _ := viaParams(vias, 1).Get("received"); r != "127.0.0.2" {
+			t.Errorf("previous hop's Via %s: want received=127.0.0.2", vias[1].Value())
+		}
+		if p, _ := viaParams(vias, 1).Get("rport"); p != "5070" {
+			t.Errorf("previous hop's Via %s: want rport=5070", vias[1].Value())
+		}
+		if out.Route() != nil || len(out.GetHeaders("Route")) != 0 {
+			t.Errorf("own Route not popped: %v", out.GetHeaders("Route"))
+		}
+		if rr := out.GetHeaders("Record-Route"); len(rr) != 3 {
+			t.Errorf("Record-Route %v: want the proxy twice (UDP in, TCP out) and the original", rr)
+		}
+		if mf := out.MaxForwards(); mf == nil || mf.Val() != 69 {
+			t.Errorf("Max-Forwards %v", mf)
+		}
+		if string(out.Body()) != "v=0\n" || !strings.HasSuffix(first, "\r\n\r\nv=0\n") {
+			t.Errorf("body %q", out.Body())
+		}
+	})
+
+	t.Run("BYE", func(t *testing.T) {
+		raw := "BYE sip:b@127.0.0.9:5080 SIP/2.0\n" +
+			"Via: SIP/2.0/UDP 127.0.0.2:5070;branch=z9hG4bK-bye;rport\n" +
+			"Route: <sip:" + h.udp + ";lr;transport=udp>\n" +
+			"Max-Forwards: 10\n" +
+			"From: <sip:a@127.0.0.2>;tag=f1\n" +
+			"To: <sip:+15551234@127.0.0.1>;tag=t1\n" +
+			"Call-ID: copy-test\n" +
+			"CSeq: 2 BYE\n" +
+			"Content-Length: 4\n\n"
+		req := parseReq(t, raw, "127.0.0.2:5070")
+		before := req.String()
+		out, tgt, code := h.p.prepareInDialog(req)
+		if code != 0 {
+			t.Fatalf("prepareInDialog: %d", code)
+		}
+		fwd := out.String()
+		if after := req.String(); after != before {
+			t.Fatalf("received BYE changed by forwarding:\nbefore:\n%s\nafter:\n%s", before, after)
+		}
+		if tgt.host != "127.0.0.9" || tgt.port != 5080 || tgt.transport != "UDP" {
+			t.Errorf("next hop %+v", tgt)
+		}
+		if len(out.GetHeaders("Via")) != 2 || len(out.GetHeaders("Route")) != 0 {
+			t.Errorf("forwarded BYE:\n%s", fwd)
+		}
+		if mf := out.MaxForwards(); mf == nil || mf.Val() != 9 {
+			t.Errorf("Max-Forwards %v", mf)
+		}
+	})
+}
+
+// TestRelayedResponseDropsOnlyTheTopVia: relayResponse changes the
+// response it is given (no copy): the proxy's Via goes, the rest stays.
+func TestRelayedResponseDropsOnlyTheTopVia(t *testing.T) {
+	raw := "SIP/2.0 200 OK\r\n" +
+		"Via: SIP/2.0/UDP 127.0.0.1:5060;branch=z9hG4bK-proxy\r\n" +
+		"Via: SIP/2.0/UDP 127.0.0.2:5070;branch=z9hG4bK-top;rport=5070;received=127.0.0.2\r\n" +
+		"From: <sip:a@127.0.0.2>;tag=f1\r\n" +
+		"To: <sip:b@127.0.0.9>;tag=t1\r\n" +
+		"Call-ID: relay-test\r\n" +
+		"CSeq: 2 BYE\r\n" +
+		"Content-Length: 0\r\n\r\n"
+	msg, err := sipmsg.ParseMessage([]byte(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := msg.(*sipmsg.Response)
+	want := strings.Replace(raw, "Via: SIP/2.0/UDP 127.0.0.1:5060;branch=z9hG4bK-proxy\r\n", "", 1)
+	r := relayResponse(res, "127.0.0.2:5070", "UDP")
+	if got := r.String(); got != want {
+		t.Fatalf("relayed:\n%s\nwant:\n%s", got, want)
+	}
+	if r.Destination() != "127.0.0.2:5070" || r.Transport() != "UDP" {
+		t.Errorf("addressed to %s over %s", r.Destination(), r.Transport())
+	}
+	if v := r.Via(); v == nil || v.Host != "127.0.0.2" {
+		t.Errorf("top Via now %v", v)
+	}
+}
