@@ -8,11 +8,11 @@ import (
 	sipmsg "github.com/emiago/sipgo/sip"
 )
 
-// forwardCopy returns the request the proxy forwards in place of req: a new
-// Request with its own header list and Request-URI but sharing req's
-// header objects and body, instead of sipgo's deep Clone, which copies
-// every header of every relayed request (the largest allocation of the
-// per-call path).
+// forwardCopy returns the request the proxy forwards in place of req: a
+// copy with its own header list and Request-URI parameters but sharing
+// req's header objects and body, instead of sipgo's deep Clone, which
+// copies every header of every relayed request (the largest allocation of
+// the per-call path).
 //
 // req itself must stay as received: sipgo's server transaction builds its
 // responses from it and matches retransmissions and CANCELs against it.
@@ -21,23 +21,25 @@ import (
 // (decMaxForwards, popOwnRoutes, addRecordRoute, addVia), never a shared
 // header object in place, with two exceptions copied here: the top Via,
 // whose received/rport parameters addVia fills in (RFC 3581), and the
-// Request-URI, whose parameters forward rewrites (NewRequest copies them).
+// Request-URI, whose parameters outboundInvite rewrites. The rest matches
+// Clone: full header names, Content-Length set from the body.
 func forwardCopy(req *sipmsg.Request) *sipmsg.Request {
-	out := sipmsg.NewRequest(req.Method, req.Recipient)
-	out.SipVersion = req.SipVersion
-	topVia := true
-	for _, h := range req.Headers() {
-		if v, ok := h.(*sipmsg.ViaHeader); ok && topVia {
-			topVia = false
-			h = v.Clone()
-		}
-		out.AppendHeader(h)
+	out := new(sipmsg.Request)
+	*out = *req // no locks inside; the header list is still req's here
+	// PrependHeader always builds a new list (even of nothing), so from
+	// here on RemoveHeader/ReplaceHeader on out never touch req's.
+	out.PrependHeader()
+	out.CompactHeaders = false
+	if u := out.Recipient.UriParams; u != nil {
+		out.Recipient.UriParams = u.Clone()
 	}
-	out.SetBody(req.Body())
-	out.SetTransport(req.Transport())
-	out.SetSource(req.Source())
-	out.SetDestination(req.Destination())
-	out.Laddr = req.Laddr
+	if h := out.Recipient.Headers; h != nil {
+		out.Recipient.Headers = h.Clone()
+	}
+	if v := out.Via(); v != nil {
+		out.ReplaceHeader(v.Clone())
+	}
+	out.SetBody(out.Body())
 	return out
 }
 
