@@ -18,5 +18,11 @@
 // is known about the decision; the caller applies the failure policy
 // (store.on_error). RedisStore bounds every call by RedisOptions.Timeout.
 //
+// With RedisOptions.Pipeline (a lua.Pipeliner, as store.Open builds it) the
+// admit.lua calls of concurrent decisions share round trips: each is still
+// one atomic script run, so decisions are unchanged, and each caller still
+// fails by its own timeout when Redis hangs. The store does not own the
+// Pipeliner; its builder closes it after the last call.
+//
 // Both stores are safe for concurrent use.
 package admission

@@ -20,6 +20,12 @@ type RedisOptions struct {
 	// name (lua.ScriptAdmit, …), its duration and its error (nil on success).
 	// It must be fast and safe for concurrent use; it feeds metrics.
 	Observe func(script string, d time.Duration, err error)
+	// Pipeline, when set, carries every script call (lua.Pipeliner: the
+	// calls of concurrent callers share one round trip); nil = one call per
+	// pooled connection. It must run on the same client. The store does not
+	// own it: whoever built it closes it, after the store's last call.
+	// Observe then measures a caller's wait, queue included.
+	Pipeline *lua.Pipeliner
 }
 
 // RedisStore is the Store shared by every node of a pool: buckets are Redis
@@ -30,17 +36,22 @@ type RedisOptions struct {
 // concurrent use.
 type RedisStore struct {
 	c       redis.UniversalClient
+	sc      redis.Scripter // opt.Pipeline, else c
 	cluster bool
 	opt     RedisOptions
 }
 
 var _ Store = (*RedisStore)(nil)
 
-// NewRedisStore returns a Store on c. Call Load once at start so a script
-// Redis rejects fails there.
+// NewRedisStore returns a Store on c (scripts through opt.Pipeline when
+// set). Call Load once at start so a script Redis rejects fails there.
 func NewRedisStore(c redis.UniversalClient, opt RedisOptions) *RedisStore {
 	_, cluster := c.(*redis.ClusterClient)
-	return &RedisStore{c: c, cluster: cluster, opt: opt}
+	s := &RedisStore{c: c, sc: c, cluster: cluster, opt: opt}
+	if opt.Pipeline != nil {
+		s.sc = opt.Pipeline
+	}
+	return s
 }
 
 // Load loads every script into Redis (all masters of a cluster).
@@ -108,7 +119,7 @@ func (s *RedisStore) Admit(ctx context.Context, member string, buckets []Bucket)
 	ctx, cancel := s.context(ctx)
 	defer cancel()
 	start := time.Now()
-	r, err := lua.Admit(ctx, s.c, member, lb)
+	r, err := lua.Admit(ctx, s.sc, member, lb)
 	s.observe(lua.ScriptAdmit, start, err)
 	if err != nil {
 		return Decision{}, fmt.Errorf("admission: run admit.lua for %q: %w", buckets[0].Key, err)
@@ -151,14 +162,14 @@ func (s *RedisStore) admitCrossSlot(ctx context.Context, member string, buckets 
 		defer cancel()
 		for _, i := range added {
 			start := time.Now()
-			_, err := lua.Release(rctx, s.c, buckets[i].Key, member)
+			_, err := lua.Release(rctx, s.sc, buckets[i].Key, member)
 			s.observe(lua.ScriptRelease, start, err)
 		}
 	}
 	for i := range buckets {
 		cctx, cancel := s.context(ctx)
 		start := time.Now()
-		r, err := lua.Admit(cctx, s.c, member, lb[i:i+1])
+		r, err := lua.Admit(cctx, s.sc, member, lb[i:i+1])
 		cancel()
 		s.observe(lua.ScriptAdmit, start, err)
 		if err != nil {
@@ -217,7 +228,7 @@ func (s *RedisStore) Counts(ctx context.Context, buckets []Bucket) ([]int, error
 	for _, g := range groups {
 		cctx, cancel := s.context(ctx)
 		start := time.Now()
-		r, err := lua.Counts(cctx, s.c, keys[g[0]:g[1]], windows[g[0]:g[1]])
+		r, err := lua.Counts(cctx, s.sc, keys[g[0]:g[1]], windows[g[0]:g[1]])
 		cancel()
 		s.observe(lua.ScriptCounts, start, err)
 		if err != nil {

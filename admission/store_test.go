@@ -70,23 +70,18 @@ func backends(t *testing.T) []backend {
 		return c
 	}
 	admin := newClient()
-	return []backend{
-		{
-			name:    "local",
-			exact:   true,
-			open:    func() Store { return local },
-			advance: clock.Advance,
-			held: func(key string) bool {
-				local.mu.Lock()
-				defer local.mu.Unlock()
-				_, ok := local.buckets[key]
-				return ok
-			},
-		},
-		{
-			name: "redis",
+	redisBackend := func(name string, pipelined bool) backend {
+		return backend{
+			name: name,
 			open: func() Store {
-				s := NewRedisStore(newClient(), RedisOptions{Timeout: 5 * time.Second})
+				c := newClient()
+				opt := RedisOptions{Timeout: 5 * time.Second}
+				if pipelined {
+					p := lua.NewPipeliner(c, lua.PipelineOptions{})
+					t.Cleanup(func() { _ = p.Close() })
+					opt.Pipeline = p
+				}
+				s := NewRedisStore(c, opt)
 				if err := s.Load(context.Background()); err != nil {
 					t.Fatalf("Load: %v", err)
 				}
@@ -107,7 +102,23 @@ func backends(t *testing.T) []backend {
 				}
 				return d
 			},
+		}
+	}
+	return []backend{
+		{
+			name:    "local",
+			exact:   true,
+			open:    func() Store { return local },
+			advance: clock.Advance,
+			held: func(key string) bool {
+				local.mu.Lock()
+				defer local.mu.Unlock()
+				_, ok := local.buckets[key]
+				return ok
+			},
 		},
+		redisBackend("redis", false),
+		redisBackend("redis-pipelined", true),
 	}
 }
 

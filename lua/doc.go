@@ -22,5 +22,12 @@
 // rejects fails there; Run falls back from EVALSHA to EVAL when a server has
 // lost its script cache.
 //
-// Everything here is stateless and safe for concurrent use.
+// Pipeliner (pipeline.go) is a redis.Scripter that sends the script calls of
+// concurrent callers as one pipeline per round trip; a lone caller sends its
+// call itself. It has flusher goroutines and must be closed; a caller waits
+// for its reply no longer than its context, so failures reach callers as
+// before (the go-redis error, or the context's error).
+//
+// Everything here is safe for concurrent use; everything but Pipeliner is
+// stateless.
 package lua

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -31,9 +32,11 @@ type PipelineOptions struct {
 // callers as one pipeline per round trip (implicit pipelining): EVAL and
 // EVALSHA calls are queued; each of a few flusher goroutines takes the first
 // queued call, without waiting, every other call already queued (up to
-// MaxBatch), and sends them as one go-redis Pipeline. A lone caller never
-// waits for company: it pays two goroutine hand-offs, not a timer. Each
-// script still runs atomically in Redis, so batching changes no decision.
+// MaxBatch), and sends them as one go-redis Pipeline. Nobody waits for
+// company: a lone caller (no other script call of this Pipeliner under way)
+// sends its command itself, as the plain client would, and a queued call
+// is sent with whatever else is queued at that moment. Each script still
+// runs atomically in Redis, so batching changes no decision.
 //
 // A Pipeliner works on every go-redis UniversalClient: on a ClusterClient
 // go-redis splits a pipeline by node and follows MOVED/ASK. NOSCRIPT in a
@@ -56,8 +59,10 @@ type Pipeliner struct {
 	opt   PipelineOptions
 	queue chan *pcall
 
+	active atomic.Int64 // callers inside run
 	mu     sync.RWMutex // closed, and enqueues against Close
 	closed bool
+	shut   atomic.Bool // closed, for the lone-caller path
 	done   chan struct{}
 	wg     sync.WaitGroup
 }
@@ -104,6 +109,7 @@ func (p *Pipeliner) Close() error {
 		return nil
 	}
 	p.closed = true
+	p.shut.Store(true)
 	close(p.done)
 	p.mu.Unlock()
 	p.wg.Wait()
@@ -168,6 +174,17 @@ func (p *Pipeliner) run(ctx context.Context, name, payload string, keys []string
 	}
 	if err := ctx.Err(); err != nil {
 		cmd.SetErr(err)
+		return cmd
+	}
+	// A lone caller (no other script call under way) sends its command
+	// itself: no hand-off, the latency of the plain client.
+	defer p.active.Add(-1)
+	if p.active.Add(1) == 1 {
+		if p.shut.Load() {
+			cmd.SetErr(ErrClosed)
+			return cmd
+		}
+		_ = p.c.Process(ctx, cmd)
 		return cmd
 	}
 	c := &pcall{ctx: ctx, cmd: cmd, reply: make(chan error, 1)}

@@ -130,18 +130,34 @@ func TestPipelinerPausedRedis(t *testing.T) {
 			t.Fatalf("call %d on a paused Redis succeeded", i)
 		}
 	}
-	// Cancellation: a caller whose context is cancelled returns at once with
-	// context.Canceled even though the flushers may be stuck.
+	// Cancellation: a queued caller (another call is under way, so it does
+	// not go alone) whose context is cancelled returns with
+	// context.Canceled, though nothing answers.
+	blockCtx, blockCancel := context.WithTimeout(bg, time.Second)
+	defer blockCancel()
+	blocked := make(chan error, 1)
+	go func() {
+		_, err := Admit(blockCtx, p, "blocker", []AdmitBucket{b})
+		blocked <- err
+	}()
+	for p.active.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
 	cctx, ccancel := context.WithCancel(bg)
 	errc := make(chan error, 1)
 	go func() {
 		_, err := Admit(cctx, p, "cancelled", []AdmitBucket{b})
 		errc <- err
 	}()
-	time.Sleep(20 * time.Millisecond)
+	for p.active.Load() < 2 {
+		time.Sleep(time.Millisecond)
+	}
 	ccancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled call: got %v, want context.Canceled", err)
+	}
+	if err := <-blocked; err == nil {
+		t.Fatal("blocker on a paused Redis succeeded")
 	}
 	srv.Resume()
 	resumed = true

@@ -5,7 +5,9 @@
 // A SlotStore reserves slots atomically: slot = max(now, last + interval);
 // when the wait would exceed the caller's maximum, nothing is reserved.
 // RedisSlots shares the slots of a pool through Redis (pace.lua on Redis's
-// clock); LocalSlots keeps them in process on the local monotonic clock. The
+// clock; with RedisOptions.Pipeline, concurrent reservations share round
+// trips through a lua.Pipeliner the caller owns and closes); LocalSlots
+// keeps them in process on the local monotonic clock. The
 // Pacer on top reserves with Interval(cps) (which includes Guard), never
 // reserves a slot the caller cannot wait for, waits cancellably, and releases
 // the slot of a cancelled wait.

@@ -20,6 +20,12 @@ type RedisOptions struct {
 	// name (lua.ScriptPace, …), its duration and its error (nil on success).
 	// It must be fast and safe for concurrent use; it feeds metrics.
 	Observe func(script string, d time.Duration, err error)
+	// Pipeline, when set, carries every script call (lua.Pipeliner: the
+	// calls of concurrent callers share one round trip); nil = one call per
+	// pooled connection. It must run on the same client. The store does not
+	// own it: whoever built it closes it, after the store's last call.
+	// Observe then measures a caller's wait, queue included.
+	Pipeline *lua.Pipeliner
 }
 
 // RedisSlots is the SlotStore shared by every node of a pool: one sorted set
@@ -28,14 +34,20 @@ type RedisOptions struct {
 // safe for concurrent use.
 type RedisSlots struct {
 	c   redis.UniversalClient
+	sc  redis.Scripter // opt.Pipeline, else c
 	opt RedisOptions
 }
 
 var _ SlotStore = (*RedisSlots)(nil)
 
-// NewRedisSlots returns a SlotStore on c. Call Load once at start.
+// NewRedisSlots returns a SlotStore on c (scripts through opt.Pipeline when
+// set). Call Load once at start.
 func NewRedisSlots(c redis.UniversalClient, opt RedisOptions) *RedisSlots {
-	return &RedisSlots{c: c, opt: opt}
+	s := &RedisSlots{c: c, sc: c, opt: opt}
+	if opt.Pipeline != nil {
+		s.sc = opt.Pipeline
+	}
+	return s
 }
 
 // Load loads every script into Redis (all masters of a cluster).
@@ -68,7 +80,7 @@ func (s *RedisSlots) Reserve(ctx context.Context, key, member string, interval, 
 	ctx, cancel := s.context(ctx)
 	defer cancel()
 	start := time.Now()
-	r, err := lua.Pace(ctx, s.c, key, member, lua.Micros(interval), lua.MicrosFloor(maxWait))
+	r, err := lua.Pace(ctx, s.sc, key, member, lua.Micros(interval), lua.MicrosFloor(maxWait))
 	s.observe(lua.ScriptPace, start, err)
 	if err != nil {
 		return Slot{}, fmt.Errorf("pacing: run pace.lua for %q: %w", key, err)
@@ -88,7 +100,7 @@ func (s *RedisSlots) Release(ctx context.Context, key, member string) error {
 	ctx, cancel := s.context(ctx)
 	defer cancel()
 	start := time.Now()
-	_, err := lua.Release(ctx, s.c, key, member)
+	_, err := lua.Release(ctx, s.sc, key, member)
 	s.observe(lua.ScriptRelease, start, err)
 	if err != nil {
 		return fmt.Errorf("pacing: run release.lua for %q: %w", key, err)
@@ -104,7 +116,7 @@ func (s *RedisSlots) Queue(ctx context.Context, key string, interval time.Durati
 	ctx, cancel := s.context(ctx)
 	defer cancel()
 	start := time.Now()
-	r, err := lua.Queue(ctx, s.c, key, lua.Micros(interval))
+	r, err := lua.Queue(ctx, s.sc, key, lua.Micros(interval))
 	s.observe(lua.ScriptQueue, start, err)
 	if err != nil {
 		return QueueState{}, fmt.Errorf("pacing: run queue.lua for %q: %w", key, err)

@@ -63,6 +63,9 @@ func backends(t *testing.T) []backend {
 	if err := rs.Load(context.Background()); err != nil {
 		t.Fatalf("Load: %v", err)
 	}
+	pipe := lua.NewPipeliner(c, lua.PipelineOptions{})
+	t.Cleanup(func() { _ = pipe.Close() })
+	ps := NewRedisSlots(c, RedisOptions{Timeout: 5 * time.Second, Pipeline: pipe})
 	ctx := context.Background()
 	return []backend{
 		{
@@ -79,6 +82,21 @@ func backends(t *testing.T) []backend {
 		},
 		{
 			name: "redis", store: rs, real: rs, advance: time.Sleep,
+			held: func(key, member string) bool {
+				err := c.ZScore(ctx, key, member).Err()
+				if err != nil && !errors.Is(err, redis.Nil) {
+					t.Fatalf("ZSCORE: %v", err)
+				}
+				return err == nil
+			},
+			realHeld: func(key, member string) bool {
+				return c.ZScore(ctx, key, member).Err() == nil
+			},
+			exists: func(key string) bool { return c.Exists(ctx, key).Val() == 1 },
+			ttl:    func(key string) time.Duration { return c.PTTL(ctx, key).Val() },
+		},
+		{
+			name: "redis-pipelined", store: ps, real: ps, advance: time.Sleep,
 			held: func(key, member string) bool {
 				err := c.ZScore(ctx, key, member).Err()
 				if err != nil && !errors.Is(err, redis.Nil) {

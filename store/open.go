@@ -31,6 +31,7 @@ type OpenOptions struct {
 type Stores struct {
 	*Failover
 	client    redis.UniversalClient
+	pipeline  *lua.Pipeliner
 	heartbeat *Heartbeat
 	timeout   time.Duration
 }
@@ -55,7 +56,10 @@ func Open(ctx context.Context, cfg *config.Config, o OpenOptions) (*Stores, erro
 		return nil, fmt.Errorf("store: store.redis.addrs is empty")
 	}
 	client := NewClient(rc)
-	s := &Stores{client: client, timeout: rc.Timeout}
+	// One pipeliner for both Redis stores: admissions and pacing
+	// reservations of concurrent calls share round trips.
+	pipe := lua.NewPipeliner(client, lua.PipelineOptions{})
+	s := &Stores{client: client, pipeline: pipe, timeout: rc.Timeout}
 	observe := o.Observe
 	hb := NewHeartbeat(lua.Heartbeater{Client: client, Key: lua.Key(cfg.Store.KeyPrefix, "nodes", "all")},
 		HeartbeatOptions{
@@ -66,8 +70,8 @@ func Open(ctx context.Context, cfg *config.Config, o OpenOptions) (*Stores, erro
 		})
 	s.heartbeat = hb
 	s.Failover = NewFailover(Options{
-		Redis:         admission.NewRedisStore(client, admission.RedisOptions{Timeout: rc.Timeout, Observe: observe}),
-		RedisSlots:    pacing.NewRedisSlots(client, pacing.RedisOptions{Timeout: rc.Timeout, Observe: observe}),
+		Redis:         admission.NewRedisStore(client, admission.RedisOptions{Timeout: rc.Timeout, Observe: observe, Pipeline: pipe}),
+		RedisSlots:    pacing.NewRedisSlots(client, pacing.RedisOptions{Timeout: rc.Timeout, Observe: observe, Pipeline: pipe}),
 		Local:         local,
 		LocalSlots:    localSlots,
 		Probe:         pinger{client: client},
@@ -100,11 +104,13 @@ func (s *Stores) Run(ctx context.Context) {
 // LiveNodes is the pool size last seen in Redis (1 without Redis).
 func (s *Stores) LiveNodes() int { return s.heartbeat.Live() }
 
-// Close closes the Redis client, if any.
+// Close stops the script pipeliner (calls still queued fail with
+// lua.ErrClosed) and closes the Redis client, if any.
 func (s *Stores) Close() error {
 	if s.client == nil {
 		return nil
 	}
+	_ = s.pipeline.Close()
 	return s.client.Close()
 }
 

@@ -47,6 +47,8 @@ func decisionsCmd(fs *flag.FlagSet) func(*env) error {
 	seconds := fs.Float64("seconds", 3, "seconds per measurement")
 	callersFlag := fs.String("callers", "1,64,256", "concurrent callers")
 	timeout := fs.Duration("timeout", 200*time.Millisecond, "store.redis.timeout of the store under test")
+	flushers := fs.Int("flushers", 0, "lua.PipelineOptions.Flushers of the pipelined store (0 = the product's default)")
+	maxBatch := fs.Int("max-batch", 0, "lua.PipelineOptions.MaxBatch of the pipelined store (0 = the product's default)")
 	return func(e *env) error {
 		var callers []int
 		for _, s := range strings.Split(*callersFlag, ",") {
@@ -74,10 +76,14 @@ func decisionsCmd(fs *flag.FlagSet) func(*env) error {
 		if err := lua.Load(e.ctx, client); err != nil {
 			return err
 		}
-		st := admission.NewRedisStore(client, admission.RedisOptions{Timeout: *timeout, Observe: func(string, time.Duration, error) {}})
+		// As store.Open builds it: scripts through a lua.Pipeliner.
+		pipe := lua.NewPipeliner(client, lua.PipelineOptions{Flushers: *flushers, MaxBatch: *maxBatch})
+		defer pipe.Close()
+		st := admission.NewRedisStore(client, admission.RedisOptions{Timeout: *timeout, Observe: func(string, time.Duration, error) {}, Pipeline: pipe})
+		stDirect := admission.NewRedisStore(client, admission.RedisOptions{Timeout: *timeout, Observe: func(string, time.Duration, error) {}})
 		dur := time.Duration(*seconds * float64(time.Second))
 		sha := lua.SHA(lua.ScriptAdmit)
-		fmt.Printf("decisions: admit.lua on one 100 CPS bucket, %s per measurement, callers %v, Redis %s (private); store = admission.RedisStore on store.NewClient (pool 64, timeout %s)\n", dur, callers, rd.Addr, *timeout)
+		fmt.Printf("decisions: admit.lua on one 100 CPS bucket, %s per measurement, callers %v, Redis %s (private); store = admission.RedisStore on store.NewClient (pool 64, timeout %s) through lua.Pipeliner (flushers %d, max batch %d; 0 = default), as store.Open builds it\n", dur, callers, rd.Addr, *timeout, *flushers, *maxBatch)
 
 		var all []decResult
 		for run := 1; run <= e.runs; run++ {
@@ -85,7 +91,7 @@ func decisionsCmd(fs *flag.FlagSet) func(*env) error {
 				if e.ctx.Err() != nil {
 					return e.ctx.Err()
 				}
-				bStore, bRaw, bRawBig := decBucket("store"), decBucket("raw"), decBucket("rawbig")
+				bStore, bDirect, bRaw, bRawBig := decBucket("store"), decBucket("direct"), decBucket("raw"), decBucket("rawbig")
 				big := redis.NewClient(&redis.Options{Addr: rd.Addr, PoolSize: max(n, 64), ContextTimeoutEnabled: true, MaxRetries: -1})
 				methods := []struct {
 					name string
@@ -93,6 +99,10 @@ func decisionsCmd(fs *flag.FlagSet) func(*env) error {
 				}{
 					{"store (RedisStore.Admit)", func(ctx context.Context, m string) error {
 						_, err := st.Admit(ctx, m, []admission.Bucket{bStore})
+						return err
+					}},
+					{"store, no pipeliner", func(ctx context.Context, m string) error {
+						_, err := stDirect.Admit(ctx, m, []admission.Bucket{bDirect})
 						return err
 					}},
 					{"raw go-redis EVALSHA (same client)", func(ctx context.Context, m string) error {
