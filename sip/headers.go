@@ -17,9 +17,15 @@ type target struct {
 	host      string
 	port      int
 	transport string // "UDP" or "TCP"
+	// hp is hostPort() when computed ahead (carriers' targets, parsed
+	// once per configuration snapshot); empty otherwise.
+	hp string
 }
 
 func (t target) hostPort() string {
+	if t.hp != "" {
+		return t.hp
+	}
 	return net.JoinHostPort(strings.Trim(t.host, "[]"), strconv.Itoa(t.port))
 }
 
@@ -62,6 +68,9 @@ func carrierTargets(cfg *config.Config) []carrierTarget {
 	ts := make([]carrierTarget, len(cfg.Carriers))
 	for i := range cfg.Carriers {
 		ts[i].t, ts[i].err = parseCarrierURI(cfg.Carriers[i].URI)
+		if ts[i].err == nil {
+			ts[i].t.hp = ts[i].t.hostPort()
+		}
 	}
 	carrierCache.Store(&parsedCarriers{cfg: cfg, targets: ts})
 	return ts
@@ -132,6 +141,13 @@ func decMaxForwards(req *sipmsg.Request) {
 // addVia puts the proxy's Via (new branch) on top of req for transport tp
 // and returns how the proxy names itself on it.
 func addVia(p *Proxy, req *sipmsg.Request, tp string) local {
+	return prependVia(p, req, tp, nil)
+}
+
+// prependVia is addVia that also puts the headers below (Record-Route) right
+// under the Via: sipgo rebuilds the whole header list on every prepend, so
+// one prepend for both saves a copy of it.
+func prependVia(p *Proxy, req *sipmsg.Request, tp string, below []sipmsg.Header) local {
 	lo := p.localFor(tp)
 	via := &sipmsg.ViaHeader{
 		ProtocolName:    "SIP",
@@ -151,7 +167,12 @@ func addVia(p *Proxy, req *sipmsg.Request, tp string) local {
 			prev.Params.Add("received", h)
 		}
 	}
-	req.PrependHeader(via)
+	if len(below) == 0 {
+		req.PrependHeader(via)
+	} else {
+		var buf [3]sipmsg.Header
+		req.PrependHeader(append(append(buf[:0], via), below...)...)
+	}
 	if tp != "UDP" {
 		lo.laddr = sipmsg.Addr{}
 	}
@@ -162,6 +183,13 @@ func addVia(p *Proxy, req *sipmsg.Request, tp string) local {
 // two legs use different transports it records itself twice (RFC 5658), so
 // each side reaches the proxy on its own transport.
 func addRecordRoute(p *Proxy, req *sipmsg.Request, inTP, outTP string) {
+	var buf [2]sipmsg.Header
+	req.PrependHeader(recordRoutes(buf[:0], p, inTP, outTP)...)
+}
+
+// recordRoutes appends to dst the Record-Route headers addRecordRoute
+// prepends, in their order.
+func recordRoutes(dst []sipmsg.Header, p *Proxy, inTP, outTP string) []sipmsg.Header {
 	rr := func(tp string) *sipmsg.RecordRouteHeader {
 		lo := p.localFor(tp)
 		h := &sipmsg.RecordRouteHeader{Address: sipmsg.Uri{
@@ -174,8 +202,9 @@ func addRecordRoute(p *Proxy, req *sipmsg.Request, inTP, outTP string) {
 		h.Address.UriParams.Add("lr", "")
 		return h
 	}
+	dst = append(dst, rr(outTP))
 	if !strings.EqualFold(inTP, outTP) {
-		req.PrependHeader(rr(inTP))
+		dst = append(dst, rr(inTP))
 	}
-	req.PrependHeader(rr(outTP))
+	return dst
 }

@@ -554,10 +554,12 @@ func (p *Proxy) outboundInvite(req *sipmsg.Request, target target, recordRoute b
 		out.Recipient.UriParams.Add("transport", "tcp")
 	}
 	decMaxForwards(out)
+	var below []sipmsg.Header
 	if recordRoute {
-		addRecordRoute(p, out, req.Transport(), target.transport)
+		var buf [2]sipmsg.Header
+		below = recordRoutes(buf[:0], p, req.Transport(), target.transport)
 	}
-	lo := addVia(p, out, target.transport)
+	lo := prependVia(p, out, target.transport, below)
 	out.SetTransport(target.transport)
 	out.SetDestination(target.hostPort())
 	out.Laddr = lo.laddr

@@ -103,6 +103,13 @@ func TestForwardingLeavesTheReceivedRequestUnchanged(t *testing.T) {
 		if rr := out.GetHeaders("Record-Route"); len(rr) != 3 {
 			t.Errorf("Record-Route %v: want the proxy twice (UDP in, TCP out) and the original", rr)
 		}
+		// Order: the proxy's Via, then its Record-Routes (outgoing leg's
+		// transport first, RFC 5658), then the received headers.
+		hs := out.Headers()
+		if hs[0].Name() != "Via" || hs[1].Name() != "Record-Route" || hs[2].Name() != "Record-Route" ||
+			!strings.Contains(hs[1].Value(), "transport=tcp") || !strings.Contains(hs[2].Value(), "transport=udp") {
+			t.Errorf("top headers %s / %s / %s", hs[0], hs[1], hs[2])
+		}
 		if mf := out.MaxForwards(); mf == nil || mf.Val() != 69 {
 			t.Errorf("Max-Forwards %v", mf)
 		}
