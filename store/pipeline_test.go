@@ -1,0 +1,67 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cpsguard/cpsguard/admission"
+	"github.com/cpsguard/cpsguard/internal/redistest"
+	"github.com/cpsguard/cpsguard/lua"
+)
+
+// Open runs both Redis stores through one Pipeliner: concurrent decisions
+// stay exact, and Close stops the Pipeliner with the client.
+func TestOpenPipelinesAndCloseStopsIt(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := redisConfig(srv.Addr(), "reject")
+	cfg.Store.Redis.Timeout = 2 * time.Second
+	s, err := Open(context.Background(), cfg, OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			_ = s.Close()
+		}
+	}()
+	if s.pipeline == nil {
+		t.Fatal("Open built no Pipeliner")
+	}
+	ctx := context.Background()
+	bk := []admission.Bucket{{Key: lua.Key("fo", "peer", "piped"), Limit: 50, Window: time.Minute}}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	admitted := 0
+	for i := range 128 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d, err := s.Admit(ctx, fmt.Sprint("call-", i), bk)
+			if err != nil {
+				t.Errorf("call %d: %v", i, err)
+				return
+			}
+			if d.Admit {
+				mu.Lock()
+				admitted++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if admitted != 50 {
+		t.Fatalf("admitted %d of 128, want 50", admitted)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	closed = true
+	if err := s.pipeline.EvalSha(ctx, lua.SHA(lua.ScriptAdmit), nil).Err(); !errors.Is(err, lua.ErrClosed) {
+		t.Fatalf("Pipeliner after Stores.Close: got %v, want lua.ErrClosed", err)
+	}
+}
