@@ -657,6 +657,9 @@ func TestServeDrainsCallsInFlight(t *testing.T) {
 	defer tx.Terminate()
 	waitFor(t, func() bool { return car.Count("INVITE") == 1 }, "call at the carrier")
 	cancel() // shutdown while the carrier rings
+	// Serve starts draining in its own goroutine: an INVITE sent before
+	// that is an ordinary call, not the late one this test is about.
+	waitFor(t, p.draining.Load, "draining")
 
 	late := caller.Final(ctxT(t, 5*time.Second), caller.Invite(addr))
 	if late == nil || late.StatusCode != 503 {
