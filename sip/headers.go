@@ -198,7 +198,7 @@ func recordRoutes(dst []sipmsg.Header, p *Proxy, inTP, outTP string) []sipmsg.He
 			Port:      lo.port,
 			UriParams: sipmsg.NewParams(),
 		}}
-		h.Address.UriParams.Add("transport", strings.ToLower(tp))
+		h.Address.UriParams.Add("transport", lowerTransport(tp))
 		h.Address.UriParams.Add("lr", "")
 		return h
 	}

@@ -462,10 +462,23 @@ func unmap(ap netip.AddrPort) netip.AddrPort {
 	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }
 
+// lowerTransport is strings.ToLower for a transport name without the
+// allocation for the usual upper-case "UDP" and "TCP" (once per forwarded
+// message).
+func lowerTransport(tp string) string {
+	switch tp {
+	case "UDP":
+		return "udp"
+	case "TCP":
+		return "tcp"
+	}
+	return strings.ToLower(tp)
+}
+
 // localFor returns how the proxy names itself on transport tp ("UDP",
 // "TCP"); a transport without a listener borrows another listener's port.
 func (p *Proxy) localFor(tp string) local {
-	if lo, ok := p.locals[strings.ToLower(tp)]; ok {
+	if lo, ok := p.locals[lowerTransport(tp)]; ok {
 		return lo
 	}
 	for _, n := range []string{"udp", "tcp"} {
