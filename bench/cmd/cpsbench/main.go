@@ -56,7 +56,7 @@ func main() {
 	fs.StringVar(&e.cpsguard, "cpsguard", "bench/out/bin/cpsguard", "cpsguard `binary`")
 	fs.StringVar(&e.kamCfg, "kamailio-cfg", "bench/kamailio/relay.cfg", "Kamailio `config`")
 	fs.IntVar(&e.runs, "runs", 3, "repetitions (the median is reported)")
-	gogc := fs.String("node-gogc", "", "GOGC for the cpsguard process (profile-guided tuning; default: Go's 100)")
+	gogc := fs.String("node-gogc", "", "GOGC for the cpsguard process (A/B of GC settings; default: the node's own, GOGC=400 since internal/gctune)")
 
 	var run func(*env) error
 	switch sub {
