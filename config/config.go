@@ -38,6 +38,14 @@ type SIP struct {
 	UnknownSource string `cfg:"unknown_source"`
 	// Reject is the answer to a call refused by admission.
 	Reject Reject `cfg:"reject"`
+	// DialogSecret keys the dialog token the proxy puts in its Record-Route
+	// and requires back in the Route of a re-INVITE (HMAC-SHA256 of the
+	// Call-ID), so an INVITE cannot pass as in-dialog, unlimited, without a
+	// call set up through the proxy. Every node of a pool needs the same
+	// value; empty means a random key per process (re-INVITEs of calls set
+	// up before a restart or through another node are then refused). A
+	// secret: set it with CPSGUARD_SIP_DIALOG_SECRET, never shown.
+	DialogSecret string `cfg:"dialog_secret"`
 }
 
 // Reject describes the SIP response sent for a CPS rejection.

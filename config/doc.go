@@ -38,9 +38,9 @@
 //
 // # Secrets
 //
-// store.redis.password and http.token never appear in [Config.Summary],
-// [Config.LogValue], the String forms of [Redis] and [HTTP], or
-// [Config.Redacted].
+// store.redis.password, http.token and sip.dialog_secret never appear in
+// [Config.Summary], [Config.LogValue], the String forms of [Redis], [HTTP]
+// and [SIP], or [Config.Redacted].
 //
 // # Concurrency
 //

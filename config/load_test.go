@@ -83,6 +83,7 @@ func TestBadFiles(t *testing.T) {
 		{"no_peers", "peers: must list at least one peer (without peers every call is refused)"},
 		{"carrier_uri_password", "carriers[0].uri: must not contain a password (RFC 3261 deprecates user:password in URIs)"},
 		{"advertise", "sip.advertise: must be host or host:port (got \"udp://192.0.2.1:5060\")"},
+		{"dialog_secret_short", "sip.dialog_secret: must be empty or at least 16 characters (got 6)"},
 	}
 	seen := map[string]bool{"bad_many.yaml": true, "bad_yaml_syntax.yaml": true}
 	for _, tt := range tests {
@@ -207,6 +208,7 @@ func TestDefaults(t *testing.T) {
 		{"sip.listen", fmt.Sprint(c.SIP.Listen), "[udp://127.0.0.1:5060 tcp://127.0.0.1:5060]"},
 		{"sip.record_route", c.SIP.RecordRoute, true},
 		{"sip.unknown_source", c.SIP.UnknownSource, "reject"},
+		{"sip.dialog_secret", c.SIP.DialogSecret, ""},
 		{"sip.reject", c.SIP.Reject, Reject{Code: 503, Reason: "CPS Limit Exceeded"}},
 		{"store.redis", c.Store.Redis == nil, true},
 		{"store.key_prefix", c.Store.KeyPrefix, "cpsguard"},
@@ -284,7 +286,7 @@ func TestEnvOverrideInvalid(t *testing.T) {
 
 func TestEnvVars(t *testing.T) {
 	vars := EnvVars()
-	for _, want := range []string{"CPSGUARD_STORE_REDIS_PASSWORD", "CPSGUARD_HTTP_LISTEN", "CPSGUARD_NODE_ID", "CPSGUARD_SIP_REJECT_RETRY_AFTER", "CPSGUARD_CUSTOMER_HEADER"} {
+	for _, want := range []string{"CPSGUARD_STORE_REDIS_PASSWORD", "CPSGUARD_HTTP_LISTEN", "CPSGUARD_NODE_ID", "CPSGUARD_SIP_REJECT_RETRY_AFTER", "CPSGUARD_CUSTOMER_HEADER", "CPSGUARD_SIP_DIALOG_SECRET"} {
 		if !slices.Contains(vars, want) {
 			t.Errorf("EnvVars() lacks %s: %v", want, vars)
 		}
@@ -294,12 +296,13 @@ func TestEnvVars(t *testing.T) {
 func TestSecretsRedacted(t *testing.T) {
 	t.Setenv("CPSGUARD_STORE_REDIS_PASSWORD", "redis-pw-123")
 	t.Setenv("CPSGUARD_HTTP_TOKEN", "http-token-456")
+	t.Setenv("CPSGUARD_SIP_DIALOG_SECRET", "dialog-secret-0123456789")
 	c, err := Parse([]byte("store: {redis: {addrs: [127.0.0.1:6379]}}\n" + minimal))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Store.Redis.Password != "redis-pw-123" || c.HTTP.Token != "http-token-456" {
-		t.Fatalf("secrets not loaded: %q %q", c.Store.Redis.Password, c.HTTP.Token)
+	if c.Store.Redis.Password != "redis-pw-123" || c.HTTP.Token != "http-token-456" || c.SIP.DialogSecret != "dialog-secret-0123456789" {
+		t.Fatalf("secrets not loaded: %q %q %q", c.Store.Redis.Password, c.HTTP.Token, c.SIP.DialogSecret)
 	}
 	r := c.Redacted()
 	shown := map[string]string{
@@ -308,23 +311,61 @@ func TestSecretsRedacted(t *testing.T) {
 		"%+v":          fmt.Sprintf("%+v", *c),
 		"%+v Redis":    fmt.Sprintf("%+v", c.Store.Redis),
 		"%+v HTTP":     fmt.Sprintf("%+v", c.HTTP),
-		"Redacted %+v": fmt.Sprintf("%+v %+v %+v", *r, *r.Store.Redis, r.HTTP.Token),
+		"%+v SIP":      fmt.Sprintf("%+v", c.SIP),
+		"Redacted %+v": fmt.Sprintf("%+v %+v %+v %+v", *r, *r.Store.Redis, r.HTTP.Token, r.SIP.DialogSecret),
 		"LogValue":     c.LogValue().String(),
 	}
 	for how, s := range shown {
-		if strings.Contains(s, "redis-pw-123") || strings.Contains(s, "http-token-456") {
-			t.Errorf("%s leaks a secret: %s", how, s)
+		for _, secret := range []string{"redis-pw-123", "http-token-456", "dialog-secret-0123456789"} {
+			if strings.Contains(s, secret) {
+				t.Errorf("%s leaks a secret: %s", how, s)
+			}
 		}
 	}
-	if !strings.Contains(c.Summary(), "(password set)") || !strings.Contains(c.Summary(), "(token set)") {
+	if !strings.Contains(c.Summary(), "(password set)") || !strings.Contains(c.Summary(), "(token set)") ||
+		!strings.Contains(c.Summary(), "dialog_secret set") {
 		t.Errorf("Summary does not say the secrets are set:\n%s", c.Summary())
 	}
-	if r.Store.Redis.Password != Redacted || r.HTTP.Token != Redacted {
-		t.Errorf("Redacted(): got %q, %q", r.Store.Redis.Password, r.HTTP.Token)
+	if r.Store.Redis.Password != Redacted || r.HTTP.Token != Redacted || r.SIP.DialogSecret != Redacted {
+		t.Errorf("Redacted(): got %q, %q, %q", r.Store.Redis.Password, r.HTTP.Token, r.SIP.DialogSecret)
 	}
 	// Redacted copies: the original keeps its secrets.
-	if c.Store.Redis.Password != "redis-pw-123" {
+	if c.Store.Redis.Password != "redis-pw-123" || c.SIP.DialogSecret != "dialog-secret-0123456789" {
 		t.Errorf("Redacted() modified the original")
+	}
+}
+
+// TestDialogSecretLength: an empty secret or one of 16 characters or more
+// is valid; a shorter one is refused without showing it.
+func TestDialogSecretLength(t *testing.T) {
+	for _, tc := range []struct {
+		secret string
+		ok     bool
+	}{
+		{"", true},
+		{"0123456789abcdef", true},
+		{"a much longer dialog secret than that", true},
+		{"0123456789abcde", false},
+		{"zq9", false},
+	} {
+		_, err := Parse([]byte(fmt.Sprintf("sip: {dialog_secret: %q}\n%s", tc.secret, minimal)))
+		if (err == nil) != tc.ok {
+			t.Errorf("dialog_secret of %d characters: got err %v, want ok=%v", len(tc.secret), err, tc.ok)
+		}
+		if err != nil && tc.secret != "" && strings.Contains(err.Error(), tc.secret) {
+			t.Errorf("the error shows the secret: %v", err)
+		}
+	}
+	// An unset secret stays empty (not "REDACTED") and the summary says so.
+	plain, err := Parse([]byte(minimal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := plain.Redacted().SIP.DialogSecret; got != "" {
+		t.Errorf("Redacted() of an unset dialog secret: got %q, want empty", got)
+	}
+	if !strings.Contains(plain.Summary(), "dialog_secret not set") {
+		t.Errorf("Summary does not say the dialog secret is not set:\n%s", plain.Summary())
 	}
 }
 

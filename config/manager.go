@@ -27,8 +27,8 @@ const (
 // RestartOnly lists the settings a running process cannot change: a reload
 // keeps their running value and reports the difference (see
 // Manager.PendingRestart). Everything else (limits, peers, customers,
-// carriers, routes, reject answer, shadow, log level, http.token, …) takes
-// effect at once.
+// carriers, routes, reject answer, shadow, log level, http.token,
+// sip.dialog_secret, …) takes effect at once.
 var RestartOnly = []string{"node_id", "sip.listen", "sip.advertise", "store", "http.listen", "log.format"}
 
 // NeedsRestart returns the RestartOnly settings whose value differs between

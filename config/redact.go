@@ -29,12 +29,19 @@ func (h HTTP) String() string {
 	return fmt.Sprintf("{Listen:%s Token:%s}", h.Listen, redact(h.Token))
 }
 
+// String shows the SIP settings with the dialog secret redacted.
+func (s SIP) String() string {
+	return fmt.Sprintf("{Listen:%v Advertise:%s RecordRoute:%t UnknownSource:%s Reject:%+v DialogSecret:%s}",
+		s.Listen, s.Advertise, s.RecordRoute, s.UnknownSource, s.Reject, redact(s.DialogSecret))
+}
+
 // Redacted returns a copy of c with every secret (store.redis.password,
-// http.token) replaced by [Redacted] when set. Use it whenever a whole Config
+// http.token, sip.dialog_secret) replaced by [Redacted] when set. Use it whenever a whole Config
 // is logged, printed or served.
 func (c *Config) Redacted() *Config {
 	out := *c
 	out.HTTP.Token = redact(c.HTTP.Token)
+	out.SIP.DialogSecret = redact(c.SIP.DialogSecret)
 	if c.Store.Redis != nil {
 		r := *c.Store.Redis
 		r.Password = redact(r.Password)
@@ -92,9 +99,13 @@ func (c *Config) Summary() string {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	w("node_id: %s", c.NodeID)
-	w("sip: listen %s; record_route %t; unknown_source %s; reject %d %q",
+	dialog := "dialog_secret not set (random per process)"
+	if c.SIP.DialogSecret != "" {
+		dialog = "dialog_secret set"
+	}
+	w("sip: listen %s; record_route %t; unknown_source %s; reject %d %q; %s",
 		strings.Join(c.SIP.Listen, " "), c.SIP.RecordRoute, c.SIP.UnknownSource,
-		c.SIP.Reject.Code, c.SIP.Reject.Reason)
+		c.SIP.Reject.Code, c.SIP.Reject.Reason, dialog)
 	store := c.storeSummary()
 	if r := c.Store.Redis; r != nil {
 		store += fmt.Sprintf(" db %d timeout %s", r.DB, r.Timeout)

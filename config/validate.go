@@ -27,6 +27,9 @@ var (
 	tokenRe = regexp.MustCompile("^[A-Za-z0-9.!%*_+`'~-]+$")
 )
 
+// MinDialogSecret is the shortest sip.dialog_secret accepted (in bytes).
+const MinDialogSecret = 16
+
 // DefaultRoute is the route of a call whose customer and peer name none.
 const DefaultRoute = "default"
 
@@ -168,6 +171,10 @@ func (v *validator) sip() {
 		v.errf("sip.reject.reason", "must be set")
 	} else if strings.ContainsFunc(r, func(c rune) bool { return c < 0x20 || c == 0x7f }) {
 		v.errf("sip.reject.reason", "must not contain control characters (got %q)", r)
+	}
+	if n := len(s.DialogSecret); n > 0 && n < MinDialogSecret {
+		// The length only: the value is a secret.
+		v.errf("sip.dialog_secret", "must be empty or at least %d characters (got %d)", MinDialogSecret, n)
 	}
 	if ra := s.Reject.RetryAfter; ra < 0 {
 		v.errf("sip.reject.retry_after", "must be >= 0 (got %s)", ra)
