@@ -31,11 +31,17 @@ func (p *Proxy) nextHop(cfg *config.Config, out *sipmsg.Request) (t target, ok b
 	if popOwnRoutes(p, out) == 0 {
 		return target{}, false
 	}
+	return nextTarget(cfg, out), true
+}
+
+// nextTarget is where out goes once the proxy's own Route entries are
+// popped: the top remaining Route, else the Request-URI.
+func nextTarget(cfg *config.Config, out *sipmsg.Request) target {
 	u := &out.Recipient
 	if r := out.Route(); r != nil {
 		u = &r.Address
 	}
-	t = targetOf(u, "")
+	t := targetOf(u, "")
 	if _, has := u.UriParams.Get("transport"); !has && cfg != nil {
 		// No transport named: a carrier's URI decides for its own address.
 		for _, c := range carrierTargets(cfg) {
@@ -46,7 +52,7 @@ func (p *Proxy) nextHop(cfg *config.Config, out *sipmsg.Request) (t target, ok b
 			}
 		}
 	}
-	return t, true
+	return t
 }
 
 // knownAddr reports whether addr is a configured party: in a peer's sources
@@ -84,9 +90,16 @@ func knownHost(cfg *config.Config, host string) bool {
 	return false
 }
 
-// dropRequest is prepareInDialog's status for a request that gets no answer
-// at all (an unknown source with sip.unknown_source: drop).
-const dropRequest = -1
+// prepareInDialog's statuses besides SIP codes.
+const (
+	// dropRequest is for a request that gets no answer at all (an unknown
+	// source with sip.unknown_source: drop).
+	dropRequest = -1
+	// badDialogToken is for an in-dialog INVITE from a known party whose
+	// Route entries of the proxy carry no valid dialog token: 403, answered
+	// statefully (the source is a configured party, not a stranger).
+	badDialogToken = -2
+)
 
 // prepareInDialog builds the request forwarded along the route set (req
 // itself stays unchanged) and returns where it goes. On
@@ -94,7 +107,13 @@ const dropRequest = -1
 // through the proxy, 403 for one from or to a party the configuration does
 // not know (dropRequest for an unknown source when unknown_source is drop).
 // Without that check any host could use the proxy as an unlimited open
-// relay by adding a To tag and a Route naming it.
+// relay by adding a To tag and a Route naming it. An INVITE (re-INVITE)
+// must also bring back the dialog token of its Call-ID in one of the
+// proxy's own Route entries (badDialogToken otherwise): a To tag and a
+// Route are easy to forge, and without the token a peer could send new
+// calls to a carrier as "re-INVITEs", past admission and pacing. Other
+// methods create no call at a carrier and are not checked (a BYE must
+// work across a restart whatever the key).
 func (p *Proxy) prepareInDialog(req *sipmsg.Request) (*sipmsg.Request, target, int) {
 	cfg := p.cfg()
 	src, ok := sourceAddr(req)
@@ -106,10 +125,21 @@ func (p *Proxy) prepareInDialog(req *sipmsg.Request) (*sipmsg.Request, target, i
 		return nil, target{}, sipmsg.StatusForbidden
 	}
 	out := forwardCopy(req)
-	t, ok := p.nextHop(cfg, out)
-	if !ok {
+	var popped int
+	tokenOK := true
+	if req.IsInvite() {
+		popped, tokenOK = popOwnRoutesToken(p, cfg, out)
+	} else {
+		popped = popOwnRoutes(p, out)
+	}
+	if popped == 0 {
 		return nil, target{}, sipmsg.StatusCallTransactionDoesNotExists
 	}
+	if !tokenOK {
+		p.m.SIPErrors.WithLabelValues("bad_dialog_token").Inc()
+		return nil, target{}, badDialogToken
+	}
+	t := nextTarget(cfg, out)
 	if !knownHost(cfg, t.host) {
 		p.m.SIPErrors.WithLabelValues("unknown_destination").Inc()
 		return nil, target{}, sipmsg.StatusForbidden
@@ -133,6 +163,12 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 	case sipmsg.StatusForbidden:
 		// A stranger's source may be spoofed: answer once, keep no state.
 		p.answerOnce(req, tx, code, "Forbidden")
+		return
+	case badDialogToken:
+		if p.log.Enabled(context.Background(), slog.LevelDebug) {
+			p.log.Debug("re-INVITE without a valid dialog token refused", "call_id", callID(req), "source", req.Source())
+		}
+		p.answer(req, tx, sipmsg.StatusForbidden, "Forbidden")
 		return
 	default:
 		p.answer(req, tx, code, "Call/Transaction Does Not Exist")

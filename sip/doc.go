@@ -28,7 +28,21 @@
 // their top Route names this proxy and they come from, and go to, a party
 // the configuration knows (a peer's source or a carrier's address; 403
 // otherwise, or nothing from an unknown source when unknown_source is drop),
-// so the proxy is no open relay. A 403 to a stranger, in or out of a
+// so the proxy is no open relay. A re-INVITE must also prove it belongs to
+// a call the proxy forwarded: every Record-Route the proxy adds carries a
+// dialog token (";cg=", HMAC-SHA256 of the Call-ID under sip.dialog_secret,
+// 96 bits, base64url), which both ends copy into the Route of their
+// in-dialog requests, and at least one of the proxy's own Route entries of
+// a re-INVITE must carry the token of its Call-ID (under the current secret
+// or the one before the last reload); otherwise it gets 403. A To tag and a
+// Route are easy to forge, and a forged "re-INVITE" would reach a carrier
+// past admission and pacing: carriers count CPS on INVITE arrival, whatever
+// they answer. Other in-dialog methods create no call at a carrier and are
+// not checked, so a BYE works across restarts and key changes. With an
+// empty sip.dialog_secret the key is random per process (one warning at
+// start), so re-INVITEs of calls set up before a restart or through
+// another node are refused; with record_route off no in-dialog request
+// should reach the proxy, and a re-INVITE that does is refused. A 403 to a stranger, in or out of a
 // dialog, is sent once and its transaction ended at once: a spoofed source
 // gets no retransmissions and costs no state. Out-of-dialog OPTIONS get 200 OK; other
 // out-of-dialog methods get 405. A CANCEL for a call waiting for its slot
@@ -43,8 +57,9 @@
 // Malformed or oversized messages are dropped (or answered 400 when a
 // transaction can be formed) and counted in cpsguard_sip_errors_total with
 // reason parse, oversized, malformed, transaction, source, unknown_source or
-// unknown_destination (in-dialog requests from or to strangers); they never
-// stop the proxy. On shutdown Serve drains: new INVITEs get 503, calls in
+// unknown_destination (in-dialog requests from or to strangers), or
+// bad_dialog_token (a re-INVITE from a known party without a valid dialog
+// token, answered 403); they never stop the proxy. On shutdown Serve drains: new INVITEs get 503, calls in
 // progress get 5 s to finish, then the rest are cancelled. Every call
 // ends: the handler goroutine returns on the final response, on a carrier
 // timeout (4 s of silence, 3 min of ringing) or on shutdown, and sipgo's

@@ -23,6 +23,9 @@ func FuzzRequestHandling(f *testing.F) {
 	f.Add([]byte("BYE sip:carrier@127.0.0.1:5070 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.2:5061;branch=z9hG4bK-1;rport\r\n" +
 		"Route: <sip:127.0.0.1:5060;transport=udp;lr>\r\nRoute: <sip:127.0.0.1:5060;transport=tcp;lr>\r\n" +
 		"From: <sip:a@x>;tag=1\r\nTo: <sip:b@y>;tag=2\r\nCall-ID: c\r\nCSeq: 2 BYE\r\nMax-Forwards: 0\r\nX-Customer: acme\r\nContent-Length: 0\r\n\r\n"))
+	f.Add([]byte("INVITE sip:carrier@127.0.0.1:5070 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.2:5061;branch=z9hG4bK-2\r\n" +
+		"Route: <sip:127.0.0.1:5060;transport=udp;lr;cg=AAAAAAAAAAAAAAAA>\r\n" +
+		"From: <sip:a@x>;tag=1\r\nTo: <sip:b@y>;tag=2\r\nCall-ID: c\r\nCSeq: 3 INVITE\r\nContent-Length: 0\r\n\r\n"))
 	f.Add([]byte("sip:127.0.0.1:5071;transport=tcp"))
 
 	p, err := New(Options{Config: func() *config.Config { return testConfig() }, Admission: &fakeAdmitter{refuse: -1}, Pacer: &fakePacer{}})
@@ -46,7 +49,8 @@ func FuzzRequestHandling(f *testing.F) {
 		out := req.Clone()
 		popOwnRoutes(p, out)
 		decMaxForwards(out)
-		addRecordRoute(p, out, "UDP", "TCP")
+		addRecordRoute(p, out, "UDP", "TCP", p.keys.mint(testConfig(), callID(req)))
+		_, _ = popOwnRoutesToken(p, testConfig(), req.Clone())
 		addVia(p, out, "UDP")
 		_, _ = p.nextHop(testConfig(), req.Clone())
 		_ = out.String()

@@ -106,11 +106,20 @@ func targetOf(u *sipmsg.Uri, fallback string) target {
 // popOwnRoutes removes the Route entries at the top of req that point at
 // this proxy and reports how many there were.
 func popOwnRoutes(p *Proxy, req *sipmsg.Request) int {
+	return popOwnRoutesFunc(p, req, nil)
+}
+
+// popOwnRoutesFunc is popOwnRoutes that shows each popped entry's URI to
+// visit (when not nil) before removing it.
+func popOwnRoutesFunc(p *Proxy, req *sipmsg.Request, visit func(*sipmsg.Uri)) int {
 	n := 0
 	for {
 		r := req.Route()
 		if r == nil || !p.isMe(&r.Address) {
 			return n
+		}
+		if visit != nil {
+			visit(&r.Address)
 		}
 		if !req.RemoveHeader("Route") {
 			return n // bounded even if the parsed header is out of step
@@ -181,15 +190,16 @@ func prependVia(p *Proxy, req *sipmsg.Request, tp string, below []sipmsg.Header)
 
 // addRecordRoute records the proxy in the route set of the dialog. When the
 // two legs use different transports it records itself twice (RFC 5658), so
-// each side reaches the proxy on its own transport.
-func addRecordRoute(p *Proxy, req *sipmsg.Request, inTP, outTP string) {
+// each side reaches the proxy on its own transport. Each entry carries the
+// dialog token (";cg=token", see token.go) when token is not empty.
+func addRecordRoute(p *Proxy, req *sipmsg.Request, inTP, outTP, token string) {
 	var buf [2]sipmsg.Header
-	req.PrependHeader(recordRoutes(buf[:0], p, inTP, outTP)...)
+	req.PrependHeader(recordRoutes(buf[:0], p, inTP, outTP, token)...)
 }
 
 // recordRoutes appends to dst the Record-Route headers addRecordRoute
 // prepends, in their order.
-func recordRoutes(dst []sipmsg.Header, p *Proxy, inTP, outTP string) []sipmsg.Header {
+func recordRoutes(dst []sipmsg.Header, p *Proxy, inTP, outTP, token string) []sipmsg.Header {
 	rr := func(tp string) *sipmsg.RecordRouteHeader {
 		lo := p.localFor(tp)
 		h := &sipmsg.RecordRouteHeader{Address: sipmsg.Uri{
@@ -200,6 +210,9 @@ func recordRoutes(dst []sipmsg.Header, p *Proxy, inTP, outTP string) []sipmsg.He
 		}}
 		h.Address.UriParams.Add("transport", lowerTransport(tp))
 		h.Address.UriParams.Add("lr", "")
+		if token != "" {
+			h.Address.UriParams.Add(tokenParam, token)
+		}
 		return h
 	}
 	dst = append(dst, rr(outTP))

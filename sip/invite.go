@@ -43,6 +43,9 @@ type call struct {
 	gateKeys []gateKey
 	// forwarded is set once an INVITE actually left for a carrier.
 	forwarded bool
+	// token is the dialog token of the call's Call-ID for its Record-Route,
+	// minted at the first forward (the same for every carrier tried).
+	token string
 }
 
 // onInvite handles every INVITE: initial ones go through admission and
@@ -412,7 +415,10 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 		c.log.Debug("bad carrier uri", "carrier", car.Name, "error", err)
 		return nil, true
 	}
-	out := p.outboundInvite(c.req, target, c.cfg.SIP.RecordRoute)
+	if c.cfg.SIP.RecordRoute && c.token == "" {
+		c.token = p.keys.mint(c.cfg, callID(c.req))
+	}
+	out := p.outboundInvite(c.req, target, c.cfg.SIP.RecordRoute, c.token)
 	cctx, cancel := requestCtx(target)
 	ctx, err := p.tl.Request(cctx, out)
 	cancel()
@@ -538,8 +544,9 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 // outboundInvite builds the INVITE forwarded to a carrier at target from
 // the received req, which stays unchanged: the proxy's own Route entries
 // popped, the Request-URI pointed at the carrier, Max-Forwards decremented,
-// Record-Route (when recordRoute) and the proxy's Via added.
-func (p *Proxy) outboundInvite(req *sipmsg.Request, target target, recordRoute bool) *sipmsg.Request {
+// Record-Route (when recordRoute, carrying the dialog token when token is
+// not empty) and the proxy's Via added.
+func (p *Proxy) outboundInvite(req *sipmsg.Request, target target, recordRoute bool, token string) *sipmsg.Request {
 	out := forwardCopy(req)
 	popOwnRoutes(p, out)
 	out.Recipient.Host = target.host
@@ -557,7 +564,7 @@ func (p *Proxy) outboundInvite(req *sipmsg.Request, target target, recordRoute b
 	var below []sipmsg.Header
 	if recordRoute {
 		var buf [2]sipmsg.Header
-		below = recordRoutes(buf[:0], p, req.Transport(), target.transport)
+		below = recordRoutes(buf[:0], p, req.Transport(), target.transport, token)
 	}
 	lo := prependVia(p, out, target.transport, below)
 	out.SetTransport(target.transport)

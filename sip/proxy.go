@@ -156,6 +156,8 @@ type Proxy struct {
 	active     atomic.Int64
 
 	gate *sendGate
+	// keys mint and check the dialog tokens of Record-Route and Route.
+	keys *dialogKeys
 }
 
 // New builds a Proxy. It does not open sockets; Serve does.
@@ -185,6 +187,11 @@ func New(opts Options) (*Proxy, error) {
 		gate:  newSendGate(),
 	}
 	p.base, p.baseCancel = context.WithCancelCause(context.Background())
+	keys, err := newDialogKeys(opts.Config(), p.log)
+	if err != nil {
+		return nil, fmt.Errorf("sip: dialog token key: %w", err)
+	}
+	p.keys = keys
 
 	sipLog := slog.New(&sipgoHandler{inner: opts.Logger.Handler(), errs: p.m.SIPErrors}).With("component", "sipgo")
 	parser := sipmsg.NewParser()
@@ -276,6 +283,11 @@ func (p *Proxy) Serve(ctx context.Context) error {
 		}()
 	}
 	p.log.Info("sip listening", "addrs", strings.Join(p.Addrs(), ","))
+	if cfg.SIP.DialogSecret == "" {
+		p.log.Warn("sip.dialog_secret is not set: dialog tokens use a random key of this process, " +
+			"so re-INVITEs of calls set up before a restart, or through another node of the pool, " +
+			"will be refused with 403 until sip.dialog_secret is set, the same on every node")
+	}
 
 	var serveErr error
 	select {

@@ -146,11 +146,16 @@ func testLogger() *slog.Logger {
 
 func startProxy(t *testing.T, cfg *config.Config, adm Admitter, pacer Pacer) *harness {
 	t.Helper()
+	return startProxyWith(t, func() *config.Config { return cfg }, adm, pacer)
+}
+
+// startProxyWith is startProxy reading its configuration from cfg (a test
+// swaps the snapshot to reload).
+func startProxyWith(t *testing.T, cfg func() *config.Config, adm Admitter, pacer Pacer) *harness {
+	t.Helper()
 	m := metrics.New(prometheus.NewRegistry())
-	var mu sync.Mutex
-	cur := cfg
 	p, err := New(Options{
-		Config:    func() *config.Config { mu.Lock(); defer mu.Unlock(); return cur },
+		Config:    cfg,
 		Admission: adm, Pacer: pacer, Metrics: m, Logger: testLogger(),
 	})
 	if err != nil {
@@ -715,7 +720,12 @@ type rawCarrier struct {
 	got  map[sipmsg.RequestMethod]int
 }
 
-func startRawCarrier(t *testing.T) *rawCarrier {
+func startRawCarrier(t *testing.T) *rawCarrier { t.Helper(); return startRawCarrierOpt(t, false) }
+
+// startRawCarrierOpt is startRawCarrier that, with answerInitial, answers
+// an initial INVITE (no To tag) 200 at once, so a dialog can be set up
+// before the INVITE whose answer crosses the CANCEL (a re-INVITE).
+func startRawCarrierOpt(t *testing.T, answerInitial bool) *rawCarrier {
 	t.Helper()
 	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
@@ -745,6 +755,13 @@ func startRawCarrier(t *testing.T) *rawCarrier {
 			send := func(res *sipmsg.Response) { _, _ = conn.WriteToUDP([]byte(res.String()), from) }
 			switch req.Method {
 			case sipmsg.INVITE:
+				if answerInitial && !inDialog(req) {
+					ok := sipmsg.NewResponseFromRequest(req, 200, "OK", nil)
+					ok.To().Params.Add("tag", "raw-initial")
+					ok.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "raw", Host: "127.0.0.1", Port: conn.LocalAddr().(*net.UDPAddr).Port}})
+					send(ok)
+					continue
+				}
 				invite = req
 				ring := sipmsg.NewResponseFromRequest(req, 180, "Ringing", nil)
 				ring.To().Params.Add("tag", "raw")
@@ -1093,8 +1110,10 @@ func TestUnreachableCarrierIsNotForwarded(t *testing.T) {
 }
 
 // reInvite builds an in-dialog INVITE from c, routed through the proxy to
-// the carrier at car.
-func reInvite(c *siptest.Caller, proxy, car string) *sipmsg.Request {
+// the carrier at car, with a Route hand-crafted to name the proxy (extra
+// URI parameters in routeParams, e.g. ";cg=..."): what a peer forging a
+// "re-INVITE" to skip admission sends.
+func reInvite(c *siptest.Caller, proxy, car, routeParams string) *sipmsg.Request {
 	req := c.Invite(proxy)
 	host, port, _ := net.SplitHostPort(car)
 	req.Recipient.Host = host
@@ -1102,21 +1121,74 @@ func reInvite(c *siptest.Caller, proxy, car string) *sipmsg.Request {
 	tag := sipmsg.NewParams()
 	tag.Add("tag", "dialog-1")
 	req.AppendHeader(&sipmsg.ToHeader{Address: req.Recipient, Params: tag})
-	req.AppendHeader(sipmsg.NewHeader("Route", "<sip:"+proxy+";lr>"))
+	req.AppendHeader(sipmsg.NewHeader("Route", "<sip:"+proxy+";lr"+routeParams+">"))
 	req.SetDestination(proxy)
 	return req
+}
+
+// inDialogOf builds a request of the dialog the 2xx ok established, as a
+// UA does (RFC 3261 12.1.2, 12.2.1.1): Request-URI the remote Contact,
+// Route the Record-Route of ok copied verbatim in reverse order, From, To
+// (with both tags) and Call-ID of ok, CSeq one past the INVITE's. It is
+// sent to the proxy (the top Route).
+func inDialogOf(t *testing.T, c *siptest.Caller, proxy string, ok *sipmsg.Response, method sipmsg.RequestMethod) *sipmsg.Request {
+	t.Helper()
+	ct := ok.Contact()
+	if ct == nil {
+		t.Fatalf("2xx without Contact:\n%s", ok)
+	}
+	rrs := ok.GetHeaders("Record-Route")
+	if len(rrs) == 0 {
+		t.Fatalf("2xx without Record-Route:\n%s", ok)
+	}
+	req := sipmsg.NewRequest(method, *ct.Address.Clone())
+	for i := len(rrs) - 1; i >= 0; i-- {
+		req.AppendHeader(sipmsg.NewHeader("Route", rrs[i].Value()))
+	}
+	mf := sipmsg.MaxForwardsHeader(70)
+	req.AppendHeader(&mf)
+	req.AppendHeader(sipmsg.HeaderClone(ok.From()))
+	req.AppendHeader(sipmsg.HeaderClone(ok.To()))
+	req.AppendHeader(sipmsg.HeaderClone(ok.CallID()))
+	req.AppendHeader(&sipmsg.CSeqHeader{SeqNo: ok.CSeq().SeqNo + 1, MethodName: method})
+	host, port, _ := net.SplitHostPort(c.Addr)
+	p, _ := strconv.Atoi(port)
+	req.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "caller", Host: host, Port: p}})
+	req.SetTransport("UDP")
+	req.SetDestination(proxy)
+	return req
+}
+
+// answeredCall places a call from c through the proxy and returns its 200.
+func answeredCall(t *testing.T, c *siptest.Caller, proxy string) *sipmsg.Response {
+	t.Helper()
+	res := c.Final(ctxT(t, 10*time.Second), c.Invite(proxy))
+	if res == nil || res.StatusCode != 200 {
+		t.Fatalf("initial INVITE final = %v, want 200", res)
+	}
+	return res
+}
+
+// ringReInvites answers initial INVITEs 200 at once and rings on
+// re-INVITEs (To tag) until they are cancelled.
+func ringReInvites(req *sipmsg.Request) siptest.Answer {
+	if inDialog(req) {
+		return siptest.Answer{Ring: -1}
+	}
+	return siptest.Answer{}
 }
 
 // TestCancelOfReInviteReachesCarrier: sipgo answers a CANCEL of a
 // re-INVITE (200, 487) itself; the forwarded re-INVITE must be cancelled
 // too, or the carrier rings on.
 func TestCancelOfReInviteReachesCarrier(t *testing.T) {
-	car := siptest.StartCarrier(t, "127.0.0.1", func(*sipmsg.Request) siptest.Answer { return siptest.Answer{Ring: -1} })
+	car := siptest.StartCarrier(t, "127.0.0.1", ringReInvites)
 	adm, pacer := newFakes()
 	h := startProxy(t, testConfig(carrierCfg("a", car)), adm, pacer)
 	caller := siptest.StartCaller(t, "127.0.0.2")
+	ok := answeredCall(t, caller, h.udp)
 	ctx := ctxT(t, 10*time.Second)
-	inv := reInvite(caller, h.udp, car.Addr)
+	inv := inDialogOf(t, caller, h.udp, ok, sipmsg.INVITE)
 	tx, err := caller.Transaction(ctx, inv)
 	if err != nil {
 		t.Fatal(err)
@@ -1140,13 +1212,14 @@ func TestCancelOfReInviteReachesCarrier(t *testing.T) {
 // crosses the CANCEL is ACKed by the proxy (the caller already has 487);
 // the dialog is not hung up.
 func TestReInviteAnswerCrossingCancelIsAcked(t *testing.T) {
-	raw := startRawCarrier(t)
+	raw := startRawCarrierOpt(t, true)
 	addr := raw.conn.LocalAddr().String()
 	adm, pacer := newFakes()
 	h := startProxy(t, testConfig(config.Carrier{Name: "raw", URI: "sip:" + addr, CPS: 100, MaxWait: time.Second}), adm, pacer)
 	caller := siptest.StartCaller(t, "127.0.0.2")
+	ok := answeredCall(t, caller, h.udp)
 	ctx := ctxT(t, 10*time.Second)
-	inv := reInvite(caller, h.udp, addr)
+	inv := inDialogOf(t, caller, h.udp, ok, sipmsg.INVITE)
 	tx, err := caller.Transaction(ctx, inv)
 	if err != nil {
 		t.Fatal(err)

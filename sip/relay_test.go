@@ -71,9 +71,9 @@ func TestForwardingLeavesTheReceivedRequestUnchanged(t *testing.T) {
 		before := req.String()
 
 		tgt := target{host: "127.0.0.9", port: 5080, transport: "TCP"}
-		out := h.p.outboundInvite(req, tgt, true)
+		out := h.p.outboundInvite(req, tgt, true, "tok")
 		first := out.String()
-		second := h.p.outboundInvite(req, tgt, true).String()
+		second := h.p.outboundInvite(req, tgt, true, "tok").String()
 		if after := req.String(); after != before {
 			t.Fatalf("received INVITE changed by forwarding:\nbefore:\n%s\nafter:\n%s", before, after)
 		}
