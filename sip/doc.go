@@ -47,8 +47,9 @@
 // at once: a spoofed source gets no retransmissions and costs no state.
 // Out-of-dialog OPTIONS get 200 OK; other out-of-dialog methods get 405.
 // A CANCEL for a call waiting for its slot releases the slot and the
-// caller gets 487 (the carrier never sees the call); a CANCEL after forwarding is forwarded, and so is one of a
-// re-INVITE (a 2xx crossing it is ACKed by the proxy).
+// caller gets 487 (the carrier never sees the call); a CANCEL after
+// forwarding is forwarded, and so is one of a re-INVITE (a 2xx crossing it
+// is ACKed by the proxy).
 //
 // # Failure
 //
@@ -61,9 +62,9 @@
 // bad_dialog_token (a re-INVITE from a known party without a valid dialog
 // token, answered 403); they never stop the proxy. On shutdown Serve drains:
 // new INVITEs get 503, calls in progress get 5 s to finish, then the rest
-// are cancelled. Every call ends: the handler goroutine returns on the final response, on a carrier
-// timeout (4 s of silence, 3 min of ringing) or on shutdown, and sipgo's
-// transactions end on their RFC 3261 timers.
+// are cancelled. Every call ends: the handler goroutine returns on the
+// final response, on a carrier timeout (4 s of silence, 3 min of ringing)
+// or on shutdown, and sipgo's transactions end on their RFC 3261 timers.
 //
 // # Concurrency
 //
