@@ -46,7 +46,8 @@ type PipelineOptions struct {
 // Timeouts: a caller waits for its reply until its context ends and then
 // returns the context's error, so a hung Redis (every flusher stuck in a
 // pipeline) still fails each caller by its own deadline. A batch is sent
-// with the earliest deadline of its callers (or Cap), so the client needs
+// with the latest deadline of its callers (at most Cap), so one impatient
+// caller never fails the others' commands, and the client needs
 // ContextTimeoutEnabled for a hung pipeline to free its flusher before the
 // client's read timeout. A caller whose context has ended before its call
 // is sent is left out of the batch.
@@ -260,14 +261,25 @@ func (p *Pipeliner) send(batch []*pcall) {
 		c.reply <- nil
 		return
 	}
+	// The batch is bounded by the latest deadline of its callers (at most
+	// Cap from now): with ContextTimeoutEnabled the deadline becomes the
+	// socket's, and the earliest one would fail every command of the batch
+	// when the most impatient caller's time ran out. Each caller still
+	// leaves at its own deadline (run waits on its context).
+	limit := time.Now().Add(p.opt.Cap)
 	var dl time.Time
 	for _, c := range live {
-		if d, ok := c.ctx.Deadline(); ok && (dl.IsZero() || d.Before(dl)) {
+		d, ok := c.ctx.Deadline()
+		if !ok {
+			dl = limit
+			break
+		}
+		if d.After(dl) {
 			dl = d
 		}
 	}
-	if dl.IsZero() {
-		dl = time.Now().Add(p.opt.Cap)
+	if dl.After(limit) {
+		dl = limit
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), dl)
 	pipe := p.c.Pipeline()

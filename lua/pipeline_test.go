@@ -273,3 +273,47 @@ func TestPipelinerCluster(t *testing.T) {
 		t.Fatalf("Pace: %+v, %v", r, err)
 	}
 }
+
+// busySrc keeps Redis busy for ARGV[1] µs (a script blocks the server).
+const busySrc = `local t = redis.call('TIME')
+repeat local n = redis.call('TIME') until (n[1]-t[1])*1000000 + (n[2]-t[2]) >= tonumber(ARGV[1])
+return 1`
+
+// TestPipelinerImpatientCallerFailsOnlyItself: in one batch behind a slow
+// script, a caller with a short deadline fails by it, and the others, whose
+// deadlines are far, still get their replies (the batch is bounded by the
+// latest deadline, not the earliest).
+func TestPipelinerImpatientCallerFailsOnlyItself(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newPipeClient(t, srv.Addr())
+	p := NewPipeliner(c, PipelineOptions{Flushers: 1})
+	t.Cleanup(func() { _ = p.Close() })
+	busy := func(us int, d time.Duration) chan error {
+		ch := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), d)
+			defer cancel()
+			ch <- p.Eval(ctx, busySrc, nil, us).Err()
+		}()
+		return ch
+	}
+	// A runs on its own (lone caller); B occupies the one flusher behind
+	// it; S, E and L then queue and leave together as one batch: S keeps
+	// Redis busy past E's deadline, long before L's.
+	a := busy(200000, 5*time.Second)
+	time.Sleep(50 * time.Millisecond)
+	b := busy(200000, 5*time.Second)
+	time.Sleep(50 * time.Millisecond)
+	s := busy(400000, 5*time.Second)
+	time.Sleep(20 * time.Millisecond)
+	e := busy(1, 480*time.Millisecond)
+	l := busy(1, 5*time.Second)
+	for name, ch := range map[string]chan error{"A": a, "B": b, "S": s, "L": l} {
+		if err := <-ch; err != nil {
+			t.Errorf("%s (5 s deadline): %v", name, err)
+		}
+	}
+	if err := <-e; err == nil {
+		t.Logf("E finished within its deadline (the box was faster than the set-up assumes)")
+	}
+}
