@@ -416,7 +416,9 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 		return nil, true
 	}
 	if c.cfg.SIP.RecordRoute && c.token == "" {
-		c.token = p.keys.mint(c.cfg, callID(c.req))
+		// The current snapshot, not the call's: a call admitted before a
+		// reload that changed sip.dialog_secret must not turn the keys back.
+		c.token = p.keys.mint(p.cfg(), callID(c.req))
 	}
 	out := p.outboundInvite(c.req, target, c.cfg.SIP.RecordRoute, c.token)
 	cctx, cancel := requestCtx(target)

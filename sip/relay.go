@@ -58,15 +58,14 @@ func relayResponse(res *sipmsg.Response, dest, tp string) *sipmsg.Response {
 	return res
 }
 
-// upstreamOf is where responses to a received request go: what
-// sipgo.NewResponseFromRequest(req, …).Destination() returns, without
-// building a response for it. For a received request that is its packet
-// source (sipgo resolves a request's remote address only for requests it
-// sends).
+// upstreamOf is where responses to a received request go: the packet's
+// source for a stream transport; for UDP its source IP with the port of
+// the top Via's sent-by, unless the Via asks for rport (RFC 3261 18.2.2,
+// RFC 3581). sipgo's NewResponseFromRequest computes exactly that from the
+// address its transport layer stored when the request arrived, which
+// req.Source() (the packet's own ip:port) is not: a UA that sends from an
+// ephemeral port and listens on its Via port would never see the answer.
 func upstreamOf(req *sipmsg.Request) string {
-	if src := req.Source(); src != "" {
-		return src
-	}
 	return sipmsg.NewResponseFromRequest(req, 100, "Trying", nil).Destination()
 }
 

@@ -1,6 +1,7 @@
 package sip
 
 import (
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	sipmsg "github.com/emiago/sipgo/sip"
 
 	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/internal/siptest"
 )
 
 // parseReq parses a raw request as received from src over UDP.
@@ -176,5 +178,52 @@ func TestRelayedResponseDropsOnlyTheTopVia(t *testing.T) {
 	}
 	if v := r.Via(); v == nil || v.Host != "127.0.0.2" {
 		t.Errorf("top Via now %v", v)
+	}
+}
+
+// TestInDialogAnswerGoesToViaPort: a UA that sends an in-dialog request
+// from one UDP port and names another in its Via (no rport) gets the
+// relayed answer on the Via's port (RFC 3261 18.2.2), not on the packet's
+// source port.
+func TestInDialogAnswerGoesToViaPort(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	adm, pacer := newFakes()
+	h := startProxy(t, testConfig(carrierCfg("a", car)), adm, pacer)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	ok := answeredCall(t, caller, h.udp)
+
+	listen := func() *net.UDPConn {
+		c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP("127.0.0.2")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	from, via := listen(), listen()
+	bye := inDialogOf(t, caller, h.udp, ok, sipmsg.BYE)
+	bye.PrependHeader(sipmsg.NewHeader("Via", "SIP/2.0/UDP "+via.LocalAddr().String()+";branch=z9hG4bK-via-port"))
+	cl := sipmsg.ContentLengthHeader(0)
+	bye.AppendHeader(&cl)
+	ra, err := net.ResolveUDPAddr("udp", h.udp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := from.WriteToUDP([]byte(bye.String()), ra); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 65535)
+	_ = via.SetReadDeadline(time.Now().Add(5 * time.Second))
+	n, _, err := via.ReadFromUDP(buf)
+	if err != nil {
+		t.Fatalf("nothing on the Via's port: %v", err)
+	}
+	if line, _, _ := strings.Cut(string(buf[:n]), "\r\n"); line != "SIP/2.0 200 OK" {
+		t.Errorf("answer on the Via's port = %q, want SIP/2.0 200 OK", line)
+	}
+	_ = from.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if n, _, err := from.ReadFromUDP(buf); err == nil {
+		line, _, _ := strings.Cut(string(buf[:n]), "\r\n")
+		t.Errorf("the source port got %q; answers belong on the Via's port", line)
 	}
 }
