@@ -178,6 +178,18 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 		p.answer(req, tx, sipmsg.StatusTooManyHops, "Too Many Hops")
 		return
 	}
+	var ticket gateTicket
+	if req.IsInvite() {
+		cfg := p.cfg()
+		if car := carrierAt(cfg, t); car != nil {
+			tk, ok := p.paceInDialog(cfg, car, req)
+			if !ok {
+				p.answer(req, tx, sipmsg.StatusServiceUnavailable, "Service Unavailable")
+				return
+			}
+			ticket = tk
+		}
+	}
 	cctx, cancel := requestCtx(t)
 	ctx, err := p.tl.Request(cctx, out)
 	cancel()
@@ -186,6 +198,7 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 		p.answer(req, tx, sipmsg.StatusServiceUnavailable, "Service Unavailable")
 		return
 	}
+	p.sentAt(ticket)
 	upstream := upstreamOf(req)
 	relay := func(r *sipmsg.Response) {
 		if err := tx.Respond(relayResponse(r, upstream, req.Transport())); err != nil {

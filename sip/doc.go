@@ -37,7 +37,10 @@
 // or the one before the last reload); otherwise it gets 403. A To tag and a
 // Route are easy to forge, and a forged "re-INVITE" would reach a carrier
 // past admission and pacing: carriers count CPS on INVITE arrival, whatever
-// they answer. Other in-dialog methods create no call at a carrier and are
+// they answer. A re-INVITE bound for a carrier also takes a pacing slot of
+// that carrier and passes the send gate, like a new call, so a reused
+// token cannot push a carrier past its cps (no slot within max_wait: 503).
+// Other in-dialog methods create no call at a carrier and are
 // not checked, so a BYE works across restarts and key changes. With an
 // empty sip.dialog_secret the key is random per process (one warning at
 // start), so re-INVITEs of calls set up before a restart or through

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/siptest"
+	"github.com/cpsguard/cpsguard/lua"
 	"github.com/cpsguard/cpsguard/metrics"
 )
 
@@ -271,4 +272,37 @@ func (s *syncBuffer) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.b.Reset()
+}
+
+// TestReInviteToCarrierIsPaced: a re-INVITE bound for a carrier takes a
+// pacing slot like a new call (the carrier counts every INVITE against its
+// cps), and a carrier with no room answers nothing: the re-INVITE gets 503
+// and never reaches it. A BYE takes no slot.
+func TestReInviteToCarrierIsPaced(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	adm, pacer := newFakes()
+	cfg := testConfig(carrierCfg("a", car))
+	h := startProxy(t, cfg, adm, pacer)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	ok := answeredCall(t, caller, h.udp)
+	before, _ := pacer.counts()
+	if res := caller.Final(ctxT(t, 5*time.Second), inDialogOf(t, caller, h.udp, ok, sipmsg.INVITE)); res == nil || res.StatusCode != 200 {
+		t.Fatalf("re-INVITE final = %v, want 200", res)
+	}
+	if after, _ := pacer.counts(); after != before+1 {
+		t.Errorf("slots reserved = %d after the re-INVITE, want %d (one more)", after, before+1)
+	}
+
+	pacer.mu.Lock()
+	pacer.full = map[string]bool{lua.Key(cfg.Store.KeyPrefix, metrics.ScopeCarrier, "a"): true}
+	pacer.mu.Unlock()
+	if res := caller.Final(ctxT(t, 5*time.Second), inDialogOf(t, caller, h.udp, ok, sipmsg.INVITE)); res == nil || res.StatusCode != 503 {
+		t.Fatalf("re-INVITE to a full carrier: final = %v, want 503", res)
+	}
+	if n := car.Count("INVITE"); n != 2 {
+		t.Errorf("carrier INVITEs = %d, want 2 (the call and the first re-INVITE)", n)
+	}
+	if res := caller.Final(ctxT(t, 5*time.Second), inDialogOf(t, caller, h.udp, ok, sipmsg.BYE)); res == nil || res.StatusCode != 200 {
+		t.Fatalf("BYE to a full carrier: final = %v, want 200 (no slot needed)", res)
+	}
 }
