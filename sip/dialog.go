@@ -297,22 +297,34 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 	}
 }
 
+// requestOf builds a request the proxy originates in the dialog of inv, a
+// request it forwarded: method to ruri, inv's SIP version, its Route set
+// (when routes), Max-Forwards 70, inv's From and Call-ID, the given To
+// (the answer's, with the callee's tag, or inv's own), CSeq seq, no body.
+// The caller adds the Via and the addressing.
+func requestOf(inv *sipmsg.Request, method sipmsg.RequestMethod, ruri sipmsg.Uri, routes bool, to sipmsg.Header, seq uint32) *sipmsg.Request {
+	r := sipmsg.NewRequest(method, ruri)
+	r.SipVersion = inv.SipVersion
+	if routes {
+		for _, h := range inv.GetHeaders("Route") {
+			r.AppendHeader(sipmsg.HeaderClone(h))
+		}
+	}
+	mf := sipmsg.MaxForwardsHeader(70)
+	r.AppendHeader(&mf)
+	r.AppendHeader(sipmsg.HeaderClone(inv.From()))
+	r.AppendHeader(sipmsg.HeaderClone(to))
+	r.AppendHeader(sipmsg.HeaderClone(inv.CallID()))
+	r.AppendHeader(&sipmsg.CSeqHeader{SeqNo: seq, MethodName: method})
+	r.SetBody(nil)
+	return r
+}
+
 // ackInDialog ACKs a 2xx to a forwarded in-dialog INVITE along the same
 // route set, and returns the ACK so retransmissions of the 2xx can be
 // ACKed again.
 func (p *Proxy) ackInDialog(inv *sipmsg.Request, ok *sipmsg.Response) *sipmsg.Request {
-	ack := sipmsg.NewRequest(sipmsg.ACK, *inv.Recipient.Clone())
-	ack.SipVersion = inv.SipVersion
-	for _, h := range inv.GetHeaders("Route") {
-		ack.AppendHeader(sipmsg.HeaderClone(h))
-	}
-	mf := sipmsg.MaxForwardsHeader(70)
-	ack.AppendHeader(&mf)
-	ack.AppendHeader(sipmsg.HeaderClone(inv.From()))
-	ack.AppendHeader(sipmsg.HeaderClone(ok.To()))
-	ack.AppendHeader(sipmsg.HeaderClone(inv.CallID()))
-	ack.AppendHeader(&sipmsg.CSeqHeader{SeqNo: inv.CSeq().SeqNo, MethodName: sipmsg.ACK})
-	ack.SetBody(nil)
+	ack := requestOf(inv, sipmsg.ACK, *inv.Recipient.Clone(), true, ok.To(), inv.CSeq().SeqNo)
 	lo := addVia(p, ack, inv.Transport())
 	ack.SetTransport(inv.Transport())
 	ack.SetDestination(inv.Destination())

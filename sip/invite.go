@@ -17,7 +17,6 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/lua"
 	"github.com/cpsguard/cpsguard/metrics"
-	"github.com/cpsguard/cpsguard/pacing"
 )
 
 // PeerUnknown is the peer label of calls from a source no peer owns.
@@ -254,61 +253,22 @@ func (c *call) route(carriers []string) {
 		if car == nil {
 			continue
 		}
-		pc := pacing.Carrier{Key: lua.Key(cfg.Store.KeyPrefix, metrics.ScopeCarrier, name), CPS: car.CPS, MaxWait: car.MaxWait}
-		// No deadline here: the Pacer shortens max_wait to a context's
-		// deadline. The store bounds its own round trip (store.redis.timeout).
-		slot, err := p.pacer.Reserve(c.ctx, pc, c.member+"#"+strconv.Itoa(i))
-		if err != nil {
-			if c.ctx.Err() != nil {
-				// Not the store: the caller cancelled, the transaction
-				// ended or the proxy is shutting down.
-				c.stopped(c.forwarded)
-				return
-			}
+		ticket, state, err := p.awaitCarrier(c.ctx, c.log, cfg, car, c.member+"#"+strconv.Itoa(i), c.gateKeys)
+		switch state {
+		case carrierFull:
+			p.m.Reroutes.WithLabelValues(name, "full").Inc()
+			continue
+		case carrierStopped:
+			// Not the store: the caller cancelled, the transaction ended or
+			// the proxy is shutting down.
+			c.stopped(c.forwarded)
+			return
+		case carrierStoreFailed:
 			c.log.Debug("pacing store failed", "carrier", name, "error", err)
 			if !c.forwarded {
 				c.outcome = metrics.OutcomeRejectedStore
 			}
 			c.respond(sipmsg.StatusServiceUnavailable, "Service Unavailable")
-			return
-		}
-		if !slot.OK {
-			p.m.Pacing.WithLabelValues(name, metrics.PacingFull).Inc()
-			p.m.Reroutes.WithLabelValues(name, "full").Inc()
-			c.log.Debug("carrier full, trying the next", "carrier", name, "wait", slot.Wait, "max_wait", car.MaxWait)
-			continue
-		}
-		p.m.Pacing.WithLabelValues(name, metrics.PacingPaced).Inc()
-		p.m.PacingWait.WithLabelValues(name).Observe(slot.Wait.Seconds())
-
-		queued := p.m.Queued.WithLabelValues(name)
-		queued.Inc()
-		err = p.pacer.Wait(c.ctx, slot)
-		queued.Dec()
-		if err == nil && c.ctx.Err() != nil {
-			// Cancelled as the slot came due: give the slot back, do not send.
-			err = c.ctx.Err()
-			rctx, cancel := context.WithTimeout(context.Background(), storeBudget)
-			_ = p.pacer.Release(rctx, slot)
-			cancel()
-		}
-		var ticket gateTicket
-		if err == nil {
-			// The whole wait (slot, then gate) stays within max_wait.
-			deadline := slot.Due().Add(max(car.MaxWait-slot.Wait, 0))
-			ticket, err = p.gate.wait(c.ctx, append(c.gateKeys, gateKey{metrics.ScopeCarrier + ":" + name, car.CPS}), deadline)
-			if errors.Is(err, errGateFull) {
-				// This node already sent the carrier's limit within the
-				// window: treat it as full, give the slot back, move on.
-				rctx, cancel := context.WithTimeout(context.Background(), storeBudget)
-				_ = p.pacer.Release(rctx, slot)
-				cancel()
-				p.m.Reroutes.WithLabelValues(name, "full").Inc()
-				continue
-			}
-		}
-		if err != nil {
-			c.stopped(c.forwarded)
 			return
 		}
 		res, retry := c.forward(car, ticket)
@@ -586,15 +546,7 @@ func (p *Proxy) hangUp(inv *sipmsg.Request, ok *sipmsg.Response) *sipmsg.Request
 	}
 	t := targetOf(&next, inv.Transport())
 	build := func(method sipmsg.RequestMethod, seq uint32) *sipmsg.Request {
-		r := sipmsg.NewRequest(method, *next.Clone())
-		r.SipVersion = inv.SipVersion
-		mf := sipmsg.MaxForwardsHeader(70)
-		r.AppendHeader(&mf)
-		r.AppendHeader(sipmsg.HeaderClone(inv.From()))
-		r.AppendHeader(sipmsg.HeaderClone(ok.To()))
-		r.AppendHeader(sipmsg.HeaderClone(inv.CallID()))
-		r.AppendHeader(&sipmsg.CSeqHeader{SeqNo: seq, MethodName: method})
-		r.SetBody(nil)
+		r := requestOf(inv, method, *next.Clone(), false, ok.To(), seq)
 		lo := addVia(p, r, t.transport)
 		r.SetTransport(t.transport)
 		r.SetDestination(t.hostPort())
@@ -641,19 +593,9 @@ func drain(tx sipmsg.ClientTransaction) {
 // cancelUpstream sends a CANCEL for a forwarded INVITE (RFC 3261 9.1) and
 // drains its transaction in the background until it ends.
 func (p *Proxy) cancelUpstream(inv *sipmsg.Request) {
-	cr := sipmsg.NewRequest(sipmsg.CANCEL, *inv.Recipient.Clone())
-	cr.SipVersion = inv.SipVersion
-	cr.AppendHeader(inv.Via().Clone())
-	for _, h := range inv.GetHeaders("Route") {
-		cr.AppendHeader(sipmsg.HeaderClone(h))
-	}
-	mf := sipmsg.MaxForwardsHeader(70)
-	cr.AppendHeader(&mf)
-	cr.AppendHeader(sipmsg.HeaderClone(inv.From()))
-	cr.AppendHeader(sipmsg.HeaderClone(inv.To()))
-	cr.AppendHeader(sipmsg.HeaderClone(inv.CallID()))
-	cr.AppendHeader(&sipmsg.CSeqHeader{SeqNo: inv.CSeq().SeqNo, MethodName: sipmsg.CANCEL})
-	cr.SetBody(nil)
+	cr := requestOf(inv, sipmsg.CANCEL, *inv.Recipient.Clone(), true, inv.To(), inv.CSeq().SeqNo)
+	// The INVITE's own Via, branch included (RFC 3261 9.1), on top.
+	cr.PrependHeader(inv.Via().Clone())
 	cr.SetTransport(inv.Transport())
 	cr.SetDestination(inv.Destination())
 	cr.Laddr = inv.Laddr

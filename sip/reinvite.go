@@ -3,6 +3,7 @@ package sip
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -33,14 +34,89 @@ func carrierAt(cfg *config.Config, t target) *config.Carrier {
 	return byHost
 }
 
+// carrierState is how waiting for a carrier ended (awaitCarrier).
+type carrierState int
+
+const (
+	// carrierReady: the slot is due and the gate let the send through.
+	carrierReady carrierState = iota
+	// carrierFull: no slot within max_wait, or the gate would hold the send
+	// past it (the slot is given back).
+	carrierFull
+	// carrierStopped: ctx ended first (the slot, if any, is given back).
+	carrierStopped
+	// carrierStoreFailed: the pacing store failed.
+	carrierStoreFailed
+)
+
+// awaitCarrier waits until a send to car may go: it reserves the carrier's
+// next pacing slot within max_wait, waits for it, then passes the send
+// gate for the carrier and for keys (the call's admission limits), the
+// whole wait within max_wait. On carrierReady the returned ticket is
+// stamped once the request has left; err is set with carrierStoreFailed.
+// It updates the pacing metrics; log gets a debug line for a full carrier.
+func (p *Proxy) awaitCarrier(ctx context.Context, log *slog.Logger, cfg *config.Config, car *config.Carrier, member string, keys []gateKey) (gateTicket, carrierState, error) {
+	pc := pacing.Carrier{Key: lua.Key(cfg.Store.KeyPrefix, metrics.ScopeCarrier, car.Name), CPS: car.CPS, MaxWait: car.MaxWait}
+	// No deadline here: the Pacer shortens max_wait to a context's
+	// deadline. The store bounds its own round trip (store.redis.timeout).
+	slot, err := p.pacer.Reserve(ctx, pc, member)
+	if err != nil {
+		if ctx.Err() != nil {
+			return gateTicket{}, carrierStopped, nil
+		}
+		return gateTicket{}, carrierStoreFailed, err
+	}
+	if !slot.OK {
+		p.m.Pacing.WithLabelValues(car.Name, metrics.PacingFull).Inc()
+		log.Debug("carrier full", "carrier", car.Name, "wait", slot.Wait, "max_wait", car.MaxWait)
+		return gateTicket{}, carrierFull, nil
+	}
+	p.m.Pacing.WithLabelValues(car.Name, metrics.PacingPaced).Inc()
+	p.m.PacingWait.WithLabelValues(car.Name).Observe(slot.Wait.Seconds())
+
+	queued := p.m.Queued.WithLabelValues(car.Name)
+	queued.Inc()
+	err = p.pacer.Wait(ctx, slot)
+	queued.Dec()
+	if err == nil && ctx.Err() != nil {
+		// Cancelled as the slot came due: give the slot back, do not send.
+		err = ctx.Err()
+		p.release(slot)
+	}
+	if err != nil {
+		return gateTicket{}, carrierStopped, nil
+	}
+	// The whole wait (slot, then gate) stays within max_wait.
+	deadline := slot.Due().Add(max(car.MaxWait-slot.Wait, 0))
+	ticket, err := p.gate.wait(ctx, append(keys, gateKey{metrics.ScopeCarrier + ":" + car.Name, car.CPS}), deadline)
+	switch {
+	case errors.Is(err, errGateFull):
+		// This node already sent the carrier's limit within the window:
+		// treat it as full and give the slot back.
+		p.release(slot)
+		return gateTicket{}, carrierFull, nil
+	case err != nil:
+		return gateTicket{}, carrierStopped, nil
+	}
+	return ticket, carrierReady, nil
+}
+
+// release gives back a slot that will not be used, bounded by storeBudget
+// whatever the call's context.
+func (p *Proxy) release(slot pacing.Slot) {
+	ctx, cancel := context.WithTimeout(context.Background(), storeBudget)
+	_ = p.pacer.Release(ctx, slot)
+	cancel()
+}
+
 // paceInDialog holds a re-INVITE bound for carrier car until the carrier
-// has room: a pacing slot within its max_wait and the send gate, as for a
-// new call. A carrier counts its CPS on every INVITE it receives, so a
-// re-INVITE takes a slot like any call; without this, re-INVITEs of
-// answered calls (a valid dialog token can be reused for its Call-ID) could
-// reach a carrier beyond its cps. ok false means the request must not be
-// sent (carrier full or store failed) and is answered 503 by the caller;
-// otherwise the returned ticket is stamped once the request has left.
+// has room (awaitCarrier), as for a new call. A carrier counts its CPS on
+// every INVITE it receives, so a re-INVITE takes a slot like any call;
+// without this, re-INVITEs of answered calls (a valid dialog token can be
+// reused for its Call-ID) could reach a carrier beyond its cps. ok false
+// means the request must not be sent (carrier full, store failed, or
+// shutdown) and is answered 503 by the caller; otherwise the returned
+// ticket is stamped once the request has left.
 func (p *Proxy) paceInDialog(cfg *config.Config, car *config.Carrier, req *sipmsg.Request) (gateTicket, bool) {
 	if car.CPS <= 0 {
 		return gateTicket{}, true
@@ -51,36 +127,11 @@ func (p *Proxy) paceInDialog(cfg *config.Config, car *config.Carrier, req *sipms
 	if v := req.Via(); v != nil && v.Params != nil {
 		branch, _ = v.Params.Get("branch")
 	}
-	pc := pacing.Carrier{Key: lua.Key(cfg.Store.KeyPrefix, metrics.ScopeCarrier, car.Name), CPS: car.CPS, MaxWait: car.MaxWait}
-	slot, err := p.pacer.Reserve(ctx, pc, "reinvite:"+callID(req)+":"+branch)
-	if err != nil {
+	ticket, state, err := p.awaitCarrier(ctx, p.log, cfg, car, "reinvite:"+callID(req)+":"+branch, nil)
+	if state == carrierStoreFailed {
 		p.log.Debug("pacing store failed for a re-INVITE", "carrier", car.Name, "call_id", callID(req), "error", err)
-		return gateTicket{}, false
 	}
-	if !slot.OK {
-		p.m.Pacing.WithLabelValues(car.Name, metrics.PacingFull).Inc()
-		return gateTicket{}, false
-	}
-	p.m.Pacing.WithLabelValues(car.Name, metrics.PacingPaced).Inc()
-	p.m.PacingWait.WithLabelValues(car.Name).Observe(slot.Wait.Seconds())
-	queued := p.m.Queued.WithLabelValues(car.Name)
-	queued.Inc()
-	err = p.pacer.Wait(ctx, slot)
-	queued.Dec()
-	if err != nil {
-		return gateTicket{}, false
-	}
-	deadline := slot.Due().Add(max(car.MaxWait-slot.Wait, 0))
-	ticket, err := p.gate.wait(ctx, []gateKey{{metrics.ScopeCarrier + ":" + car.Name, car.CPS}}, deadline)
-	if err != nil {
-		if errors.Is(err, errGateFull) {
-			rctx, rcancel := context.WithTimeout(context.Background(), storeBudget)
-			_ = p.pacer.Release(rctx, slot)
-			rcancel()
-		}
-		return gateTicket{}, false
-	}
-	return ticket, true
+	return ticket, state == carrierReady
 }
 
 // sentAt stamps a gate ticket with the time its request left.
