@@ -94,6 +94,10 @@ type Metrics struct {
 	// SIPErrors counts messages the proxy could not use:
 	// cpsguard_sip_errors_total{reason}.
 	SIPErrors *prometheus.CounterVec
+	// Panics counts panics recovered in handlers and goroutines, where
+	// names the place (e.g. "sip.invite", "store.heartbeat"):
+	// cpsguard_panics_total{where}.
+	Panics *prometheus.CounterVec
 
 	// syncMu serialises SyncLimits.
 	syncMu sync.Mutex
@@ -171,6 +175,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: Namespace, Name: "sip_errors_total",
 			Help: "SIP messages the proxy could not use, by reason.",
 		}, []string{"reason"}),
+		Panics: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "panics_total",
+			Help: "Panics recovered in handlers and goroutines (the process went on), by place.",
+		}, []string{"where"}),
 	}
 	// The configuration in use at start-up was loaded successfully, or the
 	// process would not be running.

@@ -34,6 +34,7 @@ func touchAll(m *Metrics) {
 	m.ConfigReloads.WithLabelValues(ReloadSuccess).Inc()
 	m.ConfigLastReloadOK.Set(1)
 	m.SIPErrors.WithLabelValues("parse").Inc()
+	m.Panics.WithLabelValues("sip.invite").Inc()
 }
 
 // fieldCollectors returns every exported collector field of m by name.
