@@ -227,6 +227,11 @@ func New(opts Options) (*Proxy, error) {
 	return p, nil
 }
 
+// Draining reports whether the proxy has begun to drain (Serve's context
+// was cancelled): new initial INVITEs get 503 from then on, so readiness
+// probes should fail at once.
+func (p *Proxy) Draining() bool { return p.draining.Load() }
+
 // Ready is closed once every listener of Serve is bound.
 func (p *Proxy) Ready() <-chan struct{} { return p.ready }
 
