@@ -2,20 +2,32 @@ package sip
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"log/slog"
 	"net/netip"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	sipmsg "github.com/emiago/sipgo/sip"
 
+	"github.com/cpsguard/cpsguard/admission"
 	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/lua"
 )
 
 // allowed is the Allow header of the proxy's own answers.
 const allowed = "INVITE, ACK, CANCEL, BYE, OPTIONS, UPDATE, INFO, PRACK, REFER, NOTIFY, MESSAGE"
+
+// Re-INVITEs are limited per dialog, pool-wide: at most reinviteLimit in
+// any reinviteWindow. Session timers refresh every 90 s or more (RFC 4028
+// Min-SE), hold and resume are a few per call: six a minute is generous
+// for a real call and keeps one dialog from becoming a stream of INVITEs
+// at its carrier. Re-INVITEs do not wait for the carrier's pacing slots
+// (they are no new calls and must not queue behind them).
+const (
+	reinviteLimit  = 6
+	reinviteWindow = time.Minute
+)
 
 // inDialog reports whether req belongs to a dialog (To tag present).
 func inDialog(req *sipmsg.Request) bool {
@@ -23,174 +35,172 @@ func inDialog(req *sipmsg.Request) bool {
 	return to != nil && to.Params.Has("tag")
 }
 
-// nextHop pops the proxy's own Route entries from out and returns where
-// the request goes next: the top remaining Route, else the Request-URI.
-// ok is false when the request was not routed through the proxy (no Route
-// entry of ours), which the proxy refuses to relay.
-func (p *Proxy) nextHop(cfg *config.Config, out *sipmsg.Request) (t target, ok bool) {
-	if popOwnRoutes(p, out) == 0 {
-		return target{}, false
+// tagOf returns the tag parameter of a From or To header.
+func tagOf(ps sipmsg.HeaderParams) string {
+	if ps == nil {
+		return ""
 	}
-	return nextTarget(cfg, out), true
-}
-
-// nextTarget is where out goes once the proxy's own Route entries are
-// popped: the top remaining Route, else the Request-URI.
-func nextTarget(cfg *config.Config, out *sipmsg.Request) target {
-	u := &out.Recipient
-	if r := out.Route(); r != nil {
-		u = &r.Address
-	}
-	t := targetOf(u, "")
-	if _, has := u.UriParams.Get("transport"); !has && cfg != nil {
-		// No transport named: a carrier's URI decides for its own address.
-		for _, c := range carrierTargets(cfg) {
-			ct, err := c.t, c.err
-			if err == nil && ct.host == t.host && ct.port == t.port {
-				t.transport = ct.transport
-				break
-			}
-		}
-	}
-	return t
-}
-
-// knownAddr reports whether addr is a configured party: in a peer's sources
-// or the address of a carrier. A carrier named by a host name (not an IP)
-// cannot be matched without DNS, so such a configuration makes every address
-// known (documented in the README: use IP addresses for carriers).
-func knownAddr(cfg *config.Config, addr netip.Addr) bool {
-	if cfg.PeerByAddr(addr) != nil {
-		return true
-	}
-	for _, c := range carrierTargets(cfg) {
-		t, err := c.t, c.err
-		if err != nil {
-			continue
-		}
-		ip, err := netip.ParseAddr(strings.Trim(t.host, "[]"))
-		if err != nil || ip.Unmap() == addr.Unmap() {
-			return true
-		}
-	}
-	return false
-}
-
-// knownHost reports whether a next hop's host is a configured party (see
-// knownAddr); a host name is known only when it is a carrier's.
-func knownHost(cfg *config.Config, host string) bool {
-	if ip, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
-		return knownAddr(cfg, ip)
-	}
-	for _, c := range carrierTargets(cfg) {
-		if c.err == nil && strings.EqualFold(c.t.host, host) {
-			return true
-		}
-	}
-	return false
+	v, _ := ps.Get("tag")
+	return v
 }
 
 // prepareInDialog's statuses besides SIP codes.
 const (
-	// dropRequest is for a request that gets no answer at all (an unknown
-	// source with sip.unknown_source: drop).
-	dropRequest = -1
-	// badDialogToken is for an in-dialog INVITE from a known party whose
-	// Route entries of the proxy carry no valid dialog token: 403, answered
-	// statefully (the source is a configured party, not a stranger).
-	badDialogToken = -2
+	// refuseDialog is for a request whose Route entries of the proxy carry
+	// no valid dialog token, or that comes from neither leg of its dialog:
+	// 403, sent once (no transaction kept).
+	refuseDialog = -2
 )
 
-// prepareInDialog builds the request forwarded along the route set (req
-// itself stays unchanged) and returns where it goes. On
-// failure it returns the status to answer: 481 for a request not routed
-// through the proxy, 403 for one from or to a party the configuration does
-// not know (dropRequest for an unknown source when unknown_source is drop).
-// Without that check any host could use the proxy as an unlimited open
-// relay by adding a To tag and a Route naming it. An INVITE (re-INVITE)
-// must also bring back the dialog token of its Call-ID in one of the
-// proxy's own Route entries (badDialogToken otherwise): a To tag and a
-// Route are easy to forge, and without the token a peer could send new
-// calls to a carrier as "re-INVITEs", past admission and pacing. Other
-// methods create no call at a carrier and are not checked (a BYE must
-// work across a restart whatever the key).
-func (p *Proxy) prepareInDialog(req *sipmsg.Request) (*sipmsg.Request, target, int) {
+// inDialogHop is where a verified in-dialog request goes.
+type inDialogHop struct {
+	out  *sipmsg.Request // the request to send (req itself is unchanged)
+	to   leg             // the other leg of the dialog
+	legs dialogLegs
+	dir  direction
+}
+
+// prepareInDialog checks an in-dialog request and builds the one it relays.
+// The request must name the proxy in its top Route entries (else 481), one
+// of those entries must carry a dialog token that verifies with its Call-ID
+// and tags, and it must come from the leg its direction says (else
+// refuseDialog). It then goes to the other leg, whatever its Request-URI
+// and remaining Route entries say (they travel on unchanged): the request
+// never reaches a host:port that is neither leg of its dialog. Refusals
+// are counted in cpsguard_sip_errors_total when count is set (not for an
+// ACK: the ACK of the proxy's own 403 to a forged request would count it
+// twice).
+func (p *Proxy) prepareInDialog(req *sipmsg.Request, count bool) (inDialogHop, int) {
 	cfg := p.cfg()
-	src, ok := sourceAddr(req)
-	if !ok || !knownAddr(cfg, src) {
-		p.m.SIPErrors.WithLabelValues("unknown_source").Inc()
-		if cfg.SIP.UnknownSource == "drop" {
-			return nil, target{}, dropRequest
+	refuse := func(reason string) (inDialogHop, int) {
+		if count {
+			p.m.SIPErrors.WithLabelValues(reason).Inc()
 		}
-		return nil, target{}, sipmsg.StatusForbidden
+		return inDialogHop{}, refuseDialog
+	}
+	src, err := netip.ParseAddrPort(req.Source())
+	if err != nil {
+		return refuse("source")
 	}
 	out := forwardCopy(req)
-	var popped int
-	tokenOK := true
-	if req.IsInvite() {
-		popped, tokenOK = popOwnRoutesToken(p, cfg, out)
-	} else {
-		popped = popOwnRoutes(p, out)
-	}
+	popped, tokens := popOwnRoutesTokens(p, out)
 	if popped == 0 {
-		return nil, target{}, sipmsg.StatusCallTransactionDoesNotExists
+		return inDialogHop{}, sipmsg.StatusCallTransactionDoesNotExists
 	}
-	if !tokenOK {
-		p.m.SIPErrors.WithLabelValues("bad_dialog_token").Inc()
-		return nil, target{}, badDialogToken
+	id := callID(req)
+	fromTag, toTag := "", ""
+	if f := req.From(); f != nil {
+		fromTag = tagOf(f.Params)
 	}
-	t := nextTarget(cfg, out)
-	if !knownHost(cfg, t.host) {
-		p.m.SIPErrors.WithLabelValues("unknown_destination").Inc()
-		return nil, target{}, sipmsg.StatusForbidden
+	if t := req.To(); t != nil {
+		toTag = tagOf(t.Params)
+	}
+	var hop inDialogHop
+	ok := false
+	for _, tok := range tokens {
+		if hop.legs, hop.dir, ok = p.keys.verify(cfg, tok, id, fromTag, toTag); ok {
+			break
+		}
+	}
+	if !ok {
+		return refuse("bad_dialog_token")
+	}
+	from := hop.legs.peer
+	hop.to = hop.legs.carrier
+	if hop.dir == fromCarrier {
+		from, hop.to = hop.legs.carrier, hop.legs.peer
+	}
+	if src.Addr().Unmap() != from.addr.Addr() {
+		return refuse("wrong_leg")
 	}
 	decMaxForwards(out)
-	lo := addVia(p, out, t.transport)
-	out.SetTransport(t.transport)
-	out.SetDestination(t.hostPort())
+	tp := hop.to.transport()
+	var below []sipmsg.Header
+	if out.IsInvite() {
+		// See foldVias: sipgo's ACK of a non-2xx answer keeps one Via.
+		if v := foldVias(p, out); v != nil {
+			below = []sipmsg.Header{v}
+		}
+	}
+	lo := prependVia(p, out, tp, below)
+	out.SetTransport(tp)
+	out.SetDestination(hop.to.addr.String())
 	out.Laddr = lo.laddr
-	return out, t, 0
+	hop.out = out
+	return hop, 0
+}
+
+// refuseInDialog answers a request prepareInDialog refused, once, keeping
+// no transaction (its source may be spoofed or hostile).
+func (p *Proxy) refuseInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction, code int) {
+	switch code {
+	case refuseDialog:
+		if p.log.Enabled(context.Background(), slog.LevelDebug) {
+			p.log.Debug("in-dialog request without a valid dialog token or from the wrong leg refused",
+				"method", string(req.Method), "call_id", callID(req), "source", req.Source())
+		}
+		p.answerOnce(req, tx, sipmsg.StatusForbidden, "Forbidden")
+	default:
+		p.answerOnce(req, tx, code, "Call/Transaction Does Not Exist")
+	}
+}
+
+// reinviteAllowed applies the per-dialog re-INVITE limit (see
+// reinviteLimit) through the admission store, pool-wide. The bucket is
+// named by a hash of the Call-ID and the caller's From tag (header values
+// never become key parts).
+func (p *Proxy) reinviteAllowed(cfg *config.Config, req *sipmsg.Request, hop inDialogHop) (bool, error) {
+	ftag := ""
+	if hop.dir == fromPeer {
+		ftag = tagOf(req.From().Params)
+	} else {
+		ftag = tagOf(req.To().Params)
+	}
+	sum := sha256.Sum256([]byte(callID(req) + "\x00" + ftag))
+	b := admission.Bucket{Key: lua.Key(cfg.Store.KeyPrefix, "dialog", hex.EncodeToString(sum[:12])), Limit: reinviteLimit, Window: reinviteWindow}
+	branch, _ := req.Via().Params.Get("branch")
+	ctx, cancel := context.WithTimeout(p.base, storeBudget)
+	defer cancel()
+	dec, err := p.adm.Admit(ctx, "reinvite/"+callID(req)+"/"+branch+"/"+req.Source(), []admission.Bucket{b})
+	if err != nil {
+		return false, err
+	}
+	return dec.Admit, nil
 }
 
 // forwardInDialog relays a request inside a dialog (BYE, re-INVITE, UPDATE,
-// INFO, …) statefully along its route set. It is not limited.
+// INFO, …) statefully between the dialog's two legs (prepareInDialog).
+// A re-INVITE is limited per dialog (reinviteAllowed); nothing else is.
 func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
-	out, t, code := p.prepareInDialog(req)
-	switch code {
-	case 0:
-	case dropRequest:
-		return
-	case sipmsg.StatusForbidden:
-		// A stranger's source may be spoofed: answer once, keep no state.
-		p.answerOnce(req, tx, code, "Forbidden")
-		return
-	case badDialogToken:
-		if p.log.Enabled(context.Background(), slog.LevelDebug) {
-			p.log.Debug("re-INVITE without a valid dialog token refused", "call_id", callID(req), "source", req.Source())
-		}
-		p.answer(req, tx, sipmsg.StatusForbidden, "Forbidden")
-		return
-	default:
-		p.answer(req, tx, code, "Call/Transaction Does Not Exist")
+	var entry *inviteEntry
+	if req.IsInvite() {
+		var done func()
+		entry, done = p.invites.claim(req)
+		defer done()
+	}
+	hop, code := p.prepareInDialog(req, true)
+	if code != 0 {
+		p.refuseInDialog(req, tx, code)
 		return
 	}
 	if mf := req.MaxForwards(); mf != nil && mf.Val() == 0 {
-		p.answer(req, tx, sipmsg.StatusTooManyHops, "Too Many Hops")
+		p.answerOnce(req, tx, sipmsg.StatusTooManyHops, "Too Many Hops")
 		return
 	}
-	var ticket gateTicket
 	if req.IsInvite() {
-		cfg := p.cfg()
-		if car := carrierAt(cfg, t); car != nil {
-			tk, ok := p.paceInDialog(cfg, car, req)
-			if !ok {
-				p.answer(req, tx, sipmsg.StatusServiceUnavailable, "Service Unavailable")
-				return
+		ok, err := p.reinviteAllowed(p.cfg(), req, hop)
+		if err != nil || !ok {
+			if err != nil {
+				p.log.Debug("re-INVITE limit store failed", "call_id", callID(req), "error", err)
+			} else {
+				p.m.SIPErrors.WithLabelValues("reinvite_limit").Inc()
 			}
-			ticket = tk
+			p.answerOnce(req, tx, sipmsg.StatusServiceUnavailable, "Service Unavailable")
+			return
 		}
 	}
-	cctx, cancel := requestCtx(t)
+	out := hop.out
+	cctx, cancel := requestCtx(target{host: hop.to.addr.Addr().String(), port: int(hop.to.addr.Port()), transport: hop.to.transport()})
 	ctx, err := p.tl.Request(cctx, out)
 	cancel()
 	if err != nil {
@@ -198,33 +208,25 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 		p.answer(req, tx, sipmsg.StatusServiceUnavailable, "Service Unavailable")
 		return
 	}
-	p.sentAt(ticket)
 	upstream := upstreamOf(req)
 	relay := func(r *sipmsg.Response) {
 		if err := tx.Respond(relayResponse(r, upstream, req.Transport())); err != nil {
 			p.log.Debug("relay failed", "status", r.StatusCode, "error", err)
 		}
 	}
-	// A CANCEL of an in-dialog INVITE is answered by sipgo (200, and 487 to
-	// the re-INVITE); the forwarded re-INVITE is cancelled here.
+	// A CANCEL of a re-INVITE from its own source is answered 200 by the
+	// screen; the re-INVITE is cancelled downstream here and the carrier's
+	// answer (487, or a 2xx that crossed) relayed.
 	var cancelled <-chan struct{}
-	var acked atomic.Pointer[sipmsg.Request]
-	if req.IsInvite() {
+	if entry != nil {
 		ch := make(chan struct{})
-		var once sync.Once
-		if !tx.OnCancel(func(*sipmsg.Request) { once.Do(func() { close(ch) }) }) {
-			once.Do(func() { close(ch) })
-		}
+		entry.onCancel(func() { close(ch) })
 		cancelled = ch
 		ctx.OnRetransmission(func(r *sipmsg.Response) {
-			if !r.IsSuccess() {
-				return
+			defer p.panics.Recover("sip.indialog_retransmission", nil)
+			if r.IsSuccess() {
+				relay(r)
 			}
-			if ack := acked.Load(); ack != nil {
-				_ = p.tp.WriteMsg(ack)
-				return
-			}
-			relay(r)
 		})
 	}
 	// Only an INVITE needs a bound of its own (it may ring for minutes, and
@@ -255,18 +257,6 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 			if r.StatusCode == 100 {
 				continue
 			}
-			if cancelSent || cancelPending {
-				// The caller already has its 487.
-				if r.IsSuccess() {
-					// The answer crossed the CANCEL: nobody upstream will
-					// ACK it, so ACK it here (the dialog itself goes on).
-					acked.Store(p.ackInDialog(out, r))
-				}
-				if !r.IsProvisional() {
-					return
-				}
-				continue
-			}
 			relay(r)
 			if !r.IsProvisional() {
 				return
@@ -285,7 +275,9 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 			return
 		case <-limitC:
 			ctx.Terminate()
-			if !cancelSent && !cancelPending {
+			if cancelSent || cancelPending {
+				p.answer(req, tx, sipmsg.StatusRequestTerminated, "Request Terminated")
+			} else {
 				p.answer(req, tx, sipmsg.StatusRequestTimeout, "Request Timeout")
 			}
 			return
@@ -301,7 +293,8 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 // request it forwarded: method to ruri, inv's SIP version, its Route set
 // (when routes), Max-Forwards 70, inv's From and Call-ID, the given To
 // (the answer's, with the callee's tag, or inv's own), CSeq seq, no body.
-// The caller adds the Via and the addressing.
+// Headers missing from inv or to are left out (never a nil header). The
+// caller adds the Via and the addressing.
 func requestOf(inv *sipmsg.Request, method sipmsg.RequestMethod, ruri sipmsg.Uri, routes bool, to sipmsg.Header, seq uint32) *sipmsg.Request {
 	r := sipmsg.NewRequest(method, ruri)
 	r.SipVersion = inv.SipVersion
@@ -312,69 +305,58 @@ func requestOf(inv *sipmsg.Request, method sipmsg.RequestMethod, ruri sipmsg.Uri
 	}
 	mf := sipmsg.MaxForwardsHeader(70)
 	r.AppendHeader(&mf)
-	r.AppendHeader(sipmsg.HeaderClone(inv.From()))
-	r.AppendHeader(sipmsg.HeaderClone(to))
-	r.AppendHeader(sipmsg.HeaderClone(inv.CallID()))
+	if f := inv.From(); f != nil {
+		r.AppendHeader(sipmsg.HeaderClone(f))
+	}
+	if to != nil && !isNilHeader(to) {
+		r.AppendHeader(sipmsg.HeaderClone(to))
+	}
+	if id := inv.CallID(); id != nil {
+		r.AppendHeader(sipmsg.HeaderClone(id))
+	}
 	r.AppendHeader(&sipmsg.CSeqHeader{SeqNo: seq, MethodName: method})
 	r.SetBody(nil)
 	return r
 }
 
-// ackInDialog ACKs a 2xx to a forwarded in-dialog INVITE along the same
-// route set, and returns the ACK so retransmissions of the 2xx can be
-// ACKed again.
-func (p *Proxy) ackInDialog(inv *sipmsg.Request, ok *sipmsg.Response) *sipmsg.Request {
-	ack := requestOf(inv, sipmsg.ACK, *inv.Recipient.Clone(), true, ok.To(), inv.CSeq().SeqNo)
-	lo := addVia(p, ack, inv.Transport())
-	ack.SetTransport(inv.Transport())
-	ack.SetDestination(inv.Destination())
-	ack.Laddr = lo.laddr
-	if err := p.tp.WriteMsg(ack); err != nil {
-		p.log.Debug("ACK of a crossing 2xx failed", "call_id", callID(inv), "error", err)
+// isNilHeader reports a typed nil header (a nil *ToHeader in an interface).
+func isNilHeader(h sipmsg.Header) bool {
+	switch v := h.(type) {
+	case *sipmsg.ToHeader:
+		return v == nil
+	case *sipmsg.FromHeader:
+		return v == nil
 	}
-	return ack
+	return false
 }
 
-// onAck forwards ACKs for 2xx along the route set, statelessly. ACKs for
-// the proxy's own or relayed non-2xx responses are absorbed by sipgo's
-// INVITE server transaction and never reach this handler.
+// onAck forwards ACKs for 2xx between the legs of their dialog,
+// statelessly. ACKs for the proxy's own or relayed non-2xx responses are
+// absorbed by sipgo's INVITE server transaction and never reach this
+// handler; those for a rejection already ended (answered once) are dropped
+// here (they carry no Route of the proxy).
 func (p *Proxy) onAck(req *sipmsg.Request, _ sipmsg.ServerTransaction) {
-	out, _, code := p.prepareInDialog(req)
+	hop, code := p.prepareInDialog(req, false)
 	if code != 0 {
 		return
 	}
 	if mf := req.MaxForwards(); mf != nil && mf.Val() == 0 {
 		return // no hops left (an ACK is never answered, so just drop it)
 	}
-	if err := p.tp.WriteMsg(out); err != nil {
+	if err := p.tp.WriteMsg(hop.out); err != nil {
 		p.log.Debug("ACK forward failed", "call_id", callID(req), "error", err)
 	}
 }
 
-// onCancel answers a CANCEL that matches no INVITE transaction (sipgo
-// handles the matching ones: 200 to the CANCEL, 487 to the INVITE, and the
-// call's handler is told).
+// onCancel answers a CANCEL that matches no INVITE in progress (the screen
+// handles the ones that do), once: 481.
 func (p *Proxy) onCancel(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
-	p.answer(req, tx, sipmsg.StatusCallTransactionDoesNotExists, "Call/Transaction Does Not Exist")
+	p.answerOnce(req, tx, sipmsg.StatusCallTransactionDoesNotExists, "Call/Transaction Does Not Exist")
 }
 
-// onOptions answers out-of-dialog OPTIONS (keepalives) with 200 OK and
-// forwards in-dialog ones.
-func (p *Proxy) onOptions(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
-	if inDialog(req) {
-		p.forwardInDialog(req, tx)
-		return
-	}
-	res := sipmsg.NewResponseFromRequest(req, sipmsg.StatusOK, "OK", nil)
-	res.AppendHeader(sipmsg.NewHeader("Allow", allowed))
-	res.AppendHeader(sipmsg.NewHeader("Accept", "application/sdp"))
-	if err := tx.Respond(res); err != nil {
-		p.log.Debug("respond failed", "method", "OPTIONS", "error", err)
-	}
-}
-
-// onOther handles every other method: in a dialog it is forwarded; out of
-// a dialog the proxy does not serve it (405).
+// onOther handles every method but INVITE, ACK and CANCEL that reaches a
+// transaction: in a dialog it is relayed; out of a dialog the screen has
+// answered it already, so this is only a guard (405, once).
 func (p *Proxy) onOther(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
 	if inDialog(req) {
 		p.forwardInDialog(req, tx)
@@ -385,12 +367,13 @@ func (p *Proxy) onOther(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
 	if err := tx.Respond(res); err != nil {
 		p.log.Debug("respond failed", "method", string(req.Method), "error", err)
 	}
+	tx.Terminate()
 }
 
 // answerOnce sends the proxy's own final response once and ends the server
-// transaction at once, for requests from or to parties the configuration
-// does not know (their source may be spoofed). Left to sipgo, the
-// transaction would live on after the handler returns (TerminateGracefully
+// transaction at once, for requests whose source may be spoofed or that
+// the proxy refuses (strangers, bad dialogs, refused calls). Left to sipgo,
+// the transaction would live on after the handler returns (TerminateGracefully
 // keeps a finalized UDP transaction for its timers) and, for an INVITE,
 // retransmit the response on Timer G for 32 s (Timer H): about 11 datagrams
 // to the claimed source per request, and the state to go with them.

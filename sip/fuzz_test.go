@@ -10,9 +10,10 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 )
 
-// FuzzRequestHandling runs the proxy's header handling (customer header,
-// dialog test, Route popping, Max-Forwards, Via, Record-Route, next hop) on
-// whatever the parser accepts: it must never panic.
+// FuzzRequestHandling runs what the proxy does with a message before and
+// after sipgo's transaction layer (the screen, the in-dialog checks and
+// hop, the outbound INVITE with its Route stripping, Via folding and
+// Record-Route) on whatever the parser accepts: it must never panic.
 func FuzzRequestHandling(f *testing.F) {
 	files, _ := filepath.Glob(filepath.Join("..", "testdata", "sip", "*"))
 	for _, p := range files {
@@ -33,6 +34,7 @@ func FuzzRequestHandling(f *testing.F) {
 		f.Fatal(err)
 	}
 	p.locals = map[string]local{"udp": {host: "127.0.0.1", port: 5060}, "tcp": {host: "127.0.0.1", port: 5060}}
+	cfg := testConfig()
 	f.Fuzz(func(t *testing.T, data []byte) {
 		_, _ = parseCarrierURI(string(data))
 		msg, err := sipmsg.ParseMessage(data)
@@ -41,18 +43,23 @@ func FuzzRequestHandling(f *testing.F) {
 		}
 		req, ok := msg.(*sipmsg.Request)
 		if !ok {
+			_ = p.screen(msg)
 			return
 		}
+		req.SetSource("127.0.0.2:5061")
+		_ = p.screen(req)
+		if !wellFormed(req) {
+			return // the screen never lets such a request reach the paths below
+		}
 		_ = headerValue(req, "X-Customer")
-		_ = inDialog(req)
-		_, _ = sourceAddr(req)
-		out := req.Clone()
-		popOwnRoutes(p, out)
-		decMaxForwards(out)
-		addRecordRoute(p, out, "UDP", "TCP", p.keys.mint(testConfig(), callID(req)))
-		_, _ = popOwnRoutesToken(p, testConfig(), req.Clone())
-		addVia(p, out, "UDP")
-		_, _ = p.nextHop(testConfig(), req.Clone())
+		if inDialog(req) {
+			if hop, code := p.prepareInDialog(req, true); code == 0 {
+				_ = hop.out.String()
+			}
+			return
+		}
+		tok := p.keys.mint(cfg, dialogLegs{}, callID(req), tagOf(req.From().Params))
+		out := p.outboundInvite(cfg, req, target{host: "127.0.0.1", port: 5070, transport: "UDP"}, tok)
 		_ = out.String()
 	})
 }

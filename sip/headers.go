@@ -3,6 +3,7 @@ package sip
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -53,6 +54,8 @@ type carrierTarget struct {
 type parsedCarriers struct {
 	cfg     *config.Config
 	targets []carrierTarget
+	// ips are the carriers' addresses written as IPs in their URIs.
+	ips map[netip.Addr]struct{}
 }
 
 // carrierCache holds the parsed carriers of the last snapshot seen, so the
@@ -60,21 +63,32 @@ type parsedCarriers struct {
 // carrier of every in-dialog request.
 var carrierCache atomic.Pointer[parsedCarriers]
 
-// carrierTargets returns the parsed URIs of cfg.Carriers, index-aligned.
-func carrierTargets(cfg *config.Config) []carrierTarget {
+// parsed returns the parsed carriers of cfg.
+func parsed(cfg *config.Config) *parsedCarriers {
 	if pc := carrierCache.Load(); pc != nil && pc.cfg == cfg && len(pc.targets) == len(cfg.Carriers) {
-		return pc.targets
+		return pc
 	}
-	ts := make([]carrierTarget, len(cfg.Carriers))
+	pc := &parsedCarriers{cfg: cfg, targets: make([]carrierTarget, len(cfg.Carriers)), ips: map[netip.Addr]struct{}{}}
 	for i := range cfg.Carriers {
-		ts[i].t, ts[i].err = parseCarrierURI(cfg.Carriers[i].URI)
-		if ts[i].err == nil {
-			ts[i].t.hp = ts[i].t.hostPort()
+		t, err := parseCarrierURI(cfg.Carriers[i].URI)
+		pc.targets[i].t, pc.targets[i].err = t, err
+		if err != nil {
+			continue
+		}
+		pc.targets[i].t.hp = t.hostPort()
+		if ip, err := netip.ParseAddr(strings.Trim(t.host, "[]")); err == nil {
+			pc.ips[ip.Unmap().WithZone("")] = struct{}{}
 		}
 	}
-	carrierCache.Store(&parsedCarriers{cfg: cfg, targets: ts})
-	return ts
+	carrierCache.Store(pc)
+	return pc
 }
+
+// carrierTargets returns the parsed URIs of cfg.Carriers, index-aligned.
+func carrierTargets(cfg *config.Config) []carrierTarget { return parsed(cfg).targets }
+
+// carrierIPs returns the carriers' addresses written as IPs in their URIs.
+func carrierIPs(cfg *config.Config) map[netip.Addr]struct{} { return parsed(cfg).ips }
 
 // carrierTargetOf returns the parsed URI of car, a carrier of cfg.
 func carrierTargetOf(cfg *config.Config, car *config.Carrier) (target, error) {
@@ -179,7 +193,7 @@ func prependVia(p *Proxy, req *sipmsg.Request, tp string, below []sipmsg.Header)
 	if len(below) == 0 {
 		req.PrependHeader(via)
 	} else {
-		var buf [3]sipmsg.Header
+		var buf [4]sipmsg.Header
 		req.PrependHeader(append(append(buf[:0], via), below...)...)
 	}
 	if tp != "UDP" {
@@ -188,17 +202,61 @@ func prependVia(p *Proxy, req *sipmsg.Request, tp string, below []sipmsg.Header)
 	return lo
 }
 
-// addRecordRoute records the proxy in the route set of the dialog. When the
-// two legs use different transports it records itself twice (RFC 5658), so
-// each side reaches the proxy on its own transport. Each entry carries the
-// dialog token (";cg=token", see token.go) when token is not empty.
-func addRecordRoute(p *Proxy, req *sipmsg.Request, inTP, outTP, token string) {
-	var buf [2]sipmsg.Header
-	req.PrependHeader(recordRoutes(buf[:0], p, inTP, outTP, token)...)
+// foldVias fills in received/rport of the previous hop's Via (RFC 3581),
+// then removes every Via of req and returns them as one header in compact
+// form ("v: a, b, …", RFC 3261 7.3.1 and 7.3.3), to go right under the
+// proxy's own Via (nil when req has none).
+//
+// Why: sipgo v1.7.2 builds the ACK of a non-2xx final answer to a forwarded
+// INVITE by copying every header named "Via" of the INVITE
+// (newAckRequestNon2xx in
+// https://github.com/emiago/sipgo/blob/v1.7.2/sip/request.go calls
+// CopyHeaders("Via", …)), where RFC 3261 17.1.1.3 wants exactly one, the
+// top one; the fix upstream is to copy only inviteRequest.Via(). A header
+// named "v" is not "Via" to sipgo's lookup but is the same header to every
+// SIP parser, so the carrier sees the whole Via stack (and returns it in
+// its responses, which sipgo parses back into Via headers) while sipgo's
+// ACK carries only the proxy's Via.
+func foldVias(p *Proxy, req *sipmsg.Request) sipmsg.Header {
+	vias := req.GetHeaders("Via")
+	if len(vias) == 0 {
+		return nil
+	}
+	if prev, ok := vias[0].(*sipmsg.ViaHeader); ok && prev.Params.Has("rport") {
+		if h, port, err := net.SplitHostPort(req.MessageData.Source()); err == nil {
+			if v, _ := prev.Params.Get("rport"); v == "" {
+				prev.Params.Add("rport", port)
+			}
+			prev.Params.Add("received", h)
+		}
+	}
+	var b strings.Builder
+	for i, v := range vias {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(v.Value())
+	}
+	for req.RemoveHeader("Via") {
+	}
+	return sipmsg.NewHeader("v", b.String())
 }
 
-// recordRoutes appends to dst the Record-Route headers addRecordRoute
-// prepends, in their order.
+// stripHeaders returns the names of the headers removed from an initial
+// INVITE before it is forwarded: by default the customer header.
+func stripHeaders(cfg *config.Config) []string {
+	if cfg.CustomerHeader == "" {
+		return nil
+	}
+	return []string{cfg.CustomerHeader}
+}
+
+// recordRoutes appends to dst the proxy's Record-Route headers for a call
+// that came in over inTP and leaves over outTP, in the order they are
+// prepended. When the two legs use different transports the proxy records
+// itself twice (RFC 5658), so each side reaches it on its own transport.
+// Each entry carries the dialog token (";cg=token", see token.go) when
+// token is not empty.
 func recordRoutes(dst []sipmsg.Header, p *Proxy, inTP, outTP, token string) []sipmsg.Header {
 	rr := func(tp string) *sipmsg.RecordRouteHeader {
 		lo := p.localFor(tp)

@@ -32,7 +32,9 @@ type call struct {
 	ctx  context.Context
 	log  *slog.Logger
 	peer string // metric label
-	// member identifies the call attempt in stores: Call-ID and top Via branch.
+	// member identifies the call attempt in stores: Call-ID, top Via
+	// branch, and the packet source and transport (two INVITEs differing in
+	// any of them are two sipgo transactions, so two calls).
 	member string
 	// upstream is where responses to the caller go.
 	upstream string
@@ -42,9 +44,6 @@ type call struct {
 	gateKeys []gateKey
 	// forwarded is set once an INVITE actually left for a carrier.
 	forwarded bool
-	// token is the dialog token of the call's Call-ID for its Record-Route,
-	// minted at the first forward (the same for every carrier tried).
-	token string
 }
 
 // onInvite handles every INVITE: initial ones go through admission and
@@ -59,9 +58,11 @@ func (p *Proxy) onInvite(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
 
 	ctx, cancel := context.WithCancelCause(p.base)
 	defer cancel(nil)
-	if !tx.OnCancel(func(*sipmsg.Request) { cancel(errCallCanceled) }) {
-		cancel(errCallCanceled)
-	}
+	// A CANCEL from the INVITE's own source is answered 200 by the screen,
+	// which then tells the call through its entry.
+	entry, done := p.invites.claim(req)
+	defer done()
+	entry.onCancel(func() { cancel(errCallCanceled) })
 	tx.OnTerminate(func(string, error) { cancel(errTxTerminated) })
 
 	c := &call{p: p, cfg: p.cfg(), req: req, tx: tx, ctx: ctx, log: p.log}
@@ -134,7 +135,7 @@ func (c *call) run() {
 	}
 
 	branch, _ := req.Via().Params.Get("branch")
-	c.member = callID(req) + "/" + branch
+	c.member = callID(req) + "/" + branch + "/" + req.Source() + "/" + req.Transport()
 
 	if !c.admit(peer, cu) {
 		return
@@ -304,11 +305,13 @@ func (c *call) route(carriers []string) {
 }
 
 // stopped ends a call whose wait for a slot was interrupted: by the
-// caller's CANCEL (sipgo already answered 487) or by shutdown (503).
+// caller's CANCEL (487; the screen answered the CANCEL 200) or by shutdown
+// (503).
 func (c *call) stopped(forwarded bool) {
 	if c.canceled() {
 		if !forwarded {
 			c.outcome = metrics.OutcomeCanceled
+			c.respond(sipmsg.StatusRequestTerminated, "Request Terminated")
 		}
 		return
 	}
@@ -340,12 +343,19 @@ func (c *call) respond(code int, reason string) {
 	c.send(sipmsg.NewResponseFromRequest(c.req, code, reason, nil))
 }
 
+// send answers the INVITE. A final answer of the proxy's own to a call
+// never forwarded ends the transaction at once (sent once, no
+// retransmissions to a source that may be spoofed, no state kept); a
+// retransmitted INVITE is then decided again.
 func (c *call) send(res *sipmsg.Response) {
 	if c.upstream == "" {
 		c.upstream = res.Destination()
 	}
 	if err := c.tx.Respond(res); err != nil {
 		c.log.Debug("respond failed", "status", res.StatusCode, "error", err)
+	}
+	if res.StatusCode >= 300 && !c.forwarded {
+		c.tx.Terminate()
 	}
 }
 
@@ -375,12 +385,24 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 		c.log.Debug("bad carrier uri", "carrier", car.Name, "error", err)
 		return nil, true
 	}
-	if c.cfg.SIP.RecordRoute && c.token == "" {
+	dest, err := p.carrierAddrPort(target)
+	if err != nil {
+		c.log.Debug("carrier address", "carrier", car.Name, "error", err)
+		return nil, true
+	}
+	token := ""
+	if c.cfg.SIP.RecordRoute {
+		src, _ := netip.ParseAddrPort(c.req.Source())
+		legs := dialogLegs{
+			peer:    leg{addr: netip.AddrPortFrom(src.Addr().Unmap(), src.Port()), tcp: c.req.Transport() == "TCP"},
+			carrier: leg{addr: dest, tcp: target.transport == "TCP"},
+		}
 		// The current snapshot, not the call's: a call admitted before a
 		// reload that changed sip.dialog_secret must not turn the keys back.
-		c.token = p.keys.mint(p.cfg(), callID(c.req))
+		token = p.keys.mint(p.cfg(), legs, callID(c.req), tagOf(c.req.From().Params))
 	}
-	out := p.outboundInvite(c.req, target, c.cfg.SIP.RecordRoute, c.token)
+	target.host, target.hp = dest.Addr().String(), dest.String()
+	out := p.outboundInvite(c.cfg, c.req, target, token)
 	cctx, cancel := requestCtx(target)
 	ctx, err := p.tl.Request(cctx, out)
 	cancel()
@@ -402,6 +424,7 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 	// the proxy's own ACK when it hung the call up.
 	var hungUp atomic.Pointer[sipmsg.Request]
 	ctx.OnRetransmission(func(r *sipmsg.Response) {
+		defer p.panics.Recover("sip.invite_retransmission", nil)
 		if !r.IsSuccess() {
 			return
 		}
@@ -416,7 +439,11 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 	defer timer.Stop()
 	var (
 		gotAny, provisional, cancelPending, cancelSent bool
-		done                                           = c.ctx.Done()
+		// answered: the proxy gave the caller a final answer of its own
+		// (503 on shutdown, 408 after ringing too long); the carrier's
+		// final answer is then not relayed, and a 2xx is hung up here.
+		answered bool
+		done     = c.ctx.Done()
 	)
 	sendCancel := func() {
 		cancelSent = true
@@ -439,21 +466,26 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 					if !cancelSent {
 						timer.Reset(ringTimeout)
 					}
-					c.relay(r)
+					if !answered {
+						c.relay(r)
+					}
 				}
 				continue
 			}
-			if !r.IsSuccess() && !provisional && !cancelSent && (r.StatusCode == 408 || (r.StatusCode >= 500 && r.StatusCode < 600)) {
+			if !r.IsSuccess() && !provisional && !cancelSent && !cancelPending && (r.StatusCode == 408 || (r.StatusCode >= 500 && r.StatusCode < 600)) {
 				return r, true
 			}
-			if r.IsSuccess() && (cancelSent || cancelPending || c.ctx.Err() != nil) {
-				// The answer crossed our CANCEL (or came after the caller
-				// was already given a final answer): nobody upstream will
-				// ACK it, so end the carrier's call here.
-				ack := p.hangUp(out, r)
-				hungUp.Store(ack)
+			if answered {
+				if r.IsSuccess() {
+					// The caller already has the proxy's final answer and
+					// will not ACK this one: end the carrier's call here.
+					hungUp.Store(p.hangUp(out, r))
+				}
 				return r, false
 			}
+			// Relayed, also after the caller's CANCEL: the carrier's 487
+			// (RFC 3261 16.7, 16.10), or a 2xx that crossed the CANCEL,
+			// which the caller must then ACK and BYE.
 			if err := c.relay(r); err != nil && r.IsSuccess() {
 				// The caller is unreachable (a TCP caller that hung up while
 				// its call waited for a slot): nobody upstream will ACK this
@@ -464,6 +496,9 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 
 		case <-ctx.Done():
 			if cancelSent || cancelPending {
+				if !answered {
+					c.respond(sipmsg.StatusRequestTerminated, "Request Terminated")
+				}
 				return nil, false
 			}
 			if !provisional {
@@ -474,7 +509,11 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 
 		case <-timer.C:
 			if cancelSent || cancelPending {
+				// The carrier did not answer the CANCEL in time.
 				ctx.Terminate()
+				if !answered {
+					c.respond(sipmsg.StatusRequestTerminated, "Request Terminated")
+				}
 				return nil, false
 			}
 			if !gotAny {
@@ -485,12 +524,15 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 			}
 			// Rang too long (Timer C): cancel downstream, 408 upstream.
 			sendCancel()
+			answered = true
 			c.respond(sipmsg.StatusRequestTimeout, "Request Timeout")
 
 		case <-done:
 			done = nil
 			if !c.canceled() {
-				// Shutdown: the caller gets 503, the carrier a CANCEL.
+				// Shutdown (or the transaction ended): the caller gets 503,
+				// the carrier a CANCEL.
+				answered = true
 				c.respond(sipmsg.StatusServiceUnavailable, "Service Unavailable")
 			}
 			if gotAny {
@@ -503,18 +545,30 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 	}
 }
 
-// outboundInvite builds the INVITE forwarded to a carrier at target from
-// the received req, which stays unchanged: the proxy's own Route entries
-// popped, the Request-URI pointed at the carrier, Max-Forwards decremented,
-// Record-Route (when recordRoute, carrying the dialog token when token is
-// not empty) and the proxy's Via added.
-func (p *Proxy) outboundInvite(req *sipmsg.Request, target target, recordRoute bool, token string) *sipmsg.Request {
+// outboundInvite builds the INVITE forwarded to a carrier at target (an
+// address) from the received req, which stays unchanged. A peer cannot
+// steer it: every Route header goes (a carrier that loose-routes would
+// otherwise send the call, trusted as cpsguard's, wherever the peer chose),
+// so do the Request-URI's maddr and URI headers, and the headers of
+// sip.strip_headers (by default the customer header: a carrier need not
+// learn the operator's customers). The Request-URI is pointed at the
+// carrier, Max-Forwards decremented, the upstream Vias folded (foldVias),
+// and the proxy's Via and Record-Route (when sip.record_route, carrying
+// the dialog token when token is not empty) added.
+func (p *Proxy) outboundInvite(cfg *config.Config, req *sipmsg.Request, target target, token string) *sipmsg.Request {
 	out := forwardCopy(req)
-	popOwnRoutes(p, out)
+	for out.RemoveHeader("Route") {
+	}
+	for _, name := range stripHeaders(cfg) {
+		for out.RemoveHeader(name) {
+		}
+	}
 	out.Recipient.Host = target.host
 	out.Recipient.Port = target.port
+	out.Recipient.Headers = nil
 	if out.Recipient.UriParams != nil {
 		out.Recipient.UriParams.Remove("transport")
+		out.Recipient.UriParams.Remove("maddr")
 	}
 	if target.transport == "TCP" {
 		if out.Recipient.UriParams == nil {
@@ -523,10 +577,13 @@ func (p *Proxy) outboundInvite(req *sipmsg.Request, target target, recordRoute b
 		out.Recipient.UriParams.Add("transport", "tcp")
 	}
 	decMaxForwards(out)
-	var below []sipmsg.Header
-	if recordRoute {
-		var buf [2]sipmsg.Header
-		below = recordRoutes(buf[:0], p, req.Transport(), target.transport, token)
+	var buf [3]sipmsg.Header
+	below := buf[:0]
+	if v := foldVias(p, out); v != nil {
+		below = append(below, v)
+	}
+	if cfg.SIP.RecordRoute {
+		below = recordRoutes(below, p, req.Transport(), target.transport, token)
 	}
 	lo := prependVia(p, out, target.transport, below)
 	out.SetTransport(target.transport)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/cpsguard/cpsguard/admission"
 	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/internal/panics"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/pacing"
 )
@@ -57,6 +58,10 @@ type Options struct {
 	Metrics *metrics.Metrics
 	// Logger receives the proxy's and sipgo's logs; nil means slog.Default().
 	Logger *slog.Logger
+	// Usable reports whether the store can decide calls now (false while
+	// Redis is down under store.on_error: reject); out-of-dialog OPTIONS get
+	// 503 then, so upstream dispatchers route around the node. nil: always.
+	Usable func() bool
 }
 
 // MaxMessageSize is the largest SIP message the proxy parses. Larger
@@ -158,6 +163,14 @@ type Proxy struct {
 	gate *sendGate
 	// keys mint and check the dialog tokens of Record-Route and Route.
 	keys *dialogKeys
+	// invites are the INVITEs in progress, as a CANCEL finds them.
+	invites *inviteTable
+	// resolver keeps the addresses of carriers named by host name.
+	resolver *carrierResolver
+	// panics logs and counts panics recovered in handlers and goroutines.
+	panics *panics.Reporter
+	// storeUsable is Options.Usable.
+	storeUsable func() bool
 }
 
 // New builds a Proxy. It does not open sockets; Serve does.
@@ -185,7 +198,12 @@ func New(opts Options) (*Proxy, error) {
 		log:   opts.Logger.With("component", "sip"),
 		ready: make(chan struct{}),
 		gate:  newSendGate(),
+
+		invites:     newInviteTable(),
+		resolver:    newCarrierResolver(),
+		storeUsable: opts.Usable,
 	}
+	p.panics = &panics.Reporter{Log: p.log, Count: p.m.Panics}
 	p.base, p.baseCancel = context.WithCancelCause(context.Background())
 	keys, err := newDialogKeys(opts.Config(), p.log)
 	if err != nil {
@@ -218,12 +236,15 @@ func New(opts Options) (*Proxy, error) {
 	}
 	p.ua, p.srv = ua, srv
 	p.tl, p.tp = ua.TransactionLayer(), ua.TransportLayer()
+	if err := installScreen(p.tp, p.screen); err != nil {
+		_ = ua.Close()
+		return nil, err
+	}
 
-	srv.OnInvite(p.onInvite)
-	srv.OnAck(p.onAck)
-	srv.OnCancel(p.onCancel)
-	srv.OnOptions(p.onOptions)
-	srv.OnNoRoute(p.onOther)
+	srv.OnInvite(p.guarded("sip.invite", p.onInvite))
+	srv.OnAck(p.guarded("sip.ack", p.onAck))
+	srv.OnCancel(p.guarded("sip.cancel", p.onCancel))
+	srv.OnNoRoute(p.guarded("sip.other", p.onOther))
 	return p, nil
 }
 
@@ -268,7 +289,15 @@ func (p *Proxy) Serve(ctx context.Context) error {
 	if err := p.listen(cfg); err != nil {
 		return err
 	}
+	for _, err := range p.resolver.refresh(ctx, cfg) {
+		p.log.Warn("carrier host name does not resolve; calls skip that carrier until it does", "error", err)
+	}
 	close(p.ready)
+
+	bg, bgCancel := context.WithCancel(context.Background())
+	defer bgCancel()
+	go p.runResolver(bg)
+	go p.sweepInvites(bg)
 
 	var wg sync.WaitGroup
 	errc := make(chan error, len(p.listeners))
@@ -333,6 +362,22 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	err := p.waitIdle(ctx)
 	p.baseCancel(errProxyShutdown)
 	return err
+}
+
+// sweepInvites removes INVITE entries no handler claimed, every few
+// seconds, until ctx ends.
+func (p *Proxy) sweepInvites(ctx context.Context) {
+	defer p.panics.Recover("sip.sweep", nil)
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			p.invites.sweep(now)
+		}
+	}
 }
 
 // waitIdle polls until no initial INVITE is being handled or ctx ends.

@@ -4,35 +4,12 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"strings"
-	"time"
-
-	sipmsg "github.com/emiago/sipgo/sip"
 
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/lua"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/pacing"
 )
-
-// carrierAt returns the carrier of cfg whose URI names t's host (the one
-// with t's port too when several share the host), or nil when t is no
-// carrier's address.
-func carrierAt(cfg *config.Config, t target) *config.Carrier {
-	var byHost *config.Carrier
-	for i, ct := range carrierTargets(cfg) {
-		if ct.err != nil || !strings.EqualFold(ct.t.host, t.host) {
-			continue
-		}
-		if ct.t.port == t.port {
-			return &cfg.Carriers[i]
-		}
-		if byHost == nil {
-			byHost = &cfg.Carriers[i]
-		}
-	}
-	return byHost
-}
 
 // carrierState is how waiting for a carrier ended (awaitCarrier).
 type carrierState int
@@ -108,31 +85,3 @@ func (p *Proxy) release(slot pacing.Slot) {
 	_ = p.pacer.Release(ctx, slot)
 	cancel()
 }
-
-// paceInDialog holds a re-INVITE bound for carrier car until the carrier
-// has room (awaitCarrier), as for a new call. A carrier counts its CPS on
-// every INVITE it receives, so a re-INVITE takes a slot like any call;
-// without this, re-INVITEs of answered calls (a valid dialog token can be
-// reused for its Call-ID) could reach a carrier beyond its cps. ok false
-// means the request must not be sent (carrier full, store failed, or
-// shutdown) and is answered 503 by the caller; otherwise the returned
-// ticket is stamped once the request has left.
-func (p *Proxy) paceInDialog(cfg *config.Config, car *config.Carrier, req *sipmsg.Request) (gateTicket, bool) {
-	if car.CPS <= 0 {
-		return gateTicket{}, true
-	}
-	ctx, cancel := context.WithTimeout(p.base, car.MaxWait+storeBudget)
-	defer cancel()
-	branch := ""
-	if v := req.Via(); v != nil && v.Params != nil {
-		branch, _ = v.Params.Get("branch")
-	}
-	ticket, state, err := p.awaitCarrier(ctx, p.log, cfg, car, "reinvite:"+callID(req)+":"+branch, nil)
-	if state == carrierStoreFailed {
-		p.log.Debug("pacing store failed for a re-INVITE", "carrier", car.Name, "call_id", callID(req), "error", err)
-	}
-	return ticket, state == carrierReady
-}
-
-// sentAt stamps a gate ticket with the time its request left.
-func (p *Proxy) sentAt(t gateTicket) { p.gate.sent(t, time.Now()) }

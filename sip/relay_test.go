@@ -2,6 +2,7 @@ package sip
 
 import (
 	"net"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -55,10 +56,11 @@ func TestForwardingLeavesTheReceivedRequestUnchanged(t *testing.T) {
 	h := startProxy(t, testConfig(car), adm, pacer)
 
 	t.Run("INVITE", func(t *testing.T) {
-		raw := "INVITE sip:+15551234@" + h.udp + ";transport=udp;user=phone SIP/2.0\n" +
+		raw := "INVITE sip:+15551234@" + h.udp + ";transport=udp;user=phone;maddr=192.0.2.66?X-Evil=1 SIP/2.0\n" +
 			"Via: SIP/2.0/UDP 127.0.0.2:5070;branch=z9hG4bK-top;rport\n" +
 			"Via: SIP/2.0/UDP 10.0.0.9:5060;branch=z9hG4bK-older\n" +
 			"Route: <sip:" + h.udp + ";lr>\n" +
+			"Route: <sip:192.0.2.66;lr>\n" +
 			"Max-Forwards: 70\n" +
 			"Record-Route: <sip:10.0.0.9;lr>\n" +
 			"From: <sip:a@127.0.0.2>;tag=f1\n" +
@@ -73,9 +75,9 @@ func TestForwardingLeavesTheReceivedRequestUnchanged(t *testing.T) {
 		before := req.String()
 
 		tgt := target{host: "127.0.0.9", port: 5080, transport: "TCP"}
-		out := h.p.outboundInvite(req, tgt, true, "tok")
+		out := h.p.outboundInvite(h.p.cfg(), req, tgt, "tok")
 		first := out.String()
-		second := h.p.outboundInvite(req, tgt, true, "tok").String()
+		second := h.p.outboundInvite(h.p.cfg(), req, tgt, "tok").String()
 		if after := req.String(); after != before {
 			t.Fatalf("received INVITE changed by forwarding:\nbefore:\n%s\nafter:\n%s", before, after)
 		}
@@ -89,28 +91,50 @@ func TestForwardingLeavesTheReceivedRequestUnchanged(t *testing.T) {
 		if v, _ := out.Recipient.UriParams.Get("transport"); v != "tcp" || !out.Recipient.UriParams.Has("user") {
 			t.Errorf("Request-URI params %s", out.Recipient.String())
 		}
+		if out.Recipient.UriParams.Has("maddr") || out.Recipient.Headers.Length() != 0 {
+			t.Errorf("Request-URI %s: maddr and URI headers must go", out.Recipient.String())
+		}
+		if h := out.GetHeader("X-Customer"); h != nil {
+			t.Errorf("customer header forwarded: %s", h)
+		}
+		// Sipgo's ACK of a non-2xx answer copies every "Via" of the INVITE
+		// (RFC 3261 17.1.1.3 wants one): the upstream Vias travel folded in
+		// one compact-form header, which sipgo does not copy.
 		vias := out.GetHeaders("Via")
-		if len(vias) != 3 || vias[0].(*sipmsg.ViaHeader).Transport != "TCP" {
-			t.Fatalf("Vias %v", vias)
+		if len(vias) != 1 || vias[0].(*sipmsg.ViaHeader).Transport != "TCP" {
+			t.Fatalf("Vias %v: want only the proxy's", vias)
 		}
-		if r, _ := viaParams(vias, 1).Get("received"); r != "127.0.0.2" {
-			t.Errorf("previous hop's Via %s: want received=127.0.0.2", vias[1].Value())
+		folded := out.GetHeader("v")
+		if folded == nil {
+			t.Fatalf("no folded Vias in\n%s", first)
 		}
-		if p, _ := viaParams(vias, 1).Get("rport"); p != "5070" {
-			t.Errorf("previous hop's Via %s: want rport=5070", vias[1].Value())
+		reparsed, err := sipmsg.ParseMessage([]byte(first))
+		if err != nil {
+			t.Fatal(err)
+		}
+		all := reparsed.(*sipmsg.Request).GetHeaders("Via")
+		if len(all) != 3 {
+			t.Fatalf("a SIP parser sees %d Vias in the forwarded INVITE, want 3:\n%s", len(all), first)
+		}
+		if r, _ := viaParams(all, 1).Get("received"); r != "127.0.0.2" {
+			t.Errorf("previous hop's Via %s: want received=127.0.0.2", all[1].Value())
+		}
+		if p, _ := viaParams(all, 1).Get("rport"); p != "5070" {
+			t.Errorf("previous hop's Via %s: want rport=5070", all[1].Value())
 		}
 		if out.Route() != nil || len(out.GetHeaders("Route")) != 0 {
-			t.Errorf("own Route not popped: %v", out.GetHeaders("Route"))
+			t.Errorf("Route not stripped: %v", out.GetHeaders("Route"))
 		}
 		if rr := out.GetHeaders("Record-Route"); len(rr) != 3 {
 			t.Errorf("Record-Route %v: want the proxy twice (UDP in, TCP out) and the original", rr)
 		}
-		// Order: the proxy's Via, then its Record-Routes (outgoing leg's
-		// transport first, RFC 5658), then the received headers.
+		// Order: the proxy's Via, the folded upstream Vias, then its
+		// Record-Routes (outgoing leg's transport first, RFC 5658), then the
+		// received headers.
 		hs := out.Headers()
-		if hs[0].Name() != "Via" || hs[1].Name() != "Record-Route" || hs[2].Name() != "Record-Route" ||
-			!strings.Contains(hs[1].Value(), "transport=tcp") || !strings.Contains(hs[2].Value(), "transport=udp") {
-			t.Errorf("top headers %s / %s / %s", hs[0], hs[1], hs[2])
+		if hs[0].Name() != "Via" || hs[1].Name() != "v" || hs[2].Name() != "Record-Route" || hs[3].Name() != "Record-Route" ||
+			!strings.Contains(hs[2].Value(), "transport=tcp") || !strings.Contains(hs[3].Value(), "transport=udp") {
+			t.Errorf("top headers %s / %s / %s / %s", hs[0], hs[1], hs[2], hs[3])
 		}
 		if mf := out.MaxForwards(); mf == nil || mf.Val() != 69 {
 			t.Errorf("Max-Forwards %v", mf)
@@ -121,9 +145,12 @@ func TestForwardingLeavesTheReceivedRequestUnchanged(t *testing.T) {
 	})
 
 	t.Run("BYE", func(t *testing.T) {
-		raw := "BYE sip:b@127.0.0.9:5080 SIP/2.0\n" +
+		legs := dialogLegs{peer: leg{addr: netip.MustParseAddrPort("127.0.0.2:5070")},
+			carrier: leg{addr: netip.MustParseAddrPort("127.0.0.9:5080")}}
+		tok := h.p.keys.mint(h.p.cfg(), legs, "copy-test", "f1")
+		raw := "BYE sip:b@198.51.100.1:5999 SIP/2.0\n" +
 			"Via: SIP/2.0/UDP 127.0.0.2:5070;branch=z9hG4bK-bye;rport\n" +
-			"Route: <sip:" + h.udp + ";lr;transport=udp>\n" +
+			"Route: <sip:" + h.udp + ";lr;transport=udp;cg=" + tok + ">\n" +
 			"Max-Forwards: 10\n" +
 			"From: <sip:a@127.0.0.2>;tag=f1\n" +
 			"To: <sip:+15551234@127.0.0.1>;tag=t1\n" +
@@ -132,16 +159,18 @@ func TestForwardingLeavesTheReceivedRequestUnchanged(t *testing.T) {
 			"Content-Length: 4\n\n"
 		req := parseReq(t, raw, "127.0.0.2:5070")
 		before := req.String()
-		out, tgt, code := h.p.prepareInDialog(req)
+		hop, code := h.p.prepareInDialog(req, true)
 		if code != 0 {
 			t.Fatalf("prepareInDialog: %d", code)
 		}
+		out := hop.out
 		fwd := out.String()
 		if after := req.String(); after != before {
 			t.Fatalf("received BYE changed by forwarding:\nbefore:\n%s\nafter:\n%s", before, after)
 		}
-		if tgt.host != "127.0.0.9" || tgt.port != 5080 || tgt.transport != "UDP" {
-			t.Errorf("next hop %+v", tgt)
+		// The carrier leg, whatever the Request-URI says.
+		if out.Destination() != "127.0.0.9:5080" || out.Transport() != "UDP" || hop.dir != fromPeer {
+			t.Errorf("next hop %s over %s (direction %d)", out.Destination(), out.Transport(), hop.dir)
 		}
 		if len(out.GetHeaders("Via")) != 2 || len(out.GetHeaders("Route")) != 0 {
 			t.Errorf("forwarded BYE:\n%s", fwd)

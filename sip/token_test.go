@@ -2,7 +2,9 @@ package sip
 
 import (
 	"context"
+	"encoding/base64"
 	"log/slog"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -12,9 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/cpsguard/cpsguard/admission"
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/siptest"
-	"github.com/cpsguard/cpsguard/lua"
 	"github.com/cpsguard/cpsguard/metrics"
 )
 
@@ -57,6 +59,7 @@ func TestForgedReInviteIsRefused(t *testing.T) {
 		{"not base64", ";" + tokenParam + "=!!!!!!!!!!!!!!!!"},
 		{"too long", ";" + tokenParam + "=" + real + "AAAA"},
 		{"token of another Call-ID", ";" + tokenParam + "=" + real},
+		{"old version-1 token", ";" + tokenParam + "=AAAAAAAAAAAAAAAA"},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -84,16 +87,16 @@ func TestForgedReInviteIsRefused(t *testing.T) {
 }
 
 // TestReInviteWithRecordRouteIsRelayed: a UA that copies the Record-Route of
-// its answered call into Route (RFC 3261 12.1) gets its re-INVITE relayed,
-// and a BYE needs no token at all.
+// its answered call into Route (RFC 3261 12.1) gets its re-INVITE relayed;
+// every in-dialog request needs the token, a BYE too.
 func TestReInviteWithRecordRouteIsRelayed(t *testing.T) {
 	car := siptest.StartCarrier(t, "127.0.0.1", nil)
 	adm, pacer := newFakes()
 	h := startProxy(t, testConfig(carrierCfg("a", car)), adm, pacer)
 	caller := siptest.StartCaller(t, "127.0.0.2")
 	ok := answeredCall(t, caller, h.udp)
-	if tok := tokenOf(t, ok); len(tok) != 16 {
-		t.Errorf("token %q: want 16 base64url characters (12 bytes)", tok)
+	if tok := tokenOf(t, ok); len(tok) != 38 {
+		t.Errorf("token %q: want 38 base64url characters (28 bytes for two IPv4 legs)", tok)
 	}
 	if res := caller.Final(ctxT(t, 5*time.Second), inDialogOf(t, caller, h.udp, ok, sipmsg.INVITE)); res == nil || res.StatusCode != 200 {
 		t.Fatalf("re-INVITE final = %v, want 200", res)
@@ -106,19 +109,18 @@ func TestReInviteWithRecordRouteIsRelayed(t *testing.T) {
 	if inv := car.Invites(); len(inv) == 2 && len(inv[1].GetHeaders("Route")) != 0 {
 		t.Errorf("re-INVITE at the carrier still has Route %v", inv[1].GetHeaders("Route"))
 	}
-	// A BYE whose Route lost the token (a UA, or a node, that knows nothing
-	// of it) still ends the call.
+	// A BYE whose Route lost the token is not relayed.
 	bye := inDialogOf(t, caller, h.udp, ok, sipmsg.BYE)
 	bye.RemoveHeader("Route")
 	bye.AppendHeader(sipmsg.NewHeader("Route", "<sip:"+h.udp+";lr>"))
-	if res := caller.Final(ctxT(t, 5*time.Second), bye); res == nil || res.StatusCode != 200 {
-		t.Fatalf("BYE without token final = %v, want 200", res)
+	if res := caller.Final(ctxT(t, 5*time.Second), bye); res == nil || res.StatusCode != 403 {
+		t.Fatalf("BYE without token final = %v, want 403", res)
+	}
+	if res := caller.Final(ctxT(t, 5*time.Second), inDialogOf(t, caller, h.udp, ok, sipmsg.BYE)); res == nil || res.StatusCode != 200 {
+		t.Fatalf("BYE with the token final = %v, want 200", res)
 	}
 	if n := car.Count("BYE"); n != 1 {
 		t.Errorf("carrier BYEs = %d, want 1", n)
-	}
-	if n := badTokens(h); n != 0 {
-		t.Errorf("sip_errors_total{bad_dialog_token} = %v, want 0", n)
 	}
 }
 
@@ -188,7 +190,8 @@ func TestRecordRouteOffRefusesReInvites(t *testing.T) {
 }
 
 // TestDialogTokensSharedSecret: nodes with the same secret mint and accept
-// each other's tokens; without a secret each process has its own key.
+// each other's tokens; a token is bound to its Call-ID, its caller's From
+// tag and its legs; without a secret each process has its own key.
 func TestDialogTokensSharedSecret(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	shared := &config.Config{SIP: config.SIP{DialogSecret: "pool-secret-0123456789"}}
@@ -200,24 +203,57 @@ func TestDialogTokensSharedSecret(t *testing.T) {
 		}
 		return k
 	}
+	legs := dialogLegs{peer: leg{addr: netip.MustParseAddrPort("127.0.0.2:5061")},
+		carrier: leg{addr: netip.MustParseAddrPort("[2001:db8::5]:5070"), tcp: true}}
 	a, b := newKeys(shared), newKeys(shared)
-	tok := a.mint(shared, "call-1@host")
-	if !b.valid(shared, "call-1@host", tok) {
-		t.Error("a token of node a is refused by node b with the same secret")
+	tok := a.mint(shared, legs, "call-1@host", "ftag")
+	got, dir, ok := b.verify(shared, tok, "call-1@host", "ftag", "ttag")
+	if !ok || got != legs || dir != fromPeer {
+		t.Errorf("node b: verify = %+v, %d, %v; want the legs, fromPeer", got, dir, ok)
 	}
-	if b.valid(shared, "call-2@host", tok) {
-		t.Error("a token is accepted for another Call-ID")
+	if _, dir, ok := b.verify(shared, tok, "call-1@host", "ttag", "ftag"); !ok || dir != fromCarrier {
+		t.Errorf("the callee's request (tags swapped): %d, %v; want fromCarrier", dir, ok)
 	}
-	if b.valid(shared, "", tok) {
-		t.Error("a token is accepted for an empty Call-ID")
+	for _, tc := range []struct{ name, id, from, to string }{
+		{"another Call-ID", "call-2@host", "ftag", "ttag"},
+		{"empty Call-ID", "", "ftag", "ttag"},
+		{"another From tag", "call-1@host", "other", "ttag"},
+	} {
+		if _, _, ok := b.verify(shared, tok, tc.id, tc.from, tc.to); ok {
+			t.Errorf("%s: token accepted", tc.name)
+		}
+	}
+	// A leg changed in the token breaks its MAC.
+	raw, _ := base64.RawURLEncoding.DecodeString(tok)
+	raw[4] ^= 1
+	if _, _, ok := b.verify(shared, base64.RawURLEncoding.EncodeToString(raw), "call-1@host", "ftag", "ttag"); ok {
+		t.Error("a token whose peer leg was changed is accepted")
 	}
 	r1, r2 := newKeys(none), newKeys(none)
-	if r2.valid(none, "call-1@host", r1.mint(none, "call-1@host")) {
+	if _, _, ok := r2.verify(none, r1.mint(none, legs, "c", "f"), "c", "f", ""); ok {
 		t.Error("random keys of two processes accept each other's tokens")
 	}
-	if !r1.valid(none, "call-1@host", r1.mint(none, "call-1@host")) {
+	if _, _, ok := r1.verify(none, r1.mint(none, legs, "c", "f"), "c", "f", ""); !ok {
 		t.Error("a process refuses its own token")
 	}
+}
+
+// FuzzDecodeToken: decoding never panics and what it accepts re-encodes to
+// the same legs.
+func FuzzDecodeToken(f *testing.F) {
+	k := newTokenKey([]byte("k"))
+	f.Add(k.mint(dialogLegs{peer: leg{addr: netip.MustParseAddrPort("127.0.0.2:5061")},
+		carrier: leg{addr: netip.MustParseAddrPort("127.0.0.1:5070")}}, "c", "f"))
+	f.Add("AAAAAAAAAAAAAAAA")
+	f.Fuzz(func(t *testing.T, tok string) {
+		p, legs, mac, ok := decodeToken(tok)
+		if !ok {
+			return
+		}
+		if len(mac) != tokenMACBytes || string(payload(legs)) != string(p) {
+			t.Fatalf("token %q: payload %x, legs %+v re-encode to %x", tok, p, legs, payload(legs))
+		}
+	})
 }
 
 // TestNoSecretWarnsOnce: an empty sip.dialog_secret is logged once, at
@@ -274,35 +310,33 @@ func (s *syncBuffer) Reset() {
 	s.b.Reset()
 }
 
-// TestReInviteToCarrierIsPaced: a re-INVITE bound for a carrier takes a
-// pacing slot like a new call (the carrier counts every INVITE against its
-// cps), and a carrier with no room answers nothing: the re-INVITE gets 503
-// and never reaches it. A BYE takes no slot.
-func TestReInviteToCarrierIsPaced(t *testing.T) {
+// TestReInviteLimitedPerDialogNotPaced: a re-INVITE takes no pacing slot
+// (hold and resume must not wait behind new calls), but one dialog gets at
+// most reinviteLimit of them a minute (503 beyond, never at the carrier);
+// a BYE is not limited.
+func TestReInviteLimitedPerDialogNotPaced(t *testing.T) {
 	car := siptest.StartCarrier(t, "127.0.0.1", nil)
-	adm, pacer := newFakes()
+	_, pacer := newFakes()
 	cfg := testConfig(carrierCfg("a", car))
-	h := startProxy(t, cfg, adm, pacer)
+	h := startProxy(t, cfg, admission.NewLocalStore(nil), pacer)
 	caller := siptest.StartCaller(t, "127.0.0.2")
 	ok := answeredCall(t, caller, h.udp)
 	before, _ := pacer.counts()
-	if res := caller.Final(ctxT(t, 5*time.Second), inDialogOf(t, caller, h.udp, ok, sipmsg.INVITE)); res == nil || res.StatusCode != 200 {
-		t.Fatalf("re-INVITE final = %v, want 200", res)
+	for i := 0; i < reinviteLimit; i++ {
+		if res := caller.Final(ctxT(t, 5*time.Second), inDialogOf(t, caller, h.udp, ok, sipmsg.INVITE)); res == nil || res.StatusCode != 200 {
+			t.Fatalf("re-INVITE %d final = %v, want 200", i+1, res)
+		}
 	}
-	if after, _ := pacer.counts(); after != before+1 {
-		t.Errorf("slots reserved = %d after the re-INVITE, want %d (one more)", after, before+1)
+	if after, _ := pacer.counts(); after != before {
+		t.Errorf("slots reserved = %d after the re-INVITEs, want %d (none)", after, before)
 	}
-
-	pacer.mu.Lock()
-	pacer.full = map[string]bool{lua.Key(cfg.Store.KeyPrefix, metrics.ScopeCarrier, "a"): true}
-	pacer.mu.Unlock()
 	if res := caller.Final(ctxT(t, 5*time.Second), inDialogOf(t, caller, h.udp, ok, sipmsg.INVITE)); res == nil || res.StatusCode != 503 {
-		t.Fatalf("re-INVITE to a full carrier: final = %v, want 503", res)
+		t.Fatalf("re-INVITE %d within a minute: final = %v, want 503", reinviteLimit+1, res)
 	}
-	if n := car.Count("INVITE"); n != 2 {
-		t.Errorf("carrier INVITEs = %d, want 2 (the call and the first re-INVITE)", n)
+	if n := car.Count("INVITE"); n != 1+reinviteLimit {
+		t.Errorf("carrier INVITEs = %d, want %d (the call and the allowed re-INVITEs)", n, 1+reinviteLimit)
 	}
 	if res := caller.Final(ctxT(t, 5*time.Second), inDialogOf(t, caller, h.udp, ok, sipmsg.BYE)); res == nil || res.StatusCode != 200 {
-		t.Fatalf("BYE to a full carrier: final = %v, want 200 (no slot needed)", res)
+		t.Fatalf("BYE: final = %v, want 200", res)
 	}
 }

@@ -147,6 +147,7 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 		Pacer:     pacing.NewPacer(stores),
 		Metrics:   m,
 		Logger:    logger,
+		Usable:    stores.Usable,
 	})
 	if err != nil {
 		return err

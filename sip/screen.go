@@ -1,0 +1,365 @@
+package sip
+
+import (
+	"errors"
+	"net/netip"
+	"reflect"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/emiago/sipgo"
+	sipmsg "github.com/emiago/sipgo/sip"
+
+	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/metrics"
+)
+
+// The screen is the proxy's first look at every parsed message, before
+// sipgo's transaction layer creates any state for it. It runs in the
+// transport's read loop, so it only does cheap, non-blocking work:
+//
+//   - strangers (a source that is neither a peer's nor a carrier's) cost
+//     nothing: with unknown_source drop they get silence, with reject one
+//     stateless 403 (requests other than ACK); their responses are dropped;
+//   - a request or response without Via, From, To, Call-ID or CSeq, with a
+//     CSeq method other than the request's, or with an empty tag, is never
+//     used: requests get a stateless 400, responses are dropped;
+//   - out-of-dialog requests other than INVITE, ACK and CANCEL from known
+//     parties are answered here, statelessly (OPTIONS 200, or 503 while
+//     draining or while the store cannot decide; anything else 405);
+//   - a CANCEL of a call in progress must come from the source its INVITE
+//     came from (sipgo matches a CANCEL by Via branch and sent-by only, so a
+//     stranger who saw the branch could cancel someone's call); it is
+//     answered 200 here and the call is told, which then cancels the
+//     carrier's leg and relays the carrier's answer (RFC 3261 16.10).
+//
+// sipgo v1.7.2 offers no hook between parsing and the transaction layer:
+// the transport layer calls a list of handlers, the transaction layer's
+// first. installScreen wraps that list once, before any listener is
+// served, so the screen decides what the transaction layer sees. It reads
+// an unexported field by reflection; if a sipgo upgrade renames it, New
+// fails with an error (and TestScreenInstalled fails), never silently.
+
+// installScreen puts screen in front of the handlers of tp: a message
+// reaches them only when screen returns true.
+func installScreen(tp *sipmsg.TransportLayer, screen func(sipmsg.Message) bool) error {
+	f := reflect.ValueOf(tp).Elem().FieldByName("handlers")
+	if !f.IsValid() || f.Type() != reflect.TypeFor[[]sipmsg.MessageHandler]() {
+		return errors.New("sip: sipgo's transport layer has no handler list to screen (sipgo changed?)")
+	}
+	f = reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem()
+	next := slices.Clone(f.Interface().([]sipmsg.MessageHandler))
+	if len(next) == 0 {
+		return errors.New("sip: sipgo's transport layer has no handler to screen")
+	}
+	f.Set(reflect.ValueOf([]sipmsg.MessageHandler{func(m sipmsg.Message) {
+		if screen(m) {
+			for _, h := range next {
+				h(m)
+			}
+		}
+	}}))
+	return nil
+}
+
+// screen decides whether sipgo's transaction layer sees m. A panic drops
+// the message (counted in cpsguard_panics_total{where="sip.screen"}).
+func (p *Proxy) screen(m sipmsg.Message) (pass bool) {
+	defer p.panics.Recover("sip.screen", func(error) { pass = false })
+	switch m := m.(type) {
+	case *sipmsg.Request:
+		return p.screenRequest(m)
+	case *sipmsg.Response:
+		return p.screenResponse(m)
+	}
+	return false
+}
+
+func (p *Proxy) screenRequest(req *sipmsg.Request) bool {
+	cfg := p.cfg()
+	if cfg == nil {
+		return false
+	}
+	src, ok := sourceAddr(req)
+	if !ok {
+		p.m.SIPErrors.WithLabelValues("source").Inc()
+		return false
+	}
+	if !p.knownSource(cfg, src) {
+		p.m.SIPErrors.WithLabelValues("unknown_source").Inc()
+		if req.IsInvite() && !inDialog(req) {
+			p.m.Calls.WithLabelValues(PeerUnknown, metrics.OutcomeRejectedForbidden).Inc()
+		}
+		if cfg.SIP.UnknownSource != "drop" && !req.IsAck() && req.Via() != nil {
+			p.stateless(req, sipmsg.StatusForbidden, "Forbidden")
+		}
+		return false
+	}
+	if !wellFormed(req) {
+		p.m.SIPErrors.WithLabelValues("malformed").Inc()
+		if !req.IsAck() && req.Via() != nil {
+			p.stateless(req, sipmsg.StatusBadRequest, "Bad Request")
+		}
+		return false
+	}
+	switch {
+	case req.IsCancel():
+		return p.screenCancel(req)
+	case req.IsInvite():
+		p.invites.register(req)
+		return true
+	case req.IsAck(), inDialog(req):
+		return true
+	}
+	p.answerOutOfDialog(req)
+	return false
+}
+
+func (p *Proxy) screenResponse(res *sipmsg.Response) bool {
+	src, err := netip.ParseAddrPort(res.Source())
+	if err != nil || !p.knownSource(p.cfg(), src.Addr().Unmap()) {
+		p.m.SIPErrors.WithLabelValues("unknown_source").Inc()
+		return false
+	}
+	if !wellFormed(res) {
+		p.m.SIPErrors.WithLabelValues("malformed").Inc()
+		return false
+	}
+	return true
+}
+
+// wellFormed reports whether m has every header the proxy builds from:
+// Via, From, To, Call-ID (not empty) and CSeq (with the request's method
+// for a request), and no empty tag on From or To.
+func wellFormed(m sipmsg.Message) bool {
+	if m.Via() == nil || m.CSeq() == nil {
+		return false
+	}
+	from, to, id := m.From(), m.To(), m.CallID()
+	if from == nil || to == nil || id == nil || id.Value() == "" {
+		return false
+	}
+	if !goodTag(from.Params) || !goodTag(to.Params) {
+		return false
+	}
+	if req, ok := m.(*sipmsg.Request); ok && m.CSeq().MethodName != req.Method {
+		return false
+	}
+	return true
+}
+
+// goodTag is false for a tag parameter without a value (";tag" or ";tag=").
+func goodTag(ps sipmsg.HeaderParams) bool {
+	if ps == nil {
+		return true
+	}
+	v, ok := ps.Get("tag")
+	return !ok || v != ""
+}
+
+// screenCancel handles a CANCEL of a call in progress (see the screen).
+// A CANCEL that matches no INVITE this proxy is handling goes on to sipgo
+// (which answers it 481 through onCancel, or matches an INVITE transaction
+// that already ended, on which it has no effect).
+func (p *Proxy) screenCancel(req *sipmsg.Request) bool {
+	e := p.invites.lookup(inviteKeyOf(req))
+	if e == nil {
+		return true
+	}
+	if e.src != req.Source() || e.transport != req.Transport() {
+		p.m.SIPErrors.WithLabelValues("cancel_source").Inc()
+		return false // not from the INVITE's source: not a hop-by-hop CANCEL
+	}
+	p.stateless(req, sipmsg.StatusOK, "OK")
+	e.cancel()
+	return false
+}
+
+// answerOutOfDialog answers an out-of-dialog request other than INVITE,
+// ACK and CANCEL from a known party, statelessly: OPTIONS (keepalives of
+// upstream dispatchers) 200, or 503 while draining or while the store
+// cannot decide calls, so the dispatcher routes around this node; any other
+// method 405.
+func (p *Proxy) answerOutOfDialog(req *sipmsg.Request) {
+	var res *sipmsg.Response
+	switch {
+	case req.Method == sipmsg.OPTIONS && (p.draining.Load() || !p.usable()):
+		res = sipmsg.NewResponseFromRequest(req, sipmsg.StatusServiceUnavailable, "Service Unavailable", nil)
+	case req.Method == sipmsg.OPTIONS:
+		res = sipmsg.NewResponseFromRequest(req, sipmsg.StatusOK, "OK", nil)
+		res.AppendHeader(sipmsg.NewHeader("Allow", allowed))
+		res.AppendHeader(sipmsg.NewHeader("Accept", "application/sdp"))
+	default:
+		res = sipmsg.NewResponseFromRequest(req, sipmsg.StatusMethodNotAllowed, "Method Not Allowed", nil)
+		res.AppendHeader(sipmsg.NewHeader("Allow", allowed))
+	}
+	p.writeStateless(res)
+}
+
+// stateless sends the proxy's own response to req without a transaction.
+func (p *Proxy) stateless(req *sipmsg.Request, code int, reason string) {
+	p.writeStateless(sipmsg.NewResponseFromRequest(req, code, reason, nil))
+}
+
+func (p *Proxy) writeStateless(res *sipmsg.Response) {
+	if err := p.tp.WriteMsg(res); err != nil {
+		p.log.Debug("stateless answer failed", "status", res.StatusCode, "error", err)
+	}
+}
+
+// usable reports whether the store can decide calls (Options.Usable).
+func (p *Proxy) usable() bool { return p.storeUsable == nil || p.storeUsable() }
+
+// knownSource reports whether addr is a configured party: in a peer's
+// sources or one of the carriers' addresses (resolved host names included).
+func (p *Proxy) knownSource(cfg *config.Config, addr netip.Addr) bool {
+	if cfg == nil {
+		return false
+	}
+	if cfg.PeerByAddr(addr) != nil {
+		return true
+	}
+	return p.isCarrierAddr(cfg, addr)
+}
+
+// guarded wraps a request handler so that a panic in it is logged once with
+// its stack, counted in cpsguard_panics_total{where}, answered 500 when the
+// transaction can still answer, and the transaction ended: the node goes on.
+func (p *Proxy) guarded(where string, h sipgo.RequestHandler) sipgo.RequestHandler {
+	return func(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
+		defer p.panics.Recover(where, func(error) {
+			defer func() { _ = recover() }() // the answer must not panic again
+			if !req.IsAck() {
+				_ = tx.Respond(sipmsg.NewResponseFromRequest(req, sipmsg.StatusInternalServerError, "Server Internal Error", nil))
+			}
+			tx.Terminate()
+		})
+		h(req, tx)
+	}
+}
+
+// inviteKey identifies an INVITE server transaction as a CANCEL names it
+// (RFC 3261 9.2, 17.2.3): top Via branch and sent-by, and the Call-ID.
+type inviteKey string
+
+func inviteKeyOf(req *sipmsg.Request) inviteKey {
+	v := req.Via()
+	if v == nil {
+		return ""
+	}
+	branch, _ := v.Params.Get("branch")
+	return inviteKey(branch + "\x00" + v.Host + ":" + strconv.Itoa(v.Port) + "\x00" + callID(req))
+}
+
+// inviteEntry is one INVITE the proxy is handling, as a CANCEL finds it.
+type inviteEntry struct {
+	src       string // packet source ip:port of the INVITE
+	transport string
+	created   time.Time
+	claimed   bool // a handler owns the entry (and removes it when done)
+
+	mu    sync.Mutex
+	fired bool   // a CANCEL from src arrived
+	fn    func() // the handler's reaction, called once
+}
+
+// cancel records a CANCEL and tells the handler, once.
+func (e *inviteEntry) cancel() {
+	e.mu.Lock()
+	if e.fired {
+		e.mu.Unlock()
+		return
+	}
+	e.fired = true
+	fn := e.fn
+	e.mu.Unlock()
+	if fn != nil {
+		fn()
+	}
+}
+
+// onCancel sets the handler's reaction to a CANCEL; it runs at once when
+// the CANCEL came first. fn runs at most once.
+func (e *inviteEntry) onCancel(fn func()) {
+	e.mu.Lock()
+	e.fn = fn
+	fired := e.fired
+	e.mu.Unlock()
+	if fired {
+		fn()
+	}
+}
+
+// inviteTable holds the INVITEs in progress, registered by the screen as
+// they arrive (so a CANCEL that follows at once finds them) and claimed by
+// their handler. Entries no handler claims (an INVITE sipgo absorbed as a
+// retransmission after its handler ended) are swept after unclaimedTTL.
+// Safe for concurrent use.
+type inviteTable struct {
+	mu sync.Mutex
+	m  map[inviteKey]*inviteEntry
+}
+
+// unclaimedTTL is how long an entry no handler claimed is kept (RFC 3261
+// Timer H, the longest an INVITE server transaction absorbs retransmissions).
+const unclaimedTTL = 32 * time.Second
+
+func newInviteTable() *inviteTable { return &inviteTable{m: map[inviteKey]*inviteEntry{}} }
+
+// register records req unless an entry for its key exists.
+func (t *inviteTable) register(req *sipmsg.Request) {
+	k := inviteKeyOf(req)
+	t.mu.Lock()
+	if _, ok := t.m[k]; !ok {
+		t.m[k] = &inviteEntry{src: req.Source(), transport: req.Transport(), created: time.Now()}
+	}
+	t.mu.Unlock()
+}
+
+// claim returns req's entry for its handler (creating it when the screen
+// did not register it) and a function that removes it.
+func (t *inviteTable) claim(req *sipmsg.Request) (*inviteEntry, func()) {
+	k := inviteKeyOf(req)
+	t.mu.Lock()
+	e, ok := t.m[k]
+	if !ok || e.claimed {
+		e = &inviteEntry{src: req.Source(), transport: req.Transport(), created: time.Now()}
+		t.m[k] = e
+	}
+	e.claimed = true
+	t.mu.Unlock()
+	return e, func() {
+		t.mu.Lock()
+		if t.m[k] == e {
+			delete(t.m, k)
+		}
+		t.mu.Unlock()
+	}
+}
+
+func (t *inviteTable) lookup(k inviteKey) *inviteEntry {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.m[k]
+}
+
+// sweep removes unclaimed entries older than unclaimedTTL.
+func (t *inviteTable) sweep(now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k, e := range t.m {
+		if !e.claimed && now.Sub(e.created) > unclaimedTTL {
+			delete(t.m, k)
+		}
+	}
+}
+
+// size returns the number of entries (tests).
+func (t *inviteTable) size() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.m)
+}
