@@ -42,6 +42,12 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
+	// CPSGUARD_E2E_BINARY runs the tests against another build (e.g. an
+	// older commit's, to see a new test fail on the code it guards).
+	if bin := os.Getenv("CPSGUARD_E2E_BINARY"); bin != "" {
+		binary = bin
+		return m.Run()
+	}
 	binary = filepath.Join(dir, "cpsguard")
 	// The binary itself is built without -race: the tests measure a node as
 	// it ships; the race detector runs on the unit tests.

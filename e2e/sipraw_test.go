@@ -134,6 +134,30 @@ type carrier struct {
 	delay    time.Duration          // before the 200 to an INVITE
 	pending  map[string]func() bool // delayed answers by Call-ID: stop → true if stopped in time
 	canceled int                    // INVITEs ended by CANCEL before their 200
+	code     int                    // final answer to INVITEs (0 = 200)
+	received []sipMsg               // every request, in order
+}
+
+// setCode makes the carrier answer INVITEs with code (e.g. 486) instead
+// of 200.
+func (c *carrier) setCode(code int) {
+	c.mu.Lock()
+	c.code = code
+	c.mu.Unlock()
+}
+
+// requests returns the requests of method received so far (all when
+// method is empty).
+func (c *carrier) requests(method string) []sipMsg {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []sipMsg
+	for _, m := range c.received {
+		if method == "" || m.method == method {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // cancelCount returns how many INVITEs a CANCEL ended (answered 487).
@@ -216,8 +240,9 @@ func (c *carrier) serve(done chan struct{}) {
 		}
 		id := m.get("call-id")
 		c.mu.Lock()
-		delay := c.delay
+		delay, code := c.delay, c.code
 		c.methods[m.method]++
+		c.received = append(c.received, m)
 		if m.method == "INVITE" {
 			if _, seen := c.arrivals[id]; !seen {
 				c.arrivals[id] = at
@@ -251,6 +276,9 @@ func (c *carrier) serve(done chan struct{}) {
 		case "INVITE":
 			_, _ = c.conn.WriteToUDP(response(m, 100, "Trying", ""), from)
 			ok := response(m, 200, "OK", "car"+strconv.Itoa(len(id)), "Contact: <sip:carrier@"+c.addr+">")
+			if code >= 300 {
+				ok = response(m, code, "Busy Here", "car"+strconv.Itoa(len(id)))
+			}
 			if delay > 0 {
 				tm := time.AfterFunc(delay, func() { _, _ = c.conn.WriteToUDP(ok, from) })
 				c.mu.Lock()
