@@ -37,7 +37,7 @@ type carrierResolver struct {
 	lookup func(ctx context.Context, host string) ([]netip.Addr, error)
 
 	mu    sync.RWMutex
-	hosts map[string][]netip.Addr  // lower-case host name → addresses
+	hosts map[string][]netip.Addr // lower-case host name → addresses
 	addrs map[netip.Addr]struct{} // every address of hosts
 }
 
