@@ -224,6 +224,10 @@ func New(opts Options) (*Proxy, error) {
 		sipgo.WithUserAgentTransportLayerOptions(
 			sipmsg.WithTransportLayerLogger(sipLog),
 			sipmsg.WithTransportLayerReadFilter(p.readFilter),
+			// After the read filter: the transports copy it when set.
+			sipmsg.WithTransportLayerTransports(sipmsg.TransportsConfig{
+				TCP: &sipmsg.TransportTCP{ReadTimeout: tcpLimitsOf(opts.Config()).idle},
+			}),
 		),
 	)
 	if err != nil {
@@ -309,7 +313,10 @@ func (p *Proxy) Serve(ctx context.Context) error {
 			if l.udp != nil {
 				err = p.srv.ServeUDP(l.udp)
 			} else {
-				err = p.srv.ServeTCP(l.tcp)
+				err = p.srv.ServeTCP(newGuardedListener(l.tcp,
+					func() tcpLimits { return tcpLimitsOf(p.cfg()) },
+					p.admitTCP,
+					func(reason string) { p.m.SIPErrors.WithLabelValues(reason).Inc() }))
 			}
 			if err != nil && !errors.Is(err, net.ErrClosed) {
 				errc <- fmt.Errorf("sip: serve %s://%s: %w", l.network, l.addr, err)
@@ -601,14 +608,34 @@ func (p *Proxy) listensOn(port int) bool {
 	return false
 }
 
-// readFilter drops datagrams that filled the read buffer: they were cut
-// short by the socket and cannot be a whole SIP message.
+// readFilter drops datagrams that filled the read buffer (they were cut
+// short by the socket and cannot be a whole SIP message) and, with
+// unknown_source drop, datagrams from strangers before they are parsed.
 func (p *Proxy) readFilter(props sipmsg.TransportReadProps, data []byte) ([]byte, error) {
-	if props.Transport == "UDP" && len(data) >= int(sipmsg.TransportBufferReadSize) {
+	if props.Transport != "UDP" {
+		return data, nil
+	}
+	if len(data) >= int(sipmsg.TransportBufferReadSize) {
 		p.m.SIPErrors.WithLabelValues("oversized").Inc()
 		return nil, nil
 	}
+	if ua, ok := props.RemoteAddr.(*net.UDPAddr); ok {
+		if cfg := p.cfg(); cfg != nil && cfg.SIP.UnknownSource == "drop" {
+			if ip, ok := netip.AddrFromSlice(ua.IP); ok && !p.knownSource(cfg, ip.Unmap()) {
+				p.m.SIPErrors.WithLabelValues("unknown_source").Inc()
+				return nil, nil
+			}
+		}
+	}
 	return data, nil
+}
+
+// admitTCP reports whether a TCP connection from ip is served: not a
+// stranger's when unknown_source is drop (with reject, a stranger's
+// requests get their one 403 from the screen).
+func (p *Proxy) admitTCP(ip netip.Addr) bool {
+	cfg := p.cfg()
+	return cfg == nil || cfg.SIP.UnknownSource != "drop" || p.knownSource(cfg, ip)
 }
 
 // onStrayResponse handles responses that match no client transaction

@@ -1,0 +1,83 @@
+package sip
+
+import (
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+)
+
+// TestGuardedListenerBounds: connections over the per-source or total
+// bound, and strangers' when admit refuses them, are closed at accept;
+// closing a connection gives its place back.
+func TestGuardedListenerBounds(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refused []string
+	stranger := netip.MustParseAddr("127.0.0.9")
+	l := newGuardedListener(inner, func() tcpLimits { return tcpLimits{idle: time.Minute, max: 3, perSource: 2} },
+		func(ip netip.Addr) bool { return ip != stranger }, func(r string) { refused = append(refused, r) })
+	defer l.Close()
+	accepted := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+	dial := func(ip string) net.Conn {
+		t.Helper()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+		c, err := d.Dial("tcp", inner.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	// closedByServer reports whether the server closed c at once.
+	closedByServer := func(c net.Conn) bool {
+		_ = c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		_, err := c.Read(make([]byte, 1))
+		return err != nil && !isTimeout(err)
+	}
+	for i, tc := range []struct {
+		ip     string
+		closed bool
+	}{
+		{"127.0.0.2", false},
+		{"127.0.0.2", false},
+		{"127.0.0.2", true}, // third from one source: over per_source 2
+		{"127.0.0.9", true}, // a stranger
+		{"127.0.0.3", false},
+		{"127.0.0.4", true}, // fourth in all: over max 3
+	} {
+		c := dial(tc.ip)
+		if got := closedByServer(c); got != tc.closed {
+			t.Fatalf("connection %d from %s: closed at accept = %v, want %v", i, tc.ip, got, tc.closed)
+		}
+	}
+	if want := []string{"tcp_limit", "unknown_source", "tcp_limit"}; len(refused) != 3 || refused[0] != want[0] || refused[1] != want[1] || refused[2] != want[2] {
+		t.Errorf("refusals %v, want %v", refused, want)
+	}
+	// Closing a served connection frees its place.
+	first := <-accepted
+	first.Close()
+	if open, _ := l.counts(netip.MustParseAddr("127.0.0.2")); open != 2 {
+		t.Errorf("open after a close = %d, want 2", open)
+	}
+	if c := dial("127.0.0.4"); closedByServer(c) {
+		t.Error("a connection after one closed was refused")
+	}
+}
+
+func isTimeout(err error) bool {
+	ne, ok := err.(net.Error)
+	return ok && ne.Timeout()
+}
