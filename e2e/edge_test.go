@@ -398,3 +398,29 @@ func TestInitialInviteCannotSteer(t *testing.T) {
 		t.Errorf("ACK of the 486 has %d Via values, want 1 (RFC 3261 17.1.1.3): %v", vias, ack.all("via"))
 	}
 }
+
+// TestEveryCallCountedOnce: INVITEs that share Call-ID and top Via branch
+// but differ in the Via's sent-by port are separate sipgo transactions of
+// one call attempt: the first is admitted, the others absorbed, never
+// admitted again (a 1-CPS peer got all ten through before).
+func TestEveryCallCountedOnce(t *testing.T) {
+	car := startCarrier(t, "127.0.0.1")
+	n := oneCarrierNode(t, 1, car)
+	peer := startRawPeer(t, "127.0.0.2")
+	inv := peer.invite(n.sip, "dup-1")
+	for i := 0; i < 10; i++ {
+		peer.send(n.sip, strings.Replace(inv, "Via: SIP/2.0/UDP "+peer.addr, fmt.Sprintf("Via: SIP/2.0/UDP 127.0.0.2:%d", 6000+i), 1))
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if got := car.count("INVITE"); got != 1 {
+		t.Errorf("carrier INVITEs = %d, want 1 (one call attempt)", got)
+	}
+	// The node's own send gate hides extra admissions from one node's
+	// carrier; the admissions themselves must not happen.
+	if v := n.metric("cpsguard_admission_total", "scope", "peer", "result", "admitted"); v != 1 {
+		t.Errorf("admission_total{peer,admitted} = %v, want 1", v)
+	}
+	if v := n.metric("cpsguard_sip_errors_total", "reason", "duplicate"); v < 1 {
+		t.Errorf("sip_errors_total{duplicate} = %v, want >= 1", v)
+	}
+}

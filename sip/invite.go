@@ -181,6 +181,16 @@ func (c *call) admit(peer *config.Peer, cu *config.Customer) bool {
 		c.respond(sipmsg.StatusServiceUnavailable, "Service Unavailable")
 		return false
 	}
+	if dec.Duplicate {
+		// The member was counted already: this INVITE is the same call
+		// attempt as one being handled (a second sipgo transaction for it,
+		// e.g. the same branch with another Via sent-by). Absorb it like a
+		// retransmission: no answer, no forward, no state.
+		p.m.SIPErrors.WithLabelValues("duplicate").Inc()
+		c.log.Debug("duplicate call attempt absorbed", "member", c.member)
+		c.tx.Terminate()
+		return false
+	}
 	if dec.Admit {
 		if !cfg.Shadow && !failOpen(dec) {
 			c.gateKeys = gates
