@@ -23,47 +23,48 @@
 // response above 100 moves the call to the next carrier (paced again). When
 // no carrier can take the call it is rejected with 503.
 //
-// In-dialog requests (To tag set: ACK for 2xx, BYE, re-INVITE, UPDATE,
-// INFO, …) are relayed along their Route set, without limits, but only when
-// their top Route names this proxy and they come from, and go to, a party
-// the configuration knows (a peer's source or a carrier's address; 403
-// otherwise, or nothing from an unknown source when unknown_source is drop),
-// so the proxy is no open relay. A re-INVITE must also prove it belongs to
-// a call the proxy forwarded: every Record-Route the proxy adds carries a
-// dialog token (";cg=", HMAC-SHA256 of the Call-ID under sip.dialog_secret,
-// 96 bits, base64url), which both ends copy into the Route of their
-// in-dialog requests, and at least one of the proxy's own Route entries of
-// a re-INVITE must carry the token of its Call-ID (under the current secret
-// or the one before the last reload); otherwise it gets 403. A To tag and a
-// Route are easy to forge, and a forged "re-INVITE" would reach a carrier
-// past admission and pacing: carriers count CPS on INVITE arrival, whatever
-// they answer. A re-INVITE bound for a carrier also takes a pacing slot of
-// that carrier and passes the send gate, like a new call, so a reused
-// token cannot push a carrier past its cps (no slot within max_wait: 503).
-// Other in-dialog methods create no call at a carrier and are
-// not checked, so a BYE works across restarts and key changes. With an
-// empty sip.dialog_secret the key is random per process (one warning at
-// start), so re-INVITEs of calls set up before a restart or through
-// another node are refused; with record_route off no in-dialog request
-// should reach the proxy, and a re-INVITE that does is refused. A 403 to a
-// stranger, in or out of a dialog, is sent once and its transaction ended
-// at once: a spoofed source gets no retransmissions and costs no state.
-// Out-of-dialog OPTIONS get 200 OK; other out-of-dialog methods get 405.
-// A CANCEL for a call waiting for its slot releases the slot and the
-// caller gets 487 (the carrier never sees the call); a CANCEL after
-// forwarding is forwarded, and so is one of a re-INVITE (a 2xx crossing it
-// is ACKed by the proxy).
+// Before any of that, the screen (screen.go) sees every parsed message
+// ahead of sipgo's transaction layer: strangers (neither a peer's source nor
+// a carrier's address) get silence or one stateless 403 and cost no state;
+// a message without Via, From, To, Call-ID or CSeq (or with an empty tag)
+// is never used (stateless 400; responses dropped); out-of-dialog OPTIONS
+// are answered statelessly (503 while draining or while the store cannot
+// decide, so dispatchers route around the node), other out-of-dialog
+// methods 405; a CANCEL of a call in progress must come from its INVITE's
+// source: the screen answers it 200 and the call cancels the carrier's leg
+// and relays the carrier's 487 (its own 487 only while still queued). A
+// refused call's final answer is sent once and its transaction ended.
 //
+// In-dialog requests (To tag set: ACK for 2xx, BYE, re-INVITE, UPDATE,
+// INFO, …) are relayed only along their own dialog. Every Record-Route the
+// proxy adds carries a dialog token (";cg=", token.go): the call's two legs
+// (the peer's source address and transport, the carrier address and
+// transport the INVITE went to) signed with its Call-ID and the caller's
+// From tag under sip.dialog_secret. Both ends copy it into the Route of
+// their in-dialog requests; a request is relayed only when one of the
+// proxy's own Route entries carries a token that verifies, the tags say
+// which leg sent it, it comes from that leg's address, and it goes to the
+// other leg whatever its Request-URI says (403 otherwise, sent once). A
+// re-INVITE is limited per dialog (6 a minute, pool-wide through the
+// admission store) and takes no pacing slot. Upstream Vias of a forwarded
+// INVITE travel folded into one compact "v" header so sipgo's ACK of a
+// non-2xx answer carries only the proxy's Via (RFC 3261 17.1.1.3). An
+// initial INVITE loses every Route, the Request-URI's maddr and URI
+// headers, and the customer header. Carrier host names are resolved at
+// start and every 30 s. TCP connections are bounded per source and in all,
+// and idle ones closed (tcp.go).
+
 // # Failure
 //
 // A store error (admission or pacing) rejects the call with 503 and the
 // outcome rejected_store; a fallback store goes behind the same interfaces.
 // Malformed or oversized messages are dropped (or answered 400 when a
 // transaction can be formed) and counted in cpsguard_sip_errors_total with
-// reason parse, oversized, malformed, transaction, source, unknown_source or
-// unknown_destination (in-dialog requests from or to strangers), or
-// bad_dialog_token (a re-INVITE from a known party without a valid dialog
-// token, answered 403); they never stop the proxy. On shutdown Serve drains:
+// reason parse, oversized, malformed, transaction, source, unknown_source,
+// bad_dialog_token, wrong_leg, reinvite_limit, cancel_source, duplicate or
+// tcp_limit; they never stop the proxy. A panic in a handler, the screen or
+// a goroutine of the package is recovered, logged once with its stack and
+// counted in cpsguard_panics_total{where}. On shutdown Serve drains:
 // new INVITEs get 503, calls in progress get 5 s to finish, then the rest
 // are cancelled. Every call ends: the handler goroutine returns on the
 // final response, on a carrier timeout (4 s of silence, 3 min of ringing)
