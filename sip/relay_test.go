@@ -151,6 +151,7 @@ func TestForwardingLeavesTheReceivedRequestUnchanged(t *testing.T) {
 		raw := "BYE sip:b@198.51.100.1:5999 SIP/2.0\n" +
 			"Via: SIP/2.0/UDP 127.0.0.2:5070;branch=z9hG4bK-bye;rport\n" +
 			"Route: <sip:" + h.udp + ";lr;transport=udp;cg=" + tok + ">\n" +
+			"Route: <sip:127.0.0.9:5080;lr;downstream>\n" +
 			"Max-Forwards: 10\n" +
 			"From: <sip:a@127.0.0.2>;tag=f1\n" +
 			"To: <sip:+15551234@127.0.0.1>;tag=t1\n" +
@@ -172,7 +173,11 @@ func TestForwardingLeavesTheReceivedRequestUnchanged(t *testing.T) {
 		if out.Destination() != "127.0.0.9:5080" || out.Transport() != "UDP" || hop.dir != fromPeer {
 			t.Errorf("next hop %s over %s (direction %d)", out.Destination(), out.Transport(), hop.dir)
 		}
-		if len(out.GetHeaders("Via")) != 2 || len(out.GetHeaders("Route")) != 0 {
+		// A downstream proxy's Route entry (a multi-proxy route set) stays.
+		if r := out.GetHeaders("Route"); len(r) != 1 || !strings.Contains(r[0].Value(), "downstream") {
+			t.Errorf("Route after the proxy's own: %v, want the downstream proxy's kept", r)
+		}
+		if len(out.GetHeaders("Via")) != 2 {
 			t.Errorf("forwarded BYE:\n%s", fwd)
 		}
 		if mf := out.MaxForwards(); mf == nil || mf.Val() != 9 {

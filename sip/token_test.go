@@ -340,3 +340,48 @@ func TestReInviteLimitedPerDialogNotPaced(t *testing.T) {
 		t.Fatalf("BYE: final = %v, want 200", res)
 	}
 }
+
+// TestSessionTimerRefreshesPass: a call refreshed by re-INVITE at a session
+// timer's cadence (RFC 4028: every 90 s at the shortest Min-SE, here with
+// a hold and a resume in between) is never refused over a quarter of an
+// hour, while a burst beyond the per-dialog limit is. The store's clock is
+// advanced by hand, so the test takes no quarter of an hour.
+func TestSessionTimerRefreshesPass(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	_, pacer := newFakes()
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	h := startProxy(t, testConfig(carrierCfg("a", car)), admission.NewLocalStore(clock), pacer)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	ok := answeredCall(t, caller, h.udp)
+	reinvite := func() int {
+		if res := caller.Final(ctxT(t, 5*time.Second), inDialogOf(t, caller, h.udp, ok, sipmsg.INVITE)); res != nil {
+			return res.StatusCode
+		}
+		return 0
+	}
+	for i := 0; i < 10; i++ {
+		advance(90 * time.Second)
+		if got := reinvite(); got != 200 {
+			t.Fatalf("refresh %d (after %v): final %d, want 200", i+1, time.Duration(i+1)*90*time.Second, got)
+		}
+		if i == 4 { // hold and resume between two refreshes
+			for j := 0; j < 2; j++ {
+				advance(5 * time.Second)
+				if got := reinvite(); got != 200 {
+					t.Fatalf("hold/resume %d: final %d, want 200", j+1, got)
+				}
+			}
+		}
+	}
+	// A burst in one instant: the first few pass, then 503.
+	codes := map[int]int{}
+	for i := 0; i < reinviteLimit+2; i++ {
+		codes[reinvite()]++
+	}
+	if codes[503] == 0 || codes[200] > reinviteLimit {
+		t.Errorf("burst of %d re-INVITEs: %v, want at most %d answered 200 and the rest 503", reinviteLimit+2, codes, reinviteLimit)
+	}
+}
