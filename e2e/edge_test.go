@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cpsguard/cpsguard/internal/redistest"
 )
 
 // rawPeer is a raw UDP endpoint that sends hand-written SIP and records
@@ -422,5 +424,29 @@ func TestEveryCallCountedOnce(t *testing.T) {
 	}
 	if v := n.metric("cpsguard_sip_errors_total", "reason", "duplicate"); v < 1 {
 		t.Errorf("sip_errors_total{duplicate} = %v, want >= 1", v)
+	}
+}
+
+// TestHostileRedisDoesNotStopTheNode: a "Redis" whose replies announce an
+// impossible length (go-redis' reader panics on them) is a store failure:
+// the node runs on its fallback, answers calls and counts the panics.
+func TestHostileRedisDoesNotStopTheNode(t *testing.T) {
+	car := startCarrier(t, "127.0.0.1")
+	n := startNode(t, nodeConf{id: "hostile-redis", redis: redistest.StartHostile(t), onError: "local",
+		peers:    []peerConf{{name: "dialer", sources: []string{"127.0.0.2/32"}, cps: 100}},
+		carriers: []carrierConf{{name: "c", addr: car.addr, cps: 100}}}, true)
+	peer := startRawPeer(t, "127.0.0.2")
+	for i := 0; i < 3; i++ {
+		peer.answeredCall(t, n, fmt.Sprintf("hostile-%d", i))
+	}
+	time.Sleep(time.Second) // heartbeats and probes meet the hostile replies too
+	if !n.alive() {
+		t.Fatalf("the node died:\n%s", n.logTail())
+	}
+	if v := n.metric("cpsguard_panics_total"); v < 1 {
+		t.Errorf("cpsguard_panics_total = %v, want >= 1 (the hostile replies were read)", v)
+	}
+	if v := n.metric("cpsguard_store_up"); v != 0 {
+		t.Errorf("cpsguard_store_up = %v, want 0 (fallback)", v)
 	}
 }

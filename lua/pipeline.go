@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/cpsguard/cpsguard/internal/panics"
 )
 
 // ErrClosed is the error of a script call made through a closed Pipeliner,
@@ -26,6 +28,9 @@ type PipelineOptions struct {
 	Queue int
 	// Cap bounds a batch none of whose callers has a deadline; default 5 s.
 	Cap time.Duration
+	// Panics logs and counts a panic while a batch is sent (its calls then
+	// fail with the panic as their error); nil logs only.
+	Panics *panics.Reporter
 }
 
 // Pipeliner is a redis.Scripter that sends the script calls of concurrent
@@ -238,9 +243,25 @@ func (p *Pipeliner) flush() {
 				break fill
 			}
 		}
-		p.send(batch)
+		p.sendSafe(batch)
 		clear(batch)
 	}
+}
+
+// sendSafe is send with a panic turned into the error of every call of the
+// batch not answered yet, so the flusher goes on.
+func (p *Pipeliner) sendSafe(batch []*pcall) {
+	replied := 0
+	defer p.opt.Panics.Recover("lua.pipeline", func(err error) {
+		for _, c := range batch[replied:] {
+			select {
+			case c.reply <- err:
+			default: // answered before the panic
+			}
+		}
+	})
+	p.send(batch)
+	replied = len(batch)
 }
 
 // send runs one batch: a lone call as a plain command on its own context,

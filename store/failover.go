@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cpsguard/cpsguard/admission"
+	"github.com/cpsguard/cpsguard/internal/panics"
 	"github.com/cpsguard/cpsguard/pacing"
 )
 
@@ -67,6 +68,8 @@ type Options struct {
 	Timeout time.Duration
 	// OnMode is called once per switch with the new mode.
 	OnMode func(mode string)
+	// Panics logs and counts a panic of the probe (nil: logs only).
+	Panics *panics.Reporter
 	Logger *slog.Logger
 }
 
@@ -304,9 +307,7 @@ func (f *Failover) Run(ctx context.Context) {
 			good = 0
 			continue
 		}
-		pctx, cancel := context.WithTimeout(ctx, f.o.Timeout)
-		err := f.o.Probe.Ping(pctx)
-		cancel()
+		err := f.probe(ctx)
 		if err != nil {
 			good = 0
 			continue
@@ -316,6 +317,14 @@ func (f *Failover) Run(ctx context.Context) {
 			f.recover()
 		}
 	}
+}
+
+// probe pings Redis once; a panic is a failed probe (logged once, counted).
+func (f *Failover) probe(ctx context.Context) (err error) {
+	defer f.o.Panics.Recover("store.probe", func(e error) { err = e })
+	pctx, cancel := context.WithTimeout(ctx, f.o.Timeout)
+	defer cancel()
+	return f.o.Probe.Ping(pctx)
 }
 
 // Check tries Redis once (at start) and switches to fallback when it does not

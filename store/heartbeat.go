@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"sync/atomic"
 	"time"
+
+	"github.com/cpsguard/cpsguard/internal/panics"
 )
 
 // Beater records one node's heartbeat in the shared store and returns how
@@ -31,6 +33,7 @@ type Heartbeat struct {
 	live     atomic.Int64
 	onError  func(error)
 	log      *slog.Logger
+	panics   *panics.Reporter
 }
 
 // HeartbeatOptions configures NewHeartbeat.
@@ -43,6 +46,8 @@ type HeartbeatOptions struct {
 	// OnError is told of a failed beat (the failover uses it to switch).
 	OnError func(error)
 	Logger  *slog.Logger
+	// Panics logs and counts a panic of a beat (nil: logs only).
+	Panics *panics.Reporter
 }
 
 // NewHeartbeat returns a Heartbeat that beats through b.
@@ -57,7 +62,7 @@ func NewHeartbeat(b Beater, o HeartbeatOptions) *Heartbeat {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	h := &Heartbeat{beater: b, node: o.Node, interval: o.Interval, ttl: 3 * o.Interval,
-		minNodes: o.MinNodes, onError: o.OnError, log: o.Logger}
+		minNodes: o.MinNodes, onError: o.OnError, log: o.Logger, panics: o.Panics}
 	h.live.Store(int64(o.MinNodes))
 	return h
 }
@@ -91,13 +96,24 @@ func (h *Heartbeat) Beat(ctx context.Context, timeout time.Duration) error {
 func (h *Heartbeat) Run(ctx context.Context, timeout time.Duration) {
 	t := time.NewTicker(h.interval)
 	defer t.Stop()
-	_ = h.Beat(ctx, timeout)
+	h.beatSafe(ctx, timeout)
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			_ = h.Beat(ctx, timeout)
+			h.beatSafe(ctx, timeout)
 		}
 	}
+}
+
+// beatSafe is Beat with a panic turned into a logged, counted failure: the
+// heartbeat goes on at the next tick.
+func (h *Heartbeat) beatSafe(ctx context.Context, timeout time.Duration) {
+	defer h.panics.Recover("store.heartbeat", func(err error) {
+		if h.onError != nil {
+			h.onError(err)
+		}
+	})
+	_ = h.Beat(ctx, timeout)
 }

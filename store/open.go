@@ -10,6 +10,7 @@ import (
 
 	"github.com/cpsguard/cpsguard/admission"
 	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/internal/panics"
 	"github.com/cpsguard/cpsguard/lua"
 	"github.com/cpsguard/cpsguard/pacing"
 )
@@ -25,6 +26,9 @@ type OpenOptions struct {
 	// ProbeInterval defaults to 250 ms.
 	ProbeInterval time.Duration
 	Logger        *slog.Logger
+	// Panics logs and counts panics recovered in Redis calls and in the
+	// store's goroutines (cpsguard_panics_total); nil logs only.
+	Panics *panics.Reporter
 }
 
 // Stores is the store a node decides on, built from store.* of the config.
@@ -56,9 +60,11 @@ func Open(ctx context.Context, cfg *config.Config, o OpenOptions) (*Stores, erro
 		return nil, fmt.Errorf("store: store.redis.addrs is empty")
 	}
 	client := NewClient(rc)
+	// A panic in go-redis (a hostile reply) is a failed command.
+	client.AddHook(panicHook{r: o.Panics})
 	// One pipeliner for both Redis stores: admissions and pacing
 	// reservations of concurrent calls share round trips.
-	pipe := lua.NewPipeliner(client, lua.PipelineOptions{})
+	pipe := lua.NewPipeliner(client, lua.PipelineOptions{Panics: o.Panics})
 	s := &Stores{client: client, pipeline: pipe, timeout: rc.Timeout}
 	observe := o.Observe
 	hb := NewHeartbeat(lua.Heartbeater{Client: client, Key: lua.Key(cfg.Store.KeyPrefix, "nodes", "all")},
@@ -67,6 +73,7 @@ func Open(ctx context.Context, cfg *config.Config, o OpenOptions) (*Stores, erro
 			Interval: o.HeartbeatInterval,
 			OnError:  func(err error) { s.fail("heartbeat", err) },
 			Logger:   o.Logger,
+			Panics:   o.Panics,
 		})
 	s.heartbeat = hb
 	s.Failover = NewFailover(Options{
@@ -81,6 +88,7 @@ func Open(ctx context.Context, cfg *config.Config, o OpenOptions) (*Stores, erro
 		Timeout:       rc.Timeout,
 		OnMode:        o.OnMode,
 		Logger:        o.Logger,
+		Panics:        o.Panics,
 	})
 	lctx, cancel := context.WithTimeout(ctx, max(time.Second, rc.Timeout))
 	defer cancel()

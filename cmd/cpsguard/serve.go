@@ -20,6 +20,7 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/httpapi"
 	"github.com/cpsguard/cpsguard/internal/gctune"
+	"github.com/cpsguard/cpsguard/internal/panics"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/pacing"
 	"github.com/cpsguard/cpsguard/sip"
@@ -132,6 +133,7 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 			}
 		},
 		Logger: logger.With("component", "store"),
+		Panics: &panics.Reporter{Log: logger.With("component", "store"), Count: m.Panics},
 	})
 	if err != nil {
 		return err
