@@ -27,7 +27,9 @@ func TestPipelinedConcurrentReserve(t *testing.T) {
 	if err := s.Load(ctx); err != nil {
 		t.Fatal(err)
 	}
-	const n, interval = 64, 10 * time.Millisecond
+	// Slots a second apart: however slow the machine, none comes due before
+	// Queue looks (with 10 ms some did on a loaded box).
+	const n, interval = 64, time.Second
 	key := lua.Key("test", "carrier", "piped")
 	slots, errs := make([]Slot, n), make([]error, n)
 	var wg sync.WaitGroup
@@ -35,7 +37,7 @@ func TestPipelinedConcurrentReserve(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			slots[i], errs[i] = s.Reserve(ctx, key, fmt.Sprint("call-", i), interval, time.Minute)
+			slots[i], errs[i] = s.Reserve(ctx, key, fmt.Sprint("call-", i), interval, 2*time.Minute)
 		}()
 	}
 	wg.Wait()

@@ -3,6 +3,7 @@ package sip
 import (
 	"net"
 	"net/netip"
+	"sync"
 	"testing"
 	"time"
 )
@@ -15,10 +16,14 @@ func TestGuardedListenerBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var refused []string
+	var (
+		mu      sync.Mutex
+		refused []string
+	)
 	stranger := netip.MustParseAddr("127.0.0.9")
 	l := newGuardedListener(inner, func() tcpLimits { return tcpLimits{idle: time.Minute, max: 3, perSource: 2} },
-		func(ip netip.Addr) bool { return ip != stranger }, func(r string) { refused = append(refused, r) })
+		func(ip netip.Addr) bool { return ip != stranger },
+		func(r string) { mu.Lock(); refused = append(refused, r); mu.Unlock() })
 	defer l.Close()
 	accepted := make(chan net.Conn, 16)
 	go func() {
@@ -63,6 +68,8 @@ func TestGuardedListenerBounds(t *testing.T) {
 			t.Fatalf("connection %d from %s: closed at accept = %v, want %v", i, tc.ip, got, tc.closed)
 		}
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	if want := []string{"tcp_limit", "unknown_source", "tcp_limit"}; len(refused) != 3 || refused[0] != want[0] || refused[1] != want[1] || refused[2] != want[2] {
 		t.Errorf("refusals %v, want %v", refused, want)
 	}
