@@ -42,6 +42,43 @@ func got(v any) string {
 	return fmt.Sprint(v)
 }
 
+// secretKeys are the last path elements of settings whose values are
+// secrets: their values never appear in a message, whatever they are.
+var secretKeys = map[string]bool{"password": true, "token": true, "dialog_secret": true, "secret": true}
+
+// isSecretPath reports whether path names a secret setting
+// (store.redis.password, http.token, sip.dialog_secret, …).
+func isSecretPath(path string) bool {
+	if i := strings.LastIndexByte(path, '.'); i >= 0 {
+		path = path[i+1:]
+	}
+	return secretKeys[path]
+}
+
+// gotAt is got for the value at path: for a secret only its kind ("a
+// number"), never the value, so a secret mistyped in a file or an
+// environment variable is not echoed by check, the logs or the reload API.
+func gotAt(path string, v any) string {
+	if !isSecretPath(path) {
+		return got(v)
+	}
+	switch v.(type) {
+	case string:
+		return "a string"
+	case map[string]any:
+		return "a map"
+	case []any:
+		return "a list"
+	case nil:
+		return "nothing"
+	case bool:
+		return "a boolean"
+	case int, int64, uint64, float64, float32, int32, uint32, uint:
+		return "a number"
+	}
+	return "a value of another kind"
+}
+
 func join(path, key string) string {
 	if path == "" {
 		return key
@@ -60,7 +97,7 @@ func (d *decoder) decode(path string, in any, out reflect.Value) {
 	case t == durationType:
 		dur, ok := toDuration(in)
 		if !ok {
-			d.fail(path, "must be a duration like 2s or 500ms (got %s)", got(in))
+			d.fail(path, "must be a duration like 2s or 500ms (got %s)", gotAt(path, in))
 			return
 		}
 		out.SetInt(int64(dur))
@@ -68,7 +105,7 @@ func (d *decoder) decode(path string, in any, out reflect.Value) {
 	case t == prefixType:
 		s, ok := in.(string)
 		if !ok {
-			d.fail(path, "must be a CIDR like 192.0.2.0/24 (got %s)", got(in))
+			d.fail(path, "must be a CIDR like 192.0.2.0/24 (got %s)", gotAt(path, in))
 			return
 		}
 		pfx, err := parsePrefix(s)
@@ -89,7 +126,7 @@ func (d *decoder) decode(path string, in any, out reflect.Value) {
 			// like 1234): take its text rather than fail.
 			out.SetString(fmt.Sprint(v))
 		default:
-			d.fail(path, "must be a string (got %s)", got(in))
+			d.fail(path, "must be a string (got %s)", gotAt(path, in))
 		}
 	case reflect.Bool:
 		switch v := in.(type) {
@@ -98,24 +135,24 @@ func (d *decoder) decode(path string, in any, out reflect.Value) {
 		case string:
 			b, err := strconv.ParseBool(v)
 			if err != nil {
-				d.fail(path, "must be true or false (got %s)", got(in))
+				d.fail(path, "must be true or false (got %s)", gotAt(path, in))
 				return
 			}
 			out.SetBool(b)
 		default:
-			d.fail(path, "must be true or false (got %s)", got(in))
+			d.fail(path, "must be true or false (got %s)", gotAt(path, in))
 		}
 	case reflect.Int:
 		n, ok := toInt(in)
 		if !ok {
-			d.fail(path, "must be an integer (got %s)", got(in))
+			d.fail(path, "must be an integer (got %s)", gotAt(path, in))
 			return
 		}
 		out.SetInt(n)
 	case reflect.Float64:
 		f, ok := toFloat(in)
 		if !ok {
-			d.fail(path, "must be a number (got %s)", got(in))
+			d.fail(path, "must be a number (got %s)", gotAt(path, in))
 			return
 		}
 		out.SetFloat(f)
@@ -143,14 +180,14 @@ func (d *decoder) decodeSlice(path string, in any, out reflect.Value) {
 	case string:
 		// Environment overrides carry lists as text: "a,b" or "a b".
 		if k := out.Type().Elem().Kind(); k == reflect.Struct || k == reflect.Slice {
-			d.fail(path, "must be a list (got %s)", got(in))
+			d.fail(path, "must be a list (got %s)", gotAt(path, in))
 			return
 		}
 		for _, f := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' }) {
 			items = append(items, f)
 		}
 	default:
-		d.fail(path, "must be a list (got %s)", got(in))
+		d.fail(path, "must be a list (got %s)", gotAt(path, in))
 		return
 	}
 	s := reflect.MakeSlice(out.Type(), len(items), len(items))
@@ -163,7 +200,7 @@ func (d *decoder) decodeSlice(path string, in any, out reflect.Value) {
 func (d *decoder) decodeMap(path string, in any, out reflect.Value) {
 	m, ok := in.(map[string]any)
 	if !ok {
-		d.fail(path, "must be a map (got %s)", got(in))
+		d.fail(path, "must be a map (got %s)", gotAt(path, in))
 		return
 	}
 	res := reflect.MakeMapWithSize(out.Type(), len(m))
@@ -178,7 +215,7 @@ func (d *decoder) decodeMap(path string, in any, out reflect.Value) {
 func (d *decoder) decodeStruct(path string, in any, out reflect.Value) {
 	m, ok := in.(map[string]any)
 	if !ok {
-		d.fail(path, "must be a map (got %s)", got(in))
+		d.fail(path, "must be a map (got %s)", gotAt(path, in))
 		return
 	}
 	fields := fieldsOf(out.Type())

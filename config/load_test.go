@@ -454,3 +454,31 @@ func TestAdvertise(t *testing.T) {
 		}
 	}
 }
+
+// TestMistypedSecretsAreNotEchoed: a secret of the wrong kind is an error
+// that names its path and its kind, never its value (check, logs and the
+// reload API's 422 body all print these errors).
+func TestMistypedSecretsAreNotEchoed(t *testing.T) {
+	for _, tc := range []struct{ name, yaml, secret, path string }{
+		{"numeric token", "http: {token: 123456789012345678901234567890}\n", "1.2345678901234568e+29", "http.token"},
+		{"numeric password", "store: {redis: {addrs: [127.0.0.1:6379], password: 1.5e+40}}\n", "1.5e+40", "store.redis.password"},
+		{"list dialog secret", "sip: {dialog_secret: [s3cr3t-value-123456]}\n", "s3cr3t", "sip.dialog_secret"},
+		{"map token", "http: {token: {a: hunter2-token}}\n", "hunter2", "http.token"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.yaml + minimal))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			msg := err.Error()
+			if strings.Contains(msg, tc.secret) || !strings.Contains(msg, tc.path) {
+				t.Errorf("error %q: want %s named and its value absent", msg, tc.path)
+			}
+		})
+	}
+	t.Setenv("CPSGUARD_HTTP_TOKEN", "") // env: the same rule
+	t.Setenv("CPSGUARD_SIP_REJECT_CODE", "busy")
+	if _, err := Parse([]byte(minimal)); err == nil || !strings.Contains(err.Error(), `(got "busy")`) {
+		t.Errorf("a non-secret value is still shown: %v", err)
+	}
+}
