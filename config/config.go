@@ -46,6 +46,35 @@ type SIP struct {
 	// up before a restart or through another node are then refused). A
 	// secret: set it with CPSGUARD_SIP_DIALOG_SECRET, never shown.
 	DialogSecret string `cfg:"dialog_secret"`
+	// TCP bounds the TCP connections the proxy accepts.
+	TCP TCP `cfg:"tcp"`
+	// StripHeaders are removed from initial INVITEs before they are
+	// forwarded. Unset (nil) means the customer header; an empty list
+	// strips nothing.
+	StripHeaders []string `cfg:"strip_headers"`
+}
+
+// TCP bounds accepted SIP-over-TCP connections: a half-sent message must
+// not hold a goroutine and a descriptor for ever.
+type TCP struct {
+	// IdleTimeout closes a connection that sends nothing for that long.
+	IdleTimeout time.Duration `cfg:"idle_timeout"`
+	// MaxConnections caps accepted connections open at once.
+	MaxConnections int `cfg:"max_connections"`
+	// MaxConnectionsPerSource caps them per source IP.
+	MaxConnectionsPerSource int `cfg:"max_connections_per_source"`
+}
+
+// Stripped returns the headers removed from initial INVITEs: StripHeaders,
+// or the customer header when StripHeaders is unset.
+func (c *Config) Stripped() []string {
+	if c.SIP.StripHeaders != nil {
+		return c.SIP.StripHeaders
+	}
+	if c.CustomerHeader == "" {
+		return nil
+	}
+	return []string{c.CustomerHeader}
 }
 
 // Reject describes the SIP response sent for a CPS rejection.

@@ -176,6 +176,19 @@ func (v *validator) sip() {
 		// The length only: the value is a secret.
 		v.errf("sip.dialog_secret", "must be empty or at least %d characters (got %d)", MinDialogSecret, n)
 	}
+	if d := s.TCP.IdleTimeout; d <= 0 {
+		v.errf("sip.tcp.idle_timeout", "must be > 0 (got %s)", d)
+	}
+	if n := s.TCP.MaxConnections; n < 1 {
+		v.errf("sip.tcp.max_connections", "must be >= 1 (got %d)", n)
+	} else if n := s.TCP.MaxConnectionsPerSource; n < 1 || n > s.TCP.MaxConnections {
+		v.errf("sip.tcp.max_connections_per_source", "must be between 1 and sip.tcp.max_connections (%d) (got %d)", s.TCP.MaxConnections, n)
+	}
+	for i, h := range s.StripHeaders {
+		if !tokenRe.MatchString(h) {
+			v.errf(fmt.Sprintf("sip.strip_headers[%d]", i), "must be a header name like X-Customer (got %q)", h)
+		}
+	}
 	if ra := s.Reject.RetryAfter; ra < 0 {
 		v.errf("sip.reject.retry_after", "must be >= 0 (got %s)", ra)
 	} else if ra%time.Second != 0 {

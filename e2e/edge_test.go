@@ -6,6 +6,7 @@ package e2e
 // what a known peer and a stranger can and cannot make the node do.
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -448,5 +449,50 @@ func TestHostileRedisDoesNotStopTheNode(t *testing.T) {
 	}
 	if v := n.metric("cpsguard_store_up"); v != 0 {
 		t.Errorf("cpsguard_store_up = %v, want 0 (fallback)", v)
+	}
+}
+
+// TestTCPBounded: a source cannot hold more TCP connections than
+// sip.tcp.max_connections_per_source, and a half-sent message does not
+// keep its connection past sip.tcp.idle_timeout.
+func TestTCPBounded(t *testing.T) {
+	car := startCarrier(t, "127.0.0.1")
+	n := startNode(t, nodeConf{id: "tcp", tcp: "{idle_timeout: 1s, max_connections_per_source: 3}",
+		peers:    []peerConf{{name: "dialer", sources: []string{"127.0.0.2/32"}, cps: 100}},
+		carriers: []carrierConf{{name: "c", addr: car.addr, cps: 100}}}, true)
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	var conns []net.Conn
+	for i := 0; i < 6; i++ {
+		c, err := d.Dial("tcp", n.sip)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_, _ = c.Write([]byte("INVITE sip:x@y SIP/2.0\r\nVia: SIP/2.0/TCP 127.0.0.2;branch=z9hG4bK-half\r\n")) // half a message
+		conns = append(conns, c)
+	}
+	closed := func(c net.Conn, within time.Duration) bool {
+		_ = c.SetReadDeadline(time.Now().Add(within))
+		_, err := c.Read(make([]byte, 1))
+		var ne net.Error
+		return err != nil && !(errors.As(err, &ne) && ne.Timeout())
+	}
+	open := 0
+	for _, c := range conns {
+		if !closed(c, 200*time.Millisecond) {
+			open++
+		}
+	}
+	if open != 3 {
+		t.Errorf("%d of 6 connections from one source stayed open, want 3 (max_connections_per_source)", open)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	for i, c := range conns {
+		if !closed(c, 500*time.Millisecond) {
+			t.Errorf("connection %d with a half-sent message still open after idle_timeout", i)
+		}
+	}
+	if v := n.metric("cpsguard_sip_errors_total", "reason", "tcp_limit"); v != 3 {
+		t.Errorf("sip_errors_total{tcp_limit} = %v, want 3", v)
 	}
 }

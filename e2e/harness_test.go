@@ -102,6 +102,7 @@ type nodeConf struct {
 	unknownSource string // reject | drop
 	token         string
 	logLevel      string // default info
+	tcp           string // sip.tcp block, e.g. "{idle_timeout: 1s}"; empty = defaults
 	peers         []peerConf
 	carriers      []carrierConf
 }
@@ -119,6 +120,9 @@ func (c nodeConf) yaml(sipPort, httpPort int) string {
 		us = "reject"
 	}
 	fmt.Fprintf(&b, "  unknown_source: %s\n  reject: {code: 503, reason: CPS Limit Exceeded}\n", us)
+	if c.tcp != "" {
+		fmt.Fprintf(&b, "  tcp: %s\n", c.tcp)
+	}
 	b.WriteString("store:\n  key_prefix: e2e\n")
 	to := c.redisTimeout
 	if to == 0 {

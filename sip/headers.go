@@ -243,13 +243,9 @@ func foldVias(p *Proxy, req *sipmsg.Request) sipmsg.Header {
 }
 
 // stripHeaders returns the names of the headers removed from an initial
-// INVITE before it is forwarded: by default the customer header.
-func stripHeaders(cfg *config.Config) []string {
-	if cfg.CustomerHeader == "" {
-		return nil
-	}
-	return []string{cfg.CustomerHeader}
-}
+// INVITE before it is forwarded (sip.strip_headers; by default the
+// customer header).
+func stripHeaders(cfg *config.Config) []string { return cfg.Stripped() }
 
 // recordRoutes appends to dst the proxy's Record-Route headers for a call
 // that came in over inTP and leaves over outTP, in the order they are

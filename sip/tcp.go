@@ -23,7 +23,7 @@ import (
 // A connection over a bound, or from a stranger when unknown_source is
 // drop, is closed at accept, before sipgo reads a byte of it.
 
-// Defaults of sip.tcp (DESIGN.md).
+// Defaults of sip.tcp (DESIGN.md), for configurations built by hand.
 const (
 	defaultTCPIdle      = 60 * time.Second
 	defaultTCPMax       = 10000
@@ -37,9 +37,23 @@ type tcpLimits struct {
 	perSource int
 }
 
-// tcpLimitsOf returns cfg's TCP bounds.
-func tcpLimitsOf(_ *config.Config) tcpLimits {
-	return tcpLimits{idle: defaultTCPIdle, max: defaultTCPMax, perSource: defaultTCPPerSource}
+// tcpLimitsOf returns cfg's TCP bounds (sip.tcp), with the defaults for
+// what a hand-built configuration leaves at zero.
+func tcpLimitsOf(cfg *config.Config) tcpLimits {
+	l := tcpLimits{idle: defaultTCPIdle, max: defaultTCPMax, perSource: defaultTCPPerSource}
+	if cfg == nil {
+		return l
+	}
+	if t := cfg.SIP.TCP; t.IdleTimeout > 0 {
+		l.idle = t.IdleTimeout
+	}
+	if t := cfg.SIP.TCP; t.MaxConnections > 0 {
+		l.max = t.MaxConnections
+	}
+	if t := cfg.SIP.TCP; t.MaxConnectionsPerSource > 0 {
+		l.perSource = t.MaxConnectionsPerSource
+	}
+	return l
 }
 
 // guardedListener is a TCP listener that enforces tcpLimits and closes
