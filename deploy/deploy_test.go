@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -300,5 +301,32 @@ func TestStaticBuild(t *testing.T) {
 	}
 	if libs, _ := f.ImportedLibraries(); len(libs) > 0 {
 		t.Errorf("binary needs shared libraries %v: want none", libs)
+	}
+}
+
+// TestComposeShipsNoSecret: a compose file copied as it is never runs with
+// a public secret: every secret variable is required (${VAR:?message}),
+// never given a default (${VAR:-…} or ${VAR-…}) or a literal value.
+func TestComposeShipsNoSecret(t *testing.T) {
+	secret := regexp.MustCompile(`(?i)(TOKEN|SECRET|PASSWORD)\s*[:=]\s*(.*)$`)
+	required := regexp.MustCompile(`^\$\{[A-Z0-9_]+:\?[^}]+\}$`)
+	for _, f := range []string{"docker-compose.yml", "cpsguard-compose.yaml"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			line = strings.TrimSpace(line)
+			if strings.HasPrefix(line, "#") {
+				continue
+			}
+			m := secret.FindStringSubmatch(line)
+			if m == nil || strings.TrimSpace(m[2]) == "" {
+				continue
+			}
+			if v := strings.Trim(strings.TrimSpace(m[2]), `"'`); !required.MatchString(v) {
+				t.Errorf("%s:%d: secret set to %q, want ${VAR:?message} (required, no default)", f, i+1, v)
+			}
+		}
 	}
 }
