@@ -39,6 +39,9 @@ func runCheck(args []string) int {
 		return exitFail
 	}
 	fmt.Printf("%s: OK\n%s", *path, c.Summary())
+	for _, w := range config.Warnings(c) {
+		fmt.Printf("warning: %s\n", w)
+	}
 	return exitOK
 }
 

@@ -201,6 +201,21 @@ func TestCheckHidesSecrets(t *testing.T) {
 	}
 }
 
+// TestCheckWarns: a valid but weak configuration passes (exit 0) with one
+// "warning:" line per finding.
+func TestCheckWarns(t *testing.T) {
+	r := cpsguard(t, []string{"CPSGUARD_HTTP_LISTEN=0.0.0.0:9090", "CPSGUARD_STORE_REDIS_ADDRS=127.0.0.1:6379"},
+		"check", "--config", "../../testdata/cpsguard.yaml")
+	if r.code != 0 {
+		t.Fatalf("exit code %d: %s", r.code, r.stderr)
+	}
+	for _, want := range []string{"warning: http.token: not set while http.listen 0.0.0.0:9090", "warning: sip.dialog_secret: not set with store.redis"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("check output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+}
+
 func TestVersion(t *testing.T) {
 	r := cpsguard(t, nil, "version")
 	if r.code != 0 {

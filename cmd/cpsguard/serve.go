@@ -110,6 +110,9 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 		"gogc", gc.GCPercent, "gogc_from", gc.GCSource,
 		"memory_limit", memLimit, "memory_limit_from", gc.LimitSource)
 	store.RouteRedisLogs(logger)
+	for _, w := range config.Warnings(cfg) {
+		logger.Warn("configuration: " + w)
+	}
 
 	reg := metrics.NewRegistry()
 	m := metrics.New(reg)

@@ -1,0 +1,91 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// LongestWaitBucket is the last finite bucket of the pacing wait histogram
+// (metrics.WaitBuckets); a max_wait beyond it cannot be seen in the
+// histogram's quantiles.
+const LongestWaitBucket = 10 * time.Second
+
+// Warnings returns what is valid in c but weaker than an operator would
+// want at the edge, one line per finding, naming the path (empty when
+// there is nothing to say). `cpsguard check` prints them as "warning:"
+// lines (exit 0) and `serve` logs each at start.
+func Warnings(c *Config) []string {
+	var w []string
+	add := func(path, format string, args ...any) {
+		w = append(w, path+": "+fmt.Sprintf(format, args...))
+	}
+	for i, car := range c.Carriers {
+		if host := uriHost(car.URI); host != "" {
+			if _, err := netip.ParseAddr(strings.Trim(host, "[]")); err != nil {
+				add(fmt.Sprintf("carriers[%d].uri", i), "host name %q is resolved at start and every 30 s; "+
+					"its answers and in-dialog requests must come from an address it resolves to (an IP address is exact)", host)
+			}
+		}
+		if car.MaxWait > LongestWaitBucket {
+			add(fmt.Sprintf("carriers[%d].max_wait", i), "%s is beyond the wait histogram's last bucket (%s): "+
+				"longer waits show only as +Inf in cpsguard_pacing_wait_seconds", car.MaxWait, LongestWaitBucket)
+		}
+	}
+	if c.HTTP.Token == "" && !loopback(c.HTTP.Listen) {
+		add("http.token", "not set while http.listen %s is reachable beyond this machine: anyone who reaches it can reload the configuration", c.HTTP.Listen)
+	}
+	if c.Store.Redis != nil && c.SIP.DialogSecret == "" {
+		add("sip.dialog_secret", "not set with store.redis: each node signs dialogs with a random key of its own, "+
+			"so in-dialog requests (BYE included) of calls routed to another node, or after a restart, get 403")
+	}
+	if c.Store.Redis != nil && c.Store.OnError == "admit" {
+		add("store.on_error", "admit lets every call through, without limits, while Redis is down")
+	}
+	if c.SIP.UnknownSource == "reject" {
+		for _, l := range c.SIP.Listen {
+			if u, err := url.Parse(l); err == nil && !loopback(u.Host) {
+				add("sip.unknown_source", "reject answers every stranger on %s (one 403 per request); drop is silence", l)
+				break
+			}
+		}
+	}
+	if !c.SIP.RecordRoute {
+		add("sip.record_route", "false: in-dialog requests do not come through the proxy, which then refuses any that do")
+	}
+	return w
+}
+
+// uriHost returns the host of a sip: URI ("" when it has none).
+func uriHost(uri string) string {
+	rest, ok := strings.CutPrefix(strings.ToLower(uri), "sip:")
+	if !ok {
+		return ""
+	}
+	if i := strings.IndexAny(rest, ";?"); i >= 0 {
+		rest = rest[:i]
+	}
+	if i := strings.LastIndexByte(rest, '@'); i >= 0 {
+		rest = rest[i+1:]
+	}
+	if h, _, err := net.SplitHostPort(rest); err == nil {
+		return h
+	}
+	return rest
+}
+
+// loopback reports whether a host:port listens on loopback only.
+func loopback(hostPort string) bool {
+	h, _, err := net.SplitHostPort(hostPort)
+	if err != nil {
+		h = hostPort
+	}
+	if h == "localhost" {
+		return true
+	}
+	a, err := netip.ParseAddr(strings.Trim(h, "[]"))
+	return err == nil && a.IsLoopback()
+}
