@@ -104,6 +104,19 @@ type Redis struct {
 	DB         int      `cfg:"db"`
 	// Timeout bounds every Redis call made for a SIP call.
 	Timeout time.Duration `cfg:"timeout"`
+	// TLS encrypts the connections to Redis (and to sentinels).
+	TLS RedisTLS `cfg:"tls"`
+}
+
+// RedisTLS configures TLS to Redis. With Enabled and no CAFile the system
+// roots verify the server; CertFile and KeyFile (both or neither) are the
+// client certificate for servers that require one (tls-auth-clients yes).
+type RedisTLS struct {
+	Enabled    bool   `cfg:"enabled"`
+	CAFile     string `cfg:"ca_file"`
+	CertFile   string `cfg:"cert_file"`
+	KeyFile    string `cfg:"key_file"`
+	ServerName string `cfg:"server_name"`
 }
 
 // HTTP is the operations endpoint.

@@ -222,6 +222,11 @@ func (v *validator) store() {
 	if r.Timeout <= 0 {
 		v.errf("store.redis.timeout", "must be > 0 (got %s)", r.Timeout)
 	}
+	if t := r.TLS; !t.Enabled && (t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" || t.ServerName != "") {
+		v.errf("store.redis.tls.enabled", "must be true when other store.redis.tls settings are given (or remove them)")
+	} else if _, err := t.ClientConfig(); err != nil {
+		v.errf("store.redis.tls", "%v", err)
+	}
 }
 
 func (v *validator) http() {

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -13,12 +14,20 @@ import (
 // sentinels). Every socket operation is bounded by cfg.Timeout and context
 // deadlines reach the socket (ContextTimeoutEnabled), so no SIP call waits
 // longer than the timeout for Redis.
-func NewClient(cfg *config.Redis) redis.UniversalClient {
+// With store.redis.tls enabled every connection (to sentinels too) is TLS;
+// the files were checked when the configuration was validated, so an error
+// here means they changed since.
+func NewClient(cfg *config.Redis) (redis.UniversalClient, error) {
 	timeout := cfg.Timeout
 	if timeout <= 0 {
 		timeout = 50 * time.Millisecond
 	}
+	tc, err := cfg.TLS.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("store: store.redis.tls: %w", err)
+	}
 	return redis.NewUniversalClient(&redis.UniversalOptions{
+		TLSConfig:             tc,
 		Addrs:                 cfg.Addrs,
 		MasterName:            cfg.MasterName,
 		Username:              cfg.Username,
@@ -38,5 +47,5 @@ func NewClient(cfg *config.Redis) redis.UniversalClient {
 		MinIdleConns: 2,
 		// One connection per in-flight script keeps latency flat under load.
 		PoolSize: 64,
-	})
+	}), nil
 }

@@ -59,7 +59,10 @@ func Open(ctx context.Context, cfg *config.Config, o OpenOptions) (*Stores, erro
 	if len(rc.Addrs) == 0 {
 		return nil, fmt.Errorf("store: store.redis.addrs is empty")
 	}
-	client := NewClient(rc)
+	client, err := NewClient(rc)
+	if err != nil {
+		return nil, err
+	}
 	// A panic in go-redis (a hostile reply) is a failed command.
 	client.AddHook(panicHook{r: o.Panics})
 	// One pipeliner for both Redis stores: admissions and pacing

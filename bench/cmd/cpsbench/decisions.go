@@ -71,7 +71,10 @@ func decisionsCmd(fs *flag.FlagSet) func(*env) error {
 		// store and for raw EVALSHA; a pool as large as the callers for a
 		// second raw ceiling.
 		cfgR := &config.Redis{Addrs: []string{rd.Addr}, Timeout: *timeout}
-		client := store.NewClient(cfgR)
+		client, err := store.NewClient(cfgR)
+		if err != nil {
+			return err
+		}
 		defer client.Close()
 		if err := lua.Load(e.ctx, client); err != nil {
 			return err
