@@ -496,3 +496,49 @@ func TestTCPBounded(t *testing.T) {
 		t.Errorf("sip_errors_total{tcp_limit} = %v, want 3", v)
 	}
 }
+
+// TestEarlyDialogRequestsPass: interop in the early dialog. A carrier's
+// reliable 183 establishes it; the caller's PRACK and UPDATE, routed by the
+// 183's Record-Route, reach the carrier; then the call is answered and the
+// BYE ends it.
+func TestEarlyDialogRequestsPass(t *testing.T) {
+	car := startCarrier(t, "127.0.0.1")
+	car.mu.Lock()
+	car.early = true
+	car.mu.Unlock()
+	car.setAnswerDelay(1500 * time.Millisecond)
+	n := oneCarrierNode(t, 100, car)
+	peer := startRawPeer(t, "127.0.0.2")
+	peer.send(n.sip, peer.invite(n.sip, "early-1"))
+	var early sipMsg
+	if !wait(3*time.Second, func() bool {
+		for _, r := range peer.responses("early-1", "INVITE") {
+			if r.code == 183 {
+				early = r
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatal("no 183 relayed")
+	}
+	peer.send(n.sip, peer.inDialog(early, "PRACK", "prack-1", "", 2, nil, "RAck: 1 1 INVITE"))
+	peer.send(n.sip, peer.inDialog(early, "UPDATE", "update-1", "", 3, nil))
+	for _, m := range []string{"PRACK", "UPDATE"} {
+		if r := peer.final("early-1", m, 3*time.Second); r.code != 200 {
+			t.Errorf("%s in the early dialog: final %d, want 200", m, r.code)
+		}
+	}
+	if car.count("PRACK") != 1 || car.count("UPDATE") != 1 {
+		t.Errorf("carrier got PRACK %d, UPDATE %d; want 1 each", car.count("PRACK"), car.count("UPDATE"))
+	}
+	ok := peer.final("early-1", "INVITE", 3*time.Second)
+	if ok.code != 200 {
+		t.Fatalf("INVITE final %d, want 200", ok.code)
+	}
+	peer.send(n.sip, ackFor2xx(peer, ok))
+	peer.send(n.sip, peer.inDialog(ok, "BYE", "bye-1", "", 4, nil))
+	if r := peer.final("early-1", "BYE", 3*time.Second); r.code != 200 {
+		t.Errorf("BYE final %d, want 200", r.code)
+	}
+}

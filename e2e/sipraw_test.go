@@ -135,6 +135,7 @@ type carrier struct {
 	pending  map[string]func() bool // delayed answers by Call-ID: stop → true if stopped in time
 	canceled int                    // INVITEs ended by CANCEL before their 200
 	code     int                    // final answer to INVITEs (0 = 200)
+	early    bool                   // send a reliable 183 (early dialog) before the answer
 	received []sipMsg               // every request, in order
 }
 
@@ -240,7 +241,7 @@ func (c *carrier) serve(done chan struct{}) {
 		}
 		id := m.get("call-id")
 		c.mu.Lock()
-		delay, code := c.delay, c.code
+		delay, code, early := c.delay, c.code, c.early
 		c.methods[m.method]++
 		c.received = append(c.received, m)
 		if m.method == "INVITE" {
@@ -275,6 +276,10 @@ func (c *carrier) serve(done chan struct{}) {
 			}
 		case "INVITE":
 			_, _ = c.conn.WriteToUDP(response(m, 100, "Trying", ""), from)
+			if early {
+				_, _ = c.conn.WriteToUDP(response(m, 183, "Session Progress", "car"+strconv.Itoa(len(id)),
+					"Contact: <sip:carrier@"+c.addr+">", "Require: 100rel", "RSeq: 1"), from)
+			}
 			ok := response(m, 200, "OK", "car"+strconv.Itoa(len(id)), "Contact: <sip:carrier@"+c.addr+">")
 			if code >= 300 {
 				ok = response(m, code, "Busy Here", "car"+strconv.Itoa(len(id)))
