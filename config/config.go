@@ -155,6 +155,22 @@ type Carrier struct {
 	URI     string        `cfg:"uri"`
 	CPS     float64       `cfg:"cps"`
 	MaxWait time.Duration `cfg:"max_wait"`
+	// SetupTimeout is how long the carrier has to answer a forwarded INVITE
+	// with a provisional response above 100 (or a final one); then the
+	// INVITE is cancelled and the next carrier of the route tried. 0 means
+	// DefaultSetupTimeout.
+	SetupTimeout time.Duration `cfg:"setup_timeout"`
+}
+
+// DefaultSetupTimeout is a carrier's setup_timeout when none is set.
+const DefaultSetupTimeout = 2 * time.Second
+
+// Setup returns the carrier's setup timeout (DefaultSetupTimeout when unset).
+func (c *Carrier) Setup() time.Duration {
+	if c.SetupTimeout > 0 {
+		return c.SetupTimeout
+	}
+	return DefaultSetupTimeout
 }
 
 // PeerByAddr returns the peer owning addr by longest-prefix match over all

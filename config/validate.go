@@ -350,6 +350,9 @@ func (v *validator) carriers() {
 			v.errf(path+".uri", "%v", err)
 		}
 		v.cps(path+".cps", ca.CPS)
+		if d := ca.SetupTimeout; d < 0 || d > 5*time.Minute {
+			v.errf(path+".setup_timeout", "must be between 0s (the default, %s) and 5m (got %s)", DefaultSetupTimeout, d)
+		}
 		if ca.MaxWait < 0 {
 			v.errf(path+".max_wait", "must be >= 0 (got %s)", ca.MaxWait)
 		}

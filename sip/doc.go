@@ -67,7 +67,8 @@
 // counted in cpsguard_panics_total{where}. On shutdown Serve drains:
 // new INVITEs get 503, calls in progress get 5 s to finish, then the rest
 // are cancelled. Every call ends: the handler goroutine returns on the
-// final response, on a carrier timeout (4 s of silence, 3 min of ringing)
+// final response, on a carrier timeout (the carrier's setup_timeout, 2 s by
+// default, without ringing; 3 min of ringing)
 // or on shutdown, and sipgo's transactions end on their RFC 3261 timers.
 //
 // # Concurrency

@@ -432,7 +432,10 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 	}
 	// 2xx retransmissions bypass Responses(); relay them too, or repeat
 	// the proxy's own ACK when it hung the call up.
-	var hungUp atomic.Pointer[sipmsg.Request]
+	var (
+		hungUp    atomic.Pointer[sipmsg.Request]
+		abandoned atomic.Bool // cancelled for the next carrier: never relay its 2xx
+	)
 	ctx.OnRetransmission(func(r *sipmsg.Response) {
 		defer p.panics.Recover("sip.invite_retransmission", nil)
 		if !r.IsSuccess() {
@@ -442,10 +445,15 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 			_ = p.tp.WriteMsg(ack)
 			return
 		}
-		c.relay(r)
+		if !abandoned.Load() {
+			c.relay(r)
+		}
 	})
 
-	timer := time.NewTimer(noAnswerTimeout)
+	// The carrier has car.Setup() to answer with a provisional response
+	// above 100 (a 100 Trying alone does not count: a carrier that takes
+	// calls and never rings them is as good as down), then the ring timer.
+	timer := time.NewTimer(car.Setup())
 	defer timer.Stop()
 	var (
 		gotAny, provisional, cancelPending, cancelSent bool
@@ -463,10 +471,7 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 	for {
 		select {
 		case r := <-ctx.Responses():
-			if !gotAny {
-				gotAny = true
-				timer.Reset(ringTimeout)
-			}
+			gotAny = true
 			if cancelPending && !cancelSent {
 				sendCancel()
 			}
@@ -532,6 +537,14 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 				ctx.Terminate()
 				return nil, true
 			}
+			if !provisional {
+				// A 100 Trying but no ringing within setup_timeout: cancel
+				// this carrier's INVITE and move on; a 2xx that crosses the
+				// CANCEL is hung up, never relayed.
+				abandoned.Store(true)
+				p.abandon(ctx, out, &hungUp)
+				return nil, true
+			}
 			// Rang too long (Timer C): cancel downstream, 408 upstream.
 			sendCancel()
 			answered = true
@@ -553,6 +566,35 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 			}
 		}
 	}
+}
+
+// abandon cancels a forwarded INVITE the call no longer waits for (the next
+// carrier of the route is tried) and, in the background, hangs up a 2xx that
+// crosses the CANCEL (ACK and BYE); the transaction is then left to end.
+func (p *Proxy) abandon(tx sipmsg.ClientTransaction, inv *sipmsg.Request, hungUp *atomic.Pointer[sipmsg.Request]) {
+	p.cancelUpstream(inv)
+	go func() {
+		defer p.panics.Recover("sip.abandon", nil)
+		t := time.NewTimer(cancelTimeout)
+		defer t.Stop()
+		for {
+			select {
+			case r := <-tx.Responses():
+				if r.IsSuccess() {
+					hungUp.Store(p.hangUp(inv, r))
+					return
+				}
+				if !r.IsProvisional() {
+					return
+				}
+			case <-tx.Done():
+				return
+			case <-t.C:
+				tx.Terminate()
+				return
+			}
+		}
+	}()
 }
 
 // outboundInvite builds the INVITE forwarded to a carrier at target (an

@@ -84,11 +84,11 @@ func init() {
 // udpReadBuffer is the socket receive buffer asked for UDP listeners.
 const udpReadBuffer = 4 << 20
 
-// Timers of the call path. They are variables so tests can shorten them.
+// Timers of the call path (a carrier's own setup_timeout decides how long
+// it has to ring, config.Carrier.Setup).
 var (
-	// noAnswerTimeout is how long a carrier may stay silent (not even a
-	// 100 Trying) before the call moves to the next carrier of its route.
-	noAnswerTimeout = 4 * time.Second
+	// connectTimeout bounds opening a TCP connection to a next hop.
+	connectTimeout = 4 * time.Second
 	// ringTimeout bounds a forwarded INVITE that got a provisional response
 	// but no final one (RFC 3261 Timer C is > 3 min).
 	ringTimeout = 3 * time.Minute

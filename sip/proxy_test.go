@@ -1383,3 +1383,68 @@ func TestFailOpenAdmissionIsNotGated(t *testing.T) {
 		}
 	}
 }
+
+// TestTryingOnlyCarrierIsCancelledAfterSetupTimeout: a carrier that answers
+// 100 Trying and never rings gets a CANCEL after its setup_timeout and the
+// call goes to the next carrier (before, a 100 held the call for the 3 min
+// ring timer); the first carrier's late 200 is ACKed and hung up, never
+// relayed.
+func TestTryingOnlyCarrierIsCancelledAfterSetupTimeout(t *testing.T) {
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var mu sync.Mutex
+	got := map[sipmsg.RequestMethod]int{}
+	go func() {
+		buf := make([]byte, 65535)
+		for {
+			n, from, err := conn.ReadFromUDP(buf)
+			if err != nil {
+				return
+			}
+			msg, err := sipmsg.ParseMessage(append([]byte(nil), buf[:n]...))
+			if err != nil {
+				continue
+			}
+			req, ok := msg.(*sipmsg.Request)
+			if !ok {
+				continue
+			}
+			mu.Lock()
+			got[req.Method]++
+			mu.Unlock()
+			send := func(res *sipmsg.Response) { _, _ = conn.WriteToUDP([]byte(res.String()), from) }
+			switch req.Method {
+			case sipmsg.INVITE:
+				send(sipmsg.NewResponseFromRequest(req, 100, "Trying", nil))
+				// A late answer, after the proxy has moved on.
+				late := sipmsg.NewResponseFromRequest(req, 200, "OK", nil)
+				late.To().Params.Add("tag", "late")
+				late.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", Host: "127.0.0.1", Port: conn.LocalAddr().(*net.UDPAddr).Port}})
+				time.AfterFunc(600*time.Millisecond, func() { send(late) })
+			case sipmsg.CANCEL, sipmsg.BYE:
+				send(sipmsg.NewResponseFromRequest(req, 200, "OK", nil))
+			}
+		}
+	}()
+	second := siptest.StartCarrier(t, "127.0.0.1", nil)
+	adm, pacer := newFakes()
+	first := config.Carrier{Name: "trying-only", URI: "sip:" + conn.LocalAddr().String(), CPS: 100, MaxWait: time.Second,
+		SetupTimeout: 300 * time.Millisecond}
+	h := startProxy(t, testConfig(first, carrierCfg("b", second)), adm, pacer)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	res := caller.Final(ctxT(t, 20*time.Second), caller.Invite(h.udp))
+	if res == nil || res.StatusCode != 200 || second.Count("INVITE") != 1 {
+		t.Fatalf("final = %v, second carrier INVITEs %d; want the second carrier's 200", res, second.Count("INVITE"))
+	}
+	if tag, _ := res.To().Params.Get("tag"); tag == "late" {
+		t.Fatal("the abandoned carrier's 200 was relayed")
+	}
+	waitFor(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return got[sipmsg.CANCEL] == 1 && got[sipmsg.ACK] >= 1 && got[sipmsg.BYE] == 1
+	}, "CANCEL, then ACK and BYE of the late 200, at the first carrier")
+}

@@ -79,5 +79,5 @@ func requestCtx(t target) (context.Context, context.CancelFunc) {
 			return context.Background(), func() {}
 		}
 	}
-	return context.WithTimeout(context.Background(), noAnswerTimeout)
+	return context.WithTimeout(context.Background(), connectTimeout)
 }
