@@ -32,14 +32,29 @@ func got(v any) string {
 	switch v := v.(type) {
 	case string:
 		return strconv.Quote(v)
+	case map[string]any, []any, nil:
+		return kindOf(v)
+	}
+	return fmt.Sprint(v)
+}
+
+// kindOf names the kind of a decoded value without showing it.
+func kindOf(v any) string {
+	switch v.(type) {
+	case string:
+		return "a string"
 	case map[string]any:
 		return "a map"
 	case []any:
 		return "a list"
 	case nil:
 		return "nothing"
+	case bool:
+		return "a boolean"
+	case int, int32, int64, uint, uint32, uint64, float32, float64:
+		return "a number"
 	}
-	return fmt.Sprint(v)
+	return "a value of another kind"
 }
 
 // secretKeys are the last path elements of settings whose values are
@@ -59,24 +74,10 @@ func isSecretPath(path string) bool {
 // number"), never the value, so a secret mistyped in a file or an
 // environment variable is not echoed by check, the logs or the reload API.
 func gotAt(path string, v any) string {
-	if !isSecretPath(path) {
-		return got(v)
+	if isSecretPath(path) {
+		return kindOf(v)
 	}
-	switch v.(type) {
-	case string:
-		return "a string"
-	case map[string]any:
-		return "a map"
-	case []any:
-		return "a list"
-	case nil:
-		return "nothing"
-	case bool:
-		return "a boolean"
-	case int, int64, uint64, float64, float32, int32, uint32, uint:
-		return "a number"
-	}
-	return "a value of another kind"
+	return got(v)
 }
 
 func join(path, key string) string {
