@@ -1,6 +1,7 @@
 package sip
 
 import (
+	"errors"
 	"net"
 	"net/netip"
 	"sync"
@@ -78,12 +79,25 @@ func newGuardedListener(l net.Listener, limits func() tcpLimits, admit func(neti
 
 // Accept returns the next connection within the bounds; the others are
 // closed at once.
+//
+// An accept error other than a closed listener (descriptors exhausted,
+// ECONNABORTED) is retried after a pause doubling from 5 ms to 1 s, as
+// net/http does: sipgo stops serving TCP on any error Accept returns, and
+// the node would stop with it.
 func (l *guardedListener) Accept() (net.Conn, error) {
+	var pause time.Duration
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
-			return nil, err
+			if errors.Is(err, net.ErrClosed) {
+				return nil, err
+			}
+			l.refused("accept")
+			pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+			time.Sleep(pause)
+			continue
 		}
+		pause = 0
 		ap, err := netip.ParseAddrPort(c.RemoteAddr().String())
 		if err != nil {
 			_ = c.Close()

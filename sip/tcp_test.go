@@ -1,6 +1,7 @@
 package sip
 
 import (
+	"errors"
 	"net"
 	"net/netip"
 	"sync"
@@ -87,4 +88,55 @@ func TestGuardedListenerBounds(t *testing.T) {
 func isTimeout(err error) bool {
 	ne, ok := err.(net.Error)
 	return ok && ne.Timeout()
+}
+
+// failingListener fails its first Accepts with a temporary error.
+type failingListener struct {
+	net.Listener
+	fails int
+}
+
+func (f *failingListener) Accept() (net.Conn, error) {
+	if f.fails > 0 {
+		f.fails--
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: errors.New("too many open files")}
+	}
+	return f.Listener.Accept()
+}
+
+// TestGuardedListenerSurvivesAcceptErrors: descriptors running out must not
+// end TCP serving (sipgo returns on any Accept error): the listener waits
+// and accepts again; only a closed listener ends it.
+func TestGuardedListenerSurvivesAcceptErrors(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var accepts int
+	l := newGuardedListener(&failingListener{Listener: inner, fails: 3},
+		func() tcpLimits { return tcpLimits{idle: time.Minute, max: 10, perSource: 10} },
+		func(netip.Addr) bool { return true }, func(r string) {
+			if r == "accept" {
+				accepts++
+			}
+		})
+	go func() {
+		c, err := net.Dial("tcp", inner.Addr().String())
+		if err == nil {
+			defer c.Close()
+			time.Sleep(time.Second)
+		}
+	}()
+	c, err := l.Accept()
+	if err != nil {
+		t.Fatalf("Accept after temporary errors: %v", err)
+	}
+	c.Close()
+	if accepts != 3 {
+		t.Errorf("accept errors counted %d, want 3", accepts)
+	}
+	l.Close()
+	if _, err := l.Accept(); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("Accept on a closed listener: %v, want net.ErrClosed", err)
+	}
 }
