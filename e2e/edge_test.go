@@ -542,3 +542,38 @@ func TestEarlyDialogRequestsPass(t *testing.T) {
 		t.Errorf("BYE final %d, want 200", r.code)
 	}
 }
+
+// TestRetryAfterStopsThePool: a carrier's 503 with Retry-After: 3 through
+// one node of a two-node pool stops both nodes sending it new calls for
+// those 3 s (calls go to the next carrier); afterwards it gets calls again.
+func TestRetryAfterStopsThePool(t *testing.T) {
+	rd := redistest.Start(t)
+	a, b := startCarrier(t, "127.0.0.1"), startCarrier(t, "127.0.0.1")
+	a.mu.Lock()
+	a.code, a.retry = 503, "3"
+	a.mu.Unlock()
+	carriers := []carrierConf{{name: "carrier-a", addr: a.addr, cps: 100}, {name: "carrier-b", addr: b.addr, cps: 100}}
+	peers := []peerConf{{name: "dialer", sources: []string{"127.0.0.2/32"}, cps: 100}}
+	n1 := startNode(t, nodeConf{id: "ra-1", redis: rd.Addr(), peers: peers, carriers: carriers}, true)
+	n2 := startNode(t, nodeConf{id: "ra-2", redis: rd.Addr(), peers: peers, carriers: carriers}, true)
+	peer := startRawPeer(t, "127.0.0.2")
+	peer.answeredCall(t, n1, "ra-first") // carrier-a: 503 Retry-After 3, then carrier-b
+	if a.count("INVITE") != 1 {
+		t.Fatalf("carrier-a INVITEs %d, want 1", a.count("INVITE"))
+	}
+	a.mu.Lock()
+	a.code, a.retry = 0, ""
+	a.mu.Unlock()
+	time.Sleep(200 * time.Millisecond) // the block is written in the background
+	for i := 0; i < 4; i++ {
+		peer.answeredCall(t, []*node{n1, n2}[i%2], fmt.Sprintf("ra-blocked-%d", i))
+	}
+	if got := a.count("INVITE"); got != 1 {
+		t.Errorf("carrier-a got %d INVITEs during its Retry-After, want 1 (none new from either node)", got)
+	}
+	time.Sleep(3 * time.Second)
+	peer.answeredCall(t, n2, "ra-after")
+	if got := a.count("INVITE"); got != 2 {
+		t.Errorf("carrier-a got %d INVITEs after its Retry-After, want 2 (used again)", got)
+	}
+}

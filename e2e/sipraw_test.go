@@ -136,6 +136,7 @@ type carrier struct {
 	canceled int                    // INVITEs ended by CANCEL before their 200
 	code     int                    // final answer to INVITEs (0 = 200)
 	early    bool                   // send a reliable 183 (early dialog) before the answer
+	retry    string                 // Retry-After of a final answer >= 300 ("" = none)
 	received []sipMsg               // every request, in order
 }
 
@@ -241,7 +242,7 @@ func (c *carrier) serve(done chan struct{}) {
 		}
 		id := m.get("call-id")
 		c.mu.Lock()
-		delay, code, early := c.delay, c.code, c.early
+		delay, code, early, retry := c.delay, c.code, c.early, c.retry
 		c.methods[m.method]++
 		c.received = append(c.received, m)
 		if m.method == "INVITE" {
@@ -282,7 +283,11 @@ func (c *carrier) serve(done chan struct{}) {
 			}
 			ok := response(m, 200, "OK", "car"+strconv.Itoa(len(id)), "Contact: <sip:carrier@"+c.addr+">")
 			if code >= 300 {
-				ok = response(m, code, "Busy Here", "car"+strconv.Itoa(len(id)))
+				var extra []string
+				if retry != "" {
+					extra = append(extra, "Retry-After: "+retry)
+				}
+				ok = response(m, code, "Busy Here", "car"+strconv.Itoa(len(id)), extra...)
 			}
 			if delay > 0 {
 				tm := time.AfterFunc(delay, func() { _, _ = c.conn.WriteToUDP(ok, from) })

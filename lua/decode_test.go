@@ -120,6 +120,31 @@ func FuzzDecodeRelease(f *testing.F) {
 	})
 }
 
+func FuzzDecodeBlock(f *testing.F) {
+	f.Add([]byte{0})
+	f.Add([]byte{4})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		until, err := lua.DecodeBlock(build(data))
+		if err != nil && !errors.Is(err, lua.ErrReply) {
+			t.Fatalf("error %v does not wrap ErrReply", err)
+		}
+		if err == nil && until < 0 {
+			t.Fatalf("until %d accepted", until)
+		}
+	})
+}
+
+func TestDecodeBlock(t *testing.T) {
+	if u, err := lua.DecodeBlock([]any{int64(5), int64(3)}); err != nil || u != 5 {
+		t.Errorf("got %d, %v; want 5", u, err)
+	}
+	for _, v := range []any{nil, int64(1), []any{int64(1)}, []any{int64(2), int64(3)}, []any{"a", int64(1)}} {
+		if _, err := lua.DecodeBlock(v); !errors.Is(err, lua.ErrReply) {
+			t.Errorf("DecodeBlock(%v): %v, want ErrReply", v, err)
+		}
+	}
+}
+
 func TestDecodeAdmit(t *testing.T) {
 	for _, tc := range []struct {
 		name    string

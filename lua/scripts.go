@@ -21,6 +21,8 @@ var (
 	releaseSrc string
 	//go:embed queue.lua
 	queueSrc string
+	//go:embed block.lua
+	blockSrc string
 )
 
 // The scripts, hashed once. Run sends EVALSHA and falls back to EVAL when the
@@ -31,6 +33,7 @@ var (
 	paceScript    = redis.NewScript(paceSrc)
 	releaseScript = redis.NewScript(releaseSrc)
 	queueScript   = redis.NewScript(queueSrc)
+	blockScript   = redis.NewScript(blockSrc)
 )
 
 // Script names, as passed to observers and used in metrics labels.
@@ -40,6 +43,7 @@ const (
 	ScriptPace    = "pace"
 	ScriptRelease = "release"
 	ScriptQueue   = "queue"
+	ScriptBlock   = "block"
 )
 
 // ErrReply reports a script reply whose shape or values are not what the
@@ -63,6 +67,7 @@ func Load(ctx context.Context, c redis.Scripter) error {
 		{ScriptPace, paceScript},
 		{ScriptRelease, releaseScript},
 		{ScriptQueue, queueScript},
+		{ScriptBlock, blockScript},
 		{ScriptHeartbeat, heartbeatScript},
 	} {
 		if err := s.script.Load(ctx, c).Err(); err != nil {
@@ -87,6 +92,8 @@ func SHA(name string) string {
 		return releaseScript.Hash()
 	case ScriptQueue:
 		return queueScript.Hash()
+	case ScriptBlock:
+		return blockScript.Hash()
 	case ScriptHeartbeat:
 		return heartbeatScript.Hash()
 	}
@@ -290,6 +297,38 @@ func Release(ctx context.Context, c redis.Scripter, key, member string) (bool, e
 		return false, err
 	}
 	return DecodeRelease(v)
+}
+
+// BlockMember is the slot-set member block.lua reserves the span with.
+const BlockMember = "retry-after"
+
+// Block reserves a blocking span of length span from now (Redis TIME) in the
+// slot set at key: no slot is granted before it ends (see block.lua). It
+// returns the end of the span in Redis TIME µs.
+func Block(ctx context.Context, c redis.Scripter, key string, span time.Duration) (int64, error) {
+	if span <= 0 {
+		return 0, fmt.Errorf("%w: block span %v must be > 0", ErrArgs, span)
+	}
+	v, err := blockScript.Run(ctx, c, []string{key}, Micros(span)).Result()
+	if err != nil {
+		return 0, err
+	}
+	return DecodeBlock(v)
+}
+
+// DecodeBlock decodes a block.lua reply (the span's end in µs). It never
+// panics.
+func DecodeBlock(v any) (int64, error) {
+	a, ok := v.([]any)
+	if !ok || len(a) != 2 {
+		return 0, fmt.Errorf("%w: block: got %T %v, want 2 integers", ErrReply, v, v)
+	}
+	until, ok1 := a[0].(int64)
+	now, ok2 := a[1].(int64)
+	if !ok1 || !ok2 || now < 0 || until < now {
+		return 0, fmt.Errorf("%w: block: got %v, want until >= now", ErrReply, a)
+	}
+	return until, nil
 }
 
 // DecodeRelease decodes a release.lua reply. It never panics.

@@ -3,6 +3,7 @@ package pacing
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -134,6 +135,39 @@ func (l *LocalSlots) Reserve(_ context.Context, key, member string, interval, ma
 	slot.OK = true
 	return slot, nil
 }
+
+// Block reserves a blocking span like block.lua: no slot of key before
+// now + span (a span that ends before the last slot changes nothing).
+func (l *LocalSlots) Block(_ context.Context, key string, span time.Duration) error {
+	if span <= 0 {
+		return fmt.Errorf("pacing: block span %v must be > 0", span)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	until := now + span
+	s := l.sets[key]
+	if s == nil {
+		s = &slotSet{members: make(map[string]time.Duration)}
+		l.sets[key] = s
+	}
+	if n := len(s.slots); n > 0 && s.slots[n-1].at >= until {
+		return nil
+	}
+	if at, ok := s.members[blockMember]; ok {
+		// The old span is the last entry (spans only grow): drop it.
+		if n := len(s.slots); n > 0 && s.slots[n-1].at == at && s.slots[n-1].member == blockMember {
+			s.slots = s.slots[:n-1]
+		}
+	}
+	s.slots = append(s.slots, slotEntry{at: until, member: blockMember})
+	s.members[blockMember] = until
+	s.keep = max(s.keep, time.Second)
+	return nil
+}
+
+// blockMember is the member of a blocking span (lua.BlockMember).
+const blockMember = "retry-after"
 
 // Release removes member's slot; an unknown member is a no-op.
 func (l *LocalSlots) Release(_ context.Context, key, member string) error {

@@ -87,6 +87,13 @@ func (p *Pacer) releaseAfter(ctx context.Context, s Slot) {
 	_ = p.store.Release(rctx, s.Key, s.Member)
 }
 
+// Block stops every node of the pool from getting a slot of carrier c for
+// span from now: its Reserves report full until then, so calls go to the
+// next carrier of their route.
+func (p *Pacer) Block(ctx context.Context, c Carrier, span time.Duration) error {
+	return p.store.Block(ctx, c.Key, span)
+}
+
 // Release gives s back (call cancelled or rerouted before it was sent). A
 // Slot with OK false holds nothing; releasing it is a no-op.
 func (p *Pacer) Release(ctx context.Context, s Slot) error {

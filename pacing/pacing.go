@@ -61,6 +61,9 @@ type SlotStore interface {
 	// Release removes a reservation that will not be used (call cancelled or
 	// rerouted before it was sent). Releasing an unknown member is a no-op.
 	Release(ctx context.Context, key, member string) error
+	// Block grants no slot of key for span from now (the carrier asked the
+	// pool to wait: 503 with Retry-After); every node's next Reserve sees it.
+	Block(ctx context.Context, key string, span time.Duration) error
 	// Queue reports the state of a carrier's slots (see QueueState).
 	Queue(ctx context.Context, key string, interval time.Duration) (QueueState, error)
 }

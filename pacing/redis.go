@@ -108,6 +108,19 @@ func (s *RedisSlots) Release(ctx context.Context, key, member string) error {
 	return nil
 }
 
+// Block runs block.lua: no slot of key is granted for span from now.
+func (s *RedisSlots) Block(ctx context.Context, key string, span time.Duration) error {
+	ctx, cancel := s.context(ctx)
+	defer cancel()
+	start := time.Now()
+	_, err := lua.Block(ctx, s.sc, key, span)
+	s.observe(lua.ScriptBlock, start, err)
+	if err != nil {
+		return fmt.Errorf("pacing: run block.lua for %q: %w", key, err)
+	}
+	return nil
+}
+
 // Queue runs queue.lua (no writes).
 func (s *RedisSlots) Queue(ctx context.Context, key string, interval time.Duration) (QueueState, error) {
 	if interval <= 0 {

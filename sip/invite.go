@@ -17,6 +17,7 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/lua"
 	"github.com/cpsguard/cpsguard/metrics"
+	"github.com/cpsguard/cpsguard/pacing"
 )
 
 // PeerUnknown is the peer label of calls from a source no peer owns.
@@ -488,6 +489,9 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 				continue
 			}
 			if !r.IsSuccess() && !provisional && !cancelSent && !cancelPending && (r.StatusCode == 408 || (r.StatusCode >= 500 && r.StatusCode < 600)) {
+				if span, ok := retryAfter(r); ok {
+					p.blockCarrier(c.cfg, car, span)
+				}
 				return r, true
 			}
 			if answered {
@@ -566,6 +570,51 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 			}
 		}
 	}
+}
+
+// maxRetryAfter caps the span a carrier's Retry-After blocks it for.
+const maxRetryAfter = time.Hour
+
+// retryAfter returns the span of an overload answer's Retry-After (RFC 3261
+// 20.33: delta-seconds, then an optional comment and parameters): for a 503
+// or a 500, at least a second and at most maxRetryAfter.
+func retryAfter(r *sipmsg.Response) (time.Duration, bool) {
+	if r.StatusCode != sipmsg.StatusServiceUnavailable && r.StatusCode != sipmsg.StatusInternalServerError {
+		return 0, false
+	}
+	h := r.GetHeader("Retry-After")
+	if h == nil {
+		return 0, false
+	}
+	v := strings.TrimSpace(h.Value())
+	end := 0
+	for end < len(v) && end < 10 && v[end] >= '0' && v[end] <= '9' {
+		end++
+	}
+	n, err := strconv.Atoi(v[:end])
+	if err != nil || n <= 0 {
+		return 0, false
+	}
+	return min(time.Duration(n)*time.Second, maxRetryAfter), true
+}
+
+// blockCarrier stops the whole pool from sending car new calls for span
+// (its overload answer's Retry-After): a blocking span in its slot set,
+// which every node's next Reserve sees. It runs in the background, bounded
+// by storeBudget; the call itself moves on to the next carrier at once.
+func (p *Proxy) blockCarrier(cfg *config.Config, car *config.Carrier, span time.Duration) {
+	pc := pacing.Carrier{Key: lua.Key(cfg.Store.KeyPrefix, metrics.ScopeCarrier, car.Name), CPS: car.CPS, MaxWait: car.MaxWait}
+	name := car.Name
+	go func() {
+		defer p.panics.Recover("sip.block_carrier", nil)
+		ctx, cancel := context.WithTimeout(p.base, storeBudget)
+		defer cancel()
+		if err := p.pacer.Block(ctx, pc, span); err != nil {
+			p.log.Warn("carrier asked the pool to wait, but the store failed", "carrier", name, "retry_after", span.String(), "error", err)
+			return
+		}
+		p.log.Info("carrier asked the pool to wait: no new calls to it until the span ends", "carrier", name, "retry_after", span.String())
+	}()
 }
 
 // abandon cancels a forwarded INVITE the call no longer waits for (the next

@@ -43,6 +43,8 @@ type Pacer interface {
 	Wait(ctx context.Context, s pacing.Slot) error
 	// Release gives back a slot that will not be used.
 	Release(ctx context.Context, s pacing.Slot) error
+	// Block grants no slot of carrier c, on any node, for span from now.
+	Block(ctx context.Context, c pacing.Carrier, span time.Duration) error
 }
 
 // Options configure a Proxy. Config, Admission and Pacer are required.

@@ -60,6 +60,7 @@ type fakePacer struct {
 	err      error
 	reserved []string // keys
 	released []string // keys
+	blocked  []time.Duration
 }
 
 func (f *fakePacer) Reserve(_ context.Context, c pacing.Carrier, member string) (pacing.Slot, error) {
@@ -91,6 +92,15 @@ func (f *fakePacer) Release(_ context.Context, s pacing.Slot) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.released = append(f.released, s.Key)
+	return nil
+}
+
+// Block marks the carrier full (the fake has no clock) and records the span.
+func (f *fakePacer) Block(_ context.Context, c pacing.Carrier, span time.Duration) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.full[c.Key] = true
+	f.blocked = append(f.blocked, span)
 	return nil
 }
 
@@ -1447,4 +1457,47 @@ func TestTryingOnlyCarrierIsCancelledAfterSetupTimeout(t *testing.T) {
 		defer mu.Unlock()
 		return got[sipmsg.CANCEL] == 1 && got[sipmsg.ACK] >= 1 && got[sipmsg.BYE] == 1
 	}, "CANCEL, then ACK and BYE of the late 200, at the first carrier")
+}
+
+// TestRetryAfterBlocksTheCarrier: a carrier's 503 with Retry-After moves
+// the call to the next carrier and blocks the first for the pool (through
+// the pacer) for that long; the next call goes straight to the second.
+func TestRetryAfterBlocksTheCarrier(t *testing.T) {
+	busy := siptest.StartCarrier(t, "127.0.0.1", func(*sipmsg.Request) siptest.Answer { return siptest.Answer{Code: 503} })
+	ok := siptest.StartCarrier(t, "127.0.0.1", nil)
+	adm, pacer := newFakes()
+	h := startProxy(t, testConfig(carrierCfg("busy", busy), carrierCfg("ok", ok)), adm, pacer)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	// The siptest carrier's 503 has no Retry-After: no block.
+	if res := caller.Final(ctxT(t, 5*time.Second), caller.Invite(h.udp)); res == nil || res.StatusCode != 200 {
+		t.Fatalf("first call: %v, want 200 from the second carrier", res)
+	}
+	pacer.mu.Lock()
+	n := len(pacer.blocked)
+	pacer.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("blocked %d times on a 503 without Retry-After, want 0", n)
+	}
+	for _, tc := range []struct {
+		header string
+		want   time.Duration
+		ok     bool
+	}{
+		{"2", 2 * time.Second, true},
+		{"120 (maintenance);duration=60", 120 * time.Second, true},
+		{"999999", maxRetryAfter, true},
+		{"0", 0, false},
+		{"soon", 0, false},
+	} {
+		r := sipmsg.NewResponse(503, "Service Unavailable")
+		r.AppendHeader(sipmsg.NewHeader("Retry-After", tc.header))
+		if got, ok := retryAfter(r); got != tc.want || ok != tc.ok {
+			t.Errorf("Retry-After %q: got %v %v, want %v %v", tc.header, got, ok, tc.want, tc.ok)
+		}
+	}
+	busy486 := sipmsg.NewResponse(486, "Busy Here")
+	busy486.AppendHeader(sipmsg.NewHeader("Retry-After", "30"))
+	if _, ok := retryAfter(busy486); ok {
+		t.Error("a 486's Retry-After (one callee busy) blocks the carrier")
+	}
 }

@@ -278,6 +278,19 @@ func (f *Failover) Release(ctx context.Context, key, member string) error {
 	return lerr
 }
 
+// Block implements pacing.SlotStore: the span goes to Redis (the pool) and
+// to the local slots (this node, and the fallback if Redis goes away).
+func (f *Failover) Block(ctx context.Context, key string, span time.Duration) error {
+	lerr := f.o.LocalSlots.Block(ctx, key, span)
+	if f.redisInUse() {
+		if err := f.o.RedisSlots.Block(ctx, key, span); err != nil {
+			f.fail("block", err)
+			return fmt.Errorf("store: block %q: %w", key, err)
+		}
+	}
+	return lerr
+}
+
 // Queue implements pacing.SlotStore. Like Counts it is a read for
 // operators and never switches the mode.
 func (f *Failover) Queue(ctx context.Context, key string, interval time.Duration) (pacing.QueueState, error) {
