@@ -34,6 +34,9 @@ const (
 	OutcomeRejectedStore     = "rejected_store"
 	OutcomeCanceled          = "canceled"
 
+	// Classes of cpsguard_carrier_responses_total besides "1xx" … "6xx".
+	ClassTimeout = "timeout"
+
 	PacingPaced = "paced"
 	PacingFull  = "full"
 
@@ -94,6 +97,14 @@ type Metrics struct {
 	// SIPErrors counts messages the proxy could not use:
 	// cpsguard_sip_errors_total{reason}.
 	SIPErrors *prometheus.CounterVec
+	// CarrierResponses counts carriers' answers to forwarded INVITEs by
+	// class (1xx … 6xx, or timeout when a carrier did not ring within its
+	// setup_timeout): cpsguard_carrier_responses_total{carrier,class}.
+	CarrierResponses *prometheus.CounterVec
+	// CarrierSetup is the time from a forwarded INVITE to the carrier's
+	// first provisional answer above 100 or its final one:
+	// cpsguard_carrier_setup_seconds{carrier}.
+	CarrierSetup *prometheus.HistogramVec
 	// Panics counts panics recovered in handlers and goroutines, where
 	// names the place (e.g. "sip.invite", "store.heartbeat"):
 	// cpsguard_panics_total{where}.
@@ -175,6 +186,15 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: Namespace, Name: "sip_errors_total",
 			Help: "SIP messages the proxy could not use, by reason.",
 		}, []string{"reason"}),
+		CarrierResponses: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "carrier_responses_total",
+			Help: "Carriers' answers to forwarded INVITEs by class (1xx-6xx, timeout).",
+		}, []string{"carrier", "class"}),
+		CarrierSetup: f.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "carrier_setup_seconds",
+			Help:    "Forwarded INVITE to the carrier's first provisional answer above 100, or its final one.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2, 3, 5, 10},
+		}, []string{"carrier"}),
 		Panics: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "panics_total",
 			Help: "Panics recovered in handlers and goroutines (the process went on), by place.",

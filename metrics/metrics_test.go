@@ -35,6 +35,8 @@ func touchAll(m *Metrics) {
 	m.ConfigLastReloadOK.Set(1)
 	m.SIPErrors.WithLabelValues("parse").Inc()
 	m.Panics.WithLabelValues("sip.invite").Inc()
+	m.CarrierResponses.WithLabelValues("carrier-a", "2xx").Inc()
+	m.CarrierSetup.WithLabelValues("carrier-a").Observe(0.05)
 }
 
 // fieldCollectors returns every exported collector field of m by name.

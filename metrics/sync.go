@@ -76,6 +76,8 @@ func (m *Metrics) SyncLimits(cfg *config.Config) {
 	prune(m.Queued, carrierKept)
 	prune(m.Reroutes, carrierKept)
 	prune(m.MaxWait, carrierKept)
+	prune(m.CarrierResponses, carrierKept)
+	prune(m.CarrierSetup, carrierKept)
 
 	if cfg.Store.Redis != nil {
 		m.RedisConfigured.Set(1)
@@ -91,6 +93,12 @@ func (m *Metrics) SyncLimits(cfg *config.Config) {
 	for _, c := range cfg.Carriers {
 		m.LimitCPS.WithLabelValues(ScopeCarrier, c.Name).Set(c.CPS)
 		m.MaxWait.WithLabelValues(c.Name).Set(c.MaxWait.Seconds())
+		// Known label sets start at 0, so rate() and increase() alerts see
+		// a carrier's first answer of a class.
+		for _, class := range ResponseClasses {
+			m.CarrierResponses.WithLabelValues(c.Name, class)
+		}
+		m.CarrierSetup.WithLabelValues(c.Name)
 	}
 }
 
@@ -149,4 +157,16 @@ func prune(v vec, keep func(labels map[string]string) bool) {
 	for _, l := range drop {
 		v.Delete(l)
 	}
+}
+
+// ResponseClasses are the class labels of cpsguard_carrier_responses_total.
+var ResponseClasses = []string{"1xx", "2xx", "3xx", "4xx", "5xx", "6xx", ClassTimeout}
+
+// ResponseClass returns the class label of a SIP status code ("" outside
+// 100-699).
+func ResponseClass(code int) string {
+	if code < 100 || code > 699 {
+		return ""
+	}
+	return ResponseClasses[code/100-1]
 }

@@ -421,7 +421,21 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 		c.log.Debug("forward failed", "carrier", car.Name, "error", err)
 		return nil, true
 	}
-	p.gate.sent(ticket, time.Now())
+	sentAt := time.Now()
+	p.gate.sent(ticket, sentAt)
+	setupSeen := false
+	// answered observes a carrier's answer: its class, and the setup time
+	// at its first provisional answer above 100 or its final one.
+	answeredBy := func(code int) {
+		if class := metrics.ResponseClass(code); class != "" {
+			p.m.CarrierResponses.WithLabelValues(car.Name, class).Inc()
+		}
+		if !setupSeen && code > 100 {
+			setupSeen = true
+			p.m.CarrierSetup.WithLabelValues(car.Name).Observe(time.Since(sentAt).Seconds())
+		}
+	}
+	timedOut := func() { p.m.CarrierResponses.WithLabelValues(car.Name, metrics.ClassTimeout).Inc() }
 	if !c.forwarded {
 		c.forwarded = true
 		c.outcome = metrics.OutcomeForwarded
@@ -473,6 +487,7 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 		select {
 		case r := <-ctx.Responses():
 			gotAny = true
+			answeredBy(r.StatusCode)
 			if cancelPending && !cancelSent {
 				sendCancel()
 			}
@@ -521,6 +536,7 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 				return nil, false
 			}
 			if !provisional {
+				timedOut() // Timer B, or the transport failed
 				return nil, true
 			}
 			c.respond(sipmsg.StatusRequestTimeout, "Request Timeout")
@@ -534,6 +550,9 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 					c.respond(sipmsg.StatusRequestTerminated, "Request Terminated")
 				}
 				return nil, false
+			}
+			if !provisional {
+				timedOut()
 			}
 			if !gotAny {
 				// Silent carrier: no CANCEL without a provisional response

@@ -1457,6 +1457,17 @@ func TestTryingOnlyCarrierIsCancelledAfterSetupTimeout(t *testing.T) {
 		defer mu.Unlock()
 		return got[sipmsg.CANCEL] == 1 && got[sipmsg.ACK] >= 1 && got[sipmsg.BYE] == 1
 	}, "CANCEL, then ACK and BYE of the late 200, at the first carrier")
+	// The operator sees which carrier failed: a timeout for the first, a
+	// 2xx (and a setup time) for the second.
+	if n := testutil.ToFloat64(h.m.CarrierResponses.WithLabelValues("trying-only", metrics.ClassTimeout)); n != 1 {
+		t.Errorf("carrier_responses_total{trying-only,timeout} = %v, want 1", n)
+	}
+	if n := testutil.ToFloat64(h.m.CarrierResponses.WithLabelValues("b", "2xx")); n != 1 {
+		t.Errorf("carrier_responses_total{b,2xx} = %v, want 1", n)
+	}
+	if n := testutil.CollectAndCount(h.m.CarrierSetup); n < 1 {
+		t.Errorf("carrier_setup_seconds has %d series, want the second carrier's", n)
+	}
 }
 
 // TestRetryAfterBlocksTheCarrier: a carrier's 503 with Retry-After moves
