@@ -131,6 +131,18 @@ func TestGracefulShutdownFinishesCallInFlight(t *testing.T) {
 		t.Fatal("the carrier never got the call")
 	}
 	n.signal(sigterm)
+	// Readiness fails as soon as draining starts, while the call finishes.
+	deadline = time.Now().Add(2 * time.Second)
+	code := 0
+	for time.Now().Before(deadline) {
+		if code, _, _ = n.get("/readyz"); code == 503 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if code != 503 {
+		t.Errorf("/readyz while draining with a call in flight: %d, want 503", code)
+	}
 	n.stop(t, 20*time.Second)
 	final := c.waitFinal([]string{id}, 2*time.Second)[id]
 	if final != 200 || car.count("CANCEL") != 0 {

@@ -175,6 +175,11 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 			default:
 				return errors.New("sip listeners not up")
 			}
+			if proxy.Draining() {
+				// Fail at once, so a load balancer or a Kubernetes Service
+				// stops sending while calls in progress finish.
+				return errors.New("draining: shutting down")
+			}
 			if !stores.Usable() {
 				return errors.New("store unusable: redis down and store.on_error is reject")
 			}
@@ -202,9 +207,24 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 		})
 	}
 
+	// HTTP outlives the SIP drain: /readyz answers 503 from the moment
+	// draining starts (so a load balancer or a Kubernetes Service stops
+	// sending) until the proxy has finished its calls, and /metrics stays
+	// scrapable meanwhile.
+	httpCtx, httpCancel := context.WithCancel(context.Background())
+	defer httpCancel()
 	start("store", func(ctx context.Context) error { stores.Run(ctx); return nil })
-	start("sip", proxy.Serve)
-	start("http", func(ctx context.Context) error { return serveHTTP(ctx, srv, ln) })
+	start("sip", func(ctx context.Context) error {
+		defer httpCancel()
+		return proxy.Serve(ctx)
+	})
+	start("http", func(context.Context) error {
+		err := serveHTTP(httpCtx, srv, ln)
+		if err != nil {
+			httpCancel()
+		}
+		return err
+	})
 	start("config-watch", func(ctx context.Context) error {
 		// Not fatal: SIGHUP and the API still reload.
 		if err := mgr.Watch(ctx); err != nil {
