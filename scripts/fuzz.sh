@@ -12,9 +12,18 @@ while IFS=: read -r file _ line; do
   pkg="$(dirname "$file")"
   echo "fuzz: $pkg $name ($fuzztime)"
   if ! go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" "$pkg" >/tmp/cpsguard-fuzz.$$ 2>&1; then
-    cat /tmp/cpsguard-fuzz.$$
-    status=1
+    # A real failure saves its input under testdata/fuzz/, which the rerun
+    # replays as a seed and fails on again. The engine itself sometimes
+    # fails on a busy machine ("context deadline exceeded", nothing saved):
+    # that passes on the rerun and is reported, not counted.
+    if go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" "$pkg" >/tmp/cpsguard-fuzz2.$$ 2>&1; then
+      echo "fuzz: $pkg $name failed once without a reproducible input and passed on a rerun:"
+      grep -m3 -E 'FAIL|deadline|hung' /tmp/cpsguard-fuzz.$$ || true
+    else
+      cat /tmp/cpsguard-fuzz2.$$
+      status=1
+    fi
   fi
 done < <(grep -rn --include='*_test.go' -E '^func Fuzz[A-Za-z0-9_]*\(' . | grep -v '^./bench/' | sort)
-rm -f /tmp/cpsguard-fuzz.$$
+rm -f /tmp/cpsguard-fuzz.$$ /tmp/cpsguard-fuzz2.$$
 exit $status
