@@ -495,6 +495,9 @@ func TestTCPBounded(t *testing.T) {
 	if v := n.metric("cpsguard_sip_errors_total", "reason", "tcp_limit"); v != 3 {
 		t.Errorf("sip_errors_total{tcp_limit} = %v, want 3", v)
 	}
+	if v := n.metric("cpsguard_build_info"); v != 1 {
+		t.Errorf("cpsguard_build_info = %v, want one series at 1", v)
+	}
 }
 
 // TestEarlyDialogRequestsPass: interop in the early dialog. A carrier's

@@ -105,6 +105,9 @@ type Metrics struct {
 	// first provisional answer above 100 or its final one:
 	// cpsguard_carrier_setup_seconds{carrier}.
 	CarrierSetup *prometheus.HistogramVec
+	// BuildInfo is 1, labelled with what the node runs:
+	// cpsguard_build_info{version,revision,goversion}. SetBuildInfo sets it.
+	BuildInfo *prometheus.GaugeVec
 	// Panics counts panics recovered in handlers and goroutines, where
 	// names the place (e.g. "sip.invite", "store.heartbeat"):
 	// cpsguard_panics_total{where}.
@@ -195,6 +198,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help:    "Forwarded INVITE to the carrier's first provisional answer above 100, or its final one.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2, 3, 5, 10},
 		}, []string{"carrier"}),
+		BuildInfo: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "build_info",
+			Help: "Always 1; the labels say which build the node runs.",
+		}, []string{"version", "revision", "goversion"}),
 		Panics: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "panics_total",
 			Help: "Panics recovered in handlers and goroutines (the process went on), by place.",

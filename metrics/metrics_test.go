@@ -35,6 +35,7 @@ func touchAll(m *Metrics) {
 	m.ConfigLastReloadOK.Set(1)
 	m.SIPErrors.WithLabelValues("parse").Inc()
 	m.Panics.WithLabelValues("sip.invite").Inc()
+	m.SetBuildInfo("v1.2.3", "abc123", "go1.26")
 	m.CarrierResponses.WithLabelValues("carrier-a", "2xx").Inc()
 	m.CarrierSetup.WithLabelValues("carrier-a").Observe(0.05)
 }

@@ -159,6 +159,12 @@ func prune(v vec, keep func(labels map[string]string) bool) {
 	}
 }
 
+// SetBuildInfo sets cpsguard_build_info for the running build (one series).
+func (m *Metrics) SetBuildInfo(version, revision, goversion string) {
+	m.BuildInfo.Reset()
+	m.BuildInfo.WithLabelValues(version, revision, goversion).Set(1)
+}
+
 // ResponseClasses are the class labels of cpsguard_carrier_responses_total.
 var ResponseClasses = []string{"1xx", "2xx", "3xx", "4xx", "5xx", "6xx", ClassTimeout}
 

@@ -45,6 +45,9 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 	case "help", "-h", "-help", "--help":
 		usage(stdout)
 		return exitOK
+	case "--version", "-version", "-v":
+		// The convention of most daemons: same output as `cpsguard version`.
+		return commands["version"].run(args[1:])
 	}
 	cmd, ok := commands[args[0]]
 	if !ok {

@@ -216,6 +216,14 @@ func TestCheckWarns(t *testing.T) {
 	}
 }
 
+// TestVersionFlag: --version prints what the version command prints.
+func TestVersionFlag(t *testing.T) {
+	a, b := cpsguard(t, nil, "version"), cpsguard(t, nil, "--version")
+	if a.code != 0 || b.code != 0 || a.stdout != b.stdout || !strings.Contains(b.stdout, "cpsguard "+testVersion) {
+		t.Errorf("--version: exit %d, %q; want the version command's output %q", b.code, b.stdout, a.stdout)
+	}
+}
+
 func TestVersion(t *testing.T) {
 	r := cpsguard(t, nil, "version")
 	if r.code != 0 {

@@ -116,6 +116,7 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 
 	reg := metrics.NewRegistry()
 	m := metrics.New(reg)
+	m.SetBuildInfo(bi.Version, bi.Commit, bi.GoVersion)
 	m.SyncLimits(cfg)
 	var loadedAt atomic.Int64
 	loadedAt.Store(time.Now().UnixNano())
