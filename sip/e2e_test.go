@@ -854,4 +854,3 @@ func TestE2EFailedCallsDoNotDownALiveCarrier(t *testing.T) {
 		t.Errorf("refusing carrier got %d OPTIONS, want >= 2", got)
 	}
 }
-
