@@ -24,6 +24,7 @@ import (
 
 	"github.com/cpsguard/cpsguard/bench/internal/sipbench"
 	"github.com/cpsguard/cpsguard/bench/internal/stats"
+	"github.com/cpsguard/cpsguard/internal/siptest"
 )
 
 func main() {
@@ -101,7 +102,7 @@ func report(ts []time.Time, cps float64) {
 		fmt.Println("no INVITEs")
 		return
 	}
-	maxW, at := stats.MaxInWindow(ts, time.Second)
+	maxW, at := siptest.MaxInWindowAt(ts, time.Second)
 	span := ts[len(ts)-1].Sub(ts[0])
 	t := stats.Table{Header: []string{"calls", "span_s", "mean_cps", "max_in_sliding_1s", "at_s"}}
 	t.Add(len(ts), span.Seconds(), float64(len(ts)-1)/span.Seconds(), maxW, at.Sub(ts[0]).Seconds())
