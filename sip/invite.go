@@ -525,16 +525,17 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 			}
 			if !r.IsSuccess() && !provisional && !cancelSent && !cancelPending && car.Adaptive && overloadAnswer(car, r) {
 				// The carrier polices its own CPS and says it is over it:
-				// lower its rate for the pool (AIMD) and try the next
-				// carrier. Back-pressure, not failure: health is untouched.
+				// lower its rate for the pool (AIMD), pause it when it says
+				// for how long, and try the next carrier. Back-pressure,
+				// not failure: health is untouched.
 				p.pushBack(c.cfg, car, r.StatusCode)
-				if span, ok := retryAfter(r); ok {
+				if span, ok := retryAfter(r, true); ok {
 					p.blockCarrier(c.cfg, car, span)
 				}
 				return r, true
 			}
 			if !r.IsSuccess() && !provisional && !cancelSent && !cancelPending && (r.StatusCode == 408 || (r.StatusCode >= 500 && r.StatusCode < 600)) {
-				if span, ok := retryAfter(r); ok {
+				if span, ok := retryAfter(r, false); ok {
 					// Back-pressure, not failure: the carrier is paused.
 					p.blockCarrier(c.cfg, car, span)
 				} else {
@@ -632,9 +633,11 @@ const maxRetryAfter = time.Hour
 
 // retryAfter returns the span of an overload answer's Retry-After (RFC 3261
 // 20.33: delta-seconds, then an optional comment and parameters): for a 503
-// or a 500, at least a second and at most maxRetryAfter.
-func retryAfter(r *sipmsg.Response) (time.Duration, bool) {
-	if r.StatusCode != sipmsg.StatusServiceUnavailable && r.StatusCode != sipmsg.StatusInternalServerError {
+// or a 500, or any answer overload says is one (an adaptive carrier's
+// overload answer: a 486 "CPS exceeded"), at least a second and at most
+// maxRetryAfter. A 486 of one busy callee is not the carrier's.
+func retryAfter(r *sipmsg.Response, overload bool) (time.Duration, bool) {
+	if !overload && r.StatusCode != sipmsg.StatusServiceUnavailable && r.StatusCode != sipmsg.StatusInternalServerError {
 		return 0, false
 	}
 	h := r.GetHeader("Retry-After")
