@@ -186,3 +186,63 @@ func FuzzDecodeRate(f *testing.F) {
 		}
 	})
 }
+
+func FuzzDecodeOccupy(f *testing.F) {
+	f.Add([]byte{2, 4, 4, 0, 40, 4}, 1)
+	f.Add([]byte{3, 0, 4, 0, 40, 4, 8}, 2)
+	f.Fuzz(func(t *testing.T, data []byte, n int) {
+		n = n & 7
+		r, err := lua.DecodeOccupy(build(data), n)
+		if err != nil {
+			if !errors.Is(err, lua.ErrReply) {
+				t.Fatalf("error %v does not wrap ErrReply", err)
+			}
+			return
+		}
+		if len(r.Counts) != n {
+			t.Fatalf("got %d counts, want %d", len(r.Counts), n)
+		}
+		if r.Admitted == (r.Refused >= 0) {
+			t.Fatalf("admitted %v with refused %d", r.Admitted, r.Refused)
+		}
+		if r.Duplicate && !r.Admitted {
+			t.Fatal("duplicate but not admitted")
+		}
+	})
+}
+
+func FuzzDecodeFree(f *testing.F) {
+	f.Add([]byte{0}, 2)
+	f.Add([]byte{2, 4}, 1)
+	f.Fuzz(func(t *testing.T, data []byte, n int) {
+		n = n & 7
+		x, err := lua.DecodeFree(build(data), n)
+		if err != nil {
+			if !errors.Is(err, lua.ErrReply) {
+				t.Fatalf("error %v does not wrap ErrReply", err)
+			}
+			return
+		}
+		if x < 0 || x > int64(n) {
+			t.Fatalf("freed %d of %d places", x, n)
+		}
+	})
+}
+
+func FuzzDecodeRefresh(f *testing.F) {
+	f.Add([]byte{2, 4, 8, 40}, 3)
+	f.Add([]byte{3, 0, 0, 0}, 0)
+	f.Fuzz(func(t *testing.T, data []byte, n int) {
+		n = n & 7
+		r, err := lua.DecodeRefresh(build(data), n)
+		if err != nil {
+			if !errors.Is(err, lua.ErrReply) {
+				t.Fatalf("error %v does not wrap ErrReply", err)
+			}
+			return
+		}
+		if r.Refreshed < 0 || r.Refreshed > int64(n) || r.Live < r.Refreshed {
+			t.Fatalf("refreshed %d of %d, live %d", r.Refreshed, n, r.Live)
+		}
+	})
+}

@@ -11,7 +11,11 @@
 //   - queue.lua: calls waiting for a carrier and the least wait (read-only);
 //   - block.lua: a carrier's Retry-After: no slot for the pool until it ends;
 //   - rate.lua: an adaptive carrier's effective rate (AIMD), in milli-cps;
-//   - heartbeat.lua: node liveness, to count the live pool (heartbeat.go).
+//   - heartbeat.lua: node liveness, to count the live pool (heartbeat.go);
+//   - calls_occupy.lua, calls_free.lua, calls_refresh.lua, calls_count.lua:
+//     concurrent-call places (max_calls), sorted sets of live calls scored
+//     by their expiry, taken all-or-none, freed, refreshed in batches and
+//     counted (calls.go).
 //
 // The clock is always Redis TIME, in integer microseconds; scores are integer
 // microseconds and every fraction travels as an integer of microseconds,

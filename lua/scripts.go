@@ -74,6 +74,10 @@ func Load(ctx context.Context, c redis.Scripter) error {
 		{ScriptBlock, blockScript},
 		{ScriptRate, rateScript},
 		{ScriptHeartbeat, heartbeatScript},
+		{ScriptCallsOccupy, callsOccupyScript},
+		{ScriptCallsFree, callsFreeScript},
+		{ScriptCallsRefresh, callsRefreshScript},
+		{ScriptCallsCount, callsCountScript},
 	} {
 		if err := s.script.Load(ctx, c).Err(); err != nil {
 			return fmt.Errorf("lua: load %s.lua: %w", s.name, err)
@@ -103,6 +107,14 @@ func SHA(name string) string {
 		return rateScript.Hash()
 	case ScriptHeartbeat:
 		return heartbeatScript.Hash()
+	case ScriptCallsOccupy:
+		return callsOccupyScript.Hash()
+	case ScriptCallsFree:
+		return callsFreeScript.Hash()
+	case ScriptCallsRefresh:
+		return callsRefreshScript.Hash()
+	case ScriptCallsCount:
+		return callsCountScript.Hash()
 	}
 	return ""
 }

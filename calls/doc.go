@@ -1,0 +1,31 @@
+// Package calls owns concurrent-call places (max_calls): how many calls of a
+// peer, a customer or a carrier are set up and not yet ended, counted for a
+// whole pool.
+//
+// A Place is one limited scope (a sorted set of live calls scored by their
+// expiry). A Store takes a call's places all-or-none (Occupy), gives them
+// back (Free), extends them while the call lives (Refresh) and counts them
+// (Count). Two stores decide the same way and pass one contract suite:
+//
+//   - RedisStore shares the places of a pool through Redis, one
+//     calls_occupy.lua call per decision on Redis's clock; places in
+//     different Cluster slots are taken place by place and the ones already
+//     taken are freed again when a later one is full, so no place ever holds
+//     more than its limit;
+//   - LocalStore keeps them in process (one node, or the fallback while
+//     Redis is down), on an injected clock.
+//
+// Tracker is the per-node side: it remembers the calls this node set up
+// (and only those; each entry is removed when its call ends), frees a
+// call's places at its end (BYE through the dialog token, final non-2xx,
+// CANCEL), and refreshes the places of its live calls in batches, so that
+// the places of a node that died expire by themselves within the refresh
+// TTL, and no call outlives its maximum duration.
+//
+// Failure: a full place is a Decision with Admit false, never an error; an
+// error means the store failed and nothing is known about the decision.
+// A failed Free or Refresh is not retried: the place then expires by
+// itself within the TTL.
+//
+// Everything here is safe for concurrent use.
+package calls
