@@ -48,6 +48,16 @@ type SIP struct {
 	DialogSecret string `cfg:"dialog_secret"`
 	// TCP bounds the TCP connections the proxy accepts.
 	TCP TCP `cfg:"tcp"`
+	// RejectCalls is the answer to a call refused because a max_calls
+	// place (peer, customer or carrier) is full.
+	RejectCalls Reject `cfg:"reject_calls"`
+	// MaxCallDuration caps how long a call holds its max_calls places:
+	// the node that set it up frees them then, BYE or not.
+	MaxCallDuration time.Duration `cfg:"max_call_duration"`
+	// CallRefreshTTL is how long a call's places live unless the node that
+	// set it up refreshes them (it does every third of it): the places of
+	// a node that died are free again within this time. Read at start.
+	CallRefreshTTL time.Duration `cfg:"call_refresh_ttl"`
 	// StripHeaders are removed from initial INVITEs before they are
 	// forwarded. Unset (nil) means the customer header; an empty list
 	// strips nothing.
@@ -134,19 +144,24 @@ type Log struct {
 
 // Peer is a party that sends calls, identified by source address.
 type Peer struct {
-	Name      string         `cfg:"name"`
-	Sources   []netip.Prefix `cfg:"sources"`
-	CPS       float64        `cfg:"cps"`
-	Customer  string         `cfg:"customer"`
-	Customers []string       `cfg:"customers"`
-	Route     string         `cfg:"route"`
+	Name    string         `cfg:"name"`
+	Sources []netip.Prefix `cfg:"sources"`
+	CPS     float64        `cfg:"cps"`
+	// MaxCalls caps the calls of this peer set up and not yet ended, for
+	// the whole pool (0 = no limit).
+	MaxCalls  int      `cfg:"max_calls"`
+	Customer  string   `cfg:"customer"`
+	Customers []string `cfg:"customers"`
+	Route     string   `cfg:"route"`
 }
 
 // Customer is the party a call belongs to.
 type Customer struct {
-	Name  string  `cfg:"name"`
-	CPS   float64 `cfg:"cps"`
-	Route string  `cfg:"route"`
+	Name string  `cfg:"name"`
+	CPS  float64 `cfg:"cps"`
+	// MaxCalls caps the customer's live calls, pool-wide (0 = no limit).
+	MaxCalls int    `cfg:"max_calls"`
+	Route    string `cfg:"route"`
 }
 
 // Carrier is a downstream destination with a pacing limit.
@@ -155,6 +170,9 @@ type Carrier struct {
 	URI     string        `cfg:"uri"`
 	CPS     float64       `cfg:"cps"`
 	MaxWait time.Duration `cfg:"max_wait"`
+	// MaxCalls caps the live calls sent to this carrier, pool-wide (0 = no
+	// limit); a full carrier is skipped like a full pacing queue.
+	MaxCalls int `cfg:"max_calls"`
 	// SetupTimeout is how long the carrier has to answer a forwarded INVITE
 	// with a provisional response above 100 (or a final one); then the
 	// INVITE is cancelled and the next carrier of the route tried. 0 means

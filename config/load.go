@@ -37,7 +37,11 @@ func Default() *Config {
 			RecordRoute:   true,
 			UnknownSource: "reject",
 			Reject:        Reject{Code: 503, Reason: "CPS Limit Exceeded"},
-			TCP:           TCP{IdleTimeout: 60 * time.Second, MaxConnections: 10000, MaxConnectionsPerSource: 200},
+			RejectCalls:   Reject{Code: 503, Reason: "Call Limit Exceeded"},
+			// A day-long call is rare; four hours bounds a lost BYE.
+			MaxCallDuration: 4 * time.Hour,
+			CallRefreshTTL:  60 * time.Second,
+			TCP:             TCP{IdleTimeout: 60 * time.Second, MaxConnections: 10000, MaxConnectionsPerSource: 200},
 		},
 		Store:          Store{KeyPrefix: "cpsguard", OnError: "local"},
 		HTTP:           HTTP{Listen: "127.0.0.1:9090"},

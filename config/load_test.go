@@ -95,6 +95,10 @@ func TestBadFiles(t *testing.T) {
 		{"overload_decrease", "carriers[0].overload.decrease: must be between 0 and 1, exclusive (got 1.5)"},
 		{"overload_code", "carriers[0].overload.codes[1]: must be a final non-2xx status, 300-699 (got 200)"},
 		{"overload_min_cps", "carriers[0].overload.min_cps: must be > 0 and <= the carrier's cps, 10 (got 20)"},
+		{"max_calls_negative", "customers[0].max_calls: must be >= 0 (got -1)"},
+		{"max_call_duration", "sip.max_call_duration: must be >= 1s (got 0s)"},
+		{"reject_calls_code", "sip.reject_calls.code: must be a 4xx, 5xx or 6xx SIP status (got 200)"},
+		{"call_refresh_ttl", "sip.call_refresh_ttl: must be between 1s and 1h (got 100ms)"},
 	}
 	seen := map[string]bool{"bad_many.yaml": true, "bad_yaml_syntax.yaml": true}
 	for _, tt := range tests {

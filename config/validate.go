@@ -194,6 +194,37 @@ func (v *validator) sip() {
 	} else if ra%time.Second != 0 {
 		v.errf("sip.reject.retry_after", "must be whole seconds: Retry-After counts seconds (got %s)", ra)
 	}
+	v.reject("sip.reject_calls", s.RejectCalls)
+	if d := s.MaxCallDuration; d < time.Second {
+		v.errf("sip.max_call_duration", "must be >= 1s (got %s)", d)
+	}
+	if d := s.CallRefreshTTL; d < time.Second || d > time.Hour {
+		v.errf("sip.call_refresh_ttl", "must be between 1s and 1h (got %s)", d)
+	}
+}
+
+// reject checks a SIP answer of the proxy's own (sip.reject_calls).
+func (v *validator) reject(path string, r Reject) {
+	if r.Code < 400 || r.Code > 699 {
+		v.errf(path+".code", "must be a 4xx, 5xx or 6xx SIP status (got %d)", r.Code)
+	}
+	if r.Reason == "" {
+		v.errf(path+".reason", "must be set")
+	} else if strings.ContainsFunc(r.Reason, func(c rune) bool { return c < 0x20 || c == 0x7f }) {
+		v.errf(path+".reason", "must not contain control characters (got %q)", r.Reason)
+	}
+	if r.RetryAfter < 0 {
+		v.errf(path+".retry_after", "must be >= 0 (got %s)", r.RetryAfter)
+	} else if r.RetryAfter%time.Second != 0 {
+		v.errf(path+".retry_after", "must be whole seconds: Retry-After counts seconds (got %s)", r.RetryAfter)
+	}
+}
+
+// maxCalls checks a max_calls limit (0 = none).
+func (v *validator) maxCalls(path string, n int) {
+	if n < 0 {
+		v.errf(path, "must be >= 0 (got %d)", n)
+	}
 }
 
 func (v *validator) store() {
@@ -298,6 +329,7 @@ func (v *validator) peers() {
 			owners[pfx] = owner{path: spath, peer: p.Name, i: i}
 		}
 		v.cps(path+".cps", p.CPS)
+		v.maxCalls(path+".max_calls", p.MaxCalls)
 		allowed := map[string]bool{}
 		for j, cu := range p.Customers {
 			cpath := fmt.Sprintf("%s.customers[%d]", path, j)
@@ -332,6 +364,7 @@ func (v *validator) customers() {
 			names[cu.Name] = i
 		}
 		v.cps(path+".cps", cu.CPS)
+		v.maxCalls(path+".max_calls", cu.MaxCalls)
 		v.route(path+".route", cu.Route)
 	}
 }
@@ -350,6 +383,7 @@ func (v *validator) carriers() {
 			v.errf(path+".uri", "%v", err)
 		}
 		v.cps(path+".cps", ca.CPS)
+		v.maxCalls(path+".max_calls", ca.MaxCalls)
 		if d := ca.SetupTimeout; d < 0 || d > 5*time.Minute {
 			v.errf(path+".setup_timeout", "must be between 0s (the default, %s) and 5m (got %s)", DefaultSetupTimeout, d)
 		}
