@@ -1,0 +1,259 @@
+package calls
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Defaults of TrackerOptions.
+const (
+	// DefaultTTL is how long a place lives unless refreshed: the bound on
+	// how long the calls of a node that died keep their places.
+	DefaultTTL = 60 * time.Second
+	// DefaultMaxDuration caps how long a call holds its places.
+	DefaultMaxDuration = 4 * time.Hour
+	// refreshBatch is the most members one refresh script call names.
+	refreshBatch = 500
+	// endTimeout bounds the store call that frees a call's places; it runs
+	// even when the call's own context is done.
+	endTimeout = time.Second
+)
+
+// TrackerOptions configures a Tracker.
+type TrackerOptions struct {
+	// TTL is how long a place lives unless refreshed (default DefaultTTL);
+	// the refresher runs every TTL/3.
+	TTL time.Duration
+	// MaxDuration caps a call: its places are freed that long after it
+	// took the first one (default DefaultMaxDuration).
+	MaxDuration time.Duration
+	// Now is the clock of MaxDuration (default time.Now).
+	Now func() time.Time
+	// OnError is told of every failed Free and Refresh (metrics); nil
+	// ignores them: the places then expire with the TTL.
+	OnError func(op string, err error)
+	Logger  *slog.Logger
+}
+
+// live is one call this node set up that holds places.
+type live struct {
+	keys   []string
+	start  time.Time
+	dialog string // "" until the call is answered
+}
+
+// Tracker holds the places of the calls this node set up: it takes them
+// (Occupy), frees them at the call's end (End, EndDialog, Release), and
+// keeps them alive while the call lives (Run). It keeps state only for the
+// calls it placed, each removed at the call's end or at MaxDuration.
+//
+// A Tracker is safe for concurrent use.
+type Tracker struct {
+	store Store
+	o     TrackerOptions
+
+	mu      sync.Mutex
+	calls   map[string]*live    // member -> call
+	dialogs map[string][]string // dialog id -> members, oldest first
+}
+
+// NewTracker returns a Tracker on store.
+func NewTracker(store Store, o TrackerOptions) *Tracker {
+	if o.TTL <= 0 {
+		o.TTL = DefaultTTL
+	}
+	if o.MaxDuration <= 0 {
+		o.MaxDuration = DefaultMaxDuration
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Tracker{store: store, o: o, calls: make(map[string]*live), dialogs: make(map[string][]string)}
+}
+
+// TTL is the time a dead node's calls keep their places at most.
+func (t *Tracker) TTL() time.Duration { return t.o.TTL }
+
+// Occupy takes member's places in every Place, all or none (Store.Occupy),
+// and remembers them so End frees them. Places a call already holds may be
+// added to (the carrier's, once the call is routed). A duplicate (the call
+// is live already) adds nothing here.
+func (t *Tracker) Occupy(ctx context.Context, member string, places []Place) (Decision, error) {
+	d, err := t.store.Occupy(ctx, member, t.o.TTL, places)
+	if err != nil || !d.Admit || d.Duplicate {
+		return d, err
+	}
+	t.mu.Lock()
+	c := t.calls[member]
+	if c == nil {
+		c = &live{start: t.o.Now()}
+		t.calls[member] = c
+	}
+	for _, p := range places {
+		if !slices.Contains(c.keys, p.Key) {
+			c.keys = append(c.keys, p.Key)
+		}
+	}
+	t.mu.Unlock()
+	return d, nil
+}
+
+// Release frees some of member's places (a carrier the call leaves for the
+// next one) and keeps the others.
+func (t *Tracker) Release(ctx context.Context, member string, keys []string) {
+	t.mu.Lock()
+	c := t.calls[member]
+	var free []string
+	if c != nil {
+		for _, k := range keys {
+			if i := slices.Index(c.keys, k); i >= 0 {
+				c.keys = slices.Delete(c.keys, i, i+1)
+				free = append(free, k)
+			}
+		}
+	}
+	t.mu.Unlock()
+	t.free(ctx, member, free)
+}
+
+// Answered binds a live call to its dialog (Call-ID and the caller's From
+// tag), so a BYE that passed the dialog token check can end it.
+func (t *Tracker) Answered(member, dialog string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c := t.calls[member]
+	if c == nil || c.dialog != "" {
+		return
+	}
+	c.dialog = dialog
+	t.dialogs[dialog] = append(t.dialogs[dialog], member)
+}
+
+// End frees every place of member and forgets it. Ending a call that holds
+// nothing (never placed, or ended already) does nothing.
+func (t *Tracker) End(ctx context.Context, member string) {
+	t.mu.Lock()
+	c := t.forget(member)
+	t.mu.Unlock()
+	if c != nil {
+		t.free(ctx, member, c.keys)
+	}
+}
+
+// EndDialog ends the oldest live call answered in dialog (a verified BYE)
+// and reports whether there was one: a BYE for a call this node does not
+// hold frees nothing.
+func (t *Tracker) EndDialog(ctx context.Context, dialog string) bool {
+	t.mu.Lock()
+	ms := t.dialogs[dialog]
+	if len(ms) == 0 {
+		t.mu.Unlock()
+		return false
+	}
+	member := ms[0]
+	c := t.forget(member)
+	t.mu.Unlock()
+	if c != nil {
+		t.free(ctx, member, c.keys)
+	}
+	return true
+}
+
+// forget removes member's state; t.mu must be held.
+func (t *Tracker) forget(member string) *live {
+	c := t.calls[member]
+	if c == nil {
+		return nil
+	}
+	delete(t.calls, member)
+	if c.dialog != "" {
+		ms := slices.DeleteFunc(t.dialogs[c.dialog], func(m string) bool { return m == member })
+		if len(ms) == 0 {
+			delete(t.dialogs, c.dialog)
+		} else {
+			t.dialogs[c.dialog] = ms
+		}
+	}
+	return c
+}
+
+func (t *Tracker) free(ctx context.Context, member string, keys []string) {
+	if len(keys) == 0 {
+		return
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), endTimeout)
+	defer cancel()
+	if _, err := t.store.Free(fctx, member, keys); err != nil {
+		t.o.Logger.Debug("freeing call places failed; they expire with the ttl", "member", member, "error", err)
+		if t.o.OnError != nil {
+			t.o.OnError("free", err)
+		}
+	}
+}
+
+// Live returns the number of calls this node holds places for.
+func (t *Tracker) Live() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.calls)
+}
+
+// Run refreshes the places of the live calls every TTL/3 until ctx is done,
+// and ends the calls older than MaxDuration.
+func (t *Tracker) Run(ctx context.Context) {
+	tick := time.NewTicker(t.o.TTL / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			t.Refresh(ctx)
+		}
+	}
+}
+
+// Refresh runs one refresh round: calls past MaxDuration are ended, the
+// places of the others extended by TTL, one script call per place (and
+// per refreshBatch members).
+func (t *Tracker) Refresh(ctx context.Context) {
+	now := t.o.Now()
+	byKey := make(map[string][]string)
+	var expired []string
+	t.mu.Lock()
+	for m, c := range t.calls {
+		if now.Sub(c.start) >= t.o.MaxDuration {
+			expired = append(expired, m)
+			continue
+		}
+		for _, k := range c.keys {
+			byKey[k] = append(byKey[k], m)
+		}
+	}
+	t.mu.Unlock()
+	for _, m := range expired {
+		t.o.Logger.Debug("call reached max_call_duration; places freed", "member", m)
+		t.End(ctx, m)
+	}
+	for k, ms := range byKey {
+		for len(ms) > 0 {
+			n := min(len(ms), refreshBatch)
+			rctx, cancel := context.WithTimeout(ctx, t.o.TTL/3)
+			_, err := t.store.Refresh(rctx, k, t.o.TTL, ms[:n])
+			cancel()
+			if err != nil {
+				t.o.Logger.Debug("refreshing call places failed", "key", k, "error", err)
+				if t.o.OnError != nil {
+					t.o.OnError("refresh", err)
+				}
+			}
+			ms = ms[n:]
+		}
+	}
+}
