@@ -4,7 +4,8 @@
 // pool knows its size, and wraps the Redis stores in a Failover that moves to
 // the in-process stores (store.on_error: local), admits (admit) or refuses
 // (reject) when Redis fails, and moves back when a background probe sees Redis
-// answer.
+// answer. CallsFailover does the same for the max_calls places (package
+// calls), following the Failover's mode.
 //
 // Failure: a Redis error or timeout never reaches the SIP call path as a lost
 // call; the call that met the error is decided by the fallback at once. Under

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/cpsguard/cpsguard/admission"
+	"github.com/cpsguard/cpsguard/calls"
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/panics"
 	"github.com/cpsguard/cpsguard/lua"
@@ -34,6 +35,8 @@ type OpenOptions struct {
 // Stores is the store a node decides on, built from store.* of the config.
 type Stores struct {
 	*Failover
+	// Calls holds the max_calls places (CallsFailover).
+	Calls     calls.Store
 	client    redis.UniversalClient
 	pipeline  *lua.Pipeliner
 	heartbeat *Heartbeat
@@ -54,7 +57,8 @@ func Open(ctx context.Context, cfg *config.Config, o OpenOptions) (*Stores, erro
 	localSlots := pacing.NewLocalSlots(nil)
 	rc := cfg.Store.Redis
 	if rc == nil {
-		return &Stores{Failover: NewFailover(Options{Local: local, LocalSlots: localSlots, Logger: o.Logger})}, nil
+		f := NewFailover(Options{Local: local, LocalSlots: localSlots, Logger: o.Logger})
+		return &Stores{Failover: f, Calls: NewCallsFailover(f, nil, calls.NewLocalStore(nil))}, nil
 	}
 	if len(rc.Addrs) == 0 {
 		return nil, fmt.Errorf("store: store.redis.addrs is empty")
@@ -93,6 +97,9 @@ func Open(ctx context.Context, cfg *config.Config, o OpenOptions) (*Stores, erro
 		Logger:        o.Logger,
 		Panics:        o.Panics,
 	})
+	s.Calls = NewCallsFailover(s.Failover,
+		calls.NewRedisStore(client, calls.RedisOptions{Timeout: rc.Timeout, Observe: observe, Scripter: pipe}),
+		calls.NewLocalStore(nil))
 	lctx, cancel := context.WithTimeout(ctx, max(time.Second, rc.Timeout))
 	defer cancel()
 	if err := lua.Load(lctx, client); err != nil {
