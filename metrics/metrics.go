@@ -35,6 +35,9 @@ const (
 	OutcomeCanceled          = "canceled"
 	// OutcomeRejectedDown: every carrier of the call's route was down.
 	OutcomeRejectedDown = "rejected_down"
+	// OutcomeRejectedCalls: a max_calls place (peer, customer, or every
+	// carrier of the route) was full.
+	OutcomeRejectedCalls = "rejected_calls"
 
 	// Classes of cpsguard_carrier_responses_total besides "1xx" … "6xx".
 	ClassTimeout = "timeout"
@@ -46,6 +49,9 @@ const (
 	RerouteFailed = "failed"
 	// RerouteDown: the carrier was skipped because it is down.
 	RerouteDown = "down"
+	// RerouteCallsFull: the carrier was skipped because its max_calls
+	// place was full.
+	RerouteCallsFull = "calls_full"
 
 	ProbeOK     = "ok"
 	ProbeFailed = "failed"
@@ -80,6 +86,13 @@ type Metrics struct {
 	// LimitCPS exports the configured limits: cpsguard_limit_cps{scope,name}.
 	// SyncLimits keeps it in step with the configuration.
 	LimitCPS *prometheus.GaugeVec
+	// ActiveCalls is the pool's calls set up and not yet ended per
+	// max_calls place: cpsguard_active_calls{scope,name}. The status
+	// refresher sets it from the store.
+	ActiveCalls *prometheus.GaugeVec
+	// LimitCalls exports the configured max_calls (0 = none):
+	// cpsguard_limit_calls{scope,name}. SyncLimits sets it.
+	LimitCalls *prometheus.GaugeVec
 	// MaxWait exports each carrier's configured max_wait, so alerts and
 	// dashboards can compare the queue delay with it:
 	// cpsguard_pacing_max_wait_seconds{carrier}. SyncLimits sets it.
@@ -173,6 +186,14 @@ func New(reg prometheus.Registerer) *Metrics {
 		LimitCPS: f.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "limit_cps",
 			Help: "Configured calls-per-second limit.",
+		}, []string{"scope", "name"}),
+		ActiveCalls: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "active_calls",
+			Help: "Calls set up and not yet ended, pool-wide, per peer, customer and carrier with max_calls.",
+		}, []string{"scope", "name"}),
+		LimitCalls: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "limit_calls",
+			Help: "Configured concurrent-call limit (max_calls; 0 = none).",
 		}, []string{"scope", "name"}),
 		MaxWait: f.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "pacing_max_wait_seconds",

@@ -26,6 +26,8 @@ func touchAll(m *Metrics) {
 	m.Queued.WithLabelValues("carrier-a").Set(1)
 	m.Reroutes.WithLabelValues("carrier-a", RerouteFull).Inc()
 	m.LimitCPS.WithLabelValues(ScopeCarrier, "carrier-a").Set(10)
+	m.LimitCalls.WithLabelValues(ScopeCarrier, "carrier-a").Set(5)
+	m.ActiveCalls.WithLabelValues(ScopeCarrier, "carrier-a").Set(3)
 	m.MaxWait.WithLabelValues("carrier-a").Set(2)
 	m.StoreUp.Set(1)
 	m.RedisConfigured.Set(1)

@@ -66,6 +66,8 @@ func (m *Metrics) SyncLimits(cfg *config.Config) {
 	}
 
 	prune(m.LimitCPS, inScope)
+	prune(m.LimitCalls, inScope)
+	prune(m.ActiveCalls, inScope)
 	prune(m.Admission, inScope)
 	prune(m.Calls, func(l map[string]string) bool {
 		p := l["peer"]
@@ -89,12 +91,21 @@ func (m *Metrics) SyncLimits(cfg *config.Config) {
 	}
 	for _, p := range cfg.Peers {
 		m.LimitCPS.WithLabelValues(ScopePeer, p.Name).Set(p.CPS)
+		m.LimitCalls.WithLabelValues(ScopePeer, p.Name).Set(float64(p.MaxCalls))
+		m.ActiveCalls.WithLabelValues(ScopePeer, p.Name)
+		if p.MaxCalls > 0 {
+			m.Calls.WithLabelValues(p.Name, OutcomeRejectedCalls)
+		}
 	}
 	for _, c := range cfg.Customers {
 		m.LimitCPS.WithLabelValues(ScopeCustomer, c.Name).Set(c.CPS)
+		m.LimitCalls.WithLabelValues(ScopeCustomer, c.Name).Set(float64(c.MaxCalls))
+		m.ActiveCalls.WithLabelValues(ScopeCustomer, c.Name)
 	}
 	for _, c := range cfg.Carriers {
 		m.LimitCPS.WithLabelValues(ScopeCarrier, c.Name).Set(c.CPS)
+		m.LimitCalls.WithLabelValues(ScopeCarrier, c.Name).Set(float64(c.MaxCalls))
+		m.ActiveCalls.WithLabelValues(ScopeCarrier, c.Name)
 		m.MaxWait.WithLabelValues(c.Name).Set(c.MaxWait.Seconds())
 		// Known label sets start at 0, so rate() and increase() alerts see
 		// a carrier's first answer of a class.
