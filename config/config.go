@@ -75,6 +75,26 @@ type TCP struct {
 	MaxConnectionsPerSource int `cfg:"max_connections_per_source"`
 }
 
+// anyMaxCalls reports whether a peer, customer or carrier has max_calls.
+func (c *Config) anyMaxCalls() bool {
+	for _, p := range c.Peers {
+		if p.MaxCalls > 0 {
+			return true
+		}
+	}
+	for _, cu := range c.Customers {
+		if cu.MaxCalls > 0 {
+			return true
+		}
+	}
+	for _, ca := range c.Carriers {
+		if ca.MaxCalls > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // Stripped returns the headers removed from initial INVITEs: StripHeaders,
 // or the customer header when StripHeaders is unset.
 func (c *Config) Stripped() []string {

@@ -195,6 +195,12 @@ func (v *validator) sip() {
 		v.errf("sip.reject.retry_after", "must be whole seconds: Retry-After counts seconds (got %s)", ra)
 	}
 	v.reject("sip.reject_calls", s.RejectCalls)
+	if !s.RecordRoute && v.c.anyMaxCalls() {
+		// The end of a call (its BYE) is seen only through Record-Route:
+		// without it every answered call would hold its places until
+		// max_call_duration.
+		v.errf("sip.record_route", "must be true when a peer, customer or carrier has max_calls (a call's BYE is seen through Record-Route)")
+	}
 	if d := s.MaxCallDuration; d < time.Second {
 		v.errf("sip.max_call_duration", "must be >= 1s (got %s)", d)
 	}

@@ -187,6 +187,7 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 		p.answerOnce(req, tx, sipmsg.StatusTooManyHops, "Too Many Hops")
 		return
 	}
+	p.byeEnds(req, hop)
 	if req.IsInvite() {
 		ok, err := p.reinviteAllowed(p.cfg(), req, hop)
 		if err != nil || !ok {

@@ -44,6 +44,13 @@ type call struct {
 	gateKeys []gateKey
 	// forwarded is set once an INVITE actually left for a carrier.
 	forwarded bool
+	// placed: the call holds max_calls places (freed by endCall unless
+	// answered, then by its BYE).
+	placed bool
+	// answered: a carrier's 2xx reached the caller; the call lives on.
+	answered bool
+	// callsFull: a carrier was skipped because its max_calls was full.
+	callsFull bool
 }
 
 // onInvite handles every INVITE: initial ones go through admission and
@@ -67,6 +74,7 @@ func (p *Proxy) onInvite(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
 
 	c := &call{p: p, cfg: p.cfg(), req: req, tx: tx, ctx: ctx, log: p.log}
 	c.run()
+	c.endCall()
 	if c.outcome != "" {
 		p.m.Calls.WithLabelValues(c.peer, c.outcome).Inc()
 	}
@@ -147,6 +155,9 @@ func (c *call) run() {
 		return
 	}
 	if !c.admit(peer, cu) {
+		return
+	}
+	if !c.occupyCalls(peer, cu) {
 		return
 	}
 	c.route(route)
@@ -278,7 +289,15 @@ func (c *call) route(carriers []string) {
 			p.m.Reroutes.WithLabelValues(name, metrics.RerouteDown).Inc()
 			continue
 		}
+		if !c.occupyCarrier(car) {
+			c.callsFull = true
+			p.m.Reroutes.WithLabelValues(name, metrics.RerouteCallsFull).Inc()
+			continue
+		}
 		ticket, state, err := p.awaitCarrier(c.ctx, c.log, cfg, car, c.member+"#"+strconv.Itoa(i), c.gateKeys)
+		if state != carrierReady {
+			c.releaseCarrier(car)
+		}
 		switch state {
 		case carrierFull:
 			p.m.Reroutes.WithLabelValues(name, "full").Inc()
@@ -300,6 +319,7 @@ func (c *call) route(carriers []string) {
 		if !retry {
 			return
 		}
+		c.releaseCarrier(car)
 		p.m.Reroutes.WithLabelValues(name, "failed").Inc()
 		if res != nil {
 			lastFail = res
@@ -321,6 +341,11 @@ func (c *call) route(carriers []string) {
 		} else {
 			c.respond(sipmsg.StatusRequestTimeout, "Request Timeout")
 		}
+		return
+	}
+	if c.callsFull {
+		c.log.Debug("no carrier of the route had a free max_calls place")
+		c.rejectCalls()
 		return
 	}
 	c.outcome = metrics.OutcomeRejectedQueue
@@ -562,6 +587,11 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 				// its call waited for a slot): nobody upstream will ACK this
 				// answer, so end the carrier's call here too.
 				hungUp.Store(p.hangUp(out, r))
+			} else if r.IsSuccess() && c.placed && !c.answered {
+				// Set up: the places stay until the call's BYE (seen
+				// through Record-Route), its max duration or its expiry.
+				c.answered = true
+				p.calls.Answered(c.member, dialogID(callID(c.req), tagOf(c.req.From().Params)))
 			}
 			return r, false
 

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cpsguard/cpsguard/admission"
+	callplaces "github.com/cpsguard/cpsguard/calls"
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/health"
 	"github.com/cpsguard/cpsguard/internal/panics"
@@ -64,6 +65,10 @@ type Options struct {
 	Metrics *metrics.Metrics
 	// Logger receives the proxy's and sipgo's logs; nil means slog.Default().
 	Logger *slog.Logger
+	// Calls holds the max_calls places (a *callplaces.Tracker whose Run the
+	// caller runs); nil builds a Tracker on an in-process store, run by
+	// Serve (one node).
+	Calls CallPlaces
 	// Usable reports whether the store can decide calls now (false while
 	// Redis is down under store.on_error: reject); out-of-dialog OPTIONS get
 	// 503 then, so upstream dispatchers route around the node. nil: always.
@@ -139,8 +144,12 @@ type Proxy struct {
 	cfg   func() *config.Config
 	adm   Admitter
 	pacer Pacer
-	m     *metrics.Metrics
-	log   *slog.Logger
+	calls CallPlaces
+	// ownCalls is the Tracker New built when Options.Calls was nil; Serve
+	// runs its refresher.
+	ownCalls *callplaces.Tracker
+	m        *metrics.Metrics
+	log      *slog.Logger
 
 	ua  *sipgo.UserAgent
 	srv *sipgo.Server
@@ -215,6 +224,11 @@ func New(opts Options) (*Proxy, error) {
 		invites:     newInviteTable(),
 		resolver:    newCarrierResolver(),
 		storeUsable: opts.Usable,
+		calls:       opts.Calls,
+	}
+	if p.calls == nil {
+		p.ownCalls = callplaces.NewTracker(callplaces.NewLocalStore(nil), callplaces.TrackerOptions{Logger: p.log})
+		p.calls = p.ownCalls
 	}
 	p.panics = &panics.Reporter{Log: p.log, Count: p.m.Panics}
 	p.health = health.NewTracker(nil, p.onHealthChange)
@@ -312,6 +326,9 @@ func (p *Proxy) Serve(ctx context.Context) error {
 	}
 	for _, err := range p.resolver.refresh(ctx, cfg) {
 		p.log.Warn("carrier host name does not resolve; calls skip that carrier until it does", "error", err)
+	}
+	if p.ownCalls != nil {
+		go p.ownCalls.Run(p.base)
 	}
 	close(p.ready)
 

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cpsguard/cpsguard/calls"
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/httpapi"
 	"github.com/cpsguard/cpsguard/internal/gctune"
@@ -152,8 +153,17 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 		m.StoreUp.Set(1)
 	}
 
+	// The max_calls places of the calls this node sets up; TTL and maximum
+	// duration are read at start.
+	tracker := calls.NewTracker(stores.Calls, calls.TrackerOptions{
+		TTL:         cfg.SIP.CallRefreshTTL,
+		MaxDuration: cfg.SIP.MaxCallDuration,
+		OnError:     func(op string, err error) { m.StoreErrors.WithLabelValues("calls_" + op).Inc() },
+		Logger:      logger.With("component", "calls"),
+	})
 	proxy, err := sip.New(sip.Options{
 		Config:    mgr.Current,
+		Calls:     tracker,
 		Admission: stores,
 		Pacer:     pacing.NewPacer(stores),
 		Metrics:   m,
@@ -227,6 +237,11 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 	httpCtx, httpCancel := context.WithCancel(context.Background())
 	defer httpCancel()
 	start("store", func(ctx context.Context) error { stores.Run(ctx); return nil })
+	start("calls", func(ctx context.Context) error { tracker.Run(ctx); return nil })
+	start("active_calls", func(ctx context.Context) error {
+		syncActiveCalls(ctx, mgr.Current, stores.Calls, m)
+		return nil
+	})
 	start("sip", func(ctx context.Context) error {
 		defer httpCancel()
 		return proxy.Serve(ctx)

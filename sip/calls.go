@@ -1,0 +1,169 @@
+package sip
+
+import (
+	"context"
+	"math"
+	"strconv"
+
+	sipmsg "github.com/emiago/sipgo/sip"
+
+	callplaces "github.com/cpsguard/cpsguard/calls"
+	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/lua"
+	"github.com/cpsguard/cpsguard/metrics"
+)
+
+// CallPlaces holds the max_calls places of the calls this node sets up.
+// *callplaces.Tracker satisfies it.
+type CallPlaces interface {
+	// Occupy takes member's places, all or none; places may be added to
+	// a call that holds some.
+	Occupy(ctx context.Context, member string, places []callplaces.Place) (callplaces.Decision, error)
+	// Release frees some of member's places (a carrier left for the next).
+	Release(ctx context.Context, member string, keys []string)
+	// Answered binds member to its dialog, for EndDialog.
+	Answered(member, dialog string)
+	// End frees every place of member.
+	End(ctx context.Context, member string)
+	// EndDialog ends the call answered in dialog; false when none.
+	EndDialog(ctx context.Context, dialog string) bool
+}
+
+// CallsKey is the store key of the max_calls place of one peer, customer
+// or carrier: "cpsguard:{calls:peer:dialer-1}".
+func CallsKey(prefix, scope, name string) string {
+	return lua.Key(prefix, "calls:"+scope, name)
+}
+
+// dialogID names a call's dialog as a verified in-dialog request names it:
+// its Call-ID and the caller's From tag (both covered by the dialog token).
+func dialogID(callID, callerTag string) string { return callID + "\x00" + callerTag }
+
+// occupyCalls takes the call's peer and customer places (max_calls). It
+// answers the call and returns false when the call must stop.
+func (c *call) occupyCalls(peer *config.Peer, cu *config.Customer) bool {
+	p, cfg := c.p, c.cfg
+	var places []callplaces.Place
+	var scopes []string
+	if peer.MaxCalls > 0 {
+		places = append(places, callplaces.Place{Key: CallsKey(cfg.Store.KeyPrefix, metrics.ScopePeer, peer.Name), Limit: peer.MaxCalls})
+		scopes = append(scopes, metrics.ScopePeer+":"+peer.Name)
+	}
+	if cu != nil && cu.MaxCalls > 0 {
+		places = append(places, callplaces.Place{Key: CallsKey(cfg.Store.KeyPrefix, metrics.ScopeCustomer, cu.Name), Limit: cu.MaxCalls})
+		scopes = append(scopes, metrics.ScopeCustomer+":"+cu.Name)
+	}
+	if len(places) == 0 {
+		return true
+	}
+	sctx, cancel := c.storeCtx()
+	d, err := p.calls.Occupy(sctx, c.member, places)
+	cancel()
+	if err != nil {
+		if c.ctx.Err() != nil {
+			c.stopped(false)
+			return false
+		}
+		c.log.Debug("max_calls store failed", "error", err)
+		c.outcome = metrics.OutcomeRejectedStore
+		c.respond(sipmsg.StatusServiceUnavailable, "Service Unavailable")
+		return false
+	}
+	if d.Duplicate {
+		// Another transaction of the same call attempt holds the places:
+		// absorb this one like a retransmission (see admit).
+		p.m.SIPErrors.WithLabelValues("duplicate").Inc()
+		c.tx.Terminate()
+		return false
+	}
+	if d.Admit {
+		c.placed = true
+		return true
+	}
+	if d.Refused >= 0 && d.Refused < len(scopes) {
+		c.log.Debug("over max_calls", "place", scopes[d.Refused], "shadow", cfg.Shadow)
+	}
+	if cfg.Shadow {
+		return true
+	}
+	c.rejectCalls()
+	return false
+}
+
+// occupyCarrier takes the carrier's max_calls place before the call waits
+// for the carrier's send slot: a carrier at its limit is skipped at once,
+// like a full pacing queue, and two nodes never send it more than its
+// limit together. It reports false when the carrier is full; a store
+// failure lets the call through (the places of peers and customers were
+// taken; a carrier's limit is its own to enforce too).
+func (c *call) occupyCarrier(car *config.Carrier) bool {
+	if car.MaxCalls <= 0 || c.cfg.Shadow {
+		return true
+	}
+	sctx, cancel := c.storeCtx()
+	d, err := c.p.calls.Occupy(sctx, c.member, []callplaces.Place{{Key: CallsKey(c.cfg.Store.KeyPrefix, metrics.ScopeCarrier, car.Name), Limit: car.MaxCalls}})
+	cancel()
+	if err != nil {
+		c.log.Debug("max_calls store failed for a carrier", "carrier", car.Name, "error", err)
+		return true
+	}
+	if d.Admit {
+		c.placed = true
+		return true
+	}
+	return false
+}
+
+// releaseCarrier frees the carrier's place of a call leaving it for the
+// next carrier.
+func (c *call) releaseCarrier(car *config.Carrier) {
+	if car.MaxCalls <= 0 || !c.placed {
+		return
+	}
+	c.p.calls.Release(c.ctx, c.member, []string{CallsKey(c.cfg.Store.KeyPrefix, metrics.ScopeCarrier, car.Name)})
+}
+
+// rejectCalls answers a call refused by max_calls with sip.reject_calls.
+func (c *call) rejectCalls() {
+	c.outcome = metrics.OutcomeRejectedCalls
+	rej := c.cfg.SIP.RejectCalls
+	code, reason := rej.Code, rej.Reason
+	if code < 300 || code > 699 {
+		code = sipmsg.StatusServiceUnavailable
+	}
+	if reason == "" {
+		reason = "Call Limit Exceeded"
+	}
+	res := sipmsg.NewResponseFromRequest(c.req, code, reason, nil)
+	if rej.RetryAfter > 0 {
+		res.AppendHeader(sipmsg.NewHeader("Retry-After", strconv.Itoa(int(math.Ceil(rej.RetryAfter.Seconds())))))
+	}
+	c.send(res)
+}
+
+// endCall frees the places of a call that was not answered (refused,
+// cancelled, failed, or hung up by the proxy); an answered call keeps them
+// until its BYE, its places' max duration or their expiry.
+func (c *call) endCall() {
+	if c.placed && !c.answered {
+		c.p.calls.End(c.ctx, c.member)
+	}
+}
+
+// byeEnds ends the call of a BYE that passed the dialog token check: its
+// places are freed before it is relayed, so a carrier that never answers
+// the BYE does not keep them.
+func (p *Proxy) byeEnds(req *sipmsg.Request, hop inDialogHop) {
+	if req.Method != sipmsg.BYE {
+		return
+	}
+	var callerTag string
+	if hop.dir == fromCarrier {
+		if t := req.To(); t != nil {
+			callerTag = tagOf(t.Params)
+		}
+	} else if f := req.From(); f != nil {
+		callerTag = tagOf(f.Params)
+	}
+	p.calls.EndDialog(p.base, dialogID(callID(req), callerTag))
+}

@@ -1,0 +1,117 @@
+package sip
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	sipmsg "github.com/emiago/sipgo/sip"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	callplaces "github.com/cpsguard/cpsguard/calls"
+	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/internal/siptest"
+	"github.com/cpsguard/cpsguard/metrics"
+)
+
+// startCallsProxy starts a proxy whose max_calls places are in a Tracker
+// on an in-process store, returned for inspection.
+func startCallsProxy(t *testing.T, car *siptest.Carrier, peerMax, carMax int) (*harness, *callplaces.Tracker, *callplaces.LocalStore) {
+	t.Helper()
+	adm, pacer := newFakes()
+	c := carrierCfg("a", car)
+	c.MaxCalls = carMax
+	cfg := testConfig(c)
+	cfg.Peers[0].MaxCalls = peerMax
+	cfg.SIP.RejectCalls.Code, cfg.SIP.RejectCalls.Reason = 503, "Call Limit Exceeded"
+	store := callplaces.NewLocalStore(nil)
+	tr := callplaces.NewTracker(store, callplaces.TrackerOptions{TTL: time.Minute})
+	h := startProxyOpts(t, Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer, Calls: tr})
+	return h, tr, store
+}
+
+func TestMaxCallsPeer(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	h, tr, store := startCallsProxy(t, car, 2, 0)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	key := CallsKey("t", metrics.ScopePeer, "dialer-1")
+	live := func() int {
+		n, _ := store.Count(t.Context(), []string{key})
+		return n[0]
+	}
+
+	ok1 := answeredCall(t, caller, h.udp)
+	answeredCall(t, caller, h.udp)
+	if res := caller.Final(ctxT(t, 5*time.Second), caller.Invite(h.udp)); res == nil || res.StatusCode != 503 || res.Reason != "Call Limit Exceeded" {
+		t.Fatalf("third call: got %v, want 503 Call Limit Exceeded", res)
+	}
+	if got := testutil.ToFloat64(h.m.Calls.WithLabelValues("dialer-1", metrics.OutcomeRejectedCalls)); got != 1 {
+		t.Fatalf("rejected_calls: got %v, want 1", got)
+	}
+
+	// A stranger holding the dialog token: 403, and nothing freed.
+	stranger := siptest.StartCaller(t, "127.0.0.9")
+	if res := stranger.Final(ctxT(t, 5*time.Second), inDialogOf(t, stranger, h.udp, ok1, sipmsg.BYE)); res == nil || res.StatusCode != 403 {
+		t.Fatalf("stranger's BYE: got %v, want 403", res)
+	}
+	if got := live(); got != 2 {
+		t.Fatalf("live calls after a forged BYE: got %d, want 2", got)
+	}
+
+	// The peer's own BYE ends the call: one place is free again, once.
+	for i := 0; i < 2; i++ {
+		if res := caller.Final(ctxT(t, 5*time.Second), inDialogOf(t, caller, h.udp, ok1, sipmsg.BYE)); res == nil || res.StatusCode != 200 {
+			t.Fatalf("peer's BYE %d: got %v, want 200", i, res)
+		}
+	}
+	if got := live(); got != 1 {
+		t.Fatalf("live calls after two BYEs of one call: got %d, want 1", got)
+	}
+	answeredCall(t, caller, h.udp)
+	if got := tr.Live(); got != 2 {
+		t.Fatalf("tracked calls: got %d, want 2", got)
+	}
+}
+
+func TestMaxCallsCarrierAndFailedCalls(t *testing.T) {
+	var busy atomic.Bool
+	busy.Store(true)
+	car := siptest.StartCarrier(t, "127.0.0.1", func(*sipmsg.Request) siptest.Answer {
+		if busy.Load() {
+			return siptest.Answer{Code: 486}
+		}
+		return siptest.Answer{Code: 200}
+	})
+	h, tr, store := startCallsProxy(t, car, 1, 1)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	keys := []string{CallsKey("t", metrics.ScopePeer, "dialer-1"), CallsKey("t", metrics.ScopeCarrier, "a")}
+
+	// A call that fails (486) frees its places at its final answer.
+	if res := caller.Final(ctxT(t, 5*time.Second), caller.Invite(h.udp)); res == nil || res.StatusCode != 486 {
+		t.Fatalf("busy call: got %v, want 486", res)
+	}
+	if n, _ := store.Count(t.Context(), keys); tr.Live() != 0 || n[0] != 0 || n[1] != 0 {
+		t.Fatalf("after a failed call: %d tracked, places %v; want 0 and [0 0]", tr.Live(), n)
+	}
+	busy.Store(false)
+	answeredCall(t, caller, h.udp)
+	if n, _ := store.Count(t.Context(), keys); n[0] != 1 || n[1] != 1 {
+		t.Fatalf("after an answered call: places %v, want [1 1]", n)
+	}
+}
+
+func TestMaxCallsFullCarrierIsSkipped(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	h, tr, _ := startCallsProxy(t, car, 0, 1)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	answeredCall(t, caller, h.udp)
+	if res := caller.Final(ctxT(t, 5*time.Second), caller.Invite(h.udp)); res == nil || res.StatusCode != 503 || res.Reason != "Call Limit Exceeded" {
+		t.Fatalf("second call to a full carrier: got %v, want 503 Call Limit Exceeded", res)
+	}
+	if got := testutil.ToFloat64(h.m.Reroutes.WithLabelValues("a", metrics.RerouteCallsFull)); got != 1 {
+		t.Fatalf("calls_full reroutes: got %v, want 1", got)
+	}
+	if got := tr.Live(); got != 1 {
+		t.Fatalf("tracked calls: got %d, want 1 (the refused call holds nothing)", got)
+	}
+}
