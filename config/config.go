@@ -130,6 +130,14 @@ type HTTP struct {
 type Log struct {
 	Level  string `cfg:"level"`  // debug | info | warn | error
 	Format string `cfg:"format"` // json | text
+	// Events logs one line at info per call not forwarded on its first
+	// try: refused (by a limit, the queue, a down route, policy) or
+	// rerouted, with its call id, source, peer, customer, dialled number,
+	// carrier, reason and answer.
+	Events bool `cfg:"events"`
+	// EventsPerSecond caps those lines; the rest are counted and the count
+	// logged ("call events suppressed").
+	EventsPerSecond int `cfg:"events_per_second"`
 }
 
 // Peer is a party that sends calls, identified by source address.

@@ -90,6 +90,7 @@ func TestBadFiles(t *testing.T) {
 		{"tcp_max", "sip.tcp.max_connections: must be >= 1 (got 0)"},
 		{"tcp_per_source", "sip.tcp.max_connections_per_source: must be between 1 and sip.tcp.max_connections (100) (got 500)"},
 		{"strip_headers", "sip.strip_headers[1]: must be a header name like X-Customer (got \"X Bad\")"},
+		{"events_per_second", "log.events_per_second: must be between 1 and 100000 (got 0)"},
 		{"probe_timeout", "carriers[0].probe.timeout: must be between 10ms and the interval, 5s (got 10s)"},
 		{"probe_down_after", "carriers[0].probe.down_after: must be between 1 and 100 (got 0)"},
 		{"overload_decrease", "carriers[0].overload.decrease: must be between 0 and 1, exclusive (got 1.5)"},
@@ -225,7 +226,7 @@ func TestDefaults(t *testing.T) {
 		{"store.key_prefix", c.Store.KeyPrefix, "cpsguard"},
 		{"store.on_error", c.Store.OnError, "local"},
 		{"http.listen", c.HTTP.Listen, "127.0.0.1:9090"},
-		{"log", c.Log, Log{Level: "info", Format: "json"}},
+		{"log", c.Log, Log{Level: "info", Format: "json", Events: true, EventsPerSecond: 200}},
 		{"customer_header", c.CustomerHeader, "X-Customer"},
 		{"carriers[0].max_wait", c.Carriers[0].MaxWait, time.Duration(0)},
 	}

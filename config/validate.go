@@ -120,6 +120,9 @@ func (v *validator) top() {
 	}
 	v.enum("log.level", v.c.Log.Level, "debug", "info", "warn", "error")
 	v.enum("log.format", v.c.Log.Format, "json", "text")
+	if n := v.c.Log.EventsPerSecond; n < 1 || n > 100000 {
+		v.errf("log.events_per_second", "must be between 1 and 100000 (got %d)", n)
+	}
 }
 
 func (v *validator) sip() {
