@@ -140,6 +140,12 @@ type Peer struct {
 	Customer  string         `cfg:"customer"`
 	Customers []string       `cfg:"customers"`
 	Route     string         `cfg:"route"`
+	// Burst, when > 0, replaces the peer's rolling 1 s window with a token
+	// bucket of rate CPS and capacity Burst (>= CPS).
+	Burst int `cfg:"burst"`
+	// Windows are extra rolling windows, all of which must hold beside the
+	// 1 s one (or the token bucket).
+	Windows []Window `cfg:"windows"`
 }
 
 // Customer is the party a call belongs to.
@@ -147,6 +153,16 @@ type Customer struct {
 	Name  string  `cfg:"name"`
 	CPS   float64 `cfg:"cps"`
 	Route string  `cfg:"route"`
+	// Burst and Windows are as on Peer.
+	Burst   int      `cfg:"burst"`
+	Windows []Window `cfg:"windows"`
+}
+
+// Window is an extra rolling window of a peer or customer: at most Calls
+// admitted calls in any interval of length Per (1 s to 24 h).
+type Window struct {
+	Calls int           `cfg:"calls"`
+	Per   time.Duration `cfg:"per"`
 }
 
 // Carrier is a downstream destination with a pacing limit.
@@ -160,6 +176,11 @@ type Carrier struct {
 	// INVITE is cancelled and the next carrier of the route tried. 0 means
 	// DefaultSetupTimeout.
 	SetupTimeout time.Duration `cfg:"setup_timeout"`
+	// Burst and Windows are refused on carriers (see the validation
+	// message); they exist so the file gets a clear error rather than
+	// "unknown key".
+	Burst   int      `cfg:"burst"`
+	Windows []Window `cfg:"windows"`
 }
 
 // DefaultSetupTimeout is a carrier's setup_timeout when none is set.
