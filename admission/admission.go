@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"math"
+	"strconv"
 	"time"
 )
 
@@ -71,4 +72,18 @@ func LimitFor(cps float64) (limit int, window time.Duration) {
 		return 0, time.Second + Guard
 	}
 	return 1, time.Duration(float64(time.Second)/cps) + Guard
+}
+
+// WindowBucket returns the bucket of an extra rolling window beside the 1 s
+// one of key (a lua.Key): at most calls admitted calls in any interval of
+// length per. Guard is added as for the 1 s window. The key keeps key's hash
+// tag, so the buckets of one scope share a Redis Cluster slot and are decided
+// in one script call, and names the length: "cpsguard:{peer:dialer-1}:w60s".
+// A window holds at most calls entries, whatever the traffic.
+func WindowBucket(key string, calls int, per time.Duration) Bucket {
+	suffix := ":w" + strconv.FormatInt(int64(per/time.Millisecond), 10) + "ms"
+	if per%time.Second == 0 {
+		suffix = ":w" + strconv.FormatInt(int64(per/time.Second), 10) + "s"
+	}
+	return Bucket{Key: key + suffix, Limit: calls, Window: per + Guard}
 }
