@@ -100,7 +100,7 @@ func BenchmarkAdmit(b *testing.B) {
 		sha, keys, windowUS := lua.SHA(lua.ScriptAdmit), []string{bk.Key}, lua.Micros(bk.Window)
 		b.SetParallelism(benchParallelism)
 		runAdmit(b, func(m string) error {
-			return c.EvalSha(ctx, sha, keys, m, bk.Limit, windowUS).Err()
+			return c.EvalSha(ctx, sha, keys, m, bk.Limit, windowUS, 0).Err()
 		})
 	})
 	b.Run("redis/raw-evalsha-timeout", func(b *testing.B) {
@@ -110,7 +110,7 @@ func BenchmarkAdmit(b *testing.B) {
 		runAdmit(b, func(m string) error {
 			cctx, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
-			return c.EvalSha(cctx, sha, keys, m, bk.Limit, windowUS).Err()
+			return c.EvalSha(cctx, sha, keys, m, bk.Limit, windowUS, 0).Err()
 		})
 	})
 }
