@@ -153,24 +153,31 @@ func (c *call) admit(peer *config.Peer, cu *config.Customer) bool {
 	var names []scoped
 	var owner []int // owner[i]: index in names of buckets[i]'s scope
 	var gates []gateKey
-	add := func(scope, name string, cps float64, windows []config.Window) {
+	add := func(scope, name string, cps float64, burst int, windows []config.Window) {
 		if cps <= 0 {
 			return // no limit configured for this scope
 		}
 		key := lua.Key(cfg.Store.KeyPrefix, scope, name)
-		limit, window := admission.LimitFor(cps)
-		buckets = append(buckets, admission.Bucket{Key: key, Limit: limit, Window: window})
+		if burst > 0 {
+			// A token bucket replaces the 1 s window, and the send gate
+			// (which holds sends to cps per rolling second) lets the burst
+			// through: the scope promises burst then cps, not cps per second.
+			buckets = append(buckets, admission.TokenBucket(key, cps, burst))
+		} else {
+			limit, window := admission.LimitFor(cps)
+			buckets = append(buckets, admission.Bucket{Key: key, Limit: limit, Window: window})
+			gates = append(gates, gateKey{scope + ":" + name, cps})
+		}
 		owner = append(owner, len(names))
-		gates = append(gates, gateKey{scope + ":" + name, cps})
 		for _, w := range windows {
 			buckets = append(buckets, admission.WindowBucket(key, w.Calls, w.Per))
 			owner = append(owner, len(names))
 		}
 		names = append(names, scoped{scope, name})
 	}
-	add(metrics.ScopePeer, peer.Name, peer.CPS, peer.Windows)
+	add(metrics.ScopePeer, peer.Name, peer.CPS, peer.Burst, peer.Windows)
 	if cu != nil {
-		add(metrics.ScopeCustomer, cu.Name, cu.CPS, cu.Windows)
+		add(metrics.ScopeCustomer, cu.Name, cu.CPS, cu.Burst, cu.Windows)
 	}
 	if len(buckets) == 0 {
 		return true
