@@ -161,8 +161,10 @@ type Customer struct {
 // Window is an extra rolling window of a peer or customer: at most Calls
 // admitted calls in any interval of length Per (1 s to 24 h).
 type Window struct {
-	Calls int           `cfg:"calls"`
-	Per   time.Duration `cfg:"per"`
+	// Calls is the most admitted calls in any interval of length Per.
+	Calls int `cfg:"calls"`
+	// Per is the window's length.
+	Per time.Duration `cfg:"per"`
 }
 
 // Carrier is a downstream destination with a pacing limit.
