@@ -67,6 +67,7 @@ type e2eOpts struct {
 	unknown               string // reject | drop
 	peerCPS, acme, globex float64
 	carriers              []e2eCarrier
+	edit                  func(*config.Config) // optional, after parsing
 }
 
 func (o e2eOpts) yaml() string {
@@ -104,6 +105,9 @@ func startE2E(t *testing.T, o e2eOpts) *harness {
 	cfg, err := config.Parse([]byte(o.yaml()))
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, o.yaml())
+	}
+	if o.edit != nil {
+		o.edit(cfg)
 	}
 	return startProxy(t, cfg, adm, pacing.NewPacer(slots))
 }
