@@ -99,6 +99,11 @@ func TestBadFiles(t *testing.T) {
 		{"window_per_long", "peers[0].windows[1].per: must be between 1s and 24h (got 48h0m0s)"},
 		{"window_duplicate", "peers[0].windows[1].per: duplicate window of 1m0s (also peers[0].windows[0]): give one window per length"},
 		{"window_carrier", "carriers[0].windows: not supported on carriers: pacing holds a carrier to cps per rolling second only; set windows on the peer or customer"},
+		{"probe_timeout", "carriers[0].probe.timeout: must be between 10ms and the interval, 5s (got 10s)"},
+		{"probe_down_after", "carriers[0].probe.down_after: must be between 1 and 100 (got 0)"},
+		{"overload_decrease", "carriers[0].overload.decrease: must be between 0 and 1, exclusive (got 1.5)"},
+		{"overload_code", "carriers[0].overload.codes[1]: must be a final non-2xx status, 300-699 (got 200)"},
+		{"overload_min_cps", "carriers[0].overload.min_cps: must be > 0 and <= the carrier's cps, 10 (got 20)"},
 	}
 	seen := map[string]bool{"bad_many.yaml": true, "bad_yaml_syntax.yaml": true}
 	for _, tt := range tests {
@@ -531,5 +536,32 @@ routes:
 	cu := c.Customer("acme")
 	if cu.Burst != 0 || !slices.Equal(cu.Windows, []Window{{100, 10 * time.Second}}) {
 		t.Errorf("customer: got burst %d windows %v, want 0 [{100 10s}]", cu.Burst, cu.Windows)
+	}
+}
+
+func TestCarrierProbeAndOverloadDefaults(t *testing.T) {
+	c, err := Parse([]byte(`
+peers: [{name: d, sources: [127.0.0.1/32], cps: 5}]
+carriers:
+  - {name: a, uri: "sip:127.0.0.1:5070", cps: 20, max_wait: 1s}
+  - {name: b, uri: "sip:127.0.0.1:5071", cps: 20, max_wait: 1s, probe: {interval: 2s}, adaptive: true, overload: {reasons: [CPS exceeded]}}
+  - {name: c, uri: "sip:127.0.0.1:5072", cps: 20, max_wait: 1s, probe: {interval: 0s}}
+routes: {default: [a, b, c]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.Carriers[0].Probing(), DefaultProbe; got != want {
+		t.Errorf("carrier a probe = %+v, want the default %+v", got, want)
+	}
+	if got, want := c.Carriers[1].Probing(), (Probe{Interval: 2 * time.Second, Timeout: time.Second, DownAfter: 3, UpAfter: 2}); got != want {
+		t.Errorf("carrier b probe = %+v, want %+v (unset fields default)", got, want)
+	}
+	if got := c.Carriers[2].Probing().Interval; got != 0 {
+		t.Errorf("carrier c probe interval = %s, want 0s (off)", got)
+	}
+	o := c.Carriers[1].Overloaded()
+	if !c.Carriers[1].Adaptive || len(o.Codes) != 1 || o.Codes[0] != 503 || o.Decrease != 0.7 || o.MinCPS != 2 || o.Increase != 1 || len(o.Reasons) != 1 {
+		t.Errorf("carrier b overload = %+v adaptive %v, want codes [503], decrease 0.7, min 2, increase 1, one reason", o, c.Carriers[1].Adaptive)
 	}
 }

@@ -38,6 +38,9 @@ func touchAll(m *Metrics) {
 	m.SetBuildInfo("v1.2.3", "abc123", "go1.26")
 	m.CarrierResponses.WithLabelValues("carrier-a", "2xx").Inc()
 	m.CarrierSetup.WithLabelValues("carrier-a").Observe(0.05)
+	m.CarrierUp.WithLabelValues("carrier-a").Set(1)
+	m.CarrierProbes.WithLabelValues("carrier-a", ProbeOK).Inc()
+	m.EffectiveCPS.WithLabelValues("carrier-a").Set(10)
 }
 
 // fieldCollectors returns every exported collector field of m by name.

@@ -78,6 +78,9 @@ func (m *Metrics) SyncLimits(cfg *config.Config) {
 	prune(m.MaxWait, carrierKept)
 	prune(m.CarrierResponses, carrierKept)
 	prune(m.CarrierSetup, carrierKept)
+	prune(m.CarrierUp, carrierKept)
+	prune(m.CarrierProbes, carrierKept)
+	prune(m.EffectiveCPS, carrierKept)
 
 	if cfg.Store.Redis != nil {
 		m.RedisConfigured.Set(1)
@@ -99,6 +102,8 @@ func (m *Metrics) SyncLimits(cfg *config.Config) {
 			m.CarrierResponses.WithLabelValues(c.Name, class)
 		}
 		m.CarrierSetup.WithLabelValues(c.Name)
+		m.CarrierProbes.WithLabelValues(c.Name, ProbeOK)
+		m.CarrierProbes.WithLabelValues(c.Name, ProbeFailed)
 	}
 }
 
