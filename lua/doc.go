@@ -19,8 +19,9 @@
 //   - heartbeat.lua: node liveness, to count the live pool (heartbeat.go).
 //
 // The clock is always Redis TIME, in integer microseconds; scores are integer
-// microseconds and every fraction travels as an integer of microseconds,
-// never as a Lua float. Keys carry a Redis Cluster hash tag (Key); a script
+// microseconds and every fraction travels as an integer of microseconds (or
+// of micro-tokens, milli-cps), never as a Lua float; products stay below 2^53
+// so Lua's doubles hold them exactly. Keys carry a Redis Cluster hash tag (Key); a script
 // call must only name keys of one slot (Slot).
 //
 // Failure: a wrapper returns the go-redis error as is (network, timeout,
