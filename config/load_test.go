@@ -537,6 +537,11 @@ routes:
 	if cu.Burst != 0 || !slices.Equal(cu.Windows, []Window{{100, 10 * time.Second}}) {
 		t.Errorf("customer: got burst %d windows %v, want 0 [{100 10s}]", cu.Burst, cu.Windows)
 	}
+	for _, want := range []string{"dialer-1: 10 cps burst 30, 600/1m, 10000/24h from", "acme: 20 cps, 100/10s"} {
+		if !strings.Contains(c.Summary(), want) {
+			t.Errorf("Summary does not say %q:\n%s", want, c.Summary())
+		}
+	}
 }
 
 func TestCarrierProbeAndOverloadDefaults(t *testing.T) {
