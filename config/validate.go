@@ -301,6 +301,7 @@ func (v *validator) peers() {
 			owners[pfx] = owner{path: spath, peer: p.Name, i: i}
 		}
 		v.cps(path+".cps", p.CPS)
+		v.limits(path, p.CPS, p.Burst, p.Windows)
 		allowed := map[string]bool{}
 		for j, cu := range p.Customers {
 			cpath := fmt.Sprintf("%s.customers[%d]", path, j)
@@ -335,6 +336,7 @@ func (v *validator) customers() {
 			names[cu.Name] = i
 		}
 		v.cps(path+".cps", cu.CPS)
+		v.limits(path, cu.CPS, cu.Burst, cu.Windows)
 		v.route(path+".route", cu.Route)
 	}
 }
@@ -353,6 +355,7 @@ func (v *validator) carriers() {
 			v.errf(path+".uri", "%v", err)
 		}
 		v.cps(path+".cps", ca.CPS)
+		v.carrierLimits(path, ca)
 		if d := ca.SetupTimeout; d < 0 || d > 5*time.Minute {
 			v.errf(path+".setup_timeout", "must be between 0s (the default, %s) and 5m (got %s)", DefaultSetupTimeout, d)
 		}

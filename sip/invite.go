@@ -159,19 +159,33 @@ func (c *call) admit(peer *config.Peer, cu *config.Customer) bool {
 	type scoped struct{ scope, name string }
 	var buckets []admission.Bucket
 	var names []scoped
+	var owner []int // owner[i]: index in names of buckets[i]'s scope
 	var gates []gateKey
-	add := func(scope, name string, cps float64) {
+	add := func(scope, name string, cps float64, burst int, windows []config.Window) {
 		if cps <= 0 {
 			return // no limit configured for this scope
 		}
-		limit, window := admission.LimitFor(cps)
-		buckets = append(buckets, admission.Bucket{Key: lua.Key(cfg.Store.KeyPrefix, scope, name), Limit: limit, Window: window})
+		key := lua.Key(cfg.Store.KeyPrefix, scope, name)
+		if burst > 0 {
+			// A token bucket replaces the 1 s window, and the send gate
+			// (which holds sends to cps per rolling second) lets the burst
+			// through: the scope promises burst then cps, not cps per second.
+			buckets = append(buckets, admission.TokenBucket(key, cps, burst))
+		} else {
+			limit, window := admission.LimitFor(cps)
+			buckets = append(buckets, admission.Bucket{Key: key, Limit: limit, Window: window})
+			gates = append(gates, gateKey{scope + ":" + name, cps})
+		}
+		owner = append(owner, len(names))
+		for _, w := range windows {
+			buckets = append(buckets, admission.WindowBucket(key, w.Calls, w.Per))
+			owner = append(owner, len(names))
+		}
 		names = append(names, scoped{scope, name})
-		gates = append(gates, gateKey{scope + ":" + name, cps})
 	}
-	add(metrics.ScopePeer, peer.Name, peer.CPS)
+	add(metrics.ScopePeer, peer.Name, peer.CPS, peer.Burst, peer.Windows)
 	if cu != nil {
-		add(metrics.ScopeCustomer, cu.Name, cu.CPS)
+		add(metrics.ScopeCustomer, cu.Name, cu.CPS, cu.Burst, cu.Windows)
 	}
 	if len(buckets) == 0 {
 		return true
@@ -213,15 +227,17 @@ func (c *call) admit(peer *config.Peer, cu *config.Customer) bool {
 	if cfg.Shadow {
 		result = metrics.ResultShadowRejected
 	}
-	if dec.Refused >= 0 && dec.Refused < len(names) {
-		n := names[dec.Refused]
+	if dec.Refused >= 0 && dec.Refused < len(buckets) {
+		n := names[owner[dec.Refused]]
 		p.m.Admission.WithLabelValues(n.scope, n.name, result).Inc()
 		if c.log.Enabled(c.ctx, slog.LevelDebug) {
 			count := -1
 			if dec.Refused < len(dec.Counts) {
 				count = dec.Counts[dec.Refused]
 			}
-			c.log.Debug("over cps limit", "scope", n.scope, "name", n.name,
+			b := buckets[dec.Refused]
+			c.log.Debug("over cps limit", "scope", n.scope, "name", n.name, "bucket", b.Key,
+				"limit", b.Limit, "window", b.Window,
 				"count", count, "retry_after", dec.RetryAfter, "shadow", cfg.Shadow)
 		}
 	}
