@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -131,19 +130,13 @@ func NewServer(addr string, h http.Handler, log *slog.Logger) *http.Server {
 	}
 }
 
-// ConfigHash returns "sha256:" and the hex SHA-256 of cfg's JSON encoding with
-// its secrets redacted (config.Config.Redacted), so it can be served without
-// revealing a password or token. A change of secret alone does not change it.
+// ConfigHash returns cfg.Hash(): "sha256:" and the hex SHA-256 of what the
+// nodes of a pool must agree on, with the per-node settings
+// (config.PerNode) left out and the secrets redacted, so it can be served
+// and two nodes running one file show one hash. It is also the config_hash
+// label of cpsguard_config_info.
 func ConfigHash(cfg *config.Config) string {
-	if cfg == nil {
-		return ""
-	}
-	b, err := json.Marshal(cfg.Redacted())
-	if err != nil {
-		return ""
-	}
-	sum := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(sum[:])
+	return cfg.Hash()
 }
 
 type server struct {

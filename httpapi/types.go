@@ -23,8 +23,9 @@ type Status struct {
 	// failed; store.on_error decides) or "local" (no Redis configured).
 	StoreMode string `json:"store_mode"`
 	// ConfigHash identifies the configuration in use: "sha256:" and the hex
-	// digest of the configuration with its secrets redacted. Nodes with the
-	// same hash run the same file.
+	// digest of the settings the pool must agree on (config.Config.Hash:
+	// per-node settings such as node_id and listen addresses left out,
+	// secrets redacted). Nodes with the same hash enforce the same policy.
 	ConfigHash string `json:"config_hash"`
 	// LoadedAt is when the configuration in use was loaded.
 	LoadedAt time.Time `json:"loaded_at"`

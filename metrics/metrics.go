@@ -108,6 +108,11 @@ type Metrics struct {
 	// BuildInfo is 1, labelled with what the node runs:
 	// cpsguard_build_info{version,revision,goversion}. SetBuildInfo sets it.
 	BuildInfo *prometheus.GaugeVec
+	// ConfigInfo is 1, labelled with the hash of what the pool must agree
+	// on (config.Config.Hash, per-node settings left out):
+	// cpsguard_config_info{config_hash}. Nodes of one pool that show
+	// different hashes enforce different policies. SyncLimits sets it.
+	ConfigInfo *prometheus.GaugeVec
 	// Panics counts panics recovered in handlers and goroutines, where
 	// names the place (e.g. "sip.invite", "store.heartbeat"):
 	// cpsguard_panics_total{where}.
@@ -202,6 +207,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: Namespace, Name: "build_info",
 			Help: "Always 1; the labels say which build the node runs.",
 		}, []string{"version", "revision", "goversion"}),
+		ConfigInfo: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "config_info",
+			Help: "Always 1; config_hash identifies the settings the pool must agree on (per-node ones left out).",
+		}, []string{"config_hash"}),
 		Panics: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "panics_total",
 			Help: "Panics recovered in handlers and goroutines (the process went on), by place.",

@@ -36,6 +36,7 @@ func touchAll(m *Metrics) {
 	m.SIPErrors.WithLabelValues("parse").Inc()
 	m.Panics.WithLabelValues("sip.invite").Inc()
 	m.SetBuildInfo("v1.2.3", "abc123", "go1.26")
+	m.ConfigInfo.WithLabelValues("sha256:0123").Set(1)
 	m.CarrierResponses.WithLabelValues("carrier-a", "2xx").Inc()
 	m.CarrierSetup.WithLabelValues("carrier-a").Observe(0.05)
 }
@@ -281,5 +282,36 @@ func TestObserveStore(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.StoreErrors.WithLabelValues("admit")); got != 1 {
 		t.Errorf("errors{admit}: got %v, want 1", got)
+	}
+}
+
+// cpsguard_config_info has one series, labelled with the hash of the
+// configuration in use: the node's own settings do not change it, a
+// pool-wide one does.
+func TestConfigInfo(t *testing.T) {
+	m := New(prometheus.NewRegistry())
+	a := cfgWith([]string{"p1"}, nil, []string{"k1"})
+	a.NodeID, a.HTTP.Listen = "edge-1", "10.0.0.1:9090"
+	m.SyncLimits(a)
+	want := []string{"config_hash=" + a.Hash()}
+	if got := series(t, m.ConfigInfo); !slices.Equal(got, want) {
+		t.Fatalf("config_info: got %v, want %v", got, want)
+	}
+	if got := testutil.ToFloat64(m.ConfigInfo.WithLabelValues(a.Hash())); got != 1 {
+		t.Errorf("config_info value: got %v, want 1", got)
+	}
+
+	b := cfgWith([]string{"p1"}, nil, []string{"k1"})
+	b.NodeID, b.HTTP.Listen = "edge-2", "10.0.0.2:9090"
+	m.SyncLimits(b)
+	if got := series(t, m.ConfigInfo); !slices.Equal(got, want) {
+		t.Errorf("config_info of a node with another node_id and listen address: got %v, want %v", got, want)
+	}
+
+	c := cfgWith([]string{"p1"}, nil, []string{"k1"})
+	c.Carriers[0].CPS = 1
+	m.SyncLimits(c)
+	if got, want := series(t, m.ConfigInfo), []string{"config_hash=" + c.Hash()}; !slices.Equal(got, want) || c.Hash() == a.Hash() {
+		t.Errorf("config_info after a cps change: got %v, want %v (and not %s)", got, want, a.Hash())
 	}
 }

@@ -24,7 +24,8 @@ func NewRegistry() *prometheus.Registry {
 
 // SyncLimits makes the metrics follow cfg: it sets cpsguard_limit_cps for
 // every peer, customer and carrier, cpsguard_pacing_max_wait_seconds for
-// every carrier and cpsguard_store_redis_configured, and deletes every series whose peer, customer or carrier is
+// every carrier, cpsguard_store_redis_configured and cpsguard_config_info,
+// and deletes every series whose peer, customer or carrier is
 // no longer configured, in all collectors labelled by those names. Call it
 // once at start-up and after every successful reload.
 //
@@ -78,6 +79,12 @@ func (m *Metrics) SyncLimits(cfg *config.Config) {
 	prune(m.MaxWait, carrierKept)
 	prune(m.CarrierResponses, carrierKept)
 	prune(m.CarrierSetup, carrierKept)
+
+	// One series, the hash of the configuration now in use: set the new one
+	// before deleting the old, so no scrape finds none.
+	hash := cfg.Hash()
+	m.ConfigInfo.WithLabelValues(hash).Set(1)
+	prune(m.ConfigInfo, func(l map[string]string) bool { return l["config_hash"] == hash })
 
 	if cfg.Store.Redis != nil {
 		m.RedisConfigured.Set(1)
