@@ -52,6 +52,9 @@ type Options struct {
 	// StoreMode reports "redis", "fallback" or "local". Nil: "local" when no
 	// Redis is configured, else "unknown".
 	StoreMode func() string
+	// DuplicateNodeID reports whether another process beats in Redis under
+	// this node's node_id. Nil: never.
+	DuplicateNodeID func() bool
 	// Ready reports why the node cannot take calls, or nil when it can. Nil:
 	// always ready.
 	Ready func() error
@@ -252,6 +255,9 @@ func (s *server) buildStatus(ctx context.Context, cfg *config.Config) Status {
 			}
 		}
 		st.Carriers[i] = e
+	}
+	if s.o.DuplicateNodeID != nil {
+		st.DuplicateNodeID = s.o.DuplicateNodeID()
 	}
 	st.Time = time.Now().UTC()
 	return st

@@ -256,6 +256,9 @@ func TestStatus(t *testing.T) {
 	if len(st.Errors) != 0 {
 		t.Errorf("errors: got %v, want none", st.Errors)
 	}
+	if st.DuplicateNodeID {
+		t.Errorf("duplicate_node_id without a DuplicateNodeID func: got true, want false")
+	}
 	wantPeers := []Entry{
 		{Name: "dialer-1", LimitCPS: 50, WindowLimit: 50, WindowSeconds: 1.01, Current: intp(12), Percent: floatp(24)},
 		{Name: "dialer-2", LimitCPS: 0.5, WindowLimit: 1, WindowSeconds: 2.01, Current: intp(1), Percent: floatp(100)},
@@ -518,6 +521,25 @@ CARRIERS     LIMIT  CURRENT     %  QUEUED   WAIT  MAX WAIT
 `
 	if got := buf.String(); got != want {
 		t.Errorf("RenderStatus:\ngot\n%s\nwant\n%s", got, want)
+	}
+}
+
+// A node that sees another process under its node_id says so in the status
+// answer and at the top of the table.
+func TestStatusDuplicateNodeID(t *testing.T) {
+	h := New(Options{Config: testConfig, DuplicateNodeID: func() bool { return true }})
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, PathStatus, nil))
+	if !strings.Contains(rec.Body.String(), `"duplicate_node_id": true`) {
+		t.Errorf("status body lacks \"duplicate_node_id\": true:\n%s", rec.Body.String())
+	}
+	st := getStatus(t, h)
+	var buf bytes.Buffer
+	if err := RenderStatus(&buf, st); err != nil {
+		t.Fatal(err)
+	}
+	if want := "\nWARNING: another process runs with node_id node-1 in the same Redis\n"; !strings.Contains(buf.String(), want) {
+		t.Errorf("RenderStatus: lacks %q:\n%s", want, buf.String())
 	}
 }
 

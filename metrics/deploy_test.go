@@ -235,7 +235,7 @@ func TestAlerts(t *testing.T) {
 	}
 	for _, want := range []string{
 		"CpsguardStoreFallback", "CpsguardStoreDown", "CpsguardQueueDelayNearMaxWait",
-		"CpsguardSustainedRejections", "CpsguardConfigReloadFailed", "CpsguardConfigDiffers",
+		"CpsguardSustainedRejections", "CpsguardConfigReloadFailed", "CpsguardConfigDiffers", "CpsguardDuplicateNodeID",
 	} {
 		if !slices.Contains(names, want) {
 			t.Errorf("alert %s: missing (have %v)", want, names)

@@ -108,6 +108,9 @@ type Metrics struct {
 	// BuildInfo is 1, labelled with what the node runs:
 	// cpsguard_build_info{version,revision,goversion}. SetBuildInfo sets it.
 	BuildInfo *prometheus.GaugeVec
+	// DuplicateNodeID is 1 while another process beats in Redis under this
+	// node's node_id: cpsguard_duplicate_node_id.
+	DuplicateNodeID prometheus.Gauge
 	// ConfigInfo is 1, labelled with the hash of what the pool must agree
 	// on (config.Config.Hash, per-node settings left out):
 	// cpsguard_config_info{config_hash}. Nodes of one pool that show
@@ -207,6 +210,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: Namespace, Name: "build_info",
 			Help: "Always 1; the labels say which build the node runs.",
 		}, []string{"version", "revision", "goversion"}),
+		DuplicateNodeID: f.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "duplicate_node_id",
+			Help: "1 while another process beats in Redis under this node's node_id, else 0.",
+		}),
 		ConfigInfo: f.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "config_info",
 			Help: "Always 1; config_hash identifies the settings the pool must agree on (per-node ones left out).",

@@ -37,6 +37,7 @@ func touchAll(m *Metrics) {
 	m.Panics.WithLabelValues("sip.invite").Inc()
 	m.SetBuildInfo("v1.2.3", "abc123", "go1.26")
 	m.ConfigInfo.WithLabelValues("sha256:0123").Set(1)
+	m.DuplicateNodeID.Set(0)
 	m.CarrierResponses.WithLabelValues("carrier-a", "2xx").Inc()
 	m.CarrierSetup.WithLabelValues("carrier-a").Observe(0.05)
 }

@@ -136,6 +136,13 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 				m.StoreUp.Set(0)
 			}
 		},
+		OnDuplicateNodeID: func(dup bool) {
+			if dup {
+				m.DuplicateNodeID.Set(1)
+			} else {
+				m.DuplicateNodeID.Set(0)
+			}
+		},
 		Logger: logger.With("component", "store"),
 		Panics: &panics.Reporter{Log: logger.With("component", "store"), Count: m.Panics},
 	})
@@ -166,10 +173,11 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 		return fmt.Errorf("http: listen on %s: %w", cfg.HTTP.Listen, err)
 	}
 	srv := httpapi.NewServer(cfg.HTTP.Listen, httpapi.New(httpapi.Options{
-		Config:    mgr.Current,
-		Counts:    stores,
-		Queue:     stores,
-		StoreMode: stores.Mode,
+		Config:          mgr.Current,
+		Counts:          stores,
+		Queue:           stores,
+		StoreMode:       stores.Mode,
+		DuplicateNodeID: stores.DuplicateNodeID,
 		Ready: func() error {
 			select {
 			case <-proxy.Ready():
