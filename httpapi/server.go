@@ -102,6 +102,10 @@ func New(o Options) http.Handler {
 		mh := promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{
 			ErrorLog:      slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
 			ErrorHandling: promhttp.ContinueOnError,
+			// A scraper that asks for OpenMetrics gets it (counters' _created
+			// series, exemplars, the # EOF that tells a cut-off scrape); the
+			// others still get the text format.
+			EnableOpenMetrics: true,
 		})
 		mux.Handle(PathMetrics, methods(mh, http.MethodGet, http.MethodHead))
 	}

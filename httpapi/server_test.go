@@ -209,6 +209,22 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 
+	t.Run("openmetrics", func(t *testing.T) {
+		rec := do(t, h, http.MethodGet, PathMetrics, map[string]string{
+			"Accept": "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
+		})
+		if ct := rec.Header().Get("Content-Type"); rec.Code != 200 || !strings.HasPrefix(ct, "application/openmetrics-text") {
+			t.Fatalf("GET /metrics asking for OpenMetrics: got %d %q, want 200 application/openmetrics-text", rec.Code, ct)
+		}
+		if body := rec.Body.String(); !strings.HasSuffix(body, "# EOF\n") {
+			t.Errorf("OpenMetrics answer does not end with # EOF:\n…%s", body[max(0, len(body)-200):])
+		}
+		plain := do(t, h, http.MethodGet, PathMetrics, nil)
+		if ct := plain.Header().Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
+			t.Errorf("GET /metrics without Accept: Content-Type %q, want text/plain", ct)
+		}
+	})
+
 	t.Run("no registry", func(t *testing.T) {
 		h := New(Options{Config: testConfig})
 		if rec := do(t, h, http.MethodGet, PathMetrics, nil); rec.Code != 404 {
