@@ -12,7 +12,7 @@ import (
 // LongestWaitBucket is the last finite bucket of the pacing wait histogram
 // (metrics.WaitBuckets); a max_wait beyond it cannot be seen in the
 // histogram's quantiles.
-const LongestWaitBucket = 10 * time.Second
+const LongestWaitBucket = 60 * time.Second
 
 // Warnings returns what is valid in c but weaker than an operator would
 // want at the edge, one line per finding, naming the path (empty when

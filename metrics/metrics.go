@@ -125,8 +125,16 @@ type Metrics struct {
 	syncMu sync.Mutex
 }
 
-// WaitBuckets resolve queue delay from 1 ms up to 10 s.
-var WaitBuckets = []float64{0, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2, 3, 5, 10}
+// WaitBuckets resolve queue delay from 1 ms up to 60 s
+// (config.LongestWaitBucket). They are fixed rather than derived from the
+// configured max_wait values: a histogram cannot change its buckets after
+// registration, so buckets picked at start would miss a max_wait raised by
+// a reload, and nodes of a pool started with different files would export
+// different bucket sets, which sum by (le) across nodes cannot combine. 60 s
+// is past any wait a caller sits through in silence after 100 Trying; a
+// longer max_wait is valid, and `cpsguard check` warns about it. The three
+// buckets above 10 s cost 3 series per carrier.
+var WaitBuckets = []float64{0, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2, 3, 5, 10, 20, 30, 60}
 
 // New builds and registers every collector on reg. It panics when a collector
 // of the same name is already registered on reg (a wiring bug found at
