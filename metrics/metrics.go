@@ -51,6 +51,26 @@ const (
 	PeerUnknown = "unknown"
 )
 
+// The known values of each enum label, whose series SyncLimits creates at 0
+// for every configured name: a counter that appears on its first event is
+// invisible to rate() and increase() for that event, so an alert on it
+// would miss the first refusal of a peer (client_golang's advice: initialise
+// every label set you know of). Add a new outcome or result here as well as
+// to the constants above.
+var (
+	// Outcomes are the outcome labels of cpsguard_calls_total.
+	Outcomes = []string{OutcomeForwarded, OutcomeRejectedCPS, OutcomeRejectedQueue,
+		OutcomeRejectedForbidden, OutcomeRejectedStore, OutcomeCanceled}
+	// AdmissionResults are the result labels of cpsguard_admission_total.
+	AdmissionResults = []string{ResultAdmitted, ResultRejected, ResultShadowRejected}
+	// PacingResults are the result labels of cpsguard_pacing_total.
+	PacingResults = []string{PacingPaced, PacingFull}
+	// RerouteReasons are the reason labels of cpsguard_reroutes_total.
+	RerouteReasons = []string{RerouteFull, RerouteFailed}
+	// ReloadResults are the result labels of cpsguard_config_reloads_total.
+	ReloadResults = []string{ReloadSuccess, ReloadFailure}
+)
+
 // Metrics holds the collectors.
 type Metrics struct {
 	// Admission counts admission decisions per bucket:
@@ -234,5 +254,11 @@ func New(reg prometheus.Registerer) *Metrics {
 	// The configuration in use at start-up was loaded successfully, or the
 	// process would not be running.
 	m.ConfigLastReloadOK.Set(1)
+	// Series that do not depend on the configuration start at 0 here; the
+	// configured names' ones in SyncLimits.
+	for _, r := range ReloadResults {
+		m.ConfigReloads.WithLabelValues(r)
+	}
+	m.Calls.WithLabelValues(PeerUnknown, OutcomeRejectedForbidden)
 	return m
 }

@@ -207,12 +207,23 @@ func TestSyncLimits(t *testing.T) {
 	}{
 		{"limit_cps", m.LimitCPS, []string{
 			"name=c1,scope=customer", "name=k1,scope=carrier", "name=p1,scope=peer", "name=p3,scope=peer"}},
-		{"admission_total", m.Admission, []string{"name=c1,result=rejected,scope=customer"}},
-		{"calls_total", m.Calls, []string{"outcome=forwarded,peer=p1", "outcome=forwarded,peer=unknown"}},
+		// Only the names still configured (and the unknown peer) remain,
+		// each with every known label value (created at 0).
+		{"admission_total", m.Admission, []string{
+			"name=c1,result=admitted,scope=customer", "name=c1,result=rejected,scope=customer", "name=c1,result=shadow_rejected,scope=customer",
+			"name=p1,result=admitted,scope=peer", "name=p1,result=rejected,scope=peer", "name=p1,result=shadow_rejected,scope=peer",
+			"name=p3,result=admitted,scope=peer", "name=p3,result=rejected,scope=peer", "name=p3,result=shadow_rejected,scope=peer"}},
+		{"calls_total", m.Calls, []string{
+			"outcome=canceled,peer=p1", "outcome=canceled,peer=p3",
+			"outcome=forwarded,peer=p1", "outcome=forwarded,peer=p3", "outcome=forwarded,peer=unknown",
+			"outcome=rejected_cps,peer=p1", "outcome=rejected_cps,peer=p3",
+			"outcome=rejected_forbidden,peer=p1", "outcome=rejected_forbidden,peer=p3", "outcome=rejected_forbidden,peer=unknown",
+			"outcome=rejected_queue,peer=p1", "outcome=rejected_queue,peer=p3",
+			"outcome=rejected_store,peer=p1", "outcome=rejected_store,peer=p3"}},
 		{"pacing_wait_seconds", m.PacingWait, []string{"carrier=k1"}},
-		{"pacing_total", m.Pacing, []string{"carrier=k1,result=paced"}},
+		{"pacing_total", m.Pacing, []string{"carrier=k1,result=full", "carrier=k1,result=paced"}},
 		{"pacing_queued", m.Queued, []string{"carrier=k1"}},
-		{"reroutes_total", m.Reroutes, []string{"carrier=k1,reason=full"}},
+		{"reroutes_total", m.Reroutes, []string{"carrier=k1,reason=failed", "carrier=k1,reason=full"}},
 		{"pacing_max_wait_seconds", m.MaxWait, []string{"carrier=k1"}},
 	}
 	for _, tt := range tests {
@@ -314,5 +325,62 @@ func TestConfigInfo(t *testing.T) {
 	m.SyncLimits(c)
 	if got, want := series(t, m.ConfigInfo), []string{"config_hash=" + c.Hash()}; !slices.Equal(got, want) || c.Hash() == a.Hash() {
 		t.Errorf("config_info after a cps change: got %v, want %v (and not %s)", got, want, a.Hash())
+	}
+}
+
+// Every series of a configured name and a known label value exists at 0
+// right after the configuration is loaded, before any call: rate() and
+// increase() then see the first event of each.
+func TestKnownSeriesStartAtZero(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := New(reg)
+	cfg := cfgWith([]string{"p1", "p2"}, []string{"c1"}, []string{"k1", "k2", "k3"})
+	m.SyncLimits(cfg)
+	const peers, customers, carriers = 2, 1, 3
+	for _, tc := range []struct {
+		name string
+		c    prometheus.Collector
+		want int
+	}{
+		// The unknown peer's forbidden calls exist too.
+		{"cpsguard_calls_total", m.Calls, peers*len(Outcomes) + 1},
+		{"cpsguard_admission_total", m.Admission, (peers + customers) * len(AdmissionResults)},
+		{"cpsguard_pacing_total", m.Pacing, carriers * len(PacingResults)},
+		{"cpsguard_pacing_wait_seconds", m.PacingWait, carriers},
+		{"cpsguard_pacing_queued", m.Queued, carriers},
+		{"cpsguard_reroutes_total", m.Reroutes, carriers * len(RerouteReasons)},
+		{"cpsguard_carrier_responses_total", m.CarrierResponses, carriers * len(ResponseClasses)},
+		{"cpsguard_carrier_setup_seconds", m.CarrierSetup, carriers},
+		{"cpsguard_config_reloads_total", m.ConfigReloads, len(ReloadResults)},
+	} {
+		if got := testutil.CollectAndCount(tc.c); got != tc.want {
+			t.Errorf("%s: got %d series, want %d", tc.name, got, tc.want)
+		}
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		switch mf.GetType() {
+		case dto.MetricType_COUNTER:
+			for _, pb := range mf.GetMetric() {
+				if v := pb.GetCounter().GetValue(); v != 0 {
+					t.Errorf("%s %v: got %v before any call, want 0", mf.GetName(), pb.GetLabel(), v)
+				}
+			}
+		case dto.MetricType_HISTOGRAM:
+			for _, pb := range mf.GetMetric() {
+				if n := pb.GetHistogram().GetSampleCount(); n != 0 {
+					t.Errorf("%s %v: got %d samples before any call, want 0", mf.GetName(), pb.GetLabel(), n)
+				}
+			}
+		}
+	}
+	// A series that already counted keeps its value through a reload.
+	m.Calls.WithLabelValues("p1", OutcomeRejectedCPS).Add(3)
+	m.SyncLimits(cfg)
+	if got := testutil.ToFloat64(m.Calls.WithLabelValues("p1", OutcomeRejectedCPS)); got != 3 {
+		t.Errorf("calls_total{p1,rejected_cps} after a reload: got %v, want 3", got)
 	}
 }
