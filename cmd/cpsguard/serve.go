@@ -71,13 +71,23 @@ func runServe(args []string) int {
 }
 
 // newLogger builds the process logger: "json" or "text" on w, at the
-// (changeable) level.
+// (changeable) level. Durations are written as Go duration strings
+// ("retry_after":"2s"), not as JSON's integer nanoseconds.
 func newLogger(w io.Writer, format string, level *slog.LevelVar) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: durationString}
 	if format == "text" {
 		return slog.New(slog.NewTextHandler(w, opts))
 	}
 	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// durationString is a slog ReplaceAttr that writes a time.Duration as its
+// String ("1.5s"), in every group.
+func durationString(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
 }
 
 // logLevel maps a validated log.level to its slog level.
