@@ -1,6 +1,7 @@
 package config
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -82,5 +83,38 @@ func TestHashCoversThePoolNotTheNode(t *testing.T) {
 	}
 	if a.Store.Redis.Addrs[0] != "10.0.0.9:26379" {
 		t.Errorf("Hash sorted the running config's addrs in place: %v", a.Store.Redis.Addrs)
+	}
+}
+
+func TestHTTPListen(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := dir + "/" + name
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	set := write("set.yaml", "http: {listen: 0.0.0.0:9191}\npeers: [{name: x, cps: -1}]  # invalid, still read\n")
+	unset := write("unset.yaml", "node_id: a\n")
+	bad := write("bad.yaml", "http: [\n")
+	t.Setenv("CPSGUARD_HTTP_LISTEN", "")
+	for _, tc := range []struct {
+		name, path, env, want string
+		wantErr               bool
+	}{
+		{"from the file", set, "", "0.0.0.0:9191", false},
+		{"default", unset, "", "127.0.0.1:9090", false},
+		{"environment first", set, "127.0.0.1:7000", "127.0.0.1:7000", false},
+		{"missing file", dir + "/none.yaml", "", "", true},
+		{"not YAML", bad, "", "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("CPSGUARD_HTTP_LISTEN", tc.env)
+			got, err := HTTPListen(tc.path)
+			if (err != nil) != tc.wantErr || got != tc.want {
+				t.Errorf("HTTPListen: got %q, %v; want %q, error %v", got, err, tc.want, tc.wantErr)
+			}
+		})
 	}
 }

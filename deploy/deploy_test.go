@@ -206,10 +206,15 @@ func TestDockerfile(t *testing.T) {
 		"USER 65532:65532",
 		"EXPOSE 5060/udp 5060/tcp 9090",
 		`ENTRYPOINT ["/usr/local/bin/cpsguard", "serve", "--config", "/etc/cpsguard/cpsguard.yaml"]`,
+		// Exec form: distroless has no /bin/sh for the shell form.
+		`CMD ["/usr/local/bin/cpsguard", "probe", "--config", "/etc/cpsguard/cpsguard.yaml"]`,
 	} {
 		if !strings.Contains(df, want) {
 			t.Errorf("Dockerfile: %q missing", want)
 		}
+	}
+	if !regexp.MustCompile(`\nHEALTHCHECK [^\n]*\\\n\s+CMD \["/usr/local/bin/cpsguard", "probe"`).MatchString(df) {
+		t.Errorf("Dockerfile: no HEALTHCHECK running cpsguard probe")
 	}
 	if n := strings.Count(df, "\nFROM "); n < 2 {
 		t.Errorf("Dockerfile: got %d stages, want a multi-stage build", n)
