@@ -269,6 +269,12 @@ func TestSystemdUnit(t *testing.T) {
 			t.Errorf("%s: got %q, want %q", key, got, want)
 		}
 	}
+	// systemctl reload validates the file before signalling, like nginx:
+	// the check comes first and names the file ExecStart serves.
+	if got := u["Service.ExecReload"]; len(got) != 2 ||
+		got[0] != "/usr/local/bin/cpsguard check --quiet --config /etc/cpsguard/cpsguard.yaml" || got[1] != "/bin/kill -HUP $MAINPID" {
+		t.Errorf("ExecReload: got %q, want cpsguard check of the served file, then kill -HUP", got)
+	}
 	if path, err := exec.LookPath("systemd-analyze"); err == nil {
 		// verify wants the ExecStart binary to exist: point it at /bin/true.
 		b, _ := os.ReadFile("cpsguard.service")
