@@ -341,3 +341,16 @@ func TestComposeShipsNoSecret(t *testing.T) {
 		}
 	}
 }
+
+// The alerts fire when they should and not before: promtool runs the unit
+// tests of prometheus/alerts_test.yml (Debian package prometheus).
+func TestAlertRules(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Skip("promtool not on PATH (Debian package prometheus)")
+	}
+	out, err := exec.Command(promtool, "test", "rules", "prometheus/alerts_test.yml").CombinedOutput()
+	if err != nil {
+		t.Errorf("promtool test rules prometheus/alerts_test.yml: %v\n%s", err, out)
+	}
+}
