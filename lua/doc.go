@@ -9,7 +9,8 @@
 //   - pace.lua: reserve the next send slot of a carrier (leaky bucket);
 //   - release.lua: give a reserved slot back;
 //   - queue.lua: calls waiting for a carrier and the least wait (read-only);
-//   - heartbeat.lua: node liveness, to count the live pool (heartbeat.go).
+//   - heartbeat.lua: node liveness, to count the live pool, and other
+//     processes beating under the same node id (heartbeat.go).
 //
 // The clock is always Redis TIME, in integer microseconds; scores are integer
 // microseconds and every fraction travels as an integer of microseconds,
