@@ -160,7 +160,93 @@ type Carrier struct {
 	// INVITE is cancelled and the next carrier of the route tried. 0 means
 	// DefaultSetupTimeout.
 	SetupTimeout time.Duration `cfg:"setup_timeout"`
+	// Probe checks the carrier with SIP OPTIONS; nil means DefaultProbe
+	// (on). A down carrier is skipped by routing.
+	Probe *Probe `cfg:"probe"`
+	// Adaptive lets the carrier's overload answers (Overload) lower its
+	// effective CPS for the whole pool (multiplicative decrease), which then
+	// climbs back towards CPS (additive increase).
+	Adaptive bool `cfg:"adaptive"`
+	// Overload says which answers are overload answers and how an adaptive
+	// carrier's effective CPS moves; nil means DefaultOverload(CPS).
+	Overload *Overload `cfg:"overload"`
 }
+
+// Probe configures a carrier's health probing: a SIP OPTIONS every
+// Interval; the carrier is down after DownAfter failed probes in a row (no
+// answer within Timeout, or a 5xx or 408) and up again after UpAfter good
+// ones (any other answer, as Kamailio's dispatcher counts them).
+type Probe struct {
+	// Interval between probes; 0 turns probing (and passive down-marking)
+	// off: the carrier is then always up.
+	Interval time.Duration `cfg:"interval"`
+	// Timeout is how long one probe waits for an answer.
+	Timeout time.Duration `cfg:"timeout"`
+	// DownAfter failed probes in a row, or failed calls in a row (setup
+	// timeouts, 5xx, 408), mark the carrier down.
+	DownAfter int `cfg:"down_after"`
+	// UpAfter good probes in a row mark a down carrier up.
+	UpAfter int `cfg:"up_after"`
+}
+
+// DefaultProbe is a carrier's probe when the file names none.
+var DefaultProbe = Probe{Interval: 5 * time.Second, Timeout: time.Second, DownAfter: 3, UpAfter: 2}
+
+// Probing returns the carrier's probe settings (DefaultProbe when unset).
+func (c *Carrier) Probing() Probe {
+	if c.Probe != nil {
+		return *c.Probe
+	}
+	return DefaultProbe
+}
+
+// Overload says which answers of a carrier are overload answers, and, for
+// an adaptive carrier, how its effective CPS moves (AIMD).
+type Overload struct {
+	// Codes are the final status codes that mean overload (default 503).
+	Codes []int `cfg:"codes"`
+	// Reasons match, case-insensitively, inside the reason phrase of any
+	// final non-2xx answer: a carrier that says "CPS exceeded" in a 403 is
+	// overloaded too.
+	Reasons []string `cfg:"reasons"`
+	// Decrease multiplies the effective CPS on an overload answer (0 < d <
+	// 1; default 0.7), at most once per second pool-wide.
+	Decrease float64 `cfg:"decrease"`
+	// MinCPS is the floor of the effective CPS (default 10 % of cps).
+	MinCPS float64 `cfg:"min_cps"`
+	// Increase is added to the effective CPS per second until it is back
+	// at cps (default 5 % of cps per second).
+	Increase float64 `cfg:"increase"`
+}
+
+// Overloaded returns the carrier's overload settings with every default
+// filled in.
+func (c *Carrier) Overloaded() Overload {
+	o := Overload{}
+	if c.Overload != nil {
+		o = *c.Overload
+	}
+	if o.Codes == nil {
+		o.Codes = []int{503}
+	}
+	if o.Decrease == 0 {
+		o.Decrease = DefaultDecrease
+	}
+	if o.MinCPS == 0 {
+		o.MinCPS = c.CPS * DefaultMinShare
+	}
+	if o.Increase == 0 {
+		o.Increase = c.CPS * DefaultIncreaseShare
+	}
+	return o
+}
+
+// Defaults of Overload.
+const (
+	DefaultDecrease      = 0.7
+	DefaultMinShare      = 0.1
+	DefaultIncreaseShare = 0.05
+)
 
 // DefaultSetupTimeout is a carrier's setup_timeout when none is set.
 const DefaultSetupTimeout = 2 * time.Second

@@ -50,8 +50,11 @@ func Default() *Config {
 // setDefaults fills the defaults of a block that is allocated only when the
 // file has it (store.redis).
 func setDefaults(p any) {
-	if r, ok := p.(*Redis); ok {
-		r.Timeout = 50 * time.Millisecond
+	switch b := p.(type) {
+	case *Redis:
+		b.Timeout = 50 * time.Millisecond
+	case *Probe:
+		*b = DefaultProbe
 	}
 }
 

@@ -90,6 +90,11 @@ func TestBadFiles(t *testing.T) {
 		{"tcp_max", "sip.tcp.max_connections: must be >= 1 (got 0)"},
 		{"tcp_per_source", "sip.tcp.max_connections_per_source: must be between 1 and sip.tcp.max_connections (100) (got 500)"},
 		{"strip_headers", "sip.strip_headers[1]: must be a header name like X-Customer (got \"X Bad\")"},
+		{"probe_timeout", "carriers[0].probe.timeout: must be between 10ms and the interval, 5s (got 10s)"},
+		{"probe_down_after", "carriers[0].probe.down_after: must be between 1 and 100 (got 0)"},
+		{"overload_decrease", "carriers[0].overload.decrease: must be between 0 and 1, exclusive (got 1.5)"},
+		{"overload_code", "carriers[0].overload.codes[1]: must be a final non-2xx status, 300-699 (got 200)"},
+		{"overload_min_cps", "carriers[0].overload.min_cps: must be > 0 and <= the carrier's cps, 10 (got 20)"},
 	}
 	seen := map[string]bool{"bad_many.yaml": true, "bad_yaml_syntax.yaml": true}
 	for _, tt := range tests {
@@ -486,5 +491,32 @@ func TestMistypedSecretsAreNotEchoed(t *testing.T) {
 	t.Setenv("CPSGUARD_SIP_REJECT_CODE", "busy")
 	if _, err := Parse([]byte(minimal)); err == nil || !strings.Contains(err.Error(), `(got "busy")`) {
 		t.Errorf("a non-secret value is still shown: %v", err)
+	}
+}
+
+func TestCarrierProbeAndOverloadDefaults(t *testing.T) {
+	c, err := Parse([]byte(`
+peers: [{name: d, sources: [127.0.0.1/32], cps: 5}]
+carriers:
+  - {name: a, uri: "sip:127.0.0.1:5070", cps: 20, max_wait: 1s}
+  - {name: b, uri: "sip:127.0.0.1:5071", cps: 20, max_wait: 1s, probe: {interval: 2s}, adaptive: true, overload: {reasons: [CPS exceeded]}}
+  - {name: c, uri: "sip:127.0.0.1:5072", cps: 20, max_wait: 1s, probe: {interval: 0s}}
+routes: {default: [a, b, c]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.Carriers[0].Probing(), DefaultProbe; got != want {
+		t.Errorf("carrier a probe = %+v, want the default %+v", got, want)
+	}
+	if got, want := c.Carriers[1].Probing(), (Probe{Interval: 2 * time.Second, Timeout: time.Second, DownAfter: 3, UpAfter: 2}); got != want {
+		t.Errorf("carrier b probe = %+v, want %+v (unset fields default)", got, want)
+	}
+	if got := c.Carriers[2].Probing().Interval; got != 0 {
+		t.Errorf("carrier c probe interval = %s, want 0s (off)", got)
+	}
+	o := c.Carriers[1].Overloaded()
+	if !c.Carriers[1].Adaptive || len(o.Codes) != 1 || o.Codes[0] != 503 || o.Decrease != 0.7 || o.MinCPS != 2 || o.Increase != 1 || len(o.Reasons) != 1 {
+		t.Errorf("carrier b overload = %+v adaptive %v, want codes [503], decrease 0.7, min 2, increase 1, one reason", o, c.Carriers[1].Adaptive)
 	}
 }

@@ -356,6 +356,53 @@ func (v *validator) carriers() {
 		if ca.MaxWait < 0 {
 			v.errf(path+".max_wait", "must be >= 0 (got %s)", ca.MaxWait)
 		}
+		if ca.Probe != nil {
+			v.probe(path+".probe", *ca.Probe)
+		}
+		if ca.Overload != nil {
+			v.overload(path+".overload", ca)
+		}
+	}
+}
+
+func (v *validator) probe(path string, pr Probe) {
+	if pr.Interval == 0 {
+		return // off: the other fields do not matter
+	}
+	if pr.Interval < 100*time.Millisecond || pr.Interval > time.Hour {
+		v.errf(path+".interval", "must be 0s (off) or between 100ms and 1h (got %s)", pr.Interval)
+	}
+	if pr.Timeout < 10*time.Millisecond || pr.Timeout > pr.Interval {
+		v.errf(path+".timeout", "must be between 10ms and the interval, %s (got %s)", pr.Interval, pr.Timeout)
+	}
+	if pr.DownAfter < 1 || pr.DownAfter > 100 {
+		v.errf(path+".down_after", "must be between 1 and 100 (got %d)", pr.DownAfter)
+	}
+	if pr.UpAfter < 1 || pr.UpAfter > 100 {
+		v.errf(path+".up_after", "must be between 1 and 100 (got %d)", pr.UpAfter)
+	}
+}
+
+func (v *validator) overload(path string, ca Carrier) {
+	o := ca.Overload
+	for i, c := range o.Codes {
+		if c < 300 || c > 699 {
+			v.errf(fmt.Sprintf("%s.codes[%d]", path, i), "must be a final non-2xx status, 300-699 (got %d)", c)
+		}
+	}
+	for i, r := range o.Reasons {
+		if strings.TrimSpace(r) == "" || len(r) > 128 {
+			v.errf(fmt.Sprintf("%s.reasons[%d]", path, i), "must be 1-128 characters of a reason phrase (got %q)", r)
+		}
+	}
+	if o.Decrease != 0 && !(o.Decrease > 0 && o.Decrease < 1) {
+		v.errf(path+".decrease", "must be between 0 and 1, exclusive (got %g)", o.Decrease)
+	}
+	if o.MinCPS != 0 && !(o.MinCPS > 0 && o.MinCPS <= ca.CPS) {
+		v.errf(path+".min_cps", "must be > 0 and <= the carrier's cps, %g (got %g)", ca.CPS, o.MinCPS)
+	}
+	if o.Increase != 0 && !(o.Increase > 0 && o.Increase <= MaxCPS) {
+		v.errf(path+".increase", "must be > 0 cps per second (got %g)", o.Increase)
 	}
 }
 

@@ -27,7 +27,7 @@ func RenderStatus(w io.Writer, st Status) error {
 	}
 	b.WriteString("\n\n")
 
-	header := []string{"", "LIMIT", "CURRENT", "%", "QUEUED", "WAIT", "MAX WAIT"}
+	header := []string{"", "LIMIT", "CURRENT", "%", "QUEUED", "WAIT", "MAX WAIT", "STATE", "EFFECTIVE"}
 	rows := [][]string{}
 	section := func(title string, entries []Entry, carrier bool) {
 		head := append([]string{title}, header[1:]...)
@@ -38,9 +38,9 @@ func RenderStatus(w io.Writer, st Status) error {
 		for _, e := range entries {
 			row := []string{"  " + e.Name, fmtCPS(e.LimitCPS), fmtInt(e.Current), fmtPercent(e.Percent)}
 			if carrier {
-				row = append(row, fmtInt(e.Queued), fmtSeconds(e.WaitSeconds), fmtSeconds(&e.MaxWaitSeconds))
+				row = append(row, fmtInt(e.Queued), fmtSeconds(e.WaitSeconds), fmtSeconds(&e.MaxWaitSeconds), fmtUp(e.Up), fmtCPSPtr(e.EffectiveCPS))
 			} else {
-				row = append(row, "", "", "")
+				row = append(row, "", "", "", "", "")
 			}
 			rows = append(rows, row)
 		}
@@ -68,6 +68,11 @@ func RenderStatus(w io.Writer, st Status) error {
 		}
 		b.WriteString(strings.TrimRight(line.String(), " "))
 		b.WriteByte('\n')
+	}
+	for _, e := range st.Carriers {
+		if e.Up != nil && !*e.Up {
+			b.WriteString("carrier " + e.Name + " is down: " + e.Health + "\n")
+		}
 	}
 	if len(st.Errors) > 0 {
 		b.WriteString("store errors:\n")
@@ -116,4 +121,23 @@ func fmtSeconds(p *float64) string {
 		return "-"
 	}
 	return time.Duration(*p * float64(time.Second)).Round(time.Millisecond).String()
+}
+
+// fmtUp renders a carrier's health: "up", "down", or "-" when unknown.
+func fmtUp(up *bool) string {
+	switch {
+	case up == nil:
+		return "-"
+	case *up:
+		return "up"
+	}
+	return "down"
+}
+
+// fmtCPSPtr renders an optional rate; "-" when unknown.
+func fmtCPSPtr(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return fmtCPS(*v)
 }

@@ -49,6 +49,10 @@ type Options struct {
 	// Queue reads the carrier queues and their calls in the last second.
 	// Nil: carriers' Current, Queued and Wait are null.
 	Queue Queuer
+	// Carrier reports a carrier's health and effective CPS (ok false for a
+	// carrier the node does not track). Nil: carriers' up, health and
+	// effective_cps are omitted.
+	Carrier func(name string) (CarrierState, bool)
 	// StoreMode reports "redis", "fallback" or "local". Nil: "local" when no
 	// Redis is configured, else "unknown".
 	StoreMode func() string
@@ -256,6 +260,22 @@ func (s *server) buildStatus(ctx context.Context, cfg *config.Config) Status {
 				ws := q.Wait.Seconds()
 				e.Queued, e.WaitSeconds = &q.Queued, &ws
 				e.setCurrent(q.Sent)
+			}
+		}
+		if s.o.Carrier != nil {
+			if cs, ok := s.o.Carrier(c.Name); ok {
+				up := cs.Up
+				e.Up = &up
+				if cs.Reason != "" {
+					e.Health = cs.Reason
+					if !cs.Since.IsZero() {
+						e.Health += " (since " + cs.Since.UTC().Format(time.RFC3339) + ")"
+					}
+				}
+				if cs.EffectiveCPS > 0 {
+					eff := cs.EffectiveCPS
+					e.EffectiveCPS = &eff
+				}
 			}
 		}
 		st.Carriers[i] = e

@@ -495,6 +495,13 @@ func TestFetchStatusAndRender(t *testing.T) {
 	h := New(Options{
 		Config: testConfig, Counts: store, Queue: store,
 		StoreMode: func() string { return "fallback" },
+		Carrier: func(name string) (CarrierState, bool) {
+			if name == "carrier-b" {
+				return CarrierState{Up: false, Since: time.Date(2026, 11, 22, 2, 3, 0, 0, time.UTC),
+					Reason: "probe: 3 failures in a row (last: no answer in 1s)", EffectiveCPS: 5}, true
+			}
+			return CarrierState{Up: true, EffectiveCPS: 7}, true
+		},
 	})
 	srv := httptest.NewServer(h)
 	defer srv.Close()
@@ -523,17 +530,18 @@ func TestFetchStatusAndRender(t *testing.T) {
 	}
 	want := `node node-1   store fallback   config 0123456789ab   loaded 2026-11-22 02:00:00Z (5m3s ago)
 
-PEERS        LIMIT  CURRENT     %  QUEUED   WAIT  MAX WAIT
+PEERS        LIMIT  CURRENT     %  QUEUED   WAIT  MAX WAIT  STATE  EFFECTIVE
   dialer-1      50       12   24%
   dialer-2     0.5        1  100%
 
-CUSTOMERS    LIMIT  CURRENT     %  QUEUED   WAIT  MAX WAIT
+CUSTOMERS    LIMIT  CURRENT     %  QUEUED   WAIT  MAX WAIT  STATE  EFFECTIVE
   acme          20        5   25%
 
-CARRIERS     LIMIT  CURRENT     %  QUEUED   WAIT  MAX WAIT
-  carrier-a     10        9   90%       4  404ms        2s
-  carrier-b      5        0    0%       0     0s        1s
+CARRIERS     LIMIT  CURRENT     %  QUEUED   WAIT  MAX WAIT  STATE  EFFECTIVE
+  carrier-a     10        9   90%       4  404ms        2s     up          7
+  carrier-b      5        0    0%       0     0s        1s   down          5
 
+carrier carrier-b is down: probe: 3 failures in a row (last: no answer in 1s) (since 2026-11-22T02:03:00Z)
 `
 	if got := buf.String(); got != want {
 		t.Errorf("RenderStatus:\ngot\n%s\nwant\n%s", got, want)

@@ -71,6 +71,28 @@ type Entry struct {
 	WaitSeconds *float64 `json:"wait_seconds,omitempty"`
 	// MaxWaitSeconds is, for carriers, the configured max_wait.
 	MaxWaitSeconds float64 `json:"max_wait_seconds,omitempty"`
+	// Up is, for carriers, whether this node sends calls to the carrier
+	// (false while its probes or calls fail); null when the node does not
+	// report health.
+	Up *bool `json:"up,omitempty"`
+	// Health says why a carrier is in its state and since when (empty for
+	// a carrier up since it was configured).
+	Health string `json:"health,omitempty"`
+	// EffectiveCPS is, for carriers, the rate the carrier is paced at now:
+	// LimitCPS, or less while an adaptive carrier pushes back.
+	EffectiveCPS *float64 `json:"effective_cps,omitempty"`
+}
+
+// CarrierState is what a node reports of one carrier's health.
+type CarrierState struct {
+	// Up reports whether the node sends calls to the carrier.
+	Up bool
+	// Since is when the carrier entered that state; zero when unknown.
+	Since time.Time
+	// Reason says why (empty for a carrier up since it was configured).
+	Reason string
+	// EffectiveCPS is the rate it is paced at now; 0 when unknown.
+	EffectiveCPS float64
 }
 
 // Health is the JSON answer of /healthz and /readyz.

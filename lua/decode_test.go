@@ -169,3 +169,20 @@ func TestDecodeAdmit(t *testing.T) {
 		})
 	}
 }
+
+func FuzzDecodeRate(f *testing.F) {
+	f.Add([]byte{2, 40, 8, 4}, int64(1), int64(100))
+	f.Add([]byte{3, 3, 3, 3}, int64(0), int64(0))
+	f.Fuzz(func(t *testing.T, data []byte, minM, maxM int64) {
+		r, err := lua.DecodeRate(build(data), minM, maxM)
+		if err != nil {
+			if !errors.Is(err, lua.ErrReply) {
+				t.Fatalf("error %v does not wrap ErrReply", err)
+			}
+			return
+		}
+		if r.RateM < minM || r.RateM > maxM || r.NowUS < 0 {
+			t.Fatalf("accepted %+v outside [%d, %d]", r, minM, maxM)
+		}
+	})
+}

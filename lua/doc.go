@@ -9,6 +9,8 @@
 //   - pace.lua: reserve the next send slot of a carrier (leaky bucket);
 //   - release.lua: give a reserved slot back;
 //   - queue.lua: calls waiting for a carrier and the least wait (read-only);
+//   - block.lua: a carrier's Retry-After: no slot for the pool until it ends;
+//   - rate.lua: an adaptive carrier's effective rate (AIMD), in milli-cps;
 //   - heartbeat.lua: node liveness, to count the live pool, and other
 //     processes beating under the same node id (heartbeat.go).
 //

@@ -23,6 +23,8 @@ var (
 	queueSrc string
 	//go:embed block.lua
 	blockSrc string
+	//go:embed rate.lua
+	rateSrc string
 )
 
 // The scripts, hashed once. Run sends EVALSHA and falls back to EVAL when the
@@ -34,6 +36,7 @@ var (
 	releaseScript = redis.NewScript(releaseSrc)
 	queueScript   = redis.NewScript(queueSrc)
 	blockScript   = redis.NewScript(blockSrc)
+	rateScript    = redis.NewScript(rateSrc)
 )
 
 // Script names, as passed to observers and used in metrics labels.
@@ -44,6 +47,7 @@ const (
 	ScriptRelease = "release"
 	ScriptQueue   = "queue"
 	ScriptBlock   = "block"
+	ScriptRate    = "rate"
 )
 
 // ErrReply reports a script reply whose shape or values are not what the
@@ -68,6 +72,7 @@ func Load(ctx context.Context, c redis.Scripter) error {
 		{ScriptRelease, releaseScript},
 		{ScriptQueue, queueScript},
 		{ScriptBlock, blockScript},
+		{ScriptRate, rateScript},
 		{ScriptHeartbeat, heartbeatScript},
 	} {
 		if err := s.script.Load(ctx, c).Err(); err != nil {
@@ -94,6 +99,8 @@ func SHA(name string) string {
 		return queueScript.Hash()
 	case ScriptBlock:
 		return blockScript.Hash()
+	case ScriptRate:
+		return rateScript.Hash()
 	case ScriptHeartbeat:
 		return heartbeatScript.Hash()
 	}
@@ -329,6 +336,72 @@ func DecodeBlock(v any) (int64, error) {
 		return 0, fmt.Errorf("%w: block: got %v, want until >= now", ErrReply, a)
 	}
 	return until, nil
+}
+
+// RateKey is the hash rate.lua keeps an adaptive carrier's effective rate
+// in, beside the carrier's slot set (same hash tag, so same Cluster slot).
+func RateKey(slotKey string) string { return slotKey + ":rate" }
+
+// RateArgs are the AIMD settings of one rate.lua call; rates are integer
+// milli-cps (fractions never travel as Lua floats).
+type RateArgs struct {
+	// MaxM is the configured cps in milli-cps (> 0).
+	MaxM int64
+	// MinM is the floor in milli-cps (1..MaxM).
+	MinM int64
+	// DecreasePermille is the factor of a decrease (1-999).
+	DecreasePermille int64
+	// IncreaseM is the milli-cps added per second (> 0).
+	IncreaseM int64
+	// HoldUS is the least time between two decreases, in µs (>= 0).
+	HoldUS int64
+	// Overload asks for a decrease (the carrier pushed back); false reads.
+	Overload bool
+}
+
+// RateReply is the decoded reply of rate.lua.
+type RateReply struct {
+	// RateM is the effective rate now, in milli-cps.
+	RateM int64
+	// NowUS is Redis TIME at the decision, in µs.
+	NowUS int64
+	// Cut reports that this call decreased the rate.
+	Cut bool
+}
+
+// Rate runs rate.lua on the hash at key (RateKey of a slot set): the
+// carrier's effective rate now, decreased first when a.Overload.
+func Rate(ctx context.Context, c redis.Scripter, key string, a RateArgs) (RateReply, error) {
+	switch {
+	case a.MaxM <= 0, a.MinM < 1, a.MinM > a.MaxM:
+		return RateReply{}, fmt.Errorf("%w: rate %q: need 1 <= min %d <= max %d milli-cps", ErrArgs, key, a.MinM, a.MaxM)
+	case a.DecreasePermille < 1 || a.DecreasePermille > 999:
+		return RateReply{}, fmt.Errorf("%w: rate %q: decrease %d permille not in 1-999", ErrArgs, key, a.DecreasePermille)
+	case a.IncreaseM <= 0 || a.HoldUS < 0:
+		return RateReply{}, fmt.Errorf("%w: rate %q: increase %d must be > 0 and hold %d >= 0", ErrArgs, key, a.IncreaseM, a.HoldUS)
+	}
+	overload := 0
+	if a.Overload {
+		overload = 1
+	}
+	v, err := rateScript.Run(ctx, c, []string{key}, a.MaxM, a.MinM, a.DecreasePermille, a.IncreaseM, a.HoldUS, overload).Result()
+	if err != nil {
+		return RateReply{}, err
+	}
+	return DecodeRate(v, a.MinM, a.MaxM)
+}
+
+// DecodeRate decodes a rate.lua reply whose rate must lie in [minM, maxM].
+// It never panics.
+func DecodeRate(v any, minM, maxM int64) (RateReply, error) {
+	a, err := ints(v, 3, ScriptRate)
+	if err != nil {
+		return RateReply{}, err
+	}
+	if a[0] < minM || a[0] > maxM || a[1] < 0 || (a[2] != 0 && a[2] != 1) {
+		return RateReply{}, fmt.Errorf("%w: rate: got %v, want a rate in [%d, %d], a time and a 0/1 flag", ErrReply, a, minM, maxM)
+	}
+	return RateReply{RateM: a[0], NowUS: a[1], Cut: a[2] == 1}, nil
 }
 
 // DecodeRelease decodes a release.lua reply. It never panics.

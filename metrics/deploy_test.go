@@ -183,6 +183,10 @@ func TestDashboardCoversOperations(t *testing.T) {
 		`cpsguard_store_up`,
 		`cpsguard_store_duration_seconds_bucket`,
 		`cpsguard_config_reloads_total`,
+		`cpsguard_carrier_up`,
+		`cpsguard_carrier_effective_cps`,
+		`cpsguard_carrier_responses_total`,
+		`cpsguard_carrier_setup_seconds_bucket`,
 	} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("dashboard: no query contains %q", want)
@@ -236,6 +240,7 @@ func TestAlerts(t *testing.T) {
 	for _, want := range []string{
 		"CpsguardStoreFallback", "CpsguardStoreDown", "CpsguardQueueDelayNearMaxWait",
 		"CpsguardSustainedRejections", "CpsguardConfigReloadFailed", "CpsguardConfigDiffers", "CpsguardDuplicateNodeID",
+		"CpsguardCarrierDown", "CpsguardCarrierPushingBack",
 	} {
 		if !slices.Contains(names, want) {
 			t.Errorf("alert %s: missing (have %v)", want, names)

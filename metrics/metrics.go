@@ -33,6 +33,8 @@ const (
 	OutcomeRejectedForbidden = "rejected_forbidden"
 	OutcomeRejectedStore     = "rejected_store"
 	OutcomeCanceled          = "canceled"
+	// OutcomeRejectedDown: every carrier of the call's route was down.
+	OutcomeRejectedDown = "rejected_down"
 
 	// Classes of cpsguard_carrier_responses_total besides "1xx" … "6xx".
 	ClassTimeout = "timeout"
@@ -42,6 +44,11 @@ const (
 
 	RerouteFull   = "full"
 	RerouteFailed = "failed"
+	// RerouteDown: the carrier was skipped because it is down.
+	RerouteDown = "down"
+
+	ProbeOK     = "ok"
+	ProbeFailed = "failed"
 
 	ReloadSuccess = "success"
 	ReloadFailure = "failure"
@@ -56,17 +63,17 @@ const (
 // invisible to rate() and increase() for that event, so an alert on it
 // would miss the first refusal of a peer (client_golang's advice: initialise
 // every label set you know of). Add a new outcome or result here as well as
-// to the constants above.
+// to the constants above (TestEnumListsAreComplete checks).
 var (
 	// Outcomes are the outcome labels of cpsguard_calls_total.
 	Outcomes = []string{OutcomeForwarded, OutcomeRejectedCPS, OutcomeRejectedQueue,
-		OutcomeRejectedForbidden, OutcomeRejectedStore, OutcomeCanceled}
+		OutcomeRejectedForbidden, OutcomeRejectedStore, OutcomeRejectedDown, OutcomeCanceled}
 	// AdmissionResults are the result labels of cpsguard_admission_total.
 	AdmissionResults = []string{ResultAdmitted, ResultRejected, ResultShadowRejected}
 	// PacingResults are the result labels of cpsguard_pacing_total.
 	PacingResults = []string{PacingPaced, PacingFull}
 	// RerouteReasons are the reason labels of cpsguard_reroutes_total.
-	RerouteReasons = []string{RerouteFull, RerouteFailed}
+	RerouteReasons = []string{RerouteFull, RerouteFailed, RerouteDown}
 	// ReloadResults are the result labels of cpsguard_config_reloads_total.
 	ReloadResults = []string{ReloadSuccess, ReloadFailure}
 )
@@ -125,6 +132,17 @@ type Metrics struct {
 	// first provisional answer above 100 or its final one:
 	// cpsguard_carrier_setup_seconds{carrier}.
 	CarrierSetup *prometheus.HistogramVec
+	// CarrierUp is 1 while this node sends calls to a carrier, 0 while it
+	// believes the carrier down (probes or calls failed):
+	// cpsguard_carrier_up{carrier}.
+	CarrierUp *prometheus.GaugeVec
+	// CarrierProbes counts this node's SIP OPTIONS probes of a carrier by
+	// result (ok, failed): cpsguard_carrier_probes_total{carrier,result}.
+	CarrierProbes *prometheus.CounterVec
+	// EffectiveCPS is the rate a carrier is paced at now: its cps, or less
+	// while an adaptive carrier pushes back:
+	// cpsguard_carrier_effective_cps{carrier}.
+	EffectiveCPS *prometheus.GaugeVec
 	// BuildInfo is 1, labelled with what the node runs:
 	// cpsguard_build_info{version,revision,goversion}. SetBuildInfo sets it.
 	BuildInfo *prometheus.GaugeVec
@@ -233,6 +251,18 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: Namespace, Name: "carrier_setup_seconds",
 			Help:    "Forwarded INVITE to the carrier's first provisional answer above 100, or its final one.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2, 3, 5, 10},
+		}, []string{"carrier"}),
+		CarrierUp: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "carrier_up",
+			Help: "1 while this node sends calls to the carrier, 0 while it believes it down (probes or calls failed).",
+		}, []string{"carrier"}),
+		CarrierProbes: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "carrier_probes_total",
+			Help: "SIP OPTIONS probes of a carrier by this node: ok (any answer but 5xx or 408) or failed.",
+		}, []string{"carrier", "result"}),
+		EffectiveCPS: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "carrier_effective_cps",
+			Help: "The rate the carrier is paced at now: its cps, or less while an adaptive carrier pushes back.",
 		}, []string{"carrier"}),
 		BuildInfo: f.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "build_info",

@@ -2,9 +2,13 @@ package metrics
 
 import (
 	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"reflect"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -40,6 +44,9 @@ func touchAll(m *Metrics) {
 	m.DuplicateNodeID.Set(0)
 	m.CarrierResponses.WithLabelValues("carrier-a", "2xx").Inc()
 	m.CarrierSetup.WithLabelValues("carrier-a").Observe(0.05)
+	m.CarrierUp.WithLabelValues("carrier-a").Set(1)
+	m.CarrierProbes.WithLabelValues("carrier-a", ProbeOK).Inc()
+	m.EffectiveCPS.WithLabelValues("carrier-a").Set(10)
 }
 
 // fieldCollectors returns every exported collector field of m by name.
@@ -217,13 +224,14 @@ func TestSyncLimits(t *testing.T) {
 			"outcome=canceled,peer=p1", "outcome=canceled,peer=p3",
 			"outcome=forwarded,peer=p1", "outcome=forwarded,peer=p3", "outcome=forwarded,peer=unknown",
 			"outcome=rejected_cps,peer=p1", "outcome=rejected_cps,peer=p3",
+			"outcome=rejected_down,peer=p1", "outcome=rejected_down,peer=p3",
 			"outcome=rejected_forbidden,peer=p1", "outcome=rejected_forbidden,peer=p3", "outcome=rejected_forbidden,peer=unknown",
 			"outcome=rejected_queue,peer=p1", "outcome=rejected_queue,peer=p3",
 			"outcome=rejected_store,peer=p1", "outcome=rejected_store,peer=p3"}},
 		{"pacing_wait_seconds", m.PacingWait, []string{"carrier=k1"}},
 		{"pacing_total", m.Pacing, []string{"carrier=k1,result=full", "carrier=k1,result=paced"}},
 		{"pacing_queued", m.Queued, []string{"carrier=k1"}},
-		{"reroutes_total", m.Reroutes, []string{"carrier=k1,reason=failed", "carrier=k1,reason=full"}},
+		{"reroutes_total", m.Reroutes, []string{"carrier=k1,reason=down", "carrier=k1,reason=failed", "carrier=k1,reason=full"}},
 		{"pacing_max_wait_seconds", m.MaxWait, []string{"carrier=k1"}},
 	}
 	for _, tt := range tests {
@@ -382,5 +390,48 @@ func TestKnownSeriesStartAtZero(t *testing.T) {
 	m.SyncLimits(cfg)
 	if got := testutil.ToFloat64(m.Calls.WithLabelValues("p1", OutcomeRejectedCPS)); got != 3 {
 		t.Errorf("calls_total{p1,rejected_cps} after a reload: got %v, want 3", got)
+	}
+}
+
+// Every Outcome*, Result*, Pacing* and Reroute* constant is in its list, so
+// its series start at 0 too: a constant added without its list entry fails
+// here.
+func TestEnumListsAreComplete(t *testing.T) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "metrics.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lists := map[string][]string{
+		"Outcome": Outcomes, "Result": AdmissionResults, "Pacing": PacingResults,
+		"Reroute": RerouteReasons, "Reload": ReloadResults,
+	}
+	found := 0
+	for _, d := range f.Decls {
+		g, ok := d.(*ast.GenDecl)
+		if !ok || g.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range g.Specs {
+			vs := spec.(*ast.ValueSpec)
+			for i, name := range vs.Names {
+				for prefix, list := range lists {
+					if !strings.HasPrefix(name.Name, prefix) || i >= len(vs.Values) {
+						continue
+					}
+					lit, ok := vs.Values[i].(*ast.BasicLit)
+					if !ok {
+						continue
+					}
+					found++
+					if v, _ := strconv.Unquote(lit.Value); !slices.Contains(list, v) {
+						t.Errorf("const %s = %s is not in the list of %s* values %v: its series would not start at 0", name.Name, lit.Value, prefix, list)
+					}
+				}
+			}
+		}
+	}
+	if found < 10 {
+		t.Errorf("found %d enum constants in metrics.go; the parser missed them", found)
 	}
 }

@@ -82,6 +82,9 @@ func (m *Metrics) SyncLimits(cfg *config.Config) {
 	prune(m.MaxWait, carrierKept)
 	prune(m.CarrierResponses, carrierKept)
 	prune(m.CarrierSetup, carrierKept)
+	prune(m.CarrierUp, carrierKept)
+	prune(m.CarrierProbes, carrierKept)
+	prune(m.EffectiveCPS, carrierKept)
 
 	// One series, the hash of the configuration now in use: set the new one
 	// before deleting the old, so no scrape finds none.
@@ -127,6 +130,8 @@ func (m *Metrics) SyncLimits(cfg *config.Config) {
 		for _, r := range RerouteReasons {
 			m.Reroutes.WithLabelValues(c.Name, r)
 		}
+		m.CarrierProbes.WithLabelValues(c.Name, ProbeOK)
+		m.CarrierProbes.WithLabelValues(c.Name, ProbeFailed)
 	}
 }
 

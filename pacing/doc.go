@@ -12,6 +12,12 @@
 // reserves a slot the caller cannot wait for, waits cancellably, and releases
 // the slot of a cancelled wait.
 //
+// An adaptive carrier's effective rate is kept by the same stores (Adapt,
+// AIMD): an overload answer multiplies it by a factor below 1, at most once
+// per hold, never below a floor, and it climbs back additively towards the
+// carrier's cps on the store's clock (rate.lua on Redis, pool-wide; the
+// same integer arithmetic in LocalSlots). The caller paces at that rate.
+//
 // Failure: a full queue is a Slot with OK false, never an error. An error
 // means the store failed and nothing was reserved that the caller knows of;
 // the caller applies the failure policy. A slot whose release failed only

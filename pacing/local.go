@@ -28,7 +28,20 @@ type LocalSlots struct {
 	last      time.Duration
 	nextSweep time.Duration
 	sets      map[string]*slotSet
+	rates     map[string]*rateState
 }
+
+// rateState is one adaptive carrier's effective rate (rate.lua's hash),
+// in integer milli-cps and microseconds of the local clock.
+type rateState struct {
+	rateM   int64
+	since   int64 // the increase is counted up to here
+	lastCut int64 // of the last decrease
+}
+
+// longAgo is "no decrease yet": rate.lua's 0 on Redis's clock, which is
+// decades before its now.
+const longAgo = -1 << 62
 
 var _ SlotStore = (*LocalSlots)(nil)
 
@@ -38,7 +51,7 @@ func NewLocalSlots(clock func() time.Time) *LocalSlots {
 	if clock == nil {
 		clock = time.Now
 	}
-	return &LocalSlots{clock: clock, epoch: clock(), sets: make(map[string]*slotSet)}
+	return &LocalSlots{clock: clock, epoch: clock(), sets: make(map[string]*slotSet), rates: make(map[string]*rateState)}
 }
 
 type slotEntry struct {
@@ -164,6 +177,43 @@ func (l *LocalSlots) Block(_ context.Context, key string, span time.Duration) er
 	s.members[blockMember] = until
 	s.keep = max(s.keep, time.Second)
 	return nil
+}
+
+// Adapt moves the effective rate of key's carrier like rate.lua, on the
+// local clock, in the same integer milli-cps and microseconds.
+func (l *LocalSlots) Adapt(_ context.Context, key string, a AIMD, overload bool) (Rate, error) {
+	args, err := a.milli(overload)
+	if err != nil {
+		return Rate{}, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now().Microseconds()
+	st := rateState{rateM: args.MaxM, since: now, lastCut: longAgo}
+	if old := l.rates[key]; old != nil {
+		st = *old
+	}
+	if st.rateM < args.MaxM {
+		if gained := args.IncreaseM * (now - st.since) / 1_000_000; gained > 0 {
+			st.rateM += gained
+			st.since += gained * 1_000_000 / args.IncreaseM
+		}
+	}
+	if st.rateM >= args.MaxM {
+		st.rateM, st.since = args.MaxM, now
+	}
+	st.rateM = max(st.rateM, args.MinM)
+	cut := false
+	if overload && now-st.lastCut >= args.HoldUS {
+		st.rateM = max(st.rateM*args.DecreasePermille/1000, args.MinM)
+		st.lastCut, st.since, cut = now, now, true
+	}
+	if st.rateM >= args.MaxM && now-st.lastCut >= args.HoldUS {
+		delete(l.rates, key)
+		return Rate{CPS: float64(args.MaxM) / 1000, Cut: cut}, nil
+	}
+	l.rates[key] = &st
+	return Rate{CPS: float64(st.rateM) / 1000, Cut: cut}, nil
 }
 
 // blockMember is the member of a blocking span (lua.BlockMember).

@@ -64,6 +64,9 @@ type SlotStore interface {
 	// Block grants no slot of key for span from now (the carrier asked the
 	// pool to wait: 503 with Retry-After); every node's next Reserve sees it.
 	Block(ctx context.Context, key string, span time.Duration) error
+	// Adapt returns the effective rate of an adaptive carrier whose slot
+	// set is key, first decreasing it when overload (AIMD, see AIMD).
+	Adapt(ctx context.Context, key string, a AIMD, overload bool) (Rate, error)
 	// Queue reports the state of a carrier's slots (see QueueState).
 	Queue(ctx context.Context, key string, interval time.Duration) (QueueState, error)
 }

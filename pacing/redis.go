@@ -121,6 +121,23 @@ func (s *RedisSlots) Block(ctx context.Context, key string, span time.Duration) 
 	return nil
 }
 
+// Adapt runs rate.lua on the carrier's rate hash (lua.RateKey(key)).
+func (s *RedisSlots) Adapt(ctx context.Context, key string, a AIMD, overload bool) (Rate, error) {
+	args, err := a.milli(overload)
+	if err != nil {
+		return Rate{}, err
+	}
+	ctx, cancel := s.context(ctx)
+	defer cancel()
+	start := time.Now()
+	r, err := lua.Rate(ctx, s.sc, lua.RateKey(key), args)
+	s.observe(lua.ScriptRate, start, err)
+	if err != nil {
+		return Rate{}, fmt.Errorf("pacing: run rate.lua for %q: %w", key, err)
+	}
+	return Rate{CPS: float64(r.RateM) / 1000, Cut: r.Cut}, nil
+}
+
 // Queue runs queue.lua (no writes).
 func (s *RedisSlots) Queue(ctx context.Context, key string, interval time.Duration) (QueueState, error) {
 	if interval <= 0 {

@@ -312,3 +312,75 @@ func TestBlockSpan(t *testing.T) {
 		}
 	})
 }
+
+// AIMD (an adaptive carrier's effective rate): an overload answer halves
+// it, at most once per hold; it climbs back by Increase per second, never
+// above Max nor below Min; back at Max it leaves nothing in the store.
+func TestAdaptAIMD(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend, key string) {
+		ctx := context.Background()
+		a := AIMD{Max: 100, Min: 10, Decrease: 0.5, Increase: 10, Hold: 300 * time.Millisecond}
+		adapt := func(a AIMD, overload bool) Rate {
+			t.Helper()
+			r, err := b.store.Adapt(ctx, key, a, overload)
+			if err != nil {
+				t.Fatalf("Adapt: %v", err)
+			}
+			return r
+		}
+		if r := adapt(a, false); r.CPS != 100 || r.Cut {
+			t.Fatalf("untouched carrier: %+v, want 100 cps, no cut", r)
+		}
+		if r := adapt(a, true); r.CPS != 50 || !r.Cut {
+			t.Fatalf("first overload: %+v, want 50 cps, cut", r)
+		}
+		if r := adapt(a, true); r.Cut || r.CPS < 50 || r.CPS >= 55 {
+			t.Fatalf("overload within the hold: %+v, want no second cut (about 50 cps)", r)
+		}
+		if b.ttl != nil {
+			if ttl := b.ttl(lua.RateKey(key)); ttl <= 0 {
+				t.Errorf("rate key TTL %v, want one (an idle carrier's rate must vanish)", ttl)
+			}
+		}
+		b.advance(400 * time.Millisecond)
+		r := adapt(a, true)
+		if !r.Cut || r.CPS >= 50 || r.CPS < 26 {
+			t.Fatalf("overload after the hold: %+v, want a cut from about 54 to about 27", r)
+		}
+		if b.exact && r.CPS != 27 {
+			t.Errorf("exact store: %v cps, want 27 ((50 + 4) / 2)", r.CPS)
+		}
+		for range 5 {
+			b.advance(350 * time.Millisecond)
+			r = adapt(a, true)
+		}
+		if r.CPS != 10 {
+			t.Fatalf("after many overloads: %v cps, want the floor, 10", r.CPS)
+		}
+		b.advance(500 * time.Millisecond)
+		if r = adapt(a, false); r.CPS <= 10 || r.Cut {
+			t.Fatalf("500 ms later: %+v, want more than 10 cps (climbing 10 per second)", r)
+		}
+		if b.exact && r.CPS != 15 {
+			t.Errorf("exact store: %v cps, want 15", r.CPS)
+		}
+		// A reload that lowers cps below the effective rate clamps it.
+		if r = adapt(AIMD{Max: 12, Min: 1, Decrease: 0.5, Increase: 10, Hold: a.Hold}, false); r.CPS > 12 {
+			t.Fatalf("max lowered to 12: %v cps", r.CPS)
+		}
+		// Back at Max after the hold: nothing left in the store.
+		fast := AIMD{Max: 100, Min: 10, Decrease: 0.5, Increase: 100000, Hold: a.Hold}
+		b.advance(400 * time.Millisecond)
+		if r = adapt(fast, false); r.CPS != 100 {
+			t.Fatalf("recovered: %v cps, want 100", r.CPS)
+		}
+		if b.ttl != nil {
+			if n := b.ttl(lua.RateKey(key)); n > 0 {
+				t.Errorf("rate key still there (TTL %v) once back at max", n)
+			}
+		}
+		if _, err := b.store.Adapt(ctx, key, AIMD{Max: 10, Min: 20, Decrease: 0.5, Increase: 1}, false); err == nil {
+			t.Error("min above max accepted")
+		}
+	})
+}

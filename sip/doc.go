@@ -23,6 +23,18 @@
 // response above 100 moves the call to the next carrier (paced again). When
 // no carrier can take the call it is rejected with 503.
 //
+// Carriers are living systems (probe.go, adaptive.go). Each node probes
+// every carrier whose carriers[].probe is on with SIP OPTIONS and feeds the
+// answers, and the outcome of every forwarded call (setup timeouts, 5xx and
+// 408 that are not back-pressure), to a health.Tracker: a carrier down on
+// this node is skipped without taking a slot, and a call whose route is all
+// down is refused at once (503, outcome rejected_down) before admission. A
+// carrier's 503 (or 500) with Retry-After blocks it for the whole pool for
+// that long (a span in its slot set). An adaptive carrier's overload
+// answers (overload.codes, overload.reasons) lower its effective CPS for
+// the pool through the pacing store (AIMD, rate.lua), and each node paces
+// it at that rate, refreshed every 250 ms.
+//
 // Before any of that, the screen (screen.go) sees every parsed message
 // ahead of sipgo's transaction layer: strangers (neither a peer's source nor
 // a carrier's address) get silence or one stateless 403 and cost no state;

@@ -9,6 +9,7 @@ package sip
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -67,6 +68,9 @@ type e2eOpts struct {
 	unknown               string // reject | drop
 	peerCPS, acme, globex float64
 	carriers              []e2eCarrier
+	// carrierExtra adds settings to a carrier's flow map by name, e.g.
+	// "probe: {interval: 0s}".
+	carrierExtra map[string]string
 }
 
 func (o e2eOpts) yaml() string {
@@ -75,7 +79,11 @@ func (o e2eOpts) yaml() string {
 	}
 	var cs, names []string
 	for _, c := range o.carriers {
-		cs = append(cs, fmt.Sprintf("  - {name: %s, uri: %q, cps: %g, max_wait: %s}", c.name, c.uri, c.cps, c.maxWait))
+		extra := ""
+		if x := o.carrierExtra[c.name]; x != "" {
+			extra = ", " + x
+		}
+		cs = append(cs, fmt.Sprintf("  - {name: %s, uri: %q, cps: %g, max_wait: %s%s}", c.name, c.uri, c.cps, c.maxWait, extra))
 		names = append(names, c.name)
 	}
 	f := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
@@ -430,43 +438,66 @@ func TestE2EByeViaRecordRouteUDPAndTCP(t *testing.T) {
 }
 
 // Case 7: a carrier answering 503 moves the call to the next carrier, where
-// it completes. Both carriers are SIPp here, so the scenarios are proven too.
+// it completes; after down_after (3) such answers in a row the carrier is
+// marked down (passive detection) and later calls skip it without trying.
+// Both carriers are SIPp here, so the scenarios are proven too.
 func TestE2ERerouteOnCarrier503(t *testing.T) {
 	p1, p2 := redistest.FreePort(t), redistest.FreePort(t)
 	h := startE2E(t, e2eOpts{peerCPS: 100, acme: 100, globex: 100, carriers: []e2eCarrier{
 		{"down", fmt.Sprintf("sip:127.0.0.1:%d", p1), 100, time.Second},
-		{"up", fmt.Sprintf("sip:127.0.0.1:%d", p2), 100, time.Second}}})
-	const n = 10
+		{"up", fmt.Sprintf("sip:127.0.0.1:%d", p2), 100, time.Second}},
+		// Probes every hour: the first one, at start, fails before SIPp
+		// starts (one failure, not three); calls alone mark "down" down.
+		carrierExtra: map[string]string{
+			"down": "probe: {interval: 1h, timeout: 100ms, down_after: 3, up_after: 1}",
+			"up":   "probe: {interval: 1h, timeout: 100ms, down_after: 3, up_after: 1}",
+		}})
+	for _, name := range []string{"down", "up"} {
+		waitFor(t, func() bool {
+			return testutil.ToFloat64(h.m.CarrierProbes.WithLabelValues(name, metrics.ProbeFailed)) == 1
+		}, "the first probe of "+name)
+	}
+	const n, downAfter = 10, 3
 	var wg sync.WaitGroup
 	results := make([]struct {
 		code int
 		out  string
 	}, 2)
 	for i, sc := range []struct {
-		file string
-		port int
-	}{{"uas_503.xml", p1}, {"uas.xml", p2}} {
+		file  string
+		port  int
+		calls int
+	}{{"uas_503.xml", p1, downAfter}, {"uas.xml", p2, n}} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			results[i].code, results[i].out = sipp(t, 30*time.Second, "-sf", scenario(t, sc.file), "-i", "127.0.0.1",
-				"-p", strconv.Itoa(sc.port), "-m", strconv.Itoa(n))
+				"-p", strconv.Itoa(sc.port), "-m", strconv.Itoa(sc.calls))
 		}()
 	}
-	time.Sleep(500 * time.Millisecond) // let the SIPp carriers bind
+	waitUDPBound(t, "127.0.0.1", p1, p2)
 	code, out := sipp(t, 30*time.Second, "-sf", scenario(t, "uac.xml"), "-i", "127.0.0.2", "-s", "100",
 		"-r", "10", "-m", strconv.Itoa(n), h.udp)
 	wg.Wait()
 	if code != 0 {
-		t.Fatalf("caller sipp exit %d (every call must complete on the second carrier):\n%s", code, tail(out))
+		t.Errorf("caller sipp exit %d (every call must complete on the second carrier):\n%s", code, tail(out))
 	}
 	for i, name := range []string{"uas_503", "uas"} {
-		if results[i].code != 0 {
+		if results[i].code != 0 || code != 0 {
 			t.Errorf("carrier %s sipp exit %d:\n%s", name, results[i].code, tail(results[i].out))
 		}
 	}
-	if r := testutil.ToFloat64(h.m.Reroutes.WithLabelValues("down", "failed")); r != n {
-		t.Errorf("reroutes_total{down,failed} = %v, want %d", r, n)
+	if r := testutil.ToFloat64(h.m.Reroutes.WithLabelValues("down", "failed")); r != downAfter {
+		t.Errorf("reroutes_total{down,failed} = %v, want %d (then the carrier is down)", r, downAfter)
+	}
+	if r := testutil.ToFloat64(h.m.Reroutes.WithLabelValues("down", "down")); r != n-downAfter {
+		t.Errorf("reroutes_total{down,down} = %v, want %d (skipped while down)", r, n-downAfter)
+	}
+	if up := testutil.ToFloat64(h.m.CarrierUp.WithLabelValues("down")); up != 0 {
+		t.Errorf("carrier_up{down} = %v, want 0", up)
+	}
+	if up := testutil.ToFloat64(h.m.CarrierUp.WithLabelValues("up")); up != 1 {
+		t.Errorf("carrier_up{up} = %v, want 1", up)
 	}
 }
 
@@ -551,4 +582,238 @@ func TestE2EGoroutinesReturnAfterLoad(t *testing.T) {
 	}
 	buf := make([]byte, 1<<20)
 	t.Fatalf("goroutines = %d after the load, %d before\n%s", now, base, buf[:runtime.Stack(buf, true)])
+}
+
+// waitUDPBound waits until something listens on each UDP port of ip (a
+// SIPp carrier started in the background), reading /proc/net/udp rather
+// than probing the port, which could take it from the process starting.
+func waitUDPBound(t *testing.T, ip string, ports ...int) {
+	t.Helper()
+	a := netip.MustParseAddr(ip).As4()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, port := range ports {
+		// /proc/net/udp shows the address little-endian in hex.
+		want := fmt.Sprintf("%02X%02X%02X%02X:%04X", a[3], a[2], a[1], a[0], port)
+		for {
+			b, err := os.ReadFile("/proc/net/udp")
+			if err != nil {
+				t.Fatalf("read /proc/net/udp: %v", err)
+			}
+			if strings.Contains(string(b), " "+want+" ") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("nothing bound to udp %s:%d within 10s", ip, port)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// Carrier health (issue 12): a carrier with nothing listening is marked
+// down by its probes and skipped without a setup timeout; once a SIPp
+// carrier listens on its port, its probes bring it back and calls go to it
+// again.
+func TestE2EDeadCarrierSkippedThenBack(t *testing.T) {
+	pDead := redistest.FreePort(t)
+	live := siptest.StartCarrier(t, "127.0.0.1", nil)
+	const probe = "probe: {interval: 200ms, timeout: 100ms, down_after: 2, up_after: 2}"
+	h := startE2E(t, e2eOpts{peerCPS: 100, acme: 100, globex: 100, carriers: []e2eCarrier{
+		{"first", fmt.Sprintf("sip:127.0.0.1:%d", pDead), 100, time.Second},
+		{"second", "sip:" + live.Addr, 100, time.Second}},
+		carrierExtra: map[string]string{"first": probe, "second": probe}})
+
+	waitFor(t, func() bool { return testutil.ToFloat64(h.m.CarrierUp.WithLabelValues("first")) == 0 }, "the dead carrier marked down")
+	const n = 10
+	code, out := sipp(t, 30*time.Second, "-sf", scenario(t, "uac.xml"), "-i", "127.0.0.2", "-s", "100",
+		"-r", "10", "-m", strconv.Itoa(n), h.udp)
+	if code != 0 {
+		t.Fatalf("caller sipp exit %d:\n%s", code, tail(out))
+	}
+	if got := live.Count("INVITE"); got != n {
+		t.Errorf("live carrier got %d INVITEs, want %d", got, n)
+	}
+	if r := testutil.ToFloat64(h.m.Reroutes.WithLabelValues("first", metrics.RerouteDown)); r != n {
+		t.Errorf("reroutes_total{first,down} = %v, want %d: every call skips the down carrier", r, n)
+	}
+	if r := testutil.ToFloat64(h.m.CarrierResponses.WithLabelValues("first", metrics.ClassTimeout)); r != 0 {
+		t.Errorf("carrier_responses_total{first,timeout} = %v, want 0: no call waited for the dead carrier", r)
+	}
+	if r := testutil.ToFloat64(h.m.CarrierProbes.WithLabelValues("second", metrics.ProbeOK)); r < 1 {
+		t.Errorf("carrier_probes_total{second,ok} = %v, want >= 1 (siptest answers OPTIONS 200)", r)
+	}
+
+	// The carrier comes back: SIPp (uas.xml answers OPTIONS 200) on its port.
+	bin := redistest.Require(t, "sipp")
+	ctx, cancel := context.WithCancel(context.Background())
+	back := exec.CommandContext(ctx, bin, "-nostdin", "-sf", scenario(t, "uas.xml"), "-i", "127.0.0.1",
+		"-p", strconv.Itoa(pDead), "-bg", "-timeout", "30s")
+	back.Dir = t.TempDir()
+	if err := back.Start(); err != nil {
+		cancel()
+		t.Fatalf("start sipp carrier: %v", err)
+	}
+	t.Cleanup(func() { cancel(); _ = back.Wait() })
+	waitFor(t, func() bool { return testutil.ToFloat64(h.m.CarrierUp.WithLabelValues("first")) == 1 }, "the carrier back up")
+	code, out = sipp(t, 30*time.Second, "-sf", scenario(t, "uac.xml"), "-i", "127.0.0.3", "-s", "100",
+		"-r", "10", "-m", "3", h.udp)
+	if code != 0 {
+		t.Fatalf("caller sipp exit %d after the carrier came back:\n%s", code, tail(out))
+	}
+	if got := live.Count("INVITE"); got != n {
+		t.Errorf("live carrier got %d INVITEs after the first carrier came back, want still %d", got, n)
+	}
+	if r := testutil.ToFloat64(h.m.Reroutes.WithLabelValues("first", metrics.RerouteDown)); r != n {
+		t.Errorf("reroutes_total{first,down} = %v after it came back, want still %d", r, n)
+	}
+}
+
+// When every carrier of a route is down the call is refused at once (503,
+// outcome rejected_down), before admission: it costs its peer nothing.
+func TestE2EAllCarriersDownRefusedAtOnce(t *testing.T) {
+	pDead := redistest.FreePort(t)
+	h := startE2E(t, e2eOpts{peerCPS: 100, acme: 100, globex: 100, carriers: []e2eCarrier{
+		{"gone", fmt.Sprintf("sip:127.0.0.1:%d", pDead), 100, time.Second}},
+		carrierExtra: map[string]string{"gone": "probe: {interval: 100ms, timeout: 50ms, down_after: 1, up_after: 1}"}})
+	waitFor(t, func() bool { return testutil.ToFloat64(h.m.CarrierUp.WithLabelValues("gone")) == 0 }, "the carrier marked down")
+	code, out := sipp(t, 30*time.Second, "-sf", scenario(t, "uac.xml"), "-i", "127.0.0.2", "-s", "100",
+		"-r", "10", "-m", "5", h.udp)
+	if code != 0 {
+		t.Fatalf("caller sipp exit %d (503 is a normal outcome of uac.xml):\n%s", code, tail(out))
+	}
+	if !strings.Contains(out, "503") {
+		t.Errorf("caller saw no 503:\n%s", tail(out))
+	}
+	var down float64
+	for _, p := range []string{"dialer-1", "dialer-3", PeerUnknown} {
+		down += testutil.ToFloat64(h.m.Calls.WithLabelValues(p, metrics.OutcomeRejectedDown))
+	}
+	if down != 5 {
+		t.Errorf("calls_total{outcome=rejected_down} = %v, want 5", down)
+	}
+	if a := testutil.CollectAndCount(h.m.Admission); a != 0 {
+		t.Errorf("%d admission series: a call to a route that is all down was admitted (counted) first", a)
+	}
+}
+
+// An adaptive carrier that polices 20 CPS itself (503 above it), offered
+// 40 CPS through a carrier configured at 40: its overload answers lower the
+// pool's effective rate (AIMD) until it settles just under 20, and the
+// carrier refuses few calls once it has. CPSGUARD_ADAPTIVE_CSV=path writes
+// the curve (seconds, effective cps, accepted and refused in the last
+// second) for bench/adaptive.sh to plot.
+func TestE2EAdaptiveCarrierSettlesUnderItsLimit(t *testing.T) {
+	const limit, offered, seconds = 20, 40, 8
+	type answer struct {
+		at time.Time
+		ok bool
+	}
+	var mu sync.Mutex
+	var answers []answer
+	car := siptest.StartCarrier(t, "127.0.0.1", func(*sipmsg.Request) siptest.Answer {
+		mu.Lock()
+		defer mu.Unlock()
+		now := time.Now()
+		n := 0
+		for i := len(answers) - 1; i >= 0 && now.Sub(answers[i].at) < time.Second; i-- {
+			if answers[i].ok {
+				n++
+			}
+		}
+		ok := n < limit
+		answers = append(answers, answer{now, ok})
+		if !ok {
+			return siptest.Answer{Code: 503}
+		}
+		return siptest.Answer{}
+	})
+	h := startE2E(t, e2eOpts{peerCPS: 1000, acme: 1000, globex: 1000,
+		carriers:     []e2eCarrier{{"policed", "sip:" + car.Addr, offered, time.Second}},
+		carrierExtra: map[string]string{"policed": "adaptive: true"}})
+
+	type sample struct {
+		at  time.Duration
+		eff float64
+	}
+	var samples []sample
+	start := time.Now()
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				samples = append(samples, sample{time.Since(start), testutil.ToFloat64(h.m.EffectiveCPS.WithLabelValues("policed"))})
+			}
+		}
+	}()
+	code, out := sipp(t, 60*time.Second, "-sf", scenario(t, "uac.xml"), "-i", "127.0.0.2", "-s", "100",
+		"-r", strconv.Itoa(offered), "-m", strconv.Itoa(offered*seconds), h.udp)
+	close(stop)
+	<-sampled
+	if code != 0 {
+		t.Fatalf("caller sipp exit %d (503 is a normal outcome of uac.xml):\n%s", code, tail(out))
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	lowest, settled, n := float64(offered), 0.0, 0
+	for _, s := range samples {
+		lowest = min(lowest, s.eff)
+		if s.at > seconds*time.Second/2 && s.at < seconds*time.Second {
+			settled += s.eff
+			n++
+		}
+	}
+	if lowest >= offered {
+		t.Fatalf("effective cps never went below %d: the carrier's 503s did not lower it", offered)
+	}
+	if n == 0 {
+		t.Fatal("no samples in the second half of the run")
+	}
+	if mean := settled / float64(n); mean < 0.6*limit || mean > 1.05*limit {
+		t.Errorf("mean effective cps in the second half = %.1f, want just under the carrier's own limit %d", mean, limit)
+	}
+	var ok, refused int
+	half := start.Add(seconds * time.Second / 2)
+	for _, a := range answers {
+		if a.at.Before(half) {
+			continue
+		}
+		if a.ok {
+			ok++
+		} else {
+			refused++
+		}
+	}
+	if ok == 0 || refused > (ok+refused)/5 {
+		t.Errorf("second half: the carrier accepted %d and refused %d calls, want at most 20 %% refused once settled", ok, refused)
+	}
+	if p := os.Getenv("CPSGUARD_ADAPTIVE_CSV"); p != "" {
+		var b strings.Builder
+		b.WriteString("seconds,effective_cps,accepted_last_second,refused_last_second\n")
+		for _, s := range samples {
+			at := start.Add(s.at)
+			var acc, ref int
+			for _, a := range answers {
+				if !a.at.After(at) && at.Sub(a.at) < time.Second {
+					if a.ok {
+						acc++
+					} else {
+						ref++
+					}
+				}
+			}
+			fmt.Fprintf(&b, "%.1f,%.3f,%d,%d\n", s.at.Seconds(), s.eff, acc, ref)
+		}
+		if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("effective cps: lowest %.1f, mean in the second half %.1f; carrier second half: %d accepted, %d refused", lowest, settled/float64(n), ok, refused)
 }

@@ -17,7 +17,6 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/lua"
 	"github.com/cpsguard/cpsguard/metrics"
-	"github.com/cpsguard/cpsguard/pacing"
 )
 
 // PeerUnknown is the peer label of calls from a source no peer owns.
@@ -138,10 +137,19 @@ func (c *call) run() {
 	branch, _ := req.Via().Params.Get("branch")
 	c.member = callID(req) + "/" + branch + "/" + req.Source() + "/" + req.Transport()
 
+	route := cfg.Routes[cfg.RouteFor(peer, cu)]
+	if p.routeDown(cfg, route) {
+		// Refused before admission: the call costs its peer and customer
+		// nothing, and never waits for a carrier known to be down.
+		c.outcome = metrics.OutcomeRejectedDown
+		c.log.Debug("every carrier of the route is down", "route", cfg.RouteFor(peer, cu))
+		c.respond(sipmsg.StatusServiceUnavailable, "No Carrier Available")
+		return
+	}
 	if !c.admit(peer, cu) {
 		return
 	}
-	c.route(cfg.Routes[cfg.RouteFor(peer, cu)])
+	c.route(route)
 }
 
 // admit runs the one admission store call for the peer and customer
@@ -263,6 +271,11 @@ func (c *call) route(carriers []string) {
 	for i, name := range carriers {
 		car := cfg.Carrier(name)
 		if car == nil {
+			continue
+		}
+		if !p.health.Up(name) {
+			// Down on this node: its slots are not taken.
+			p.m.Reroutes.WithLabelValues(name, metrics.RerouteDown).Inc()
 			continue
 		}
 		ticket, state, err := p.awaitCarrier(c.ctx, c.log, cfg, car, c.member+"#"+strconv.Itoa(i), c.gateKeys)
@@ -419,6 +432,7 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 	cancel()
 	if err != nil {
 		c.log.Debug("forward failed", "carrier", car.Name, "error", err)
+		p.calledCarrier(car.Name, false, "send: "+err.Error())
 		return nil, true
 	}
 	sentAt := time.Now()
@@ -435,7 +449,10 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 			p.m.CarrierSetup.WithLabelValues(car.Name).Observe(time.Since(sentAt).Seconds())
 		}
 	}
-	timedOut := func() { p.m.CarrierResponses.WithLabelValues(car.Name, metrics.ClassTimeout).Inc() }
+	timedOut := func() {
+		p.m.CarrierResponses.WithLabelValues(car.Name, metrics.ClassTimeout).Inc()
+		p.calledCarrier(car.Name, false, "no ringing within "+car.Setup().String())
+	}
 	if !c.forwarded {
 		c.forwarded = true
 		c.outcome = metrics.OutcomeForwarded
@@ -493,6 +510,9 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 			}
 			if r.IsProvisional() {
 				if r.StatusCode > 100 {
+					if !provisional {
+						p.calledCarrier(car.Name, true, "")
+					}
 					provisional = true
 					if !cancelSent {
 						timer.Reset(ringTimeout)
@@ -503,11 +523,27 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 				}
 				continue
 			}
-			if !r.IsSuccess() && !provisional && !cancelSent && !cancelPending && (r.StatusCode == 408 || (r.StatusCode >= 500 && r.StatusCode < 600)) {
+			if !r.IsSuccess() && !provisional && !cancelSent && !cancelPending && car.Adaptive && overloadAnswer(car, r) {
+				// The carrier polices its own CPS and says it is over it:
+				// lower its rate for the pool (AIMD) and try the next
+				// carrier. Back-pressure, not failure: health is untouched.
+				p.pushBack(c.cfg, car, r.StatusCode)
 				if span, ok := retryAfter(r); ok {
 					p.blockCarrier(c.cfg, car, span)
 				}
 				return r, true
+			}
+			if !r.IsSuccess() && !provisional && !cancelSent && !cancelPending && (r.StatusCode == 408 || (r.StatusCode >= 500 && r.StatusCode < 600)) {
+				if span, ok := retryAfter(r); ok {
+					// Back-pressure, not failure: the carrier is paused.
+					p.blockCarrier(c.cfg, car, span)
+				} else {
+					p.calledCarrier(car.Name, false, strconv.Itoa(r.StatusCode)+" "+r.Reason)
+				}
+				return r, true
+			}
+			if !provisional {
+				p.calledCarrier(car.Name, true, "")
 			}
 			if answered {
 				if r.IsSuccess() {
@@ -622,7 +658,7 @@ func retryAfter(r *sipmsg.Response) (time.Duration, bool) {
 // which every node's next Reserve sees. It runs in the background, bounded
 // by storeBudget; the call itself moves on to the next carrier at once.
 func (p *Proxy) blockCarrier(cfg *config.Config, car *config.Carrier, span time.Duration) {
-	pc := pacing.Carrier{Key: lua.Key(cfg.Store.KeyPrefix, metrics.ScopeCarrier, car.Name), CPS: car.CPS, MaxWait: car.MaxWait}
+	pc := p.pacingCarrier(cfg, car)
 	name := car.Name
 	go func() {
 		defer p.panics.Recover("sip.block_carrier", nil)

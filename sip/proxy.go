@@ -21,6 +21,7 @@ import (
 
 	"github.com/cpsguard/cpsguard/admission"
 	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/health"
 	"github.com/cpsguard/cpsguard/internal/panics"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/pacing"
@@ -45,6 +46,9 @@ type Pacer interface {
 	Release(ctx context.Context, s pacing.Slot) error
 	// Block grants no slot of carrier c, on any node, for span from now.
 	Block(ctx context.Context, c pacing.Carrier, span time.Duration) error
+	// Adapt returns adaptive carrier c's effective rate, first decreasing
+	// it when overload (AIMD, pool-wide).
+	Adapt(ctx context.Context, c pacing.Carrier, a pacing.AIMD, overload bool) (pacing.Rate, error)
 }
 
 // Options configure a Proxy. Config, Admission and Pacer are required.
@@ -173,6 +177,10 @@ type Proxy struct {
 	panics *panics.Reporter
 	// storeUsable is Options.Usable.
 	storeUsable func() bool
+	// health is what this node believes of each carrier (probes, calls).
+	health *health.Tracker
+	// rates are the adaptive carriers' effective rates, as last read.
+	rates rateCache
 }
 
 // New builds a Proxy. It does not open sockets; Serve does.
@@ -206,6 +214,10 @@ func New(opts Options) (*Proxy, error) {
 		storeUsable: opts.Usable,
 	}
 	p.panics = &panics.Reporter{Log: p.log, Count: p.m.Panics}
+	p.health = health.NewTracker(nil, p.onHealthChange)
+	if cfg := opts.Config(); cfg != nil {
+		p.syncHealth(cfg)
+	}
 	p.base, p.baseCancel = context.WithCancelCause(context.Background())
 	keys, err := newDialogKeys(opts.Config(), p.log)
 	if err != nil {
@@ -304,6 +316,8 @@ func (p *Proxy) Serve(ctx context.Context) error {
 	defer bgCancel()
 	go p.runResolver(bg)
 	go p.sweepInvites(bg)
+	go p.runProbes(bg)
+	go p.runRates(bg)
 
 	var wg sync.WaitGroup
 	errc := make(chan error, len(p.listeners))

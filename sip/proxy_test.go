@@ -61,11 +61,18 @@ type fakePacer struct {
 	reserved []string // keys
 	released []string // keys
 	blocked  []time.Duration
+	// rates are the adaptive carriers' effective rates (Adapt), by key;
+	// overloads counts the decreases asked for; reservedCPS is the rate
+	// each Reserve was asked to pace at.
+	rates       map[string]float64
+	overloads   int
+	reservedCPS []float64
 }
 
 func (f *fakePacer) Reserve(_ context.Context, c pacing.Carrier, member string) (pacing.Slot, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.reservedCPS = append(f.reservedCPS, c.CPS)
 	if f.err != nil {
 		return pacing.Slot{}, f.err
 	}
@@ -104,6 +111,26 @@ func (f *fakePacer) Block(_ context.Context, c pacing.Carrier, span time.Duratio
 	return nil
 }
 
+// Adapt cuts the rate in half on overload (no clock, no increase) and
+// records each call.
+func (f *fakePacer) Adapt(_ context.Context, c pacing.Carrier, a pacing.AIMD, overload bool) (pacing.Rate, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.rates == nil {
+		f.rates = map[string]float64{}
+	}
+	r, ok := f.rates[c.Key]
+	if !ok {
+		r = a.Max
+	}
+	if overload {
+		r = max(r*a.Decrease, a.Min)
+		f.overloads++
+	}
+	f.rates[c.Key] = r
+	return pacing.Rate{CPS: r, Cut: overload}, nil
+}
+
 func (f *fakePacer) counts() (reserved, released int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -114,6 +141,12 @@ func testConfig(carriers ...config.Carrier) *config.Config {
 	names := make([]string, len(carriers))
 	for i, c := range carriers {
 		names[i] = c.Name
+		if c.Probe == nil {
+			// These tests are about the call path, and many read the raw
+			// messages at a carrier: no OPTIONS probes in between (the
+			// e2e tests run with probing on, the default).
+			carriers[i].Probe = &config.Probe{}
+		}
 	}
 	return &config.Config{
 		SIP: config.SIP{

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 
 	"github.com/cpsguard/cpsguard/config"
-	"github.com/cpsguard/cpsguard/lua"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/pacing"
 )
@@ -33,7 +32,7 @@ const (
 // stamped once the request has left; err is set with carrierStoreFailed.
 // It updates the pacing metrics; log gets a debug line for a full carrier.
 func (p *Proxy) awaitCarrier(ctx context.Context, log *slog.Logger, cfg *config.Config, car *config.Carrier, member string, keys []gateKey) (gateTicket, carrierState, error) {
-	pc := pacing.Carrier{Key: lua.Key(cfg.Store.KeyPrefix, metrics.ScopeCarrier, car.Name), CPS: car.CPS, MaxWait: car.MaxWait}
+	pc := p.pacingCarrier(cfg, car)
 	// No deadline here: the Pacer shortens max_wait to a context's
 	// deadline. The store bounds its own round trip (store.redis.timeout).
 	slot, err := p.pacer.Reserve(ctx, pc, member)

@@ -291,6 +291,26 @@ func (f *Failover) Block(ctx context.Context, key string, span time.Duration) er
 	return lerr
 }
 
+// Adapt implements pacing.SlotStore: the pool's rate on Redis; in
+// fallback, this node's own (Reserve then shares the resulting interval
+// among the live nodes, as it does every carrier's).
+func (f *Failover) Adapt(ctx context.Context, key string, a pacing.AIMD, overload bool) (pacing.Rate, error) {
+	if f.redisInUse() {
+		r, err := f.o.RedisSlots.Adapt(ctx, key, a, overload)
+		if err == nil {
+			return r, nil
+		}
+		if callerGaveUp(ctx) {
+			return r, err
+		}
+		f.fail("adapt", err)
+	}
+	if f.o.Policy == PolicyReject && f.o.Redis != nil {
+		return pacing.Rate{}, ErrStoreDown
+	}
+	return f.o.LocalSlots.Adapt(ctx, key, a, overload)
+}
+
 // Queue implements pacing.SlotStore. Like Counts it is a read for
 // operators and never switches the mode.
 func (f *Failover) Queue(ctx context.Context, key string, interval time.Duration) (pacing.QueueState, error) {

@@ -204,6 +204,13 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 			}
 			return nil
 		},
+		Carrier: func(name string) (httpapi.CarrierState, bool) {
+			st, ok := proxy.CarrierHealth(name)
+			if !ok {
+				return httpapi.CarrierState{}, false
+			}
+			return httpapi.CarrierState{Up: st.Up, Since: st.Since, Reason: st.Reason, EffectiveCPS: proxy.EffectiveCPS(name)}, true
+		},
 		Reload:   mgr.Reload,
 		LoadedAt: func() time.Time { return time.Unix(0, loadedAt.Load()) },
 		Registry: reg,
