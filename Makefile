@@ -3,6 +3,10 @@
 # `make test` is THE test command: it installs what is missing (redis-server,
 # SIPp), checks formatting and vet, runs every test with the race detector,
 # then every fuzz target for a few seconds.
+#
+# bench/ is a module of its own (bench/go.mod): the root's ./... does not
+# reach it, so lint and test run there too, and on the profiling build of
+# the node (-tags cpsguardprof) that bench/profile.sh uses.
 
 GO      ?= go
 BIN     ?= bin/cpsguard
@@ -23,9 +27,13 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags cpsguardprof ./cmd/cpsguard
+	cd bench && $(GO) vet ./...
 
 test: deps lint
 	$(GO) test -race -count=1 -timeout 20m ./...
+	$(GO) test -count=1 -tags cpsguardprof -run Pprof ./cmd/cpsguard
+	cd bench && $(GO) test -race -count=1 ./...
 	./scripts/fuzz.sh
 
 # Every fuzz target for FUZZTIME each (default 3s; e.g. make fuzz FUZZTIME=1m).

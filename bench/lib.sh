@@ -28,8 +28,9 @@ need_pkgs() { # need_pkgs cmd:pkg ...
 
 build_tools() {
   mkdir -p bench/out/bin
-  go build -o bench/out/bin/cpsbench ./bench/cmd/cpsbench
-  go build -o bench/out/bin/sink ./bench/cmd/sink
+  # bench/ is its own module (bench/go.mod, the product through a replace
+  # directive), so its commands build from inside it.
+  (cd bench && go build -o out/bin/cpsbench ./cmd/cpsbench && go build -o out/bin/sink ./cmd/sink)
   # The node under test: this working tree; if it does not build (another
   # change in progress), the last commit.
   if ! CGO_ENABLED=0 go build -trimpath -o bench/out/bin/cpsguard ./cmd/cpsguard 2>bench/out/build.log; then

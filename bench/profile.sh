@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Profile of the per-call path (issue 7, "Optimise"): a benchmark build of
-# the node with net/http/pprof (bench/cmd/cpsguard-prof, never shipped) on a
+# Profile of the per-call path (issue 7, "Optimise"): the node built with
+# net/http/pprof (cmd/cpsguard with -tags cpsguardprof, never shipped) on a
 # private Redis, SIPp at 2,000 CPS with non-binding limits; a 10 s CPU
 # profile and the allocations over the same 10 s; then a heap profile and
 # the goroutine count with 10,000 calls queued for slots.
@@ -9,5 +9,6 @@
 source "$(dirname "$0")/lib.sh"
 need_pkgs redis-server:redis-server sipp:sip-tester
 build_tools
-go build -o bench/out/bin/cpsguard-prof ./bench/cmd/cpsguard-prof
+# The node under test as lib.sh builds it, plus /debug/pprof/ (pprof.go).
+CGO_ENABLED=0 go build -trimpath -tags cpsguardprof -o bench/out/bin/cpsguard-prof ./cmd/cpsguard
 run_bench profile "$@"

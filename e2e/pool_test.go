@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cpsguard/cpsguard/internal/redistest"
+	"github.com/cpsguard/cpsguard/internal/siptest"
 )
 
 // dialAll runs one SIPp caller per node concurrently, each at rate for
@@ -81,7 +82,7 @@ func TestPoolPeerLimitHoldsAcrossNodes(t *testing.T) {
 	offered := calls * nodesN
 	out := poolOutcomes(t, nodes, offered)
 	arr := car.arrivalTimes()
-	if got := maxInWindow(arr, time.Second); got > limit {
+	if got := siptest.MaxInWindow(arr, time.Second); got > limit {
 		t.Errorf("max INVITEs in a rolling second at the carrier = %d, want <= %d (one limit for the pool); gaps: %s",
 			got, limit, gaps(arr))
 	}
@@ -91,7 +92,7 @@ func TestPoolPeerLimitHoldsAcrossNodes(t *testing.T) {
 		t.Errorf("carrier got %d calls, want >= %d (85%% of %d × %d s)", len(arr), floor, limit, seconds)
 	}
 	t.Logf("carrier got %d of %d offered (%d%% of limit × seconds), at most %d in a rolling second; outcomes %v",
-		len(arr), offered, len(arr)*100/(limit*seconds), maxInWindow(arr, time.Second), out)
+		len(arr), offered, len(arr)*100/(limit*seconds), siptest.MaxInWindow(arr, time.Second), out)
 	if int(out["forwarded"]) != len(arr) || int(out["forwarded"]+out["rejected_cps"]) != offered {
 		t.Errorf("outcomes %v: want forwarded = carrier (%d) and forwarded + rejected_cps = %d", out, len(arr), offered)
 	}
@@ -117,7 +118,7 @@ func TestPoolCarrierPacedByAllNodes(t *testing.T) {
 	offered := calls * nodesN
 	out := poolOutcomes(t, nodes, offered)
 	arr := car.arrivalTimes()
-	if got := maxInWindow(arr, time.Second); got > carrierCPS {
+	if got := siptest.MaxInWindow(arr, time.Second); got > carrierCPS {
 		t.Errorf("max INVITEs in a rolling second at the carrier = %d, want <= %d (paced by the pool); gaps: %s",
 			got, carrierCPS, gaps(arr))
 	}
@@ -125,7 +126,7 @@ func TestPoolCarrierPacedByAllNodes(t *testing.T) {
 		t.Errorf("carrier got %d calls, want >= %d (85%% of %d × %d s)", len(arr), floor, carrierCPS, seconds)
 	}
 	t.Logf("carrier got %d of %d offered, at most %d in a rolling second; outcomes %v",
-		len(arr), offered, maxInWindow(arr, time.Second), out)
+		len(arr), offered, siptest.MaxInWindow(arr, time.Second), out)
 	if int(out["forwarded"]) != len(arr) || int(out["forwarded"]+out["rejected_queue"]) != offered {
 		t.Errorf("outcomes %v: want forwarded = carrier (%d) and forwarded + rejected_queue = %d", out, len(arr), offered)
 	}

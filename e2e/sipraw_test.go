@@ -15,10 +15,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
-	"unsafe"
+
+	"github.com/cpsguard/cpsguard/internal/siptest"
 )
 
 // sipMsg is a leniently parsed SIP message.
@@ -186,7 +186,9 @@ func startCarrier(t testing.TB, ip string) *carrier {
 		t.Fatalf("carrier: %v", err)
 	}
 	_ = conn.SetReadBuffer(4 << 20)
-	enableTimestamps(t, conn)
+	if err := siptest.EnableTimestamps(conn); err != nil {
+		t.Fatalf("carrier: SO_TIMESTAMPNS: %v", err)
+	}
 	c := &carrier{addr: conn.LocalAddr().String(), conn: conn, arrivals: map[string]time.Time{}, methods: map[string]int{},
 		pending: map[string]func() bool{}}
 	done := make(chan struct{})
@@ -195,47 +197,17 @@ func startCarrier(t testing.TB, ip string) *carrier {
 	return c
 }
 
-// enableTimestamps asks the kernel for receive timestamps (SO_TIMESTAMPNS):
-// the arrival time is taken before any scheduling delay of the reader.
-func enableTimestamps(t testing.TB, conn *net.UDPConn) {
-	t.Helper()
-	raw, err := conn.SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var serr error
-	if err := raw.Control(func(fd uintptr) {
-		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_TIMESTAMPNS, 1)
-	}); err != nil || serr != nil {
-		t.Fatalf("SO_TIMESTAMPNS: %v %v", err, serr)
-	}
-}
-
-// kernelTime extracts the SCM_TIMESTAMPNS time from oob, or returns now.
-func kernelTime(oob []byte) time.Time {
-	msgs, err := syscall.ParseSocketControlMessage(oob)
-	if err == nil {
-		for _, m := range msgs {
-			if m.Header.Level == syscall.SOL_SOCKET && m.Header.Type == syscall.SO_TIMESTAMPNS &&
-				len(m.Data) >= int(unsafe.Sizeof(syscall.Timespec{})) {
-				ts := (*syscall.Timespec)(unsafe.Pointer(&m.Data[0]))
-				return time.Unix(ts.Sec, ts.Nsec)
-			}
-		}
-	}
-	return time.Now()
-}
-
 func (c *carrier) serve(done chan struct{}) {
 	defer close(done)
 	buf := make([]byte, 65536)
-	oob := make([]byte, 256)
+	oob := make([]byte, siptest.OOBSize)
 	for {
-		n, oobn, _, from, err := c.conn.ReadMsgUDP(buf, oob)
+		// at is the kernel's receive time, before any scheduling delay of
+		// this reader.
+		n, from, at, err := siptest.ReadStamped(c.conn, buf, oob)
 		if err != nil {
 			return
 		}
-		at := kernelTime(oob[:oobn])
 		m, ok := parseSIP(buf[:n])
 		if !ok || m.method == "" {
 			continue
@@ -320,22 +292,6 @@ func (c *carrier) count(method string) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.methods[method]
-}
-
-// maxInWindow is the largest number of arrivals in any window [t, t+w)
-// starting at an arrival (sorted input): the most calls any rolling window
-// held.
-func maxInWindow(ts []time.Time, w time.Duration) int {
-	best, j := 0, 0
-	for i := range ts {
-		for j < len(ts) && ts[j].Sub(ts[i]) < w {
-			j++
-		}
-		if n := j - i; n > best {
-			best = n
-		}
-	}
-	return best
 }
 
 // gaps lists the times between arrivals in ms, for failure messages.

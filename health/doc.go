@@ -3,7 +3,10 @@
 // node's own SIP OPTIONS probes (sip sends them) and the outcome of the
 // calls it forwards (passive detection) — and turns them into a state per
 // carrier with the dispatcher rules operators know from Kamailio: down
-// after DownAfter failures in a row, up again after UpAfter good probes.
+// after DownAfter failed probes in a row, up again after UpAfter good
+// ones. DownAfter failed calls in a row ask for a probe at once, and its
+// failure marks the carrier down: calls are evidence a peer can shape, a
+// probe is not.
 //
 // The state is per node and in memory: each node probes for itself, so a
 // carrier unreachable from one node is skipped by that node only. Nothing

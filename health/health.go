@@ -49,6 +49,10 @@ type carrier struct {
 	probeFails int
 	probeOKs   int
 	callFails  int
+	// confirming: calls failed DownAfter times in a row and a probe was
+	// asked for; its failure marks the carrier down.
+	confirming bool
+	lastCall   string // the last failed call, for the reason
 	since      time.Time
 	reason     string
 }
@@ -127,7 +131,9 @@ func (t *Tracker) State(name string) (s State, ok bool) {
 
 // Probed records the result of one probe: ok for any answer other than a
 // 5xx or 408, false for those and for no answer in time. detail says what
-// happened, for the reason of a change.
+// happened, for the reason of a change. While a call failure streak waits
+// for confirmation (see Called), one failed probe marks the carrier down
+// and one good probe clears the streak.
 func (t *Tracker) Probed(name string, ok bool, detail string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -135,8 +141,13 @@ func (t *Tracker) Probed(name string, ok bool, detail string) {
 	if c == nil || !c.pol.Enabled {
 		return
 	}
+	confirming := c.confirming
+	c.confirming = false
 	if ok {
 		c.probeFails = 0
+		if confirming {
+			c.callFails = 0 // the carrier answers: the calls' failures were theirs
+		}
 		if c.up.Load() {
 			return
 		}
@@ -149,7 +160,11 @@ func (t *Tracker) Probed(name string, ok bool, detail string) {
 	}
 	c.probeOKs = 0
 	c.probeFails++
-	if c.up.Load() && c.probeFails >= c.pol.DownAfter {
+	switch {
+	case !c.up.Load():
+	case confirming:
+		t.set(name, c, false, "calls: "+plural(c.callFails, "failure")+" in a row (last: "+c.lastCall+"), confirmed by a probe ("+detail+")")
+	case c.probeFails >= c.pol.DownAfter:
 		t.set(name, c, false, "probe: "+plural(c.probeFails, "failure")+" in a row (last: "+detail+")")
 	}
 }
@@ -158,24 +173,33 @@ func (t *Tracker) Probed(name string, ok bool, detail string) {
 // ok when the carrier answered it usefully (a provisional answer above
 // 100, or a final answer other than a 5xx or 408), false for a setup
 // timeout, a transport failure, or a 5xx or 408 that was not back-pressure
-// (a 503 with Retry-After is handled as a pause, not as down). Only probed
-// carriers are marked down this way: the probe is what brings them back.
-func (t *Tracker) Called(name string, ok bool, detail string) {
+// (a 503 with Retry-After is a pause, not a failure).
+//
+// Calls alone never mark a carrier down: a peer chooses what it dials and
+// what its INVITEs look like, so it could make a live carrier fail a few
+// calls in a row (numbers it refuses with a 5xx, INVITEs too large for its
+// UDP path) and take it away from every other peer. When DownAfter calls
+// in a row have failed, Called returns probe true once: the caller probes
+// the carrier at once, and that probe decides (Probed). Only probed
+// carriers are judged: the probe is also what brings them back.
+func (t *Tracker) Called(name string, ok bool, detail string) (probe bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	c := (*t.carriers.Load())[name]
 	if c == nil || !c.pol.Enabled {
-		return
+		return false
 	}
 	if ok {
 		c.callFails = 0
-		return
+		return false
 	}
 	c.callFails++
-	if c.up.Load() && c.callFails >= c.pol.DownAfter {
-		c.probeOKs = 0
-		t.set(name, c, false, "calls: "+plural(c.callFails, "failure")+" in a row (last: "+detail+")")
+	c.lastCall = detail
+	if c.up.Load() && !c.confirming && c.callFails >= c.pol.DownAfter {
+		c.confirming = true
+		return true
 	}
+	return false
 }
 
 // set changes c's state; t.mu is held.
@@ -184,6 +208,7 @@ func (t *Tracker) set(name string, c *carrier, up bool, reason string) {
 	c.since = t.clock()
 	c.reason = reason
 	c.probeOKs, c.probeFails = 0, 0
+	c.confirming = false
 	if up {
 		c.callFails = 0
 	}

@@ -79,10 +79,12 @@ func TestProbesMarkDownAndUp(t *testing.T) {
 	}
 }
 
-func TestCallsMarkDownOnlyProbedCarriers(t *testing.T) {
-	tr, _, _ := newTracker(t)
+func TestCallsAskForAProbeThatDecides(t *testing.T) {
+	tr, rec, _ := newTracker(t)
 	for range 2 {
-		tr.Called("a", false, "setup timeout")
+		if tr.Called("a", false, "setup timeout") {
+			t.Fatal("a probe asked for before down_after failed calls")
+		}
 	}
 	tr.Called("a", true, "180 Ringing")
 	for range 2 {
@@ -91,14 +93,40 @@ func TestCallsMarkDownOnlyProbedCarriers(t *testing.T) {
 	if !tr.Up("a") {
 		t.Fatal("down after failures not in a row, want up")
 	}
-	tr.Called("a", false, "500 Server Internal Error")
+	if !tr.Called("a", false, "500 Server Internal Error") {
+		t.Fatal("3 failed calls in a row: no probe asked for")
+	}
+	if !tr.Up("a") {
+		t.Fatal("calls alone marked the carrier down; a probe must confirm")
+	}
+	if tr.Called("a", false, "500 Server Internal Error") {
+		t.Error("a second probe asked for while the first is pending")
+	}
+	// The carrier answers its probe: the calls' failures were the calls'
+	// (a peer dialling numbers the carrier refuses), not the carrier's.
+	tr.Probed("a", true, "200 OK")
+	if !tr.Up("a") {
+		t.Fatal("a good confirming probe left the carrier down")
+	}
+	for i := range 3 {
+		if got := tr.Called("a", false, "503 Service Unavailable"); got != (i == 2) {
+			t.Fatalf("failed call %d after a good probe: probe asked %v", i+1, got)
+		}
+	}
+	tr.Probed("a", false, "no answer in 1s")
 	if tr.Up("a") {
-		t.Fatal("up after 3 failed calls in a row, want down")
+		t.Fatal("a failed confirming probe left the carrier up")
+	}
+	ch := rec.list()
+	if len(ch) != 1 || ch[0].Reason != "calls: 3 failures in a row (last: 503 Service Unavailable), confirmed by a probe (no answer in 1s)" {
+		t.Errorf("changes = %+v", ch)
 	}
 	for range 10 {
 		tr.Called("off", false, "setup timeout")
 		tr.Probed("off", false, "no answer")
-		tr.Called("unknown", false, "setup timeout")
+		if tr.Called("unknown", false, "setup timeout") {
+			t.Error("a probe asked for an unknown carrier")
+		}
 	}
 	if !tr.Up("off") || !tr.Up("unknown") {
 		t.Error("a carrier with probing off, or unknown, went down; want always up")

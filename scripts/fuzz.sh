@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Runs every fuzz target of the project (bench/ excepted) for a short,
-# bounded time each: FUZZTIME (default 3s). Seeds in testdata/fuzz/ run as
-# plain tests in `go test` anyway; this adds fresh inputs on every `make test`.
+# Runs every fuzz target of the product module for a short, bounded time
+# each: FUZZTIME (default 3s). bench/ is a module of its own (bench/go.mod)
+# that `go test` from here cannot reach, and has no fuzz targets. Seeds in
+# testdata/fuzz/ run as plain tests in `go test` anyway; this adds fresh
+# inputs on every `make test`.
 # A failing input is written to testdata/fuzz/<Target>/ by go test: commit it.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -26,7 +26,8 @@
 // Carriers are living systems (probe.go, adaptive.go). Each node probes
 // every carrier whose carriers[].probe is on with SIP OPTIONS and feeds the
 // answers, and the outcome of every forwarded call (setup timeouts, 5xx and
-// 408 that are not back-pressure), to a health.Tracker: a carrier down on
+// 408 that are not back-pressure; down_after failed calls in a row trigger
+// a probe at once, which decides), to a health.Tracker: a carrier down on
 // this node is skipped without taking a slot, and a call whose route is all
 // down is refused at once (503, outcome rejected_down) before admission. A
 // carrier's 503 (or 500) with Retry-After blocks it for the whole pool for

@@ -438,16 +438,18 @@ func TestE2EByeViaRecordRouteUDPAndTCP(t *testing.T) {
 }
 
 // Case 7: a carrier answering 503 moves the call to the next carrier, where
-// it completes; after down_after (3) such answers in a row the carrier is
-// marked down (passive detection) and later calls skip it without trying.
-// Both carriers are SIPp here, so the scenarios are proven too.
+// it completes; after down_after (3) such answers in a row the node probes
+// it at once, its probe gets 503 too, so it is marked down (passive
+// detection, confirmed) and later calls skip it without trying. Both
+// carriers are SIPp here, so the scenarios are proven too.
 func TestE2ERerouteOnCarrier503(t *testing.T) {
 	p1, p2 := redistest.FreePort(t), redistest.FreePort(t)
 	h := startE2E(t, e2eOpts{peerCPS: 100, acme: 100, globex: 100, carriers: []e2eCarrier{
 		{"down", fmt.Sprintf("sip:127.0.0.1:%d", p1), 100, time.Second},
 		{"up", fmt.Sprintf("sip:127.0.0.1:%d", p2), 100, time.Second}},
 		// Probes every hour: the first one, at start, fails before SIPp
-		// starts (one failure, not three); calls alone mark "down" down.
+		// starts (one failure, not three); the one the failed calls ask
+		// for marks "down" down.
 		carrierExtra: map[string]string{
 			"down": "probe: {interval: 1h, timeout: 100ms, down_after: 3, up_after: 1}",
 			"up":   "probe: {interval: 1h, timeout: 100ms, down_after: 3, up_after: 1}",
@@ -467,7 +469,7 @@ func TestE2ERerouteOnCarrier503(t *testing.T) {
 		file  string
 		port  int
 		calls int
-	}{{"uas_503.xml", p1, downAfter}, {"uas.xml", p2, n}} {
+	}{{"uas_503.xml", p1, downAfter + 1}, {"uas.xml", p2, n}} { // + the confirming probe
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -816,4 +818,39 @@ func TestE2EAdaptiveCarrierSettlesUnderItsLimit(t *testing.T) {
 		}
 	}
 	t.Logf("effective cps: lowest %.1f, mean in the second half %.1f; carrier second half: %d accepted, %d refused", lowest, settled/float64(n), ok, refused)
+}
+
+// A peer cannot take a live carrier away from everyone: calls it makes
+// fail at the carrier (here every INVITE gets 500, as a carrier answers
+// numbers it cannot route) ask for a probe, the carrier answers it, and it
+// stays up for every other call.
+func TestE2EFailedCallsDoNotDownALiveCarrier(t *testing.T) {
+	refusing := siptest.StartCarrier(t, "127.0.0.1", func(*sipmsg.Request) siptest.Answer { return siptest.Answer{Code: 500} })
+	live := siptest.StartCarrier(t, "127.0.0.1", nil)
+	const probe = "probe: {interval: 1h, timeout: 1s, down_after: 3, up_after: 2}"
+	h := startE2E(t, e2eOpts{peerCPS: 100, acme: 100, globex: 100, carriers: []e2eCarrier{
+		{"refusing", "sip:" + refusing.Addr, 100, time.Second},
+		{"live", "sip:" + live.Addr, 100, time.Second}},
+		carrierExtra: map[string]string{"refusing": probe, "live": probe}})
+	const n = 10
+	code, out := sipp(t, 30*time.Second, "-sf", scenario(t, "uac.xml"), "-i", "127.0.0.2", "-s", "100",
+		"-r", "10", "-m", strconv.Itoa(n), h.udp)
+	if code != 0 {
+		t.Fatalf("caller sipp exit %d:\n%s", code, tail(out))
+	}
+	if r := testutil.ToFloat64(h.m.Reroutes.WithLabelValues("refusing", "failed")); r != n {
+		t.Errorf("reroutes_total{refusing,failed} = %v, want %d: every call tried it (it stays up)", r, n)
+	}
+	if up := testutil.ToFloat64(h.m.CarrierUp.WithLabelValues("refusing")); up != 1 {
+		t.Errorf("carrier_up{refusing} = %v, want 1: its probes answer", up)
+	}
+	// The probe at start, then at least one the failed calls asked for
+	// (a failure that lands while a probe is out is absorbed when the
+	// probe succeeds, so how many depends on timing).
+	waitFor(t, func() bool {
+		return testutil.ToFloat64(h.m.CarrierProbes.WithLabelValues("refusing", metrics.ProbeOK)) >= 2
+	}, "a confirming probe")
+	if got := refusing.Count("OPTIONS"); got < 2 {
+		t.Errorf("refusing carrier got %d OPTIONS, want >= 2", got)
+	}
 }

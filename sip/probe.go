@@ -74,8 +74,9 @@ func (p *Proxy) runProbes(ctx context.Context) {
 	}
 	loops := map[string]loop{}
 	defer func() {
-		for _, l := range loops {
+		for name, l := range loops {
 			l.cancel()
+			p.probeKicks.Delete(name)
 		}
 	}()
 	var last *config.Config
@@ -96,6 +97,7 @@ func (p *Proxy) runProbes(ctx context.Context) {
 				if spec, ok := want[name]; !ok || spec != l.spec {
 					l.cancel()
 					delete(loops, name)
+					p.probeKicks.Delete(name)
 				}
 			}
 			for name, spec := range want {
@@ -104,7 +106,9 @@ func (p *Proxy) runProbes(ctx context.Context) {
 				}
 				lctx, cancel := context.WithCancel(ctx)
 				loops[name] = loop{spec: spec, cancel: cancel}
-				go p.probeLoop(lctx, name, spec)
+				kick := make(chan struct{}, 1)
+				p.probeKicks.Store(name, kick)
+				go p.probeLoop(lctx, name, spec, kick)
 			}
 		}
 		select {
@@ -115,9 +119,10 @@ func (p *Proxy) runProbes(ctx context.Context) {
 	}
 }
 
-// probeLoop probes one carrier at once and then every interval, one probe
-// at a time, until ctx ends.
-func (p *Proxy) probeLoop(ctx context.Context, name string, spec probeSpec) {
+// probeLoop probes one carrier at once, then every interval and whenever
+// kick fires (failed calls ask for a probe to confirm them), one probe at
+// a time, until ctx ends.
+func (p *Proxy) probeLoop(ctx context.Context, name string, spec probeSpec, kick <-chan struct{}) {
 	defer p.panics.Recover("sip.probe", nil)
 	t := time.NewTicker(spec.probe.Interval)
 	defer t.Stop()
@@ -139,6 +144,7 @@ func (p *Proxy) probeLoop(ctx context.Context, name string, spec probeSpec) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-kick:
 		}
 	}
 }
@@ -239,7 +245,16 @@ func (p *Proxy) routeDown(cfg *config.Config, route []string) bool {
 }
 
 // calledCarrier feeds the outcome of a forwarded call to the health
-// tracker (passive detection).
+// tracker (passive detection). When failed calls ask for a confirming
+// probe, the carrier's probe loop is woken at once.
 func (p *Proxy) calledCarrier(name string, ok bool, detail string) {
-	p.health.Called(name, ok, detail)
+	if !p.health.Called(name, ok, detail) {
+		return
+	}
+	if k, found := p.probeKicks.Load(name); found {
+		select {
+		case k.(chan struct{}) <- struct{}{}:
+		default: // a probe is asked for already
+		}
+	}
 }

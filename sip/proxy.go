@@ -181,6 +181,9 @@ type Proxy struct {
 	health *health.Tracker
 	// rates are the adaptive carriers' effective rates, as last read.
 	rates rateCache
+	// probeKicks wakes a carrier's probe loop (chan struct{} by carrier
+	// name): failed calls ask for a probe to confirm them.
+	probeKicks sync.Map
 }
 
 // New builds a Proxy. It does not open sockets; Serve does.

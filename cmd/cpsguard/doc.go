@@ -24,4 +24,8 @@
 //
 // Subcommands are registered in the commands map; a new one lives in its own
 // file and adds itself from an init function.
+//
+// Built with -tags cpsguardprof (pprof.go), the node also serves
+// net/http/pprof under /debug/pprof/ on its HTTP listener: the benchmark
+// suite's profiling build (bench/profile.sh), never shipped.
 package main

@@ -30,6 +30,11 @@ import (
 // shutdownTimeout bounds a graceful stop of the HTTP server.
 const shutdownTimeout = 5 * time.Second
 
+// httpHandler is what the HTTP listener serves around the operations API:
+// the API itself, or in the benchmark suite's profiling build (-tags
+// cpsguardprof, pprof.go) the API plus /debug/pprof/.
+var httpHandler = func(api http.Handler) http.Handler { return api }
+
 // runServe loads the configuration, sets up logging and runs until SIGINT or
 // SIGTERM (exit 0). A configuration that cannot be loaded, or a listener
 // that cannot be bound, exits 1.
@@ -182,7 +187,7 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 	if err != nil {
 		return fmt.Errorf("http: listen on %s: %w", cfg.HTTP.Listen, err)
 	}
-	srv := httpapi.NewServer(cfg.HTTP.Listen, httpapi.New(httpapi.Options{
+	srv := httpapi.NewServer(cfg.HTTP.Listen, httpHandler(httpapi.New(httpapi.Options{
 		Config:          mgr.Current,
 		Counts:          stores,
 		Queue:           stores,
@@ -215,7 +220,7 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 		LoadedAt: func() time.Time { return time.Unix(0, loadedAt.Load()) },
 		Registry: reg,
 		Logger:   logger.With("component", "http"),
-	}), logger)
+	})), logger)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -2,6 +2,12 @@
 // measuring carrier (UAS) that records when each INVITE arrives, and a
 // small caller (UAC). Both are built on sipgo and listen on loopback.
 //
+// It is also the one home of what every measurement of the call path
+// needs, shared by the product's tests (sip, e2e) and the benchmark suite
+// (bench/, a module of its own in this repository): kernel receive
+// timestamps of UDP datagrams (EnableTimestamps, ReadStamped) and "at most
+// N in any rolling window" (MaxInWindow).
+//
 // A Carrier is safe for concurrent use; it stops when the test ends.
 package siptest
 
@@ -251,26 +257,6 @@ func (c *Carrier) Invites() []*sipmsg.Request {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]*sipmsg.Request(nil), c.invites...)
-}
-
-// MaxInWindow returns the largest number of arrivals in any window
-// [t, t+w) that starts at an arrival: the most calls the carrier saw in one
-// rolling window.
-func MaxInWindow(ts []time.Time, w time.Duration) int {
-	best := 0
-	j := 0
-	for i := range ts {
-		if j < i {
-			j = i
-		}
-		for j < len(ts) && ts[j].Sub(ts[i]) < w {
-			j++
-		}
-		if n := j - i; n > best {
-			best = n
-		}
-	}
-	return best
 }
 
 // Caller is a UDP UAC bound to one source address.

@@ -3,25 +3,21 @@
 package siptest
 
 import (
+	"errors"
 	"net"
 	"time"
 )
 
-// newStampConn falls back to the read time where kernel timestamps are not
-// wired up.
-func newStampConn(c *net.UDPConn, onRead func([]byte, time.Time)) net.PacketConn {
-	return &readTimeConn{UDPConn: c, onRead: onRead}
-}
+// OOBSize is the out-of-band buffer ReadStamped needs.
+const OOBSize = 64
 
-type readTimeConn struct {
-	*net.UDPConn
-	onRead func([]byte, time.Time)
-}
+// EnableTimestamps reports errors.ErrUnsupported: kernel receive timestamps
+// are only wired up on Linux.
+func EnableTimestamps(c *net.UDPConn) error { return errors.ErrUnsupported }
 
-func (r *readTimeConn) ReadFrom(b []byte) (int, net.Addr, error) {
-	n, addr, err := r.UDPConn.ReadFrom(b)
-	if err == nil {
-		r.onRead(b[:n], time.Now())
-	}
-	return n, addr, err
+// ReadStamped reads one datagram from c into buf and returns the local
+// clock after the read as its arrival time.
+func ReadStamped(c *net.UDPConn, buf, _ []byte) (n int, from *net.UDPAddr, at time.Time, err error) {
+	n, from, err = c.ReadFromUDP(buf)
+	return n, from, time.Now(), err
 }

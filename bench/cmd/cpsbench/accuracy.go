@@ -12,6 +12,7 @@ import (
 	"github.com/cpsguard/cpsguard/bench/internal/procs"
 	"github.com/cpsguard/cpsguard/bench/internal/sipbench"
 	"github.com/cpsguard/cpsguard/bench/internal/stats"
+	"github.com/cpsguard/cpsguard/internal/siptest"
 )
 
 // sinkRun is a sink answering in the background.
@@ -173,7 +174,7 @@ func accuracyOnce(e *env, name string, run, limit int, offered float64, count in
 	if len(recs) > 0 {
 		t0 = recs[0].Sent
 	}
-	maxW, _ := stats.MaxInWindow(ts, time.Second)
+	maxW, _ := siptest.MaxInWindowAt(ts, time.Second)
 	r := accuracyResult{
 		system: name, run: run, offered: cst.Sent, calls: len(ts), ok: cst.OK, rejected: cst.Rejected,
 		maxWindow: maxW, retrans: cst.Retrans, noFinal: cst.NoFinal, arrivals: ts, t0: t0,

@@ -17,6 +17,7 @@ import (
 	"github.com/cpsguard/cpsguard/bench/internal/procs"
 	"github.com/cpsguard/cpsguard/bench/internal/sipbench"
 	"github.com/cpsguard/cpsguard/bench/internal/stats"
+	"github.com/cpsguard/cpsguard/internal/siptest"
 	"github.com/cpsguard/cpsguard/lua"
 )
 
@@ -253,7 +254,7 @@ func pacingOnce(e *env, run int, cps, offered float64, count int, maxWait time.D
 	if err := stats.WriteCSV(filepath.Join(dir, "calls.csv"), []string{"call_id", "sent_unix_ns", "arrived_unix_ns", "late_vs_slot_ns"}, rows); err != nil {
 		return r, err
 	}
-	r.maxWindow, _ = stats.MaxInWindow(ts, time.Second)
+	r.maxWindow, _ = siptest.MaxInWindowAt(ts, time.Second)
 	g := stats.Gaps(ts)
 	r.gapP1, r.gapP50, r.gapP99 = stats.Pct(g, 1), stats.Pct(g, 50), stats.Pct(g, 99)
 	r.lateN = len(late)

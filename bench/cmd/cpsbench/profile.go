@@ -18,15 +18,16 @@ import (
 )
 
 // profileCmd profiles the per-call path under load: a benchmark build of
-// the node with net/http/pprof (bench/cmd/cpsguard-prof) on Redis, SIPp at
+// the node with net/http/pprof (cmd/cpsguard built with -tags cpsguardprof,
+// see bench/profile.sh) on Redis, SIPp at
 // a fixed rate with non-binding limits; CPU and allocation profiles over
 // the middle of the run; then a heap profile with calls queued for slots.
 func profileCmd(fs *flag.FlagSet) func(*env) error {
 	rate := fs.Int("rate", 2000, "CPS offered (SIPp)")
 	seconds := fs.Int("seconds", 20, "seconds of load")
-	window := fs.Int("window", 10, "seconds profiled (from 4 s in)")
+	window := fs.Int("window", 10, "seconds profiled (from 4 s in; under 30, the node's HTTP write timeout)")
 	queued := fs.Int("queued", 10000, "calls queued for the heap profile (0 = skip)")
-	bin := fs.String("prof-bin", "bench/out/bin/cpsguard-prof", "benchmark build with pprof")
+	bin := fs.String("prof-bin", "bench/out/bin/cpsguard-prof", "profiling build of the node (go build -tags cpsguardprof ./cmd/cpsguard)")
 	return func(e *env) error {
 		pbin, _ := filepath.Abs(*bin)
 		dir := e.dir("profile")

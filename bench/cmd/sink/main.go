@@ -2,8 +2,11 @@
 // a UDP UAS that answers every INVITE with 100 and 200 (no 180), takes the
 // ACK, answers BYE, and records the kernel arrival time of every new INVITE.
 //
-//	go run ./bench/cmd/sink -listen 127.0.0.1:5070 -for 30s -out bench/out/sink.csv
-//	go run ./bench/cmd/sink -analyze bench/out/sink.csv [-cps 50]
+//	(cd bench && go build -o out/bin/sink ./cmd/sink)   # bench/ is its own module
+//	bench/out/bin/sink -listen 127.0.0.1:5070 -for 30s -out bench/out/sink.csv
+//	bench/out/bin/sink -analyze bench/out/sink.csv [-cps 50]
+//
+// Paths are relative to the repository root, where the bench scripts run.
 //
 // On exit (after -for, or on SIGINT) it writes one row per INVITE
 // (call_id, unix_ns) to -out and prints the analysis: calls, the most calls
@@ -24,6 +27,7 @@ import (
 
 	"github.com/cpsguard/cpsguard/bench/internal/sipbench"
 	"github.com/cpsguard/cpsguard/bench/internal/stats"
+	"github.com/cpsguard/cpsguard/internal/siptest"
 )
 
 func main() {
@@ -101,7 +105,7 @@ func report(ts []time.Time, cps float64) {
 		fmt.Println("no INVITEs")
 		return
 	}
-	maxW, at := stats.MaxInWindow(ts, time.Second)
+	maxW, at := siptest.MaxInWindowAt(ts, time.Second)
 	span := ts[len(ts)-1].Sub(ts[0])
 	t := stats.Table{Header: []string{"calls", "span_s", "mean_cps", "max_in_sliding_1s", "at_s"}}
 	t.Add(len(ts), span.Seconds(), float64(len(ts)-1)/span.Seconds(), maxW, at.Sub(ts[0]).Seconds())

@@ -267,9 +267,6 @@ type CpsguardOptions struct {
 	CarrierCPS float64
 	MaxWait    time.Duration
 	Carrier    string // host:port of the carrier (UDP)
-	// Args replace "serve --config FILE" (FILE is appended) for a bench
-	// build of the node (bench/cmd/cpsguard-prof).
-	Args []string
 }
 
 // StartCpsguard writes a config for o and runs `cpsguard serve`, returning
@@ -307,11 +304,7 @@ routes:
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return nil, err
 	}
-	args := []string{"serve", "--config"}
-	if o.Args != nil {
-		args = append([]string(nil), o.Args...)
-	}
-	p, err := Start(o.Bin, filepath.Join(o.Dir, "cpsguard.log"), append(args, cfgPath)...)
+	p, err := Start(o.Bin, filepath.Join(o.Dir, "cpsguard.log"), "serve", "--config", cfgPath)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/cpsguard/cpsguard/internal/siptest"
 )
 
 // CallerOptions configure one paced run of calls.
@@ -121,9 +123,9 @@ func RunCaller(ctx context.Context, opts CallerOptions) ([]CallRecord, CallerSta
 	go func() {
 		defer close(readerDone)
 		buf := make([]byte, 65536)
-		oob := make([]byte, oobSize)
+		oob := make([]byte, siptest.OOBSize)
 		for {
-			n, from, at, err := readStamped(c, buf, oob)
+			n, from, at, err := siptest.ReadStamped(c, buf, oob)
 			if err != nil {
 				if errors.Is(err, net.ErrClosed) {
 					return

@@ -2,11 +2,10 @@
 
 package sipbench
 
-import (
-	"net"
-	"time"
-)
+import "net"
 
+// listen opens a UDP socket with 8 MiB buffers; siptest.ReadStamped gives
+// the read time for its datagrams (no kernel timestamps here).
 func listen(addr string) (*net.UDPConn, error) {
 	ua, err := net.ResolveUDPAddr("udp", addr)
 	if err != nil {
@@ -19,13 +18,4 @@ func listen(addr string) (*net.UDPConn, error) {
 	_ = c.SetReadBuffer(8 << 20)
 	_ = c.SetWriteBuffer(8 << 20)
 	return c, nil
-}
-
-const oobSize = 0
-
-// readStamped reads one datagram; without kernel timestamps the local
-// clock after the read stands in.
-func readStamped(c *net.UDPConn, buf, _ []byte) (int, *net.UDPAddr, time.Time, error) {
-	n, from, err := c.ReadFromUDP(buf)
-	return n, from, time.Now(), err
 }

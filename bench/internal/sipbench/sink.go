@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/cpsguard/cpsguard/internal/siptest"
 )
 
 // Arrival is one initial INVITE (first copy of its Call-ID) at the sink.
@@ -68,9 +70,9 @@ func (s *Sink) Run(ctx context.Context) {
 	stop := context.AfterFunc(ctx, func() { _ = s.c.Close() })
 	defer stop()
 	buf := make([]byte, 65536)
-	oob := make([]byte, oobSize)
+	oob := make([]byte, siptest.OOBSize)
 	for {
-		n, from, at, err := readStamped(s.c, buf, oob)
+		n, from, at, err := siptest.ReadStamped(s.c, buf, oob)
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) || ctx.Err() != nil {
 				return

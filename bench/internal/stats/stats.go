@@ -1,6 +1,8 @@
 // Package stats turns timestamps into the figures of the benchmark suite:
-// the most events in any sliding window, per-second counts, percentiles,
-// and CSV/table output. Pure functions, deterministic.
+// sliding-window counts, per-second counts, percentiles, and CSV/table
+// output. Pure functions, deterministic. The most events in any sliding
+// window, the figure the product's tests assert too, is
+// siptest.MaxInWindowAt (internal/siptest of the product module).
 package stats
 
 import (
@@ -15,25 +17,6 @@ import (
 	"text/tabwriter"
 	"time"
 )
-
-// MaxInWindow returns the most timestamps in any half-open interval
-// [t, t+w), and the start of the first such interval. ts must be sorted.
-func MaxInWindow(ts []time.Time, w time.Duration) (int, time.Time) {
-	best, at := 0, time.Time{}
-	j := 0
-	for i := range ts {
-		if j < i {
-			j = i
-		}
-		for j < len(ts) && ts[j].Sub(ts[i]) < w {
-			j++
-		}
-		if n := j - i; n > best {
-			best, at = n, ts[i]
-		}
-	}
-	return best, at
-}
 
 // Sliding returns, for every timestamp t (sorted), the number of
 // timestamps in (t-w, t]: the calls in the sliding window ending at t.

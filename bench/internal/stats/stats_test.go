@@ -14,28 +14,6 @@ func at(ms ...int) []time.Time {
 	return out
 }
 
-func TestMaxInWindow(t *testing.T) {
-	tests := []struct {
-		name string
-		ms   []int
-		want int
-	}{
-		{"empty", nil, 0},
-		{"one", []int{5}, 1},
-		{"window is half-open", []int{0, 1000}, 1},
-		{"just inside", []int{0, 999}, 2},
-		{"boundary burst", []int{900, 950, 999, 1000, 1001, 1950}, 5},
-		{"equal stamps", []int{10, 10, 10, 2000}, 3},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if got, _ := MaxInWindow(at(tc.ms...), time.Second); got != tc.want {
-				t.Errorf("MaxInWindow(%v) = %d, want %d", tc.ms, got, tc.want)
-			}
-		})
-	}
-}
-
 func TestSliding(t *testing.T) {
 	got := Sliding(at(0, 500, 999, 1000, 1000, 2500), time.Second)
 	want := []int{1, 2, 3, 4, 4, 1}
