@@ -98,6 +98,7 @@ func TestHTTPListen(t *testing.T) {
 	set := write("set.yaml", "http: {listen: 0.0.0.0:9191}\npeers: [{name: x, cps: -1}]  # invalid, still read\n")
 	unset := write("unset.yaml", "node_id: a\n")
 	bad := write("bad.yaml", "http: [\n")
+	upper := write("upper.yaml", "HTTP:\n  Listen: 127.0.0.1:9292\n")
 	t.Setenv("CPSGUARD_HTTP_LISTEN", "")
 	for _, tc := range []struct {
 		name, path, env, want string
@@ -105,6 +106,7 @@ func TestHTTPListen(t *testing.T) {
 	}{
 		{"from the file", set, "", "0.0.0.0:9191", false},
 		{"default", unset, "", "127.0.0.1:9090", false},
+		{"keys in any case, as Load reads them", upper, "", "127.0.0.1:9292", false},
 		{"environment first", set, "127.0.0.1:7000", "127.0.0.1:7000", false},
 		{"missing file", dir + "/none.yaml", "", "", true},
 		{"not YAML", bad, "", "", true},

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"os"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -21,16 +22,29 @@ func HTTPListen(path string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("config: cannot read file: %w", err)
 	}
-	var f struct {
-		HTTP struct {
-			Listen string `yaml:"listen"`
-		} `yaml:"http"`
-	}
+	var f map[string]any
 	if err := yaml.Unmarshal(data, &f); err != nil {
 		return "", fmt.Errorf("config: %s: invalid YAML: %w", path, err)
 	}
-	if f.HTTP.Listen == "" {
+	// Keys are case-insensitive, as Load reads them.
+	listen, _ := lookup(lookup(f, "http"), "listen").(string)
+	if listen == "" {
 		return Default().HTTP.Listen, nil
 	}
-	return f.HTTP.Listen, nil
+	return listen, nil
+}
+
+// lookup returns the value of key in m, matched case-insensitively; nil
+// when m is not a map or has no such key.
+func lookup(m any, key string) any {
+	mm, ok := m.(map[string]any)
+	if !ok {
+		return nil
+	}
+	for k, v := range mm {
+		if strings.EqualFold(k, key) {
+			return v
+		}
+	}
+	return nil
 }
