@@ -2,6 +2,7 @@ package config
 
 import (
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -118,5 +119,22 @@ func TestHTTPListen(t *testing.T) {
 				t.Errorf("HTTPListen: got %q, %v; want %q, error %v", got, err, tc.want, tc.wantErr)
 			}
 		})
+	}
+}
+
+// Every PerNode entry names a setting, with or without store.redis.
+func TestPerNodePaths(t *testing.T) {
+	for _, path := range PerNode {
+		c := Default()
+		c.Store.Redis = &Redis{}
+		if err := zeroPath(reflect.ValueOf(c).Elem(), strings.Split(path, ".")); err != nil {
+			t.Errorf("PerNode %q: %v", path, err)
+		}
+	}
+	if err := zeroPath(reflect.ValueOf(Default()).Elem(), []string{"sip", "lisen"}); err == nil {
+		t.Error("a misspelt path was accepted")
+	}
+	if got := Default().Hash(); got == "" { // store.redis nil: its paths are skipped
+		t.Error("hash of the defaults is empty")
 	}
 }
