@@ -428,6 +428,8 @@ func TestKubernetesPrometheusRuleMatchesAlerts(t *testing.T) {
 		var out strings.Builder
 		out.WriteString("# Generated from deploy/prometheus/alerts.yml; do not edit. Regenerate with\n" +
 			"#   go test ./deploy/ -run PrometheusRule -update\n" +
+			"# Your Prometheus's ruleSelector may ask for a label of its own (with\n" +
+			"# kube-prometheus-stack, release: <its release name>): add it in a kustomize patch.\n" +
 			"apiVersion: monitoring.coreos.com/v1\nkind: PrometheusRule\nmetadata:\n  name: cpsguard\n  labels:\n" +
 			"    app.kubernetes.io/name: cpsguard\nspec:\n  groups:\n")
 		for _, line := range strings.SplitAfter(groups, "\n") {
