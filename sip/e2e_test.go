@@ -68,6 +68,7 @@ type e2eOpts struct {
 	unknown               string // reject | drop
 	peerCPS, acme, globex float64
 	carriers              []e2eCarrier
+	edit                  func(*config.Config) // optional, after parsing
 	// carrierExtra adds settings to a carrier's flow map by name, e.g.
 	// "probe: {interval: 0s}".
 	carrierExtra map[string]string
@@ -112,6 +113,9 @@ func startE2E(t *testing.T, o e2eOpts) *harness {
 	cfg, err := config.Parse([]byte(o.yaml()))
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, o.yaml())
+	}
+	if o.edit != nil {
+		o.edit(cfg)
 	}
 	return startProxy(t, cfg, adm, pacing.NewPacer(slots))
 }
@@ -705,7 +709,11 @@ func TestE2EAllCarriersDownRefusedAtOnce(t *testing.T) {
 // the curve (seconds, effective cps, accepted and refused in the last
 // second) for bench/adaptive.sh to plot.
 func TestE2EAdaptiveCarrierSettlesUnderItsLimit(t *testing.T) {
-	const limit, offered, seconds = 20, 40, 8
+	const limit, offered = 20, 40
+	seconds := 8 // CPSGUARD_ADAPTIVE_SECONDS: longer runs for the benchmark's curve
+	if v, err := strconv.Atoi(os.Getenv("CPSGUARD_ADAPTIVE_SECONDS")); err == nil && v >= 4 && v <= 120 {
+		seconds = v
+	}
 	type answer struct {
 		at time.Time
 		ok bool
@@ -767,7 +775,7 @@ func TestE2EAdaptiveCarrierSettlesUnderItsLimit(t *testing.T) {
 	lowest, settled, n := float64(offered), 0.0, 0
 	for _, s := range samples {
 		lowest = min(lowest, s.eff)
-		if s.at > seconds*time.Second/2 && s.at < seconds*time.Second {
+		if s.at > time.Duration(seconds)*time.Second/2 && s.at < time.Duration(seconds)*time.Second {
 			settled += s.eff
 			n++
 		}
@@ -782,7 +790,7 @@ func TestE2EAdaptiveCarrierSettlesUnderItsLimit(t *testing.T) {
 		t.Errorf("mean effective cps in the second half = %.1f, want just under the carrier's own limit %d", mean, limit)
 	}
 	var ok, refused int
-	half := start.Add(seconds * time.Second / 2)
+	half := start.Add(time.Duration(seconds) * time.Second / 2)
 	for _, a := range answers {
 		if a.at.Before(half) {
 			continue

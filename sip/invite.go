@@ -159,19 +159,33 @@ func (c *call) admit(peer *config.Peer, cu *config.Customer) bool {
 	type scoped struct{ scope, name string }
 	var buckets []admission.Bucket
 	var names []scoped
+	var owner []int // owner[i]: index in names of buckets[i]'s scope
 	var gates []gateKey
-	add := func(scope, name string, cps float64) {
+	add := func(scope, name string, cps float64, burst int, windows []config.Window) {
 		if cps <= 0 {
 			return // no limit configured for this scope
 		}
-		limit, window := admission.LimitFor(cps)
-		buckets = append(buckets, admission.Bucket{Key: lua.Key(cfg.Store.KeyPrefix, scope, name), Limit: limit, Window: window})
+		key := lua.Key(cfg.Store.KeyPrefix, scope, name)
+		if burst > 0 {
+			// A token bucket replaces the 1 s window, and the send gate
+			// (which holds sends to cps per rolling second) lets the burst
+			// through: the scope promises burst then cps, not cps per second.
+			buckets = append(buckets, admission.TokenBucket(key, cps, burst))
+		} else {
+			limit, window := admission.LimitFor(cps)
+			buckets = append(buckets, admission.Bucket{Key: key, Limit: limit, Window: window})
+			gates = append(gates, gateKey{scope + ":" + name, cps})
+		}
+		owner = append(owner, len(names))
+		for _, w := range windows {
+			buckets = append(buckets, admission.WindowBucket(key, w.Calls, w.Per))
+			owner = append(owner, len(names))
+		}
 		names = append(names, scoped{scope, name})
-		gates = append(gates, gateKey{scope + ":" + name, cps})
 	}
-	add(metrics.ScopePeer, peer.Name, peer.CPS)
+	add(metrics.ScopePeer, peer.Name, peer.CPS, peer.Burst, peer.Windows)
 	if cu != nil {
-		add(metrics.ScopeCustomer, cu.Name, cu.CPS)
+		add(metrics.ScopeCustomer, cu.Name, cu.CPS, cu.Burst, cu.Windows)
 	}
 	if len(buckets) == 0 {
 		return true
@@ -213,15 +227,17 @@ func (c *call) admit(peer *config.Peer, cu *config.Customer) bool {
 	if cfg.Shadow {
 		result = metrics.ResultShadowRejected
 	}
-	if dec.Refused >= 0 && dec.Refused < len(names) {
-		n := names[dec.Refused]
+	if dec.Refused >= 0 && dec.Refused < len(buckets) {
+		n := names[owner[dec.Refused]]
 		p.m.Admission.WithLabelValues(n.scope, n.name, result).Inc()
 		if c.log.Enabled(c.ctx, slog.LevelDebug) {
 			count := -1
 			if dec.Refused < len(dec.Counts) {
 				count = dec.Counts[dec.Refused]
 			}
-			c.log.Debug("over cps limit", "scope", n.scope, "name", n.name,
+			b := buckets[dec.Refused]
+			c.log.Debug("over cps limit", "scope", n.scope, "name", n.name, "bucket", b.Key,
+				"limit", b.Limit, "window", b.Window,
 				"count", count, "retry_after", dec.RetryAfter, "shadow", cfg.Shadow)
 		}
 	}
@@ -525,16 +541,17 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 			}
 			if !r.IsSuccess() && !provisional && !cancelSent && !cancelPending && car.Adaptive && overloadAnswer(car, r) {
 				// The carrier polices its own CPS and says it is over it:
-				// lower its rate for the pool (AIMD) and try the next
-				// carrier. Back-pressure, not failure: health is untouched.
+				// lower its rate for the pool (AIMD), pause it when it says
+				// for how long, and try the next carrier. Back-pressure,
+				// not failure: health is untouched.
 				p.pushBack(c.cfg, car, r.StatusCode)
-				if span, ok := retryAfter(r); ok {
+				if span, ok := retryAfter(r, true); ok {
 					p.blockCarrier(c.cfg, car, span)
 				}
 				return r, true
 			}
 			if !r.IsSuccess() && !provisional && !cancelSent && !cancelPending && (r.StatusCode == 408 || (r.StatusCode >= 500 && r.StatusCode < 600)) {
-				if span, ok := retryAfter(r); ok {
+				if span, ok := retryAfter(r, false); ok {
 					// Back-pressure, not failure: the carrier is paused.
 					p.blockCarrier(c.cfg, car, span)
 				} else {
@@ -632,9 +649,11 @@ const maxRetryAfter = time.Hour
 
 // retryAfter returns the span of an overload answer's Retry-After (RFC 3261
 // 20.33: delta-seconds, then an optional comment and parameters): for a 503
-// or a 500, at least a second and at most maxRetryAfter.
-func retryAfter(r *sipmsg.Response) (time.Duration, bool) {
-	if r.StatusCode != sipmsg.StatusServiceUnavailable && r.StatusCode != sipmsg.StatusInternalServerError {
+// or a 500, or any answer overload says is one (an adaptive carrier's
+// overload answer: a 486 "CPS exceeded"), at least a second and at most
+// maxRetryAfter. A 486 of one busy callee is not the carrier's.
+func retryAfter(r *sipmsg.Response, overload bool) (time.Duration, bool) {
+	if !overload && r.StatusCode != sipmsg.StatusServiceUnavailable && r.StatusCode != sipmsg.StatusInternalServerError {
 		return 0, false
 	}
 	h := r.GetHeader("Retry-After")

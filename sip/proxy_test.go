@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -1503,6 +1504,55 @@ func TestTryingOnlyCarrierIsCancelledAfterSetupTimeout(t *testing.T) {
 	}
 }
 
+// TestOverloadAnswerLowersAnAdaptiveCarrier: an adaptive carrier's 403 "CPS
+// exceeded" (matched by overload.reasons) lowers its rate through the
+// pacer, moves the call on to the next carrier, and the next call to it is
+// paced at the lower rate; a non-adaptive carrier's 403 stays final.
+func TestOverloadAnswerLowersAnAdaptiveCarrier(t *testing.T) {
+	policing := siptest.StartCarrier(t, "127.0.0.1", func(*sipmsg.Request) siptest.Answer {
+		return siptest.Answer{Code: 403, Reason: "Forbidden - CPS Exceeded"}
+	})
+	ok := siptest.StartCarrier(t, "127.0.0.1", nil)
+	adm, pacer := newFakes()
+	first := carrierCfg("policing", policing)
+	first.CPS = 40
+	first.Adaptive = true
+	first.Overload = &config.Overload{Reasons: []string{"cps exceeded"}}
+	h := startProxy(t, testConfig(first, carrierCfg("ok", ok)), adm, pacer)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	if res := caller.Final(ctxT(t, 5*time.Second), caller.Invite(h.udp)); res == nil || res.StatusCode != 200 {
+		t.Fatalf("call: %v, want 200 from the second carrier", res)
+	}
+	waitFor(t, func() bool { return testutil.ToFloat64(h.m.EffectiveCPS.WithLabelValues("policing")) == 28 }, "effective cps 40 x 0.7")
+	pacer.mu.Lock()
+	overloads := pacer.overloads
+	pacer.mu.Unlock()
+	if overloads != 1 {
+		t.Errorf("%d decreases asked of the pacer, want 1", overloads)
+	}
+	if res := caller.Final(ctxT(t, 5*time.Second), caller.Invite(h.udp)); res == nil || res.StatusCode != 200 {
+		t.Fatalf("second call: %v, want 200", res)
+	}
+	pacer.mu.Lock()
+	cps := slices.Clone(pacer.reservedCPS)
+	pacer.mu.Unlock()
+	// Reservations: policing (40), ok, policing (28 now), ok.
+	if len(cps) != 4 || cps[0] != 40 || cps[2] != 28 {
+		t.Errorf("reserved at %v cps, want the policing carrier at 40 then 28", cps)
+	}
+	if n := testutil.ToFloat64(h.m.Reroutes.WithLabelValues("policing", "failed")); n != 2 {
+		t.Errorf("reroutes_total{policing,failed} = %v, want 2", n)
+	}
+
+	// Not adaptive: the 403 is the carrier's final word, relayed.
+	adm2, pacer2 := newFakes()
+	plain := carrierCfg("policing", policing)
+	h2 := startProxy(t, testConfig(plain, carrierCfg("ok", ok)), adm2, pacer2)
+	if res := caller.Final(ctxT(t, 5*time.Second), caller.Invite(h2.udp)); res == nil || res.StatusCode != 403 {
+		t.Fatalf("call through a non-adaptive carrier: %v, want its 403 relayed", res)
+	}
+}
+
 // TestRetryAfterBlocksTheCarrier: a carrier's 503 with Retry-After moves
 // the call to the next carrier and blocks the first for the pool (through
 // the pacer) for that long; the next call goes straight to the second.
@@ -1535,13 +1585,16 @@ func TestRetryAfterBlocksTheCarrier(t *testing.T) {
 	} {
 		r := sipmsg.NewResponse(503, "Service Unavailable")
 		r.AppendHeader(sipmsg.NewHeader("Retry-After", tc.header))
-		if got, ok := retryAfter(r); got != tc.want || ok != tc.ok {
+		if got, ok := retryAfter(r, false); got != tc.want || ok != tc.ok {
 			t.Errorf("Retry-After %q: got %v %v, want %v %v", tc.header, got, ok, tc.want, tc.ok)
 		}
 	}
 	busy486 := sipmsg.NewResponse(486, "Busy Here")
 	busy486.AppendHeader(sipmsg.NewHeader("Retry-After", "30"))
-	if _, ok := retryAfter(busy486); ok {
+	if _, ok := retryAfter(busy486, false); ok {
 		t.Error("a 486's Retry-After (one callee busy) blocks the carrier")
+	}
+	if got, ok := retryAfter(busy486, true); !ok || got != 30*time.Second {
+		t.Errorf("an overload answer's Retry-After (a 486 the carrier's overload says is one): got %v %v, want 30s", got, ok)
 	}
 }

@@ -32,6 +32,9 @@ import (
 type Answer struct {
 	Code int
 	Ring time.Duration
+	// Reason is the final answer's reason phrase; empty means the usual
+	// one for Code.
+	Reason string
 }
 
 // Carrier is a UAS that answers INVITEs and records their arrival times:
@@ -196,7 +199,11 @@ func (c *Carrier) onInvite(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
 			return // sipgo answered 487
 		}
 	}
-	res := sipmsg.NewResponseFromRequest(req, a.Code, reason(a.Code), nil)
+	phrase := a.Reason
+	if phrase == "" {
+		phrase = reason(a.Code)
+	}
+	res := sipmsg.NewResponseFromRequest(req, a.Code, phrase, nil)
 	if a.Code >= 200 && a.Code < 300 {
 		host, port, _ := net.SplitHostPort(c.Addr)
 		p, _ := strconv.Atoi(port)

@@ -11,6 +11,7 @@
 //	cpsbench decisions  [-runs 3] [-seconds 3] [-callers 1,64,256]
 //	cpsbench memory     [-queued 10000]
 //	cpsbench profile    [-rate 2000] [-seconds 20] (pprof of the per-call path)
+//	cpsbench adaptive   [-csv bench/out/adaptive.csv] (plot an adaptive carrier's curve)
 package main
 
 import (
@@ -74,6 +75,8 @@ func main() {
 		run = memoryCmd(fs)
 	case "profile":
 		run = profileCmd(fs)
+	case "adaptive":
+		run = adaptiveCmd(fs)
 	default:
 		usage()
 		os.Exit(2)
@@ -107,7 +110,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: cpsbench accuracy|throughput|latency|pacing|decisions|memory|profile [flags]")
+	fmt.Fprintln(os.Stderr, "usage: cpsbench accuracy|throughput|latency|pacing|decisions|memory|profile|adaptive [flags]")
 }
 
 // machine prints what the figures were measured on.
