@@ -16,7 +16,8 @@
 //   - queue.lua: calls waiting for a carrier and the least wait (read-only);
 //   - block.lua: a carrier's Retry-After: no slot for the pool until it ends;
 //   - rate.lua: an adaptive carrier's effective rate (AIMD), in milli-cps;
-//   - heartbeat.lua: node liveness, to count the live pool (heartbeat.go).
+//   - heartbeat.lua: node liveness, to count the live pool, and other
+//     processes beating under the same node id (heartbeat.go).
 //
 // The clock is always Redis TIME, in integer microseconds; scores are integer
 // microseconds and every fraction travels as an integer of microseconds (or

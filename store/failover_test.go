@@ -89,8 +89,8 @@ func TestFallbackAndBack(t *testing.T) {
 		t.Fatalf("mode: got %s, want redis", got)
 	}
 	// A second node beats into the pool: the fallback must halve the limits.
-	other := lua.Heartbeater{Client: s.client, Key: lua.Key("fo", "nodes", "all")}
-	if n, err := other.Beat(ctx, "node-b", 10*time.Second); err != nil || n != 2 {
+	other := &lua.Heartbeater{Client: s.client, Key: lua.Key("fo", "nodes", "all")}
+	if n, _, err := other.Beat(ctx, "node-b", 10*time.Second); err != nil || n != 2 {
 		t.Fatalf("second node beat: %d, %v; want 2", n, err)
 	}
 	if err := s.heartbeat.Beat(ctx, time.Second); err != nil || s.LiveNodes() != 2 {
