@@ -256,7 +256,11 @@ func (c *call) admit(peer *config.Peer, cu *config.Customer) bool {
 		if b := buckets[dec.Refused]; b.RateMicros > 0 {
 			c.detail = n.scope + " " + n.name + ": token bucket of " + strconv.Itoa(b.Limit) + " empty"
 		} else {
-			c.detail = n.scope + " " + n.name + ": " + strconv.Itoa(b.Limit) + " calls in " + b.Window.String()
+			calls := " calls in "
+			if b.Limit == 1 {
+				calls = " call in "
+			}
+			c.detail = n.scope + " " + n.name + ": " + strconv.Itoa(b.Limit) + calls + b.Window.String()
 		}
 		if c.log.Enabled(c.ctx, slog.LevelDebug) {
 			count := -1
