@@ -333,7 +333,7 @@ func (c *call) route(carriers []string) {
 		c.wait, c.waited = wait, true
 		switch state {
 		case carrierFull:
-			p.m.Reroutes.WithLabelValues(name, "full").Inc()
+			p.m.Reroutes.WithLabelValues(name, metrics.RerouteFull).Inc()
 			c.skipped(name, "full (wait "+wait.Round(time.Millisecond).String()+" over max_wait "+car.MaxWait.String()+")")
 			continue
 		case carrierStopped:
@@ -356,7 +356,7 @@ func (c *call) route(carriers []string) {
 			}
 			return
 		}
-		p.m.Reroutes.WithLabelValues(name, "failed").Inc()
+		p.m.Reroutes.WithLabelValues(name, metrics.RerouteFailed).Inc()
 		if res != nil {
 			lastFail = res
 			c.skipped(name, "failed ("+strconv.Itoa(res.StatusCode)+" "+clip(res.Reason)+")")

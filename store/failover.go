@@ -137,7 +137,7 @@ func (f *Failover) fail(op string, err error) {
 		return
 	}
 	f.mu.Lock()
-	f.o.Logger.Warn("redis failed, switching to fallback", "op", op, "policy", f.o.Policy, "live_nodes", f.nodes(), "err", err)
+	f.o.Logger.Warn("redis failed, switching to fallback", "op", op, "policy", f.o.Policy, "live_nodes", f.nodes(), "error", err)
 	if f.o.OnMode != nil {
 		f.o.OnMode(ModeFallback)
 	}
@@ -370,17 +370,3 @@ func (f *Failover) probe(ctx context.Context) (err error) {
 	return f.o.Probe.Ping(pctx)
 }
 
-// Check tries Redis once (at start) and switches to fallback when it does not
-// answer; it returns the error for the caller to log.
-func (f *Failover) Check(ctx context.Context) error {
-	if f.o.Redis == nil || f.o.Probe == nil {
-		return nil
-	}
-	pctx, cancel := context.WithTimeout(ctx, max(f.o.Timeout, time.Second))
-	defer cancel()
-	if err := f.o.Probe.Ping(pctx); err != nil {
-		f.fail("start", err)
-		return err
-	}
-	return nil
-}
