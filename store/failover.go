@@ -369,4 +369,3 @@ func (f *Failover) probe(ctx context.Context) (err error) {
 	defer cancel()
 	return f.o.Probe.Ping(pctx)
 }
-
