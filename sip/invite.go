@@ -234,7 +234,10 @@ func (c *call) admit(peer *config.Peer, cu *config.Customer) bool {
 		return false
 	}
 	if dec.Admit {
-		if !cfg.Shadow && !failOpen(dec) {
+		// Not when the store let the call through uncounted (fail-open):
+		// holding it to limits nothing counted would turn the held calls
+		// into 503s at the gate's deadline.
+		if !cfg.Shadow && dec.Mode != admission.ModeOpen {
 			c.gateKeys = gates
 		}
 		for _, n := range names {
@@ -293,22 +296,6 @@ func (c *call) admit(peer *config.Peer, cu *config.Customer) bool {
 	}
 	c.send(res)
 	return false
-}
-
-// failOpen reports an admission no bucket counted: the store's fail-open
-// policy (store.on_error: admit reports every count as -1) admits without
-// limits, so the send gate must not hold the call to them either (with a
-// deadline it would turn the held calls into 503s).
-func failOpen(dec admission.Decision) bool {
-	if len(dec.Counts) == 0 {
-		return false
-	}
-	for _, n := range dec.Counts {
-		if n >= 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // route tries the carriers of the call's route in order: reserve a slot

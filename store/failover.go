@@ -196,7 +196,7 @@ func (f *Failover) Admit(ctx context.Context, member string, buckets []admission
 		for i := range counts {
 			counts[i] = -1
 		}
-		return admission.Decision{Admit: true, Refused: -1, Counts: counts, At: time.Now()}, nil
+		return admission.Decision{Admit: true, Refused: -1, Counts: counts, At: time.Now(), Mode: admission.ModeOpen}, nil
 	case PolicyReject:
 		if f.o.Redis != nil {
 			return admission.Decision{Refused: -1}, ErrStoreDown
