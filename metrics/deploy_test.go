@@ -13,6 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/cpsguard/cpsguard/internal/redistest"
 )
 
 const (
@@ -247,11 +249,7 @@ func TestAlerts(t *testing.T) {
 		}
 	}
 
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Log("promtool not on PATH (Debian package prometheus): YAML checks only")
-		return
-	}
+	promtool := redistest.Require(t, "promtool") // Debian's prometheus
 	if out, err := exec.Command(promtool, "check", "rules", alertsPath).CombinedOutput(); err != nil {
 		t.Errorf("promtool check rules %s: %v\n%s", alertsPath, err, out)
 	}
@@ -260,10 +258,7 @@ func TestAlerts(t *testing.T) {
 // Every dashboard query is valid PromQL: promtool checks them as recording
 // rules, with Grafana's variables replaced by plain values.
 func TestDashboardPromQL(t *testing.T) {
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Skip("promtool not on PATH (Debian package prometheus)")
-	}
+	promtool := redistest.Require(t, "promtool") // Debian's prometheus
 	vars := strings.NewReplacer("$__rate_interval", "1m", "$__range", "1h", "$instance", ".*")
 	var b strings.Builder
 	b.WriteString("groups:\n  - name: dashboard\n    rules:\n")
