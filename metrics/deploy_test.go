@@ -281,3 +281,42 @@ func TestDashboardPromQL(t *testing.T) {
 		t.Errorf("dashboard queries: promtool: %v\n%s\n%s", err, out, b.String())
 	}
 }
+
+// The dashboard follows Grafana's dashboard-linter rules that matter here
+// (its module is not reachable from this build, so they are checked by
+// hand): job and instance variables, and every cpsguard selector of every
+// panel query matches them, so one Grafana shows one pool at a time; the
+// per-peer rejected line counts every refusal of a peer's calls, its
+// customer's limit included (cpsguard_calls_total by peer).
+func TestDashboardLintRules(t *testing.T) {
+	d := readDashboard(t)
+	vars := map[string]bool{}
+	for _, v := range d.Templating.List {
+		vars[v.Name] = true
+	}
+	for _, want := range []string{"datasource", "job", "instance", "peer", "customer", "carrier"} {
+		if !vars[want] {
+			t.Errorf("dashboard: no %q variable", want)
+		}
+	}
+	sel := regexp.MustCompile(`cpsguard_[a-z_]+\{[^}]*\}`)
+	for title, exprs := range dashboardExprs(d) {
+		if strings.HasPrefix(title, "variable ") {
+			continue
+		}
+		for _, e := range exprs {
+			for _, s := range sel.FindAllString(e, -1) {
+				if !strings.Contains(s, `job=~"$job"`) || !strings.Contains(s, `instance=~"$instance"`) {
+					t.Errorf("panel %q: selector %s lacks the job or instance matcher", title, s)
+				}
+			}
+			if strings.Contains(e, "rate(") && !strings.Contains(e, "$__rate_interval") {
+				t.Errorf("panel %q: %s: rate() without $__rate_interval", title, e)
+			}
+		}
+	}
+	joined := strings.Join(dashboardExprs(d)["Peers: admitted vs rejected CPS"], "\n")
+	if !strings.Contains(joined, `cpsguard_calls_total{outcome=~"rejected_.*"`) {
+		t.Errorf("peer panel: the rejected line must count every refusal of the peer's calls (cpsguard_calls_total), got:\n%s", joined)
+	}
+}
