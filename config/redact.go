@@ -92,6 +92,18 @@ func (c *Config) storeSummary() string {
 
 func fmtCPS(v float64) string { return fmt.Sprintf("%g cps", v) }
 
+// fmtLimits describes a burst and extra windows: " burst 30, 600/1m".
+func fmtLimits(burst int, windows []Window) string {
+	var b strings.Builder
+	if burst > 0 {
+		fmt.Fprintf(&b, " burst %d", burst)
+	}
+	for _, w := range windows {
+		fmt.Fprintf(&b, ", %d/%s", w.Calls, fmtPer(w.Per))
+	}
+	return b.String()
+}
+
 // Summary is a short, human-readable description of c for `cpsguard check`
 // and logs: counts, names, limits, routes and the store mode. It never
 // contains a secret; it only says whether one is set.
@@ -128,7 +140,7 @@ func (c *Config) Summary() string {
 		for i, s := range p.Sources {
 			srcs[i] = s.String()
 		}
-		line := fmt.Sprintf("  %s: %s from %s", p.Name, fmtCPS(p.CPS), strings.Join(srcs, " "))
+		line := fmt.Sprintf("  %s: %s%s from %s", p.Name, fmtCPS(p.CPS), fmtLimits(p.Burst, p.Windows), strings.Join(srcs, " "))
 		if p.Customer != "" {
 			line += ", customer " + p.Customer
 		}
@@ -142,7 +154,7 @@ func (c *Config) Summary() string {
 	}
 	w("customers (%d):", len(c.Customers))
 	for _, cu := range c.Customers {
-		line := fmt.Sprintf("  %s: %s", cu.Name, fmtCPS(cu.CPS))
+		line := fmt.Sprintf("  %s: %s%s", cu.Name, fmtCPS(cu.CPS), fmtLimits(cu.Burst, cu.Windows))
 		if cu.Route != "" {
 			line += ", route " + cu.Route
 		}
@@ -150,7 +162,17 @@ func (c *Config) Summary() string {
 	}
 	w("carriers (%d):", len(c.Carriers))
 	for _, ca := range c.Carriers {
-		w("  %s: %s, max_wait %s, %s", ca.Name, fmtCPS(ca.CPS), ca.MaxWait, ca.URI)
+		line := fmt.Sprintf("  %s: %s, max_wait %s, setup_timeout %s", ca.Name, fmtCPS(ca.CPS), ca.MaxWait, ca.Setup())
+		if pr := ca.Probing(); pr.Interval > 0 {
+			line += fmt.Sprintf(", probe every %s (down after %d, up after %d)", pr.Interval, pr.DownAfter, pr.UpAfter)
+		} else {
+			line += ", probe off"
+		}
+		if ca.Adaptive {
+			o := ca.Overloaded()
+			line += fmt.Sprintf(", adaptive (x%g on %v, floor %s, +%g cps/s)", o.Decrease, o.Codes, fmtCPS(o.MinCPS), o.Increase)
+		}
+		w("%s, %s", line, ca.URI)
 	}
 	names := make([]string, 0, len(c.Routes))
 	for name := range c.Routes {

@@ -44,14 +44,14 @@ func dialogID(callID, callerTag string) string { return callID + "\x00" + caller
 func (c *call) occupyCalls(peer *config.Peer, cu *config.Customer) bool {
 	p, cfg := c.p, c.cfg
 	var places []callplaces.Place
-	var scopes []string
+	var reasons []string
 	if peer.MaxCalls > 0 {
 		places = append(places, callplaces.Place{Key: CallsKey(cfg.Store.KeyPrefix, metrics.ScopePeer, peer.Name), Limit: peer.MaxCalls})
-		scopes = append(scopes, metrics.ScopePeer+":"+peer.Name)
+		reasons = append(reasons, reasonPeerCalls)
 	}
 	if cu != nil && cu.MaxCalls > 0 {
 		places = append(places, callplaces.Place{Key: CallsKey(cfg.Store.KeyPrefix, metrics.ScopeCustomer, cu.Name), Limit: cu.MaxCalls})
-		scopes = append(scopes, metrics.ScopeCustomer+":"+cu.Name)
+		reasons = append(reasons, reasonCustomerCalls)
 	}
 	if len(places) == 0 {
 		return true
@@ -65,7 +65,7 @@ func (c *call) occupyCalls(peer *config.Peer, cu *config.Customer) bool {
 			return false
 		}
 		c.log.Debug("max_calls store failed", "error", err)
-		c.outcome = metrics.OutcomeRejectedStore
+		c.refuse(metrics.OutcomeRejectedStore, reasonStore)
 		c.respond(sipmsg.StatusServiceUnavailable, "Service Unavailable")
 		return false
 	}
@@ -80,13 +80,15 @@ func (c *call) occupyCalls(peer *config.Peer, cu *config.Customer) bool {
 		c.placed = true
 		return true
 	}
-	if d.Refused >= 0 && d.Refused < len(scopes) {
-		c.log.Debug("over max_calls", "place", scopes[d.Refused], "shadow", cfg.Shadow)
+	reason := reasonPeerCalls
+	if d.Refused >= 0 && d.Refused < len(reasons) {
+		reason = reasons[d.Refused]
 	}
+	c.log.Debug("over max_calls", "reason", reason, "shadow", cfg.Shadow)
 	if cfg.Shadow {
 		return true
 	}
-	c.rejectCalls()
+	c.rejectCalls(reason)
 	return false
 }
 
@@ -124,8 +126,8 @@ func (c *call) releaseCarrier(car *config.Carrier) {
 }
 
 // rejectCalls answers a call refused by max_calls with sip.reject_calls.
-func (c *call) rejectCalls() {
-	c.outcome = metrics.OutcomeRejectedCalls
+func (c *call) rejectCalls(reason string) {
+	c.refuse(metrics.OutcomeRejectedCalls, reason)
 	rej := c.cfg.SIP.RejectCalls
 	code, reason := rej.Code, rej.Reason
 	if code < 300 || code > 699 {

@@ -45,9 +45,9 @@ func TestMaxCallsPeer(t *testing.T) {
 	if res := caller.Final(ctxT(t, 5*time.Second), caller.Invite(h.udp)); res == nil || res.StatusCode != 503 || res.Reason != "Call Limit Exceeded" {
 		t.Fatalf("third call: got %v, want 503 Call Limit Exceeded", res)
 	}
-	if got := testutil.ToFloat64(h.m.Calls.WithLabelValues("dialer-1", metrics.OutcomeRejectedCalls)); got != 1 {
-		t.Fatalf("rejected_calls: got %v, want 1", got)
-	}
+	waitFor(t, func() bool {
+		return testutil.ToFloat64(h.m.Calls.WithLabelValues("dialer-1", metrics.OutcomeRejectedCalls)) == 1
+	}, "rejected_calls counted once")
 
 	// A stranger holding the dialog token: 403, and nothing freed.
 	stranger := siptest.StartCaller(t, "127.0.0.9")
@@ -90,9 +90,12 @@ func TestMaxCallsCarrierAndFailedCalls(t *testing.T) {
 	if res := caller.Final(ctxT(t, 5*time.Second), caller.Invite(h.udp)); res == nil || res.StatusCode != 486 {
 		t.Fatalf("busy call: got %v, want 486", res)
 	}
-	if n, _ := store.Count(t.Context(), keys); tr.Live() != 0 || n[0] != 0 || n[1] != 0 {
-		t.Fatalf("after a failed call: %d tracked, places %v; want 0 and [0 0]", tr.Live(), n)
-	}
+	// The places are freed when the INVITE handler returns, just after
+	// the answer left.
+	waitFor(t, func() bool {
+		n, _ := store.Count(t.Context(), keys)
+		return tr.Live() == 0 && n[0] == 0 && n[1] == 0
+	}, "a failed call's places freed")
 	busy.Store(false)
 	answeredCall(t, caller, h.udp)
 	if n, _ := store.Count(t.Context(), keys); n[0] != 1 || n[1] != 1 {
@@ -108,10 +111,8 @@ func TestMaxCallsFullCarrierIsSkipped(t *testing.T) {
 	if res := caller.Final(ctxT(t, 5*time.Second), caller.Invite(h.udp)); res == nil || res.StatusCode != 503 || res.Reason != "Call Limit Exceeded" {
 		t.Fatalf("second call to a full carrier: got %v, want 503 Call Limit Exceeded", res)
 	}
-	if got := testutil.ToFloat64(h.m.Reroutes.WithLabelValues("a", metrics.RerouteCallsFull)); got != 1 {
-		t.Fatalf("calls_full reroutes: got %v, want 1", got)
-	}
-	if got := tr.Live(); got != 1 {
-		t.Fatalf("tracked calls: got %d, want 1 (the refused call holds nothing)", got)
-	}
+	waitFor(t, func() bool {
+		return testutil.ToFloat64(h.m.Reroutes.WithLabelValues("a", metrics.RerouteCallsFull)) == 1
+	}, "one calls_full reroute")
+	waitFor(t, func() bool { return tr.Live() == 1 }, "one tracked call (the refused call holds nothing)")
 }

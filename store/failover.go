@@ -137,7 +137,7 @@ func (f *Failover) fail(op string, err error) {
 		return
 	}
 	f.mu.Lock()
-	f.o.Logger.Warn("redis failed, switching to fallback", "op", op, "policy", f.o.Policy, "live_nodes", f.nodes(), "err", err)
+	f.o.Logger.Warn("redis failed, switching to fallback", "op", op, "policy", f.o.Policy, "live_nodes", f.nodes(), "error", err)
 	if f.o.OnMode != nil {
 		f.o.OnMode(ModeFallback)
 	}
@@ -196,7 +196,7 @@ func (f *Failover) Admit(ctx context.Context, member string, buckets []admission
 		for i := range counts {
 			counts[i] = -1
 		}
-		return admission.Decision{Admit: true, Refused: -1, Counts: counts, At: time.Now()}, nil
+		return admission.Decision{Admit: true, Refused: -1, Counts: counts, At: time.Now(), Mode: admission.ModeOpen}, nil
 	case PolicyReject:
 		if f.o.Redis != nil {
 			return admission.Decision{Refused: -1}, ErrStoreDown
@@ -218,7 +218,9 @@ func (f *Failover) Counts(ctx context.Context, buckets []admission.Bucket) ([]in
 
 // share divides every limit by the live nodes: n nodes each admitting
 // floor(limit/n) never admit more than limit together. A share below one call
-// becomes one call per n/limit windows.
+// becomes one call per n/limit windows. A token bucket's rate and capacity
+// are divided alike (a capacity share below one token becomes one token, so
+// a pool of more nodes than the burst may burst up to one call per node).
 func (f *Failover) share(buckets []admission.Bucket) []admission.Bucket {
 	n := f.nodes()
 	if n <= 1 || f.o.Redis == nil {
@@ -226,6 +228,14 @@ func (f *Failover) share(buckets []admission.Bucket) []admission.Bucket {
 	}
 	out := make([]admission.Bucket, len(buckets))
 	for i, b := range buckets {
+		if b.RateMicros > 0 {
+			// A token bucket: each node refills at rate/n with capacity
+			// burst/n (at least one token, so a node is never shut).
+			b.RateMicros = max(b.RateMicros/int64(n), 1)
+			b.Limit = max(b.Limit/n, 1)
+			out[i] = b
+			continue
+		}
 		if q := b.Limit / n; q >= 1 {
 			b.Limit = q
 		} else {
@@ -358,19 +368,4 @@ func (f *Failover) probe(ctx context.Context) (err error) {
 	pctx, cancel := context.WithTimeout(ctx, f.o.Timeout)
 	defer cancel()
 	return f.o.Probe.Ping(pctx)
-}
-
-// Check tries Redis once (at start) and switches to fallback when it does not
-// answer; it returns the error for the caller to log.
-func (f *Failover) Check(ctx context.Context) error {
-	if f.o.Redis == nil || f.o.Probe == nil {
-		return nil
-	}
-	pctx, cancel := context.WithTimeout(ctx, max(f.o.Timeout, time.Second))
-	defer cancel()
-	if err := f.o.Probe.Ping(pctx); err != nil {
-		f.fail("start", err)
-		return err
-	}
-	return nil
 }

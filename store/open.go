@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"time"
@@ -22,6 +24,12 @@ type OpenOptions struct {
 	Observe func(script string, d time.Duration, err error)
 	// OnMode is told of every switch between ModeRedis and ModeFallback.
 	OnMode func(mode string)
+	// OnDuplicateNodeID is told when another process starts (true) or
+	// stops (false) beating in Redis under this node's node_id.
+	OnDuplicateNodeID func(duplicate bool)
+	// Instance identifies this process in the heartbeat; empty means a
+	// random one (NewInstanceID).
+	Instance string
 	// HeartbeatInterval defaults to 1 s.
 	HeartbeatInterval time.Duration
 	// ProbeInterval defaults to 250 ms.
@@ -74,13 +82,17 @@ func Open(ctx context.Context, cfg *config.Config, o OpenOptions) (*Stores, erro
 	pipe := lua.NewPipeliner(client, lua.PipelineOptions{Panics: o.Panics})
 	s := &Stores{client: client, pipeline: pipe, timeout: rc.Timeout}
 	observe := o.Observe
-	hb := NewHeartbeat(lua.Heartbeater{Client: client, Key: lua.Key(cfg.Store.KeyPrefix, "nodes", "all")},
+	if o.Instance == "" {
+		o.Instance = NewInstanceID()
+	}
+	hb := NewHeartbeat(&lua.Heartbeater{Client: client, Key: lua.Key(cfg.Store.KeyPrefix, "nodes", "all"), Instance: o.Instance},
 		HeartbeatOptions{
-			Node:     cfg.NodeID,
-			Interval: o.HeartbeatInterval,
-			OnError:  func(err error) { s.fail("heartbeat", err) },
-			Logger:   o.Logger,
-			Panics:   o.Panics,
+			Node:        cfg.NodeID,
+			Interval:    o.HeartbeatInterval,
+			OnError:     func(err error) { s.fail("heartbeat", err) },
+			OnDuplicate: o.OnDuplicateNodeID,
+			Logger:      o.Logger,
+			Panics:      o.Panics,
 		})
 	s.heartbeat = hb
 	s.Failover = NewFailover(Options{
@@ -103,10 +115,10 @@ func Open(ctx context.Context, cfg *config.Config, o OpenOptions) (*Stores, erro
 	lctx, cancel := context.WithTimeout(ctx, max(time.Second, rc.Timeout))
 	defer cancel()
 	if err := lua.Load(lctx, client); err != nil {
-		o.Logger.Warn("redis not usable at start, starting in fallback", "err", err, "policy", cfg.Store.OnError)
+		o.Logger.Warn("redis not usable at start, starting in fallback", "error", err, "policy", cfg.Store.OnError)
 		s.fail("start", err)
 	} else if err := hb.Beat(ctx, max(time.Second, rc.Timeout)); err != nil {
-		o.Logger.Warn("redis heartbeat failed at start", "err", err)
+		o.Logger.Warn("redis heartbeat failed at start", "error", err)
 	}
 	return s, nil
 }
@@ -121,6 +133,18 @@ func (s *Stores) Run(ctx context.Context) {
 
 // LiveNodes is the pool size last seen in Redis (1 without Redis).
 func (s *Stores) LiveNodes() int { return s.heartbeat.Live() }
+
+// DuplicateNodeID reports whether another process beat in Redis under this
+// node's node_id at the last heartbeat (false without Redis).
+func (s *Stores) DuplicateNodeID() bool { return s.heartbeat.Duplicate() }
+
+// NewInstanceID returns a random id for one process (16 hex digits), which
+// tells two processes with one node_id apart in the heartbeat.
+func NewInstanceID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}
 
 // Close stops the script pipeliner (calls still queued fail with
 // lua.ErrClosed) and closes the Redis client, if any.
