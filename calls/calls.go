@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/cpsguard/cpsguard/lua"
 )
 
 // Place is one concurrent-call limit: at most Limit live calls in the set
@@ -60,4 +62,12 @@ func checkArgs(ttl time.Duration, places []Place) error {
 		}
 	}
 	return nil
+}
+
+// Key is the store key of the max_calls place of one peer, customer or
+// carrier: Key("cpsguard", "peer", "dialer-1") =
+// "cpsguard:{calls:peer:dialer-1}" (its own hash tag, beside the
+// admission bucket's "cpsguard:{peer:dialer-1}").
+func Key(prefix, scope, name string) string {
+	return lua.Key(prefix, "calls:"+scope, name)
 }

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,7 +28,17 @@ func RenderStatus(w io.Writer, st Status) error {
 	}
 	b.WriteString("\n\n")
 
+	// CALLS (active/max_calls) only when some entry has max_calls.
+	withCalls := false
+	for _, es := range [][]Entry{st.Peers, st.Customers, st.Carriers} {
+		for _, e := range es {
+			withCalls = withCalls || e.MaxCalls > 0
+		}
+	}
 	header := []string{"", "LIMIT", "CURRENT", "%", "QUEUED", "WAIT", "MAX WAIT", "STATE", "EFFECTIVE"}
+	if withCalls {
+		header = slices.Insert(header, 4, "CALLS")
+	}
 	rows := [][]string{}
 	section := func(title string, entries []Entry, carrier bool) {
 		head := append([]string{title}, header[1:]...)
@@ -37,6 +48,9 @@ func RenderStatus(w io.Writer, st Status) error {
 		}
 		for _, e := range entries {
 			row := []string{"  " + e.Name, fmtCPS(e.LimitCPS), fmtInt(e.Current), fmtPercent(e.Percent)}
+			if withCalls {
+				row = append(row, fmtCalls(e.ActiveCalls, e.MaxCalls))
+			}
 			if carrier {
 				row = append(row, fmtInt(e.Queued), fmtSeconds(e.WaitSeconds), fmtSeconds(&e.MaxWaitSeconds), fmtUp(e.Up), fmtCPSPtr(e.EffectiveCPS))
 			} else {
@@ -140,4 +154,12 @@ func fmtCPSPtr(v *float64) string {
 		return "-"
 	}
 	return fmtCPS(*v)
+}
+
+// fmtCalls shows active/max calls, "-" without max_calls.
+func fmtCalls(active *int, limit int) string {
+	if limit <= 0 {
+		return "-"
+	}
+	return fmtInt(active) + "/" + strconv.Itoa(limit)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/cpsguard/cpsguard/admission"
+	"github.com/cpsguard/cpsguard/calls"
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/lua"
 	"github.com/cpsguard/cpsguard/pacing"
@@ -38,6 +39,13 @@ type Queuer interface {
 	Queue(ctx context.Context, key string, interval time.Duration) (pacing.QueueState, error)
 }
 
+// CallCounter reads max_calls places; calls.Store implementations (and the
+// store's CallsFailover) satisfy it.
+type CallCounter interface {
+	// Count returns the live calls of each place key (calls.Key).
+	Count(ctx context.Context, keys []string) ([]int, error)
+}
+
 // Options wires the server to the running node. Only Config is required; a
 // nil func or interface turns its feature off as documented per field.
 type Options struct {
@@ -49,6 +57,9 @@ type Options struct {
 	// Queue reads the carrier queues and their calls in the last second.
 	// Nil: carriers' Current, Queued and Wait are null.
 	Queue Queuer
+	// Calls reads the live calls of every peer, customer and carrier with
+	// max_calls. Nil: their active_calls is null.
+	Calls CallCounter
 	// Carrier reports a carrier's health and effective CPS (ok false for a
 	// carrier the node does not track). Nil: carriers' up, health and
 	// effective_cps are omitted.
@@ -280,11 +291,50 @@ func (s *server) buildStatus(ctx context.Context, cfg *config.Config) Status {
 		}
 		st.Carriers[i] = e
 	}
+	st.Errors = append(st.Errors, s.fillCalls(ctx, cfg, &st)...)
 	if s.o.DuplicateNodeID != nil {
 		st.DuplicateNodeID = s.o.DuplicateNodeID()
 	}
 	st.Time = time.Now().UTC()
 	return st
+}
+
+// fillCalls sets max_calls of every entry and reads active_calls, pool-wide,
+// of those with a limit, in one store call.
+func (s *server) fillCalls(ctx context.Context, cfg *config.Config, st *Status) []string {
+	var keys []string
+	var targets []*Entry
+	add := func(e *Entry, scope, name string, limit int) {
+		e.MaxCalls = limit
+		if limit > 0 {
+			keys = append(keys, calls.Key(cfg.Store.KeyPrefix, scope, name))
+			targets = append(targets, e)
+		}
+	}
+	for i, p := range cfg.Peers {
+		add(&st.Peers[i], scopePeer, p.Name, p.MaxCalls)
+	}
+	for i, c := range cfg.Customers {
+		add(&st.Customers[i], scopeCustomer, c.Name, c.MaxCalls)
+	}
+	for i, c := range cfg.Carriers {
+		add(&st.Carriers[i], scopeCarrier, c.Name, c.MaxCalls)
+	}
+	if s.o.Calls == nil || len(keys) == 0 {
+		return nil
+	}
+	n, err := s.o.Calls.Count(ctx, keys)
+	if err == nil && len(n) != len(keys) {
+		err = errors.New("store returned a wrong number of counts")
+	}
+	if err != nil {
+		return []string{"active calls: " + err.Error()}
+	}
+	for i, e := range targets {
+		v := n[i]
+		e.ActiveCalls = &v
+	}
+	return nil
 }
 
 // fillCounts reads the windows of buckets into entries in one store call.

@@ -81,6 +81,11 @@ type Entry struct {
 	// EffectiveCPS is, for carriers, the rate the carrier is paced at now:
 	// LimitCPS, or less while an adaptive carrier pushes back.
 	EffectiveCPS *float64 `json:"effective_cps,omitempty"`
+	// MaxCalls is the configured max_calls (0 = no limit).
+	MaxCalls int `json:"max_calls"`
+	// ActiveCalls is the pool's calls set up and not yet ended, read from
+	// the store; null without max_calls or when it could not be read.
+	ActiveCalls *int `json:"active_calls"`
 }
 
 // CarrierState is what a node reports of one carrier's health.

@@ -9,7 +9,6 @@ import (
 
 	callplaces "github.com/cpsguard/cpsguard/calls"
 	"github.com/cpsguard/cpsguard/config"
-	"github.com/cpsguard/cpsguard/lua"
 	"github.com/cpsguard/cpsguard/metrics"
 )
 
@@ -32,7 +31,7 @@ type CallPlaces interface {
 // CallsKey is the store key of the max_calls place of one peer, customer
 // or carrier: "cpsguard:{calls:peer:dialer-1}".
 func CallsKey(prefix, scope, name string) string {
-	return lua.Key(prefix, "calls:"+scope, name)
+	return callplaces.Key(prefix, scope, name)
 }
 
 // dialogID names a call's dialog as a verified in-dialog request names it:

@@ -7,7 +7,6 @@ import (
 	"github.com/cpsguard/cpsguard/calls"
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/metrics"
-	"github.com/cpsguard/cpsguard/sip"
 )
 
 // activeCallsEvery is how often cpsguard_active_calls is read from the store.
@@ -21,7 +20,7 @@ func callPlaces(cfg *config.Config) []callPlace {
 	var out []callPlace
 	add := func(scope, name string, limit int) {
 		if limit > 0 {
-			out = append(out, callPlace{scope, name, sip.CallsKey(cfg.Store.KeyPrefix, scope, name)})
+			out = append(out, callPlace{scope, name, calls.Key(cfg.Store.KeyPrefix, scope, name)})
 		}
 	}
 	for _, p := range cfg.Peers {
