@@ -81,6 +81,8 @@ type peerConf struct {
 	name    string
 	sources []string // CIDRs
 	cps     float64
+	// maxCalls is the peer's max_calls (0 = none).
+	maxCalls int
 }
 
 // carrierConf is one carrier; all carriers form the default route in order.
@@ -89,6 +91,8 @@ type carrierConf struct {
 	addr    string // host:port of a UDP carrier
 	cps     float64
 	maxWait time.Duration
+	// maxCalls is the carrier's max_calls (0 = none).
+	maxCalls int
 }
 
 // nodeConf describes one node's configuration file.
@@ -105,6 +109,8 @@ type nodeConf struct {
 	tcp           string // sip.tcp block, e.g. "{idle_timeout: 1s}"; empty = defaults
 	peers         []peerConf
 	carriers      []carrierConf
+	// callRefreshTTL is sip.call_refresh_ttl; 0 = the default.
+	callRefreshTTL time.Duration
 }
 
 func num(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
@@ -122,6 +128,9 @@ func (c nodeConf) yaml(sipPort, httpPort int) string {
 	fmt.Fprintf(&b, "  unknown_source: %s\n  reject: {code: 503, reason: CPS Limit Exceeded}\n", us)
 	if c.tcp != "" {
 		fmt.Fprintf(&b, "  tcp: %s\n", c.tcp)
+	}
+	if c.callRefreshTTL > 0 {
+		fmt.Fprintf(&b, "  call_refresh_ttl: %s\n", c.callRefreshTTL)
 	}
 	b.WriteString("store:\n  key_prefix: e2e\n")
 	to := c.redisTimeout
@@ -149,8 +158,8 @@ func (c nodeConf) yaml(sipPort, httpPort int) string {
 	b.WriteString("customers:\n  - {name: any, cps: 100000}\n")
 	b.WriteString("peers:\n")
 	for _, p := range c.peers {
-		fmt.Fprintf(&b, "  - {name: %s, sources: [%s], cps: %s, customer: any, customers: [any]}\n",
-			p.name, strings.Join(p.sources, ", "), num(p.cps))
+		fmt.Fprintf(&b, "  - {name: %s, sources: [%s], cps: %s, max_calls: %d, customer: any, customers: [any]}\n",
+			p.name, strings.Join(p.sources, ", "), num(p.cps), p.maxCalls)
 	}
 	b.WriteString("carriers:\n")
 	var names []string
@@ -159,7 +168,7 @@ func (c nodeConf) yaml(sipPort, httpPort int) string {
 		if mw == 0 {
 			mw = time.Second
 		}
-		fmt.Fprintf(&b, "  - {name: %s, uri: \"sip:%s\", cps: %s, max_wait: %s}\n", k.name, k.addr, num(k.cps), mw)
+		fmt.Fprintf(&b, "  - {name: %s, uri: \"sip:%s\", cps: %s, max_wait: %s, max_calls: %d}\n", k.name, k.addr, num(k.cps), mw, k.maxCalls)
 		names = append(names, k.name)
 	}
 	fmt.Fprintf(&b, "routes:\n  default: [%s]\n", strings.Join(names, ", "))

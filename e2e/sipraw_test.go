@@ -138,6 +138,38 @@ type carrier struct {
 	early    bool                   // send a reliable 183 (early dialog) before the answer
 	retry    string                 // Retry-After of a final answer >= 300 ("" = none)
 	received []sipMsg               // every request, in order
+	byes     map[string]time.Time   // first BYE per Call-ID (kernel time)
+}
+
+// maxConcurrent is the most calls the carrier had at once: a call counts
+// from its INVITE's arrival to its BYE's (for ever without a BYE).
+func (c *carrier) maxConcurrent() int {
+	c.mu.Lock()
+	type ev struct {
+		at time.Time
+		d  int
+	}
+	var evs []ev
+	for id, at := range c.arrivals {
+		evs = append(evs, ev{at, 1})
+		if bye, ok := c.byes[id]; ok {
+			evs = append(evs, ev{bye, -1})
+		}
+	}
+	c.mu.Unlock()
+	// At equal times the end counts first.
+	sort.Slice(evs, func(i, j int) bool {
+		if evs[i].at.Equal(evs[j].at) {
+			return evs[i].d < evs[j].d
+		}
+		return evs[i].at.Before(evs[j].at)
+	})
+	n, top := 0, 0
+	for _, e := range evs {
+		n += e.d
+		top = max(top, n)
+	}
+	return top
 }
 
 // setCode makes the carrier answer INVITEs with code (e.g. 486) instead
@@ -189,7 +221,7 @@ func startCarrier(t testing.TB, ip string) *carrier {
 	if err := siptest.EnableTimestamps(conn); err != nil {
 		t.Fatalf("carrier: SO_TIMESTAMPNS: %v", err)
 	}
-	c := &carrier{addr: conn.LocalAddr().String(), conn: conn, arrivals: map[string]time.Time{}, methods: map[string]int{},
+	c := &carrier{addr: conn.LocalAddr().String(), conn: conn, arrivals: map[string]time.Time{}, byes: map[string]time.Time{}, methods: map[string]int{},
 		pending: map[string]func() bool{}}
 	done := make(chan struct{})
 	go c.serve(done)
@@ -220,6 +252,11 @@ func (c *carrier) serve(done chan struct{}) {
 		if m.method == "INVITE" {
 			if _, seen := c.arrivals[id]; !seen {
 				c.arrivals[id] = at
+			}
+		}
+		if m.method == "BYE" {
+			if _, seen := c.byes[id]; !seen {
+				c.byes[id] = at
 			}
 		}
 		c.mu.Unlock()

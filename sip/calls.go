@@ -151,9 +151,9 @@ func (c *call) endCall() {
 	}
 }
 
-// byeEnds ends the call of a BYE that passed the dialog token check: its
-// places are freed before it is relayed, so a carrier that never answers
-// the BYE does not keep them.
+// byeEnds ends the call of a BYE that passed the dialog token check, once
+// the BYE was sent on (not when it is answered: a carrier that never
+// answers the BYE does not keep the places).
 func (p *Proxy) byeEnds(req *sipmsg.Request, hop inDialogHop) {
 	if req.Method != sipmsg.BYE {
 		return

@@ -187,7 +187,6 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 		p.answerOnce(req, tx, sipmsg.StatusTooManyHops, "Too Many Hops")
 		return
 	}
-	p.byeEnds(req, hop)
 	if req.IsInvite() {
 		ok, err := p.reinviteAllowed(p.cfg(), req, hop)
 		if err != nil || !ok {
@@ -204,6 +203,10 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 	cctx, cancel := requestCtx(target{host: hop.to.addr.Addr().String(), port: int(hop.to.addr.Port()), transport: hop.to.transport()})
 	ctx, err := p.tl.Request(cctx, out)
 	cancel()
+	// A verified BYE ends its call's max_calls places once it has left
+	// (or failed to): a call the next INVITE takes the place of has had
+	// its BYE sent first, so the carrier never sees one call too many.
+	p.byeEnds(req, hop)
 	if err != nil {
 		p.log.Debug("in-dialog forward failed", "method", string(req.Method), "call_id", callID(req), "error", err)
 		p.answer(req, tx, sipmsg.StatusServiceUnavailable, "Service Unavailable")

@@ -201,6 +201,7 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 		Config:          mgr.Current,
 		Counts:          stores,
 		Queue:           stores,
+		Calls:           stores.Calls,
 		StoreMode:       stores.Mode,
 		DuplicateNodeID: stores.DuplicateNodeID,
 		Ready: func() error {
