@@ -189,6 +189,10 @@ func TestDashboardCoversOperations(t *testing.T) {
 		`cpsguard_carrier_effective_cps`,
 		`cpsguard_carrier_responses_total`,
 		`cpsguard_carrier_setup_seconds_bucket`,
+		`cpsguard_active_calls{scope="peer"`,
+		`cpsguard_active_calls{scope="customer"`,
+		`cpsguard_active_calls{scope="carrier"`,
+		`cpsguard_limit_calls{scope="carrier"`,
 	} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("dashboard: no query contains %q", want)
