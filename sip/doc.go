@@ -23,6 +23,16 @@
 // response above 100 moves the call to the next carrier (paced again). When
 // no carrier can take the call it is rejected with 503.
 //
+// Concurrent calls (calls.go, max_calls) are held through a CallPlaces (a
+// calls.Tracker): the peer's and customer's places right after admission,
+// all or none (full: sip.reject_calls, outcome rejected_calls), a
+// carrier's just before its slot is reserved (full: the next carrier,
+// reroute calls_full), given back when the call moves on. An unanswered
+// call frees its places when its INVITE handler returns; an answered one
+// when a BYE that passed the dialog-token check has been sent on (either
+// direction), or by the Tracker at max_call_duration or the places'
+// expiry. Options.Calls nil keeps them in process, refreshed by Serve.
+//
 // Carriers are living systems (probe.go, adaptive.go). Each node probes
 // every carrier whose carriers[].probe is on with SIP OPTIONS and feeds the
 // answers, and the outcome of every forwarded call (setup timeouts, 5xx and
