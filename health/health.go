@@ -68,8 +68,8 @@ type carrier struct {
 	// probesIgnored then holds until a probe is answered.
 	lastGoodCall  time.Time
 	probesIgnored bool
-	since      time.Time
-	reason     string
+	since         time.Time
+	reason        string
 }
 
 // Tracker holds the health of the configured carriers.

@@ -249,4 +249,3 @@ func TestProbesIgnoredWhileCallsAreAnswered(t *testing.T) {
 		t.Error("probes count again after one was answered, and no call since: want down")
 	}
 }
-
