@@ -30,6 +30,10 @@ func Warnings(c *Config) []string {
 					"its answers and in-dialog requests must come from an address it resolves to (an IP address is exact)", host)
 			}
 		}
+		if car.Overload != nil && !car.Adaptive {
+			add(fmt.Sprintf("carriers[%d].overload", i), "set without adaptive: true, so it does nothing "+
+				"(a 503 or 500 with Retry-After pauses any carrier; only an adaptive carrier's overload answers lower its cps)")
+		}
 		if car.MaxWait > LongestWaitBucket {
 			add(fmt.Sprintf("carriers[%d].max_wait", i), "%s is beyond the wait histogram's last bucket (%s): "+
 				"longer waits show only as +Inf in cpsguard_pacing_wait_seconds", car.MaxWait, LongestWaitBucket)

@@ -24,6 +24,11 @@ func TestWarnings(t *testing.T) {
 	}{
 		{"carrier host name", func(c *Config) { c.Carriers[0].URI = "sip:carrier.example:5060" }, `carriers[0].uri: host name "carrier.example" is resolved`},
 		{"long max_wait", func(c *Config) { c.Carriers[0].MaxWait = 90 * time.Second }, "carriers[0].max_wait: 1m30s is beyond"},
+		{"overload without adaptive", func(c *Config) { c.Carriers[0].Overload = &Overload{Codes: []int{503}} }, "carriers[0].overload: set without adaptive: true"},
+		{"overload on an adaptive carrier", func(c *Config) {
+			c.Carriers[0].Overload = &Overload{Codes: []int{503}}
+			c.Carriers[0].Adaptive = true
+		}, ""},
 		{"open http", func(c *Config) { c.HTTP.Listen = "0.0.0.0:9090" }, "http.token: not set while http.listen 0.0.0.0:9090"},
 		{"pool without secret", func(c *Config) { c.Store.Redis = &Redis{Addrs: []string{"127.0.0.1:6379"}} }, "sip.dialog_secret: not set with store.redis"},
 		{"fail open", func(c *Config) {

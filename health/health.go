@@ -17,6 +17,10 @@ type Policy struct {
 	DownAfter int
 	// UpAfter good probes in a row mark a down carrier up (>= 1).
 	UpAfter int
+	// Interval is the probe interval: failed calls ask for at most one
+	// confirmation per Interval, and a call answered within Interval ×
+	// DownAfter vetoes a probe-only down.
+	Interval time.Duration
 }
 
 // Change is one carrier going down or coming up.
@@ -28,6 +32,10 @@ type Change struct {
 	// Reason says what decided it ("probe: no answer in 1s", "calls: 3
 	// setup timeouts in a row", …).
 	Reason string
+	// Notice marks a change of judgement, not of state (Up is unchanged):
+	// the carrier's probe failures are ignored from now on because its
+	// calls are answered (it does not answer OPTIONS).
+	Notice bool
 }
 
 // State is what the Tracker believes of one carrier.
@@ -49,12 +57,19 @@ type carrier struct {
 	probeFails int
 	probeOKs   int
 	callFails  int
-	// confirming: calls failed DownAfter times in a row and a probe was
-	// asked for; its failure marks the carrier down.
-	confirming bool
-	lastCall   string // the last failed call, for the reason
-	since      time.Time
-	reason     string
+	// confirming: calls failed DownAfter times in a row and probes were
+	// asked for; DownAfter failed probes in a row mark the carrier down, a
+	// good one (or an answered call) ends the confirmation.
+	confirming  bool
+	lastConfirm time.Time // when the last confirmation began
+	lastCall    string    // the last failed call, for the reason
+	// lastGoodCall is when a forwarded call was last answered; a carrier
+	// answering calls while its probes fail does not answer OPTIONS, and
+	// probesIgnored then holds until a probe is answered.
+	lastGoodCall  time.Time
+	probesIgnored bool
+	since         time.Time
+	reason        string
 }
 
 // Tracker holds the health of the configured carriers.
@@ -131,42 +146,63 @@ func (t *Tracker) State(name string) (s State, ok bool) {
 
 // Probed records the result of one probe: ok for any answer other than a
 // 5xx or 408, false for those and for no answer in time. detail says what
-// happened, for the reason of a change. While a call failure streak waits
-// for confirmation (see Called), one failed probe marks the carrier down
-// and one good probe clears the streak.
-func (t *Tracker) Probed(name string, ok bool, detail string) {
+// happened, for the reason of a change. again asks the caller to probe once
+// more right away (after the probe's timeout): a confirmation that failed
+// calls asked for is under way and not decided yet.
+//
+// DownAfter failed probes in a row mark the carrier down, unless a call to
+// it was answered within Interval × DownAfter: a carrier that answers calls
+// but not OPTIONS (many trunks drop them) would otherwise be taken out of
+// service by its probes; its probe failures are then ignored, with one
+// Notice, until a probe is answered.
+func (t *Tracker) Probed(name string, ok bool, detail string) (again bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	c := (*t.carriers.Load())[name]
 	if c == nil || !c.pol.Enabled {
-		return
+		return false
 	}
-	confirming := c.confirming
-	c.confirming = false
+	now := t.clock()
 	if ok {
 		c.probeFails = 0
-		if confirming {
+		c.probesIgnored = false
+		if c.confirming {
+			c.confirming = false
 			c.callFails = 0 // the carrier answers: the calls' failures were theirs
 		}
 		if c.up.Load() {
-			return
+			return false
 		}
 		c.probeOKs++
 		if c.probeOKs >= c.pol.UpAfter {
 			c.callFails = 0
 			t.set(name, c, true, "probe: "+plural(c.probeOKs, "good answer")+" in a row ("+detail+")")
 		}
-		return
+		return false
 	}
 	c.probeOKs = 0
-	c.probeFails++
-	switch {
-	case !c.up.Load():
-	case confirming:
-		t.set(name, c, false, "calls: "+plural(c.callFails, "failure")+" in a row (last: "+c.lastCall+"), confirmed by a probe ("+detail+")")
-	case c.probeFails >= c.pol.DownAfter:
-		t.set(name, c, false, "probe: "+plural(c.probeFails, "failure")+" in a row (last: "+detail+")")
+	if c.probesIgnored || !c.up.Load() {
+		return false
 	}
+	c.probeFails++
+	if c.probeFails < c.pol.DownAfter {
+		return c.confirming
+	}
+	if !c.confirming && !c.lastGoodCall.IsZero() && now.Sub(c.lastGoodCall) <= time.Duration(c.pol.DownAfter)*c.pol.Interval {
+		c.probesIgnored = true
+		c.probeFails = 0
+		if t.onChange != nil {
+			t.onChange(Change{Carrier: name, Up: true, Notice: true, Reason: "probe: " + plural(c.pol.DownAfter, "failure") +
+				" in a row (last: " + detail + ") while its calls are answered: it does not answer OPTIONS, so its probe failures are ignored until a probe is answered (probe: {interval: 0s} stops probing it)"})
+		}
+		return false
+	}
+	if c.confirming {
+		t.set(name, c, false, "calls: "+plural(c.callFails, "failure")+" in a row (last: "+c.lastCall+"), confirmed by "+plural(c.probeFails, "failed probe")+" (last: "+detail+")")
+		return false
+	}
+	t.set(name, c, false, "probe: "+plural(c.probeFails, "failure")+" in a row (last: "+detail+")")
+	return false
 }
 
 // Called records the outcome of one forwarded call (passive detection):
@@ -179,8 +215,9 @@ func (t *Tracker) Probed(name string, ok bool, detail string) {
 // what its INVITEs look like, so it could make a live carrier fail a few
 // calls in a row (numbers it refuses with a 5xx, INVITEs too large for its
 // UDP path) and take it away from every other peer. When DownAfter calls
-// in a row have failed, Called returns probe true once: the caller probes
-// the carrier at once, and that probe decides (Probed). Only probed
+// in a row have failed, Called returns probe true: the caller probes the
+// carrier at once, and DownAfter failed probes in a row decide (Probed). A
+// peer can ask for at most one such confirmation per Interval. Only probed
 // carriers are judged: the probe is also what brings them back.
 func (t *Tracker) Called(name string, ok bool, detail string) (probe bool) {
 	t.mu.Lock()
@@ -189,17 +226,24 @@ func (t *Tracker) Called(name string, ok bool, detail string) (probe bool) {
 	if c == nil || !c.pol.Enabled {
 		return false
 	}
+	now := t.clock()
 	if ok {
 		c.callFails = 0
+		c.lastGoodCall = now
+		c.confirming = false
 		return false
 	}
 	c.callFails++
 	c.lastCall = detail
-	if c.up.Load() && !c.confirming && c.callFails >= c.pol.DownAfter {
-		c.confirming = true
-		return true
+	if !c.up.Load() || c.confirming || c.probesIgnored || c.callFails < c.pol.DownAfter {
+		return false
 	}
-	return false
+	if !c.lastConfirm.IsZero() && now.Sub(c.lastConfirm) < c.pol.Interval {
+		return false
+	}
+	c.confirming = true
+	c.lastConfirm = now
+	return true
 }
 
 // set changes c's state; t.mu is held.

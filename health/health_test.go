@@ -29,7 +29,7 @@ func newTracker(t *testing.T) (*Tracker, *recorder, *time.Time) {
 	rec := &recorder{}
 	tr := NewTracker(func() time.Time { return now }, rec.add)
 	tr.Sync(map[string]Policy{
-		"a":   {Enabled: true, DownAfter: 3, UpAfter: 2},
+		"a":   {Enabled: true, DownAfter: 3, UpAfter: 2, Interval: 5 * time.Second},
 		"off": {Enabled: false, DownAfter: 3, UpAfter: 2},
 	})
 	return tr, rec, &now
@@ -80,7 +80,7 @@ func TestProbesMarkDownAndUp(t *testing.T) {
 }
 
 func TestCallsAskForAProbeThatDecides(t *testing.T) {
-	tr, rec, _ := newTracker(t)
+	tr, rec, now := newTracker(t)
 	for range 2 {
 		if tr.Called("a", false, "setup timeout") {
 			t.Fatal("a probe asked for before down_after failed calls")
@@ -109,16 +109,31 @@ func TestCallsAskForAProbeThatDecides(t *testing.T) {
 		t.Fatal("a good confirming probe left the carrier down")
 	}
 	for i := range 3 {
-		if got := tr.Called("a", false, "503 Service Unavailable"); got != (i == 2) {
-			t.Fatalf("failed call %d after a good probe: probe asked %v", i+1, got)
+		if tr.Called("a", false, "503 Service Unavailable") {
+			t.Fatalf("failed call %d: a second confirmation within the probe interval", i+1)
 		}
 	}
-	tr.Probed("a", false, "no answer in 1s")
+	*now = now.Add(5 * time.Second) // one confirmation per interval at most
+	for i := range 3 {
+		if got := tr.Called("a", false, "503 Service Unavailable"); got != (i == 0) {
+			t.Fatalf("failed call %d, an interval later: probe asked %v", i+1, got)
+		}
+	}
+	// One lost answer does not decide: down_after failed probes in a row.
+	if !tr.Probed("a", false, "no answer in 1s") || !tr.Probed("a", false, "no answer in 1s") {
+		t.Fatal("a failed confirming probe did not ask for the next one")
+	}
+	if !tr.Up("a") {
+		t.Fatal("down before down_after (3) confirming probes failed")
+	}
+	if tr.Probed("a", false, "no answer in 1s") {
+		t.Error("the deciding probe asked for another")
+	}
 	if tr.Up("a") {
-		t.Fatal("a failed confirming probe left the carrier up")
+		t.Fatal("3 failed confirming probes left the carrier up")
 	}
 	ch := rec.list()
-	if len(ch) != 1 || ch[0].Reason != "calls: 3 failures in a row (last: 503 Service Unavailable), confirmed by a probe (no answer in 1s)" {
+	if len(ch) != 1 || ch[0].Reason != "calls: 6 failures in a row (last: 503 Service Unavailable), confirmed by 3 failed probes (last: no answer in 1s)" {
 		t.Errorf("changes = %+v", ch)
 	}
 	for range 10 {
@@ -195,4 +210,42 @@ func TestConcurrentUse(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// A carrier that answers calls but drops OPTIONS is not taken out of
+// service by its probes: their failures are ignored (one notice) until a
+// probe is answered.
+func TestProbesIgnoredWhileCallsAreAnswered(t *testing.T) {
+	tr, rec, now := newTracker(t)
+	tr.Called("a", true, "")
+	for range 3 {
+		*now = now.Add(time.Second)
+		tr.Probed("a", false, "no answer in 1s")
+	}
+	if !tr.Up("a") {
+		t.Fatal("probes took down a carrier whose calls are answered")
+	}
+	ch := rec.list()
+	if len(ch) != 1 || !ch[0].Notice || !ch[0].Up {
+		t.Fatalf("changes = %+v, want one notice", ch)
+	}
+	for range 20 { // hours of idle: still up, no more notices
+		*now = now.Add(5 * time.Second)
+		tr.Probed("a", false, "no answer in 1s")
+		if tr.Called("a", false, "setup timeout") {
+			t.Fatal("a confirmation asked for by probes known to fail")
+		}
+	}
+	if !tr.Up("a") || len(rec.list()) != 1 {
+		t.Fatalf("up %v, changes %+v", tr.Up("a"), rec.list())
+	}
+	// A probe answered: probes count again.
+	tr.Probed("a", true, "200 OK")
+	for range 3 {
+		*now = now.Add(time.Minute)
+		tr.Probed("a", false, "no answer in 1s")
+	}
+	if tr.Up("a") {
+		t.Error("probes count again after one was answered, and no call since: want down")
+	}
 }

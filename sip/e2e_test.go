@@ -443,7 +443,7 @@ func TestE2EByeViaRecordRouteUDPAndTCP(t *testing.T) {
 
 // Case 7: a carrier answering 503 moves the call to the next carrier, where
 // it completes; after down_after (3) such answers in a row the node probes
-// it at once, its probe gets 503 too, so it is marked down (passive
+// it at once, down_after probes get 503 too, so it is marked down (passive
 // detection, confirmed) and later calls skip it without trying. Both
 // carriers are SIPp here, so the scenarios are proven too.
 func TestE2ERerouteOnCarrier503(t *testing.T) {
@@ -473,7 +473,7 @@ func TestE2ERerouteOnCarrier503(t *testing.T) {
 		file  string
 		port  int
 		calls int
-	}{{"uas_503.xml", p1, downAfter + 1}, {"uas.xml", p2, n}} { // + the confirming probe
+	}{{"uas_503.xml", p1, 2*downAfter - 1}, {"uas.xml", p2, n}} { // + the confirming probes: down_after - 1, the probe at start failed already
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -509,7 +509,12 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 	cancel()
 	if err != nil {
 		c.log.Debug("forward failed", "carrier", car.Name, "error", err)
-		p.calledCarrier(car.Name, false, "send: "+err.Error())
+		if target.transport == "TCP" {
+			// The carrier refused or did not take the connection. A UDP
+			// send error is this node's (an INVITE too large for a
+			// datagram, say): the peer's INVITE, not the carrier's health.
+			p.calledCarrier(car.Name, false, "send: "+err.Error())
+		}
 		return nil, true
 	}
 	sentAt := time.Now()

@@ -26,6 +26,10 @@ type probeSpec struct {
 
 // onHealthChange logs and exports a carrier going down or coming up.
 func (p *Proxy) onHealthChange(c health.Change) {
+	if c.Notice {
+		p.log.Warn("carrier probes ignored: calls are answered but probes are not", "carrier", c.Carrier, "reason", c.Reason)
+		return
+	}
 	v := 0.0
 	if c.Up {
 		v = 1
@@ -47,7 +51,7 @@ func healthPolicies(cfg *config.Config) map[string]health.Policy {
 	pols := make(map[string]health.Policy, len(cfg.Carriers))
 	for i := range cfg.Carriers {
 		pr := cfg.Carriers[i].Probing()
-		pols[cfg.Carriers[i].Name] = health.Policy{Enabled: pr.Interval > 0, DownAfter: pr.DownAfter, UpAfter: pr.UpAfter}
+		pols[cfg.Carriers[i].Name] = health.Policy{Enabled: pr.Interval > 0, DownAfter: pr.DownAfter, UpAfter: pr.UpAfter, Interval: pr.Interval}
 	}
 	return pols
 }
@@ -131,7 +135,7 @@ func (p *Proxy) probeLoop(ctx context.Context, name string, spec probeSpec, kick
 		if ctx.Err() != nil {
 			return
 		}
-		p.health.Probed(name, ok, detail)
+		again := p.health.Probed(name, ok, detail)
 		result := metrics.ProbeOK
 		if !ok {
 			result = metrics.ProbeFailed
@@ -139,6 +143,11 @@ func (p *Proxy) probeLoop(ctx context.Context, name string, spec probeSpec, kick
 		p.m.CarrierProbes.WithLabelValues(name, result).Inc()
 		if p.log.Enabled(ctx, slog.LevelDebug) {
 			p.log.Debug("carrier probed", "carrier", name, "ok", ok, "answer", detail)
+		}
+		if again {
+			// A confirmation under way: the next probe now (a failed
+			// probe has already waited its timeout, or had its answer).
+			continue
 		}
 		select {
 		case <-ctx.Done():
