@@ -16,7 +16,15 @@ type LocalStore struct {
 	now func() time.Time
 
 	mu     sync.Mutex
-	places map[string]map[string]time.Time // key -> member -> expiry
+	places map[string]*localPlace
+}
+
+// localPlace is one place's live calls and a lower bound of their earliest
+// expiry: trimming scans the members only once that bound has passed, so a
+// decision costs O(1) between expiries instead of O(live calls).
+type localPlace struct {
+	members map[string]time.Time // member -> expiry
+	next    time.Time            // no member expires before next
 }
 
 var _ Store = (*LocalStore)(nil)
@@ -26,23 +34,46 @@ func NewLocalStore(now func() time.Time) *LocalStore {
 	if now == nil {
 		now = time.Now
 	}
-	return &LocalStore{now: now, places: make(map[string]map[string]time.Time)}
+	return &LocalStore{now: now, places: make(map[string]*localPlace)}
 }
 
 // trim drops the expired members of key (expiry <= now) and returns the
 // live ones (nil when none).
 func (s *LocalStore) trim(key string, now time.Time) map[string]time.Time {
-	m := s.places[key]
-	for member, exp := range m {
-		if !exp.After(now) {
-			delete(m, member)
-		}
+	p := s.places[key]
+	if p == nil {
+		return nil
 	}
-	if len(m) == 0 {
+	if !p.next.After(now) {
+		var next time.Time
+		for member, exp := range p.members {
+			switch {
+			case !exp.After(now):
+				delete(p.members, member)
+			case next.IsZero() || exp.Before(next):
+				next = exp
+			}
+		}
+		p.next = next
+	}
+	if len(p.members) == 0 {
 		delete(s.places, key)
 		return nil
 	}
-	return m
+	return p.members
+}
+
+// set gives member the expiry exp in key, creating the place if needed.
+func (s *LocalStore) set(key, member string, exp time.Time) {
+	p := s.places[key]
+	if p == nil {
+		p = &localPlace{members: make(map[string]time.Time), next: exp}
+		s.places[key] = p
+	}
+	p.members[member] = exp
+	if exp.Before(p.next) {
+		p.next = exp
+	}
 }
 
 // Occupy decides like calls_occupy.lua: all places or none.
@@ -63,9 +94,9 @@ func (s *LocalStore) Occupy(_ context.Context, member string, ttl time.Duration,
 	}
 	if d.Duplicate {
 		for _, p := range places {
-			if m := s.places[p.Key]; m != nil {
-				if _, ok := m[member]; ok {
-					m[member] = now.Add(ttl)
+			if pl := s.places[p.Key]; pl != nil {
+				if _, ok := pl.members[member]; ok {
+					s.set(p.Key, member, now.Add(ttl))
 				}
 			}
 		}
@@ -78,12 +109,7 @@ func (s *LocalStore) Occupy(_ context.Context, member string, ttl time.Duration,
 		}
 	}
 	for i, p := range places {
-		m := s.places[p.Key]
-		if m == nil {
-			m = make(map[string]time.Time)
-			s.places[p.Key] = m
-		}
-		m[member] = now.Add(ttl)
+		s.set(p.Key, member, now.Add(ttl))
 		d.Counts[i]++
 	}
 	return d, nil
@@ -120,7 +146,7 @@ func (s *LocalStore) Refresh(_ context.Context, key string, ttl time.Duration, m
 	n := 0
 	for _, member := range members {
 		if _, ok := m[member]; ok {
-			m[member] = now.Add(ttl)
+			s.set(key, member, now.Add(ttl))
 			n++
 		}
 	}
