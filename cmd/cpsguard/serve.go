@@ -171,11 +171,11 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 	}
 
 	// The max_calls places of the calls this node sets up; TTL and maximum
-	// duration are read at start.
+	// duration are read at start. Failed frees and refreshes are counted by
+	// the store's observer (cpsguard_store_errors_total{script}).
 	tracker := calls.NewTracker(stores.Calls, calls.TrackerOptions{
 		TTL:         cfg.SIP.CallRefreshTTL,
 		MaxDuration: cfg.SIP.MaxCallDuration,
-		OnError:     func(op string, err error) { m.StoreErrors.WithLabelValues("calls_" + op).Inc() },
 		Logger:      logger.With("component", "calls"),
 	})
 	proxy, err := sip.New(sip.Options{
