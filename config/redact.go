@@ -104,6 +104,14 @@ func fmtLimits(burst int, windows []Window) string {
 	return b.String()
 }
 
+// fmtMaxCalls describes a max_calls limit: ", max_calls 50" ("" for none).
+func fmtMaxCalls(n int) string {
+	if n <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(", max_calls %d", n)
+}
+
 // Summary is a short, human-readable description of c for `cpsguard check`
 // and logs: counts, names, limits, routes and the store mode. It never
 // contains a secret; it only says whether one is set.
@@ -140,7 +148,7 @@ func (c *Config) Summary() string {
 		for i, s := range p.Sources {
 			srcs[i] = s.String()
 		}
-		line := fmt.Sprintf("  %s: %s%s from %s", p.Name, fmtCPS(p.CPS), fmtLimits(p.Burst, p.Windows), strings.Join(srcs, " "))
+		line := fmt.Sprintf("  %s: %s%s%s from %s", p.Name, fmtCPS(p.CPS), fmtLimits(p.Burst, p.Windows), fmtMaxCalls(p.MaxCalls), strings.Join(srcs, " "))
 		if p.Customer != "" {
 			line += ", customer " + p.Customer
 		}
@@ -154,7 +162,7 @@ func (c *Config) Summary() string {
 	}
 	w("customers (%d):", len(c.Customers))
 	for _, cu := range c.Customers {
-		line := fmt.Sprintf("  %s: %s%s", cu.Name, fmtCPS(cu.CPS), fmtLimits(cu.Burst, cu.Windows))
+		line := fmt.Sprintf("  %s: %s%s%s", cu.Name, fmtCPS(cu.CPS), fmtLimits(cu.Burst, cu.Windows), fmtMaxCalls(cu.MaxCalls))
 		if cu.Route != "" {
 			line += ", route " + cu.Route
 		}
@@ -162,7 +170,7 @@ func (c *Config) Summary() string {
 	}
 	w("carriers (%d):", len(c.Carriers))
 	for _, ca := range c.Carriers {
-		line := fmt.Sprintf("  %s: %s, max_wait %s, setup_timeout %s", ca.Name, fmtCPS(ca.CPS), ca.MaxWait, ca.Setup())
+		line := fmt.Sprintf("  %s: %s%s, max_wait %s, setup_timeout %s", ca.Name, fmtCPS(ca.CPS), fmtMaxCalls(ca.MaxCalls), ca.MaxWait, ca.Setup())
 		if pr := ca.Probing(); pr.Interval > 0 {
 			line += fmt.Sprintf(", probe every %s (down after %d, up after %d)", pr.Interval, pr.DownAfter, pr.UpAfter)
 		} else {
