@@ -100,6 +100,7 @@ func backends(t *testing.T) []backend {
 	}
 	srv := redistest.Start(t)
 	cl := startOneNodeCluster(t)
+	cl3 := redistest.StartCluster(t, 3, 0)
 	return []backend{
 		{
 			name:    "local",
@@ -121,6 +122,10 @@ func backends(t *testing.T) []backend {
 		redisBackend("cluster", func() redis.UniversalClient {
 			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{cl.Addr()}, ContextTimeoutEnabled: true})
 		}, false),
+		// Three masters: a call's places live on different servers.
+		redisBackend("cluster-3-pipelined", func() redis.UniversalClient {
+			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl3.Addrs(), ContextTimeoutEnabled: true})
+		}, true),
 	}
 }
 
