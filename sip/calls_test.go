@@ -116,3 +116,44 @@ func TestMaxCallsFullCarrierIsSkipped(t *testing.T) {
 	}, "one calls_full reroute")
 	waitFor(t, func() bool { return tr.Live() == 1 }, "one tracked call (the refused call holds nothing)")
 }
+
+// calleeBye is the carrier's BYE of the call answered by ok: From and To
+// swapped (the callee's tag is its From tag).
+func calleeBye(t *testing.T, c *siptest.Caller, proxy string, ok *sipmsg.Response) *sipmsg.Request {
+	t.Helper()
+	bye := inDialogOf(t, c, proxy, ok, sipmsg.BYE)
+	from, to := bye.From(), bye.To()
+	f := &sipmsg.FromHeader{DisplayName: to.DisplayName, Address: *to.Address.Clone(), Params: to.Params.Clone()}
+	tt := &sipmsg.ToHeader{DisplayName: from.DisplayName, Address: *from.Address.Clone(), Params: from.Params.Clone()}
+	bye.RemoveHeader("From")
+	bye.RemoveHeader("To")
+	bye.AppendHeader(f)
+	bye.AppendHeader(tt)
+	return bye
+}
+
+func TestMaxCallsCarrierByeEndsTheCall(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	h, tr, _ := startCallsProxy(t, car, 1, 0)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	ok := answeredCall(t, caller, h.udp)
+
+	// The callee's BYE from a stranger's address: 403, nothing freed.
+	stranger := siptest.StartCaller(t, "127.0.0.9")
+	if res := stranger.Final(ctxT(t, 5*time.Second), calleeBye(t, stranger, h.udp, ok)); res == nil || res.StatusCode != 403 {
+		t.Fatalf("callee BYE from a stranger: got %v, want 403", res)
+	}
+	if tr.Live() != 1 {
+		t.Fatalf("tracked calls after a forged BYE: got %d, want 1", tr.Live())
+	}
+	// From the carrier's address: relayed to the caller, and the place is
+	// free for the next call.
+	carSide := siptest.StartCaller(t, "127.0.0.1")
+	if res := carSide.Final(ctxT(t, 5*time.Second), calleeBye(t, carSide, h.udp, ok)); res == nil || res.StatusCode != 200 {
+		t.Fatalf("callee BYE: got %v, want 200", res)
+	}
+	if tr.Live() != 0 {
+		t.Fatalf("tracked calls after the callee's BYE: got %d, want 0", tr.Live())
+	}
+	answeredCall(t, caller, h.udp)
+}
