@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	sipmsg "github.com/emiago/sipgo/sip"
@@ -77,11 +78,13 @@ func (p *Proxy) runProbes(ctx context.Context) {
 		cancel context.CancelFunc
 	}
 	loops := map[string]loop{}
+	var wg sync.WaitGroup
 	defer func() {
 		for name, l := range loops {
 			l.cancel()
 			p.probeKicks.Delete(name)
 		}
+		wg.Wait() // a probe in flight ends with its context
 	}()
 	var last *config.Config
 	t := time.NewTicker(probeSyncEvery)
@@ -112,7 +115,7 @@ func (p *Proxy) runProbes(ctx context.Context) {
 				loops[name] = loop{spec: spec, cancel: cancel}
 				kick := make(chan struct{}, 1)
 				p.probeKicks.Store(name, kick)
-				go p.probeLoop(lctx, name, spec, kick)
+				wg.Go(func() { p.probeLoop(lctx, name, spec, kick) })
 			}
 		}
 		select {

@@ -324,13 +324,16 @@ func (p *Proxy) Serve(ctx context.Context) error {
 	}
 	close(p.ready)
 
+	// The background loops end, and are waited for, before the SIP stack
+	// closes: a probe against a closed stack would fail and could report
+	// a carrier down on the way out.
 	bg, bgCancel := context.WithCancel(context.Background())
-	defer bgCancel()
-	go p.runResolver(bg)
-	go p.sweepInvites(bg)
-	go p.runProbes(bg)
-	go p.runRates(bg)
-	go p.runEventFlush(bg)
+	var bgWG sync.WaitGroup
+	stopBackground := func() { bgCancel(); bgWG.Wait() }
+	defer stopBackground()
+	for _, run := range []func(context.Context){p.runResolver, p.sweepInvites, p.runProbes, p.runRates, p.runEventFlush} {
+		bgWG.Go(func() { run(bg) })
+	}
 
 	var wg sync.WaitGroup
 	errc := make(chan error, len(p.listeners))
@@ -377,6 +380,7 @@ func (p *Proxy) Serve(ctx context.Context) error {
 	last, cancel := context.WithTimeout(context.Background(), time.Second)
 	_ = p.waitIdle(last)
 	cancel()
+	stopBackground()
 	for _, l := range p.listeners {
 		if l.udp != nil {
 			_ = l.udp.Close()
