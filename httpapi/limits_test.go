@@ -258,4 +258,3 @@ func TestLimitsStoreDown(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
-
