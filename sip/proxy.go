@@ -389,17 +389,6 @@ func (p *Proxy) Serve(ctx context.Context) error {
 	return serveErr
 }
 
-// Shutdown drains the proxy: new initial INVITEs get 503, calls already
-// admitted continue until they are forwarded or ctx ends; then calls still
-// waiting are cancelled. Cancel Serve's context afterwards to close the
-// sockets. It returns ctx.Err() when calls were still in progress.
-func (p *Proxy) Shutdown(ctx context.Context) error {
-	p.draining.Store(true)
-	err := p.waitIdle(ctx)
-	p.baseCancel(errProxyShutdown)
-	return err
-}
-
 // sweepInvites removes INVITE entries no handler claimed, every few
 // seconds, until ctx ends.
 func (p *Proxy) sweepInvites(ctx context.Context) {

@@ -185,6 +185,9 @@ func TestPolicies(t *testing.T) {
 				if d.Admit != tc.wantAdmit {
 					t.Fatalf("call %d: admit got %v, want %v", i, d.Admit, tc.wantAdmit)
 				}
+				if open := d.Mode == admission.ModeOpen; open != (tc.policy == PolicyAdmit) {
+					t.Fatalf("call %d: mode %v, want ModeOpen exactly under policy admit", i, d.Mode)
+				}
 			}
 			if got, want := s.Usable(), tc.policy != PolicyReject; got != want {
 				t.Fatalf("usable: got %v, want %v", got, want)
