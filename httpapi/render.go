@@ -194,3 +194,27 @@ func RenderLimits(w io.Writer, l LimitList) error {
 	_, err := io.WriteString(w, b.String())
 	return err
 }
+
+// RenderLimitChange writes the answer of a PUT or DELETE of one override:
+// "override set: …" (and "replaced: …") or "override removed: …" followed
+// by the limit in force again.
+func RenderLimitChange(w io.Writer, c LimitChange) error {
+	var b strings.Builder
+	if c.Override != nil {
+		b.WriteString("override set: " + overrideLine(*c.Override) + "\n")
+		if c.Previous != nil {
+			b.WriteString("replaced: " + overrideLine(*c.Previous) + "\n")
+		}
+	} else if p := c.Previous; p != nil {
+		b.WriteString("override removed: " + overrideLine(*p) + "\n")
+		if p.Ignored == "" {
+			b.WriteString(p.Scope + " " + p.Name + " is back at its configured cps " + fmtCPS(p.ConfiguredCPS))
+			if p.ConfiguredBurst > 0 {
+				b.WriteString(" burst " + strconv.Itoa(p.ConfiguredBurst))
+			}
+			b.WriteString("\n")
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
