@@ -715,7 +715,11 @@ func retryAfter(r *sipmsg.Response, overload bool) (time.Duration, bool) {
 func (p *Proxy) blockCarrier(cfg *config.Config, car *config.Carrier, span time.Duration) {
 	pc := p.pacingCarrier(cfg, car)
 	name := car.Name
+	if !p.storeCalls.start("block:" + name) {
+		return // one at a time per carrier: a flood of 503s is one block
+	}
 	go func() {
+		defer p.storeCalls.done("block:" + name)
 		defer p.panics.Recover("sip.block_carrier", nil)
 		ctx, cancel := context.WithTimeout(p.base, storeBudget)
 		defer cancel()

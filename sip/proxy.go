@@ -186,6 +186,9 @@ type Proxy struct {
 	health *health.Tracker
 	// rates are the adaptive carriers' effective rates, as last read.
 	rates rateCache
+	// storeCalls keeps the background store calls carriers' answers start
+	// (Retry-After blocks, AIMD cuts) to one per carrier at a time.
+	storeCalls oneAtATime
 	// events writes the call event lines (log.events).
 	events *eventLog
 	// probeKicks wakes a carrier's probe loop (chan struct{} by carrier
