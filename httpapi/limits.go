@@ -168,8 +168,8 @@ func parseLimit(body io.Reader, scope string) (LimitRequest, time.Duration, []st
 	var ttl time.Duration
 	if req.TTL == "" {
 		errs = append(errs, `ttl: required (a duration such as "90s", "1h"; at most `+fmtTTL(limits.MaxTTL)+")")
-	} else if d, err := time.ParseDuration(req.TTL); err != nil {
-		errs = append(errs, fmt.Sprintf("ttl: %q is not a duration (e.g. \"30m\", \"1h\")", req.TTL))
+	} else if d, err := parseTTL(req.TTL); err != nil {
+		errs = append(errs, fmt.Sprintf("ttl: %q is not a duration (e.g. \"30m\", \"1h\", \"7d\")", req.TTL))
 	} else if d <= 0 {
 		errs = append(errs, fmt.Sprintf("ttl: must be > 0 (got %s)", req.TTL))
 	} else if d > limits.MaxTTL {
@@ -292,4 +292,17 @@ func fmtTTL(d time.Duration) string {
 		return strconv.Itoa(int(d/(24*time.Hour))) + "d (" + d.String() + ")"
 	}
 	return d.String()
+}
+
+// parseTTL is time.ParseDuration plus whole days ("7d"), the unit an
+// operator thinks of a campaign in.
+func parseTTL(s string) (time.Duration, error) {
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.Atoi(days)
+		if err != nil || n > 1000 {
+			return 0, fmt.Errorf("httpapi: ttl %q: want whole days", s)
+		}
+		return time.Duration(n) * 24 * time.Hour, nil
+	}
+	return time.ParseDuration(s)
 }

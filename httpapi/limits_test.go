@@ -194,6 +194,7 @@ func TestLimitsValidation(t *testing.T) {
 		{"ttl too long", "/api/v1/limits/customer/acme", `{"cps":5,"ttl":"721h"}`, 400, "ttl: must be at most 30d"},
 		{"ttl negative", "/api/v1/limits/customer/acme", `{"cps":5,"ttl":"-1m"}`, 400, "ttl: must be > 0"},
 		{"ttl not a duration", "/api/v1/limits/customer/acme", `{"cps":5,"ttl":"soon"}`, 400, `ttl: "soon" is not a duration`},
+		{"ttl in days too long", "/api/v1/limits/customer/acme", `{"cps":5,"ttl":"31d"}`, 400, "ttl: must be at most 30d"},
 		{"burst on a carrier", "/api/v1/limits/carrier/carrier-a", `{"cps":5,"burst":10,"ttl":"1h"}`, 400, "burst: not supported on carriers"},
 		{"burst below cps", "/api/v1/limits/peer/dialer-1", `{"cps":5,"burst":2,"ttl":"1h"}`, 400, "burst: must be 0 (no burst) or >= cps 5"},
 		{"max_calls", "/api/v1/limits/peer/dialer-1", `{"cps":5,"max_calls":3,"ttl":"1h"}`, 400, "max_calls: not supported"},

@@ -77,7 +77,7 @@ func RenderStatus(w io.Writer, st Status) error {
 	for _, group := range [][]Entry{st.Peers, st.Customers, st.Carriers} {
 		for _, e := range group {
 			if e.Override != nil {
-				b.WriteString("* override: " + overrideLine(*e.Override) + "\n")
+				b.WriteString("* override: " + overrideLine(*e.Override, false) + "\n")
 			}
 		}
 	}
@@ -156,8 +156,8 @@ func fmtCPSPtr(v *float64) string {
 
 // overrideLine describes one override on one line: "peer dialer-1 cps 20
 // (configured 50) until 2026-11-24 09:50:00Z (59m59s left), set by
-// 127.0.0.1:40312".
-func overrideLine(o LimitOverride) string {
+// 127.0.0.1:40312"; for an override that ended (removed), "(was until …)".
+func overrideLine(o LimitOverride, ended bool) string {
 	var b strings.Builder
 	b.WriteString(o.Scope + " " + o.Name + " cps " + fmtCPS(o.CPS))
 	if o.Burst != nil {
@@ -170,8 +170,12 @@ func overrideLine(o LimitOverride) string {
 		}
 		b.WriteString(")")
 	}
-	left := time.Duration(o.TTLSeconds * float64(time.Second)).Truncate(time.Second)
-	b.WriteString(" until " + o.Until.UTC().Format(time.DateTime+"Z") + " (" + left.String() + " left)")
+	if ended {
+		b.WriteString(" (was until " + o.Until.UTC().Format(time.DateTime+"Z") + ")")
+	} else {
+		left := time.Duration(o.TTLSeconds * float64(time.Second)).Truncate(time.Second)
+		b.WriteString(" until " + o.Until.UTC().Format(time.DateTime+"Z") + " (" + left.String() + " left)")
+	}
 	if o.SetBy != "" {
 		b.WriteString(", set by " + o.SetBy)
 	}
@@ -189,7 +193,7 @@ func RenderLimits(w io.Writer, l LimitList) error {
 		b.WriteString("no limit overrides\n")
 	}
 	for _, o := range l.Overrides {
-		b.WriteString(overrideLine(o) + "\n")
+		b.WriteString(overrideLine(o, false) + "\n")
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -201,12 +205,12 @@ func RenderLimits(w io.Writer, l LimitList) error {
 func RenderLimitChange(w io.Writer, c LimitChange) error {
 	var b strings.Builder
 	if c.Override != nil {
-		b.WriteString("override set: " + overrideLine(*c.Override) + "\n")
+		b.WriteString("override set: " + overrideLine(*c.Override, false) + "\n")
 		if c.Previous != nil {
-			b.WriteString("replaced: " + overrideLine(*c.Previous) + "\n")
+			b.WriteString("replaced: " + overrideLine(*c.Previous, true) + "\n")
 		}
 	} else if p := c.Previous; p != nil {
-		b.WriteString("override removed: " + overrideLine(*p) + "\n")
+		b.WriteString("override removed: " + overrideLine(*p, true) + "\n")
 		if p.Ignored == "" {
 			b.WriteString(p.Scope + " " + p.Name + " is back at its configured cps " + fmtCPS(p.ConfiguredCPS))
 			if p.ConfiguredBurst > 0 {

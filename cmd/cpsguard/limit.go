@@ -50,12 +50,12 @@ func limitMain(args []string, stdout, stderr io.Writer) int {
 	node := addNodeFlags(fs)
 	token := fs.String("token", os.Getenv("CPSGUARD_HTTP_TOKEN"), "bearer `token` (http.token; also $CPSGUARD_HTTP_TOKEN)")
 	var cps *float64
-	var ttl *time.Duration
+	var ttl *string
 	var burst *int
 	switch sub {
 	case "set":
 		cps = fs.Float64("cps", 0, "calls per second for the pool (required)")
-		ttl = fs.Duration("ttl", 0, "how long the override lives, e.g. 30m, 1h (required; at most 720h)")
+		ttl = fs.String("ttl", "", "how long the override lives, e.g. 30m, 1h, 7d (required; at most 30d)")
 		burst = fs.Int("burst", -1, "token bucket capacity of a peer or customer (0: none; default: the configured one)")
 	case "rm", "ls":
 	case "help", "-h", "--help":
@@ -110,10 +110,7 @@ func limitMain(args []string, stdout, stderr io.Writer) int {
 		_ = httpapi.RenderLimits(stdout, l)
 		return exitOK
 	case "set":
-		req := httpapi.LimitRequest{CPS: *cps}
-		if *ttl != 0 {
-			req.TTL = ttl.String()
-		}
+		req := httpapi.LimitRequest{CPS: *cps, TTL: *ttl}
 		if *burst >= 0 {
 			req.Burst = burst
 		}
