@@ -440,6 +440,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.WriteHeader(code)
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // "cps: must be > 0", not "\u003e"
 	_ = enc.Encode(v) // the client went away; nothing to do
 }
 
