@@ -1,7 +1,12 @@
 package sip
 
 import (
+	"context"
 	"testing"
+	"time"
+
+	"github.com/cpsguard/cpsguard/admission"
+	"github.com/cpsguard/cpsguard/internal/siptest"
 
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/limits"
@@ -57,5 +62,43 @@ func TestLimitsOf(t *testing.T) {
 	}
 	if got := (&Proxy{}).carrierCPS(car); got != 10 {
 		t.Errorf("carrierCPS without overrides = %g, want 10", got)
+	}
+}
+
+// Through the proxy, with the in-process admission store and a real
+// limits.Overrides: a live override of the peer refuses the second call at
+// once, the carrier's is the rate pacing is asked for, and DELETE restores
+// both.
+func TestOverrideThroughProxy(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	cfg := testConfig(carrierCfg("a", car))
+	cfg.Peers[0].CPS, cfg.Customers[0].CPS = 100, 100
+	_, pacer := newFakes()
+	ov := limits.New(limits.NewLocalStore(nil), limits.Options{})
+	h := startProxyOpts(t, Options{Config: func() *config.Config { return cfg }, Admission: admission.NewLocalStore(nil), Pacer: pacer, Overrides: ov})
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	ctx := context.Background()
+	if _, err := ov.Set(ctx, limits.Override{Scope: "peer", Name: "dialer-1", CPS: 1}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ov.Set(ctx, limits.Override{Scope: "carrier", Name: "a", CPS: 7}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int{200, 503} {
+		if res := caller.Final(ctxT(t, 5*time.Second), caller.Invite(h.udp)); res == nil || res.StatusCode != want {
+			t.Fatalf("call %d under a 1 cps override: final %v, want %d", i, res, want)
+		}
+	}
+	pacer.mu.Lock()
+	got := append([]float64(nil), pacer.reservedCPS...)
+	pacer.mu.Unlock()
+	if len(got) != 1 || got[0] != 7 {
+		t.Errorf("pacing asked for %v cps, want [7] (the carrier's override)", got)
+	}
+	if _, err := ov.Delete(ctx, "peer", "dialer-1"); err != nil {
+		t.Fatal(err)
+	}
+	if res := caller.Final(ctxT(t, 5*time.Second), caller.Invite(h.udp)); res == nil || res.StatusCode != 200 {
+		t.Fatalf("call after DELETE: final %v, want 200 (cps 100 again)", res)
 	}
 }
