@@ -6,9 +6,8 @@ import (
 	"time"
 
 	"github.com/cpsguard/cpsguard/admission"
-	"github.com/cpsguard/cpsguard/internal/siptest"
-
 	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/internal/siptest"
 	"github.com/cpsguard/cpsguard/limits"
 	"github.com/cpsguard/cpsguard/metrics"
 )
