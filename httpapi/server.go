@@ -441,7 +441,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false) // "cps: must be > 0", not "\u003e"
-	_ = enc.Encode(v) // the client went away; nothing to do
+	_ = enc.Encode(v)        // the client went away; nothing to do
 }
 
 // loopback reports whether listen ("host:port") binds only loopback.
