@@ -194,3 +194,31 @@ func TestOverridesApplyLocallyAtOnce(t *testing.T) {
 		t.Error("Lookup after Delete found the override")
 	}
 }
+
+// TestRedisCluster: both keys share a hash slot, so the script runs on a
+// Redis Cluster as on one server.
+func TestRedisCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster")
+	}
+	cl := redistest.StartCluster(t, 3, 0)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.Addrs()})
+	t.Cleanup(func() { c.Close() })
+	ctx := context.Background()
+	if err := lua.Load(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	s := limits.NewRedisStore(c, "xs", limits.RedisOptions{Timeout: time.Second})
+	for _, n := range []string{"a", "b", "c"} {
+		if _, err := s.Set(ctx, limits.Override{Scope: "peer", Name: n, CPS: 2}, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list, err := s.List(ctx)
+	if err != nil || len(list) != 3 {
+		t.Fatalf("List on a cluster = %v, %v; want 3", list, err)
+	}
+	if prev, err := s.Delete(ctx, "peer", "b"); err != nil || prev == nil {
+		t.Fatalf("Delete on a cluster = %v, %v", prev, err)
+	}
+}
