@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cpsguard/cpsguard/internal/panics"
 )
 
 // DefaultRefresh is how often Overrides reads the store by default: a
@@ -26,6 +28,9 @@ type Options struct {
 	// Logger receives failed refreshes (Warn once per outage) and expiries
 	// (Info). Nil: discarded.
 	Logger *slog.Logger
+	// Panics logs and counts a panic in a background refresh, which then
+	// counts as a failed one (the next tick tries again). Nil: logs only.
+	Panics *panics.Reporter
 }
 
 // Overrides is a node's view of the overrides of its Store: a snapshot
@@ -214,6 +219,13 @@ func (x *Overrides) Run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		_ = x.Refresh(ctx) // logged once per outage
+		x.refreshSafe(ctx)
 	}
+}
+
+// refreshSafe is one background Refresh: failures are logged once per
+// outage by Refresh, a panic by Options.Panics.
+func (x *Overrides) refreshSafe(ctx context.Context) {
+	defer x.o.Panics.Recover("limits.refresh", nil)
+	_ = x.Refresh(ctx)
 }

@@ -180,6 +180,7 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 	overrides := limits.New(limStore, limits.Options{
 		Logger:   logger.With("component", "limits"),
 		OnChange: func([]limits.Override) { m.SyncLimits(mgr.Current()) },
+		Panics:   &panics.Reporter{Log: logger.With("component", "limits"), Count: m.Panics},
 	})
 	m.SetLimitOverrides(func(scope, name string) (float64, bool) {
 		o, ok := overrides.Lookup(scope, name)
