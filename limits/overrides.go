@@ -33,6 +33,12 @@ type Options struct {
 	Panics *panics.Reporter
 }
 
+// target is the scope and name an override applies to (a map key that
+// needs no string built per lookup).
+type target struct{ scope, name string }
+
+func targetOf(o Override) target { return target{o.Scope, o.Name} }
+
 // Overrides is a node's view of the overrides of its Store: a snapshot
 // refreshed in the background, read by Lookup without I/O. It is safe for
 // concurrent use.
@@ -40,7 +46,7 @@ type Overrides struct {
 	store Store
 	o     Options
 
-	snap atomic.Pointer[map[string]Override]
+	snap atomic.Pointer[map[target]Override]
 	// gen counts local changes: a refresh that read the store before one
 	// does not overwrite it.
 	gen atomic.Uint64
@@ -63,7 +69,7 @@ func New(store Store, o Options) *Overrides {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	x := &Overrides{store: store, o: o}
-	empty := map[string]Override{}
+	empty := map[target]Override{}
 	x.snap.Store(&empty)
 	return x
 }
@@ -75,7 +81,7 @@ func (x *Overrides) Lookup(scope, name string) (Override, bool) {
 	if x == nil {
 		return Override{}, false
 	}
-	o, ok := (*x.snap.Load())[Field(scope, name)]
+	o, ok := (*x.snap.Load())[target{scope, name}] // no allocation on the call path
 	if !ok || !x.o.Clock().Before(o.Until) {
 		return Override{}, false
 	}
@@ -104,7 +110,7 @@ func (x *Overrides) Set(ctx context.Context, o Override, ttl time.Duration) (*Ov
 		return nil, err
 	}
 	o.Until = x.o.Clock().Add(ttl)
-	x.apply(func(m map[string]Override) { m[o.Field()] = o })
+	x.apply(func(m map[target]Override) { m[targetOf(o)] = o })
 	return prev, nil
 }
 
@@ -115,16 +121,16 @@ func (x *Overrides) Delete(ctx context.Context, scope, name string) (*Override, 
 	if err != nil {
 		return nil, err
 	}
-	x.apply(func(m map[string]Override) { delete(m, Field(scope, name)) })
+	x.apply(func(m map[target]Override) { delete(m, target{scope, name}) })
 	return prev, nil
 }
 
 // apply changes a copy of the snapshot and swaps it in.
-func (x *Overrides) apply(change func(map[string]Override)) {
+func (x *Overrides) apply(change func(map[target]Override)) {
 	x.mu.Lock()
 	x.gen.Add(1)
 	old := *x.snap.Load()
-	m := make(map[string]Override, len(old)+1)
+	m := make(map[target]Override, len(old)+1)
 	for k, v := range old {
 		m[k] = v
 	}
@@ -154,9 +160,9 @@ func (x *Overrides) Refresh(ctx context.Context) error {
 	}
 	x.failing = false
 	if x.gen.Load() == gen {
-		m := make(map[string]Override, len(list))
+		m := make(map[target]Override, len(list))
 		for _, o := range list {
-			m[o.Field()] = o
+			m[targetOf(o)] = o
 		}
 		x.snap.Store(&m)
 	}
