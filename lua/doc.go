@@ -17,7 +17,10 @@
 //   - block.lua: a carrier's Retry-After: no slot for the pool until it ends;
 //   - rate.lua: an adaptive carrier's effective rate (AIMD), in milli-cps;
 //   - heartbeat.lua: node liveness, to count the live pool, and other
-//     processes beating under the same node id (heartbeat.go).
+//     processes beating under the same node id (heartbeat.go);
+//   - overrides.lua: the pool's live limit overrides (set, del, list), one
+//     hash and one expiry set that expire with the latest override, so none
+//     outlives its TTL (overrides.go; times in integer ms of Redis TIME).
 //
 // The clock is always Redis TIME, in integer microseconds; scores are integer
 // microseconds and every fraction travels as an integer of microseconds (or

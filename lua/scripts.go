@@ -79,6 +79,7 @@ func Load(ctx context.Context, c redis.Scripter) error {
 		{ScriptRefund, refundScript},
 		{ScriptRate, rateScript},
 		{ScriptHeartbeat, heartbeatScript},
+		{ScriptOverrides, overridesScript},
 	} {
 		if err := s.script.Load(ctx, c).Err(); err != nil {
 			return fmt.Errorf("lua: load %s.lua: %w", s.name, err)
@@ -110,6 +111,8 @@ func SHA(name string) string {
 		return rateScript.Hash()
 	case ScriptHeartbeat:
 		return heartbeatScript.Hash()
+	case ScriptOverrides:
+		return overridesScript.Hash()
 	}
 	return ""
 }

@@ -161,6 +161,8 @@ type Metrics struct {
 
 	// syncMu serialises SyncLimits.
 	syncMu sync.Mutex
+	// override is SetLimitOverrides' func (nil: none); guarded by syncMu.
+	override func(scope, name string) (float64, bool)
 }
 
 // WaitBuckets resolve queue delay from 1 ms up to 60 s

@@ -23,6 +23,12 @@
 // response above 100 moves the call to the next carrier (paced again). When
 // no carrier can take the call it is rejected with 503.
 //
+// The limits applied are the configured ones unless an operator's live
+// override (Options.Overrides, package limits) replaces them: effective.go
+// is the one place that decides a peer's or customer's cps and burst and a
+// carrier's cps (the pacing interval, the send gate, an adaptive carrier's
+// AIMD maximum); the lookup reads an in-memory snapshot, no I/O.
+//
 // Carriers are living systems (probe.go, adaptive.go). Each node probes
 // every carrier whose carriers[].probe is on with SIP OPTIONS and feeds the
 // answers, and the outcome of every forwarded call (setup timeouts, 5xx and

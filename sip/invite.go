@@ -181,6 +181,7 @@ func (c *call) admit(peer *config.Peer, cu *config.Customer) bool {
 	var owner []int // owner[i]: index in names of buckets[i]'s scope
 	var gates []gateKey
 	add := func(scope, name string, cps float64, burst int, windows []config.Window) {
+		cps, burst = p.limitsOf(scope, name, cps, burst) // a live override wins
 		if cps <= 0 {
 			return // no limit configured for this scope
 		}

@@ -64,6 +64,9 @@ type Options struct {
 	Metrics *metrics.Metrics
 	// Logger receives the proxy's and sipgo's logs; nil means slog.Default().
 	Logger *slog.Logger
+	// Overrides are the pool's live limit overrides (limits.Overrides
+	// satisfies it); nil: the configured limits only.
+	Overrides Overrides
 	// Usable reports whether the store can decide calls now (false while
 	// Redis is down under store.on_error: reject); out-of-dialog OPTIONS get
 	// 503 then, so upstream dispatchers route around the node. nil: always.
@@ -177,6 +180,8 @@ type Proxy struct {
 	panics *panics.Reporter
 	// storeUsable is Options.Usable.
 	storeUsable func() bool
+	// overrides is Options.Overrides (may be nil); read through limitsOf.
+	overrides Overrides
 	// health is what this node believes of each carrier (probes, calls).
 	health *health.Tracker
 	// rates are the adaptive carriers' effective rates, as last read.
@@ -223,6 +228,7 @@ func New(opts Options) (*Proxy, error) {
 		invites:     newInviteTable(),
 		resolver:    newCarrierResolver(),
 		storeUsable: opts.Usable,
+		overrides:   opts.Overrides,
 	}
 	p.panics = &panics.Reporter{Log: p.log, Count: p.m.Panics}
 	p.health = health.NewTracker(nil, p.onHealthChange)

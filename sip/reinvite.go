@@ -66,7 +66,7 @@ func (p *Proxy) awaitCarrier(ctx context.Context, log *slog.Logger, cfg *config.
 	}
 	// The whole wait (slot, then gate) stays within max_wait.
 	deadline := slot.Due().Add(max(car.MaxWait-slot.Wait, 0))
-	ticket, err = p.gate.wait(ctx, append(keys, gateKey{metrics.ScopeCarrier + ":" + car.Name, car.CPS}), deadline)
+	ticket, err = p.gate.wait(ctx, append(keys, gateKey{metrics.ScopeCarrier + ":" + car.Name, p.carrierCPS(car)}), deadline)
 	switch {
 	case errors.Is(err, errGateFull):
 		// This node already sent the carrier's limit within the window:

@@ -21,6 +21,7 @@ import (
 	"github.com/cpsguard/cpsguard/httpapi"
 	"github.com/cpsguard/cpsguard/internal/gctune"
 	"github.com/cpsguard/cpsguard/internal/panics"
+	"github.com/cpsguard/cpsguard/limits"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/pacing"
 	"github.com/cpsguard/cpsguard/sip"
@@ -169,7 +170,28 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 		m.StoreUp.Set(1)
 	}
 
+	// Limit overrides (PUT /api/v1/limits): pool-wide in the same Redis,
+	// else in this process. The view starts with what the store holds and
+	// keeps cpsguard_limit_cps on the limit in force.
+	var limStore limits.Store = limits.NewLocalStore(nil)
+	if rc := stores.RedisClient(); rc != nil {
+		limStore = limits.NewRedisStore(rc, cfg.Store.KeyPrefix, limits.RedisOptions{Timeout: cfg.Store.Redis.Timeout, Observe: m.ObserveStore})
+	}
+	overrides := limits.New(limStore, limits.Options{
+		Logger:   logger.With("component", "limits"),
+		OnChange: func([]limits.Override) { m.SyncLimits(mgr.Current()) },
+		Panics:   &panics.Reporter{Log: logger.With("component", "limits"), Count: m.Panics},
+	})
+	m.SetLimitOverrides(func(scope, name string) (float64, bool) {
+		o, ok := overrides.Lookup(scope, name)
+		return o.CPS, ok
+	})
+	rctx, rcancel := context.WithTimeout(ctx, time.Second)
+	_ = overrides.Refresh(rctx) // a failure is logged; Run retries
+	rcancel()
+
 	proxy, err := sip.New(sip.Options{
+		Overrides: overrides,
 		Config:    mgr.Current,
 		Admission: stores,
 		Pacer:     pacing.NewPacer(stores),
@@ -216,6 +238,7 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 			}
 			return httpapi.CarrierState{Up: st.Up, Since: st.Since, Reason: st.Reason, EffectiveCPS: proxy.EffectiveCPS(name)}, true
 		},
+		Limits:   overrides,
 		Reload:   mgr.Reload,
 		LoadedAt: func() time.Time { return time.Unix(0, loadedAt.Load()) },
 		Registry: reg,
@@ -252,6 +275,7 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 	httpCtx, httpCancel := context.WithCancel(context.Background())
 	defer httpCancel()
 	start("store", func(ctx context.Context) error { stores.Run(ctx); return nil })
+	start("limits", func(ctx context.Context) error { overrides.Run(ctx); return nil })
 	start("sip", func(ctx context.Context) error {
 		defer httpCancel()
 		return proxy.Serve(ctx)
