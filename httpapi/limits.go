@@ -162,6 +162,8 @@ func parseLimit(body io.Reader, scope string) (LimitRequest, time.Duration, []st
 	switch {
 	case !(req.CPS > 0):
 		errs = append(errs, fmt.Sprintf("cps: must be > 0 (got %g)", req.CPS))
+	case req.CPS < config.MinCPS:
+		errs = append(errs, fmt.Sprintf("cps: must be >= %g, one call every 1000 s (got %g)", config.MinCPS, req.CPS))
 	case req.CPS > config.MaxCPS:
 		errs = append(errs, fmt.Sprintf("cps: must be <= %d (got %g)", config.MaxCPS, req.CPS))
 	}

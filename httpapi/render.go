@@ -83,7 +83,7 @@ func RenderStatus(w io.Writer, st Status) error {
 	}
 	for _, e := range st.Carriers {
 		if e.Up != nil && !*e.Up {
-			b.WriteString("carrier " + e.Name + " is down: " + e.Health + "\n")
+			b.WriteString("carrier " + e.Name + " is down: " + printable(e.Health) + "\n")
 		}
 	}
 	if len(st.Errors) > 0 {
@@ -222,3 +222,16 @@ func RenderLimitChange(w io.Writer, c LimitChange) error {
 	_, err := io.WriteString(w, b.String())
 	return err
 }
+
+// printable keeps a node's text (a health reason quoting a carrier's
+// answer) from driving the operator's terminal: control characters become
+// '?'.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return '?'
+		}
+		return r
+	}, s)
+}
+
