@@ -234,4 +234,3 @@ func printable(s string) string {
 		return r
 	}, s)
 }
-
