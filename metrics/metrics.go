@@ -35,6 +35,9 @@ const (
 	OutcomeCanceled          = "canceled"
 	// OutcomeRejectedDown: every carrier of the call's route was down.
 	OutcomeRejectedDown = "rejected_down"
+	// OutcomeRejectedOverload: the node was deciding sip.max_inflight new
+	// calls already; the INVITE got 503 at once, statelessly.
+	OutcomeRejectedOverload = "rejected_overload"
 
 	// Classes of cpsguard_carrier_responses_total besides "1xx" … "6xx".
 	ClassTimeout = "timeout"

@@ -209,7 +209,8 @@ func TestSyncLimits(t *testing.T) {
 		{"limit_cps", m.LimitCPS, []string{
 			"name=c1,scope=customer", "name=k1,scope=carrier", "name=p1,scope=peer", "name=p3,scope=peer"}},
 		{"admission_total", m.Admission, []string{"name=c1,result=rejected,scope=customer"}},
-		{"calls_total", m.Calls, []string{"outcome=forwarded,peer=p1", "outcome=forwarded,peer=unknown"}},
+		{"calls_total", m.Calls, []string{"outcome=forwarded,peer=p1", "outcome=forwarded,peer=unknown",
+			"outcome=rejected_overload,peer=p1", "outcome=rejected_overload,peer=p3"}},
 		{"pacing_wait_seconds", m.PacingWait, []string{"carrier=k1"}},
 		{"pacing_total", m.Pacing, []string{"carrier=k1,result=paced"}},
 		{"pacing_queued", m.Queued, []string{"carrier=k1"}},

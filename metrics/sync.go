@@ -89,6 +89,9 @@ func (m *Metrics) SyncLimits(cfg *config.Config) {
 	}
 	for _, p := range cfg.Peers {
 		m.LimitCPS.WithLabelValues(ScopePeer, p.Name).Set(p.CPS)
+		// Shedding is the alert that matters under overload: its series
+		// starts at 0 so increase() sees the first shed call.
+		m.Calls.WithLabelValues(p.Name, OutcomeRejectedOverload)
 	}
 	for _, c := range cfg.Customers {
 		m.LimitCPS.WithLabelValues(ScopeCustomer, c.Name).Set(c.CPS)
