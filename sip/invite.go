@@ -62,6 +62,7 @@ func (p *Proxy) onInvite(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
 	// which then tells the call through its entry.
 	entry, done := p.invites.claim(req)
 	defer done()
+	ctx = withDeciding(ctx, entry)
 	entry.onCancel(func() { cancel(errCallCanceled) })
 	tx.OnTerminate(func(string, error) { cancel(errTxTerminated) })
 
