@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -77,13 +78,16 @@ type Options struct {
 // while Redis answers and on the in-process stores (per Policy) from the first
 // Redis error until a background probe sees Redis answer again. A call that
 // meets a Redis error is decided by the fallback at once, so no call is lost
-// and none waits longer than the Redis timeout.
+// and none waits longer than the Redis timeout allows. A timeout switches
+// only when Redis answered no other call within the last Timeout (see fail).
 //
 // Failover is safe for concurrent use.
 type Failover struct {
 	o    Options
 	down atomic.Bool
 	mu   sync.Mutex // serialises mode switches and their logs
+	// lastOK is when Redis last answered a call (Unix nanoseconds).
+	lastOK atomic.Int64
 }
 
 var (
@@ -131,9 +135,37 @@ func (f *Failover) Usable() bool {
 
 func (f *Failover) redisInUse() bool { return f.o.Redis != nil && !f.down.Load() }
 
-// fail switches to fallback after a Redis error (once per outage).
+// ok records that Redis answered a call.
+func (f *Failover) ok() { f.lastOK.Store(time.Now().UnixNano()) }
+
+// answeredLately reports whether Redis answered a call within the last
+// Timeout.
+func (f *Failover) answeredLately() bool {
+	return time.Since(time.Unix(0, f.lastOK.Load())) < f.o.Timeout
+}
+
+// isTimeout reports a deadline error: the reply did not come in time,
+// which says as much about this node (a reply read late by a saturated
+// scheduler) as about Redis.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// fail switches to fallback after a Redis error (once per outage). A
+// timeout while Redis answered another call within the last Timeout is
+// not an outage: on a CPU-saturated node some replies are read late while
+// Redis is well (issue 15); that call alone is decided by the fallback.
+// Any other error (refused, reset, a hostile reply), or timeouts with no
+// answer for a whole Timeout, switch.
 func (f *Failover) fail(op string, err error) {
-	if f.o.Redis == nil || !f.down.CompareAndSwap(false, true) {
+	if f.o.Redis == nil || f.down.Load() {
+		return
+	}
+	if isTimeout(err) && f.answeredLately() {
+		return
+	}
+	if !f.down.CompareAndSwap(false, true) {
 		return
 	}
 	f.mu.Lock()
@@ -176,6 +208,7 @@ func (f *Failover) Admit(ctx context.Context, member string, buckets []admission
 	if f.redisInUse() {
 		d, err := f.o.Redis.Admit(ctx, member, buckets)
 		if err == nil {
+			f.ok()
 			if d.Admit && !d.Duplicate {
 				// Mirror the admission into the in-process windows (full
 				// limits: this node's own calls never exceed the pool's), so
@@ -245,6 +278,7 @@ func (f *Failover) Reserve(ctx context.Context, key, member string, interval, ma
 	if f.redisInUse() {
 		s, err := f.o.RedisSlots.Reserve(ctx, key, member, interval, maxWait)
 		if err == nil {
+			f.ok()
 			return s, nil
 		}
 		if callerGaveUp(ctx) {
@@ -298,6 +332,7 @@ func (f *Failover) Adapt(ctx context.Context, key string, a pacing.AIMD, overloa
 	if f.redisInUse() {
 		r, err := f.o.RedisSlots.Adapt(ctx, key, a, overload)
 		if err == nil {
+			f.ok()
 			return r, nil
 		}
 		if callerGaveUp(ctx) {
