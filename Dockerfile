@@ -32,4 +32,10 @@ COPY --from=build /out/cpsguard /usr/local/bin/cpsguard
 USER 65532:65532
 # SIP (UDP and TCP) and the operations HTTP server (/metrics, /api/v1/...).
 EXPOSE 5060/udp 5060/tcp 9090
+# distroless has no shell or curl: the binary probes /readyz itself (exit 0
+# ready, 1 not: starting, draining, or its store unusable under on_error
+# reject). It finds the node from http.listen in the file, on loopback when
+# that is 0.0.0.0, or from CPSGUARD_HTTP_LISTEN.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 \
+  CMD ["/usr/local/bin/cpsguard", "probe", "--config", "/etc/cpsguard/cpsguard.yaml"]
 ENTRYPOINT ["/usr/local/bin/cpsguard", "serve", "--config", "/etc/cpsguard/cpsguard.yaml"]

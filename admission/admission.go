@@ -2,8 +2,12 @@ package admission
 
 import (
 	"context"
+	"fmt"
 	"math"
+	"strconv"
 	"time"
+
+	"github.com/cpsguard/cpsguard/lua"
 )
 
 // Guard is added to every admission window. The proxy forwards an admitted
@@ -14,14 +18,68 @@ import (
 const Guard = 10 * time.Millisecond
 
 // Bucket is one rolling window: at most Limit admitted calls in any interval
-// of length Window.
+// of length Window; or, when RateMicros > 0, one token bucket (see
+// TokenBucket).
 type Bucket struct {
 	// Key names the bucket in the store, e.g. "cpsguard:{peer:dialer-1}".
 	Key string
-	// Limit is the number of calls the window may hold (> 0).
+	// Limit is the number of calls the window may hold (> 0); for a token
+	// bucket, its capacity in tokens (the burst, 1 to lua.MaxTokens).
 	Limit int
-	// Window is the length of the rolling window (> 0).
+	// Window is the length of the rolling window (> 0); for a token bucket,
+	// how long an admitted call is remembered to recognise a duplicate.
 	Window time.Duration
+	// RateMicros is 0 for a rolling window. When > 0 the bucket is a token
+	// bucket refilled at RateMicros micro-tokens per second (cps × 1e6, at
+	// most lua.MaxRateMicros): a call takes one token (1e6 micro-tokens).
+	RateMicros int64
+}
+
+// TokenBucket returns the token bucket that replaces the 1 s window of key
+// (a lua.Key) when a scope has a burst: capacity burst tokens, refilled at
+// cps per second, full when idle. An idle scope at cps 10, burst 30 gets 30
+// calls through at once, then 10 a second. The rate travels as integer
+// micro-tokens per second (cps rounded to 6 decimals); the key keeps key's
+// hash tag: "cpsguard:{peer:dialer-1}:tb". Admitted calls are remembered for
+// 1 s + Guard, like the 1 s window, to recognise a duplicate.
+func TokenBucket(key string, cps float64, burst int) Bucket {
+	return Bucket{Key: key + ":tb", Limit: burst, Window: time.Second + Guard, RateMicros: int64(math.Round(cps * microsPerToken))}
+}
+
+// microsPerToken is one token in micro-tokens, the unit of a token bucket's
+// level and rate in both stores.
+const microsPerToken = 1_000_000
+
+// tokenLevel returns a token bucket's level (µtokens) and its time (µs) at
+// nowUS, from the level tokens stored at lastUS: min(capacity, tokens +
+// floor((nowUS-lastUS) × rate / 1e6)), exactly as admit.lua computes it. A
+// level above a lowered capacity is clamped; a clock behind lastUS adds
+// nothing.
+func tokenLevel(tokens, lastUS, nowUS, capacity, rate int64) (int64, int64) {
+	if nowUS > lastUS {
+		e := nowUS - lastUS
+		es, ef := e/microsPerToken, e%microsPerToken
+		if need := capacity - tokens; need <= 0 || es >= (need+rate-1)/rate {
+			return capacity, nowUS
+		}
+		q, r := rate/microsPerToken, rate%microsPerToken
+		tokens += es*rate + ef*q + ef*r/microsPerToken
+		lastUS = nowUS
+	}
+	return min(tokens, capacity), lastUS
+}
+
+// check reports a bucket no store can decide on.
+func check(b Bucket) error {
+	switch {
+	case b.Window <= 0:
+		return errWindow(b)
+	case b.RateMicros < 0 || b.RateMicros > lua.MaxRateMicros:
+		return fmt.Errorf("admission: bucket %q: rate %d µtokens/s must be 0 (rolling window) or 1 to %d", b.Key, b.RateMicros, int64(lua.MaxRateMicros))
+	case b.RateMicros > 0 && (b.Limit < 1 || b.Limit > lua.MaxTokens):
+		return fmt.Errorf("admission: token bucket %q: capacity %d must be 1 to %d", b.Key, b.Limit, lua.MaxTokens)
+	}
+	return nil
 }
 
 // Decision is the outcome of one admission. Being over a limit is a Decision
@@ -32,7 +90,8 @@ type Decision struct {
 	// Refused is the index of the bucket that refused the call, or -1.
 	Refused int
 	// Counts holds, per bucket, the calls in its window after the decision
-	// (including this call when admitted). A bucket that was not examined
+	// (including this call when admitted); for a token bucket, the tokens in
+	// use (capacity - whole tokens left). A bucket that was not examined
 	// (cross-slot path stopped early) reports -1.
 	Counts []int
 	// RetryAfter is, when refused, how long until the refusing bucket has room.
@@ -52,7 +111,8 @@ type Decision struct {
 // An error means the store failed and nothing is known about the decision.
 type Store interface {
 	Admit(ctx context.Context, member string, buckets []Bucket) (Decision, error)
-	// Counts returns the calls currently in each bucket's window.
+	// Counts returns the calls currently in each bucket's window (tokens
+	// in use for a token bucket).
 	Counts(ctx context.Context, buckets []Bucket) ([]int, error)
 }
 
@@ -71,4 +131,18 @@ func LimitFor(cps float64) (limit int, window time.Duration) {
 		return 0, time.Second + Guard
 	}
 	return 1, time.Duration(float64(time.Second)/cps) + Guard
+}
+
+// WindowBucket returns the bucket of an extra rolling window beside the 1 s
+// one of key (a lua.Key): at most calls admitted calls in any interval of
+// length per. Guard is added as for the 1 s window. The key keeps key's hash
+// tag, so the buckets of one scope share a Redis Cluster slot and are decided
+// in one script call, and names the length: "cpsguard:{peer:dialer-1}:w60s".
+// A window holds at most calls entries, whatever the traffic.
+func WindowBucket(key string, calls int, per time.Duration) Bucket {
+	suffix := ":w" + strconv.FormatInt(int64(per/time.Millisecond), 10) + "ms"
+	if per%time.Second == 0 {
+		suffix = ":w" + strconv.FormatInt(int64(per/time.Second), 10) + "s"
+	}
+	return Bucket{Key: key + suffix, Limit: calls, Window: per + Guard}
 }

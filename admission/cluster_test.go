@@ -88,3 +88,51 @@ func TestCrossSlot(t *testing.T) {
 		t.Fatalf("peer count = %d, want 5", counts[0])
 	}
 }
+
+// Cross-slot with token buckets and extra windows: each scope's buckets are
+// decided in one call on their slot; when the customer's slot refuses, the
+// peer's slot is undone, its token given back and its window entries
+// removed, so a refused call costs nothing anywhere.
+func TestCrossSlotTokenBucket(t *testing.T) {
+	c := startOneNodeCluster(t)
+	ctx := context.Background()
+	s := NewRedisStore(c, RedisOptions{Timeout: 5 * time.Second})
+	if err := s.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pk, ck := lua.Key("test", "peer", "p1"), lua.Key("test", "customer", "c1")
+	if lua.Slot(pk) == lua.Slot(ck) {
+		t.Fatal("test keys share a slot; pick other names")
+	}
+	peerTB := TokenBucket(pk, 1, 10)
+	peerW := WindowBucket(pk, 100, time.Minute)
+	custTB := TokenBucket(ck, 1, 2)
+	custW := WindowBucket(ck, 3, time.Minute)
+	all := []Bucket{peerTB, peerW, custTB, custW}
+	if g := slotGroups(all); len(g) != 2 || !slices.Equal(g[0], []int{0, 1}) || !slices.Equal(g[1], []int{2, 3}) {
+		t.Fatalf("slotGroups = %v, want [[0 1] [2 3]]", g)
+	}
+	for i := range 2 {
+		if d := admit(t, s, fmt.Sprintf("call-%d", i), all...); !d.Admit || !slices.Equal(d.Counts, []int{i + 1, i + 1, i + 1, i + 1}) {
+			t.Fatalf("call %d: got %+v, want admitted with %d everywhere", i, d, i+1)
+		}
+	}
+	d := admit(t, s, "call-2", all...)
+	if d.Admit || d.Refused != 2 || !slices.Equal(d.Counts, []int{2, 2, 2, 2}) || d.RetryAfter <= 0 {
+		t.Fatalf("3rd call: got %+v, want refused by the customer's token bucket (2) with counts [2 2 2 2]", d)
+	}
+	if got := counts(t, s, all...); !slices.Equal(got, []int{2, 2, 2, 2}) {
+		t.Fatalf("Counts = %v, want [2 2 2 2] (the peer's token given back, its window entry removed)", got)
+	}
+	if n, _ := c.ZCard(ctx, peerTB.Key).Result(); n != 2 {
+		t.Fatalf("peer token bucket remembers %d calls, want 2", n)
+	}
+	// A retransmission of an admitted call is a duplicate on both slots and
+	// takes nothing.
+	if d := admit(t, s, "call-0", all...); !d.Admit || !d.Duplicate {
+		t.Fatalf("retransmission: got %+v, want admitted duplicate", d)
+	}
+	if got := counts(t, s, all...); !slices.Equal(got, []int{2, 2, 2, 2}) {
+		t.Fatalf("Counts after the retransmission = %v, want [2 2 2 2]", got)
+	}
+}

@@ -1,5 +1,8 @@
-// Package admission owns inbound admission: the rolling-window limit of each
-// peer and customer ("never more than the limit in any rolling window").
+// Package admission owns inbound admission: the limits of each peer and
+// customer. A Bucket is a rolling window ("never more than the limit in any
+// rolling window": the 1 s window of cps, and sustained windows such as 600
+// per minute, WindowBucket) or a token bucket (rate cps, capacity burst,
+// TokenBucket), which replaces the 1 s window of a scope with a burst.
 //
 // A Store decides for all buckets of a call at once: it admits only when
 // every bucket is under its limit, and then counts the call in every bucket;
@@ -7,8 +10,9 @@
 //
 //   - RedisStore shares the windows of a whole pool through Redis
 //     (standalone, Sentinel or Cluster), one admit.lua call per decision on
-//     Redis's clock; buckets in different Cluster slots are decided bucket by
-//     bucket and never over-admit;
+//     Redis's clock; buckets in different Cluster slots are decided slot by
+//     slot, undone (token given back) when a later slot refuses, and never
+//     over-admit;
 //   - LocalStore keeps them in process (one node, or the fallback while Redis
 //     is down), on the local monotonic clock, with memory bounded by the
 //     limits and idle buckets evicted.

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"math"
 	"sync"
 	"time"
 )
@@ -15,11 +16,14 @@ const sweepEvery = time.Second
 
 // LocalStore is the in-process Store of a single node, or the fallback while
 // Redis is down. It decides exactly like admit.lua, on the local monotonic
-// clock.
+// clock; a token bucket's level is computed with the same integer
+// arithmetic, on the clock read in whole microseconds.
 //
-// Memory is bounded: a bucket holds at most its limit of calls (a ring), and
-// a bucket idle for longer than its window plus one second is evicted lazily,
-// by the calls that come after (no background goroutine). LocalStore is safe
+// Memory is bounded: a window holds at most its limit of calls (a ring), a
+// token bucket at most the calls it can admit within its window, and a bucket
+// idle for longer than its window plus one second (a token bucket: until it
+// is full again, plus one second, like the TTLs admit.lua sets) is evicted
+// lazily, by the calls that come after (no background goroutine). LocalStore is safe
 // for concurrent use; one mutex makes every multi-bucket decision atomic.
 type LocalStore struct {
 	clock func() time.Time
@@ -43,14 +47,20 @@ func NewLocalStore(clock func() time.Time) *LocalStore {
 	return &LocalStore{clock: clock, epoch: clock(), buckets: make(map[string]*ring)}
 }
 
-// ring holds the admitted calls of one bucket, oldest first.
+// ring holds the admitted calls of one bucket, oldest first, and a token
+// bucket's level.
 type ring struct {
 	at      []time.Duration // admission times since epoch; len = capacity
 	member  []string
 	head, n int
 	members map[string]struct{}
-	touched time.Duration // last admission
-	window  time.Duration // window of the last admission
+	expire  time.Duration // evicted from then on (last admission + idle time)
+
+	// Token bucket: level in µtokens at lastUS (µs since epoch); an entry
+	// without a level (hasLevel false) is a full bucket.
+	tokens   int64
+	lastUS   int64
+	hasLevel bool
 }
 
 func (r *ring) idx(i int) int { return (r.head + i) % len(r.at) }
@@ -82,11 +92,37 @@ func (r *ring) grow(limit int) {
 }
 
 func (r *ring) push(now time.Duration, member string) {
+	if r.n == len(r.at) {
+		// Full at its bound (a token bucket's ring): forget the oldest.
+		delete(r.members, r.member[r.head])
+		r.member[r.head] = ""
+		r.head = (r.head + 1) % len(r.at)
+		r.n--
+	}
 	j := r.idx(r.n)
 	r.at[j], r.member[j] = now, member
 	r.n++
 	r.members[member] = struct{}{}
-	r.touched = now
+}
+
+// level returns the token bucket's level (µtokens) and its time at nowUS.
+func (r *ring) level(b Bucket, nowUS int64) (int64, int64) {
+	capacity := int64(b.Limit) * microsPerToken
+	if !r.hasLevel {
+		return capacity, nowUS
+	}
+	return tokenLevel(r.tokens, r.lastUS, nowUS, capacity, b.RateMicros)
+}
+
+// ringBound is how many calls a bucket's ring may need: a window's limit;
+// for a token bucket, the most it admits within its window (capacity plus
+// the refill over the window).
+func ringBound(b Bucket) int {
+	if b.RateMicros <= 0 {
+		return b.Limit
+	}
+	refill := float64(b.RateMicros) / microsPerToken * b.Window.Seconds()
+	return int(min(float64(b.Limit)+math.Ceil(refill)+1, 1<<24))
 }
 
 // now reads the clock under s.mu.
@@ -106,7 +142,7 @@ func (s *LocalStore) sweep(now time.Duration) {
 	}
 	s.nextSweep = now + sweepEvery
 	for k, r := range s.buckets {
-		if now-r.touched >= r.window+idleGrace {
+		if now >= r.expire {
 			delete(s.buckets, k)
 		}
 	}
@@ -118,20 +154,24 @@ func (s *LocalStore) Admit(_ context.Context, member string, buckets []Bucket) (
 		return Decision{Admit: true, Refused: -1, Counts: []int{}}, nil
 	}
 	for _, b := range buckets {
-		if b.Window <= 0 {
-			return Decision{}, errWindow(b)
+		if err := check(b); err != nil {
+			return Decision{}, err
 		}
 	}
 	d := Decision{Admit: true, Refused: -1, Counts: make([]int, len(buckets))}
 	var one [4]*ring
+	var levels, lasts [4]int64 // token buckets' levels at now, by bucket (first 4)
 	rings := one[:0]
+	lv, ls := levels[:], lasts[:]
 	if len(buckets) > len(one) {
 		rings = make([]*ring, 0, len(buckets))
+		lv, ls = make([]int64, len(buckets)), make([]int64, len(buckets))
 	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
+	nowUS := int64(now / time.Microsecond)
 	d.At = s.epoch.Add(now)
 	s.sweep(now)
 
@@ -144,6 +184,10 @@ func (s *LocalStore) Admit(_ context.Context, member string, buckets []Bucket) (
 		r.trim(now, b.Window)
 		rings = append(rings, r)
 		d.Counts[i] = r.n
+		if b.RateMicros > 0 {
+			lv[i], ls[i] = r.level(b, nowUS)
+			d.Counts[i] = b.Limit - int(lv[i]/microsPerToken)
+		}
 		if _, ok := r.members[member]; ok {
 			d.Duplicate = true
 		}
@@ -153,7 +197,15 @@ func (s *LocalStore) Admit(_ context.Context, member string, buckets []Bucket) (
 	}
 	for i, b := range buckets {
 		r := rings[i]
-		if r.n >= b.Limit {
+		switch {
+		case b.RateMicros > 0:
+			if lv[i] < microsPerToken {
+				d.Admit, d.Refused = false, i
+				us := ((microsPerToken-lv[i])*microsPerToken + b.RateMicros - 1) / b.RateMicros
+				d.RetryAfter = time.Duration(us) * time.Microsecond
+				return d, nil
+			}
+		case r.n >= b.Limit:
 			d.Admit, d.Refused = false, i
 			d.RetryAfter = b.Window
 			if b.Limit > 0 {
@@ -163,9 +215,18 @@ func (s *LocalStore) Admit(_ context.Context, member string, buckets []Bucket) (
 		}
 	}
 	for i, b := range buckets {
-		rings[i].grow(b.Limit)
-		rings[i].window = b.Window
-		rings[i].push(now, member)
+		r := rings[i]
+		r.grow(ringBound(b))
+		r.push(now, member)
+		r.expire = now + b.Window + idleGrace
+		if b.RateMicros > 0 {
+			r.tokens, r.lastUS, r.hasLevel = lv[i]-microsPerToken, ls[i], true
+			// Full again after fillMS, as the hash's TTL in admit.lua.
+			fillMS := ((int64(b.Limit)*microsPerToken-r.tokens)*1000 + b.RateMicros - 1) / b.RateMicros
+			r.expire = max(r.expire, now+time.Duration(fillMS)*time.Millisecond+idleGrace)
+			d.Counts[i] = b.Limit - int(r.tokens/microsPerToken)
+			continue
+		}
 		d.Counts[i]++
 	}
 	return d, nil
@@ -178,11 +239,18 @@ func (s *LocalStore) Counts(_ context.Context, buckets []Bucket) ([]int, error) 
 	defer s.mu.Unlock()
 	now := s.now()
 	s.sweep(now)
+	nowUS := int64(now / time.Microsecond)
 	for i, b := range buckets {
-		if b.Window <= 0 {
-			return nil, errWindow(b)
+		if err := check(b); err != nil {
+			return nil, err
 		}
-		if r := s.buckets[b.Key]; r != nil {
+		r := s.buckets[b.Key]
+		switch {
+		case r == nil:
+		case b.RateMicros > 0:
+			level, _ := r.level(b, nowUS)
+			out[i] = b.Limit - int(level/microsPerToken)
+		default:
 			r.trim(now, b.Window)
 			out[i] = r.n
 		}

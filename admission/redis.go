@@ -78,10 +78,10 @@ func (s *RedisStore) observe(script string, start time.Time, err error) {
 func luaBuckets(buckets []Bucket) ([]lua.AdmitBucket, error) {
 	out := make([]lua.AdmitBucket, len(buckets))
 	for i, b := range buckets {
-		if b.Window <= 0 {
-			return nil, errWindow(b)
+		if err := check(b); err != nil {
+			return nil, err
 		}
-		out[i] = lua.AdmitBucket{Key: b.Key, Limit: int64(b.Limit), WindowUS: lua.Micros(b.Window)}
+		out[i] = lua.AdmitBucket{Key: b.Key, Limit: int64(b.Limit), WindowUS: lua.Micros(b.Window), RateMicros: b.RateMicros}
 	}
 	return out, nil
 }
@@ -96,15 +96,37 @@ func sameSlot(buckets []Bucket) bool {
 	return true
 }
 
+// slotGroups splits bucket indexes by Cluster slot, in order of first
+// appearance: the buckets of one scope (its 1 s window or token bucket and
+// its extra windows) share a hash tag, so one group per scope.
+func slotGroups(buckets []Bucket) [][]int {
+	var groups [][]int
+	at := map[int]int{}
+	for i, b := range buckets {
+		slot := lua.Slot(b.Key)
+		g, ok := at[slot]
+		if !ok {
+			g = len(groups)
+			at[slot] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	return groups
+}
+
 // Admit decides for every bucket in one admit.lua call.
 //
-// Cross-slot (Cluster, buckets in different slots): the member is admitted
-// into each bucket in turn; when a later bucket refuses, the reservations
-// already made are removed again (ZREM). Between the two steps the earlier
+// Cross-slot (Cluster, buckets in different slots): the buckets are grouped
+// by slot and each group is decided in one admit.lua call, in turn (all or
+// nothing within the group); when a later group refuses, the groups already
+// admitted are undone (refund.lua: the member leaves their sorted sets and
+// their token buckets get the token back). Between the two steps the earlier
 // buckets count one call too many, so concurrent calls may be refused that
-// would have fit (under-admission for a round trip), but no bucket ever holds
-// more than its limit. If the removal fails, the stale entries leave with the
-// window; the decision (refused) stands and the error goes to Observe.
+// would have fit (under-admission for a round trip), but no bucket ever
+// admits more than its limit. If the undo fails, the stale window entries
+// leave with the window and the token is not given back (under-admission
+// again); the decision (refused) stands and the error goes to Observe.
 func (s *RedisStore) Admit(ctx context.Context, member string, buckets []Bucket) (Decision, error) {
 	if len(buckets) == 0 {
 		return Decision{Admit: true, Refused: -1, Counts: []int{}}, nil
@@ -144,98 +166,103 @@ func decision(r lua.AdmitReply) Decision {
 	return d
 }
 
-// rollbackTimeout bounds the removal of cross-slot reservations, which runs
+// rollbackTimeout bounds the undoing of cross-slot admissions, which runs
 // even when the caller's context is already done.
 const rollbackTimeout = time.Second
+
+// pick returns lb at the indexes idx.
+func pick(lb []lua.AdmitBucket, idx []int) []lua.AdmitBucket {
+	out := make([]lua.AdmitBucket, len(idx))
+	for i, j := range idx {
+		out[i] = lb[j]
+	}
+	return out
+}
 
 func (s *RedisStore) admitCrossSlot(ctx context.Context, member string, buckets []Bucket, lb []lua.AdmitBucket) (Decision, error) {
 	d := Decision{Admit: true, Refused: -1, Counts: make([]int, len(buckets))}
 	for i := range d.Counts {
 		d.Counts[i] = -1
 	}
-	var added []int // buckets this call added member to
+	var added [][]int // groups this call admitted member into
 	rollback := func() {
 		if len(added) == 0 {
 			return
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 		defer cancel()
-		for _, i := range added {
+		for _, g := range added {
 			start := time.Now()
-			_, err := lua.Release(rctx, s.sc, buckets[i].Key, member)
-			s.observe(lua.ScriptRelease, start, err)
+			_, err := lua.Refund(rctx, s.sc, member, pick(lb, g))
+			s.observe(lua.ScriptRefund, start, err)
+			for _, j := range g {
+				d.Counts[j]-- // the call left the window, or its token came back
+			}
 		}
 	}
-	for i := range buckets {
+	for _, g := range slotGroups(buckets) {
 		cctx, cancel := s.context(ctx)
 		start := time.Now()
-		r, err := lua.Admit(cctx, s.sc, member, lb[i:i+1])
+		r, err := lua.Admit(cctx, s.sc, member, pick(lb, g))
 		cancel()
 		s.observe(lua.ScriptAdmit, start, err)
 		if err != nil {
 			rollback()
-			return Decision{}, fmt.Errorf("admission: run admit.lua for %q (cross-slot, bucket %d): %w", buckets[i].Key, i, err)
+			return Decision{}, fmt.Errorf("admission: run admit.lua for %q (cross-slot, bucket %d): %w", buckets[g[0]].Key, g[0], err)
 		}
 		d.At = lua.Time(r.NowUS)
-		d.Counts[i] = int(r.Counts[0])
+		for k, j := range g {
+			d.Counts[j] = int(r.Counts[k])
+		}
 		switch {
 		case r.Duplicate:
 			// Admitted before: a retransmission. Like the one-call script,
 			// nothing is added anywhere; undo this attempt's additions.
 			rollback()
-			for _, j := range added {
-				d.Counts[j]--
-			}
 			d.Duplicate = true
 			return d, nil
 		case !r.Admitted:
 			rollback()
-			for _, j := range added {
-				d.Counts[j]--
-			}
 			d.Admit = false
-			d.Refused = i
+			d.Refused = g[r.Refused]
 			d.RetryAfter = time.Duration(r.RetryAfterUS) * time.Microsecond
 			return d, nil
 		}
-		added = append(added, i)
+		added = append(added, g)
 	}
 	return d, nil
 }
 
-// Counts returns the calls currently in each bucket's window (no writes).
-// Buckets in different Cluster slots are read one by one.
+// Counts returns the calls currently in each bucket's window (tokens in use
+// for a token bucket), without writing. Buckets in different Cluster slots
+// are read group by group.
 func (s *RedisStore) Counts(ctx context.Context, buckets []Bucket) ([]int, error) {
 	if len(buckets) == 0 {
 		return []int{}, nil
 	}
-	keys := make([]string, len(buckets))
-	windows := make([]int64, len(buckets))
-	for i, b := range buckets {
-		if b.Window <= 0 {
-			return nil, errWindow(b)
-		}
-		keys[i], windows[i] = b.Key, lua.Micros(b.Window)
+	lb, err := luaBuckets(buckets)
+	if err != nil {
+		return nil, err
 	}
-	out := make([]int, 0, len(buckets))
-	groups := [][2]int{{0, len(buckets)}}
+	groups := [][]int{nil}
+	for i := range buckets {
+		groups[0] = append(groups[0], i)
+	}
 	if s.cluster && !sameSlot(buckets) {
-		groups = groups[:0]
-		for i := range buckets {
-			groups = append(groups, [2]int{i, i + 1})
-		}
+		groups = slotGroups(buckets)
 	}
+	out := make([]int, len(buckets))
 	for _, g := range groups {
 		cctx, cancel := s.context(ctx)
 		start := time.Now()
-		r, err := lua.Counts(cctx, s.sc, keys[g[0]:g[1]], windows[g[0]:g[1]])
+		r, err := lua.Counts(cctx, s.sc, pick(lb, g))
 		cancel()
 		s.observe(lua.ScriptCounts, start, err)
 		if err != nil {
-			return nil, fmt.Errorf("admission: run counts.lua for %q: %w", keys[g[0]], err)
+			return nil, fmt.Errorf("admission: run counts.lua for %q: %w", buckets[g[0]].Key, err)
 		}
-		for _, c := range r.Counts {
-			out = append(out, int(c))
+		for k, j := range g {
+			out[j] = int(r.Counts[k])
 		}
 	}
 	return out, nil

@@ -149,6 +149,14 @@ type HTTP struct {
 type Log struct {
 	Level  string `cfg:"level"`  // debug | info | warn | error
 	Format string `cfg:"format"` // json | text
+	// Events logs one line at info per call not forwarded on its first
+	// try: refused (by a limit, the queue, a down route, policy) or
+	// rerouted, with its call id, source, peer, customer, dialled number,
+	// carrier, reason and answer.
+	Events bool `cfg:"events"`
+	// EventsPerSecond caps those lines; the rest are counted and the count
+	// logged ("call events suppressed").
+	EventsPerSecond int `cfg:"events_per_second"`
 }
 
 // Peer is a party that sends calls, identified by source address.
@@ -159,6 +167,12 @@ type Peer struct {
 	Customer  string         `cfg:"customer"`
 	Customers []string       `cfg:"customers"`
 	Route     string         `cfg:"route"`
+	// Burst, when > 0, replaces the peer's rolling 1 s window with a token
+	// bucket of rate CPS and capacity Burst (>= CPS).
+	Burst int `cfg:"burst"`
+	// Windows are extra rolling windows, all of which must hold beside the
+	// 1 s one (or the token bucket).
+	Windows []Window `cfg:"windows"`
 }
 
 // Customer is the party a call belongs to.
@@ -166,6 +180,18 @@ type Customer struct {
 	Name  string  `cfg:"name"`
 	CPS   float64 `cfg:"cps"`
 	Route string  `cfg:"route"`
+	// Burst and Windows are as on Peer.
+	Burst   int      `cfg:"burst"`
+	Windows []Window `cfg:"windows"`
+}
+
+// Window is an extra rolling window of a peer or customer: at most Calls
+// admitted calls in any interval of length Per (1 s to 24 h).
+type Window struct {
+	// Calls is the most admitted calls in any interval of length Per.
+	Calls int `cfg:"calls"`
+	// Per is the window's length.
+	Per time.Duration `cfg:"per"`
 }
 
 // Carrier is a downstream destination with a pacing limit.
@@ -179,6 +205,11 @@ type Carrier struct {
 	// INVITE is cancelled and the next carrier of the route tried. 0 means
 	// DefaultSetupTimeout.
 	SetupTimeout time.Duration `cfg:"setup_timeout"`
+	// Burst and Windows are refused on carriers (see the validation
+	// message); they exist so the file gets a clear error rather than
+	// "unknown key".
+	Burst   int      `cfg:"burst"`
+	Windows []Window `cfg:"windows"`
 	// Probe checks the carrier with SIP OPTIONS; nil means DefaultProbe
 	// (on). A down carrier is skipped by routing.
 	Probe *Probe `cfg:"probe"`

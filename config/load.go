@@ -41,7 +41,7 @@ func Default() *Config {
 		},
 		Store:          Store{KeyPrefix: "cpsguard", OnError: "local"},
 		HTTP:           HTTP{Listen: "127.0.0.1:9090"},
-		Log:            Log{Level: "info", Format: "json"},
+		Log:            Log{Level: "info", Format: "json", Events: true, EventsPerSecond: 200},
 		CustomerHeader: "X-Customer",
 	}
 	return c

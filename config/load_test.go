@@ -91,6 +91,16 @@ func TestBadFiles(t *testing.T) {
 		{"tcp_per_source", "sip.tcp.max_connections_per_source: must be between 1 and sip.tcp.max_connections (100) (got 500)"},
 		{"max_inflight", "sip.max_inflight: must be >= 0 (0 = derived from GOMAXPROCS) (got -1)"},
 		{"strip_headers", "sip.strip_headers[1]: must be a header name like X-Customer (got \"X Bad\")"},
+		{"events_per_second", "log.events_per_second: must be between 1 and 100000 (got 0)"},
+		{"burst_below_cps", "peers[0].burst: must be 0 (no burst) or >= cps 50 (got 20)"},
+		{"burst_huge", "customers[0].burst: must be <= 1000000 (got 2000000)"},
+		{"burst_carrier", "carriers[0].burst: not supported on carriers: pacing spaces a carrier's calls 1/cps apart so it never sees more than cps in any rolling second, and a burst would break that promise; set burst on the peer or customer"},
+		{"window_calls", "peers[0].windows[0].calls: must be >= 1 (got 0)"},
+		{"window_calls_huge", "customers[0].windows[0].calls: must be <= 1000000: a window holds one entry per call (got 5000000)"},
+		{"window_per_short", "customers[0].windows[0].per: must be between 1s and 24h (got 500ms)"},
+		{"window_per_long", "peers[0].windows[1].per: must be between 1s and 24h (got 48h0m0s)"},
+		{"window_duplicate", "peers[0].windows[1].per: duplicate window of 1m0s (also peers[0].windows[0]): give one window per length"},
+		{"window_carrier", "carriers[0].windows: not supported on carriers: pacing holds a carrier to cps per rolling second only; set windows on the peer or customer"},
 		{"probe_timeout", "carriers[0].probe.timeout: must be between 10ms and the interval, 5s (got 10s)"},
 		{"probe_down_after", "carriers[0].probe.down_after: must be between 1 and 100 (got 0)"},
 		{"overload_decrease", "carriers[0].overload.decrease: must be between 0 and 1, exclusive (got 1.5)"},
@@ -226,7 +236,7 @@ func TestDefaults(t *testing.T) {
 		{"store.key_prefix", c.Store.KeyPrefix, "cpsguard"},
 		{"store.on_error", c.Store.OnError, "local"},
 		{"http.listen", c.HTTP.Listen, "127.0.0.1:9090"},
-		{"log", c.Log, Log{Level: "info", Format: "json"}},
+		{"log", c.Log, Log{Level: "info", Format: "json", Events: true, EventsPerSecond: 200}},
 		{"customer_header", c.CustomerHeader, "X-Customer"},
 		{"carriers[0].max_wait", c.Carriers[0].MaxWait, time.Duration(0)},
 	}
@@ -492,6 +502,47 @@ func TestMistypedSecretsAreNotEchoed(t *testing.T) {
 	t.Setenv("CPSGUARD_SIP_REJECT_CODE", "busy")
 	if _, err := Parse([]byte(minimal)); err == nil || !strings.Contains(err.Error(), `(got "busy")`) {
 		t.Errorf("a non-secret value is still shown: %v", err)
+	}
+}
+
+// Burst and extra windows decode onto peers and customers.
+func TestLimitsLoad(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "limits.yaml")
+	data := `peers:
+  - name: dialer-1
+    sources: [127.0.0.1/32]
+    cps: 10
+    burst: 30
+    windows: [{calls: 600, per: 1m}, {calls: 10000, per: 24h}]
+    customer: acme
+    customers: [acme]
+customers:
+  - {name: acme, cps: 20, windows: [{calls: 100, per: 10s}]}
+carriers:
+  - {name: carrier-a, uri: "sip:127.0.0.1:5070", cps: 10, max_wait: 2s}
+routes:
+  default: [carrier-a]
+`
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(path)
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	p := c.Peers[0]
+	if p.Burst != 30 || !slices.Equal(p.Windows, []Window{{600, time.Minute}, {10000, 24 * time.Hour}}) {
+		t.Errorf("peer: got burst %d windows %v, want 30 [{600 1m} {10000 24h}]", p.Burst, p.Windows)
+	}
+	cu := c.Customer("acme")
+	if cu.Burst != 0 || !slices.Equal(cu.Windows, []Window{{100, 10 * time.Second}}) {
+		t.Errorf("customer: got burst %d windows %v, want 0 [{100 10s}]", cu.Burst, cu.Windows)
+	}
+	for _, want := range []string{"dialer-1: 10 cps burst 30, 600/1m, 10000/24h from", "acme: 20 cps, 100/10s"} {
+		if !strings.Contains(c.Summary(), want) {
+			t.Errorf("Summary does not say %q:\n%s", want, c.Summary())
+		}
 	}
 }
 

@@ -92,6 +92,18 @@ func (c *Config) storeSummary() string {
 
 func fmtCPS(v float64) string { return fmt.Sprintf("%g cps", v) }
 
+// fmtLimits describes a burst and extra windows: " burst 30, 600/1m".
+func fmtLimits(burst int, windows []Window) string {
+	var b strings.Builder
+	if burst > 0 {
+		fmt.Fprintf(&b, " burst %d", burst)
+	}
+	for _, w := range windows {
+		fmt.Fprintf(&b, ", %d/%s", w.Calls, fmtPer(w.Per))
+	}
+	return b.String()
+}
+
 // Summary is a short, human-readable description of c for `cpsguard check`
 // and logs: counts, names, limits, routes and the store mode. It never
 // contains a secret; it only says whether one is set.
@@ -128,7 +140,7 @@ func (c *Config) Summary() string {
 		for i, s := range p.Sources {
 			srcs[i] = s.String()
 		}
-		line := fmt.Sprintf("  %s: %s from %s", p.Name, fmtCPS(p.CPS), strings.Join(srcs, " "))
+		line := fmt.Sprintf("  %s: %s%s from %s", p.Name, fmtCPS(p.CPS), fmtLimits(p.Burst, p.Windows), strings.Join(srcs, " "))
 		if p.Customer != "" {
 			line += ", customer " + p.Customer
 		}
@@ -142,7 +154,7 @@ func (c *Config) Summary() string {
 	}
 	w("customers (%d):", len(c.Customers))
 	for _, cu := range c.Customers {
-		line := fmt.Sprintf("  %s: %s", cu.Name, fmtCPS(cu.CPS))
+		line := fmt.Sprintf("  %s: %s%s", cu.Name, fmtCPS(cu.CPS), fmtLimits(cu.Burst, cu.Windows))
 		if cu.Route != "" {
 			line += ", route " + cu.Route
 		}

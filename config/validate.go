@@ -120,6 +120,9 @@ func (v *validator) top() {
 	}
 	v.enum("log.level", v.c.Log.Level, "debug", "info", "warn", "error")
 	v.enum("log.format", v.c.Log.Format, "json", "text")
+	if n := v.c.Log.EventsPerSecond; n < 1 || n > 100000 {
+		v.errf("log.events_per_second", "must be between 1 and 100000 (got %d)", n)
+	}
 }
 
 func (v *validator) sip() {
@@ -301,6 +304,7 @@ func (v *validator) peers() {
 			owners[pfx] = owner{path: spath, peer: p.Name, i: i}
 		}
 		v.cps(path+".cps", p.CPS)
+		v.limits(path, p.CPS, p.Burst, p.Windows)
 		allowed := map[string]bool{}
 		for j, cu := range p.Customers {
 			cpath := fmt.Sprintf("%s.customers[%d]", path, j)
@@ -335,6 +339,7 @@ func (v *validator) customers() {
 			names[cu.Name] = i
 		}
 		v.cps(path+".cps", cu.CPS)
+		v.limits(path, cu.CPS, cu.Burst, cu.Windows)
 		v.route(path+".route", cu.Route)
 	}
 }
@@ -353,6 +358,7 @@ func (v *validator) carriers() {
 			v.errf(path+".uri", "%v", err)
 		}
 		v.cps(path+".cps", ca.CPS)
+		v.carrierLimits(path, ca)
 		if d := ca.SetupTimeout; d < 0 || d > 5*time.Minute {
 			v.errf(path+".setup_timeout", "must be between 0s (the default, %s) and 5m (got %s)", DefaultSetupTimeout, d)
 		}

@@ -12,7 +12,7 @@ import (
 // LongestWaitBucket is the last finite bucket of the pacing wait histogram
 // (metrics.WaitBuckets); a max_wait beyond it cannot be seen in the
 // histogram's quantiles.
-const LongestWaitBucket = 10 * time.Second
+const LongestWaitBucket = 60 * time.Second
 
 // Warnings returns what is valid in c but weaker than an operator would
 // want at the edge, one line per finding, naming the path (empty when
@@ -56,7 +56,71 @@ func Warnings(c *Config) []string {
 	if !c.SIP.RecordRoute {
 		add("sip.record_route", "false: in-dialog requests do not come through the proxy, which then refuses any that do")
 	}
+	if c.SIP.Advertise == "" {
+		for _, l := range c.SIP.Listen {
+			if u, err := url.Parse(l); err == nil && unspecified(u.Hostname()) {
+				add("sip.advertise", "not set while %s listens on every interface: Via and Record-Route carry the host's "+
+					"first non-loopback IPv4, which may not be the address peers and carriers reach", l)
+				break
+			}
+		}
+	}
+	if r := c.Store.Redis; r != nil && r.Password != "" && !r.TLS.Enabled {
+		for _, a := range r.Addrs {
+			if !loopback(a) {
+				add("store.redis.password", "sent in clear to %s: set store.redis.tls.enabled, or keep Redis on loopback", a)
+				break
+			}
+		}
+	}
+	if c.Shadow {
+		add("shadow", "true: limits are counted (result=\"shadow_rejected\"), not enforced; every call over a limit is admitted")
+	}
+	if c.Log.Level == "debug" {
+		add("log.level", "debug writes several lines per call; at a few hundred CPS the log costs more than the calls")
+	}
+	w = append(w, unused(c)...)
 	return w
+}
+
+// unused reports carriers that no route names and customers no peer can
+// put a call under: their limits never apply, usually a typo.
+func unused(c *Config) []string {
+	var w []string
+	routed := map[string]bool{}
+	for _, cars := range c.Routes {
+		for _, name := range cars {
+			routed[name] = true
+		}
+	}
+	for i, car := range c.Carriers {
+		if !routed[car.Name] {
+			w = append(w, fmt.Sprintf("carriers[%d]: %s is in no route: it never gets a call", i, car.Name))
+		}
+	}
+	named := map[string]bool{}
+	for _, p := range c.Peers {
+		named[p.Customer] = true
+		for _, cu := range p.Customers {
+			named[cu] = true
+		}
+	}
+	for i, cu := range c.Customers {
+		if !named[cu.Name] {
+			w = append(w, fmt.Sprintf("customers[%d]: %s is no peer's customer nor in any peer's customers: "+
+				"no call is counted against its limit", i, cu.Name))
+		}
+	}
+	return w
+}
+
+// unspecified reports whether host is 0.0.0.0, :: or empty (every interface).
+func unspecified(host string) bool {
+	if host == "" {
+		return true
+	}
+	a, err := netip.ParseAddr(strings.Trim(host, "[]"))
+	return err == nil && a.IsUnspecified()
 }
 
 // uriHost returns the host of a sip: URI ("" when it has none).

@@ -23,7 +23,7 @@ func TestWarnings(t *testing.T) {
 		want string
 	}{
 		{"carrier host name", func(c *Config) { c.Carriers[0].URI = "sip:carrier.example:5060" }, `carriers[0].uri: host name "carrier.example" is resolved`},
-		{"long max_wait", func(c *Config) { c.Carriers[0].MaxWait = 30 * time.Second }, "carriers[0].max_wait: 30s is beyond"},
+		{"long max_wait", func(c *Config) { c.Carriers[0].MaxWait = 90 * time.Second }, "carriers[0].max_wait: 1m30s is beyond"},
 		{"open http", func(c *Config) { c.HTTP.Listen = "0.0.0.0:9090" }, "http.token: not set while http.listen 0.0.0.0:9090"},
 		{"pool without secret", func(c *Config) { c.Store.Redis = &Redis{Addrs: []string{"127.0.0.1:6379"}} }, "sip.dialog_secret: not set with store.redis"},
 		{"fail open", func(c *Config) {
@@ -31,13 +31,52 @@ func TestWarnings(t *testing.T) {
 			c.SIP.DialogSecret = "0123456789abcdef"
 			c.Store.OnError = "admit"
 		}, "store.on_error: admit"},
-		{"public reject", func(c *Config) { c.SIP.Listen = []string{"udp://0.0.0.0:5060"} }, "sip.unknown_source: reject answers every stranger"},
+		{"public reject", func(c *Config) { c.SIP.Listen = []string{"udp://192.0.2.10:5060"} }, "sip.unknown_source: reject answers every stranger"},
 		{"no record-route", func(c *Config) { c.SIP.RecordRoute = false }, "sip.record_route: false"},
+		{"wildcard listen without advertise", func(c *Config) {
+			c.SIP.Listen = []string{"udp://0.0.0.0:5060"}
+			c.SIP.UnknownSource = "drop"
+		}, "sip.advertise: not set while udp://0.0.0.0:5060 listens on every interface"},
+		{"wildcard listen with advertise", func(c *Config) {
+			c.SIP.Listen = []string{"udp://[::]:5060"}
+			c.SIP.UnknownSource = "drop"
+			c.SIP.Advertise = "sip.example.net"
+		}, ""},
+		{"redis password in clear", func(c *Config) {
+			c.Store.Redis = &Redis{Addrs: []string{"127.0.0.1:6379", "10.0.0.7:6379"}, Password: "pw"}
+			c.SIP.DialogSecret = "0123456789abcdef"
+		}, "store.redis.password: sent in clear to 10.0.0.7:6379"},
+		{"redis password over TLS", func(c *Config) {
+			c.Store.Redis = &Redis{Addrs: []string{"10.0.0.7:6379"}, Password: "pw", TLS: RedisTLS{Enabled: true}}
+			c.SIP.DialogSecret = "0123456789abcdef"
+		}, ""},
+		{"redis password on loopback", func(c *Config) {
+			c.Store.Redis = &Redis{Addrs: []string{"127.0.0.1:6379"}, Password: "pw"}
+			c.SIP.DialogSecret = "0123456789abcdef"
+		}, ""},
+		{"shadow", func(c *Config) { c.Shadow = true }, "shadow: true: limits are counted"},
+		{"debug log", func(c *Config) { c.Log.Level = "debug" }, "log.level: debug writes several lines per call"},
+		{"carrier in no route", func(c *Config) {
+			c.Carriers = append(c.Carriers, Carrier{Name: "carrier-z", URI: "sip:127.0.0.1:5099", CPS: 1})
+		}, "carriers[1]: carrier-z is in no route: it never gets a call"},
+		{"customer no peer names", func(c *Config) {
+			c.Customers = append(c.Customers, Customer{Name: "ghost", CPS: 5})
+		}, "customers[0]: ghost is no peer's customer nor in any peer's customers"},
+		{"customer a peer may name", func(c *Config) {
+			c.Customers = append(c.Customers, Customer{Name: "acme", CPS: 5})
+			c.Peers[0].Customers = []string{"acme"}
+		}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := base()
 			tc.edit(c)
 			w := Warnings(c)
+			if tc.want == "" {
+				if len(w) != 0 {
+					t.Errorf("got %q, want none", w)
+				}
+				return
+			}
 			if len(w) != 1 || !strings.HasPrefix(w[0], tc.want) {
 				t.Errorf("got %q, want one warning starting %q", w, tc.want)
 			}

@@ -206,10 +206,15 @@ func TestDockerfile(t *testing.T) {
 		"USER 65532:65532",
 		"EXPOSE 5060/udp 5060/tcp 9090",
 		`ENTRYPOINT ["/usr/local/bin/cpsguard", "serve", "--config", "/etc/cpsguard/cpsguard.yaml"]`,
+		// Exec form: distroless has no /bin/sh for the shell form.
+		`CMD ["/usr/local/bin/cpsguard", "probe", "--config", "/etc/cpsguard/cpsguard.yaml"]`,
 	} {
 		if !strings.Contains(df, want) {
 			t.Errorf("Dockerfile: %q missing", want)
 		}
+	}
+	if !regexp.MustCompile(`\nHEALTHCHECK [^\n]*\\\n\s+CMD \["/usr/local/bin/cpsguard", "probe"`).MatchString(df) {
+		t.Errorf("Dockerfile: no HEALTHCHECK running cpsguard probe")
 	}
 	if n := strings.Count(df, "\nFROM "); n < 2 {
 		t.Errorf("Dockerfile: got %d stages, want a multi-stage build", n)
@@ -263,6 +268,12 @@ func TestSystemdUnit(t *testing.T) {
 		if got := u[key]; !slices.Contains(got, want) {
 			t.Errorf("%s: got %q, want %q", key, got, want)
 		}
+	}
+	// systemctl reload validates the file before signalling, like nginx:
+	// the check comes first and names the file ExecStart serves.
+	if got := u["Service.ExecReload"]; len(got) != 2 ||
+		got[0] != "/usr/local/bin/cpsguard check --quiet --config /etc/cpsguard/cpsguard.yaml" || got[1] != "/bin/kill -HUP $MAINPID" {
+		t.Errorf("ExecReload: got %q, want cpsguard check of the served file, then kill -HUP", got)
 	}
 	if path, err := exec.LookPath("systemd-analyze"); err == nil {
 		// verify wants the ExecStart binary to exist: point it at /bin/true.
@@ -328,5 +339,18 @@ func TestComposeShipsNoSecret(t *testing.T) {
 				t.Errorf("%s:%d: secret set to %q, want ${VAR:?message} (required, no default)", f, i+1, v)
 			}
 		}
+	}
+}
+
+// The alerts fire when they should and not before: promtool runs the unit
+// tests of prometheus/alerts_test.yml (Debian package prometheus).
+func TestAlertRules(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Skip("promtool not on PATH (Debian package prometheus)")
+	}
+	out, err := exec.Command(promtool, "test", "rules", "prometheus/alerts_test.yml").CombinedOutput()
+	if err != nil {
+		t.Errorf("promtool test rules prometheus/alerts_test.yml: %v\n%s", err, out)
 	}
 }

@@ -3,14 +3,26 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
+	"syscall"
 )
 
 // maxBody bounds what the client reads of an answer.
 const maxBody = 16 << 20
+
+// client talks to a node's operations endpoint directly: like Prometheus's
+// scraper it ignores HTTP_PROXY and friends, which would answer for a node
+// that is not there (a proxy's 404 or 502 instead of "connection refused").
+var client = &http.Client{Transport: &http.Transport{
+	Proxy:               nil,
+	DialContext:         (&net.Dialer{}).DialContext,
+	MaxIdleConnsPerHost: 1,
+}}
 
 // BaseURL normalises an --addr value: "127.0.0.1:9090" and
 // "http://127.0.0.1:9090/" both become "http://127.0.0.1:9090".
@@ -22,36 +34,128 @@ func BaseURL(addr string) string {
 	return addr
 }
 
-// FetchStatus gets GET /api/v1/status from the node at base (see BaseURL).
-// An answer that is not 200 is returned as *Error.
-func FetchStatus(ctx context.Context, base string) (Status, error) {
-	var st Status
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, BaseURL(base)+PathStatus, nil)
+// ListenURL returns the URL a client on the same machine reaches a server
+// listening on listen (http.listen, "host:port") with: a wildcard or empty
+// host becomes loopback ("0.0.0.0:9090" -> "http://127.0.0.1:9090", "[::]:9090"
+// -> "http://[::1]:9090"). A listen value that is not host:port is returned
+// as BaseURL makes it.
+func ListenURL(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
 	if err != nil {
-		return st, fmt.Errorf("httpapi: status request: %w", err)
+		return BaseURL(listen)
+	}
+	switch ip := net.ParseIP(host); {
+	case host == "":
+		host = "127.0.0.1"
+	case ip != nil && ip.IsUnspecified() && ip.To4() != nil:
+		host = "127.0.0.1"
+	case ip != nil && ip.IsUnspecified():
+		host = "::1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}
+
+// Unreachable is the error of a client call that got no HTTP answer: Reason
+// says why in an operator's words ("connection refused", "no answer within
+// the timeout", …) and Err is the underlying error.
+type Unreachable struct {
+	URL    string
+	Reason string
+	Err    error
+}
+
+// Error implements error.
+func (e *Unreachable) Error() string { return "cannot reach " + e.URL + ": " + e.Reason }
+
+// Unwrap returns the underlying error.
+func (e *Unreachable) Unwrap() error { return e.Err }
+
+// unreachable names the cause of a failed request. A refused connection is
+// checked first: a context deadline that ran out meanwhile must not hide it.
+func unreachable(base string, err error) error {
+	var dnsErr *net.DNSError
+	var netErr net.Error
+	reason := err.Error()
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		reason = "connection refused (is cpsguard running, and is this its http.listen?)"
+	case errors.As(err, &dnsErr):
+		reason = "cannot resolve host " + dnsErr.Name
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		reason = "no route to host"
+	case errors.Is(err, context.Canceled):
+		reason = "interrupted"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
+		reason = "no answer within the timeout (a firewall dropping packets, or a node too busy to answer)"
+	}
+	return &Unreachable{URL: BaseURL(base), Reason: reason, Err: err}
+}
+
+// get sends GET base+path and returns the status code and body of the
+// answer, or an *Unreachable when there is none.
+func get(ctx context.Context, base, path string) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, BaseURL(base)+path, nil)
+	if err != nil {
+		return 0, nil, fmt.Errorf("httpapi: request %s: %w", path, err)
 	}
 	req.Header.Set("Accept", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
-		return st, fmt.Errorf("httpapi: get status: %w", err)
+		return 0, nil, unreachable(base, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	if err != nil {
-		return st, fmt.Errorf("httpapi: read status: %w", err)
+		return 0, nil, fmt.Errorf("httpapi: read %s: %w", path, err)
 	}
-	if resp.StatusCode != http.StatusOK {
-		e := &Error{Code: resp.StatusCode}
-		if json.Unmarshal(body, e) != nil || e.Message == "" {
+	return resp.StatusCode, body, nil
+}
+
+// answerError turns a non-2xx answer into an *Error.
+func answerError(code int, body []byte) *Error {
+	e := &Error{Code: code}
+	if json.Unmarshal(body, e) != nil || e.Message == "" {
+		var h Health
+		if json.Unmarshal(body, &h) == nil && h.Error != "" {
+			e.Message = h.Error
+		} else {
 			e.Message = strings.TrimSpace(string(body))
-			if e.Message == "" {
-				e.Message = http.StatusText(resp.StatusCode)
-			}
 		}
-		return st, e
+		if e.Message == "" {
+			e.Message = http.StatusText(code)
+		}
+	}
+	return e
+}
+
+// FetchStatus gets GET /api/v1/status from the node at base (see BaseURL).
+// An answer that is not 200 is returned as *Error; no answer at all as
+// *Unreachable.
+func FetchStatus(ctx context.Context, base string) (Status, error) {
+	var st Status
+	code, body, err := get(ctx, base, PathStatus)
+	if err != nil {
+		return st, err
+	}
+	if code != http.StatusOK {
+		return st, answerError(code, body)
 	}
 	if err := json.Unmarshal(body, &st); err != nil {
 		return st, fmt.Errorf("httpapi: decode status: %w", err)
 	}
 	return st, nil
+}
+
+// Probe asks the node at base whether it is ready (GET /readyz): nil on
+// 200, an *Error with the node's reason on any other answer (503 while it
+// drains or has no usable store), an *Unreachable when it does not answer.
+func Probe(ctx context.Context, base string) error {
+	code, body, err := get(ctx, base, PathReadyz)
+	if err != nil {
+		return err
+	}
+	if code != http.StatusOK {
+		return answerError(code, body)
+	}
+	return nil
 }

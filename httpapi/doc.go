@@ -25,7 +25,10 @@
 // entries it could not read have a null current and the error is listed in
 // Status.Errors.
 //
-// The client side (FetchStatus, RenderStatus) backs `cpsguard status`.
+// The client side (FetchStatus, RenderStatus, Probe) backs `cpsguard status`
+// and `cpsguard probe`. It ignores HTTP_PROXY (as Prometheus does) and
+// returns *Unreachable, saying why in an operator's words, when a node gives
+// no answer at all.
 //
 // Everything here is safe for concurrent use.
 package httpapi

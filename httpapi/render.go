@@ -22,6 +22,9 @@ func RenderStatus(w io.Writer, st Status) error {
 	if !st.Time.IsZero() && !st.LoadedAt.IsZero() {
 		fmt.Fprintf(&b, " (%s ago)", st.Time.Sub(st.LoadedAt).Truncate(time.Second))
 	}
+	if st.DuplicateNodeID {
+		fmt.Fprintf(&b, "\nWARNING: another process runs with node_id %s in the same Redis", orDash(st.NodeID))
+	}
 	b.WriteString("\n\n")
 
 	header := []string{"", "LIMIT", "CURRENT", "%", "QUEUED", "WAIT", "MAX WAIT", "STATE", "EFFECTIVE"}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -57,6 +56,9 @@ type Options struct {
 	// StoreMode reports "redis", "fallback" or "local". Nil: "local" when no
 	// Redis is configured, else "unknown".
 	StoreMode func() string
+	// DuplicateNodeID reports whether another process beats in Redis under
+	// this node's node_id. Nil: never.
+	DuplicateNodeID func() bool
 	// Ready reports why the node cannot take calls, or nil when it can. Nil:
 	// always ready.
 	Ready func() error
@@ -104,6 +106,10 @@ func New(o Options) http.Handler {
 		mh := promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{
 			ErrorLog:      slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
 			ErrorHandling: promhttp.ContinueOnError,
+			// A scraper that asks for OpenMetrics gets it (counters' _created
+			// series, exemplars, the # EOF that tells a cut-off scrape); the
+			// others still get the text format.
+			EnableOpenMetrics: true,
 		})
 		mux.Handle(PathMetrics, methods(mh, http.MethodGet, http.MethodHead))
 	}
@@ -135,19 +141,13 @@ func NewServer(addr string, h http.Handler, log *slog.Logger) *http.Server {
 	}
 }
 
-// ConfigHash returns "sha256:" and the hex SHA-256 of cfg's JSON encoding with
-// its secrets redacted (config.Config.Redacted), so it can be served without
-// revealing a password or token. A change of secret alone does not change it.
+// ConfigHash returns cfg.Hash(): "sha256:" and the hex SHA-256 of what the
+// nodes of a pool must agree on, with the per-node settings
+// (config.PerNode) left out and the secrets redacted, so it can be served
+// and two nodes running one file show one hash. It is also the config_hash
+// label of cpsguard_config_info.
 func ConfigHash(cfg *config.Config) string {
-	if cfg == nil {
-		return ""
-	}
-	b, err := json.Marshal(cfg.Redacted())
-	if err != nil {
-		return ""
-	}
-	sum := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(sum[:])
+	return cfg.Hash()
 }
 
 type server struct {
@@ -279,6 +279,9 @@ func (s *server) buildStatus(ctx context.Context, cfg *config.Config) Status {
 			}
 		}
 		st.Carriers[i] = e
+	}
+	if s.o.DuplicateNodeID != nil {
+		st.DuplicateNodeID = s.o.DuplicateNodeID()
 	}
 	st.Time = time.Now().UTC()
 	return st

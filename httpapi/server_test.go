@@ -209,6 +209,22 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 
+	t.Run("openmetrics", func(t *testing.T) {
+		rec := do(t, h, http.MethodGet, PathMetrics, map[string]string{
+			"Accept": "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
+		})
+		if ct := rec.Header().Get("Content-Type"); rec.Code != 200 || !strings.HasPrefix(ct, "application/openmetrics-text") {
+			t.Fatalf("GET /metrics asking for OpenMetrics: got %d %q, want 200 application/openmetrics-text", rec.Code, ct)
+		}
+		if body := rec.Body.String(); !strings.HasSuffix(body, "# EOF\n") {
+			t.Errorf("OpenMetrics answer does not end with # EOF:\n…%s", body[max(0, len(body)-200):])
+		}
+		plain := do(t, h, http.MethodGet, PathMetrics, nil)
+		if ct := plain.Header().Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
+			t.Errorf("GET /metrics without Accept: Content-Type %q, want text/plain", ct)
+		}
+	})
+
 	t.Run("no registry", func(t *testing.T) {
 		h := New(Options{Config: testConfig})
 		if rec := do(t, h, http.MethodGet, PathMetrics, nil); rec.Code != 404 {
@@ -255,6 +271,9 @@ func TestStatus(t *testing.T) {
 	}
 	if len(st.Errors) != 0 {
 		t.Errorf("errors: got %v, want none", st.Errors)
+	}
+	if st.DuplicateNodeID {
+		t.Errorf("duplicate_node_id without a DuplicateNodeID func: got true, want false")
 	}
 	wantPeers := []Entry{
 		{Name: "dialer-1", LimitCPS: 50, WindowLimit: 50, WindowSeconds: 1.01, Current: intp(12), Percent: floatp(24)},
@@ -526,6 +545,25 @@ carrier carrier-b is down: probe: 3 failures in a row (last: no answer in 1s) (s
 `
 	if got := buf.String(); got != want {
 		t.Errorf("RenderStatus:\ngot\n%s\nwant\n%s", got, want)
+	}
+}
+
+// A node that sees another process under its node_id says so in the status
+// answer and at the top of the table.
+func TestStatusDuplicateNodeID(t *testing.T) {
+	h := New(Options{Config: testConfig, DuplicateNodeID: func() bool { return true }})
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, PathStatus, nil))
+	if !strings.Contains(rec.Body.String(), `"duplicate_node_id": true`) {
+		t.Errorf("status body lacks \"duplicate_node_id\": true:\n%s", rec.Body.String())
+	}
+	st := getStatus(t, h)
+	var buf bytes.Buffer
+	if err := RenderStatus(&buf, st); err != nil {
+		t.Fatal(err)
+	}
+	if want := "\nWARNING: another process runs with node_id node-1 in the same Redis\n"; !strings.Contains(buf.String(), want) {
+		t.Errorf("RenderStatus: lacks %q:\n%s", want, buf.String())
 	}
 }
 

@@ -22,9 +22,14 @@ type Status struct {
 	// StoreMode is "redis" (the shared store decides), "fallback" (Redis
 	// failed; store.on_error decides) or "local" (no Redis configured).
 	StoreMode string `json:"store_mode"`
+	// DuplicateNodeID is true while another process beats in Redis under
+	// this node's node_id: two nodes share one identity, so per-node figures
+	// and logs mix them up. The fallback counts them as two nodes.
+	DuplicateNodeID bool `json:"duplicate_node_id"`
 	// ConfigHash identifies the configuration in use: "sha256:" and the hex
-	// digest of the configuration with its secrets redacted. Nodes with the
-	// same hash run the same file.
+	// digest of the settings the pool must agree on (config.Config.Hash:
+	// per-node settings such as node_id and listen addresses left out,
+	// secrets redacted). Nodes with the same hash enforce the same policy.
 	ConfigHash string `json:"config_hash"`
 	// LoadedAt is when the configuration in use was loaded.
 	LoadedAt time.Time `json:"loaded_at"`

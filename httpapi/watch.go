@@ -36,7 +36,7 @@ func Watch(ctx context.Context, w io.Writer, addr string, every time.Duration) e
 		var buf bytes.Buffer
 		buf.WriteString(ClearScreen)
 		if err := PrintStatus(ctx, &buf, addr); err != nil {
-			fmt.Fprintf(&buf, "cpsguard status %s: %v\n(retrying every %s; Ctrl-C to quit)\n", BaseURL(addr), err, every)
+			fmt.Fprintf(&buf, "cpsguard status: %v\n(retrying every %s; Ctrl-C to quit)\n", err, every)
 		}
 		if ctx.Err() != nil {
 			return nil

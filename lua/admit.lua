@@ -1,36 +1,86 @@
--- admit.lua — rolling-window admission over N buckets in one atomic step.
+-- admit.lua — admission over N buckets in one atomic step: all or nothing.
+-- A bucket is a rolling window or a token bucket.
 --
--- KEYS[i]      sorted set of bucket i: members = admitted calls, score = admission time (integer µs)
+-- KEYS[i]      i = 1..N: sorted set of bucket i, members = admitted calls,
+--              score = admission time (integer µs). A rolling window counts
+--              them; a token bucket only remembers them for its window, to
+--              recognise a duplicate.
+-- KEYS[N+j]    hash of the j-th token bucket (in bucket order), fields
+--              tokens (integer µtokens, 1 token = 1000000) and last (the
+--              Redis TIME in µs the level was computed at)
 -- ARGV[1]      member: unique id of the call attempt (Call-ID + top Via branch)
--- ARGV[2i]     limit of bucket i (integer, calls in the window)
--- ARGV[2i+1]   window of bucket i (integer µs, > 0)
+-- ARGV[3i-1]   bucket i: limit (rolling window: calls in the window) or
+--              capacity (token bucket: tokens, the burst)
+-- ARGV[3i]     bucket i: window (integer µs, > 0)
+-- ARGV[3i+1]   bucket i: rate; 0 = rolling window, > 0 = token bucket
+--              refilled at this many µtokens per second (cps × 1000000)
 --
--- Clock: Redis TIME in integer µs. An entry scored t is in the window at now
--- while t > now - window; it leaves at exactly t + window.
+-- Clock: Redis TIME in integer µs. A window entry scored t is in the window
+-- at now while t > now - window; it leaves at exactly t + window. A token
+-- bucket's level at now is min(capacity, tokens + floor((now - last) ×
+-- rate / 1e6)), computed in integers that stay below 2^53 (rate split into
+-- whole µtokens per µs and a remainder); an absent hash is a full bucket,
+-- and a level above a lowered capacity is clamped, never reset.
 --
 -- Reply (array of integers):
---   [1] admitted      1 = admitted (and added to every bucket), 0 = refused
---   [2] refused       0-based index of the first bucket at its limit, -1 when admitted
+--   [1] admitted      1 = admitted (and counted in every bucket), 0 = refused
+--   [2] refused       0-based index of the first bucket without room, -1 when admitted
 --   [3] duplicate     1 = member was already in a bucket: admitted, nothing added
 --   [4] now_us        Redis TIME in µs
 --   [5] retry_us      when refused: µs until the refusing bucket has room; else 0
---   [5+i] count_i     calls in bucket i's window after the decision
+--   [5+i] count_i     bucket i after the decision: calls in its window, or
+--                     tokens in use (capacity - whole tokens left)
 if redis.replicate_commands then redis.replicate_commands() end
 
+local U = 1000000
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = tonumber(t[1]) * U + tonumber(t[2])
 local member = ARGV[1]
-local n = #KEYS
+local n = (#ARGV - 1) / 3
+if n < 1 or n ~= math.floor(n) then
+  return redis.error_reply('admit.lua: ARGV must be member and 3 values per bucket')
+end
 
-local counts = {}
+-- level returns a token bucket's level and its time at now, without writing.
+local function level(h, cap, rate)
+  local tokens, last = tonumber(h[1]), tonumber(h[2])
+  if not tokens or not last then return cap, now end
+  if now > last then
+    local e = now - last
+    local es = math.floor(e / U)
+    if es * rate >= cap - tokens then return cap, now end
+    local ef = e - es * U
+    local q = math.floor(rate / U)
+    tokens = tokens + es * rate + ef * q + math.floor(ef * (rate - q * U) / U)
+    last = now
+  end
+  if tokens > cap then tokens = cap end
+  return tokens, last
+end
+
+local limit, window, rate, state = {}, {}, {}, {}
+local counts, levels, lasts = {}, {}, {}
 local duplicate = false
+local tb = 0
 for i = 1, n do
-  local w = tonumber(ARGV[2 * i + 1])
-  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now - w)
-  counts[i] = redis.call('ZCARD', KEYS[i])
+  limit[i] = tonumber(ARGV[3 * i - 1])
+  window[i] = tonumber(ARGV[3 * i])
+  rate[i] = tonumber(ARGV[3 * i + 1])
+  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now - window[i])
   if not duplicate and redis.call('ZSCORE', KEYS[i], member) then
     duplicate = true
   end
+  if rate[i] > 0 then
+    tb = tb + 1
+    state[i] = KEYS[n + tb]
+    levels[i], lasts[i] = level(redis.call('HMGET', state[i], 'tokens', 'last'), limit[i] * U, rate[i])
+    counts[i] = limit[i] - math.floor(levels[i] / U)
+  else
+    counts[i] = redis.call('ZCARD', KEYS[i])
+  end
+end
+if #KEYS ~= n + tb then
+  return redis.error_reply('admit.lua: KEYS must be one per bucket and one hash per token bucket')
 end
 
 local reply = {1, -1, 0, now, 0}
@@ -41,16 +91,21 @@ if duplicate then
 end
 
 for i = 1, n do
-  local limit = tonumber(ARGV[2 * i])
-  if counts[i] >= limit then
-    local w = tonumber(ARGV[2 * i + 1])
+  local retry = -1
+  if rate[i] > 0 then
+    if levels[i] < U then
+      retry = math.ceil((U - levels[i]) * U / rate[i])
+    end
+  elseif counts[i] >= limit[i] then
     -- The entry that must leave before there is room: the (count-limit+1)-th oldest.
-    local retry = w
-    if limit > 0 then
-      local e = redis.call('ZRANGE', KEYS[i], counts[i] - limit, counts[i] - limit, 'WITHSCORES')
-      if e[2] then retry = tonumber(e[2]) + w - now end
+    retry = window[i]
+    if limit[i] > 0 then
+      local e = redis.call('ZRANGE', KEYS[i], counts[i] - limit[i], counts[i] - limit[i], 'WITHSCORES')
+      if e[2] then retry = tonumber(e[2]) + window[i] - now end
     end
     if retry < 0 then retry = 0 end
+  end
+  if retry >= 0 then
     reply[1] = 0
     reply[2] = i - 1
     reply[5] = retry
@@ -60,9 +115,17 @@ for i = 1, n do
 end
 
 for i = 1, n do
-  local w = tonumber(ARGV[2 * i + 1])
   redis.call('ZADD', KEYS[i], now, member)
-  redis.call('PEXPIRE', KEYS[i], math.ceil(w / 1000) + 1000)
-  reply[5 + i] = counts[i] + 1
+  redis.call('PEXPIRE', KEYS[i], math.ceil(window[i] / 1000) + 1000)
+  if rate[i] > 0 then
+    local cap = limit[i] * U
+    local tokens = levels[i] - U
+    redis.call('HSET', state[i], 'tokens', tokens, 'last', lasts[i])
+    -- Idle until full, the hash says nothing an absent one would not.
+    redis.call('PEXPIRE', state[i], math.ceil((cap - tokens) * 1000 / rate[i]) + 1000)
+    reply[5 + i] = limit[i] - math.floor(tokens / U)
+  else
+    reply[5 + i] = counts[i] + 1
+  end
 end
 return reply

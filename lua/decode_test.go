@@ -186,3 +186,33 @@ func FuzzDecodeRate(f *testing.F) {
 		}
 	})
 }
+
+func FuzzDecodeRefund(f *testing.F) {
+	f.Add([]byte{0}, 2)
+	f.Add([]byte{4}, 1)
+	f.Add([]byte{2, 4}, 1)
+	f.Fuzz(func(t *testing.T, data []byte, n int) {
+		n = n & 7
+		r, err := lua.DecodeRefund(build(data), n)
+		if err != nil {
+			if !errors.Is(err, lua.ErrReply) {
+				t.Fatalf("error %v does not wrap ErrReply", err)
+			}
+			return
+		}
+		if r < 0 || r > n {
+			t.Fatalf("removed %d accepted for %d buckets", r, n)
+		}
+	})
+}
+
+func TestDecodeRefund(t *testing.T) {
+	if r, err := lua.DecodeRefund(int64(2), 3); err != nil || r != 2 {
+		t.Errorf("got %d, %v; want 2", r, err)
+	}
+	for _, v := range []any{nil, int64(-1), int64(4), "1", []any{int64(1)}} {
+		if _, err := lua.DecodeRefund(v, 3); !errors.Is(err, lua.ErrReply) {
+			t.Errorf("DecodeRefund(%v): %v, want ErrReply", v, err)
+		}
+	}
+}

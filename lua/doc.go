@@ -4,18 +4,25 @@
 //
 // Scripts (each .lua file starts with a header listing KEYS, ARGV and reply):
 //
-//   - admit.lua: rolling-window admission over N buckets in one atomic step;
-//   - counts.lua: calls in each bucket's window (read-only);
+//   - admit.lua: admission over N buckets in one atomic step, all or
+//     nothing; a bucket is a rolling window (sorted set) or a token bucket
+//     (hash of level and time, micro-tokens on Redis TIME);
+//   - counts.lua: calls in each window, tokens in use in each token bucket
+//     (read-only);
+//   - refund.lua: undo an admission (the cross-slot path): the member leaves
+//     the sorted sets, token buckets get the token back;
 //   - pace.lua: reserve the next send slot of a carrier (leaky bucket);
 //   - release.lua: give a reserved slot back;
 //   - queue.lua: calls waiting for a carrier and the least wait (read-only);
 //   - block.lua: a carrier's Retry-After: no slot for the pool until it ends;
 //   - rate.lua: an adaptive carrier's effective rate (AIMD), in milli-cps;
-//   - heartbeat.lua: node liveness, to count the live pool (heartbeat.go).
+//   - heartbeat.lua: node liveness, to count the live pool, and other
+//     processes beating under the same node id (heartbeat.go).
 //
 // The clock is always Redis TIME, in integer microseconds; scores are integer
-// microseconds and every fraction travels as an integer of microseconds,
-// never as a Lua float. Keys carry a Redis Cluster hash tag (Key); a script
+// microseconds and every fraction travels as an integer of microseconds (or
+// of micro-tokens, milli-cps), never as a Lua float; products stay below 2^53
+// so Lua's doubles hold them exactly. Keys carry a Redis Cluster hash tag (Key); a script
 // call must only name keys of one slot (Slot).
 //
 // Failure: a wrapper returns the go-redis error as is (network, timeout,

@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -17,36 +18,95 @@ var heartbeatScript = redis.NewScript(heartbeatSrc)
 // ScriptHeartbeat names heartbeat.lua in observers and metrics.
 const ScriptHeartbeat = "heartbeat"
 
-// Heartbeat records node's beat in the node set key and returns how many nodes
-// beat within ttl, this one included.
-func Heartbeat(ctx context.Context, c redis.Scripter, key, node string, ttl time.Duration) (int, error) {
-	if node == "" || ttl < time.Millisecond {
-		return 0, fmt.Errorf("%w: heartbeat needs a node id and a ttl >= 1ms", ErrArgs)
+// Beat is one heartbeat of one process.
+type Beat struct {
+	// Node is the node id (required).
+	Node string
+	// Instance identifies this process among those of Node; empty turns the
+	// search for other processes off.
+	Instance string
+	// TTL is how long a beat keeps a node live (>= 1 ms).
+	TTL time.Duration
+	// Since is BeatReply.Now of this process's first beat (0 on the first
+	// beat): only processes that beat after it count as others, so a
+	// restarted node does not take its dead predecessor for a second one.
+	Since int64
+}
+
+// BeatReply is heartbeat.lua's answer.
+type BeatReply struct {
+	// Live is the number of live nodes, this one included, or of live
+	// processes when there are more (two processes under one node id).
+	Live int
+	// Now is Redis's clock in ms when the beat was recorded.
+	Now int64
+	// Others are the instance ids of the other live processes beating under
+	// Beat.Node since Beat.Since.
+	Others []string
+}
+
+// InstancesKey is the process set heartbeat.lua keeps beside the node set
+// nodes, in the same Cluster hash slot.
+func InstancesKey(nodes string) string { return nodes + ":instances" }
+
+// Heartbeat records b in the node set key (and its InstancesKey) and returns
+// how many nodes beat within b.TTL and which other processes beat as b.Node.
+func Heartbeat(ctx context.Context, c redis.Scripter, key string, b Beat) (BeatReply, error) {
+	if b.Node == "" || b.TTL < time.Millisecond {
+		return BeatReply{}, fmt.Errorf("%w: heartbeat needs a node id and a ttl >= 1ms", ErrArgs)
 	}
-	v, err := heartbeatScript.Run(ctx, c, []string{key}, node, ttl.Milliseconds()).Result()
+	v, err := heartbeatScript.Run(ctx, c, []string{key, InstancesKey(key)},
+		b.Node, b.TTL.Milliseconds(), b.Instance, b.Since).Result()
 	if err != nil {
-		return 0, fmt.Errorf("lua: run heartbeat.lua for %q: %w", key, err)
+		return BeatReply{}, fmt.Errorf("lua: run heartbeat.lua for %q: %w", key, err)
 	}
 	return DecodeHeartbeat(v)
 }
 
 // DecodeHeartbeat decodes heartbeat.lua's reply.
-func DecodeHeartbeat(v any) (int, error) {
-	n, ok := v.(int64)
-	if !ok || n < 1 {
-		return 0, fmt.Errorf("%w: heartbeat: want a positive integer, got %T %v", ErrReply, v, v)
+func DecodeHeartbeat(v any) (BeatReply, error) {
+	a, ok := v.([]any)
+	if !ok || len(a) < 2 {
+		return BeatReply{}, fmt.Errorf("%w: heartbeat: want an array {live, now, other...}, got %T %v", ErrReply, v, v)
 	}
-	return int(n), nil
+	live, ok1 := a[0].(int64)
+	now, ok2 := a[1].(int64)
+	if !ok1 || !ok2 || live < 1 || now < 0 {
+		return BeatReply{}, fmt.Errorf("%w: heartbeat: want a positive live count and a time, got %v %v", ErrReply, a[0], a[1])
+	}
+	r := BeatReply{Live: int(live), Now: now}
+	for _, o := range a[2:] {
+		s, ok := o.(string)
+		if !ok || s == "" {
+			return BeatReply{}, fmt.Errorf("%w: heartbeat: want instance ids, got %T %v", ErrReply, o, o)
+		}
+		r.Others = append(r.Others, s)
+	}
+	return r, nil
 }
 
-// Heartbeater adapts a Redis client to store.Beater.
+// Heartbeater adapts a Redis client to store.Beater for one process. It
+// remembers the Redis time of its first beat (see Beat.Since), so use one
+// Heartbeater per process and instance, by pointer. It is safe for
+// concurrent use.
 type Heartbeater struct {
 	Client redis.Scripter
 	// Key is the node set, e.g. Key(prefix, "nodes", "all").
 	Key string
+	// Instance identifies this process (see Beat.Instance); empty turns
+	// the search for duplicates off.
+	Instance string
+
+	since atomic.Int64
 }
 
-// Beat implements store.Beater.
-func (h Heartbeater) Beat(ctx context.Context, node string, ttl time.Duration) (int, error) {
-	return Heartbeat(ctx, h.Client, h.Key, node, ttl)
+// Beat implements store.Beater: it returns the live nodes and the instance
+// ids of other processes beating under node.
+func (h *Heartbeater) Beat(ctx context.Context, node string, ttl time.Duration) (int, []string, error) {
+	r, err := Heartbeat(ctx, h.Client, h.Key, Beat{Node: node, Instance: h.Instance, TTL: ttl, Since: h.since.Load()})
+	if err != nil {
+		return 0, nil, err
+	}
+	h.since.CompareAndSwap(0, r.Now)
+	return r.Live, r.Others, nil
 }

@@ -1,10 +1,20 @@
--- heartbeat.lua — announce one node and count the live ones.
+-- heartbeat.lua — announce one node, count the live ones, and find other
+-- processes that announce themselves under the same node id.
 --
 -- KEYS[1]   sorted set of nodes: member = node id, score = last beat (integer ms, Redis TIME)
--- ARGV[1]   node id
--- ARGV[2]   ttl in ms (> 0): a node whose last beat is older is not live
+-- KEYS[2]   sorted set of processes: member = node id .. " " .. instance id, score = last beat
+--           (same hash tag as KEYS[1])
+-- ARGV[1]   node id (letters, digits, '.', '_', '-': never a space)
+-- ARGV[2]   ttl in ms (> 0): a node or process whose last beat is older is not live
+-- ARGV[3]   instance id of this process ("" = do not track processes)
+-- ARGV[4]   Redis time in ms of this process's first beat ("0" on the first beat)
 --
--- Reply: integer, the live nodes including this one.
+-- Reply: array {live, now, other...}: live = the live nodes including this
+-- one (the live processes when more: two processes under one node id are two
+-- deciders), now = Redis TIME in ms, then the instance ids of the other live
+-- processes of this node id that beat after ARGV[4]. A process restarted
+-- under its node id does not see its dead predecessor, whose last beat came
+-- before the new one's first; two processes running at once see each other.
 if redis.replicate_commands then redis.replicate_commands() end
 
 local t = redis.call('TIME')
@@ -13,4 +23,24 @@ local ttl = tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], now, ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - ttl)
 redis.call('PEXPIRE', KEYS[1], ttl * 2)
-return redis.call('ZCARD', KEYS[1])
+local live = redis.call('ZCARD', KEYS[1])
+
+local reply = {0, now}
+if ARGV[3] ~= '' then
+  local since = tonumber(ARGV[4])
+  if since == nil or since <= 0 then since = now end
+  local prefix = ARGV[1] .. ' '
+  local me = prefix .. ARGV[3]
+  redis.call('ZADD', KEYS[2], now, me)
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - ttl)
+  redis.call('PEXPIRE', KEYS[2], ttl * 2)
+  local procs = redis.call('ZCARD', KEYS[2])
+  if procs > live then live = procs end
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], string.format('(%d', since), '+inf')) do
+    if m ~= me and string.sub(m, 1, #prefix) == prefix then
+      reply[#reply + 1] = string.sub(m, #prefix + 1)
+    end
+  end
+end
+reply[1] = live
+return reply

@@ -7,3 +7,7 @@ package lua
 func Key(prefix, scope, name string) string {
 	return prefix + ":{" + scope + ":" + name + "}"
 }
+
+// TokenKey is the hash holding the level of the token bucket whose sorted
+// set is key (see admit.lua). It keeps key's hash tag, so both share a slot.
+func TokenKey(key string) string { return key + ":tokens" }

@@ -23,6 +23,8 @@ var (
 	queueSrc string
 	//go:embed block.lua
 	blockSrc string
+	//go:embed refund.lua
+	refundSrc string
 	//go:embed rate.lua
 	rateSrc string
 )
@@ -36,6 +38,7 @@ var (
 	releaseScript = redis.NewScript(releaseSrc)
 	queueScript   = redis.NewScript(queueSrc)
 	blockScript   = redis.NewScript(blockSrc)
+	refundScript  = redis.NewScript(refundSrc)
 	rateScript    = redis.NewScript(rateSrc)
 )
 
@@ -47,6 +50,7 @@ const (
 	ScriptRelease = "release"
 	ScriptQueue   = "queue"
 	ScriptBlock   = "block"
+	ScriptRefund  = "refund"
 	ScriptRate    = "rate"
 )
 
@@ -72,6 +76,7 @@ func Load(ctx context.Context, c redis.Scripter) error {
 		{ScriptRelease, releaseScript},
 		{ScriptQueue, queueScript},
 		{ScriptBlock, blockScript},
+		{ScriptRefund, refundScript},
 		{ScriptRate, rateScript},
 		{ScriptHeartbeat, heartbeatScript},
 	} {
@@ -99,6 +104,8 @@ func SHA(name string) string {
 		return queueScript.Hash()
 	case ScriptBlock:
 		return blockScript.Hash()
+	case ScriptRefund:
+		return refundScript.Hash()
 	case ScriptRate:
 		return rateScript.Hash()
 	case ScriptHeartbeat:
@@ -129,14 +136,63 @@ func MicrosFloor(d time.Duration) int64 {
 // Time converts Redis TIME in microseconds to a time.Time.
 func Time(us int64) time.Time { return time.UnixMicro(us) }
 
-// AdmitBucket is one bucket of an admit.lua call.
+// AdmitBucket is one bucket of an admit.lua call: a rolling window, or a
+// token bucket when RateMicros > 0.
 type AdmitBucket struct {
-	// Key is the bucket's sorted set.
+	// Key is the bucket's sorted set: the calls of a rolling window, or the
+	// calls a token bucket remembers for WindowUS to spot duplicates. A
+	// token bucket's level lives in the hash TokenKey(Key).
 	Key string
-	// Limit is the number of calls the window may hold.
+	// Limit is the number of calls the window may hold, or the token
+	// bucket's capacity in tokens (its burst).
 	Limit int64
 	// WindowUS is the window in integer µs (> 0).
 	WindowUS int64
+	// RateMicros is 0 for a rolling window; for a token bucket its refill
+	// in micro-tokens per second (cps × 1e6).
+	RateMicros int64
+}
+
+// MaxTokens is the largest token bucket capacity a script accepts: its level
+// in micro-tokens, times 1000 for the TTL in ms, stays an exact integer in
+// Lua's doubles (below 2^53).
+const MaxTokens = 1_000_000
+
+// MaxRateMicros is the largest token bucket rate, in micro-tokens per
+// second, a script accepts (1e6 tokens per second); every product the
+// scripts form with it stays below 2^53.
+const MaxRateMicros = 1_000_000 * 1_000_000
+
+// scriptArgs builds KEYS and ARGV shared by admit.lua, counts.lua and
+// refund.lua: one key per bucket, then the hash of each token bucket; three
+// values per bucket (limit, window µs, rate), after member when withMember.
+func scriptArgs(script, member string, withMember bool, buckets []AdmitBucket) ([]string, []any, error) {
+	if len(buckets) == 0 {
+		return nil, nil, fmt.Errorf("%w: %s needs at least one bucket", ErrArgs, script)
+	}
+	keys := make([]string, len(buckets), 2*len(buckets))
+	args := make([]any, 0, 1+3*len(buckets))
+	if withMember {
+		args = append(args, member)
+	}
+	for i, b := range buckets {
+		switch {
+		case b.WindowUS <= 0:
+			return nil, nil, fmt.Errorf("%w: bucket %q: window %dµs must be > 0", ErrArgs, b.Key, b.WindowUS)
+		case b.RateMicros < 0 || b.RateMicros > MaxRateMicros:
+			return nil, nil, fmt.Errorf("%w: bucket %q: rate %d µtokens/s must be 0 (rolling window) or 1 to %d", ErrArgs, b.Key, b.RateMicros, int64(MaxRateMicros))
+		case b.RateMicros > 0 && (b.Limit < 1 || b.Limit > MaxTokens):
+			return nil, nil, fmt.Errorf("%w: token bucket %q: capacity %d must be 1 to %d", ErrArgs, b.Key, b.Limit, MaxTokens)
+		}
+		keys[i] = b.Key
+		args = append(args, b.Limit, b.WindowUS, b.RateMicros)
+	}
+	for _, b := range buckets {
+		if b.RateMicros > 0 {
+			keys = append(keys, TokenKey(b.Key))
+		}
+	}
+	return keys, args, nil
 }
 
 // AdmitReply is the decoded reply of admit.lua.
@@ -160,18 +216,9 @@ type AdmitReply struct {
 // hash to one Redis Cluster slot (see Slot); callers split cross-slot
 // decisions themselves.
 func Admit(ctx context.Context, c redis.Scripter, member string, buckets []AdmitBucket) (AdmitReply, error) {
-	if len(buckets) == 0 {
-		return AdmitReply{}, fmt.Errorf("%w: admit needs at least one bucket", ErrArgs)
-	}
-	keys := make([]string, len(buckets))
-	args := make([]any, 1, 1+2*len(buckets))
-	args[0] = member
-	for i, b := range buckets {
-		if b.WindowUS <= 0 {
-			return AdmitReply{}, fmt.Errorf("%w: bucket %q: window %dµs must be > 0", ErrArgs, b.Key, b.WindowUS)
-		}
-		keys[i] = b.Key
-		args = append(args, b.Limit, b.WindowUS)
+	keys, args, err := scriptArgs(ScriptAdmit, member, true, buckets)
+	if err != nil {
+		return AdmitReply{}, err
 	}
 	v, err := admitScript.Run(ctx, c, keys, args...).Result()
 	if err != nil {
@@ -221,24 +268,45 @@ type CountsReply struct {
 	Counts []int64
 }
 
-// Counts runs counts.lua: the calls in each bucket's window, without writing.
-// windowsUS[i] is the window of keys[i]. Keys must share one Cluster slot.
-func Counts(ctx context.Context, c redis.Scripter, keys []string, windowsUS []int64) (CountsReply, error) {
-	if len(keys) == 0 || len(keys) != len(windowsUS) {
-		return CountsReply{}, fmt.Errorf("%w: counts needs one window per key (%d keys, %d windows)", ErrArgs, len(keys), len(windowsUS))
-	}
-	args := make([]any, len(windowsUS))
-	for i, w := range windowsUS {
-		if w <= 0 {
-			return CountsReply{}, fmt.Errorf("%w: bucket %q: window %dµs must be > 0", ErrArgs, keys[i], w)
-		}
-		args[i] = w
+// Counts runs counts.lua: the calls in each rolling window and the tokens in
+// use in each token bucket, without writing. Keys must share one Cluster
+// slot.
+func Counts(ctx context.Context, c redis.Scripter, buckets []AdmitBucket) (CountsReply, error) {
+	keys, args, err := scriptArgs(ScriptCounts, "", false, buckets)
+	if err != nil {
+		return CountsReply{}, err
 	}
 	v, err := countsScript.Run(ctx, c, keys, args...).Result()
 	if err != nil {
 		return CountsReply{}, err
 	}
-	return DecodeCounts(v, len(keys))
+	return DecodeCounts(v, len(buckets))
+}
+
+// Refund runs refund.lua: member leaves every bucket, and each token bucket
+// that had admitted it gets its token back. It undoes an Admit of the same
+// buckets (the cross-slot path) and returns the number of buckets member was
+// removed from. Keys must share one Cluster slot.
+func Refund(ctx context.Context, c redis.Scripter, member string, buckets []AdmitBucket) (int, error) {
+	keys, args, err := scriptArgs(ScriptRefund, member, true, buckets)
+	if err != nil {
+		return 0, err
+	}
+	v, err := refundScript.Run(ctx, c, keys, args...).Result()
+	if err != nil {
+		return 0, err
+	}
+	return DecodeRefund(v, len(buckets))
+}
+
+// DecodeRefund decodes a refund.lua reply for n buckets: an integer from 0
+// to n. It never panics.
+func DecodeRefund(v any, n int) (int, error) {
+	r, ok := v.(int64)
+	if !ok || r < 0 || r > int64(n) {
+		return 0, fmt.Errorf("%w: refund: got %T %v, want integer 0 to %d", ErrReply, v, v, n)
+	}
+	return int(r), nil
 }
 
 // DecodeCounts decodes a counts.lua reply for n buckets. It never panics.

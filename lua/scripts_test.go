@@ -27,7 +27,7 @@ func TestLoadAndRunEveryScript(t *testing.T) {
 	if err := lua.Load(ctx, c); err != nil {
 		t.Fatalf("Load: %v", err)
 	}
-	for _, name := range []string{lua.ScriptAdmit, lua.ScriptCounts, lua.ScriptPace, lua.ScriptRelease, lua.ScriptQueue, lua.ScriptBlock, lua.ScriptRate, lua.ScriptHeartbeat} {
+	for _, name := range []string{lua.ScriptAdmit, lua.ScriptCounts, lua.ScriptPace, lua.ScriptRelease, lua.ScriptQueue, lua.ScriptBlock, lua.ScriptRate, lua.ScriptHeartbeat, lua.ScriptRefund} {
 		ok, err := c.ScriptExists(ctx, lua.SHA(name)).Result()
 		if err != nil || len(ok) != 1 || !ok[0] {
 			t.Errorf("script %s (sha %s) not loaded: %v %v", name, lua.SHA(name), ok, err)
@@ -47,7 +47,7 @@ func TestLoadAndRunEveryScript(t *testing.T) {
 	if err != nil || ttl <= time.Second || ttl > 2*time.Second {
 		t.Fatalf("PTTL = %v (%v), want window + 1 s, in (1s, 2s]", ttl, err)
 	}
-	cr, err := lua.Counts(ctx, c, []string{key}, []int64{1_000_000})
+	cr, err := lua.Counts(ctx, c, []lua.AdmitBucket{{Key: key, Limit: 1, WindowUS: 1_000_000}})
 	if err != nil || cr.Counts[0] != 1 || cr.NowUS < r.NowUS {
 		t.Fatalf("Counts = %+v, %v; want 1", cr, err)
 	}
@@ -97,8 +97,21 @@ func TestArgsValidated(t *testing.T) {
 	if _, err := lua.Pace(ctx, c, "k", "m", 0, 0); !errors.Is(err, lua.ErrArgs) {
 		t.Errorf("Pace with zero interval: got %v, want ErrArgs", err)
 	}
-	if _, err := lua.Counts(ctx, c, []string{"a"}, nil); !errors.Is(err, lua.ErrArgs) {
-		t.Errorf("Counts with missing window: got %v, want ErrArgs", err)
+	if _, err := lua.Counts(ctx, c, nil); !errors.Is(err, lua.ErrArgs) {
+		t.Errorf("Counts with no buckets: got %v, want ErrArgs", err)
+	}
+	for _, b := range []lua.AdmitBucket{
+		{Key: "k", Limit: 0, WindowUS: 1, RateMicros: 1},
+		{Key: "k", Limit: lua.MaxTokens + 1, WindowUS: 1, RateMicros: 1},
+		{Key: "k", Limit: 1, WindowUS: 1, RateMicros: -1},
+		{Key: "k", Limit: 1, WindowUS: 1, RateMicros: lua.MaxRateMicros + 1},
+	} {
+		if _, err := lua.Admit(ctx, c, "m", []lua.AdmitBucket{b}); !errors.Is(err, lua.ErrArgs) {
+			t.Errorf("Admit with %+v: got %v, want ErrArgs", b, err)
+		}
+		if _, err := lua.Refund(ctx, c, "m", []lua.AdmitBucket{b}); !errors.Is(err, lua.ErrArgs) {
+			t.Errorf("Refund with %+v: got %v, want ErrArgs", b, err)
+		}
 	}
 }
 

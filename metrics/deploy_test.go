@@ -239,7 +239,7 @@ func TestAlerts(t *testing.T) {
 	}
 	for _, want := range []string{
 		"CpsguardStoreFallback", "CpsguardStoreDown", "CpsguardQueueDelayNearMaxWait",
-		"CpsguardSustainedRejections", "CpsguardConfigReloadFailed",
+		"CpsguardSustainedRejections", "CpsguardConfigReloadFailed", "CpsguardConfigDiffers", "CpsguardDuplicateNodeID",
 		"CpsguardCarrierDown", "CpsguardCarrierPushingBack",
 	} {
 		if !slices.Contains(names, want) {

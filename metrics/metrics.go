@@ -61,6 +61,26 @@ const (
 	PeerUnknown = "unknown"
 )
 
+// The known values of each enum label, whose series SyncLimits creates at 0
+// for every configured name: a counter that appears on its first event is
+// invisible to rate() and increase() for that event, so an alert on it
+// would miss the first refusal of a peer (client_golang's advice: initialise
+// every label set you know of). Add a new outcome or result here as well as
+// to the constants above (TestEnumListsAreComplete checks).
+var (
+	// Outcomes are the outcome labels of cpsguard_calls_total.
+	Outcomes = []string{OutcomeForwarded, OutcomeRejectedCPS, OutcomeRejectedQueue,
+		OutcomeRejectedForbidden, OutcomeRejectedStore, OutcomeRejectedDown, OutcomeRejectedOverload, OutcomeCanceled}
+	// AdmissionResults are the result labels of cpsguard_admission_total.
+	AdmissionResults = []string{ResultAdmitted, ResultRejected, ResultShadowRejected}
+	// PacingResults are the result labels of cpsguard_pacing_total.
+	PacingResults = []string{PacingPaced, PacingFull}
+	// RerouteReasons are the reason labels of cpsguard_reroutes_total.
+	RerouteReasons = []string{RerouteFull, RerouteFailed, RerouteDown}
+	// ReloadResults are the result labels of cpsguard_config_reloads_total.
+	ReloadResults = []string{ReloadSuccess, ReloadFailure}
+)
+
 // Metrics holds the collectors.
 type Metrics struct {
 	// Admission counts admission decisions per bucket:
@@ -129,6 +149,14 @@ type Metrics struct {
 	// BuildInfo is 1, labelled with what the node runs:
 	// cpsguard_build_info{version,revision,goversion}. SetBuildInfo sets it.
 	BuildInfo *prometheus.GaugeVec
+	// DuplicateNodeID is 1 while another process beats in Redis under this
+	// node's node_id: cpsguard_duplicate_node_id.
+	DuplicateNodeID prometheus.Gauge
+	// ConfigInfo is 1, labelled with the hash of what the pool must agree
+	// on (config.Config.Hash, per-node settings left out):
+	// cpsguard_config_info{config_hash}. Nodes of one pool that show
+	// different hashes enforce different policies. SyncLimits sets it.
+	ConfigInfo *prometheus.GaugeVec
 	// Panics counts panics recovered in handlers and goroutines, where
 	// names the place (e.g. "sip.invite", "store.heartbeat"):
 	// cpsguard_panics_total{where}.
@@ -138,8 +166,16 @@ type Metrics struct {
 	syncMu sync.Mutex
 }
 
-// WaitBuckets resolve queue delay from 1 ms up to 10 s.
-var WaitBuckets = []float64{0, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2, 3, 5, 10}
+// WaitBuckets resolve queue delay from 1 ms up to 60 s
+// (config.LongestWaitBucket). They are fixed rather than derived from the
+// configured max_wait values: a histogram cannot change its buckets after
+// registration, so buckets picked at start would miss a max_wait raised by
+// a reload, and nodes of a pool started with different files would export
+// different bucket sets, which sum by (le) across nodes cannot combine. 60 s
+// is past any wait a caller sits through in silence after 100 Trying; a
+// longer max_wait is valid, and `cpsguard check` warns about it. The three
+// buckets above 10 s cost 3 series per carrier.
+var WaitBuckets = []float64{0, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2, 3, 5, 10, 20, 30, 60}
 
 // New builds and registers every collector on reg. It panics when a collector
 // of the same name is already registered on reg (a wiring bug found at
@@ -235,6 +271,14 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: Namespace, Name: "build_info",
 			Help: "Always 1; the labels say which build the node runs.",
 		}, []string{"version", "revision", "goversion"}),
+		DuplicateNodeID: f.NewGauge(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "duplicate_node_id",
+			Help: "1 while another process beats in Redis under this node's node_id, else 0.",
+		}),
+		ConfigInfo: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "config_info",
+			Help: "Always 1; config_hash identifies the settings the pool must agree on (per-node ones left out).",
+		}, []string{"config_hash"}),
 		Panics: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "panics_total",
 			Help: "Panics recovered in handlers and goroutines (the process went on), by place.",
@@ -243,5 +287,11 @@ func New(reg prometheus.Registerer) *Metrics {
 	// The configuration in use at start-up was loaded successfully, or the
 	// process would not be running.
 	m.ConfigLastReloadOK.Set(1)
+	// Series that do not depend on the configuration start at 0 here; the
+	// configured names' ones in SyncLimits.
+	for _, r := range ReloadResults {
+		m.ConfigReloads.WithLabelValues(r)
+	}
+	m.Calls.WithLabelValues(PeerUnknown, OutcomeRejectedForbidden)
 	return m
 }

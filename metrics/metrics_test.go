@@ -2,9 +2,13 @@ package metrics
 
 import (
 	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"reflect"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -36,6 +40,8 @@ func touchAll(m *Metrics) {
 	m.SIPErrors.WithLabelValues("parse").Inc()
 	m.Panics.WithLabelValues("sip.invite").Inc()
 	m.SetBuildInfo("v1.2.3", "abc123", "go1.26")
+	m.ConfigInfo.WithLabelValues("sha256:0123").Set(1)
+	m.DuplicateNodeID.Set(0)
 	m.CarrierResponses.WithLabelValues("carrier-a", "2xx").Inc()
 	m.CarrierSetup.WithLabelValues("carrier-a").Observe(0.05)
 	m.CarrierUp.WithLabelValues("carrier-a").Set(1)
@@ -121,8 +127,8 @@ func TestWaitBucketsResolveMillisecondsToMaxWait(t *testing.T) {
 	if !slices.Contains(WaitBuckets, 0.001) {
 		t.Errorf("WaitBuckets %v: want a 1 ms bucket", WaitBuckets)
 	}
-	if last := WaitBuckets[len(WaitBuckets)-1]; last < 5 {
-		t.Errorf("WaitBuckets top %v s: want >= 5 s to resolve common max_wait values", last)
+	if last := WaitBuckets[len(WaitBuckets)-1]; last != config.LongestWaitBucket.Seconds() || last < 60 {
+		t.Errorf("WaitBuckets top %v s: want config.LongestWaitBucket (%s, what check warns about), at least 60 s", last, config.LongestWaitBucket)
 	}
 	if !sort.Float64sAreSorted(WaitBuckets) {
 		t.Errorf("WaitBuckets %v: not sorted", WaitBuckets)
@@ -208,13 +214,25 @@ func TestSyncLimits(t *testing.T) {
 	}{
 		{"limit_cps", m.LimitCPS, []string{
 			"name=c1,scope=customer", "name=k1,scope=carrier", "name=p1,scope=peer", "name=p3,scope=peer"}},
-		{"admission_total", m.Admission, []string{"name=c1,result=rejected,scope=customer"}},
-		{"calls_total", m.Calls, []string{"outcome=forwarded,peer=p1", "outcome=forwarded,peer=unknown",
-			"outcome=rejected_overload,peer=p1", "outcome=rejected_overload,peer=p3"}},
+		// Only the names still configured (and the unknown peer) remain,
+		// each with every known label value (created at 0).
+		{"admission_total", m.Admission, []string{
+			"name=c1,result=admitted,scope=customer", "name=c1,result=rejected,scope=customer", "name=c1,result=shadow_rejected,scope=customer",
+			"name=p1,result=admitted,scope=peer", "name=p1,result=rejected,scope=peer", "name=p1,result=shadow_rejected,scope=peer",
+			"name=p3,result=admitted,scope=peer", "name=p3,result=rejected,scope=peer", "name=p3,result=shadow_rejected,scope=peer"}},
+		{"calls_total", m.Calls, []string{
+			"outcome=canceled,peer=p1", "outcome=canceled,peer=p3",
+			"outcome=forwarded,peer=p1", "outcome=forwarded,peer=p3", "outcome=forwarded,peer=unknown",
+			"outcome=rejected_cps,peer=p1", "outcome=rejected_cps,peer=p3",
+			"outcome=rejected_down,peer=p1", "outcome=rejected_down,peer=p3",
+			"outcome=rejected_forbidden,peer=p1", "outcome=rejected_forbidden,peer=p3", "outcome=rejected_forbidden,peer=unknown",
+			"outcome=rejected_overload,peer=p1", "outcome=rejected_overload,peer=p3",
+			"outcome=rejected_queue,peer=p1", "outcome=rejected_queue,peer=p3",
+			"outcome=rejected_store,peer=p1", "outcome=rejected_store,peer=p3"}},
 		{"pacing_wait_seconds", m.PacingWait, []string{"carrier=k1"}},
-		{"pacing_total", m.Pacing, []string{"carrier=k1,result=paced"}},
+		{"pacing_total", m.Pacing, []string{"carrier=k1,result=full", "carrier=k1,result=paced"}},
 		{"pacing_queued", m.Queued, []string{"carrier=k1"}},
-		{"reroutes_total", m.Reroutes, []string{"carrier=k1,reason=full"}},
+		{"reroutes_total", m.Reroutes, []string{"carrier=k1,reason=down", "carrier=k1,reason=failed", "carrier=k1,reason=full"}},
 		{"pacing_max_wait_seconds", m.MaxWait, []string{"carrier=k1"}},
 	}
 	for _, tt := range tests {
@@ -285,5 +303,136 @@ func TestObserveStore(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(m.StoreErrors.WithLabelValues("admit")); got != 1 {
 		t.Errorf("errors{admit}: got %v, want 1", got)
+	}
+}
+
+// cpsguard_config_info has one series, labelled with the hash of the
+// configuration in use: the node's own settings do not change it, a
+// pool-wide one does.
+func TestConfigInfo(t *testing.T) {
+	m := New(prometheus.NewRegistry())
+	a := cfgWith([]string{"p1"}, nil, []string{"k1"})
+	a.NodeID, a.HTTP.Listen = "edge-1", "10.0.0.1:9090"
+	m.SyncLimits(a)
+	want := []string{"config_hash=" + a.Hash()}
+	if got := series(t, m.ConfigInfo); !slices.Equal(got, want) {
+		t.Fatalf("config_info: got %v, want %v", got, want)
+	}
+	if got := testutil.ToFloat64(m.ConfigInfo.WithLabelValues(a.Hash())); got != 1 {
+		t.Errorf("config_info value: got %v, want 1", got)
+	}
+
+	b := cfgWith([]string{"p1"}, nil, []string{"k1"})
+	b.NodeID, b.HTTP.Listen = "edge-2", "10.0.0.2:9090"
+	m.SyncLimits(b)
+	if got := series(t, m.ConfigInfo); !slices.Equal(got, want) {
+		t.Errorf("config_info of a node with another node_id and listen address: got %v, want %v", got, want)
+	}
+
+	c := cfgWith([]string{"p1"}, nil, []string{"k1"})
+	c.Carriers[0].CPS = 1
+	m.SyncLimits(c)
+	if got, want := series(t, m.ConfigInfo), []string{"config_hash=" + c.Hash()}; !slices.Equal(got, want) || c.Hash() == a.Hash() {
+		t.Errorf("config_info after a cps change: got %v, want %v (and not %s)", got, want, a.Hash())
+	}
+}
+
+// Every series of a configured name and a known label value exists at 0
+// right after the configuration is loaded, before any call: rate() and
+// increase() then see the first event of each.
+func TestKnownSeriesStartAtZero(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := New(reg)
+	cfg := cfgWith([]string{"p1", "p2"}, []string{"c1"}, []string{"k1", "k2", "k3"})
+	m.SyncLimits(cfg)
+	const peers, customers, carriers = 2, 1, 3
+	for _, tc := range []struct {
+		name string
+		c    prometheus.Collector
+		want int
+	}{
+		// The unknown peer's forbidden calls exist too.
+		{"cpsguard_calls_total", m.Calls, peers*len(Outcomes) + 1},
+		{"cpsguard_admission_total", m.Admission, (peers + customers) * len(AdmissionResults)},
+		{"cpsguard_pacing_total", m.Pacing, carriers * len(PacingResults)},
+		{"cpsguard_pacing_wait_seconds", m.PacingWait, carriers},
+		{"cpsguard_pacing_queued", m.Queued, carriers},
+		{"cpsguard_reroutes_total", m.Reroutes, carriers * len(RerouteReasons)},
+		{"cpsguard_carrier_responses_total", m.CarrierResponses, carriers * len(ResponseClasses)},
+		{"cpsguard_carrier_setup_seconds", m.CarrierSetup, carriers},
+		{"cpsguard_config_reloads_total", m.ConfigReloads, len(ReloadResults)},
+	} {
+		if got := testutil.CollectAndCount(tc.c); got != tc.want {
+			t.Errorf("%s: got %d series, want %d", tc.name, got, tc.want)
+		}
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		switch mf.GetType() {
+		case dto.MetricType_COUNTER:
+			for _, pb := range mf.GetMetric() {
+				if v := pb.GetCounter().GetValue(); v != 0 {
+					t.Errorf("%s %v: got %v before any call, want 0", mf.GetName(), pb.GetLabel(), v)
+				}
+			}
+		case dto.MetricType_HISTOGRAM:
+			for _, pb := range mf.GetMetric() {
+				if n := pb.GetHistogram().GetSampleCount(); n != 0 {
+					t.Errorf("%s %v: got %d samples before any call, want 0", mf.GetName(), pb.GetLabel(), n)
+				}
+			}
+		}
+	}
+	// A series that already counted keeps its value through a reload.
+	m.Calls.WithLabelValues("p1", OutcomeRejectedCPS).Add(3)
+	m.SyncLimits(cfg)
+	if got := testutil.ToFloat64(m.Calls.WithLabelValues("p1", OutcomeRejectedCPS)); got != 3 {
+		t.Errorf("calls_total{p1,rejected_cps} after a reload: got %v, want 3", got)
+	}
+}
+
+// Every Outcome*, Result*, Pacing* and Reroute* constant is in its list, so
+// its series start at 0 too: a constant added without its list entry fails
+// here.
+func TestEnumListsAreComplete(t *testing.T) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "metrics.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lists := map[string][]string{
+		"Outcome": Outcomes, "Result": AdmissionResults, "Pacing": PacingResults,
+		"Reroute": RerouteReasons, "Reload": ReloadResults,
+	}
+	found := 0
+	for _, d := range f.Decls {
+		g, ok := d.(*ast.GenDecl)
+		if !ok || g.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range g.Specs {
+			vs := spec.(*ast.ValueSpec)
+			for i, name := range vs.Names {
+				for prefix, list := range lists {
+					if !strings.HasPrefix(name.Name, prefix) || i >= len(vs.Values) {
+						continue
+					}
+					lit, ok := vs.Values[i].(*ast.BasicLit)
+					if !ok {
+						continue
+					}
+					found++
+					if v, _ := strconv.Unquote(lit.Value); !slices.Contains(list, v) {
+						t.Errorf("const %s = %s is not in the list of %s* values %v: its series would not start at 0", name.Name, lit.Value, prefix, list)
+					}
+				}
+			}
+		}
+	}
+	if found < 10 {
+		t.Errorf("found %d enum constants in metrics.go; the parser missed them", found)
 	}
 }

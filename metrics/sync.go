@@ -22,9 +22,13 @@ func NewRegistry() *prometheus.Registry {
 	return reg
 }
 
-// SyncLimits makes the metrics follow cfg: it sets cpsguard_limit_cps for
+// SyncLimits makes the metrics follow cfg: it creates, at 0, every series of
+// a configured name and a known label value (calls_total for every peer and
+// outcome, admission_total for every peer and customer and result, the
+// carriers' pacing, queue, reroute, response and setup series); it sets cpsguard_limit_cps for
 // every peer, customer and carrier, cpsguard_pacing_max_wait_seconds for
-// every carrier and cpsguard_store_redis_configured, and deletes every series whose peer, customer or carrier is
+// every carrier, cpsguard_store_redis_configured and cpsguard_config_info,
+// and deletes every series whose peer, customer or carrier is
 // no longer configured, in all collectors labelled by those names. Call it
 // once at start-up and after every successful reload.
 //
@@ -82,29 +86,50 @@ func (m *Metrics) SyncLimits(cfg *config.Config) {
 	prune(m.CarrierProbes, carrierKept)
 	prune(m.EffectiveCPS, carrierKept)
 
+	// One series, the hash of the configuration now in use: set the new one
+	// before deleting the old, so no scrape finds none.
+	hash := cfg.Hash()
+	m.ConfigInfo.WithLabelValues(hash).Set(1)
+	prune(m.ConfigInfo, func(l map[string]string) bool { return l["config_hash"] == hash })
+
 	if cfg.Store.Redis != nil {
 		m.RedisConfigured.Set(1)
 	} else {
 		m.RedisConfigured.Set(0)
 	}
+	// Every known label set of a configured name starts at 0 (WithLabelValues
+	// creates a series without touching one that exists), so rate() and
+	// increase() alerts see its first event.
 	for _, p := range cfg.Peers {
 		m.LimitCPS.WithLabelValues(ScopePeer, p.Name).Set(p.CPS)
-		// Shedding is the alert that matters under overload: its series
-		// starts at 0 so increase() sees the first shed call.
-		m.Calls.WithLabelValues(p.Name, OutcomeRejectedOverload)
+		for _, r := range AdmissionResults {
+			m.Admission.WithLabelValues(ScopePeer, p.Name, r)
+		}
+		for _, o := range Outcomes {
+			m.Calls.WithLabelValues(p.Name, o)
+		}
 	}
 	for _, c := range cfg.Customers {
 		m.LimitCPS.WithLabelValues(ScopeCustomer, c.Name).Set(c.CPS)
+		for _, r := range AdmissionResults {
+			m.Admission.WithLabelValues(ScopeCustomer, c.Name, r)
+		}
 	}
 	for _, c := range cfg.Carriers {
 		m.LimitCPS.WithLabelValues(ScopeCarrier, c.Name).Set(c.CPS)
 		m.MaxWait.WithLabelValues(c.Name).Set(c.MaxWait.Seconds())
-		// Known label sets start at 0, so rate() and increase() alerts see
-		// a carrier's first answer of a class.
 		for _, class := range ResponseClasses {
 			m.CarrierResponses.WithLabelValues(c.Name, class)
 		}
 		m.CarrierSetup.WithLabelValues(c.Name)
+		for _, r := range PacingResults {
+			m.Pacing.WithLabelValues(c.Name, r)
+		}
+		m.PacingWait.WithLabelValues(c.Name)
+		m.Queued.WithLabelValues(c.Name)
+		for _, r := range RerouteReasons {
+			m.Reroutes.WithLabelValues(c.Name, r)
+		}
 		m.CarrierProbes.WithLabelValues(c.Name, ProbeOK)
 		m.CarrierProbes.WithLabelValues(c.Name, ProbeFailed)
 	}

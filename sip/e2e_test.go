@@ -68,6 +68,7 @@ type e2eOpts struct {
 	unknown               string // reject | drop
 	peerCPS, acme, globex float64
 	carriers              []e2eCarrier
+	edit                  func(*config.Config) // optional, after parsing
 	// carrierExtra adds settings to a carrier's flow map by name, e.g.
 	// "probe: {interval: 0s}".
 	carrierExtra map[string]string
@@ -112,6 +113,9 @@ func startE2E(t *testing.T, o e2eOpts) *harness {
 	cfg, err := config.Parse([]byte(o.yaml()))
 	if err != nil {
 		t.Fatalf("config: %v\n%s", err, o.yaml())
+	}
+	if o.edit != nil {
+		o.edit(cfg)
 	}
 	return startProxy(t, cfg, adm, pacing.NewPacer(slots))
 }

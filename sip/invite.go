@@ -44,6 +44,16 @@ type call struct {
 	gateKeys []gateKey
 	// forwarded is set once an INVITE actually left for a carrier.
 	forwarded bool
+
+	// For the call's event line (events.go): the customer, the carrier
+	// tried last (or taken), why the call was refused or rerouted and the
+	// carriers it went past, the final code the caller got, and the slot
+	// wait (granted, or the one refused as too long).
+	customer, carrier string
+	reason, detail    string
+	code              int
+	wait              time.Duration
+	waited            bool
 }
 
 // onInvite handles every INVITE: initial ones go through admission and
@@ -68,6 +78,7 @@ func (p *Proxy) onInvite(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
 
 	c := &call{p: p, cfg: p.cfg(), req: req, tx: tx, ctx: ctx, log: p.log}
 	c.run()
+	c.event()
 	if c.outcome != "" {
 		p.m.Calls.WithLabelValues(c.peer, c.outcome).Inc()
 	}
@@ -87,10 +98,11 @@ func (c *call) run() {
 	}
 	peer := cfg.PeerByAddr(src)
 	if peer == nil {
-		c.outcome = metrics.OutcomeRejectedForbidden
+		c.refuse(metrics.OutcomeRejectedForbidden, reasonUnknownSource)
 		if cfg.SIP.UnknownSource == "drop" {
 			return
 		}
+		c.code = sipmsg.StatusForbidden
 		p.answerOnce(req, c.tx, sipmsg.StatusForbidden, "Forbidden")
 		return
 	}
@@ -102,15 +114,17 @@ func (c *call) run() {
 
 	if req.From() == nil || req.To() == nil || req.CallID() == nil {
 		p.m.SIPErrors.WithLabelValues("malformed").Inc()
+		c.reason = reasonMalformed
 		c.respond(sipmsg.StatusBadRequest, "Bad Request")
 		return
 	}
 	if mf := req.MaxForwards(); mf != nil && mf.Val() == 0 {
+		c.reason = reasonTooManyHops
 		c.respond(sipmsg.StatusTooManyHops, "Too Many Hops")
 		return
 	}
 	if p.draining.Load() {
-		c.outcome = metrics.OutcomeRejectedQueue
+		c.refuse(metrics.OutcomeRejectedQueue, reasonDraining)
 		c.respond(sipmsg.StatusServiceUnavailable, "Service Unavailable")
 		return
 	}
@@ -119,20 +133,24 @@ func (c *call) run() {
 	var cu *config.Customer
 	if name := headerValue(req, cfg.CustomerHeader); name != "" {
 		if !peer.MayUseCustomer(name) {
-			c.outcome = metrics.OutcomeRejectedForbidden
+			c.refuse(metrics.OutcomeRejectedForbidden, reasonCustomerNotAllow)
+			c.detail = "customer header names " + strconv.Quote(clip(name))
 			c.respond(sipmsg.StatusForbidden, "Forbidden")
 			return
 		}
 		if cu = cfg.Customer(name); cu == nil {
-			c.outcome = metrics.OutcomeRejectedForbidden
+			c.refuse(metrics.OutcomeRejectedForbidden, reasonUnknownCustomer)
 			c.respond(sipmsg.StatusForbidden, "Forbidden")
 			return
 		}
 	} else if peer.Customer != "" {
 		cu = cfg.Customer(peer.Customer)
 	}
-	if cu != nil && c.log.Enabled(c.ctx, slog.LevelDebug) {
-		c.log = c.log.With("customer", cu.Name)
+	if cu != nil {
+		c.customer = cu.Name
+		if c.log.Enabled(c.ctx, slog.LevelDebug) {
+			c.log = c.log.With("customer", cu.Name)
+		}
 	}
 
 	branch, _ := req.Via().Params.Get("branch")
@@ -142,7 +160,8 @@ func (c *call) run() {
 	if p.routeDown(cfg, route) {
 		// Refused before admission: the call costs its peer and customer
 		// nothing, and never waits for a carrier known to be down.
-		c.outcome = metrics.OutcomeRejectedDown
+		c.refuse(metrics.OutcomeRejectedDown, reasonRouteDown)
+		c.detail = "route " + cfg.RouteFor(peer, cu)
 		c.log.Debug("every carrier of the route is down", "route", cfg.RouteFor(peer, cu))
 		c.respond(sipmsg.StatusServiceUnavailable, "No Carrier Available")
 		return
@@ -160,19 +179,33 @@ func (c *call) admit(peer *config.Peer, cu *config.Customer) bool {
 	type scoped struct{ scope, name string }
 	var buckets []admission.Bucket
 	var names []scoped
+	var owner []int // owner[i]: index in names of buckets[i]'s scope
 	var gates []gateKey
-	add := func(scope, name string, cps float64) {
+	add := func(scope, name string, cps float64, burst int, windows []config.Window) {
 		if cps <= 0 {
 			return // no limit configured for this scope
 		}
-		limit, window := admission.LimitFor(cps)
-		buckets = append(buckets, admission.Bucket{Key: lua.Key(cfg.Store.KeyPrefix, scope, name), Limit: limit, Window: window})
+		key := lua.Key(cfg.Store.KeyPrefix, scope, name)
+		if burst > 0 {
+			// A token bucket replaces the 1 s window, and the send gate
+			// (which holds sends to cps per rolling second) lets the burst
+			// through: the scope promises burst then cps, not cps per second.
+			buckets = append(buckets, admission.TokenBucket(key, cps, burst))
+		} else {
+			limit, window := admission.LimitFor(cps)
+			buckets = append(buckets, admission.Bucket{Key: key, Limit: limit, Window: window})
+			gates = append(gates, gateKey{scope + ":" + name, cps})
+		}
+		owner = append(owner, len(names))
+		for _, w := range windows {
+			buckets = append(buckets, admission.WindowBucket(key, w.Calls, w.Per))
+			owner = append(owner, len(names))
+		}
 		names = append(names, scoped{scope, name})
-		gates = append(gates, gateKey{scope + ":" + name, cps})
 	}
-	add(metrics.ScopePeer, peer.Name, peer.CPS)
+	add(metrics.ScopePeer, peer.Name, peer.CPS, peer.Burst, peer.Windows)
 	if cu != nil {
-		add(metrics.ScopeCustomer, cu.Name, cu.CPS)
+		add(metrics.ScopeCustomer, cu.Name, cu.CPS, cu.Burst, cu.Windows)
 	}
 	if len(buckets) == 0 {
 		return true
@@ -187,7 +220,7 @@ func (c *call) admit(peer *config.Peer, cu *config.Customer) bool {
 			return false
 		}
 		c.log.Debug("admission store failed", "error", err)
-		c.outcome = metrics.OutcomeRejectedStore
+		c.refuse(metrics.OutcomeRejectedStore, reasonStore)
 		c.respond(sipmsg.StatusServiceUnavailable, "Service Unavailable")
 		return false
 	}
@@ -214,19 +247,35 @@ func (c *call) admit(peer *config.Peer, cu *config.Customer) bool {
 	if cfg.Shadow {
 		result = metrics.ResultShadowRejected
 	}
-	if dec.Refused >= 0 && dec.Refused < len(names) {
-		n := names[dec.Refused]
+	c.reason = reasonPeerCPS
+	if dec.Refused >= 0 && dec.Refused < len(buckets) {
+		n := names[owner[dec.Refused]]
 		p.m.Admission.WithLabelValues(n.scope, n.name, result).Inc()
+		if n.scope == metrics.ScopeCustomer {
+			c.reason = reasonCustomerCPS
+		}
+		if b := buckets[dec.Refused]; b.RateMicros > 0 {
+			c.detail = n.scope + " " + n.name + ": token bucket of " + strconv.Itoa(b.Limit) + " empty"
+		} else {
+			calls := " calls in "
+			if b.Limit == 1 {
+				calls = " call in "
+			}
+			c.detail = n.scope + " " + n.name + ": " + strconv.Itoa(b.Limit) + calls + b.Window.String()
+		}
 		if c.log.Enabled(c.ctx, slog.LevelDebug) {
 			count := -1
 			if dec.Refused < len(dec.Counts) {
 				count = dec.Counts[dec.Refused]
 			}
-			c.log.Debug("over cps limit", "scope", n.scope, "name", n.name,
+			b := buckets[dec.Refused]
+			c.log.Debug("over cps limit", "scope", n.scope, "name", n.name, "bucket", b.Key,
+				"limit", b.Limit, "window", b.Window,
 				"count", count, "retry_after", dec.RetryAfter, "shadow", cfg.Shadow)
 		}
 	}
 	if cfg.Shadow {
+		c.reason, c.detail = "", ""
 		return true
 	}
 	c.outcome = metrics.OutcomeRejectedCPS
@@ -274,15 +323,19 @@ func (c *call) route(carriers []string) {
 		if car == nil {
 			continue
 		}
+		c.carrier = name
 		if !p.health.Up(name) {
 			// Down on this node: its slots are not taken.
 			p.m.Reroutes.WithLabelValues(name, metrics.RerouteDown).Inc()
+			c.skipped(name, "down")
 			continue
 		}
-		ticket, state, err := p.awaitCarrier(c.ctx, c.log, cfg, car, c.member+"#"+strconv.Itoa(i), c.gateKeys)
+		ticket, state, wait, err := p.awaitCarrier(c.ctx, c.log, cfg, car, c.member+"#"+strconv.Itoa(i), c.gateKeys)
+		c.wait, c.waited = wait, true
 		switch state {
 		case carrierFull:
 			p.m.Reroutes.WithLabelValues(name, "full").Inc()
+			c.skipped(name, "full (wait "+wait.Round(time.Millisecond).String()+" over max_wait "+car.MaxWait.String()+")")
 			continue
 		case carrierStopped:
 			// Not the store: the caller cancelled, the transaction ended or
@@ -292,18 +345,24 @@ func (c *call) route(carriers []string) {
 		case carrierStoreFailed:
 			c.log.Debug("pacing store failed", "carrier", name, "error", err)
 			if !c.forwarded {
-				c.outcome = metrics.OutcomeRejectedStore
+				c.refuse(metrics.OutcomeRejectedStore, reasonStore)
 			}
 			c.respond(sipmsg.StatusServiceUnavailable, "Service Unavailable")
 			return
 		}
 		res, retry := c.forward(car, ticket)
 		if !retry {
+			if c.detail != "" && c.reason == "" {
+				c.reason = reasonRerouted // taken, past the carriers in detail
+			}
 			return
 		}
 		p.m.Reroutes.WithLabelValues(name, "failed").Inc()
 		if res != nil {
 			lastFail = res
+			c.skipped(name, "failed ("+strconv.Itoa(res.StatusCode)+" "+clip(res.Reason)+")")
+		} else {
+			c.skipped(name, "failed (no answer)")
 		}
 		if c.log.Enabled(c.ctx, slog.LevelDebug) {
 			status := 0
@@ -317,14 +376,16 @@ func (c *call) route(carriers []string) {
 		return
 	}
 	if c.forwarded {
+		c.reason = reasonCarrierFailed
 		if lastFail != nil {
+			c.code = lastFail.StatusCode
 			c.relay(lastFail)
 		} else {
 			c.respond(sipmsg.StatusRequestTimeout, "Request Timeout")
 		}
 		return
 	}
-	c.outcome = metrics.OutcomeRejectedQueue
+	c.refuse(metrics.OutcomeRejectedQueue, reasonNoCarrier)
 	c.log.Debug("no carrier of the route could take the call in time", "carriers", len(carriers))
 	c.respond(sipmsg.StatusServiceUnavailable, "No Carrier Available")
 }
@@ -341,7 +402,7 @@ func (c *call) stopped(forwarded bool) {
 		return
 	}
 	if !forwarded {
-		c.outcome = metrics.OutcomeRejectedQueue
+		c.refuse(metrics.OutcomeRejectedQueue, reasonDraining)
 	}
 	c.respond(sipmsg.StatusServiceUnavailable, "Service Unavailable")
 }
@@ -375,6 +436,9 @@ func (c *call) respond(code int, reason string) {
 func (c *call) send(res *sipmsg.Response) {
 	if c.upstream == "" {
 		c.upstream = res.Destination()
+	}
+	if res.StatusCode >= 300 && c.code == 0 {
+		c.code = res.StatusCode
 	}
 	if err := c.tx.Respond(res); err != nil {
 		c.log.Debug("respond failed", "status", res.StatusCode, "error", err)

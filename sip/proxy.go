@@ -183,6 +183,8 @@ type Proxy struct {
 	health *health.Tracker
 	// rates are the adaptive carriers' effective rates, as last read.
 	rates rateCache
+	// events writes the call event lines (log.events).
+	events *eventLog
 	// probeKicks wakes a carrier's probe loop (chan struct{} by carrier
 	// name): failed calls ask for a probe to confirm them.
 	probeKicks sync.Map
@@ -220,6 +222,7 @@ func New(opts Options) (*Proxy, error) {
 	}
 	p.panics = &panics.Reporter{Log: p.log, Count: p.m.Panics}
 	p.health = health.NewTracker(nil, p.onHealthChange)
+	p.events = &eventLog{log: opts.Logger.With("component", "events")}
 	if cfg := opts.Config(); cfg != nil {
 		p.syncHealth(cfg)
 	}
@@ -323,6 +326,7 @@ func (p *Proxy) Serve(ctx context.Context) error {
 	go p.sweepInvites(bg)
 	go p.runProbes(bg)
 	go p.runRates(bg)
+	go p.runEventFlush(bg)
 
 	var wg sync.WaitGroup
 	errc := make(chan error, len(p.listeners))

@@ -205,7 +205,10 @@ func startProxyWith(t *testing.T, cfg func() *config.Config, adm Admitter, pacer
 func startProxyOpts(t *testing.T, opts Options) *harness {
 	t.Helper()
 	m := metrics.New(prometheus.NewRegistry())
-	opts.Metrics, opts.Logger = m, testLogger()
+	opts.Metrics = m
+	if opts.Logger == nil {
+		opts.Logger = testLogger()
+	}
 	adm, pacer := opts.Admission, opts.Pacer
 	p, err := New(opts)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"time"
 
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/metrics"
@@ -30,8 +31,9 @@ const (
 // gate for the carrier and for keys (the call's admission limits), the
 // whole wait within max_wait. On carrierReady the returned ticket is
 // stamped once the request has left; err is set with carrierStoreFailed.
+// wait is the slot's wait: granted, or the one refused as too long.
 // It updates the pacing metrics; log gets a debug line for a full carrier.
-func (p *Proxy) awaitCarrier(ctx context.Context, log *slog.Logger, cfg *config.Config, car *config.Carrier, member string, keys []gateKey) (gateTicket, carrierState, error) {
+func (p *Proxy) awaitCarrier(ctx context.Context, log *slog.Logger, cfg *config.Config, car *config.Carrier, member string, keys []gateKey) (ticket gateTicket, state carrierState, wait time.Duration, err error) {
 	pc := p.pacingCarrier(cfg, car)
 	// No deadline here: the Pacer shortens max_wait to a context's
 	// deadline. The store bounds its own round trip (store.redis.timeout).
@@ -39,14 +41,14 @@ func (p *Proxy) awaitCarrier(ctx context.Context, log *slog.Logger, cfg *config.
 	decided(ctx) // what remains is a timer and a send: no longer in flight
 	if err != nil {
 		if ctx.Err() != nil {
-			return gateTicket{}, carrierStopped, nil
+			return gateTicket{}, carrierStopped, 0, nil
 		}
-		return gateTicket{}, carrierStoreFailed, err
+		return gateTicket{}, carrierStoreFailed, 0, err
 	}
 	if !slot.OK {
 		p.m.Pacing.WithLabelValues(car.Name, metrics.PacingFull).Inc()
 		log.Debug("carrier full", "carrier", car.Name, "wait", slot.Wait, "max_wait", car.MaxWait)
-		return gateTicket{}, carrierFull, nil
+		return gateTicket{}, carrierFull, slot.Wait, nil
 	}
 	p.m.Pacing.WithLabelValues(car.Name, metrics.PacingPaced).Inc()
 	p.m.PacingWait.WithLabelValues(car.Name).Observe(slot.Wait.Seconds())
@@ -61,21 +63,21 @@ func (p *Proxy) awaitCarrier(ctx context.Context, log *slog.Logger, cfg *config.
 		p.release(slot)
 	}
 	if err != nil {
-		return gateTicket{}, carrierStopped, nil
+		return gateTicket{}, carrierStopped, slot.Wait, nil
 	}
 	// The whole wait (slot, then gate) stays within max_wait.
 	deadline := slot.Due().Add(max(car.MaxWait-slot.Wait, 0))
-	ticket, err := p.gate.wait(ctx, append(keys, gateKey{metrics.ScopeCarrier + ":" + car.Name, car.CPS}), deadline)
+	ticket, err = p.gate.wait(ctx, append(keys, gateKey{metrics.ScopeCarrier + ":" + car.Name, car.CPS}), deadline)
 	switch {
 	case errors.Is(err, errGateFull):
 		// This node already sent the carrier's limit within the window:
 		// treat it as full and give the slot back.
 		p.release(slot)
-		return gateTicket{}, carrierFull, nil
+		return gateTicket{}, carrierFull, slot.Wait, nil
 	case err != nil:
-		return gateTicket{}, carrierStopped, nil
+		return gateTicket{}, carrierStopped, slot.Wait, nil
 	}
-	return ticket, carrierReady, nil
+	return ticket, carrierReady, slot.Wait, nil
 }
 
 // release gives back a slot that will not be used, bounded by storeBudget

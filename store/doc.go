@@ -1,7 +1,8 @@
 // Package store chooses and guards the store that admission and pacing decide
 // on: it builds the go-redis client for the configured topology (standalone,
 // Sentinel, Cluster), announces this node in Redis with a heartbeat so the
-// pool knows its size, and wraps the Redis stores in a Failover that moves to
+// pool knows its size (and a node knows when another process uses its
+// node_id), and wraps the Redis stores in a Failover that moves to
 // the in-process stores (store.on_error: local), admits (admit) or refuses
 // (reject) when Redis fails, and moves back when a background probe sees Redis
 // answer.

@@ -251,7 +251,9 @@ func (f *Failover) Counts(ctx context.Context, buckets []admission.Bucket) ([]in
 
 // share divides every limit by the live nodes: n nodes each admitting
 // floor(limit/n) never admit more than limit together. A share below one call
-// becomes one call per n/limit windows.
+// becomes one call per n/limit windows. A token bucket's rate and capacity
+// are divided alike (a capacity share below one token becomes one token, so
+// a pool of more nodes than the burst may burst up to one call per node).
 func (f *Failover) share(buckets []admission.Bucket) []admission.Bucket {
 	n := f.nodes()
 	if n <= 1 || f.o.Redis == nil {
@@ -259,6 +261,14 @@ func (f *Failover) share(buckets []admission.Bucket) []admission.Bucket {
 	}
 	out := make([]admission.Bucket, len(buckets))
 	for i, b := range buckets {
+		if b.RateMicros > 0 {
+			// A token bucket: each node refills at rate/n with capacity
+			// burst/n (at least one token, so a node is never shut).
+			b.RateMicros = max(b.RateMicros/int64(n), 1)
+			b.Limit = max(b.Limit/n, 1)
+			out[i] = b
+			continue
+		}
 		if q := b.Limit / n; q >= 1 {
 			b.Limit = q
 		} else {

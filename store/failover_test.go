@@ -89,8 +89,8 @@ func TestFallbackAndBack(t *testing.T) {
 		t.Fatalf("mode: got %s, want redis", got)
 	}
 	// A second node beats into the pool: the fallback must halve the limits.
-	other := lua.Heartbeater{Client: s.client, Key: lua.Key("fo", "nodes", "all")}
-	if n, err := other.Beat(ctx, "node-b", 10*time.Second); err != nil || n != 2 {
+	other := &lua.Heartbeater{Client: s.client, Key: lua.Key("fo", "nodes", "all")}
+	if n, _, err := other.Beat(ctx, "node-b", 10*time.Second); err != nil || n != 2 {
 		t.Fatalf("second node beat: %d, %v; want 2", n, err)
 	}
 	if err := s.heartbeat.Beat(ctx, time.Second); err != nil || s.LiveNodes() != 2 {
@@ -350,5 +350,19 @@ func TestTimeoutWhileRedisAnswersDoesNotSwitch(t *testing.T) {
 				t.Fatalf("mode: got %s, want %s", got, tc.want)
 			}
 		})
+	}
+}
+
+// A token bucket's rate and capacity are shared alike; a capacity share
+// below one token is one token.
+func TestShareDividesTokenBuckets(t *testing.T) {
+	hb := NewHeartbeat(nil, HeartbeatOptions{MinNodes: 3})
+	f := NewFailover(Options{Redis: admission.NewLocalStore(nil), Local: admission.NewLocalStore(nil), LocalSlots: pacing.NewLocalSlots(nil), Nodes: hb})
+	got := f.share([]admission.Bucket{admission.TokenBucket("k", 10, 30), admission.TokenBucket("k2", 1, 2)})
+	if got[0].Limit != 10 || got[0].RateMicros != 3_333_333 || got[0].Window != time.Second+admission.Guard {
+		t.Fatalf("cps 10 burst 30 over 3 nodes: got %+v, want burst 10 at 3.333333 cps", got[0])
+	}
+	if got[1].Limit != 1 || got[1].RateMicros != 333_333 {
+		t.Fatalf("cps 1 burst 2 over 3 nodes: got %+v, want burst 1 at 0.333333 cps", got[1])
 	}
 }

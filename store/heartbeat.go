@@ -9,10 +9,12 @@ import (
 	"github.com/cpsguard/cpsguard/internal/panics"
 )
 
-// Beater records one node's heartbeat in the shared store and returns how
-// many nodes beat within ttl (lua.Heartbeat on Redis).
+// Beater records one process's heartbeat under its node id in the shared
+// store and returns how many nodes beat within ttl and the instance ids of
+// the other processes beating under the same node id (lua.Heartbeater on
+// Redis).
 type Beater interface {
-	Beat(ctx context.Context, node string, ttl time.Duration) (live int, err error)
+	Beat(ctx context.Context, node string, ttl time.Duration) (live int, others []string, err error)
 }
 
 // Heartbeat announces this node in Redis every Interval and remembers how
@@ -23,6 +25,13 @@ type Beater interface {
 // The rule: a node is live when its last beat is younger than TTL (3 ×
 // Interval). The figure is the one last seen while Redis answered; a node that
 // starts while Redis is down assumes HeartbeatOptions.MinNodes (default 1).
+//
+// Two processes beating under one node_id (a copied configuration, a node
+// started twice) are a mistake the share cannot see by node id alone: the
+// beater counts them as two and reports the other; Heartbeat logs it at
+// Error, tells HeartbeatOptions.OnDuplicate and answers Duplicate until the
+// other stops beating.
+//
 // Heartbeat is safe for concurrent use.
 type Heartbeat struct {
 	beater   Beater
@@ -31,7 +40,9 @@ type Heartbeat struct {
 	ttl      time.Duration
 	minNodes int
 	live     atomic.Int64
+	dup      atomic.Bool
 	onError  func(error)
+	onDup    func(bool)
 	log      *slog.Logger
 	panics   *panics.Reporter
 }
@@ -45,7 +56,10 @@ type HeartbeatOptions struct {
 	MinNodes int
 	// OnError is told of a failed beat (the failover uses it to switch).
 	OnError func(error)
-	Logger  *slog.Logger
+	// OnDuplicate is told when another process starts (true) or stops
+	// (false) beating under Node.
+	OnDuplicate func(duplicate bool)
+	Logger      *slog.Logger
 	// Panics logs and counts a panic of a beat (nil: logs only).
 	Panics *panics.Reporter
 }
@@ -62,7 +76,7 @@ func NewHeartbeat(b Beater, o HeartbeatOptions) *Heartbeat {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	h := &Heartbeat{beater: b, node: o.Node, interval: o.Interval, ttl: 3 * o.Interval,
-		minNodes: o.MinNodes, onError: o.OnError, log: o.Logger, panics: o.Panics}
+		minNodes: o.MinNodes, onError: o.OnError, onDup: o.OnDuplicate, log: o.Logger, panics: o.Panics}
 	h.live.Store(int64(o.MinNodes))
 	return h
 }
@@ -79,7 +93,7 @@ func (h *Heartbeat) Live() int {
 func (h *Heartbeat) Beat(ctx context.Context, timeout time.Duration) error {
 	bctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	n, err := h.beater.Beat(bctx, h.node, h.ttl)
+	n, others, err := h.beater.Beat(bctx, h.node, h.ttl)
 	if err != nil {
 		if h.onError != nil && ctx.Err() == nil {
 			h.onError(err)
@@ -89,7 +103,32 @@ func (h *Heartbeat) Beat(ctx context.Context, timeout time.Duration) error {
 	if old := h.live.Swap(int64(max(n, 1))); old != int64(max(n, 1)) {
 		h.log.Info("live nodes changed", "live_nodes", n, "was", old)
 	}
+	h.setDuplicate(others)
 	return nil
+}
+
+// setDuplicate records whether other processes beat under this node id,
+// logging and reporting each change.
+func (h *Heartbeat) setDuplicate(others []string) {
+	dup := len(others) > 0
+	if h.dup.Swap(dup) == dup {
+		return
+	}
+	if dup {
+		h.log.Error("another process is running with this node_id in the same Redis: give every node its own node_id",
+			"node_id", h.node, "other_instances", others, "live_nodes", h.Live())
+	} else {
+		h.log.Info("no other process beats with this node_id any more", "node_id", h.node)
+	}
+	if h.onDup != nil {
+		h.onDup(dup)
+	}
+}
+
+// Duplicate reports whether another process beat under this node's node_id
+// at the last successful beat.
+func (h *Heartbeat) Duplicate() bool {
+	return h != nil && h.dup.Load()
 }
 
 // Run beats every interval until ctx is done.

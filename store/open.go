@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"time"
@@ -21,6 +23,12 @@ type OpenOptions struct {
 	Observe func(script string, d time.Duration, err error)
 	// OnMode is told of every switch between ModeRedis and ModeFallback.
 	OnMode func(mode string)
+	// OnDuplicateNodeID is told when another process starts (true) or
+	// stops (false) beating in Redis under this node's node_id.
+	OnDuplicateNodeID func(duplicate bool)
+	// Instance identifies this process in the heartbeat; empty means a
+	// random one (NewInstanceID).
+	Instance string
 	// HeartbeatInterval defaults to 1 s.
 	HeartbeatInterval time.Duration
 	// ProbeInterval defaults to 250 ms.
@@ -70,13 +78,17 @@ func Open(ctx context.Context, cfg *config.Config, o OpenOptions) (*Stores, erro
 	pipe := lua.NewPipeliner(client, lua.PipelineOptions{Panics: o.Panics})
 	s := &Stores{client: client, pipeline: pipe, timeout: rc.Timeout}
 	observe := o.Observe
-	hb := NewHeartbeat(lua.Heartbeater{Client: client, Key: lua.Key(cfg.Store.KeyPrefix, "nodes", "all")},
+	if o.Instance == "" {
+		o.Instance = NewInstanceID()
+	}
+	hb := NewHeartbeat(&lua.Heartbeater{Client: client, Key: lua.Key(cfg.Store.KeyPrefix, "nodes", "all"), Instance: o.Instance},
 		HeartbeatOptions{
-			Node:     cfg.NodeID,
-			Interval: o.HeartbeatInterval,
-			OnError:  func(err error) { s.fail("heartbeat", err) },
-			Logger:   o.Logger,
-			Panics:   o.Panics,
+			Node:        cfg.NodeID,
+			Interval:    o.HeartbeatInterval,
+			OnError:     func(err error) { s.fail("heartbeat", err) },
+			OnDuplicate: o.OnDuplicateNodeID,
+			Logger:      o.Logger,
+			Panics:      o.Panics,
 		})
 	s.heartbeat = hb
 	s.Failover = NewFailover(Options{
@@ -114,6 +126,18 @@ func (s *Stores) Run(ctx context.Context) {
 
 // LiveNodes is the pool size last seen in Redis (1 without Redis).
 func (s *Stores) LiveNodes() int { return s.heartbeat.Live() }
+
+// DuplicateNodeID reports whether another process beat in Redis under this
+// node's node_id at the last heartbeat (false without Redis).
+func (s *Stores) DuplicateNodeID() bool { return s.heartbeat.Duplicate() }
+
+// NewInstanceID returns a random id for one process (16 hex digits), which
+// tells two processes with one node_id apart in the heartbeat.
+func NewInstanceID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}
 
 // Close stops the script pipeliner (calls still queued fail with
 // lua.ErrClosed) and closes the Redis client, if any.

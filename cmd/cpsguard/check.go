@@ -10,12 +10,15 @@ import (
 )
 
 // runCheck validates a configuration file: exit 0 and a summary on stdout
-// (no secrets), or exit 1 and every error, one per line, on stderr.
+// (no secrets) followed by the warnings, or exit 1 and every error, one per
+// line, on stderr. --quiet leaves the summary out, for systemd's ExecReload
+// (the journal gets the warnings and errors only).
 func runCheck(args []string) int {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	path := fs.String("config", configPathFlag(), "configuration `file` (also $CPSGUARD_CONFIG)")
+	quiet := fs.Bool("quiet", false, "print only warnings and errors")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: cpsguard check [--config FILE]\n\nValidate FILE with the environment overrides applied; print a summary\nor every error, one per line.")
+		fmt.Fprintln(fs.Output(), "Usage: cpsguard check [--config FILE] [--quiet]\n\nValidate FILE with the environment overrides applied; print a summary\nand \"warning:\" lines (exit 0), or every error, one per line (exit 1).")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -38,7 +41,9 @@ func runCheck(args []string) int {
 		fmt.Fprintf(os.Stderr, "cpsguard check: %v\n", err)
 		return exitFail
 	}
-	fmt.Printf("%s: OK\n%s", *path, c.Summary())
+	if !*quiet {
+		fmt.Printf("%s: OK\n%s", *path, c.Summary())
+	}
 	for _, w := range config.Warnings(c) {
 		fmt.Printf("warning: %s\n", w)
 	}

@@ -5,8 +5,16 @@
 // Subcommands:
 //
 //	cpsguard serve   [--config FILE]   run (config from CPSGUARD_CONFIG or ./cpsguard.yaml)
-//	cpsguard check   [--config FILE]   validate; print a summary (exit 0) or every error (exit 1)
+//	cpsguard check   [--config FILE] [--quiet]
+//	                                   validate; print a summary and warnings (exit 0) or every error (exit 1)
+//	cpsguard status  [--addr URL | --config FILE] [--watch]
+//	                                   a running node's limits, windows and queues
+//	cpsguard probe   [--addr URL | --config FILE] [--timeout D]
+//	                                   exit 0 when the node's /readyz answers 200, else 1
 //	cpsguard version                   print version, commit and Go version
+//
+// status and probe find the node from --addr, else CPSGUARD_HTTP_LISTEN, else
+// the http.listen of the configuration file, else 127.0.0.1:9090.
 //
 // Exit codes: 0 success, 1 failure (bad configuration, listener error),
 // 2 usage error. serve exits 0 after a clean shutdown on SIGINT or SIGTERM;

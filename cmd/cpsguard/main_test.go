@@ -214,6 +214,32 @@ func TestCheckWarns(t *testing.T) {
 			t.Errorf("check output lacks %q:\n%s", want, r.stdout)
 		}
 	}
+	// The README shows these lines exactly as the binary prints them.
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		if strings.HasPrefix(line, "warning: ") && !strings.Contains(string(readme), "\n  "+line+"\n") {
+			t.Errorf("README.md does not show the warning as printed:\n%s", line)
+		}
+	}
+
+	// --quiet: the warnings only (ExecReload's journal lines).
+	q := cpsguard(t, []string{"CPSGUARD_HTTP_LISTEN=0.0.0.0:9090", "CPSGUARD_STORE_REDIS_ADDRS=127.0.0.1:6379"},
+		"check", "--quiet", "--config", "../../testdata/cpsguard.yaml")
+	for _, line := range strings.Split(strings.TrimSpace(q.stdout), "\n") {
+		if !strings.HasPrefix(line, "warning: ") {
+			t.Errorf("check --quiet printed %q; want warning lines only", line)
+		}
+	}
+	if q.code != 0 || strings.Count(q.stdout, "warning: ") != 2 {
+		t.Errorf("check --quiet: exit %d, stdout %q; want 0 and the two warnings", q.code, q.stdout)
+	}
+	bad := cpsguard(t, nil, "check", "--quiet", "--config", "../../testdata/config/bad_cps_zero.yaml")
+	if bad.code != 1 || !strings.Contains(bad.stderr, "peers[0].cps: must be > 0") {
+		t.Errorf("check --quiet of a bad file: exit %d, stderr %q; want 1 and the error", bad.code, bad.stderr)
+	}
 }
 
 // TestVersionFlag: --version prints what the version command prints.

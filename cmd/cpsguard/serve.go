@@ -76,13 +76,23 @@ func runServe(args []string) int {
 }
 
 // newLogger builds the process logger: "json" or "text" on w, at the
-// (changeable) level.
+// (changeable) level. Durations are written as Go duration strings
+// ("retry_after":"2s"), not as JSON's integer nanoseconds.
 func newLogger(w io.Writer, format string, level *slog.LevelVar) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: durationString}
 	if format == "text" {
 		return slog.New(slog.NewTextHandler(w, opts))
 	}
 	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// durationString is a slog ReplaceAttr that writes a time.Duration as its
+// String ("1.5s"), in every group.
+func durationString(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
 }
 
 // logLevel maps a validated log.level to its slog level.
@@ -141,6 +151,13 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 				m.StoreUp.Set(0)
 			}
 		},
+		OnDuplicateNodeID: func(dup bool) {
+			if dup {
+				m.DuplicateNodeID.Set(1)
+			} else {
+				m.DuplicateNodeID.Set(0)
+			}
+		},
 		Logger: logger.With("component", "store"),
 		Panics: &panics.Reporter{Log: logger.With("component", "store"), Count: m.Panics},
 	})
@@ -171,10 +188,11 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 		return fmt.Errorf("http: listen on %s: %w", cfg.HTTP.Listen, err)
 	}
 	srv := httpapi.NewServer(cfg.HTTP.Listen, httpHandler(httpapi.New(httpapi.Options{
-		Config:    mgr.Current,
-		Counts:    stores,
-		Queue:     stores,
-		StoreMode: stores.Mode,
+		Config:          mgr.Current,
+		Counts:          stores,
+		Queue:           stores,
+		StoreMode:       stores.Mode,
+		DuplicateNodeID: stores.DuplicateNodeID,
 		Ready: func() error {
 			select {
 			case <-proxy.Ready():

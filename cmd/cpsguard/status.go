@@ -17,16 +17,17 @@ func init() {
 	commands["status"] = command{runStatus, "show a node's limits, current calls and carrier queues"}
 }
 
-// runStatus implements `cpsguard status [--addr URL] [--watch]`: it prints the
-// status table of the node at --addr once, or with --watch every second until
-// SIGINT or SIGTERM. Exit code exitOK, exitFail when the node cannot be read,
-// exitUsage on a usage error.
+// runStatus implements `cpsguard status [--addr URL | --config FILE]
+// [--watch]`: it prints the status table of the node once, or with --watch
+// every second until SIGINT or SIGTERM. The node is found as nodeFlags.url
+// says. Exit code exitOK, exitFail when the node cannot be read, exitUsage
+// on a usage error.
 func runStatus(args []string) int {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	addr := fs.String("addr", "http://127.0.0.1:9090", "operations `URL` of the node (its http.listen)")
+	node := addNodeFlags(fs)
 	watch := fs.Bool("watch", false, "refresh every second until interrupted")
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "usage: cpsguard status [--addr URL] [--watch]\n\n"+
+		fmt.Fprint(fs.Output(), "usage: cpsguard status [--addr URL | --config FILE] [--watch]\n\n"+
 			"Shows every peer, customer and carrier with its limit, the calls in its\n"+
 			"current window (pool-wide on Redis), queued calls and wait.\n\n")
 		fs.PrintDefaults()
@@ -42,17 +43,22 @@ func runStatus(args []string) int {
 		fs.Usage()
 		return exitUsage
 	}
+	addr, err := node.url()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "cpsguard status: %v\n", err)
+		return exitFail
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *watch {
-		if err := httpapi.Watch(ctx, os.Stdout, *addr, time.Second); err != nil {
+		if err := httpapi.Watch(ctx, os.Stdout, addr, time.Second); err != nil {
 			fmt.Fprintf(os.Stderr, "cpsguard status: %v\n", err)
 			return exitFail
 		}
 		return exitOK
 	}
-	if err := httpapi.PrintStatus(ctx, os.Stdout, *addr); err != nil {
+	if err := httpapi.PrintStatus(ctx, os.Stdout, addr); err != nil {
 		fmt.Fprintf(os.Stderr, "cpsguard status: %v\n", err)
 		return exitFail
 	}

@@ -109,10 +109,10 @@ func decisionsCmd(fs *flag.FlagSet) func(*env) error {
 						return err
 					}},
 					{"raw go-redis EVALSHA (same client)", func(ctx context.Context, m string) error {
-						return client.EvalSha(ctx, sha, []string{bRaw.Key}, m, bRaw.Limit, lua.Micros(bRaw.Window)).Err()
+						return client.EvalSha(ctx, sha, []string{bRaw.Key}, m, bRaw.Limit, lua.Micros(bRaw.Window), 0).Err()
 					}},
 					{"raw go-redis EVALSHA (pool = callers)", func(ctx context.Context, m string) error {
-						return big.EvalSha(ctx, sha, []string{bRawBig.Key}, m, bRawBig.Limit, lua.Micros(bRawBig.Window)).Err()
+						return big.EvalSha(ctx, sha, []string{bRawBig.Key}, m, bRawBig.Limit, lua.Micros(bRawBig.Window), 0).Err()
 					}},
 				}
 				for _, m := range methods {
@@ -228,14 +228,14 @@ func goDecisions(ctx context.Context, fn func(context.Context, string) error, n 
 }
 
 // redisBenchmark runs redis-benchmark with the same script and arguments:
-// EVALSHA sha 1 key <random member> limit window_us. A short calibration
+// EVALSHA sha 1 key <random member> limit window_us 0. A short calibration
 // sizes -n so the measurement lasts about d.
 func redisBenchmark(e *env, bin, addr string, clients, pipeline int, d time.Duration, sha string, b admission.Bucket) (decResult, error) {
 	host, port, _ := strings.Cut(addr, ":")
 	run := func(n int) (decResult, error) {
 		args := []string{"-h", host, "-p", port, "-c", strconv.Itoa(clients), "-n", strconv.Itoa(n),
 			"-P", strconv.Itoa(pipeline), "-r", "1000000000", "--csv",
-			"EVALSHA", sha, "1", b.Key, "__rand_int__", strconv.Itoa(b.Limit), strconv.FormatInt(lua.Micros(b.Window), 10)}
+			"EVALSHA", sha, "1", b.Key, "__rand_int__", strconv.Itoa(b.Limit), strconv.FormatInt(lua.Micros(b.Window), 10), "0"}
 		ctx, cancel := context.WithTimeout(e.ctx, d*5+30*time.Second)
 		defer cancel()
 		out, err := exec.CommandContext(ctx, bin, args...).Output()

@@ -142,7 +142,7 @@ func redisBucketMemory(ctx context.Context, c *redis.Client, cps int) (adm, slot
 		p := c.Pipeline()
 		for j := i; j < min(i+500, cps); j++ {
 			m := member(cps, j)
-			p.EvalSha(ctx, sha, []string{akey}, m, limit, lua.Micros(window))
+			p.EvalSha(ctx, sha, []string{akey}, m, limit, lua.Micros(window), 0)
 			p.EvalSha(ctx, psha, []string{skey}, m+"#0", interval, int64(2*time.Second/time.Microsecond))
 		}
 		if _, err := p.Exec(ctx); err != nil {

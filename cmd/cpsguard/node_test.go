@@ -1,0 +1,102 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// startNode runs `cpsguard serve` on a copy of the example configuration
+// whose http.listen is a free loopback port (in the file, so --config finds
+// it), and returns that address and the file.
+func startNode(t *testing.T) (httpAddr, cfgPath string) {
+	t.Helper()
+	data, err := os.ReadFile("../../testdata/cpsguard.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpAddr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	data = bytes.Replace(data, []byte("listen: 127.0.0.1:9090"), []byte("listen: "+httpAddr), 1)
+	if !bytes.Contains(data, []byte(httpAddr)) {
+		t.Fatal("example configuration: http.listen line not found")
+	}
+	cfgPath = filepath.Join(t.TempDir(), "cpsguard.yaml")
+	if err := os.WriteFile(cfgPath, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sipPort := freePort(t)
+	cmd := exec.Command(binary(t), "serve", "--config", cfgPath)
+	cmd.Env = append(cleanEnv(), fmt.Sprintf("CPSGUARD_SIP_LISTEN=udp://127.0.0.1:%d,tcp://127.0.0.1:%d", sipPort, sipPort))
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("cpsguard output:\n%s", out.String())
+		}
+	})
+	return httpAddr, cfgPath
+}
+
+// `cpsguard probe` answers for /readyz by its exit code, and probe and
+// status find the node from --addr, $CPSGUARD_HTTP_LISTEN, --config or
+// $CPSGUARD_CONFIG.
+func TestProbeAndStatusFindTheNode(t *testing.T) {
+	closed := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	r := cpsguard(t, nil, "probe", "--addr", closed)
+	if r.code != 1 || !strings.Contains(r.stderr, "cannot reach http://"+closed+": connection refused") {
+		t.Errorf("probe of a stopped node: exit %d, stderr %q; want 1 and connection refused", r.code, r.stderr)
+	}
+	r = cpsguard(t, nil, "status", "--addr", closed)
+	if r.code != 1 || !strings.Contains(r.stderr, "connection refused") || strings.Contains(r.stderr, "deadline") {
+		t.Errorf("status of a stopped node: exit %d, stderr %q; want 1 and connection refused", r.code, r.stderr)
+	}
+	r = cpsguard(t, nil, "probe", "--config", "does-not-exist.yaml")
+	if r.code != 1 || !strings.Contains(r.stderr, "no such file") {
+		t.Errorf("probe with a missing --config: exit %d, stderr %q; want 1 and the file error", r.code, r.stderr)
+	}
+
+	addr, cfgPath := startNode(t)
+	waitFor(t, "cpsguard probe --config to succeed", func() bool {
+		return cpsguard(t, nil, "probe", "--config", cfgPath).code == 0
+	})
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+	}{
+		{"--addr", nil, []string{"--addr", "http://" + addr}},
+		{"CPSGUARD_HTTP_LISTEN", []string{"CPSGUARD_HTTP_LISTEN=" + addr}, nil},
+		{"--config", nil, []string{"--config", cfgPath}},
+		{"CPSGUARD_CONFIG", []string{"CPSGUARD_CONFIG=" + cfgPath}, nil},
+		// The environment wins over the file, as it does for serve.
+		{"CPSGUARD_HTTP_LISTEN over --config", []string{"CPSGUARD_HTTP_LISTEN=" + addr}, []string{"--config", "../../testdata/cpsguard.yaml"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if r := cpsguard(t, tc.env, append([]string{"probe"}, tc.args...)...); r.code != 0 {
+				t.Errorf("probe: exit %d, stderr %q; want 0", r.code, r.stderr)
+			}
+			r := cpsguard(t, tc.env, append([]string{"status"}, tc.args...)...)
+			if r.code != 0 || !strings.Contains(r.stdout, "node example-1") || !strings.Contains(r.stdout, "CARRIERS") {
+				t.Errorf("status: exit %d, stdout %q, stderr %q; want 0 and the table", r.code, r.stdout, r.stderr)
+			}
+		})
+	}
+}

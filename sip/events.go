@@ -1,0 +1,170 @@
+package sip
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Reasons of the event lines ("reason" key): why a call was not forwarded
+// on its first try. They are stable tokens for log queries; "detail" says
+// more where there is more to say.
+const (
+	reasonUnknownSource    = "unknown_source"
+	reasonCustomerNotAllow = "customer_not_allowed"
+	reasonUnknownCustomer  = "unknown_customer"
+	reasonMalformed        = "malformed"
+	reasonTooManyHops      = "too_many_hops"
+	reasonDraining         = "draining"
+	reasonRouteDown        = "route_down"
+	reasonPeerCPS          = "peer_cps"
+	reasonCustomerCPS      = "customer_cps"
+	reasonStore            = "store"
+	reasonNoCarrier        = "no_carrier"
+	reasonCarrierFailed    = "carrier_failed"
+	reasonRerouted         = "rerouted"
+)
+
+// maxEventField bounds a header value copied into an event line: a
+// Call-ID or a dialled number can be kilobytes long from a hostile peer.
+const maxEventField = 128
+
+// eventLog writes the call event lines, at most a configured number a
+// second (a token bucket: a burst of one second's worth, then the rate);
+// the lines over it are counted and the count is logged once the bucket
+// allows again, or by flush. It is safe for concurrent use.
+type eventLog struct {
+	log *slog.Logger
+
+	mu         sync.Mutex
+	tokens     float64
+	last       time.Time
+	suppressed int64
+}
+
+// allow takes a token at rate per second; false means the line is
+// suppressed (and counted).
+func (e *eventLog) allow(now time.Time, rate int) (ok bool, suppressed int64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r := float64(rate)
+	if e.last.IsZero() {
+		e.tokens = r
+	} else if d := now.Sub(e.last); d > 0 {
+		e.tokens = min(r, e.tokens+d.Seconds()*r)
+	}
+	e.last = now
+	if e.tokens < 1 {
+		e.suppressed++
+		return false, 0
+	}
+	e.tokens--
+	suppressed, e.suppressed = e.suppressed, 0
+	return true, suppressed
+}
+
+// flush logs the count of suppressed lines, if any (called every second,
+// so a burst's count is not held until the next event).
+func (e *eventLog) flush() {
+	e.mu.Lock()
+	n := e.suppressed
+	e.suppressed = 0
+	e.mu.Unlock()
+	if n > 0 {
+		e.log.Info("call events suppressed", "count", n, "reason", "log.events_per_second")
+	}
+}
+
+// event writes one call's event line, when the configuration asks for
+// them and the rate allows.
+func (c *call) event() {
+	cfg := c.cfg
+	if cfg == nil || !cfg.Log.Events || c.p.events == nil {
+		return
+	}
+	msg := ""
+	switch {
+	case c.outcome == "" || c.reason == "":
+		return
+	case c.forwarded && c.reason == reasonRerouted:
+		msg = "call rerouted"
+	case c.forwarded:
+		return
+	default:
+		msg = "call rejected"
+	}
+	e := c.p.events
+	ok, suppressed := e.allow(time.Now(), cfg.Log.EventsPerSecond)
+	if !ok {
+		return
+	}
+	if suppressed > 0 {
+		e.log.Info("call events suppressed", "count", suppressed, "reason", "log.events_per_second")
+	}
+	attrs := make([]slog.Attr, 0, 12)
+	attrs = append(attrs,
+		slog.String("call_id", clip(callID(c.req))),
+		slog.String("source", c.req.Source()),
+		slog.String("peer", c.peer),
+	)
+	if c.customer != "" {
+		attrs = append(attrs, slog.String("customer", c.customer))
+	}
+	if to := c.req.To(); to != nil {
+		attrs = append(attrs, slog.String("to_user", clip(to.Address.User)))
+	}
+	if c.carrier != "" {
+		attrs = append(attrs, slog.String("carrier", c.carrier))
+	}
+	attrs = append(attrs, slog.String("reason", c.reason))
+	if c.detail != "" {
+		attrs = append(attrs, slog.String("detail", c.detail))
+	}
+	if c.code != 0 {
+		attrs = append(attrs, slog.Int("code", c.code))
+	}
+	if c.waited {
+		attrs = append(attrs, slog.Int64("wait_ms", c.wait.Milliseconds()))
+	}
+	attrs = append(attrs, slog.String("outcome", c.outcome))
+	e.log.LogAttrs(context.Background(), slog.LevelInfo, msg, attrs...)
+}
+
+// runEventFlush logs the count of suppressed event lines every second.
+func (p *Proxy) runEventFlush(ctx context.Context) {
+	defer p.panics.Recover("sip.events", nil)
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			p.events.flush()
+			return
+		case <-t.C:
+			p.events.flush()
+		}
+	}
+}
+
+// clip bounds a header value for a log line.
+func clip(s string) string {
+	if len(s) <= maxEventField {
+		return s
+	}
+	return strings.ToValidUTF8(s[:maxEventField], "") + "…"
+}
+
+// skipped records a carrier the call went past, for its event line.
+func (c *call) skipped(carrier, why string) {
+	if c.detail != "" {
+		c.detail += "; "
+	}
+	c.detail += carrier + ": " + why
+}
+
+// refuse sets a call's outcome and the reason of its event line.
+func (c *call) refuse(outcome, reason string) {
+	c.outcome, c.reason = outcome, reason
+}

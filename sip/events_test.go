@@ -1,0 +1,151 @@
+package sip
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/internal/siptest"
+	"github.com/cpsguard/cpsguard/lua"
+)
+
+// lockedBuffer is a bytes.Buffer safe for the proxy's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// events returns the JSON lines whose msg starts with "call ".
+func (l *lockedBuffer) events(t *testing.T) []map[string]any {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	for _, line := range strings.Split(l.b.String(), "\n") {
+		if line == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if msg, _ := m["msg"].(string); strings.HasPrefix(msg, "call ") {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// Every call not forwarded on its first try gets one event line with what
+// an operator asks of it (issue 14): who, to which number, why, what answer.
+func TestEventLines(t *testing.T) {
+	a := siptest.StartCarrier(t, "127.0.0.1", nil)
+	b := siptest.StartCarrier(t, "127.0.0.1", nil)
+	adm, pacer := newFakes()
+	cfg := testConfig(carrierCfg("a", a), carrierCfg("b", b))
+	cfg.Log.Events, cfg.Log.EventsPerSecond = true, 100
+	var buf lockedBuffer
+	h := startProxyOpts(t, Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer,
+		Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
+	caller := siptest.StartCaller(t, "127.0.0.2")
+
+	// 1. Forwarded on the first try: no line.
+	if res := caller.Final(ctxT(t, 5*time.Second), caller.Invite(h.udp)); res == nil || res.StatusCode != 200 {
+		t.Fatalf("first call: %v", res)
+	}
+	// 2. Carrier a full: rerouted to b.
+	pacer.mu.Lock()
+	pacer.full[lua.Key("t", "carrier", "a")] = true
+	pacer.mu.Unlock()
+	if res := caller.Final(ctxT(t, 5*time.Second), caller.Invite(h.udp)); res == nil || res.StatusCode != 200 {
+		t.Fatalf("rerouted call: %v", res)
+	}
+	// 3. The customer over its CPS limit (bucket 1: the customer's).
+	adm.mu.Lock()
+	adm.refuse = 1
+	adm.mu.Unlock()
+	if res := caller.Final(ctxT(t, 5*time.Second), caller.Invite(h.udp)); res == nil || res.StatusCode != 503 {
+		t.Fatalf("refused call: %v", res)
+	}
+
+	var ev []map[string]any
+	waitFor(t, func() bool { ev = buf.events(t); return len(ev) >= 2 }, "two event lines")
+	if len(ev) != 2 {
+		t.Fatalf("got %d event lines, want 2 (none for the call forwarded first time): %v", len(ev), ev)
+	}
+	re, rj := ev[0], ev[1]
+	for _, c := range []struct {
+		line      map[string]any
+		key, want string
+	}{
+		{re, "msg", "call rerouted"},
+		{re, "reason", "rerouted"},
+		{re, "carrier", "b"},
+		{re, "peer", "dialer-1"},
+		{re, "customer", "acme"},
+		{re, "outcome", "forwarded"},
+		{rj, "msg", "call rejected"},
+		{rj, "reason", "customer_cps"},
+		{rj, "outcome", "rejected_cps"},
+		{rj, "customer", "acme"},
+	} {
+		if got, _ := c.line[c.key].(string); got != c.want {
+			t.Errorf("%s line: %s = %q, want %q (line %v)", c.line["msg"], c.key, got, c.want, c.line)
+		}
+	}
+	if d, _ := re["detail"].(string); !strings.HasPrefix(d, "a: full") {
+		t.Errorf("rerouted line: detail %q, want it to say carrier a was full", d)
+	}
+	if code, _ := rj["code"].(float64); code != 503 {
+		t.Errorf("rejected line: code %v, want 503", rj["code"])
+	}
+	for _, line := range ev {
+		for _, k := range []string{"call_id", "source", "to_user"} {
+			if v, _ := line[k].(string); v == "" {
+				t.Errorf("%s line: no %s (%v)", line["msg"], k, line)
+			}
+		}
+	}
+	if d, _ := rj["detail"].(string); !strings.HasPrefix(d, "customer acme:") {
+		t.Errorf("rejected line: detail %q, want the customer's bucket", d)
+	}
+}
+
+// The event lines are capped per second; the lines over the cap are
+// counted and the count logged when the bucket allows again.
+func TestEventRateLimit(t *testing.T) {
+	var e eventLog
+	now := time.Unix(1000, 0)
+	allowed := 0
+	for range 5 {
+		if ok, _ := e.allow(now, 2); ok {
+			allowed++
+		}
+	}
+	if allowed != 2 {
+		t.Fatalf("allowed %d of 5 at once with 2 a second, want 2", allowed)
+	}
+	ok, suppressed := e.allow(now.Add(600*time.Millisecond), 2)
+	if !ok || suppressed != 3 {
+		t.Fatalf("600 ms later: ok %v, suppressed %d; want the next line and a count of 3", ok, suppressed)
+	}
+	var buf lockedBuffer
+	e.log = slog.New(slog.NewJSONHandler(&buf, nil))
+	e.allow(now.Add(600*time.Millisecond), 2)
+	e.allow(now.Add(600*time.Millisecond), 2)
+	e.flush()
+	if !strings.Contains(buf.b.String(), `"msg":"call events suppressed","count":2`) {
+		t.Errorf("flush wrote %q, want a count of 2 (0.2 token left after the 600 ms refill)", buf.b.String())
+	}
+}

@@ -1,0 +1,104 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cpsguard/cpsguard/internal/redistest"
+)
+
+// syncBuffer is a bytes.Buffer safe for the heartbeat goroutine and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Two processes started with one node_id on one Redis find each other
+// through the heartbeat: each logs it at Error, reports it and counts the
+// other as a live node; when one stops, the other clears within the TTL.
+func TestDuplicateNodeIDIsDetected(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := redisConfig(srv.Addr(), PolicyLocal) // node_id node-a for both
+
+	type node struct {
+		s    *Stores
+		log  *syncBuffer
+		dups chan bool
+		stop func()
+	}
+	start := func(instance string) *node {
+		n := &node{log: &syncBuffer{}, dups: make(chan bool, 8)}
+		s, err := Open(context.Background(), cfg, OpenOptions{
+			HeartbeatInterval: 50 * time.Millisecond,
+			Instance:          instance,
+			OnDuplicateNodeID: func(d bool) { n.dups <- d },
+			Logger:            slog.New(slog.NewJSONHandler(n.log, nil)),
+		})
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { s.Run(ctx); close(done) }()
+		var once sync.Once
+		n.s, n.stop = s, func() { once.Do(func() { cancel(); <-done; _ = s.Close() }) }
+		t.Cleanup(n.stop)
+		return n
+	}
+	want := func(n *node, name string, dup bool) {
+		t.Helper()
+		select {
+		case got := <-n.dups:
+			if got != dup {
+				t.Fatalf("%s: OnDuplicateNodeID(%v), want %v", name, got, dup)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: OnDuplicateNodeID(%v) not called within 5s", name, dup)
+		}
+		if got := n.s.DuplicateNodeID(); got != dup {
+			t.Fatalf("%s: DuplicateNodeID() = %v, want %v", name, got, dup)
+		}
+	}
+
+	a := start("aaaaaaaaaaaaaaaa")
+	time.Sleep(150 * time.Millisecond) // a beats alone: no duplicate
+	if a.s.DuplicateNodeID() || a.s.LiveNodes() != 1 {
+		t.Fatalf("one process: duplicate %v, live %d; want false, 1", a.s.DuplicateNodeID(), a.s.LiveNodes())
+	}
+	b := start("bbbbbbbbbbbbbbbb")
+	want(a, "first process", true)
+	want(b, "second process", true)
+	if a.s.LiveNodes() != 2 || b.s.LiveNodes() != 2 {
+		t.Errorf("live nodes: got %d and %d, want 2 (two deciders share the fallback limits)", a.s.LiveNodes(), b.s.LiveNodes())
+	}
+	for name, n := range map[string]*node{"first": a, "second": b} {
+		log := n.log.String()
+		if !strings.Contains(log, `"level":"ERROR"`) || !strings.Contains(log, "another process is running with this node_id") ||
+			!strings.Contains(log, `"node_id":"node-a"`) {
+			t.Errorf("%s process log lacks the duplicate error:\n%s", name, log)
+		}
+	}
+	if !strings.Contains(a.log.String(), "bbbbbbbbbbbbbbbb") {
+		t.Errorf("first process log does not name the other instance:\n%s", a.log.String())
+	}
+
+	b.stop() // the other beats no more; a clears once b's last beat is past the TTL
+	want(a, "first process after the second stopped", false)
+}
