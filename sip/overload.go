@@ -68,17 +68,37 @@ func (p *Proxy) Inflight() int64 { return p.inflight.Load() }
 // screenInvite registers an INVITE in the invite table; a new initial
 // INVITE from a peer takes a unit of the inflight bound first, and is
 // shed (stateless 503, false) when there is none.
+//
+// An initial INVITE that is let in is answered 100 Trying here, at once
+// and statelessly: the handler's own 100 comes when sipgo runs it, which
+// under load is later than the callers' first retransmission (Timer A,
+// 500 ms), and every retransmission costs the node a goroutine. For the
+// same reason a retransmission of an initial INVITE still being handled
+// gets its 100 here and goes no further (sipgo would only absorb it).
 func (p *Proxy) screenInvite(cfg *config.Config, req *sipmsg.Request, src netip.Addr) bool {
 	var acquire func() bool
 	peer := ""
-	if !inDialog(req) {
+	initial := !inDialog(req)
+	if initial {
 		if pe := cfg.PeerByAddr(src); pe != nil {
 			peer = pe.Name
 			limit := inflightLimit(cfg)
 			acquire = func() bool { return p.tryInflight(limit) }
 		}
 	}
-	if p.invites.register(req, acquire, &p.inflight) {
+	switch p.invites.register(req, acquire, &p.inflight) {
+	case regNew:
+		if acquire != nil {
+			p.stateless(req, sipmsg.StatusTrying, "Trying")
+		}
+		return true
+	case regLive:
+		if initial {
+			p.stateless(req, sipmsg.StatusTrying, "Trying")
+			return false
+		}
+		return true
+	case regAnswered:
 		return true
 	}
 	p.m.Calls.WithLabelValues(peer, metrics.OutcomeRejectedOverload).Inc()

@@ -122,11 +122,11 @@ func TestInflightUnitOfAnAbsorbedInviteIsReturned(t *testing.T) {
 	req.AppendHeader(&cid)
 	req.SetSource("127.0.0.2:5062")
 	acquire := func() bool { ctr.Add(1); return true }
-	if !tb.register(req, acquire, &ctr) {
-		t.Fatal("register refused a new INVITE with a unit to spare")
+	if got := tb.register(req, acquire, &ctr); got != regNew {
+		t.Fatalf("register of a new INVITE with a unit to spare: got %d, want regNew", got)
 	}
-	if !tb.register(req, func() bool { t.Error("a retransmission took a unit"); return false }, &ctr) {
-		t.Fatal("register refused a retransmission")
+	if got := tb.register(req, func() bool { t.Error("a retransmission took a unit"); return false }, &ctr); got != regLive {
+		t.Fatalf("register of a retransmission: got %d, want regLive", got)
 	}
 	now := time.Now()
 	tb.sweep(now)
@@ -144,8 +144,8 @@ func TestInflightUnitOfAnAbsorbedInviteIsReturned(t *testing.T) {
 	if tb.lookup(inviteKeyOf(req)) != nil {
 		t.Error("lookup found a finished INVITE (a CANCEL must go to sipgo)")
 	}
-	if !tb.register(req, func() bool { t.Error("a late retransmission took a unit"); return false }, &ctr) {
-		t.Fatal("register refused a late retransmission")
+	if got := tb.register(req, func() bool { t.Error("a late retransmission took a unit"); return false }, &ctr); got != regAnswered {
+		t.Fatalf("register of a late retransmission: got %d, want regAnswered", got)
 	}
 	tb.sweep(e.finished.Add(tombstoneTTL + time.Millisecond))
 	if got := tb.size(); got != 0 {

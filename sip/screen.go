@@ -333,28 +333,38 @@ const sweepEvery = time.Second
 
 func newInviteTable() *inviteTable { return &inviteTable{m: map[inviteKey]*inviteEntry{}} }
 
+// Results of inviteTable.register.
+const (
+	regNew      = iota // a new entry (with its unit, when one was asked)
+	regLive            // a retransmission of an INVITE being handled
+	regAnswered        // an INVITE just answered (its tombstone)
+	regShed            // new, and acquire failed: nothing recorded
+)
+
 // register records req unless an entry for its key exists (a
-// retransmission, or an INVITE just answered), and reports true. For a
-// new entry it first calls acquire, when not nil (a unit of the inflight
-// bound, released through ctr): when that fails nothing is recorded and
-// register reports false.
-func (t *inviteTable) register(req *sipmsg.Request, acquire func() bool, ctr *atomic.Int64) bool {
+// retransmission, or an INVITE just answered). For a new entry it first
+// calls acquire, when not nil (a unit of the inflight bound, released
+// through ctr): when that fails nothing is recorded (regShed).
+func (t *inviteTable) register(req *sipmsg.Request, acquire func() bool, ctr *atomic.Int64) int {
 	k := inviteKeyOf(req)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if _, ok := t.m[k]; ok {
-		return true
+	if e, ok := t.m[k]; ok {
+		if e.finished.IsZero() {
+			return regLive
+		}
+		return regAnswered
 	}
 	e := &inviteEntry{src: req.Source(), transport: req.Transport(), created: time.Now()}
 	if acquire != nil {
 		if !acquire() {
-			return false
+			return regShed
 		}
 		e.ctr = ctr
 		e.held.Store(true)
 	}
 	t.m[k] = e
-	return true
+	return regNew
 }
 
 // claim returns req's entry for its handler (creating it when the screen
