@@ -67,6 +67,12 @@ type Options struct {
 	RecoverAfter int
 	// Timeout bounds one probe (default 50 ms).
 	Timeout time.Duration
+	// Quiet is how long Redis must have answered no call before a timeout
+	// switches to the fallback (default 5 × Timeout, at least 250 ms): a
+	// node that gets no CPU for a moment (a saturated scheduler, a noisy
+	// neighbour) reads every reply late without Redis being slow. Refused
+	// connections and other errors switch at once.
+	Quiet time.Duration
 	// OnMode is called once per switch with the new mode.
 	OnMode func(mode string)
 	// Panics logs and counts a panic of the probe (nil: logs only).
@@ -79,7 +85,7 @@ type Options struct {
 // Redis error until a background probe sees Redis answer again. A call that
 // meets a Redis error is decided by the fallback at once, so no call is lost
 // and none waits longer than the Redis timeout allows. A timeout switches
-// only when Redis answered no other call within the last Timeout (see fail).
+// only when Redis answered no other call within the last Quiet (see fail).
 //
 // Failover is safe for concurrent use.
 type Failover struct {
@@ -108,6 +114,9 @@ func NewFailover(o Options) *Failover {
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 50 * time.Millisecond
+	}
+	if o.Quiet <= 0 {
+		o.Quiet = max(5*o.Timeout, 250*time.Millisecond)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -139,9 +148,9 @@ func (f *Failover) redisInUse() bool { return f.o.Redis != nil && !f.down.Load()
 func (f *Failover) ok() { f.lastOK.Store(time.Now().UnixNano()) }
 
 // answeredLately reports whether Redis answered a call within the last
-// Timeout.
+// Quiet.
 func (f *Failover) answeredLately() bool {
-	return time.Since(time.Unix(0, f.lastOK.Load())) < f.o.Timeout
+	return time.Since(time.Unix(0, f.lastOK.Load())) < f.o.Quiet
 }
 
 // isTimeout reports a deadline error: the reply did not come in time,
@@ -153,11 +162,11 @@ func isTimeout(err error) bool {
 }
 
 // fail switches to fallback after a Redis error (once per outage). A
-// timeout while Redis answered another call within the last Timeout is
-// not an outage: on a CPU-saturated node some replies are read late while
-// Redis is well (issue 15); that call alone is decided by the fallback.
-// Any other error (refused, reset, a hostile reply), or timeouts with no
-// answer for a whole Timeout, switch.
+// timeout while Redis answered another call within the last Quiet is not
+// an outage: on a CPU-saturated node some replies are read late while
+// Redis is well (issue 15); that call alone is decided by the fallback
+// (per Policy). Any other error (refused, reset, a hostile reply), or a
+// timeout after Quiet without an answer, switches.
 func (f *Failover) fail(op string, err error) {
 	if f.o.Redis == nil || f.down.Load() {
 		return

@@ -319,7 +319,7 @@ func (s *errStore) Admit(ctx context.Context, member string, b []admission.Bucke
 
 // TestTimeoutWhileRedisAnswersDoesNotSwitch: on a CPU-saturated node a
 // reply read late times out while Redis answers the other calls; that is
-// not an outage (issue 15). A timeout with no answer for a whole Timeout,
+// not an outage (issue 15). A timeout with no answer for a whole Quiet,
 // or any other error, is.
 func TestTimeoutWhileRedisAnswersDoesNotSwitch(t *testing.T) {
 	timeoutErr := fmt.Errorf("admission: run admit.lua: %w", context.DeadlineExceeded)
@@ -336,7 +336,7 @@ func TestTimeoutWhileRedisAnswersDoesNotSwitch(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rs := &errStore{Store: admission.NewLocalStore(nil), err: tc.err}
 			f := NewFailover(Options{Redis: rs, RedisSlots: pacing.NewLocalSlots(nil), Local: admission.NewLocalStore(nil),
-				LocalSlots: pacing.NewLocalSlots(nil), Policy: PolicyReject, Timeout: time.Hour})
+				LocalSlots: pacing.NewLocalSlots(nil), Policy: PolicyReject, Quiet: time.Hour})
 			if tc.answered {
 				rs.ok = 1
 				if _, err := f.Admit(context.Background(), "ok", bucket); err != nil {
