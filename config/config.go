@@ -62,7 +62,7 @@ type SIP struct {
 
 // InflightPerCPU is the default sip.max_inflight per processor the Go
 // runtime uses (GOMAXPROCS).
-const InflightPerCPU = 128
+const InflightPerCPU = 32
 
 // Inflight returns the bound on decisions in flight: MaxInflight, or
 // InflightPerCPU times procs when it is 0.
