@@ -20,22 +20,24 @@ import (
 // carrier, and a SIPp caller offering far more than the node can decide
 // (10,000 CPS for 3 s); right after its last INVITE is sent, a second
 // caller offers a normal second (1,000 CPS for 1 s). It reports whether cpsguard_store_up stayed 1
-// (sampled every 20 ms), the share of the overload's calls that got a final
-// answer (200 or 503; SIPp counts any other answer, or none within 5 s, as
-// failed), and whether the normal second was served (every call 200).
+// (and how often the node logged a switch), the share of the overload's
+// calls that got a final answer (200, or a refusal: 503, 408, 480, 486, 487,
+// 500; SIPp counts any other answer, none within 5 s, or a BYE without its
+// 200, as failed), and whether the normal second was served (every call 200).
 func overloadCmd(fs *flag.FlagSet) func(*env) error {
 	rate := fs.Int("rate", 10000, "offered CPS of the overload")
 	seconds := fs.Int("seconds", 3, "seconds of overload")
 	after := fs.Int("after-rate", 1000, "CPS of the normal second that follows")
 	timeout := fs.Duration("redis-timeout", 50*time.Millisecond, "store.redis.timeout of the node")
 	inflight := fs.Int("max-inflight", 0, "sip.max_inflight of the node (0: not written, the node's default)")
+	probe := fs.Bool("probe", true, "probe the carrier (false: probing and passive down-marking off, to see the store and the shedding alone)")
 	return func(e *env) error {
-		fmt.Printf("overload: %d CPS for %d s, then %d CPS for 1 s; one node on Redis, on_error reject, store.redis.timeout %s; SIPp caller and carrier on loopback\n",
-			*rate, *seconds, *after, *timeout)
+		fmt.Printf("overload: %d CPS for %d s, then %d CPS for 1 s; one node on Redis, on_error reject, store.redis.timeout %s, carrier probe %v; SIPp caller and carrier on loopback\n",
+			*rate, *seconds, *after, *timeout, *probe)
 		t := stats.Table{Header: []string{"run", "offered", "final_answer_pct", "ok_200", "failed", "store_up_min", "store_switches", "store_down_ms",
 			"forwarded", "rejected_overload", "rejected_store", "rejected_down", "next_second_ok", "next_second_of", "next_second_failed", "next_second_retrans"}}
 		for run := 1; run <= e.runs; run++ {
-			r, err := overloadRun(e, run, *rate, *seconds, *after, *timeout, *inflight)
+			r, err := overloadRun(e, run, *rate, *seconds, *after, *timeout, *inflight, !*probe)
 			if err != nil {
 				return err
 			}
@@ -64,7 +66,7 @@ type overloadResult struct {
 	next                          sippResult
 }
 
-func overloadRun(e *env, run, rate, seconds, after int, timeout time.Duration, inflight int) (overloadResult, error) {
+func overloadRun(e *env, run, rate, seconds, after int, timeout time.Duration, inflight int, noProbe bool) (overloadResult, error) {
 	var r overloadResult
 	dir := e.dir("overload", fmt.Sprintf("run-%d", run))
 	sipp, err := tool("sipp", "sip-tester")
@@ -74,7 +76,7 @@ func overloadRun(e *env, run, rate, seconds, after int, timeout time.Duration, i
 	scen := filepath.Join(filepath.Dir(e.kamCfg), "..", "sipp")
 	uasPort := procs.FreeUDP()
 	sys, err := startCpsguardRedis(e, dir, procs.CpsguardOptions{
-		PeerCPS: 100000, CarrierCPS: 100000, MaxWait: time.Second, RedisTimeout: timeout, LogLevel: "warn", MaxInflight: inflight,
+		PeerCPS: 100000, CarrierCPS: 100000, MaxWait: time.Second, RedisTimeout: timeout, LogLevel: "warn", MaxInflight: inflight, NoProbe: noProbe,
 		Carrier: "127.0.0.1:" + strconv.Itoa(uasPort),
 	})
 	if err != nil {
@@ -84,7 +86,7 @@ func overloadRun(e *env, run, rate, seconds, after int, timeout time.Duration, i
 
 	limit := strconv.Itoa(seconds+20) + "s"
 	uasStat := filepath.Join(dir, "uas-stat.csv")
-	us, err := procs.Start(sipp, filepath.Join(dir, "uas.log"), "-sf", filepath.Join(scen, "uas.xml"),
+	us, err := procs.Start(sipp, filepath.Join(dir, "uas.log"), "-sf", filepath.Join(scen, "uas_overload.xml"),
 		"-i", "127.0.0.1", "-p", strconv.Itoa(uasPort), "-buff_size", "4194304", "-nostdin",
 		"-trace_stat", "-stf", uasStat, "-fd", "1", "-timeout", limit)
 	if err != nil {
@@ -124,7 +126,8 @@ func overloadRun(e *env, run, rate, seconds, after int, timeout time.Duration, i
 		p, err := procs.Start(sipp, filepath.Join(dir, name+".log"), "-sf", filepath.Join(scen, scenario),
 			"-i", "127.0.0.1", "-p", strconv.Itoa(procs.FreeUDP()), "-r", strconv.Itoa(rate), "-m", strconv.Itoa(calls),
 			"-buff_size", "4194304", "-nostdin", "-trace_stat", "-stf", stat, "-fd", "1",
-			"-recv_timeout", "5000", "-timeout", limit, sys.addr)
+			"-recv_timeout", "5000", "-timeout", limit,
+			"-trace_err", "-error_file", filepath.Join(dir, name+"-errors.log"), sys.addr)
 		return p, stat, err
 	}
 	r.offered = rate * seconds

@@ -271,6 +271,9 @@ type CpsguardOptions struct {
 	RedisTimeout time.Duration
 	// LogLevel is log.level; "" = error.
 	LogLevel string
+	// NoProbe turns the carrier's OPTIONS probing (and passive down
+	// marking) off.
+	NoProbe bool
 	// MaxInflight is sip.max_inflight; 0 leaves it out of the file (the
 	// node's default, and a binary that predates the key accepts it).
 	MaxInflight int
@@ -290,6 +293,10 @@ func StartCpsguard(o CpsguardOptions) (*Cpsguard, error) {
 			timeout = 200 * time.Millisecond
 		}
 		store = fmt.Sprintf("store:\n  redis: {addrs: [%s], timeout: %s}\n  key_prefix: bench\n  on_error: reject\n", o.Redis, timeout)
+	}
+	probe := ""
+	if o.NoProbe {
+		probe = ", probe: {interval: 0s}"
 	}
 	inflight := ""
 	if o.MaxInflight > 0 {
@@ -315,10 +322,10 @@ peers:
 customers:
   - {name: bench, cps: %g}
 carriers:
-  - {name: carrier, uri: "sip:%s", cps: %g, max_wait: %s}
+  - {name: carrier, uri: "sip:%s", cps: %g, max_wait: %s%s}
 routes:
   default: [carrier]
-`, sipPort, inflight, store, httpPort, level, o.PeerCPS, o.PeerCPS, o.Carrier, o.CarrierCPS, o.MaxWait)
+`, sipPort, inflight, store, httpPort, level, o.PeerCPS, o.PeerCPS, o.Carrier, o.CarrierCPS, o.MaxWait, probe)
 	cfgPath := filepath.Join(o.Dir, "cpsguard.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return nil, err
