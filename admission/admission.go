@@ -101,7 +101,22 @@ type Decision struct {
 	// Duplicate reports that the member was already counted: a retransmission
 	// or retry of an admitted call, admitted again without counting it twice.
 	Duplicate bool
+	// Mode says how the decision was made: ModeCounted (by the store's
+	// windows, shared or in-process) or ModeOpen (the store failed and
+	// store.on_error: admit let the call through uncounted).
+	Mode Mode
 }
+
+// Mode is how an admission was decided.
+type Mode uint8
+
+const (
+	// ModeCounted: the buckets decided (Redis, or an in-process store).
+	ModeCounted Mode = iota
+	// ModeOpen: admitted without counting (the store's fail-open policy);
+	// Counts are then -1 and no limit held the call.
+	ModeOpen
+)
 
 // Store decides admissions atomically over several buckets.
 //

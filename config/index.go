@@ -17,8 +17,8 @@ type index struct {
 	custBase  *Customer
 	carriers  map[string]int
 	carrBase  *Carrier
-	// byBits holds, per prefix length (longest first), the masked prefixes
-	// of that length and the index of the peer owning each.
+	// v4 and v6 hold, per prefix length (longest first), the masked
+	// prefixes of that length and the index of the peer owning each.
 	v4, v6 []prefixTable
 }
 

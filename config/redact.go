@@ -162,7 +162,17 @@ func (c *Config) Summary() string {
 	}
 	w("carriers (%d):", len(c.Carriers))
 	for _, ca := range c.Carriers {
-		w("  %s: %s, max_wait %s, %s", ca.Name, fmtCPS(ca.CPS), ca.MaxWait, ca.URI)
+		line := fmt.Sprintf("  %s: %s, max_wait %s, setup_timeout %s", ca.Name, fmtCPS(ca.CPS), ca.MaxWait, ca.Setup())
+		if pr := ca.Probing(); pr.Interval > 0 {
+			line += fmt.Sprintf(", probe every %s (down after %d, up after %d)", pr.Interval, pr.DownAfter, pr.UpAfter)
+		} else {
+			line += ", probe off"
+		}
+		if ca.Adaptive {
+			o := ca.Overloaded()
+			line += fmt.Sprintf(", adaptive (x%g on %v, floor %s, +%g cps/s)", o.Decrease, o.Codes, fmtCPS(o.MinCPS), o.Increase)
+		}
+		w("%s, %s", line, ca.URI)
 	}
 	names := make([]string, 0, len(c.Routes))
 	for name := range c.Routes {

@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/internal/redistest"
 )
 
 type composeFile struct {
@@ -345,10 +346,7 @@ func TestComposeShipsNoSecret(t *testing.T) {
 // The alerts fire when they should and not before: promtool runs the unit
 // tests of prometheus/alerts_test.yml (Debian package prometheus).
 func TestAlertRules(t *testing.T) {
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Skip("promtool not on PATH (Debian package prometheus)")
-	}
+	promtool := redistest.Require(t, "promtool") // Debian's prometheus
 	out, err := exec.Command(promtool, "test", "rules", "prometheus/alerts_test.yml").CombinedOutput()
 	if err != nil {
 		t.Errorf("promtool test rules prometheus/alerts_test.yml: %v\n%s", err, out)

@@ -372,7 +372,7 @@ func (s *server) reload(w http.ResponseWriter, r *http.Request) {
 			})
 			return
 		}
-		s.o.Logger.Warn("reload via api failed, previous configuration stays in use", "remote", r.RemoteAddr, "err", err)
+		s.o.Logger.Warn("reload via api failed, previous configuration stays in use", "remote", r.RemoteAddr, "error", err)
 		writeError(w, &Error{
 			Code:    http.StatusInternalServerError,
 			Message: "reload failed; the previous configuration stays in use",

@@ -280,7 +280,7 @@ func (p *Pipeliner) sendSafe(batch []*pcall) {
 }
 
 // send runs one batch: a lone call as a plain command on its own context,
-// several as one pipeline bounded by their earliest deadline.
+// several as one pipeline bounded by their latest deadline (see below).
 func (p *Pipeliner) send(batch []*pcall) {
 	live := batch[:0]
 	for _, c := range batch {

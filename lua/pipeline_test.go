@@ -305,7 +305,7 @@ func TestPipelinerImpatientCallerFailsOnlyItself(t *testing.T) {
 	b := busy(200000, 5*time.Second)
 	time.Sleep(50 * time.Millisecond)
 	s := busy(400000, 5*time.Second)
-	time.Sleep(20 * time.Millisecond)
+	time.Sleep(40 * time.Millisecond)
 	e := busy(1, 480*time.Millisecond)
 	l := busy(1, 5*time.Second)
 	for name, ch := range map[string]chan error{"A": a, "B": b, "S": s, "L": l} {
@@ -313,8 +313,13 @@ func TestPipelinerImpatientCallerFailsOnlyItself(t *testing.T) {
 			t.Errorf("%s (5 s deadline): %v", name, err)
 		}
 	}
-	if err := <-e; err == nil {
-		t.Logf("E finished within its deadline (the box was faster than the set-up assumes)")
+	// E queued behind S, whose script alone runs 400 ms once sent (after
+	// B, which holds the one flusher until at least 200 ms after A): E's
+	// 480 ms cannot cover that on any machine, fast or slow, so it must
+	// fail — alone, with its own deadline, while L beside it in the batch
+	// succeeded above.
+	if err := <-e; !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("E (480 ms deadline, queued behind a 400 ms script): got %v, want its own context.DeadlineExceeded", err)
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/cpsguard/cpsguard/internal/redistest"
 )
 
 const (
@@ -247,11 +249,7 @@ func TestAlerts(t *testing.T) {
 		}
 	}
 
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Log("promtool not on PATH (Debian package prometheus): YAML checks only")
-		return
-	}
+	promtool := redistest.Require(t, "promtool") // Debian's prometheus
 	if out, err := exec.Command(promtool, "check", "rules", alertsPath).CombinedOutput(); err != nil {
 		t.Errorf("promtool check rules %s: %v\n%s", alertsPath, err, out)
 	}
@@ -260,10 +258,7 @@ func TestAlerts(t *testing.T) {
 // Every dashboard query is valid PromQL: promtool checks them as recording
 // rules, with Grafana's variables replaced by plain values.
 func TestDashboardPromQL(t *testing.T) {
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Skip("promtool not on PATH (Debian package prometheus)")
-	}
+	promtool := redistest.Require(t, "promtool") // Debian's prometheus
 	vars := strings.NewReplacer("$__rate_interval", "1m", "$__range", "1h", "$instance", ".*")
 	var b strings.Builder
 	b.WriteString("groups:\n  - name: dashboard\n    rules:\n")
@@ -284,5 +279,44 @@ func TestDashboardPromQL(t *testing.T) {
 	}
 	if out, err := exec.Command(promtool, "check", "rules", path).CombinedOutput(); err != nil {
 		t.Errorf("dashboard queries: promtool: %v\n%s\n%s", err, out, b.String())
+	}
+}
+
+// The dashboard follows Grafana's dashboard-linter rules that matter here
+// (its module is not reachable from this build, so they are checked by
+// hand): job and instance variables, and every cpsguard selector of every
+// panel query matches them, so one Grafana shows one pool at a time; the
+// per-peer rejected line counts every refusal of a peer's calls, its
+// customer's limit included (cpsguard_calls_total by peer).
+func TestDashboardLintRules(t *testing.T) {
+	d := readDashboard(t)
+	vars := map[string]bool{}
+	for _, v := range d.Templating.List {
+		vars[v.Name] = true
+	}
+	for _, want := range []string{"datasource", "job", "instance", "peer", "customer", "carrier"} {
+		if !vars[want] {
+			t.Errorf("dashboard: no %q variable", want)
+		}
+	}
+	sel := regexp.MustCompile(`cpsguard_[a-z_]+\{[^}]*\}`)
+	for title, exprs := range dashboardExprs(d) {
+		if strings.HasPrefix(title, "variable ") {
+			continue
+		}
+		for _, e := range exprs {
+			for _, s := range sel.FindAllString(e, -1) {
+				if !strings.Contains(s, `job=~"$job"`) || !strings.Contains(s, `instance=~"$instance"`) {
+					t.Errorf("panel %q: selector %s lacks the job or instance matcher", title, s)
+				}
+			}
+			if strings.Contains(e, "rate(") && !strings.Contains(e, "$__rate_interval") {
+				t.Errorf("panel %q: %s: rate() without $__rate_interval", title, e)
+			}
+		}
+	}
+	joined := strings.Join(dashboardExprs(d)["Peers: admitted vs rejected CPS"], "\n")
+	if !strings.Contains(joined, `cpsguard_calls_total{outcome=~"rejected_.*"`) {
+		t.Errorf("peer panel: the rejected line must count every refusal of the peer's calls (cpsguard_calls_total), got:\n%s", joined)
 	}
 }

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Installs what the test suite needs when it is missing: redis-server and SIPp
-# (Debian's sip-tester). Safe to run repeatedly; does nothing when all is there.
+# Installs what the test suite needs when it is missing: redis-server, SIPp
+# (Debian's sip-tester) and promtool (Debian's prometheus: the alert rules,
+# their unit tests and the dashboard's PromQL are checked with it). Safe to run repeatedly; does nothing when all is there.
 set -euo pipefail
 
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 command -v sipp >/dev/null 2>&1 || need+=(sip-tester)
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

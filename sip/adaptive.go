@@ -53,6 +53,20 @@ func (c *rateCache) keep(names map[string]bool) {
 	}
 }
 
+// oneAtATime admits one background call per key at a time (per-carrier
+// store calls started by carriers' answers). Keys come from configured
+// carrier names, so the set is bounded.
+type oneAtATime struct{ m sync.Map }
+
+// start reports whether key was idle, and marks it busy.
+func (o *oneAtATime) start(key string) bool {
+	_, busy := o.m.LoadOrStore(key, struct{}{})
+	return !busy
+}
+
+// done marks key idle again.
+func (o *oneAtATime) done(key string) { o.m.Delete(key) }
+
 // aimdOf is the AIMD of an adaptive carrier.
 func aimdOf(car *config.Carrier) pacing.AIMD {
 	o := car.Overloaded()
@@ -119,7 +133,14 @@ func overloadAnswer(car *config.Carrier, r *sipmsg.Response) bool {
 // call moves on at once.
 func (p *Proxy) pushBack(cfg *config.Config, car *config.Carrier, code int) {
 	pc, a, name := p.pacingCarrier(cfg, car), aimdOf(car), car.Name
+	if !p.storeCalls.start("push_back:" + name) {
+		// One at a time per carrier: the store cuts at most once a second
+		// anyway, and a carrier answering thousands of calls with 503 must
+		// not start thousands of store calls.
+		return
+	}
 	go func() {
+		defer p.storeCalls.done("push_back:" + name)
 		defer p.panics.Recover("sip.push_back", nil)
 		ctx, cancel := context.WithTimeout(p.base, storeBudget)
 		defer cancel()

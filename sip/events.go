@@ -84,16 +84,15 @@ func (c *call) event() {
 	if cfg == nil || !cfg.Log.Events || c.p.events == nil {
 		return
 	}
-	msg := ""
-	switch {
-	case c.outcome == "" || c.reason == "":
+	// A reason is set exactly when the call was not forwarded on its first
+	// try: refused before any carrier, refused after every carrier failed
+	// (carrier_failed), or forwarded past skipped carriers (rerouted).
+	msg := "call rejected"
+	switch c.reason {
+	case "":
 		return
-	case c.forwarded && c.reason == reasonRerouted:
+	case reasonRerouted:
 		msg = "call rerouted"
-	case c.forwarded:
-		return
-	default:
-		msg = "call rejected"
 	}
 	e := c.p.events
 	ok, suppressed := e.allow(time.Now(), cfg.Log.EventsPerSecond)
@@ -128,7 +127,9 @@ func (c *call) event() {
 	if c.waited {
 		attrs = append(attrs, slog.Int64("wait_ms", c.wait.Milliseconds()))
 	}
-	attrs = append(attrs, slog.String("outcome", c.outcome))
+	if c.outcome != "" {
+		attrs = append(attrs, slog.String("outcome", c.outcome))
+	}
 	e.log.LogAttrs(context.Background(), slog.LevelInfo, msg, attrs...)
 }
 

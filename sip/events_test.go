@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	sipmsg "github.com/emiago/sipgo/sip"
+
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/siptest"
 	"github.com/cpsguard/cpsguard/lua"
@@ -52,6 +54,7 @@ func (l *lockedBuffer) events(t *testing.T) []map[string]any {
 func TestEventLines(t *testing.T) {
 	a := siptest.StartCarrier(t, "127.0.0.1", nil)
 	b := siptest.StartCarrier(t, "127.0.0.1", nil)
+	failing := siptest.StartCarrier(t, "127.0.0.1", func(*sipmsg.Request) siptest.Answer { return siptest.Answer{Code: 503} })
 	adm, pacer := newFakes()
 	cfg := testConfig(carrierCfg("a", a), carrierCfg("b", b))
 	cfg.Log.Events, cfg.Log.EventsPerSecond = true, 100
@@ -77,6 +80,22 @@ func TestEventLines(t *testing.T) {
 	adm.mu.Unlock()
 	if res := caller.Final(ctxT(t, 5*time.Second), caller.Invite(h.udp)); res == nil || res.StatusCode != 503 {
 		t.Fatalf("refused call: %v", res)
+	}
+
+	// 4. On a second proxy, admitted but its only carrier answers 503.
+	adm2, pacer2 := newFakes()
+	cfg2 := testConfig(carrierCfg("f", failing))
+	cfg2.Log.Events, cfg2.Log.EventsPerSecond = true, 100
+	var buf2 lockedBuffer
+	h2 := startProxyOpts(t, Options{Config: func() *config.Config { return cfg2 }, Admission: adm2, Pacer: pacer2,
+		Logger: slog.New(slog.NewJSONHandler(&buf2, nil))})
+	if res := caller.Final(ctxT(t, 5*time.Second), caller.Invite(h2.udp)); res == nil || res.StatusCode != 503 {
+		t.Fatalf("call no carrier took: %v, want the carrier's 503 relayed", res)
+	}
+	var ev2 []map[string]any
+	waitFor(t, func() bool { ev2 = buf2.events(t); return len(ev2) >= 1 }, "the failed call's line")
+	if r, _ := ev2[0]["reason"].(string); len(ev2) != 1 || r != "carrier_failed" || ev2[0]["msg"] != "call rejected" || ev2[0]["code"] != float64(503) {
+		t.Errorf("every carrier failed: lines %v, want one: call rejected, carrier_failed, code 503", ev2)
 	}
 
 	var ev []map[string]any

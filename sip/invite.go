@@ -235,7 +235,10 @@ func (c *call) admit(peer *config.Peer, cu *config.Customer) bool {
 		return false
 	}
 	if dec.Admit {
-		if !cfg.Shadow && !failOpen(dec) {
+		// Not when the store let the call through uncounted (fail-open):
+		// holding it to limits nothing counted would turn the held calls
+		// into 503s at the gate's deadline.
+		if !cfg.Shadow && dec.Mode != admission.ModeOpen {
 			c.gateKeys = gates
 		}
 		for _, n := range names {
@@ -296,22 +299,6 @@ func (c *call) admit(peer *config.Peer, cu *config.Customer) bool {
 	return false
 }
 
-// failOpen reports an admission no bucket counted: the store's fail-open
-// policy (store.on_error: admit reports every count as -1) admits without
-// limits, so the send gate must not hold the call to them either (with a
-// deadline it would turn the held calls into 503s).
-func failOpen(dec admission.Decision) bool {
-	if len(dec.Counts) == 0 {
-		return false
-	}
-	for _, n := range dec.Counts {
-		if n >= 0 {
-			return false
-		}
-	}
-	return true
-}
-
 // route tries the carriers of the call's route in order: reserve a slot
 // within max_wait, wait for it, forward; a full carrier or one failing
 // before any provisional response above 100 passes the call to the next.
@@ -334,7 +321,7 @@ func (c *call) route(carriers []string) {
 		c.wait, c.waited = wait, true
 		switch state {
 		case carrierFull:
-			p.m.Reroutes.WithLabelValues(name, "full").Inc()
+			p.m.Reroutes.WithLabelValues(name, metrics.RerouteFull).Inc()
 			c.skipped(name, "full (wait "+wait.Round(time.Millisecond).String()+" over max_wait "+car.MaxWait.String()+")")
 			continue
 		case carrierStopped:
@@ -357,7 +344,7 @@ func (c *call) route(carriers []string) {
 			}
 			return
 		}
-		p.m.Reroutes.WithLabelValues(name, "failed").Inc()
+		p.m.Reroutes.WithLabelValues(name, metrics.RerouteFailed).Inc()
 		if res != nil {
 			lastFail = res
 			c.skipped(name, "failed ("+strconv.Itoa(res.StatusCode)+" "+clip(res.Reason)+")")
@@ -728,7 +715,11 @@ func retryAfter(r *sipmsg.Response, overload bool) (time.Duration, bool) {
 func (p *Proxy) blockCarrier(cfg *config.Config, car *config.Carrier, span time.Duration) {
 	pc := p.pacingCarrier(cfg, car)
 	name := car.Name
+	if !p.storeCalls.start("block:" + name) {
+		return // one at a time per carrier: a flood of 503s is one block
+	}
 	go func() {
+		defer p.storeCalls.done("block:" + name)
 		defer p.panics.Recover("sip.block_carrier", nil)
 		ctx, cancel := context.WithTimeout(p.base, storeBudget)
 		defer cancel()

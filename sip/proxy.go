@@ -183,6 +183,9 @@ type Proxy struct {
 	health *health.Tracker
 	// rates are the adaptive carriers' effective rates, as last read.
 	rates rateCache
+	// storeCalls keeps the background store calls carriers' answers start
+	// (Retry-After blocks, AIMD cuts) to one per carrier at a time.
+	storeCalls oneAtATime
 	// events writes the call event lines (log.events).
 	events *eventLog
 	// probeKicks wakes a carrier's probe loop (chan struct{} by carrier
@@ -383,17 +386,6 @@ func (p *Proxy) Serve(ctx context.Context) error {
 	_ = p.ua.Close()
 	wg.Wait()
 	return serveErr
-}
-
-// Shutdown drains the proxy: new initial INVITEs get 503, calls already
-// admitted continue until they are forwarded or ctx ends; then calls still
-// waiting are cancelled. Cancel Serve's context afterwards to close the
-// sockets. It returns ctx.Err() when calls were still in progress.
-func (p *Proxy) Shutdown(ctx context.Context) error {
-	p.draining.Store(true)
-	err := p.waitIdle(ctx)
-	p.baseCancel(errProxyShutdown)
-	return err
 }
 
 // sweepInvites removes INVITE entries no handler claimed and tombstones,

@@ -33,6 +33,7 @@ type fakeAdmitter struct {
 	refuse  int // index of the refusing bucket, -1 = admit
 	err     error
 	counts  []int // Decision.Counts of admissions
+	mode    admission.Mode
 	calls   int
 	buckets [][]admission.Bucket
 	members []string
@@ -50,7 +51,7 @@ func (f *fakeAdmitter) Admit(_ context.Context, member string, b []admission.Buc
 	if f.refuse >= 0 {
 		return admission.Decision{Admit: false, Refused: f.refuse, RetryAfter: time.Second}, nil
 	}
-	return admission.Decision{Admit: true, Refused: -1, Counts: f.counts}, nil
+	return admission.Decision{Admit: true, Refused: -1, Counts: f.counts, Mode: f.mode}, nil
 }
 
 // fakePacer grants slots after a fixed wait, or none for full carriers.
@@ -1421,7 +1422,7 @@ func TestFailOpenAdmissionIsNotGated(t *testing.T) {
 	cfg := testConfig(carrierCfg("a", car))
 	cfg.Customers[0].CPS = 2 // acme: two calls per window
 	adm, pacer := newFakes()
-	adm.counts = []int{-1, -1}
+	adm.counts, adm.mode = []int{-1, -1}, admission.ModeOpen
 	h := startProxy(t, cfg, adm, pacer)
 	caller := siptest.StartCaller(t, "127.0.0.2")
 	for i := 0; i < 4; i++ {

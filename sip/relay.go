@@ -18,7 +18,7 @@ import (
 // responses from it and matches retransmissions and CANCELs against it.
 // Sharing is safe because the forwarding code changes headers only by
 // replacing, removing or prepending entries of the copy's own list
-// (decMaxForwards, popOwnRoutes, addRecordRoute, addVia), never a shared
+// (decMaxForwards, popOwnRoutes, recordRoutes, prependVia), never a shared
 // header object in place, with two exceptions copied here: the top Via,
 // whose received/rport parameters addVia fills in (RFC 3581), and the
 // Request-URI, whose parameters outboundInvite rewrites. The rest matches

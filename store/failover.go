@@ -178,7 +178,7 @@ func (f *Failover) fail(op string, err error) {
 		return
 	}
 	f.mu.Lock()
-	f.o.Logger.Warn("redis failed, switching to fallback", "op", op, "policy", f.o.Policy, "live_nodes", f.nodes(), "err", err)
+	f.o.Logger.Warn("redis failed, switching to fallback", "op", op, "policy", f.o.Policy, "live_nodes", f.nodes(), "error", err)
 	if f.o.OnMode != nil {
 		f.o.OnMode(ModeFallback)
 	}
@@ -238,7 +238,7 @@ func (f *Failover) Admit(ctx context.Context, member string, buckets []admission
 		for i := range counts {
 			counts[i] = -1
 		}
-		return admission.Decision{Admit: true, Refused: -1, Counts: counts, At: time.Now()}, nil
+		return admission.Decision{Admit: true, Refused: -1, Counts: counts, At: time.Now(), Mode: admission.ModeOpen}, nil
 	case PolicyReject:
 		if f.o.Redis != nil {
 			return admission.Decision{Refused: -1}, ErrStoreDown
@@ -412,19 +412,4 @@ func (f *Failover) probe(ctx context.Context) (err error) {
 	pctx, cancel := context.WithTimeout(ctx, f.o.Timeout)
 	defer cancel()
 	return f.o.Probe.Ping(pctx)
-}
-
-// Check tries Redis once (at start) and switches to fallback when it does not
-// answer; it returns the error for the caller to log.
-func (f *Failover) Check(ctx context.Context) error {
-	if f.o.Redis == nil || f.o.Probe == nil {
-		return nil
-	}
-	pctx, cancel := context.WithTimeout(ctx, max(f.o.Timeout, time.Second))
-	defer cancel()
-	if err := f.o.Probe.Ping(pctx); err != nil {
-		f.fail("start", err)
-		return err
-	}
-	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -397,5 +398,20 @@ func TestServeHTTPPortInUse(t *testing.T) {
 	r := cpsguard(t, []string{"CPSGUARD_HTTP_LISTEN=" + ln.Addr().String()}, "serve", "--config", "../../testdata/cpsguard.yaml")
 	if r.code != 1 || !strings.Contains(r.stderr, "address already in use") {
 		t.Errorf("got exit %d, stderr %q; want 1 and 'address already in use'", r.code, r.stderr)
+	}
+}
+
+// A SIP port in use stops the node with the proxy's own error, named once
+// ("sip: listen …", never "sip: sip: listen …").
+func TestServeSIPPortInUse(t *testing.T) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	r := cpsguard(t, []string{"CPSGUARD_SIP_LISTEN=udp://" + pc.LocalAddr().String(),
+		"CPSGUARD_HTTP_LISTEN=127.0.0.1:" + strconv.Itoa(freePort(t))}, "serve", "--config", "../../testdata/cpsguard.yaml")
+	if r.code != 1 || !strings.Contains(r.stderr, `error="sip: listen`) || strings.Contains(r.stderr, "sip: sip:") {
+		t.Errorf("got exit %d, stderr %q; want 1 and one 'sip: listen' error", r.code, r.stderr)
 	}
 }

@@ -232,7 +232,14 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 	start := func(name string, fn func(context.Context) error) {
 		wg.Go(func() {
 			if err := fn(ctx); err != nil {
-				errOnce.Do(func() { firstErr = fmt.Errorf("%s: %w", name, err) })
+				errOnce.Do(func() {
+					// Name the component, unless its error does already
+					// ("sip: listen …", not "sip: sip: listen …").
+					firstErr = err
+					if !strings.HasPrefix(err.Error(), name+": ") {
+						firstErr = fmt.Errorf("%s: %w", name, err)
+					}
+				})
 				cancel()
 			}
 		})
