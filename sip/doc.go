@@ -79,6 +79,9 @@
 // forwarded calls are never counted nor shed. The screen also answers 100
 // Trying to every INVITE it lets in, and to its retransmissions while it is
 // handled, so a handler that sipgo runs late draws no retransmission storm.
+// While the node sheds (and 5 s after), a carrier that did not ring a call
+// in time or did not answer a probe is not held against it: the answer may
+// be waiting in the node's own queue.
 // Malformed or oversized messages are dropped (or answered 400 when a
 // transaction can be formed) and counted in cpsguard_sip_errors_total with
 // reason parse, oversized, malformed, transaction, source, unknown_source,

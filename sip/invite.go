@@ -503,7 +503,7 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 	}
 	timedOut := func() {
 		p.m.CarrierResponses.WithLabelValues(car.Name, metrics.ClassTimeout).Inc()
-		p.calledCarrier(car.Name, false, "no ringing within "+car.Setup().String())
+		p.carrierTimedOut(car.Name, "no ringing within "+car.Setup().String())
 	}
 	if !c.forwarded {
 		c.forwarded = true

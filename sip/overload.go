@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	sipmsg "github.com/emiago/sipgo/sip"
 
@@ -102,6 +103,7 @@ func (p *Proxy) screenInvite(cfg *config.Config, req *sipmsg.Request, src netip.
 		return true
 	}
 	p.m.Calls.WithLabelValues(peer, metrics.OutcomeRejectedOverload).Inc()
+	p.lastShed.Store(time.Now().UnixNano())
 	res := sipmsg.NewResponseFromRequest(req, sipmsg.StatusServiceUnavailable, "Overloaded", nil)
 	if to := res.To(); to != nil {
 		to.Params.Add("tag", shedTag+strconv.FormatUint(rand.Uint64(), 36))
@@ -145,4 +147,19 @@ func (u *inflightUnit) releaseInflight() {
 	if u.held.CompareAndSwap(true, false) {
 		u.ctr.Add(-1)
 	}
+}
+
+// overloadMemory is how long after its last shed call the node counts as
+// overloaded for carrier health: a call forwarded then may wait out its
+// whole setup_timeout (2 s by default) with the carrier's answer in the
+// node's own queue.
+const overloadMemory = 5 * time.Second
+
+// overloaded reports whether the node shed a call within overloadMemory.
+// While it does, carrier timeouts (a call not rung in time, a probe not
+// answered) are not held against the carrier (probe.go): they measure the
+// node as much as the carrier, as store timeouts do (store.Failover).
+func (p *Proxy) overloaded() bool {
+	last := p.lastShed.Load()
+	return last != 0 && time.Since(time.Unix(0, last)) < overloadMemory
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cpsguard/cpsguard/admission"
+	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/siptest"
 	"github.com/cpsguard/cpsguard/metrics"
 )
@@ -150,5 +151,41 @@ func TestInflightUnitOfAnAbsorbedInviteIsReturned(t *testing.T) {
 	tb.sweep(e.finished.Add(tombstoneTTL + time.Millisecond))
 	if got := tb.size(); got != 0 {
 		t.Errorf("entries after the tombstone age: got %d, want 0", got)
+	}
+}
+
+// TestCarrierTimeoutWhileSheddingIsNotCounted: a call the carrier did not
+// ring in time, while the node sheds, is not held against the carrier (the
+// answer may have waited in the node's own queue); once the node has not
+// shed for overloadMemory, it is, and asks for a confirming probe.
+func TestCarrierTimeoutWhileSheddingIsNotCounted(t *testing.T) {
+	fa, pacer := newFakes()
+	car := carrierCfg("a", siptest.StartCarrier(t, "127.0.0.1", nil))
+	car.Probe = &config.Probe{Interval: time.Hour, Timeout: time.Second, DownAfter: 1, UpAfter: 1}
+	cfg := testConfig(car)
+	p, err := New(Options{Config: func() *config.Config { return cfg }, Admission: fa, Pacer: pacer, Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kick := make(chan struct{}, 1)
+	p.probeKicks.Store("a", kick)
+	kicked := func() bool {
+		select {
+		case <-kick:
+			return true
+		default:
+			return false
+		}
+	}
+
+	p.lastShed.Store(time.Now().UnixNano())
+	p.carrierTimedOut("a", "no ringing within 2s")
+	if kicked() {
+		t.Fatal("a carrier timeout while the node sheds asked for a probe, want it not counted")
+	}
+	p.lastShed.Store(time.Now().Add(-overloadMemory - time.Second).UnixNano())
+	p.carrierTimedOut("a", "no ringing within 2s")
+	if !kicked() {
+		t.Fatal("a carrier timeout of a node not shedding asked for no probe, want one (down_after 1)")
 	}
 }

@@ -167,6 +167,8 @@ type Proxy struct {
 	active     atomic.Int64
 	// inflight counts the new calls being decided (overload.go).
 	inflight atomic.Int64
+	// lastShed is when the screen last shed a call (Unix ns, overload.go).
+	lastShed atomic.Int64
 
 	gate *sendGate
 	// keys mint and check the dialog tokens of Record-Route and Route.
