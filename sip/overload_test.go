@@ -138,6 +138,11 @@ func TestInflightUnitOfAnAbsorbedInviteIsReturned(t *testing.T) {
 	if got := ctr.Load(); got != 0 {
 		t.Fatalf("units after the orphan age: got %d, want 0", got)
 	}
+	// A retransmission of an INVITE no handler took goes to sipgo again.
+	tb.m[inviteKeyOf(req)].created = now.Add(-inflightOrphan - time.Millisecond)
+	if got := tb.register(req, nil, &ctr); got != regAnswered {
+		t.Fatalf("register of a retransmission of an orphan: got %d, want regAnswered (passed to sipgo)", got)
+	}
 
 	// Claimed and finished: a tombstone for tombstoneTTL.
 	e, done := tb.claim(req)

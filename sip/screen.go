@@ -337,7 +337,7 @@ func newInviteTable() *inviteTable { return &inviteTable{m: map[inviteKey]*invit
 const (
 	regNew      = iota // a new entry (with its unit, when one was asked)
 	regLive            // a retransmission of an INVITE being handled
-	regAnswered        // an INVITE just answered (its tombstone)
+	regAnswered        // an INVITE just answered (its tombstone), or one no handler took
 	regShed            // new, and acquire failed: nothing recorded
 )
 
@@ -350,10 +350,15 @@ func (t *inviteTable) register(req *sipmsg.Request, acquire func() bool, ctr *at
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if e, ok := t.m[k]; ok {
-		if e.finished.IsZero() {
-			return regLive
+		switch {
+		case !e.finished.IsZero():
+			return regAnswered
+		case !e.claimed && time.Since(e.created) > inflightOrphan:
+			// No handler took it in time: sipgo may never have made a
+			// transaction of it (or absorbed it); let sipgo see this copy.
+			return regAnswered
 		}
-		return regAnswered
+		return regLive
 	}
 	e := &inviteEntry{src: req.Source(), transport: req.Transport(), created: time.Now()}
 	if acquire != nil {
