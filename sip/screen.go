@@ -323,10 +323,12 @@ const unclaimedTTL = 32 * time.Second
 const tombstoneTTL = 2 * time.Second
 
 // inflightOrphan is how long an unclaimed entry keeps its unit of the
-// inflight bound: a handler claims its entry within milliseconds while
-// the bound holds; an entry still unclaimed then belongs to an INVITE
-// sipgo absorbed, whose unit would otherwise be lost.
-const inflightOrphan = time.Second
+// inflight bound: a handler usually claims its entry within milliseconds,
+// but under heavy overload sipgo's goroutines wait seconds to run (the
+// overload run saw INVITEs unread for 5 s), and giving units back early
+// would loosen the bound exactly then. An entry still unclaimed after
+// that belongs to an INVITE sipgo absorbed, whose unit would be lost.
+const inflightOrphan = 5 * time.Second
 
 // sweepEvery is the sweep's period (sweepInvites).
 const sweepEvery = time.Second
