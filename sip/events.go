@@ -149,6 +149,18 @@ func (p *Proxy) runEventFlush(ctx context.Context) {
 	}
 }
 
+// phrase makes a reason phrase a peer or a carrier chose fit for logs, the
+// health reason and a terminal: control characters become '?', and it is
+// clipped like any header value.
+func phrase(s string) string {
+	return clip(strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return '?'
+		}
+		return r
+	}, s))
+}
+
 // clip bounds a header value for a log line.
 func clip(s string) string {
 	if len(s) <= maxEventField {

@@ -347,7 +347,7 @@ func (c *call) route(carriers []string) {
 		p.m.Reroutes.WithLabelValues(name, metrics.RerouteFailed).Inc()
 		if res != nil {
 			lastFail = res
-			c.skipped(name, "failed ("+strconv.Itoa(res.StatusCode)+" "+clip(res.Reason)+")")
+			c.skipped(name, "failed ("+strconv.Itoa(res.StatusCode)+" "+phrase(res.Reason)+")")
 		} else {
 			c.skipped(name, "failed (no answer)")
 		}
@@ -564,6 +564,7 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 				if r.StatusCode > 100 {
 					if !provisional {
 						p.calledCarrier(car.Name, true, "")
+						p.overloads.answered(car.Name, c.peer, false, time.Now())
 					}
 					provisional = true
 					if !cancelSent {
@@ -575,28 +576,34 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 				}
 				continue
 			}
-			if !r.IsSuccess() && !provisional && !cancelSent && !cancelPending && car.Adaptive && overloadAnswer(car, r) {
-				// The carrier polices its own CPS and says it is over it:
-				// lower its rate for the pool (AIMD), pause it when it says
-				// for how long, and try the next carrier. Back-pressure,
-				// not failure: health is untouched.
-				p.pushBack(c.cfg, car, r.StatusCode)
-				if span, ok := retryAfter(r, true); ok {
-					p.blockCarrier(c.cfg, car, span)
+			if !r.IsSuccess() && !provisional && !cancelSent && !cancelPending {
+				over := car.Adaptive && overloadAnswer(car, r)
+				span, paused := retryAfter(r)
+				if over || paused {
+					// Back-pressure, not failure: health is untouched, the
+					// call tries the next carrier. The pool slows down (an
+					// adaptive carrier's AIMD cut) or pauses (Retry-After)
+					// only on evidence one peer cannot make up by dialling
+					// numbers the carrier refuses (evidence.go).
+					if p.overloads.answered(car.Name, c.peer, true, time.Now()) {
+						if over {
+							p.pushBack(c.cfg, car, r.StatusCode)
+						}
+						if paused {
+							p.blockCarrier(c.cfg, car, span)
+						}
+					}
+					return r, true
 				}
-				return r, true
-			}
-			if !r.IsSuccess() && !provisional && !cancelSent && !cancelPending && (r.StatusCode == 408 || (r.StatusCode >= 500 && r.StatusCode < 600)) {
-				if span, ok := retryAfter(r, false); ok {
-					// Back-pressure, not failure: the carrier is paused.
-					p.blockCarrier(c.cfg, car, span)
-				} else {
-					p.calledCarrier(car.Name, false, strconv.Itoa(r.StatusCode)+" "+r.Reason)
+				if r.StatusCode == 408 || (r.StatusCode >= 500 && r.StatusCode < 600) {
+					p.overloads.answered(car.Name, c.peer, false, time.Now())
+					p.calledCarrier(car.Name, false, strconv.Itoa(r.StatusCode)+" "+phrase(r.Reason))
+					return r, true
 				}
-				return r, true
 			}
 			if !provisional {
 				p.calledCarrier(car.Name, true, "")
+				p.overloads.answered(car.Name, c.peer, false, time.Now())
 			}
 			if answered {
 				if r.IsSuccess() {
@@ -685,11 +692,11 @@ const maxRetryAfter = time.Hour
 
 // retryAfter returns the span of an overload answer's Retry-After (RFC 3261
 // 20.33: delta-seconds, then an optional comment and parameters): for a 503
-// or a 500, or any answer overload says is one (an adaptive carrier's
-// overload answer: a 486 "CPS exceeded"), at least a second and at most
-// maxRetryAfter. A 486 of one busy callee is not the carrier's.
-func retryAfter(r *sipmsg.Response, overload bool) (time.Duration, bool) {
-	if !overload && r.StatusCode != sipmsg.StatusServiceUnavailable && r.StatusCode != sipmsg.StatusInternalServerError {
+// or a 500 only (a 486 with Retry-After is one busy callee, and a reason
+// phrase a far end chose must not pause a carrier), at least a second and
+// at most maxRetryAfter.
+func retryAfter(r *sipmsg.Response) (time.Duration, bool) {
+	if r.StatusCode != sipmsg.StatusServiceUnavailable && r.StatusCode != sipmsg.StatusInternalServerError {
 		return 0, false
 	}
 	h := r.GetHeader("Retry-After")
@@ -705,7 +712,9 @@ func retryAfter(r *sipmsg.Response, overload bool) (time.Duration, bool) {
 	if err != nil || n <= 0 {
 		return 0, false
 	}
-	return min(time.Duration(n)*time.Second, maxRetryAfter), true
+	// Clamped before the multiplication: 10 digits of seconds overflow a
+	// time.Duration into a negative span.
+	return time.Duration(min(n, int(maxRetryAfter/time.Second))) * time.Second, true
 }
 
 // blockCarrier stops the whole pool from sending car new calls for span

@@ -193,7 +193,7 @@ func (p *Proxy) probeOnce(ctx context.Context, spec probeSpec) (ok bool, detail 
 				continue
 			}
 			code := r.StatusCode
-			detail := strconv.Itoa(code) + " " + r.Reason
+			detail := strconv.Itoa(code) + " " + phrase(r.Reason)
 			return !(code == sipmsg.StatusRequestTimeout || (code >= 500 && code < 600)), detail
 		case <-tx.Done():
 			if err := tx.Err(); err != nil {

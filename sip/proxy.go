@@ -185,6 +185,9 @@ type Proxy struct {
 	health *health.Tracker
 	// rates are the adaptive carriers' effective rates, as last read.
 	rates rateCache
+	// overloads decides whether carriers' overload answers are pool-wide
+	// evidence (several peers) or one peer's calls.
+	overloads overloadEvidence
 	// storeCalls keeps the background store calls carriers' answers start
 	// (Retry-After blocks, AIMD cuts) to one per carrier at a time.
 	storeCalls oneAtATime
