@@ -201,6 +201,9 @@ func (v *validator) sip() {
 			v.errf(fmt.Sprintf("sip.strip_headers[%d]", i), "must be a header name like X-Customer (got %q)", h)
 		}
 	}
+	if n := s.MaxInflight; n < 0 {
+		v.errf("sip.max_inflight", "must be >= 0 (0 = derived from GOMAXPROCS) (got %d)", n)
+	}
 	if ra := s.Reject.RetryAfter; ra < 0 {
 		v.errf("sip.reject.retry_after", "must be >= 0 (got %s)", ra)
 	} else if ra%time.Second != 0 {

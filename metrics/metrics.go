@@ -35,6 +35,9 @@ const (
 	OutcomeCanceled          = "canceled"
 	// OutcomeRejectedDown: every carrier of the call's route was down.
 	OutcomeRejectedDown = "rejected_down"
+	// OutcomeRejectedOverload: the node was deciding sip.max_inflight new
+	// calls already; the INVITE got 503 at once, statelessly.
+	OutcomeRejectedOverload = "rejected_overload"
 
 	// Classes of cpsguard_carrier_responses_total besides "1xx" … "6xx".
 	ClassTimeout = "timeout"
@@ -67,7 +70,7 @@ const (
 var (
 	// Outcomes are the outcome labels of cpsguard_calls_total.
 	Outcomes = []string{OutcomeForwarded, OutcomeRejectedCPS, OutcomeRejectedQueue,
-		OutcomeRejectedForbidden, OutcomeRejectedStore, OutcomeRejectedDown, OutcomeCanceled}
+		OutcomeRejectedForbidden, OutcomeRejectedStore, OutcomeRejectedDown, OutcomeRejectedOverload, OutcomeCanceled}
 	// AdmissionResults are the result labels of cpsguard_admission_total.
 	AdmissionResults = []string{ResultAdmitted, ResultRejected, ResultShadowRejected}
 	// PacingResults are the result labels of cpsguard_pacing_total.

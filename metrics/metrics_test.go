@@ -226,6 +226,7 @@ func TestSyncLimits(t *testing.T) {
 			"outcome=rejected_cps,peer=p1", "outcome=rejected_cps,peer=p3",
 			"outcome=rejected_down,peer=p1", "outcome=rejected_down,peer=p3",
 			"outcome=rejected_forbidden,peer=p1", "outcome=rejected_forbidden,peer=p3", "outcome=rejected_forbidden,peer=unknown",
+			"outcome=rejected_overload,peer=p1", "outcome=rejected_overload,peer=p3",
 			"outcome=rejected_queue,peer=p1", "outcome=rejected_queue,peer=p3",
 			"outcome=rejected_store,peer=p1", "outcome=rejected_store,peer=p3"}},
 		{"pacing_wait_seconds", m.PacingWait, []string{"carrier=k1"}},

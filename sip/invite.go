@@ -72,6 +72,7 @@ func (p *Proxy) onInvite(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
 	// which then tells the call through its entry.
 	entry, done := p.invites.claim(req)
 	defer done()
+	ctx = withDeciding(ctx, entry)
 	entry.onCancel(func() { cancel(errCallCanceled) })
 	tx.OnTerminate(func(string, error) { cancel(errTxTerminated) })
 
@@ -508,7 +509,7 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 	}
 	timedOut := func() {
 		p.m.CarrierResponses.WithLabelValues(car.Name, metrics.ClassTimeout).Inc()
-		p.calledCarrier(car.Name, false, "no ringing within "+car.Setup().String())
+		p.carrierTimedOut(car.Name, "no ringing within "+car.Setup().String())
 	}
 	if !c.forwarded {
 		c.forwarded = true

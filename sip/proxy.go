@@ -168,6 +168,10 @@ type Proxy struct {
 	baseCancel context.CancelCauseFunc
 	draining   atomic.Bool
 	active     atomic.Int64
+	// inflight counts the new calls being decided (overload.go).
+	inflight atomic.Int64
+	// lastShed is when the screen last shed a call (Unix ns, overload.go).
+	lastShed atomic.Int64
 
 	gate *sendGate
 	// keys mint and check the dialog tokens of Record-Route and Route.
@@ -399,11 +403,11 @@ func (p *Proxy) Serve(ctx context.Context) error {
 	return serveErr
 }
 
-// sweepInvites removes INVITE entries no handler claimed, every few
-// seconds, until ctx ends.
+// sweepInvites removes INVITE entries no handler claimed and tombstones,
+// every second, until ctx ends.
 func (p *Proxy) sweepInvites(ctx context.Context) {
 	defer p.panics.Recover("sip.sweep", nil)
-	t := time.NewTicker(5 * time.Second)
+	t := time.NewTicker(sweepEvery)
 	defer t.Stop()
 	for {
 		select {

@@ -38,6 +38,7 @@ func (p *Proxy) awaitCarrier(ctx context.Context, log *slog.Logger, cfg *config.
 	// No deadline here: the Pacer shortens max_wait to a context's
 	// deadline. The store bounds its own round trip (store.redis.timeout).
 	slot, err := p.pacer.Reserve(ctx, pc, member)
+	decided(ctx) // what remains is a timer and a send: no longer in flight
 	if err != nil {
 		if ctx.Err() != nil {
 			return gateTicket{}, carrierStopped, 0, nil
