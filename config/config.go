@@ -62,6 +62,25 @@ type SIP struct {
 	// forwarded. Unset (nil) means the customer header; an empty list
 	// strips nothing.
 	StripHeaders []string `cfg:"strip_headers"`
+	// MaxInflight bounds the initial INVITEs being decided at once on this
+	// node (from arrival until the call is refused, forwarded or waiting
+	// out its first pacing slot); beyond it a new initial INVITE gets 503
+	// at once, statelessly. 0 (the default) derives it from GOMAXPROCS
+	// (InflightPerCPU per processor).
+	MaxInflight int `cfg:"max_inflight"`
+}
+
+// InflightPerCPU is the default sip.max_inflight per processor the Go
+// runtime uses (GOMAXPROCS).
+const InflightPerCPU = 32
+
+// Inflight returns the bound on decisions in flight: MaxInflight, or
+// InflightPerCPU times procs when it is 0.
+func (s SIP) Inflight(procs int) int {
+	if s.MaxInflight > 0 {
+		return s.MaxInflight
+	}
+	return InflightPerCPU * max(procs, 1)
 }
 
 // TCP bounds accepted SIP-over-TCP connections: a half-sent message must

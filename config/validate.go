@@ -80,10 +80,19 @@ func (v *validator) name(path, name string) {
 // bucket a gigabyte.
 const MaxCPS = 100000
 
+// MinCPS is the smallest cps a peer, customer or carrier may have: one
+// call every 1000 s. Smaller rates are not limits an operator means, and
+// they break the arithmetic: a token bucket's refill rounds to 0 micro-
+// tokens a second (it would become a plain window), and a window of one
+// call per 1/cps overflows a time.Duration.
+const MinCPS = 0.001
+
 func (v *validator) cps(path string, cps float64) {
 	switch {
 	case !(cps > 0) || math.IsInf(cps, 0):
 		v.errf(path, "must be > 0 (got %g)", cps)
+	case cps < MinCPS:
+		v.errf(path, "must be >= %g, one call every 1000 s (got %g)", MinCPS, cps)
 	case cps > MaxCPS:
 		v.errf(path, "must be <= %d (got %g)", MaxCPS, cps)
 	}
@@ -191,6 +200,9 @@ func (v *validator) sip() {
 		if !tokenRe.MatchString(h) {
 			v.errf(fmt.Sprintf("sip.strip_headers[%d]", i), "must be a header name like X-Customer (got %q)", h)
 		}
+	}
+	if n := s.MaxInflight; n < 0 {
+		v.errf("sip.max_inflight", "must be >= 0 (0 = derived from GOMAXPROCS) (got %d)", n)
 	}
 	if ra := s.Reject.RetryAfter; ra < 0 {
 		v.errf("sip.reject.retry_after", "must be >= 0 (got %s)", ra)

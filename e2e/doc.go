@@ -14,7 +14,9 @@
 // store.on_error reject and admit, graceful shutdown with queued and
 // in-flight calls, the RFC 4475 torture messages of testdata/torture over UDP
 // and TCP, a flood of garbage and of INVITEs from unknown sources, an INVITE
-// larger than 1300 bytes over UDP, and the bearer token of the write API.
+// larger than 1300 bytes over UDP, the bearer token of the write API, and a
+// live limit override set on one node that another node applies within a
+// second and drops on DELETE and at its TTL (override_test.go).
 //
 // The tests need redis-server, redis-cli and sipp; without them they skip,
 // except under CI=true, where they fail. Linux only (/proc, SO_TIMESTAMPNS).

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"syscall"
 )
@@ -158,4 +160,73 @@ func Probe(ctx context.Context, base string) error {
 		return answerError(code, body)
 	}
 	return nil
+}
+
+// call sends method base+path with an optional JSON body and bearer token and
+// decodes a 2xx answer into out; any other answer is an *Error, none an
+// *Unreachable.
+func call(ctx context.Context, method, base, path, token string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return fmt.Errorf("httpapi: encode %s: %w", path, err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, BaseURL(base)+path, rd)
+	if err != nil {
+		return fmt.Errorf("httpapi: request %s: %w", path, err)
+	}
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return unreachable(base, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	if err != nil {
+		return fmt.Errorf("httpapi: read %s: %w", path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		return answerError(resp.StatusCode, b)
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("httpapi: decode %s: %w", path, err)
+	}
+	return nil
+}
+
+// limitPath is the path of one override.
+func limitPath(scope, name string) string {
+	return PathLimits + "/" + url.PathEscape(scope) + "/" + url.PathEscape(name)
+}
+
+// FetchLimits gets GET /api/v1/limits from the node at base.
+func FetchLimits(ctx context.Context, base string) (LimitList, error) {
+	var l LimitList
+	err := call(ctx, http.MethodGet, base, PathLimits, "", nil, &l)
+	return l, err
+}
+
+// SetLimit sends PUT /api/v1/limits/{scope}/{name} with req and the bearer
+// token (empty: none) to the node at base.
+func SetLimit(ctx context.Context, base, token, scope, name string, req LimitRequest) (LimitChange, error) {
+	var c LimitChange
+	err := call(ctx, http.MethodPut, base, limitPath(scope, name), token, req, &c)
+	return c, err
+}
+
+// RemoveLimit sends DELETE /api/v1/limits/{scope}/{name} with the bearer
+// token (empty: none) to the node at base.
+func RemoveLimit(ctx context.Context, base, token, scope, name string) (LimitChange, error) {
+	var c LimitChange
+	err := call(ctx, http.MethodDelete, base, limitPath(scope, name), token, nil, &c)
+	return c, err
 }

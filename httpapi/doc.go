@@ -13,11 +13,22 @@
 //	POST /api/v1/reload  re-read the configuration file; needs
 //	                     "Authorization: Bearer <http.token>" when a token is
 //	                     set; a bad file answers 422 with every error
+//	GET  /api/v1/limits  the live limit overrides (LimitList)
+//	PUT  /api/v1/limits/{peer|customer|carrier}/{name}
+//	                     override one limit pool-wide: {"cps": 20, "ttl": "1h"}
+//	                     (and "burst" for peers and customers); needs the
+//	                     token; an unconfigured name 404, a bad body 400 with
+//	                     every error, the store down 503 (nothing changed)
+//	DELETE /api/v1/limits/{scope}/{name}
+//	                     end an override (404 when none is live); token
 //
 // Every error answer is JSON (type Error) with a 4xx or 5xx code: unknown path
-// 404, wrong method 405 (with Allow), missing or wrong token 401. Nothing on
-// this server changes limits except a reload of the operator's own file, and
-// that needs the token when one is configured.
+// 404, wrong method 405 (with Allow), missing or wrong token 401. Two things
+// on this server change limits, both needing the token when one is
+// configured: a reload of the operator's own file, and a limit override.
+// Each override change is logged at info as an audit line ("limit override
+// set" / "limit override removed": remote, scope, name, before_cps ->
+// after_cps, until).
 //
 // The server reads everything through the funcs and small interfaces of
 // Options, so it holds no state of its own beyond a cache of the config hash.
@@ -25,8 +36,9 @@
 // entries it could not read have a null current and the error is listed in
 // Status.Errors.
 //
-// The client side (FetchStatus, RenderStatus, Probe) backs `cpsguard status`
-// and `cpsguard probe`. It ignores HTTP_PROXY (as Prometheus does) and
+// The client side (FetchStatus, RenderStatus, Probe, FetchLimits, SetLimit,
+// RemoveLimit, RenderLimits) backs `cpsguard status`, `cpsguard probe` and
+// `cpsguard limit`. It ignores HTTP_PROXY (as Prometheus does) and
 // returns *Unreachable, saying why in an operator's words, when a node gives
 // no answer at all.
 //

@@ -15,7 +15,8 @@ import (
 // carriers, each with its limit (cps), the calls in its current window, that
 // as a percentage of the window's limit, and for carriers the queued calls,
 // the wait of a call reserving now and max_wait. "-" marks a value the node
-// could not read. Store read errors follow the table.
+// could not read. A limit marked * is a live override, described under the
+// table. Store read errors follow.
 func RenderStatus(w io.Writer, st Status) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "node %s   store %s   config %s   loaded %s",
@@ -47,7 +48,11 @@ func RenderStatus(w io.Writer, st Status) error {
 			rows = append(rows, []string{"  (none)"})
 		}
 		for _, e := range entries {
-			row := []string{"  " + e.Name, fmtCPS(e.LimitCPS), fmtInt(e.Current), fmtPercent(e.Percent)}
+			limit := fmtCPS(e.LimitCPS)
+			if e.Override != nil {
+				limit += "*" // footnote: the override below the table
+			}
+			row := []string{"  " + e.Name, limit, fmtInt(e.Current), fmtPercent(e.Percent)}
 			if withCalls {
 				row = append(row, fmtCalls(e.ActiveCalls, e.MaxCalls))
 			}
@@ -83,9 +88,16 @@ func RenderStatus(w io.Writer, st Status) error {
 		b.WriteString(strings.TrimRight(line.String(), " "))
 		b.WriteByte('\n')
 	}
+	for _, group := range [][]Entry{st.Peers, st.Customers, st.Carriers} {
+		for _, e := range group {
+			if e.Override != nil {
+				b.WriteString("* override: " + overrideLine(*e.Override, false) + "\n")
+			}
+		}
+	}
 	for _, e := range st.Carriers {
 		if e.Up != nil && !*e.Up {
-			b.WriteString("carrier " + e.Name + " is down: " + e.Health + "\n")
+			b.WriteString("carrier " + e.Name + " is down: " + printable(e.Health) + "\n")
 		}
 	}
 	if len(st.Errors) > 0 {
@@ -162,4 +174,85 @@ func fmtCalls(active *int, limit int) string {
 		return "-"
 	}
 	return fmtInt(active) + "/" + strconv.Itoa(limit)
+}
+
+// overrideLine describes one override on one line: "peer dialer-1 cps 20
+// (configured 50) until 2026-11-24 09:50:00Z (59m59s left), set by
+// 127.0.0.1:40312"; for an override that ended (removed), "(was until …)".
+func overrideLine(o LimitOverride, ended bool) string {
+	var b strings.Builder
+	b.WriteString(o.Scope + " " + o.Name + " cps " + fmtCPS(o.CPS))
+	if o.Burst != nil {
+		b.WriteString(" burst " + strconv.Itoa(*o.Burst))
+	}
+	if o.Ignored == "" {
+		b.WriteString(" (configured " + fmtCPS(o.ConfiguredCPS))
+		if o.Burst != nil {
+			b.WriteString(" burst " + strconv.Itoa(o.ConfiguredBurst))
+		}
+		b.WriteString(")")
+	}
+	if ended {
+		b.WriteString(" (was until " + o.Until.UTC().Format(time.DateTime+"Z") + ")")
+	} else {
+		left := time.Duration(o.TTLSeconds * float64(time.Second)).Truncate(time.Second)
+		b.WriteString(" until " + o.Until.UTC().Format(time.DateTime+"Z") + " (" + left.String() + " left)")
+	}
+	if o.SetBy != "" {
+		b.WriteString(", set by " + o.SetBy)
+	}
+	if o.Ignored != "" {
+		b.WriteString(" [ignored: not configured]")
+	}
+	return b.String()
+}
+
+// RenderLimits writes the live overrides of l for a terminal, one per
+// line as overrideLine puts them, or "no limit overrides".
+func RenderLimits(w io.Writer, l LimitList) error {
+	var b strings.Builder
+	if len(l.Overrides) == 0 {
+		b.WriteString("no limit overrides\n")
+	}
+	for _, o := range l.Overrides {
+		b.WriteString(overrideLine(o, false) + "\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// RenderLimitChange writes the answer of a PUT or DELETE of one override:
+// "override set: …" (and "replaced: …") or "override removed: …" followed
+// by the limit in force again.
+func RenderLimitChange(w io.Writer, c LimitChange) error {
+	var b strings.Builder
+	if c.Override != nil {
+		b.WriteString("override set: " + overrideLine(*c.Override, false) + "\n")
+		if c.Previous != nil {
+			b.WriteString("replaced: " + overrideLine(*c.Previous, true) + "\n")
+		}
+	} else if p := c.Previous; p != nil {
+		b.WriteString("override removed: " + overrideLine(*p, true) + "\n")
+		if p.Ignored == "" {
+			b.WriteString(p.Scope + " " + p.Name + " is back at its configured cps " + fmtCPS(p.ConfiguredCPS))
+			if p.ConfiguredBurst > 0 {
+				b.WriteString(" burst " + strconv.Itoa(p.ConfiguredBurst))
+			}
+			b.WriteString("\n")
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// printable keeps a node's text (a health reason quoting a carrier's
+// answer) from driving the operator's terminal: control characters become
+// '?'.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return '?'
+		}
+		return r
+	}, s)
 }

@@ -76,6 +76,9 @@ type Options struct {
 	// Reload re-reads the configuration file and swaps it in, or returns why
 	// not (a *config.ValidationError for a bad file). Nil: reload answers 501.
 	Reload func() error
+	// Limits changes and lists the live limit overrides. Nil: the limits
+	// API answers 501 and status shows no overrides.
+	Limits Limiter
 	// LoadedAt returns when the configuration in use was loaded. Nil: the
 	// first time this server saw the current snapshot.
 	LoadedAt func() time.Time
@@ -128,6 +131,8 @@ func New(o Options) http.Handler {
 	mux.Handle(PathReadyz, methods(http.HandlerFunc(s.readyz), http.MethodGet, http.MethodHead))
 	mux.Handle(PathStatus, methods(http.HandlerFunc(s.status), http.MethodGet, http.MethodHead))
 	mux.Handle(PathReload, methods(http.HandlerFunc(s.reload), http.MethodPost))
+	mux.Handle(PathLimits, methods(http.HandlerFunc(s.limitsList), http.MethodGet, http.MethodHead))
+	mux.Handle(PathLimits+"/{scope}/{name}", methods(http.HandlerFunc(s.limitsChange), http.MethodPut, http.MethodDelete))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &Error{Code: http.StatusNotFound, Message: "no such path: " + r.URL.Path})
 	})
@@ -241,15 +246,20 @@ func (s *server) buildStatus(ctx context.Context, cfg *config.Config) Status {
 	}
 	prefix := cfg.Store.KeyPrefix
 
+	now := time.Now()
 	peerBuckets := make([]admission.Bucket, len(cfg.Peers))
 	for i, p := range cfg.Peers {
-		peerBuckets[i] = bucket(prefix, scopePeer, p.Name, p.CPS)
-		st.Peers[i] = windowEntry(p.Name, p.CPS, peerBuckets[i])
+		cps, ov := s.override(cfg, scopePeer, p.Name, p.CPS, now)
+		peerBuckets[i] = bucket(prefix, scopePeer, p.Name, cps)
+		st.Peers[i] = windowEntry(p.Name, cps, peerBuckets[i])
+		st.Peers[i].Override = ov
 	}
 	custBuckets := make([]admission.Bucket, len(cfg.Customers))
 	for i, c := range cfg.Customers {
-		custBuckets[i] = bucket(prefix, scopeCustomer, c.Name, c.CPS)
-		st.Customers[i] = windowEntry(c.Name, c.CPS, custBuckets[i])
+		cps, ov := s.override(cfg, scopeCustomer, c.Name, c.CPS, now)
+		custBuckets[i] = bucket(prefix, scopeCustomer, c.Name, cps)
+		st.Customers[i] = windowEntry(c.Name, cps, custBuckets[i])
+		st.Customers[i].Override = ov
 	}
 	if s.o.Counts != nil {
 		st.Errors = append(st.Errors, s.fillCounts(ctx, "peers", st.Peers, peerBuckets)...)
@@ -257,14 +267,15 @@ func (s *server) buildStatus(ctx context.Context, cfg *config.Config) Status {
 	}
 
 	for i, c := range cfg.Carriers {
+		cps, ov := s.override(cfg, scopeCarrier, c.Name, c.CPS, now)
 		e := Entry{
-			Name: c.Name, LimitCPS: c.CPS,
-			WindowLimit: c.CPS, WindowSeconds: 1,
+			Name: c.Name, LimitCPS: cps, Override: ov,
+			WindowLimit: cps, WindowSeconds: 1,
 			MaxWaitSeconds: c.MaxWait.Seconds(),
 		}
 		key := lua.Key(prefix, scopeCarrier, c.Name)
 		if s.o.Queue != nil {
-			q, err := s.o.Queue.Queue(ctx, key, pacing.Interval(c.CPS))
+			q, err := s.o.Queue.Queue(ctx, key, pacing.Interval(cps))
 			if err != nil {
 				st.Errors = append(st.Errors, "carrier "+c.Name+": queue: "+err.Error())
 			} else {
@@ -337,6 +348,20 @@ func (s *server) fillCalls(ctx context.Context, cfg *config.Config, st *Status) 
 	return nil
 }
 
+// override returns the cps in force for scope's name (configured cps, or
+// the live override's) and the override to show, if any.
+func (s *server) override(cfg *config.Config, scope, name string, cps float64, now time.Time) (float64, *LimitOverride) {
+	if s.o.Limits == nil {
+		return cps, nil
+	}
+	o, ok := s.o.Limits.Lookup(scope, name)
+	if !ok {
+		return cps, nil
+	}
+	v := overrideView(cfg, o, now)
+	return o.CPS, &v
+}
+
 // fillCounts reads the windows of buckets into entries in one store call.
 func (s *server) fillCounts(ctx context.Context, what string, entries []Entry, buckets []admission.Bucket) []string {
 	if len(buckets) == 0 {
@@ -382,25 +407,8 @@ func (e *Entry) setCurrent(n int) {
 }
 
 func (s *server) reload(w http.ResponseWriter, r *http.Request) {
-	cfg := s.o.Config()
-	token := ""
-	if cfg != nil {
-		token = cfg.HTTP.Token
-	}
-	if token != "" {
-		got, ok := bearer(r.Header.Get("Authorization"))
-		if !ok {
-			s.o.Logger.Warn("reload refused: no bearer token", "remote", r.RemoteAddr)
-			w.Header().Set("WWW-Authenticate", `Bearer realm="cpsguard"`)
-			writeError(w, &Error{Code: http.StatusUnauthorized, Message: "missing bearer token"})
-			return
-		}
-		if !tokenEqual(got, token) {
-			s.o.Logger.Warn("reload refused: wrong bearer token", "remote", r.RemoteAddr)
-			w.Header().Set("WWW-Authenticate", `Bearer realm="cpsguard", error="invalid_token"`)
-			writeError(w, &Error{Code: http.StatusUnauthorized, Message: "invalid bearer token"})
-			return
-		}
+	if !s.authorize(w, r, "reload") {
+		return
 	}
 	if s.o.Reload == nil {
 		writeError(w, &Error{Code: http.StatusNotImplemented, Message: "reload is not available on this node"})
@@ -482,7 +490,8 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.WriteHeader(code)
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	_ = enc.Encode(v) // the client went away; nothing to do
+	enc.SetEscapeHTML(false) // "cps: must be > 0", not "\u003e"
+	_ = enc.Encode(v)        // the client went away; nothing to do
 }
 
 // loopback reports whether listen ("host:port") binds only loopback.

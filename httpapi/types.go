@@ -13,6 +13,9 @@ const (
 	PathReadyz  = "/readyz"
 	PathStatus  = "/api/v1/status"
 	PathReload  = "/api/v1/reload"
+	// PathLimits lists the live limit overrides (GET); PUT and DELETE on
+	// PathLimits/{peer|customer|carrier}/{name} set and end one.
+	PathLimits = "/api/v1/limits"
 )
 
 // Status is the JSON answer of GET /api/v1/status.
@@ -49,8 +52,13 @@ type Status struct {
 type Entry struct {
 	// Name is the configured name.
 	Name string `json:"name"`
-	// LimitCPS is the configured calls-per-second limit.
+	// LimitCPS is the calls-per-second limit in force: the configured one,
+	// or Override's while one is live.
 	LimitCPS float64 `json:"limit_cps"`
+	// Override is the live limit override of this name (PUT
+	// /api/v1/limits), with the configured values it replaces; absent when
+	// none.
+	Override *LimitOverride `json:"override,omitempty"`
 	// WindowLimit and WindowSeconds describe the rolling window Current is
 	// counted in: at most WindowLimit calls in any WindowSeconds (1 s and
 	// floor(cps) for cps >= 1; one call per 1/cps s below 1 cps; both include
@@ -86,6 +94,60 @@ type Entry struct {
 	// ActiveCalls is the pool's calls set up and not yet ended, read from
 	// the store; null without max_calls or when it could not be read.
 	ActiveCalls *int `json:"active_calls"`
+}
+
+// LimitRequest is the JSON body of PUT /api/v1/limits/{scope}/{name}.
+type LimitRequest struct {
+	// CPS replaces the configured cps (> 0, <= config.MaxCPS).
+	CPS float64 `json:"cps"`
+	// Burst replaces a peer's or customer's burst (0: none; else >= cps);
+	// omitted: the configured burst stays. Not for carriers.
+	Burst *int `json:"burst,omitempty"`
+	// TTL is how long the override lives, a Go duration ("1h"; required,
+	// at most limits.MaxTTL).
+	TTL string `json:"ttl"`
+}
+
+// LimitOverride is one live limit override.
+type LimitOverride struct {
+	// Scope is "peer", "customer" or "carrier"; Name the configured name.
+	Scope string `json:"scope"`
+	Name  string `json:"name"`
+	// CPS and Burst are the override's values (Burst absent: the
+	// configured burst stays).
+	CPS   float64 `json:"cps"`
+	Burst *int    `json:"burst,omitempty"`
+	// ConfiguredCPS and ConfiguredBurst are what the configuration says,
+	// in force again when the override ends.
+	ConfiguredCPS   float64 `json:"configured_cps"`
+	ConfiguredBurst int     `json:"configured_burst,omitempty"`
+	// Until is when the override ends; TTLSeconds how long it has left.
+	Until      time.Time `json:"until"`
+	TTLSeconds float64   `json:"ttl_seconds"`
+	// SetBy is the remote address of the request that set it; SetAt when.
+	SetBy string    `json:"set_by,omitempty"`
+	SetAt time.Time `json:"set_at"`
+	// Ignored says why the override does not apply (its name is not in
+	// this node's configuration, e.g. removed by a reload); empty when it
+	// applies.
+	Ignored string `json:"ignored,omitempty"`
+}
+
+// LimitList is the JSON answer of GET /api/v1/limits.
+type LimitList struct {
+	// Overrides are the live overrides, by expiry.
+	Overrides []LimitOverride `json:"overrides"`
+}
+
+// LimitChange is the JSON answer of a successful PUT or DELETE on
+// /api/v1/limits/{scope}/{name}.
+type LimitChange struct {
+	// Status is "set" or "removed".
+	Status string `json:"status"`
+	// Override is the override now live (PUT).
+	Override *LimitOverride `json:"override,omitempty"`
+	// Previous is the override replaced (PUT) or removed (DELETE).
+	Previous *LimitOverride `json:"previous,omitempty"`
 }
 
 // CarrierState is what a node reports of one carrier's health.

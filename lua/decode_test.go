@@ -217,6 +217,57 @@ func TestDecodeRefund(t *testing.T) {
 	}
 }
 
+func FuzzDecodeOverrides(f *testing.F) {
+	f.Add([]byte{2, 4})
+	f.Add([]byte{2, 4, 0, 8, 0})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		es, err := lua.DecodeOverrides(build(data))
+		if err != nil {
+			if !errors.Is(err, lua.ErrReply) {
+				t.Fatalf("error %v does not wrap ErrReply", err)
+			}
+			return
+		}
+		for _, e := range es {
+			if e.Field == "" || e.Value == "" || e.Left < 0 {
+				t.Fatalf("decoded an invalid entry %+v", e)
+			}
+		}
+	})
+}
+
+func TestDecodeOverrides(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		reply any
+		want  int // entries; -1: ErrReply
+	}{
+		{"none", []any{int64(1700000000000)}, 0},
+		{"one", []any{int64(1), "peer/d", int64(1500), `{"cps":20}`}, 1},
+		{"not an array", "x", -1},
+		{"empty", []any{}, -1},
+		{"short entry", []any{int64(1), "peer/d", int64(1500)}, -1},
+		{"negative left", []any{int64(1), "peer/d", int64(-1), "v"}, -1},
+		{"empty value", []any{int64(1), "peer/d", int64(5), ""}, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			es, err := lua.DecodeOverrides(tc.reply)
+			if tc.want < 0 {
+				if !errors.Is(err, lua.ErrReply) {
+					t.Errorf("got %v, %v; want ErrReply", es, err)
+				}
+				return
+			}
+			if err != nil || len(es) != tc.want {
+				t.Errorf("got %v, %v; want %d entries", es, err, tc.want)
+			}
+		})
+	}
+	if es, _ := lua.DecodeOverrides([]any{int64(1), "peer/d", int64(1500), "v"}); es[0].Left.Milliseconds() != 1500 {
+		t.Errorf("left = %v, want 1.5s", es[0].Left)
+	}
+}
+
 func FuzzDecodeOccupy(f *testing.F) {
 	f.Add([]byte{2, 4, 4, 0, 40, 4}, 1)
 	f.Add([]byte{3, 0, 4, 0, 40, 4, 8}, 2)

@@ -22,6 +22,9 @@
 //     concurrent-call places (max_calls), sorted sets of live calls scored
 //     by their expiry, taken all-or-none, freed, refreshed in batches and
 //     counted (calls.go).
+//   - overrides.lua: the pool's live limit overrides (set, del, list), one
+//     hash and one expiry set that expire with the latest override, so none
+//     outlives its TTL (overrides.go; times in integer ms of Redis TIME).
 //
 // The clock is always Redis TIME, in integer microseconds; scores are integer
 // microseconds and every fraction travels as an integer of microseconds (or

@@ -50,9 +50,12 @@ type PipelineOptions struct {
 //
 // Timeouts: a caller waits for its reply until its context ends and then
 // returns the context's error, so a hung Redis (every flusher stuck in a
-// pipeline) still fails each caller by its own deadline. A batch is sent
-// with the latest deadline of its callers (at most Cap), so one impatient
-// caller never fails the others' commands, and the client needs
+// pipeline) still fails each caller by its own deadline. A call made with
+// WithTimeout has its round trip bounded from when it is sent, not from
+// when it was queued. A batch is sent with the latest deadline of its
+// callers (at most Cap, and at most the longest round trip bound of the
+// batch from the send), so one impatient caller never fails the others'
+// commands, and the client needs
 // ContextTimeoutEnabled for a hung pipeline to free its flusher before the
 // client's read timeout. A caller whose context has ended before its call
 // is sent is left out of the batch.
@@ -190,7 +193,9 @@ func (p *Pipeliner) run(ctx context.Context, name, payload string, keys []string
 			cmd.SetErr(ErrClosed)
 			return cmd
 		}
-		_ = p.c.Process(ctx, cmd)
+		sctx, cancel := sendCtx(ctx)
+		_ = p.c.Process(sctx, cmd)
+		cancel()
 		return cmd
 	}
 	c := &pcall{ctx: ctx, cmd: cmd, reply: make(chan error, 1)}
@@ -215,6 +220,16 @@ func (p *Pipeliner) run(ctx context.Context, name, payload string, keys []string
 		}
 		return cmd
 	case <-ctx.Done():
+		// A reply that came as the deadline passed (this goroutine ran
+		// late) is still the reply: Redis answered in time.
+		select {
+		case err := <-c.reply:
+			if err != nil {
+				cmd.SetErr(err)
+			}
+			return cmd
+		default:
+		}
 		// The flusher may still write to cmd: hand back another one.
 		out := redis.NewCmd(ctx, a...)
 		out.SetErr(ctx.Err())
@@ -278,7 +293,9 @@ func (p *Pipeliner) send(batch []*pcall) {
 		return
 	case 1:
 		c := live[0]
-		_ = p.c.Process(c.ctx, c.cmd)
+		sctx, cancel := sendCtx(c.ctx)
+		_ = p.c.Process(sctx, c.cmd)
+		cancel()
 		c.reply <- nil
 		return
 	}
@@ -287,20 +304,31 @@ func (p *Pipeliner) send(batch []*pcall) {
 	// socket's, and the earliest one would fail every command of the batch
 	// when the most impatient caller's time ran out. Each caller still
 	// leaves at its own deadline (run waits on its context).
-	limit := time.Now().Add(p.opt.Cap)
+	//
+	// The round trip is bounded from now, when the batch goes to Redis
+	// (lua.WithTimeout's bound, the longest of the batch), not from when
+	// its callers queued: their wait here is this node's, not Redis's.
+	now := time.Now()
+	limit := now.Add(p.opt.Cap)
 	var dl time.Time
+	var rt time.Duration
+	open := false
 	for _, c := range live {
+		if d, ok := roundTrip(c.ctx); ok && d > rt {
+			rt = d
+		}
 		d, ok := c.ctx.Deadline()
 		if !ok {
-			dl = limit
-			break
-		}
-		if d.After(dl) {
+			open = true
+		} else if d.After(dl) {
 			dl = d
 		}
 	}
-	if dl.After(limit) {
+	if open || dl.After(limit) {
 		dl = limit
+	}
+	if rt > 0 && now.Add(rt).Before(dl) {
+		dl = now.Add(rt)
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), dl)
 	pipe := p.c.Pipeline()

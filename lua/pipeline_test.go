@@ -322,3 +322,27 @@ func TestPipelinerImpatientCallerFailsOnlyItself(t *testing.T) {
 		t.Errorf("E (480 ms deadline, queued behind a 400 ms script): got %v, want its own context.DeadlineExceeded", err)
 	}
 }
+
+// TestWithTimeoutBoundsRoundTripAndWholeCall: WithTimeout hands the round
+// trip bound to the sender and bounds the whole call by twice it; a
+// caller's sooner deadline is kept.
+func TestWithTimeoutBoundsRoundTripAndWholeCall(t *testing.T) {
+	ctx, cancel := WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if d, ok := roundTrip(ctx); !ok || d != time.Second {
+		t.Errorf("round trip bound: got %v %v, want 1s", d, ok)
+	}
+	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) <= time.Second || time.Until(dl) > 2*time.Second {
+		t.Errorf("whole call deadline in %v, want within (1s, 2s]", time.Until(dl))
+	}
+	soon, cancelSoon := context.WithTimeout(context.Background(), time.Millisecond*500)
+	defer cancelSoon()
+	ctx2, cancel2 := WithTimeout(soon, time.Second)
+	defer cancel2()
+	if a, _ := ctx2.Deadline(); func() bool { b, _ := soon.Deadline(); return !a.Equal(b) }() {
+		t.Errorf("a caller's sooner deadline was not kept")
+	}
+	if _, ok := roundTrip(context.Background()); ok {
+		t.Errorf("round trip bound without WithTimeout")
+	}
+}

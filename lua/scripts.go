@@ -83,6 +83,7 @@ func Load(ctx context.Context, c redis.Scripter) error {
 		{ScriptCallsFree, callsFreeScript},
 		{ScriptCallsRefresh, callsRefreshScript},
 		{ScriptCallsCount, callsCountScript},
+		{ScriptOverrides, overridesScript},
 	} {
 		if err := s.script.Load(ctx, c).Err(); err != nil {
 			return fmt.Errorf("lua: load %s.lua: %w", s.name, err)
@@ -122,6 +123,8 @@ func SHA(name string) string {
 		return callsRefreshScript.Hash()
 	case ScriptCallsCount:
 		return callsCountScript.Hash()
+	case ScriptOverrides:
+		return overridesScript.Hash()
 	}
 	return ""
 }

@@ -38,6 +38,9 @@ const (
 	// OutcomeRejectedCalls: a max_calls place (peer, customer, or every
 	// carrier of the route) was full.
 	OutcomeRejectedCalls = "rejected_calls"
+	// OutcomeRejectedOverload: the node was deciding sip.max_inflight new
+	// calls already; the INVITE got 503 at once, statelessly.
+	OutcomeRejectedOverload = "rejected_overload"
 
 	// Classes of cpsguard_carrier_responses_total besides "1xx" … "6xx".
 	ClassTimeout = "timeout"
@@ -73,7 +76,7 @@ const (
 var (
 	// Outcomes are the outcome labels of cpsguard_calls_total.
 	Outcomes = []string{OutcomeForwarded, OutcomeRejectedCPS, OutcomeRejectedQueue,
-		OutcomeRejectedForbidden, OutcomeRejectedStore, OutcomeRejectedDown, OutcomeRejectedCalls, OutcomeCanceled}
+		OutcomeRejectedForbidden, OutcomeRejectedStore, OutcomeRejectedDown, OutcomeRejectedOverload, OutcomeRejectedCalls, OutcomeCanceled}
 	// AdmissionResults are the result labels of cpsguard_admission_total.
 	AdmissionResults = []string{ResultAdmitted, ResultRejected, ResultShadowRejected}
 	// PacingResults are the result labels of cpsguard_pacing_total.
@@ -174,6 +177,8 @@ type Metrics struct {
 
 	// syncMu serialises SyncLimits.
 	syncMu sync.Mutex
+	// override is SetLimitOverrides' func (nil: none); guarded by syncMu.
+	override func(scope, name string) (float64, bool)
 }
 
 // WaitBuckets resolve queue delay from 1 ms up to 60 s

@@ -229,6 +229,7 @@ func TestSyncLimits(t *testing.T) {
 			"outcome=rejected_cps,peer=p1", "outcome=rejected_cps,peer=p3",
 			"outcome=rejected_down,peer=p1", "outcome=rejected_down,peer=p3",
 			"outcome=rejected_forbidden,peer=p1", "outcome=rejected_forbidden,peer=p3", "outcome=rejected_forbidden,peer=unknown",
+			"outcome=rejected_overload,peer=p1", "outcome=rejected_overload,peer=p3",
 			"outcome=rejected_queue,peer=p1", "outcome=rejected_queue,peer=p3",
 			"outcome=rejected_store,peer=p1", "outcome=rejected_store,peer=p3"}},
 		{"pacing_wait_seconds", m.PacingWait, []string{"carrier=k1"}},
@@ -436,5 +437,30 @@ func TestEnumListsAreComplete(t *testing.T) {
 	}
 	if found < 10 {
 		t.Errorf("found %d enum constants in metrics.go; the parser missed them", found)
+	}
+}
+
+func TestSyncLimitsOverrideWins(t *testing.T) {
+	m := New(prometheus.NewRegistry())
+	cfg := cfgWith([]string{"p1", "p2"}, []string{"c1"}, []string{"k1"})
+	live := map[string]float64{"peer/p2": 3, "carrier/k1": 0.5}
+	m.SetLimitOverrides(func(scope, name string) (float64, bool) {
+		v, ok := live[scope+"/"+name]
+		return v, ok
+	})
+	m.SyncLimits(cfg)
+	for _, tc := range []struct {
+		scope, name string
+		want        float64
+	}{{ScopePeer, "p2", 3}, {ScopeCarrier, "k1", 0.5}, {ScopePeer, "p1", cfg.Peers[0].CPS}} {
+		if got := testutil.ToFloat64(m.LimitCPS.WithLabelValues(tc.scope, tc.name)); got != tc.want {
+			t.Errorf("limit of %s %s with overrides: got %v, want %v", tc.scope, tc.name, got, tc.want)
+		}
+	}
+	// The override ends: the configured value is back.
+	delete(live, "peer/p2")
+	m.SyncLimits(cfg)
+	if got := testutil.ToFloat64(m.LimitCPS.WithLabelValues(ScopePeer, "p2")); got != cfg.Peers[1].CPS {
+		t.Errorf("limit of peer p2 after its override ended: got %v, want the configured %v", got, cfg.Peers[1].CPS)
 	}
 }

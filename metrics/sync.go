@@ -26,7 +26,8 @@ func NewRegistry() *prometheus.Registry {
 // a configured name and a known label value (calls_total for every peer and
 // outcome, admission_total for every peer and customer and result, the
 // carriers' pacing, queue, reroute, response and setup series); it sets cpsguard_limit_cps for
-// every peer, customer and carrier, cpsguard_pacing_max_wait_seconds for
+// every peer, customer and carrier (the limit in force: a live override's
+// cps, see SetLimitOverrides, else the configured one), cpsguard_pacing_max_wait_seconds for
 // every carrier, cpsguard_store_redis_configured and cpsguard_config_info,
 // and deletes every series whose peer, customer or carrier is
 // no longer configured, in all collectors labelled by those names. Call it
@@ -43,6 +44,14 @@ func (m *Metrics) SyncLimits(cfg *config.Config) {
 	}
 	m.syncMu.Lock()
 	defer m.syncMu.Unlock()
+	limit := func(scope, name string, cps float64) float64 {
+		if m.override != nil {
+			if v, ok := m.override(scope, name); ok {
+				return v
+			}
+		}
+		return cps
+	}
 
 	peers := make(map[string]bool, len(cfg.Peers))
 	customers := make(map[string]bool, len(cfg.Customers))
@@ -103,7 +112,7 @@ func (m *Metrics) SyncLimits(cfg *config.Config) {
 	// creates a series without touching one that exists), so rate() and
 	// increase() alerts see its first event.
 	for _, p := range cfg.Peers {
-		m.LimitCPS.WithLabelValues(ScopePeer, p.Name).Set(p.CPS)
+		m.LimitCPS.WithLabelValues(ScopePeer, p.Name).Set(limit(ScopePeer, p.Name, p.CPS))
 		m.LimitCalls.WithLabelValues(ScopePeer, p.Name).Set(float64(p.MaxCalls))
 		m.ActiveCalls.WithLabelValues(ScopePeer, p.Name)
 		for _, r := range AdmissionResults {
@@ -114,7 +123,7 @@ func (m *Metrics) SyncLimits(cfg *config.Config) {
 		}
 	}
 	for _, c := range cfg.Customers {
-		m.LimitCPS.WithLabelValues(ScopeCustomer, c.Name).Set(c.CPS)
+		m.LimitCPS.WithLabelValues(ScopeCustomer, c.Name).Set(limit(ScopeCustomer, c.Name, c.CPS))
 		m.LimitCalls.WithLabelValues(ScopeCustomer, c.Name).Set(float64(c.MaxCalls))
 		m.ActiveCalls.WithLabelValues(ScopeCustomer, c.Name)
 		for _, r := range AdmissionResults {
@@ -122,7 +131,7 @@ func (m *Metrics) SyncLimits(cfg *config.Config) {
 		}
 	}
 	for _, c := range cfg.Carriers {
-		m.LimitCPS.WithLabelValues(ScopeCarrier, c.Name).Set(c.CPS)
+		m.LimitCPS.WithLabelValues(ScopeCarrier, c.Name).Set(limit(ScopeCarrier, c.Name, c.CPS))
 		m.LimitCalls.WithLabelValues(ScopeCarrier, c.Name).Set(float64(c.MaxCalls))
 		m.ActiveCalls.WithLabelValues(ScopeCarrier, c.Name)
 		m.MaxWait.WithLabelValues(c.Name).Set(c.MaxWait.Seconds())
@@ -141,6 +150,17 @@ func (m *Metrics) SyncLimits(cfg *config.Config) {
 		m.CarrierProbes.WithLabelValues(c.Name, ProbeOK)
 		m.CarrierProbes.WithLabelValues(c.Name, ProbeFailed)
 	}
+}
+
+// SetLimitOverrides makes SyncLimits set cpsguard_limit_cps of a name to
+// cps(scope, name) when it reports ok (a live limit override) instead of
+// the configured value. Call SyncLimits again whenever the overrides change
+// (set, removed, expired): the override wins while it lives, the configured
+// value is back when it ends. Nil turns it off.
+func (m *Metrics) SetLimitOverrides(cps func(scope, name string) (float64, bool)) {
+	m.syncMu.Lock()
+	defer m.syncMu.Unlock()
+	m.override = cps
 }
 
 // ObserveReload counts one configuration reload (SIGHUP, file change or API)

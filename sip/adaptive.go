@@ -67,10 +67,11 @@ func (o *oneAtATime) start(key string) bool {
 // done marks key idle again.
 func (o *oneAtATime) done(key string) { o.m.Delete(key) }
 
-// aimdOf is the AIMD of an adaptive carrier.
-func aimdOf(car *config.Carrier) pacing.AIMD {
-	o := car.Overloaded()
-	return pacing.AIMD{Max: car.CPS, Min: min(o.MinCPS, car.CPS), Decrease: o.Decrease, Increase: o.Increase, Hold: pacing.DefaultHold}
+// aimdOf is the AIMD of an adaptive carrier: it climbs back to the
+// carrier's cps, or to the override's while one is live.
+func (p *Proxy) aimdOf(car *config.Carrier) pacing.AIMD {
+	o, cps := car.Overloaded(), p.carrierCPS(car)
+	return pacing.AIMD{Max: cps, Min: min(o.MinCPS, cps), Decrease: o.Decrease, Increase: o.Increase, Hold: pacing.DefaultHold}
 }
 
 // pacingCarrier is what pacing needs of car: its slot set, its effective
@@ -81,18 +82,19 @@ func (p *Proxy) pacingCarrier(cfg *config.Config, car *config.Carrier) pacing.Ca
 
 // effectiveCPS is the rate car is paced at now on this node.
 func (p *Proxy) effectiveCPS(car *config.Carrier) float64 {
+	cps := p.carrierCPS(car)
 	if !car.Adaptive {
-		return car.CPS
+		return cps
 	}
 	if v, ok := p.rates.get(car.Name); ok && v > 0 {
-		return min(v, car.CPS)
+		return min(v, cps)
 	}
-	return car.CPS
+	return cps
 }
 
 // EffectiveCPS is the rate the carrier named name is paced at now on this
-// node: its cps, or less while it is adaptive and pushing back; 0 for a
-// carrier not configured.
+// node: its cps (or a live override's), or less while it is adaptive and
+// pushing back; 0 for a carrier not configured.
 func (p *Proxy) EffectiveCPS(name string) float64 {
 	cfg := p.cfg()
 	if cfg == nil {
@@ -132,7 +134,7 @@ func overloadAnswer(car *config.Carrier, r *sipmsg.Response) bool {
 // (its overload answer), in the background, bounded by storeBudget; the
 // call moves on at once.
 func (p *Proxy) pushBack(cfg *config.Config, car *config.Carrier, code int) {
-	pc, a, name := p.pacingCarrier(cfg, car), aimdOf(car), car.Name
+	pc, a, name := p.pacingCarrier(cfg, car), p.aimdOf(car), car.Name
 	if !p.storeCalls.start("push_back:" + name) {
 		// One at a time per carrier: the store cuts at most once a second
 		// anyway, and a carrier answering thousands of calls with 503 must
@@ -182,12 +184,12 @@ func (p *Proxy) refreshRates(ctx context.Context, cfg *config.Config) {
 	for i := range cfg.Carriers {
 		car := &cfg.Carriers[i]
 		if !car.Adaptive {
-			p.m.EffectiveCPS.WithLabelValues(car.Name).Set(car.CPS)
+			p.m.EffectiveCPS.WithLabelValues(car.Name).Set(p.carrierCPS(car))
 			continue
 		}
 		adaptive[car.Name] = true
 		rctx, cancel := context.WithTimeout(ctx, storeBudget)
-		r, err := p.pacer.Adapt(rctx, p.pacingCarrier(cfg, car), aimdOf(car), false)
+		r, err := p.pacer.Adapt(rctx, p.pacingCarrier(cfg, car), p.aimdOf(car), false)
 		cancel()
 		if err == nil {
 			p.rates.set(car.Name, r.CPS)

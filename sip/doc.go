@@ -33,6 +33,12 @@
 // direction), or by the Tracker at max_call_duration or the places'
 // expiry. Options.Calls nil keeps them in process, refreshed by Serve.
 //
+// The limits applied are the configured ones unless an operator's live
+// override (Options.Overrides, package limits) replaces them: effective.go
+// is the one place that decides a peer's or customer's cps and burst and a
+// carrier's cps (the pacing interval, the send gate, an adaptive carrier's
+// AIMD maximum); the lookup reads an in-memory snapshot, no I/O.
+//
 // Carriers are living systems (probe.go, adaptive.go). Each node probes
 // every carrier whose carriers[].probe is on with SIP OPTIONS and feeds the
 // answers, and the outcome of every forwarded call (setup timeouts, 5xx and
@@ -81,6 +87,17 @@
 //
 // A store error (admission or pacing) rejects the call with 503 and the
 // outcome rejected_store; a fallback store goes behind the same interfaces.
+// The node's own overload is shed before it reaches the store
+// (overload.go): beyond sip.max_inflight new calls being decided (from
+// arrival until refused, answered or holding their first pacing slot), a
+// new initial INVITE gets 503 at once from the screen, statelessly, outcome
+// rejected_overload; in-dialog requests, calls waiting for a slot and
+// forwarded calls are never counted nor shed. The screen also answers 100
+// Trying to every INVITE it lets in, and to its retransmissions while it is
+// handled, so a handler that sipgo runs late draws no retransmission storm.
+// While the node sheds (and 5 s after), a carrier that did not ring a call
+// in time or did not answer a probe is not held against it: the answer may
+// be waiting in the node's own queue.
 // Malformed or oversized messages are dropped (or answered 400 when a
 // transaction can be formed) and counted in cpsguard_sip_errors_total with
 // reason parse, oversized, malformed, transaction, source, unknown_source,

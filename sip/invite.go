@@ -79,6 +79,7 @@ func (p *Proxy) onInvite(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
 	// which then tells the call through its entry.
 	entry, done := p.invites.claim(req)
 	defer done()
+	ctx = withDeciding(ctx, entry)
 	entry.onCancel(func() { cancel(errCallCanceled) })
 	tx.OnTerminate(func(string, error) { cancel(errTxTerminated) })
 
@@ -192,6 +193,7 @@ func (c *call) admit(peer *config.Peer, cu *config.Customer) bool {
 	var owner []int // owner[i]: index in names of buckets[i]'s scope
 	var gates []gateKey
 	add := func(scope, name string, cps float64, burst int, windows []config.Window) {
+		cps, burst = p.limitsOf(scope, name, cps, burst) // a live override wins
 		if cps <= 0 {
 			return // no limit configured for this scope
 		}
@@ -533,7 +535,7 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 	}
 	timedOut := func() {
 		p.m.CarrierResponses.WithLabelValues(car.Name, metrics.ClassTimeout).Inc()
-		p.calledCarrier(car.Name, false, "no ringing within "+car.Setup().String())
+		p.carrierTimedOut(car.Name, "no ringing within "+car.Setup().String())
 	}
 	if !c.forwarded {
 		c.forwarded = true

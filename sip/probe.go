@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	sipmsg "github.com/emiago/sipgo/sip"
@@ -77,11 +79,13 @@ func (p *Proxy) runProbes(ctx context.Context) {
 		cancel context.CancelFunc
 	}
 	loops := map[string]loop{}
+	var wg sync.WaitGroup
 	defer func() {
 		for name, l := range loops {
 			l.cancel()
 			p.probeKicks.Delete(name)
 		}
+		wg.Wait() // a probe in flight ends with its context
 	}()
 	var last *config.Config
 	t := time.NewTicker(probeSyncEvery)
@@ -112,7 +116,7 @@ func (p *Proxy) runProbes(ctx context.Context) {
 				loops[name] = loop{spec: spec, cancel: cancel}
 				kick := make(chan struct{}, 1)
 				p.probeKicks.Store(name, kick)
-				go p.probeLoop(lctx, name, spec, kick)
+				wg.Go(func() { p.probeLoop(lctx, name, spec, kick) })
 			}
 		}
 		select {
@@ -135,7 +139,14 @@ func (p *Proxy) probeLoop(ctx context.Context, name string, spec probeSpec, kick
 		if ctx.Err() != nil {
 			return
 		}
-		again := p.health.Probed(name, ok, detail)
+		again := false
+		if !ok && strings.HasPrefix(detail, noAnswer) && p.overloaded() {
+			// Unanswered while this node sheds: the answer may be in its
+			// own queue (overload.go). Not evidence against the carrier.
+			detail += " (node overloaded: not counted)"
+		} else {
+			again = p.health.Probed(name, ok, detail)
+		}
 		result := metrics.ProbeOK
 		if !ok {
 			result = metrics.ProbeFailed
@@ -199,11 +210,11 @@ func (p *Proxy) probeOnce(ctx context.Context, spec probeSpec) (ok bool, detail 
 			return !(code == sipmsg.StatusRequestTimeout || (code >= 500 && code < 600)), detail
 		case <-tx.Done():
 			if err := tx.Err(); err != nil {
-				return false, "no answer: " + err.Error()
+				return false, noAnswer + ": " + err.Error()
 			}
-			return false, "no answer"
+			return false, noAnswer
 		case <-ctx.Done():
-			return false, "no answer in " + spec.probe.Timeout.String()
+			return false, noAnswer + " in " + spec.probe.Timeout.String()
 		}
 	}
 }
@@ -251,6 +262,19 @@ func (p *Proxy) routeDown(cfg *config.Config, route []string) bool {
 		}
 	}
 	return known > 0
+}
+
+// noAnswer starts the detail of a probe that got no final answer.
+const noAnswer = "no answer"
+
+// carrierTimedOut feeds a forwarded call the carrier did not ring in time
+// to the health tracker, unless this node is shedding: its own lateness
+// (the carrier's answer waiting in the node's queue) is not the carrier's.
+func (p *Proxy) carrierTimedOut(name, detail string) {
+	if p.overloaded() {
+		return
+	}
+	p.calledCarrier(name, false, detail)
 }
 
 // calledCarrier feeds the outcome of a forwarded call to the health

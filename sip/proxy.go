@@ -69,6 +69,9 @@ type Options struct {
 	// caller runs); nil builds a Tracker on an in-process store, run by
 	// Serve (one node).
 	Calls CallPlaces
+	// Overrides are the pool's live limit overrides (limits.Overrides
+	// satisfies it); nil: the configured limits only.
+	Overrides Overrides
 	// Usable reports whether the store can decide calls now (false while
 	// Redis is down under store.on_error: reject); out-of-dialog OPTIONS get
 	// 503 then, so upstream dispatchers route around the node. nil: always.
@@ -174,6 +177,10 @@ type Proxy struct {
 	baseCancel context.CancelCauseFunc
 	draining   atomic.Bool
 	active     atomic.Int64
+	// inflight counts the new calls being decided (overload.go).
+	inflight atomic.Int64
+	// lastShed is when the screen last shed a call (Unix ns, overload.go).
+	lastShed atomic.Int64
 
 	gate *sendGate
 	// keys mint and check the dialog tokens of Record-Route and Route.
@@ -186,6 +193,8 @@ type Proxy struct {
 	panics *panics.Reporter
 	// storeUsable is Options.Usable.
 	storeUsable func() bool
+	// overrides is Options.Overrides (may be nil); read through limitsOf.
+	overrides Overrides
 	// health is what this node believes of each carrier (probes, calls).
 	health *health.Tracker
 	// rates are the adaptive carriers' effective rates, as last read.
@@ -232,6 +241,7 @@ func New(opts Options) (*Proxy, error) {
 		invites:     newInviteTable(),
 		resolver:    newCarrierResolver(),
 		storeUsable: opts.Usable,
+		overrides:   opts.Overrides,
 		calls:       opts.Calls,
 	}
 	if p.calls == nil {
@@ -341,13 +351,16 @@ func (p *Proxy) Serve(ctx context.Context) error {
 	}
 	close(p.ready)
 
+	// The background loops end, and are waited for, before the SIP stack
+	// closes: a probe against a closed stack would fail and could report
+	// a carrier down on the way out.
 	bg, bgCancel := context.WithCancel(context.Background())
-	defer bgCancel()
-	go p.runResolver(bg)
-	go p.sweepInvites(bg)
-	go p.runProbes(bg)
-	go p.runRates(bg)
-	go p.runEventFlush(bg)
+	var bgWG sync.WaitGroup
+	stopBackground := func() { bgCancel(); bgWG.Wait() }
+	defer stopBackground()
+	for _, run := range []func(context.Context){p.runResolver, p.sweepInvites, p.runProbes, p.runRates, p.runEventFlush} {
+		bgWG.Go(func() { run(bg) })
+	}
 
 	var wg sync.WaitGroup
 	errc := make(chan error, len(p.listeners))
@@ -394,6 +407,7 @@ func (p *Proxy) Serve(ctx context.Context) error {
 	last, cancel := context.WithTimeout(context.Background(), time.Second)
 	_ = p.waitIdle(last)
 	cancel()
+	stopBackground()
 	for _, l := range p.listeners {
 		if l.udp != nil {
 			_ = l.udp.Close()
@@ -406,11 +420,11 @@ func (p *Proxy) Serve(ctx context.Context) error {
 	return serveErr
 }
 
-// sweepInvites removes INVITE entries no handler claimed, every few
-// seconds, until ctx ends.
+// sweepInvites removes INVITE entries no handler claimed and tombstones,
+// every second, until ctx ends.
 func (p *Proxy) sweepInvites(ctx context.Context) {
 	defer p.panics.Recover("sip.sweep", nil)
-	t := time.NewTicker(5 * time.Second)
+	t := time.NewTicker(sweepEvery)
 	defer t.Stop()
 	for {
 		select {

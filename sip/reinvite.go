@@ -38,6 +38,7 @@ func (p *Proxy) awaitCarrier(ctx context.Context, log *slog.Logger, cfg *config.
 	// No deadline here: the Pacer shortens max_wait to a context's
 	// deadline. The store bounds its own round trip (store.redis.timeout).
 	slot, err := p.pacer.Reserve(ctx, pc, member)
+	decided(ctx) // what remains is a timer and a send: no longer in flight
 	if err != nil {
 		if ctx.Err() != nil {
 			return gateTicket{}, carrierStopped, 0, nil
@@ -66,7 +67,7 @@ func (p *Proxy) awaitCarrier(ctx context.Context, log *slog.Logger, cfg *config.
 	}
 	// The whole wait (slot, then gate) stays within max_wait.
 	deadline := slot.Due().Add(max(car.MaxWait-slot.Wait, 0))
-	ticket, err = p.gate.wait(ctx, append(keys, gateKey{metrics.ScopeCarrier + ":" + car.Name, car.CPS}), deadline)
+	ticket, err = p.gate.wait(ctx, append(keys, gateKey{metrics.ScopeCarrier + ":" + car.Name, p.carrierCPS(car)}), deadline)
 	switch {
 	case errors.Is(err, errGateFull):
 		// This node already sent the carrier's limit within the window:

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -109,8 +110,9 @@ func (p *Proxy) screenRequest(req *sipmsg.Request) bool {
 	case req.IsCancel():
 		return p.screenCancel(req)
 	case req.IsInvite():
-		p.invites.register(req)
-		return true
+		return p.screenInvite(cfg, req, src)
+	case req.IsAck() && shedAck(req):
+		return false
 	case req.IsAck(), inDialog(req):
 		return true
 	}
@@ -261,6 +263,14 @@ type inviteEntry struct {
 	created   time.Time
 	claimed   bool // a handler owns the entry (and removes it when done)
 
+	// finished is when the handler returned (zero while it runs): the
+	// entry stays a while as a tombstone, so a retransmission of the
+	// INVITE that arrives just after its answer is known as one (it passes
+	// without a unit of the inflight bound, and sipgo absorbs it).
+	finished time.Time
+	// A new initial INVITE's unit of the inflight bound (overload.go).
+	inflightUnit
+
 	mu    sync.Mutex
 	fired bool   // a CANCEL from src arrived
 	fn    func() // the handler's reaction, called once
@@ -307,16 +317,61 @@ type inviteTable struct {
 // Timer H, the longest an INVITE server transaction absorbs retransmissions).
 const unclaimedTTL = 32 * time.Second
 
+// tombstoneTTL is how long the entry of a finished INVITE is kept: the
+// callers' retransmissions sent before they saw the 100 Trying (Timer A:
+// 0.5, 1, 2 s) then pass as such.
+const tombstoneTTL = 2 * time.Second
+
+// inflightOrphan is how long an unclaimed entry keeps its unit of the
+// inflight bound: a handler usually claims its entry within milliseconds,
+// but under heavy overload sipgo's goroutines wait seconds to run (the
+// overload run saw INVITEs unread for 5 s), and giving units back early
+// would loosen the bound exactly then. An entry still unclaimed after
+// that belongs to an INVITE sipgo absorbed, whose unit would be lost.
+const inflightOrphan = 5 * time.Second
+
+// sweepEvery is the sweep's period (sweepInvites).
+const sweepEvery = time.Second
+
 func newInviteTable() *inviteTable { return &inviteTable{m: map[inviteKey]*inviteEntry{}} }
 
-// register records req unless an entry for its key exists.
-func (t *inviteTable) register(req *sipmsg.Request) {
+// Results of inviteTable.register.
+const (
+	regNew      = iota // a new entry (with its unit, when one was asked)
+	regLive            // a retransmission of an INVITE being handled
+	regAnswered        // an INVITE just answered (its tombstone), or one no handler took
+	regShed            // new, and acquire failed: nothing recorded
+)
+
+// register records req unless an entry for its key exists (a
+// retransmission, or an INVITE just answered). For a new entry it first
+// calls acquire, when not nil (a unit of the inflight bound, released
+// through ctr): when that fails nothing is recorded (regShed).
+func (t *inviteTable) register(req *sipmsg.Request, acquire func() bool, ctr *atomic.Int64) int {
 	k := inviteKeyOf(req)
 	t.mu.Lock()
-	if _, ok := t.m[k]; !ok {
-		t.m[k] = &inviteEntry{src: req.Source(), transport: req.Transport(), created: time.Now()}
+	defer t.mu.Unlock()
+	if e, ok := t.m[k]; ok {
+		switch {
+		case !e.finished.IsZero():
+			return regAnswered
+		case !e.claimed && time.Since(e.created) > inflightOrphan:
+			// No handler took it in time: sipgo may never have made a
+			// transaction of it (or absorbed it); let sipgo see this copy.
+			return regAnswered
+		}
+		return regLive
 	}
-	t.mu.Unlock()
+	e := &inviteEntry{src: req.Source(), transport: req.Transport(), created: time.Now()}
+	if acquire != nil {
+		if !acquire() {
+			return regShed
+		}
+		e.ctr = ctr
+		e.held.Store(true)
+	}
+	t.m[k] = e
+	return regNew
 }
 
 // claim returns req's entry for its handler (creating it when the screen
@@ -332,27 +387,44 @@ func (t *inviteTable) claim(req *sipmsg.Request) (*inviteEntry, func()) {
 	e.claimed = true
 	t.mu.Unlock()
 	return e, func() {
+		e.releaseInflight()
 		t.mu.Lock()
 		if t.m[k] == e {
-			delete(t.m, k)
+			e.finished = time.Now()
 		}
 		t.mu.Unlock()
 	}
 }
 
+// lookup returns the entry of an INVITE being handled (not a tombstone).
 func (t *inviteTable) lookup(k inviteKey) *inviteEntry {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.m[k]
+	if e := t.m[k]; e != nil && e.finished.IsZero() {
+		return e
+	}
+	return nil
 }
 
-// sweep removes unclaimed entries older than unclaimedTTL.
+// sweep removes unclaimed entries older than unclaimedTTL and tombstones
+// older than tombstoneTTL, and gives back the inflight units of unclaimed
+// entries older than inflightOrphan.
 func (t *inviteTable) sweep(now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for k, e := range t.m {
-		if !e.claimed && now.Sub(e.created) > unclaimedTTL {
-			delete(t.m, k)
+		switch {
+		case !e.finished.IsZero():
+			if now.Sub(e.finished) > tombstoneTTL {
+				delete(t.m, k)
+			}
+		case !e.claimed:
+			if age := now.Sub(e.created); age > unclaimedTTL {
+				e.releaseInflight()
+				delete(t.m, k)
+			} else if age > inflightOrphan {
+				e.releaseInflight()
+			}
 		}
 	}
 }

@@ -11,6 +11,11 @@
 // Failure: a Redis error or timeout never reaches the SIP call path as a lost
 // call; the call that met the error is decided by the fallback at once. Under
 // on_error reject, ErrStoreDown is returned and the proxy refuses the call.
+// The timeout measures Redis, not this node: the round trip counts from when
+// the command is sent (lua.WithTimeout), and a timeout while Redis answered
+// another call lately (Options.Quiet, 5 × the timeout, at least 250 ms) is
+// that call's alone, never a switch, so a CPU-saturated node that reads some
+// replies late stays on Redis.
 //
 // Everything here is safe for concurrent use.
 package store

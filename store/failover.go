@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,6 +67,12 @@ type Options struct {
 	RecoverAfter int
 	// Timeout bounds one probe (default 50 ms).
 	Timeout time.Duration
+	// Quiet is how long Redis must have answered no call before a timeout
+	// switches to the fallback (default 5 × Timeout, at least 250 ms): a
+	// node that gets no CPU for a moment (a saturated scheduler, a noisy
+	// neighbour) reads every reply late without Redis being slow. Refused
+	// connections and other errors switch at once.
+	Quiet time.Duration
 	// OnMode is called once per switch with the new mode.
 	OnMode func(mode string)
 	// Panics logs and counts a panic of the probe (nil: logs only).
@@ -77,13 +84,16 @@ type Options struct {
 // while Redis answers and on the in-process stores (per Policy) from the first
 // Redis error until a background probe sees Redis answer again. A call that
 // meets a Redis error is decided by the fallback at once, so no call is lost
-// and none waits longer than the Redis timeout.
+// and none waits longer than the Redis timeout allows. A timeout switches
+// only when Redis answered no other call within the last Quiet (see fail).
 //
 // Failover is safe for concurrent use.
 type Failover struct {
 	o    Options
 	down atomic.Bool
 	mu   sync.Mutex // serialises mode switches and their logs
+	// lastOK is when Redis last answered a call (Unix nanoseconds).
+	lastOK atomic.Int64
 }
 
 var (
@@ -104,6 +114,9 @@ func NewFailover(o Options) *Failover {
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 50 * time.Millisecond
+	}
+	if o.Quiet <= 0 {
+		o.Quiet = max(5*o.Timeout, 250*time.Millisecond)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -131,9 +144,37 @@ func (f *Failover) Usable() bool {
 
 func (f *Failover) redisInUse() bool { return f.o.Redis != nil && !f.down.Load() }
 
-// fail switches to fallback after a Redis error (once per outage).
+// ok records that Redis answered a call.
+func (f *Failover) ok() { f.lastOK.Store(time.Now().UnixNano()) }
+
+// answeredLately reports whether Redis answered a call within the last
+// Quiet.
+func (f *Failover) answeredLately() bool {
+	return time.Since(time.Unix(0, f.lastOK.Load())) < f.o.Quiet
+}
+
+// isTimeout reports a deadline error: the reply did not come in time,
+// which says as much about this node (a reply read late by a saturated
+// scheduler) as about Redis.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// fail switches to fallback after a Redis error (once per outage). A
+// timeout while Redis answered another call within the last Quiet is not
+// an outage: on a CPU-saturated node some replies are read late while
+// Redis is well (issue 15); that call alone is decided by the fallback
+// (per Policy). Any other error (refused, reset, a hostile reply), or a
+// timeout after Quiet without an answer, switches.
 func (f *Failover) fail(op string, err error) {
-	if f.o.Redis == nil || !f.down.CompareAndSwap(false, true) {
+	if f.o.Redis == nil || f.down.Load() {
+		return
+	}
+	if isTimeout(err) && f.answeredLately() {
+		return
+	}
+	if !f.down.CompareAndSwap(false, true) {
 		return
 	}
 	f.mu.Lock()
@@ -176,6 +217,7 @@ func (f *Failover) Admit(ctx context.Context, member string, buckets []admission
 	if f.redisInUse() {
 		d, err := f.o.Redis.Admit(ctx, member, buckets)
 		if err == nil {
+			f.ok()
 			if d.Admit && !d.Duplicate {
 				// Mirror the admission into the in-process windows (full
 				// limits: this node's own calls never exceed the pool's), so
@@ -255,6 +297,7 @@ func (f *Failover) Reserve(ctx context.Context, key, member string, interval, ma
 	if f.redisInUse() {
 		s, err := f.o.RedisSlots.Reserve(ctx, key, member, interval, maxWait)
 		if err == nil {
+			f.ok()
 			return s, nil
 		}
 		if callerGaveUp(ctx) {
@@ -308,6 +351,7 @@ func (f *Failover) Adapt(ctx context.Context, key string, a pacing.AIMD, overloa
 	if f.redisInUse() {
 		r, err := f.o.RedisSlots.Adapt(ctx, key, a, overload)
 		if err == nil {
+			f.ok()
 			return r, nil
 		}
 		if callerGaveUp(ctx) {

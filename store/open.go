@@ -131,6 +131,11 @@ func (s *Stores) Run(ctx context.Context) {
 	s.Failover.Run(ctx)
 }
 
+// RedisClient is the client of the configured Redis, for the stores of
+// other concerns that live in the same Redis (limit overrides); nil without
+// Redis. Close closes it.
+func (s *Stores) RedisClient() redis.UniversalClient { return s.client }
+
 // LiveNodes is the pool size last seen in Redis (1 without Redis).
 func (s *Stores) LiveNodes() int { return s.heartbeat.Live() }
 

@@ -11,10 +11,20 @@
 //	                                   a running node's limits, windows and queues
 //	cpsguard probe   [--addr URL | --config FILE] [--timeout D]
 //	                                   exit 0 when the node's /readyz answers 200, else 1
+//	cpsguard limit set {peer|customer|carrier} NAME --cps N --ttl D [--burst N] [--token T]
+//	cpsguard limit rm  {peer|customer|carrier} NAME [--token T]
+//	cpsguard limit ls
+//	                                   override one limit live for the pool (PUT/DELETE/GET /api/v1/limits)
 //	cpsguard version                   print version, commit and Go version
 //
-// status and probe find the node from --addr, else CPSGUARD_HTTP_LISTEN, else
-// the http.listen of the configuration file, else 127.0.0.1:9090.
+// status, probe and limit find the node from --addr, else
+// CPSGUARD_HTTP_LISTEN, else the http.listen of the configuration file, else
+// 127.0.0.1:9090; limit set and rm send the token of --token or
+// CPSGUARD_HTTP_TOKEN.
+//
+// serve keeps the limit overrides (package limits) in the store's Redis, or
+// in the process without one, and hands the same view to the proxy, the
+// HTTP API and cpsguard_limit_cps.
 //
 // Exit codes: 0 success, 1 failure (bad configuration, listener error),
 // 2 usage error. serve exits 0 after a clean shutdown on SIGINT or SIGTERM;

@@ -17,6 +17,12 @@ import (
 // it), and returns that address and the file.
 func startNode(t *testing.T) (httpAddr, cfgPath string) {
 	t.Helper()
+	return startNodeEnv(t)
+}
+
+// startNodeEnv is startNode with env added to the node's environment.
+func startNodeEnv(t *testing.T, env ...string) (httpAddr, cfgPath string) {
+	t.Helper()
 	data, err := os.ReadFile("../../testdata/cpsguard.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -33,6 +39,7 @@ func startNode(t *testing.T) (httpAddr, cfgPath string) {
 	sipPort := freePort(t)
 	cmd := exec.Command(binary(t), "serve", "--config", cfgPath)
 	cmd.Env = append(cleanEnv(), fmt.Sprintf("CPSGUARD_SIP_LISTEN=udp://127.0.0.1:%d,tcp://127.0.0.1:%d", sipPort, sipPort))
+	cmd.Env = append(cmd.Env, env...)
 	var out syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {

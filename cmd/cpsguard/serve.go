@@ -22,6 +22,7 @@ import (
 	"github.com/cpsguard/cpsguard/httpapi"
 	"github.com/cpsguard/cpsguard/internal/gctune"
 	"github.com/cpsguard/cpsguard/internal/panics"
+	"github.com/cpsguard/cpsguard/limits"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/pacing"
 	"github.com/cpsguard/cpsguard/sip"
@@ -178,7 +179,28 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 		MaxDuration: cfg.SIP.MaxCallDuration,
 		Logger:      logger.With("component", "calls"),
 	})
+	// Limit overrides (PUT /api/v1/limits): pool-wide in the same Redis,
+	// else in this process. The view starts with what the store holds and
+	// keeps cpsguard_limit_cps on the limit in force.
+	var limStore limits.Store = limits.NewLocalStore(nil)
+	if rc := stores.RedisClient(); rc != nil {
+		limStore = limits.NewRedisStore(rc, cfg.Store.KeyPrefix, limits.RedisOptions{Timeout: cfg.Store.Redis.Timeout, Observe: m.ObserveStore})
+	}
+	overrides := limits.New(limStore, limits.Options{
+		Logger:   logger.With("component", "limits"),
+		OnChange: func([]limits.Override) { m.SyncLimits(mgr.Current()) },
+		Panics:   &panics.Reporter{Log: logger.With("component", "limits"), Count: m.Panics},
+	})
+	m.SetLimitOverrides(func(scope, name string) (float64, bool) {
+		o, ok := overrides.Lookup(scope, name)
+		return o.CPS, ok
+	})
+	rctx, rcancel := context.WithTimeout(ctx, time.Second)
+	_ = overrides.Refresh(rctx) // a failure is logged; Run retries
+	rcancel()
+
 	proxy, err := sip.New(sip.Options{
+		Overrides: overrides,
 		Config:    mgr.Current,
 		Calls:     tracker,
 		Admission: stores,
@@ -227,6 +249,7 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 			}
 			return httpapi.CarrierState{Up: st.Up, Since: st.Since, Reason: st.Reason, EffectiveCPS: proxy.EffectiveCPS(name)}, true
 		},
+		Limits:   overrides,
 		Reload:   mgr.Reload,
 		LoadedAt: func() time.Time { return time.Unix(0, loadedAt.Load()) },
 		Registry: reg,
@@ -268,6 +291,7 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 		syncActiveCalls(ctx, mgr.Current, stores.Calls, m)
 		return nil
 	})
+	start("limits", func(ctx context.Context) error { overrides.Run(ctx); return nil })
 	start("sip", func(ctx context.Context) error {
 		defer httpCancel()
 		return proxy.Serve(ctx)

@@ -12,6 +12,7 @@
 //	cpsbench memory     [-queued 10000]
 //	cpsbench profile    [-rate 2000] [-seconds 20] (pprof of the per-call path)
 //	cpsbench adaptive   [-csv bench/out/adaptive.csv] (plot an adaptive carrier's curve)
+//	cpsbench overload   [-runs 3] [-rate 10000] [-seconds 3] (issue 15: shedding, store_up, the next second)
 package main
 
 import (
@@ -77,6 +78,8 @@ func main() {
 		run = profileCmd(fs)
 	case "adaptive":
 		run = adaptiveCmd(fs)
+	case "overload":
+		run = overloadCmd(fs)
 	default:
 		usage()
 		os.Exit(2)
@@ -110,7 +113,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: cpsbench accuracy|throughput|latency|pacing|decisions|memory|profile|adaptive [flags]")
+	fmt.Fprintln(os.Stderr, "usage: cpsbench accuracy|throughput|latency|pacing|decisions|memory|profile|adaptive|overload [flags]")
 }
 
 // machine prints what the figures were measured on.

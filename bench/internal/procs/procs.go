@@ -267,6 +267,16 @@ type CpsguardOptions struct {
 	CarrierCPS float64
 	MaxWait    time.Duration
 	Carrier    string // host:port of the carrier (UDP)
+	// RedisTimeout is store.redis.timeout; 0 = 200ms.
+	RedisTimeout time.Duration
+	// LogLevel is log.level; "" = error.
+	LogLevel string
+	// NoProbe turns the carrier's OPTIONS probing (and passive down
+	// marking) off.
+	NoProbe bool
+	// MaxInflight is sip.max_inflight; 0 leaves it out of the file (the
+	// node's default, and a binary that predates the key accepts it).
+	MaxInflight int
 }
 
 // StartCpsguard writes a config for o and runs `cpsguard serve`, returning
@@ -278,7 +288,23 @@ func StartCpsguard(o CpsguardOptions) (*Cpsguard, error) {
 	}
 	store := "store:\n  key_prefix: bench\n  on_error: reject\n"
 	if o.Redis != "" {
-		store = fmt.Sprintf("store:\n  redis: {addrs: [%s], timeout: 200ms}\n  key_prefix: bench\n  on_error: reject\n", o.Redis)
+		timeout := o.RedisTimeout
+		if timeout <= 0 {
+			timeout = 200 * time.Millisecond
+		}
+		store = fmt.Sprintf("store:\n  redis: {addrs: [%s], timeout: %s}\n  key_prefix: bench\n  on_error: reject\n", o.Redis, timeout)
+	}
+	probe := ""
+	if o.NoProbe {
+		probe = ", probe: {interval: 0s}"
+	}
+	inflight := ""
+	if o.MaxInflight > 0 {
+		inflight = fmt.Sprintf("  max_inflight: %d\n", o.MaxInflight)
+	}
+	level := o.LogLevel
+	if level == "" {
+		level = "error"
 	}
 	cfg := fmt.Sprintf(`# written by bench/ for one run
 node_id: bench-1
@@ -287,19 +313,19 @@ sip:
   record_route: true
   unknown_source: reject
   reject: {code: 503, reason: CPS Limit Exceeded, retry_after: 0s}
-%shttp:
+%s%shttp:
   listen: 127.0.0.1:%d
-log: {level: error, format: text}
+log: {level: %s, format: text}
 shadow: false
 peers:
   - {name: caller, sources: [127.0.0.0/8], cps: %g, customer: bench, customers: [bench]}
 customers:
   - {name: bench, cps: %g}
 carriers:
-  - {name: carrier, uri: "sip:%s", cps: %g, max_wait: %s}
+  - {name: carrier, uri: "sip:%s", cps: %g, max_wait: %s%s}
 routes:
   default: [carrier]
-`, sipPort, store, httpPort, o.PeerCPS, o.PeerCPS, o.Carrier, o.CarrierCPS, o.MaxWait)
+`, sipPort, inflight, store, httpPort, level, o.PeerCPS, o.PeerCPS, o.Carrier, o.CarrierCPS, o.MaxWait, probe)
 	cfgPath := filepath.Join(o.Dir, "cpsguard.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return nil, err

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/cpsguard/cpsguard/httpapi"
+)
+
+func init() {
+	commands["limit"] = command{runLimit, "override a limit live for the pool (set, rm, ls)"}
+}
+
+// limitTimeout bounds one limit request.
+const limitTimeout = 10 * time.Second
+
+// runLimit implements `cpsguard limit set|rm|ls`: it talks to one node's
+// operations API (found as nodeFlags.url says), which stores the override
+// for the whole pool. Exit code exitOK, exitFail when the node refuses or
+// cannot be reached, exitUsage on a usage error.
+func runLimit(args []string) int {
+	return limitMain(args, os.Stdout, os.Stderr)
+}
+
+func limitUsage(w io.Writer) {
+	fmt.Fprint(w, "usage:\n"+
+		"  cpsguard limit set {peer|customer|carrier} NAME --cps N --ttl DURATION [--burst N]\n"+
+		"  cpsguard limit rm  {peer|customer|carrier} NAME\n"+
+		"  cpsguard limit ls\n\n"+
+		"Overrides one configured limit on every node of the pool until the TTL\n"+
+		"ends or it is removed. set and rm need http.token: --token or\n"+
+		"$CPSGUARD_HTTP_TOKEN. Common flags: --addr, --config (find the node as\n"+
+		"`cpsguard status` does), --token.\n")
+}
+
+func limitMain(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		limitUsage(stderr)
+		return exitUsage
+	}
+	sub := args[0]
+	fs := flag.NewFlagSet("limit "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	node := addNodeFlags(fs)
+	token := fs.String("token", os.Getenv("CPSGUARD_HTTP_TOKEN"), "bearer `token` (http.token; also $CPSGUARD_HTTP_TOKEN)")
+	var cps *float64
+	var ttl *string
+	var burst *int
+	switch sub {
+	case "set":
+		cps = fs.Float64("cps", 0, "calls per second for the pool (required)")
+		ttl = fs.String("ttl", "", "how long the override lives, e.g. 30m, 1h, 7d (required; at most 30d)")
+		burst = fs.Int("burst", -1, "token bucket capacity of a peer or customer (0: none; default: the configured one)")
+	case "rm", "ls":
+	case "help", "-h", "--help":
+		limitUsage(stdout)
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "cpsguard limit: unknown subcommand %q\n\n", sub)
+		limitUsage(stderr)
+		return exitUsage
+	}
+	fs.Usage = func() { limitUsage(fs.Output()); fmt.Fprintln(fs.Output()); fs.PrintDefaults() }
+	// Flags may come before, between or after the positional arguments.
+	var pos []string
+	rest := args[1:]
+	for {
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return exitOK
+			}
+			return exitUsage
+		}
+		rest = fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		pos, rest = append(pos, rest[0]), rest[1:]
+	}
+	want := 2
+	if sub == "ls" {
+		want = 0
+	}
+	if len(pos) != want {
+		fmt.Fprintf(stderr, "cpsguard limit %s: want %d arguments (scope and name), got %d: %s\n", sub, want, len(pos), strings.Join(pos, " "))
+		limitUsage(stderr)
+		return exitUsage
+	}
+	addr, err := node.url()
+	if err != nil {
+		fmt.Fprintf(stderr, "cpsguard limit: %v\n", err)
+		return exitFail
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limitTimeout)
+	defer cancel()
+
+	switch sub {
+	case "ls":
+		l, err := httpapi.FetchLimits(ctx, addr)
+		if err != nil {
+			fmt.Fprintf(stderr, "cpsguard limit ls: %v\n", err)
+			return exitFail
+		}
+		_ = httpapi.RenderLimits(stdout, l)
+		return exitOK
+	case "set":
+		req := httpapi.LimitRequest{CPS: *cps, TTL: *ttl}
+		if *burst >= 0 {
+			req.Burst = burst
+		}
+		c, err := httpapi.SetLimit(ctx, addr, *token, pos[0], pos[1], req)
+		if err != nil {
+			fmt.Fprintf(stderr, "cpsguard limit set: %v\n", err)
+			return exitFail
+		}
+		_ = httpapi.RenderLimitChange(stdout, c)
+		return exitOK
+	default: // rm
+		c, err := httpapi.RemoveLimit(ctx, addr, *token, pos[0], pos[1])
+		if err != nil {
+			fmt.Fprintf(stderr, "cpsguard limit rm: %v\n", err)
+			return exitFail
+		}
+		_ = httpapi.RenderLimitChange(stdout, c)
+		return exitOK
+	}
+}

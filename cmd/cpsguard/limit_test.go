@@ -1,0 +1,60 @@
+package main
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// `cpsguard limit set|ls|rm` against a running node: the token is needed,
+// the override shows in ls and status, and rm restores the configured cps.
+func TestLimitCommand(t *testing.T) {
+	addr, cfgPath := startNodeEnv(t, "CPSGUARD_HTTP_TOKEN=t0ken")
+	waitFor(t, "the node to answer", func() bool {
+		return cpsguard(t, nil, "probe", "--addr", addr).code == 0
+	})
+	r := cpsguard(t, nil, "limit", "set", "peer", "dialer-1", "--cps", "20", "--ttl", "1h", "--addr", addr)
+	if r.code != 1 || !strings.Contains(r.stderr, "http 401: missing bearer token") {
+		t.Errorf("set without token: exit %d, stderr %q; want 1 and 401", r.code, r.stderr)
+	}
+	tok := []string{"CPSGUARD_HTTP_TOKEN=t0ken"}
+	r = cpsguard(t, tok, "limit", "set", "peer", "nobody", "--cps", "20", "--ttl", "1h", "--config", cfgPath)
+	if r.code != 1 || !strings.Contains(r.stderr, `peer "nobody" is not configured`) {
+		t.Errorf("set of an unknown peer: exit %d, stderr %q", r.code, r.stderr)
+	}
+	r = cpsguard(t, tok, "limit", "set", "peer", "dialer-1", "--cps", "0", "--config", cfgPath)
+	if r.code != 1 || !strings.Contains(r.stderr, "cps: must be > 0") || !strings.Contains(r.stderr, "ttl: required") {
+		t.Errorf("set with no cps and no ttl: exit %d, stderr %q; want both errors", r.code, r.stderr)
+	}
+	r = cpsguard(t, tok, "limit", "set", "peer", "dialer-1", "--cps", "20", "--ttl", "1h", "--config", cfgPath)
+	line := regexp.MustCompile(`^override set: peer dialer-1 cps 20 \(configured 50\) until \d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ \((1h0m0s|59m5\ds) left\), set by 127\.0\.0\.1:\d+\n$`)
+	if r.code != 0 || !line.MatchString(r.stdout) {
+		t.Errorf("set: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	t.Logf("$ cpsguard limit set peer dialer-1 --cps 20 --ttl 1h\n%s", r.stdout)
+
+	r = cpsguard(t, nil, "limit", "ls", "--addr", addr)
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "peer dialer-1 cps 20 (configured 50) until ") {
+		t.Errorf("ls: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	t.Logf("$ cpsguard limit ls\n%s", r.stdout)
+	r = cpsguard(t, nil, "status", "--addr", addr)
+	if r.code != 0 || !regexp.MustCompile(`(?m)^  dialer-1\s+20\*`).MatchString(r.stdout) || !strings.Contains(r.stdout, "* override: peer dialer-1 cps 20") {
+		t.Errorf("status: exit %d, stdout:\n%s", r.code, r.stdout)
+	}
+	t.Logf("$ cpsguard status\n%s", r.stdout)
+
+	r = cpsguard(t, tok, "limit", "rm", "peer", "dialer-1", "--addr", addr)
+	if r.code != 0 || !strings.Contains(r.stdout, "override removed: peer dialer-1 cps 20") ||
+		!strings.Contains(r.stdout, "peer dialer-1 is back at its configured cps 50\n") {
+		t.Errorf("rm: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	t.Logf("$ cpsguard limit rm peer dialer-1\n%s", r.stdout)
+	r = cpsguard(t, nil, "limit", "ls", "--addr", addr)
+	if r.code != 0 || r.stdout != "no limit overrides\n" {
+		t.Errorf("ls after rm: exit %d, stdout %q", r.code, r.stdout)
+	}
+	if r := cpsguard(t, nil, "limit", "set", "peer"); r.code != 2 {
+		t.Errorf("set with one argument: exit %d, want 2", r.code)
+	}
+}

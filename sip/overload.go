@@ -1,0 +1,165 @@
+package sip
+
+import (
+	"context"
+	"math/rand/v2"
+	"net/netip"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	sipmsg "github.com/emiago/sipgo/sip"
+
+	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/metrics"
+)
+
+// Overload: the node sheds its own excess before it reaches the store.
+//
+// At saturation sipgo starts one goroutine per received message; when the
+// node cannot keep up, thousands of them are runnable at once, a Redis
+// reply waits behind them, store calls miss store.redis.timeout and the
+// node believes Redis is down. So the screen bounds the new calls being
+// decided (sip.max_inflight, config.SIP.Inflight): an initial INVITE from
+// a peer takes one unit when it arrives, before sipgo creates anything
+// for it, and gives it back once its decision is made: refused, answered,
+// or its first pacing slot reserved (decided). Beyond the bound it gets
+// 503 at once, statelessly (no transaction, no goroutine; outcome
+// rejected_overload).
+//
+// What counts is what costs CPU and store round trips now: identification,
+// admission and the pacing reservation. A call waiting out its slot is a
+// timer, and the number of such calls is already bounded by the carriers'
+// cps times max_wait; a forwarded call and in-dialog requests (ACK, BYE,
+// re-INVITE, CANCEL) are never counted nor shed, so calls already admitted
+// keep priority. Retransmissions of an INVITE being handled find its entry
+// in the invite table and pass without taking a unit.
+//
+// The unit lives in the INVITE's inviteEntry: the handler that claims the
+// entry releases it; an entry no handler claims (sipgo absorbed the INVITE
+// as a retransmission of a transaction whose handler had ended) gives it
+// back when the sweep finds it older than inflightOrphan.
+
+// shedTag prefixes the To tag of the proxy's stateless overload answers,
+// so the screen can drop the ACKs they draw without handing them to sipgo.
+const shedTag = "cgshed."
+
+// inflightLimit is the current bound (sip.max_inflight, or derived from
+// GOMAXPROCS).
+func inflightLimit(cfg *config.Config) int64 {
+	return int64(cfg.SIP.Inflight(runtime.GOMAXPROCS(0)))
+}
+
+// tryInflight takes one unit of the bound, or reports false when the node
+// already decides limit calls.
+func (p *Proxy) tryInflight(limit int64) bool {
+	if p.inflight.Add(1) > limit {
+		p.inflight.Add(-1)
+		return false
+	}
+	return true
+}
+
+// Inflight returns the number of new calls being decided now (tests,
+// status).
+func (p *Proxy) Inflight() int64 { return p.inflight.Load() }
+
+// screenInvite registers an INVITE in the invite table; a new initial
+// INVITE from a peer takes a unit of the inflight bound first, and is
+// shed (stateless 503, false) when there is none.
+//
+// An initial INVITE that is let in is answered 100 Trying here, at once
+// and statelessly: the handler's own 100 comes when sipgo runs it, which
+// under load is later than the callers' first retransmission (Timer A,
+// 500 ms), and every retransmission costs the node a goroutine. For the
+// same reason a retransmission of an initial INVITE still being handled
+// gets its 100 here and goes no further (sipgo would only absorb it).
+func (p *Proxy) screenInvite(cfg *config.Config, req *sipmsg.Request, src netip.Addr) bool {
+	var acquire func() bool
+	peer := ""
+	initial := !inDialog(req)
+	if initial {
+		if pe := cfg.PeerByAddr(src); pe != nil {
+			peer = pe.Name
+			limit := inflightLimit(cfg)
+			acquire = func() bool { return p.tryInflight(limit) }
+		}
+	}
+	switch p.invites.register(req, acquire, &p.inflight) {
+	case regNew:
+		if acquire != nil {
+			p.stateless(req, sipmsg.StatusTrying, "Trying")
+		}
+		return true
+	case regLive:
+		if initial {
+			p.stateless(req, sipmsg.StatusTrying, "Trying")
+			return false
+		}
+		return true
+	case regAnswered:
+		return true
+	}
+	p.m.Calls.WithLabelValues(peer, metrics.OutcomeRejectedOverload).Inc()
+	p.lastShed.Store(time.Now().UnixNano())
+	res := sipmsg.NewResponseFromRequest(req, sipmsg.StatusServiceUnavailable, "Overloaded", nil)
+	if to := res.To(); to != nil {
+		to.Params.Add("tag", shedTag+strconv.FormatUint(rand.Uint64(), 36))
+	}
+	p.writeStateless(res)
+	return false
+}
+
+// shedAck reports an ACK of the proxy's own stateless overload answer: it
+// ends there (an ACK of a non-2xx is hop by hop) and costs nothing more.
+func shedAck(req *sipmsg.Request) bool {
+	to := req.To()
+	return to != nil && strings.HasPrefix(tagOf(to.Params), shedTag)
+}
+
+// decidingKey carries a call's inviteEntry in its context, so the pacing
+// code can say when the decision is made (decided).
+type decidingKey struct{}
+
+func withDeciding(ctx context.Context, e *inviteEntry) context.Context {
+	return context.WithValue(ctx, decidingKey{}, e)
+}
+
+// decided gives back the call's unit of the inflight bound, if it holds
+// one: its first pacing slot is reserved (or refused), and what remains is
+// a timer and a forward. Safe to call more than once.
+func decided(ctx context.Context) {
+	if e, _ := ctx.Value(decidingKey{}).(*inviteEntry); e != nil {
+		e.releaseInflight()
+	}
+}
+
+// inflightUnit is an inviteEntry's unit of the bound.
+type inflightUnit struct {
+	held atomic.Bool
+	ctr  *atomic.Int64
+}
+
+// releaseInflight gives the unit back once.
+func (u *inflightUnit) releaseInflight() {
+	if u.held.CompareAndSwap(true, false) {
+		u.ctr.Add(-1)
+	}
+}
+
+// overloadMemory is how long after its last shed call the node counts as
+// overloaded for carrier health: a call forwarded then may wait out its
+// whole setup_timeout (2 s by default) with the carrier's answer in the
+// node's own queue.
+const overloadMemory = 5 * time.Second
+
+// overloaded reports whether the node shed a call within overloadMemory.
+// While it does, carrier timeouts (a call not rung in time, a probe not
+// answered) are not held against the carrier (probe.go): they measure the
+// node as much as the carrier, as store timeouts do (store.Failover).
+func (p *Proxy) overloaded() bool {
+	last := p.lastShed.Load()
+	return last != 0 && time.Since(time.Unix(0, last)) < overloadMemory
+}

@@ -1,0 +1,196 @@
+package sip
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	sipmsg "github.com/emiago/sipgo/sip"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/cpsguard/cpsguard/admission"
+	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/internal/siptest"
+	"github.com/cpsguard/cpsguard/metrics"
+)
+
+// slowAdmitter is a store that holds every admission until released, once
+// holding is on.
+type slowAdmitter struct {
+	*fakeAdmitter
+	mu      sync.Mutex
+	hold    chan struct{} // nil: answer at once
+	entered chan struct{}
+}
+
+func (s *slowAdmitter) Admit(ctx context.Context, member string, b []admission.Bucket) (admission.Decision, error) {
+	s.mu.Lock()
+	hold := s.hold
+	s.mu.Unlock()
+	if hold != nil {
+		s.entered <- struct{}{}
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return admission.Decision{}, ctx.Err()
+		}
+	}
+	return s.fakeAdmitter.Admit(ctx, member, b)
+}
+
+// TestOverloadShedsNewCallsNotDialogs: with sip.max_inflight 1 and a call
+// being decided (its admission held by a slow store), a second new INVITE
+// gets 503 at once, statelessly, counted rejected_overload, and never
+// reaches the store; a BYE of a call already set up still passes; the
+// held call completes and gives its unit back.
+func TestOverloadShedsNewCallsNotDialogs(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	fa, pacer := newFakes()
+	adm := &slowAdmitter{fakeAdmitter: fa, entered: make(chan struct{}, 4)}
+	cfg := testConfig(carrierCfg("a", car))
+	cfg.SIP.MaxInflight = 1
+	h := startProxy(t, cfg, adm, pacer)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+
+	ok := answeredCall(t, caller, h.udp) // a call already set up
+	waitFor(t, func() bool { return h.p.Inflight() == 0 }, "no call in flight after the first call")
+
+	hold := make(chan struct{})
+	adm.mu.Lock()
+	adm.hold = hold
+	adm.mu.Unlock()
+	held := make(chan *sipmsg.Response, 1)
+	go func() { held <- caller.Final(ctxT(t, 10*time.Second), caller.Invite(h.udp)) }()
+	select {
+	case <-adm.entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first new call never reached the store")
+	}
+	storeCalls := func() int { fa.mu.Lock(); defer fa.mu.Unlock(); return fa.calls }
+	before := storeCalls()
+
+	res := caller.Final(ctxT(t, 5*time.Second), caller.Invite(h.udp))
+	if res == nil || res.StatusCode != 503 {
+		t.Fatalf("second new INVITE while one is decided: got %v, want 503", res)
+	}
+	if got := testutil.ToFloat64(h.m.Calls.WithLabelValues("dialer-1", metrics.OutcomeRejectedOverload)); got != 1 {
+		t.Errorf("calls_total{rejected_overload}: got %v, want 1", got)
+	}
+	if to := res.To(); to == nil || !strings.HasPrefix(tagOf(to.Params), shedTag) {
+		t.Errorf("overload answer's To tag: got %v, want one starting %q (its ACK is dropped by the screen)", to, shedTag)
+	}
+
+	bye := caller.Final(ctxT(t, 5*time.Second), inDialogOf(t, caller, h.udp, ok, sipmsg.BYE))
+	if bye == nil || bye.StatusCode != 200 {
+		t.Fatalf("BYE of a call set up, while overloaded: got %v, want 200", bye)
+	}
+	if n := car.Count("BYE"); n != 1 {
+		t.Errorf("BYEs at the carrier: got %d, want 1", n)
+	}
+
+	close(hold)
+	if r := <-held; r == nil || r.StatusCode != 200 {
+		t.Fatalf("the held call: got %v, want 200", r)
+	}
+	if got := storeCalls() - before; got != 1 {
+		t.Errorf("store calls after the held one entered: got %d, want 1 (the shed call never reaches the store)", got)
+	}
+	waitFor(t, func() bool { return h.p.Inflight() == 0 }, "the held call's unit given back")
+
+	// The bound is free again: the next call goes through.
+	adm.mu.Lock()
+	adm.hold = nil
+	adm.mu.Unlock()
+	answeredCall(t, caller, h.udp)
+}
+
+// TestInflightUnitOfAnAbsorbedInviteIsReturned: an INVITE sipgo absorbs
+// (no handler claims its entry) gives its unit back on the sweep, and a
+// finished INVITE's tombstone lets its late retransmission pass without a
+// unit.
+func TestInflightUnitOfAnAbsorbedInviteIsReturned(t *testing.T) {
+	var ctr atomic.Int64
+	tb := newInviteTable()
+	req := sipmsg.NewRequest(sipmsg.INVITE, sipmsg.Uri{Scheme: "sip", User: "100", Host: "127.0.0.1", Port: 5060})
+	via := &sipmsg.ViaHeader{ProtocolName: "SIP", ProtocolVersion: "2.0", Transport: "UDP",
+		Host: "127.0.0.2", Port: 5062, Params: sipmsg.NewParams()}
+	via.Params.Add("branch", "z9hG4bK-1")
+	req.AppendHeader(via)
+	cid := sipmsg.CallIDHeader("absorbed")
+	req.AppendHeader(&cid)
+	req.SetSource("127.0.0.2:5062")
+	acquire := func() bool { ctr.Add(1); return true }
+	if got := tb.register(req, acquire, &ctr); got != regNew {
+		t.Fatalf("register of a new INVITE with a unit to spare: got %d, want regNew", got)
+	}
+	if got := tb.register(req, func() bool { t.Error("a retransmission took a unit"); return false }, &ctr); got != regLive {
+		t.Fatalf("register of a retransmission: got %d, want regLive", got)
+	}
+	now := time.Now()
+	tb.sweep(now)
+	if got := ctr.Load(); got != 1 {
+		t.Fatalf("units after a sweep at once: got %d, want 1", got)
+	}
+	tb.sweep(now.Add(inflightOrphan + time.Millisecond))
+	if got := ctr.Load(); got != 0 {
+		t.Fatalf("units after the orphan age: got %d, want 0", got)
+	}
+	// A retransmission of an INVITE no handler took goes to sipgo again.
+	tb.m[inviteKeyOf(req)].created = now.Add(-inflightOrphan - time.Millisecond)
+	if got := tb.register(req, nil, &ctr); got != regAnswered {
+		t.Fatalf("register of a retransmission of an orphan: got %d, want regAnswered (passed to sipgo)", got)
+	}
+
+	// Claimed and finished: a tombstone for tombstoneTTL.
+	e, done := tb.claim(req)
+	done()
+	if tb.lookup(inviteKeyOf(req)) != nil {
+		t.Error("lookup found a finished INVITE (a CANCEL must go to sipgo)")
+	}
+	if got := tb.register(req, func() bool { t.Error("a late retransmission took a unit"); return false }, &ctr); got != regAnswered {
+		t.Fatalf("register of a late retransmission: got %d, want regAnswered", got)
+	}
+	tb.sweep(e.finished.Add(tombstoneTTL + time.Millisecond))
+	if got := tb.size(); got != 0 {
+		t.Errorf("entries after the tombstone age: got %d, want 0", got)
+	}
+}
+
+// TestCarrierTimeoutWhileSheddingIsNotCounted: a call the carrier did not
+// ring in time, while the node sheds, is not held against the carrier (the
+// answer may have waited in the node's own queue); once the node has not
+// shed for overloadMemory, it is, and asks for a confirming probe.
+func TestCarrierTimeoutWhileSheddingIsNotCounted(t *testing.T) {
+	fa, pacer := newFakes()
+	car := carrierCfg("a", siptest.StartCarrier(t, "127.0.0.1", nil))
+	car.Probe = &config.Probe{Interval: time.Hour, Timeout: time.Second, DownAfter: 1, UpAfter: 1}
+	cfg := testConfig(car)
+	p, err := New(Options{Config: func() *config.Config { return cfg }, Admission: fa, Pacer: pacer, Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kick := make(chan struct{}, 1)
+	p.probeKicks.Store("a", kick)
+	kicked := func() bool {
+		select {
+		case <-kick:
+			return true
+		default:
+			return false
+		}
+	}
+
+	p.lastShed.Store(time.Now().UnixNano())
+	p.carrierTimedOut("a", "no ringing within 2s")
+	if kicked() {
+		t.Fatal("a carrier timeout while the node sheds asked for a probe, want it not counted")
+	}
+	p.lastShed.Store(time.Now().Add(-overloadMemory - time.Second).UnixNano())
+	p.carrierTimedOut("a", "no ringing within 2s")
+	if !kicked() {
+		t.Fatal("a carrier timeout of a node not shedding asked for no probe, want one (down_after 1)")
+	}
+}
