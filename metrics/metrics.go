@@ -47,6 +47,10 @@ const (
 
 	PacingPaced = "paced"
 	PacingFull  = "full"
+	// PacingLate: a slot given back because the node woke for it more
+	// than pacing.MaxLate late (a starved scheduler); the call took the
+	// next slot.
+	PacingLate = "late"
 
 	RerouteFull   = "full"
 	RerouteFailed = "failed"
@@ -80,7 +84,7 @@ var (
 	// AdmissionResults are the result labels of cpsguard_admission_total.
 	AdmissionResults = []string{ResultAdmitted, ResultRejected, ResultShadowRejected}
 	// PacingResults are the result labels of cpsguard_pacing_total.
-	PacingResults = []string{PacingPaced, PacingFull}
+	PacingResults = []string{PacingPaced, PacingFull, PacingLate}
 	// RerouteReasons are the reason labels of cpsguard_reroutes_total.
 	RerouteReasons = []string{RerouteFull, RerouteFailed, RerouteDown, RerouteCallsFull}
 	// ReloadResults are the result labels of cpsguard_config_reloads_total.

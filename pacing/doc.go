@@ -10,7 +10,8 @@
 // keeps them in process on the local monotonic clock. The
 // Pacer on top reserves with Interval(cps) (which includes Guard), never
 // reserves a slot the caller cannot wait for, waits cancellably, and releases
-// the slot of a cancelled wait.
+// the slot of a cancelled wait. A send may go out up to MaxLate after its
+// slot; a caller that wakes later gives the slot back and takes the next.
 //
 // An adaptive carrier's effective rate is kept by the same stores (Adapt,
 // AIMD): an overload answer multiplies it by a factor below 1, at most once

@@ -11,6 +11,13 @@ import (
 // see more than cps calls in one rolling second.
 const Guard = 0.01
 
+// MaxLate is how late after its slot a call may be sent: Guard of a
+// second (10 ms). Slots are spaced Guard wider than 1/cps, so cps slots
+// span 1 s + MaxLate and the first of them may go out that late before a
+// carrier could count cps + 1 calls in one rolling second; a caller that
+// wakes later must give the slot back and take the next.
+const MaxLate = time.Duration(Guard * float64(time.Second))
+
 // Interval is the spacing of send slots for a carrier allowed cps calls per
 // second, including Guard.
 func Interval(cps float64) time.Duration {

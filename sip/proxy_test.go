@@ -69,6 +69,10 @@ type fakePacer struct {
 	rates       map[string]float64
 	overloads   int
 	reservedCPS []float64
+	// lateWakes makes the next Waits return that many times late by
+	// lateBy past the slot, as a starved scheduler would.
+	lateWakes int
+	lateBy    time.Duration
 }
 
 func (f *fakePacer) Reserve(_ context.Context, c pacing.Carrier, member string) (pacing.Slot, error) {
@@ -86,7 +90,14 @@ func (f *fakePacer) Reserve(_ context.Context, c pacing.Carrier, member string) 
 }
 
 func (f *fakePacer) Wait(ctx context.Context, s pacing.Slot) error {
-	t := time.NewTimer(time.Until(s.Due()))
+	due := s.Due()
+	f.mu.Lock()
+	if f.lateWakes > 0 {
+		f.lateWakes--
+		due = due.Add(f.lateBy)
+	}
+	f.mu.Unlock()
+	t := time.NewTimer(time.Until(due))
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -1554,6 +1565,49 @@ func TestOverloadAnswerLowersAnAdaptiveCarrier(t *testing.T) {
 	h2 := startProxy(t, testConfig(plain, carrierCfg("ok", ok)), adm2, pacer2)
 	if res := caller.Final(ctxT(t, 5*time.Second), caller.Invite(h2.udp)); res == nil || res.StatusCode != 403 {
 		t.Fatalf("call through a non-adaptive carrier: %v, want its 403 relayed", res)
+	}
+}
+
+// A node that wakes for its slot later than pacing.MaxLate does not send
+// on it (a carrier could see cps + 1 calls in a rolling second): it gives
+// the slot back and takes the next; after three late wakes in a row the
+// carrier counts as full for the call.
+func TestLateWakeTakesTheNextSlot(t *testing.T) {
+	a := siptest.StartCarrier(t, "127.0.0.1", nil)
+	b := siptest.StartCarrier(t, "127.0.0.1", nil)
+	adm, pacer := newFakes()
+	h := startProxy(t, testConfig(carrierCfg("a", a), carrierCfg("b", b)), adm, pacer)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+
+	pacer.mu.Lock()
+	pacer.lateWakes, pacer.lateBy = 1, 3*pacing.MaxLate
+	pacer.mu.Unlock()
+	if res := caller.Final(ctxT(t, 5*time.Second), caller.Invite(h.udp)); res == nil || res.StatusCode != 200 {
+		t.Fatalf("call after one late wake: %v, want 200 on carrier a", res)
+	}
+	pacer.mu.Lock()
+	reserved, released := len(pacer.reserved), len(pacer.released)
+	pacer.mu.Unlock()
+	if reserved != 2 || released != 1 || a.Count("INVITE") != 1 {
+		t.Errorf("one late wake: %d reservations, %d released, %d INVITEs at a; want 2, 1 (the missed slot) and 1",
+			reserved, released, a.Count("INVITE"))
+	}
+	if n := testutil.ToFloat64(h.m.Pacing.WithLabelValues("a", metrics.PacingLate)); n != 1 {
+		t.Errorf("pacing_total{a,late} = %v, want 1", n)
+	}
+
+	// Late three times in a row at a: a counts as full, the call goes to b.
+	pacer.mu.Lock()
+	pacer.lateWakes = 3
+	pacer.mu.Unlock()
+	if res := caller.Final(ctxT(t, 5*time.Second), caller.Invite(h.udp)); res == nil || res.StatusCode != 200 {
+		t.Fatalf("call after three late wakes: %v, want 200 on carrier b", res)
+	}
+	if a.Count("INVITE") != 1 || b.Count("INVITE") != 1 {
+		t.Errorf("INVITEs at a %d, at b %d; want 1 and 1 (a given up after three late wakes)", a.Count("INVITE"), b.Count("INVITE"))
+	}
+	if n := testutil.ToFloat64(h.m.Reroutes.WithLabelValues("a", metrics.RerouteFull)); n != 1 {
+		t.Errorf("reroutes_total{a,full} = %v, want 1", n)
 	}
 }
 

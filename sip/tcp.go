@@ -105,16 +105,16 @@ func (l *guardedListener) Accept() (net.Conn, error) {
 		}
 		ip := ap.Addr().Unmap()
 		if !l.admit(ip) {
+			l.refused("unknown_source") // counted before the close is seen
 			_ = c.Close()
-			l.refused("unknown_source")
 			continue
 		}
 		lim := l.limits()
 		l.mu.Lock()
 		if l.open >= lim.max || l.bySrc[ip] >= lim.perSource {
 			l.mu.Unlock()
+			l.refused("tcp_limit") // counted before the close is seen
 			_ = c.Close()
-			l.refused("tcp_limit")
 			continue
 		}
 		l.open++
