@@ -648,16 +648,21 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 			// Relayed, also after the caller's CANCEL: the carrier's 487
 			// (RFC 3261 16.7, 16.10), or a 2xx that crossed the CANCEL,
 			// which the caller must then ACK and BYE.
+			if r.IsSuccess() && c.placed && !c.answered {
+				// Set up: the places stay until the call's BYE (seen
+				// through Record-Route), its max duration or its expiry.
+				// Bound before the 2xx leaves, so a caller's BYE that
+				// follows at once finds the call.
+				c.answered = true
+				p.calls.Answered(c.member, dialogID(callID(c.req), tagOf(c.req.From().Params)))
+			}
 			if err := c.relay(r); err != nil && r.IsSuccess() {
 				// The caller is unreachable (a TCP caller that hung up while
 				// its call waited for a slot): nobody upstream will ACK this
-				// answer, so end the carrier's call here too.
+				// answer, so end the carrier's call here too (and endCall
+				// frees its places).
 				hungUp.Store(p.hangUp(out, r))
-			} else if r.IsSuccess() && c.placed && !c.answered {
-				// Set up: the places stay until the call's BYE (seen
-				// through Record-Route), its max duration or its expiry.
-				c.answered = true
-				p.calls.Answered(c.member, dialogID(callID(c.req), tagOf(c.req.From().Params)))
+				c.answered = false
 			}
 			return r, false
 
