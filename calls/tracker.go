@@ -122,9 +122,11 @@ func (t *Tracker) Release(ctx context.Context, member string, keys []string) {
 	t.free(ctx, member, free)
 }
 
-// Answered binds a live call to its dialog (Call-ID and the caller's From
-// tag), so a BYE that passed the dialog token check can end it.
-func (t *Tracker) Answered(member, dialog string) {
+// Bind binds a live call to its dialog (Call-ID and the caller's From
+// tag), so a BYE that passed the dialog token check can end it. The proxy
+// binds a call when it forwards it: the dialog is known then, and a BYE
+// that races the call's 2xx still finds it. Binding twice keeps the first.
+func (t *Tracker) Bind(member, dialog string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	c := t.calls[member]

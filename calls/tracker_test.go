@@ -37,7 +37,7 @@ func TestTracker(t *testing.T) {
 	if tr.EndDialog(ctx, "nobody") {
 		t.Fatal("EndDialog of an unknown dialog reported a call")
 	}
-	tr.Answered("a", "dlg-a")
+	tr.Bind("a", "dlg-a")
 	// Refreshed while it lives: still there after several TTLs.
 	for i := 0; i < 4; i++ {
 		clock.Advance(time.Second)

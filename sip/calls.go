@@ -20,8 +20,8 @@ type CallPlaces interface {
 	Occupy(ctx context.Context, member string, places []callplaces.Place) (callplaces.Decision, error)
 	// Release frees some of member's places (a carrier left for the next).
 	Release(ctx context.Context, member string, keys []string)
-	// Answered binds member to its dialog, for EndDialog.
-	Answered(member, dialog string)
+	// Bind binds member to its dialog, for EndDialog.
+	Bind(member, dialog string)
 	// End frees every place of member.
 	End(ctx context.Context, member string)
 	// EndDialog ends the call answered in dialog; false when none.

@@ -505,6 +505,11 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 		token = p.keys.mint(p.cfg(), legs, callID(c.req), tagOf(c.req.From().Params))
 	}
 	target.host, target.hp = dest.Addr().String(), dest.String()
+	if c.placed {
+		// Bound before the INVITE leaves: a BYE that races the 2xx (the
+		// carrier's, or a caller's right after it) finds the call.
+		p.calls.Bind(c.member, dialogID(callID(c.req), tagOf(c.req.From().Params)))
+	}
 	out := p.outboundInvite(c.cfg, c.req, target, token)
 	cctx, cancel := requestCtx(target)
 	ctx, err := p.tl.Request(cctx, out)
@@ -648,13 +653,11 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 			// Relayed, also after the caller's CANCEL: the carrier's 487
 			// (RFC 3261 16.7, 16.10), or a 2xx that crossed the CANCEL,
 			// which the caller must then ACK and BYE.
-			if r.IsSuccess() && c.placed && !c.answered {
+			if r.IsSuccess() && c.placed {
 				// Set up: the places stay until the call's BYE (seen
-				// through Record-Route), its max duration or its expiry.
-				// Bound before the 2xx leaves, so a caller's BYE that
-				// follows at once finds the call.
+				// through Record-Route; the call was bound to its dialog
+				// when forwarded), its max duration or its expiry.
 				c.answered = true
-				p.calls.Answered(c.member, dialogID(callID(c.req), tagOf(c.req.From().Params)))
 			}
 			if err := c.relay(r); err != nil && r.IsSuccess() {
 				// The caller is unreachable (a TCP caller that hung up while
