@@ -5,6 +5,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/cpsguard/cpsguard/internal/monoclock"
 )
 
 // idleGrace is how long an idle bucket outlives its window, like the TTL
@@ -26,11 +28,8 @@ const sweepEvery = time.Second
 // lazily, by the calls that come after (no background goroutine). LocalStore is safe
 // for concurrent use; one mutex makes every multi-bucket decision atomic.
 type LocalStore struct {
-	clock func() time.Time
-
 	mu        sync.Mutex
-	epoch     time.Time
-	last      time.Duration // latest clock reading, since epoch (monotonic)
+	clock     monoclock.Clock // read under mu
 	nextSweep time.Duration
 	buckets   map[string]*ring
 }
@@ -41,10 +40,7 @@ var _ Store = (*LocalStore)(nil)
 // clock is read under the store's lock; readings that go backwards are
 // treated as the latest reading.
 func NewLocalStore(clock func() time.Time) *LocalStore {
-	if clock == nil {
-		clock = time.Now
-	}
-	return &LocalStore{clock: clock, epoch: clock(), buckets: make(map[string]*ring)}
+	return &LocalStore{clock: monoclock.New(clock), buckets: make(map[string]*ring)}
 }
 
 // ring holds the admitted calls of one bucket, oldest first, and a token
@@ -126,14 +122,7 @@ func ringBound(b Bucket) int {
 }
 
 // now reads the clock under s.mu.
-func (s *LocalStore) now() time.Duration {
-	d := s.clock().Sub(s.epoch)
-	if d < s.last {
-		d = s.last
-	}
-	s.last = d
-	return d
-}
+func (s *LocalStore) now() time.Duration { return s.clock.Now() }
 
 // sweep evicts idle buckets, at most once per sweepEvery.
 func (s *LocalStore) sweep(now time.Duration) {
@@ -172,7 +161,7 @@ func (s *LocalStore) Admit(_ context.Context, member string, buckets []Bucket) (
 	defer s.mu.Unlock()
 	now := s.now()
 	nowUS := int64(now / time.Microsecond)
-	d.At = s.epoch.Add(now)
+	d.At = s.clock.Time(now)
 	s.sweep(now)
 
 	for i, b := range buckets {

@@ -10,23 +10,9 @@ import (
 	"github.com/cpsguard/cpsguard/lua"
 )
 
-// RedisOptions tunes a RedisStore.
-type RedisOptions struct {
-	// Timeout bounds every store call (context.WithTimeout on the caller's
-	// context); 0 = no bound beyond the caller's context. For the deadline
-	// to reach the socket the client needs ContextTimeoutEnabled: true.
-	Timeout time.Duration
-	// Observe, when set, is called after every script run with the script
-	// name (lua.ScriptAdmit, …), its duration and its error (nil on success).
-	// It must be fast and safe for concurrent use; it feeds metrics.
-	Observe func(script string, d time.Duration, err error)
-	// Pipeline, when set, carries every script call (lua.Pipeliner: the
-	// calls of concurrent callers share one round trip); nil = one call per
-	// pooled connection. It must run on the same client. The store does not
-	// own it: whoever built it closes it, after the store's last call.
-	// Observe then measures a caller's wait, queue included.
-	Pipeline *lua.Pipeliner
-}
+// RedisOptions tunes a RedisStore: the timeout, the observer and the
+// Pipeliner of its lua.Runner (the pacing store takes the same).
+type RedisOptions = lua.RunnerOptions
 
 // RedisStore is the Store shared by every node of a pool: buckets are Redis
 // sorted sets and each decision is one admit.lua call on Redis's clock.
@@ -35,10 +21,8 @@ type RedisOptions struct {
 // slots is taken bucket by bucket (see Admit). RedisStore is safe for
 // concurrent use.
 type RedisStore struct {
-	c       redis.UniversalClient
-	sc      redis.Scripter // opt.Pipeline, else c
+	run     *lua.Runner
 	cluster bool
-	opt     RedisOptions
 }
 
 var _ Store = (*RedisStore)(nil)
@@ -47,32 +31,24 @@ var _ Store = (*RedisStore)(nil)
 // set). Call Load once at start so a script Redis rejects fails there.
 func NewRedisStore(c redis.UniversalClient, opt RedisOptions) *RedisStore {
 	_, cluster := c.(*redis.ClusterClient)
-	s := &RedisStore{c: c, sc: c, cluster: cluster, opt: opt}
-	if opt.Pipeline != nil {
-		s.sc = opt.Pipeline
-	}
-	return s
+	return &RedisStore{run: lua.NewRunner(c, opt), cluster: cluster}
 }
 
 // Load loads every script into Redis (all masters of a cluster).
 func (s *RedisStore) Load(ctx context.Context) error {
-	ctx, cancel := s.context(ctx)
-	defer cancel()
-	if err := lua.Load(ctx, s.c); err != nil {
+	if err := s.run.Load(ctx); err != nil {
 		return fmt.Errorf("admission: %w", err)
 	}
 	return nil
 }
 
-// context bounds one call by the store's timeout (lua.WithTimeout).
-func (s *RedisStore) context(ctx context.Context) (context.Context, context.CancelFunc) {
-	return lua.WithTimeout(ctx, s.opt.Timeout)
-}
-
-func (s *RedisStore) observe(script string, start time.Time, err error) {
-	if s.opt.Observe != nil {
-		s.opt.Observe(script, time.Since(start), err)
-	}
+// admit runs admit.lua for lb, bounded by the store's timeout.
+func (s *RedisStore) admit(ctx context.Context, member string, lb []lua.AdmitBucket) (r lua.AdmitReply, err error) {
+	err = s.run.Run(ctx, lua.ScriptAdmit, func(ctx context.Context, sc redis.Scripter) (err error) {
+		r, err = lua.Admit(ctx, sc, member, lb)
+		return err
+	})
+	return r, err
 }
 
 func luaBuckets(buckets []Bucket) ([]lua.AdmitBucket, error) {
@@ -138,13 +114,9 @@ func (s *RedisStore) Admit(ctx context.Context, member string, buckets []Bucket)
 	if s.cluster && !sameSlot(buckets) {
 		return s.admitCrossSlot(ctx, member, buckets, lb)
 	}
-	ctx, cancel := s.context(ctx)
-	defer cancel()
-	start := time.Now()
-	r, err := lua.Admit(ctx, s.sc, member, lb)
-	s.observe(lua.ScriptAdmit, start, err)
+	r, err := s.admit(ctx, member, lb)
 	if err != nil {
-		return Decision{}, fmt.Errorf("admission: run admit.lua for %q: %w", buckets[0].Key, err)
+		return Decision{}, fmt.Errorf("admission: bucket %q: %w", buckets[0].Key, err)
 	}
 	return decision(r), nil
 }
@@ -192,23 +164,21 @@ func (s *RedisStore) admitCrossSlot(ctx context.Context, member string, buckets 
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 		defer cancel()
 		for _, g := range added {
-			start := time.Now()
-			_, err := lua.Refund(rctx, s.sc, member, pick(lb, g))
-			s.observe(lua.ScriptRefund, start, err)
+			// Bounded by rollbackTimeout, not the store's timeout.
+			_ = s.run.RunWithin(rctx, lua.ScriptRefund, func(ctx context.Context, sc redis.Scripter) error {
+				_, err := lua.Refund(ctx, sc, member, pick(lb, g))
+				return err
+			})
 			for _, j := range g {
 				d.Counts[j]-- // the call left the window, or its token came back
 			}
 		}
 	}
 	for _, g := range slotGroups(buckets) {
-		cctx, cancel := s.context(ctx)
-		start := time.Now()
-		r, err := lua.Admit(cctx, s.sc, member, pick(lb, g))
-		cancel()
-		s.observe(lua.ScriptAdmit, start, err)
+		r, err := s.admit(ctx, member, pick(lb, g))
 		if err != nil {
 			rollback()
-			return Decision{}, fmt.Errorf("admission: run admit.lua for %q (cross-slot, bucket %d): %w", buckets[g[0]].Key, g[0], err)
+			return Decision{}, fmt.Errorf("admission: bucket %q (cross-slot, bucket %d): %w", buckets[g[0]].Key, g[0], err)
 		}
 		d.At = lua.Time(r.NowUS)
 		for k, j := range g {
@@ -253,13 +223,13 @@ func (s *RedisStore) Counts(ctx context.Context, buckets []Bucket) ([]int, error
 	}
 	out := make([]int, len(buckets))
 	for _, g := range groups {
-		cctx, cancel := s.context(ctx)
-		start := time.Now()
-		r, err := lua.Counts(cctx, s.sc, pick(lb, g))
-		cancel()
-		s.observe(lua.ScriptCounts, start, err)
+		var r lua.CountsReply
+		err := s.run.Run(ctx, lua.ScriptCounts, func(ctx context.Context, sc redis.Scripter) (err error) {
+			r, err = lua.Counts(ctx, sc, pick(lb, g))
+			return err
+		})
 		if err != nil {
-			return nil, fmt.Errorf("admission: run counts.lua for %q: %w", buckets[g[0]].Key, err)
+			return nil, fmt.Errorf("admission: bucket %q: %w", buckets[g[0]].Key, err)
 		}
 		for k, j := range g {
 			out[j] = int(r.Counts[k])

@@ -263,7 +263,7 @@ func TestSameInstant(t *testing.T) {
 			// the rest through a pipeline, where neighbours may share a
 			// microsecond too.
 			ctx := context.Background()
-			tm, err := rs.c.Time(ctx).Result()
+			tm, err := rs.run.Client().Time(ctx).Result()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -271,10 +271,10 @@ func TestSameInstant(t *testing.T) {
 			for i := range seed {
 				seed[i] = redis.Z{Score: float64(tm.UnixMicro()), Member: fmt.Sprintf("seed%d", i)}
 			}
-			if err := rs.c.ZAdd(ctx, bk.Key, seed...).Err(); err != nil {
+			if err := rs.run.Client().ZAdd(ctx, bk.Key, seed...).Err(); err != nil {
 				t.Fatal(err)
 			}
-			pipe := rs.c.Pipeline()
+			pipe := rs.run.Client().Pipeline()
 			cmds := make([]*redis.Cmd, n-n/2)
 			for i := range cmds {
 				cmds[i] = pipe.EvalSha(ctx, lua.SHA(lua.ScriptAdmit), []string{bk.Key}, fmt.Sprintf("m%d", i), bk.Limit, lua.Micros(bk.Window), 0)

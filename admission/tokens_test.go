@@ -257,16 +257,16 @@ func TestTokenLevelLuaMatchesGo(t *testing.T) {
 		capacity := capTokens * microsPerToken
 		stored := rng.Int64N(min(capacity, 2*microsPerToken) + 1)
 		key := lua.Key("test", "peer", "lvl"+strconv.Itoa(i)) + ":tb"
-		tm, err := rs.c.Time(ctx).Result()
+		tm, err := rs.run.Client().Time(ctx).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
 		// A level stored up to ~2^k µs ago.
 		last := tm.UnixMicro() - rng.Int64N(1<<uint(rng.IntN(32)))
-		if err := rs.c.HSet(ctx, lua.TokenKey(key), "tokens", stored, "last", last).Err(); err != nil {
+		if err := rs.run.Client().HSet(ctx, lua.TokenKey(key), "tokens", stored, "last", last).Err(); err != nil {
 			t.Fatal(err)
 		}
-		r, err := lua.Admit(ctx, rs.c, "m", []lua.AdmitBucket{{Key: key, Limit: capTokens, WindowUS: 1_010_000, RateMicros: rate}})
+		r, err := lua.Admit(ctx, rs.run.Client(), "m", []lua.AdmitBucket{{Key: key, Limit: capTokens, WindowUS: 1_010_000, RateMicros: rate}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -281,7 +281,7 @@ func TestTokenLevelLuaMatchesGo(t *testing.T) {
 			}
 			continue
 		}
-		h, err := rs.c.HMGet(ctx, lua.TokenKey(key), "tokens", "last").Result()
+		h, err := rs.run.Client().HMGet(ctx, lua.TokenKey(key), "tokens", "last").Result()
 		if err != nil {
 			t.Fatal(err)
 		}

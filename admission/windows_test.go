@@ -108,7 +108,7 @@ func TestSustainedWindowMemory(t *testing.T) {
 				t.Fatalf("local bucket: %d members in a ring of %d, want 2000 in at most 2000", n, size)
 			}
 		case *RedisStore:
-			n, err := st.c.ZCard(context.Background(), w.Key).Result()
+			n, err := st.run.Client().ZCard(context.Background(), w.Key).Result()
 			if err != nil || n != 2000 {
 				t.Fatalf("ZCARD = %d, %v; want 2000", n, err)
 			}

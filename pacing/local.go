@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/cpsguard/cpsguard/internal/monoclock"
 )
 
 // sweepEvery is how often, on the store's clock, idle slot sets are looked for.
@@ -21,11 +23,8 @@ const sweepEvery = time.Second
 // set with nothing left is evicted lazily by later calls (no background
 // goroutine). LocalSlots is safe for concurrent use.
 type LocalSlots struct {
-	clock func() time.Time
-
 	mu        sync.Mutex
-	epoch     time.Time
-	last      time.Duration
+	clock     monoclock.Clock // read under mu
 	nextSweep time.Duration
 	sets      map[string]*slotSet
 	rates     map[string]*rateState
@@ -48,10 +47,7 @@ var _ SlotStore = (*LocalSlots)(nil)
 // NewLocalSlots returns an empty LocalSlots on clock (nil = time.Now).
 // Clock readings that go backwards are treated as the latest reading.
 func NewLocalSlots(clock func() time.Time) *LocalSlots {
-	if clock == nil {
-		clock = time.Now
-	}
-	return &LocalSlots{clock: clock, epoch: clock(), sets: make(map[string]*slotSet), rates: make(map[string]*rateState)}
+	return &LocalSlots{clock: monoclock.New(clock), sets: make(map[string]*slotSet), rates: make(map[string]*rateState)}
 }
 
 type slotEntry struct {
@@ -86,14 +82,7 @@ func (s *slotSet) trim(now, keep time.Duration) {
 	}
 }
 
-func (l *LocalSlots) now() time.Duration {
-	d := l.clock().Sub(l.epoch)
-	if d < l.last {
-		d = l.last
-	}
-	l.last = d
-	return d
-}
+func (l *LocalSlots) now() time.Duration { return l.clock.Now() }
 
 func (l *LocalSlots) sweep(now time.Duration) {
 	if now < l.nextSweep {
@@ -122,7 +111,7 @@ func (l *LocalSlots) Reserve(_ context.Context, key, member string, interval, ma
 	defer l.mu.Unlock()
 	now := l.now()
 	l.sweep(now)
-	slot := Slot{At: l.epoch.Add(now), Key: key, Member: member, Reserved: l.epoch.Add(now)}
+	slot := Slot{At: l.clock.Time(now), Key: key, Member: member, Reserved: l.clock.Time(now)}
 
 	s := l.sets[key]
 	if s == nil {
