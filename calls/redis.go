@@ -10,17 +10,9 @@ import (
 	"github.com/cpsguard/cpsguard/lua"
 )
 
-// RedisOptions tunes a RedisStore.
-type RedisOptions struct {
-	// Timeout bounds every store call; 0 = only the caller's context.
-	Timeout time.Duration
-	// Observe, when set, is told of every script run (name, duration,
-	// error); it feeds metrics and must be fast.
-	Observe func(script string, d time.Duration, err error)
-	// Scripter, when set, carries the script calls (a lua.Pipeliner on the
-	// same client); nil = the client itself.
-	Scripter redis.Scripter
-}
+// RedisOptions tunes a RedisStore: the timeout, the observer and the
+// Pipeliner of its lua.Runner, as for the admission and pacing stores.
+type RedisOptions = lua.RunnerOptions
 
 // RedisStore is the Store shared by a pool: each place is a Redis sorted set
 // of live calls scored by their expiry (Redis TIME µs).
@@ -28,9 +20,8 @@ type RedisOptions struct {
 // On a *redis.ClusterClient, places in different hash slots are taken one
 // by one (see Occupy). RedisStore is safe for concurrent use.
 type RedisStore struct {
-	sc      redis.Scripter
+	run     *lua.Runner
 	cluster bool
-	opt     RedisOptions
 }
 
 var _ Store = (*RedisStore)(nil)
@@ -38,17 +29,7 @@ var _ Store = (*RedisStore)(nil)
 // NewRedisStore returns a Store on c. The scripts are loaded by lua.Load.
 func NewRedisStore(c redis.UniversalClient, opt RedisOptions) *RedisStore {
 	_, cluster := c.(*redis.ClusterClient)
-	s := &RedisStore{sc: c, cluster: cluster, opt: opt}
-	if opt.Scripter != nil {
-		s.sc = opt.Scripter
-	}
-	return s
-}
-
-func (s *RedisStore) observe(script string, start time.Time, err error) {
-	if s.opt.Observe != nil {
-		s.opt.Observe(script, time.Since(start), err)
-	}
+	return &RedisStore{run: lua.NewRunner(c, opt), cluster: cluster}
 }
 
 func (s *RedisStore) sameSlot(keys []string) bool {
@@ -87,13 +68,13 @@ func (s *RedisStore) Occupy(ctx context.Context, member string, ttl time.Duratio
 	if !s.sameSlot(keys) {
 		return s.occupyCrossSlot(ctx, member, ttl, lp)
 	}
-	cctx, cancel := lua.WithTimeout(ctx, s.opt.Timeout)
-	defer cancel()
-	start := time.Now()
-	r, err := lua.Occupy(cctx, s.sc, member, lua.Micros(ttl), lp)
-	s.observe(lua.ScriptCallsOccupy, start, err)
+	var r lua.OccupyReply
+	err := s.run.Run(ctx, lua.ScriptCallsOccupy, func(ctx context.Context, sc redis.Scripter) (err error) {
+		r, err = lua.Occupy(ctx, sc, member, lua.Micros(ttl), lp)
+		return err
+	})
 	if err != nil {
-		return Decision{}, fmt.Errorf("calls: run calls_occupy.lua for %q: %w", keys[0], err)
+		return Decision{}, fmt.Errorf("calls: %q: %w", keys[0], err)
 	}
 	d := Decision{Admit: r.Admitted, Refused: r.Refused, Duplicate: r.Duplicate, Counts: make([]int, len(r.Counts))}
 	for i, c := range r.Counts {
@@ -116,21 +97,22 @@ func (s *RedisStore) occupyCrossSlot(ctx context.Context, member string, ttl tim
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 		defer cancel()
 		for _, i := range added {
-			start := time.Now()
-			_, err := lua.FreeCall(rctx, s.sc, member, []string{lp[i].Key})
-			s.observe(lua.ScriptCallsFree, start, err)
+			_ = s.run.RunWithin(rctx, lua.ScriptCallsFree, func(ctx context.Context, sc redis.Scripter) error {
+				_, err := lua.FreeCall(ctx, sc, member, []string{lp[i].Key})
+				return err
+			})
 			d.Counts[i]--
 		}
 	}
 	for i := range lp {
-		cctx, cancel := lua.WithTimeout(ctx, s.opt.Timeout)
-		start := time.Now()
-		r, err := lua.Occupy(cctx, s.sc, member, lua.Micros(ttl), lp[i:i+1])
-		cancel()
-		s.observe(lua.ScriptCallsOccupy, start, err)
+		var r lua.OccupyReply
+		err := s.run.Run(ctx, lua.ScriptCallsOccupy, func(ctx context.Context, sc redis.Scripter) (err error) {
+			r, err = lua.Occupy(ctx, sc, member, lua.Micros(ttl), lp[i:i+1])
+			return err
+		})
 		if err != nil {
 			rollback()
-			return Decision{}, fmt.Errorf("calls: run calls_occupy.lua for %q (cross-slot, place %d): %w", lp[i].Key, i, err)
+			return Decision{}, fmt.Errorf("calls: %q (cross-slot, place %d): %w", lp[i].Key, i, err)
 		}
 		d.Counts[i] = int(r.Counts[0])
 		switch {
@@ -157,13 +139,13 @@ func (s *RedisStore) Free(ctx context.Context, member string, keys []string) (in
 	}
 	freed := 0
 	for _, g := range s.groups(keys) {
-		cctx, cancel := lua.WithTimeout(ctx, s.opt.Timeout)
-		start := time.Now()
-		n, err := lua.FreeCall(cctx, s.sc, member, g)
-		cancel()
-		s.observe(lua.ScriptCallsFree, start, err)
+		var n int64
+		err := s.run.Run(ctx, lua.ScriptCallsFree, func(ctx context.Context, sc redis.Scripter) (err error) {
+			n, err = lua.FreeCall(ctx, sc, member, g)
+			return err
+		})
 		if err != nil {
-			return freed, fmt.Errorf("calls: run calls_free.lua for %q: %w", g[0], err)
+			return freed, fmt.Errorf("calls: %q: %w", g[0], err)
 		}
 		freed += int(n)
 	}
@@ -178,13 +160,13 @@ func (s *RedisStore) Refresh(ctx context.Context, key string, ttl time.Duration,
 	if len(members) == 0 {
 		return 0, nil
 	}
-	cctx, cancel := lua.WithTimeout(ctx, s.opt.Timeout)
-	defer cancel()
-	start := time.Now()
-	r, err := lua.RefreshCalls(cctx, s.sc, key, lua.Micros(ttl), members)
-	s.observe(lua.ScriptCallsRefresh, start, err)
+	var r lua.RefreshReply
+	err := s.run.Run(ctx, lua.ScriptCallsRefresh, func(ctx context.Context, sc redis.Scripter) (err error) {
+		r, err = lua.RefreshCalls(ctx, sc, key, lua.Micros(ttl), members)
+		return err
+	})
 	if err != nil {
-		return 0, fmt.Errorf("calls: run calls_refresh.lua for %q: %w", key, err)
+		return 0, fmt.Errorf("calls: %q: %w", key, err)
 	}
 	return int(r.Refreshed), nil
 }
@@ -193,13 +175,13 @@ func (s *RedisStore) Refresh(ctx context.Context, key string, ttl time.Duration,
 func (s *RedisStore) Count(ctx context.Context, keys []string) ([]int, error) {
 	out := make([]int, 0, len(keys))
 	for _, g := range s.groups(keys) {
-		cctx, cancel := lua.WithTimeout(ctx, s.opt.Timeout)
-		start := time.Now()
-		r, err := lua.CountCalls(cctx, s.sc, g)
-		cancel()
-		s.observe(lua.ScriptCallsCount, start, err)
+		var r lua.CountsReply
+		err := s.run.Run(ctx, lua.ScriptCallsCount, func(ctx context.Context, sc redis.Scripter) (err error) {
+			r, err = lua.CountCalls(ctx, sc, g)
+			return err
+		})
 		if err != nil {
-			return nil, fmt.Errorf("calls: run calls_count.lua for %q: %w", g[0], err)
+			return nil, fmt.Errorf("calls: %q: %w", g[0], err)
 		}
 		for _, c := range r.Counts {
 			out = append(out, int(c))

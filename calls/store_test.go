@@ -84,7 +84,7 @@ func backends(t *testing.T) []backend {
 				if pipelined {
 					p := lua.NewPipeliner(c, lua.PipelineOptions{})
 					t.Cleanup(func() { _ = p.Close() })
-					opt.Scripter = p
+					opt.Pipeline = p
 				}
 				return NewRedisStore(c, opt)
 			},

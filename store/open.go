@@ -110,7 +110,7 @@ func Open(ctx context.Context, cfg *config.Config, o OpenOptions) (*Stores, erro
 		Panics:        o.Panics,
 	})
 	s.Calls = NewCallsFailover(s.Failover,
-		calls.NewRedisStore(client, calls.RedisOptions{Timeout: rc.Timeout, Observe: observe, Scripter: pipe}),
+		calls.NewRedisStore(client, calls.RedisOptions{Timeout: rc.Timeout, Observe: observe, Pipeline: pipe}),
 		calls.NewLocalStore(nil))
 	lctx, cancel := context.WithTimeout(ctx, max(time.Second, rc.Timeout))
 	defer cancel()
