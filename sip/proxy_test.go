@@ -657,6 +657,9 @@ func TestGoroutinesReturnToBaseline(t *testing.T) {
 	cfg.Carriers[0].CPS = 1000
 	cfg.Peers[0].CPS = 1000
 	cfg.Customers[0].CPS = 1000
+	// And a bound on decisions in flight above the burst: shedding is
+	// TestOverloadShedsNewCallsNotDialogs' business (the default, 32 per core, is 64 here).
+	cfg.SIP.MaxInflight = 1000
 	h := startProxy(t, cfg, adm, pacer)
 	caller := siptest.StartCaller(t, "127.0.0.2")
 	// Warm up connections and pools, then measure.
