@@ -10,12 +10,12 @@ import (
 	"github.com/cpsguard/cpsguard/lua"
 )
 
-// Guard is added to every admission window. The proxy forwards an admitted
+// WindowGuard is added to every admission window. The proxy forwards an admitted
 // call a little after the store admitted it, and that delay varies from call to
 // call; a window slightly longer than the promised one keeps "never more than
 // the limit in any rolling second" true where the carrier measures it, at a
 // cost of about 1 % of the limit.
-const Guard = 10 * time.Millisecond
+const WindowGuard = 10 * time.Millisecond
 
 // Bucket is one rolling window: at most Limit admitted calls in any interval
 // of length Window; or, when RateMicros > 0, one token bucket (see
@@ -41,9 +41,9 @@ type Bucket struct {
 // calls through at once, then 10 a second. The rate travels as integer
 // micro-tokens per second (cps rounded to 6 decimals); the key keeps key's
 // hash tag: "cpsguard:{peer:dialer-1}:tb". Admitted calls are remembered for
-// 1 s + Guard, like the 1 s window, to recognise a duplicate.
+// 1 s + WindowGuard, like the 1 s window, to recognise a duplicate.
 func TokenBucket(key string, cps float64, burst int) Bucket {
-	return Bucket{Key: key + ":tb", Limit: burst, Window: time.Second + Guard, RateMicros: int64(math.Round(cps * microsPerToken))}
+	return Bucket{Key: key + ":tb", Limit: burst, Window: time.Second + WindowGuard, RateMicros: int64(math.Round(cps * microsPerToken))}
 }
 
 // microsPerToken is one token in micro-tokens, the unit of a token bucket's
@@ -137,20 +137,20 @@ type Store interface {
 //     promise "never more than cps in any second" holds);
 //   - 0 < cps < 1: Limit = 1 call per 1/cps seconds (0.5 CPS = 1 call per 2 s).
 //
-// Guard is added to the window in both cases.
+// WindowGuard is added to the window in both cases.
 func LimitFor(cps float64) (limit int, window time.Duration) {
 	if cps >= 1 {
-		return int(math.Floor(cps)), time.Second + Guard
+		return int(math.Floor(cps)), time.Second + WindowGuard
 	}
 	if cps <= 0 || math.IsNaN(cps) {
-		return 0, time.Second + Guard
+		return 0, time.Second + WindowGuard
 	}
-	return 1, time.Duration(float64(time.Second)/cps) + Guard
+	return 1, time.Duration(float64(time.Second)/cps) + WindowGuard
 }
 
 // WindowBucket returns the bucket of an extra rolling window beside the 1 s
 // one of key (a lua.Key): at most calls admitted calls in any interval of
-// length per. Guard is added as for the 1 s window. The key keeps key's hash
+// length per. WindowGuard is added as for the 1 s window. The key keeps key's hash
 // tag, so the buckets of one scope share a Redis Cluster slot and are decided
 // in one script call, and names the length: "cpsguard:{peer:dialer-1}:w60s".
 // A window holds at most calls entries, whatever the traffic.
@@ -159,5 +159,5 @@ func WindowBucket(key string, calls int, per time.Duration) Bucket {
 	if per%time.Second == 0 {
 		suffix = ":w" + strconv.FormatInt(int64(per/time.Second), 10) + "s"
 	}
-	return Bucket{Key: key + suffix, Limit: calls, Window: per + Guard}
+	return Bucket{Key: key + suffix, Limit: calls, Window: per + WindowGuard}
 }

@@ -48,7 +48,7 @@ func TestCrossSlot(t *testing.T) {
 	}
 	peer := Bucket{Key: lua.Key("test", "peer", "p1"), Limit: 10, Window: time.Second}
 	cust := Bucket{Key: lua.Key("test", "customer", "c1"), Limit: 5, Window: time.Second}
-	if lua.Slot(peer.Key) == lua.Slot(cust.Key) {
+	if lua.HashSlot(peer.Key) == lua.HashSlot(cust.Key) {
 		t.Fatal("test keys share a slot; pick other names")
 	}
 	// One script call over both keys is what the cross-slot path avoids.
@@ -101,7 +101,7 @@ func TestCrossSlotTokenBucket(t *testing.T) {
 		t.Fatal(err)
 	}
 	pk, ck := lua.Key("test", "peer", "p1"), lua.Key("test", "customer", "c1")
-	if lua.Slot(pk) == lua.Slot(ck) {
+	if lua.HashSlot(pk) == lua.HashSlot(ck) {
 		t.Fatal("test keys share a slot; pick other names")
 	}
 	peerTB := TokenBucket(pk, 1, 10)

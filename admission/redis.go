@@ -65,7 +65,7 @@ func luaBuckets(buckets []Bucket) ([]lua.AdmitBucket, error) {
 // sameSlot reports whether every bucket hashes to one Cluster slot.
 func sameSlot(buckets []Bucket) bool {
 	for i := 1; i < len(buckets); i++ {
-		if lua.Slot(buckets[i].Key) != lua.Slot(buckets[0].Key) {
+		if lua.HashSlot(buckets[i].Key) != lua.HashSlot(buckets[0].Key) {
 			return false
 		}
 	}
@@ -79,7 +79,7 @@ func slotGroups(buckets []Bucket) [][]int {
 	var groups [][]int
 	at := map[int]int{}
 	for i, b := range buckets {
-		slot := lua.Slot(b.Key)
+		slot := lua.HashSlot(b.Key)
 		g, ok := at[slot]
 		if !ok {
 			g = len(groups)

@@ -28,8 +28,8 @@ func TestTokenBucketBurstThenRate(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend, key func(string, string) string) {
 		s := b.open()
 		tb := TokenBucket(key("peer", "p"), 10, 30)
-		if tb.Limit != 30 || tb.RateMicros != 10_000_000 || tb.Window != time.Second+Guard {
-			t.Fatalf("TokenBucket = %+v, want capacity 30, rate 1e7 µtokens/s, window 1s+Guard", tb)
+		if tb.Limit != 30 || tb.RateMicros != 10_000_000 || tb.Window != time.Second+WindowGuard {
+			t.Fatalf("TokenBucket = %+v, want capacity 30, rate 1e7 µtokens/s, window 1s+WindowGuard", tb)
 		}
 		var first Decision
 		for i := range 30 {

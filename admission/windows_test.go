@@ -19,7 +19,7 @@ func TestSustainedWindow(t *testing.T) {
 		const short, long = 100 * time.Millisecond, 1500 * time.Millisecond
 		k := key("peer", "p")
 		perSec := Bucket{Key: k, Limit: 3, Window: short}
-		sustained := WindowBucket(k, 5, long-Guard)
+		sustained := WindowBucket(k, 5, long-WindowGuard)
 		if sustained.Window != long || sustained.Limit != 5 {
 			t.Fatalf("WindowBucket: got %+v, want limit 5 window %v", sustained, long)
 		}
@@ -127,8 +127,8 @@ func TestWindowBucketKey(t *testing.T) {
 		{1500 * time.Millisecond, "cpsguard:{peer:dialer-1}:w1500ms"},
 	} {
 		b := WindowBucket(k, 10, tc.per)
-		if b.Key != tc.want || lua.Slot(b.Key) != lua.Slot(k) {
-			t.Errorf("WindowBucket(%v): got key %q slot %d, want %q slot %d", tc.per, b.Key, lua.Slot(b.Key), tc.want, lua.Slot(k))
+		if b.Key != tc.want || lua.HashSlot(b.Key) != lua.HashSlot(k) {
+			t.Errorf("WindowBucket(%v): got key %q slot %d, want %q slot %d", tc.per, b.Key, lua.HashSlot(b.Key), tc.want, lua.HashSlot(k))
 		}
 	}
 }

@@ -37,7 +37,7 @@ func (s *RedisStore) sameSlot(keys []string) bool {
 		return true
 	}
 	for _, k := range keys[1:] {
-		if lua.Slot(k) != lua.Slot(keys[0]) {
+		if lua.HashSlot(k) != lua.HashSlot(keys[0]) {
 			return false
 		}
 	}

@@ -136,7 +136,7 @@ func places(t *testing.T, peer, cust, car int) []Place {
 	t.Helper()
 	key := func(scope string) string { return lua.Key("test", "calls:"+scope, t.Name()) }
 	ps := []Place{{key("peer"), peer}, {key("customer"), cust}, {key("carrier"), car}}
-	if lua.Slot(ps[0].Key) == lua.Slot(ps[1].Key) && lua.Slot(ps[1].Key) == lua.Slot(ps[2].Key) {
+	if lua.HashSlot(ps[0].Key) == lua.HashSlot(ps[1].Key) && lua.HashSlot(ps[1].Key) == lua.HashSlot(ps[2].Key) {
 		t.Fatal("test keys share one slot; the cross-slot path is not exercised")
 	}
 	return ps

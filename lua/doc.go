@@ -30,7 +30,7 @@
 // microseconds and every fraction travels as an integer of microseconds (or
 // of micro-tokens, milli-cps), never as a Lua float; products stay below 2^53
 // so Lua's doubles hold them exactly. Keys carry a Redis Cluster hash tag (Key); a script
-// call must only name keys of one slot (Slot).
+// call must only name keys of one slot (HashSlot).
 //
 // Failure: a wrapper returns the go-redis error as is (network, timeout,
 // script error) and a reply of the wrong shape as an error wrapping ErrReply;

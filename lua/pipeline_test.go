@@ -248,7 +248,7 @@ func TestPipelinerCluster(t *testing.T) {
 	slots := map[int]bool{}
 	for k := range buckets {
 		buckets[k] = AdmitBucket{Key: Key("pipetest", "peer", fmt.Sprint("k", k)), Limit: limit, WindowUS: 60_000_000}
-		slots[Slot(buckets[k].Key)] = true
+		slots[HashSlot(buckets[k].Key)] = true
 	}
 	if len(slots) < 2 {
 		t.Fatal("test keys share one slot")

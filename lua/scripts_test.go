@@ -124,10 +124,10 @@ func TestSlot(t *testing.T) {
 		{"123456789", 12739},
 		{"{foo}bar", 12182},
 		{"x{foo}y", 12182},
-		{"{}foo", lua.Slot("{}foo")}, // empty tag: whole key
-		{"cpsguard:{peer:a}", lua.Slot("peer:a")},
+		{"{}foo", lua.HashSlot("{}foo")}, // empty tag: whole key
+		{"cpsguard:{peer:a}", lua.HashSlot("peer:a")},
 	} {
-		if got := lua.Slot(tc.key); got != tc.want {
+		if got := lua.HashSlot(tc.key); got != tc.want {
 			t.Errorf("Slot(%q) = %d, want %d", tc.key, got, tc.want)
 		}
 	}
@@ -144,7 +144,7 @@ func TestSlotMatchesServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := lua.Slot(key); int64(got) != want {
+		if got := lua.HashSlot(key); int64(got) != want {
 			t.Fatalf("Slot(%q) = %d, want %d", key, got, want)
 		}
 	}

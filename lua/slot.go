@@ -20,11 +20,11 @@ var crc16tab = func() (t [256]uint16) {
 	return t
 }()
 
-// Slot is the Redis Cluster hash slot of key: CRC16 (XMODEM) of its hash tag
+// HashSlot is the Redis Cluster hash slot of key: CRC16 (XMODEM) of its hash tag
 // (the part between the first '{' and the next '}', when not empty), or of the
 // whole key, modulo 16384. Keys built by Key share a slot exactly when they
 // share scope and name.
-func Slot(key string) int {
+func HashSlot(key string) int {
 	if s := strings.IndexByte(key, '{'); s >= 0 {
 		if e := strings.IndexByte(key[s+1:], '}'); e > 0 {
 			key = key[s+1 : s+1+e]

@@ -8,7 +8,7 @@
 // clock; with RedisOptions.Pipeline, concurrent reservations share round
 // trips through a lua.Pipeliner the caller owns and closes); LocalSlots
 // keeps them in process on the local monotonic clock. The
-// Pacer on top reserves with Interval(cps) (which includes Guard), never
+// Pacer on top reserves with Interval(cps) (which includes SpacingGuard), never
 // reserves a slot the caller cannot wait for, waits cancellably, and releases
 // the slot of a cancelled wait. A send may go out up to MaxLate after its
 // slot; a caller that wakes later gives the slot back and takes the next.

@@ -5,26 +5,26 @@ import (
 	"time"
 )
 
-// Guard is the fraction by which slots are spaced wider than 1/cps. The proxy
+// SpacingGuard is the fraction by which slots are spaced wider than 1/cps. The proxy
 // sends a call a little after its slot (timer and scheduling jitter); spacing
 // slots 1 % wider means a send may be up to 10 ms late before the carrier could
 // see more than cps calls in one rolling second.
-const Guard = 0.01
+const SpacingGuard = 0.01
 
-// MaxLate is how late after its slot a call may be sent: Guard of a
-// second (10 ms). Slots are spaced Guard wider than 1/cps, so cps slots
+// MaxLate is how late after its slot a call may be sent: SpacingGuard of a
+// second (10 ms). Slots are spaced SpacingGuard wider than 1/cps, so cps slots
 // span 1 s + MaxLate and the first of them may go out that late before a
 // carrier could count cps + 1 calls in one rolling second; a caller that
 // wakes later must give the slot back and take the next.
-const MaxLate = time.Duration(Guard * float64(time.Second))
+const MaxLate = time.Duration(SpacingGuard * float64(time.Second))
 
 // Interval is the spacing of send slots for a carrier allowed cps calls per
-// second, including Guard.
+// second, including SpacingGuard.
 func Interval(cps float64) time.Duration {
 	if cps <= 0 {
 		return 0
 	}
-	return time.Duration(float64(time.Second) / cps * (1 + Guard))
+	return time.Duration(float64(time.Second) / cps * (1 + SpacingGuard))
 }
 
 // Carrier is what pacing needs to know of one carrier.

@@ -98,14 +98,14 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // gateSlack is how much shorter the gate's window is than the stores'.
 //
 // The gate measures real sends, so it needs no guard against its own
-// lateness; with the stores' full window (1 s + Guard, exactly the span of
+// lateness; with the stores' full window (1 s + admission.WindowGuard, exactly the span of
 // limit pacing slots) every send would inherit the lateness of the send
 // limit places back plus its own, a ratchet that grew lateness by ~0.6 ms
 // per second of backlog (BENCHMARKS.md, finding F1). Half the guard is kept
 // for the network between this node and the carrier: the gate then never
 // holds a send that is on its slot, yet a burst of late sends still leaves
-// at most limit in any 1 s + Guard/2 at this node.
-const gateSlack = admission.Guard / 2
+// at most limit in any 1 s + admission.WindowWindowGuard/2 at this node.
+const gateSlack = admission.WindowGuard / 2
 
 func (g *sendGate) ring(k gateKey) *sendRing {
 	limit, window := admission.LimitFor(k.cps)

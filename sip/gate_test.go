@@ -118,7 +118,7 @@ func TestSendGateWaitDeadlineOnEveryLoop(t *testing.T) {
 }
 
 // TestSendGateNoLatenessRatchet: sends that follow pacing slots (limit per
-// 1 s + Guard) with a few milliseconds of wake-up jitter do not pile up
+// 1 s + admission.WindowGuard) with a few milliseconds of wake-up jitter do not pile up
 // lateness. With the stores' own window the gate would hold a send until
 // the one limit places back was a full slot span old, and each held send
 // would inherit that send's lateness plus its own wake-up delay: a ratchet

@@ -25,7 +25,7 @@ func TestAdmitBuildsLimitBuckets(t *testing.T) {
 	want := []admission.Bucket{
 		admission.TokenBucket("t:{peer:dialer-1}", 10, 30),
 		admission.WindowBucket("t:{peer:dialer-1}", 600, time.Minute),
-		{Key: "t:{customer:acme}", Limit: 20, Window: time.Second + admission.Guard},
+		{Key: "t:{customer:acme}", Limit: 20, Window: time.Second + admission.WindowGuard},
 		admission.WindowBucket("t:{customer:acme}", 100, 10*time.Second),
 	}
 	for _, tc := range []struct {

@@ -364,7 +364,7 @@ func TestShareDividesTokenBuckets(t *testing.T) {
 	hb := NewHeartbeat(nil, HeartbeatOptions{MinNodes: 3})
 	f := NewFailover(Options{Redis: admission.NewLocalStore(nil), Local: admission.NewLocalStore(nil), LocalSlots: pacing.NewLocalSlots(nil), Nodes: hb})
 	got := f.share([]admission.Bucket{admission.TokenBucket("k", 10, 30), admission.TokenBucket("k2", 1, 2)})
-	if got[0].Limit != 10 || got[0].RateMicros != 3_333_333 || got[0].Window != time.Second+admission.Guard {
+	if got[0].Limit != 10 || got[0].RateMicros != 3_333_333 || got[0].Window != time.Second+admission.WindowGuard {
 		t.Fatalf("cps 10 burst 30 over 3 nodes: got %+v, want burst 10 at 3.333333 cps", got[0])
 	}
 	if got[1].Limit != 1 || got[1].RateMicros != 333_333 {

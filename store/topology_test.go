@@ -32,7 +32,7 @@ func TestClusterCrossSlotNeverOverAdmits(t *testing.T) {
 		{Key: lua.Key("xs", "peer", "p2"), Limit: 10, Window: 30 * time.Second},
 	}
 	cust := admission.Bucket{Key: lua.Key("xs", "customer", "acme"), Limit: 8, Window: 30 * time.Second}
-	if lua.Slot(peers[0].Key) == lua.Slot(cust.Key) && lua.Slot(peers[1].Key) == lua.Slot(cust.Key) {
+	if lua.HashSlot(peers[0].Key) == lua.HashSlot(cust.Key) && lua.HashSlot(peers[1].Key) == lua.HashSlot(cust.Key) {
 		t.Fatal("test keys share a slot; pick other names")
 	}
 	var admitted, perPeer [2]atomic.Int64
@@ -129,7 +129,7 @@ func TestClusterMasterKilledReplicaTakesOver(t *testing.T) {
 	key := lua.Key("ha", "peer", "p")
 	var victim *redistest.Server
 	for _, srv := range cl.Masters {
-		out, _ := srv.CLI(ctx, "CLUSTER", "COUNTKEYSINSLOT", fmt.Sprint(lua.Slot(key)))
+		out, _ := srv.CLI(ctx, "CLUSTER", "COUNTKEYSINSLOT", fmt.Sprint(lua.HashSlot(key)))
 		if out != "" && out[0] != '0' {
 			victim = srv
 		}
