@@ -158,11 +158,10 @@ func (t *Tracker) State(name string) (s State, ok bool) {
 func (t *Tracker) Probed(name string, ok bool, detail string) (again bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	c := (*t.carriers.Load())[name]
-	if c == nil || !c.pol.Enabled {
+	c, now := t.judged(name)
+	if c == nil {
 		return false
 	}
-	now := t.clock()
 	if ok {
 		c.probeFails = 0
 		c.probesIgnored = false
@@ -222,11 +221,10 @@ func (t *Tracker) Probed(name string, ok bool, detail string) (again bool) {
 func (t *Tracker) Called(name string, ok bool, detail string) (probe bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	c := (*t.carriers.Load())[name]
-	if c == nil || !c.pol.Enabled {
+	c, now := t.judged(name)
+	if c == nil {
 		return false
 	}
-	now := t.clock()
 	if ok {
 		c.callFails = 0
 		c.lastGoodCall = now
@@ -244,6 +242,16 @@ func (t *Tracker) Called(name string, ok bool, detail string) (probe bool) {
 	c.confirming = true
 	c.lastConfirm = now
 	return true
+}
+
+// judged returns the carrier named name when its results are judged
+// (known, probing on), or nil, and the time; t.mu is held.
+func (t *Tracker) judged(name string) (*carrier, time.Time) {
+	c := (*t.carriers.Load())[name]
+	if c == nil || !c.pol.Enabled {
+		return nil, time.Time{}
+	}
+	return c, t.clock()
 }
 
 // set changes c's state; t.mu is held.

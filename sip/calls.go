@@ -59,20 +59,12 @@ func (c *call) occupyCalls(peer *config.Peer, cu *config.Customer) bool {
 	d, err := p.calls.Occupy(sctx, c.member, places)
 	cancel()
 	if err != nil {
-		if c.ctx.Err() != nil {
-			c.stopped(false)
-			return false
-		}
-		c.log.Debug("max_calls store failed", "error", err)
-		c.refuse(metrics.OutcomeRejectedStore, reasonStore)
-		c.respond(sipmsg.StatusServiceUnavailable, "Service Unavailable")
+		c.storeFailed("max_calls", err)
 		return false
 	}
 	if d.Duplicate {
-		// Another transaction of the same call attempt holds the places:
-		// absorb this one like a retransmission (see admit).
-		p.m.SIPErrors.WithLabelValues("duplicate").Inc()
-		c.tx.Terminate()
+		// Another transaction of the same call attempt holds the places.
+		c.absorbDuplicate()
 		return false
 	}
 	if d.Admit {

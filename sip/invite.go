@@ -227,23 +227,11 @@ func (c *call) admit(peer *config.Peer, cu *config.Customer) bool {
 	dec, err := p.adm.Admit(sctx, c.member, buckets)
 	cancel()
 	if err != nil {
-		if c.ctx.Err() != nil {
-			c.stopped(false) // cancelled, transaction ended or shutdown
-			return false
-		}
-		c.log.Debug("admission store failed", "error", err)
-		c.refuse(metrics.OutcomeRejectedStore, reasonStore)
-		c.respond(sipmsg.StatusServiceUnavailable, "Service Unavailable")
+		c.storeFailed("admission", err)
 		return false
 	}
 	if dec.Duplicate {
-		// The member was counted already: this INVITE is the same call
-		// attempt as one being handled (a second sipgo transaction for it,
-		// e.g. the same branch with another Via sent-by). Absorb it like a
-		// retransmission: no answer, no forward, no state.
-		p.m.SIPErrors.WithLabelValues("duplicate").Inc()
-		c.log.Debug("duplicate call attempt absorbed", "member", c.member)
-		c.tx.Terminate()
+		c.absorbDuplicate()
 		return false
 	}
 	if dec.Admit {
@@ -402,6 +390,29 @@ func (c *call) route(carriers []string) {
 	c.refuse(metrics.OutcomeRejectedQueue, reasonNoCarrier)
 	c.log.Debug("no carrier of the route could take the call in time", "carriers", len(carriers))
 	c.respond(sipmsg.StatusServiceUnavailable, "No Carrier Available")
+}
+
+// storeFailed ends a call whose store call (what: admission, max_calls)
+// failed: 503 and outcome rejected_store, unless the call itself was
+// cancelled, its transaction ended or the proxy is shutting down.
+func (c *call) storeFailed(what string, err error) {
+	if c.ctx.Err() != nil {
+		c.stopped(false)
+		return
+	}
+	c.log.Debug(what+" store failed", "error", err)
+	c.refuse(metrics.OutcomeRejectedStore, reasonStore)
+	c.respond(sipmsg.StatusServiceUnavailable, "Service Unavailable")
+}
+
+// absorbDuplicate ends a call attempt the store has counted already: this
+// INVITE is the same attempt as one being handled (a second sipgo
+// transaction for it, e.g. the same branch with another Via sent-by).
+// Absorbed like a retransmission: no answer, no forward, no state.
+func (c *call) absorbDuplicate() {
+	c.p.m.SIPErrors.WithLabelValues("duplicate").Inc()
+	c.log.Debug("duplicate call attempt absorbed", "member", c.member)
+	c.tx.Terminate()
 }
 
 // stopped ends a call whose wait for a slot was interrupted: by the
