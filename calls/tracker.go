@@ -42,7 +42,15 @@ type TrackerOptions struct {
 type live struct {
 	keys   []string
 	start  time.Time
-	dialog string // "" until the call is answered
+	dialog string // "" until the call is forwarded (Bind)
+	// callee is the callee's tag of the answer (Answer): a BYE ends the
+	// call only when it names this tag, so a BYE with a made-up tag (which
+	// the carrier refuses, 481, the call going on) frees nothing.
+	callee string
+	// pendingEnd is the callee's tag of a BYE that came before the answer
+	// was recorded (a carrier's BYE racing its own 2xx): the matching
+	// Answer ends the call.
+	pendingEnd string
 }
 
 // Tracker holds the places of the calls this node set up: it takes them
@@ -148,17 +156,56 @@ func (t *Tracker) End(ctx context.Context, member string) {
 	}
 }
 
-// EndDialog ends the oldest live call answered in dialog (a verified BYE)
-// and reports whether there was one: a BYE for a call this node does not
-// hold frees nothing.
-func (t *Tracker) EndDialog(ctx context.Context, dialog string) bool {
+// Answer records the callee's tag of member's answer (its 2xx): from now
+// on a BYE ends the call only when it names that tag. When a BYE with that
+// tag came first, the call ends now and Answer reports true.
+func (t *Tracker) Answer(ctx context.Context, member, calleeTag string) bool {
 	t.mu.Lock()
-	ms := t.dialogs[dialog]
-	if len(ms) == 0 {
+	c := t.calls[member]
+	if c == nil {
 		t.mu.Unlock()
 		return false
 	}
-	member := ms[0]
+	c.callee = calleeTag
+	if c.pendingEnd == "" || c.pendingEnd != calleeTag {
+		t.mu.Unlock()
+		return false
+	}
+	c = t.forget(member)
+	t.mu.Unlock()
+	t.free(ctx, member, c.keys)
+	return true
+}
+
+// EndDialog ends the live call of dialog whose answer named calleeTag (a
+// verified BYE: its Call-ID, caller's tag and peer leg make dialog, its
+// other tag is the callee's) and reports whether there was one. A BYE for
+// a call this node does not hold, or naming another callee tag, frees
+// nothing; one that comes before the call's answer was recorded is kept
+// as a pending end that the matching Answer carries out.
+func (t *Tracker) EndDialog(ctx context.Context, dialog, calleeTag string) bool {
+	if calleeTag == "" {
+		return false
+	}
+	t.mu.Lock()
+	var member string
+	for _, m := range t.dialogs[dialog] {
+		c := t.calls[m]
+		switch {
+		case c == nil:
+		case c.callee == calleeTag:
+			member = m
+		case c.callee == "" && c.pendingEnd == "":
+			c.pendingEnd = calleeTag
+		}
+		if member != "" {
+			break
+		}
+	}
+	if member == "" {
+		t.mu.Unlock()
+		return false
+	}
 	c := t.forget(member)
 	t.mu.Unlock()
 	if c != nil {

@@ -34,10 +34,16 @@ func TestTracker(t *testing.T) {
 	}
 
 	// A BYE of a dialog nobody set up frees nothing.
-	if tr.EndDialog(ctx, "nobody") {
+	if tr.EndDialog(ctx, "nobody", "callee") {
 		t.Fatal("EndDialog of an unknown dialog reported a call")
 	}
 	tr.Bind("a", "dlg-a")
+	tr.Answer(ctx, "a", "callee-a")
+	// A BYE naming a made-up callee tag (the carrier would answer 481 and
+	// the call go on) frees nothing.
+	if tr.EndDialog(ctx, "dlg-a", "made-up") {
+		t.Fatal("a BYE with another callee tag ended the call")
+	}
 	// Refreshed while it lives: still there after several TTLs.
 	for i := 0; i < 4; i++ {
 		clock.Advance(time.Second)
@@ -46,10 +52,10 @@ func TestTracker(t *testing.T) {
 	if got, want := count(), "[1 0]"; got != want {
 		t.Fatalf("after refreshes: got %s, want %s", got, want)
 	}
-	if !tr.EndDialog(ctx, "dlg-a") {
+	if !tr.EndDialog(ctx, "dlg-a", "callee-a") {
 		t.Fatal("EndDialog of a's dialog found no call")
 	}
-	if tr.EndDialog(ctx, "dlg-a") {
+	if tr.EndDialog(ctx, "dlg-a", "callee-a") {
 		t.Fatal("a second BYE ended a call again")
 	}
 	if got, want := count(), "[0 0]"; got != want || tr.Live() != 0 {
@@ -77,3 +83,29 @@ func TestTracker(t *testing.T) {
 		t.Fatalf("an unrefreshed call after the TTL: got %s, want %s", got, want)
 	}
 }
+
+// A carrier's BYE that overtakes the recording of its own 2xx is kept and
+// carried out by the matching answer; a BYE before the answer naming
+// another tag is not.
+func TestEndBeforeAnswer(t *testing.T) {
+	ctx := context.Background()
+	tr := NewTracker(NewLocalStore(nil), TrackerOptions{TTL: time.Minute, MaxDuration: time.Hour})
+	peer := Place{Key: "p", Limit: 2}
+	for _, m := range []string{"x", "y"} {
+		if d, err := tr.Occupy(ctx, m, []Place{peer}); err != nil || !d.Admit {
+			t.Fatalf("%s: %+v %v", m, d, err)
+		}
+		tr.Bind(m, "dlg-"+m)
+	}
+	if tr.EndDialog(ctx, "dlg-x", "callee-x") {
+		t.Fatal("a BYE before the answer ended the call at once")
+	}
+	if !tr.Answer(ctx, "x", "callee-x") || tr.Live() != 1 {
+		t.Fatalf("the answer matching the early BYE did not end the call (%d live)", tr.Live())
+	}
+	tr.EndDialog(ctx, "dlg-y", "bogus")
+	if tr.Answer(ctx, "y", "callee-y") || tr.Live() != 1 {
+		t.Fatalf("an early BYE naming another tag ended y (%d live)", tr.Live())
+	}
+}
+

@@ -3,6 +3,7 @@ package sip
 import (
 	"context"
 	"math"
+	"net/netip"
 	"strconv"
 
 	sipmsg "github.com/emiago/sipgo/sip"
@@ -24,8 +25,12 @@ type CallPlaces interface {
 	Bind(member, dialog string)
 	// End frees every place of member.
 	End(ctx context.Context, member string)
-	// EndDialog ends the call answered in dialog; false when none.
-	EndDialog(ctx context.Context, dialog string) bool
+	// Answer records the callee's tag of member's answer; true when an
+	// earlier BYE naming it ended the call now.
+	Answer(ctx context.Context, member, calleeTag string) bool
+	// EndDialog ends the call of dialog answered with calleeTag; false
+	// when none (a BYE naming another tag frees nothing).
+	EndDialog(ctx context.Context, dialog, calleeTag string) bool
 }
 
 // CallsKey is the store key of the max_calls place of one peer, customer
@@ -35,8 +40,13 @@ func CallsKey(prefix, scope, name string) string {
 }
 
 // dialogID names a call's dialog as a verified in-dialog request names it:
-// its Call-ID and the caller's From tag (both covered by the dialog token).
-func dialogID(callID, callerTag string) string { return callID + "\x00" + callerTag }
+// its Call-ID, the caller's From tag and the peer leg (all covered by the
+// dialog token), so one peer's BYE cannot end another call that reuses
+// its Call-ID and tag. The callee's tag, which only the answer gives, is
+// matched by the tracker (Answer, EndDialog).
+func dialogID(callID, callerTag string, peer netip.AddrPort) string {
+	return callID + "\x00" + callerTag + "\x00" + peer.String()
+}
 
 // occupyCalls takes the call's peer and customer places (max_calls). It
 // answers the call and returns false when the call must stop.
@@ -145,18 +155,20 @@ func (c *call) endCall() {
 
 // byeEnds ends the call of a BYE that passed the dialog token check, once
 // the BYE was sent on (not when it is answered: a carrier that never
-// answers the BYE does not keep the places).
+// answers the BYE does not keep the places). The BYE must name the
+// callee's tag of the call's answer: one with a made-up tag is refused by
+// the carrier (481) while the call goes on, and must not free it.
 func (p *Proxy) byeEnds(req *sipmsg.Request, hop inDialogHop) {
 	if req.Method != sipmsg.BYE {
 		return
 	}
-	var callerTag string
-	if hop.dir == fromCarrier {
-		if t := req.To(); t != nil {
-			callerTag = tagOf(t.Params)
-		}
-	} else if f := req.From(); f != nil {
-		callerTag = tagOf(f.Params)
+	from, to := req.From(), req.To()
+	if from == nil || to == nil {
+		return
 	}
-	p.calls.EndDialog(p.base, dialogID(callID(req), callerTag))
+	callerTag, calleeTag := tagOf(from.Params), tagOf(to.Params)
+	if hop.dir == fromCarrier {
+		callerTag, calleeTag = calleeTag, callerTag
+	}
+	p.calls.EndDialog(p.base, dialogID(callID(req), callerTag, hop.legs.peer.addr), calleeTag)
 }

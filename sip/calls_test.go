@@ -58,6 +58,19 @@ func TestMaxCallsPeer(t *testing.T) {
 		t.Fatalf("live calls after a forged BYE: got %d, want 2", got)
 	}
 
+	// The peer's BYE naming a made-up callee tag passes the token check
+	// (the token covers the Call-ID and the caller's tag) and is relayed,
+	// but a real carrier answers it 481 and the call goes on: it frees
+	// nothing (review finding: it freed the places of a live call).
+	bogus := inDialogOf(t, caller, h.udp, ok1, sipmsg.BYE)
+	madeUp := sipmsg.NewParams()
+	madeUp.Add("tag", "made-up")
+	bogus.ReplaceHeader(&sipmsg.ToHeader{Address: *ok1.To().Address.Clone(), Params: madeUp})
+	caller.Final(ctxT(t, 5*time.Second), bogus)
+	if got := live(); got != 2 {
+		t.Fatalf("live calls after a BYE with a made-up To tag: got %d, want 2", got)
+	}
+
 	// The peer's own BYE ends the call: one place is free again, once.
 	for i := 0; i < 2; i++ {
 		if res := caller.Final(ctxT(t, 5*time.Second), inDialogOf(t, caller, h.udp, ok1, sipmsg.BYE)); res == nil || res.StatusCode != 200 {

@@ -519,7 +519,9 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 	if c.placed {
 		// Bound before the INVITE leaves: a BYE that races the 2xx (the
 		// carrier's, or a caller's right after it) finds the call.
-		p.calls.Bind(c.member, dialogID(callID(c.req), tagOf(c.req.From().Params)))
+		src, _ := netip.ParseAddrPort(c.req.Source())
+		peerLeg := netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
+		p.calls.Bind(c.member, dialogID(callID(c.req), tagOf(c.req.From().Params), peerLeg))
 	}
 	out := p.outboundInvite(c.cfg, c.req, target, token)
 	cctx, cancel := requestCtx(target)
@@ -667,8 +669,12 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 			if r.IsSuccess() && c.placed {
 				// Set up: the places stay until the call's BYE (seen
 				// through Record-Route; the call was bound to its dialog
-				// when forwarded), its max duration or its expiry.
+				// when forwarded, and a BYE must name the callee's tag of
+				// this answer), its max duration or its expiry.
 				c.answered = true
+				if to := r.To(); to != nil {
+					p.calls.Answer(c.ctx, c.member, tagOf(to.Params))
+				}
 			}
 			if err := c.relay(r); err != nil && r.IsSuccess() {
 				// The caller is unreachable (a TCP caller that hung up while
