@@ -108,4 +108,3 @@ func TestEndBeforeAnswer(t *testing.T) {
 		t.Fatalf("an early BYE naming another tag ended y (%d live)", tr.Live())
 	}
 }
-
