@@ -194,3 +194,32 @@ func TestCarrierTimeoutWhileSheddingIsNotCounted(t *testing.T) {
 		t.Fatal("a carrier timeout of a node not shedding asked for no probe, want one (down_after 1)")
 	}
 }
+
+// An INVITE that reuses a live INVITE's branch and sent-by with a new
+// Call-ID is one transaction to sipgo (absorbed as a retransmission), so
+// it is one entry here: it takes no unit of the inflight bound that no
+// handler would give back (review finding: a peer could pin the bound).
+func TestInviteKeyFollowsSipgo(t *testing.T) {
+	parse := func(raw string) *sipmsg.Request {
+		t.Helper()
+		m, err := sipmsg.ParseMessage([]byte(strings.ReplaceAll(raw, "\n", "\r\n")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.(*sipmsg.Request)
+	}
+	invite := func(branch, port, callID string) *sipmsg.Request {
+		return parse("INVITE sip:100@127.0.0.1 SIP/2.0\nVia: SIP/2.0/UDP 127.0.0.2" + port + ";branch=" + branch +
+			"\nFrom: <sip:a@x>;tag=1\nTo: <sip:100@127.0.0.1>\nCall-ID: " + callID + "\nCSeq: 1 INVITE\nContent-Length: 0\n\n")
+	}
+	a := inviteKeyOf(invite("z9hG4bK-1", ":5060", "one"))
+	if b := inviteKeyOf(invite("z9hG4bK-1", "", "two")); a != b {
+		t.Errorf("same branch and sent-by (default port), new Call-ID: keys %q and %q differ", a, b)
+	}
+	if b := inviteKeyOf(invite("z9hG4bK-2", ":5060", "one")); a == b {
+		t.Error("another branch: same key")
+	}
+	if x, y := inviteKeyOf(invite("legacy", ":5060", "one")), inviteKeyOf(invite("legacy", ":5060", "two")); x == y {
+		t.Error("RFC 2543 branch: the Call-ID must stay in the key, as in sipgo's")
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -244,7 +245,14 @@ func (p *Proxy) guarded(where string, h sipgo.RequestHandler) sipgo.RequestHandl
 }
 
 // inviteKey identifies an INVITE server transaction as a CANCEL names it
-// (RFC 3261 9.2, 17.2.3): top Via branch and sent-by, and the Call-ID.
+// and as sipgo keys it (RFC 3261 9.2, 17.2.3): top Via branch and sent-by
+// (the transport's default port when the Via names none). Two INVITEs that
+// differ only in their Call-ID are one transaction to sipgo — the second
+// is absorbed as a retransmission — so they must be one entry here too: a
+// peer reusing a branch with new Call-IDs would otherwise take a unit of
+// the inflight bound per INVITE that no handler ever gives back (review
+// finding). A branch without RFC 3261's magic cookie (RFC 2543) keeps the
+// Call-ID, as sipgo's key for it does.
 type inviteKey string
 
 func inviteKeyOf(req *sipmsg.Request) inviteKey {
@@ -253,7 +261,15 @@ func inviteKeyOf(req *sipmsg.Request) inviteKey {
 		return ""
 	}
 	branch, _ := v.Params.Get("branch")
-	return inviteKey(branch + "\x00" + v.Host + ":" + strconv.Itoa(v.Port) + "\x00" + callID(req))
+	port := v.Port
+	if port <= 0 {
+		port = sipmsg.DefaultPort(v.Transport)
+	}
+	key := branch + "\x00" + v.Host + ":" + strconv.Itoa(port)
+	if !strings.HasPrefix(branch, sipmsg.RFC3261BranchMagicCookie) || len(branch) == len(sipmsg.RFC3261BranchMagicCookie) {
+		key += "\x00" + callID(req)
+	}
+	return inviteKey(key)
 }
 
 // inviteEntry is one INVITE the proxy is handling, as a CANCEL finds it.
