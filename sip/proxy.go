@@ -423,7 +423,6 @@ func (p *Proxy) Serve(ctx context.Context) error {
 // sweepInvites removes INVITE entries no handler claimed and tombstones,
 // every second, until ctx ends.
 func (p *Proxy) sweepInvites(ctx context.Context) {
-	defer p.panics.Recover("sip.sweep", nil)
 	t := time.NewTicker(sweepEvery)
 	defer t.Stop()
 	for {
@@ -431,9 +430,17 @@ func (p *Proxy) sweepInvites(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			p.invites.sweep(now)
+			p.sweepOnce(now)
 		}
 	}
+}
+
+// sweepOnce is one sweep, its panic recovered there: a sweeper that died
+// would never give orphaned inflight units back, and the node would end
+// up shedding every call.
+func (p *Proxy) sweepOnce(now time.Time) {
+	defer p.panics.Recover("sip.sweep", nil)
+	p.invites.sweep(now)
 }
 
 // waitIdle polls until no initial INVITE is being handled or ctx ends.

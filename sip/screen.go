@@ -370,13 +370,21 @@ func (t *inviteTable) register(req *sipmsg.Request, acquire func() bool, ctr *at
 	if e, ok := t.m[k]; ok {
 		switch {
 		case !e.finished.IsZero():
-			return regAnswered
+			// After its handler ended. The proxy ends the transactions of
+			// its own refusals at once, so sipgo makes a new one of this
+			// copy and a new decision follows: it takes a unit like any
+			// new INVITE (replaying refused INVITEs must not get past the
+			// bound). A copy sipgo absorbs gives its unit back as an
+			// orphan does.
+			e.releaseInflight() // a tombstone holds none; idempotent anyway
+			delete(t.m, k)
 		case !e.claimed && time.Since(e.created) > inflightOrphan:
 			// No handler took it in time: sipgo may never have made a
 			// transaction of it (or absorbed it); let sipgo see this copy.
 			return regAnswered
+		default:
+			return regLive
 		}
-		return regLive
 	}
 	e := &inviteEntry{src: req.Source(), transport: req.Transport(), created: time.Now()}
 	if acquire != nil {
