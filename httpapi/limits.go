@@ -153,7 +153,8 @@ func parseLimit(body io.Reader, scope string) (LimitRequest, time.Duration, []st
 	if err := dec.Decode(&req); err != nil {
 		msg := err.Error()
 		if strings.Contains(msg, `unknown field "max_calls"`) {
-			// Extension point: max_calls overrides come with the max_calls limit.
+			// max_calls has no live override (limits.Override): change it in
+			// the file and reload.
 			return req, 0, []string{"max_calls: not supported by this version (cps, burst and ttl are)"}
 		}
 		return req, 0, []string{"body: want JSON {\"cps\": 20, \"ttl\": \"1h\"}: " + strings.TrimPrefix(msg, "json: ")}

@@ -35,9 +35,8 @@ type Override struct {
 	// Burst, when set, replaces a peer's or customer's configured burst (0:
 	// no burst, the 1 s window); nil keeps the configured one.
 	Burst *int `json:"burst,omitempty"`
-	// Extension point: a max_calls override (concurrent calls) goes here as
-	// `MaxCalls *int`, applied where the proxy reads the configured
-	// max_calls, once that limit exists.
+	// max_calls has no override yet: one would go here as `MaxCalls *int`,
+	// applied where sip reads the configured max_calls (sip/calls.go).
 
 	// Until is when the override ends (by this node's clock; a store
 	// reports the time left, so nodes' clocks need not agree).

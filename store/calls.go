@@ -75,11 +75,12 @@ func (c *CallsFailover) Occupy(ctx context.Context, member string, ttl time.Dura
 }
 
 // Free implements calls.Store: the places leave both stores (a call
-// placed before a switch is freed where it lives). A Redis error is
-// returned; the place then expires with its TTL.
+// placed before a switch is freed where it lives). In fallback Redis is
+// not asked (every call's end would wait out its timeout); a place left
+// there expires with its TTL, as it does after a Redis error.
 func (c *CallsFailover) Free(ctx context.Context, member string, keys []string) (int, error) {
 	n, _ := c.local.Free(ctx, member, keys)
-	if c.redis == nil {
+	if !c.redisInUse() {
 		return n, nil
 	}
 	return c.redis.Free(ctx, member, keys)
