@@ -73,6 +73,8 @@ type fakePacer struct {
 	// lateBy past the slot, as a starved scheduler would.
 	lateWakes int
 	lateBy    time.Duration
+	// releasedMembers are the call attempts that gave a slot back.
+	releasedMembers map[string]bool
 }
 
 func (f *fakePacer) Reserve(_ context.Context, c pacing.Carrier, member string) (pacing.Slot, error) {
@@ -86,7 +88,14 @@ func (f *fakePacer) Reserve(_ context.Context, c pacing.Carrier, member string) 
 		return pacing.Slot{OK: false, Wait: c.MaxWait + time.Second}, nil
 	}
 	f.reserved = append(f.reserved, c.Key)
-	return pacing.Slot{OK: true, Wait: f.wait, Key: c.Key, Member: member, Reserved: time.Now()}, nil
+	wait := f.wait
+	if f.releasedMembers[member] {
+		// Taken again after a late wake: as in a real slot set with room,
+		// the next slot is now (a fixed wait again would model a queue
+		// that never drains).
+		wait = 0
+	}
+	return pacing.Slot{OK: true, Wait: wait, Key: c.Key, Member: member, Reserved: time.Now()}, nil
 }
 
 func (f *fakePacer) Wait(ctx context.Context, s pacing.Slot) error {
@@ -112,6 +121,10 @@ func (f *fakePacer) Release(_ context.Context, s pacing.Slot) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.released = append(f.released, s.Key)
+	if f.releasedMembers == nil {
+		f.releasedMembers = map[string]bool{}
+	}
+	f.releasedMembers[s.Member] = true
 	return nil
 }
 
