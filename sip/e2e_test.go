@@ -857,11 +857,24 @@ func TestE2EFailedCallsDoNotDownALiveCarrier(t *testing.T) {
 	// probe succeeds, so how many depends on timing).
 	// Counted as sent (ok or failed): on a loaded machine the probe at
 	// start may time out, which is one failure, not down_after.
-	waitFor(t, func() bool {
-		return testutil.ToFloat64(h.m.CarrierProbes.WithLabelValues("refusing", metrics.ProbeOK))+
-			testutil.ToFloat64(h.m.CarrierProbes.WithLabelValues("refusing", metrics.ProbeFailed)) >= 2 &&
-			refusing.Count("OPTIONS") >= 2
-	}, "a confirming probe, sent and received")
+	probes := func() (ok, failed float64, got int) {
+		return testutil.ToFloat64(h.m.CarrierProbes.WithLabelValues("refusing", metrics.ProbeOK)),
+			testutil.ToFloat64(h.m.CarrierProbes.WithLabelValues("refusing", metrics.ProbeFailed)), refusing.Count("OPTIONS")
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		ok, failed, got := probes()
+		if ok+failed >= 2 && got >= 1 {
+			// The probe at start plus a confirming one were sent (on a
+			// loaded machine the first may fail before it leaves: the
+			// carrier then counts one), and the carrier answered.
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no confirming probe: probes ok %v, failed %v; OPTIONS at the carrier %d; carrier_up %v; reroutes{refusing,failed} %v",
+				ok, failed, got, testutil.ToFloat64(h.m.CarrierUp.WithLabelValues("refusing")),
+				testutil.ToFloat64(h.m.Reroutes.WithLabelValues("refusing", "failed")))
+		}
+	}
 	if up := testutil.ToFloat64(h.m.CarrierUp.WithLabelValues("refusing")); up != 1 {
 		t.Errorf("carrier_up{refusing} = %v after its confirming probe, want 1", up)
 	}
