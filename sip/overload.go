@@ -104,12 +104,18 @@ func (p *Proxy) screenInvite(cfg *config.Config, req *sipmsg.Request, src netip.
 	}
 	p.m.Calls.WithLabelValues(peer, metrics.OutcomeRejectedOverload).Inc()
 	p.lastShed.Store(time.Now().UnixNano())
+	p.writeStateless(shedResponse(req, shedTag+strconv.FormatUint(rand.Uint64(), 36)))
+	return false
+}
+
+// shedResponse is the stateless 503 a shed INVITE gets, with To tag tag
+// (the read filter writes the same from raw bytes: rawshed.go).
+func shedResponse(req *sipmsg.Request, tag string) *sipmsg.Response {
 	res := sipmsg.NewResponseFromRequest(req, sipmsg.StatusServiceUnavailable, "Overloaded", nil)
 	if to := res.To(); to != nil {
-		to.Params.Add("tag", shedTag+strconv.FormatUint(rand.Uint64(), 36))
+		to.Params.Add("tag", tag)
 	}
-	p.writeStateless(res)
-	return false
+	return res
 }
 
 // shedAck reports an ACK of the proxy's own stateless overload answer: it

@@ -181,6 +181,9 @@ type Proxy struct {
 	inflight atomic.Int64
 	// lastShed is when the screen last shed a call (Unix ns, overload.go).
 	lastShed atomic.Int64
+	// rawSheds counts the calls the read filter shed from raw bytes
+	// (rawshed.go; tests).
+	rawSheds atomic.Int64
 
 	gate *sendGate
 	// keys mint and check the dialog tokens of Record-Route and Route.
@@ -666,7 +669,9 @@ func (p *Proxy) listensOn(port int) bool {
 
 // readFilter drops datagrams that filled the read buffer (they were cut
 // short by the socket and cannot be a whole SIP message) and, with
-// unknown_source drop, datagrams from strangers before they are parsed.
+// unknown_source drop, datagrams from strangers before they are parsed;
+// while the inflight bound is taken it sheds new initial INVITEs from
+// peers from their raw bytes (rawshed.go).
 func (p *Proxy) readFilter(props sipmsg.TransportReadProps, data []byte) ([]byte, error) {
 	if props.Transport != "UDP" {
 		return data, nil
@@ -676,11 +681,18 @@ func (p *Proxy) readFilter(props sipmsg.TransportReadProps, data []byte) ([]byte
 		return nil, nil
 	}
 	if ua, ok := props.RemoteAddr.(*net.UDPAddr); ok {
-		if cfg := p.cfg(); cfg != nil && cfg.SIP.UnknownSource == "drop" {
-			if ip, ok := netip.AddrFromSlice(ua.IP); ok && !p.knownSource(cfg, ip.Unmap()) {
+		cfg := p.cfg()
+		if cfg == nil {
+			return data, nil
+		}
+		if cfg.SIP.UnknownSource == "drop" {
+			if ip, ok := addrOf(ua); ok && !p.knownSource(cfg, ip) {
 				p.m.SIPErrors.WithLabelValues("unknown_source").Inc()
 				return nil, nil
 			}
+		}
+		if p.shedRaw(cfg, props, ua, data) {
+			return nil, nil
 		}
 	}
 	return data, nil
