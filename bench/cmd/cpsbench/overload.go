@@ -35,15 +35,15 @@ func overloadCmd(fs *flag.FlagSet) func(*env) error {
 		fmt.Printf("overload: %d CPS for %d s, then %d CPS for 1 s; one node on Redis, on_error reject, store.redis.timeout %s, carrier probe %v; SIPp caller and carrier on loopback\n",
 			*rate, *seconds, *after, *timeout, *probe)
 		t := stats.Table{Header: []string{"run", "offered", "final_answer_pct", "ok_200", "failed", "store_up_min", "store_switches", "store_down_ms",
-			"forwarded", "rejected_overload", "rejected_store", "rejected_down", "next_second_ok", "next_second_of", "next_second_failed", "next_second_retrans"}}
+			"forwarded", "rejected_overload", "rejected_store", "rejected_down", "next_second_ok", "next_second_of", "next_second_failed", "next_second_retrans", "node_cpu_s"}}
 		for run := 1; run <= e.runs; run++ {
 			r, err := overloadRun(e, run, *rate, *seconds, *after, *timeout, *inflight, !*probe)
 			if err != nil {
 				return err
 			}
-			fmt.Printf("  run %d: final answer %.2f %% (%d of %d; failed %d), store_up min %g (%d switches, seen down %d ms), outcomes forwarded %g rejected_overload %g rejected_store %g rejected_down %g; next second %d/%d ok (failed %d, retrans %d) (load %s)\n",
-				run, r.finalPct, r.final, r.offered, r.failed, r.upMin, r.switches, r.downMS, r.forwarded, r.shed, r.store, r.down, r.next.ok, *after, r.next.failed, r.next.retrans, load())
-			t.Add(run, r.offered, r.finalPct, r.ok200, r.failed, r.upMin, r.switches, r.downMS, r.forwarded, r.shed, r.store, r.down, r.next.ok, *after, r.next.failed, r.next.retrans)
+			fmt.Printf("  run %d: final answer %.2f %% (%d of %d; failed %d), store_up min %g (%d switches, seen down %d ms), outcomes forwarded %g rejected_overload %g rejected_store %g rejected_down %g; next second %d/%d ok (failed %d, retrans %d); node CPU %.2f s (load %s)\n",
+				run, r.finalPct, r.final, r.offered, r.failed, r.upMin, r.switches, r.downMS, r.forwarded, r.shed, r.store, r.down, r.next.ok, *after, r.next.failed, r.next.retrans, r.nodeCPU, load())
+			t.Add(run, r.offered, r.finalPct, r.ok200, r.failed, r.upMin, r.switches, r.downMS, r.forwarded, r.shed, r.store, r.down, r.next.ok, *after, r.next.failed, r.next.retrans, r.nodeCPU)
 		}
 		fmt.Println()
 		t.Print(os.Stdout)
@@ -64,6 +64,8 @@ type overloadResult struct {
 	switches                      int // "switching to fallback" lines in the node's log
 	forwarded, shed, store, down  float64
 	next                          sippResult
+	// nodeCPU is the node's CPU seconds (user and system) over the run.
+	nodeCPU float64
 }
 
 func overloadRun(e *env, run, rate, seconds, after int, timeout time.Duration, inflight int, noProbe bool) (overloadResult, error) {
@@ -83,6 +85,7 @@ func overloadRun(e *env, run, rate, seconds, after int, timeout time.Duration, i
 		return r, err
 	}
 	defer sys.stop()
+	cpu0 := procs.CPUTime(sys.pid)
 
 	limit := strconv.Itoa(seconds+20) + "s"
 	uasStat := filepath.Join(dir, "uas-stat.csv")
@@ -158,6 +161,7 @@ func overloadRun(e *env, run, rate, seconds, after int, timeout time.Duration, i
 	time.Sleep(500 * time.Millisecond)
 	stopWatch()
 	wg.Wait()
+	r.nodeCPU = procs.CPUTime(sys.pid) - cpu0
 	_ = os.WriteFile(filepath.Join(dir, "metrics.txt"), []byte(sys.guard.Scrape()), 0o644)
 
 	o, err := readSippStat(overStat)
