@@ -320,7 +320,7 @@ func requestLineOK(line []byte) bool {
 		return false
 	}
 	uri, ok := bytes.CutSuffix(rest, []byte(" SIP/2.0"))
-	if !ok || len(uri) == 0 || !plainToken(uri, uriChars) {
+	if !ok || len(uri) == 0 || !plainToken(uri, uriSet) {
 		return false
 	}
 	if !bytes.HasPrefix(uri, []byte("sip:")) && !bytes.HasPrefix(uri, []byte("sips:")) {
@@ -381,23 +381,33 @@ const (
 	hostChars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-."
 )
 
-// plainToken reports whether v is made of chars only.
-func plainToken(v []byte, chars string) bool {
+// charSet is a set of bytes.
+type charSet [256]bool
+
+func newCharSet(chars string) *charSet {
+	var s charSet
+	for i := 0; i < len(chars); i++ {
+		s[chars[i]] = true
+	}
+	return &s
+}
+
+// The character classes as sets.
+var (
+	tokenSet        = newCharSet(tokenChars)
+	displayTokenSet = newCharSet(tokenChars + " ")
+	uriSet          = newCharSet(uriChars)
+	hostSet         = newCharSet(hostChars)
+)
+
+// plainToken reports whether v is made of the set's bytes only.
+func plainToken(v []byte, set *charSet) bool {
 	for _, c := range v {
-		if !containsByte(chars, c) {
+		if !set[c] {
 			return false
 		}
 	}
 	return true
-}
-
-func containsByte(s string, c byte) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] == c {
-			return true
-		}
-	}
-	return false
 }
 
 // plainText reports whether v is printable ASCII without spaces (a plain
@@ -420,7 +430,7 @@ func (r *rawInvite) addVia(v []byte) bool {
 		return false
 	}
 	sp := bytes.IndexByte(rest, ' ')
-	if sp <= 0 || !plainToken(rest[:sp], tokenChars) {
+	if sp <= 0 || !plainToken(rest[:sp], tokenSet) {
 		return false
 	}
 	transport := rest[:sp]
@@ -431,7 +441,7 @@ func (r *rawInvite) addVia(v []byte) bool {
 	}
 	hostPort, params := rest[:end], rest[end:]
 	host, portText, hasPort := bytes.Cut(hostPort, []byte(":"))
-	if len(host) == 0 || !plainToken(host, hostChars) {
+	if len(host) == 0 || !plainToken(host, hostSet) {
 		return false
 	}
 	port := 0
@@ -458,7 +468,7 @@ func (r *rawInvite) addVia(v []byte) bool {
 		}
 		param := params[:next]
 		name, val, hasVal := bytes.Cut(param, []byte("="))
-		if len(name) == 0 || !plainToken(name, tokenChars) || (hasVal && (len(val) == 0 || !plainToken(val, tokenChars))) {
+		if len(name) == 0 || !plainToken(name, tokenSet) || (hasVal && (len(val) == 0 || !plainToken(val, tokenSet))) {
 			return false
 		}
 		if !seen.add(name) {
@@ -518,7 +528,7 @@ func nameAddrTag(v []byte) (tag int, ok bool) {
 			if bytes.ContainsAny(d, "\"\\") {
 				return 0, false
 			}
-		} else if !plainToken(bytes.ReplaceAll(d, []byte(" "), nil), tokenChars) || d[0] == ' ' {
+		} else if !plainToken(d, displayTokenSet) || d[0] == ' ' {
 			return 0, false
 		}
 		for _, c := range d {
@@ -533,7 +543,7 @@ func nameAddrTag(v []byte) (tag int, ok bool) {
 	}
 	gt += lt
 	uri := v[lt+1 : gt]
-	if !plainToken(uri, uriChars) || (!bytes.HasPrefix(uri, []byte("sip:")) && !bytes.HasPrefix(uri, []byte("sips:"))) {
+	if !plainToken(uri, uriSet) || (!bytes.HasPrefix(uri, []byte("sip:")) && !bytes.HasPrefix(uri, []byte("sips:"))) {
 		return 0, false
 	}
 	var u sipmsg.Uri
@@ -553,7 +563,7 @@ func nameAddrTag(v []byte) (tag int, ok bool) {
 			next = len(params)
 		}
 		name, val, hasVal := bytes.Cut(params[:next], []byte("="))
-		if len(name) == 0 || !plainToken(name, tokenChars) || (hasVal && !plainToken(val, tokenChars)) {
+		if len(name) == 0 || !plainToken(name, tokenSet) || (hasVal && !plainToken(val, tokenSet)) {
 			return 0, false
 		}
 		if !seen.add(name) {

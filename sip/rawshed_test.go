@@ -225,3 +225,39 @@ func TestReadFilterShedsFromRawBytes(t *testing.T) {
 		t.Errorf("calls shed from raw bytes after the retransmission and the stranger: got %d, want 1", n)
 	}
 }
+
+// BenchmarkShedParsed is what a shed INVITE costs the read loop on the
+// parsed path: sipgo's parse, and the screen's 503 built and printed.
+func BenchmarkShedParsed(b *testing.B) {
+	data := []byte(rawShedSeeds[0])
+	parser := sipmsg.NewParser()
+	b.ReportAllocs()
+	for b.Loop() {
+		m, err := parser.ParseSIP(data)
+		if err != nil {
+			b.Fatal(err)
+		}
+		req := m.(*sipmsg.Request)
+		req.SetSource("127.0.0.1:46749")
+		if !wellFormed(req) {
+			b.Fatal("not well formed")
+		}
+		_ = inviteKeyOf(req)
+		_ = shedResponse(req, "cgshed.x").String()
+	}
+}
+
+// BenchmarkShedRaw is the same INVITE shed by the read filter.
+func BenchmarkShedRaw(b *testing.B) {
+	data := []byte(rawShedSeeds[0])
+	buf := make([]byte, 0, 1024)
+	b.ReportAllocs()
+	for b.Loop() {
+		inv, ok := scanInvite(data)
+		if !ok {
+			b.Fatal("not scanned")
+		}
+		_ = inv.key()
+		buf, _ = inv.appendShed(buf[:0], "127.0.0.1:46749", "cgshed.x")
+	}
+}
