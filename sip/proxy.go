@@ -671,7 +671,8 @@ func (p *Proxy) listensOn(port int) bool {
 // short by the socket and cannot be a whole SIP message) and, with
 // unknown_source drop, datagrams from strangers before they are parsed;
 // while the inflight bound is taken it sheds new initial INVITEs from
-// peers from their raw bytes (rawshed.go).
+// peers from their raw bytes, and drops the ACKs of such answers from
+// known sources (rawshed.go).
 func (p *Proxy) readFilter(props sipmsg.TransportReadProps, data []byte) ([]byte, error) {
 	if props.Transport != "UDP" {
 		return data, nil
@@ -693,6 +694,11 @@ func (p *Proxy) readFilter(props sipmsg.TransportReadProps, data []byte) ([]byte
 		}
 		if p.shedRaw(cfg, props, ua, data) {
 			return nil, nil
+		}
+		if shedAckRaw(data) {
+			if ip, ok := addrOf(ua); ok && p.knownSource(cfg, ip) {
+				return nil, nil
+			}
 		}
 	}
 	return data, nil

@@ -110,6 +110,36 @@ func addrOf(a *net.UDPAddr) (netip.Addr, bool) {
 	return ip.Unmap(), ok
 }
 
+// ackStart is how an ACK datagram begins.
+var ackStart = []byte("ACK ")
+
+// shedAckRaw reports an ACK of one of the proxy's stateless overload
+// answers (its To tag has the shed prefix), read from raw bytes: the screen
+// drops those (shedAck) after sipgo parsed them, one parse per shed call.
+// Dropping an ACK costs its sender nothing the screen would have given it;
+// an ACK of a form scanned here only in part goes on to sipgo.
+func shedAckRaw(data []byte) bool {
+	if !bytes.HasPrefix(data, ackStart) {
+		return false
+	}
+	_, rest, ok := cutLine(data)
+	for ok {
+		var line []byte
+		if line, rest, ok = cutLine(rest); !ok || len(line) == 0 {
+			return false
+		}
+		colon := bytes.IndexByte(line, ':')
+		if colon < 0 {
+			return false
+		}
+		if isName(bytes.TrimSpace(line[:colon]), "to", "t") {
+			tag, value, ok := nameAddr(bytes.TrimSpace(line[colon+1:]))
+			return ok && tag == tagSet && bytes.HasPrefix(value, []byte(shedTag))
+		}
+	}
+	return false
+}
+
 // udpConnOf returns the UDP listener whose local address is la, or nil.
 func (p *Proxy) udpConnOf(la net.Addr) *net.UDPConn {
 	for _, l := range p.listeners {
@@ -513,49 +543,55 @@ const (
 // [display name] "<" SIP URI ">" followed by token parameters, and says
 // whether it has a tag; false for any other form.
 func nameAddrTag(v []byte) (tag int, ok bool) {
+	tag, _, ok = nameAddr(v)
+	return tag, ok
+}
+
+// nameAddr is nameAddrTag, with the tag's value.
+func nameAddr(v []byte) (tag int, value []byte, ok bool) {
 	lt := bytes.IndexByte(v, '<')
 	if lt < 0 {
-		return 0, false
+		return 0, nil, false
 	}
 	display := v[:lt]
 	if len(display) > 0 {
 		d := bytes.TrimRight(display, " ")
 		if len(d) == len(display) && len(d) > 0 {
-			return 0, false // "name<uri>": left to sipgo
+			return 0, nil, false // "name<uri>": left to sipgo
 		}
 		if len(d) >= 2 && d[0] == '"' && d[len(d)-1] == '"' {
 			d = d[1 : len(d)-1]
 			if bytes.ContainsAny(d, "\"\\") {
-				return 0, false
+				return 0, nil, false
 			}
 		} else if !plainToken(d, displayTokenSet) || d[0] == ' ' {
-			return 0, false
+			return 0, nil, false
 		}
 		for _, c := range d {
 			if c < ' ' || c >= 0x7f {
-				return 0, false
+				return 0, nil, false
 			}
 		}
 	}
 	gt := bytes.IndexByte(v[lt:], '>')
 	if gt < 0 {
-		return 0, false
+		return 0, nil, false
 	}
 	gt += lt
 	uri := v[lt+1 : gt]
 	if !plainToken(uri, uriSet) || (!bytes.HasPrefix(uri, []byte("sip:")) && !bytes.HasPrefix(uri, []byte("sips:"))) {
-		return 0, false
+		return 0, nil, false
 	}
 	var u sipmsg.Uri
 	if sipmsg.ParseUri(string(uri), &u) != nil || u.Host == "" {
-		return 0, false
+		return 0, nil, false
 	}
 	params := v[gt+1:]
 	var seen paramNames
 	tag = tagNone
 	for len(params) > 0 {
 		if params[0] != ';' {
-			return 0, false
+			return 0, nil, false
 		}
 		params = params[1:]
 		next := bytes.IndexByte(params, ';')
@@ -564,23 +600,23 @@ func nameAddrTag(v []byte) (tag int, ok bool) {
 		}
 		name, val, hasVal := bytes.Cut(params[:next], []byte("="))
 		if len(name) == 0 || !plainToken(name, tokenSet) || (hasVal && !plainToken(val, tokenSet)) {
-			return 0, false
+			return 0, nil, false
 		}
 		if !seen.add(name) {
-			return 0, false
+			return 0, nil, false
 		}
 		if bytes.EqualFold(name, []byte("tag")) {
 			if string(name) != "tag" || tag != tagNone {
-				return 0, false // "TAG", or two tags: left to sipgo
+				return 0, nil, false // "TAG", or two tags: left to sipgo
 			}
-			tag = tagSet
+			tag, value = tagSet, val
 			if len(val) == 0 {
 				tag = tagEmpty
 			}
 		}
 		params = params[next:]
 	}
-	return tag, true
+	return tag, value, true
 }
 
 // paramNames are the parameter names of one header value, to refuse a

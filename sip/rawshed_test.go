@@ -261,3 +261,50 @@ func BenchmarkShedRaw(b *testing.B) {
 		buf, _ = inv.appendShed(buf[:0], "127.0.0.1:46749", "cgshed.x")
 	}
 }
+
+// checkShedAckRaw: an ACK the read filter drops as one of a shed answer
+// is one the screen drops too (shedAck), or one sipgo would not parse, or
+// one the screen finds malformed (an ACK never gets an answer).
+func checkShedAckRaw(t testing.TB, data []byte) {
+	if !shedAckRaw(data) {
+		return
+	}
+	m, err := sipmsg.NewParser().ParseSIP(data)
+	if err != nil {
+		return
+	}
+	req, ok := m.(*sipmsg.Request)
+	if !ok || !req.IsAck() {
+		t.Fatalf("dropped as the ACK of a shed answer, but sipgo reads another message:\n%q", data)
+	}
+	if wellFormed(req) && !shedAck(req) {
+		t.Fatalf("dropped as the ACK of a shed answer, but the screen would pass it:\n%q", data)
+	}
+}
+
+var shedAckSeeds = []string{
+	"ACK sip:bench@127.0.0.1:5060 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:46749;branch=z9hG4bK-1\r\nFrom: sipp <sip:sipp@127.0.0.1:46749>;tag=1\r\nTo: <sip:bench@127.0.0.1:5060>;tag=cgshed.abc\r\nCall-ID: 1\r\nCSeq: 1 ACK\r\nContent-Length: 0\r\n\r\n",
+	"ACK sip:bench@127.0.0.1:5060 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:46749;branch=z9hG4bK-1\r\nFrom: <sip:a@h>;tag=cgshed.1\r\nt: <sip:bench@127.0.0.1:5060>;tag=carrier1\r\nCall-ID: cgshed.1\r\nCSeq: 1 ACK\r\n\r\n",
+	"ACK sip:b@h SIP/2.0\r\nt: \"x\" <sip:b@h>;tag=cgshed.1;tag=2\r\n\r\n",
+}
+
+// TestShedAckRawMatchesScreen: the ACK of a shed answer is dropped from
+// raw bytes; an ACK of another answer is not.
+func TestShedAckRawMatchesScreen(t *testing.T) {
+	want := []bool{true, false, false}
+	for i, s := range shedAckSeeds {
+		checkShedAckRaw(t, []byte(s))
+		if got := shedAckRaw([]byte(s)); got != want[i] {
+			t.Errorf("seed %d: dropped %v, want %v", i, got, want[i])
+		}
+	}
+}
+
+// FuzzShedAckRaw: the raw ACK check never panics and never drops an ACK
+// the screen would pass.
+func FuzzShedAckRaw(f *testing.F) {
+	for _, s := range shedAckSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) { checkShedAckRaw(t, data) })
+}
