@@ -161,7 +161,9 @@ func TestReadFilterShedsFromRawBytes(t *testing.T) {
 
 	hold := make(chan struct{})
 	defer close(hold)
+	adm.mu.Lock()
 	adm.hold = hold
+	adm.mu.Unlock()
 	// The held call, from a raw socket so that it can be retransmitted.
 	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP("127.0.0.2")})
 	if err != nil {
