@@ -91,7 +91,9 @@
 // (overload.go): beyond sip.max_inflight new calls being decided (from
 // arrival until refused, answered or holding their first pacing slot), a
 // new initial INVITE gets 503 at once from the screen, statelessly, outcome
-// rejected_overload; in-dialog requests, calls waiting for a slot and
+// rejected_overload (while the bound is taken, a peer's plain INVITE gets
+// that same answer from the UDP read filter, from its raw bytes, before
+// sipgo parses it: rawshed.go); in-dialog requests, calls waiting for a slot and
 // forwarded calls are never counted nor shed. The screen also answers 100
 // Trying to every INVITE it lets in, and to its retransmissions while it is
 // handled, so a handler that sipgo runs late draws no retransmission storm.

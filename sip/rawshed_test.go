@@ -310,3 +310,31 @@ func FuzzShedAckRaw(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) { checkShedAckRaw(t, data) })
 }
+
+// BenchmarkShedAckParsed is what the ACK of a shed answer costs the read
+// loop when sipgo parses it for the screen to drop.
+func BenchmarkShedAckParsed(b *testing.B) {
+	data := []byte(shedAckSeeds[0])
+	parser := sipmsg.NewParser()
+	b.ReportAllocs()
+	for b.Loop() {
+		m, err := parser.ParseSIP(data)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if !shedAck(m.(*sipmsg.Request)) {
+			b.Fatal("not a shed ACK")
+		}
+	}
+}
+
+// BenchmarkShedAckRaw is the same ACK dropped by the read filter.
+func BenchmarkShedAckRaw(b *testing.B) {
+	data := []byte(shedAckSeeds[0])
+	b.ReportAllocs()
+	for b.Loop() {
+		if !shedAckRaw(data) {
+			b.Fatal("not a shed ACK")
+		}
+	}
+}
