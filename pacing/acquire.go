@@ -134,6 +134,9 @@ func (p *Pacer) Acquire(ctx context.Context, c Carrier, member string, trace *Tr
 		p.releaseAfter(ctx, slot)
 		return Ticket{Wait: slot.Wait}, nil
 	case err != nil:
+		// ctx ended in the gate: the slot goes unused, like one whose
+		// wait was cancelled.
+		p.releaseAfter(ctx, slot)
 		return Ticket{Wait: slot.Wait}, err
 	}
 	return Ticket{OK: true, Wait: slot.Wait, gate: p.gate, passed: passed}, nil

@@ -241,6 +241,27 @@ func TestAcquireGate(t *testing.T) {
 		t.Errorf("sleeps = %d, want 2 (the slot's, then the gate's)", n)
 	}
 
+	// A caller gone while the gate holds its send: the slot is given back.
+	// (call-3 left at the clock's now, unstamped: room 1.005 s later; the
+	// slot is due at once, so the one sleep that is not 0 is the gate's.)
+	clock.Add(time.Second)
+	ctx2, cancel := context.WithCancel(ctx)
+	clock.onSleep = func(_ context.Context, d time.Duration) error {
+		if d <= 0 {
+			return nil
+		}
+		cancel()
+		return context.Canceled
+	}
+	_, releasedBefore := store.counts()
+	if tk, err := p.Acquire(ctx2, short, "call-4", nil, GateKey{Key: "peer:p", CPS: 1}); tk.OK || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Acquire cancelled in the gate = %+v, %v; want not OK, Canceled", tk, err)
+	}
+	if _, released := store.counts(); released != releasedBefore+1 {
+		t.Errorf("released %d, want %d (the slot of the call cancelled in the gate)", released, releasedBefore+1)
+	}
+	clock.onSleep = nil
+
 	// Keys with no cps are no limit; other keys are apart.
 	for i := range 3 {
 		if tk, err := p.Acquire(ctx, short, fmt.Sprintf("free-%d", i), nil, GateKey{Key: "peer:free"}, GateKey{Key: "customer:c", CPS: 5}); err != nil || !tk.OK {
