@@ -30,15 +30,15 @@ const (
 // for keys, the call's admission limits). On carrierReady the returned
 // ticket is stamped once the request has left; err is set with
 // carrierStoreFailed. wait is the slot's wait: granted, or the one refused
-// as too long. It updates the pacing metrics; log gets a debug
-// line for a full carrier and for a late wake.
+// as too long. It updates the pacing metrics (names and labels are sip's,
+// from the Trace); log gets a debug line for a full carrier and for a late
+// wake.
 func (p *Proxy) awaitCarrier(ctx context.Context, log *slog.Logger, cfg *config.Config, car *config.Carrier, member string, keys []pacing.GateKey) (ticket pacing.Ticket, state carrierState, wait time.Duration, err error) {
-	queued := p.m.Queued.WithLabelValues(car.Name)
 	trace := &pacing.Trace{
-		Reserved: func(slot pacing.Slot, err error) {
+		Reserved: func(slot pacing.Slot, failed error) {
 			decided(ctx) // what remains is a timer and a send: no longer in flight
 			switch {
-			case err != nil:
+			case failed != nil:
 			case !slot.OK:
 				p.m.Pacing.WithLabelValues(car.Name, metrics.PacingFull).Inc()
 				log.Debug("carrier full", "carrier", car.Name, "wait", slot.Wait, "max_wait", car.MaxWait)
@@ -47,7 +47,7 @@ func (p *Proxy) awaitCarrier(ctx context.Context, log *slog.Logger, cfg *config.
 				p.m.PacingWait.WithLabelValues(car.Name).Observe(slot.Wait.Seconds())
 			}
 		},
-		Queued: func(delta int) { queued.Add(float64(delta)) },
+		Queued: func(delta int) { p.m.Queued.WithLabelValues(car.Name).Add(float64(delta)) },
 		Late: func(_ pacing.Slot, late time.Duration) {
 			p.m.Pacing.WithLabelValues(car.Name, metrics.PacingLate).Inc()
 			log.Debug("woke too late for the slot: taking the next", "carrier", car.Name, "late", late)
