@@ -1,0 +1,178 @@
+package policy
+
+import (
+	"net/netip"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/cpsguard/cpsguard/admission"
+	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/lua"
+)
+
+func testConfig() *config.Config {
+	return &config.Config{
+		Store:     config.Store{KeyPrefix: "t"},
+		Peers:     []config.Peer{{Name: "dialer-1", CPS: 50, Windows: []config.Window{{Calls: 600, Per: time.Minute}}}},
+		Customers: []config.Customer{{Name: "acme", CPS: 0.5}, {Name: "none"}},
+		Carriers: []config.Carrier{
+			{Name: "a", URI: "sip:127.0.0.1:5070", CPS: 10, MaxWait: time.Second},
+			{Name: "b", URI: "sip:[::1];transport=tcp", CPS: 10},
+			{Name: "c", URI: "sip:carrier.example", CPS: 10},
+			{Name: "bad", URI: "sip:", CPS: 10},
+		},
+	}
+}
+
+// oldBuckets is how sip built a scope's buckets per call before Policy.
+func oldBuckets(prefix, scope, name string, cps float64, burst int, windows []config.Window) []admission.Bucket {
+	key := lua.Key(prefix, scope, name)
+	var out []admission.Bucket
+	if burst > 0 {
+		out = append(out, admission.TokenBucket(key, cps, burst))
+	} else {
+		limit, window := admission.LimitFor(cps)
+		out = append(out, admission.Bucket{Key: key, Limit: limit, Window: window})
+	}
+	for _, w := range windows {
+		out = append(out, admission.WindowBucket(key, w.Calls, w.Per))
+	}
+	return out
+}
+
+func TestBucketsAsBuiltPerCall(t *testing.T) {
+	cfg := testConfig()
+	p := New(cfg)
+	pe := p.Peer(&cfg.Peers[0])
+	cu := p.Customer(&cfg.Customers[0])
+	for _, tc := range []struct {
+		name  string
+		s     *Scoped
+		cps   float64
+		burst int
+	}{
+		{"peer configured", pe, 50, 0},
+		{"peer override", pe, 20, 0},
+		{"peer override burst", pe, 20, 40},
+		{"customer below 1 cps", cu, 0.5, 0},
+		{"customer override", cu, 3, 5},
+	} {
+		got := tc.s.Buckets(tc.cps, tc.burst)
+		want := oldBuckets("t", string(tc.s.Scope), tc.s.Name, tc.cps, tc.burst, cfg.Peers[0].Windows)
+		if tc.s.Scope == ScopeCustomer {
+			want = oldBuckets("t", string(tc.s.Scope), tc.s.Name, tc.cps, tc.burst, nil)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: got %+v, want %+v", tc.name, got, want)
+		}
+	}
+	if got := p.Customer(&cfg.Customers[1]).Buckets(0, 0)[0].Limit; got != 0 {
+		t.Errorf("no cps: got limit %d, want 0", got)
+	}
+}
+
+func TestConfiguredBucketsDoNotAllocate(t *testing.T) {
+	cfg := testConfig()
+	p := New(cfg)
+	n := testing.AllocsPerRun(100, func() {
+		pe := p.Peer(&cfg.Peers[0])
+		_ = pe.Buckets(pe.CPS, pe.Burst)
+		_ = p.Carrier(&cfg.Carriers[0]).Pacing(10)
+	})
+	if n != 0 {
+		t.Errorf("got %v allocations per call, want 0", n)
+	}
+}
+
+func TestEditedInPlaceIsDerivedAfresh(t *testing.T) {
+	cfg := testConfig()
+	p := New(cfg)
+	cfg.Peers[0].CPS = 7
+	cfg.Carriers[0].URI = "sip:127.0.0.9:5080"
+	if got := p.Peer(&cfg.Peers[0]).Buckets(7, 0)[0].Limit; got != 7 {
+		t.Errorf("peer edited in place: got limit %d, want 7", got)
+	}
+	if got := p.Carrier(&cfg.Carriers[0]).Target.HostPort; got != "127.0.0.9:5080" {
+		t.Errorf("carrier edited in place: got %q, want 127.0.0.9:5080", got)
+	}
+	other := config.Peer{Name: "x", CPS: 1}
+	if got := p.Peer(&other).Key; got != "t:{peer:x}" {
+		t.Errorf("peer of another snapshot: got %q, want t:{peer:x}", got)
+	}
+}
+
+func TestCarriers(t *testing.T) {
+	cfg := testConfig()
+	p := New(cfg)
+	for _, tc := range []struct {
+		name string
+		want Target
+		err  bool
+	}{
+		{"a", Target{Host: "127.0.0.1", Port: 5070, Transport: "UDP", HostPort: "127.0.0.1:5070"}, false},
+		{"b", Target{Host: "[::1]", Port: 5060, Transport: "TCP", HostPort: "[::1]:5060"}, false},
+		{"c", Target{Host: "carrier.example", Port: 5060, Transport: "UDP", HostPort: "carrier.example:5060"}, false},
+		{"bad", Target{}, true},
+	} {
+		c := p.Carrier(cfg.Carrier(tc.name))
+		if (c.Err != nil) != tc.err {
+			t.Errorf("%s: got error %v, want error %v", tc.name, c.Err, tc.err)
+		}
+		if c.Target != tc.want {
+			t.Errorf("%s: got %+v, want %+v", tc.name, c.Target, tc.want)
+		}
+	}
+	if pc := p.Carrier(&cfg.Carriers[0]).Pacing(4); pc.CPS != 4 || pc.MaxWait != time.Second {
+		t.Errorf("pacing: got %+v, want cps 4, max_wait 1s", pc)
+	}
+	want := map[netip.Addr]struct{}{netip.MustParseAddr("127.0.0.1"): {}, netip.MustParseAddr("::1"): {}}
+	if got := p.CarrierIPs(); !reflect.DeepEqual(got, want) {
+		t.Errorf("carrier IPs: got %v, want %v", got, want)
+	}
+}
+
+func TestCache(t *testing.T) {
+	var c Cache
+	if c.Of(nil) != nil {
+		t.Fatal("nil config: got a Policy")
+	}
+	a, b := testConfig(), testConfig()
+	pa := c.Of(a)
+	if c.Of(a) != pa {
+		t.Error("same snapshot: derived again")
+	}
+	if pb := c.Of(b); pb == pa || pb.Config() != b {
+		t.Error("new snapshot: got the old Policy")
+	}
+}
+
+// BenchmarkPerCall compares what the call path did per INVITE before
+// Policy (build the peer's and customer's keys and buckets and the
+// carrier's slot key) with the lookups in a derived Policy.
+//
+//	go test -run '^$' -bench PerCall -benchmem ./policy
+func BenchmarkPerCall(b *testing.B) {
+	cfg := testConfig()
+	b.Run("built", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			bs := oldBuckets("t", "peer", cfg.Peers[0].Name, cfg.Peers[0].CPS, 0, cfg.Peers[0].Windows)
+			bs = append(bs, oldBuckets("t", "customer", cfg.Customers[0].Name, cfg.Customers[0].CPS, 0, nil)...)
+			_ = lua.Key("t", "carrier", cfg.Carriers[0].Name)
+			_ = bs
+		}
+	})
+	p := New(cfg)
+	b.Run("derived", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			pe, cu := p.Peer(&cfg.Peers[0]), p.Customer(&cfg.Customers[0])
+			bs := make([]admission.Bucket, 0, 4)
+			bs = append(bs, pe.Buckets(pe.CPS, pe.Burst)...)
+			bs = append(bs, cu.Buckets(cu.CPS, cu.Burst)...)
+			_ = p.Carrier(&cfg.Carriers[0]).Pacing(10)
+			_ = bs
+		}
+	})
+}
