@@ -8,9 +8,10 @@
 // cannot silently move a running pool's windows, slots and places.
 //
 // A Policy is built by New from a validated *config.Config and never
-// changes; Cache hands out the Policy of the snapshot in force and builds
-// the next one when the snapshot pointer changes (a reload builds a new
-// Config, so the pointer names the contents).
+// changes; Of (or a Cache of one's own) hands out the Policy of the
+// snapshot in force and derives the next one when the snapshot pointer
+// changes (a reload builds a new Config, so the pointer names the
+// contents).
 //
 // Live values stay per call: a limit override or an adaptive carrier's
 // effective rate is applied by the caller (Scoped.Buckets takes the cps and

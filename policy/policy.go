@@ -240,3 +240,11 @@ func (c *Cache) Of(cfg *config.Config) *Policy {
 	c.last.Store(p)
 	return p
 }
+
+// snapshots is the Cache behind Of.
+var snapshots Cache
+
+// Of returns the Policy of cfg from one process-wide Cache: the proxy and
+// the API, reading the same snapshot, share one derivation (nil for a nil
+// cfg). Tests that alternate between Configs only derive more often.
+func Of(cfg *config.Config) *Policy { return snapshots.Of(cfg) }
