@@ -52,7 +52,7 @@ func DialogKey(prefix, id string) string { return Key(prefix, ScopeDialog, id) }
 // NodesKey is the key of the pool's node set: "cpsguard:{nodes:all}".
 func NodesKey(prefix string) string { return Key(prefix, ScopeNodes, allName) }
 
-// OverridesKey is the key of the pool's limit overrides:
-// "cpsguard:{overrides:all}". lua.OverridesKey builds the same key for the
-// limits store; keys_test.go holds the two equal.
+// OverridesKey is the key of the pool's limit overrides (the limits
+// store's hash): "cpsguard:{overrides:all}". Its hash tag holds every
+// override, so one script sees them all on a Cluster.
 func OverridesKey(prefix string) string { return Key(prefix, ScopeOverrides, allName) }

@@ -1,4 +1,4 @@
-package policy
+package policy_test
 
 import (
 	"testing"
@@ -8,6 +8,7 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/limits"
 	"github.com/cpsguard/cpsguard/lua"
+	"github.com/cpsguard/cpsguard/policy"
 )
 
 // TestKeysArePinned pins every key a running pool keeps its state under.
@@ -17,23 +18,25 @@ func TestKeysArePinned(t *testing.T) {
 	for _, tc := range []struct {
 		name, got, want string
 	}{
-		{"peer", Key("cpsguard", ScopePeer, "dialer-1"), "cpsguard:{peer:dialer-1}"},
-		{"customer", Key("cpsguard", ScopeCustomer, "acme"), "cpsguard:{customer:acme}"},
-		{"carrier", Key("cpsguard", ScopeCarrier, "carrier-a"), "cpsguard:{carrier:carrier-a}"},
-		{"dialog", DialogKey("cpsguard", "0a1b2c"), "cpsguard:{dialog:0a1b2c}"},
-		{"calls peer", CallsKey("cpsguard", ScopePeer, "dialer-1"), "cpsguard:{calls:peer:dialer-1}"},
-		{"calls customer", CallsKey("cpsguard", ScopeCustomer, "acme"), "cpsguard:{calls:customer:acme}"},
-		{"calls carrier", CallsKey("cpsguard", ScopeCarrier, "carrier-a"), "cpsguard:{calls:carrier:carrier-a}"},
-		{"nodes", NodesKey("cpsguard"), "cpsguard:{nodes:all}"},
-		{"overrides", OverridesKey("cpsguard"), "cpsguard:{overrides:all}"},
-		{"overrides (limits store)", lua.OverridesKey("cpsguard"), "cpsguard:{overrides:all}"},
+		{"peer", policy.Key("cpsguard", policy.ScopePeer, "dialer-1"), "cpsguard:{peer:dialer-1}"},
+		{"customer", policy.Key("cpsguard", policy.ScopeCustomer, "acme"), "cpsguard:{customer:acme}"},
+		{"carrier", policy.Key("cpsguard", policy.ScopeCarrier, "carrier-a"), "cpsguard:{carrier:carrier-a}"},
+		{"dialog", policy.DialogKey("cpsguard", "0a1b2c"), "cpsguard:{dialog:0a1b2c}"},
+		{"calls peer", policy.CallsKey("cpsguard", policy.ScopePeer, "dialer-1"), "cpsguard:{calls:peer:dialer-1}"},
+		{"calls customer", policy.CallsKey("cpsguard", policy.ScopeCustomer, "acme"), "cpsguard:{calls:customer:acme}"},
+		{"calls carrier", policy.CallsKey("cpsguard", policy.ScopeCarrier, "carrier-a"), "cpsguard:{calls:carrier:carrier-a}"},
+		{"nodes", policy.NodesKey("cpsguard"), "cpsguard:{nodes:all}"},
+		{"overrides", policy.OverridesKey("cpsguard"), "cpsguard:{overrides:all}"},
 		{"override field", limits.Field(limits.ScopePeer, "dialer-1"), "peer/dialer-1"},
-		{"other prefix", Key("pool.b:x", ScopePeer, "p"), "pool.b:x:{peer:p}"},
+		{"other prefix", policy.Key("pool.b:x", policy.ScopePeer, "p"), "pool.b:x:{peer:p}"},
 		// Keys derived beside a scope's key keep its hash tag.
-		{"token bucket", admission.TokenBucket(Key("cpsguard", ScopePeer, "dialer-1"), 10, 30).Key, "cpsguard:{peer:dialer-1}:tb"},
-		{"extra window", admission.WindowBucket(Key("cpsguard", ScopeCustomer, "acme"), 600, time.Minute).Key, "cpsguard:{customer:acme}:w60s"},
-		{"extra window ms", admission.WindowBucket(Key("cpsguard", ScopeCustomer, "acme"), 5, 1500*time.Millisecond).Key, "cpsguard:{customer:acme}:w1500ms"},
-		{"carrier rate", lua.RateKey(Key("cpsguard", ScopeCarrier, "carrier-a")), "cpsguard:{carrier:carrier-a}:rate"},
+		{"token bucket", admission.TokenBucket(policy.Key("cpsguard", policy.ScopePeer, "dialer-1"), 10, 30).Key, "cpsguard:{peer:dialer-1}:tb"},
+		{"extra window", admission.WindowBucket(policy.Key("cpsguard", policy.ScopeCustomer, "acme"), 600, time.Minute).Key, "cpsguard:{customer:acme}:w60s"},
+		{"extra window ms", admission.WindowBucket(policy.Key("cpsguard", policy.ScopeCustomer, "acme"), 5, 1500*time.Millisecond).Key, "cpsguard:{customer:acme}:w1500ms"},
+		{"token level", lua.TokenKey(admission.TokenBucket(policy.Key("cpsguard", policy.ScopePeer, "dialer-1"), 10, 30).Key), "cpsguard:{peer:dialer-1}:tb:tokens"},
+		{"override expiries", lua.OverridesExpiryKey(policy.OverridesKey("cpsguard")), "cpsguard:{overrides:all}:expiry"},
+		{"node instances", lua.InstancesKey(policy.NodesKey("cpsguard")), "cpsguard:{nodes:all}:instances"},
+		{"carrier rate", lua.RateKey(policy.Key("cpsguard", policy.ScopeCarrier, "carrier-a")), "cpsguard:{carrier:carrier-a}:rate"},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("%s: got %q, want %q", tc.name, tc.got, tc.want)
@@ -49,7 +52,7 @@ func TestPolicyKeys(t *testing.T) {
 		Customers: []config.Customer{{Name: "acme", CPS: 20, Burst: 30, Windows: []config.Window{{Calls: 600, Per: time.Minute}}}},
 		Carriers:  []config.Carrier{{Name: "carrier-a", URI: "sip:127.0.0.1:5070", CPS: 10, MaxWait: 2 * time.Second}},
 	}
-	p := New(cfg)
+	p := policy.New(cfg)
 	pe, cu, car := p.Peer(&cfg.Peers[0]), p.Customer(&cfg.Customers[0]), p.Carrier(&cfg.Carriers[0])
 	for _, tc := range []struct {
 		name, got, want string

@@ -53,9 +53,11 @@ type Carrier struct {
 	// ID is "carrier:name", the carrier's name in this node's in-process
 	// tables (the send gate).
 	ID string
-	// Key is the slot set's key (Key), CallsKey the max_calls place's.
+	// Key is the slot set's key (Key); CallsKey the max_calls place's,
+	// MaxCalls its limit (0: none).
 	Key      string
 	CallsKey string
+	MaxCalls int
 	// MaxWait is the longest a call waits for one of its slots.
 	MaxWait time.Duration
 	// Target is the parsed URI; Err is set instead when it does not parse
@@ -122,7 +124,7 @@ func newCarrier(prefix string, car *config.Carrier) Carrier {
 	return Carrier{
 		Name: car.Name, ID: string(ScopeCarrier) + ":" + car.Name,
 		Key: Key(prefix, ScopeCarrier, car.Name), CallsKey: CallsKey(prefix, ScopeCarrier, car.Name),
-		MaxWait: car.MaxWait, Target: t, Err: err, uri: car.URI,
+		MaxCalls: car.MaxCalls, MaxWait: car.MaxWait, Target: t, Err: err, uri: car.URI,
 	}
 }
 
@@ -181,7 +183,7 @@ func (s *Scoped) current(name string, cps float64, burst int, windows []config.W
 
 // current reports whether c was derived from car's present values.
 func (c *Carrier) current(car *config.Carrier) bool {
-	return c.Name == car.Name && c.uri == car.URI && c.MaxWait == car.MaxWait
+	return c.Name == car.Name && c.uri == car.URI && c.MaxWait == car.MaxWait && c.MaxCalls == car.MaxCalls
 }
 
 // Buckets returns s's admission buckets at cps and burst (the configured
