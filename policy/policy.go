@@ -223,24 +223,40 @@ func (c *Carrier) Pacing(cps float64) pacing.Carrier {
 	return pacing.Carrier{Key: c.Key, CPS: cps, MaxWait: c.MaxWait}
 }
 
-// Cache holds the Policy of the last snapshot it was asked for. The zero
-// Cache is ready to use.
-type Cache struct{ last atomic.Pointer[Policy] }
+// Cache holds the Policies of the last two snapshots it was asked for:
+// after a reload, calls admitted under the previous snapshot finish
+// without deriving it again and again. The zero Cache is ready to use.
+type Cache struct{ last atomic.Pointer[[2]*Policy] }
 
-// Of returns the Policy of cfg, deriving it when cfg is not the snapshot
-// of the last call (nil for a nil cfg). Concurrent first calls may each
+// Of returns the Policy of cfg, deriving it when cfg is neither of the
+// last two snapshots (nil for a nil cfg). Concurrent first calls may each
 // derive it; they get equal Policies.
 func (c *Cache) Of(cfg *config.Config) *Policy {
 	if cfg == nil {
 		return nil
 	}
-	if p := c.last.Load(); p != nil && p.cfg == cfg && len(p.peers) == len(cfg.Peers) &&
-		len(p.customers) == len(cfg.Customers) && len(p.carriers) == len(cfg.Carriers) {
-		return p
+	last := c.last.Load()
+	if last != nil {
+		for _, p := range last {
+			if p.of(cfg) {
+				return p
+			}
+		}
 	}
 	p := New(cfg)
-	c.last.Store(p)
+	next := [2]*Policy{p}
+	if last != nil {
+		next[1] = last[0]
+	}
+	c.last.Store(&next)
 	return p
+}
+
+// of reports whether p was derived from cfg (a Config whose slices were
+// given new lengths in place is not).
+func (p *Policy) of(cfg *config.Config) bool {
+	return p != nil && p.cfg == cfg && len(p.peers) == len(cfg.Peers) &&
+		len(p.customers) == len(cfg.Customers) && len(p.carriers) == len(cfg.Carriers)
 }
 
 // snapshots is the Cache behind Of.

@@ -74,8 +74,10 @@ func TestBucketsAsBuiltPerCall(t *testing.T) {
 
 func TestConfiguredBucketsDoNotAllocate(t *testing.T) {
 	cfg := testConfig()
-	p := New(cfg)
+	var c Cache
+	c.Of(cfg)
 	n := testing.AllocsPerRun(100, func() {
+		p := c.Of(cfg)
 		pe := p.Peer(&cfg.Peers[0])
 		_ = pe.Buckets(pe.CPS, pe.Burst)
 		_ = p.Carrier(&cfg.Carriers[0]).Pacing(10)
@@ -142,8 +144,18 @@ func TestCache(t *testing.T) {
 	if c.Of(a) != pa {
 		t.Error("same snapshot: derived again")
 	}
-	if pb := c.Of(b); pb == pa || pb.Config() != b {
+	pb := c.Of(b)
+	if pb == pa || pb.Config() != b {
 		t.Error("new snapshot: got the old Policy")
+	}
+	if c.Of(a) != pa || c.Of(b) != pb {
+		t.Error("previous snapshot: derived again")
+	}
+	if pc := c.Of(testConfig()); pc == pa || pc == pb {
+		t.Error("third snapshot: got an old Policy")
+	}
+	if c.Of(b) != pb {
+		t.Error("previous snapshot after a third: derived again")
 	}
 }
 
