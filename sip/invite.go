@@ -15,9 +15,9 @@ import (
 
 	"github.com/cpsguard/cpsguard/admission"
 	"github.com/cpsguard/cpsguard/config"
-	"github.com/cpsguard/cpsguard/lua"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/pacing"
+	"github.com/cpsguard/cpsguard/policy"
 )
 
 // PeerUnknown is the peer label of calls from a source no peer owns.
@@ -193,32 +193,30 @@ func (c *call) admit(peer *config.Peer, cu *config.Customer) bool {
 	var names []scoped
 	var owner []int // owner[i]: index in names of buckets[i]'s scope
 	var gates []pacing.GateKey
-	add := func(scope, name string, cps float64, burst int, windows []config.Window) {
-		cps, burst = p.limitsOf(scope, name, cps, burst) // a live override wins
+	// scope is the metrics label (and limit override scope) of s.
+	add := func(scope string, s *policy.Scoped) {
+		cps, burst := p.limitsOf(scope, s.Name, s.CPS, s.Burst) // a live override wins
 		if cps <= 0 {
 			return // no limit configured for this scope
 		}
-		key := lua.Key(cfg.Store.KeyPrefix, scope, name)
-		if burst > 0 {
-			// A token bucket replaces the 1 s window, and the send gate
-			// (which holds sends to cps per rolling second) lets the burst
-			// through: the scope promises burst then cps, not cps per second.
-			buckets = append(buckets, admission.TokenBucket(key, cps, burst))
-		} else {
-			limit, window := admission.LimitFor(cps)
-			buckets = append(buckets, admission.Bucket{Key: key, Limit: limit, Window: window})
-			gates = append(gates, pacing.GateKey{Key: scope + ":" + name, CPS: cps})
+		// With a burst, a token bucket replaces the 1 s window, and the
+		// send gate (which holds sends to cps per rolling second) lets the
+		// burst through: the scope promises burst then cps, not cps per
+		// second. Extra windows follow the first bucket.
+		bs := s.Buckets(cps, burst)
+		buckets = append(buckets, bs...)
+		if burst <= 0 {
+			gates = append(gates, pacing.GateKey{Key: s.ID, CPS: cps})
 		}
-		owner = append(owner, len(names))
-		for _, w := range windows {
-			buckets = append(buckets, admission.WindowBucket(key, w.Calls, w.Per))
+		for range bs {
 			owner = append(owner, len(names))
 		}
-		names = append(names, scoped{scope, name})
+		names = append(names, scoped{scope, s.Name})
 	}
-	add(metrics.ScopePeer, peer.Name, peer.CPS, peer.Burst, peer.Windows)
+	pol := policy.Of(cfg)
+	add(metrics.ScopePeer, pol.Peer(peer))
 	if cu != nil {
-		add(metrics.ScopeCustomer, cu.Name, cu.CPS, cu.Burst, cu.Windows)
+		add(metrics.ScopeCustomer, pol.Customer(cu))
 	}
 	if len(buckets) == 0 {
 		return true

@@ -8,6 +8,7 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/pacing"
+	"github.com/cpsguard/cpsguard/policy"
 )
 
 // carrierState is how waiting for a carrier ended (awaitCarrier).
@@ -53,8 +54,9 @@ func (p *Proxy) awaitCarrier(ctx context.Context, log *slog.Logger, cfg *config.
 			log.Debug("woke too late for the slot: taking the next", "carrier", car.Name, "late", late)
 		},
 	}
-	keys = append(keys, pacing.GateKey{Key: metrics.ScopeCarrier + ":" + car.Name, CPS: p.carrierCPS(car)})
-	ticket, err = p.pacer.Acquire(ctx, p.pacingCarrier(cfg, car), member, trace, keys...)
+	pc := policy.Of(cfg).Carrier(car)
+	keys = append(keys, pacing.GateKey{Key: pc.ID, CPS: p.carrierCPS(car)})
+	ticket, err = p.pacer.Acquire(ctx, pc.Pacing(p.effectiveCPS(car)), member, trace, keys...)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		// Not the store: the caller cancelled, the transaction ended or
