@@ -12,7 +12,7 @@ import (
 
 	"github.com/cpsguard/cpsguard/admission"
 	"github.com/cpsguard/cpsguard/config"
-	"github.com/cpsguard/cpsguard/lua"
+	"github.com/cpsguard/cpsguard/policy"
 )
 
 // allowed is the Allow header of the proxy's own answers.
@@ -157,7 +157,7 @@ func (p *Proxy) reinviteAllowed(cfg *config.Config, req *sipmsg.Request, hop inD
 		ftag = tagOf(req.To().Params)
 	}
 	sum := sha256.Sum256([]byte(callID(req) + "\x00" + ftag))
-	b := admission.Bucket{Key: lua.Key(cfg.Store.KeyPrefix, "dialog", hex.EncodeToString(sum[:12])), Limit: reinviteLimit, Window: reinviteWindow}
+	b := admission.Bucket{Key: policy.DialogKey(cfg.Store.KeyPrefix, hex.EncodeToString(sum[:12])), Limit: reinviteLimit, Window: reinviteWindow}
 	branch, _ := req.Via().Params.Get("branch")
 	ctx, cancel := context.WithTimeout(p.base, storeBudget)
 	defer cancel()

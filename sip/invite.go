@@ -15,8 +15,9 @@ import (
 
 	"github.com/cpsguard/cpsguard/admission"
 	"github.com/cpsguard/cpsguard/config"
-	"github.com/cpsguard/cpsguard/lua"
 	"github.com/cpsguard/cpsguard/metrics"
+	"github.com/cpsguard/cpsguard/pacing"
+	"github.com/cpsguard/cpsguard/policy"
 )
 
 // PeerUnknown is the peer label of calls from a source no peer owns.
@@ -41,7 +42,7 @@ type call struct {
 	outcome  string
 	// gateKeys are the admission limits the send gate enforces on this
 	// node's own sends (none in shadow mode or when over a limit).
-	gateKeys []gateKey
+	gateKeys []pacing.GateKey
 	// forwarded is set once an INVITE actually left for a carrier.
 	forwarded bool
 	// placed: the call holds max_calls places (freed by endCall unless
@@ -191,33 +192,31 @@ func (c *call) admit(peer *config.Peer, cu *config.Customer) bool {
 	var buckets []admission.Bucket
 	var names []scoped
 	var owner []int // owner[i]: index in names of buckets[i]'s scope
-	var gates []gateKey
-	add := func(scope, name string, cps float64, burst int, windows []config.Window) {
-		cps, burst = p.limitsOf(scope, name, cps, burst) // a live override wins
+	var gates []pacing.GateKey
+	// scope is the metrics label (and limit override scope) of s.
+	add := func(scope string, s *policy.Scoped) {
+		cps, burst := p.limitsOf(scope, s.Name, s.CPS, s.Burst) // a live override wins
 		if cps <= 0 {
 			return // no limit configured for this scope
 		}
-		key := lua.Key(cfg.Store.KeyPrefix, scope, name)
-		if burst > 0 {
-			// A token bucket replaces the 1 s window, and the send gate
-			// (which holds sends to cps per rolling second) lets the burst
-			// through: the scope promises burst then cps, not cps per second.
-			buckets = append(buckets, admission.TokenBucket(key, cps, burst))
-		} else {
-			limit, window := admission.LimitFor(cps)
-			buckets = append(buckets, admission.Bucket{Key: key, Limit: limit, Window: window})
-			gates = append(gates, gateKey{scope + ":" + name, cps})
+		// With a burst, a token bucket replaces the 1 s window, and the
+		// send gate (which holds sends to cps per rolling second) lets the
+		// burst through: the scope promises burst then cps, not cps per
+		// second. Extra windows follow the first bucket.
+		bs := s.Buckets(cps, burst)
+		buckets = append(buckets, bs...)
+		if burst <= 0 {
+			gates = append(gates, pacing.GateKey{Key: s.ID, CPS: cps})
 		}
-		owner = append(owner, len(names))
-		for _, w := range windows {
-			buckets = append(buckets, admission.WindowBucket(key, w.Calls, w.Per))
+		for range bs {
 			owner = append(owner, len(names))
 		}
-		names = append(names, scoped{scope, name})
+		names = append(names, scoped{scope, s.Name})
 	}
-	add(metrics.ScopePeer, peer.Name, peer.CPS, peer.Burst, peer.Windows)
+	pol := policy.Of(cfg)
+	add(metrics.ScopePeer, pol.Peer(peer))
 	if cu != nil {
-		add(metrics.ScopeCustomer, cu.Name, cu.CPS, cu.Burst, cu.Windows)
+		add(metrics.ScopeCustomer, pol.Customer(cu))
 	}
 	if len(buckets) == 0 {
 		return true
@@ -492,7 +491,7 @@ func (c *call) relay(res *sipmsg.Response) error {
 // reports that the carrier failed before any provisional response above 100
 // (5xx, 408, timeout, transport error) and the next carrier may be tried;
 // res is then the failure response, if any.
-func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Response, retry bool) {
+func (c *call) forward(car *config.Carrier, ticket pacing.Ticket) (res *sipmsg.Response, retry bool) {
 	p := c.p
 	target, err := carrierTargetOf(c.cfg, car)
 	if err != nil {
@@ -538,7 +537,7 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 		return nil, true
 	}
 	sentAt := time.Now()
-	p.gate.sent(ticket, sentAt)
+	ticket.Sent(sentAt)
 	setupSeen := false
 	// answered observes a carrier's answer: its class, and the setup time
 	// at its first provisional answer above 100 or its final one.
