@@ -63,15 +63,14 @@ func maxUDPAnswer() int { return sipmsg.UDPMTUSize - 200 }
 
 // shedRaw answers a new initial INVITE from a peer with the screen's
 // stateless 503 while the inflight bound is taken, from its raw bytes;
-// true when it did (the datagram is consumed). ip is the packet source,
-// unmapped.
+// true when it did (the datagram is consumed).
 func (p *Proxy) shedRaw(cfg *config.Config, props sipmsg.TransportReadProps, raddr *net.UDPAddr, data []byte) bool {
 	if !bytes.HasPrefix(data, inviteStart) || len(data) > MaxMessageSize {
 		return false
 	}
 	ip, ok := addrOf(raddr)
-	if !ok {
-		return false
+	if !ok || raddr.Zone != "" {
+		return false // a zoned source is matched with its zone by the screen
 	}
 	peer := cfg.PeerByAddr(ip)
 	if peer == nil || p.inflight.Load() < inflightLimit(cfg) {
