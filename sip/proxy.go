@@ -668,8 +668,11 @@ func (p *Proxy) listensOn(port int) bool {
 // unknown_source drop, datagrams from strangers before they are parsed;
 // while the inflight bound is taken it sheds new initial INVITEs from
 // peers from their raw bytes, and drops the ACKs of such answers from
-// known sources (rawshed.go).
-func (p *Proxy) readFilter(props sipmsg.TransportReadProps, data []byte) ([]byte, error) {
+// known sources (rawshed.go). A panic in it passes the datagram on to
+// sipgo's parser (counted in cpsguard_panics_total{where="sip.read_filter"}):
+// it runs in sipgo's read loop, where an unrecovered one would end the node.
+func (p *Proxy) readFilter(props sipmsg.TransportReadProps, data []byte) (out []byte, err error) {
+	defer p.panics.Recover("sip.read_filter", func(error) { out, err = data, nil })
 	if props.Transport != "UDP" {
 		return data, nil
 	}
