@@ -114,8 +114,11 @@ func (p *Proxy) screenRequest(req *sipmsg.Request) bool {
 		return p.screenInvite(cfg, req, src)
 	case req.IsAck() && shedAck(req):
 		return false
-	case req.IsAck(), inDialog(req):
+	case req.IsAck():
 		return true
+	case inDialog(req):
+		// In-dialog non-INVITE over UDP: relayed from here (stateless.go).
+		return !p.screenInDialog(cfg, req)
 	}
 	p.answerOutOfDialog(req)
 	return false
@@ -129,6 +132,11 @@ func (p *Proxy) screenResponse(res *sipmsg.Response) bool {
 	}
 	if !wellFormed(res) {
 		p.m.SIPErrors.WithLabelValues("malformed").Inc()
+		return false
+	}
+	if statelessBranchOf(res) {
+		// No transaction of sipgo's: relayed or dropped here (stateless.go).
+		p.relayStatelessResponse(p.cfg(), res, src.Addr().Unmap())
 		return false
 	}
 	return true
