@@ -115,7 +115,9 @@ func (p *Proxy) screenRequest(req *sipmsg.Request) bool {
 	case req.IsAck() && shedAck(req):
 		return false
 	case req.IsAck():
-		return true
+		// An ACK of a 2xx over UDP: relayed from here, in order with the
+		// BYE that may follow (stateless.go).
+		return !p.screenAck(req)
 	case inDialog(req):
 		// In-dialog non-INVITE over UDP: relayed from here (stateless.go).
 		return !p.screenInDialog(cfg, req)

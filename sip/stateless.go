@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	sipmsg "github.com/emiago/sipgo/sip"
 
@@ -65,10 +66,15 @@ const statelessMACBytes = 12
 // starts with its version byte (2), so the two MACs never share an input.
 const statelessMACDomain = "cgs1"
 
+// statefulOnly turns the stateless relay off (every in-dialog request goes
+// to sipgo's transactions, as before it existed). Only the benchmark of
+// the two relays sets it.
+var statefulOnly atomic.Bool
+
 // canRelayStateless reports whether the screen relays req itself: an
 // in-dialog request other than INVITE, ACK and CANCEL that arrived over UDP.
 func canRelayStateless(req *sipmsg.Request) bool {
-	if req.Transport() != "UDP" {
+	if req.Transport() != "UDP" || statefulOnly.Load() {
 		return false
 	}
 	switch req.Method {
@@ -132,6 +138,48 @@ func (p *Proxy) screenInDialog(cfg *config.Config, req *sipmsg.Request) bool {
 		}()
 	}
 	return true
+}
+
+// screenAck forwards an ACK of a 2xx from the screen, as onAck does
+// (same checks, no transaction either), so that it leaves in the order it
+// arrived relative to the BYE that may follow at once: relayed from a
+// handler goroutine, the ACK was overtaken by the BYE relayed from the
+// read loop, and a UAS waiting for the ACK (SIPp's, some carriers') failed
+// the call. It returns false to leave the ACK to sipgo, as before:
+//
+//   - an ACK whose top Via names an INVITE the proxy is handling or just
+//     answered (its inviteTable entry): possibly the ACK of a non-2xx,
+//     which sipgo's INVITE server transaction must absorb;
+//   - an ACK that fails prepareInDialog (the ACK of the proxy's own or a
+//     relayed non-2xx carries no valid token of the proxy): sipgo absorbs
+//     it or onAck drops it;
+//   - a TCP leg, Max-Forwards 0 (onAck drops it), not over UDP.
+func (p *Proxy) screenAck(req *sipmsg.Request) bool {
+	if req.Transport() != "UDP" || statefulOnly.Load() || !inDialog(req) {
+		return false
+	}
+	if p.invites.has(inviteKeyOf(req)) {
+		return false
+	}
+	hop, code := p.prepareInDialog(req, false)
+	if code != 0 || hop.to.tcp || !hop.to.addr.Addr().IsValid() {
+		return false
+	}
+	if mf := req.MaxForwards(); mf != nil && mf.Val() == 0 {
+		return false
+	}
+	if err := p.tp.WriteMsg(hop.out); err != nil {
+		p.log.Debug("ACK forward failed", "call_id", callID(req), "error", err)
+	}
+	return true
+}
+
+// has reports whether the table holds an entry for k, a tombstone included.
+func (t *inviteTable) has(k inviteKey) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.m[k]
+	return ok
 }
 
 // topVias returns the first two Via values of m (the proxy's own and the

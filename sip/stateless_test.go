@@ -1,14 +1,18 @@
 package sip
 
 import (
+	"context"
 	"net"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	sipmsg "github.com/emiago/sipgo/sip"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cpsguard/cpsguard/config"
@@ -218,6 +222,43 @@ func TestStatelessByeRelayedBothWays(t *testing.T) {
 	}
 }
 
+// TestAckThenByeKeepTheirOrder: an ACK of a 2xx and the BYE sent right
+// after it reach the carrier in that order (both relayed from the read
+// loop; a UAS waiting for the ACK fails a call whose BYE comes first).
+func TestAckThenByeKeepTheirOrder(t *testing.T) {
+	h, caller, car, ok := statelessSetup(t, nil)
+	peer := startUDPEnd(t, "127.0.0.2", nil)
+	const n = 30
+	for i := 0; i < n; i++ {
+		ack := inDialogOf(t, caller, h.udp, ok, sipmsg.ACK)
+		ack.CSeq().SeqNo = ok.CSeq().SeqNo
+		peer.send(h.udp, withVia(ack, peer.addr(), "z9hG4bK.ack-"+strconv.Itoa(i)))
+		peer.send(h.udp, withVia(inDialogOf(t, caller, h.udp, ok, sipmsg.BYE), peer.addr(), "z9hG4bK.bye-"+strconv.Itoa(i)))
+	}
+	waitFor(t, func() bool { return len(car.requests(sipmsg.BYE)) == n }, "every BYE at the carrier")
+	car.mu.Lock()
+	defer car.mu.Unlock()
+	var seq []sipmsg.RequestMethod
+	for _, r := range car.reqs {
+		if r.Method == sipmsg.ACK || r.Method == sipmsg.BYE {
+			seq = append(seq, r.Method)
+		}
+	}
+	// The INVITE's own ACK is not sent in this test (answeredCall's sipgo
+	// caller ACKs the 2xx itself): skip a leading one.
+	if len(seq) > 0 && len(seq)%2 == 1 && seq[0] == sipmsg.ACK {
+		seq = seq[1:]
+	}
+	for i := 0; i+1 < len(seq); i += 2 {
+		if seq[i] != sipmsg.ACK || seq[i+1] != sipmsg.BYE {
+			t.Fatalf("carrier saw %v at %d, want ACK then BYE each time (all: %v)", seq[i:i+2], i, seq)
+		}
+	}
+	if len(seq) != 2*n {
+		t.Fatalf("carrier saw %d ACK/BYE, want %d", len(seq), 2*n)
+	}
+}
+
 // TestStatelessForgedResponsesDropped: responses carrying the proxy's
 // stateless Via are relayed only when the branch's MAC verifies over the
 // response's Via below it, Call-ID, CSeq and its source IP.
@@ -381,4 +422,193 @@ func TestStatelessDest(t *testing.T) {
 			t.Errorf("%s: got %v %v, want %q", c.via, got, ok, c.want)
 		}
 	}
+}
+
+// BenchmarkByeRelay relays one BYE and its 200 per op between raw UDP end
+// points (a carrier answering every BYE, and one caller socket per
+// parallel goroutine, all in one dialog), statefully (sipgo transactions,
+// as before stateless.go) and statelessly. The ends are in this process and
+// cost the same in both cases; cpu-µs/op is the process's CPU time
+// (getrusage) per op, so the difference between the two is the proxy's:
+//
+//	go test ./sip/ -run '^$' -bench ByeRelay -benchtime 20000x -count 3
+func BenchmarkByeRelay(b *testing.B) {
+	for _, mode := range []string{"stateful", "stateless"} {
+		b.Run(mode, func(b *testing.B) {
+			statefulOnly.Store(mode == "stateful")
+			defer statefulOnly.Store(false)
+			benchByeRelay(b)
+		})
+	}
+}
+
+func benchByeRelay(b *testing.B) {
+	car := newBenchEnd(b, "127.0.0.1")
+	peer := newBenchEnd(b, "127.0.0.2")
+	adm, pacer := newFakes()
+	cfg := testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr, CPS: 100, MaxWait: time.Second})
+	udp := startBenchProxy(b, cfg, adm, pacer)
+	// Set up the dialog: INVITE from the peer, 200 from the carrier.
+	inv := "INVITE sip:100@" + udp + " SIP/2.0\r\nVia: SIP/2.0/UDP " + peer.addr + ";branch=z9hG4bK.binv;rport\r\n" +
+		"Max-Forwards: 70\r\nFrom: <sip:a@" + peer.addr + ">;tag=bf\r\nTo: <sip:100@" + udp + ">\r\nCall-ID: bench-bye\r\n" +
+		"CSeq: 1 INVITE\r\nContact: <sip:a@" + peer.addr + ">\r\nContent-Length: 0\r\n\r\n"
+	peer.write(b, udp, inv)
+	fwd := car.readRequest(b, sipmsg.INVITE)
+	ok := sipmsg.NewResponseFromRequest(fwd, 200, "OK", nil)
+	ok.To().Params.Add("tag", "bt")
+	ok.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "c", Host: "127.0.0.1", Port: mustPortB(b, car.addr)}})
+	car.write(b, udp, ok.String())
+	res := peer.readResponse(b)
+	rr := res.RecordRoute()
+	if rr == nil {
+		b.Fatalf("200 without Record-Route")
+	}
+	route := "Route: " + rr.Value() + "\r\n"
+	// The carrier answers every BYE 200, back to where it came from.
+	go func() {
+		for {
+			n, from, err := car.conn.ReadFromUDP(car.buf)
+			if err != nil {
+				return
+			}
+			m, err := sipmsg.ParseMessage(append([]byte(nil), car.buf[:n]...))
+			if req, ok := m.(*sipmsg.Request); err == nil && ok && req.Method == sipmsg.BYE {
+				_, _ = car.conn.WriteToUDP([]byte(sipmsg.NewResponseFromRequest(req, 200, "OK", nil).String()), from)
+			}
+		}
+	}()
+	var workers atomic.Int64
+	var ru0, ru1 syscall.Rusage
+	b.ReportAllocs()
+	b.ResetTimer()
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	b.RunParallel(func(pb *testing.PB) {
+		w := strconv.FormatInt(workers.Add(1), 10)
+		conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP("127.0.0.2")})
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		defer conn.Close()
+		me := &benchEnd{conn: conn, addr: conn.LocalAddr().String(), buf: make([]byte, 65535)}
+		for i := 0; pb.Next(); i++ {
+			n := strconv.Itoa(i)
+			me.write(b, udp, "BYE sip:c@"+car.addr+" SIP/2.0\r\nVia: SIP/2.0/UDP "+me.addr+";branch=z9hG4bK.bye"+w+"x"+n+";rport\r\n"+
+				route+"Max-Forwards: 70\r\nFrom: <sip:a@"+peer.addr+">;tag=bf\r\nTo: <sip:100@"+udp+">;tag=bt\r\n"+
+				"Call-ID: bench-bye\r\nCSeq: "+n+" BYE\r\nContent-Length: 0\r\n\r\n")
+			if r := me.readResponse(b); r == nil || r.StatusCode != 200 {
+				b.Errorf("BYE answer %v", r)
+				return
+			}
+		}
+	})
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	b.StopTimer()
+	cpu := time.Duration(syscall.TimevalToNsec(ru1.Utime) - syscall.TimevalToNsec(ru0.Utime) + syscall.TimevalToNsec(ru1.Stime) - syscall.TimevalToNsec(ru0.Stime))
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
+}
+
+// benchEnd is a raw UDP end point read synchronously by the benchmark.
+type benchEnd struct {
+	conn *net.UDPConn
+	addr string
+	buf  []byte
+}
+
+func newBenchEnd(b *testing.B, ip string) *benchEnd {
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP(ip)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { conn.Close() })
+	return &benchEnd{conn: conn, addr: conn.LocalAddr().String(), buf: make([]byte, 65535)}
+}
+
+// write sends msg to to (errors are reported, not fatal: it runs in
+// RunParallel's goroutines too).
+func (e *benchEnd) write(b *testing.B, to, msg string) {
+	ra, err := net.ResolveUDPAddr("udp", to)
+	if err == nil {
+		_, err = e.conn.WriteToUDP([]byte(msg), ra)
+	}
+	if err != nil {
+		b.Error(err)
+	}
+}
+
+// read returns the next message, nil after 5 s without one.
+func (e *benchEnd) read(b *testing.B) sipmsg.Message {
+	for {
+		_ = e.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		n, _, err := e.conn.ReadFromUDP(e.buf)
+		if err != nil {
+			b.Error(err)
+			return nil
+		}
+		if m, err := sipmsg.ParseMessage(append([]byte(nil), e.buf[:n]...)); err == nil {
+			return m
+		}
+	}
+}
+
+func (e *benchEnd) readRequest(b *testing.B, method sipmsg.RequestMethod) *sipmsg.Request {
+	for {
+		m := e.read(b)
+		if m == nil {
+			b.FailNow()
+		}
+		if r, ok := m.(*sipmsg.Request); ok && r.Method == method {
+			return r
+		}
+	}
+}
+
+// readResponse returns the next final response, nil on a timeout.
+func (e *benchEnd) readResponse(b *testing.B) *sipmsg.Response {
+	for {
+		m := e.read(b)
+		if m == nil {
+			return nil
+		}
+		if r, ok := m.(*sipmsg.Response); ok && r.StatusCode >= 200 {
+			return r
+		}
+	}
+}
+
+func mustPortB(b *testing.B, hostPort string) int {
+	_, port, _ := net.SplitHostPort(hostPort)
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
+}
+
+// startBenchProxy is startProxy for a benchmark; it returns the UDP address.
+func startBenchProxy(b *testing.B, cfg *config.Config, adm Admitter, pacer Pacer) string {
+	p, err := New(Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer,
+		Metrics: metrics.New(prometheus.NewRegistry()), Logger: testLogger()})
+	if err != nil {
+		b.Fatalf("New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Serve(ctx) }()
+	select {
+	case <-p.Ready():
+	case err := <-done:
+		b.Fatalf("Serve: %v", err)
+	}
+	b.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	for _, a := range p.Addrs() {
+		if s, ok := strings.CutPrefix(a, "udp://"); ok {
+			return s
+		}
+	}
+	b.Fatal("no UDP listener")
+	return ""
 }
