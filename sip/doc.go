@@ -83,7 +83,9 @@
 // the dialog-token key over the upstream Via, Call-ID, CSeq and next hop
 // IP, so a retransmission gets the same branch and a response is relayed
 // only when its branch verifies (forged ones are dropped); a TCP leg keeps
-// the stateful relay. Upstream Vias of a forwarded
+// the stateful relay. ACKs of 2xx (always relayed without a transaction)
+// leave from the screen too, so a BYE sent right after its ACK cannot
+// overtake it. Upstream Vias of a forwarded
 // INVITE travel folded into one compact "v" header so sipgo's ACK of a
 // non-2xx answer carries only the proxy's Via (RFC 3261 17.1.1.3). An
 // initial INVITE loses every Route, the Request-URI's maddr and URI
