@@ -39,9 +39,12 @@ type Decision struct {
 // of them, each expiring ttl after the store's now unless refreshed; an
 // already live member is admitted again and not counted twice. Free removes
 // member from the given places (nothing for a member that holds none).
-// Refresh extends the places of live members of one key to ttl from now; a
-// member whose place expired is not brought back. Count returns the live
-// calls of each key.
+// Refresh sets the places of members in one key to expire ttl from now and
+// reports how many of them were missing and were added back: the caller
+// names only calls it holds live (a Tracker's), so a place lost while the
+// store was out of use, or with the store's data, counts again and the
+// limit sees every call that exists. Adding back admits no new call.
+// Count returns the live calls of each key.
 type Store interface {
 	Occupy(ctx context.Context, member string, ttl time.Duration, places []Place) (Decision, error)
 	Free(ctx context.Context, member string, keys []string) (int, error)

@@ -20,7 +20,9 @@
 // call's places at its end (BYE through the dialog token, final non-2xx,
 // CANCEL), and refreshes the places of its live calls in batches, so that
 // the places of a node that died expire by themselves within the refresh
-// TTL, and no call outlives its maximum duration.
+// TTL, and no call outlives its maximum duration. A refresh adds back the
+// places of its live calls that the store lost (taken in a fallback, or
+// with the store's data): the limit counts every call that exists.
 //
 // Failure: a full place is a Decision with Admit false, never an error; an
 // error means the store failed and nothing is known about the decision.

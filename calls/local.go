@@ -134,7 +134,8 @@ func (s *LocalStore) Free(_ context.Context, member string, keys []string) (int,
 	return freed, nil
 }
 
-// Refresh extends the live members of key to ttl from now.
+// Refresh sets members of key to expire ttl from now, adding back the
+// missing ones, and reports how many were added back.
 func (s *LocalStore) Refresh(_ context.Context, key string, ttl time.Duration, members []string) (int, error) {
 	if ttl <= 0 {
 		return 0, ErrArgs
@@ -145,10 +146,10 @@ func (s *LocalStore) Refresh(_ context.Context, key string, ttl time.Duration, m
 	m := s.trim(key, now)
 	n := 0
 	for _, member := range members {
-		if _, ok := m[member]; ok {
-			s.set(key, member, now.Add(ttl))
+		if _, ok := m[member]; !ok {
 			n++
 		}
+		s.set(key, member, now.Add(ttl))
 	}
 	return n, nil
 }

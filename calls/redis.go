@@ -152,7 +152,8 @@ func (s *RedisStore) Free(ctx context.Context, member string, keys []string) (in
 	return freed, nil
 }
 
-// Refresh extends the places of members in key (one script call).
+// Refresh extends the places of members in key, adding back the missing
+// ones, and reports how many were added back (one script call).
 func (s *RedisStore) Refresh(ctx context.Context, key string, ttl time.Duration, members []string) (int, error) {
 	if ttl <= 0 {
 		return 0, ErrArgs
@@ -168,7 +169,7 @@ func (s *RedisStore) Refresh(ctx context.Context, key string, ttl time.Duration,
 	if err != nil {
 		return 0, fmt.Errorf("calls: %q: %w", key, err)
 	}
-	return int(r.Refreshed), nil
+	return int(r.Restored), nil
 }
 
 // Count returns the live calls of each key (read-only).

@@ -66,6 +66,8 @@ type Tracker struct {
 	mu      sync.Mutex
 	calls   map[string]*live    // member -> call
 	dialogs map[string][]string // dialog id -> members, oldest first
+
+	kick chan struct{} // Kick asks Run for a refresh round now
 }
 
 // NewTracker returns a Tracker on store.
@@ -82,7 +84,7 @@ func NewTracker(store Store, o TrackerOptions) *Tracker {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Tracker{store: store, o: o, calls: make(map[string]*live), dialogs: make(map[string][]string)}
+	return &Tracker{store: store, o: o, calls: make(map[string]*live), dialogs: make(map[string][]string), kick: make(chan struct{}, 1)}
 }
 
 // TTL is the time a dead node's calls keep their places at most.
@@ -253,8 +255,8 @@ func (t *Tracker) Live() int {
 	return len(t.calls)
 }
 
-// Run refreshes the places of the live calls every TTL/3 until ctx is done,
-// and ends the calls older than MaxDuration.
+// Run refreshes the places of the live calls every TTL/3, and at once
+// after Kick, until ctx is done, and ends the calls older than MaxDuration.
 func (t *Tracker) Run(ctx context.Context) {
 	tick := time.NewTicker(t.o.TTL / 3)
 	defer tick.Stop()
@@ -264,13 +266,31 @@ func (t *Tracker) Run(ctx context.Context) {
 			return
 		case <-tick.C:
 			t.Refresh(ctx)
+		case <-t.kick:
+			t.Refresh(ctx)
+			tick.Reset(t.o.TTL / 3)
 		}
+	}
+}
+
+// Kick asks Run for a refresh round now, without waiting for it: the node
+// calls it when the shared store is back in use, so the places its live
+// calls took in the fallback (or the store lost) count in the pool again
+// within one round trip instead of one refresh period. It never blocks;
+// kicks while one is pending are one.
+func (t *Tracker) Kick() {
+	select {
+	case t.kick <- struct{}{}:
+	default:
 	}
 }
 
 // Refresh runs one refresh round: calls past MaxDuration are ended, the
 // places of the others extended by TTL, one script call per place (and
-// per refreshBatch members).
+// per refreshBatch members). A place missing from the store is added
+// back (Store.Refresh): the call lives, so the limit must count it. A
+// call that ended while its place was being refreshed is freed again
+// there, so a refresh racing a call's end never leaves its place behind.
 func (t *Tracker) Refresh(ctx context.Context) {
 	now := t.o.Now()
 	byKey := make(map[string][]string)
@@ -294,7 +314,7 @@ func (t *Tracker) Refresh(ctx context.Context) {
 		for len(ms) > 0 {
 			n := min(len(ms), refreshBatch)
 			rctx, cancel := context.WithTimeout(ctx, t.o.TTL/3)
-			_, err := t.store.Refresh(rctx, k, t.o.TTL, ms[:n])
+			restored, err := t.store.Refresh(rctx, k, t.o.TTL, ms[:n])
 			cancel()
 			if err != nil {
 				t.o.Logger.Debug("refreshing call places failed", "key", k, "error", err)
@@ -302,7 +322,27 @@ func (t *Tracker) Refresh(ctx context.Context) {
 					t.o.OnError("refresh", err)
 				}
 			}
+			if restored > 0 {
+				t.o.Logger.Info("live calls' places were missing from the store and are counted again", "key", k, "calls", restored)
+			}
+			for _, m := range t.gone(k, ms[:n]) {
+				t.free(ctx, m, []string{k})
+			}
 			ms = ms[n:]
 		}
 	}
+}
+
+// gone returns the members of ms that no longer hold key k (their call
+// ended, or left the carrier of k, since the refresh round began).
+func (t *Tracker) gone(k string, ms []string) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []string
+	for _, m := range ms {
+		if c := t.calls[m]; c == nil || !slices.Contains(c.keys, k) {
+			out = append(out, m)
+		}
+	}
+	return out
 }

@@ -108,3 +108,71 @@ func TestEndBeforeAnswer(t *testing.T) {
 		t.Fatalf("an early BYE naming another tag ended y (%d live)", tr.Live())
 	}
 }
+
+// A live call whose place the store lost (taken in the fallback, or the
+// store's data gone) counts again after the next refresh round, and Kick
+// runs that round at once.
+func TestTrackerRestoresLostPlaces(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	shared := NewLocalStore(nil)
+	tr := NewTracker(shared, TrackerOptions{TTL: time.Hour, MaxDuration: 4 * time.Hour})
+	peer := Place{Key: "p", Limit: 2}
+	for _, m := range []string{"a", "b"} {
+		if d, err := tr.Occupy(ctx, m, []Place{peer}); err != nil || !d.Admit {
+			t.Fatalf("occupy %s: %+v %v", m, d, err)
+		}
+	}
+	// The store forgets both calls (a Redis restart, or calls taken while
+	// the node decided in process).
+	if _, err := shared.Free(ctx, "a", []string{"p"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := shared.Free(ctx, "b", []string{"p"}); err != nil {
+		t.Fatal(err)
+	}
+	go tr.Run(ctx)
+	tr.Kick()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, _ := shared.Count(ctx, []string{"p"})
+		if n[0] == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after Kick the store counts %d live calls, want 2", n[0])
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if d, _ := shared.Occupy(ctx, "c", time.Hour, []Place{peer}); d.Admit {
+		t.Fatal("a third call was admitted over the restored live calls")
+	}
+}
+
+// endingStore ends a call in the middle of a refresh of its place.
+type endingStore struct {
+	Store
+	during func()
+}
+
+func (s *endingStore) Refresh(ctx context.Context, key string, ttl time.Duration, members []string) (int, error) {
+	s.during()
+	return s.Store.Refresh(ctx, key, ttl, members)
+}
+
+// A call that ends while a refresh round is adding its place back does
+// not leave the place behind.
+func TestTrackerRefreshRacingEnd(t *testing.T) {
+	ctx := context.Background()
+	local := NewLocalStore(nil)
+	es := &endingStore{Store: local}
+	tr := NewTracker(es, TrackerOptions{TTL: time.Hour, MaxDuration: 4 * time.Hour})
+	if d, err := tr.Occupy(ctx, "a", []Place{{Key: "p", Limit: 1}}); err != nil || !d.Admit {
+		t.Fatalf("occupy: %+v %v", d, err)
+	}
+	es.during = func() { tr.End(ctx, "a") } // frees p before the refresh adds it back
+	tr.Refresh(ctx)
+	if n, _ := local.Count(ctx, []string{"p"}); n[0] != 0 || tr.Live() != 0 {
+		t.Fatalf("after a refresh racing the call's end: %d places held, %d live; want 0, 0", n[0], tr.Live())
+	}
+}

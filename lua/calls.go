@@ -133,18 +133,21 @@ func DecodeFree(v any, n int) (int64, error) {
 
 // RefreshReply is the decoded reply of calls_refresh.lua.
 type RefreshReply struct {
-	// Refreshed is the number of members that were still live and now
-	// expire ttl after NowUS.
+	// Refreshed is the number of members that were still in the set and
+	// now expire ttl after NowUS.
 	Refreshed int64
+	// Restored is the number of members that were missing from the set and
+	// were added back (they expire ttl after NowUS too).
+	Restored int64
 	// Live is the number of live calls in the set after the refresh.
 	Live int64
 	// NowUS is Redis TIME at the refresh, in µs.
 	NowUS int64
 }
 
-// RefreshCalls runs calls_refresh.lua: the members still live in the set at
-// key expire ttlUS after Redis's now. Members whose place already expired
-// are not brought back.
+// RefreshCalls runs calls_refresh.lua: every member named (calls the caller
+// holds live) expires ttlUS after Redis's now in the set at key; members
+// missing from it are added back.
 func RefreshCalls(ctx context.Context, c redis.Scripter, key string, ttlUS int64, members []string) (RefreshReply, error) {
 	if ttlUS <= 0 {
 		return RefreshReply{}, fmt.Errorf("%w: refresh %q: ttl %dµs must be > 0", ErrArgs, key, ttlUS)
@@ -164,14 +167,14 @@ func RefreshCalls(ctx context.Context, c redis.Scripter, key string, ttlUS int64
 // DecodeRefresh decodes a calls_refresh.lua reply for n members. It never
 // panics.
 func DecodeRefresh(v any, n int) (RefreshReply, error) {
-	a, err := ints(v, 3, ScriptCallsRefresh)
+	a, err := ints(v, 4, ScriptCallsRefresh)
 	if err != nil {
 		return RefreshReply{}, err
 	}
-	if a[0] < 0 || a[0] > int64(n) || a[1] < a[0] || a[2] < 0 {
+	if a[0] < 0 || a[1] < 0 || a[0]+a[1] != int64(n) || a[2] < a[0]+a[1] || a[3] < 0 {
 		return RefreshReply{}, fmt.Errorf("%w: calls_refresh: got %v for %d members", ErrReply, a, n)
 	}
-	return RefreshReply{Refreshed: a[0], Live: a[1], NowUS: a[2]}, nil
+	return RefreshReply{Refreshed: a[0], Restored: a[1], Live: a[2], NowUS: a[3]}, nil
 }
 
 // CountCalls runs calls_count.lua: the live calls in each set (read-only).

@@ -311,8 +311,8 @@ func FuzzDecodeFree(f *testing.F) {
 }
 
 func FuzzDecodeRefresh(f *testing.F) {
-	f.Add([]byte{2, 4, 8, 40}, 3)
-	f.Add([]byte{3, 0, 0, 0}, 0)
+	f.Add([]byte{4, 2, 1, 8, 40}, 3)
+	f.Add([]byte{4, 0, 0, 0, 0}, 0)
 	f.Fuzz(func(t *testing.T, data []byte, n int) {
 		n = n & 7
 		r, err := lua.DecodeRefresh(build(data), n)
@@ -322,8 +322,8 @@ func FuzzDecodeRefresh(f *testing.F) {
 			}
 			return
 		}
-		if r.Refreshed < 0 || r.Refreshed > int64(n) || r.Live < r.Refreshed {
-			t.Fatalf("refreshed %d of %d, live %d", r.Refreshed, n, r.Live)
+		if r.Refreshed < 0 || r.Restored < 0 || r.Refreshed+r.Restored != int64(n) || r.Live < int64(n) {
+			t.Fatalf("refreshed %d and restored %d of %d, live %d", r.Refreshed, r.Restored, n, r.Live)
 		}
 	})
 }

@@ -11,7 +11,9 @@ import (
 // follows decides on Redis, the in-process places otherwise, per the same
 // store.on_error policy (local: each max_calls divided by the live nodes;
 // admit: no limit; reject: ErrStoreDown). Places taken in Redis are
-// mirrored in process, so the fallback starts with this node's live calls.
+// mirrored in process, so the fallback starts with this node's live calls;
+// places taken in process reach Redis when it is back in use, through the
+// Tracker's refresh (Store.Refresh adds missing live calls back).
 //
 // CallsFailover is safe for concurrent use.
 type CallsFailover struct {

@@ -83,4 +83,39 @@ func TestCallsFailoverPolicies(t *testing.T) {
 			t.Fatalf("local mirror holds %d calls after free, want 0", n[0])
 		}
 	})
+	t.Run("fallback calls reach redis on recovery", func(t *testing.T) {
+		f := NewFailover(Options{Redis: admission.NewLocalStore(nil), Local: admission.NewLocalStore(nil),
+			LocalSlots: pacing.NewLocalSlots(nil)})
+		shared := calls.NewLocalStore(nil) // stands in for Redis
+		flaky := &flakyCalls{Store: shared, down: true}
+		c := NewCallsFailover(f, flaky, calls.NewLocalStore(nil))
+		tr := calls.NewTracker(c, calls.TrackerOptions{TTL: time.Minute})
+		for _, m := range []string{"a", "b"} {
+			if d, err := tr.Occupy(ctx, m, place); err != nil || !d.Admit {
+				t.Fatalf("occupy %s in the fallback: %+v %v", m, d, err)
+			}
+		}
+		if f.Mode() != ModeFallback {
+			t.Fatalf("mode %s, want fallback", f.Mode())
+		}
+		flaky.down = false
+		f.recover()
+		tr.Refresh(ctx) // what Kick runs at once on the switch back
+		if n, _ := shared.Count(ctx, []string{"p"}); n[0] != 2 {
+			t.Fatalf("redis counts %d live calls after recovery, want the 2 taken in the fallback", n[0])
+		}
+	})
+}
+
+// flakyCalls is a calls.Store whose Occupy fails while down.
+type flakyCalls struct {
+	calls.Store
+	down bool
+}
+
+func (s *flakyCalls) Occupy(ctx context.Context, member string, ttl time.Duration, places []calls.Place) (calls.Decision, error) {
+	if s.down {
+		return calls.Decision{}, errDown
+	}
+	return s.Store.Occupy(ctx, member, ttl, places)
 }

@@ -144,11 +144,18 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 		loadedAt.Store(time.Now().UnixNano())
 	})
 
+	// The tracker (built below, on the stores) is kicked when Redis is back
+	// in use: the calls this node set up in the fallback take their places
+	// in the pool's sets at once, not at the next refresh period.
+	var liveCalls atomic.Pointer[calls.Tracker]
 	stores, err := store.Open(ctx, cfg, store.OpenOptions{
 		Observe: m.ObserveStore,
 		OnMode: func(mode string) {
 			if mode == store.ModeRedis {
 				m.StoreUp.Set(1)
+				if tr := liveCalls.Load(); tr != nil {
+					tr.Kick()
+				}
 			} else {
 				m.StoreUp.Set(0)
 			}
@@ -179,6 +186,7 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 		MaxDuration: cfg.SIP.MaxCallDuration,
 		Logger:      logger.With("component", "calls"),
 	})
+	liveCalls.Store(tracker)
 	// Limit overrides (PUT /api/v1/limits): pool-wide in the same Redis,
 	// else in this process. The view starts with what the store holds and
 	// keeps cpsguard_limit_cps on the limit in force.

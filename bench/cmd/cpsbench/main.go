@@ -59,6 +59,7 @@ func main() {
 	fs.StringVar(&e.kamCfg, "kamailio-cfg", "bench/kamailio/relay.cfg", "Kamailio `config`")
 	fs.IntVar(&e.runs, "runs", 3, "repetitions (the median is reported)")
 	gogc := fs.String("node-gogc", "", "GOGC for the cpsguard process (A/B of GC settings; default: the node's own, GOGC=400 since internal/gctune)")
+	procs := fs.String("node-gomaxprocs", "", "GOMAXPROCS for the cpsguard process (how the node scales with cores; default: every core)")
 
 	var run func(*env) error
 	switch sub {
@@ -90,6 +91,11 @@ func main() {
 		// runtime read GOGC at its own start).
 		_ = os.Setenv("GOGC", *gogc)
 		fmt.Println("cpsguard runs with GOGC=" + *gogc)
+	}
+	if *procs != "" {
+		// Likewise read by the node only; SIPp, Redis and Kamailio ignore it.
+		_ = os.Setenv("GOMAXPROCS", *procs)
+		fmt.Println("cpsguard runs with GOMAXPROCS=" + *procs)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
