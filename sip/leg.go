@@ -83,8 +83,10 @@ type relayLeg struct {
 	// setup bounds the wait for the first provisional response above 100
 	// (0: no bound of the leg's own; the transaction's Timer B or F ends
 	// it); ring, when set, re-arms the bound at each such response.
-	setup, ring time.Duration
-	carrier     legCarrier
+	// cancelWait, when set, replaces cancelTimeout as the time the next
+	// hop has to answer a CANCEL (tests).
+	setup, ring, cancelWait time.Duration
+	carrier                 legCarrier
 
 	timer *time.Timer
 	// gotAny: a response came; ringing: one above 100 did.
@@ -101,9 +103,7 @@ type relayLeg struct {
 	abandoned atomic.Bool
 }
 
-// send opens the leg's client transaction: out to t. An INVITE's 2xx
-// retransmissions bypass Responses(); they are relayed too, or the proxy's
-// own ACK repeated when it hung the call up.
+// send opens the leg's client transaction: out to t.
 func (l *relayLeg) send(t target) error {
 	cctx, cancel := requestCtx(t)
 	tx, err := l.p.tl.Request(cctx, l.out)
@@ -111,27 +111,35 @@ func (l *relayLeg) send(t target) error {
 	if err != nil {
 		return err
 	}
-	l.tx = tx
-	if l.out.IsInvite() {
-		where := "sip.indialog_retransmission"
-		if l.carrier != nil {
-			where = "sip.invite_retransmission"
-		}
-		tx.OnRetransmission(func(r *sipmsg.Response) {
-			defer l.p.panics.Recover(where, nil)
-			if !r.IsSuccess() {
-				return
-			}
-			if ack := l.hungUp.Load(); ack != nil {
-				_ = l.p.tp.WriteMsg(ack)
-				return
-			}
-			if !l.abandoned.Load() {
-				_ = l.up.relay(r)
-			}
-		})
-	}
+	l.attach(tx)
 	return nil
+}
+
+// attach makes tx, the client transaction that sent l.out, the leg's. An
+// INVITE's 2xx retransmissions bypass Responses(); they are relayed too,
+// or the proxy's own ACK repeated when it hung the call up.
+func (l *relayLeg) attach(tx sipmsg.ClientTransaction) {
+	l.tx = tx
+	if !l.out.IsInvite() {
+		return
+	}
+	where := "sip.indialog_retransmission"
+	if l.carrier != nil {
+		where = "sip.invite_retransmission"
+	}
+	tx.OnRetransmission(func(r *sipmsg.Response) {
+		defer l.p.panics.Recover(where, nil)
+		if !r.IsSuccess() {
+			return
+		}
+		if ack := l.hungUp.Load(); ack != nil {
+			_ = l.p.tp.WriteMsg(ack)
+			return
+		}
+		if !l.abandoned.Load() {
+			_ = l.up.relay(r)
+		}
+	})
 }
 
 // run relays the next hop's answers until the leg ends. It returns the
@@ -310,7 +318,7 @@ func (l *relayLeg) cancel() {
 		return
 	}
 	l.cancelPending = true
-	l.arm(cancelTimeout)
+	l.arm(l.cancelBound())
 }
 
 // sendCancel sends the CANCEL of the leg's INVITE and gives the next hop
@@ -318,7 +326,15 @@ func (l *relayLeg) cancel() {
 func (l *relayLeg) sendCancel() {
 	l.cancelSent = true
 	l.p.cancelUpstream(l.out)
-	l.arm(cancelTimeout)
+	l.arm(l.cancelBound())
+}
+
+// cancelBound is the time the next hop has to answer a CANCEL.
+func (l *relayLeg) cancelBound() time.Duration {
+	if l.cancelWait > 0 {
+		return l.cancelWait
+	}
+	return cancelTimeout
 }
 
 // arm (re)starts the leg's timer.
