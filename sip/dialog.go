@@ -249,6 +249,7 @@ type txUpstream struct {
 	dest string // upstreamOf(req)
 }
 
+// relay passes r upstream; a failure is logged at Debug and returned.
 func (u *txUpstream) relay(r *sipmsg.Response) error {
 	err := u.tx.Respond(relayResponse(r, u.dest, u.req.Transport()))
 	if err != nil {
@@ -257,6 +258,7 @@ func (u *txUpstream) relay(r *sipmsg.Response) error {
 	return err
 }
 
+// respond answers upstream with the proxy's own response.
 func (u *txUpstream) respond(code int, reason string) { u.p.answer(u.req, u.tx, code, reason) }
 
 // requestOf builds a request the proxy originates in the dialog of inv, a

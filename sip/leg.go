@@ -178,8 +178,9 @@ func (l *relayLeg) run() (res *sipmsg.Response, retry bool) {
 				l.cancel()
 				continue
 			}
-			// Shutdown (or the caller's transaction ended): the caller
-			// gets 503, the carrier a CANCEL.
+			// An initial INVITE's call stopped otherwise (shutdown, or
+			// the caller's transaction ended): the caller gets 503, the
+			// carrier a CANCEL.
 			l.answered = true
 			l.up.respond(sipmsg.StatusServiceUnavailable, "Service Unavailable")
 			l.cancel()
@@ -187,7 +188,8 @@ func (l *relayLeg) run() (res *sipmsg.Response, retry bool) {
 			cancelled = nil
 			l.cancel()
 		case <-l.shutdown:
-			// Shutdown: stop waiting; the transaction ends on its own timers.
+			// An in-dialog leg on shutdown: stop waiting; the transaction
+			// ends on its own timers.
 			l.up.respond(sipmsg.StatusServiceUnavailable, "Service Unavailable")
 			return nil, false
 		}
@@ -201,6 +203,9 @@ func (l *relayLeg) response(r *sipmsg.Response) (res *sipmsg.Response, retry, en
 	if l.carrier != nil {
 		l.carrier.response(r.StatusCode)
 	}
+	// A held CANCEL goes with the first provisional response; an initial
+	// INVITE's also with a final one (a no-op at the carrier, kept as it
+	// was when the two loops were apart).
 	if l.cancelPending && !l.cancelSent && (r.IsProvisional() || l.carrier != nil) {
 		l.sendCancel()
 	}
@@ -256,6 +261,8 @@ func (l *relayLeg) response(r *sipmsg.Response) (res *sipmsg.Response, retry, en
 func (l *relayLeg) ended() (res *sipmsg.Response, retry bool) {
 	if l.cancelSent || l.cancelPending {
 		if l.carrier == nil {
+			// In-dialog: 408 as for any failed transaction (a call's
+			// caller gets 487; kept as it was when the loops were apart).
 			l.up.respond(sipmsg.StatusRequestTimeout, "Request Timeout")
 		} else if !l.answered {
 			l.up.respond(sipmsg.StatusRequestTerminated, "Request Terminated")
