@@ -305,8 +305,7 @@ func (l *relayLeg) expired() (retry, end bool) {
 		// A 100 Trying but no ringing within setup_timeout: cancel this
 		// carrier's INVITE and move on; a 2xx that crosses the CANCEL is
 		// hung up, never relayed.
-		l.abandoned.Store(true)
-		l.p.abandon(l.tx, l.out, &l.hungUp)
+		l.abandon()
 		return true, true
 	}
 	// Rang too long (Timer C): cancel downstream, 408 upstream.
@@ -351,4 +350,111 @@ func (l *relayLeg) arm(d time.Duration) {
 		return
 	}
 	l.timer.Reset(d)
+}
+
+// abandon cancels the leg's INVITE, which its call no longer waits for
+// (the next carrier of the route is tried) and, in the background, hangs
+// up a 2xx that crosses the CANCEL (ACK and BYE); the transaction is then
+// left to end.
+func (l *relayLeg) abandon() {
+	l.abandoned.Store(true)
+	p, tx, inv := l.p, l.tx, l.out
+	p.cancelUpstream(inv)
+	go func() {
+		defer p.panics.Recover("sip.abandon", nil)
+		t := time.NewTimer(l.cancelBound())
+		defer t.Stop()
+		for {
+			select {
+			case r := <-tx.Responses():
+				if r.IsSuccess() {
+					l.hungUp.Store(p.hangUp(inv, r))
+					return
+				}
+				if !r.IsProvisional() {
+					return
+				}
+			case <-tx.Done():
+				return
+			case <-t.C:
+				tx.Terminate()
+				return
+			}
+		}
+	}()
+}
+
+// hangUp ends a call the carrier answered after the caller had gone: ACK
+// for the 2xx, then BYE, both sent to the carrier's Contact (RFC 3261
+// 15: a UAC receiving a 2xx after CANCEL must ACK it and send BYE). It
+// returns the ACK so 2xx retransmissions can be ACKed again.
+func (p *Proxy) hangUp(inv *sipmsg.Request, ok *sipmsg.Response) *sipmsg.Request {
+	next := inv.Recipient
+	if ct := ok.Contact(); ct != nil && ct.Address.Host != "" {
+		next = *ct.Address.Clone()
+	}
+	t := targetOf(&next, inv.Transport())
+	build := func(method sipmsg.RequestMethod, seq uint32) *sipmsg.Request {
+		r := requestOf(inv, method, *next.Clone(), false, ok.To(), seq)
+		lo := addVia(p, r, t.transport)
+		r.SetTransport(t.transport)
+		r.SetDestination(t.hostPort())
+		r.Laddr = lo.laddr
+		return r
+	}
+	seq := inv.CSeq().SeqNo
+	ack := build(sipmsg.ACK, seq)
+	if err := p.tp.WriteMsg(ack); err != nil {
+		p.log.Debug("ACK of a crossing 2xx failed", "call_id", callID(inv), "error", err)
+	}
+	bye := build(sipmsg.BYE, seq+1)
+	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
+	defer cancel()
+	tx, err := p.tl.Request(ctx, bye)
+	if err != nil {
+		p.log.Debug("BYE of a crossing 2xx failed", "call_id", callID(inv), "error", err)
+		return ack
+	}
+	go drain(tx)
+	return ack
+}
+
+// drain reads a non-INVITE client transaction until its final response
+// (or its end), so sipgo never blocks passing a response up.
+func drain(tx sipmsg.ClientTransaction) {
+	defer tx.Terminate()
+	t := time.NewTimer(cancelTimeout)
+	defer t.Stop()
+	for {
+		select {
+		case r := <-tx.Responses():
+			if !r.IsProvisional() {
+				return
+			}
+		case <-tx.Done():
+			return
+		case <-t.C:
+			return
+		}
+	}
+}
+
+// cancelUpstream sends a CANCEL for a forwarded INVITE (RFC 3261 9.1) and
+// drains its transaction in the background until it ends.
+func (p *Proxy) cancelUpstream(inv *sipmsg.Request) {
+	cr := requestOf(inv, sipmsg.CANCEL, *inv.Recipient.Clone(), true, inv.To(), inv.CSeq().SeqNo)
+	// The INVITE's own Via, branch included (RFC 3261 9.1), on top.
+	cr.PrependHeader(inv.Via().Clone())
+	cr.SetTransport(inv.Transport())
+	cr.SetDestination(inv.Destination())
+	cr.Laddr = inv.Laddr
+
+	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
+	defer cancel()
+	tx, err := p.tl.Request(ctx, cr)
+	if err != nil {
+		p.log.Debug("send CANCEL failed", "call_id", callID(inv), "error", err)
+		return
+	}
+	go drain(tx)
 }
