@@ -29,8 +29,8 @@ type legCarrier interface {
 	// reached observes the carrier's first sign of life: its first
 	// provisional response above 100, or a final one taken as its answer.
 	reached()
-	// failed is asked about a failure (a final response but 2xx) that came
-	// before any provisional response above 100 and before any CANCEL:
+	// failed is asked about a failure (a final response other than 2xx) that
+	// came before any provisional response above 100 and before any CANCEL:
 	// true takes it as the carrier's failure, and the leg ends with it,
 	// unrelayed, for the call to try the next carrier.
 	failed(res *sipmsg.Response) bool
