@@ -16,6 +16,7 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/lua"
 	"github.com/cpsguard/cpsguard/metrics"
+	"github.com/cpsguard/cpsguard/pacing"
 )
 
 // PeerUnknown is the peer label of calls from a source no peer owns.
@@ -40,7 +41,7 @@ type call struct {
 	outcome  string
 	// gateKeys are the admission limits the send gate enforces on this
 	// node's own sends (none in shadow mode or when over a limit).
-	gateKeys []gateKey
+	gateKeys []pacing.GateKey
 	// forwarded is set once an INVITE actually left for a carrier.
 	forwarded bool
 	// placed: the call holds max_calls places (freed by endCall unless
@@ -190,7 +191,7 @@ func (c *call) admit(peer *config.Peer, cu *config.Customer) bool {
 	var buckets []admission.Bucket
 	var names []scoped
 	var owner []int // owner[i]: index in names of buckets[i]'s scope
-	var gates []gateKey
+	var gates []pacing.GateKey
 	add := func(scope, name string, cps float64, burst int, windows []config.Window) {
 		cps, burst = p.limitsOf(scope, name, cps, burst) // a live override wins
 		if cps <= 0 {
@@ -205,7 +206,7 @@ func (c *call) admit(peer *config.Peer, cu *config.Customer) bool {
 		} else {
 			limit, window := admission.LimitFor(cps)
 			buckets = append(buckets, admission.Bucket{Key: key, Limit: limit, Window: window})
-			gates = append(gates, gateKey{scope + ":" + name, cps})
+			gates = append(gates, pacing.GateKey{Key: scope + ":" + name, CPS: cps})
 		}
 		owner = append(owner, len(names))
 		for _, w := range windows {
@@ -491,7 +492,7 @@ func (c *call) relay(res *sipmsg.Response) error {
 // reports that the carrier failed before any provisional response above 100
 // (5xx, 408, timeout, transport error) and the next carrier may be tried;
 // res is then the failure response, if any.
-func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Response, retry bool) {
+func (c *call) forward(car *config.Carrier, ticket pacing.Ticket) (res *sipmsg.Response, retry bool) {
 	p := c.p
 	target, err := carrierTargetOf(c.cfg, car)
 	if err != nil {
@@ -539,7 +540,7 @@ func (c *call) forward(car *config.Carrier, ticket gateTicket) (res *sipmsg.Resp
 		return nil, true
 	}
 	hooks.sentAt = time.Now()
-	p.gate.sent(ticket, hooks.sentAt)
+	ticket.Sent(hooks.sentAt)
 	if !c.forwarded {
 		c.forwarded = true
 		c.outcome = metrics.OutcomeForwarded
