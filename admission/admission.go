@@ -36,7 +36,7 @@ type Bucket struct {
 }
 
 // TokenBucket returns the token bucket that replaces the 1 s window of key
-// (a lua.Key) when a scope has a burst: capacity burst tokens, refilled at
+// (a policy.Key) when a scope has a burst: capacity burst tokens, refilled at
 // cps per second, full when idle. An idle scope at cps 10, burst 30 gets 30
 // calls through at once, then 10 a second. The rate travels as integer
 // micro-tokens per second (cps rounded to 6 decimals); the key keeps key's
@@ -149,7 +149,7 @@ func LimitFor(cps float64) (limit int, window time.Duration) {
 }
 
 // WindowBucket returns the bucket of an extra rolling window beside the 1 s
-// one of key (a lua.Key): at most calls admitted calls in any interval of
+// one of key (a policy.Key): at most calls admitted calls in any interval of
 // length per. WindowGuard is added as for the 1 s window. The key keeps key's hash
 // tag, so the buckets of one scope share a Redis Cluster slot and are decided
 // in one script call, and names the length: "cpsguard:{peer:dialer-1}:w60s".

@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 	"time"
-
-	"github.com/cpsguard/cpsguard/lua"
 )
 
 // Place is one concurrent-call limit: at most Limit live calls in the set
 // at Key.
 type Place struct {
-	// Key names the place in the store, e.g. "cpsguard:{calls:peer:dialer-1}".
+	// Key names the place in the store (policy.CallsKey), e.g.
+	// "cpsguard:{calls:peer:dialer-1}".
 	Key string
 	// Limit is the number of calls the place may hold at once (> 0).
 	Limit int
@@ -65,12 +64,4 @@ func checkArgs(ttl time.Duration, places []Place) error {
 		}
 	}
 	return nil
-}
-
-// Key is the store key of the max_calls place of one peer, customer or
-// carrier: Key("cpsguard", "peer", "dialer-1") =
-// "cpsguard:{calls:peer:dialer-1}" (its own hash tag, beside the
-// admission bucket's "cpsguard:{peer:dialer-1}").
-func Key(prefix, scope, name string) string {
-	return lua.Key(prefix, "calls:"+scope, name)
 }

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cpsguard/cpsguard/calls"
 	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/policy"
 )
 
 // fakeCalls answers Count from a map of place keys.
@@ -26,8 +26,8 @@ func TestStatusActiveCalls(t *testing.T) {
 	cfg.Carriers[0].MaxCalls = 3
 	prefix := cfg.Store.KeyPrefix
 	fc := fakeCalls{
-		calls.Key(prefix, scopePeer, cfg.Peers[0].Name):       4,
-		calls.Key(prefix, scopeCarrier, cfg.Carriers[0].Name): 2,
+		policy.CallsKey(prefix, policy.ScopePeer, cfg.Peers[0].Name):       4,
+		policy.CallsKey(prefix, policy.ScopeCarrier, cfg.Carriers[0].Name): 2,
 	}
 	h := New(Options{Config: func() *config.Config { return cfg }, Calls: fc})
 	st := getStatus(t, h)

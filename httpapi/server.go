@@ -18,10 +18,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/cpsguard/cpsguard/admission"
-	"github.com/cpsguard/cpsguard/calls"
 	"github.com/cpsguard/cpsguard/config"
-	"github.com/cpsguard/cpsguard/lua"
+	"github.com/cpsguard/cpsguard/limits"
 	"github.com/cpsguard/cpsguard/pacing"
+	"github.com/cpsguard/cpsguard/policy"
 )
 
 // Counter reads admission windows; admission.Store implementations (and the
@@ -42,7 +42,7 @@ type Queuer interface {
 // CallCounter reads max_calls places; calls.Store implementations (and the
 // store's CallsFailover) satisfy it.
 type CallCounter interface {
-	// Count returns the live calls of each place key (calls.Key).
+	// Count returns the live calls of each place key (policy.CallsKey).
 	Count(ctx context.Context, keys []string) ([]int, error)
 }
 
@@ -244,20 +244,23 @@ func (s *server) buildStatus(ctx context.Context, cfg *config.Config) Status {
 		Customers:  make([]Entry, len(cfg.Customers)),
 		Carriers:   make([]Entry, len(cfg.Carriers)),
 	}
-	prefix := cfg.Store.KeyPrefix
+	// The keys and parsed values the proxy uses, from the same derivation.
+	pol := policy.Of(cfg)
 
 	now := time.Now()
 	peerBuckets := make([]admission.Bucket, len(cfg.Peers))
-	for i, p := range cfg.Peers {
-		cps, ov := s.override(cfg, scopePeer, p.Name, p.CPS, now)
-		peerBuckets[i] = bucket(prefix, scopePeer, p.Name, cps)
+	for i := range cfg.Peers {
+		p := pol.Peer(&cfg.Peers[i])
+		cps, ov := s.override(cfg, limits.ScopePeer, p.Name, p.CPS, now)
+		peerBuckets[i] = p.Window(cps)
 		st.Peers[i] = windowEntry(p.Name, cps, peerBuckets[i])
 		st.Peers[i].Override = ov
 	}
 	custBuckets := make([]admission.Bucket, len(cfg.Customers))
-	for i, c := range cfg.Customers {
-		cps, ov := s.override(cfg, scopeCustomer, c.Name, c.CPS, now)
-		custBuckets[i] = bucket(prefix, scopeCustomer, c.Name, cps)
+	for i := range cfg.Customers {
+		c := pol.Customer(&cfg.Customers[i])
+		cps, ov := s.override(cfg, limits.ScopeCustomer, c.Name, c.CPS, now)
+		custBuckets[i] = c.Window(cps)
 		st.Customers[i] = windowEntry(c.Name, cps, custBuckets[i])
 		st.Customers[i].Override = ov
 	}
@@ -267,13 +270,13 @@ func (s *server) buildStatus(ctx context.Context, cfg *config.Config) Status {
 	}
 
 	for i, c := range cfg.Carriers {
-		cps, ov := s.override(cfg, scopeCarrier, c.Name, c.CPS, now)
+		cps, ov := s.override(cfg, limits.ScopeCarrier, c.Name, c.CPS, now)
 		e := Entry{
 			Name: c.Name, LimitCPS: cps, Override: ov,
 			WindowLimit: cps, WindowSeconds: 1,
 			MaxWaitSeconds: c.MaxWait.Seconds(),
 		}
-		key := lua.Key(prefix, scopeCarrier, c.Name)
+		key := pol.Carrier(&cfg.Carriers[i]).Key
 		if s.o.Queue != nil {
 			q, err := s.o.Queue.Queue(ctx, key, pacing.Interval(cps))
 			if err != nil {
@@ -302,7 +305,7 @@ func (s *server) buildStatus(ctx context.Context, cfg *config.Config) Status {
 		}
 		st.Carriers[i] = e
 	}
-	st.Errors = append(st.Errors, s.fillCalls(ctx, cfg, &st)...)
+	st.Errors = append(st.Errors, s.fillCalls(ctx, pol, &st)...)
 	if s.o.DuplicateNodeID != nil {
 		st.DuplicateNodeID = s.o.DuplicateNodeID()
 	}
@@ -312,24 +315,25 @@ func (s *server) buildStatus(ctx context.Context, cfg *config.Config) Status {
 
 // fillCalls sets max_calls of every entry and reads active_calls, pool-wide,
 // of those with a limit, in one store call.
-func (s *server) fillCalls(ctx context.Context, cfg *config.Config, st *Status) []string {
+func (s *server) fillCalls(ctx context.Context, pol *policy.Policy, st *Status) []string {
+	cfg := pol.Config()
 	var keys []string
 	var targets []*Entry
-	add := func(e *Entry, scope, name string, limit int) {
+	add := func(e *Entry, key string, limit int) {
 		e.MaxCalls = limit
 		if limit > 0 {
-			keys = append(keys, calls.Key(cfg.Store.KeyPrefix, scope, name))
+			keys = append(keys, key)
 			targets = append(targets, e)
 		}
 	}
-	for i, p := range cfg.Peers {
-		add(&st.Peers[i], scopePeer, p.Name, p.MaxCalls)
+	for i := range cfg.Peers {
+		add(&st.Peers[i], pol.Peer(&cfg.Peers[i]).CallsKey, cfg.Peers[i].MaxCalls)
 	}
-	for i, c := range cfg.Customers {
-		add(&st.Customers[i], scopeCustomer, c.Name, c.MaxCalls)
+	for i := range cfg.Customers {
+		add(&st.Customers[i], pol.Customer(&cfg.Customers[i]).CallsKey, cfg.Customers[i].MaxCalls)
 	}
-	for i, c := range cfg.Carriers {
-		add(&st.Carriers[i], scopeCarrier, c.Name, c.MaxCalls)
+	for i := range cfg.Carriers {
+		add(&st.Carriers[i], pol.Carrier(&cfg.Carriers[i]).CallsKey, cfg.Carriers[i].MaxCalls)
 	}
 	if s.o.Calls == nil || len(keys) == 0 {
 		return nil
@@ -380,18 +384,6 @@ func (s *server) fillCounts(ctx context.Context, what string, entries []Entry, b
 		}
 	}
 	return nil
-}
-
-// Scopes of lua.Key, as the proxy builds its keys.
-const (
-	scopePeer     = "peer"
-	scopeCustomer = "customer"
-	scopeCarrier  = "carrier"
-)
-
-func bucket(prefix, scope, name string, cps float64) admission.Bucket {
-	limit, window := admission.LimitFor(cps)
-	return admission.Bucket{Key: lua.Key(prefix, scope, name), Limit: limit, Window: window}
 }
 
 func windowEntry(name string, cps float64, b admission.Bucket) Entry {

@@ -11,8 +11,8 @@ import (
 	"github.com/cpsguard/cpsguard/admission"
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/redistest"
-	"github.com/cpsguard/cpsguard/lua"
 	"github.com/cpsguard/cpsguard/pacing"
+	"github.com/cpsguard/cpsguard/policy"
 	"github.com/cpsguard/cpsguard/store"
 )
 
@@ -36,20 +36,20 @@ func TestStatusReadsWhatTheProxyWrites(t *testing.T) {
 	cfg := testConfig()
 	ctx := context.Background()
 
-	bucketOf := func(scope, name string, cps float64) admission.Bucket {
+	bucketOf := func(scope policy.Scope, name string, cps float64) admission.Bucket {
 		limit, window := admission.LimitFor(cps)
-		return admission.Bucket{Key: lua.Key(cfg.Store.KeyPrefix, scope, name), Limit: limit, Window: window}
+		return admission.Bucket{Key: policy.Key(cfg.Store.KeyPrefix, scope, name), Limit: limit, Window: window}
 	}
 	for i := range 7 {
 		d, err := adm.Admit(ctx, fmt.Sprintf("call-%d", i), []admission.Bucket{
-			bucketOf("peer", "dialer-1", 50), bucketOf("customer", "acme", 20),
+			bucketOf(policy.ScopePeer, "dialer-1", 50), bucketOf(policy.ScopeCustomer, "acme", 20),
 		})
 		if err != nil || !d.Admit {
 			t.Fatalf("admit call %d: %+v, %v", i, d, err)
 		}
 	}
 	// Three calls for carrier-b (5 cps): slots at now, +202ms, +404ms.
-	key := lua.Key(cfg.Store.KeyPrefix, "carrier", "carrier-b")
+	key := policy.Key(cfg.Store.KeyPrefix, policy.ScopeCarrier, "carrier-b")
 	for i := range 3 {
 		s, err := slots.Reserve(ctx, key, fmt.Sprintf("call-%d", i), pacing.Interval(5), time.Second)
 		if err != nil || !s.OK {
@@ -104,17 +104,17 @@ func TestStatusOnRedisShowsThePool(t *testing.T) {
 	adm2, slots2 := newNode()
 	cfg := testConfig()
 	cfg.Carriers[0].CPS = 1 // slots 1.01 s apart: timing noise cannot empty the queue
-	bucket := func(scope, name string, cps float64) admission.Bucket {
+	bucket := func(scope policy.Scope, name string, cps float64) admission.Bucket {
 		limit, window := admission.LimitFor(cps)
-		return admission.Bucket{Key: lua.Key(cfg.Store.KeyPrefix, scope, name), Limit: limit, Window: window}
+		return admission.Bucket{Key: policy.Key(cfg.Store.KeyPrefix, scope, name), Limit: limit, Window: window}
 	}
 	for i, a := range []*admission.RedisStore{adm1, adm2, adm1} {
-		d, err := a.Admit(ctx, fmt.Sprintf("call-%d", i), []admission.Bucket{bucket("peer", "dialer-1", 50), bucket("customer", "acme", 20)})
+		d, err := a.Admit(ctx, fmt.Sprintf("call-%d", i), []admission.Bucket{bucket(policy.ScopePeer, "dialer-1", 50), bucket(policy.ScopeCustomer, "acme", 20)})
 		if err != nil || !d.Admit {
 			t.Fatalf("admit %d: %+v, %v", i, d, err)
 		}
 	}
-	key := lua.Key(cfg.Store.KeyPrefix, "carrier", "carrier-a")
+	key := policy.Key(cfg.Store.KeyPrefix, policy.ScopeCarrier, "carrier-a")
 	for i, s := range []*pacing.RedisSlots{slots1, slots2, slots1} {
 		if sl, err := s.Reserve(ctx, key, fmt.Sprintf("call-%d", i), pacing.Interval(1), 5*time.Second); err != nil || !sl.OK {
 			t.Fatalf("reserve %d: %+v, %v", i, sl, err)

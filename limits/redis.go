@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/cpsguard/cpsguard/lua"
+	"github.com/cpsguard/cpsguard/policy"
 )
 
 // RedisStore keeps the pool's overrides in Redis (overrides.lua): every
@@ -40,7 +41,7 @@ func NewRedisStore(client redis.Scripter, prefix string, o RedisOptions) *RedisS
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
-	return &RedisStore{client: client, key: lua.OverridesKey(prefix), timeout: o.Timeout, clock: o.Clock, observe: o.Observe}
+	return &RedisStore{client: client, key: policy.OverridesKey(prefix), timeout: o.Timeout, clock: o.Clock, observe: o.Observe}
 }
 
 func (s *RedisStore) run(ctx context.Context, fn func(ctx context.Context) ([]lua.OverrideEntry, error)) ([]Override, error) {

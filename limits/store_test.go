@@ -12,6 +12,7 @@ import (
 	"github.com/cpsguard/cpsguard/internal/redistest"
 	"github.com/cpsguard/cpsguard/limits"
 	"github.com/cpsguard/cpsguard/lua"
+	"github.com/cpsguard/cpsguard/policy"
 )
 
 // backend is one Store under test, with a way to let time pass.
@@ -104,7 +105,7 @@ func TestRedisKeysExpire(t *testing.T) {
 	if _, err := b.store.Set(ctx, limits.Override{Scope: "peer", Name: "p", CPS: 5}, 500*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	key := lua.OverridesKey("test")
+	key := policy.OverridesKey("test")
 	if !strings.Contains(key, "{overrides:all}") {
 		t.Errorf("key %q has no hash tag", key)
 	}

@@ -18,10 +18,6 @@ var overridesScript = redis.NewScript(overridesSrc)
 // ScriptOverrides names overrides.lua in observers and metrics.
 const ScriptOverrides = "overrides"
 
-// OverridesKey is the hash of the pool's limit overrides under prefix. Its
-// hash tag holds every override, so one script sees them all on a Cluster.
-func OverridesKey(prefix string) string { return Key(prefix, "overrides", "all") }
-
 // OverridesExpiryKey is the sorted set of expiries kept beside the
 // overrides hash key, in the same Cluster hash slot.
 func OverridesExpiryKey(key string) string { return key + ":expiry" }

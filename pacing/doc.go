@@ -13,16 +13,32 @@
 // the slot of a cancelled wait. A send may go out up to MaxLate after its
 // slot; a caller that wakes later gives the slot back and takes the next.
 //
+// Pacer.Acquire owns "wait until I may send", like x/time/rate's WaitN: it
+// reserves the carrier's slot within max_wait, waits for it, takes the next
+// slot after a late wake (three times at most), then passes the node's send
+// gate, and either lets the call go or gives the slot back. The send gate
+// is this node's own, in memory, one per Pacer: it holds a send until this
+// node's last sends of each GateKey (the carrier, the call's peer and
+// customer) leave room in the key's rolling window (admission.LimitFor of
+// its cps, less half of admission.WindowGuard), counted from when they
+// really left (Ticket.Sent), so a timer woken late never puts limit+1 calls
+// into one second. It only delays, never past max_wait. A Pacer reads and
+// waits on a Clock (SystemClock, or a fake one in tests). Pacing keeps no
+// metrics: a Trace tells the caller of each reservation, wait and late wake.
+//
 // An adaptive carrier's effective rate is kept by the same stores (Adapt,
 // AIMD): an overload answer multiplies it by a factor below 1, at most once
 // per hold, never below a floor, and it climbs back additively towards the
 // carrier's cps on the store's clock (rate.lua on Redis, pool-wide; the
 // same integer arithmetic in LocalSlots). The caller paces at that rate.
 //
-// Failure: a full queue is a Slot with OK false, never an error. An error
-// means the store failed and nothing was reserved that the caller knows of;
-// the caller applies the failure policy. A slot whose release failed only
-// delays later calls until its time has passed.
+// Failure: a full queue is a Slot (or a Ticket) with OK false, never an
+// error; so are a call missing its slots by waking late and a send the gate
+// would hold past max_wait. Acquire returns ctx.Err() when the caller's
+// context ends first. Any other error means the store failed and nothing
+// was reserved that the caller knows of; the caller applies the failure
+// policy. A slot whose release failed only delays later calls until its
+// time has passed.
 //
 // Every type here is safe for concurrent use.
 package pacing

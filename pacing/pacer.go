@@ -18,13 +18,22 @@ const releaseTimeout = time.Second
 // Pacer turns carriers into reservations and waits them out, like
 // x/time/rate's WaitN: it never reserves a slot the caller cannot wait for,
 // the wait is cancellable, and a cancelled wait gives its slot back.
+// Acquire does all of it for a call, and passes the node's send gate too.
 // Pacer is safe for concurrent use.
 type Pacer struct {
 	store SlotStore
+	clock Clock
+	// gate is this node's send gate (Acquire).
+	gate *sendGate
 }
 
-// NewPacer returns a Pacer on store.
-func NewPacer(store SlotStore) *Pacer { return &Pacer{store: store} }
+// NewPacer returns a Pacer on store that reads and waits on SystemClock.
+func NewPacer(store SlotStore) *Pacer { return NewPacerClock(store, SystemClock) }
+
+// NewPacerClock returns a Pacer on store that reads and waits on clock.
+func NewPacerClock(store SlotStore, clock Clock) *Pacer {
+	return &Pacer{store: store, clock: clock, gate: newSendGate()}
+}
 
 // Reserve reserves the next slot of carrier c for member (unique per call
 // attempt), spacing slots by Interval(c.CPS). The longest accepted wait is
@@ -50,11 +59,11 @@ func (p *Pacer) Reserve(ctx context.Context, c Carrier, member string) (Slot, er
 	if err != nil {
 		return Slot{}, err
 	}
-	s.Reserved = time.Now()
+	s.Reserved = p.clock.Now()
 	return s, nil
 }
 
-// Wait blocks until s is due (s.Due()). When ctx is done first it releases
+// Wait blocks until s is due (s.Due()) on the Pacer's clock. When ctx is done first it releases
 // the slot on a fresh short context and returns ctx.Err(); a failed release
 // is not reported (the slot then only delays later calls until it passes).
 // Waiting on a Slot with OK false returns ErrNotReserved at once.
@@ -66,19 +75,11 @@ func (p *Pacer) Wait(ctx context.Context, s Slot) error {
 		p.releaseAfter(ctx, s)
 		return err
 	}
-	d := time.Until(s.Due())
-	if d <= 0 {
-		return nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
+	if err := p.clock.Sleep(ctx, s.Due().Sub(p.clock.Now())); err != nil {
 		p.releaseAfter(ctx, s)
-		return ctx.Err()
+		return err
 	}
+	return nil
 }
 
 func (p *Pacer) releaseAfter(ctx context.Context, s Slot) {

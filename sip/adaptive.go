@@ -9,9 +9,8 @@ import (
 	sipmsg "github.com/emiago/sipgo/sip"
 
 	"github.com/cpsguard/cpsguard/config"
-	"github.com/cpsguard/cpsguard/lua"
-	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/pacing"
+	"github.com/cpsguard/cpsguard/policy"
 )
 
 // rateRefreshEvery is how often a node reads the pool's effective rate of
@@ -77,7 +76,7 @@ func (p *Proxy) aimdOf(car *config.Carrier) pacing.AIMD {
 // pacingCarrier is what pacing needs of car: its slot set, its effective
 // rate (an adaptive carrier pushing back runs below its cps) and max_wait.
 func (p *Proxy) pacingCarrier(cfg *config.Config, car *config.Carrier) pacing.Carrier {
-	return pacing.Carrier{Key: lua.Key(cfg.Store.KeyPrefix, metrics.ScopeCarrier, car.Name), CPS: p.effectiveCPS(car), MaxWait: car.MaxWait}
+	return policy.Of(cfg).Carrier(car).Pacing(p.effectiveCPS(car))
 }
 
 // effectiveCPS is the rate car is paced at now on this node.

@@ -11,6 +11,7 @@ import (
 	callplaces "github.com/cpsguard/cpsguard/calls"
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/metrics"
+	"github.com/cpsguard/cpsguard/policy"
 )
 
 // CallPlaces holds the max_calls places of the calls this node sets up.
@@ -33,12 +34,6 @@ type CallPlaces interface {
 	EndDialog(ctx context.Context, dialog, calleeTag string) bool
 }
 
-// CallsKey is the store key of the max_calls place of one peer, customer
-// or carrier: "cpsguard:{calls:peer:dialer-1}".
-func CallsKey(prefix, scope, name string) string {
-	return callplaces.Key(prefix, scope, name)
-}
-
 // dialogID names a call's dialog as a verified in-dialog request names it:
 // its Call-ID, the caller's From tag and the peer leg (all covered by the
 // dialog token), so one peer's BYE cannot end another call that reuses
@@ -55,11 +50,11 @@ func (c *call) occupyCalls(peer *config.Peer, cu *config.Customer) bool {
 	var places []callplaces.Place
 	var reasons []string
 	if peer.MaxCalls > 0 {
-		places = append(places, callplaces.Place{Key: CallsKey(cfg.Store.KeyPrefix, metrics.ScopePeer, peer.Name), Limit: peer.MaxCalls})
+		places = append(places, callplaces.Place{Key: policy.Of(cfg).Peer(peer).CallsKey, Limit: peer.MaxCalls})
 		reasons = append(reasons, reasonPeerCalls)
 	}
 	if cu != nil && cu.MaxCalls > 0 {
-		places = append(places, callplaces.Place{Key: CallsKey(cfg.Store.KeyPrefix, metrics.ScopeCustomer, cu.Name), Limit: cu.MaxCalls})
+		places = append(places, callplaces.Place{Key: policy.Of(cfg).Customer(cu).CallsKey, Limit: cu.MaxCalls})
 		reasons = append(reasons, reasonCustomerCalls)
 	}
 	if len(places) == 0 {
@@ -104,7 +99,7 @@ func (c *call) occupyCarrier(car *config.Carrier) bool {
 		return true
 	}
 	sctx, cancel := c.storeCtx()
-	d, err := c.p.calls.Occupy(sctx, c.member, []callplaces.Place{{Key: CallsKey(c.cfg.Store.KeyPrefix, metrics.ScopeCarrier, car.Name), Limit: car.MaxCalls}})
+	d, err := c.p.calls.Occupy(sctx, c.member, []callplaces.Place{{Key: policy.Of(c.cfg).Carrier(car).CallsKey, Limit: car.MaxCalls}})
 	cancel()
 	if err != nil {
 		c.log.Debug("max_calls store failed for a carrier", "carrier", car.Name, "error", err)
@@ -123,7 +118,7 @@ func (c *call) releaseCarrier(car *config.Carrier) {
 	if car.MaxCalls <= 0 || !c.placed {
 		return
 	}
-	c.p.calls.Release(c.ctx, c.member, []string{CallsKey(c.cfg.Store.KeyPrefix, metrics.ScopeCarrier, car.Name)})
+	c.p.calls.Release(c.ctx, c.member, []string{policy.Of(c.cfg).Carrier(car).CallsKey})
 }
 
 // rejectCalls answers a call refused by max_calls with sip.reject_calls.

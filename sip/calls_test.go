@@ -12,6 +12,7 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/siptest"
 	"github.com/cpsguard/cpsguard/metrics"
+	"github.com/cpsguard/cpsguard/policy"
 )
 
 // startCallsProxy starts a proxy whose max_calls places are in a Tracker
@@ -34,7 +35,7 @@ func TestMaxCallsPeer(t *testing.T) {
 	car := siptest.StartCarrier(t, "127.0.0.1", nil)
 	h, tr, store := startCallsProxy(t, car, 2, 0)
 	caller := siptest.StartCaller(t, "127.0.0.2")
-	key := CallsKey("t", metrics.ScopePeer, "dialer-1")
+	key := policy.CallsKey("t", policy.ScopePeer, "dialer-1")
 	live := func() int {
 		n, _ := store.Count(t.Context(), []string{key})
 		return n[0]
@@ -101,7 +102,7 @@ func TestMaxCallsCarrierAndFailedCalls(t *testing.T) {
 	})
 	h, tr, store := startCallsProxy(t, car, 1, 1)
 	caller := siptest.StartCaller(t, "127.0.0.2")
-	keys := []string{CallsKey("t", metrics.ScopePeer, "dialer-1"), CallsKey("t", metrics.ScopeCarrier, "a")}
+	keys := []string{policy.CallsKey("t", policy.ScopePeer, "dialer-1"), policy.CallsKey("t", policy.ScopeCarrier, "a")}
 
 	// A call that fails (486) frees its places at its final answer.
 	if res := caller.Final(ctxT(t, 5*time.Second), caller.Invite(h.udp)); res == nil || res.StatusCode != 486 {

@@ -19,7 +19,8 @@
 // carrier, peer and customer leave room in the rolling window, so a timer
 // woken late never puts limit+1 calls into one second at the carrier; the
 // slot and gate waits together stay within the carrier's max_wait (past
-// it the carrier counts as full). Responses are relayed
+// it the carrier counts as full). Both waits are pacing.Pacer.Acquire's;
+// this package counts and logs them (pace.go). Responses are relayed
 // upstream; a 5xx, 408, timeout or transport error before any provisional
 // response above 100 moves the call to the next carrier (paced again). When
 // no carrier can take the call it is rejected with 503.

@@ -1,16 +1,15 @@
 package sip
 
 import (
-	"fmt"
 	"net"
 	"net/netip"
 	"strconv"
 	"strings"
-	"sync/atomic"
 
 	sipmsg "github.com/emiago/sipgo/sip"
 
 	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/policy"
 )
 
 // target is where a request goes next: host, port and transport.
@@ -32,89 +31,39 @@ func (t target) hostPort() string {
 
 // parseCarrierURI reads a carrier's URI ("sip:host[:port][;transport=tcp]").
 func parseCarrierURI(raw string) (target, error) {
-	var u sipmsg.Uri
-	if err := sipmsg.ParseUri(raw, &u); err != nil {
-		return target{}, fmt.Errorf("parse carrier uri %q: %w", raw, err)
+	t, err := policy.ParseCarrierURI(raw)
+	if err != nil {
+		return target{}, err
 	}
-	if u.Host == "" {
-		return target{}, fmt.Errorf("carrier uri %q has no host", raw)
-	}
-	return targetOf(&u, ""), nil
+	return targetFrom(t), nil
 }
 
-// carrierTarget is one carrier's parsed URI.
-type carrierTarget struct {
-	t   target
-	err error
+// targetFrom is the target of a carrier's parsed URI.
+func targetFrom(t policy.Target) target {
+	return target{host: t.Host, port: t.Port, transport: t.Transport, hp: t.HostPort}
 }
 
-// parsedCarriers are the parsed carrier URIs of one configuration snapshot,
-// index-aligned with cfg.Carriers. Snapshots are not changed once in use
-// (a reload builds a new one), so the pointer identifies the contents.
-type parsedCarriers struct {
-	cfg     *config.Config
-	targets []carrierTarget
-	// ips are the carriers' addresses written as IPs in their URIs.
-	ips map[netip.Addr]struct{}
-}
-
-// carrierCache holds the parsed carriers of the last snapshot seen, so the
-// URIs are parsed once per reload, not on every forward and for every
-// carrier of every in-dialog request.
-var carrierCache atomic.Pointer[parsedCarriers]
-
-// parsed returns the parsed carriers of cfg.
-func parsed(cfg *config.Config) *parsedCarriers {
-	if pc := carrierCache.Load(); pc != nil && pc.cfg == cfg && len(pc.targets) == len(cfg.Carriers) {
-		return pc
-	}
-	pc := &parsedCarriers{cfg: cfg, targets: make([]carrierTarget, len(cfg.Carriers)), ips: map[netip.Addr]struct{}{}}
-	for i := range cfg.Carriers {
-		t, err := parseCarrierURI(cfg.Carriers[i].URI)
-		pc.targets[i].t, pc.targets[i].err = t, err
-		if err != nil {
-			continue
-		}
-		pc.targets[i].t.hp = t.hostPort()
-		if ip, err := netip.ParseAddr(strings.Trim(t.host, "[]")); err == nil {
-			pc.ips[ip.Unmap().WithZone("")] = struct{}{}
-		}
-	}
-	carrierCache.Store(pc)
-	return pc
-}
-
-// carrierTargets returns the parsed URIs of cfg.Carriers, index-aligned.
-func carrierTargets(cfg *config.Config) []carrierTarget { return parsed(cfg).targets }
+// carrierTargets returns the parsed URIs of cfg.Carriers (policy.Of derives
+// them once per snapshot), index-aligned.
+func carrierTargets(cfg *config.Config) []policy.Carrier { return policy.Of(cfg).Carriers() }
 
 // carrierIPs returns the carriers' addresses written as IPs in their URIs.
-func carrierIPs(cfg *config.Config) map[netip.Addr]struct{} { return parsed(cfg).ips }
+func carrierIPs(cfg *config.Config) map[netip.Addr]struct{} { return policy.Of(cfg).CarrierIPs() }
 
 // carrierTargetOf returns the parsed URI of car, a carrier of cfg.
 func carrierTargetOf(cfg *config.Config, car *config.Carrier) (target, error) {
-	ts := carrierTargets(cfg)
-	for i := range cfg.Carriers {
-		if &cfg.Carriers[i] == car {
-			return ts[i].t, ts[i].err
-		}
+	c := policy.Of(cfg).Carrier(car)
+	if c.Err != nil {
+		return target{}, c.Err
 	}
-	return parseCarrierURI(car.URI) // not from cfg's slice
+	return targetFrom(c.Target), nil
 }
 
 // targetOf is the next hop named by a URI; fallback is the transport when
 // the URI names none (default UDP).
 func targetOf(u *sipmsg.Uri, fallback string) target {
-	t := target{host: u.Host, port: u.Port, transport: fallback}
-	if v, ok := u.UriParams.Get("transport"); ok && v != "" {
-		t.transport = strings.ToUpper(v)
-	}
-	if t.transport != "TCP" {
-		t.transport = "UDP"
-	}
-	if t.port == 0 {
-		t.port = sipmsg.DefaultPort(t.transport)
-	}
-	return t
+	t := policy.TargetOf(u, fallback)
+	return target{host: t.Host, port: t.Port, transport: t.Transport}
 }
 
 // popOwnRoutes removes the Route entries at the top of req that point at

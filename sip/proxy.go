@@ -34,17 +34,15 @@ type Admitter interface {
 	Admit(ctx context.Context, member string, buckets []admission.Bucket) (admission.Decision, error)
 }
 
-// Pacer reserves, waits for and releases carrier send slots. *pacing.Pacer
-// satisfies it.
+// Pacer waits until a call may be sent to a carrier, and keeps carriers'
+// pool-wide blocks and adaptive rates. *pacing.Pacer satisfies it.
 type Pacer interface {
-	// Reserve takes the carrier's next send slot within c.MaxWait, or reports
-	// Slot.OK false without reserving anything.
-	Reserve(ctx context.Context, c pacing.Carrier, member string) (pacing.Slot, error)
-	// Wait blocks until the slot is due. When ctx ends first it releases the
-	// slot and returns ctx.Err().
-	Wait(ctx context.Context, s pacing.Slot) error
-	// Release gives back a slot that will not be used.
-	Release(ctx context.Context, s pacing.Slot) error
+	// Acquire takes the carrier's next send slot within c.MaxWait, waits
+	// for it and passes this node's send gate for gate; a Ticket with OK
+	// false is a full carrier. It returns ctx.Err() when ctx ends first;
+	// any other error is the store's. Unless the Ticket is OK, nothing is
+	// held. trace (may be nil) is told of each step.
+	Acquire(ctx context.Context, c pacing.Carrier, member string, trace *pacing.Trace, gate ...pacing.GateKey) (pacing.Ticket, error)
 	// Block grants no slot of carrier c, on any node, for span from now.
 	Block(ctx context.Context, c pacing.Carrier, span time.Duration) error
 	// Adapt returns adaptive carrier c's effective rate, first decreasing
@@ -182,7 +180,6 @@ type Proxy struct {
 	// lastShed is when the screen last shed a call (Unix ns, overload.go).
 	lastShed atomic.Int64
 
-	gate *sendGate
 	// keys mint and check the dialog tokens of Record-Route and Route.
 	keys *dialogKeys
 	// invites are the INVITEs in progress, as a CANCEL finds them.
@@ -236,7 +233,6 @@ func New(opts Options) (*Proxy, error) {
 		m:     opts.Metrics,
 		log:   opts.Logger.With("component", "sip"),
 		ready: make(chan struct{}),
-		gate:  newSendGate(),
 
 		invites:     newInviteTable(),
 		resolver:    newCarrierResolver(),

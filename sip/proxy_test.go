@@ -54,7 +54,9 @@ func (f *fakeAdmitter) Admit(_ context.Context, member string, b []admission.Buc
 	return admission.Decision{Admit: true, Refused: -1, Counts: f.counts, Mode: f.mode}, nil
 }
 
-// fakePacer grants slots after a fixed wait, or none for full carriers.
+// fakePacer is a real pacing.Pacer (Acquire: slots, late wakes, the send
+// gate) over a fake slot store that grants slots after a fixed wait, or
+// none for full carriers, on the machine's clock woken late on demand.
 type fakePacer struct {
 	mu       sync.Mutex
 	wait     time.Duration
@@ -65,29 +67,70 @@ type fakePacer struct {
 	blocked  []time.Duration
 	// rates are the adaptive carriers' effective rates (Adapt), by key;
 	// overloads counts the decreases asked for; reservedCPS is the rate
-	// each Reserve was asked to pace at.
+	// each Acquire was asked to pace at.
 	rates       map[string]float64
 	overloads   int
 	reservedCPS []float64
-	// lateWakes makes the next Waits return that many times late by
-	// lateBy past the slot, as a starved scheduler would.
+	// lateWakes makes the next sleeps of the pacer (waits for a slot, or
+	// in the send gate) return that many times late by lateBy, as a
+	// starved scheduler would: the clock jumps lateBy ahead.
 	lateWakes int
 	lateBy    time.Duration
+	// ahead is how far the pacer's clock is ahead of the machine's (the
+	// late wakes so far).
+	ahead time.Duration
 	// releasedMembers are the call attempts that gave a slot back.
 	releasedMembers map[string]bool
+
+	once  sync.Once
+	pacer *pacing.Pacer
 }
 
-func (f *fakePacer) Reserve(_ context.Context, c pacing.Carrier, member string) (pacing.Slot, error) {
+func (f *fakePacer) Acquire(ctx context.Context, c pacing.Carrier, member string, trace *pacing.Trace, gate ...pacing.GateKey) (pacing.Ticket, error) {
+	f.once.Do(func() { f.pacer = pacing.NewPacerClock(fakeSlots{f}, fakeClock{f}) })
+	f.mu.Lock()
+	f.reservedCPS = append(f.reservedCPS, c.CPS)
+	f.mu.Unlock()
+	return f.pacer.Acquire(ctx, c, member, trace, gate...)
+}
+
+// fakeClock is a fakePacer's clock: the machine's, ahead by the late
+// wakes so far.
+type fakeClock struct{ f *fakePacer }
+
+func (c fakeClock) Now() time.Time {
+	c.f.mu.Lock()
+	defer c.f.mu.Unlock()
+	return time.Now().Add(c.f.ahead)
+}
+
+func (c fakeClock) Sleep(ctx context.Context, d time.Duration) error {
+	if err := pacing.SystemClock.Sleep(ctx, d); err != nil {
+		return err
+	}
+	c.f.mu.Lock()
+	defer c.f.mu.Unlock()
+	if c.f.lateWakes > 0 {
+		c.f.lateWakes--
+		c.f.ahead += c.f.lateBy
+	}
+	return nil
+}
+
+// fakeSlots is a fakePacer's slot store.
+type fakeSlots struct{ f *fakePacer }
+
+func (s fakeSlots) Reserve(_ context.Context, key, member string, _, maxWait time.Duration) (pacing.Slot, error) {
+	f := s.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.reservedCPS = append(f.reservedCPS, c.CPS)
 	if f.err != nil {
 		return pacing.Slot{}, f.err
 	}
-	if f.full[c.Key] {
-		return pacing.Slot{OK: false, Wait: c.MaxWait + time.Second}, nil
+	if f.full[key] {
+		return pacing.Slot{OK: false, Wait: maxWait + time.Second}, nil
 	}
-	f.reserved = append(f.reserved, c.Key)
+	f.reserved = append(f.reserved, key)
 	wait := f.wait
 	if f.releasedMembers[member] {
 		// Taken again after a late wake: as in a real slot set with room,
@@ -95,37 +138,32 @@ func (f *fakePacer) Reserve(_ context.Context, c pacing.Carrier, member string) 
 		// that never drains).
 		wait = 0
 	}
-	return pacing.Slot{OK: true, Wait: wait, Key: c.Key, Member: member, Reserved: time.Now()}, nil
+	return pacing.Slot{OK: true, Wait: wait, Key: key, Member: member}, nil
 }
 
-func (f *fakePacer) Wait(ctx context.Context, s pacing.Slot) error {
-	due := s.Due()
-	f.mu.Lock()
-	if f.lateWakes > 0 {
-		f.lateWakes--
-		due = due.Add(f.lateBy)
-	}
-	f.mu.Unlock()
-	t := time.NewTimer(time.Until(due))
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		_ = f.Release(context.Background(), s)
-		return ctx.Err()
-	}
-}
-
-func (f *fakePacer) Release(_ context.Context, s pacing.Slot) error {
+func (s fakeSlots) Release(_ context.Context, key, member string) error {
+	f := s.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.released = append(f.released, s.Key)
+	f.released = append(f.released, key)
 	if f.releasedMembers == nil {
 		f.releasedMembers = map[string]bool{}
 	}
-	f.releasedMembers[s.Member] = true
+	f.releasedMembers[member] = true
 	return nil
+}
+
+// The proxy blocks and adapts through fakePacer itself.
+var errFakeSlots = errors.New("fakeSlots: not used by Acquire")
+
+func (fakeSlots) Block(context.Context, string, time.Duration) error { return errFakeSlots }
+
+func (fakeSlots) Adapt(context.Context, string, pacing.AIMD, bool) (pacing.Rate, error) {
+	return pacing.Rate{}, errFakeSlots
+}
+
+func (fakeSlots) Queue(context.Context, string, time.Duration) (pacing.QueueState, error) {
+	return pacing.QueueState{}, errFakeSlots
 }
 
 // Block marks the carrier full (the fake has no clock) and records the span.

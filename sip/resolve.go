@@ -109,10 +109,10 @@ func (r *carrierResolver) refresh(ctx context.Context, cfg *config.Config) []err
 	var names []string
 	seen := map[string]bool{}
 	for _, c := range carrierTargets(cfg) {
-		if c.err != nil {
+		if c.Err != nil {
 			continue
 		}
-		h := strings.ToLower(strings.Trim(c.t.host, "[]"))
+		h := strings.ToLower(strings.Trim(c.Target.Host, "[]"))
 		if _, err := netip.ParseAddr(h); err == nil || seen[h] {
 			continue
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/siptest"
 	"github.com/cpsguard/cpsguard/metrics"
+	"github.com/cpsguard/cpsguard/policy"
 )
 
 // udpEnd is a raw UDP end point: it records every message it reads and,
@@ -373,7 +374,7 @@ func TestStatelessByeFreesMaxCallsOnce(t *testing.T) {
 	car := siptest.StartCarrier(t, "127.0.0.1", nil)
 	h, tr, store := startCallsProxy(t, car, 2, 0)
 	caller := siptest.StartCaller(t, "127.0.0.2")
-	key := CallsKey("t", metrics.ScopePeer, "dialer-1")
+	key := policy.CallsKey("t", policy.ScopePeer, "dialer-1")
 	live := func() int {
 		n, _ := store.Count(t.Context(), []string{key})
 		return n[0]

@@ -16,6 +16,7 @@ import (
 	"github.com/cpsguard/cpsguard/internal/panics"
 	"github.com/cpsguard/cpsguard/lua"
 	"github.com/cpsguard/cpsguard/pacing"
+	"github.com/cpsguard/cpsguard/policy"
 )
 
 // OpenOptions are the non-config inputs of Open.
@@ -85,7 +86,7 @@ func Open(ctx context.Context, cfg *config.Config, o OpenOptions) (*Stores, erro
 	if o.Instance == "" {
 		o.Instance = NewInstanceID()
 	}
-	hb := NewHeartbeat(&lua.Heartbeater{Client: client, Key: lua.Key(cfg.Store.KeyPrefix, "nodes", "all"), Instance: o.Instance},
+	hb := NewHeartbeat(&lua.Heartbeater{Client: client, Key: policy.NodesKey(cfg.Store.KeyPrefix), Instance: o.Instance},
 		HeartbeatOptions{
 			Node:        cfg.NodeID,
 			Interval:    o.HeartbeatInterval,

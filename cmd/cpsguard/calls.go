@@ -7,30 +7,33 @@ import (
 	"github.com/cpsguard/cpsguard/calls"
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/metrics"
+	"github.com/cpsguard/cpsguard/policy"
 )
 
 // activeCallsEvery is how often cpsguard_active_calls is read from the store.
 const activeCallsEvery = 2 * time.Second
 
-// callPlace is one configured max_calls place.
+// callPlace is one configured max_calls place: its metrics labels (scope,
+// name) and its store key.
 type callPlace struct{ scope, name, key string }
 
 // callPlaces lists the peers, customers and carriers of cfg with max_calls.
 func callPlaces(cfg *config.Config) []callPlace {
 	var out []callPlace
-	add := func(scope, name string, limit int) {
+	add := func(scope, name, key string, limit int) {
 		if limit > 0 {
-			out = append(out, callPlace{scope, name, calls.Key(cfg.Store.KeyPrefix, scope, name)})
+			out = append(out, callPlace{scope, name, key})
 		}
 	}
-	for _, p := range cfg.Peers {
-		add(metrics.ScopePeer, p.Name, p.MaxCalls)
+	pol := policy.Of(cfg)
+	for _, p := range pol.Peers() {
+		add(metrics.ScopePeer, p.Name, p.CallsKey, p.MaxCalls)
 	}
-	for _, c := range cfg.Customers {
-		add(metrics.ScopeCustomer, c.Name, c.MaxCalls)
+	for _, c := range pol.Customers() {
+		add(metrics.ScopeCustomer, c.Name, c.CallsKey, c.MaxCalls)
 	}
-	for _, c := range cfg.Carriers {
-		add(metrics.ScopeCarrier, c.Name, c.MaxCalls)
+	for _, c := range pol.Carriers() {
+		add(metrics.ScopeCarrier, c.Name, c.CallsKey, c.MaxCalls)
 	}
 	return out
 }

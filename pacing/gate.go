@@ -1,4 +1,4 @@
-package sip
+package pacing
 
 import (
 	"context"
@@ -24,14 +24,11 @@ import (
 // jitter it absorbs; it never rejects. Across a pool the stores' guards
 // carry the promise; the gate removes this node's own jitter from it.
 //
-// A sendGate is safe for concurrent use.
+// Each Pacer has one gate (the gate is this node's, not the pool's), which
+// Acquire passes after the slot. A sendGate is safe for concurrent use.
 type sendGate struct {
 	mu    sync.Mutex
 	rings map[string]*sendRing
-	// now and sleep are the clock wait uses; tests replace them. sleep
-	// returns ctx.Err() when ctx ends first.
-	now   func() time.Time
-	sleep func(ctx context.Context, d time.Duration) error
 }
 
 // sendRing holds the last limit send times of one key. It grows with the
@@ -66,10 +63,14 @@ func (r *sendRing) record(at time.Time) int {
 	return i
 }
 
-// gateKey is one limit a send must respect.
-type gateKey struct {
-	key string
-	cps float64
+// GateKey is one limit the send gate holds a send to: at most
+// admission.LimitFor(CPS) sends of Key leave this node within that limit's
+// window (less gateSlack). A CPS of 0 or less is no limit.
+type GateKey struct {
+	// Key names the limit on this node, e.g. "carrier:a" or "peer:dialer-1".
+	Key string
+	// CPS is the limit's calls per second (may be fractional).
+	CPS float64
 }
 
 // gateTicket identifies the ring entries of one send, to stamp the time
@@ -80,19 +81,7 @@ type gateTicket struct {
 }
 
 func newSendGate() *sendGate {
-	return &sendGate{rings: map[string]*sendRing{}, now: time.Now, sleep: sleepCtx}
-}
-
-// sleepCtx waits d, or until ctx ends (then it returns ctx.Err()).
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return &sendGate{rings: map[string]*sendRing{}}
 }
 
 // gateSlack is how much shorter the gate's window is than the stores'.
@@ -104,30 +93,30 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // per second of backlog (BENCHMARKS.md, finding F1). Half the guard is kept
 // for the network between this node and the carrier: the gate then never
 // holds a send that is on its slot, yet a burst of late sends still leaves
-// at most limit in any 1 s + admission.WindowWindowGuard/2 at this node.
+// at most limit in any 1 s + admission.WindowGuard/2 at this node.
 const gateSlack = admission.WindowGuard / 2
 
-func (g *sendGate) ring(k gateKey) *sendRing {
-	limit, window := admission.LimitFor(k.cps)
+func (g *sendGate) ring(k GateKey) *sendRing {
+	limit, window := admission.LimitFor(k.CPS)
 	window -= gateSlack
-	r := g.rings[k.key]
+	r := g.rings[k.Key]
 	if r == nil || r.limit != limit || r.window != window {
 		// New key, or its limit changed on reload: start a fresh history.
 		r = &sendRing{limit: limit, window: window}
-		g.rings[k.key] = r
+		g.rings[k.Key] = r
 	}
 	return r
 }
 
 // reserve returns 0 and a ticket when a send now respects every key (and
 // records it), or how long to wait before asking again.
-func (g *sendGate) reserve(keys []gateKey, now time.Time) (time.Duration, gateTicket) {
+func (g *sendGate) reserve(keys []GateKey, now time.Time) (time.Duration, gateTicket) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	var wait time.Duration
 	rings := make([]*sendRing, 0, len(keys))
 	for _, k := range keys {
-		if k.cps <= 0 {
+		if k.CPS <= 0 {
 			continue
 		}
 		r := g.ring(k)
@@ -161,18 +150,18 @@ func (g *sendGate) sent(t gateTicket, at time.Time) {
 }
 
 // errGateFull reports that the gate would hold a send past its deadline.
-var errGateFull = errors.New("sip: send gate wait over max_wait")
+var errGateFull = errors.New("pacing: send gate wait over max_wait")
 
-// wait blocks until a send respects every key and returns its ticket, or
-// ctx.Err() when ctx ends first. Waiting costs a timer. Whenever the next
+// wait blocks on clock until a send respects every key and returns its
+// ticket, or ctx.Err() when ctx ends first. Waiting costs a timer. Whenever the next
 // wait would end after deadline (on the first check and on every later one,
 // since other sends may take the room a waiter was waiting for) it returns
 // errGateFull at once, so a call is never held past its carrier's max_wait
 // and a carrier whose slots come faster than the gate lets them out
 // (fractional CPS above 1) cannot build an ever-growing queue.
-func (g *sendGate) wait(ctx context.Context, keys []gateKey, deadline time.Time) (gateTicket, error) {
+func (g *sendGate) wait(ctx context.Context, clock Clock, keys []GateKey, deadline time.Time) (gateTicket, error) {
 	for {
-		now := g.now()
+		now := clock.Now()
 		d, t := g.reserve(keys, now)
 		if d <= 0 {
 			return t, nil
@@ -180,7 +169,7 @@ func (g *sendGate) wait(ctx context.Context, keys []gateKey, deadline time.Time)
 		if now.Add(d).After(deadline) {
 			return gateTicket{}, errGateFull
 		}
-		if err := g.sleep(ctx, d); err != nil {
+		if err := clock.Sleep(ctx, d); err != nil {
 			return gateTicket{}, err
 		}
 	}

@@ -1,4 +1,4 @@
-package sip
+package pacing
 
 import (
 	"context"
@@ -28,7 +28,7 @@ func TestSendGate(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := newSendGate()
-			keys := []gateKey{{"carrier:a", tc.cps}}
+			keys := []GateKey{{"carrier:a", tc.cps}}
 			for _, s := range tc.sends {
 				d, tk := g.reserve(keys, ms(s))
 				if d != 0 {
@@ -46,7 +46,7 @@ func TestSendGate(t *testing.T) {
 func TestSendGateStampsRealSendTime(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	g := newSendGate()
-	keys := []gateKey{{"peer:p", 1}, {"carrier:a", 100}}
+	keys := []GateKey{{"peer:p", 1}, {"carrier:a", 100}}
 	_, tk := g.reserve(keys, t0)
 	g.sent(tk, t0.Add(40*time.Millisecond)) // the write left 40 ms after the check
 	if d, _ := g.reserve(keys, t0.Add(time.Second)); d != 45*time.Millisecond {
@@ -55,18 +55,22 @@ func TestSendGateStampsRealSendTime(t *testing.T) {
 }
 
 func TestSendGateWaitGivesUpOverLimit(t *testing.T) {
+	clock := newTestClock()
 	g := newSendGate()
-	keys := []gateKey{{"carrier:a", 1}}
-	if _, err := g.wait(context.Background(), keys, time.Now().Add(time.Second)); err != nil {
+	keys := []GateKey{{"carrier:a", 1}}
+	if _, err := g.wait(context.Background(), clock, keys, clock.Now().Add(time.Second)); err != nil {
 		t.Fatalf("first send: %v", err)
 	}
-	if _, err := g.wait(context.Background(), keys, time.Now().Add(100*time.Millisecond)); !errors.Is(err, errGateFull) {
+	if _, err := g.wait(context.Background(), clock, keys, clock.Now().Add(100*time.Millisecond)); !errors.Is(err, errGateFull) {
 		t.Fatalf("second send within the window, limit 100ms: err = %v, want errGateFull", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	defer cancel()
-	if _, err := g.wait(ctx, keys, time.Now().Add(2*time.Second)); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("wait cut by its context: err = %v, want DeadlineExceeded", err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := g.wait(ctx, clock, keys, clock.Now().Add(2*time.Second)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("wait cut by its context: err = %v, want Canceled", err)
+	}
+	if n := clock.Sleeps(); n != 1 {
+		t.Errorf("sleeps = %d, want 1 (the one its context cut)", n)
 	}
 }
 
@@ -79,31 +83,29 @@ func TestSendGateWaitDeadlineOnEveryLoop(t *testing.T) {
 	for _, competitor := range []bool{true, false} {
 		t.Run(fmt.Sprintf("competitor=%v", competitor), func(t *testing.T) {
 			t0 := time.Unix(1000, 0)
-			fake := t0
+			clock := newTestClock()
+			clock.Set(t0)
 			g := newSendGate()
-			g.now = func() time.Time { return fake }
-			keys := []gateKey{{"carrier:a", 1}} // one send per 1.005 s
+			keys := []GateKey{{"carrier:a", 1}} // one send per 1.005 s
 			_, window := admission.LimitFor(1)
 			if d, _ := g.reserve(keys, t0); d != 0 {
 				t.Fatalf("first send: wait %v", d)
 			}
-			sleeps := 0
-			g.sleep = func(ctx context.Context, d time.Duration) error {
-				sleeps++
-				if sleeps > 5 {
+			clock.onSleep = func(ctx context.Context, d time.Duration) error {
+				if clock.Sleeps() > 5 {
 					return context.Canceled // the old code slept on and on
 				}
-				fake = fake.Add(d)
 				if competitor {
 					// Another call of this node takes the room first.
-					if w, _ := g.reserve(keys, fake); w != 0 {
+					if w, _ := g.reserve(keys, clock.Now()); w != 0 {
 						t.Errorf("competitor: wait %v", w)
 					}
 				}
 				return nil
 			}
-			fake = t0.Add(window - 50*time.Millisecond)
-			_, err := g.wait(context.Background(), keys, fake.Add(100*time.Millisecond))
+			clock.Set(t0.Add(window - 50*time.Millisecond))
+			_, err := g.wait(context.Background(), clock, keys, clock.Now().Add(100*time.Millisecond))
+			sleeps := clock.Sleeps()
 			if competitor && !errors.Is(err, errGateFull) {
 				t.Errorf("room taken while sleeping: err = %v after %d sleeps, want errGateFull after 1", err, sleeps)
 			}
@@ -129,7 +131,7 @@ func TestSendGateNoLatenessRatchet(t *testing.T) {
 	interval := window / time.Duration(limit) // the pacing slot spacing
 	t0 := time.Unix(1000, 0)
 	g := newSendGate()
-	keys := []gateKey{{"carrier:a", cps}}
+	keys := []GateKey{{"carrier:a", cps}}
 	jitter := []time.Duration{0, 3 * time.Millisecond, 1 * time.Millisecond, 2 * time.Millisecond}
 	const wake = time.Millisecond
 	var worst time.Duration
@@ -159,7 +161,7 @@ func TestSendGateNoLatenessRatchet(t *testing.T) {
 func TestSendGateRingGrowsWithSends(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	g := newSendGate()
-	big := []gateKey{{"carrier:big", 100000}}
+	big := []GateKey{{"carrier:big", 100000}}
 	for i := 0; i < 10; i++ {
 		if d, tk := g.reserve(big, t0); d != 0 {
 			t.Fatalf("send %d: wait %v", i, d)
@@ -170,7 +172,7 @@ func TestSendGateRingGrowsWithSends(t *testing.T) {
 	if n := cap(g.rings["carrier:big"].at); n > 64 {
 		t.Errorf("ring capacity after 10 sends = %d, want it to grow with the sends", n)
 	}
-	small := []gateKey{{"carrier:small", 3}}
+	small := []GateKey{{"carrier:small", 3}}
 	for round := 0; round < 3; round++ {
 		base := t0.Add(time.Duration(round) * 2 * time.Second)
 		for i := 0; i < 3; i++ {

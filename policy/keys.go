@@ -1,0 +1,58 @@
+package policy
+
+import "github.com/cpsguard/cpsguard/lua"
+
+// Scope is the kind of thing a Redis key belongs to. Its value is part of
+// every key of that kind in a running pool: changing one moves every
+// pool's state of that scope to new, empty keys. keys_test.go pins them.
+type Scope string
+
+// Key scopes. They are distinct from metrics' label constants on purpose:
+// a label may be renamed, a key scope may not.
+const (
+	// ScopePeer is a peer's admission bucket.
+	ScopePeer Scope = "peer"
+	// ScopeCustomer is a customer's admission bucket.
+	ScopeCustomer Scope = "customer"
+	// ScopeCarrier is a carrier's slot set (pacing), with its block and
+	// adaptive rate keys beside it.
+	ScopeCarrier Scope = "carrier"
+	// ScopeDialog is the re-INVITE bucket of one dialog.
+	ScopeDialog Scope = "dialog"
+	// ScopeNodes is the pool's node set (heartbeats).
+	ScopeNodes Scope = "nodes"
+	// ScopeOverrides is the pool's hash of live limit overrides.
+	ScopeOverrides Scope = "overrides"
+)
+
+// callsScope prefixes the scope of a max_calls place, giving it a hash tag
+// of its own beside the admission bucket's.
+const callsScope = "calls:"
+
+// allName names the one key of a pool-wide scope (nodes, overrides).
+const allName = "all"
+
+// Key is the Redis key of scope's name under prefix (store.key_prefix):
+// Key("cpsguard", ScopePeer, "dialer-1") = "cpsguard:{peer:dialer-1}".
+func Key(prefix string, scope Scope, name string) string {
+	return lua.Key(prefix, string(scope), name)
+}
+
+// CallsKey is the key of the max_calls place of a peer, customer or
+// carrier: CallsKey("cpsguard", ScopePeer, "dialer-1") =
+// "cpsguard:{calls:peer:dialer-1}".
+func CallsKey(prefix string, scope Scope, name string) string {
+	return lua.Key(prefix, callsScope+string(scope), name)
+}
+
+// DialogKey is the key of the re-INVITE bucket of the dialog named id (a
+// hash, never a header value): "cpsguard:{dialog:<id>}".
+func DialogKey(prefix, id string) string { return Key(prefix, ScopeDialog, id) }
+
+// NodesKey is the key of the pool's node set: "cpsguard:{nodes:all}".
+func NodesKey(prefix string) string { return Key(prefix, ScopeNodes, allName) }
+
+// OverridesKey is the key of the pool's limit overrides (the limits
+// store's hash): "cpsguard:{overrides:all}". Its hash tag holds every
+// override, so one script sees them all on a Cluster.
+func OverridesKey(prefix string) string { return Key(prefix, ScopeOverrides, allName) }

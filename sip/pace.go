@@ -1,0 +1,71 @@
+package sip
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/metrics"
+	"github.com/cpsguard/cpsguard/pacing"
+	"github.com/cpsguard/cpsguard/policy"
+)
+
+// carrierState is how waiting for a carrier ended (awaitCarrier).
+type carrierState int
+
+const (
+	// carrierReady: the slot is due and the gate let the send through.
+	carrierReady carrierState = iota
+	// carrierFull: no slot within max_wait, or the gate would hold the send
+	// past it (the slot is given back).
+	carrierFull
+	// carrierStopped: ctx ended first (the slot, if any, is given back).
+	carrierStopped
+	// carrierStoreFailed: the pacing store failed.
+	carrierStoreFailed
+)
+
+// awaitCarrier waits until a send to car may go (pacing.Pacer.Acquire: the
+// carrier's slot within max_wait, then the send gate for the carrier and
+// for keys, the call's admission limits). On carrierReady the returned
+// ticket is stamped once the request has left; err is set with
+// carrierStoreFailed. wait is the slot's wait: granted, or the one refused
+// as too long. It updates the pacing metrics (names and labels are sip's,
+// from the Trace); log gets a debug line for a full carrier and for a late
+// wake.
+func (p *Proxy) awaitCarrier(ctx context.Context, log *slog.Logger, cfg *config.Config, car *config.Carrier, member string, keys []pacing.GateKey) (ticket pacing.Ticket, state carrierState, wait time.Duration, err error) {
+	trace := &pacing.Trace{
+		Reserved: func(slot pacing.Slot, failed error) {
+			decided(ctx) // what remains is a timer and a send: no longer in flight
+			switch {
+			case failed != nil:
+			case !slot.OK:
+				p.m.Pacing.WithLabelValues(car.Name, metrics.PacingFull).Inc()
+				log.Debug("carrier full", "carrier", car.Name, "wait", slot.Wait, "max_wait", car.MaxWait)
+			default:
+				p.m.Pacing.WithLabelValues(car.Name, metrics.PacingPaced).Inc()
+				p.m.PacingWait.WithLabelValues(car.Name).Observe(slot.Wait.Seconds())
+			}
+		},
+		Queued: func(delta int) { p.m.Queued.WithLabelValues(car.Name).Add(float64(delta)) },
+		Late: func(_ pacing.Slot, late time.Duration) {
+			p.m.Pacing.WithLabelValues(car.Name, metrics.PacingLate).Inc()
+			log.Debug("woke too late for the slot: taking the next", "carrier", car.Name, "late", late)
+		},
+	}
+	pc := policy.Of(cfg).Carrier(car)
+	keys = append(keys, pacing.GateKey{Key: pc.ID, CPS: p.carrierCPS(car)})
+	ticket, err = p.pacer.Acquire(ctx, pc.Pacing(p.effectiveCPS(car)), member, trace, keys...)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		// Not the store: the caller cancelled, the transaction ended or
+		// the proxy is shutting down.
+		return ticket, carrierStopped, ticket.Wait, nil
+	case err != nil:
+		return ticket, carrierStoreFailed, ticket.Wait, err
+	case !ticket.OK:
+		return ticket, carrierFull, ticket.Wait, nil
+	}
+	return ticket, carrierReady, ticket.Wait, nil
+}
