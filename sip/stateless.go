@@ -123,12 +123,9 @@ func (p *Proxy) screenInDialog(cfg *config.Config, req *sipmsg.Request) bool {
 	}
 	setReceived(up, src)
 	own.Params.Add("branch", p.statelessBranch(cfg, up, out, hop.to.addr.Addr()))
-	if err := p.tp.WriteMsg(out); err != nil {
-		p.log.Debug("in-dialog forward failed", "method", string(req.Method), "call_id", callID(req), "error", err)
-		p.stateless(req, sipmsg.StatusServiceUnavailable, "Service Unavailable")
-		return true
-	}
+	err = p.tp.WriteMsg(out)
 	if req.Method == sipmsg.BYE {
+		// Once the BYE has left (or failed to), as forwardInDialog does.
 		// Freeing the places may wait on the store: not in the read loop.
 		// A retransmitted BYE frees nothing more (the tracker forgot the
 		// call at the first).
@@ -136,6 +133,10 @@ func (p *Proxy) screenInDialog(cfg *config.Config, req *sipmsg.Request) bool {
 			defer p.panics.Recover("sip.bye_ends", nil)
 			p.byeEnds(req, hop)
 		}()
+	}
+	if err != nil {
+		p.log.Debug("in-dialog forward failed", "method", string(req.Method), "call_id", callID(req), "error", err)
+		p.stateless(req, sipmsg.StatusServiceUnavailable, "Service Unavailable")
 	}
 	return true
 }
