@@ -199,10 +199,20 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 			return
 		}
 	}
-	out := hop.out
-	cctx, cancel := requestCtx(target{host: hop.to.addr.Addr().String(), port: int(hop.to.addr.Port()), transport: hop.to.transport()})
-	ctx, err := p.tl.Request(cctx, out)
-	cancel()
+	d := &dialogLeg{
+		relayLeg: relayLeg{p: p, out: hop.out, ctx: context.Background(), shutdown: p.base.Done()},
+		server:   txUpstream{p: p, req: req, tx: tx, dest: upstreamOf(req)},
+	}
+	l := &d.relayLeg
+	l.up = &d.server
+	if req.IsInvite() {
+		// Only an INVITE needs a bound of its own (it may ring for
+		// minutes, and a CANCEL shortens the wait); any other client
+		// transaction ends on its own Timer F when no final response
+		// comes.
+		l.setup = ringTimeout
+	}
+	err := l.send(target{host: hop.to.addr.Addr().String(), port: int(hop.to.addr.Port()), transport: hop.to.transport()})
 	// A verified BYE ends its call's max_calls places once it has left
 	// (or failed to): a call the next INVITE takes the place of has had
 	// its BYE sent first, so the carrier never sees one call too many.
@@ -212,86 +222,44 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 		p.answer(req, tx, sipmsg.StatusServiceUnavailable, "Service Unavailable")
 		return
 	}
-	upstream := upstreamOf(req)
-	relay := func(r *sipmsg.Response) {
-		if err := tx.Respond(relayResponse(r, upstream, req.Transport())); err != nil {
-			p.log.Debug("relay failed", "status", r.StatusCode, "error", err)
-		}
-	}
-	// A CANCEL of a re-INVITE from its own source is answered 200 by the
-	// screen; the re-INVITE is cancelled downstream here and the carrier's
-	// answer (487, or a 2xx that crossed) relayed.
-	var cancelled <-chan struct{}
 	if entry != nil {
+		// A CANCEL of a re-INVITE from its own source is answered 200 by
+		// the screen; the leg cancels the re-INVITE downstream and relays
+		// the carrier's answer (487, or a 2xx that crossed).
 		ch := make(chan struct{})
 		entry.onCancel(func() { close(ch) })
-		cancelled = ch
-		ctx.OnRetransmission(func(r *sipmsg.Response) {
-			defer p.panics.Recover("sip.indialog_retransmission", nil)
-			if r.IsSuccess() {
-				relay(r)
-			}
-		})
+		l.cancelled = ch
 	}
-	// Only an INVITE needs a bound of its own (it may ring for minutes, and
-	// a CANCEL shortens the wait); any other client transaction ends on its
-	// own Timer F (ctx.Done) when no final response comes.
-	var (
-		limit  *time.Timer
-		limitC <-chan time.Time
-	)
-	if req.IsInvite() {
-		limit = time.NewTimer(ringTimeout)
-		defer limit.Stop()
-		limitC = limit.C
-	}
-	var gotAny, cancelPending, cancelSent bool
-	sendCancel := func() {
-		cancelSent = true
-		p.cancelUpstream(out)
-		limit.Reset(cancelTimeout)
-	}
-	for {
-		select {
-		case r := <-ctx.Responses():
-			gotAny = true
-			if cancelPending && !cancelSent && r.IsProvisional() {
-				sendCancel()
-			}
-			if r.StatusCode == 100 {
-				continue
-			}
-			relay(r)
-			if !r.IsProvisional() {
-				return
-			}
-		case <-cancelled:
-			cancelled = nil
-			if gotAny {
-				sendCancel()
-			} else {
-				// No CANCEL before a provisional response (RFC 3261 9.1).
-				cancelPending = true
-				limit.Reset(cancelTimeout)
-			}
-		case <-ctx.Done():
-			p.answer(req, tx, sipmsg.StatusRequestTimeout, "Request Timeout")
-			return
-		case <-limitC:
-			ctx.Terminate()
-			if cancelSent || cancelPending {
-				p.answer(req, tx, sipmsg.StatusRequestTerminated, "Request Terminated")
-			} else {
-				p.answer(req, tx, sipmsg.StatusRequestTimeout, "Request Timeout")
-			}
-			return
-		case <-p.base.Done():
-			// Shutdown: stop waiting; the transaction ends on its own timers.
-			p.answer(req, tx, sipmsg.StatusServiceUnavailable, "Service Unavailable")
-			return
-		}
-	}
+	l.run()
 }
+
+// dialogLeg is the leg of an in-dialog request with the server transaction
+// its answers go to, in one allocation.
+type dialogLeg struct {
+	relayLeg
+	server txUpstream
+}
+
+// txUpstream is the server transaction of an in-dialog request, where its
+// leg's answers go (legUpstream).
+type txUpstream struct {
+	p    *Proxy
+	req  *sipmsg.Request
+	tx   sipmsg.ServerTransaction
+	dest string // upstreamOf(req)
+}
+
+// relay passes r upstream; a failure is logged at Debug and returned.
+func (u *txUpstream) relay(r *sipmsg.Response) error {
+	err := u.tx.Respond(relayResponse(r, u.dest, u.req.Transport()))
+	if err != nil {
+		u.p.log.Debug("relay failed", "status", r.StatusCode, "error", err)
+	}
+	return err
+}
+
+// respond answers upstream with the proxy's own response.
+func (u *txUpstream) respond(code int, reason string) { u.p.answer(u.req, u.tx, code, reason) }
 
 // requestOf builds a request the proxy originates in the dialog of inv, a
 // request it forwarded: method to ruri, inv's SIP version, its Route set

@@ -1,5 +1,6 @@
 // Package sip is cpsguard's SIP front end: it identifies, admits, routes,
-// paces and forwards calls. It is a stateful proxy built on sipgo
+// paces and forwards calls. It is a stateful proxy (stateless for
+// in-dialog non-INVITE requests between UDP legs) built on sipgo
 // (github.com/emiago/sipgo, imported as sipmsg for its message package).
 //
 // # What it owns
@@ -76,7 +77,16 @@
 // which leg sent it, it comes from that leg's address, and it goes to the
 // other leg whatever its Request-URI says (403 otherwise, sent once). A
 // re-INVITE is limited per dialog (6 a minute, pool-wide through the
-// admission store) and takes no pacing slot. Upstream Vias of a forwarded
+// admission store) and takes no pacing slot. In-dialog requests other than
+// INVITE, ACK and CANCEL (BYE, INFO, UPDATE, …) that arrive over UDP and go
+// to a UDP leg are relayed from the screen without a transaction
+// (stateless.go, RFC 3261 16.11): the proxy's Via branch is an HMAC under
+// the dialog-token key over the upstream Via, Call-ID, CSeq and next hop
+// IP, so a retransmission gets the same branch and a response is relayed
+// only when its branch verifies (forged ones are dropped); a TCP leg keeps
+// the stateful relay. ACKs of 2xx (always relayed without a transaction)
+// leave from the screen too, so a BYE sent right after its ACK cannot
+// overtake it. Upstream Vias of a forwarded
 // INVITE travel folded into one compact "v" header so sipgo's ACK of a
 // non-2xx answer carries only the proxy's Via (RFC 3261 17.1.1.3). An
 // initial INVITE loses every Route, the Request-URI's maddr and URI
@@ -104,8 +114,10 @@
 // Malformed or oversized messages are dropped (or answered 400 when a
 // transaction can be formed) and counted in cpsguard_sip_errors_total with
 // reason parse, oversized, malformed, transaction, source, unknown_source,
-// bad_dialog_token, wrong_leg, reinvite_limit, cancel_source, duplicate or
-// tcp_limit; they never stop the proxy. A panic in a handler, the screen or
+// bad_dialog_token, wrong_leg, reinvite_limit, cancel_source, duplicate,
+// tcp_limit, forged_response (a response with the proxy's stateless Via
+// whose branch does not verify) or stateless_response (one that cannot be
+// relayed statelessly: not over UDP, no Via below the proxy's, no IP); they never stop the proxy. A panic in a handler, the screen or
 // a goroutine of the package is recovered, logged once with its stack and
 // counted in cpsguard_panics_total{where}. On shutdown Serve drains:
 // new INVITEs get 503, calls in progress get 5 s to finish, then the rest
@@ -116,8 +128,10 @@
 //
 // # Concurrency
 //
-// A Proxy is safe for concurrent use. sipgo runs each request in its own
-// goroutine; a call waiting for a slot costs that goroutine and one timer.
+// A Proxy is safe for concurrent use. sipgo runs each request that reaches
+// its transaction layer in its own goroutine (a stateless in-dialog relay
+// runs in the read loop; a BYE's max_calls release in a goroutine of its
+// own, as it may wait on the store); a call waiting for a slot costs that goroutine and one timer.
 // The configuration is read once per call through Options.Config, so a
 // reload applies to the next call; the listen addresses are read once by
 // Serve.

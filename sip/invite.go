@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	sipmsg "github.com/emiago/sipgo/sip"
@@ -522,11 +521,13 @@ func (c *call) forward(car *config.Carrier, ticket pacing.Ticket) (res *sipmsg.R
 		peerLeg := netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
 		p.calls.Bind(c.member, dialogID(callID(c.req), tagOf(c.req.From().Params), peerLeg))
 	}
-	out := p.outboundInvite(c.cfg, c.req, target, token)
-	cctx, cancel := requestCtx(target)
-	ctx, err := p.tl.Request(cctx, out)
-	cancel()
-	if err != nil {
+	// The carrier has car.Setup() to answer with a provisional response
+	// above 100 (a 100 Trying alone does not count: a carrier that takes
+	// calls and never rings them is as good as down), then the ring timer.
+	hooks := &carrierHooks{c: c, car: car}
+	l := &relayLeg{p: p, up: c, out: p.outboundInvite(c.cfg, c.req, target, token), ctx: c.ctx,
+		setup: car.Setup(), ring: ringTimeout, carrier: hooks}
+	if err := l.send(target); err != nil {
 		c.log.Debug("forward failed", "carrier", car.Name, "error", err)
 		if target.transport == "TCP" {
 			// The carrier refused or did not take the connection. A UDP
@@ -536,217 +537,101 @@ func (c *call) forward(car *config.Carrier, ticket pacing.Ticket) (res *sipmsg.R
 		}
 		return nil, true
 	}
-	sentAt := time.Now()
-	ticket.Sent(sentAt)
-	setupSeen := false
-	// answered observes a carrier's answer: its class, and the setup time
-	// at its first provisional answer above 100 or its final one.
-	answeredBy := func(code int) {
-		if class := metrics.ResponseClass(code); class != "" {
-			p.m.CarrierResponses.WithLabelValues(car.Name, class).Inc()
-		}
-		if !setupSeen && code > 100 {
-			setupSeen = true
-			p.m.CarrierSetup.WithLabelValues(car.Name).Observe(time.Since(sentAt).Seconds())
-		}
-	}
-	timedOut := func() {
-		p.m.CarrierResponses.WithLabelValues(car.Name, metrics.ClassTimeout).Inc()
-		p.carrierTimedOut(car.Name, "no ringing within "+car.Setup().String())
-	}
+	hooks.sentAt = time.Now()
+	ticket.Sent(hooks.sentAt)
 	if !c.forwarded {
 		c.forwarded = true
 		c.outcome = metrics.OutcomeForwarded
 	}
-	log := c.log
-	if log.Enabled(c.ctx, slog.LevelDebug) {
-		log = log.With("carrier", car.Name)
-		log.Debug("call forwarded")
+	if c.log.Enabled(c.ctx, slog.LevelDebug) {
+		c.log.With("carrier", car.Name).Debug("call forwarded")
 	}
-	// 2xx retransmissions bypass Responses(); relay them too, or repeat
-	// the proxy's own ACK when it hung the call up.
-	var (
-		hungUp    atomic.Pointer[sipmsg.Request]
-		abandoned atomic.Bool // cancelled for the next carrier: never relay its 2xx
-	)
-	ctx.OnRetransmission(func(r *sipmsg.Response) {
-		defer p.panics.Recover("sip.invite_retransmission", nil)
-		if !r.IsSuccess() {
-			return
-		}
-		if ack := hungUp.Load(); ack != nil {
-			_ = p.tp.WriteMsg(ack)
-			return
-		}
-		if !abandoned.Load() {
-			c.relay(r)
-		}
-	})
+	return l.run()
+}
 
-	// The carrier has car.Setup() to answer with a provisional response
-	// above 100 (a 100 Trying alone does not count: a carrier that takes
-	// calls and never rings them is as good as down), then the ring timer.
-	timer := time.NewTimer(car.Setup())
-	defer timer.Stop()
-	var (
-		gotAny, provisional, cancelPending, cancelSent bool
-		// answered: the proxy gave the caller a final answer of its own
-		// (503 on shutdown, 408 after ringing too long); the carrier's
-		// final answer is then not relayed, and a 2xx is hung up here.
-		answered bool
-		done     = c.ctx.Done()
-	)
-	sendCancel := func() {
-		cancelSent = true
-		p.cancelUpstream(out)
-		timer.Reset(cancelTimeout)
+// carrierHooks is what the leg of an initial INVITE to car tells its call
+// (legCarrier).
+type carrierHooks struct {
+	c         *call
+	car       *config.Carrier
+	sentAt    time.Time
+	setupSeen bool
+}
+
+// response counts the carrier's answer by class, and observes the setup
+// time at its first provisional answer above 100 or its final one.
+func (h *carrierHooks) response(code int) {
+	p := h.c.p
+	if class := metrics.ResponseClass(code); class != "" {
+		p.m.CarrierResponses.WithLabelValues(h.car.Name, class).Inc()
 	}
-	for {
-		select {
-		case r := <-ctx.Responses():
-			gotAny = true
-			answeredBy(r.StatusCode)
-			if cancelPending && !cancelSent {
-				sendCancel()
-			}
-			if r.IsProvisional() {
-				if r.StatusCode > 100 {
-					if !provisional {
-						p.calledCarrier(car.Name, true, "")
-						p.overloads.answered(car.Name, c.peer, false, time.Now())
-					}
-					provisional = true
-					if !cancelSent {
-						timer.Reset(ringTimeout)
-					}
-					if !answered {
-						c.relay(r)
-					}
-				}
-				continue
-			}
-			if !r.IsSuccess() && !provisional && !cancelSent && !cancelPending {
-				over := car.Adaptive && overloadAnswer(car, r)
-				span, paused := retryAfter(r)
-				if over || paused {
-					// Back-pressure, not failure: health is untouched, the
-					// call tries the next carrier. The pool slows down (an
-					// adaptive carrier's AIMD cut) or pauses (Retry-After)
-					// only on evidence one peer cannot make up by dialling
-					// numbers the carrier refuses (evidence.go).
-					if p.overloads.answered(car.Name, c.peer, true, time.Now()) {
-						if over {
-							p.pushBack(c.cfg, car, r.StatusCode)
-						}
-						if paused {
-							p.blockCarrier(c.cfg, car, span)
-						}
-					}
-					return r, true
-				}
-				if r.StatusCode == 408 || (r.StatusCode >= 500 && r.StatusCode < 600) {
-					p.overloads.answered(car.Name, c.peer, false, time.Now())
-					p.calledCarrier(car.Name, false, strconv.Itoa(r.StatusCode)+" "+phrase(r.Reason))
-					return r, true
-				}
-			}
-			if !provisional {
-				p.calledCarrier(car.Name, true, "")
-				p.overloads.answered(car.Name, c.peer, false, time.Now())
-			}
-			if answered {
-				if r.IsSuccess() {
-					// The caller already has the proxy's final answer and
-					// will not ACK this one: end the carrier's call here.
-					hungUp.Store(p.hangUp(out, r))
-				}
-				return r, false
-			}
-			// Relayed, also after the caller's CANCEL: the carrier's 487
-			// (RFC 3261 16.7, 16.10), or a 2xx that crossed the CANCEL,
-			// which the caller must then ACK and BYE.
-			if r.IsSuccess() && c.placed {
-				// Set up: the places stay until the call's BYE (seen
-				// through Record-Route; the call was bound to its dialog
-				// when forwarded, and a BYE must name the callee's tag of
-				// this answer), its max duration or its expiry.
-				c.answered = true
-				if to := r.To(); to != nil {
-					p.calls.Answer(c.ctx, c.member, tagOf(to.Params))
-				}
-			}
-			if err := c.relay(r); err != nil && r.IsSuccess() {
-				// The caller is unreachable (a TCP caller that hung up while
-				// its call waited for a slot): nobody upstream will ACK this
-				// answer, so end the carrier's call here too (and endCall
-				// frees its places).
-				hungUp.Store(p.hangUp(out, r))
-				c.answered = false
-			}
-			return r, false
-
-		case <-ctx.Done():
-			if cancelSent || cancelPending {
-				if !answered {
-					c.respond(sipmsg.StatusRequestTerminated, "Request Terminated")
-				}
-				return nil, false
-			}
-			if !provisional {
-				timedOut() // Timer B, or the transport failed
-				return nil, true
-			}
-			c.respond(sipmsg.StatusRequestTimeout, "Request Timeout")
-			return nil, false
-
-		case <-timer.C:
-			if cancelSent || cancelPending {
-				// The carrier did not answer the CANCEL in time.
-				ctx.Terminate()
-				if !answered {
-					c.respond(sipmsg.StatusRequestTerminated, "Request Terminated")
-				}
-				return nil, false
-			}
-			if !provisional {
-				timedOut()
-			}
-			if !gotAny {
-				// Silent carrier: no CANCEL without a provisional response
-				// (RFC 3261 9.1); drop the transaction and move on.
-				ctx.Terminate()
-				return nil, true
-			}
-			if !provisional {
-				// A 100 Trying but no ringing within setup_timeout: cancel
-				// this carrier's INVITE and move on; a 2xx that crosses the
-				// CANCEL is hung up, never relayed.
-				abandoned.Store(true)
-				p.abandon(ctx, out, &hungUp)
-				return nil, true
-			}
-			// Rang too long (Timer C): cancel downstream, 408 upstream.
-			sendCancel()
-			answered = true
-			c.respond(sipmsg.StatusRequestTimeout, "Request Timeout")
-
-		case <-done:
-			done = nil
-			if !c.canceled() {
-				// Shutdown (or the transaction ended): the caller gets 503,
-				// the carrier a CANCEL.
-				answered = true
-				c.respond(sipmsg.StatusServiceUnavailable, "Service Unavailable")
-			}
-			if gotAny {
-				sendCancel()
-			} else {
-				cancelPending = true
-				timer.Reset(cancelTimeout)
-			}
-		}
+	if !h.setupSeen && code > 100 {
+		h.setupSeen = true
+		p.m.CarrierSetup.WithLabelValues(h.car.Name).Observe(time.Since(h.sentAt).Seconds())
 	}
 }
+
+// reached marks the carrier healthy.
+func (h *carrierHooks) reached() {
+	p := h.c.p
+	p.calledCarrier(h.car.Name, true, "")
+	p.overloads.answered(h.car.Name, h.c.peer, false, time.Now())
+}
+
+// failed decides whether a failure before setup passes the call on: an
+// overload answer (back-pressure), a 408 or a 5xx (the carrier failed).
+func (h *carrierHooks) failed(r *sipmsg.Response) bool {
+	c, car, p := h.c, h.car, h.c.p
+	over := car.Adaptive && overloadAnswer(car, r)
+	span, paused := retryAfter(r)
+	if over || paused {
+		// Back-pressure, not failure: health is untouched, the call tries
+		// the next carrier. The pool slows down (an adaptive carrier's
+		// AIMD cut) or pauses (Retry-After) only on evidence one peer
+		// cannot make up by dialling numbers the carrier refuses
+		// (evidence.go).
+		if p.overloads.answered(car.Name, c.peer, true, time.Now()) {
+			if over {
+				p.pushBack(c.cfg, car, r.StatusCode)
+			}
+			if paused {
+				p.blockCarrier(c.cfg, car, span)
+			}
+		}
+		return true
+	}
+	if r.StatusCode == 408 || (r.StatusCode >= 500 && r.StatusCode < 600) {
+		p.overloads.answered(car.Name, c.peer, false, time.Now())
+		p.calledCarrier(car.Name, false, strconv.Itoa(r.StatusCode)+" "+phrase(r.Reason))
+		return true
+	}
+	return false
+}
+
+// timedOut counts a carrier that did not ring within its setup timeout.
+func (h *carrierHooks) timedOut() {
+	h.c.p.m.CarrierResponses.WithLabelValues(h.car.Name, metrics.ClassTimeout).Inc()
+	h.c.p.carrierTimedOut(h.car.Name, "no ringing within "+h.car.Setup().String())
+}
+
+// answering sets the call up: its places stay until its BYE (seen through
+// Record-Route; the call was bound to its dialog when forwarded, and a BYE
+// must name the callee's tag of this answer), its max duration or its
+// expiry.
+func (h *carrierHooks) answering(r *sipmsg.Response) {
+	c := h.c
+	if !c.placed {
+		return
+	}
+	c.answered = true
+	if to := r.To(); to != nil {
+		c.p.calls.Answer(c.ctx, c.member, tagOf(to.Params))
+	}
+}
+
+// lost undoes answering: the 2xx never reached the caller and the leg hung
+// it up, so endCall frees the call's places.
+func (h *carrierHooks) lost() { h.c.answered = false }
 
 // maxRetryAfter caps the span a carrier's Retry-After blocks it for.
 const maxRetryAfter = time.Hour
@@ -801,35 +686,6 @@ func (p *Proxy) blockCarrier(cfg *config.Config, car *config.Carrier, span time.
 	}()
 }
 
-// abandon cancels a forwarded INVITE the call no longer waits for (the next
-// carrier of the route is tried) and, in the background, hangs up a 2xx that
-// crosses the CANCEL (ACK and BYE); the transaction is then left to end.
-func (p *Proxy) abandon(tx sipmsg.ClientTransaction, inv *sipmsg.Request, hungUp *atomic.Pointer[sipmsg.Request]) {
-	p.cancelUpstream(inv)
-	go func() {
-		defer p.panics.Recover("sip.abandon", nil)
-		t := time.NewTimer(cancelTimeout)
-		defer t.Stop()
-		for {
-			select {
-			case r := <-tx.Responses():
-				if r.IsSuccess() {
-					hungUp.Store(p.hangUp(inv, r))
-					return
-				}
-				if !r.IsProvisional() {
-					return
-				}
-			case <-tx.Done():
-				return
-			case <-t.C:
-				tx.Terminate()
-				return
-			}
-		}
-	}()
-}
-
 // outboundInvite builds the INVITE forwarded to a carrier at target (an
 // address) from the received req, which stays unchanged. A peer cannot
 // steer it: every Route header goes (a carrier that loose-routes would
@@ -875,81 +731,6 @@ func (p *Proxy) outboundInvite(cfg *config.Config, req *sipmsg.Request, target t
 	out.SetDestination(target.hostPort())
 	out.Laddr = lo.laddr
 	return out
-}
-
-// hangUp ends a call the carrier answered after the caller had gone: ACK
-// for the 2xx, then BYE, both sent to the carrier's Contact (RFC 3261
-// 15: a UAC receiving a 2xx after CANCEL must ACK it and send BYE). It
-// returns the ACK so 2xx retransmissions can be ACKed again.
-func (p *Proxy) hangUp(inv *sipmsg.Request, ok *sipmsg.Response) *sipmsg.Request {
-	next := inv.Recipient
-	if ct := ok.Contact(); ct != nil && ct.Address.Host != "" {
-		next = *ct.Address.Clone()
-	}
-	t := targetOf(&next, inv.Transport())
-	build := func(method sipmsg.RequestMethod, seq uint32) *sipmsg.Request {
-		r := requestOf(inv, method, *next.Clone(), false, ok.To(), seq)
-		lo := addVia(p, r, t.transport)
-		r.SetTransport(t.transport)
-		r.SetDestination(t.hostPort())
-		r.Laddr = lo.laddr
-		return r
-	}
-	seq := inv.CSeq().SeqNo
-	ack := build(sipmsg.ACK, seq)
-	if err := p.tp.WriteMsg(ack); err != nil {
-		p.log.Debug("ACK of a crossing 2xx failed", "call_id", callID(inv), "error", err)
-	}
-	bye := build(sipmsg.BYE, seq+1)
-	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
-	defer cancel()
-	tx, err := p.tl.Request(ctx, bye)
-	if err != nil {
-		p.log.Debug("BYE of a crossing 2xx failed", "call_id", callID(inv), "error", err)
-		return ack
-	}
-	go drain(tx)
-	return ack
-}
-
-// drain reads a non-INVITE client transaction until its final response
-// (or its end), so sipgo never blocks passing a response up.
-func drain(tx sipmsg.ClientTransaction) {
-	defer tx.Terminate()
-	t := time.NewTimer(cancelTimeout)
-	defer t.Stop()
-	for {
-		select {
-		case r := <-tx.Responses():
-			if !r.IsProvisional() {
-				return
-			}
-		case <-tx.Done():
-			return
-		case <-t.C:
-			return
-		}
-	}
-}
-
-// cancelUpstream sends a CANCEL for a forwarded INVITE (RFC 3261 9.1) and
-// drains its transaction in the background until it ends.
-func (p *Proxy) cancelUpstream(inv *sipmsg.Request) {
-	cr := requestOf(inv, sipmsg.CANCEL, *inv.Recipient.Clone(), true, inv.To(), inv.CSeq().SeqNo)
-	// The INVITE's own Via, branch included (RFC 3261 9.1), on top.
-	cr.PrependHeader(inv.Via().Clone())
-	cr.SetTransport(inv.Transport())
-	cr.SetDestination(inv.Destination())
-	cr.Laddr = inv.Laddr
-
-	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
-	defer cancel()
-	tx, err := p.tl.Request(ctx, cr)
-	if err != nil {
-		p.log.Debug("send CANCEL failed", "call_id", callID(inv), "error", err)
-		return
-	}
-	go drain(tx)
 }
 
 // sourceAddr is the packet source of a request, never a header.

@@ -152,15 +152,6 @@ func (p *Proxy) udpConnOf(la net.Addr) *net.UDPConn {
 	return nil
 }
 
-// has reports whether the table holds an entry for k: an INVITE being
-// handled, one no handler took yet, or the tombstone of one just answered.
-func (t *inviteTable) has(k inviteKey) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	_, ok := t.m[k]
-	return ok
-}
-
 // rawInvite is what scanInvite reads of an INVITE: the raw values (trimmed
 // as sipgo trims them) of the header lines a stateless answer copies, and
 // the top Via's parts the invite table's key is made of.

@@ -114,8 +114,13 @@ func (p *Proxy) screenRequest(req *sipmsg.Request) bool {
 		return p.screenInvite(cfg, req, src)
 	case req.IsAck() && shedAck(req):
 		return false
-	case req.IsAck(), inDialog(req):
-		return true
+	case req.IsAck():
+		// An ACK of a 2xx over UDP: relayed from here, in order with the
+		// BYE that may follow (stateless.go).
+		return !p.screenAck(req)
+	case inDialog(req):
+		// In-dialog non-INVITE over UDP: relayed from here (stateless.go).
+		return !p.screenInDialog(cfg, req)
 	}
 	p.answerOutOfDialog(req)
 	return false
@@ -129,6 +134,11 @@ func (p *Proxy) screenResponse(res *sipmsg.Response) bool {
 	}
 	if !wellFormed(res) {
 		p.m.SIPErrors.WithLabelValues("malformed").Inc()
+		return false
+	}
+	if statelessBranchOf(res) {
+		// No transaction of sipgo's: relayed or dropped here (stateless.go).
+		p.relayStatelessResponse(p.cfg(), res, src.Addr().Unmap())
 		return false
 	}
 	return true

@@ -1,0 +1,382 @@
+package sip
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"log/slog"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	sipmsg "github.com/emiago/sipgo/sip"
+
+	"github.com/cpsguard/cpsguard/config"
+)
+
+// Stateless relay of in-dialog non-INVITE requests (RFC 3261 16.11).
+//
+// A BYE (or INFO, UPDATE, NOTIFY, MESSAGE, REFER, PRACK, …) of a dialog
+// the proxy set up is relayed from the screen, in the transport's read
+// loop, without a sipgo server or client transaction: the end points
+// retransmit, and the next hop's server transaction absorbs the copies.
+// The request passes exactly the checks of the stateful path
+// (prepareInDialog: the dialog token of the proxy's Route entries, the leg
+// it comes from; Max-Forwards), a BYE frees its call's max_calls places
+// once sent on (byeEnds), and refusals are one stateless answer, as
+// before. The read loop never waits on the network: only a request that
+// arrived over UDP and leaves over UDP to its leg's IP address goes this
+// way; anything else (a TCP leg) goes on to sipgo and the stateful path.
+//
+// The proxy keeps nothing per relayed request. Its Via on the forwarded
+// request carries everything a response needs, authenticated: the branch
+// is statelessBranchPrefix followed by the first statelessMACBytes bytes
+// of an HMAC-SHA256 (under the dialog-token key, token.go), base64url,
+// over
+//
+//   - the upstream Via as the proxy forwarded it (transport, host, port,
+//     branch, and the received and rport parameters the proxy set from the
+//     packet's source: where the response will go),
+//   - the Call-ID, the CSeq number and method,
+//   - the next hop's IP (where the response must come from).
+//
+// It is deterministic, so a retransmission gets the same branch (16.11)
+// and the next hop recognises it. A response whose top Via branch has the
+// prefix is never shown to sipgo (it has no transaction for it): it is
+// relayed only when the MAC verifies over the response's own second Via,
+// Call-ID, CSeq and packet source IP, with the proxy's Via removed and sent
+// to the address that second Via names (received, rport: RFC 3261 18.2.2,
+// RFC 3581). Anything else is dropped and counted in
+// cpsguard_sip_errors_total (reason forged_response, or stateless_response
+// for one that cannot be relayed statelessly at all). A response with a
+// forged proxy Via is thus never relayed anywhere.
+
+// statelessBranchPrefix begins the branch of the proxy's Via on a request
+// relayed statelessly. sipgo's own branches are the magic cookie and a '.'
+// then letters and digits (GenerateBranchN), so none of the proxy's
+// stateful branches starts with it.
+const statelessBranchPrefix = sipmsg.RFC3261BranchMagicCookie + "-cgs-"
+
+// statelessMACBytes is how much of the HMAC a stateless branch keeps (96 bits).
+const statelessMACBytes = 12
+
+// statelessMACDomain starts the MAC's input: a dialog token's payload
+// starts with its version byte (2), so the two MACs never share an input.
+const statelessMACDomain = "cgs1"
+
+// statefulOnly turns the stateless relay off (every in-dialog request goes
+// to sipgo's transactions, as before it existed). Only the benchmark of
+// the two relays sets it.
+var statefulOnly atomic.Bool
+
+// canRelayStateless reports whether the screen relays req itself: an
+// in-dialog request other than INVITE, ACK and CANCEL that arrived over UDP.
+func canRelayStateless(req *sipmsg.Request) bool {
+	if req.Transport() != "UDP" || statefulOnly.Load() {
+		return false
+	}
+	switch req.Method {
+	case sipmsg.INVITE, sipmsg.ACK, sipmsg.CANCEL:
+		return false
+	}
+	return inDialog(req)
+}
+
+// screenInDialog relays (or refuses) an in-dialog non-INVITE request that
+// arrived over UDP statelessly, from the screen. It returns false when req
+// must go on to sipgo instead (another method or transport, or a TCP leg):
+// the stateful path then checks it again.
+func (p *Proxy) screenInDialog(cfg *config.Config, req *sipmsg.Request) bool {
+	if !canRelayStateless(req) {
+		return false
+	}
+	src, err := netip.ParseAddrPort(req.Source())
+	if err != nil {
+		return false // the stateful path counts it
+	}
+	hop, code := p.prepareInDialog(req, true)
+	if code != 0 {
+		if code == refuseDialog {
+			if p.log.Enabled(context.Background(), slog.LevelDebug) {
+				p.log.Debug("in-dialog request without a valid dialog token or from the wrong leg refused",
+					"method", string(req.Method), "call_id", callID(req), "source", req.Source())
+			}
+			p.stateless(req, sipmsg.StatusForbidden, "Forbidden")
+		} else {
+			p.stateless(req, code, "Call/Transaction Does Not Exist")
+		}
+		return true
+	}
+	if hop.to.tcp || !hop.to.addr.Addr().IsValid() {
+		return false // a TCP write may block: the stateful path sends it
+	}
+	if mf := req.MaxForwards(); mf != nil && mf.Val() == 0 {
+		p.stateless(req, sipmsg.StatusTooManyHops, "Too Many Hops")
+		return true
+	}
+	out := hop.out
+	own, up := topVias(out)
+	if own == nil || up == nil {
+		return false
+	}
+	setReceived(up, src)
+	own.Params.Add("branch", p.statelessBranch(cfg, up, out, hop.to.addr.Addr()))
+	err = p.tp.WriteMsg(out)
+	if req.Method == sipmsg.BYE {
+		// Once the BYE has left (or failed to), as forwardInDialog does.
+		// Freeing the places may wait on the store: not in the read loop.
+		// A retransmitted BYE frees nothing more (the tracker forgot the
+		// call at the first).
+		go func() {
+			defer p.panics.Recover("sip.bye_ends", nil)
+			p.byeEnds(req, hop)
+		}()
+	}
+	if err != nil {
+		p.log.Debug("in-dialog forward failed", "method", string(req.Method), "call_id", callID(req), "error", err)
+		p.stateless(req, sipmsg.StatusServiceUnavailable, "Service Unavailable")
+	}
+	return true
+}
+
+// screenAck forwards an ACK of a 2xx from the screen, as onAck does
+// (same checks, no transaction either), so that it leaves in the order it
+// arrived relative to the BYE that may follow at once: relayed from a
+// handler goroutine, the ACK was overtaken by the BYE relayed from the
+// read loop, and a UAS waiting for the ACK (SIPp's, some carriers') failed
+// the call. It returns false to leave the ACK to sipgo, as before:
+//
+//   - an ACK whose top Via names an INVITE the proxy is handling or just
+//     answered (its inviteTable entry): possibly the ACK of a non-2xx,
+//     which sipgo's INVITE server transaction must absorb;
+//   - an ACK that fails prepareInDialog (the ACK of the proxy's own or a
+//     relayed non-2xx carries no valid token of the proxy): sipgo absorbs
+//     it or onAck drops it;
+//   - a TCP leg, Max-Forwards 0 (onAck drops it), not over UDP.
+func (p *Proxy) screenAck(req *sipmsg.Request) bool {
+	if req.Transport() != "UDP" || statefulOnly.Load() || !inDialog(req) {
+		return false
+	}
+	if p.invites.has(inviteKeyOf(req)) {
+		return false
+	}
+	hop, code := p.prepareInDialog(req, false)
+	if code != 0 || hop.to.tcp || !hop.to.addr.Addr().IsValid() {
+		return false
+	}
+	if mf := req.MaxForwards(); mf != nil && mf.Val() == 0 {
+		return false
+	}
+	if err := p.tp.WriteMsg(hop.out); err != nil {
+		p.log.Debug("ACK forward failed", "call_id", callID(req), "error", err)
+	}
+	return true
+}
+
+// has reports whether the table holds an entry for k, a tombstone included.
+func (t *inviteTable) has(k inviteKey) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.m[k]
+	return ok
+}
+
+// topVias returns the first two Via values of m (the proxy's own and the
+// upstream one on a forwarded request), nil when missing.
+func topVias(m sipmsg.Message) (first, second *sipmsg.ViaHeader) {
+	for _, h := range m.GetHeaders("Via") {
+		v, ok := h.(*sipmsg.ViaHeader)
+		if !ok {
+			return nil, nil
+		}
+		if first == nil {
+			first = v
+			continue
+		}
+		return first, v
+	}
+	return first, nil
+}
+
+// setReceived makes up, the top Via of a request received from src over
+// UDP, name where its responses go, as sipgo's stateful path would send
+// them (upstreamOf): received is the packet's source IP whenever the
+// sent-by host is not that IP or a received is present already (a
+// received the sender wrote itself is never trusted), and an rport
+// parameter is set to the packet's source port (RFC 3581 4). up is the
+// forwarded request's own copy (forwardCopy).
+func setReceived(up *sipmsg.ViaHeader, src netip.AddrPort) {
+	if up.Params == nil {
+		up.Params = sipmsg.NewParams()
+	}
+	ip := src.Addr().Unmap().WithZone("")
+	host, err := netip.ParseAddr(strings.Trim(up.Host, "[]"))
+	if err != nil || host.Unmap().WithZone("") != ip || up.Params.Has("received") {
+		up.Params.Add("received", ip.String())
+	}
+	if up.Params.Has("rport") {
+		up.Params.Add("rport", strconv.Itoa(int(src.Port())))
+	}
+}
+
+// statelessDest is where a response whose next Via is up goes: the
+// received IP (else the sent-by host, which must be an IP), the rport
+// port (else the sent-by port, else 5060). ok is false when up names no
+// IP address.
+func statelessDest(up *sipmsg.ViaHeader) (netip.AddrPort, bool) {
+	host := strings.Trim(up.Host, "[]")
+	if r, ok := up.Params.Get("received"); ok {
+		host = r
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil || ip.Zone() != "" {
+		return netip.AddrPort{}, false
+	}
+	port := up.Port
+	if r, ok := up.Params.Get("rport"); ok && r != "" {
+		n, err := strconv.Atoi(r)
+		if err != nil {
+			return netip.AddrPort{}, false
+		}
+		port = n
+	}
+	if port <= 0 {
+		port = sipmsg.DefaultPort("UDP")
+	}
+	if port > 65535 {
+		return netip.AddrPort{}, false
+	}
+	return netip.AddrPortFrom(ip.Unmap(), uint16(port)), true
+}
+
+// statelessInput is the MAC's input besides the Call-ID (see the top of
+// this file): the upstream Via's routing fields, the CSeq and the next
+// hop's IP, each field NUL-terminated.
+func statelessInput(up *sipmsg.ViaHeader, cseq *sipmsg.CSeqHeader, next netip.Addr) []byte {
+	b := make([]byte, 0, 160)
+	field := func(s string) {
+		b = append(b, s...)
+		b = append(b, 0)
+	}
+	field(statelessMACDomain)
+	field(strings.ToUpper(up.Transport))
+	field(strings.ToLower(up.Host))
+	b = strconv.AppendInt(b, int64(up.Port), 10)
+	b = append(b, 0)
+	for _, k := range []string{"branch", "received", "rport"} {
+		v, ok := up.Params.Get(k)
+		if ok {
+			b = append(b, 1)
+		} else {
+			b = append(b, 0)
+		}
+		field(v)
+	}
+	if cseq != nil {
+		b = strconv.AppendUint(b, uint64(cseq.SeqNo), 10)
+		b = append(b, ' ')
+		field(string(cseq.MethodName))
+	} else {
+		field("")
+	}
+	field(next.Unmap().WithZone("").String())
+	return b
+}
+
+// statelessBranch is the branch of the proxy's Via on a request m relayed
+// statelessly to next, whose upstream Via is up, under the current key.
+func (p *Proxy) statelessBranch(cfg *config.Config, up *sipmsg.ViaHeader, m sipmsg.Message, next netip.Addr) string {
+	var sum [sha256.Size]byte
+	p.keys.keys(cfg).cur.sum(&sum, statelessInput(up, m.CSeq(), next), callID(m), "")
+	return statelessBranchPrefix + base64.RawURLEncoding.EncodeToString(sum[:statelessMACBytes])
+}
+
+// statelessBranchOf reports whether res's top Via is the proxy's on a
+// request it relayed statelessly.
+func statelessBranchOf(res *sipmsg.Response) bool {
+	v := res.Via()
+	if v == nil {
+		return false
+	}
+	b, _ := v.Params.Get("branch")
+	return strings.HasPrefix(b, statelessBranchPrefix)
+}
+
+// relayStatelessResponse relays a response to a request the proxy relayed
+// statelessly (its top Via branch has statelessBranchPrefix), from the
+// screen, only when the branch's MAC verifies against the response's own
+// second Via, Call-ID, CSeq and source IP src; else it drops and counts
+// it. sipgo never sees it.
+func (p *Proxy) relayStatelessResponse(cfg *config.Config, res *sipmsg.Response, src netip.Addr) {
+	drop := func(reason string) {
+		p.m.SIPErrors.WithLabelValues(reason).Inc()
+		if p.log.Enabled(context.Background(), slog.LevelDebug) {
+			p.log.Debug("response to a stateless relay dropped", "reason", reason,
+				"status", res.StatusCode, "call_id", callID(res), "source", res.Source())
+		}
+	}
+	own, up := topVias(res)
+	if own == nil || up == nil || res.Transport() != "UDP" {
+		drop("stateless_response")
+		return
+	}
+	branch, _ := own.Params.Get("branch")
+	mac, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(branch, statelessBranchPrefix))
+	if err != nil || len(mac) != statelessMACBytes {
+		drop("forged_response")
+		return
+	}
+	in := statelessInput(up, res.CSeq(), src)
+	s := p.keys.keys(cfg)
+	ok := false
+	for _, k := range []*tokenKey{s.cur, s.prev} {
+		if k == nil {
+			continue
+		}
+		var want [sha256.Size]byte
+		k.sum(&want, in, callID(res), "")
+		if hmac.Equal(mac, want[:statelessMACBytes]) {
+			ok = true
+			break
+		}
+	}
+	if !ok {
+		drop("forged_response")
+		return
+	}
+	dest, ok := statelessDest(up)
+	if !ok {
+		drop("stateless_response")
+		return
+	}
+	if res.StatusCode == sipmsg.StatusTrying {
+		return // hop by hop, as the stateful relay does
+	}
+	res.RemoveHeader("Via")
+	res.SetDestination(dest.String())
+	res.SetTransport("UDP")
+	p.sendUDPResponse(res)
+}
+
+// sendUDPResponse sends res over UDP to its destination, through the
+// connection sipgo pooled for that address (one it read from) or else the
+// UDP listener (a Via port other than the packet's source port is in no
+// pool: sipgo's server transactions answer on the connection they read
+// from, which is the listener too).
+func (p *Proxy) sendUDPResponse(res *sipmsg.Response) {
+	conn, err := p.tp.GetConnection("udp", res.Destination())
+	if err != nil || conn == nil {
+		la := p.localFor("UDP").laddr
+		conn, err = p.tp.GetConnection("udp", la.String())
+	}
+	if err != nil || conn == nil {
+		p.log.Debug("stateless relay of a response failed: no UDP connection", "status", res.StatusCode, "call_id", callID(res))
+		return
+	}
+	defer conn.TryClose()
+	if err := conn.WriteMsg(res); err != nil {
+		p.log.Debug("stateless relay of a response failed", "status", res.StatusCode, "call_id", callID(res), "error", err)
+	}
+}

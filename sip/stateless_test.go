@@ -1,0 +1,644 @@
+package sip
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	sipmsg "github.com/emiago/sipgo/sip"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/internal/siptest"
+	"github.com/cpsguard/cpsguard/metrics"
+	"github.com/cpsguard/cpsguard/policy"
+)
+
+// udpEnd is a raw UDP end point: it records every message it reads and,
+// for requests, answers through answer (nil: no answer).
+type udpEnd struct {
+	t    *testing.T
+	conn *net.UDPConn
+	// answer builds the answer to a received request (nil for none).
+	answer func(req *sipmsg.Request) *sipmsg.Response
+
+	mu   sync.Mutex
+	reqs []*sipmsg.Request
+	ress []*sipmsg.Response
+	from []*net.UDPAddr // source of each response, index-aligned with ress
+}
+
+func startUDPEnd(t *testing.T, ip string, answer func(*sipmsg.Request) *sipmsg.Response) *udpEnd {
+	t.Helper()
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP(ip)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	e := &udpEnd{t: t, conn: conn, answer: answer}
+	go func() {
+		buf := make([]byte, 65535)
+		for {
+			n, from, err := conn.ReadFromUDP(buf)
+			if err != nil {
+				return
+			}
+			msg, err := sipmsg.ParseMessage(append([]byte(nil), buf[:n]...))
+			if err != nil {
+				continue
+			}
+			switch m := msg.(type) {
+			case *sipmsg.Request:
+				e.mu.Lock()
+				e.reqs = append(e.reqs, m)
+				fn := e.answer
+				e.mu.Unlock()
+				if fn != nil {
+					if res := fn(m); res != nil {
+						_, _ = conn.WriteToUDP([]byte(res.String()), from)
+					}
+				}
+			case *sipmsg.Response:
+				e.mu.Lock()
+				e.ress = append(e.ress, m)
+				e.from = append(e.from, from)
+				e.mu.Unlock()
+			}
+		}
+	}()
+	return e
+}
+
+func (e *udpEnd) addr() string { return e.conn.LocalAddr().String() }
+
+func (e *udpEnd) send(to string, m sipmsg.Message) {
+	e.t.Helper()
+	ra, err := net.ResolveUDPAddr("udp", to)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.conn.WriteToUDP([]byte(m.String()), ra); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// requests returns the requests of method received so far.
+func (e *udpEnd) requests(method sipmsg.RequestMethod) []*sipmsg.Request {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []*sipmsg.Request
+	for _, r := range e.reqs {
+		if r.Method == method {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// responses returns the responses received so far.
+func (e *udpEnd) responses() []*sipmsg.Response {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]*sipmsg.Response(nil), e.ress...)
+}
+
+// rawAnswerer answers an initial INVITE 200 (To tag "raw-callee", Contact
+// self) and every other request but ACK 200 when bye is true.
+func rawAnswerer(self func() string, bye func() bool) func(*sipmsg.Request) *sipmsg.Response {
+	return func(req *sipmsg.Request) *sipmsg.Response {
+		switch {
+		case req.IsAck():
+			return nil
+		case req.IsInvite():
+			res := sipmsg.NewResponseFromRequest(req, 200, "OK", nil)
+			res.To().Params.Add("tag", "raw-callee")
+			host, port, _ := net.SplitHostPort(self())
+			p, _ := strconv.Atoi(port)
+			res.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "callee", Host: host, Port: p}})
+			return res
+		case bye == nil || bye():
+			return sipmsg.NewResponseFromRequest(req, 200, "OK", nil)
+		}
+		return nil
+	}
+}
+
+// withVia puts a Via for the raw end point at addr with branch on req and
+// addresses it to proxy.
+func withVia(req *sipmsg.Request, addr, branch string) *sipmsg.Request {
+	host, port, _ := net.SplitHostPort(addr)
+	p, _ := strconv.Atoi(port)
+	v := &sipmsg.ViaHeader{ProtocolName: "SIP", ProtocolVersion: "2.0", Transport: "UDP", Host: host, Port: p, Params: sipmsg.NewParams()}
+	v.Params.Add("branch", branch)
+	v.Params.Add("rport", "")
+	req.PrependHeader(v)
+	req.SetBody(nil)
+	return req
+}
+
+// statelessSetup places an answered call from a sipgo caller on
+// 127.0.0.2 to a raw carrier on 127.0.0.1 and returns the pieces.
+func statelessSetup(t *testing.T, answerBye func() bool) (*harness, *siptest.Caller, *udpEnd, *sipmsg.Response) {
+	t.Helper()
+	car := startUDPEnd(t, "127.0.0.1", nil)
+	self := car.addr()
+	car.mu.Lock()
+	car.answer = rawAnswerer(func() string { return self }, answerBye)
+	car.mu.Unlock()
+	adm, pacer := newFakes()
+	h := startProxy(t, testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second}), adm, pacer)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	ok := answeredCall(t, caller, h.udp)
+	return h, caller, car, ok
+}
+
+func sipErrors(h *harness, reason string) float64 {
+	return testutil.ToFloat64(h.m.SIPErrors.WithLabelValues(reason))
+}
+
+// TestStatelessByeRelayedBothWays: a BYE from either leg is relayed with
+// the proxy's stateless Via (no transaction) and its 200 comes back to the
+// sender's Via address with the proxy's Via removed; a retransmitted BYE is
+// relayed again with the same branch.
+func TestStatelessByeRelayedBothWays(t *testing.T) {
+	h, caller, car, ok := statelessSetup(t, nil)
+
+	// The caller's side: a raw end point on the peer's IP (another port).
+	peer := startUDPEnd(t, "127.0.0.2", nil)
+	bye := withVia(inDialogOf(t, caller, h.udp, ok, sipmsg.BYE), peer.addr(), "z9hG4bK.peer-bye-1")
+	peer.send(h.udp, bye)
+	waitFor(t, func() bool { return len(peer.responses()) == 1 }, "the BYE's 200 at the caller")
+	res := peer.responses()[0]
+	if res.StatusCode != 200 || res.CSeq().MethodName != sipmsg.BYE {
+		t.Fatalf("caller got %s, want 200 to its BYE", res.StartLine())
+	}
+	if vias := res.GetHeaders("Via"); len(vias) != 1 || !strings.Contains(vias[0].Value(), "z9hG4bK.peer-bye-1") {
+		t.Fatalf("relayed 200 Vias = %v, want only the caller's", vias)
+	}
+	fwd := car.requests(sipmsg.BYE)
+	if len(fwd) != 1 {
+		t.Fatalf("BYEs at the carrier = %d, want 1", len(fwd))
+	}
+	branch, _ := fwd[0].Via().Params.Get("branch")
+	if !strings.HasPrefix(branch, statelessBranchPrefix) {
+		t.Fatalf("forwarded BYE branch %q, want the stateless prefix %q", branch, statelessBranchPrefix)
+	}
+	if mf := fwd[0].MaxForwards(); mf == nil || mf.Val() != 69 {
+		t.Errorf("forwarded Max-Forwards = %v, want 69", mf)
+	}
+	if vias := fwd[0].GetHeaders("Via"); len(vias) != 2 {
+		t.Fatalf("forwarded BYE has %d Vias, want 2 (proxy's, caller's)", len(vias))
+	} else if up := vias[1].(*sipmsg.ViaHeader); up.Params.GetOr("rport", "") != strconv.Itoa(mustPort(t, peer.addr())) {
+		t.Errorf("caller's Via on the forwarded BYE = %s, want rport filled in", up.Value())
+	}
+
+	// A retransmission: relayed again, same branch, and answered again.
+	peer.send(h.udp, bye)
+	waitFor(t, func() bool { return len(peer.responses()) == 2 }, "the retransmitted BYE's 200")
+	fwd = car.requests(sipmsg.BYE)
+	if len(fwd) != 2 {
+		t.Fatalf("BYEs at the carrier after a retransmission = %d, want 2", len(fwd))
+	}
+	if b, _ := fwd[1].Via().Params.Get("branch"); b != branch {
+		t.Errorf("retransmission branch %q, want the first's %q", b, branch)
+	}
+
+	// The callee's side: a BYE from the carrier's address, to the caller
+	// (a sipgo UA answering 200), and the 200 back to the carrier.
+	cbye := withVia(calleeBye(t, &siptest.Caller{Addr: car.addr()}, h.udp, ok), car.addr(), "z9hG4bK.callee-bye-1")
+	car.send(h.udp, cbye)
+	waitFor(t, func() bool { return len(car.responses()) == 1 }, "the callee BYE's 200 at the carrier")
+	if r := car.responses()[0]; r.StatusCode != 200 || len(r.GetHeaders("Via")) != 1 {
+		t.Fatalf("carrier got %s with Vias %v, want 200 with its own Via only", r.StartLine(), r.GetHeaders("Via"))
+	}
+	if n := sipErrors(h, "forged_response") + sipErrors(h, "stateless_response"); n != 0 {
+		t.Errorf("stateless response errors = %v, want 0", n)
+	}
+}
+
+// TestAckThenByeKeepTheirOrder: an ACK of a 2xx and the BYE sent right
+// after it reach the carrier in that order (both relayed from the read
+// loop; a UAS waiting for the ACK fails a call whose BYE comes first).
+func TestAckThenByeKeepTheirOrder(t *testing.T) {
+	h, caller, car, ok := statelessSetup(t, nil)
+	peer := startUDPEnd(t, "127.0.0.2", nil)
+	const n = 30
+	for i := 0; i < n; i++ {
+		ack := inDialogOf(t, caller, h.udp, ok, sipmsg.ACK)
+		ack.CSeq().SeqNo = ok.CSeq().SeqNo
+		peer.send(h.udp, withVia(ack, peer.addr(), "z9hG4bK.ack-"+strconv.Itoa(i)))
+		peer.send(h.udp, withVia(inDialogOf(t, caller, h.udp, ok, sipmsg.BYE), peer.addr(), "z9hG4bK.bye-"+strconv.Itoa(i)))
+	}
+	waitFor(t, func() bool { return len(car.requests(sipmsg.BYE)) == n }, "every BYE at the carrier")
+	car.mu.Lock()
+	defer car.mu.Unlock()
+	var seq []sipmsg.RequestMethod
+	for _, r := range car.reqs {
+		if r.Method == sipmsg.ACK || r.Method == sipmsg.BYE {
+			seq = append(seq, r.Method)
+		}
+	}
+	// The INVITE's own ACK is not sent in this test (answeredCall's sipgo
+	// caller ACKs the 2xx itself): skip a leading one.
+	if len(seq) > 0 && len(seq)%2 == 1 && seq[0] == sipmsg.ACK {
+		seq = seq[1:]
+	}
+	for i := 0; i+1 < len(seq); i += 2 {
+		if seq[i] != sipmsg.ACK || seq[i+1] != sipmsg.BYE {
+			t.Fatalf("carrier saw %v at %d, want ACK then BYE each time (all: %v)", seq[i:i+2], i, seq)
+		}
+	}
+	if len(seq) != 2*n {
+		t.Fatalf("carrier saw %d ACK/BYE, want %d", len(seq), 2*n)
+	}
+}
+
+// TestStatelessForgedResponsesDropped: responses carrying the proxy's
+// stateless Via are relayed only when the branch's MAC verifies over the
+// response's Via below it, Call-ID, CSeq and its source IP.
+func TestStatelessForgedResponsesDropped(t *testing.T) {
+	h, caller, car, ok := statelessSetup(t, func() bool { return false })
+	peer := startUDPEnd(t, "127.0.0.2", nil)
+	peer.send(h.udp, withVia(inDialogOf(t, caller, h.udp, ok, sipmsg.BYE), peer.addr(), "z9hG4bK.peer-bye-2"))
+	waitFor(t, func() bool { return len(car.requests(sipmsg.BYE)) == 1 }, "the BYE at the carrier")
+	fwd := car.requests(sipmsg.BYE)[0]
+	genuine := func() *sipmsg.Response { return sipmsg.NewResponseFromRequest(fwd, 200, "OK", nil) }
+	forged := sipErrors(h, "forged_response")
+
+	// A bad MAC (one character of the branch changed), from the carrier.
+	r := genuine()
+	b, _ := r.Via().Params.Get("branch")
+	last := byte('A')
+	if b[len(b)-1] == 'A' {
+		last = 'B'
+	}
+	r.Via().Params.Add("branch", b[:len(b)-1]+string(last))
+	car.send(h.udp, r)
+	// The genuine response from the wrong IP: the caller's own (a known
+	// source, so the screen reads it).
+	wrongIP := startUDPEnd(t, "127.0.0.2", nil)
+	wrongIP.send(h.udp, genuine())
+	// The genuine branch with the Via below it redirected elsewhere.
+	r = genuine()
+	up := r.GetHeaders("Via")[1].(*sipmsg.ViaHeader)
+	up.Params.Add("received", "127.0.0.5")
+	car.send(h.udp, r)
+	// A different CSeq under the genuine branch.
+	r = genuine()
+	r.CSeq().SeqNo++
+	car.send(h.udp, r)
+	// A branch that is not even base64.
+	r = genuine()
+	r.Via().Params.Add("branch", statelessBranchPrefix+"!!")
+	car.send(h.udp, r)
+
+	waitFor(t, func() bool { return sipErrors(h, "forged_response")-forged == 5 }, "5 forged responses counted")
+	time.Sleep(200 * time.Millisecond)
+	if got := peer.responses(); len(got) != 0 {
+		t.Fatalf("caller got %d forged responses relayed (first: %s)", len(got), got[0].StartLine())
+	}
+
+	// The genuine one passes.
+	car.send(h.udp, genuine())
+	waitFor(t, func() bool { return len(peer.responses()) == 1 }, "the genuine 200 at the caller")
+	if n := sipErrors(h, "forged_response") - forged; n != 5 {
+		t.Errorf("forged responses counted = %v, want 5", n)
+	}
+}
+
+// TestStatelessRefusals: a forged in-dialog request gets one stateless 403
+// and is not relayed; Max-Forwards 0 gets 483.
+func TestStatelessRefusals(t *testing.T) {
+	h, caller, car, ok := statelessSetup(t, nil)
+	peer := startUDPEnd(t, "127.0.0.2", nil)
+
+	bad := inDialogOf(t, caller, h.udp, ok, sipmsg.INFO)
+	bad.RemoveHeader("Route")
+	bad.AppendHeader(sipmsg.NewHeader("Route", "<sip:"+h.udp+";lr;"+tokenParam+"=AgAAAAA>"))
+	withVia(bad, peer.addr(), "z9hG4bK.bad-token")
+	peer.send(h.udp, bad)
+	hops := withVia(inDialogOf(t, caller, h.udp, ok, sipmsg.INFO), peer.addr(), "z9hG4bK.no-hops")
+	mf := sipmsg.MaxForwardsHeader(0)
+	hops.ReplaceHeader(&mf)
+	peer.send(h.udp, hops)
+	waitFor(t, func() bool { return len(peer.responses()) == 2 }, "two refusals")
+	codes := map[int]bool{}
+	for _, r := range peer.responses() {
+		codes[r.StatusCode] = true
+	}
+	if !codes[403] || !codes[483] {
+		t.Fatalf("refusals %v, want 403 and 483", codes)
+	}
+	if n := len(car.requests(sipmsg.INFO)); n != 0 {
+		t.Fatalf("refused INFOs at the carrier = %d, want 0", n)
+	}
+	if sipErrors(h, "bad_dialog_token") != 1 {
+		t.Errorf("bad_dialog_token = %v, want 1", sipErrors(h, "bad_dialog_token"))
+	}
+	// A valid INFO is relayed statelessly and answered.
+	peer.send(h.udp, withVia(inDialogOf(t, caller, h.udp, ok, sipmsg.INFO), peer.addr(), "z9hG4bK.info"))
+	waitFor(t, func() bool { return len(peer.responses()) == 3 }, "the INFO's 200")
+	if n := len(car.requests(sipmsg.INFO)); n != 1 {
+		t.Fatalf("INFOs at the carrier = %d, want 1", n)
+	}
+}
+
+// TestStatefulFallbackForTCPCarrier: a BYE whose next hop is over TCP is
+// relayed by the stateful path, and answered.
+func TestStatefulFallbackForTCPCarrier(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	adm, pacer := newFakes()
+	c := carrierCfg("a", car)
+	c.URI += ";transport=tcp"
+	h := startProxy(t, testConfig(c), adm, pacer)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	ok := answeredCall(t, caller, h.udp)
+	if res := caller.Final(ctxT(t, 5*time.Second), inDialogOf(t, caller, h.udp, ok, sipmsg.BYE)); res == nil || res.StatusCode != 200 {
+		t.Fatalf("BYE to a TCP carrier: got %v, want 200", res)
+	}
+	if n := car.Count("BYE"); n != 1 {
+		t.Fatalf("BYEs at the carrier = %d, want 1", n)
+	}
+}
+
+// TestStatelessByeFreesMaxCallsOnce: a BYE relayed statelessly frees its
+// call's max_calls places; its retransmission frees nothing more.
+func TestStatelessByeFreesMaxCallsOnce(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	h, tr, store := startCallsProxy(t, car, 2, 0)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	key := policy.CallsKey("t", policy.ScopePeer, "dialer-1")
+	live := func() int {
+		n, _ := store.Count(t.Context(), []string{key})
+		return n[0]
+	}
+	ok := answeredCall(t, caller, h.udp)
+	answeredCall(t, caller, h.udp)
+	if live() != 2 {
+		t.Fatalf("places before the BYE = %d, want 2", live())
+	}
+	peer := startUDPEnd(t, "127.0.0.2", nil)
+	bye := withVia(inDialogOf(t, caller, h.udp, ok, sipmsg.BYE), peer.addr(), "z9hG4bK.calls-bye")
+	peer.send(h.udp, bye)
+	waitFor(t, func() bool { return len(peer.responses()) == 1 }, "the BYE's 200")
+	waitFor(t, func() bool { return live() == 1 && tr.Live() == 1 }, "the call's place freed")
+	peer.send(h.udp, bye)
+	waitFor(t, func() bool { return len(peer.responses()) == 2 }, "the retransmission's 200")
+	time.Sleep(100 * time.Millisecond)
+	if live() != 1 || tr.Live() != 1 {
+		t.Fatalf("after a retransmitted BYE: places %d, tracked %d, want 1 and 1", live(), tr.Live())
+	}
+	// The carrier's server transaction absorbed the retransmission and
+	// answered it again: the second 200 above is the proof it was relayed.
+}
+
+// TestStatelessDest: where a response goes from the Via the proxy
+// forwarded (received, rport, defaults), and what it refuses.
+func TestStatelessDest(t *testing.T) {
+	via := func(s string) *sipmsg.ViaHeader {
+		msg, err := sipmsg.ParseMessage([]byte("SIP/2.0 200 OK\r\nVia: " + s + "\r\nContent-Length: 0\r\n\r\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return msg.Via()
+	}
+	for _, c := range []struct{ via, want string }{
+		{"SIP/2.0/UDP 10.0.0.1:5070;branch=z9hG4bK1", "10.0.0.1:5070"},
+		{"SIP/2.0/UDP 10.0.0.1;branch=z9hG4bK1", "10.0.0.1:5060"},
+		{"SIP/2.0/UDP host.example:5070;branch=z9hG4bK1;received=10.0.0.2", "10.0.0.2:5070"},
+		{"SIP/2.0/UDP 10.0.0.1:5070;branch=z9hG4bK1;rport=4000;received=10.0.0.2", "10.0.0.2:4000"},
+		{"SIP/2.0/UDP [2001:db8::1]:5070;branch=z9hG4bK1", "[2001:db8::1]:5070"},
+		{"SIP/2.0/UDP host.example:5070;branch=z9hG4bK1", ""},
+		{"SIP/2.0/UDP 10.0.0.1:5070;branch=z9hG4bK1;rport=x", ""},
+	} {
+		got, ok := statelessDest(via(c.via))
+		if (c.want == "") != !ok || (ok && got.String() != c.want) {
+			t.Errorf("%s: got %v %v, want %q", c.via, got, ok, c.want)
+		}
+	}
+}
+
+// BenchmarkByeRelay relays one BYE and its 200 per op between raw UDP end
+// points (a carrier answering every BYE, and one caller socket per
+// parallel goroutine, all in one dialog), statefully (sipgo transactions,
+// as before stateless.go) and statelessly. The ends are in this process and
+// cost the same in both cases; cpu-µs/op is the process's CPU time
+// (getrusage) per op, so the difference between the two is the proxy's:
+//
+//	go test ./sip/ -run '^$' -bench ByeRelay -benchtime 20000x -count 3
+func BenchmarkByeRelay(b *testing.B) {
+	for _, mode := range []string{"stateful", "stateless"} {
+		b.Run(mode, func(b *testing.B) {
+			statefulOnly.Store(mode == "stateful")
+			defer statefulOnly.Store(false)
+			benchByeRelay(b)
+		})
+	}
+}
+
+func benchByeRelay(b *testing.B) {
+	car := newBenchEnd(b, "127.0.0.1")
+	peer := newBenchEnd(b, "127.0.0.2")
+	adm, pacer := newFakes()
+	cfg := testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr, CPS: 100, MaxWait: time.Second})
+	udp := startBenchProxy(b, cfg, adm, pacer)
+	// Set up the dialog: INVITE from the peer, 200 from the carrier.
+	inv := "INVITE sip:100@" + udp + " SIP/2.0\r\nVia: SIP/2.0/UDP " + peer.addr + ";branch=z9hG4bK.binv;rport\r\n" +
+		"Max-Forwards: 70\r\nFrom: <sip:a@" + peer.addr + ">;tag=bf\r\nTo: <sip:100@" + udp + ">\r\nCall-ID: bench-bye\r\n" +
+		"CSeq: 1 INVITE\r\nContact: <sip:a@" + peer.addr + ">\r\nContent-Length: 0\r\n\r\n"
+	peer.write(b, udp, inv)
+	fwd := car.readRequest(b, sipmsg.INVITE)
+	ok := sipmsg.NewResponseFromRequest(fwd, 200, "OK", nil)
+	ok.To().Params.Add("tag", "bt")
+	ok.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "c", Host: "127.0.0.1", Port: mustPortB(b, car.addr)}})
+	car.write(b, udp, ok.String())
+	res := peer.readResponse(b)
+	rr := res.RecordRoute()
+	if rr == nil {
+		b.Fatalf("200 without Record-Route")
+	}
+	route := "Route: " + rr.Value() + "\r\n"
+	// The carrier answers every BYE 200, back to where it came from.
+	go func() {
+		for {
+			n, from, err := car.conn.ReadFromUDP(car.buf)
+			if err != nil {
+				return
+			}
+			m, err := sipmsg.ParseMessage(append([]byte(nil), car.buf[:n]...))
+			if req, ok := m.(*sipmsg.Request); err == nil && ok && req.Method == sipmsg.BYE {
+				_, _ = car.conn.WriteToUDP([]byte(sipmsg.NewResponseFromRequest(req, 200, "OK", nil).String()), from)
+			}
+		}
+	}()
+	var workers atomic.Int64
+	var ru0, ru1 syscall.Rusage
+	b.ReportAllocs()
+	b.ResetTimer()
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	b.RunParallel(func(pb *testing.PB) {
+		w := strconv.FormatInt(workers.Add(1), 10)
+		conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP("127.0.0.2")})
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		defer conn.Close()
+		me := &benchEnd{conn: conn, addr: conn.LocalAddr().String(), buf: make([]byte, 65535)}
+		for i := 0; pb.Next(); i++ {
+			n := strconv.Itoa(i)
+			bye := "BYE sip:c@" + car.addr + " SIP/2.0\r\nVia: SIP/2.0/UDP " + me.addr + ";branch=z9hG4bK.bye" + w + "x" + n + ";rport\r\n" +
+				route + "Max-Forwards: 70\r\nFrom: <sip:a@" + peer.addr + ">;tag=bf\r\nTo: <sip:100@" + udp + ">;tag=bt\r\n" +
+				"Call-ID: bench-bye\r\nCSeq: " + n + " BYE\r\nContent-Length: 0\r\n\r\n"
+			// Retransmitted every 500 ms until answered, as a UA does
+			// (Timer E): a datagram lost on a loaded box is not a failure.
+			var r *sipmsg.Response
+			for try := 0; r == nil && try < 10; try++ {
+				me.write(b, udp, bye)
+				r = me.readResponseWithin(b, 500*time.Millisecond)
+			}
+			if r == nil || r.StatusCode != 200 {
+				b.Errorf("BYE %d of worker %s: answer %v", i, w, r)
+				return
+			}
+		}
+	})
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	b.StopTimer()
+	cpu := time.Duration(syscall.TimevalToNsec(ru1.Utime) - syscall.TimevalToNsec(ru0.Utime) + syscall.TimevalToNsec(ru1.Stime) - syscall.TimevalToNsec(ru0.Stime))
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
+}
+
+// benchEnd is a raw UDP end point read synchronously by the benchmark.
+type benchEnd struct {
+	conn *net.UDPConn
+	addr string
+	buf  []byte
+}
+
+func newBenchEnd(b *testing.B, ip string) *benchEnd {
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP(ip)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { conn.Close() })
+	return &benchEnd{conn: conn, addr: conn.LocalAddr().String(), buf: make([]byte, 65535)}
+}
+
+// write sends msg to to (errors are reported, not fatal: it runs in
+// RunParallel's goroutines too).
+func (e *benchEnd) write(b *testing.B, to, msg string) {
+	ra, err := net.ResolveUDPAddr("udp", to)
+	if err == nil {
+		_, err = e.conn.WriteToUDP([]byte(msg), ra)
+	}
+	if err != nil {
+		b.Error(err)
+	}
+}
+
+// read returns the next message, nil after 5 s without one.
+func (e *benchEnd) read(b *testing.B) sipmsg.Message {
+	m := e.readWithin(5 * time.Second)
+	if m == nil {
+		b.Error("no message within 5 s")
+	}
+	return m
+}
+
+// readWithin returns the next message, nil after d without one.
+func (e *benchEnd) readWithin(d time.Duration) sipmsg.Message {
+	for {
+		_ = e.conn.SetReadDeadline(time.Now().Add(d))
+		n, _, err := e.conn.ReadFromUDP(e.buf)
+		if err != nil {
+			return nil
+		}
+		if m, err := sipmsg.ParseMessage(append([]byte(nil), e.buf[:n]...)); err == nil {
+			return m
+		}
+	}
+}
+
+func (e *benchEnd) readRequest(b *testing.B, method sipmsg.RequestMethod) *sipmsg.Request {
+	for {
+		m := e.read(b)
+		if m == nil {
+			b.FailNow()
+		}
+		if r, ok := m.(*sipmsg.Request); ok && r.Method == method {
+			return r
+		}
+	}
+}
+
+// readResponseWithin returns the next final response, nil when none
+// comes within d (a late answer to an earlier copy is taken too).
+func (e *benchEnd) readResponseWithin(_ *testing.B, d time.Duration) *sipmsg.Response {
+	for {
+		m := e.readWithin(d)
+		if m == nil {
+			return nil
+		}
+		if r, ok := m.(*sipmsg.Response); ok && r.StatusCode >= 200 {
+			return r
+		}
+	}
+}
+
+// readResponse returns the next final response, nil on a timeout.
+func (e *benchEnd) readResponse(b *testing.B) *sipmsg.Response {
+	for {
+		m := e.read(b)
+		if m == nil {
+			return nil
+		}
+		if r, ok := m.(*sipmsg.Response); ok && r.StatusCode >= 200 {
+			return r
+		}
+	}
+}
+
+func mustPortB(b *testing.B, hostPort string) int {
+	_, port, _ := net.SplitHostPort(hostPort)
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
+}
+
+// startBenchProxy is startProxy for a benchmark; it returns the UDP address.
+func startBenchProxy(b *testing.B, cfg *config.Config, adm Admitter, pacer Pacer) string {
+	p, err := New(Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer,
+		Metrics: metrics.New(prometheus.NewRegistry()), Logger: testLogger()})
+	if err != nil {
+		b.Fatalf("New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Serve(ctx) }()
+	select {
+	case <-p.Ready():
+	case err := <-done:
+		b.Fatalf("Serve: %v", err)
+	}
+	b.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	for _, a := range p.Addrs() {
+		if s, ok := strings.CutPrefix(a, "udp://"); ok {
+			return s
+		}
+	}
+	b.Fatal("no UDP listener")
+	return ""
+}
