@@ -174,9 +174,9 @@ func (p *Proxy) reinviteAllowed(cfg *config.Config, req *sipmsg.Request, hop inD
 func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
 	var entry *inviteEntry
 	if req.IsInvite() {
-		var done func()
+		var done func(bool)
 		entry, done = p.invites.claim(req)
-		defer done()
+		defer done(false)
 	}
 	hop, code := p.prepareInDialog(req, true)
 	if code != 0 {

@@ -78,12 +78,14 @@ func (p *Proxy) onInvite(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
 	// A CANCEL from the INVITE's own source is answered 200 by the screen,
 	// which then tells the call through its entry.
 	entry, done := p.invites.claim(req)
-	defer done()
 	ctx = withDeciding(ctx, entry)
 	entry.onCancel(func() { cancel(errCallCanceled) })
 	tx.OnTerminate(func(string, error) { cancel(errTxTerminated) })
 
 	c := &call{p: p, cfg: p.cfg(), req: req, tx: tx, ctx: ctx, log: p.log}
+	// A forwarded call's transaction outlives the handler (send never
+	// ends it): its copies go to sipgo, which absorbs them.
+	defer func() { done(c.forwarded) }()
 	c.run()
 	c.endCall()
 	c.event()

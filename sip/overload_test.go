@@ -146,7 +146,7 @@ func TestInflightUnitOfAnAbsorbedInviteIsReturned(t *testing.T) {
 
 	// Claimed and finished: a tombstone for tombstoneTTL.
 	e, done := tb.claim(req)
-	done()
+	done(false)
 	if tb.lookup(inviteKeyOf(req)) != nil {
 		t.Error("lookup found a finished INVITE (a CANCEL must go to sipgo)")
 	}
@@ -160,6 +160,25 @@ func TestInflightUnitOfAnAbsorbedInviteIsReturned(t *testing.T) {
 	tb.sweep(e.finished.Add(tombstoneTTL + time.Millisecond))
 	if got := tb.size(); got != 0 {
 		t.Errorf("entries after the tombstone age: got %d, want 0", got)
+	}
+
+	// A forwarded call's handler leaves the transaction to sipgo: copies
+	// of its INVITE, however late within Timer L, go to sipgo (which
+	// absorbs them) and never take a unit or get shed as new calls.
+	if got := tb.register(req, acquire, &ctr); got != regNew {
+		t.Fatalf("register of the next call: got %d, want regNew", got)
+	}
+	e, done = tb.claim(req)
+	done(true)
+	for _, age := range []time.Duration{0, tombstoneTTL + time.Second, keptTTL - time.Second} {
+		tb.sweep(e.finished.Add(age))
+		if got := tb.register(req, func() bool { t.Errorf("a copy %v after a forwarded call's end asked for a unit", age); return false }, &ctr); got != regAnswered {
+			t.Fatalf("register of a copy %v after a forwarded call ended: got %d, want regAnswered (sipgo absorbs it)", age, got)
+		}
+	}
+	tb.sweep(e.finished.Add(keptTTL + time.Millisecond))
+	if got := tb.size(); got != 0 {
+		t.Errorf("entries after keptTTL: got %d, want 0", got)
 	}
 }
 

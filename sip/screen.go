@@ -294,6 +294,12 @@ type inviteEntry struct {
 	// INVITE that arrives just after its answer is known as one (it passes
 	// without a unit of the inflight bound, and sipgo absorbs it).
 	finished time.Time
+	// kept: the handler left sipgo's server transaction alive (the call
+	// was forwarded, so its final answer is the carrier's): sipgo absorbs
+	// copies of the INVITE until Timer L or H (RFC 6026, RFC 3261 17.2.1),
+	// and the tombstone lets them reach it for as long (keptTTL) instead of
+	// deciding or shedding them as new calls.
+	kept bool
 	// A new initial INVITE's unit of the inflight bound (overload.go).
 	inflightUnit
 
@@ -348,6 +354,14 @@ const unclaimedTTL = 32 * time.Second
 // 0.5, 1, 2 s) then pass as such.
 const tombstoneTTL = 2 * time.Second
 
+// keptTTL is how long the tombstone of a forwarded INVITE is kept: sipgo's
+// server transaction absorbs its copies that long (Timer L = Timer H =
+// 64·T1 = 32 s). Copies read late (a socket buffer seconds deep under
+// overload, a caller's retransmissions crossing its 100 Trying) would
+// otherwise be new calls: a 503 to a caller whose call is up, or a second
+// decision. It costs one small entry per forwarded call for 32 s.
+const keptTTL = 32 * time.Second
+
 // inflightOrphan is how long an unclaimed entry keeps its unit of the
 // inflight bound: a handler usually claims its entry within milliseconds,
 // but under heavy overload sipgo's goroutines wait seconds to run (the
@@ -379,6 +393,9 @@ func (t *inviteTable) register(req *sipmsg.Request, acquire func() bool, ctr *at
 	defer t.mu.Unlock()
 	if e, ok := t.m[k]; ok {
 		switch {
+		case !e.finished.IsZero() && e.kept:
+			// Forwarded: sipgo's transaction absorbs the copy.
+			return regAnswered
 		case !e.finished.IsZero():
 			// After its handler ended. The proxy ends the transactions of
 			// its own refusals at once, so sipgo makes a new one of this
@@ -409,8 +426,10 @@ func (t *inviteTable) register(req *sipmsg.Request, acquire func() bool, ctr *at
 }
 
 // claim returns req's entry for its handler (creating it when the screen
-// did not register it) and a function that removes it.
-func (t *inviteTable) claim(req *sipmsg.Request) (*inviteEntry, func()) {
+// did not register it) and the function the handler calls when it
+// returns: the entry becomes a tombstone, kept keptTTL when kept (the
+// handler left the server transaction alive), else tombstoneTTL.
+func (t *inviteTable) claim(req *sipmsg.Request) (*inviteEntry, func(kept bool)) {
 	k := inviteKeyOf(req)
 	t.mu.Lock()
 	e, ok := t.m[k]
@@ -420,11 +439,12 @@ func (t *inviteTable) claim(req *sipmsg.Request) (*inviteEntry, func()) {
 	}
 	e.claimed = true
 	t.mu.Unlock()
-	return e, func() {
+	return e, func(kept bool) {
 		e.releaseInflight()
 		t.mu.Lock()
 		if t.m[k] == e {
 			e.finished = time.Now()
+			e.kept = kept
 		}
 		t.mu.Unlock()
 	}
@@ -441,7 +461,7 @@ func (t *inviteTable) lookup(k inviteKey) *inviteEntry {
 }
 
 // sweep removes unclaimed entries older than unclaimedTTL and tombstones
-// older than tombstoneTTL, and gives back the inflight units of unclaimed
+// older than tombstoneTTL (keptTTL when kept), and gives back the inflight units of unclaimed
 // entries older than inflightOrphan.
 func (t *inviteTable) sweep(now time.Time) {
 	t.mu.Lock()
@@ -449,7 +469,7 @@ func (t *inviteTable) sweep(now time.Time) {
 	for k, e := range t.m {
 		switch {
 		case !e.finished.IsZero():
-			if now.Sub(e.finished) > tombstoneTTL {
+			if age := now.Sub(e.finished); age > tombstoneTTL && (!e.kept || age > keptTTL) {
 				delete(t.m, k)
 			}
 		case !e.claimed:
