@@ -173,10 +173,16 @@ func (p *Proxy) reinviteAllowed(cfg *config.Config, req *sipmsg.Request, hop inD
 // A re-INVITE is limited per dialog (reinviteAllowed); nothing else is.
 func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
 	var entry *inviteEntry
+	// sent: the request left for the other leg; a re-INVITE's server
+	// transaction then outlives this handler in sipgo (Completed, Timer
+	// H, after a non-2xx), which absorbs its copies and the ACK of its
+	// failure: its tombstone stays as long (inviteTable, keptTTL), so a
+	// late ACK is not relayed as a 2xx ACK would be.
+	sent := false
 	if req.IsInvite() {
 		var done func(bool)
 		entry, done = p.invites.claim(req)
-		defer done(false)
+		defer func() { done(sent) }()
 	}
 	hop, code := p.prepareInDialog(req, true)
 	if code != 0 {
@@ -213,15 +219,20 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 		l.setup = ringTimeout
 	}
 	err := l.send(target{host: hop.to.addr.Addr().String(), port: int(hop.to.addr.Port()), transport: hop.to.transport()})
-	// A verified BYE ends its call's max_calls places once it has left
-	// (or failed to): a call the next INVITE takes the place of has had
-	// its BYE sent first, so the carrier never sees one call too many.
-	p.byeEnds(req, hop)
+	// A verified BYE ends its call's max_calls places once it has left: a
+	// call the next INVITE takes the place of has had its BYE sent first,
+	// so the carrier never sees one call too many. One that could not be
+	// sent ends nothing (the call is still up at the other leg; a peer
+	// could otherwise free its places with BYEs made too large to send).
+	if err == nil {
+		p.byeEnds(req, hop)
+	}
 	if err != nil {
 		p.log.Debug("in-dialog forward failed", "method", string(req.Method), "call_id", callID(req), "error", err)
 		p.answer(req, tx, sipmsg.StatusServiceUnavailable, "Service Unavailable")
 		return
 	}
+	sent = true
 	if entry != nil {
 		// A CANCEL of a re-INVITE from its own source is answered 200 by
 		// the screen; the leg cancels the re-INVITE downstream and relays

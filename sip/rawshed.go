@@ -352,8 +352,30 @@ func requestLineOK(line []byte) bool {
 
 // isName reports whether a header name is long or compact (ASCII, any
 // case); compact "" matches nothing.
+// bytes.EqualFold would fold Unicode too ("Cſeq" is "CSeq" to it, not to
+// sipgo), so the comparison is ASCII only.
 func isName(name []byte, long, compact string) bool {
-	return bytes.EqualFold(name, []byte(long)) || (compact != "" && bytes.EqualFold(name, []byte(compact)))
+	return asciiEqualFold(name, long) || (compact != "" && asciiEqualFold(name, compact))
+}
+
+// asciiEqualFold reports whether b equals s, folding ASCII letters only.
+func asciiEqualFold(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := 0; i < len(b); i++ {
+		x, y := b[i], s[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
 }
 
 // parsedBySipgo reports whether sipgo parses a header of this name with a

@@ -146,13 +146,16 @@ func (p *Proxy) screenResponse(res *sipmsg.Response) bool {
 
 // wellFormed reports whether m has every header the proxy builds from:
 // Via, From, To, Call-ID (not empty) and CSeq (with the request's method
-// for a request), and no empty tag on From or To.
+// for a request), and no empty tag on From or To. A Call-ID or tag with a
+// control character (RFC 3261 allows none: word and token characters) is
+// not well formed either: the dialog token's MAC takes them as separated
+// strings, and a NUL inside one would let two dialogs share an input.
 func wellFormed(m sipmsg.Message) bool {
 	if m.Via() == nil || m.CSeq() == nil {
 		return false
 	}
 	from, to, id := m.From(), m.To(), m.CallID()
-	if from == nil || to == nil || id == nil || id.Value() == "" {
+	if from == nil || to == nil || id == nil || id.Value() == "" || hasControl(id.Value()) {
 		return false
 	}
 	if !goodTag(from.Params) || !goodTag(to.Params) {
@@ -170,7 +173,18 @@ func goodTag(ps sipmsg.HeaderParams) bool {
 		return true
 	}
 	v, ok := ps.Get("tag")
-	return !ok || v != ""
+	return !ok || (v != "" && !hasControl(v))
+}
+
+// hasControl reports whether s holds an ASCII control character (NUL to
+// US, or DEL).
+func hasControl(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == 0x7f {
+			return true
+		}
+	}
+	return false
 }
 
 // screenCancel handles a CANCEL of a call in progress (see the screen).

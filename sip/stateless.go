@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"log/slog"
 	"net/netip"
 	"strconv"
@@ -124,8 +125,10 @@ func (p *Proxy) screenInDialog(cfg *config.Config, req *sipmsg.Request) bool {
 	setReceived(up, src)
 	own.Params.Add("branch", p.statelessBranch(cfg, up, out, hop.to.addr.Addr()))
 	err = p.tp.WriteMsg(out)
-	if req.Method == sipmsg.BYE {
-		// Once the BYE has left (or failed to), as forwardInDialog does.
+	if req.Method == sipmsg.BYE && err == nil {
+		// Once the BYE has left, as forwardInDialog does; a BYE that could
+		// not be sent (e.g. grown past the largest datagram by the
+		// proxy's own headers) leaves the call up, and its places held.
 		// Freeing the places may wait on the store: not in the read loop.
 		// A retransmitted BYE frees nothing more (the tracker forgot the
 		// call at the first).
@@ -253,18 +256,20 @@ func statelessDest(up *sipmsg.ViaHeader) (netip.AddrPort, bool) {
 
 // statelessInput is the MAC's input besides the Call-ID (see the top of
 // this file): the upstream Via's routing fields, the CSeq and the next
-// hop's IP, each field NUL-terminated.
+// hop's IP. Every field is length-prefixed and taken byte for byte (no
+// case folding), so no two different Vias give one input: a Via whose
+// host or parameters hold a separator cannot pass for another that sends
+// the response elsewhere.
 func statelessInput(up *sipmsg.ViaHeader, cseq *sipmsg.CSeqHeader, next netip.Addr) []byte {
 	b := make([]byte, 0, 160)
 	field := func(s string) {
+		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
-		b = append(b, 0)
 	}
 	field(statelessMACDomain)
-	field(strings.ToUpper(up.Transport))
-	field(strings.ToLower(up.Host))
-	b = strconv.AppendInt(b, int64(up.Port), 10)
-	b = append(b, 0)
+	field(up.Transport)
+	field(up.Host)
+	b = binary.AppendVarint(b, int64(up.Port))
 	for _, k := range []string{"branch", "received", "rport"} {
 		v, ok := up.Params.Get(k)
 		if ok {
@@ -275,11 +280,11 @@ func statelessInput(up *sipmsg.ViaHeader, cseq *sipmsg.CSeqHeader, next netip.Ad
 		field(v)
 	}
 	if cseq != nil {
-		b = strconv.AppendUint(b, uint64(cseq.SeqNo), 10)
-		b = append(b, ' ')
+		b = append(b, 1)
+		b = binary.AppendUvarint(b, uint64(cseq.SeqNo))
 		field(string(cseq.MethodName))
 	} else {
-		field("")
+		b = append(b, 0)
 	}
 	field(next.Unmap().WithZone("").String())
 	return b
