@@ -59,6 +59,7 @@ func main() {
 	fs.StringVar(&e.kamCfg, "kamailio-cfg", "bench/kamailio/relay.cfg", "Kamailio `config`")
 	fs.IntVar(&e.runs, "runs", 3, "repetitions (the median is reported)")
 	gogc := fs.String("node-gogc", "", "GOGC for the cpsguard process (A/B of GC settings; default: the node's own, GOGC=400 since internal/gctune)")
+	inflight := fs.String("node-max-inflight", "", "sip.max_inflight written into every node's config (default: the experiment's own, usually the node's default)")
 	procs := fs.String("node-gomaxprocs", "", "GOMAXPROCS for the cpsguard process (how the node scales with cores; default: every core)")
 
 	var run func(*env) error
@@ -91,6 +92,10 @@ func main() {
 		// runtime read GOGC at its own start).
 		_ = os.Setenv("GOGC", *gogc)
 		fmt.Println("cpsguard runs with GOGC=" + *gogc)
+	}
+	if *inflight != "" {
+		_ = os.Setenv("CPSBENCH_MAX_INFLIGHT", *inflight)
+		fmt.Println("cpsguard runs with sip.max_inflight " + *inflight)
 	}
 	if *procs != "" {
 		// Likewise read by the node only; SIPp, Redis and Kamailio ignore it.

@@ -283,6 +283,10 @@ type CpsguardOptions struct {
 // once /readyz answers 200.
 func StartCpsguard(o CpsguardOptions) (*Cpsguard, error) {
 	sipPort, httpPort := FreeUDP(), FreeTCP()
+	if o.MaxInflight == 0 {
+		// cpsbench -node-max-inflight, for every experiment at once.
+		o.MaxInflight, _ = strconv.Atoi(os.Getenv("CPSBENCH_MAX_INFLIGHT"))
+	}
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return nil, err
 	}
