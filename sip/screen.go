@@ -353,11 +353,54 @@ func (e *inviteEntry) onCancel(fn func()) {
 // they arrive (so a CANCEL that follows at once finds them) and claimed by
 // their handler. Entries no handler claims (an INVITE sipgo absorbed as a
 // retransmission after its handler ended) are swept after unclaimedTTL.
-// Safe for concurrent use.
+// A finished INVITE leaves a tombstone (tombstoneTTL, keptTTL when its
+// transaction lives on in sipgo). Tombstones are kept apart from the
+// INVITEs in progress, in queues ordered by expiry, so the sweep pops the
+// expired ones instead of walking tens of thousands of them under the lock
+// the read loop takes for every INVITE. Safe for concurrent use.
 type inviteTable struct {
-	mu sync.Mutex
-	m  map[inviteKey]*inviteEntry
+	mu    sync.Mutex
+	m     map[inviteKey]*inviteEntry // in progress (handler running, or not yet claimed)
+	tombs map[inviteKey]*inviteEntry // finished
+	short tombQueue                  // tombstones of tombstoneTTL, in the order they finished
+	kept  tombQueue                  // tombstones of keptTTL, likewise
 }
+
+// tombQueue is a FIFO of tombstones (the time each finished is in the
+// entry; entries are appended as they finish, so in expiry order).
+type tombQueue struct {
+	q    []tombRef
+	head int
+}
+
+type tombRef struct {
+	k inviteKey
+	e *inviteEntry
+}
+
+func (q *tombQueue) push(k inviteKey, e *inviteEntry) { q.q = append(q.q, tombRef{k, e}) }
+
+// popExpired removes from tombs the queued tombstones finished more than
+// ttl before now (a key since reused by a newer entry is left alone).
+func (q *tombQueue) popExpired(tombs map[inviteKey]*inviteEntry, now time.Time, ttl time.Duration) {
+	for q.head < len(q.q) {
+		r := q.q[q.head]
+		if now.Sub(r.e.finished) <= ttl {
+			break
+		}
+		if tombs[r.k] == r.e {
+			delete(tombs, r.k)
+		}
+		q.q[q.head] = tombRef{}
+		q.head++
+	}
+	if q.head > 1024 && q.head*2 > len(q.q) {
+		q.q = append(q.q[:0], q.q[q.head:]...)
+		q.head = 0
+	}
+}
+
+func (q *tombQueue) len() int { return len(q.q) - q.head }
 
 // unclaimedTTL is how long an entry no handler claimed is kept (RFC 3261
 // Timer H, the longest an INVITE server transaction absorbs retransmissions).
@@ -387,7 +430,9 @@ const inflightOrphan = 5 * time.Second
 // sweepEvery is the sweep's period (sweepInvites).
 const sweepEvery = time.Second
 
-func newInviteTable() *inviteTable { return &inviteTable{m: map[inviteKey]*inviteEntry{}} }
+func newInviteTable() *inviteTable {
+	return &inviteTable{m: map[inviteKey]*inviteEntry{}, tombs: map[inviteKey]*inviteEntry{}}
+}
 
 // Results of inviteTable.register.
 const (
@@ -406,26 +451,24 @@ func (t *inviteTable) register(req *sipmsg.Request, acquire func() bool, ctr *at
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if e, ok := t.m[k]; ok {
-		switch {
-		case !e.finished.IsZero() && e.kept:
-			// Forwarded: sipgo's transaction absorbs the copy.
-			return regAnswered
-		case !e.finished.IsZero():
-			// After its handler ended. The proxy ends the transactions of
-			// its own refusals at once, so sipgo makes a new one of this
-			// copy and a new decision follows: it takes a unit like any
-			// new INVITE (replaying refused INVITEs must not get past the
-			// bound). A copy sipgo absorbs gives its unit back as an
-			// orphan does.
-			e.releaseInflight() // a tombstone holds none; idempotent anyway
-			delete(t.m, k)
-		case !e.claimed && time.Since(e.created) > inflightOrphan:
+		if !e.claimed && time.Since(e.created) > inflightOrphan {
 			// No handler took it in time: sipgo may never have made a
 			// transaction of it (or absorbed it); let sipgo see this copy.
 			return regAnswered
-		default:
-			return regLive
 		}
+		return regLive
+	}
+	if e, ok := t.tombs[k]; ok {
+		if e.kept {
+			// Forwarded: sipgo's transaction absorbs the copy.
+			return regAnswered
+		}
+		// After its handler ended. The proxy ends the transactions of its
+		// own refusals at once, so sipgo makes a new one of this copy and
+		// a new decision follows: it takes a unit like any new INVITE
+		// (replaying refused INVITEs must not get past the bound). A copy
+		// sipgo absorbs gives its unit back as an orphan does.
+		delete(t.tombs, k)
 	}
 	e := &inviteEntry{src: req.Source(), transport: req.Transport(), created: time.Now()}
 	if acquire != nil {
@@ -455,10 +498,22 @@ func (t *inviteTable) claim(req *sipmsg.Request) (*inviteEntry, func(kept bool))
 	t.mu.Unlock()
 	return e, func(kept bool) {
 		e.releaseInflight()
+		// A tombstone lives up to keptTTL: it keeps none of the call's
+		// state (the reaction closes over its context).
+		e.mu.Lock()
+		e.fn = nil
+		e.mu.Unlock()
 		t.mu.Lock()
 		if t.m[k] == e {
+			delete(t.m, k)
 			e.finished = time.Now()
 			e.kept = kept
+			t.tombs[k] = e
+			if kept {
+				t.kept.push(k, e)
+			} else {
+				t.short.push(k, e)
+			}
 		}
 		t.mu.Unlock()
 	}
@@ -475,31 +530,41 @@ func (t *inviteTable) lookup(k inviteKey) *inviteEntry {
 }
 
 // sweep removes unclaimed entries older than unclaimedTTL and tombstones
-// older than tombstoneTTL (keptTTL when kept), and gives back the inflight units of unclaimed
-// entries older than inflightOrphan.
+// older than tombstoneTTL (keptTTL when kept), and gives back the inflight
+// units of unclaimed entries older than inflightOrphan. It walks only the
+// INVITEs in progress; expired tombstones are popped from their queues.
 func (t *inviteTable) sweep(now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for k, e := range t.m {
-		switch {
-		case !e.finished.IsZero():
-			if age := now.Sub(e.finished); age > tombstoneTTL && (!e.kept || age > keptTTL) {
-				delete(t.m, k)
-			}
-		case !e.claimed:
-			if age := now.Sub(e.created); age > unclaimedTTL {
-				e.releaseInflight()
-				delete(t.m, k)
-			} else if age > inflightOrphan {
-				e.releaseInflight()
-			}
+		if e.claimed {
+			continue
+		}
+		if age := now.Sub(e.created); age > unclaimedTTL {
+			e.releaseInflight()
+			delete(t.m, k)
+		} else if age > inflightOrphan {
+			e.releaseInflight()
 		}
 	}
+	t.short.popExpired(t.tombs, now, tombstoneTTL)
+	t.kept.popExpired(t.tombs, now, keptTTL)
 }
 
-// size returns the number of entries (tests).
+// has reports whether k names an INVITE in progress or a tombstone.
+func (t *inviteTable) has(k inviteKey) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.m[k]; ok {
+		return true
+	}
+	_, ok := t.tombs[k]
+	return ok
+}
+
+// size returns the number of entries, tombstones included (tests).
 func (t *inviteTable) size() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return len(t.m)
+	return len(t.m) + len(t.tombs)
 }

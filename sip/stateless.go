@@ -178,14 +178,6 @@ func (p *Proxy) screenAck(req *sipmsg.Request) bool {
 	return true
 }
 
-// has reports whether the table holds an entry for k, a tombstone included.
-func (t *inviteTable) has(k inviteKey) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	_, ok := t.m[k]
-	return ok
-}
-
 // topVias returns the first two Via values of m (the proxy's own and the
 // upstream one on a forwarded request), nil when missing.
 func topVias(m sipmsg.Message) (first, second *sipmsg.ViaHeader) {
