@@ -111,7 +111,7 @@ func TestAcquireLateWakes(t *testing.T) {
 			clock.onSleep = func(context.Context, time.Duration) error {
 				if lateWakes > 0 {
 					lateWakes--
-					clock.Add(tc.lateBy)
+					clock.Advance(tc.lateBy)
 				}
 				return nil
 			}
@@ -219,7 +219,7 @@ func TestAcquireGate(t *testing.T) {
 	first.Sent(clock.Now().Add(20 * time.Millisecond)) // the write left 20 ms later
 
 	// Within the peer's window and its max_wait: full, slot given back.
-	clock.Add(500 * time.Millisecond)
+	clock.Advance(500 * time.Millisecond)
 	if tk, err := p.Acquire(ctx, short, "call-2", nil, peer); err != nil || tk.OK {
 		t.Fatalf("Acquire in the peer's window = %+v, %v; want not OK", tk, err)
 	}
@@ -244,7 +244,7 @@ func TestAcquireGate(t *testing.T) {
 	// A caller gone while the gate holds its send: the slot is given back.
 	// (call-3 left at the clock's now, unstamped: room 1.005 s later; the
 	// slot is due at once, so the one sleep that is not 0 is the gate's.)
-	clock.Add(time.Second)
+	clock.Advance(time.Second)
 	ctx2, cancel := context.WithCancel(ctx)
 	clock.onSleep = func(_ context.Context, d time.Duration) error {
 		if d <= 0 {

@@ -2,42 +2,28 @@ package pacing
 
 import (
 	"context"
-	"sync"
 	"time"
 )
 
-// testClock is a Pacer Clock whose time moves only when it sleeps: a sleep of d
-// moves it d ahead (nothing for d <= 0), then runs onSleep, which may move
-// it further (a late wake) or end the sleep with an error.
+// testClock is a Pacer Clock on store_test.go's fakeClock whose time moves
+// only when it sleeps or is told to: a sleep of d moves it d ahead (nothing
+// for d <= 0), then runs onSleep, which may move it further (a late wake)
+// or end the sleep with an error.
 type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-	// sleeps counts the calls to Sleep.
+	fakeClock
+	// sleeps counts the calls to Sleep (under fakeClock's mu).
 	sleeps int
 	// onSleep, when set, runs at the end of every Sleep, without mu held.
 	onSleep func(ctx context.Context, d time.Duration) error
 }
 
-func newTestClock() *testClock { return &testClock{now: time.Unix(1000, 0)} }
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
+func newTestClock() *testClock { return &testClock{fakeClock: fakeClock{now: time.Unix(1000, 0)}} }
 
 // Set moves the clock to t.
 func (c *testClock) Set(t time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.now = t
-}
-
-// Add moves the clock d ahead.
-func (c *testClock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
 }
 
 // Sleeps returns the number of calls to Sleep.
