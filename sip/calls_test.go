@@ -31,15 +31,20 @@ func startCallsProxy(t *testing.T, car *siptest.Carrier, peerMax, carMax int) (*
 	return h, tr, store
 }
 
+// peerPlaces counts the live calls in dialer-1's max_calls place of store.
+func peerPlaces(t *testing.T, store callplaces.Store) func() int {
+	key := policy.CallsKey("t", policy.ScopePeer, "dialer-1")
+	return func() int {
+		n, _ := store.Count(t.Context(), []string{key})
+		return n[0]
+	}
+}
+
 func TestMaxCallsPeer(t *testing.T) {
 	car := siptest.StartCarrier(t, "127.0.0.1", nil)
 	h, tr, store := startCallsProxy(t, car, 2, 0)
 	caller := siptest.StartCaller(t, "127.0.0.2")
-	key := policy.CallsKey("t", policy.ScopePeer, "dialer-1")
-	live := func() int {
-		n, _ := store.Count(t.Context(), []string{key})
-		return n[0]
-	}
+	live := peerPlaces(t, store)
 
 	ok1 := answeredCall(t, caller, h.udp)
 	answeredCall(t, caller, h.udp)

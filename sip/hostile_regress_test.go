@@ -12,7 +12,6 @@ import (
 	sipmsg "github.com/emiago/sipgo/sip"
 
 	"github.com/cpsguard/cpsguard/internal/siptest"
-	"github.com/cpsguard/cpsguard/policy"
 )
 
 // Regression tests of the session-5 attack review of the stateless relay
@@ -91,11 +90,7 @@ func TestUnsendableByeKeepsPlaces(t *testing.T) {
 			car := siptest.StartCarrier(t, "127.0.0.1", nil)
 			h, tr, store := startCallsProxy(t, car, 1, 0)
 			caller := siptest.StartCaller(t, "127.0.0.2")
-			key := policy.CallsKey("t", policy.ScopePeer, "dialer-1")
-			live := func() int {
-				n, _ := store.Count(t.Context(), []string{key})
-				return n[0]
-			}
+			live := peerPlaces(t, store)
 			ok := answeredCall(t, caller, h.udp)
 			if live() != 1 {
 				t.Fatalf("places after the call = %d, want 1", live())

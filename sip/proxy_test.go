@@ -264,8 +264,8 @@ func startProxyWith(t *testing.T, cfg func() *config.Config, adm Admitter, pacer
 }
 
 // startProxyOpts starts a proxy with opts (metrics and logger are the
-// harness's).
-func startProxyOpts(t *testing.T, opts Options) *harness {
+// harness's). Benchmarks use it too.
+func startProxyOpts(t testing.TB, opts Options) *harness {
 	t.Helper()
 	m := metrics.New(prometheus.NewRegistry())
 	opts.Metrics = m
@@ -1093,7 +1093,7 @@ func TestNoOpenRelay(t *testing.T) {
 	}
 }
 
-func mustPort(t *testing.T, hostPort string) int {
+func mustPort(t testing.TB, hostPort string) int {
 	t.Helper()
 	_, p, err := net.SplitHostPort(hostPort)
 	if err != nil {

@@ -1,7 +1,6 @@
 package sip
 
 import (
-	"context"
 	"net"
 	"strconv"
 	"strings"
@@ -12,13 +11,10 @@ import (
 	"time"
 
 	sipmsg "github.com/emiago/sipgo/sip"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/siptest"
-	"github.com/cpsguard/cpsguard/metrics"
-	"github.com/cpsguard/cpsguard/policy"
 )
 
 // udpEnd is a raw UDP end point: it records every message it reads and,
@@ -374,11 +370,7 @@ func TestStatelessByeFreesMaxCallsOnce(t *testing.T) {
 	car := siptest.StartCarrier(t, "127.0.0.1", nil)
 	h, tr, store := startCallsProxy(t, car, 2, 0)
 	caller := siptest.StartCaller(t, "127.0.0.2")
-	key := policy.CallsKey("t", policy.ScopePeer, "dialer-1")
-	live := func() int {
-		n, _ := store.Count(t.Context(), []string{key})
-		return n[0]
-	}
+	live := peerPlaces(t, store)
 	ok := answeredCall(t, caller, h.udp)
 	answeredCall(t, caller, h.udp)
 	if live() != 2 {
@@ -448,7 +440,7 @@ func benchByeRelay(b *testing.B) {
 	peer := newBenchEnd(b, "127.0.0.2")
 	adm, pacer := newFakes()
 	cfg := testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr, CPS: 100, MaxWait: time.Second})
-	udp := startBenchProxy(b, cfg, adm, pacer)
+	udp := startProxyOpts(b, Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer}).udp
 	// Set up the dialog: INVITE from the peer, 200 from the carrier.
 	inv := "INVITE sip:100@" + udp + " SIP/2.0\r\nVia: SIP/2.0/UDP " + peer.addr + ";branch=z9hG4bK.binv;rport\r\n" +
 		"Max-Forwards: 70\r\nFrom: <sip:a@" + peer.addr + ">;tag=bf\r\nTo: <sip:100@" + udp + ">\r\nCall-ID: bench-bye\r\n" +
@@ -457,7 +449,7 @@ func benchByeRelay(b *testing.B) {
 	fwd := car.readRequest(b, sipmsg.INVITE)
 	ok := sipmsg.NewResponseFromRequest(fwd, 200, "OK", nil)
 	ok.To().Params.Add("tag", "bt")
-	ok.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "c", Host: "127.0.0.1", Port: mustPortB(b, car.addr)}})
+	ok.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "c", Host: "127.0.0.1", Port: mustPort(b, car.addr)}})
 	car.write(b, udp, ok.String())
 	res := peer.readResponse(b)
 	rr := res.RecordRoute()
@@ -604,41 +596,4 @@ func (e *benchEnd) readResponse(b *testing.B) *sipmsg.Response {
 			return r
 		}
 	}
-}
-
-func mustPortB(b *testing.B, hostPort string) int {
-	_, port, _ := net.SplitHostPort(hostPort)
-	n, err := strconv.Atoi(port)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return n
-}
-
-// startBenchProxy is startProxy for a benchmark; it returns the UDP address.
-func startBenchProxy(b *testing.B, cfg *config.Config, adm Admitter, pacer Pacer) string {
-	p, err := New(Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer,
-		Metrics: metrics.New(prometheus.NewRegistry()), Logger: testLogger()})
-	if err != nil {
-		b.Fatalf("New: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Serve(ctx) }()
-	select {
-	case <-p.Ready():
-	case err := <-done:
-		b.Fatalf("Serve: %v", err)
-	}
-	b.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	for _, a := range p.Addrs() {
-		if s, ok := strings.CutPrefix(a, "udp://"); ok {
-			return s
-		}
-	}
-	b.Fatal("no UDP listener")
-	return ""
 }
