@@ -91,7 +91,8 @@ func overloadRun(e *env, run, rate, seconds, after int, timeout time.Duration, i
 	uasStat := filepath.Join(dir, "uas-stat.csv")
 	us, err := procs.Start(sipp, filepath.Join(dir, "uas.log"), "-sf", filepath.Join(scen, "uas_overload.xml"),
 		"-i", "127.0.0.1", "-p", strconv.Itoa(uasPort), "-buff_size", "4194304", "-nostdin",
-		"-trace_stat", "-stf", uasStat, "-fd", "1", "-timeout", limit)
+		"-trace_stat", "-stf", uasStat, "-fd", "1", "-timeout", limit,
+		"-trace_err", "-error_file", filepath.Join(dir, "uas-errors.log"))
 	if err != nil {
 		return r, err
 	}
