@@ -105,7 +105,13 @@
 // rejected_overload (while the bound is taken, a peer's plain INVITE gets
 // that same answer from the UDP read filter, from its raw bytes, before
 // sipgo parses it: rawshed.go); in-dialog requests, calls waiting for a slot and
-// forwarded calls are never counted nor shed. The screen also answers 100
+// forwarded calls are never counted nor shed. Each UDP listener is drained
+// by a reader of its own into two bounded queues (readq.go): responses and
+// in-dialog requests are handed to sipgo before new INVITEs and CANCELs,
+// and a peer's new INVITE that finds its queue full gets the same 503 at
+// once instead of waiting, or being dropped unanswered, in the socket
+// buffer; a datagram that finds the other queue full is dropped and
+// counted (read_queue_full). The screen also answers 100
 // Trying to every INVITE it lets in, and to its retransmissions while it is
 // handled, so a handler that sipgo runs late draws no retransmission storm.
 // While the node sheds (and 5 s after), a carrier that did not ring a call
@@ -115,7 +121,7 @@
 // transaction can be formed) and counted in cpsguard_sip_errors_total with
 // reason parse, oversized, malformed, transaction, source, unknown_source,
 // bad_dialog_token, wrong_leg, reinvite_limit, cancel_source, duplicate,
-// tcp_limit, forged_response (a response with the proxy's stateless Via
+// tcp_limit, read_queue_full, forged_response (a response with the proxy's stateless Via
 // whose branch does not verify) or stateless_response (one that cannot be
 // relayed statelessly: not over UDP, no Via below the proxy's, no IP); they never stop the proxy. A panic in a handler, the screen or
 // a goroutine of the package is recovered, logged once with its stack and

@@ -369,7 +369,9 @@ func (p *Proxy) Serve(ctx context.Context) error {
 			defer wg.Done()
 			var err error
 			if l.udp != nil {
-				err = p.srv.ServeUDP(l.udp)
+				q := newReadQueue(p, l.udp)
+				go q.run()
+				err = p.srv.ServeUDP(q)
 			} else {
 				err = p.srv.ServeTCP(newGuardedListener(l.tcp,
 					func() tcpLimits { return tcpLimitsOf(p.cfg()) },
@@ -676,31 +678,39 @@ func (p *Proxy) readFilter(props sipmsg.TransportReadProps, data []byte) (out []
 	if props.Transport != "UDP" {
 		return data, nil
 	}
-	if len(data) >= int(sipmsg.TransportBufferReadSize) {
-		p.m.SIPErrors.WithLabelValues("oversized").Inc()
+	ua, ok := props.RemoteAddr.(*net.UDPAddr)
+	if !ok {
+		return data, nil
+	}
+	from := ua.AddrPort()
+	if p.dropEarly(data, from) {
 		return nil, nil
 	}
-	if ua, ok := props.RemoteAddr.(*net.UDPAddr); ok {
-		cfg := p.cfg()
-		if cfg == nil {
-			return data, nil
-		}
-		if cfg.SIP.UnknownSource == "drop" {
-			if ip, ok := addrOf(ua); ok && !p.knownSource(cfg, ip) {
-				p.m.SIPErrors.WithLabelValues("unknown_source").Inc()
-				return nil, nil
-			}
-		}
-		if p.shedRaw(cfg, props, ua, data) {
-			return nil, nil
-		}
-		if shedAckRaw(data) {
-			if ip, ok := addrOf(ua); ok && p.knownSource(cfg, ip) {
-				return nil, nil
-			}
-		}
+	if conn := p.udpConnOf(props.LocalAddr); conn != nil && p.shedRawFrom(conn, from, data, false) {
+		return nil, nil
 	}
 	return data, nil
+}
+
+// dropEarly reports a UDP datagram from `from` dropped before any other
+// work: one that filled the read buffer (cut short by the socket, it
+// cannot be a whole SIP message), a stranger's with unknown_source drop,
+// and the ACK of one of the proxy's shed answers from a known source.
+func (p *Proxy) dropEarly(data []byte, from netip.AddrPort) bool {
+	if len(data) >= int(sipmsg.TransportBufferReadSize) {
+		p.m.SIPErrors.WithLabelValues("oversized").Inc()
+		return true
+	}
+	cfg := p.cfg()
+	if cfg == nil {
+		return false
+	}
+	ip := from.Addr().WithZone("").Unmap()
+	if cfg.SIP.UnknownSource == "drop" && !p.knownSource(cfg, ip) {
+		p.m.SIPErrors.WithLabelValues("unknown_source").Inc()
+		return true
+	}
+	return shedAckRaw(data) && p.knownSource(cfg, ip)
 }
 
 // admitTCP reports whether a TCP connection from ip is served: not a

@@ -11,7 +11,6 @@ import (
 
 	sipmsg "github.com/emiago/sipgo/sip"
 
-	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/metrics"
 )
 
@@ -61,29 +60,30 @@ var shedBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b
 // send it the same way.
 func maxUDPAnswer() int { return sipmsg.UDPMTUSize - 200 }
 
-// shedRaw answers a new initial INVITE from a peer with the screen's
-// stateless 503 while the inflight bound is taken, from its raw bytes;
-// true when it did (the datagram is consumed).
-func (p *Proxy) shedRaw(cfg *config.Config, props sipmsg.TransportReadProps, raddr *net.UDPAddr, data []byte) bool {
+// shedRawFrom answers a new initial INVITE from a peer, read from conn,
+// with the screen's stateless 503 from its raw bytes while the inflight
+// bound is taken, or whenever force is set (the read queue is full:
+// readq.go); true when it did (the datagram is consumed).
+func (p *Proxy) shedRawFrom(conn *net.UDPConn, from netip.AddrPort, data []byte, force bool) bool {
 	if !bytes.HasPrefix(data, inviteStart) || len(data) > MaxMessageSize {
 		return false
 	}
-	ip, ok := addrOf(raddr)
-	if !ok || raddr.Zone != "" {
+	if from.Addr().Zone() != "" {
 		return false // a zoned source is matched with its zone by the screen
 	}
-	peer := cfg.PeerByAddr(ip)
-	if peer == nil || p.inflight.Load() < inflightLimit(cfg) {
+	cfg := p.cfg()
+	if cfg == nil {
 		return false
 	}
-	conn := p.udpConnOf(props.LocalAddr)
-	if conn == nil {
+	peer := cfg.PeerByAddr(from.Addr().Unmap())
+	if peer == nil || (!force && p.inflight.Load() < inflightLimit(cfg)) {
 		return false
 	}
 	inv, ok := scanInvite(data)
 	if !ok || p.invites.has(inv.key()) {
 		return false
 	}
+	raddr := net.UDPAddrFromAddrPort(from)
 	bp := shedBufs.Get().(*[]byte)
 	defer shedBufs.Put(bp)
 	out, ok := inv.appendShed((*bp)[:0], raddr.String(), shedTag+strconv.FormatUint(rand.Uint64(), 36))
@@ -98,15 +98,6 @@ func (p *Proxy) shedRaw(cfg *config.Config, props sipmsg.TransportReadProps, rad
 		p.log.Debug("stateless answer failed", "status", sipmsg.StatusServiceUnavailable, "error", err)
 	}
 	return true
-}
-
-// addrOf is a UDP address's IP, unmapped.
-func addrOf(a *net.UDPAddr) (netip.Addr, bool) {
-	if a == nil {
-		return netip.Addr{}, false
-	}
-	ip, ok := netip.AddrFromSlice(a.IP)
-	return ip.Unmap(), ok
 }
 
 // ackStart is how an ACK datagram begins.

@@ -1,0 +1,184 @@
+package sip
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/cpsguard/cpsguard/internal/siptest"
+	"github.com/cpsguard/cpsguard/metrics"
+)
+
+// readQueueHarness is a proxy (for its configuration, screen and metrics)
+// and a read queue over a socket of its own, fed by take directly: the
+// reader's classification without the race of a live socket.
+func readQueueHarness(t *testing.T, maxInflight int) (*harness, *readQueue) {
+	t.Helper()
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	cfg := testConfig(carrierCfg("a", car))
+	cfg.SIP.MaxInflight = maxInflight
+	adm, pacer := newFakes()
+	h := startProxy(t, cfg, adm, pacer)
+	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return h, newReadQueue(h.p, c)
+}
+
+// peerSocket is a socket on a peer's address (127.0.0.2 is dialer-1's).
+func peerSocket(t *testing.T) (*net.UDPConn, netip.AddrPort) {
+	t.Helper()
+	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, c.LocalAddr().(*net.UDPAddr).AddrPort()
+}
+
+// readAll takes what the queue holds, in the order sipgo's loop gets it.
+func readAll(t *testing.T, q *readQueue) []string {
+	t.Helper()
+	var got []string
+	buf := make([]byte, 65535)
+	for {
+		q.mu.Lock()
+		empty := q.fast.size == 0 && q.slow.size == 0
+		q.mu.Unlock()
+		if empty {
+			return got
+		}
+		n, from, err := q.ReadFrom(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if from == nil {
+			t.Fatal("ReadFrom returned no source")
+		}
+		line, _, _ := strings.Cut(string(buf[:n]), "\r\n")
+		got = append(got, strings.Fields(line)[0]+" "+strings.Fields(line)[1])
+	}
+}
+
+// TestReadQueueOrder: what the reader queues comes out responses and
+// in-dialog requests first, then INVITEs and CANCELs, each queue in the
+// socket's order; the ACK of a shed answer is dropped on the way in.
+func TestReadQueueOrder(t *testing.T) {
+	h, q := readQueueHarness(t, 64)
+	_, from := peerSocket(t)
+	la := from.String()
+	response := "SIP/2.0 200 OK\r\nVia: SIP/2.0/UDP " + h.udp + ";branch=z9hG4bK-x\r\n" +
+		"From: <sip:a@b>;tag=1\r\nTo: <sip:c@d>;tag=2\r\nCall-ID: r1\r\nCSeq: 1 BYE\r\nContent-Length: 0\r\n\r\n"
+	shedAckMsg := strangerRequest("ACK", h.udp, "127.0.0.1:5999", shedTag+"abc")(la)
+	in := []string{
+		strangerRequest("INVITE", h.udp, "", "")(la),
+		strangerRequest("BYE", h.udp, "127.0.0.1:5999", "dlg")(la),
+		strangerRequest("CANCEL", h.udp, "", "")(la),
+		response,
+		shedAckMsg,
+		strangerRequest("INVITE", h.udp, "127.0.0.1:5999", "dlg")(la), // a re-INVITE waits with the INVITEs
+		strangerRequest("OPTIONS", h.udp, "", "")(la),
+	}
+	for _, m := range in {
+		q.take([]byte(m), from)
+	}
+	got := readAll(t, q)
+	want := []string{"BYE sip:100@127.0.0.1:5999", "SIP/2.0 200", "OPTIONS sip:100@" + h.udp,
+		"INVITE sip:100@" + h.udp, "CANCEL sip:100@" + h.udp, "INVITE sip:100@127.0.0.1:5999"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("read order:\n got %q\nwant %q", got, want)
+	}
+}
+
+// TestReadQueueSlowFull: with the INVITE queue at its bound, a new INVITE
+// from a peer gets the screen's 503 at once (rejected_overload) even though
+// the inflight bound is free; a CANCEL and a re-INVITE, which must not be
+// lost to the bound, go to the fast queue; a stranger's INVITE is not
+// answered by the reader either (the screen gives it its 403).
+func TestReadQueueSlowFull(t *testing.T) {
+	h, q := readQueueHarness(t, 1) // slow queue bound: readQueueSlowMin
+	if h.p.Inflight() != 0 {
+		t.Fatal("inflight bound taken before the test")
+	}
+	peer, from := peerSocket(t)
+	la := from.String()
+	fill := []byte(strings.ReplaceAll(strangerRequest("INVITE", h.udp, "", "")(la), "INVITE;rport", "fill;rport"))
+	for range readQueueSlowMin {
+		q.take(fill, from)
+	}
+	if q.slow.size != readQueueSlowMin {
+		t.Fatalf("slow queue holds %d, want %d", q.slow.size, readQueueSlowMin)
+	}
+	q.take([]byte(strangerRequest("INVITE", h.udp, "", "")(la)), from)
+	_ = peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 65535)
+	n, _, err := peer.ReadFromUDP(buf)
+	if err != nil {
+		t.Fatalf("the INVITE that found the queue full got no answer: %v", err)
+	}
+	if line, _, _ := strings.Cut(string(buf[:n]), "\r\n"); line != "SIP/2.0 503 Overloaded" {
+		t.Errorf("answer to an INVITE finding the queue full: got %q, want 503 Overloaded", line)
+	}
+	if got := testutil.ToFloat64(h.m.Calls.WithLabelValues("dialer-1", metrics.OutcomeRejectedOverload)); got != 1 {
+		t.Errorf("calls_total{rejected_overload}: got %v, want 1", got)
+	}
+
+	q.take([]byte(strangerRequest("CANCEL", h.udp, "", "")(la)), from)
+	q.take([]byte(strangerRequest("INVITE", h.udp, "127.0.0.1:5999", "dlg")(la)), from)
+	stranger := netip.MustParseAddrPort("127.0.0.9:5060")
+	q.take([]byte(strangerRequest("INVITE", h.udp, "", "")(stranger.String())), stranger)
+	if q.fast.size != 3 {
+		t.Errorf("fast queue holds %d, want the CANCEL, the re-INVITE and the stranger's INVITE", q.fast.size)
+	}
+	_ = peer.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if _, _, err := peer.ReadFromUDP(buf); err == nil {
+		t.Errorf("the reader answered a CANCEL or a re-INVITE: %q", buf)
+	}
+}
+
+// TestReadQueueFastFull: a full fast queue drops, and counts, what it
+// cannot hold.
+func TestReadQueueFastFull(t *testing.T) {
+	h, q := readQueueHarness(t, 64)
+	_, from := peerSocket(t)
+	bye := []byte(strangerRequest("BYE", h.udp, "127.0.0.1:5999", "dlg")(from.String()))
+	for range readQueueFast + 3 {
+		q.take(bye, from)
+	}
+	if q.fast.size != readQueueFast {
+		t.Errorf("fast queue holds %d, want %d", q.fast.size, readQueueFast)
+	}
+	if got := testutil.ToFloat64(h.m.SIPErrors.WithLabelValues("read_queue_full")); got != 3 {
+		t.Errorf("sip_errors_total{read_queue_full}: got %v, want 3", got)
+	}
+}
+
+// TestReadQueueClose: the reader drains a live socket, and once the socket
+// is closed sipgo's loop gets net.ErrClosed (its signal to stop).
+func TestReadQueueClose(t *testing.T) {
+	h, q := readQueueHarness(t, 64)
+	done := make(chan struct{})
+	go func() { defer close(done); q.run() }()
+	peer, from := peerSocket(t)
+	msg := strangerRequest("OPTIONS", h.udp, "", "")(from.String())
+	if _, err := peer.WriteToUDP([]byte(msg), q.LocalAddr().(*net.UDPAddr)); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 65535)
+	n, src, err := q.ReadFrom(buf)
+	if err != nil || string(buf[:n]) != msg || src.String() != from.String() {
+		t.Fatalf("ReadFrom: got %q from %v (%v), want the datagram from %v", buf[:n], src, err, from)
+	}
+	q.UDPConn.Close()
+	<-done
+	if _, _, err := q.ReadFrom(buf); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("ReadFrom after close: got %v, want net.ErrClosed", err)
+	}
+}
