@@ -107,11 +107,12 @@
 // sipgo parses it: rawshed.go); in-dialog requests, calls waiting for a slot and
 // forwarded calls are never counted nor shed. Each UDP listener is drained
 // by a reader of its own into two bounded queues (readq.go): responses and
-// in-dialog requests are handed to sipgo before new INVITEs and CANCELs,
-// and a peer's new INVITE that finds its queue full gets the same 503 at
-// once instead of waiting, or being dropped unanswered, in the socket
-// buffer; a datagram that finds the other queue full is dropped and
-// counted (read_queue_full). The screen also answers 100
+// in-dialog requests are handed to sipgo before new INVITEs and CANCELs;
+// while the inflight bound is taken a new INVITE waits there up to 100 ms
+// for a unit (a burst is decided, not shed), and a peer's new INVITE that
+// finds that queue full gets the same 503 at once instead of waiting, or
+// being dropped unanswered, in the socket buffer; a datagram that finds
+// the other queue full is dropped and counted (read_queue_full). The screen also answers 100
 // Trying to every INVITE it lets in, and to its retransmissions while it is
 // handled, so a handler that sipgo runs late draws no retransmission storm.
 // While the node sheds (and 5 s after), a carrier that did not ring a call

@@ -26,8 +26,10 @@ import (
 // a peer takes one unit when it arrives, before sipgo creates anything
 // for it, and gives it back once its decision is made: refused, answered,
 // or its first pacing slot reserved (decided). Beyond the bound it gets
-// 503 at once, statelessly (no transaction, no goroutine; outcome
-// rejected_overload).
+// 503, statelessly (no transaction, no goroutine; outcome
+// rejected_overload): over UDP after waiting at most inviteQueueWait in
+// the listener's read queue for a unit to come free (readq.go), at once
+// when that queue is full or over TCP.
 //
 // What counts is what costs CPU and store round trips now: identification,
 // admission and the pacing reservation. A call waiting out its slot is a
@@ -60,6 +62,13 @@ func (p *Proxy) tryInflight(limit int64) bool {
 		return false
 	}
 	return true
+}
+
+// unitFree reports whether a new call could take a unit of the inflight
+// bound now.
+func (p *Proxy) unitFree() bool {
+	cfg := p.cfg()
+	return cfg == nil || p.inflight.Load() < inflightLimit(cfg)
 }
 
 // Inflight returns the number of new calls being decided now (tests,
@@ -142,16 +151,53 @@ func decided(ctx context.Context) {
 	}
 }
 
+// inflightCount is the number of new calls being decided, with the wake
+// channels of the read queues that hold INVITEs back while the bound is
+// taken (readq.go): a unit given back wakes them.
+type inflightCount struct {
+	atomic.Int64
+	wakes atomic.Pointer[[]chan struct{}]
+}
+
+// watch adds a channel woken (one token, never blocking) whenever a unit
+// is given back.
+func (c *inflightCount) watch(w chan struct{}) {
+	for {
+		old := c.wakes.Load()
+		var next []chan struct{}
+		if old != nil {
+			next = append(next, *old...)
+		}
+		next = append(next, w)
+		if c.wakes.CompareAndSwap(old, &next) {
+			return
+		}
+	}
+}
+
+// release gives one unit back.
+func (c *inflightCount) release() {
+	c.Add(-1)
+	if ws := c.wakes.Load(); ws != nil {
+		for _, w := range *ws {
+			select {
+			case w <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
 // inflightUnit is an inviteEntry's unit of the bound.
 type inflightUnit struct {
 	held atomic.Bool
-	ctr  *atomic.Int64
+	ctr  *inflightCount
 }
 
 // releaseInflight gives the unit back once.
 func (u *inflightUnit) releaseInflight() {
 	if u.held.CompareAndSwap(true, false) {
-		u.ctr.Add(-1)
+		u.ctr.release()
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -112,7 +111,7 @@ func TestOverloadShedsNewCallsNotDialogs(t *testing.T) {
 // finished INVITE's tombstone lets its late retransmission pass without a
 // unit.
 func TestInflightUnitOfAnAbsorbedInviteIsReturned(t *testing.T) {
-	var ctr atomic.Int64
+	var ctr inflightCount
 	tb := newInviteTable()
 	req := sipmsg.NewRequest(sipmsg.INVITE, sipmsg.Uri{Scheme: "sip", User: "100", Host: "127.0.0.1", Port: 5060})
 	via := &sipmsg.ViaHeader{ProtocolName: "SIP", ProtocolVersion: "2.0", Transport: "UDP",

@@ -176,7 +176,7 @@ type Proxy struct {
 	draining   atomic.Bool
 	active     atomic.Int64
 	// inflight counts the new calls being decided (overload.go).
-	inflight atomic.Int64
+	inflight inflightCount
 	// lastShed is when the screen last shed a call (Unix ns, overload.go).
 	lastShed atomic.Int64
 	// rawSheds counts the calls the read filter shed from raw bytes

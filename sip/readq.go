@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"time"
 
 	sipmsg "github.com/emiago/sipgo/sip"
 )
@@ -31,7 +32,17 @@ import (
 //     in-dialog request), and sipgo's loop always takes from it first.
 //
 // Within a queue the order is the socket's, and no message of a transaction
-// is moved ahead of the request that opened it. When the slow queue is full
+// is moved ahead of the request that opened it.
+//
+// The slow queue is also where a burst of new calls waits for the inflight
+// bound (overload.go): while every unit is taken, an INVITE at its head is
+// held back until a unit is given back, for at most inviteQueueWait, and
+// only then handed on (where the read filter or the screen sheds it if the
+// bound is still taken). So a burst the node decides within a fraction of
+// a second, a GC cycle, or the node descheduled on a shared box, is
+// decided rather than shed, while a flood fills the queue and is shed at
+// its door. Nothing is held but the datagram: no transaction, no
+// goroutine, no store call. When the slow queue is full
 // a plain new INVITE from a peer is shed at once with the screen's 503
 // (rawshed.go, whatever the inflight bound) rather than left for the kernel
 // to drop without an answer; anything else that finds it full goes to the
@@ -54,12 +65,19 @@ const (
 	readQueueSlowPerUnit = 4
 	readQueueSlowMin     = 64
 	readQueueSlowMax     = 4096
+	// inviteQueueWait is how long an INVITE at the head of the slow queue
+	// waits for a unit of the inflight bound before it is handed on
+	// anyway (and shed there): long enough to ride out a burst, a GC
+	// cycle or the node descheduled, well inside the caller's first
+	// retransmission (Timer A, 500 ms).
+	inviteQueueWait = 100 * time.Millisecond
 )
 
 // datagram is one queued UDP datagram.
 type datagram struct {
 	data []byte
 	from netip.AddrPort
+	at   time.Time // when the reader took it (slow queue only)
 }
 
 // fifo is a queue of datagrams with a capacity.
@@ -76,6 +94,8 @@ func (q *fifo) push(d datagram) {
 	q.buf[(q.head+q.size)%len(q.buf)] = d
 	q.size++
 }
+
+func (q *fifo) peek() *datagram { return &q.buf[q.head] }
 
 func (q *fifo) pop() datagram {
 	d := q.buf[q.head]
@@ -95,18 +115,26 @@ type readQueue struct {
 	mu   sync.Mutex
 	fast fifo
 	slow fifo
-	err  error         // the socket's read error, once the reader ended
-	wake chan struct{} // one token: something was queued, or err set
+	err  error // the socket's read error, once the reader ended
+	// wake holds one token: something was queued, a unit of the inflight
+	// bound was given back, or err was set.
+	wake  chan struct{}
+	timer *time.Timer   // ReadFrom's, for an INVITE held back
+	wait  time.Duration // inviteQueueWait (tests change it)
 }
 
 // newReadQueue wraps a UDP listener; run must be started for reads to
 // return anything.
 func newReadQueue(p *Proxy, c *net.UDPConn) *readQueue {
-	return &readQueue{
+	q := &readQueue{
 		UDPConn: c, p: p,
 		fast: newFifo(readQueueFast), slow: newFifo(readQueueSlowMax),
-		wake: make(chan struct{}, 1),
+		wake: make(chan struct{}, 1), timer: time.NewTimer(time.Hour),
+		wait: inviteQueueWait,
 	}
+	q.timer.Stop()
+	p.inflight.watch(q.wake)
+	return q
 }
 
 // slowQueueLen is the slow queue's bound for the current inflight bound.
@@ -159,7 +187,7 @@ func (q *readQueue) take(data []byte, from netip.AddrPort) {
 		q.mu.Lock()
 		full := q.slow.size >= limit
 		if !full {
-			q.slow.push(datagram{data: bytes.Clone(data), from: from})
+			q.slow.push(datagram{data: bytes.Clone(data), from: from, at: time.Now()})
 		}
 		q.mu.Unlock()
 		if !full {
@@ -196,31 +224,52 @@ func (q *readQueue) signal() {
 	}
 }
 
-// ReadFrom returns the next queued datagram, fast queue first, waiting
-// for one; after the socket is closed, its error once the queues are
+// ReadFrom returns the next queued datagram, waiting for one: from the
+// fast queue first; from the slow queue once the inflight bound has a free
+// unit (a new call can be decided now) or its head has waited
+// inviteQueueWait, or at once when its head is not an INVITE. After the
+// socket is closed it returns the socket's error once the queues are
 // empty.
 func (q *readQueue) ReadFrom(b []byte) (int, net.Addr, error) {
 	for {
-		q.mu.Lock()
 		var d datagram
-		ok := true
+		ok := false
+		hold := time.Duration(0)
+		q.mu.Lock()
 		switch {
 		case q.fast.size > 0:
-			d = q.fast.pop()
+			d, ok = q.fast.pop(), true
 		case q.slow.size > 0:
-			d = q.slow.pop()
-		default:
-			ok = false
+			if hold = q.holdBack(q.slow.peek()); hold <= 0 {
+				d, ok = q.slow.pop(), true
+			}
 		}
 		err := q.err
 		q.mu.Unlock()
-		if ok {
+		switch {
+		case ok:
 			n := copy(b, d.data)
 			return n, net.UDPAddrFromAddrPort(d.from), nil
-		}
-		if err != nil {
+		case err != nil:
 			return 0, nil, err
+		case hold > 0:
+			q.timer.Reset(hold)
+			select {
+			case <-q.wake:
+			case <-q.timer.C:
+			}
+			q.timer.Stop()
+		default:
+			<-q.wake
 		}
-		<-q.wake
 	}
+}
+
+// holdBack is how much longer the slow queue's head waits for a unit of
+// the inflight bound: 0 when it goes on now.
+func (q *readQueue) holdBack(d *datagram) time.Duration {
+	if !bytes.HasPrefix(d.data, inviteStart) || q.p.unitFree() {
+		return 0
+	}
+	return max(0, q.wait-time.Since(d.at))
 }

@@ -182,3 +182,59 @@ func TestReadQueueClose(t *testing.T) {
 		t.Errorf("ReadFrom after close: got %v, want net.ErrClosed", err)
 	}
 }
+
+// TestReadQueueHoldsInvitesForAUnit: while the inflight bound is taken an
+// INVITE waits in the slow queue (the fast queue still flows, and a CANCEL
+// at the head is not held), until a unit is given back, or until it has
+// waited the queue's wait and goes on to be shed.
+func TestReadQueueHoldsInvitesForAUnit(t *testing.T) {
+	h, q := readQueueHarness(t, 1)
+	q.wait = time.Hour
+	_, from := peerSocket(t)
+	la := from.String()
+	h.p.inflight.Add(1) // the bound is taken
+
+	q.take([]byte(strangerRequest("INVITE", h.udp, "", "")(la)), from)
+	q.take([]byte(strangerRequest("BYE", h.udp, "127.0.0.1:5999", "dlg")(la)), from)
+	buf := make([]byte, 65535)
+	if n, _, err := q.ReadFrom(buf); err != nil || !strings.HasPrefix(string(buf[:n]), "BYE ") {
+		t.Fatalf("first read while the bound is taken: got %q (%v), want the BYE", buf[:n], err)
+	}
+	got := make(chan string, 1)
+	go func() {
+		b := make([]byte, 65535)
+		n, _, _ := q.ReadFrom(b)
+		got <- string(b[:n])
+	}()
+	time.Sleep(50 * time.Millisecond)
+	select {
+	case m := <-got:
+		t.Fatalf("read an INVITE while the bound is taken and its wait is not over: %q", m)
+	default:
+	}
+	h.p.inflight.release()
+	select {
+	case m := <-got:
+		if !strings.HasPrefix(m, "INVITE ") {
+			t.Fatalf("read after a unit was given back: got %q, want the INVITE", m)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a unit given back did not wake the reader of the queue")
+	}
+
+	// Taken again: a CANCEL at the head goes on; an INVITE that has waited
+	// its time goes on too (the read filter or the screen sheds it).
+	h.p.inflight.Add(1)
+	q.take([]byte(strangerRequest("CANCEL", h.udp, "", "")(la)), from)
+	if n, _, err := q.ReadFrom(buf); err != nil || !strings.HasPrefix(string(buf[:n]), "CANCEL ") {
+		t.Fatalf("a CANCEL at the head while the bound is taken: got %q (%v)", buf[:n], err)
+	}
+	q.take([]byte(strangerRequest("INVITE", h.udp, "", "")(la)), from)
+	q.mu.Lock()
+	q.slow.peek().at = time.Now().Add(-2 * time.Hour)
+	q.mu.Unlock()
+	if n, _, err := q.ReadFrom(buf); err != nil || !strings.HasPrefix(string(buf[:n]), "INVITE ") {
+		t.Fatalf("an INVITE past its wait: got %q (%v)", buf[:n], err)
+	}
+	h.p.inflight.release()
+}

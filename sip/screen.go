@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -446,7 +445,7 @@ const (
 // retransmission, or an INVITE just answered). For a new entry it first
 // calls acquire, when not nil (a unit of the inflight bound, released
 // through ctr): when that fails nothing is recorded (regShed).
-func (t *inviteTable) register(req *sipmsg.Request, acquire func() bool, ctr *atomic.Int64) int {
+func (t *inviteTable) register(req *sipmsg.Request, acquire func() bool, ctr *inflightCount) int {
 	k := inviteKeyOf(req)
 	t.mu.Lock()
 	defer t.mu.Unlock()
