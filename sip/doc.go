@@ -106,8 +106,9 @@
 // that same answer from the UDP read filter, from its raw bytes, before
 // sipgo parses it: rawshed.go); in-dialog requests, calls waiting for a slot and
 // forwarded calls are never counted nor shed. Each UDP listener is drained
-// by a reader of its own into two bounded queues (readq.go): responses and
-// in-dialog requests are handed to sipgo before new INVITEs and CANCELs;
+// by a reader of its own into three bounded queues (readq.go): peers' and
+// carriers' responses and in-dialog requests are handed to sipgo before
+// their new INVITEs and CANCELs, and strangers' datagrams after both;
 // while the inflight bound is taken a new INVITE waits there up to 100 ms
 // for a unit (a burst is decided, not shed), and a peer's new INVITE that
 // finds that queue full gets the same 503 at once instead of waiting, or

@@ -22,14 +22,17 @@ import (
 // (BENCHMARKS.md, issue 15).
 //
 // So each UDP listener is read by a goroutine of its own (readQueue.run)
-// that only drains the socket, with the socket's read buffer, into two
+// that only drains the socket, with the socket's read buffer, into three
 // bounded queues in memory, and sipgo's loop reads from those
-// (readQueue.ReadFrom) instead of the socket:
+// (readQueue.ReadFrom) instead of the socket, in this order:
 //
-//   - the slow queue holds requests that start or cancel a call attempt
-//     (INVITE and CANCEL: a CANCEL stays behind its INVITE);
-//   - the fast queue holds the rest (responses, ACK, BYE and every other
-//     in-dialog request), and sipgo's loop always takes from it first.
+//  1. the fast queue: what peers and carriers send other than INVITE and
+//     CANCEL (responses, ACK, BYE and every other in-dialog request);
+//  2. the slow queue: their requests that start or cancel a call attempt
+//     (INVITE and CANCEL, so a CANCEL stays behind its INVITE);
+//  3. the strangers' queue: whatever comes from a source the configuration
+//     does not know (with unknown_source reject; with drop it never gets
+//     this far), so a stranger's flood waits behind every peer and carrier.
 //
 // Within a queue the order is the socket's, and no message of a transaction
 // is moved ahead of the request that opened it.
@@ -42,13 +45,14 @@ import (
 // a second, a GC cycle, or the node descheduled on a shared box, is
 // decided rather than shed, while a flood fills the queue and is shed at
 // its door. Nothing is held but the datagram: no transaction, no
-// goroutine, no store call. When the slow queue is full
-// a plain new INVITE from a peer is shed at once with the screen's 503
-// (rawshed.go, whatever the inflight bound) rather than left for the kernel
-// to drop without an answer; anything else that finds it full goes to the
-// fast queue, so an in-dialog re-INVITE or a CANCEL is never lost to the
-// bound. A fast queue that is full drops the datagram, as the socket would
-// have, counted in cpsguard_sip_errors_total{reason="read_queue_full"}.
+// goroutine, no store call. When the slow queue is full a plain new INVITE
+// from a peer is shed at once with the screen's 503 (rawshed.go, whatever
+// the inflight bound) rather than left for the kernel to drop without an
+// answer; anything else that finds it full (a CANCEL, a re-INVITE, an
+// INVITE of a form the raw path leaves to sipgo) goes to the fast queue,
+// so it is never lost to the bound. A datagram that finds the fast or the
+// strangers' queue full is dropped, as the socket would have dropped it,
+// counted in cpsguard_sip_errors_total{reason="read_queue_full"}.
 //
 // The reader also drops what the read filter would drop before any other
 // work (oversized datagrams, strangers' with unknown_source drop, the ACKs
@@ -58,6 +62,8 @@ const (
 	// readQueueFast bounds the fast queue (datagrams; at ~1 KB each, a
 	// few MB at most).
 	readQueueFast = 8192
+	// readQueueStrange bounds the strangers' queue.
+	readQueueStrange = 256
 	// readQueueSlowPerUnit sizes the slow queue from the inflight bound:
 	// a few INVITEs per unit keep the loop busy between two decisions
 	// without letting one wait long (each costs the loop 4–25 µs), within
@@ -77,7 +83,7 @@ const (
 type datagram struct {
 	data []byte
 	from netip.AddrPort
-	at   time.Time // when the reader took it (slow queue only)
+	at   time.Time // when the reader took it
 }
 
 // fifo is a queue of datagrams with a capacity.
@@ -112,10 +118,11 @@ type readQueue struct {
 	*net.UDPConn
 	p *Proxy
 
-	mu   sync.Mutex
-	fast fifo
-	slow fifo
-	err  error // the socket's read error, once the reader ended
+	mu      sync.Mutex
+	fast    fifo
+	slow    fifo
+	strange fifo
+	err     error // the socket's read error, once the reader ended
 	// wake holds one token: something was queued, a unit of the inflight
 	// bound was given back, or err was set.
 	wake  chan struct{}
@@ -128,7 +135,7 @@ type readQueue struct {
 func newReadQueue(p *Proxy, c *net.UDPConn) *readQueue {
 	q := &readQueue{
 		UDPConn: c, p: p,
-		fast: newFifo(readQueueFast), slow: newFifo(readQueueSlowMax),
+		fast: newFifo(readQueueFast), slow: newFifo(readQueueSlowMax), strange: newFifo(readQueueStrange),
 		wake: make(chan struct{}, 1), timer: time.NewTimer(time.Hour),
 		wait: inviteQueueWait,
 	}
@@ -155,8 +162,8 @@ func isSlow(data []byte) bool {
 var cancelStart = []byte("CANCEL ")
 
 // run drains the socket until it is closed. A panic while a datagram is
-// classified passes that datagram on to the fast queue (it is counted in
-// cpsguard_panics_total{where="sip.read_queue"}).
+// classified passes that datagram on to the strangers' queue (it is
+// counted in cpsguard_panics_total{where="sip.read_queue"}).
 func (q *readQueue) run() {
 	buf := make([]byte, sipmsg.TransportBufferReadSize)
 	for {
@@ -175,46 +182,38 @@ func (q *readQueue) run() {
 // take classifies one datagram read from the socket and queues a copy of
 // it, sheds it, or drops it.
 func (q *readQueue) take(data []byte, from netip.AddrPort) {
-	defer q.p.panics.Recover("sip.read_queue", func(error) { q.enqueue(data, from) })
-	if len(bytes.Trim(data, "\x00")) == 0 {
+	defer q.p.panics.Recover("sip.read_queue", func(error) { q.push(&q.strange, readQueueStrange, data, from) })
+	if len(bytes.Trim(data, "\x00")) == 0 || q.p.dropEarly(data, from) {
 		return
 	}
-	if q.p.dropEarly(data, from) {
+	if !q.p.knownSource(q.p.cfg(), from.Addr().WithZone("").Unmap()) {
+		q.push(&q.strange, readQueueStrange, data, from)
 		return
 	}
 	if isSlow(data) {
-		limit := q.p.slowQueueLen()
-		q.mu.Lock()
-		full := q.slow.size >= limit
-		if !full {
-			q.slow.push(datagram{data: bytes.Clone(data), from: from, at: time.Now()})
-		}
-		q.mu.Unlock()
-		if !full {
-			q.signal()
-			return
-		}
-		if q.p.shedRawFrom(q.UDPConn, from, data, true) {
+		if q.push(&q.slow, q.p.slowQueueLen(), data, from) || q.p.shedRawFrom(q.UDPConn, from, data, true) {
 			return
 		}
 	}
-	q.enqueue(data, from)
+	q.push(&q.fast, readQueueFast, data, from)
 }
 
-// enqueue puts a copy of data on the fast queue, or drops it when that is
-// full.
-func (q *readQueue) enqueue(data []byte, from netip.AddrPort) {
+// push queues a copy of data on f unless f holds limit datagrams already;
+// a datagram the fast or the strangers' queue has no room for is dropped
+// and counted. It reports whether data was queued.
+func (q *readQueue) push(f *fifo, limit int, data []byte, from netip.AddrPort) bool {
 	q.mu.Lock()
-	full := q.fast.full()
-	if !full {
-		q.fast.push(datagram{data: bytes.Clone(data), from: from})
+	ok := f.size < limit
+	if ok {
+		f.push(datagram{data: bytes.Clone(data), from: from, at: time.Now()})
 	}
 	q.mu.Unlock()
-	if full {
+	if ok {
+		q.signal()
+	} else if f != &q.slow {
 		q.p.m.SIPErrors.WithLabelValues("read_queue_full").Inc()
-		return
 	}
-	q.signal()
+	return ok
 }
 
 func (q *readQueue) signal() {
@@ -225,9 +224,10 @@ func (q *readQueue) signal() {
 }
 
 // ReadFrom returns the next queued datagram, waiting for one: from the
-// fast queue first; from the slow queue once the inflight bound has a free
-// unit (a new call can be decided now) or its head has waited
-// inviteQueueWait, or at once when its head is not an INVITE. After the
+// fast queue first; then from the slow queue once the inflight bound has a
+// free unit (a new call can be decided now) or its head has waited
+// inviteQueueWait, or at once when its head is not an INVITE; then from
+// the strangers' queue. After the
 // socket is closed it returns the socket's error once the queues are
 // empty.
 func (q *readQueue) ReadFrom(b []byte) (int, net.Addr, error) {
@@ -236,13 +236,15 @@ func (q *readQueue) ReadFrom(b []byte) (int, net.Addr, error) {
 		ok := false
 		hold := time.Duration(0)
 		q.mu.Lock()
-		switch {
-		case q.fast.size > 0:
+		if q.fast.size > 0 {
 			d, ok = q.fast.pop(), true
-		case q.slow.size > 0:
+		} else if q.slow.size > 0 {
 			if hold = q.holdBack(q.slow.peek()); hold <= 0 {
 				d, ok = q.slow.pop(), true
 			}
+		}
+		if !ok && q.strange.size > 0 {
+			d, ok = q.strange.pop(), true
 		}
 		err := q.err
 		q.mu.Unlock()

@@ -50,7 +50,7 @@ func readAll(t *testing.T, q *readQueue) []string {
 	buf := make([]byte, 65535)
 	for {
 		q.mu.Lock()
-		empty := q.fast.size == 0 && q.slow.size == 0
+		empty := q.fast.size == 0 && q.slow.size == 0 && q.strange.size == 0
 		q.mu.Unlock()
 		if empty {
 			return got
@@ -134,12 +134,39 @@ func TestReadQueueSlowFull(t *testing.T) {
 	q.take([]byte(strangerRequest("INVITE", h.udp, "127.0.0.1:5999", "dlg")(la)), from)
 	stranger := netip.MustParseAddrPort("127.0.0.9:5060")
 	q.take([]byte(strangerRequest("INVITE", h.udp, "", "")(stranger.String())), stranger)
-	if q.fast.size != 3 {
-		t.Errorf("fast queue holds %d, want the CANCEL, the re-INVITE and the stranger's INVITE", q.fast.size)
+	if q.fast.size != 2 || q.strange.size != 1 {
+		t.Errorf("fast queue holds %d, strangers' %d: want the CANCEL and the re-INVITE, and the stranger's INVITE", q.fast.size, q.strange.size)
 	}
 	_ = peer.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
 	if _, _, err := peer.ReadFromUDP(buf); err == nil {
 		t.Errorf("the reader answered a CANCEL or a re-INVITE: %q", buf)
+	}
+}
+
+// TestReadQueueStrangers: a stranger's datagrams wait behind every peer's
+// and carrier's, INVITE or not, and what a full strangers' queue cannot
+// hold is dropped and counted.
+func TestReadQueueStrangers(t *testing.T) {
+	h, q := readQueueHarness(t, 64)
+	_, from := peerSocket(t)
+	stranger := netip.MustParseAddrPort("127.0.0.9:5060")
+	q.take([]byte(strangerRequest("BYE", h.udp, "127.0.0.1:5998", "s")(stranger.String())), stranger)
+	q.take([]byte(strangerRequest("INVITE", h.udp, "", "")(from.String())), from)
+	q.take([]byte(strangerRequest("BYE", h.udp, "127.0.0.1:5999", "dlg")(from.String())), from)
+	got := readAll(t, q)
+	want := []string{"BYE sip:100@127.0.0.1:5999", "INVITE sip:100@" + h.udp, "BYE sip:100@127.0.0.1:5998"}
+	if strings.Join(got, "|") != strings.Join(want, "|") || q.strange.size != 0 {
+		t.Fatalf("read order: got %q, want %q", got, want)
+	}
+	inv := []byte(strangerRequest("INVITE", h.udp, "", "")(stranger.String()))
+	for range readQueueStrange + 2 {
+		q.take(inv, stranger)
+	}
+	if q.strange.size != readQueueStrange || q.slow.size != 0 || q.fast.size != 0 {
+		t.Errorf("queues after a stranger's flood: fast %d, slow %d, strangers' %d; want only the strangers' full", q.fast.size, q.slow.size, q.strange.size)
+	}
+	if got := testutil.ToFloat64(h.m.SIPErrors.WithLabelValues("read_queue_full")); got != 2 {
+		t.Errorf("sip_errors_total{read_queue_full}: got %v, want 2", got)
 	}
 }
 
