@@ -84,6 +84,34 @@ type datagram struct {
 	data []byte
 	from netip.AddrPort
 	at   time.Time // when the reader took it
+	buf  *[]byte   // data's pooled buffer, or nil
+}
+
+// datagramBufSize is the size of the pooled buffers queued datagrams are
+// copied into (most SIP datagrams are well under it; larger ones get a
+// buffer of their own).
+const datagramBufSize = 2048
+
+var datagramBufs = sync.Pool{New: func() any { b := make([]byte, datagramBufSize); return &b }}
+
+// newDatagram copies data into a pooled buffer.
+func newDatagram(data []byte, from netip.AddrPort) datagram {
+	d := datagram{from: from, at: time.Now()}
+	if len(data) > datagramBufSize {
+		d.data = bytes.Clone(data)
+		return d
+	}
+	d.buf = datagramBufs.Get().(*[]byte)
+	d.data = (*d.buf)[:copy(*d.buf, data)]
+	return d
+}
+
+// free gives the datagram's buffer back to the pool.
+func (d *datagram) free() {
+	if d.buf != nil {
+		datagramBufs.Put(d.buf)
+		d.buf, d.data = nil, nil
+	}
 }
 
 // fifo is a queue of datagrams with a capacity.
@@ -205,7 +233,7 @@ func (q *readQueue) push(f *fifo, limit int, data []byte, from netip.AddrPort) b
 	q.mu.Lock()
 	ok := f.size < limit
 	if ok {
-		f.push(datagram{data: bytes.Clone(data), from: from, at: time.Now()})
+		f.push(newDatagram(data, from))
 	}
 	q.mu.Unlock()
 	if ok {
@@ -251,6 +279,7 @@ func (q *readQueue) ReadFrom(b []byte) (int, net.Addr, error) {
 		switch {
 		case ok:
 			n := copy(b, d.data)
+			d.free()
 			return n, net.UDPAddrFromAddrPort(d.from), nil
 		case err != nil:
 			return 0, nil, err

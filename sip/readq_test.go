@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/siptest"
 	"github.com/cpsguard/cpsguard/metrics"
 )
@@ -17,13 +18,13 @@ import (
 // readQueueHarness is a proxy (for its configuration, screen and metrics)
 // and a read queue over a socket of its own, fed by take directly: the
 // reader's classification without the race of a live socket.
-func readQueueHarness(t *testing.T, maxInflight int) (*harness, *readQueue) {
+func readQueueHarness(t testing.TB, maxInflight int) (*harness, *readQueue) {
 	t.Helper()
 	car := siptest.StartCarrier(t, "127.0.0.1", nil)
 	cfg := testConfig(carrierCfg("a", car))
 	cfg.SIP.MaxInflight = maxInflight
 	adm, pacer := newFakes()
-	h := startProxy(t, cfg, adm, pacer)
+	h := startProxyOpts(t, Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer})
 	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		t.Fatal(err)
@@ -33,7 +34,7 @@ func readQueueHarness(t *testing.T, maxInflight int) (*harness, *readQueue) {
 }
 
 // peerSocket is a socket on a peer's address (127.0.0.2 is dialer-1's).
-func peerSocket(t *testing.T) (*net.UDPConn, netip.AddrPort) {
+func peerSocket(t testing.TB) (*net.UDPConn, netip.AddrPort) {
 	t.Helper()
 	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 2)})
 	if err != nil {
@@ -264,4 +265,28 @@ func TestReadQueueHoldsInvitesForAUnit(t *testing.T) {
 		t.Fatalf("an INVITE past its wait: got %q (%v)", buf[:n], err)
 	}
 	h.p.inflight.release()
+}
+
+// BenchmarkReadQueue is what the read queue adds per datagram: the
+// reader's classification and copy (take) and the hand-over to sipgo's
+// loop (ReadFrom), for an in-dialog BYE from a peer and a new INVITE.
+func BenchmarkReadQueue(b *testing.B) {
+	h, q := readQueueHarness(b, 64)
+	_, from := peerSocket(b)
+	for _, m := range []struct{ name, msg string }{
+		{"bye", strangerRequest("BYE", h.udp, "127.0.0.1:5999", "dlg")(from.String())},
+		{"invite", strangerRequest("INVITE", h.udp, "", "")(from.String())},
+	} {
+		b.Run(m.name, func(b *testing.B) {
+			data := []byte(m.msg)
+			buf := make([]byte, 65535)
+			b.ReportAllocs()
+			for b.Loop() {
+				q.take(data, from)
+				if _, _, err := q.ReadFrom(buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
