@@ -111,9 +111,10 @@
 // their new INVITEs and CANCELs, and strangers' datagrams after both;
 // while the inflight bound is taken a new INVITE waits there up to 100 ms
 // for a unit (a burst is decided, not shed), and a peer's new INVITE that
-// finds that queue full gets the same 503 at once instead of waiting, or
-// being dropped unanswered, in the socket buffer; a datagram that finds
-// the other queue full is dropped and counted (read_queue_full). The screen also answers 100
+// finds its source's share of that queue taken gets the same 503 at once
+// instead of waiting, or being dropped unanswered, in the socket buffer;
+// any other datagram that finds no room is dropped and counted
+// (read_queue_full). The screen also answers 100
 // Trying to every INVITE it lets in, and to its retransmissions while it is
 // handled, so a handler that sipgo runs late draws no retransmission storm.
 // While the node sheds (and 5 s after), a carrier that did not ring a call

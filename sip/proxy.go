@@ -693,11 +693,12 @@ func (p *Proxy) readFilter(props sipmsg.TransportReadProps, data []byte) (out []
 }
 
 // dropEarly reports a UDP datagram from `from` dropped before any other
-// work: one that filled the read buffer (cut short by the socket, it
-// cannot be a whole SIP message), a stranger's with unknown_source drop,
+// work: one over MaxMessageSize (sipgo's parser refuses it; one that
+// filled the read buffer was cut short by the socket and cannot be a whole
+// SIP message either), a stranger's with unknown_source drop,
 // and the ACK of one of the proxy's shed answers from a known source.
 func (p *Proxy) dropEarly(data []byte, from netip.AddrPort) bool {
-	if len(data) >= int(sipmsg.TransportBufferReadSize) {
+	if len(data) > MaxMessageSize {
 		p.m.SIPErrors.WithLabelValues("oversized").Inc()
 		return true
 	}

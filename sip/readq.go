@@ -2,6 +2,7 @@ package sip
 
 import (
 	"bytes"
+	"hash/maphash"
 	"net"
 	"net/netip"
 	"sync"
@@ -26,16 +27,19 @@ import (
 // bounded queues in memory, and sipgo's loop reads from those
 // (readQueue.ReadFrom) instead of the socket, in this order:
 //
-//  1. the fast queue: what peers and carriers send other than INVITE and
-//     CANCEL (responses, ACK, BYE and every other in-dialog request);
-//  2. the slow queue: their requests that start or cancel a call attempt
-//     (INVITE and CANCEL, so a CANCEL stays behind its INVITE);
+//  1. the fast queue: what peers and carriers send that is a response
+//     ("SIP/2.0 ") or a request of a method other than INVITE and CANCEL,
+//     spelt exactly (ACK, BYE and every other in-dialog request);
+//  2. the slow queue: the rest of what they send: INVITE and CANCEL (a
+//     CANCEL stays behind its INVITE), and anything the reader does not
+//     recognise at a glance (sipgo accepts "invite", a leading tab…), so
+//     no spelling of an INVITE overtakes the others;
 //  3. the strangers' queue: whatever comes from a source the configuration
 //     does not know (with unknown_source reject; with drop it never gets
 //     this far), so a stranger's flood waits behind every peer and carrier.
 //
-// Within a queue the order is the socket's, and no message of a transaction
-// is moved ahead of the request that opened it.
+// Within a queue the order is the socket's, and no message of a
+// transaction is moved to another queue than the request that opened it.
 //
 // The slow queue is also where a burst of new calls waits for the inflight
 // bound (overload.go): while every unit is taken, an INVITE at its head is
@@ -45,29 +49,40 @@ import (
 // a second, a GC cycle, or the node descheduled on a shared box, is
 // decided rather than shed, while a flood fills the queue and is shed at
 // its door. Nothing is held but the datagram: no transaction, no
-// goroutine, no store call. When the slow queue is full a plain new INVITE
-// from a peer is shed at once with the screen's 503 (rawshed.go, whatever
-// the inflight bound) rather than left for the kernel to drop without an
-// answer; anything else that finds it full (a CANCEL, a re-INVITE, an
-// INVITE of a form the raw path leaves to sipgo) goes to the fast queue,
-// so it is never lost to the bound. A datagram that finds the fast or the
-// strangers' queue full is dropped, as the socket would have dropped it,
+// goroutine, no store call.
+//
+// The slow queue is shared fairly: one source IP holds at most
+// slowQueueLen datagrams of it (4 per unit of the inflight bound, at least
+// 64), all sources together readQueueSlowMax, and a datagram identical to
+// one already waiting (a retransmission) is not queued again: its original
+// will be answered. A datagram that finds no room is, if it is a plain new
+// INVITE from a peer, shed at once with the screen's 503 (rawshed.go,
+// whatever the inflight bound) rather than left for the kernel to drop
+// without an answer; anything else (a CANCEL, a re-INVITE, an INVITE of a
+// form the raw path leaves to sipgo) is dropped as the socket would have
+// dropped it, and its sender retransmits it. So a source flooding CANCELs,
+// re-INVITEs or odd spellings fills only its own share, and sheds only its
+// own calls. A datagram that finds the fast or the strangers' queue full,
+// or all queues at readQueueBytes, is dropped too. Every such drop is
 // counted in cpsguard_sip_errors_total{reason="read_queue_full"}.
 //
 // The reader also drops what the read filter would drop before any other
-// work (oversized datagrams, strangers' with unknown_source drop, the ACKs
-// of shed answers), so none of it takes a place in a queue.
+// work (datagrams over MaxMessageSize, strangers' with unknown_source
+// drop, the ACKs of shed answers), so none of it takes a place in a queue.
 
 const (
-	// readQueueFast bounds the fast queue (datagrams; at ~1 KB each, a
-	// few MB at most).
+	// readQueueFast bounds the fast queue (datagrams).
 	readQueueFast = 8192
+	// readQueueBytes bounds the bytes held in all queues of a listener
+	// (datagrams are at most MaxMessageSize).
+	readQueueBytes = 16 << 20
 	// readQueueStrange bounds the strangers' queue.
 	readQueueStrange = 256
-	// readQueueSlowPerUnit sizes the slow queue from the inflight bound:
-	// a few INVITEs per unit keep the loop busy between two decisions
-	// without letting one wait long (each costs the loop 4–25 µs), within
-	// [readQueueSlowMin, readQueueSlowMax].
+	// readQueueSlowPerUnit sizes one source's share of the slow queue from
+	// the inflight bound: a few INVITEs per unit keep the loop busy
+	// between two decisions without letting one wait long (each costs the
+	// loop 4–25 µs), within [readQueueSlowMin, readQueueSlowMax], which
+	// also bounds the queue as a whole.
 	readQueueSlowPerUnit = 4
 	readQueueSlowMin     = 64
 	readQueueSlowMax     = 4096
@@ -85,6 +100,7 @@ type datagram struct {
 	from netip.AddrPort
 	at   time.Time // when the reader took it
 	buf  *[]byte   // data's pooled buffer, or nil
+	sum  uint64    // slow queue: the hash of data
 }
 
 // datagramBufSize is the size of the pooled buffers queued datagrams are
@@ -150,7 +166,12 @@ type readQueue struct {
 	fast    fifo
 	slow    fifo
 	strange fifo
-	err     error // the socket's read error, once the reader ended
+	bytes   int // held in the three queues
+	// The slow queue's datagrams by hash of their bytes and by source IP.
+	slowSums map[uint64]int
+	slowBy   map[netip.Addr]int
+	seed     maphash.Seed
+	err      error // the socket's read error, once the reader ended
 	// wake holds one token: something was queued, a unit of the inflight
 	// bound was given back, or err was set.
 	wake  chan struct{}
@@ -165,14 +186,17 @@ func newReadQueue(p *Proxy, c *net.UDPConn) *readQueue {
 		UDPConn: c, p: p,
 		fast: newFifo(readQueueFast), slow: newFifo(readQueueSlowMax), strange: newFifo(readQueueStrange),
 		wake: make(chan struct{}, 1), timer: time.NewTimer(time.Hour),
-		wait: inviteQueueWait,
+		wait:     inviteQueueWait,
+		slowSums: make(map[uint64]int), slowBy: make(map[netip.Addr]int),
+		seed: maphash.MakeSeed(),
 	}
 	q.timer.Stop()
 	p.inflight.watch(q.wake)
 	return q
 }
 
-// slowQueueLen is the slow queue's bound for the current inflight bound.
+// slowQueueLen is one source's share of the slow queue for the current
+// inflight bound.
 func (p *Proxy) slowQueueLen() int {
 	cfg := p.cfg()
 	if cfg == nil {
@@ -181,13 +205,25 @@ func (p *Proxy) slowQueueLen() int {
 	return min(readQueueSlowMax, max(readQueueSlowMin, int(inflightLimit(cfg))*readQueueSlowPerUnit))
 }
 
-// isSlow reports a datagram of the slow queue: a request starting or
-// cancelling a call attempt.
-func isSlow(data []byte) bool {
-	return bytes.HasPrefix(data, inviteStart) || bytes.HasPrefix(data, cancelStart)
+// fastStarts are how the datagrams of the fast queue begin: a response, or
+// a request of a method other than INVITE and CANCEL, spelt as RFC 3261
+// spells it.
+var fastStarts = [][]byte{
+	[]byte("SIP/2.0 "), []byte("ACK "), []byte("BYE "), []byte("OPTIONS "),
+	[]byte("INFO "), []byte("UPDATE "), []byte("PRACK "), []byte("NOTIFY "),
+	[]byte("MESSAGE "), []byte("REFER "), []byte("SUBSCRIBE "), []byte("REGISTER "),
+	[]byte("PUBLISH "),
 }
 
-var cancelStart = []byte("CANCEL ")
+// isFast reports a datagram of the fast queue.
+func isFast(data []byte) bool {
+	for _, s := range fastStarts {
+		if bytes.HasPrefix(data, s) {
+			return true
+		}
+	}
+	return false
+}
 
 // run drains the socket until it is closed. A panic while a datagram is
 // classified passes that datagram on to the strangers' queue (it is
@@ -218,30 +254,73 @@ func (q *readQueue) take(data []byte, from netip.AddrPort) {
 		q.push(&q.strange, readQueueStrange, data, from)
 		return
 	}
-	if isSlow(data) {
-		if q.push(&q.slow, q.p.slowQueueLen(), data, from) || q.p.shedRawFrom(q.UDPConn, from, data, true) {
-			return
-		}
+	if isFast(data) {
+		q.push(&q.fast, readQueueFast, data, from)
+		return
 	}
-	q.push(&q.fast, readQueueFast, data, from)
+	if q.pushSlow(data, from) || q.p.shedRawFrom(q.UDPConn, from, data, true) {
+		return
+	}
+	q.p.m.SIPErrors.WithLabelValues("read_queue_full").Inc()
 }
 
-// push queues a copy of data on f unless f holds limit datagrams already;
-// a datagram the fast or the strangers' queue has no room for is dropped
-// and counted. It reports whether data was queued.
-func (q *readQueue) push(f *fifo, limit int, data []byte, from netip.AddrPort) bool {
+// push queues a copy of data on f unless f holds limit datagrams already
+// or the queues hold readQueueBytes; a datagram with no room is dropped
+// and counted.
+func (q *readQueue) push(f *fifo, limit int, data []byte, from netip.AddrPort) {
 	q.mu.Lock()
-	ok := f.size < limit
+	ok := f.size < limit && q.bytes+len(data) <= readQueueBytes
 	if ok {
 		f.push(newDatagram(data, from))
+		q.bytes += len(data)
+	}
+	q.mu.Unlock()
+	if !ok {
+		q.p.m.SIPErrors.WithLabelValues("read_queue_full").Inc()
+		return
+	}
+	q.signal()
+}
+
+// pushSlow queues a copy of data on the slow queue if its source's share
+// and the queue have room; it reports true too, queueing nothing, when an
+// identical datagram is already waiting there.
+func (q *readQueue) pushSlow(data []byte, from netip.AddrPort) bool {
+	src := from.Addr()
+	share := q.p.slowQueueLen()
+	sum := maphash.Bytes(q.seed, data)
+	q.mu.Lock()
+	if q.slowSums[sum] > 0 {
+		q.mu.Unlock()
+		return true
+	}
+	ok := q.slowBy[src] < share && q.slow.size < readQueueSlowMax && q.bytes+len(data) <= readQueueBytes
+	if ok {
+		d := newDatagram(data, from)
+		d.sum = sum
+		q.slow.push(d)
+		q.bytes += len(data)
+		q.slowSums[sum]++
+		q.slowBy[src]++
 	}
 	q.mu.Unlock()
 	if ok {
 		q.signal()
-	} else if f != &q.slow {
-		q.p.m.SIPErrors.WithLabelValues("read_queue_full").Inc()
 	}
 	return ok
+}
+
+// popSlow takes the slow queue's head (q.mu held).
+func (q *readQueue) popSlow() datagram {
+	d := q.slow.pop()
+	if q.slowSums[d.sum]--; q.slowSums[d.sum] <= 0 {
+		delete(q.slowSums, d.sum)
+	}
+	src := d.from.Addr()
+	if q.slowBy[src]--; q.slowBy[src] <= 0 {
+		delete(q.slowBy, src)
+	}
+	return d
 }
 
 func (q *readQueue) signal() {
@@ -268,11 +347,14 @@ func (q *readQueue) ReadFrom(b []byte) (int, net.Addr, error) {
 			d, ok = q.fast.pop(), true
 		} else if q.slow.size > 0 {
 			if hold = q.holdBack(q.slow.peek()); hold <= 0 {
-				d, ok = q.slow.pop(), true
+				d, ok = q.popSlow(), true
 			}
 		}
 		if !ok && q.strange.size > 0 {
 			d, ok = q.strange.pop(), true
+		}
+		if ok {
+			q.bytes -= len(d.data)
 		}
 		err := q.err
 		q.mu.Unlock()

@@ -2,6 +2,7 @@ package sip
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"strings"
@@ -23,6 +24,9 @@ func readQueueHarness(t testing.TB, maxInflight int) (*harness, *readQueue) {
 	car := siptest.StartCarrier(t, "127.0.0.1", nil)
 	cfg := testConfig(carrierCfg("a", car))
 	cfg.SIP.MaxInflight = maxInflight
+	second := cfg.Peers[0]
+	second.Name, second.Sources = "dialer-2", []netip.Prefix{netip.MustParsePrefix("127.0.0.3/32")}
+	cfg.Peers = append(cfg.Peers, second)
 	adm, pacer := newFakes()
 	h := startProxyOpts(t, Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer})
 	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
@@ -98,21 +102,25 @@ func TestReadQueueOrder(t *testing.T) {
 	}
 }
 
-// TestReadQueueSlowFull: with the INVITE queue at its bound, a new INVITE
-// from a peer gets the screen's 503 at once (rejected_overload) even though
-// the inflight bound is free; a CANCEL and a re-INVITE, which must not be
-// lost to the bound, go to the fast queue; a stranger's INVITE is not
-// answered by the reader either (the screen gives it its 403).
-func TestReadQueueSlowFull(t *testing.T) {
-	h, q := readQueueHarness(t, 1) // slow queue bound: readQueueSlowMin
+// TestReadQueueSlowShare: with a peer's share of the INVITE queue taken,
+// its next new INVITE gets the screen's 503 at once (rejected_overload)
+// even though the inflight bound is free, a copy of an INVITE already
+// waiting is neither answered nor queued again, and its CANCEL and
+// re-INVITE are dropped and counted (they are retransmitted), never moved
+// ahead of its INVITEs; another peer's INVITE still finds room, and a
+// stranger's waits in the strangers' queue for the screen's 403.
+func TestReadQueueSlowShare(t *testing.T) {
+	h, q := readQueueHarness(t, 1) // a source's share: readQueueSlowMin
 	if h.p.Inflight() != 0 {
 		t.Fatal("inflight bound taken before the test")
 	}
 	peer, from := peerSocket(t)
 	la := from.String()
-	fill := []byte(strings.ReplaceAll(strangerRequest("INVITE", h.udp, "", "")(la), "INVITE;rport", "fill;rport"))
-	for range readQueueSlowMin {
-		q.take(fill, from)
+	invite := func(i int) []byte {
+		return []byte(strings.ReplaceAll(strangerRequest("INVITE", h.udp, "", "")(la), "INVITE;rport", fmt.Sprintf("fill%d;rport", i)))
+	}
+	for i := range readQueueSlowMin {
+		q.take(invite(i), from)
 	}
 	if q.slow.size != readQueueSlowMin {
 		t.Fatalf("slow queue holds %d, want %d", q.slow.size, readQueueSlowMin)
@@ -122,25 +130,50 @@ func TestReadQueueSlowFull(t *testing.T) {
 	buf := make([]byte, 65535)
 	n, _, err := peer.ReadFromUDP(buf)
 	if err != nil {
-		t.Fatalf("the INVITE that found the queue full got no answer: %v", err)
+		t.Fatalf("the INVITE that found its share taken got no answer: %v", err)
 	}
 	if line, _, _ := strings.Cut(string(buf[:n]), "\r\n"); line != "SIP/2.0 503 Overloaded" {
-		t.Errorf("answer to an INVITE finding the queue full: got %q, want 503 Overloaded", line)
+		t.Errorf("answer to an INVITE finding its share taken: got %q, want 503 Overloaded", line)
 	}
 	if got := testutil.ToFloat64(h.m.Calls.WithLabelValues("dialer-1", metrics.OutcomeRejectedOverload)); got != 1 {
 		t.Errorf("calls_total{rejected_overload}: got %v, want 1", got)
 	}
 
+	q.take(invite(7), from) // a retransmission of a queued INVITE
 	q.take([]byte(strangerRequest("CANCEL", h.udp, "", "")(la)), from)
 	q.take([]byte(strangerRequest("INVITE", h.udp, "127.0.0.1:5999", "dlg")(la)), from)
-	stranger := netip.MustParseAddrPort("127.0.0.9:5060")
-	q.take([]byte(strangerRequest("INVITE", h.udp, "", "")(stranger.String())), stranger)
-	if q.fast.size != 2 || q.strange.size != 1 {
-		t.Errorf("fast queue holds %d, strangers' %d: want the CANCEL and the re-INVITE, and the stranger's INVITE", q.fast.size, q.strange.size)
+	if q.fast.size != 0 || q.slow.size != readQueueSlowMin {
+		t.Errorf("after a copy, a CANCEL and a re-INVITE: fast %d, slow %d; want 0 and %d", q.fast.size, q.slow.size, readQueueSlowMin)
+	}
+	if got := testutil.ToFloat64(h.m.SIPErrors.WithLabelValues("read_queue_full")); got != 2 {
+		t.Errorf("sip_errors_total{read_queue_full}: got %v, want 2 (the CANCEL and the re-INVITE)", got)
 	}
 	_ = peer.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
 	if _, _, err := peer.ReadFromUDP(buf); err == nil {
-		t.Errorf("the reader answered a CANCEL or a re-INVITE: %q", buf)
+		t.Errorf("the reader answered a copy, a CANCEL or a re-INVITE: %q", buf)
+	}
+
+	other := netip.MustParseAddrPort("127.0.0.3:5062") // dialer-2
+	q.take([]byte(strangerRequest("INVITE", h.udp, "", "")(other.String())), other)
+	stranger := netip.MustParseAddrPort("127.0.0.9:5060")
+	q.take([]byte(strangerRequest("INVITE", h.udp, "", "")(stranger.String())), stranger)
+	if q.slow.size != readQueueSlowMin+1 || q.strange.size != 1 {
+		t.Errorf("another peer's and a stranger's INVITE: slow %d, strangers' %d; want %d and 1", q.slow.size, q.strange.size, readQueueSlowMin+1)
+	}
+}
+
+// TestReadQueueSpellings: an INVITE spelt in a way sipgo accepts but the
+// reader does not recognise waits in the slow queue with the others, never
+// in the fast one.
+func TestReadQueueSpellings(t *testing.T) {
+	h, q := readQueueHarness(t, 64)
+	_, from := peerSocket(t)
+	inv := strangerRequest("INVITE", h.udp, "", "")(from.String())
+	for _, m := range []string{"invite" + inv[len("INVITE"):], "\t" + inv, "\x00" + inv, "Invite" + inv[len("INVITE"):], "CANCEL" + inv[len("INVITE"):]} {
+		q.take([]byte(m), from)
+	}
+	if q.fast.size != 0 || q.slow.size != 5 {
+		t.Errorf("odd spellings: fast %d, slow %d; want 0 and 5", q.fast.size, q.slow.size)
 	}
 }
 
@@ -185,6 +218,40 @@ func TestReadQueueFastFull(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(h.m.SIPErrors.WithLabelValues("read_queue_full")); got != 3 {
 		t.Errorf("sip_errors_total{read_queue_full}: got %v, want 3", got)
+	}
+}
+
+// TestReadQueueBytes: a datagram over MaxMessageSize is dropped before it
+// is queued (counted oversized), and the queues together hold at most
+// readQueueBytes.
+func TestReadQueueBytes(t *testing.T) {
+	h, q := readQueueHarness(t, 64)
+	_, from := peerSocket(t)
+	bye := strangerRequest("BYE", h.udp, "127.0.0.1:5999", "dlg")(from.String())
+	pad := func(n int) []byte { return []byte(bye + strings.Repeat("x", n-len(bye))) }
+	q.take(pad(MaxMessageSize+1), from)
+	if q.fast.size != 0 || testutil.ToFloat64(h.m.SIPErrors.WithLabelValues("oversized")) != 1 {
+		t.Fatalf("a datagram over MaxMessageSize: queued %d, oversized %v; want 0 and 1", q.fast.size, testutil.ToFloat64(h.m.SIPErrors.WithLabelValues("oversized")))
+	}
+	big := pad(MaxMessageSize)
+	fit := readQueueBytes / len(big)
+	for range fit + 5 {
+		q.take(big, from)
+	}
+	if q.fast.size != fit || q.bytes > readQueueBytes {
+		t.Errorf("queued %d datagrams of %d bytes (%d bytes), want %d within %d", q.fast.size, len(big), q.bytes, fit, readQueueBytes)
+	}
+	if got := testutil.ToFloat64(h.m.SIPErrors.WithLabelValues("read_queue_full")); got != 5 {
+		t.Errorf("sip_errors_total{read_queue_full}: got %v, want 5", got)
+	}
+	buf := make([]byte, 65535)
+	for range fit {
+		if _, _, err := q.ReadFrom(buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if q.bytes != 0 {
+		t.Errorf("bytes held after every datagram was read: %d", q.bytes)
 	}
 }
 
