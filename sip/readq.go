@@ -138,8 +138,6 @@ type fifo struct {
 
 func newFifo(n int) fifo { return fifo{buf: make([]datagram, n)} }
 
-func (q *fifo) full() bool { return q.size == len(q.buf) }
-
 func (q *fifo) push(d datagram) {
 	q.buf[(q.head+q.size)%len(q.buf)] = d
 	q.size++
