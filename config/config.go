@@ -68,7 +68,16 @@ type SIP struct {
 	// at once, statelessly. 0 (the default) derives it from GOMAXPROCS
 	// (InflightPerCPU per processor).
 	MaxInflight int `cfg:"max_inflight"`
+	// InflightWait is how long a new INVITE that arrived over UDP waits in
+	// its listener's read queue for a unit of MaxInflight to come free
+	// before it gets its 503: a burst of decisions shorter than this is
+	// decided rather than shed. 0 sheds at once; at most
+	// MaxInflightWait, under the caller's first retransmission (500 ms).
+	InflightWait time.Duration `cfg:"inflight_wait"`
 }
+
+// MaxInflightWait bounds sip.inflight_wait.
+const MaxInflightWait = 400 * time.Millisecond
 
 // InflightPerCPU is the default sip.max_inflight per processor the Go
 // runtime uses (GOMAXPROCS).

@@ -41,6 +41,7 @@ func Default() *Config {
 			// A day-long call is rare; four hours bounds a lost BYE.
 			MaxCallDuration: 4 * time.Hour,
 			CallRefreshTTL:  60 * time.Second,
+			InflightWait:    100 * time.Millisecond,
 			TCP:             TCP{IdleTimeout: 60 * time.Second, MaxConnections: 10000, MaxConnectionsPerSource: 200},
 		},
 		Store:          Store{KeyPrefix: "cpsguard", OnError: "local"},

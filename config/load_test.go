@@ -90,6 +90,7 @@ func TestBadFiles(t *testing.T) {
 		{"tcp_max", "sip.tcp.max_connections: must be >= 1 (got 0)"},
 		{"tcp_per_source", "sip.tcp.max_connections_per_source: must be between 1 and sip.tcp.max_connections (100) (got 500)"},
 		{"max_inflight", "sip.max_inflight: must be >= 0 (0 = derived from GOMAXPROCS) (got -1)"},
+		{"inflight_wait", "sip.inflight_wait: must be between 0s (shed at once) and 400ms (got 1s)"},
 		{"strip_headers", "sip.strip_headers[1]: must be a header name like X-Customer (got \"X Bad\")"},
 		{"cps_tiny", "peers[0].cps: must be >= 0.001, one call every 1000 s (got 1e-07)"},
 		{"events_per_second", "log.events_per_second: must be between 1 and 100000 (got 0)"},

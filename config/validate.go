@@ -204,6 +204,9 @@ func (v *validator) sip() {
 	if n := s.MaxInflight; n < 0 {
 		v.errf("sip.max_inflight", "must be >= 0 (0 = derived from GOMAXPROCS) (got %d)", n)
 	}
+	if d := s.InflightWait; d < 0 || d > MaxInflightWait {
+		v.errf("sip.inflight_wait", "must be between 0s (shed at once) and %s (got %s)", MaxInflightWait, d)
+	}
 	if ra := s.Reject.RetryAfter; ra < 0 {
 		v.errf("sip.reject.retry_after", "must be >= 0 (got %s)", ra)
 	} else if ra%time.Second != 0 {

@@ -109,9 +109,10 @@
 // by a reader of its own into three bounded queues (readq.go): peers' and
 // carriers' responses and in-dialog requests are handed to sipgo before
 // their new INVITEs and CANCELs, and strangers' datagrams after both;
-// while the inflight bound is taken a new INVITE waits there up to 100 ms
-// for a unit (a burst is decided, not shed), and a peer's new INVITE that
-// finds its source's share of that queue taken gets the same 503 at once
+// while the inflight bound is taken a new INVITE waits there up to
+// sip.inflight_wait (100 ms by default) for a unit (a burst is decided,
+// not shed), and a peer's new INVITE that finds its source's share of
+// that queue taken gets the same 503 at once
 // instead of waiting, or being dropped unanswered, in the socket buffer;
 // any other datagram that finds no room is dropped and counted
 // (read_queue_full). The screen also answers 100

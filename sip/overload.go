@@ -27,7 +27,7 @@ import (
 // for it, and gives it back once its decision is made: refused, answered,
 // or its first pacing slot reserved (decided). Beyond the bound it gets
 // 503, statelessly (no transaction, no goroutine; outcome
-// rejected_overload): over UDP after waiting at most inviteQueueWait in
+// rejected_overload): over UDP after waiting at most sip.inflight_wait in
 // the listener's read queue for a unit to come free (readq.go), at once
 // when that queue is full or over TCP.
 //
@@ -62,13 +62,6 @@ func (p *Proxy) tryInflight(limit int64) bool {
 		return false
 	}
 	return true
-}
-
-// unitFree reports whether a new call could take a unit of the inflight
-// bound now.
-func (p *Proxy) unitFree() bool {
-	cfg := p.cfg()
-	return cfg == nil || p.inflight.Load() < inflightLimit(cfg)
 }
 
 // Inflight returns the number of new calls being decided now (tests,

@@ -43,7 +43,8 @@ import (
 //
 // The slow queue is also where a burst of new calls waits for the inflight
 // bound (overload.go): while every unit is taken, an INVITE at its head is
-// held back until a unit is given back, for at most inviteQueueWait, and
+// held back until a unit is given back, for at most sip.inflight_wait
+// (config.SIP.InflightWait, 100 ms by default), and
 // only then handed on (where the read filter or the screen sheds it if the
 // bound is still taken). So a burst the node decides within a fraction of
 // a second, a GC cycle, or the node descheduled on a shared box, is
@@ -86,12 +87,6 @@ const (
 	readQueueSlowPerUnit = 4
 	readQueueSlowMin     = 64
 	readQueueSlowMax     = 4096
-	// inviteQueueWait is how long an INVITE at the head of the slow queue
-	// waits for a unit of the inflight bound before it is handed on
-	// anyway (and shed there): long enough to ride out a burst, a GC
-	// cycle or the node descheduled, well inside the caller's first
-	// retransmission (Timer A, 500 ms).
-	inviteQueueWait = 100 * time.Millisecond
 )
 
 // datagram is one queued UDP datagram.
@@ -173,8 +168,7 @@ type readQueue struct {
 	// wake holds one token: something was queued, a unit of the inflight
 	// bound was given back, or err was set.
 	wake  chan struct{}
-	timer *time.Timer   // ReadFrom's, for an INVITE held back
-	wait  time.Duration // inviteQueueWait (tests change it)
+	timer *time.Timer // ReadFrom's, for an INVITE held back
 }
 
 // newReadQueue wraps a UDP listener; run must be started for reads to
@@ -184,7 +178,6 @@ func newReadQueue(p *Proxy, c *net.UDPConn) *readQueue {
 		UDPConn: c, p: p,
 		fast: newFifo(readQueueFast), slow: newFifo(readQueueSlowMax), strange: newFifo(readQueueStrange),
 		wake: make(chan struct{}, 1), timer: time.NewTimer(time.Hour),
-		wait:     inviteQueueWait,
 		slowSums: make(map[uint64]int), slowBy: make(map[netip.Addr]int),
 		seed: maphash.MakeSeed(),
 	}
@@ -331,7 +324,7 @@ func (q *readQueue) signal() {
 // ReadFrom returns the next queued datagram, waiting for one: from the
 // fast queue first; then from the slow queue once the inflight bound has a
 // free unit (a new call can be decided now) or its head has waited
-// inviteQueueWait, or at once when its head is not an INVITE; then from
+// sip.inflight_wait, or at once when its head is not an INVITE; then from
 // the strangers' queue. After the
 // socket is closed it returns the socket's error once the queues are
 // empty.
@@ -379,8 +372,12 @@ func (q *readQueue) ReadFrom(b []byte) (int, net.Addr, error) {
 // holdBack is how much longer the slow queue's head waits for a unit of
 // the inflight bound: 0 when it goes on now.
 func (q *readQueue) holdBack(d *datagram) time.Duration {
-	if !bytes.HasPrefix(d.data, inviteStart) || q.p.unitFree() {
+	if !bytes.HasPrefix(d.data, inviteStart) {
 		return 0
 	}
-	return max(0, q.wait-time.Since(d.at))
+	cfg := q.p.cfg()
+	if cfg == nil || q.p.inflight.Load() < inflightLimit(cfg) {
+		return 0
+	}
+	return max(0, cfg.SIP.InflightWait-time.Since(d.at))
 }

@@ -19,11 +19,14 @@ import (
 // readQueueHarness is a proxy (for its configuration, screen and metrics)
 // and a read queue over a socket of its own, fed by take directly: the
 // reader's classification without the race of a live socket.
-func readQueueHarness(t testing.TB, maxInflight int) (*harness, *readQueue) {
+func readQueueHarness(t testing.TB, maxInflight int, wait ...time.Duration) (*harness, *readQueue) {
 	t.Helper()
 	car := siptest.StartCarrier(t, "127.0.0.1", nil)
 	cfg := testConfig(carrierCfg("a", car))
 	cfg.SIP.MaxInflight = maxInflight
+	if len(wait) > 0 {
+		cfg.SIP.InflightWait = wait[0]
+	}
 	second := cfg.Peers[0]
 	second.Name, second.Sources = "dialer-2", []netip.Prefix{netip.MustParsePrefix("127.0.0.3/32")}
 	cfg.Peers = append(cfg.Peers, second)
@@ -281,10 +284,10 @@ func TestReadQueueClose(t *testing.T) {
 // TestReadQueueHoldsInvitesForAUnit: while the inflight bound is taken an
 // INVITE waits in the slow queue (the fast queue still flows, and a CANCEL
 // at the head is not held), until a unit is given back, or until it has
-// waited the queue's wait and goes on to be shed.
+// waited sip.inflight_wait and goes on to be shed; with inflight_wait 0 it
+// is not held at all.
 func TestReadQueueHoldsInvitesForAUnit(t *testing.T) {
-	h, q := readQueueHarness(t, 1)
-	q.wait = time.Hour
+	h, q := readQueueHarness(t, 1, time.Hour)
 	_, from := peerSocket(t)
 	la := from.String()
 	h.p.inflight.Add(1) // the bound is taken
@@ -332,6 +335,14 @@ func TestReadQueueHoldsInvitesForAUnit(t *testing.T) {
 		t.Fatalf("an INVITE past its wait: got %q (%v)", buf[:n], err)
 	}
 	h.p.inflight.release()
+
+	h0, q0 := readQueueHarness(t, 1) // inflight_wait 0
+	h0.p.inflight.Add(1)
+	defer h0.p.inflight.release()
+	q0.take([]byte(strangerRequest("INVITE", h0.udp, "", "")(la)), from)
+	if n, _, err := q0.ReadFrom(buf); err != nil || !strings.HasPrefix(string(buf[:n]), "INVITE ") {
+		t.Fatalf("an INVITE with inflight_wait 0: got %q (%v)", buf[:n], err)
+	}
 }
 
 // BenchmarkReadQueue is what the read queue adds per datagram: the
