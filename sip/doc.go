@@ -106,13 +106,15 @@
 // that same answer from the UDP read filter, from its raw bytes, before
 // sipgo parses it: rawshed.go); in-dialog requests, calls waiting for a slot and
 // forwarded calls are never counted nor shed. Each UDP listener is drained
-// by a reader of its own into three bounded queues (readq.go): peers' and
+// by a reader of its own into three bounded queues (readq.go), each
+// party (peer, carrier address) with a share of each: peers' and
 // carriers' responses and in-dialog requests are handed to sipgo before
-// their new INVITEs and CANCELs, and strangers' datagrams after both;
+// their new INVITEs, CANCELs and OPTIONS (one of those after every 16),
+// and strangers' datagrams after both;
 // while the inflight bound is taken a new INVITE waits there up to
 // sip.inflight_wait (100 ms by default) for a unit (a burst is decided,
-// not shed), and a peer's new INVITE that finds its source's share of
-// that queue taken gets the same 503 at once
+// not shed), and a peer's new INVITE that finds its share of that queue
+// taken gets the same 503 at once
 // instead of waiting, or being dropped unanswered, in the socket buffer;
 // any other datagram that finds no room is dropped and counted
 // (read_queue_full). The screen also answers 100

@@ -3,12 +3,15 @@ package sip
 import (
 	"bytes"
 	"hash/maphash"
+	"math/bits"
 	"net"
 	"net/netip"
 	"sync"
 	"time"
 
 	sipmsg "github.com/emiago/sipgo/sip"
+
+	"github.com/cpsguard/cpsguard/config"
 )
 
 // The UDP read queue: calls already admitted are read first.
@@ -28,12 +31,14 @@ import (
 // (readQueue.ReadFrom) instead of the socket, in this order:
 //
 //  1. the fast queue: what peers and carriers send that is a response
-//     ("SIP/2.0 ") or a request of a method other than INVITE and CANCEL,
-//     spelt exactly (ACK, BYE and every other in-dialog request);
+//     ("SIP/2.0 ") or a request of a mostly in-dialog method, spelt
+//     exactly (ACK, BYE, INFO, UPDATE, PRACK, NOTIFY, MESSAGE, REFER,
+//     SUBSCRIBE);
 //  2. the slow queue: the rest of what they send: INVITE and CANCEL (a
-//     CANCEL stays behind its INVITE), and anything the reader does not
-//     recognise at a glance (sipgo accepts "invite", a leading tab…), so
-//     no spelling of an INVITE overtakes the others;
+//     CANCEL stays behind its INVITE), OPTIONS, REGISTER, PUBLISH, and
+//     anything the reader does not recognise at a glance (sipgo accepts
+//     "invite", a leading tab…), so no spelling of an INVITE overtakes the
+//     others;
 //  3. the strangers' queue: whatever comes from a source the configuration
 //     does not know (with unknown_source reject; with drop it never gets
 //     this far), so a stranger's flood waits behind every peer and carrier.
@@ -52,42 +57,61 @@ import (
 // its door. Nothing is held but the datagram: no transaction, no
 // goroutine, no store call.
 //
-// The slow queue is shared fairly: one source IP holds at most
-// slowQueueLen datagrams of it (4 per unit of the inflight bound, at least
-// 64), all sources together readQueueSlowMax, and a datagram identical to
-// one already waiting (a retransmission) is not queued again: its original
-// will be answered. A datagram that finds no room is, if it is a plain new
-// INVITE from a peer, shed at once with the screen's 503 (rawshed.go,
-// whatever the inflight bound) rather than left for the kernel to drop
-// without an answer; anything else (a CANCEL, a re-INVITE, an INVITE of a
-// form the raw path leaves to sipgo) is dropped as the socket would have
-// dropped it, and its sender retransmits it. So a source flooding CANCELs,
-// re-INVITEs or odd spellings fills only its own share, and sheds only its
-// own calls. A datagram that finds the fast or the strangers' queue full,
-// or all queues at readQueueBytes, is dropped too. Every such drop is
-// counted in cpsguard_sip_errors_total{reason="read_queue_full"}.
+// The fast and slow queues are shared fairly between parties (a peer, by
+// name, whatever its source address; any other known source by IP): one
+// party holds at most readQueueFastShare datagrams of the fast queue, and
+// slowShare of the slow one (4 per unit of the inflight bound, at least 64,
+// at most a quarter of readQueueSlowMax, the bound of the whole queue). A
+// datagram identical to one already waiting in the slow queue from the same
+// source (a retransmission) is not queued again: its original will be
+// answered. While the slow queue has a datagram ready, sipgo's loop takes
+// one after every readQueueFastRun fast ones, so a flood of in-dialog
+// traffic slows new calls down but cannot stop them. A datagram that finds
+// no room in the slow queue is, if it is a plain new INVITE from a peer,
+// shed at once with the screen's 503 (rawshed.go, whatever the inflight
+// bound) rather than left for the kernel to drop without an answer;
+// anything else (a CANCEL, a re-INVITE, an INVITE of a form the raw path
+// leaves to sipgo) is dropped as the socket would have dropped it, and its
+// sender retransmits it. So a party flooding CANCELs, re-INVITEs, OPTIONS
+// or odd spellings fills only its own share, and sheds only its own calls.
+// A datagram that finds no room in the fast or the strangers' queue, or
+// the queues at readQueueBytes, is dropped too. Every such drop is counted
+// in cpsguard_sip_errors_total{reason="read_queue_full"}.
 //
 // The reader also drops what the read filter would drop before any other
 // work (datagrams over MaxMessageSize, strangers' with unknown_source
 // drop, the ACKs of shed answers), so none of it takes a place in a queue.
 
 const (
-	// readQueueFast bounds the fast queue (datagrams).
-	readQueueFast = 8192
-	// readQueueBytes bounds the bytes held in all queues of a listener
-	// (datagrams are at most MaxMessageSize).
-	readQueueBytes = 16 << 20
+	// readQueueFast bounds the fast queue (datagrams), and
+	// readQueueFastShare one party's part of it.
+	readQueueFast      = 8192
+	readQueueFastShare = readQueueFast / 4
+	// readQueueFastRun is how many fast datagrams sipgo's loop takes in a
+	// row while a slow one is ready: however busy the fast queue, new
+	// calls still move.
+	readQueueFastRun = 16
+	// readQueueBytes bounds the memory the queues of a listener hold
+	// (pooled buffers counted whole).
+	readQueueBytes = 32 << 20
 	// readQueueStrange bounds the strangers' queue.
 	readQueueStrange = 256
-	// readQueueSlowPerUnit sizes one source's share of the slow queue from
+	// readQueueSlowPerUnit sizes one party's share of the slow queue from
 	// the inflight bound: a few INVITEs per unit keep the loop busy
 	// between two decisions without letting one wait long (each costs the
-	// loop 4–25 µs), within [readQueueSlowMin, readQueueSlowMax], which
-	// also bounds the queue as a whole.
+	// loop 4–25 µs), at least readQueueSlowMin and at most a quarter of
+	// readQueueSlowMax, which bounds the queue as a whole.
 	readQueueSlowPerUnit = 4
 	readQueueSlowMin     = 64
 	readQueueSlowMax     = 4096
 )
+
+// party is who a datagram counts against in a queue's shares: a peer by
+// name (all its source addresses together), any other known source by IP.
+type party struct {
+	peer string
+	ip   netip.Addr
+}
 
 // datagram is one queued UDP datagram.
 type datagram struct {
@@ -95,7 +119,20 @@ type datagram struct {
 	from netip.AddrPort
 	at   time.Time // when the reader took it
 	buf  *[]byte   // data's pooled buffer, or nil
-	sum  uint64    // slow queue: the hash of data
+	who  party     // fast and slow queues: whose share it takes
+	sum  uint64    // slow queue: the hash of data and from
+}
+
+// cost is what the datagram counts against readQueueBytes.
+func (d *datagram) cost() int { return costOf(len(d.data)) }
+
+// costOf is what a datagram of n bytes counts against readQueueBytes: its
+// buffer (a pooled one whole).
+func costOf(n int) int {
+	if n <= datagramBufSize {
+		return datagramBufSize
+	}
+	return n
 }
 
 // datagramBufSize is the size of the pooled buffers queued datagrams are
@@ -148,6 +185,28 @@ func (q *fifo) pop() datagram {
 	return d
 }
 
+// lane is a fifo shared between parties: by counts each party's
+// datagrams in it.
+type lane struct {
+	fifo
+	by map[party]int
+}
+
+func newLane(n int) lane { return lane{fifo: newFifo(n), by: make(map[party]int)} }
+
+func (l *lane) push(d datagram) {
+	l.fifo.push(d)
+	l.by[d.who]++
+}
+
+func (l *lane) pop() datagram {
+	d := l.fifo.pop()
+	if l.by[d.who]--; l.by[d.who] <= 0 {
+		delete(l.by, d.who)
+	}
+	return d
+}
+
 // readQueue is the net.PacketConn sipgo serves for one UDP listener:
 // writes and addresses are the socket's, reads come from the queues its
 // reader fills.
@@ -156,14 +215,15 @@ type readQueue struct {
 	p *Proxy
 
 	mu      sync.Mutex
-	fast    fifo
-	slow    fifo
+	fast    lane
+	slow    lane
 	strange fifo
-	bytes   int // held in the three queues
-	// The slow queue's datagrams by hash of their bytes and by source IP.
+	bytes   int // held in the three queues (datagram.cost)
+	// slowSums counts the slow queue's datagrams by hash of their bytes
+	// and source.
 	slowSums map[uint64]int
-	slowBy   map[netip.Addr]int
 	seed     maphash.Seed
+	fastRun  int   // fast datagrams handed on in a row
 	err      error // the socket's read error, once the reader ended
 	// wake holds one token: something was queued, a unit of the inflight
 	// bound was given back, or err was set.
@@ -176,34 +236,32 @@ type readQueue struct {
 func newReadQueue(p *Proxy, c *net.UDPConn) *readQueue {
 	q := &readQueue{
 		UDPConn: c, p: p,
-		fast: newFifo(readQueueFast), slow: newFifo(readQueueSlowMax), strange: newFifo(readQueueStrange),
+		fast: newLane(readQueueFast), slow: newLane(readQueueSlowMax), strange: newFifo(readQueueStrange),
 		wake: make(chan struct{}, 1), timer: time.NewTimer(time.Hour),
-		slowSums: make(map[uint64]int), slowBy: make(map[netip.Addr]int),
-		seed: maphash.MakeSeed(),
+		slowSums: make(map[uint64]int), seed: maphash.MakeSeed(),
 	}
 	q.timer.Stop()
 	p.inflight.watch(q.wake)
 	return q
 }
 
-// slowQueueLen is one source's share of the slow queue for the current
-// inflight bound.
-func (p *Proxy) slowQueueLen() int {
-	cfg := p.cfg()
+// slowShare is one party's share of the slow queue for the inflight bound
+// of cfg.
+func slowShare(cfg *config.Config) int {
 	if cfg == nil {
 		return readQueueSlowMin
 	}
-	return min(readQueueSlowMax, max(readQueueSlowMin, int(inflightLimit(cfg))*readQueueSlowPerUnit))
+	return min(readQueueSlowMax/4, max(readQueueSlowMin, int(inflightLimit(cfg))*readQueueSlowPerUnit))
 }
 
 // fastStarts are how the datagrams of the fast queue begin: a response, or
-// a request of a method other than INVITE and CANCEL, spelt as RFC 3261
-// spells it.
+// a request of a method that is mostly in-dialog, spelt as RFC 3261 spells
+// it (OPTIONS, REGISTER and PUBLISH, mostly out of dialog, are no more
+// urgent than a new call and wait with INVITEs).
 var fastStarts = [][]byte{
-	[]byte("SIP/2.0 "), []byte("ACK "), []byte("BYE "), []byte("OPTIONS "),
-	[]byte("INFO "), []byte("UPDATE "), []byte("PRACK "), []byte("NOTIFY "),
-	[]byte("MESSAGE "), []byte("REFER "), []byte("SUBSCRIBE "), []byte("REGISTER "),
-	[]byte("PUBLISH "),
+	[]byte("SIP/2.0 "), []byte("ACK "), []byte("BYE "), []byte("INFO "),
+	[]byte("UPDATE "), []byte("PRACK "), []byte("NOTIFY "), []byte("MESSAGE "),
+	[]byte("REFER "), []byte("SUBSCRIBE "),
 }
 
 // isFast reports a datagram of the fast queue.
@@ -237,35 +295,52 @@ func (q *readQueue) run() {
 // take classifies one datagram read from the socket and queues a copy of
 // it, sheds it, or drops it.
 func (q *readQueue) take(data []byte, from netip.AddrPort) {
-	defer q.p.panics.Recover("sip.read_queue", func(error) { q.push(&q.strange, readQueueStrange, data, from) })
+	defer q.p.panics.Recover("sip.read_queue", func(error) { q.pushStrange(data, from) })
 	if len(bytes.Trim(data, "\x00")) == 0 || q.p.dropEarly(data, from) {
 		return
 	}
-	if !q.p.knownSource(q.p.cfg(), from.Addr().WithZone("").Unmap()) {
-		q.push(&q.strange, readQueueStrange, data, from)
+	cfg := q.p.cfg()
+	who, known := q.p.partyOf(cfg, from.Addr().WithZone("").Unmap())
+	if !known {
+		q.pushStrange(data, from)
 		return
 	}
 	if isFast(data) {
-		q.push(&q.fast, readQueueFast, data, from)
-		return
-	}
-	if q.pushSlow(data, from) || q.p.shedRawFrom(q.UDPConn, from, data, true) {
+		if q.pushFast(data, from, who) {
+			return
+		}
+	} else if q.pushSlow(data, from, who, slowShare(cfg)) || q.p.shedRawFrom(q.UDPConn, from, data, true) {
 		return
 	}
 	q.p.m.SIPErrors.WithLabelValues("read_queue_full").Inc()
 }
 
-// push queues a copy of data on f unless f holds limit datagrams already
-// or the queues hold readQueueBytes; a datagram with no room is dropped
-// and counted.
-func (q *readQueue) push(f *fifo, limit int, data []byte, from netip.AddrPort) {
-	q.mu.Lock()
-	ok := f.size < limit && q.bytes+len(data) <= readQueueBytes
-	if ok {
-		f.push(newDatagram(data, from))
-		q.bytes += len(data)
+// partyOf is the party a datagram from ip counts against, and whether ip
+// is a peer's or a carrier's at all.
+func (p *Proxy) partyOf(cfg *config.Config, ip netip.Addr) (party, bool) {
+	if cfg == nil {
+		return party{}, false
 	}
-	q.mu.Unlock()
+	if pe := cfg.PeerByAddr(ip); pe != nil {
+		return party{peer: pe.Name}, true
+	}
+	return party{ip: ip}, p.isCarrierAddr(cfg, ip)
+}
+
+// pushStrange queues a copy of a stranger's datagram, or drops and counts
+// it when the strangers' queue is full.
+func (q *readQueue) pushStrange(data []byte, from netip.AddrPort) {
+	ok := func() bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		if q.strange.size >= readQueueStrange || q.bytes+costOf(len(data)) > readQueueBytes {
+			return false
+		}
+		d := newDatagram(data, from)
+		q.strange.push(d)
+		q.bytes += d.cost()
+		return true
+	}()
 	if !ok {
 		q.p.m.SIPErrors.WithLabelValues("read_queue_full").Inc()
 		return
@@ -273,29 +348,49 @@ func (q *readQueue) push(f *fifo, limit int, data []byte, from netip.AddrPort) {
 	q.signal()
 }
 
-// pushSlow queues a copy of data on the slow queue if its source's share
-// and the queue have room; it reports true too, queueing nothing, when an
-// identical datagram is already waiting there.
-func (q *readQueue) pushSlow(data []byte, from netip.AddrPort) bool {
-	src := from.Addr()
-	share := q.p.slowQueueLen()
-	sum := maphash.Bytes(q.seed, data)
-	q.mu.Lock()
-	if q.slowSums[sum] > 0 {
-		q.mu.Unlock()
-		return true
-	}
-	ok := q.slowBy[src] < share && q.slow.size < readQueueSlowMax && q.bytes+len(data) <= readQueueBytes
-	if ok {
+// pushFast queues a copy of data on the fast queue if it and who's share
+// of it have room.
+func (q *readQueue) pushFast(data []byte, from netip.AddrPort, who party) bool {
+	ok := func() bool {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		if q.fast.size >= readQueueFast || q.fast.by[who] >= readQueueFastShare || q.bytes+costOf(len(data)) > readQueueBytes {
+			return false
+		}
 		d := newDatagram(data, from)
-		d.sum = sum
-		q.slow.push(d)
-		q.bytes += len(data)
-		q.slowSums[sum]++
-		q.slowBy[src]++
-	}
-	q.mu.Unlock()
+		d.who = who
+		q.fast.push(d)
+		q.bytes += d.cost()
+		return true
+	}()
 	if ok {
+		q.signal()
+	}
+	return ok
+}
+
+// pushSlow queues a copy of data on the slow queue if it and who's share
+// of it have room; it reports true too, queueing nothing, when the same
+// datagram from the same source is already waiting there.
+func (q *readQueue) pushSlow(data []byte, from netip.AddrPort, who party, share int) bool {
+	sum := maphash.Bytes(q.seed, data) ^ bits.RotateLeft64(maphash.Comparable(q.seed, from), 1)
+	queued, ok := func() (bool, bool) {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		if q.slowSums[sum] > 0 {
+			return false, true
+		}
+		if q.slow.size >= readQueueSlowMax || q.slow.by[who] >= share || q.bytes+costOf(len(data)) > readQueueBytes {
+			return false, false
+		}
+		d := newDatagram(data, from)
+		d.who, d.sum = who, sum
+		q.slow.push(d)
+		q.bytes += d.cost()
+		q.slowSums[sum]++
+		return true, true
+	}()
+	if queued {
 		q.signal()
 	}
 	return ok
@@ -306,10 +401,6 @@ func (q *readQueue) popSlow() datagram {
 	d := q.slow.pop()
 	if q.slowSums[d.sum]--; q.slowSums[d.sum] <= 0 {
 		delete(q.slowSums, d.sum)
-	}
-	src := d.from.Addr()
-	if q.slowBy[src]--; q.slowBy[src] <= 0 {
-		delete(q.slowBy, src)
 	}
 	return d
 }
@@ -322,10 +413,11 @@ func (q *readQueue) signal() {
 }
 
 // ReadFrom returns the next queued datagram, waiting for one: from the
-// fast queue first; then from the slow queue once the inflight bound has a
-// free unit (a new call can be decided now) or its head has waited
-// sip.inflight_wait, or at once when its head is not an INVITE; then from
-// the strangers' queue. After the
+// fast queue first (but one from the slow queue, when it has one ready,
+// after every readQueueFastRun); then from the slow queue once the
+// inflight bound has a free unit (a new call can be decided now) or its
+// head has waited sip.inflight_wait, or at once when its head is not an
+// INVITE; then from the strangers' queue. After the
 // socket is closed it returns the socket's error once the queues are
 // empty.
 func (q *readQueue) ReadFrom(b []byte) (int, net.Addr, error) {
@@ -334,18 +426,23 @@ func (q *readQueue) ReadFrom(b []byte) (int, net.Addr, error) {
 		ok := false
 		hold := time.Duration(0)
 		q.mu.Lock()
-		if q.fast.size > 0 {
-			d, ok = q.fast.pop(), true
-		} else if q.slow.size > 0 {
-			if hold = q.holdBack(q.slow.peek()); hold <= 0 {
-				d, ok = q.popSlow(), true
-			}
+		slowReady := false
+		if q.slow.size > 0 {
+			hold = q.holdBack(q.slow.peek())
+			slowReady = hold <= 0
 		}
-		if !ok && q.strange.size > 0 {
+		switch {
+		case q.fast.size > 0 && (q.fastRun < readQueueFastRun || !slowReady):
+			d, ok = q.fast.pop(), true
+			q.fastRun++
+		case slowReady:
+			d, ok = q.popSlow(), true
+			q.fastRun = 0
+		case q.strange.size > 0:
 			d, ok = q.strange.pop(), true
 		}
 		if ok {
-			q.bytes -= len(d.data)
+			q.bytes -= d.cost()
 		}
 		err := q.err
 		q.mu.Unlock()

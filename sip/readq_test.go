@@ -76,8 +76,8 @@ func readAll(t *testing.T, q *readQueue) []string {
 }
 
 // TestReadQueueOrder: what the reader queues comes out responses and
-// in-dialog requests first, then INVITEs and CANCELs, each queue in the
-// socket's order; the ACK of a shed answer is dropped on the way in.
+// in-dialog requests first, then INVITEs, CANCELs and OPTIONS, each queue
+// in the socket's order; the ACK of a shed answer is dropped on the way in.
 func TestReadQueueOrder(t *testing.T) {
 	h, q := readQueueHarness(t, 64)
 	_, from := peerSocket(t)
@@ -98,8 +98,8 @@ func TestReadQueueOrder(t *testing.T) {
 		q.take([]byte(m), from)
 	}
 	got := readAll(t, q)
-	want := []string{"BYE sip:100@127.0.0.1:5999", "SIP/2.0 200", "OPTIONS sip:100@" + h.udp,
-		"INVITE sip:100@" + h.udp, "CANCEL sip:100@" + h.udp, "INVITE sip:100@127.0.0.1:5999"}
+	want := []string{"BYE sip:100@127.0.0.1:5999", "SIP/2.0 200",
+		"INVITE sip:100@" + h.udp, "CANCEL sip:100@" + h.udp, "INVITE sip:100@127.0.0.1:5999", "OPTIONS sip:100@" + h.udp}
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Errorf("read order:\n got %q\nwant %q", got, want)
 	}
@@ -207,20 +207,87 @@ func TestReadQueueStrangers(t *testing.T) {
 	}
 }
 
-// TestReadQueueFastFull: a full fast queue drops, and counts, what it
-// cannot hold.
-func TestReadQueueFastFull(t *testing.T) {
+// TestReadQueueFastShares: one party holds at most its share of the fast
+// queue (what it cannot hold is dropped and counted) and the others still
+// find room; while INVITEs wait, sipgo's loop takes one after every
+// readQueueFastRun in-dialog datagrams.
+func TestReadQueueFastShares(t *testing.T) {
 	h, q := readQueueHarness(t, 64)
 	_, from := peerSocket(t)
 	bye := []byte(strangerRequest("BYE", h.udp, "127.0.0.1:5999", "dlg")(from.String()))
-	for range readQueueFast + 3 {
+	for range readQueueFastShare + 3 {
 		q.take(bye, from)
 	}
-	if q.fast.size != readQueueFast {
-		t.Errorf("fast queue holds %d, want %d", q.fast.size, readQueueFast)
+	if q.fast.size != readQueueFastShare {
+		t.Errorf("fast queue holds %d, want one party's share %d", q.fast.size, readQueueFastShare)
 	}
 	if got := testutil.ToFloat64(h.m.SIPErrors.WithLabelValues("read_queue_full")); got != 3 {
 		t.Errorf("sip_errors_total{read_queue_full}: got %v, want 3", got)
+	}
+	other := netip.MustParseAddrPort("127.0.0.3:5062") // dialer-2
+	q.take([]byte(strangerRequest("BYE", h.udp, "127.0.0.1:5998", "dlg")(other.String())), other)
+	q.take([]byte(strangerRequest("INVITE", h.udp, "", "")(other.String())), other)
+	if q.fast.size != readQueueFastShare+1 || q.slow.size != 1 {
+		t.Fatalf("another party's BYE and INVITE: fast %d, slow %d; want %d and 1", q.fast.size, q.slow.size, readQueueFastShare+1)
+	}
+	buf := make([]byte, 65535)
+	for i := range readQueueFastRun + 1 {
+		n, _, err := q.ReadFrom(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		invite := strings.HasPrefix(string(buf[:n]), "INVITE ")
+		if invite != (i == readQueueFastRun) {
+			t.Fatalf("read %d: INVITE %v, want the INVITE after %d in-dialog datagrams", i, invite, readQueueFastRun)
+		}
+	}
+}
+
+// TestReadQueueDedupePerSource: the same bytes from another source are
+// another datagram, not a copy of the first: nobody can make a peer's
+// INVITE vanish by sending its bytes first.
+func TestReadQueueDedupePerSource(t *testing.T) {
+	h, q := readQueueHarness(t, 64)
+	_, from := peerSocket(t)
+	inv := []byte(strangerRequest("INVITE", h.udp, "", "")(from.String()))
+	other := netip.MustParseAddrPort("127.0.0.3:5062") // dialer-2, predicting dialer-1's bytes
+	q.take(inv, other)
+	q.take(inv, from)
+	q.take(inv, from) // a real copy
+	if q.slow.size != 2 {
+		t.Fatalf("slow queue holds %d, want dialer-2's datagram and dialer-1's", q.slow.size)
+	}
+	buf := make([]byte, 65535)
+	var srcs []string
+	for range 2 {
+		_, src, err := q.ReadFrom(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srcs = append(srcs, src.String())
+	}
+	if srcs[0] != other.String() || srcs[1] != from.String() {
+		t.Errorf("sources read: %v, want %v then %v", srcs, other, from)
+	}
+}
+
+// TestReadQueueShareCapped: however large the inflight bound, one party
+// holds at most a quarter of the slow queue, so another peer's INVITE is
+// not shed for it.
+func TestReadQueueShareCapped(t *testing.T) {
+	h, q := readQueueHarness(t, 100000)
+	_, from := peerSocket(t)
+	la := from.String()
+	for i := range readQueueSlowMax {
+		q.take([]byte(strings.ReplaceAll(strangerRequest("INVITE", h.udp, "", "")(la), "INVITE;rport", fmt.Sprintf("f%d;rport", i))), from)
+	}
+	if q.slow.size != readQueueSlowMax/4 {
+		t.Fatalf("one party holds %d of the slow queue, want %d", q.slow.size, readQueueSlowMax/4)
+	}
+	other := netip.MustParseAddrPort("127.0.0.3:5062")
+	q.take([]byte(strangerRequest("INVITE", h.udp, "", "")(other.String())), other)
+	if q.slow.size != readQueueSlowMax/4+1 || testutil.ToFloat64(h.m.Calls.WithLabelValues("dialer-2", metrics.OutcomeRejectedOverload)) != 0 {
+		t.Errorf("another peer's INVITE: slow %d, its rejected_overload %v; want it queued", q.slow.size, testutil.ToFloat64(h.m.Calls.WithLabelValues("dialer-2", metrics.OutcomeRejectedOverload)))
 	}
 }
 
@@ -238,8 +305,13 @@ func TestReadQueueBytes(t *testing.T) {
 	}
 	big := pad(MaxMessageSize)
 	fit := readQueueBytes / len(big)
-	for range fit + 5 {
-		q.take(big, from)
+	other := netip.MustParseAddrPort("127.0.0.3:5062") // two parties, so no share binds first
+	for i := range fit + 5 {
+		if i%2 == 0 {
+			q.take(big, from)
+		} else {
+			q.take(big, other)
+		}
 	}
 	if q.fast.size != fit || q.bytes > readQueueBytes {
 		t.Errorf("queued %d datagrams of %d bytes (%d bytes), want %d within %d", q.fast.size, len(big), q.bytes, fit, readQueueBytes)
