@@ -64,9 +64,10 @@ type SIP struct {
 	StripHeaders []string `cfg:"strip_headers"`
 	// MaxInflight bounds the initial INVITEs being decided at once on this
 	// node (from arrival until the call is refused, forwarded or waiting
-	// out its first pacing slot); beyond it a new initial INVITE gets 503
-	// at once, statelessly. 0 (the default) derives it from GOMAXPROCS
-	// (InflightPerCPU per processor).
+	// out its first pacing slot); beyond it a new initial INVITE gets 503,
+	// statelessly (over UDP after waiting up to InflightWait for a unit).
+	// 0 (the default) derives it from GOMAXPROCS (InflightPerCPU per
+	// processor).
 	MaxInflight int `cfg:"max_inflight"`
 	// InflightWait is how long a new INVITE that arrived over UDP waits in
 	// its listener's read queue for a unit of MaxInflight to come free
