@@ -106,11 +106,12 @@
 // that same answer from the UDP read filter, from its raw bytes, before
 // sipgo parses it: rawshed.go); in-dialog requests, calls waiting for a slot and
 // forwarded calls are never counted nor shed. Each UDP listener is drained
-// by a reader of its own into three bounded queues (readq.go), each
-// party (peer, carrier address) with a share of each: peers' and
+// by a reader of its own into three bounded queues (readq.go): peers' and
 // carriers' responses and in-dialog requests are handed to sipgo before
 // their new INVITEs, CANCELs and OPTIONS (one of those after every 16),
-// and strangers' datagrams after both;
+// and strangers' datagrams after both; each party (carrier address, peer)
+// has a share of the first two, and their last quarter is kept for quiet
+// parties;
 // while the inflight bound is taken a new INVITE waits there up to
 // sip.inflight_wait (100 ms by default) for a unit (a burst is decided,
 // not shed), and a peer's new INVITE that finds its share of that queue

@@ -57,26 +57,34 @@ import (
 // its door. Nothing is held but the datagram: no transaction, no
 // goroutine, no store call.
 //
-// The fast and slow queues are shared fairly between parties (a peer, by
-// name, whatever its source address; any other known source by IP): one
-// party holds at most readQueueFastShare datagrams of the fast queue, and
-// slowShare of the slow one (4 per unit of the inflight bound, at least 64,
-// at most a quarter of readQueueSlowMax, the bound of the whole queue). A
-// datagram identical to one already waiting in the slow queue from the same
-// source (a retransmission) is not queued again: its original will be
-// answered. While the slow queue has a datagram ready, sipgo's loop takes
-// one after every readQueueFastRun fast ones, so a flood of in-dialog
-// traffic slows new calls down but cannot stop them. A datagram that finds
-// no room in the slow queue is, if it is a plain new INVITE from a peer,
-// shed at once with the screen's 503 (rawshed.go, whatever the inflight
-// bound) rather than left for the kernel to drop without an answer;
-// anything else (a CANCEL, a re-INVITE, an INVITE of a form the raw path
-// leaves to sipgo) is dropped as the socket would have dropped it, and its
-// sender retransmits it. So a party flooding CANCELs, re-INVITEs, OPTIONS
-// or odd spellings fills only its own share, and sheds only its own calls.
-// A datagram that finds no room in the fast or the strangers' queue, or
-// the queues at readQueueBytes, is dropped too. Every such drop is counted
-// in cpsguard_sip_errors_total{reason="read_queue_full"}.
+// The fast and slow queues are shared fairly between parties (a carrier
+// address; a peer, by name, whatever its source address): one party holds
+// at most readQueueFastShare datagrams of the fast queue and slowShare of
+// the slow one (4 per unit of the inflight bound, at least 64, at most a
+// quarter of readQueueSlowMax, the bound of the whole queue), and the last
+// quarter of each queue is kept for parties that hold little of it
+// (readQueueFastMin, readQueueSlowMin), so however many parties flood, a
+// quiet one still finds room. A datagram identical to one already waiting
+// in the slow queue from the same source (a retransmission) is not queued
+// again: its original will be answered. While the slow queue has a
+// datagram ready, sipgo's loop takes one after every readQueueFastRun fast
+// ones, so a flood of in-dialog traffic slows new calls down but cannot
+// stop them. A datagram that finds no room in the slow queue is, if it is
+// a plain new INVITE from a peer, shed at once with the screen's 503
+// (rawshed.go, whatever the inflight bound) rather than left for the
+// kernel to drop without an answer; anything else (a CANCEL, a re-INVITE,
+// an OPTIONS keepalive, an INVITE of a form the raw path leaves to sipgo)
+// is dropped as the socket would have dropped it, and its sender
+// retransmits it. So a party flooding CANCELs, re-INVITEs, OPTIONS or odd
+// spellings fills only its own share, and sheds only its own calls. A
+// datagram that finds no room in the fast or the strangers' queue (which
+// has no shares), or the queues at readQueueBytes, is dropped too. Every
+// such drop is counted in
+// cpsguard_sip_errors_total{reason="read_queue_full"}.
+//
+// OPTIONS, REGISTER and PUBLISH wait with INVITEs: behind an INVITE held
+// for a unit (up to sip.inflight_wait), and one in every readQueueFastRun
+// reads while the fast queue is busy.
 //
 // The reader also drops what the read filter would drop before any other
 // work (datagrams over MaxMessageSize, strangers' with unknown_source
@@ -87,6 +95,11 @@ const (
 	// readQueueFastShare one party's part of it.
 	readQueueFast      = 8192
 	readQueueFastShare = readQueueFast / 4
+	// readQueueFastMin is what a party may always queue while the last
+	// readQueueFastReserve places of the fast queue are left: however
+	// many parties flood, a quiet one still finds room.
+	readQueueFastMin     = 256
+	readQueueFastReserve = readQueueFast / 4
 	// readQueueFastRun is how many fast datagrams sipgo's loop takes in a
 	// row while a slow one is ready: however busy the fast queue, new
 	// calls still move.
@@ -104,6 +117,9 @@ const (
 	readQueueSlowPerUnit = 4
 	readQueueSlowMin     = 64
 	readQueueSlowMax     = 4096
+	// readQueueSlowReserve are the slow queue's last places, kept for
+	// parties holding fewer than readQueueSlowMin datagrams.
+	readQueueSlowReserve = readQueueSlowMax / 4
 )
 
 // party is who a datagram counts against in a queue's shares: a peer by
@@ -194,6 +210,14 @@ type lane struct {
 
 func newLane(n int) lane { return lane{fifo: newFifo(n), by: make(map[party]int)} }
 
+// room reports whether who may queue one more datagram on l: l holds
+// fewer than capacity, who fewer than share, and, once only reserve
+// places are left, fewer than least (the reserve is for quiet parties).
+func (l *lane) room(who party, capacity, share, least, reserve int) bool {
+	held := l.by[who]
+	return l.size < capacity && held < share && (held < least || l.size < capacity-reserve)
+}
+
 func (l *lane) push(d datagram) {
 	l.fifo.push(d)
 	l.by[d.who]++
@@ -223,7 +247,7 @@ type readQueue struct {
 	// and source.
 	slowSums map[uint64]int
 	seed     maphash.Seed
-	fastRun  int   // fast datagrams handed on in a row
+	fastRun  int   // fast datagrams handed on since the last slow one
 	err      error // the socket's read error, once the reader ended
 	// wake holds one token: something was queued, a unit of the inflight
 	// bound was given back, or err was set.
@@ -321,10 +345,15 @@ func (p *Proxy) partyOf(cfg *config.Config, ip netip.Addr) (party, bool) {
 	if cfg == nil {
 		return party{}, false
 	}
+	if p.isCarrierAddr(cfg, ip) {
+		// Before the peers: a carrier's address is a single host, however
+		// wide a peer's prefix around it.
+		return party{ip: ip}, true
+	}
 	if pe := cfg.PeerByAddr(ip); pe != nil {
 		return party{peer: pe.Name}, true
 	}
-	return party{ip: ip}, p.isCarrierAddr(cfg, ip)
+	return party{}, false
 }
 
 // pushStrange queues a copy of a stranger's datagram, or drops and counts
@@ -354,7 +383,7 @@ func (q *readQueue) pushFast(data []byte, from netip.AddrPort, who party) bool {
 	ok := func() bool {
 		q.mu.Lock()
 		defer q.mu.Unlock()
-		if q.fast.size >= readQueueFast || q.fast.by[who] >= readQueueFastShare || q.bytes+costOf(len(data)) > readQueueBytes {
+		if !q.fast.room(who, readQueueFast, readQueueFastShare, readQueueFastMin, readQueueFastReserve) || q.bytes+costOf(len(data)) > readQueueBytes {
 			return false
 		}
 		d := newDatagram(data, from)
@@ -380,7 +409,7 @@ func (q *readQueue) pushSlow(data []byte, from netip.AddrPort, who party, share 
 		if q.slowSums[sum] > 0 {
 			return false, true
 		}
-		if q.slow.size >= readQueueSlowMax || q.slow.by[who] >= share || q.bytes+costOf(len(data)) > readQueueBytes {
+		if !q.slow.room(who, readQueueSlowMax, share, readQueueSlowMin, readQueueSlowReserve) || q.bytes+costOf(len(data)) > readQueueBytes {
 			return false, false
 		}
 		d := newDatagram(data, from)

@@ -27,9 +27,12 @@ func readQueueHarness(t testing.TB, maxInflight int, wait ...time.Duration) (*ha
 	if len(wait) > 0 {
 		cfg.SIP.InflightWait = wait[0]
 	}
-	second := cfg.Peers[0]
-	second.Name, second.Sources = "dialer-2", []netip.Prefix{netip.MustParsePrefix("127.0.0.3/32")}
-	cfg.Peers = append(cfg.Peers, second)
+	for i := 2; i <= 6; i++ { // dialer-2 … dialer-6 on 127.0.0.3 … 127.0.0.7
+		more := cfg.Peers[0]
+		more.Name = fmt.Sprintf("dialer-%d", i)
+		more.Sources = []netip.Prefix{netip.PrefixFrom(netip.AddrFrom4([4]byte{127, 0, 0, byte(i + 1)}), 32)}
+		cfg.Peers = append(cfg.Peers, more)
+	}
 	adm, pacer := newFakes()
 	h := startProxyOpts(t, Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer})
 	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
@@ -268,6 +271,43 @@ func TestReadQueueDedupePerSource(t *testing.T) {
 	}
 	if srcs[0] != other.String() || srcs[1] != from.String() {
 		t.Errorf("sources read: %v, want %v then %v", srcs, other, from)
+	}
+}
+
+// TestReadQueueReserve: however many parties flood, the last quarter of
+// the slow queue is kept for parties that hold little of it, so a quiet
+// peer's INVITE is queued, not shed.
+func TestReadQueueReserve(t *testing.T) {
+	h, q := readQueueHarness(t, 100000) // shares of 1024
+	for p := range 4 {
+		src := netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, byte(3 + p)}), 5062)
+		for i := range readQueueSlowMax / 4 {
+			q.take([]byte(strings.ReplaceAll(strangerRequest("INVITE", h.udp, "", "")(src.String()), "INVITE;rport", fmt.Sprintf("p%df%d;rport", p, i))), src)
+		}
+	}
+	if want := readQueueSlowMax - readQueueSlowReserve + readQueueSlowMin; q.slow.size != want {
+		t.Fatalf("four parties' flood: slow queue holds %d, want %d (three full shares, the fourth stopped at the reserve)", q.slow.size, want)
+	}
+	quiet := netip.MustParseAddrPort("127.0.0.7:5062") // dialer-6
+	q.take([]byte(strangerRequest("INVITE", h.udp, "", "")(quiet.String())), quiet)
+	if got := testutil.ToFloat64(h.m.Calls.WithLabelValues("dialer-6", metrics.OutcomeRejectedOverload)); got != 0 || q.slow.by[party{peer: "dialer-6"}] != 1 {
+		t.Errorf("a quiet peer's INVITE after the flood: rejected_overload %v, queued %d; want it queued", got, q.slow.by[party{peer: "dialer-6"}])
+	}
+}
+
+// TestReadQueueCarrierInPeerPrefix: a carrier whose address lies inside a
+// peer's prefix is its own party, not the peer's.
+func TestReadQueueCarrierInPeerPrefix(t *testing.T) {
+	h, _ := readQueueHarness(t, 64)
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	cfg := testConfig(carrierCfg("a", car))
+	cfg.Peers[0].Sources = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+	who, known := h.p.partyOf(cfg, netip.MustParseAddr("127.0.0.1"))
+	if !known || who != (party{ip: netip.MustParseAddr("127.0.0.1")}) {
+		t.Errorf("carrier inside a peer's /8: party %+v (known %v), want the carrier's address", who, known)
+	}
+	if who, _ := h.p.partyOf(cfg, netip.MustParseAddr("127.0.0.2")); who != (party{peer: "dialer-1"}) {
+		t.Errorf("a peer address in the same /8: party %+v, want dialer-1", who)
 	}
 }
 
