@@ -49,9 +49,9 @@ import (
 // The slow queue is also where a burst of new calls waits for the inflight
 // bound (overload.go): while every unit is taken, an INVITE at its head is
 // held back until a unit is given back, for at most sip.inflight_wait
-// (config.SIP.InflightWait, 100 ms by default), and
-// only then handed on (where the read filter or the screen sheds it if the
-// bound is still taken). So a burst the node decides within a fraction of
+// (config.SIP.InflightWait, 100 ms by default), and only then handed on
+// (where the read filter or the screen sheds it if the bound is still
+// taken). So a burst the node decides within a fraction of
 // a second, a GC cycle, or the node descheduled on a shared box, is
 // decided rather than shed, while a flood fills the queue and is shed at
 // its door. Nothing is held but the datagram: no transaction, no
@@ -122,8 +122,9 @@ const (
 	readQueueSlowReserve = readQueueSlowMax / 4
 )
 
-// party is who a datagram counts against in a queue's shares: a peer by
-// name (all its source addresses together), any other known source by IP.
+// party is who a datagram counts against in a queue's shares: a carrier
+// by address (checked first, even inside a peer's prefix), a peer by name
+// (all its source addresses together).
 type party struct {
 	peer string
 	ip   netip.Addr
