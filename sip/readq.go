@@ -203,20 +203,25 @@ func (q *fifo) pop() datagram {
 }
 
 // lane is a fifo shared between parties: by counts each party's
-// datagrams in it.
+// datagrams in it, and room applies its limits.
 type lane struct {
 	fifo
 	by map[party]int
+	// least and reserve: once only reserve places are left, a party may
+	// still queue while it holds fewer than least (the reserve is for
+	// quiet parties).
+	least, reserve int
 }
 
-func newLane(n int) lane { return lane{fifo: newFifo(n), by: make(map[party]int)} }
+func newLane(capacity, least, reserve int) lane {
+	return lane{fifo: newFifo(capacity), by: make(map[party]int), least: least, reserve: reserve}
+}
 
-// room reports whether who may queue one more datagram on l: l holds
-// fewer than capacity, who fewer than share, and, once only reserve
-// places are left, fewer than least (the reserve is for quiet parties).
-func (l *lane) room(who party, capacity, share, least, reserve int) bool {
-	held := l.by[who]
-	return l.size < capacity && held < share && (held < least || l.size < capacity-reserve)
+// room reports whether who may queue one more datagram on l, holding at
+// most share of it.
+func (l *lane) room(who party, share int) bool {
+	held, capacity := l.by[who], len(l.buf)
+	return l.size < capacity && held < share && (held < l.least || l.size < capacity-l.reserve)
 }
 
 func (l *lane) push(d datagram) {
@@ -242,8 +247,8 @@ type readQueue struct {
 	mu      sync.Mutex
 	fast    lane
 	slow    lane
-	strange fifo
-	bytes   int // held in the three queues (datagram.cost)
+	strange lane // one party: strangers are not told apart
+	bytes   int  // held in the three queues (datagram.cost)
 	// slowSums counts the slow queue's datagrams by hash of their bytes
 	// and source.
 	slowSums map[uint64]int
@@ -261,8 +266,10 @@ type readQueue struct {
 func newReadQueue(p *Proxy, c *net.UDPConn) *readQueue {
 	q := &readQueue{
 		UDPConn: c, p: p,
-		fast: newLane(readQueueFast), slow: newLane(readQueueSlowMax), strange: newFifo(readQueueStrange),
-		wake: make(chan struct{}, 1), timer: time.NewTimer(time.Hour),
+		fast:    newLane(readQueueFast, readQueueFastMin, readQueueFastReserve),
+		slow:    newLane(readQueueSlowMax, readQueueSlowMin, readQueueSlowReserve),
+		strange: newLane(readQueueStrange, 0, 0),
+		wake:    make(chan struct{}, 1), timer: time.NewTimer(time.Hour),
 		slowSums: make(map[uint64]int), seed: maphash.MakeSeed(),
 	}
 	q.timer.Stop()
@@ -320,21 +327,26 @@ func (q *readQueue) run() {
 // take classifies one datagram read from the socket and queues a copy of
 // it, sheds it, or drops it.
 func (q *readQueue) take(data []byte, from netip.AddrPort) {
-	defer q.p.panics.Recover("sip.read_queue", func(error) { q.pushStrange(data, from) })
+	defer q.p.panics.Recover("sip.read_queue", func(error) {
+		if !q.push(&q.strange, party{}, readQueueStrange, data, from) {
+			q.p.m.SIPErrors.WithLabelValues("read_queue_full").Inc()
+		}
+	})
 	if len(bytes.Trim(data, "\x00")) == 0 || q.p.dropEarly(data, from) {
 		return
 	}
 	cfg := q.p.cfg()
 	who, known := q.p.partyOf(cfg, from.Addr().WithZone("").Unmap())
-	if !known {
-		q.pushStrange(data, from)
-		return
-	}
-	if isFast(data) {
-		if q.pushFast(data, from, who) {
+	switch {
+	case !known:
+		if q.push(&q.strange, party{}, readQueueStrange, data, from) {
 			return
 		}
-	} else if q.pushSlow(data, from, who, slowShare(cfg)) || q.p.shedRawFrom(q.UDPConn, from, data, true) {
+	case isFast(data):
+		if q.push(&q.fast, who, readQueueFastShare, data, from) {
+			return
+		}
+	case q.push(&q.slow, who, slowShare(cfg), data, from) || q.p.shedRawFrom(q.UDPConn, from, data, true):
 		return
 	}
 	q.p.m.SIPErrors.WithLabelValues("read_queue_full").Inc()
@@ -357,67 +369,32 @@ func (p *Proxy) partyOf(cfg *config.Config, ip netip.Addr) (party, bool) {
 	return party{}, false
 }
 
-// pushStrange queues a copy of a stranger's datagram, or drops and counts
-// it when the strangers' queue is full.
-func (q *readQueue) pushStrange(data []byte, from netip.AddrPort) {
-	ok := func() bool {
-		q.mu.Lock()
-		defer q.mu.Unlock()
-		if q.strange.size >= readQueueStrange || q.bytes+costOf(len(data)) > readQueueBytes {
-			return false
-		}
-		d := newDatagram(data, from)
-		q.strange.push(d)
-		q.bytes += d.cost()
-		return true
-	}()
-	if !ok {
-		q.p.m.SIPErrors.WithLabelValues("read_queue_full").Inc()
-		return
+// push queues a copy of data on l as who's (holding at most share of l),
+// unless l has no room for it or the queues hold readQueueBytes. On the
+// slow lane a datagram already waiting there from the same source is not
+// queued again, and counts as queued.
+func (q *readQueue) push(l *lane, who party, share int, data []byte, from netip.AddrPort) bool {
+	dedupe := l == &q.slow
+	var sum uint64
+	if dedupe {
+		sum = maphash.Bytes(q.seed, data) ^ bits.RotateLeft64(maphash.Comparable(q.seed, from), 1)
 	}
-	q.signal()
-}
-
-// pushFast queues a copy of data on the fast queue if it and who's share
-// of it have room.
-func (q *readQueue) pushFast(data []byte, from netip.AddrPort, who party) bool {
-	ok := func() bool {
-		q.mu.Lock()
-		defer q.mu.Unlock()
-		if !q.fast.room(who, readQueueFast, readQueueFastShare, readQueueFastMin, readQueueFastReserve) || q.bytes+costOf(len(data)) > readQueueBytes {
-			return false
-		}
-		d := newDatagram(data, from)
-		d.who = who
-		q.fast.push(d)
-		q.bytes += d.cost()
-		return true
-	}()
-	if ok {
-		q.signal()
-	}
-	return ok
-}
-
-// pushSlow queues a copy of data on the slow queue if it and who's share
-// of it have room; it reports true too, queueing nothing, when the same
-// datagram from the same source is already waiting there.
-func (q *readQueue) pushSlow(data []byte, from netip.AddrPort, who party, share int) bool {
-	sum := maphash.Bytes(q.seed, data) ^ bits.RotateLeft64(maphash.Comparable(q.seed, from), 1)
 	queued, ok := func() (bool, bool) {
 		q.mu.Lock()
 		defer q.mu.Unlock()
-		if q.slowSums[sum] > 0 {
+		if dedupe && q.slowSums[sum] > 0 {
 			return false, true
 		}
-		if !q.slow.room(who, readQueueSlowMax, share, readQueueSlowMin, readQueueSlowReserve) || q.bytes+costOf(len(data)) > readQueueBytes {
+		if !l.room(who, share) || q.bytes+costOf(len(data)) > readQueueBytes {
 			return false, false
 		}
 		d := newDatagram(data, from)
 		d.who, d.sum = who, sum
-		q.slow.push(d)
+		l.push(d)
 		q.bytes += d.cost()
-		q.slowSums[sum]++
+		if dedupe {
+			q.slowSums[sum]++
+		}
 		return true, true
 	}()
 	if queued {
@@ -456,18 +433,16 @@ func (q *readQueue) ReadFrom(b []byte) (int, net.Addr, error) {
 		ok := false
 		hold := time.Duration(0)
 		q.mu.Lock()
-		slowReady := false
-		if q.slow.size > 0 {
-			hold = q.holdBack(q.slow.peek())
-			slowReady = hold <= 0
-		}
 		switch {
-		case q.fast.size > 0 && (q.fastRun < readQueueFastRun || !slowReady):
+		case q.fast.size > 0 && q.fastRun < readQueueFastRun:
 			d, ok = q.fast.pop(), true
 			q.fastRun++
-		case slowReady:
+		case q.slow.size > 0 && q.holdOff(&hold):
 			d, ok = q.popSlow(), true
 			q.fastRun = 0
+		case q.fast.size > 0:
+			d, ok = q.fast.pop(), true
+			q.fastRun++
 		case q.strange.size > 0:
 			d, ok = q.strange.pop(), true
 		}
@@ -496,15 +471,18 @@ func (q *readQueue) ReadFrom(b []byte) (int, net.Addr, error) {
 	}
 }
 
-// holdBack is how much longer the slow queue's head waits for a unit of
-// the inflight bound: 0 when it goes on now.
-func (q *readQueue) holdBack(d *datagram) time.Duration {
+// holdOff reports whether the slow queue's head goes on now; if not, it
+// sets *hold to how much longer the head waits for a unit of the inflight
+// bound (q.mu held).
+func (q *readQueue) holdOff(hold *time.Duration) bool {
+	d := q.slow.peek()
 	if !bytes.HasPrefix(d.data, inviteStart) {
-		return 0
+		return true
 	}
 	cfg := q.p.cfg()
 	if cfg == nil || q.p.inflight.Load() < inflightLimit(cfg) {
-		return 0
+		return true
 	}
-	return max(0, cfg.SIP.InflightWait-time.Since(d.at))
+	*hold = cfg.SIP.InflightWait - time.Since(d.at)
+	return *hold <= 0
 }
