@@ -665,12 +665,13 @@ func (p *Proxy) listensOn(port int) bool {
 	return false
 }
 
-// readFilter drops datagrams that filled the read buffer (they were cut
-// short by the socket and cannot be a whole SIP message) and, with
-// unknown_source drop, datagrams from strangers before they are parsed;
-// while the inflight bound is taken it sheds new initial INVITEs from
-// peers from their raw bytes, and drops the ACKs of such answers from
-// known sources (rawshed.go). A panic in it passes the datagram on to
+// readFilter runs in sipgo's UDP read loop on each datagram before it is
+// parsed: while the inflight bound is taken it sheds a listener's new
+// initial INVITEs from peers from their raw bytes (rawshed.go); the
+// listener's read queue dropped the rest before (dropEarly: oversized
+// datagrams, strangers' with unknown_source drop, the ACKs of shed
+// answers), and on a socket sipgo opened itself, which has no read queue,
+// readFilter drops those here. A panic in it passes the datagram on to
 // sipgo's parser (counted in cpsguard_panics_total{where="sip.read_filter"}):
 // it runs in sipgo's read loop, where an unrecovered one would end the node.
 func (p *Proxy) readFilter(props sipmsg.TransportReadProps, data []byte) (out []byte, err error) {
@@ -683,10 +684,18 @@ func (p *Proxy) readFilter(props sipmsg.TransportReadProps, data []byte) (out []
 		return data, nil
 	}
 	from := ua.AddrPort()
-	if p.dropEarly(data, from) {
-		return nil, nil
+	conn := p.udpConnOf(props.LocalAddr)
+	if conn == nil {
+		// A socket sipgo opened itself, read without a read queue.
+		if p.dropEarly(data, from) {
+			return nil, nil
+		}
+		return data, nil
 	}
-	if conn := p.udpConnOf(props.LocalAddr); conn != nil && p.shedRawFrom(conn, from, data, false) {
+	// A listener's datagram: its read queue's reader already dropped what
+	// dropEarly drops; what is left is shedding by the inflight bound,
+	// now that the datagram's turn has come.
+	if p.shedRawFrom(conn, from, data, false) {
 		return nil, nil
 	}
 	return data, nil
