@@ -262,7 +262,9 @@ type txUpstream struct {
 
 // relay passes r upstream; a failure is logged at Debug and returned.
 func (u *txUpstream) relay(r *sipmsg.Response) error {
-	err := u.tx.Respond(relayResponse(r, u.dest, u.req.Transport()))
+	out := relayResponse(r, u.dest, u.req.Transport())
+	u.p.ocMark(ocAsked(u.req.Via()), out.Via())
+	err := u.tx.Respond(out)
 	if err != nil {
 		u.p.log.Debug("relay failed", "status", r.StatusCode, "error", err)
 	}

@@ -124,6 +124,12 @@
 // While the node sheds (and 5 s after), a carrier that did not ring a call
 // in time or did not answer a probe is not held against it: the answer may
 // be waiting in the node's own queue.
+// A peer whose requests ask for overload control (RFC 7339: "oc" in the top
+// Via) gets the node's loss-based reduction (oc, oc-validity, oc-seq,
+// oc-algo="loss") in the responses to its INVITEs, relayed or the node's
+// own, and to the requests the node answers itself (oc.go); the reduction
+// follows the share of new calls the node shed for overload. Strangers and
+// peers that do not ask see no change.
 // Malformed or oversized messages are dropped (or answered 400 when a
 // transaction can be formed) and counted in cpsguard_sip_errors_total with
 // reason parse, oversized, malformed, transaction, source, unknown_source,

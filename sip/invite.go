@@ -465,6 +465,9 @@ func (c *call) send(res *sipmsg.Response) {
 	if res.StatusCode >= 300 && c.code == 0 {
 		c.code = res.StatusCode
 	}
+	if c.peer != "" && c.peer != PeerUnknown {
+		c.p.ocMarkOwn(res)
+	}
 	if err := c.tx.Respond(res); err != nil {
 		c.log.Debug("respond failed", "status", res.StatusCode, "error", err)
 	}
@@ -481,7 +484,9 @@ func (c *call) relay(res *sipmsg.Response) error {
 		c.upstream = upstreamOf(c.req)
 	}
 	status := res.StatusCode
-	err := c.tx.Respond(relayResponse(res, c.upstream, c.req.Transport()))
+	out := relayResponse(res, c.upstream, c.req.Transport())
+	c.p.ocMark(ocAsked(c.req.Via()), out.Via())
+	err := c.tx.Respond(out)
 	if err != nil {
 		c.log.Debug("relay failed", "status", status, "error", err)
 	}

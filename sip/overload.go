@@ -61,6 +61,7 @@ func (p *Proxy) tryInflight(limit int64) bool {
 		p.inflight.Add(-1)
 		return false
 	}
+	p.oc.taken.Add(1)
 	return true
 }
 
@@ -89,15 +90,23 @@ func (p *Proxy) screenInvite(cfg *config.Config, req *sipmsg.Request, src netip.
 			acquire = func() bool { return p.tryInflight(limit) }
 		}
 	}
+	// A peer's answers carry the overload-control values it asks for
+	// (oc.go); a stranger learns nothing of the node's load.
+	answer := func(res *sipmsg.Response) {
+		if peer != "" {
+			p.ocMarkOwn(res)
+		}
+		p.writeStateless(res)
+	}
 	switch p.invites.register(req, acquire, &p.inflight) {
 	case regNew:
 		if acquire != nil {
-			p.stateless(req, sipmsg.StatusTrying, "Trying")
+			answer(sipmsg.NewResponseFromRequest(req, sipmsg.StatusTrying, "Trying", nil))
 		}
 		return true
 	case regLive:
 		if initial {
-			p.stateless(req, sipmsg.StatusTrying, "Trying")
+			answer(sipmsg.NewResponseFromRequest(req, sipmsg.StatusTrying, "Trying", nil))
 			return false
 		}
 		return true
@@ -105,8 +114,8 @@ func (p *Proxy) screenInvite(cfg *config.Config, req *sipmsg.Request, src netip.
 		return true
 	}
 	p.m.Calls.WithLabelValues(peer, metrics.OutcomeRejectedOverload).Inc()
-	p.lastShed.Store(time.Now().UnixNano())
-	p.writeStateless(shedResponse(req, shedTag+strconv.FormatUint(rand.Uint64(), 36)))
+	p.noteShed(time.Now())
+	answer(shedResponse(req, shedTag+strconv.FormatUint(rand.Uint64(), 36)))
 	return false
 }
 
@@ -207,4 +216,14 @@ const overloadMemory = 5 * time.Second
 func (p *Proxy) overloaded() bool {
 	last := p.lastShed.Load()
 	return last != 0 && time.Since(time.Unix(0, last)) < overloadMemory
+}
+
+// noteShed records a call shed for overload at now: for overloaded, and
+// for the reduction overload-control clients are asked for (oc.go), which
+// is recomputed here when its period is over so that it follows the
+// shedding even while no such client sends anything.
+func (p *Proxy) noteShed(now time.Time) {
+	p.lastShed.Store(now.UnixNano())
+	p.oc.shed.Add(1)
+	p.oc.current(now)
 }

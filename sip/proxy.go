@@ -179,6 +179,8 @@ type Proxy struct {
 	inflight inflightCount
 	// lastShed is when the screen last shed a call (Unix ns, overload.go).
 	lastShed atomic.Int64
+	// oc is the reduction asked of overload-control clients (oc.go).
+	oc ocMeter
 	// rawSheds counts the calls the read filter shed from raw bytes
 	// (rawshed.go; tests).
 	rawSheds atomic.Int64

@@ -39,6 +39,8 @@ import (
 //     accepts, which sipgo would parse (every header sipgo parses with a
 //     parser of its own is parsed here too, with sipgo's parser, or by a
 //     stricter grammar) and the screen would find well formed,
+//   - whose top Via does not ask for overload control (an "oc"
+//     parameter: the screen's answer carries the node's values, oc.go),
 //   - and that is not a copy of an INVITE in the invite table (a
 //     retransmission of a call being decided, or one just answered, which
 //     the screen handles: 100 Trying, or a new decision),
@@ -92,7 +94,7 @@ func (p *Proxy) shedRawFrom(conn *net.UDPConn, from netip.AddrPort, data []byte,
 		return false
 	}
 	p.m.Calls.WithLabelValues(peer.Name, metrics.OutcomeRejectedOverload).Inc()
-	p.lastShed.Store(time.Now().UnixNano())
+	p.noteShed(time.Now())
 	p.rawSheds.Add(1)
 	if _, err := conn.WriteTo(out, raddr); err != nil {
 		p.log.Debug("stateless answer failed", "status", sipmsg.StatusServiceUnavailable, "error", err)
@@ -506,6 +508,9 @@ func (r *rawInvite) addVia(v []byte) bool {
 		}
 		if !seen.add(name) {
 			return false
+		}
+		if top && bytes.EqualFold(name, []byte("oc")) {
+			return false // asks for overload control: the screen's answer carries it (oc.go)
 		}
 		switch string(name) {
 		case "branch":

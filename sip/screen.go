@@ -222,6 +222,7 @@ func (p *Proxy) answerOutOfDialog(req *sipmsg.Request) {
 		res = sipmsg.NewResponseFromRequest(req, sipmsg.StatusMethodNotAllowed, "Method Not Allowed", nil)
 		res.AppendHeader(sipmsg.NewHeader("Allow", allowed))
 	}
+	p.ocMarkOwn(res) // a known party's (a dispatcher's keepalive): oc.go
 	p.writeStateless(res)
 }
 

@@ -1,0 +1,206 @@
+package sip
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	sipmsg "github.com/emiago/sipgo/sip"
+)
+
+// SIP overload control toward peers that ask for it (RFC 7339, the
+// mandatory loss-based algorithm).
+//
+// A client that supports it puts a valueless "oc" parameter in the top
+// Via of its requests. The node then answers with its current reduction
+// in that Via of every response it sends or relays back:
+//
+//	Via: SIP/2.0/UDP 192.0.2.7:5060;branch=z9hG4bK..;oc=40;oc-validity=1000;oc-seq=1764013000.123;oc-algo="loss"
+//
+// asking the client to drop 40 % of the new requests it would send here,
+// for oc-validity ms; oc-seq orders the values (a client ignores one older
+// than the last it saw, so a late relayed response cannot undo a newer
+// value). oc=0 says there is nothing to drop. Clients that do not ask see
+// no change: no parameter is added or removed in their responses.
+//
+// The reduction follows the node's own shedding (sip.max_inflight):
+// every ocPeriod, with A initial INVITEs let in and S shed for overload
+// in that period, the reduction v becomes 100 - (100-v)·A/(A+S): the
+// share of the offered calls the node could take, applied on top of the
+// reduction the compliant clients already make. A period without a shed
+// halves it. Shedding for a peer's or a customer's CPS limit is not
+// overload and does not count: it is the admission decision, and a
+// loss-based reduction of a peer's offer would also cut the calls within
+// its limit.
+//
+// Limits: sipgo's Via parser (v1.7.2) splits a header at the comma inside
+// a quoted oc-algo list, so a request whose top Via lists several
+// algorithms (oc-algo="loss,rate") fails to parse and is dropped as
+// malformed before this code sees it; a single algorithm (oc-algo="loss")
+// parses into mangled parameters, which ocMark replaces (and a quoted
+// parameter placed before the branch loses the branch: sipgo then treats
+// the request as one without). Only responses to
+// INVITEs, to requests the node answers itself and to in-dialog requests
+// relayed through a transaction carry the values; the stateless relay of
+// in-dialog BYE and its responses (stateless.go) passes them unchanged.
+
+const (
+	// ocPeriod is how often the reduction follows the node's shedding.
+	ocPeriod = 500 * time.Millisecond
+	// ocValidity is the oc-validity of every value, in ms: two periods,
+	// so a value is refreshed before it lapses while responses flow.
+	ocValidity = 1000
+	// ocAlgo is the oc-algo the node selects: loss, which RFC 7339
+	// makes mandatory for every client that asks.
+	ocAlgo = `"loss"`
+)
+
+// ocMeter computes the reduction asked of overload-control clients. The
+// counts are plain atomics (the paths that bump them are the hot ones);
+// the value is recomputed at most once per ocPeriod, by whichever caller
+// finds the period over, and published for lock-free reads.
+type ocMeter struct {
+	taken atomic.Uint64 // initial INVITEs given a unit of the inflight bound
+	shed  atomic.Uint64 // initial INVITEs shed for overload (503 Overloaded)
+
+	due atomic.Int64 // Unix ns at which the value is next recomputed
+	cur atomic.Pointer[ocValue]
+
+	mu        sync.Mutex
+	at        time.Time // when the value was last computed
+	prevTaken uint64
+	prevShed  uint64
+	value     int   // the reduction, 0..100
+	seqMS     int64 // the last oc-seq, in Unix ms
+}
+
+// ocValue is one published reduction with its oc-seq.
+type ocValue struct {
+	percent int
+	oc      string // strconv.Itoa(percent)
+	seq     string // "<Unix s>.<ms>"
+}
+
+// current returns the reduction in force at now, recomputing it first
+// when a period has passed.
+func (m *ocMeter) current(now time.Time) *ocValue {
+	if v := m.cur.Load(); v != nil && now.UnixNano() < m.due.Load() {
+		return v
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if v := m.cur.Load(); v != nil && now.UnixNano() < m.due.Load() {
+		return v // another caller recomputed it meanwhile
+	}
+	m.update(now)
+	return m.cur.Load()
+}
+
+// update recomputes the value (m.mu held). The first call starts the
+// history at now with no reduction.
+func (m *ocMeter) update(now time.Time) {
+	taken, shed := m.taken.Load(), m.shed.Load()
+	if !m.at.IsZero() {
+		a, s := taken-m.prevTaken, shed-m.prevShed
+		if s > 0 {
+			// 1-v' = (1-v)·A/(A+S), rounded toward more reduction.
+			keep := (uint64(100-m.value) * a) / (a + s)
+			m.value = 100 - int(keep)
+		} else {
+			m.value /= 2
+		}
+		// A gap of several periods means no INVITE came in them: nothing
+		// was shed there, so each such period halves the value too.
+		if gaps := now.Sub(m.at)/ocPeriod - 1; gaps > 0 {
+			m.value >>= min(int(gaps), 7)
+		}
+	}
+	m.at, m.prevTaken, m.prevShed = now, taken, shed
+	ms := now.UnixMilli()
+	if ms <= m.seqMS {
+		ms = m.seqMS + 1 // strictly increasing even if the clock steps back
+	}
+	m.seqMS = ms
+	m.cur.Store(&ocValue{
+		percent: m.value,
+		oc:      strconv.Itoa(m.value),
+		seq:     strconv.FormatInt(ms/1000, 10) + "." + pad3(ms%1000),
+	})
+	m.due.Store(now.Add(ocPeriod).UnixNano())
+}
+
+// pad3 formats 0..999 in three digits.
+func pad3(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	return strings.Repeat("0", 3-len(s)) + s
+}
+
+// ocAsked reports whether a request's top Via asks for overload control:
+// it carries an "oc" parameter (parameter names are case-insensitive).
+func ocAsked(via *sipmsg.ViaHeader) bool {
+	if via == nil {
+		return false
+	}
+	for _, kv := range via.Params {
+		if strings.EqualFold(kv.K, "oc") {
+			return true
+		}
+	}
+	return false
+}
+
+// isOCParam reports a parameter of RFC 7339's: oc, or one named oc-...
+// Keys are taken as sipgo's parser leaves them (see ocMark).
+func isOCParam(k string) bool {
+	k = strings.TrimLeft(k, ";")
+	return strings.EqualFold(k, "oc") || (len(k) >= 3 && strings.EqualFold(k[:3], "oc-"))
+}
+
+// ocMark writes the node's current reduction into via, the top Via of a
+// response on its way to a client that asked (ocAsked of its request):
+// every oc parameter the Via holds is replaced by the node's four. via
+// must be the response's own header (the responses the node builds clone
+// the request's; a relayed response's is its own).
+//
+// sipgo's parser (v1.7.2) mangles a quoted parameter value: the key of
+// `;oc-algo="loss";x=1` becomes everything from "oc-algo" to the end of
+// the header, and the next key starts with ';' (";x"). Both are dropped
+// or repaired here: the mangled key starts with "oc-", and a leading ';'
+// is trimmed from any other key. The quoted oc-algo goes last, so that a
+// client on such a parser mangles nothing after it.
+func (p *Proxy) ocMark(asked bool, via *sipmsg.ViaHeader) {
+	if !asked || via == nil {
+		return
+	}
+	v := p.oc.current(time.Now())
+	params := make(sipmsg.HeaderParams, 0, len(via.Params)+4)
+	for _, kv := range via.Params {
+		if isOCParam(kv.K) {
+			continue
+		}
+		if k := strings.TrimLeft(kv.K, ";"); k != kv.K {
+			if k == "" {
+				continue
+			}
+			kv.K = k
+		}
+		params = append(params, kv)
+	}
+	via.Params = append(params,
+		sipmsg.HeaderKV{K: "oc", V: v.oc},
+		sipmsg.HeaderKV{K: "oc-validity", V: strconv.Itoa(ocValidity)},
+		sipmsg.HeaderKV{K: "oc-seq", V: v.seq},
+		sipmsg.HeaderKV{K: "oc-algo", V: ocAlgo},
+	)
+}
+
+// ocMarkOwn marks a response the node built from its request with
+// NewResponseFromRequest: its top Via is a copy of the request's, so it
+// says itself whether the client asked.
+func (p *Proxy) ocMarkOwn(res *sipmsg.Response) {
+	if via := res.Via(); ocAsked(via) {
+		p.ocMark(true, via)
+	}
+}
