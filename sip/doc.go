@@ -115,7 +115,8 @@
 // while the inflight bound is taken a new INVITE waits there up to
 // sip.inflight_wait (100 ms by default) for a unit (a burst is decided,
 // not shed), and a peer's new INVITE that finds its share of that queue
-// taken gets the same 503 at once
+// taken gets the same 503 at once (parsed for it when the raw path does
+// not read it, within a budget per listener: shedParsed)
 // instead of waiting, or being dropped unanswered, in the socket buffer;
 // any other datagram that finds no room is dropped and counted
 // (read_queue_full). The screen also answers 100

@@ -184,6 +184,8 @@ type Proxy struct {
 	// rawSheds counts the calls the read filter shed from raw bytes
 	// (rawshed.go; tests).
 	rawSheds atomic.Int64
+	// parser is sipgo's parser, as the transports use it (shedParsed).
+	parser *sipmsg.Parser
 
 	// keys mint and check the dialog tokens of Record-Route and Route.
 	keys *dialogKeys
@@ -265,6 +267,7 @@ func New(opts Options) (*Proxy, error) {
 	sipLog := slog.New(&sipgoHandler{inner: opts.Logger.Handler(), errs: p.m.SIPErrors}).With("component", "sipgo")
 	parser := sipmsg.NewParser()
 	parser.MaxMessageLength = MaxMessageSize
+	p.parser = parser
 	ua, err := sipgo.NewUA(
 		sipgo.WithUserAgent("cpsguard"),
 		sipgo.WithUserAgentParser(parser),
@@ -697,7 +700,7 @@ func (p *Proxy) readFilter(props sipmsg.TransportReadProps, data []byte) (out []
 	// A listener's datagram: its read queue's reader already dropped what
 	// dropEarly drops; what is left is shedding by the inflight bound,
 	// now that the datagram's turn has come.
-	if p.shedRawFrom(conn, from, data, false) {
+	if p.shedRawFrom(conn, from, data, false, nil) {
 		return nil, nil
 	}
 	return data, nil

@@ -65,8 +65,10 @@ func maxUDPAnswer() int { return sipmsg.UDPMTUSize - 200 }
 // shedRawFrom answers a new initial INVITE from a peer, read from conn,
 // with the screen's stateless 503 from its raw bytes while the inflight
 // bound is taken, or whenever force is set (the read queue is full:
-// readq.go); true when it did (the datagram is consumed).
-func (p *Proxy) shedRawFrom(conn *net.UDPConn, from netip.AddrPort, data []byte, force bool) bool {
+// readq.go; then an INVITE the raw path does not read is parsed and
+// answered by shedParsed, while budget allows); true when it did (the
+// datagram is consumed).
+func (p *Proxy) shedRawFrom(conn *net.UDPConn, from netip.AddrPort, data []byte, force bool, budget *parseBudget) bool {
 	if !bytes.HasPrefix(data, inviteStart) || len(data) > MaxMessageSize {
 		return false
 	}
@@ -82,7 +84,10 @@ func (p *Proxy) shedRawFrom(conn *net.UDPConn, from netip.AddrPort, data []byte,
 		return false
 	}
 	inv, ok := scanInvite(data)
-	if !ok || p.invites.has(inv.key()) {
+	if !ok {
+		return force && budget.take(time.Now()) && p.shedParsed(conn, from, data, peer.Name)
+	}
+	if p.invites.has(inv.key()) {
 		return false
 	}
 	raddr := net.UDPAddrFromAddrPort(from)
@@ -91,7 +96,7 @@ func (p *Proxy) shedRawFrom(conn *net.UDPConn, from netip.AddrPort, data []byte,
 	out, ok := inv.appendShed((*bp)[:0], raddr.String(), shedTag+strconv.FormatUint(rand.Uint64(), 36))
 	*bp = out[:0]
 	if !ok || len(out) > maxUDPAnswer() {
-		return false
+		return force && budget.take(time.Now()) && p.shedParsed(conn, from, data, peer.Name)
 	}
 	p.m.Calls.WithLabelValues(peer.Name, metrics.OutcomeRejectedOverload).Inc()
 	p.noteShed(time.Now())
@@ -99,6 +104,86 @@ func (p *Proxy) shedRawFrom(conn *net.UDPConn, from netip.AddrPort, data []byte,
 	if _, err := conn.WriteTo(out, raddr); err != nil {
 		p.log.Debug("stateless answer failed", "status", sipmsg.StatusServiceUnavailable, "error", err)
 	}
+	return true
+}
+
+// shedParsed is shedRawFrom's answer, when the read queue has no room
+// for it, to a peer's INVITE the raw path does not read (a quoted Via
+// parameter, such as an overload-control client's oc-algo="loss", or any
+// other form it leaves to sipgo): sipgo's parser reads it here, in the
+// listener's reader, and it gets the screen's stateless 503 exactly as
+// screenInvite would shed it, with the overload-control values it asks
+// for. Dropped instead, it would be retransmitted into a queue that is
+// still full until its caller gave up: measured, half of a 10,000 CPS
+// flood of such INVITEs got no final answer at all (BENCHMARKS.md).
+//
+// As in the raw path, it answers only a well-formed initial INVITE that
+// is not a copy of one in the invite table; anything else is dropped by
+// the caller and counted read_queue_full. Like the raw path's, the
+// answer goes to the packet's source, from the socket the INVITE arrived
+// on.
+func (p *Proxy) shedParsed(conn *net.UDPConn, from netip.AddrPort, data []byte, peer string) bool {
+	if p.parser == nil {
+		return false
+	}
+	m, err := p.parser.ParseSIP(data)
+	if err != nil {
+		return false
+	}
+	req, ok := m.(*sipmsg.Request)
+	if !ok {
+		return false
+	}
+	req.SetTransport("UDP")
+	req.SetSource(from.String())
+	if !wellFormed(req) || !req.IsInvite() || inDialog(req) || p.invites.has(inviteKeyOf(req)) {
+		return false
+	}
+	res := shedResponse(req, shedTag+strconv.FormatUint(rand.Uint64(), 36))
+	p.ocMarkOwn(res)
+	out := []byte(res.String())
+	if len(out) > maxUDPAnswer() {
+		return false
+	}
+	p.m.Calls.WithLabelValues(peer, metrics.OutcomeRejectedOverload).Inc()
+	p.noteShed(time.Now())
+	if _, err := conn.WriteToUDPAddrPort(out, from); err != nil {
+		p.log.Debug("stateless answer failed", "status", sipmsg.StatusServiceUnavailable, "error", err)
+	}
+	return true
+}
+
+// parsedPerWindow is how many INVITEs shedParsed may parse per
+// parsedWindow on one listener: 10,000 a second, about a tenth of a core
+// (BenchmarkShedParsed: ~7 µs each, plus the send). Beyond it they are
+// dropped as before, so a peer flooding forms the raw path does not read
+// cannot make the listener's reader fall behind its socket.
+const (
+	parsedPerWindow = 1000
+	parsedWindow    = 100 * time.Millisecond
+)
+
+// parseBudget bounds shedParsed's parsing on one listener. It belongs to
+// the listener's reader goroutine (not safe for concurrent use); nil
+// allows nothing.
+type parseBudget struct {
+	start time.Time
+	left  int
+}
+
+// take spends one parse of the budget at now, or reports false when this
+// window's is spent.
+func (b *parseBudget) take(now time.Time) bool {
+	if b == nil {
+		return false
+	}
+	if now.Sub(b.start) >= parsedWindow || now.Before(b.start) {
+		b.start, b.left = now, parsedPerWindow
+	}
+	if b.left == 0 {
+		return false
+	}
+	b.left--
 	return true
 }
 

@@ -259,6 +259,9 @@ type readQueue struct {
 	// bound was given back, or err was set.
 	wake  chan struct{}
 	timer *time.Timer // ReadFrom's, for an INVITE held back
+	// parsed bounds the INVITEs the reader parses to shed them when the
+	// queue is full (rawshed.go: shedParsed); the reader's alone.
+	parsed parseBudget
 }
 
 // newReadQueue wraps a UDP listener; run must be started for reads to
@@ -346,7 +349,7 @@ func (q *readQueue) take(data []byte, from netip.AddrPort) {
 		if q.push(&q.fast, who, readQueueFastShare, data, from) {
 			return
 		}
-	case q.push(&q.slow, who, slowShare(cfg), data, from) || q.p.shedRawFrom(q.UDPConn, from, data, true):
+	case q.push(&q.slow, who, slowShare(cfg), data, from) || q.p.shedRawFrom(q.UDPConn, from, data, true, &q.parsed):
 		return
 	}
 	q.p.m.SIPErrors.WithLabelValues("read_queue_full").Inc()

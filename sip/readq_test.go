@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	sipmsg "github.com/emiago/sipgo/sip"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cpsguard/cpsguard/config"
@@ -155,8 +156,8 @@ func TestReadQueueSlowShare(t *testing.T) {
 		t.Errorf("sip_errors_total{read_queue_full}: got %v, want 2 (the CANCEL and the re-INVITE)", got)
 	}
 	_ = peer.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
-	if _, _, err := peer.ReadFromUDP(buf); err == nil {
-		t.Errorf("the reader answered a copy, a CANCEL or a re-INVITE: %q", buf)
+	if n, _, err := peer.ReadFromUDP(buf); err == nil {
+		t.Errorf("the reader answered a copy, a CANCEL or a re-INVITE: %q", buf[:n])
 	}
 
 	other := netip.MustParseAddrPort("127.0.0.3:5062") // dialer-2
@@ -165,6 +166,112 @@ func TestReadQueueSlowShare(t *testing.T) {
 	q.take([]byte(strangerRequest("INVITE", h.udp, "", "")(stranger.String())), stranger)
 	if q.slow.size != readQueueSlowMin+1 || q.strange.size != 1 {
 		t.Errorf("another peer's and a stranger's INVITE: slow %d, strangers' %d; want %d and 1", q.slow.size, q.strange.size, readQueueSlowMin+1)
+	}
+}
+
+// TestReadQueueFullShedsWhatTheRawPathLeaves: with a peer's share of the
+// INVITE queue taken, its new INVITEs of forms the raw-byte shed does not
+// read (a quoted Via parameter, an overload-control request) still get the
+// screen's 503 at once, parsed in the reader, with the overload-control
+// values when asked, sent to the packet's source; its re-INVITE and a copy
+// of an INVITE being handled are still only dropped and counted.
+func TestReadQueueFullShedsWhatTheRawPathLeaves(t *testing.T) {
+	h, q := readQueueHarness(t, 1)
+	peer, from := peerSocket(t)
+	la := from.String()
+	for i := range readQueueSlowMin {
+		q.take([]byte(strings.ReplaceAll(strangerRequest("INVITE", h.udp, "", "")(la), "INVITE;rport", fmt.Sprintf("fill%d;rport", i))), from)
+	}
+	buf := make([]byte, 65535)
+	answer := func() string {
+		t.Helper()
+		_ = peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+		n, _, err := peer.ReadFromUDP(buf)
+		if err != nil {
+			t.Fatalf("no answer: %v", err)
+		}
+		return string(buf[:n])
+	}
+	for i, via := range []string{
+		";rport;x=\"quoted value\"",
+		";rport;oc",
+		";oc;oc-algo=\"loss\"",
+	} {
+		msg := strings.Replace(strangerRequest("INVITE", h.udp, "", "")(la), "INVITE;rport", fmt.Sprintf("parsed%d%s", i, via), 1)
+		if _, ok := scanInvite([]byte(msg)); ok {
+			t.Fatalf("the raw path reads %q: the test needs a form it leaves", via)
+		}
+		q.take([]byte(msg), from)
+		got := answer()
+		if line, _, _ := strings.Cut(got, "\r\n"); line != "SIP/2.0 503 Overloaded" {
+			t.Fatalf("INVITE with Via%s finding its share taken: got %q, want 503 Overloaded", via, line)
+		}
+		if asks := strings.Contains(via, "oc"); asks != strings.Contains(got, ";oc=") || asks != strings.Contains(got, ";oc-seq=") {
+			t.Errorf("INVITE with Via%s (asks %v): answer's oc values %q", via, asks, got)
+		}
+		if !strings.Contains(got, "To: <sip:100@"+h.udp+">;tag="+shedTag) {
+			t.Errorf("answer's To tag is not a shed tag: %q", got)
+		}
+	}
+	if got := testutil.ToFloat64(h.m.Calls.WithLabelValues("dialer-1", metrics.OutcomeRejectedOverload)); got != 3 {
+		t.Errorf("calls_total{rejected_overload}: got %v, want 3", got)
+	}
+
+	reinvite := strings.Replace(strangerRequest("INVITE", h.udp, "127.0.0.1:5999", "dlg")(la), ";rport", ";rport;oc", 1)
+	q.take([]byte(reinvite), from)
+	// A copy of an INVITE the screen is handling (in the invite table).
+	live := strings.Replace(strangerRequest("INVITE", h.udp, "", "")(la), "INVITE;rport", "live;rport;oc", 1)
+	m, err := sipmsg.ParseMessage([]byte(live))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.(*sipmsg.Request).SetSource(la)
+	if h.p.invites.register(m.(*sipmsg.Request), nil, &h.p.inflight) != regNew {
+		t.Fatal("could not register the live INVITE")
+	}
+	q.take([]byte(live), from)
+	_ = peer.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if n, _, err := peer.ReadFromUDP(buf); err == nil {
+		t.Errorf("the reader answered a re-INVITE or a copy of a live INVITE: %q", buf[:n])
+	}
+	if got := testutil.ToFloat64(h.m.SIPErrors.WithLabelValues("read_queue_full")); got != 2 {
+		t.Errorf("sip_errors_total{read_queue_full}: got %v, want 2 (the re-INVITE and the copy)", got)
+	}
+
+	// With this window's parsing budget spent, such an INVITE is dropped
+	// (and counted) as before, unparsed.
+	q.parsed = parseBudget{start: time.Now()}
+	q.take([]byte(strings.Replace(strangerRequest("INVITE", h.udp, "", "")(la), "INVITE;rport", "spent;rport;oc", 1)), from)
+	_ = peer.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if n, _, err := peer.ReadFromUDP(buf); err == nil {
+		t.Errorf("the reader parsed and answered beyond its budget: %q", buf[:n])
+	}
+	if got := testutil.ToFloat64(h.m.SIPErrors.WithLabelValues("read_queue_full")); got != 3 {
+		t.Errorf("sip_errors_total{read_queue_full}: got %v, want 3", got)
+	}
+}
+
+// TestParseBudget: parsedPerWindow parses per window, then none until the
+// next window (or a clock that stepped back); a nil budget allows none.
+func TestParseBudget(t *testing.T) {
+	var b parseBudget
+	t0 := time.Unix(1764013000, 0)
+	for i := range parsedPerWindow {
+		if !b.take(t0.Add(time.Duration(i) * time.Microsecond)) {
+			t.Fatalf("parse %d of the window refused", i)
+		}
+	}
+	if b.take(t0.Add(parsedWindow - time.Millisecond)) {
+		t.Fatal("a parse beyond the window's budget allowed")
+	}
+	if !b.take(t0.Add(parsedWindow)) {
+		t.Fatal("the next window's first parse refused")
+	}
+	if !b.take(t0.Add(-time.Second)) {
+		t.Fatal("a clock that stepped back froze the budget")
+	}
+	if (*parseBudget)(nil).take(t0) {
+		t.Fatal("a nil budget allowed a parse")
 	}
 }
 
