@@ -129,8 +129,9 @@
 // Via) gets the node's loss-based reduction (oc, oc-validity, oc-seq,
 // oc-algo="loss") in the responses to its INVITEs, relayed or the node's
 // own, and to the requests the node answers itself (oc.go); the reduction
-// follows the share of new calls the node shed for overload. Strangers and
-// peers that do not ask see no change.
+// follows the share of new calls the node shed at its inflight bound.
+// Strangers, carriers and peers that do not ask see no change, and oc
+// values written downstream are removed from relayed responses.
 // Malformed or oversized messages are dropped (or answered 400 when a
 // transaction can be formed) and counted in cpsguard_sip_errors_total with
 // reason parse, oversized, malformed, transaction, source, unknown_source,

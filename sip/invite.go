@@ -485,7 +485,7 @@ func (c *call) relay(res *sipmsg.Response) error {
 	}
 	status := res.StatusCode
 	out := relayResponse(res, c.upstream, c.req.Transport())
-	c.p.ocMark(ocAsked(c.req.Via()), out.Via())
+	c.p.ocRelay(ocAsked(c.req.Via()), out.Via())
 	err := c.tx.Respond(out)
 	if err != nil {
 		c.log.Debug("relay failed", "status", status, "error", err)

@@ -39,12 +39,14 @@ import (
 // a quoted oc-algo list, so a request whose top Via lists several
 // algorithms (oc-algo="loss,rate") fails to parse and is dropped as
 // malformed before this code sees it; a single algorithm (oc-algo="loss")
-// parses into mangled parameters, which ocMark replaces (and a quoted
+// parses into mangled parameters, which ocMark repairs (and a quoted
 // parameter placed before the branch loses the branch: sipgo then treats
-// the request as one without). Only responses to
-// INVITEs, to requests the node answers itself and to in-dialog requests
-// relayed through a transaction carry the values; the stateless relay of
-// in-dialog BYE and its responses (stateless.go) passes them unchanged.
+// the request as one without). Only responses to a peer's INVITEs, to
+// the requests the node answers itself for a peer and to a peer's
+// in-dialog requests relayed through a transaction carry the values; a
+// carrier asking learns nothing. The stateless relay of in-dialog
+// requests' responses (stateless.go) carries none, and removes any a
+// party downstream wrote (ocStrip).
 
 const (
 	// ocPeriod is how often the reduction follows the node's shedding.
@@ -103,6 +105,12 @@ func (m *ocMeter) current(now time.Time) *ocValue {
 func (m *ocMeter) update(now time.Time) {
 	taken, shed := m.taken.Load(), m.shed.Load()
 	if !m.at.IsZero() {
+		// A gap of several periods since the last update had no shed in
+		// all but its last period (a shed recomputes once a period is
+		// over): each of those halves the value first.
+		if gaps := now.Sub(m.at)/ocPeriod - 1; gaps > 0 {
+			m.value >>= min(int(gaps), 7)
+		}
 		a, s := taken-m.prevTaken, shed-m.prevShed
 		if s > 0 {
 			// 1-v' = (1-v)·A/(A+S), rounded toward more reduction.
@@ -110,11 +118,6 @@ func (m *ocMeter) update(now time.Time) {
 			m.value = 100 - int(keep)
 		} else {
 			m.value /= 2
-		}
-		// A gap of several periods means no INVITE came in them: nothing
-		// was shed there, so each such period halves the value too.
-		if gaps := now.Sub(m.at)/ocPeriod - 1; gaps > 0 {
-			m.value >>= min(int(gaps), 7)
 		}
 	}
 	m.at, m.prevTaken, m.prevShed = now, taken, shed
@@ -138,62 +141,125 @@ func pad3(n int64) string {
 }
 
 // ocAsked reports whether a request's top Via asks for overload control:
-// it carries an "oc" parameter (parameter names are case-insensitive).
+// it carries an "oc" parameter (parameter names are case-insensitive;
+// the name is read as ocParamName reads it).
 func ocAsked(via *sipmsg.ViaHeader) bool {
 	if via == nil {
 		return false
 	}
 	for _, kv := range via.Params {
-		if strings.EqualFold(kv.K, "oc") {
+		if name, _, _ := ocParamName(kv); strings.EqualFold(name, "oc") {
 			return true
 		}
 	}
 	return false
 }
 
-// isOCParam reports a parameter of RFC 7339's: oc, or one named oc-...
-// Keys are taken as sipgo's parser leaves them (see ocMark).
-func isOCParam(k string) bool {
-	k = strings.TrimLeft(k, ";")
-	return strings.EqualFold(k, "oc") || (len(k) >= 3 && strings.EqualFold(k[:3], "oc-"))
+// ocParamName is a Via parameter's name and value as the sender wrote
+// them, from what sipgo's parser (v1.7.2) left: it mangles a quoted value,
+// giving `;x="a";oc=5;rport` the key `x="a";oc=5;rport` (the rest of the
+// header; the value is a) and then the keys ";oc" (5) and "rport" again.
+// So a key is trimmed of the ';' and blanks around it, and a key that
+// still holds a ';', '=' or '"' is cut to its first parameter, whose
+// value keeps its quotes; mangled reports that cut.
+func ocParamName(kv sipmsg.HeaderKV) (name, value string, mangled bool) {
+	k := strings.Trim(kv.K, "; \t")
+	if !strings.ContainsAny(k, ";=\"") {
+		return k, strings.TrimSpace(kv.V), false
+	}
+	first, _, _ := strings.Cut(k, ";")
+	name, value, _ = strings.Cut(first, "=")
+	return strings.TrimSpace(name), strings.TrimSpace(value), true
+}
+
+// isOCParam reports a parameter name of RFC 7339's: oc, or oc-...
+func isOCParam(name string) bool {
+	return strings.EqualFold(name, "oc") || (len(name) >= 3 && strings.EqualFold(name[:3], "oc-"))
+}
+
+// ocClean returns params without any RFC 7339 parameter, and with the
+// keys sipgo mangled repaired (ocParamName; a repeated name is kept
+// once), and whether an "oc" was among them. The oc values a Via carries
+// are only ever the node's to write: a client's is the valueless oc, and
+// anything else there came from a party downstream.
+func ocClean(params sipmsg.HeaderParams) (out sipmsg.HeaderParams, asked bool) {
+	out = make(sipmsg.HeaderParams, 0, len(params)+4)
+	for _, kv := range params {
+		name, value, mangled := ocParamName(kv)
+		switch {
+		case name == "":
+		case isOCParam(name):
+			asked = asked || strings.EqualFold(name, "oc")
+		case mangled || name != kv.K:
+			if !out.Has(name) {
+				out = append(out, sipmsg.HeaderKV{K: name, V: value})
+			}
+		case !out.Has(name):
+			out = append(out, kv)
+		}
+	}
+	return out, asked
+}
+
+// hasOCParam reports whether via holds any RFC 7339 parameter.
+func hasOCParam(via *sipmsg.ViaHeader) bool {
+	for _, kv := range via.Params {
+		if name, _, _ := ocParamName(kv); isOCParam(name) {
+			return true
+		}
+	}
+	return false
 }
 
 // ocMark writes the node's current reduction into via, the top Via of a
-// response on its way to a client that asked (ocAsked of its request):
-// every oc parameter the Via holds is replaced by the node's four. via
-// must be the response's own header (the responses the node builds clone
-// the request's; a relayed response's is its own).
-//
-// sipgo's parser (v1.7.2) mangles a quoted parameter value: the key of
-// `;oc-algo="loss";x=1` becomes everything from "oc-algo" to the end of
-// the header, and the next key starts with ';' (";x"). Both are dropped
-// or repaired here: the mangled key starts with "oc-", and a leading ';'
-// is trimmed from any other key. The quoted oc-algo goes last, so that a
-// client on such a parser mangles nothing after it.
+// response on its way to a peer that asked (ocAsked of its request):
+// every oc parameter the Via holds is replaced by the node's four (a
+// carrier cannot speak for the node), and keys sipgo mangled are
+// repaired (ocClean). via must be the response's own header (the
+// responses the node builds clone the request's; a relayed response's is
+// its own). The quoted oc-algo goes last, so that a client on a parser
+// like sipgo's mangles nothing after it.
 func (p *Proxy) ocMark(asked bool, via *sipmsg.ViaHeader) {
 	if !asked || via == nil {
 		return
 	}
 	v := p.oc.current(time.Now())
-	params := make(sipmsg.HeaderParams, 0, len(via.Params)+4)
-	for _, kv := range via.Params {
-		if isOCParam(kv.K) {
-			continue
-		}
-		if k := strings.TrimLeft(kv.K, ";"); k != kv.K {
-			if k == "" {
-				continue
-			}
-			kv.K = k
-		}
-		params = append(params, kv)
-	}
+	params, _ := ocClean(via.Params)
 	via.Params = append(params,
 		sipmsg.HeaderKV{K: "oc", V: v.oc},
 		sipmsg.HeaderKV{K: "oc-validity", V: strconv.Itoa(ocValidity)},
 		sipmsg.HeaderKV{K: "oc-seq", V: v.seq},
 		sipmsg.HeaderKV{K: "oc-algo", V: ocAlgo},
 	)
+}
+
+// ocStrip removes the oc values from via, the top Via of a response the
+// node relays without knowing its request (the stateless relay of
+// in-dialog requests' responses): only the node may speak for itself to
+// the party above, so whatever values the party below wrote go, and a
+// client's valueless oc stays as it was sent. A Via without any oc
+// parameter is left untouched.
+func ocStrip(via *sipmsg.ViaHeader) {
+	if via == nil || !hasOCParam(via) {
+		return
+	}
+	params, asked := ocClean(via.Params)
+	if asked {
+		params = append(params, sipmsg.HeaderKV{K: "oc"})
+	}
+	via.Params = params
+}
+
+// ocRelay readies via, the top Via of a relayed response on its way up,
+// for the party that sent the request: the node's values when it asked
+// (ocMark), else no oc values at all (ocStrip), whatever the party below
+// wrote there.
+func (p *Proxy) ocRelay(asked bool, via *sipmsg.ViaHeader) {
+	if asked {
+		p.ocMark(true, via)
+		return
+	}
+	ocStrip(via)
 }
 
 // ocMarkOwn marks a response the node built from its request with

@@ -52,6 +52,9 @@ func TestOCMeterFollowsShedding(t *testing.T) {
 	step(t0.Add(6*ocPeriod), 0, 0, 5)
 	// All shed: everything goes.
 	step(t0.Add(7*ocPeriod), 0, 3, 100)
+	// Shedding again after a quiet gap counts in full: the gap's halvings
+	// come first.
+	step(t0.Add(12*ocPeriod), 0, 1, 100)
 	for i := 1; i < len(seqs); i++ {
 		a, _ := strconv.ParseFloat(seqs[i-1], 64)
 		b, _ := strconv.ParseFloat(seqs[i], 64)
@@ -204,6 +207,19 @@ func TestOverloadControlToPeersThatAsk(t *testing.T) {
 	if final.StatusCode != 200 || !saw100 {
 		t.Fatalf("call of a peer that asks: final %d, 100 seen %v", final.StatusCode, saw100)
 	}
+	// OPTIONS asking for it: a peer's 200 carries the values, a carrier's
+	// does not.
+	for _, tc := range []struct {
+		ip   string
+		want bool
+	}{{"127.0.0.2", true}, {"127.0.0.1", false}} {
+		got := rawAnswer(t, tc.ip, h.udp, func(la string) string {
+			return strings.Replace(strangerRequest("OPTIONS", h.udp, "", "")(la), ";rport", ";rport;oc", 1)
+		})
+		if !strings.HasPrefix(got, "SIP/2.0 200 ") || strings.Contains(got, ";oc=0;oc-validity=1000;oc-seq=") != tc.want {
+			t.Errorf("OPTIONS asking for overload control from %s (values wanted %v): %q", tc.ip, tc.want, got)
+		}
+	}
 	if res := answeredCall(t, plain, h.udp); res != nil {
 		if _, _, ok := ocOf(t, res); ok {
 			t.Fatalf("200 to a peer that did not ask carries oc: %v", res.Via())
@@ -266,4 +282,82 @@ func TestOverloadControlToPeersThatAsk(t *testing.T) {
 	} else if _, _, ok := ocOf(t, res); ok {
 		t.Fatalf("403 to a stranger carries oc: %v", res.Via())
 	}
+}
+
+// TestOCValuesOnlyTheNodes: values a party downstream wrote into the
+// client's Via never reach the client, even hidden behind a quoted
+// parameter sipgo mangles; a client that asked after a quoted parameter
+// or with blanks around the name is still seen asking; the stateless
+// relay's ocStrip keeps only a client's valueless oc, and leaves a Via
+// without oc parameters untouched.
+func TestOCValuesOnlyTheNodes(t *testing.T) {
+	p := &Proxy{}
+	forged := `SIP/2.0/UDP 127.0.0.2:5060;branch=z9hG4bK1;oc;x="a";oc=100;oc-seq=999999999999.99999;oc-validity=86400000;rport`
+	via := parsedVia(t, forged)
+	if !ocAsked(via) {
+		t.Fatalf("%q does not ask", forged)
+	}
+	p.ocMark(true, via)
+	got := via.Value()
+	if strings.Count(got, ";oc=") != 1 || strings.Contains(got, "99999") || strings.Contains(got, "86400000") || !strings.Contains(got, `;x="a"`) {
+		t.Fatalf("marked %q: %q", forged, got)
+	}
+	if oc, _ := via.Params.Get("oc"); oc != "0" {
+		t.Fatalf("marked %q: oc %q, want the node's 0", forged, oc)
+	}
+
+	for _, v := range []string{
+		`SIP/2.0/UDP 127.0.0.2:5060;branch=z9hG4bK1;x="a";oc`,
+		`SIP/2.0/UDP 127.0.0.2:5060;branch=z9hG4bK1;oc-algo="loss";oc`,
+	} {
+		if !ocAsked(parsedVia(t, v)) {
+			t.Errorf("%q does not ask", v)
+		}
+	}
+	if !ocAsked(&sipmsg.ViaHeader{Params: sipmsg.HeaderParams{{K: " OC ", V: ""}}}) {
+		t.Error("an oc with blanks around it does not ask")
+	}
+
+	strip := parsedVia(t, forged)
+	ocStrip(strip)
+	if got := strip.Value(); strings.Contains(got, "oc=") || strings.Contains(got, "oc-") || !strings.Contains(got, ";oc") {
+		t.Fatalf("stripped %q: %q, want the valueless oc alone", forged, got)
+	}
+	injected := parsedVia(t, "SIP/2.0/UDP 127.0.0.2:5060;branch=z9hG4bK1;oc-validity=86400000")
+	ocStrip(injected)
+	if got := injected.Value(); strings.Contains(got, "oc") {
+		t.Fatalf("stripped Via of a client that did not ask: %q", got)
+	}
+	plain := parsedVia(t, `SIP/2.0/UDP 127.0.0.2:5060;branch=z9hG4bK1;x="a";rport`)
+	before := plain.Value()
+	ocStrip(plain)
+	if plain.Value() != before {
+		t.Fatalf("ocStrip changed a Via without oc parameters: %q to %q", before, plain.Value())
+	}
+	ocStrip(nil) // no panic
+}
+
+// rawAnswer sends the datagram build makes (given the local address) from
+// ip to proxy and returns the first datagram that comes back.
+func rawAnswer(t *testing.T, ip, proxy string, build func(laddr string) string) string {
+	t.Helper()
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP(ip)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ra, err := net.ResolveUDPAddr("udp", proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.WriteToUDP([]byte(build(conn.LocalAddr().String())), ra); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 65535)
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	n, _, err := conn.ReadFromUDP(buf)
+	if err != nil {
+		t.Fatalf("no answer from %s: %v", ip, err)
+	}
+	return string(buf[:n])
 }

@@ -114,7 +114,7 @@ func (p *Proxy) screenInvite(cfg *config.Config, req *sipmsg.Request, src netip.
 		return true
 	}
 	p.m.Calls.WithLabelValues(peer, metrics.OutcomeRejectedOverload).Inc()
-	p.noteShed(time.Now())
+	p.noteShed(time.Now(), true)
 	answer(shedResponse(req, shedTag+strconv.FormatUint(rand.Uint64(), 36)))
 	return false
 }
@@ -218,12 +218,17 @@ func (p *Proxy) overloaded() bool {
 	return last != 0 && time.Since(time.Unix(0, last)) < overloadMemory
 }
 
-// noteShed records a call shed for overload at now: for overloaded, and
-// for the reduction overload-control clients are asked for (oc.go), which
-// is recomputed here when its period is over so that it follows the
-// shedding even while no such client sends anything.
-func (p *Proxy) noteShed(now time.Time) {
+// noteShed records a call shed for overload at now, for overloaded. A
+// shed at the inflight bound (bound) also counts toward the reduction
+// overload-control clients are asked for (oc.go), which is recomputed
+// here when its period is over so that it follows the shedding even while
+// no such client sends anything. A shed only because the caller's own
+// share of the read queue is full (readq.go) does not: that is one
+// party's flood, and it must not make the node ask every peer to back off.
+func (p *Proxy) noteShed(now time.Time, bound bool) {
 	p.lastShed.Store(now.UnixNano())
-	p.oc.shed.Add(1)
-	p.oc.current(now)
+	if bound {
+		p.oc.shed.Add(1)
+		p.oc.current(now)
+	}
 }

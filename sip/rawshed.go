@@ -85,7 +85,7 @@ func (p *Proxy) shedRawFrom(conn *net.UDPConn, from netip.AddrPort, data []byte,
 	}
 	inv, ok := scanInvite(data)
 	if !ok {
-		return force && budget.take(time.Now()) && p.shedParsed(conn, from, data, peer.Name)
+		return force && p.shedParsed(conn, from, data, peer.Name, p.inflight.Load() >= inflightLimit(cfg), budget)
 	}
 	if p.invites.has(inv.key()) {
 		return false
@@ -96,10 +96,10 @@ func (p *Proxy) shedRawFrom(conn *net.UDPConn, from netip.AddrPort, data []byte,
 	out, ok := inv.appendShed((*bp)[:0], raddr.String(), shedTag+strconv.FormatUint(rand.Uint64(), 36))
 	*bp = out[:0]
 	if !ok || len(out) > maxUDPAnswer() {
-		return force && budget.take(time.Now()) && p.shedParsed(conn, from, data, peer.Name)
+		return force && p.shedParsed(conn, from, data, peer.Name, p.inflight.Load() >= inflightLimit(cfg), budget)
 	}
 	p.m.Calls.WithLabelValues(peer.Name, metrics.OutcomeRejectedOverload).Inc()
-	p.noteShed(time.Now())
+	p.noteShed(time.Now(), !force || p.inflight.Load() >= inflightLimit(cfg))
 	p.rawSheds.Add(1)
 	if _, err := conn.WriteTo(out, raddr); err != nil {
 		p.log.Debug("stateless answer failed", "status", sipmsg.StatusServiceUnavailable, "error", err)
@@ -115,15 +115,17 @@ func (p *Proxy) shedRawFrom(conn *net.UDPConn, from netip.AddrPort, data []byte,
 // screenInvite would shed it, with the overload-control values it asks
 // for. Dropped instead, it would be retransmitted into a queue that is
 // still full until its caller gave up: measured, half of a 10,000 CPS
-// flood of such INVITEs got no final answer at all (BENCHMARKS.md).
+// flood of such INVITEs got no final answer at all (BENCHMARKS.md, issue
+// 15, session 7). bound says whether the inflight bound is taken too
+// (noteShed).
 //
 // As in the raw path, it answers only a well-formed initial INVITE that
 // is not a copy of one in the invite table; anything else is dropped by
 // the caller and counted read_queue_full. Like the raw path's, the
 // answer goes to the packet's source, from the socket the INVITE arrived
 // on.
-func (p *Proxy) shedParsed(conn *net.UDPConn, from netip.AddrPort, data []byte, peer string) bool {
-	if p.parser == nil {
+func (p *Proxy) shedParsed(conn *net.UDPConn, from netip.AddrPort, data []byte, peer string, bound bool, budget *parseBudget) bool {
+	if p.parser == nil || len(data) > parsedMaxSize || !budget.take(time.Now(), len(data)) {
 		return false
 	}
 	m, err := p.parser.ParseSIP(data)
@@ -146,44 +148,51 @@ func (p *Proxy) shedParsed(conn *net.UDPConn, from netip.AddrPort, data []byte, 
 		return false
 	}
 	p.m.Calls.WithLabelValues(peer, metrics.OutcomeRejectedOverload).Inc()
-	p.noteShed(time.Now())
+	p.noteShed(time.Now(), bound)
 	if _, err := conn.WriteToUDPAddrPort(out, from); err != nil {
 		p.log.Debug("stateless answer failed", "status", sipmsg.StatusServiceUnavailable, "error", err)
 	}
 	return true
 }
 
-// parsedPerWindow is how many INVITEs shedParsed may parse per
-// parsedWindow on one listener: 10,000 a second, about a tenth of a core
-// (BenchmarkShedParsed: ~7 µs each, plus the send). Beyond it they are
-// dropped as before, so a peer flooding forms the raw path does not read
-// cannot make the listener's reader fall behind its socket.
+// shedParsed's bounds on one listener: it parses only datagrams up to
+// parsedMaxSize, and at most parsedBytes of them per parsedWindow. sipgo's
+// parse and the 503 cost about 1 s per 30-50 MB of INVITE, whatever its
+// headers (BenchmarkShedParsed, a plain INVITE: 7 µs;
+// BenchmarkShedParsedRecordRoute, 3.9 KB with its Record-Route list:
+// 106 µs),
+// so this bounds the reader's parsing to about a seventh of its time. Time itself would be a worse measure: on a busy
+// machine a parse's wall-clock time is mostly the reader waiting for a
+// core. Beyond the budget such INVITEs are dropped and counted as before,
+// so a peer flooding forms the raw path does not read cannot make the
+// listener's reader fall behind its socket.
 const (
-	parsedPerWindow = 1000
-	parsedWindow    = 100 * time.Millisecond
+	parsedMaxSize = 4096
+	parsedWindow  = 100 * time.Millisecond
+	parsedBytes   = 512 << 10
 )
 
 // parseBudget bounds shedParsed's parsing on one listener. It belongs to
 // the listener's reader goroutine (not safe for concurrent use); nil
 // allows nothing.
 type parseBudget struct {
-	start time.Time
-	left  int
+	start time.Time // of the current window
+	bytes int       // parsed in it
 }
 
-// take spends one parse of the budget at now, or reports false when this
-// window's is spent.
-func (b *parseBudget) take(now time.Time) bool {
+// take spends n bytes of parsing at now, or reports false when this
+// window has not that many left.
+func (b *parseBudget) take(now time.Time, n int) bool {
 	if b == nil {
 		return false
 	}
 	if now.Sub(b.start) >= parsedWindow || now.Before(b.start) {
-		b.start, b.left = now, parsedPerWindow
+		b.start, b.bytes = now, 0
 	}
-	if b.left == 0 {
+	if b.bytes+n > parsedBytes {
 		return false
 	}
-	b.left--
+	b.bytes += n
 	return true
 }
 

@@ -230,8 +230,25 @@ func TestReadFilterShedsFromRawBytes(t *testing.T) {
 // Shed benchmarks run serially: they measure one message's cost in sipgo's
 // single UDP read loop, which is what falls behind under overload.
 func BenchmarkShedParsed(b *testing.B) {
-	data := []byte(rawShedSeeds[0].msg)
+	benchShedParsed(b, []byte(rawShedSeeds[0].msg))
+}
+
+// BenchmarkShedParsedRecordRoute is the same with 4 KB of Record-Route
+// list, the costliest form per byte found for shedParsed's budget
+// (rawshed.go: parsedBytes).
+func BenchmarkShedParsedRecordRoute(b *testing.B) {
+	var rr strings.Builder
+	rr.WriteString("Record-Route: <sip:192.0.2.1;lr>")
+	for rr.Len() < parsedMaxSize-500 {
+		rr.WriteString(",<sip:192.0.2.1;lr>")
+	}
+	msg := strings.Replace(rawShedSeeds[0].msg, "Max-Forwards: 70\r\n", "Max-Forwards: 70\r\n"+rr.String()+"\r\n", 1)
+	benchShedParsed(b, []byte(msg))
+}
+
+func benchShedParsed(b *testing.B, data []byte) {
 	parser := sipmsg.NewParser()
+	b.SetBytes(int64(len(data)))
 	b.ReportAllocs()
 	for b.Loop() {
 		m, err := parser.ParseSIP(data)

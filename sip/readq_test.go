@@ -240,37 +240,47 @@ func TestReadQueueFullShedsWhatTheRawPathLeaves(t *testing.T) {
 
 	// With this window's parsing budget spent, such an INVITE is dropped
 	// (and counted) as before, unparsed.
-	q.parsed = parseBudget{start: time.Now()}
+	q.parsed = parseBudget{start: time.Now(), bytes: parsedBytes}
 	q.take([]byte(strings.Replace(strangerRequest("INVITE", h.udp, "", "")(la), "INVITE;rport", "spent;rport;oc", 1)), from)
+	// Nor is one too large to parse cheaply, whatever the budget.
+	q.parsed = parseBudget{}
+	big := strings.Replace(strangerRequest("INVITE", h.udp, "", "")(la), "INVITE;rport", "big;rport;oc", 1)
+	big = strings.Replace(big, "Content-Length: 0", "X-Pad: "+strings.Repeat("a", parsedMaxSize)+"\r\nContent-Length: 0", 1)
+	q.take([]byte(big), from)
 	_ = peer.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
 	if n, _, err := peer.ReadFromUDP(buf); err == nil {
-		t.Errorf("the reader parsed and answered beyond its budget: %q", buf[:n])
+		t.Errorf("the reader parsed and answered beyond its budget or size: %q", buf[:min(n, 200)])
 	}
-	if got := testutil.ToFloat64(h.m.SIPErrors.WithLabelValues("read_queue_full")); got != 3 {
-		t.Errorf("sip_errors_total{read_queue_full}: got %v, want 3", got)
+	if got := testutil.ToFloat64(h.m.SIPErrors.WithLabelValues("read_queue_full")); got != 4 {
+		t.Errorf("sip_errors_total{read_queue_full}: got %v, want 4", got)
+	}
+	// The bound was free all along: these sheds were one peer's flood,
+	// not the node's overload, and ask no one to back off.
+	if got := h.p.oc.shed.Load(); got != 0 {
+		t.Errorf("sheds counted as overload for overload control: %d, want 0", got)
 	}
 }
 
-// TestParseBudget: parsedPerWindow parses per window, then none until the
+// TestParseBudget: parsedBytes of parsing per window, then none until the
 // next window (or a clock that stepped back); a nil budget allows none.
 func TestParseBudget(t *testing.T) {
 	var b parseBudget
 	t0 := time.Unix(1764013000, 0)
-	for i := range parsedPerWindow {
-		if !b.take(t0.Add(time.Duration(i) * time.Microsecond)) {
-			t.Fatalf("parse %d of the window refused", i)
+	for i := range parsedBytes / 1024 {
+		if !b.take(t0.Add(time.Duration(i)*time.Microsecond), 1024) {
+			t.Fatalf("KB %d of the window refused", i)
 		}
 	}
-	if b.take(t0.Add(parsedWindow - time.Millisecond)) {
-		t.Fatal("a parse beyond the window's budget allowed")
+	if b.take(t0.Add(parsedWindow-time.Millisecond), 1) {
+		t.Fatal("a byte beyond the window's budget allowed")
 	}
-	if !b.take(t0.Add(parsedWindow)) {
-		t.Fatal("the next window's first parse refused")
+	if !b.take(t0.Add(parsedWindow), parsedBytes) {
+		t.Fatal("the next window's budget refused")
 	}
-	if !b.take(t0.Add(-time.Second)) {
+	if !b.take(t0.Add(-time.Second), 1) {
 		t.Fatal("a clock that stepped back froze the budget")
 	}
-	if (*parseBudget)(nil).take(t0) {
+	if (*parseBudget)(nil).take(t0, 1) {
 		t.Fatal("a nil budget allowed a parse")
 	}
 }

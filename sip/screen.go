@@ -121,7 +121,7 @@ func (p *Proxy) screenRequest(req *sipmsg.Request) bool {
 		// In-dialog non-INVITE over UDP: relayed from here (stateless.go).
 		return !p.screenInDialog(cfg, req)
 	}
-	p.answerOutOfDialog(req)
+	p.answerOutOfDialog(req, !p.isCarrierAddr(cfg, src) && cfg.PeerByAddr(src) != nil)
 	return false
 }
 
@@ -208,8 +208,9 @@ func (p *Proxy) screenCancel(req *sipmsg.Request) bool {
 // ACK and CANCEL from a known party, statelessly: OPTIONS (keepalives of
 // upstream dispatchers) 200, or 503 while draining or while the store
 // cannot decide calls, so the dispatcher routes around this node; any other
-// method 405.
-func (p *Proxy) answerOutOfDialog(req *sipmsg.Request) {
+// method 405. A peer's answer carries the overload-control values it
+// asks for (oc.go).
+func (p *Proxy) answerOutOfDialog(req *sipmsg.Request, peer bool) {
 	var res *sipmsg.Response
 	switch {
 	case req.Method == sipmsg.OPTIONS && (p.draining.Load() || !p.usable()):
@@ -222,7 +223,9 @@ func (p *Proxy) answerOutOfDialog(req *sipmsg.Request) {
 		res = sipmsg.NewResponseFromRequest(req, sipmsg.StatusMethodNotAllowed, "Method Not Allowed", nil)
 		res.AppendHeader(sipmsg.NewHeader("Allow", allowed))
 	}
-	p.ocMarkOwn(res) // a known party's (a dispatcher's keepalive): oc.go
+	if peer {
+		p.ocMarkOwn(res)
+	}
 	p.writeStateless(res)
 }
 

@@ -352,6 +352,7 @@ func (p *Proxy) relayStatelessResponse(cfg *config.Config, res *sipmsg.Response,
 		return // hop by hop, as the stateful relay does
 	}
 	res.RemoveHeader("Via")
+	ocStrip(res.Via()) // the party below does not speak for the node (oc.go)
 	res.SetDestination(dest.String())
 	res.SetTransport("UDP")
 	p.sendUDPResponse(res)

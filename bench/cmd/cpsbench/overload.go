@@ -31,13 +31,14 @@ func overloadCmd(fs *flag.FlagSet) func(*env) error {
 	timeout := fs.Duration("redis-timeout", 50*time.Millisecond, "store.redis.timeout of the node")
 	inflight := fs.Int("max-inflight", 0, "sip.max_inflight of the node (0: not written, the node's default)")
 	probe := fs.Bool("probe", true, "probe the carrier (false: probing and passive down-marking off, to see the store and the shedding alone)")
+	via := fs.String("caller-via", "", "parameters appended to the callers' INVITE Via, e.g. ';oc;oc-algo=\"loss\"' (an RFC 7339 client; a quoted value keeps INVITEs off the node's raw-byte shed)")
 	return func(e *env) error {
 		fmt.Printf("overload: %d CPS for %d s, then %d CPS for 1 s; one node on Redis, on_error reject, store.redis.timeout %s, carrier probe %v; SIPp caller and carrier on loopback\n",
 			*rate, *seconds, *after, *timeout, *probe)
 		t := stats.Table{Header: []string{"run", "offered", "final_answer_pct", "ok_200", "failed", "store_up_min", "store_switches", "store_down_ms",
 			"forwarded", "rejected_overload", "rejected_store", "rejected_down", "next_second_ok", "next_second_of", "next_second_failed", "next_second_retrans", "node_cpu_s"}}
 		for run := 1; run <= e.runs; run++ {
-			r, err := overloadRun(e, run, *rate, *seconds, *after, *timeout, *inflight, !*probe)
+			r, err := overloadRun(e, run, *rate, *seconds, *after, *timeout, *inflight, !*probe, *via)
 			if err != nil {
 				return err
 			}
@@ -68,7 +69,7 @@ type overloadResult struct {
 	nodeCPU float64
 }
 
-func overloadRun(e *env, run, rate, seconds, after int, timeout time.Duration, inflight int, noProbe bool) (overloadResult, error) {
+func overloadRun(e *env, run, rate, seconds, after int, timeout time.Duration, inflight int, noProbe bool, via string) (overloadResult, error) {
 	var r overloadResult
 	dir := e.dir("overload", fmt.Sprintf("run-%d", run))
 	sipp, err := tool("sipp", "sip-tester")
@@ -127,7 +128,11 @@ func overloadRun(e *env, run, rate, seconds, after int, timeout time.Duration, i
 	caller := func(name, scenario string, rate, calls int) (*procs.Proc, string, error) {
 		stat := filepath.Join(dir, name+"-stat.csv")
 		os.Remove(stat)
-		p, err := procs.Start(sipp, filepath.Join(dir, name+".log"), "-sf", filepath.Join(scen, scenario),
+		sf, err := callerScenario(filepath.Join(scen, scenario), dir, via)
+		if err != nil {
+			return nil, "", err
+		}
+		p, err := procs.Start(sipp, filepath.Join(dir, name+".log"), "-sf", sf,
 			"-i", "127.0.0.1", "-p", strconv.Itoa(procs.FreeUDP()), "-r", strconv.Itoa(rate), "-m", strconv.Itoa(calls),
 			"-buff_size", "4194304", "-nostdin", "-trace_stat", "-stf", stat, "-fd", "1",
 			"-recv_timeout", "5000", "-timeout", limit,
@@ -195,4 +200,22 @@ func overloadRun(e *env, run, rate, seconds, after int, timeout time.Duration, i
 		r.upMin = 0
 	}
 	return r, nil
+}
+
+// callerScenario returns the SIPp scenario a caller runs: path itself, or,
+// with via set, a copy in dir whose first Via (the INVITE's) ends with via.
+func callerScenario(path, dir, via string) (string, error) {
+	if via == "" {
+		return path, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	const top = ";branch=[branch]\n"
+	if !strings.Contains(string(b), top) {
+		return "", fmt.Errorf("%s: no INVITE Via ending in %q to append -caller-via to", path, top)
+	}
+	out := filepath.Join(dir, "via-"+filepath.Base(path))
+	return out, os.WriteFile(out, []byte(strings.Replace(string(b), top, ";branch=[branch]"+via+"\n", 1)), 0o644)
 }
