@@ -341,18 +341,8 @@ func TestOCValuesOnlyTheNodes(t *testing.T) {
 // ip to proxy and returns the first datagram that comes back.
 func rawAnswer(t *testing.T, ip, proxy string, build func(laddr string) string) string {
 	t.Helper()
-	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP(ip)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := rawSend(t, ip, proxy, build)
 	defer conn.Close()
-	ra, err := net.ResolveUDPAddr("udp", proxy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.WriteToUDP([]byte(build(conn.LocalAddr().String())), ra); err != nil {
-		t.Fatal(err)
-	}
 	buf := make([]byte, 65535)
 	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 	n, _, err := conn.ReadFromUDP(buf)

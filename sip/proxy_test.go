@@ -1154,6 +1154,26 @@ func TestIsMeOnUnspecifiedListener(t *testing.T) {
 	}
 }
 
+// rawSend sends the datagram build makes (given the local address) from a
+// socket on ip to proxy, and returns that socket for the answers.
+func rawSend(t *testing.T, ip, proxy string, build func(laddr string) string) *net.UDPConn {
+	t.Helper()
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP(ip)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ra, err := net.ResolveUDPAddr("udp", proxy)
+	if err != nil {
+		conn.Close()
+		t.Fatal(err)
+	}
+	if _, err := conn.WriteToUDP([]byte(build(conn.LocalAddr().String())), ra); err != nil {
+		conn.Close()
+		t.Fatal(err)
+	}
+	return conn
+}
+
 // rawUDP sends one raw request from a fresh socket on ip to the proxy and
 // returns the first line of every datagram that comes back: it waits up to
 // 5 s for the first one, then listens for `quiet` more (a retransmission
@@ -1161,18 +1181,8 @@ func TestIsMeOnUnspecifiedListener(t *testing.T) {
 // listens for quiet.
 func rawUDP(t *testing.T, ip, proxy string, build func(laddr string) string, quiet time.Duration, first bool) []string {
 	t.Helper()
-	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP(ip)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := rawSend(t, ip, proxy, build)
 	defer conn.Close()
-	ra, err := net.ResolveUDPAddr("udp", proxy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.WriteToUDP([]byte(build(conn.LocalAddr().String())), ra); err != nil {
-		t.Fatal(err)
-	}
 	var got []string
 	buf := make([]byte, 65535)
 	deadline := time.Now().Add(quiet)

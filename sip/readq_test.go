@@ -55,6 +55,14 @@ func peerSocket(t testing.TB) (*net.UDPConn, netip.AddrPort) {
 	return c, c.LocalAddr().(*net.UDPAddr).AddrPort()
 }
 
+// fillInvites has the queue take n distinct new INVITEs to proxy from
+// from.
+func fillInvites(q *readQueue, proxy string, from netip.AddrPort, n int) {
+	for i := range n {
+		q.take([]byte(strings.ReplaceAll(strangerRequest("INVITE", proxy, "", "")(from.String()), "INVITE;rport", fmt.Sprintf("fill%d;rport", i))), from)
+	}
+}
+
 // readAll takes what the queue holds, in the order sipgo's loop gets it.
 func readAll(t *testing.T, q *readQueue) []string {
 	t.Helper()
@@ -179,9 +187,7 @@ func TestReadQueueFullShedsWhatTheRawPathLeaves(t *testing.T) {
 	h, q := readQueueHarness(t, 1)
 	peer, from := peerSocket(t)
 	la := from.String()
-	for i := range readQueueSlowMin {
-		q.take([]byte(strings.ReplaceAll(strangerRequest("INVITE", h.udp, "", "")(la), "INVITE;rport", fmt.Sprintf("fill%d;rport", i))), from)
-	}
+	fillInvites(q, h.udp, from, readQueueSlowMin)
 	buf := make([]byte, 65535)
 	answer := func() string {
 		t.Helper()
@@ -434,10 +440,7 @@ func TestReadQueueCarrierInPeerPrefix(t *testing.T) {
 func TestReadQueueShareCapped(t *testing.T) {
 	h, q := readQueueHarness(t, 100000)
 	_, from := peerSocket(t)
-	la := from.String()
-	for i := range readQueueSlowMax {
-		q.take([]byte(strings.ReplaceAll(strangerRequest("INVITE", h.udp, "", "")(la), "INVITE;rport", fmt.Sprintf("f%d;rport", i))), from)
-	}
+	fillInvites(q, h.udp, from, readQueueSlowMax)
 	if q.slow.size != readQueueSlowMax/4 {
 		t.Fatalf("one party holds %d of the slow queue, want %d", q.slow.size, readQueueSlowMax/4)
 	}
