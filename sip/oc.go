@@ -105,12 +105,6 @@ func (m *ocMeter) current(now time.Time) *ocValue {
 func (m *ocMeter) update(now time.Time) {
 	taken, shed := m.taken.Load(), m.shed.Load()
 	if !m.at.IsZero() {
-		// A gap of several periods since the last update had no shed in
-		// all but its last period (a shed recomputes once a period is
-		// over): each of those halves the value first.
-		if gaps := now.Sub(m.at)/ocPeriod - 1; gaps > 0 {
-			m.value >>= min(int(gaps), 7)
-		}
 		a, s := taken-m.prevTaken, shed-m.prevShed
 		if s > 0 {
 			// 1-v' = (1-v)·A/(A+S), rounded toward more reduction.
@@ -118,6 +112,13 @@ func (m *ocMeter) update(now time.Time) {
 			m.value = 100 - int(keep)
 		} else {
 			m.value /= 2
+		}
+		// A gap of several periods since the last update: the counts
+		// above are its first period's (a shed recomputes before it is
+		// counted once a period is over: noteShed), and each period
+		// after that had no shed and halves the value.
+		if gaps := now.Sub(m.at)/ocPeriod - 1; gaps > 0 {
+			m.value >>= min(int(gaps), 7)
 		}
 	}
 	m.at, m.prevTaken, m.prevShed = now, taken, shed
@@ -160,15 +161,24 @@ func ocAsked(via *sipmsg.ViaHeader) bool {
 // giving `;x="a";oc=5;rport` the key `x="a";oc=5;rport` (the rest of the
 // header; the value is a) and then the keys ";oc" (5) and "rport" again.
 // So a key is trimmed of the ';' and blanks around it, and a key that
-// still holds a ';', '=' or '"' is cut to its first parameter, whose
-// value keeps its quotes; mangled reports that cut.
-func ocParamName(kv sipmsg.HeaderKV) (name, value string, mangled bool) {
+// still holds a ';', '=' or '"' is cut to its first parameter (at a ';'
+// outside quotes), whose value keeps its quotes; repaired reports either.
+func ocParamName(kv sipmsg.HeaderKV) (name, value string, repaired bool) {
 	k := strings.Trim(kv.K, "; \t")
 	if !strings.ContainsAny(k, ";=\"") {
-		return k, strings.TrimSpace(kv.V), false
+		return k, strings.TrimSpace(kv.V), k != kv.K
 	}
-	first, _, _ := strings.Cut(k, ";")
-	name, value, _ = strings.Cut(first, "=")
+	quoted := false
+	end := len(k)
+	for i := 0; i < len(k); i++ {
+		if k[i] == '"' {
+			quoted = !quoted
+		} else if k[i] == ';' && !quoted {
+			end = i
+			break
+		}
+	}
+	name, value, _ = strings.Cut(k[:end], "=")
 	return strings.TrimSpace(name), strings.TrimSpace(value), true
 }
 
@@ -177,25 +187,38 @@ func isOCParam(name string) bool {
 	return strings.EqualFold(name, "oc") || (len(name) >= 3 && strings.EqualFold(name[:3], "oc-"))
 }
 
-// ocClean returns params without any RFC 7339 parameter, and with the
-// keys sipgo mangled repaired (ocParamName; a repeated name is kept
-// once), and whether an "oc" was among them. The oc values a Via carries
-// are only ever the node's to write: a client's is the valueless oc, and
-// anything else there came from a party downstream.
+// ocClean returns params without any RFC 7339 parameter and with the keys
+// sipgo mangled repaired (ocParamName), and whether the client's own
+// valueless "oc" was among them. The oc values a Via carries are only
+// ever the node's to write: a client's is the valueless oc, and anything
+// else there came from a party downstream.
+//
+// A parameter as sipgo parsed it (an exact key) always wins over a
+// repaired one of the same name, which is dropped: the stateless relay's
+// MAC (stateless.go) and sipgo's transactions read the exact branch,
+// received and rport, and a repair must never put another value in front
+// of them. A repaired name is kept once.
 func ocClean(params sipmsg.HeaderParams) (out sipmsg.HeaderParams, asked bool) {
-	out = make(sipmsg.HeaderParams, 0, len(params)+4)
+	exact := make(map[string]bool, len(params))
 	for _, kv := range params {
-		name, value, mangled := ocParamName(kv)
+		if _, _, repaired := ocParamName(kv); !repaired {
+			exact[strings.ToLower(kv.K)] = true
+		}
+	}
+	out = make(sipmsg.HeaderParams, 0, len(params)+4)
+	seen := make(map[string]bool, len(params))
+	for _, kv := range params {
+		name, value, repaired := ocParamName(kv)
+		low := strings.ToLower(name)
 		switch {
 		case name == "":
 		case isOCParam(name):
-			asked = asked || strings.EqualFold(name, "oc")
-		case mangled || name != kv.K:
-			if !out.Has(name) {
-				out = append(out, sipmsg.HeaderKV{K: name, V: value})
-			}
-		case !out.Has(name):
+			asked = asked || (low == "oc" && value == "")
+		case !repaired:
 			out = append(out, kv)
+		case !exact[low] && !seen[low]:
+			seen[low] = true
+			out = append(out, sipmsg.HeaderKV{K: name, V: value})
 		}
 	}
 	return out, asked
@@ -236,9 +259,9 @@ func (p *Proxy) ocMark(asked bool, via *sipmsg.ViaHeader) {
 // ocStrip removes the oc values from via, the top Via of a response the
 // node relays without knowing its request (the stateless relay of
 // in-dialog requests' responses): only the node may speak for itself to
-// the party above, so whatever values the party below wrote go, and a
-// client's valueless oc stays as it was sent. A Via without any oc
-// parameter is left untouched.
+// the party above, so whatever values the party below wrote go, and the
+// client's own valueless oc stays as it was sent (none is added where
+// there was none). A Via without any oc parameter is left untouched.
 func ocStrip(via *sipmsg.ViaHeader) {
 	if via == nil || !hasOCParam(via) {
 		return

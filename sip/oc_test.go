@@ -52,9 +52,16 @@ func TestOCMeterFollowsShedding(t *testing.T) {
 	step(t0.Add(6*ocPeriod), 0, 0, 5)
 	// All shed: everything goes.
 	step(t0.Add(7*ocPeriod), 0, 3, 100)
-	// Shedding again after a quiet gap counts in full: the gap's halvings
-	// come first.
-	step(t0.Add(12*ocPeriod), 0, 1, 100)
+	// Sheds counted just after an update, then a quiet gap: they are the
+	// gap's first period's, and each period after it halves the value.
+	step(t0.Add(7*ocPeriod+20*ocPeriod), 10, 90, 0)
+	// Shedding again after the gap (noteShed recomputes before it counts,
+	// so the shed lands in the new period) counts in full.
+	again := t0.Add(27*ocPeriod + 3*ocPeriod)
+	if v := m.current(again); v.percent != 0 {
+		t.Fatalf("after the gap: reduction %d, want 0", v.percent)
+	}
+	step(again.Add(ocPeriod), 0, 1, 100)
 	for i := 1; i < len(seqs); i++ {
 		a, _ := strconv.ParseFloat(seqs[i-1], 64)
 		b, _ := strconv.ParseFloat(seqs[i], 64)
@@ -335,6 +342,28 @@ func TestOCValuesOnlyTheNodes(t *testing.T) {
 		t.Fatalf("ocStrip changed a Via without oc parameters: %q to %q", before, plain.Value())
 	}
 	ocStrip(nil) // no panic
+
+	// A repair never puts another value in front of a parameter sipgo
+	// parsed as it is: the stateless relay's MAC reads the exact branch,
+	// received and rport.
+	swap := parsedVia(t, `SIP/2.0/UDP 127.0.0.2:45120;x="q";branch=z9hG4bK.EVIL;branch=z9hG4bK.peer-bye-1;received=127.0.0.2;rport=45120;oc=100`)
+	macBranch, _ := swap.Params.Get("branch")
+	ocStrip(swap)
+	if b, _ := swap.Params.Get("branch"); b != macBranch || strings.Contains(swap.Value(), "EVIL") {
+		t.Fatalf("stripped Via's branch: %q (MAC read %q): %q", b, macBranch, swap.Value())
+	}
+	if strings.Contains(swap.Value(), ";oc") {
+		t.Fatalf("a valueless oc added where the client sent none: %q", swap.Value())
+	}
+	// A quoted value may hold a ';'.
+	semi := parsedVia(t, `SIP/2.0/UDP 127.0.0.2:5060;branch=z9hG4bKreal;x="a;b";rport;oc`)
+	if !ocAsked(semi) {
+		t.Fatal("an oc after a quoted value holding ';' does not ask")
+	}
+	p.ocMark(true, semi)
+	if got := semi.Value(); !strings.Contains(got, `;x="a;b";`) || !strings.Contains(got, ";branch=z9hG4bKreal;") || strings.Count(got, ";oc=") != 1 {
+		t.Fatalf("marked Via with a quoted ';': %q", got)
+	}
 }
 
 // rawAnswer sends the datagram build makes (given the local address) from

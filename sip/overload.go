@@ -228,7 +228,9 @@ func (p *Proxy) overloaded() bool {
 func (p *Proxy) noteShed(now time.Time, bound bool) {
 	p.lastShed.Store(now.UnixNano())
 	if bound {
-		p.oc.shed.Add(1)
+		// Recompute first: once a period is over, this shed belongs to
+		// the next one, not to the period (or quiet gap) that ended.
 		p.oc.current(now)
+		p.oc.shed.Add(1)
 	}
 }

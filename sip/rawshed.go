@@ -111,9 +111,9 @@ func (p *Proxy) shedRawFrom(conn *net.UDPConn, from netip.AddrPort, data []byte,
 // for it, to a peer's INVITE the raw path does not read (a quoted Via
 // parameter, such as an overload-control client's oc-algo="loss", or any
 // other form it leaves to sipgo): sipgo's parser reads it here, in the
-// listener's reader, and it gets the screen's stateless 503 exactly as
-// screenInvite would shed it, with the overload-control values it asks
-// for. Dropped instead, it would be retransmitted into a queue that is
+// listener's reader, and it gets the content of the screen's stateless
+// 503 (shedResponse), with the overload-control values it asks for.
+// Dropped instead, it would be retransmitted into a queue that is
 // still full until its caller gave up: measured, half of a 10,000 CPS
 // flood of such INVITEs got no final answer at all (BENCHMARKS.md, issue
 // 15, session 7). bound says whether the inflight bound is taken too
@@ -123,9 +123,11 @@ func (p *Proxy) shedRawFrom(conn *net.UDPConn, from netip.AddrPort, data []byte,
 // is not a copy of one in the invite table; anything else is dropped by
 // the caller and counted read_queue_full. Like the raw path's, the
 // answer goes to the packet's source, from the socket the INVITE arrived
-// on.
+// on (the screen's goes to the source IP and the Via's port when the Via
+// has no rport).
 func (p *Proxy) shedParsed(conn *net.UDPConn, from netip.AddrPort, data []byte, peer string, bound bool, budget *parseBudget) bool {
-	if p.parser == nil || len(data) > parsedMaxSize || !budget.take(time.Now(), len(data)) {
+	if p.parser == nil || len(data) > parsedMaxSize || bytes.Count(data, semicolon) > parsedMaxParams ||
+		!budget.take(time.Now(), len(data)) {
 		return false
 	}
 	m, err := p.parser.ParseSIP(data)
@@ -166,11 +168,20 @@ func (p *Proxy) shedParsed(conn *net.UDPConn, from netip.AddrPort, data []byte, 
 // core. Beyond the budget such INVITEs are dropped and counted as before,
 // so a peer flooding forms the raw path does not read cannot make the
 // listener's reader fall behind its socket.
+//
+// Parameters are the exception: sipgo looks a parameter list up before
+// each insertion, so a header of n parameters costs n² (a 4 KB Via of
+// 1,000 one-character parameters took 7 ms to parse). A datagram with
+// more than parsedMaxParams semicolons is not parsed here; a plain INVITE
+// has a dozen or two.
 const (
-	parsedMaxSize = 4096
-	parsedWindow  = 100 * time.Millisecond
-	parsedBytes   = 512 << 10
+	parsedMaxSize   = 4096
+	parsedMaxParams = 128
+	parsedWindow    = 100 * time.Millisecond
+	parsedBytes     = 512 << 10
 )
+
+var semicolon = []byte{';'}
 
 // parseBudget bounds shedParsed's parsing on one listener. It belongs to
 // the listener's reader goroutine (not safe for concurrent use); nil

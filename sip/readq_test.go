@@ -253,12 +253,15 @@ func TestReadQueueFullShedsWhatTheRawPathLeaves(t *testing.T) {
 	big := strings.Replace(strangerRequest("INVITE", h.udp, "", "")(la), "INVITE;rport", "big;rport;oc", 1)
 	big = strings.Replace(big, "Content-Length: 0", "X-Pad: "+strings.Repeat("a", parsedMaxSize)+"\r\nContent-Length: 0", 1)
 	q.take([]byte(big), from)
+	// Nor one with parameters enough to make sipgo's parse quadratic.
+	params := strings.Replace(strangerRequest("INVITE", h.udp, "", "")(la), "INVITE;rport", "params;rport;oc"+strings.Repeat(";p", parsedMaxParams), 1)
+	q.take([]byte(params), from)
 	_ = peer.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
 	if n, _, err := peer.ReadFromUDP(buf); err == nil {
 		t.Errorf("the reader parsed and answered beyond its budget or size: %q", buf[:min(n, 200)])
 	}
-	if got := testutil.ToFloat64(h.m.SIPErrors.WithLabelValues("read_queue_full")); got != 4 {
-		t.Errorf("sip_errors_total{read_queue_full}: got %v, want 4", got)
+	if got := testutil.ToFloat64(h.m.SIPErrors.WithLabelValues("read_queue_full")); got != 5 {
+		t.Errorf("sip_errors_total{read_queue_full}: got %v, want 5", got)
 	}
 	// The bound was free all along: these sheds were one peer's flood,
 	// not the node's overload, and ask no one to back off.
