@@ -22,8 +22,9 @@ import (
 // asking the client to drop 40 % of the new requests it would send here,
 // for oc-validity ms; oc-seq orders the values (a client ignores one older
 // than the last it saw, so a late relayed response cannot undo a newer
-// value). oc=0 says there is nothing to drop. Clients that do not ask see
-// no change: no parameter is added or removed in their responses.
+// value). oc=0 says there is nothing to drop. Clients that do not ask get
+// no oc values: none is added to their responses, and any a party
+// downstream wrote into their Via is removed (ocRelay).
 //
 // The reduction follows the node's own shedding (sip.max_inflight):
 // every ocPeriod, with A initial INVITEs let in and S shed for overload

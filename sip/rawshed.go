@@ -162,12 +162,12 @@ func (p *Proxy) shedParsed(conn *net.UDPConn, from netip.AddrPort, data []byte, 
 // parse and the 503 cost about 1 s per 30-50 MB of INVITE, whatever its
 // headers (BenchmarkShedParsed, a plain INVITE: 7 µs;
 // BenchmarkShedParsedRecordRoute, 3.9 KB with its Record-Route list:
-// 106 µs),
-// so this bounds the reader's parsing to about a seventh of its time. Time itself would be a worse measure: on a busy
-// machine a parse's wall-clock time is mostly the reader waiting for a
-// core. Beyond the budget such INVITEs are dropped and counted as before,
-// so a peer flooding forms the raw path does not read cannot make the
-// listener's reader fall behind its socket.
+// 106 µs), so this bounds the reader's parsing to about a seventh of its
+// time. Time itself would be a worse measure: on a busy machine a parse's
+// wall-clock time is mostly the reader waiting for a core. Beyond the
+// budget such INVITEs are dropped and counted as before, so a peer
+// flooding forms the raw path does not read cannot make the listener's
+// reader fall behind its socket.
 //
 // Parameters are the exception: sipgo looks a parameter list up before
 // each insertion, so a header of n parameters costs n² (a 4 KB Via of
