@@ -83,8 +83,9 @@
 // (stateless.go, RFC 3261 16.11): the proxy's Via branch is an HMAC under
 // the dialog-token key over the upstream Via, Call-ID, CSeq and next hop
 // IP, so a retransmission gets the same branch and a response is relayed
-// only when its branch verifies (forged ones are dropped); a TCP leg keeps
-// the stateful relay. ACKs of 2xx (always relayed without a transaction)
+// only when its branch verifies (forged ones are dropped); a TCP leg, and
+// a request whose top Via holds a quoted parameter (sipgo would read it
+// back differently in the response), keep the stateful relay. ACKs of 2xx (always relayed without a transaction)
 // leave from the screen too, so a BYE sent right after its ACK cannot
 // overtake it. Upstream Vias of a forwarded
 // INVITE travel folded into one compact "v" header so sipgo's ACK of a

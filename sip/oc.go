@@ -68,7 +68,7 @@ type ocMeter struct {
 	taken atomic.Uint64 // initial INVITEs given a unit of the inflight bound
 	shed  atomic.Uint64 // initial INVITEs shed for overload (503 Overloaded)
 
-	due atomic.Int64 // Unix ns at which the value is next recomputed
+	due atomic.Int64 // ocClock ns at which the value is next recomputed
 	cur atomic.Pointer[ocValue]
 
 	mu        sync.Mutex
@@ -78,6 +78,13 @@ type ocMeter struct {
 	value     int   // the reduction, 0..100
 	seqMS     int64 // the last oc-seq, in Unix ms
 }
+
+// ocEpoch anchors ocClock.
+var ocEpoch = time.Now()
+
+// ocClock is t on the monotonic clock (ns since ocEpoch), so that a wall
+// clock stepped back cannot keep a stale value in force.
+func ocClock(t time.Time) int64 { return int64(t.Sub(ocEpoch)) }
 
 // ocValue is one published reduction with its oc-seq.
 type ocValue struct {
@@ -89,12 +96,12 @@ type ocValue struct {
 // current returns the reduction in force at now, recomputing it first
 // when a period has passed.
 func (m *ocMeter) current(now time.Time) *ocValue {
-	if v := m.cur.Load(); v != nil && now.UnixNano() < m.due.Load() {
+	if v := m.cur.Load(); v != nil && ocClock(now) < m.due.Load() {
 		return v
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if v := m.cur.Load(); v != nil && now.UnixNano() < m.due.Load() {
+	if v := m.cur.Load(); v != nil && ocClock(now) < m.due.Load() {
 		return v // another caller recomputed it meanwhile
 	}
 	m.update(now)
@@ -114,10 +121,11 @@ func (m *ocMeter) update(now time.Time) {
 		} else {
 			m.value /= 2
 		}
-		// A gap of several periods since the last update: the counts
+		// A gap of several periods since the last update: the sheds
 		// above are its first period's (a shed recomputes before it is
-		// counted once a period is over: noteShed), and each period
-		// after that had no shed and halves the value.
+		// counted once a period is over: noteShed; admissions do not,
+		// which only lowers the value), and each period after that had
+		// no shed and halves the value.
 		if gaps := now.Sub(m.at)/ocPeriod - 1; gaps > 0 {
 			m.value >>= min(int(gaps), 7)
 		}
@@ -133,7 +141,7 @@ func (m *ocMeter) update(now time.Time) {
 		oc:      strconv.Itoa(m.value),
 		seq:     strconv.FormatInt(ms/1000, 10) + "." + pad3(ms%1000),
 	})
-	m.due.Store(now.Add(ocPeriod).UnixNano())
+	m.due.Store(ocClock(now.Add(ocPeriod)))
 }
 
 // pad3 formats 0..999 in three digits.
@@ -180,7 +188,11 @@ func ocParamName(kv sipmsg.HeaderKV) (name, value string, repaired bool) {
 		}
 	}
 	name, value, _ = strings.Cut(k[:end], "=")
-	return strings.TrimSpace(name), strings.TrimSpace(value), true
+	value = strings.TrimSpace(value)
+	if len(value) >= 2 && value[0] == '"' && value[len(value)-1] == '"' && strings.ContainsAny(value, " \t") {
+		value = value[1 : len(value)-1] // sipgo's writer quotes a value with blanks itself
+	}
+	return strings.TrimSpace(name), value, true
 }
 
 // isOCParam reports a parameter name of RFC 7339's: oc, or oc-...
@@ -198,8 +210,11 @@ func isOCParam(name string) bool {
 // repaired one of the same name, which is dropped: the stateless relay's
 // MAC (stateless.go) and sipgo's transactions read the exact branch,
 // received and rport, and a repair must never put another value in front
-// of them. A repaired name is kept once.
-func ocClean(params sipmsg.HeaderParams) (out sipmsg.HeaderParams, asked bool) {
+// of them. With strict (a Via a party downstream may have written), a
+// repaired branch, received, rport or maddr is dropped even where no exact
+// one exists, so a repair never adds one the MAC saw absent. A repaired
+// name is kept once.
+func ocClean(params sipmsg.HeaderParams, strict bool) (out sipmsg.HeaderParams, asked bool) {
 	exact := make(map[string]bool, len(params))
 	for _, kv := range params {
 		if _, _, repaired := ocParamName(kv); !repaired {
@@ -217,6 +232,7 @@ func ocClean(params sipmsg.HeaderParams) (out sipmsg.HeaderParams, asked bool) {
 			asked = asked || (low == "oc" && value == "")
 		case !repaired:
 			out = append(out, kv)
+		case strict && (low == "branch" || low == "received" || low == "rport" || low == "maddr"):
 		case !exact[low] && !seen[low]:
 			seen[low] = true
 			out = append(out, sipmsg.HeaderKV{K: name, V: value})
@@ -248,7 +264,7 @@ func (p *Proxy) ocMark(asked bool, via *sipmsg.ViaHeader) {
 		return
 	}
 	v := p.oc.current(time.Now())
-	params, _ := ocClean(via.Params)
+	params, _ := ocClean(via.Params, false)
 	via.Params = append(params,
 		sipmsg.HeaderKV{K: "oc", V: v.oc},
 		sipmsg.HeaderKV{K: "oc-validity", V: strconv.Itoa(ocValidity)},
@@ -267,7 +283,7 @@ func ocStrip(via *sipmsg.ViaHeader) {
 	if via == nil || !hasOCParam(via) {
 		return
 	}
-	params, asked := ocClean(via.Params)
+	params, asked := ocClean(via.Params, true)
 	if asked {
 		params = append(params, sipmsg.HeaderKV{K: "oc"})
 	}

@@ -355,6 +355,33 @@ func TestOCValuesOnlyTheNodes(t *testing.T) {
 	if strings.Contains(swap.Value(), ";oc") {
 		t.Fatalf("a valueless oc added where the client sent none: %q", swap.Value())
 	}
+	// Nor does a repair add one the MAC saw absent.
+	for _, v := range []string{
+		`SIP/2.0/UDP 127.0.0.2:45120;x="q";branch=z9hG4bKEVIL;received=9.9.9.9;rport;oc=4`,
+		`SIP/2.0/UDP 127.0.0.2:45120;branch=z9hG4bK1;x="q";received=9.9.9.9;oc=4`,
+		`SIP/2.0/UDP 127.0.0.2:45120;branch=z9hG4bK1;x="q";rport;oc=4`,
+	} {
+		via := parsedVia(t, v)
+		before := map[string]string{}
+		for _, k := range []string{"branch", "received", "rport"} {
+			if val, ok := via.Params.Get(k); ok {
+				before[k] = val
+			}
+		}
+		ocStrip(via)
+		for _, k := range []string{"branch", "received", "rport"} {
+			val, ok := via.Params.Get(k)
+			if want, had := before[k]; ok != had || val != want {
+				t.Fatalf("ocStrip of %q: %s %q (present %v), the MAC read %q (present %v): %q", v, k, val, ok, want, had, via.Value())
+			}
+		}
+	}
+	// A quoted value with a blank is quoted once.
+	blank := parsedVia(t, `SIP/2.0/UDP 127.0.0.2:5060;branch=z9hG4bK1;x="a b";oc`)
+	p.ocMark(true, blank)
+	if got := blank.Value(); !strings.Contains(got, `;x="a b";`) {
+		t.Fatalf("marked Via with a quoted blank: %q", got)
+	}
 	// A quoted value may hold a ';'.
 	semi := parsedVia(t, `SIP/2.0/UDP 127.0.0.2:5060;branch=z9hG4bKreal;x="a;b";rport;oc`)
 	if !ocAsked(semi) {

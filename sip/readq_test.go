@@ -256,12 +256,15 @@ func TestReadQueueFullShedsWhatTheRawPathLeaves(t *testing.T) {
 	// Nor one with parameters enough to make sipgo's parse quadratic.
 	params := strings.Replace(strangerRequest("INVITE", h.udp, "", "")(la), "INVITE;rport", "params;rport;oc"+strings.Repeat(";p", parsedMaxParams), 1)
 	q.take([]byte(params), from)
+	uriHeaders := strings.Replace(strangerRequest("INVITE", h.udp, "", "")(la), "INVITE;rport", "uri;rport;oc", 1)
+	uriHeaders = strings.Replace(uriHeaders, "Contact: <sip:x@"+la+">", "Contact: <sip:x@"+la+"?a=1"+strings.Repeat("&a", parsedMaxParams)+">", 1)
+	q.take([]byte(uriHeaders), from)
 	_ = peer.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
 	if n, _, err := peer.ReadFromUDP(buf); err == nil {
 		t.Errorf("the reader parsed and answered beyond its budget or size: %q", buf[:min(n, 200)])
 	}
-	if got := testutil.ToFloat64(h.m.SIPErrors.WithLabelValues("read_queue_full")); got != 5 {
-		t.Errorf("sip_errors_total{read_queue_full}: got %v, want 5", got)
+	if got := testutil.ToFloat64(h.m.SIPErrors.WithLabelValues("read_queue_full")); got != 6 {
+		t.Errorf("sip_errors_total{read_queue_full}: got %v, want 6", got)
 	}
 	// The bound was free all along: these sheds were one peer's flood,
 	// not the node's overload, and ask no one to back off.

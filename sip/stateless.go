@@ -119,7 +119,7 @@ func (p *Proxy) screenInDialog(cfg *config.Config, req *sipmsg.Request) bool {
 	}
 	out := hop.out
 	own, up := topVias(out)
-	if own == nil || up == nil {
+	if own == nil || up == nil || viaMangled(up) {
 		return false
 	}
 	setReceived(up, src)
@@ -193,6 +193,22 @@ func topVias(m sipmsg.Message) (first, second *sipmsg.ViaHeader) {
 		return first, v
 	}
 	return first, nil
+}
+
+// viaMangled reports a Via whose parameters sipgo's parser (v1.7.2)
+// mangled: a quoted value makes the rest of the header one key, and the
+// next key start with ';' (oc.go: ocParamName). Such a Via, forwarded,
+// comes back in the response parsed differently again (a received set
+// after the quoted value is no longer a parameter of its own), so the
+// MAC of the stateless relay could not verify it: it is left to the
+// stateful relay, whose transaction matches the response instead.
+func viaMangled(v *sipmsg.ViaHeader) bool {
+	for _, kv := range v.Params {
+		if strings.ContainsAny(kv.K, ";=\" \t") {
+			return true
+		}
+	}
+	return false
 }
 
 // setReceived makes up, the top Via of a request received from src over

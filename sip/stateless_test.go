@@ -597,3 +597,39 @@ func (e *benchEnd) readResponse(b *testing.B) *sipmsg.Response {
 		}
 	}
 }
+
+// TestStatelessLeavesMangledViaToStatefulRelay: a BYE whose top Via holds
+// a quoted parameter (an RFC 7339 client's oc-algo="loss"), sent from
+// behind a NAT (its Via names another host, so the node adds received),
+// is relayed through a transaction, not statelessly: sipgo's parser would
+// read the forwarded Via back differently in the response, whose MAC
+// would then fail and its 200 be lost. The 200 reaches the caller, with
+// the node's overload-control values.
+func TestStatelessLeavesMangledViaToStatefulRelay(t *testing.T) {
+	h, caller, car, ok := statelessSetup(t, nil)
+	peer := startUDPEnd(t, "127.0.0.2", nil)
+	_, port, _ := net.SplitHostPort(peer.addr())
+	bye := withVia(inDialogOf(t, caller, h.udp, ok, sipmsg.BYE), "192.0.2.7:"+port, "z9hG4bK.nat-bye-1")
+	via := bye.Via()
+	via.Params.Add("oc", "")
+	via.Params.Add("oc-algo", `"loss"`)
+	if !viaMangled(parsedVia(t, via.Value())) {
+		t.Fatalf("sipgo parses %q cleanly: the test needs a Via it mangles", via.Value())
+	}
+	peer.send(h.udp, bye)
+	waitFor(t, func() bool { return len(peer.responses()) == 1 }, "the BYE's 200 at the caller")
+	res := peer.responses()[0]
+	if res.StatusCode != 200 || !strings.Contains(res.Via().Value(), ";oc=") {
+		t.Fatalf("caller got %s with Via %q, want 200 with the node's oc values", res.StartLine(), res.Via().Value())
+	}
+	fwd := car.requests(sipmsg.BYE)
+	if len(fwd) != 1 {
+		t.Fatalf("BYEs at the carrier = %d, want 1", len(fwd))
+	}
+	if b, _ := fwd[0].Via().Params.Get("branch"); strings.HasPrefix(b, statelessBranchPrefix) {
+		t.Fatalf("forwarded BYE branch %q: relayed statelessly", b)
+	}
+	if n := sipErrors(h, "forged_response") + sipErrors(h, "stateless_response"); n != 0 {
+		t.Errorf("stateless response errors = %v, want 0", n)
+	}
+}
