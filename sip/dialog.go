@@ -207,7 +207,7 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 	}
 	d := &dialogLeg{
 		relayLeg: relayLeg{p: p, out: hop.out, ctx: context.Background(), shutdown: p.base.Done()},
-		server:   txUpstream{p: p, req: req, tx: tx, dest: upstreamOf(req), peer: hop.dir == fromPeer},
+		server:   txUpstream{p: p, req: req, tx: tx, dest: upstreamOf(req), oc: hop.dir == fromPeer && ocAsked(req.Via())},
 	}
 	l := &d.relayLeg
 	l.up = &d.server
@@ -258,13 +258,13 @@ type txUpstream struct {
 	req  *sipmsg.Request
 	tx   sipmsg.ServerTransaction
 	dest string // upstreamOf(req)
-	peer bool   // req came from the dialog's peer (its answers may carry oc values)
+	oc   bool   // req is the dialog's peer's and asks for overload control (oc.go)
 }
 
 // relay passes r upstream; a failure is logged at Debug and returned.
 func (u *txUpstream) relay(r *sipmsg.Response) error {
 	out := relayResponse(r, u.dest, u.req.Transport())
-	u.p.ocRelay(u.peer && ocAsked(u.req.Via()), out.Via())
+	u.p.ocRelay(u.oc, out.Via())
 	err := u.tx.Respond(out)
 	if err != nil {
 		u.p.log.Debug("relay failed", "status", r.StatusCode, "error", err)

@@ -32,6 +32,9 @@ type call struct {
 	ctx  context.Context
 	log  *slog.Logger
 	peer string // metric label
+	// oc: the peer's INVITE asks for overload control (oc.go); its
+	// answers, the node's and the carrier's, carry the node's values.
+	oc bool
 	// member identifies the call attempt in stores: Call-ID, top Via
 	// branch, and the packet source and transport (two INVITEs differing in
 	// any of them are two sipgo transactions, so two calls).
@@ -117,6 +120,7 @@ func (c *call) run() {
 		return
 	}
 	c.peer = peer.Name
+	c.oc = ocAsked(req.Via())
 	c.respond(sipmsg.StatusTrying, "Trying")
 	if c.log.Enabled(c.ctx, slog.LevelDebug) {
 		c.log = c.log.With("call_id", callID(req), "peer", peer.Name)
@@ -465,9 +469,7 @@ func (c *call) send(res *sipmsg.Response) {
 	if res.StatusCode >= 300 && c.code == 0 {
 		c.code = res.StatusCode
 	}
-	if c.peer != "" && c.peer != PeerUnknown {
-		c.p.ocMarkOwn(res)
-	}
+	c.p.ocMark(c.oc, res.Via())
 	if err := c.tx.Respond(res); err != nil {
 		c.log.Debug("respond failed", "status", res.StatusCode, "error", err)
 	}
@@ -485,7 +487,7 @@ func (c *call) relay(res *sipmsg.Response) error {
 	}
 	status := res.StatusCode
 	out := relayResponse(res, c.upstream, c.req.Transport())
-	c.p.ocRelay(ocAsked(c.req.Via()), out.Via())
+	c.p.ocRelay(c.oc, out.Via())
 	err := c.tx.Respond(out)
 	if err != nil {
 		c.log.Debug("relay failed", "status", status, "error", err)

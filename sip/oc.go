@@ -1,6 +1,7 @@
 package sip
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -75,7 +76,6 @@ type ocMeter struct {
 	at        time.Time // when the value was last computed
 	prevTaken uint64
 	prevShed  uint64
-	value     int   // the reduction, 0..100
 	seqMS     int64 // the last oc-seq, in Unix ms
 }
 
@@ -112,14 +112,16 @@ func (m *ocMeter) current(now time.Time) *ocValue {
 // history at now with no reduction.
 func (m *ocMeter) update(now time.Time) {
 	taken, shed := m.taken.Load(), m.shed.Load()
-	if !m.at.IsZero() {
+	value := 0
+	if cur := m.cur.Load(); cur != nil && !m.at.IsZero() {
+		value = cur.percent
 		a, s := taken-m.prevTaken, shed-m.prevShed
 		if s > 0 {
 			// 1-v' = (1-v)·A/(A+S), rounded toward more reduction.
-			keep := (uint64(100-m.value) * a) / (a + s)
-			m.value = 100 - int(keep)
+			keep := (uint64(100-value) * a) / (a + s)
+			value = 100 - int(keep)
 		} else {
-			m.value /= 2
+			value /= 2
 		}
 		// A gap of several periods since the last update: the sheds
 		// above are its first period's (a shed recomputes before it is
@@ -127,7 +129,7 @@ func (m *ocMeter) update(now time.Time) {
 		// which only lowers the value), and each period after that had
 		// no shed and halves the value.
 		if gaps := now.Sub(m.at)/ocPeriod - 1; gaps > 0 {
-			m.value >>= min(int(gaps), 7)
+			value >>= min(int(gaps), 7)
 		}
 	}
 	m.at, m.prevTaken, m.prevShed = now, taken, shed
@@ -137,17 +139,11 @@ func (m *ocMeter) update(now time.Time) {
 	}
 	m.seqMS = ms
 	m.cur.Store(&ocValue{
-		percent: m.value,
-		oc:      strconv.Itoa(m.value),
-		seq:     strconv.FormatInt(ms/1000, 10) + "." + pad3(ms%1000),
+		percent: value,
+		oc:      strconv.Itoa(value),
+		seq:     fmt.Sprintf("%d.%03d", ms/1000, ms%1000),
 	})
 	m.due.Store(ocClock(now.Add(ocPeriod)))
-}
-
-// pad3 formats 0..999 in three digits.
-func pad3(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	return strings.Repeat("0", 3-len(s)) + s
 }
 
 // ocAsked reports whether a request's top Via asks for overload control:

@@ -80,26 +80,30 @@ func (p *Proxy) shedRawFrom(conn *net.UDPConn, from netip.AddrPort, data []byte,
 		return false
 	}
 	peer := cfg.PeerByAddr(from.Addr().Unmap())
-	if peer == nil || (!force && p.inflight.Load() < inflightLimit(cfg)) {
+	if peer == nil {
+		return false
+	}
+	bound := p.inflight.Load() >= inflightLimit(cfg)
+	if !force && !bound {
 		return false
 	}
 	inv, ok := scanInvite(data)
-	if !ok {
-		return force && p.shedParsed(conn, from, data, peer.Name, p.inflight.Load() >= inflightLimit(cfg), budget)
-	}
-	if p.invites.has(inv.key()) {
+	if ok && p.invites.has(inv.key()) {
 		return false
 	}
 	raddr := net.UDPAddrFromAddrPort(from)
 	bp := shedBufs.Get().(*[]byte)
 	defer shedBufs.Put(bp)
-	out, ok := inv.appendShed((*bp)[:0], raddr.String(), shedTag+strconv.FormatUint(rand.Uint64(), 36))
-	*bp = out[:0]
+	var out []byte
+	if ok {
+		out, ok = inv.appendShed((*bp)[:0], raddr.String(), shedTag+strconv.FormatUint(rand.Uint64(), 36))
+		*bp = out[:0]
+	}
 	if !ok || len(out) > maxUDPAnswer() {
-		return force && p.shedParsed(conn, from, data, peer.Name, p.inflight.Load() >= inflightLimit(cfg), budget)
+		return force && p.shedParsed(conn, from, data, peer.Name, bound, budget)
 	}
 	p.m.Calls.WithLabelValues(peer.Name, metrics.OutcomeRejectedOverload).Inc()
-	p.noteShed(time.Now(), !force || p.inflight.Load() >= inflightLimit(cfg))
+	p.noteShed(time.Now(), bound)
 	p.rawSheds.Add(1)
 	if _, err := conn.WriteTo(out, raddr); err != nil {
 		p.log.Debug("stateless answer failed", "status", sipmsg.StatusServiceUnavailable, "error", err)

@@ -204,7 +204,7 @@ func topVias(m sipmsg.Message) (first, second *sipmsg.ViaHeader) {
 // stateful relay, whose transaction matches the response instead.
 func viaMangled(v *sipmsg.ViaHeader) bool {
 	for _, kv := range v.Params {
-		if strings.ContainsAny(kv.K, ";=\" \t") {
+		if _, _, repaired := ocParamName(kv); repaired {
 			return true
 		}
 	}
