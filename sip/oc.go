@@ -184,11 +184,16 @@ func ocParamName(kv sipmsg.HeaderKV) (name, value string, repaired bool) {
 		}
 	}
 	name, value, _ = strings.Cut(k[:end], "=")
-	value = strings.TrimSpace(value)
-	if len(value) >= 2 && value[0] == '"' && value[len(value)-1] == '"' && strings.ContainsAny(value, " \t") {
-		value = value[1 : len(value)-1] // sipgo's writer quotes a value with blanks itself
+	return strings.TrimSpace(name), unquoteBlank(strings.TrimSpace(value)), true
+}
+
+// unquoteBlank drops the quotes around a value with a blank in it: sipgo's
+// writer quotes such a value itself, and would quote it twice.
+func unquoteBlank(v string) string {
+	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' && strings.ContainsAny(v, " \t") {
+		return v[1 : len(v)-1]
 	}
-	return strings.TrimSpace(name), value, true
+	return v
 }
 
 // isOCParam reports a parameter name of RFC 7339's: oc, or oc-...
@@ -227,7 +232,7 @@ func ocClean(params sipmsg.HeaderParams, strict bool) (out sipmsg.HeaderParams, 
 		case isOCParam(name):
 			asked = asked || (low == "oc" && value == "")
 		case !repaired:
-			out = append(out, kv)
+			out = append(out, sipmsg.HeaderKV{K: kv.K, V: unquoteBlank(kv.V)})
 		case strict && (low == "branch" || low == "received" || low == "rport" || low == "maddr"):
 		case !exact[low] && !seen[low]:
 			seen[low] = true

@@ -382,6 +382,12 @@ func TestOCValuesOnlyTheNodes(t *testing.T) {
 	if got := blank.Value(); !strings.Contains(got, `;x="a b";`) {
 		t.Fatalf("marked Via with a quoted blank: %q", got)
 	}
+	// Also when sipgo kept it quoted under its own name.
+	last := parsedVia(t, `SIP/2.0/UDP 127.0.0.2:5060;branch=z9hG4bK1;oc;x="a;b c"`)
+	p.ocMark(true, last)
+	if got := last.Value(); !strings.Contains(got, `;x="a;b c";`) {
+		t.Fatalf("marked Via with a quoted blank last: %q", got)
+	}
 	// A quoted value may hold a ';'.
 	semi := parsedVia(t, `SIP/2.0/UDP 127.0.0.2:5060;branch=z9hG4bKreal;x="a;b";rport;oc`)
 	if !ocAsked(semi) {
