@@ -26,6 +26,7 @@ import (
 	"github.com/cpsguard/cpsguard/internal/panics"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/pacing"
+	"github.com/cpsguard/cpsguard/sip/internal/ingress"
 )
 
 // Admitter decides admissions atomically over several rolling-window buckets.
@@ -184,8 +185,22 @@ type Proxy struct {
 	// rawSheds counts the calls the read filter shed from raw bytes
 	// (rawshed.go; tests).
 	rawSheds atomic.Int64
-	// parser is sipgo's parser, as the transports use it (shedParsed).
+	// parser is sipgo's parser, as the transports use it (the UDP
+	// workers, shedParsed).
 	parser *sipmsg.Parser
+	// parsed bounds shedParsed's parsing (rawshed.go).
+	parsed parseBudget
+	// deliver hands a parsed message to the screen and, when it passes,
+	// to sipgo's transaction layer (installScreen).
+	deliver sipmsg.MessageHandler
+	// ingress reads the UDP listeners (ingress.go); set in Serve.
+	ingress *ingress.Ingress
+	// udpConns are the UDP listeners as sipgo's pool holds them; set in
+	// Serve before ready is closed, read-only afterwards.
+	udpConns map[*net.UDPConn]*sipmsg.UDPConnection
+	// sources are the known parties' UDP source addresses registered in
+	// sipgo's pool (ingress.go).
+	sources *sources
 
 	// keys mint and check the dialog tokens of Record-Route and Route.
 	keys *dialogKeys
@@ -294,10 +309,13 @@ func New(opts Options) (*Proxy, error) {
 	}
 	p.ua, p.srv = ua, srv
 	p.tl, p.tp = ua.TransactionLayer(), ua.TransportLayer()
-	if err := installScreen(p.tp, p.screen); err != nil {
+	deliver, err := installScreen(p.tp, p.screen)
+	if err != nil {
 		_ = ua.Close()
 		return nil, err
 	}
+	p.deliver = deliver
+	p.sources = newSources(p.tp.Pool("udp"))
 
 	srv.OnInvite(p.guarded("sip.invite", p.onInvite))
 	srv.OnAck(p.guarded("sip.ack", p.onAck))
@@ -347,6 +365,23 @@ func (p *Proxy) Serve(ctx context.Context) error {
 	if err := p.listen(cfg); err != nil {
 		return err
 	}
+	g, err := p.newIngress()
+	if err != nil {
+		p.closeListeners()
+		return err
+	}
+	p.ingress = g
+	p.udpConns = make(map[*net.UDPConn]*sipmsg.UDPConnection)
+	pool := p.tp.Pool("udp")
+	for _, l := range p.listeners {
+		if l.udp != nil {
+			c := udpConnection(l.udp)
+			p.udpConns[l.udp] = c
+			// Requests the proxy sends from this listener (Laddr set) find
+			// it here.
+			pool.Add(c.PacketAddr, c)
+		}
+	}
 	for _, err := range p.resolver.refresh(ctx, cfg) {
 		p.log.Warn("carrier host name does not resolve; calls skip that carrier until it does", "error", err)
 	}
@@ -362,7 +397,7 @@ func (p *Proxy) Serve(ctx context.Context) error {
 	var bgWG sync.WaitGroup
 	stopBackground := func() { bgCancel(); bgWG.Wait() }
 	defer stopBackground()
-	for _, run := range []func(context.Context){p.runResolver, p.sweepInvites, p.runProbes, p.runRates, p.runEventFlush} {
+	for _, run := range []func(context.Context){p.runResolver, p.sweepInvites, p.runProbes, p.runRates, p.runEventFlush, p.runSources} {
 		bgWG.Go(func() { run(bg) })
 	}
 
@@ -374,9 +409,7 @@ func (p *Proxy) Serve(ctx context.Context) error {
 			defer wg.Done()
 			var err error
 			if l.udp != nil {
-				q := newReadQueue(p, l.udp)
-				go q.run()
-				err = p.srv.ServeUDP(q)
+				err = p.ingress.Read(l.udp)
 			} else {
 				err = p.srv.ServeTCP(newGuardedListener(l.tcp,
 					func() tcpLimits { return tcpLimitsOf(p.cfg()) },
@@ -414,15 +447,10 @@ func (p *Proxy) Serve(ctx context.Context) error {
 	_ = p.waitIdle(last)
 	cancel()
 	stopBackground()
-	for _, l := range p.listeners {
-		if l.udp != nil {
-			_ = l.udp.Close()
-		} else {
-			_ = l.tcp.Close()
-		}
-	}
-	_ = p.ua.Close()
+	p.closeListeners()
 	wg.Wait()
+	p.ingress.Close()
+	_ = p.ua.Close()
 	return serveErr
 }
 
@@ -469,13 +497,7 @@ func (p *Proxy) listen(cfg *config.Config) error {
 		return errors.New("sip: sip.listen is empty")
 	}
 	closeAll := func() {
-		for _, l := range p.listeners {
-			if l.udp != nil {
-				_ = l.udp.Close()
-			} else {
-				_ = l.tcp.Close()
-			}
-		}
+		p.closeListeners()
 		p.listeners = nil
 	}
 	for _, raw := range cfg.SIP.Listen {
@@ -553,6 +575,17 @@ func (p *Proxy) listen(cfg *config.Config) error {
 		p.locals[l.network] = lo
 	}
 	return nil
+}
+
+// closeListeners closes every bound socket.
+func (p *Proxy) closeListeners() {
+	for _, l := range p.listeners {
+		if l.udp != nil {
+			_ = l.udp.Close()
+		} else {
+			_ = l.tcp.Close()
+		}
+	}
 }
 
 // hostOf names a listen address for Via and Record-Route; an unspecified
@@ -670,17 +703,16 @@ func (p *Proxy) listensOn(port int) bool {
 	return false
 }
 
-// readFilter runs in sipgo's UDP read loop on each datagram before it is
-// parsed: while the inflight bound is taken it sheds a listener's new
-// initial INVITEs from peers from their raw bytes (rawshed.go); the
-// listener's read queue dropped the rest before (dropEarly: oversized
-// datagrams, strangers' with unknown_source drop, the ACKs of shed
-// answers), and on a socket sipgo opened itself, which has no read queue,
-// readFilter drops those here. A panic in it passes the datagram on to
-// sipgo's parser (counted in cpsguard_panics_total{where="sip.read_filter"}):
-// it runs in sipgo's read loop, where an unrecovered one would end the node.
+// readFilter runs in sipgo's read loop of a UDP socket sipgo opened
+// itself (a request sent without a listener of its transport to send it
+// from; the listeners are read by the ingress, ingress.go) on each
+// datagram before it is parsed: it drops what the ingress would drop
+// before any other work (dropEarly, the parameter bounds). A panic in it
+// drops the datagram (counted in
+// cpsguard_panics_total{where="sip.read_filter"}): it runs in sipgo's read
+// loop, where an unrecovered one would end the node.
 func (p *Proxy) readFilter(props sipmsg.TransportReadProps, data []byte) (out []byte, err error) {
-	defer p.panics.Recover("sip.read_filter", func(error) { out, err = data, nil })
+	defer p.panics.Recover("sip.read_filter", func(error) { out, err = nil, nil })
 	if props.Transport != "UDP" {
 		return data, nil
 	}
@@ -688,19 +720,15 @@ func (p *Proxy) readFilter(props sipmsg.TransportReadProps, data []byte) (out []
 	if !ok {
 		return data, nil
 	}
-	from := ua.AddrPort()
-	conn := p.udpConnOf(props.LocalAddr)
-	if conn == nil {
-		// A socket sipgo opened itself, read without a read queue.
-		if p.dropEarly(data, from) {
-			return nil, nil
-		}
-		return data, nil
+	if p.dropEarly(data, ua.AddrPort()) {
+		return nil, nil
 	}
-	// A listener's datagram: its read queue's reader already dropped what
-	// dropEarly drops; what is left is shedding by the inflight bound,
-	// now that the datagram's turn has come.
-	if p.shedRawFrom(conn, from, data, false, nil) {
+	if _, err := ingress.Scan(data, ingress.DefaultBounds); err != nil {
+		reason := ingress.DropParams
+		if errors.Is(err, ingress.ErrHeaders) {
+			reason = ingress.DropHeaders
+		}
+		p.m.SIPErrors.WithLabelValues(reason).Inc()
 		return nil, nil
 	}
 	return data, nil

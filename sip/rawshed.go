@@ -189,10 +189,10 @@ const (
 // header and URI parameters (;) and URI headers (&).
 var semicolon, ampersand = []byte{';'}, []byte{'&'}
 
-// parseBudget bounds shedParsed's parsing on one listener. It belongs to
-// the listener's reader goroutine (not safe for concurrent use); nil
-// allows nothing.
+// parseBudget bounds shedParsed's parsing on the node (all workers
+// together). Safe for concurrent use; nil allows nothing.
 type parseBudget struct {
+	mu    sync.Mutex
 	start time.Time // of the current window
 	bytes int       // parsed in it
 }
@@ -203,6 +203,8 @@ func (b *parseBudget) take(now time.Time, n int) bool {
 	if b == nil {
 		return false
 	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if now.Sub(b.start) >= parsedWindow || now.Before(b.start) {
 		b.start, b.bytes = now, 0
 	}

@@ -46,24 +46,25 @@ import (
 
 // installScreen puts screen in front of the handlers of tp: a message
 // reaches them only when screen returns true.
-func installScreen(tp *sipmsg.TransportLayer, screen func(sipmsg.Message) bool) error {
+func installScreen(tp *sipmsg.TransportLayer, screen func(sipmsg.Message) bool) (sipmsg.MessageHandler, error) {
 	f := reflect.ValueOf(tp).Elem().FieldByName("handlers")
 	if !f.IsValid() || f.Type() != reflect.TypeFor[[]sipmsg.MessageHandler]() {
-		return errors.New("sip: sipgo's transport layer has no handler list to screen (sipgo changed?)")
+		return nil, errors.New("sip: sipgo's transport layer has no handler list to screen (sipgo changed?)")
 	}
 	f = reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem()
 	next := slices.Clone(f.Interface().([]sipmsg.MessageHandler))
 	if len(next) == 0 {
-		return errors.New("sip: sipgo's transport layer has no handler to screen")
+		return nil, errors.New("sip: sipgo's transport layer has no handler to screen")
 	}
-	f.Set(reflect.ValueOf([]sipmsg.MessageHandler{func(m sipmsg.Message) {
+	screened := func(m sipmsg.Message) {
 		if screen(m) {
 			for _, h := range next {
 				h(m)
 			}
 		}
-	}}))
-	return nil
+	}
+	f.Set(reflect.ValueOf([]sipmsg.MessageHandler{screened}))
+	return screened, nil
 }
 
 // screen decides whether sipgo's transaction layer sees m. A panic drops
@@ -235,7 +236,13 @@ func (p *Proxy) stateless(req *sipmsg.Request, code int, reason string) {
 }
 
 func (p *Proxy) writeStateless(res *sipmsg.Response) {
-	if err := p.tp.WriteMsg(res); err != nil {
+	var err error
+	if res.Transport() == "UDP" {
+		err = p.sendUDP(res)
+	} else {
+		err = p.tp.WriteMsg(res)
+	}
+	if err != nil {
 		p.log.Debug("stateless answer failed", "status", res.StatusCode, "error", err)
 	}
 }

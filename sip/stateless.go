@@ -374,23 +374,9 @@ func (p *Proxy) relayStatelessResponse(cfg *config.Config, res *sipmsg.Response,
 	p.sendUDPResponse(res)
 }
 
-// sendUDPResponse sends res over UDP to its destination, through the
-// connection sipgo pooled for that address (one it read from) or else the
-// UDP listener (a Via port other than the packet's source port is in no
-// pool: sipgo's server transactions answer on the connection they read
-// from, which is the listener too).
+// sendUDPResponse sends res over UDP to its destination (sendUDP).
 func (p *Proxy) sendUDPResponse(res *sipmsg.Response) {
-	conn, err := p.tp.GetConnection("udp", res.Destination())
-	if err != nil || conn == nil {
-		la := p.localFor("UDP").laddr
-		conn, err = p.tp.GetConnection("udp", la.String())
-	}
-	if err != nil || conn == nil {
-		p.log.Debug("stateless relay of a response failed: no UDP connection", "status", res.StatusCode, "call_id", callID(res))
-		return
-	}
-	defer conn.TryClose()
-	if err := conn.WriteMsg(res); err != nil {
+	if err := p.sendUDP(res); err != nil {
 		p.log.Debug("stateless relay of a response failed", "status", res.StatusCode, "call_id", callID(res), "error", err)
 	}
 }

@@ -1,0 +1,354 @@
+package sip
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/netip"
+	"runtime/debug"
+	"runtime/pprof"
+	"sync"
+	"time"
+
+	sipmsg "github.com/emiago/sipgo/sip"
+
+	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/sip/internal/ingress"
+)
+
+// The UDP read path (package ingress) and what sits between it and sipgo.
+//
+// sipgo reads a UDP socket in one goroutine that parses every datagram
+// and finds its transaction: one core's worth of work for the whole node
+// (issue 23 measured ~9,000 CPS at most on 8 cores, that goroutine at 0.8
+// of a core), and the place where one hostile datagram delays everyone.
+// So the proxy reads its UDP listeners itself: ingress reads each socket
+// in batches, classifies and bounds each datagram from its raw bytes,
+// budgets it against its party, and hands it to one of GOMAXPROCS
+// workers by a hash of its Call-ID. The worker sheds it from raw bytes
+// when the node is at its inflight bound (rawshed.go), or parses it with
+// sipgo's parser and runs the screen and sipgo's transaction layer, as
+// sipgo's loop did: so different calls are parsed and decided on
+// different cores, and a dialog's messages stay in order on one worker.
+//
+// sipgo still keeps the transactions: a server transaction answers on
+// the connection its request's source address names in sipgo's pool, so
+// the source addresses of known parties are registered there (sources),
+// a bounded set forgotten when idle; strangers are never registered, and
+// the proxy's own stateless answers leave through the listener directly
+// (sendUDP). sipgo's own read loop kept every source address it ever read
+// from, in two maps, for good (issue 22, C8).
+
+// sourcesMax bounds the UDP source addresses registered in sipgo's pool;
+// sourceIdle is how long an unused one stays. A server transaction takes
+// its connection when it is created, so an address is needed only while
+// requests keep coming from it.
+const (
+	sourcesMax     = 1 << 16
+	sourceIdle     = 2 * time.Minute
+	sourcesStripes = 16
+)
+
+// sources is the bounded registry of known parties' UDP source addresses
+// in sipgo's connection pool (least recently used first out). Safe for
+// concurrent use.
+type sources struct {
+	pool    *sipmsg.ConnectionPool
+	stripes [sourcesStripes]sourceStripe
+}
+
+type sourceStripe struct {
+	mu  sync.Mutex
+	lru list.List // of *sourceEntry, most recent first
+	by  map[netip.AddrPort]*list.Element
+}
+
+type sourceEntry struct {
+	addr netip.AddrPort
+	key  string
+	conn sipmsg.Connection
+	seen time.Time
+}
+
+func newSources(pool *sipmsg.ConnectionPool) *sources {
+	s := &sources{pool: pool}
+	for i := range s.stripes {
+		s.stripes[i].by = make(map[netip.AddrPort]*list.Element)
+	}
+	return s
+}
+
+func (s *sources) stripe(a netip.AddrPort) *sourceStripe {
+	b := a.Addr().As16()
+	h := uint32(a.Port())
+	for _, c := range b {
+		h = h*31 + uint32(c)
+	}
+	return &s.stripes[h%sourcesStripes]
+}
+
+// touch registers a as served by conn (or refreshes it).
+func (s *sources) touch(a netip.AddrPort, conn sipmsg.Connection, now time.Time) {
+	st := s.stripe(a)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if el, ok := st.by[a]; ok {
+		e := el.Value.(*sourceEntry)
+		e.seen = now
+		if e.conn != conn {
+			e.conn = conn
+			s.pool.Add(e.key, conn)
+		}
+		st.lru.MoveToFront(el)
+		return
+	}
+	e := &sourceEntry{addr: a, key: a.String(), conn: conn, seen: now}
+	st.by[a] = st.lru.PushFront(e)
+	s.pool.Add(e.key, conn)
+	for st.lru.Len() > sourcesMax/sourcesStripes {
+		s.evict(st, st.lru.Back())
+	}
+}
+
+// expire forgets the addresses unused since before cutoff.
+func (s *sources) expire(cutoff time.Time) {
+	for i := range s.stripes {
+		st := &s.stripes[i]
+		st.mu.Lock()
+		for el := st.lru.Back(); el != nil && el.Value.(*sourceEntry).seen.Before(cutoff); el = st.lru.Back() {
+			s.evict(st, el)
+		}
+		st.mu.Unlock()
+	}
+}
+
+func (s *sources) evict(st *sourceStripe, el *list.Element) {
+	e := st.lru.Remove(el).(*sourceEntry)
+	delete(st.by, e.addr)
+	if c := s.pool.Get(e.key); c != nil {
+		if c == e.conn {
+			s.pool.Delete(e.key)
+		}
+		_, _ = c.TryClose() // Get's reference
+	}
+}
+
+// len is the number of registered addresses (tests).
+func (s *sources) len() int {
+	n := 0
+	for i := range s.stripes {
+		s.stripes[i].mu.Lock()
+		n += len(s.stripes[i].by)
+		s.stripes[i].mu.Unlock()
+	}
+	return n
+}
+
+// runSources forgets idle source addresses until ctx ends.
+func (p *Proxy) runSources(ctx context.Context) {
+	t := time.NewTicker(sourceIdle / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			p.sources.expire(now.Add(-sourceIdle))
+		}
+	}
+}
+
+// Labels of the read path's stages in CPU profiles (pprof, cpsguardprof
+// builds): a worker's own work, and the goroutines sipgo's transaction
+// layer starts from it (which inherit the labels in force).
+var (
+	labelWorker = pprof.WithLabels(context.Background(), pprof.Labels("stage", "ingress.worker"))
+	labelTx     = pprof.WithLabels(context.Background(), pprof.Labels("stage", "sip.transaction"))
+)
+
+// newIngress builds the UDP read path of the proxy's listeners.
+func (p *Proxy) newIngress() (*ingress.Ingress, error) {
+	g, err := ingress.New(ingress.Options{
+		MaxSize:   MaxMessageSize,
+		SlowShare: func() int { return slowShare(p.cfg()) },
+		Party:     p.ingressParty,
+		Early:     p.ingressEarly,
+		Handle:    p.handleDatagram,
+		Shed:      p.shedDatagram,
+		Hold:      p.holdInvite,
+		Drop: func(reason string) {
+			p.m.SIPErrors.WithLabelValues(reason).Inc()
+		},
+		Panic: func(where string, v any) {
+			_ = p.panics.Report("sip."+where, v, debug.Stack())
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range g.Wakes() {
+		p.inflight.watch(w)
+	}
+	return g, nil
+}
+
+// slowShare is one party's share of the new-call lane for the inflight
+// bound of cfg: a few INVITEs per unit keep the workers busy between two
+// decisions without letting one wait long.
+func slowShare(cfg *config.Config) int {
+	if cfg == nil {
+		return readQueueSlowMin
+	}
+	return min(readQueueSlowMax/4, max(readQueueSlowMin, int(inflightLimit(cfg))*readQueueSlowPerUnit))
+}
+
+// Sizes of the new-call lane's shares (ingress.DefaultBudget's LaneSlow
+// is readQueueSlowMax in all).
+const (
+	readQueueSlowPerUnit = 4
+	readQueueSlowMin     = 64
+	readQueueSlowMax     = 4096
+)
+
+// ingressParty is who a datagram from ip counts against.
+func (p *Proxy) ingressParty(ip netip.Addr) (ingress.Party, bool) {
+	who, ok := p.partyOf(p.cfg(), ip)
+	if !ok {
+		return ingress.Stranger, false
+	}
+	return ingress.Party{Name: who.peer, Addr: who.ip}, true
+}
+
+// party is who a datagram counts against in the read path's budgets: a
+// carrier by address (checked first, even inside a peer's prefix), a peer
+// by name (all its source addresses together).
+type party struct {
+	peer string
+	ip   netip.Addr
+}
+
+// partyOf is the party a datagram from ip counts against, and whether ip
+// is a peer's or a carrier's at all.
+func (p *Proxy) partyOf(cfg *config.Config, ip netip.Addr) (party, bool) {
+	if cfg == nil {
+		return party{}, false
+	}
+	if p.isCarrierAddr(cfg, ip) {
+		// Before the peers: a carrier's address is a single host, however
+		// wide a peer's prefix around it.
+		return party{ip: ip}, true
+	}
+	if pe := cfg.PeerByAddr(ip); pe != nil {
+		return party{peer: pe.Name}, true
+	}
+	return party{}, false
+}
+
+// ingressEarly drops, in the reader, what costs nothing to recognise and
+// nothing to lose: a stranger's datagram when unknown_source is drop, and
+// the ACK of one of the proxy's shed answers from a known source.
+func (p *Proxy) ingressEarly(d *ingress.Datagram) bool {
+	if !d.Known {
+		if cfg := p.cfg(); cfg == nil || cfg.SIP.UnknownSource == "drop" {
+			p.m.SIPErrors.WithLabelValues("unknown_source").Inc()
+			return true
+		}
+		return false
+	}
+	return shedAckRaw(d.Data)
+}
+
+// holdInvite is how much longer a worker holds a new INVITE back: while
+// every unit of the inflight bound is taken, up to sip.inflight_wait from
+// its arrival (a burst is decided, not shed).
+func (p *Proxy) holdInvite(d *ingress.Datagram, now time.Time) time.Duration {
+	cfg := p.cfg()
+	if cfg == nil || p.inflight.Load() < inflightLimit(cfg) {
+		return 0
+	}
+	return cfg.SIP.InflightWait - now.Sub(d.At)
+}
+
+// shedDatagram answers a peer's INVITE that found its share of the
+// new-call lane taken: the screen's 503 from its raw bytes, or parsed
+// within the parse budget when the raw path does not read it.
+func (p *Proxy) shedDatagram(d *ingress.Datagram) bool {
+	return p.shedRawFrom(d.Conn, d.From, d.Data, true, &p.parsed)
+}
+
+// handleDatagram is a datagram's turn on a worker: shed from raw bytes
+// while the inflight bound is taken (a peer's new INVITE), else parsed and
+// handed to the screen and sipgo's transaction layer.
+func (p *Proxy) handleDatagram(d *ingress.Datagram) {
+	if d.Info.Kind == ingress.KindInvite && d.Known && p.shedRawFrom(d.Conn, d.From, d.Data, false, nil) {
+		return
+	}
+	msg, err := p.parser.ParseSIP(d.Data)
+	if err != nil {
+		reason := "parse"
+		if errors.Is(err, sipmsg.ErrMessageTooLarge) {
+			reason = "oversized"
+		}
+		p.m.SIPErrors.WithLabelValues(reason).Inc()
+		if p.log.Enabled(context.Background(), slog.LevelDebug) {
+			p.log.Debug("datagram not parsed", "source", d.From.String(), "error", err)
+		}
+		return
+	}
+	msg.SetTransport("UDP")
+	msg.SetSource(d.From.String())
+	if _, ok := msg.(*sipmsg.Request); ok && d.Known {
+		if c := p.udpConns[d.Conn]; c != nil {
+			p.sources.touch(d.From, c, d.At)
+		}
+	}
+	pprof.SetGoroutineLabels(labelTx)
+	p.deliver(msg)
+	pprof.SetGoroutineLabels(labelWorker)
+}
+
+// sendUDP sends m over UDP to its destination: through the connection
+// sipgo's pool has for that address (a known party's source), or else
+// from the UDP listener of the destination's address family.
+func (p *Proxy) sendUDP(m sipmsg.Message) error {
+	dest := m.Destination()
+	var conn sipmsg.Connection
+	if c, err := p.tp.GetConnection("udp", dest); err == nil && c != nil {
+		conn = c
+		defer c.TryClose()
+	} else {
+		conn = p.udpListenerFor(dest)
+	}
+	if conn == nil {
+		return errors.New("sip: no UDP listener")
+	}
+	return conn.WriteMsg(m)
+}
+
+// udpListenerFor is the UDP listener a message to dest leaves from: the
+// first of dest's address family, else the first.
+func (p *Proxy) udpListenerFor(dest string) sipmsg.Connection {
+	ap, err := netip.ParseAddrPort(dest)
+	var first sipmsg.Connection
+	for _, l := range p.listeners {
+		if l.udp == nil {
+			continue
+		}
+		c := p.udpConns[l.udp]
+		if first == nil {
+			first = c
+		}
+		if err == nil && l.addr.Addr().Is4() == ap.Addr().Unmap().Is4() {
+			return c
+		}
+	}
+	return first
+}
+
+// udpConnection is how sipgo's pool holds one of the proxy's UDP
+// listeners.
+func udpConnection(c *net.UDPConn) *sipmsg.UDPConnection {
+	return &sipmsg.UDPConnection{PacketConn: c, PacketAddr: c.LocalAddr().String(), Listener: true}
+}

@@ -1,0 +1,256 @@
+package sip
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	sipmsg "github.com/emiago/sipgo/sip"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/internal/siptest"
+	"github.com/cpsguard/cpsguard/metrics"
+	"github.com/cpsguard/cpsguard/sip/internal/ingress"
+)
+
+// peerSocket is a socket on a peer's address (127.0.0.2 is dialer-1's).
+func peerSocket(t testing.TB) (*net.UDPConn, netip.AddrPort) {
+	t.Helper()
+	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, c.LocalAddr().(*net.UDPAddr).AddrPort()
+}
+
+// readFrom waits up to d for a datagram on c.
+func readFrom(c *net.UDPConn, d time.Duration) (string, bool) {
+	buf := make([]byte, 65535)
+	_ = c.SetReadDeadline(time.Now().Add(d))
+	n, _, err := c.ReadFromUDP(buf)
+	if err != nil {
+		return "", false
+	}
+	return string(buf[:n]), true
+}
+
+// A peer's INVITE that found its share of the new-call lane taken is
+// answered 503 by a worker (shedDatagram): from its raw bytes, or parsed
+// within the budget when the raw path leaves it (a quoted Via parameter,
+// an overload-control client), with the oc values it asks for; a
+// re-INVITE or a copy of a live INVITE is not answered, and neither is
+// one beyond the budget, too large or with too many parameters.
+func TestShedDatagramAnswersWhatTheRawPathLeaves(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	cfg := testConfig(carrierCfg("a", car))
+	adm, pacer := newFakes()
+	h := startProxyOpts(t, Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer})
+	peer, from := peerSocket(t)
+	la := from.String()
+	conn := h.p.listeners[0].udp
+	shed := func(msg string) bool {
+		return h.p.shedDatagram(&ingress.Datagram{Data: []byte(msg), From: from, Conn: conn, Known: true})
+	}
+	for i, via := range []string{
+		";rport;x=\"quoted value\"",
+		";rport;oc",
+		";oc;oc-algo=\"loss\"",
+	} {
+		msg := strings.Replace(strangerRequest("INVITE", h.udp, "", "")(la), "INVITE;rport", fmt.Sprintf("parsed%d%s", i, via), 1)
+		if _, ok := scanInvite([]byte(msg)); ok && i > 0 {
+			t.Fatalf("the raw path reads %q: the test needs a form it leaves", via)
+		}
+		if !shed(msg) {
+			t.Fatalf("INVITE with Via%s not answered", via)
+		}
+		got, ok := readFrom(peer, 5*time.Second)
+		if !ok {
+			t.Fatalf("INVITE with Via%s: no answer", via)
+		}
+		if line, _, _ := strings.Cut(got, "\r\n"); line != "SIP/2.0 503 Overloaded" {
+			t.Fatalf("INVITE with Via%s: got %q, want 503 Overloaded", via, line)
+		}
+		if asks := strings.Contains(via, "oc"); asks != strings.Contains(got, ";oc=") {
+			t.Errorf("INVITE with Via%s (asks %v): answer's oc values %q", via, asks, got)
+		}
+		if !strings.Contains(got, ";tag="+shedTag) {
+			t.Errorf("answer's To tag is not a shed tag: %q", got)
+		}
+	}
+	if got := testutil.ToFloat64(h.m.Calls.WithLabelValues("dialer-1", metrics.OutcomeRejectedOverload)); got != 3 {
+		t.Errorf("calls_total{rejected_overload}: got %v, want 3", got)
+	}
+
+	reinvite := strings.Replace(strangerRequest("INVITE", h.udp, "127.0.0.1:5999", "dlg")(la), ";rport", ";rport;oc", 1)
+	live := strings.Replace(strangerRequest("INVITE", h.udp, "", "")(la), "INVITE;rport", "live;rport;oc", 1)
+	m, err := sipmsg.ParseMessage([]byte(live))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.(*sipmsg.Request).SetSource(la)
+	if h.p.invites.register(m.(*sipmsg.Request), nil, &h.p.inflight) != regNew {
+		t.Fatal("could not register the live INVITE")
+	}
+	h.p.parsed = parseBudget{start: time.Now(), bytes: parsedBytes}
+	spent := strings.Replace(strangerRequest("INVITE", h.udp, "", "")(la), "INVITE;rport", "spent;rport;oc", 1)
+	big := strings.Replace(strangerRequest("INVITE", h.udp, "", "")(la), "INVITE;rport", "big;rport;oc", 1)
+	big = strings.Replace(big, "Content-Length: 0", "X-Pad: "+strings.Repeat("a", parsedMaxSize)+"\r\nContent-Length: 0", 1)
+	for name, msg := range map[string]string{"a re-INVITE": reinvite, "a copy of a live INVITE": live} {
+		h.p.parsed = parseBudget{}
+		if shed(msg) {
+			t.Errorf("%s was answered", name)
+		}
+	}
+	h.p.parsed = parseBudget{start: time.Now(), bytes: parsedBytes}
+	if shed(spent) {
+		t.Error("an INVITE beyond the parse budget was answered")
+	}
+	h.p.parsed = parseBudget{}
+	if shed(big) {
+		t.Error("an INVITE too large to parse cheaply was answered")
+	}
+	if got, ok := readFrom(peer, 200*time.Millisecond); ok {
+		t.Errorf("unexpected answer: %q", got[:min(len(got), 200)])
+	}
+	// The bound was free all along: these sheds were one peer's flood,
+	// not the node's overload, and ask no one to back off.
+	if got := h.p.oc.shed.Load(); got != 0 {
+		t.Errorf("sheds counted as overload for overload control: %d, want 0", got)
+	}
+}
+
+// TestParseBudget: parsedBytes of parsing per window, then none until the
+// next window (or a clock that stepped back); a nil budget allows none.
+func TestParseBudget(t *testing.T) {
+	var b parseBudget
+	t0 := time.Unix(1764013000, 0)
+	for i := range parsedBytes / 1024 {
+		if !b.take(t0.Add(time.Duration(i)*time.Microsecond), 1024) {
+			t.Fatalf("KB %d of the window refused", i)
+		}
+	}
+	if b.take(t0.Add(parsedWindow-time.Millisecond), 1) {
+		t.Fatal("a byte beyond the window's budget allowed")
+	}
+	if !b.take(t0.Add(parsedWindow), parsedBytes) {
+		t.Fatal("the next window's budget refused")
+	}
+	if !b.take(t0.Add(-time.Second), 1) {
+		t.Fatal("a clock that stepped back froze the budget")
+	}
+	if (*parseBudget)(nil).take(t0, 1) {
+		t.Fatal("a nil budget allowed a parse")
+	}
+}
+
+// A carrier's address inside a peer's prefix is the carrier's own party.
+func TestPartyOfCarrierInPeerPrefix(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	cfg := testConfig(carrierCfg("a", car))
+	adm, pacer := newFakes()
+	h := startProxyOpts(t, Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer})
+	cfg2 := testConfig(carrierCfg("a", car))
+	cfg2.Peers[0].Sources = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+	who, known := h.p.partyOf(cfg2, netip.MustParseAddr("127.0.0.1"))
+	if !known || who != (party{ip: netip.MustParseAddr("127.0.0.1")}) {
+		t.Errorf("carrier inside a peer's /8: party %+v (known %v), want the carrier's address", who, known)
+	}
+	if who, _ := h.p.partyOf(cfg2, netip.MustParseAddr("127.0.0.2")); who != (party{peer: "dialer-1"}) {
+		t.Errorf("a peer address in the same /8: party %+v, want dialer-1", who)
+	}
+}
+
+// Nothing is kept per UDP source without bound (issue 22, C8): strangers'
+// addresses are never registered in sipgo's pool (each still gets its
+// 403), a known party's are, and are forgotten once idle.
+func TestUDPSourcesBounded(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	cfg := testConfig(carrierCfg("a", car))
+	adm, pacer := newFakes()
+	h := startProxyOpts(t, Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer})
+	pool := h.p.tp.Pool("udp")
+	before := pool.Size()
+	ra, _ := net.ResolveUDPAddr("udp", h.udp)
+	const strangers = 200
+	conns := make([]*net.UDPConn, 0, strangers)
+	for i := range strangers {
+		c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 3, byte(i>>8), byte(i+1))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conns = append(conns, c)
+		msg := strangerRequest("OPTIONS", h.udp, "", "")(c.LocalAddr().String())
+		if _, err := c.WriteToUDP([]byte(msg), ra); err != nil {
+			t.Fatal(err)
+		}
+	}
+	answered := 0
+	for _, c := range conns {
+		if got, ok := readFrom(c, 5*time.Second); ok && strings.HasPrefix(got, "SIP/2.0 403") {
+			answered++
+		}
+	}
+	if answered != strangers {
+		t.Fatalf("%d of %d strangers got their 403", answered, strangers)
+	}
+	if got := pool.Size(); got != before {
+		t.Fatalf("sipgo's pool grew from %d to %d entries with strangers", before, got)
+	}
+	if got := h.p.sources.len(); got != 0 {
+		t.Fatalf("%d stranger sources registered", got)
+	}
+
+	// A known party's request registers its source (a server transaction
+	// of sipgo's answers through it), until it is idle.
+	peer, from := peerSocket(t)
+	bye := strangerRequest("BYE", h.udp, "", "")(from.String())
+	if _, err := peer.WriteToUDP([]byte(bye), ra); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := readFrom(peer, 5*time.Second); !ok {
+		t.Fatal("the peer's out-of-dialog BYE got no answer")
+	}
+	waitFor(t, func() bool { return h.p.sources.len() == 1 }, "the peer's source registered")
+	h.p.sources.expire(time.Now().Add(time.Minute))
+	if got := h.p.sources.len(); got != 0 {
+		t.Fatalf("after expiry: %d sources, want 0", got)
+	}
+	if c := pool.Get(from.String()); c != nil {
+		c.TryClose()
+		t.Fatal("the expired source is still in sipgo's pool")
+	}
+}
+
+// A datagram with more parameters than a header may have is dropped before
+// any parse and counted; the node goes on answering (issue 22, C6).
+func TestParameterBoundOnUDP(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	cfg := testConfig(carrierCfg("a", car))
+	adm, pacer := newFakes()
+	h := startProxyOpts(t, Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer})
+	peer, from := peerSocket(t)
+	ra, _ := net.ResolveUDPAddr("udp", h.udp)
+	hostile := strings.Replace(strangerRequest("OPTIONS", h.udp, "", "")(from.String()), ";rport", ";rport"+strings.Repeat(";p", 5000), 1)
+	if _, err := peer.WriteToUDP([]byte(hostile), ra); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := readFrom(peer, 300*time.Millisecond); ok {
+		t.Fatalf("the hostile OPTIONS was answered: %q", got[:min(len(got), 80)])
+	}
+	if got := testutil.ToFloat64(h.m.SIPErrors.WithLabelValues(ingress.DropParams)); got != 1 {
+		t.Fatalf("sip_errors_total{reason=params}: %v, want 1", got)
+	}
+	ok := strangerRequest("OPTIONS", h.udp, "", "")(from.String())
+	if _, err := peer.WriteToUDP([]byte(ok), ra); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := readFrom(peer, 5*time.Second); !ok || !strings.HasPrefix(got, "SIP/2.0 200") {
+		t.Fatalf("a plain OPTIONS after it: %q (answered %v)", got, ok)
+	}
+}

@@ -1,0 +1,134 @@
+package ingress
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+)
+
+const invite = "INVITE sip:911@127.0.0.1 SIP/2.0\r\n" +
+	"Via: SIP/2.0/UDP 127.0.0.2:5060;branch=z9hG4bK-1;rport\r\n" +
+	"From: <sip:a@127.0.0.2>;tag=f1\r\n" +
+	"To: <sip:911@127.0.0.1>\r\n" +
+	"Call-ID: abc@127.0.0.2\r\n" +
+	"CSeq: 1 INVITE\r\n" +
+	"Max-Forwards: 70\r\n" +
+	"Content-Length: 0\r\n\r\n"
+
+func TestScan(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		data    string
+		kind    Kind
+		callID  string
+		headers int
+		params  int
+		maxElem int
+		err     error
+	}{
+		{name: "invite", data: invite, kind: KindInvite, callID: "abc@127.0.0.2", headers: 7, params: 3, maxElem: 2},
+		{name: "response", data: "SIP/2.0 200 OK\r\ni:  x1 \r\nVia: SIP/2.0/UDP h;branch=b\r\n\r\n", kind: KindResponse, callID: "x1", headers: 2, params: 1, maxElem: 1},
+		{name: "bye", data: "BYE sip:a SIP/2.0\r\ncall-id: q\r\n\r\n", kind: KindInDialog, callID: "q", headers: 1},
+		{name: "subscribe", data: "SUBSCRIBE sip:a SIP/2.0\r\n\r\n", kind: KindInDialog},
+		{name: "info", data: "INFO sip:a SIP/2.0\r\n\r\n", kind: KindInDialog},
+		{name: "options waits with calls", data: "OPTIONS sip:a SIP/2.0\r\n\r\n", kind: KindOther},
+		{name: "lower case invite is other", data: "invite sip:a SIP/2.0\r\n\r\n", kind: KindOther},
+		{name: "cancel", data: "CANCEL sip:a SIP/2.0\r\n\r\n", kind: KindOther},
+		{name: "LF only", data: "BYE sip:a SIP/2.0\nCall-ID: lf\nVia: x;a;b\n\nbody;;;;", kind: KindInDialog, callID: "lf", headers: 2, params: 2, maxElem: 2},
+		{name: "body not scanned", data: "BYE sip:a SIP/2.0\r\nCall-ID: b\r\n\r\n" + strings.Repeat(";", 1000), kind: KindInDialog, callID: "b", headers: 1},
+		{name: "first Call-ID wins", data: "BYE sip:a SIP/2.0\r\nCall-ID: one\r\nI: two\r\n\r\n", kind: KindInDialog, callID: "one", headers: 2},
+		{name: "no Call-ID", data: "BYE sip:a SIP/2.0\r\nFrom: a\r\n\r\n", kind: KindInDialog, headers: 1},
+		{name: "folded line is one field and one element",
+			data: "BYE sip:a SIP/2.0\r\nFrom: <sip:a>;x\r\n ;y;z\r\n\r\n", kind: KindInDialog, headers: 1, params: 3, maxElem: 3},
+		{name: "list elements counted apart",
+			data: "BYE sip:a SIP/2.0\r\nVia: a;1;2;3, b;1;2, c;1\r\n\r\n", kind: KindInDialog, headers: 1, params: 6, maxElem: 3},
+		{name: "commas inside angle brackets do not split",
+			data: "BYE sip:a SIP/2.0\r\nRoute: <sip:a;x,y;z>;lr\r\n\r\n", kind: KindInDialog, headers: 1, params: 3, maxElem: 3},
+		{name: "commas of a non-list header do not split",
+			data: "BYE sip:a SIP/2.0\r\nFrom: <sip:a>;a;b,;c;d\r\n\r\n", kind: KindInDialog, headers: 1, params: 4, maxElem: 4},
+		{name: "quoted separators count",
+			data: "BYE sip:a SIP/2.0\r\nVia: a;oc-algo=\"x;y,z\";b\r\n\r\n", kind: KindInDialog, headers: 1, params: 3, maxElem: 3},
+		{name: "URI headers count",
+			data: "BYE sip:a SIP/2.0\r\nContact: <sip:a?x=1&y=2&z=3>\r\n\r\n", kind: KindInDialog, headers: 1, params: 2, maxElem: 2},
+		{name: "element over the bound",
+			data: "BYE sip:a SIP/2.0\r\nVia: a" + strings.Repeat(";p", 33) + "\r\n\r\n", kind: KindInDialog, err: ErrParams},
+		{name: "element at the bound",
+			data: "BYE sip:a SIP/2.0\r\nVia: a" + strings.Repeat(";p", 32) + "\r\n\r\n", kind: KindInDialog, headers: 1, params: 32, maxElem: 32},
+		{name: "message over the bound",
+			data: "BYE sip:a SIP/2.0\r\n" + strings.Repeat("Via: a"+strings.Repeat(";p", 30)+"\r\n", 9), kind: KindInDialog, err: ErrParams},
+		{name: "non-list header over the bound through commas",
+			data: "BYE sip:a SIP/2.0\r\nFrom: <sip:a>" + strings.Repeat(";p,", 33) + "\r\n\r\n", kind: KindInDialog, err: ErrParams},
+		{name: "too many headers",
+			data: "BYE sip:a SIP/2.0\r\n" + strings.Repeat("X:a\r\n", 201) + "\r\n", kind: KindInDialog, err: ErrHeaders},
+		{name: "headers at the bound",
+			data: "BYE sip:a SIP/2.0\r\n" + strings.Repeat("X:a\r\n", 200) + "\r\n", kind: KindInDialog, headers: 200},
+		{name: "empty", data: "", kind: KindOther},
+		{name: "start line only", data: "INVITE sip:a SIP/2.0", kind: KindInvite},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			info, err := Scan([]byte(tc.data), DefaultBounds)
+			if !errors.Is(err, tc.err) {
+				t.Fatalf("error: got %v, want %v", err, tc.err)
+			}
+			if info.Kind != tc.kind {
+				t.Errorf("kind: got %d, want %d", info.Kind, tc.kind)
+			}
+			if err != nil {
+				return
+			}
+			if string(info.CallID) != tc.callID || (tc.callID == "") != (info.CallID == nil) {
+				t.Errorf("Call-ID: got %q (nil %v), want %q", info.CallID, info.CallID == nil, tc.callID)
+			}
+			if info.Headers != tc.headers || info.Params != tc.params || info.MaxElement != tc.maxElem {
+				t.Errorf("headers, params, max element: got %d %d %d, want %d %d %d",
+					info.Headers, info.Params, info.MaxElement, tc.headers, tc.params, tc.maxElem)
+			}
+		})
+	}
+}
+
+// The bounds are off when zero.
+func TestScanUnbounded(t *testing.T) {
+	data := "BYE sip:a SIP/2.0\r\n" + strings.Repeat("Via: a"+strings.Repeat(";p", 100)+"\r\n", 300) + "\r\n"
+	info, err := Scan([]byte(data), Bounds{})
+	if err != nil || info.Params != 30000 || info.Headers != 300 || info.MaxElement != 100 {
+		t.Fatalf("got %+v, %v", info, err)
+	}
+}
+
+func FuzzScan(f *testing.F) {
+	f.Add([]byte(invite))
+	f.Add([]byte("SIP/2.0 180 Ringing\r\nVia: a;b, c;d\r\nCall-ID: x\r\n\r\n"))
+	f.Add([]byte("BYE x\n i: \"a\\\"\" ;<>,\r\n\r\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		b := Bounds{ElementParams: 8, MessageParams: 16, Headers: 10}
+		info, err := Scan(data, b)
+		if info.MaxElement > info.Params {
+			t.Fatalf("max element %d > params %d", info.MaxElement, info.Params)
+		}
+		if err == nil && (info.MaxElement > b.ElementParams || info.Params > b.MessageParams || info.Headers > b.Headers) {
+			t.Fatalf("passed over the bounds: %+v", info)
+		}
+		if info.CallID != nil {
+			off := offsetIn(data, info.CallID)
+			if off < 0 || off+len(info.CallID) > len(data) || !bytes.Equal(data[off:off+len(info.CallID)], info.CallID) {
+				t.Fatalf("Call-ID %q is not a part of the data", info.CallID)
+			}
+		}
+		if want := kindOf(data); info.Kind != want {
+			t.Fatalf("kind %d, want %d", info.Kind, want)
+		}
+	})
+}
+
+func BenchmarkScan(b *testing.B) {
+	data := []byte(invite + "v=0\r\no=- 1 1 IN IP4 127.0.0.2\r\n")
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Scan(data, DefaultBounds); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
