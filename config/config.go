@@ -75,7 +75,17 @@ type SIP struct {
 	// decided rather than shed. 0 sheds at once; at most
 	// MaxInflightWait, under the caller's first retransmission (500 ms).
 	InflightWait time.Duration `cfg:"inflight_wait"`
+	// DrainGrace is how long a node that stops (SIGTERM, or POST
+	// /api/v1/drain as a Kubernetes preStop does) lets the calls it is
+	// deciding, pacing or forwarding finish while new INVITEs get 503;
+	// then the rest are cancelled (503 upstream, CANCEL downstream). The
+	// value current when the drain starts applies. Keep
+	// terminationGracePeriodSeconds or TimeoutStopSec above it.
+	DrainGrace time.Duration `cfg:"drain_grace"`
 }
+
+// MaxDrainGrace bounds sip.drain_grace.
+const MaxDrainGrace = 10 * time.Minute
 
 // MaxInflightWait bounds sip.inflight_wait.
 const MaxInflightWait = 400 * time.Millisecond

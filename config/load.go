@@ -42,6 +42,7 @@ func Default() *Config {
 			MaxCallDuration: 4 * time.Hour,
 			CallRefreshTTL:  60 * time.Second,
 			InflightWait:    100 * time.Millisecond,
+			DrainGrace:      5 * time.Second,
 			TCP:             TCP{IdleTimeout: 60 * time.Second, MaxConnections: 10000, MaxConnectionsPerSource: 200},
 		},
 		Store:          Store{KeyPrefix: "cpsguard", OnError: "local"},

@@ -364,8 +364,7 @@ func reloadOnSIGHUP(ctx context.Context, hup <-chan os.Signal, mgr *config.Manag
 		case <-ctx.Done():
 			return
 		case <-hup:
-			logger.Info("SIGHUP: reloading configuration", "file", mgr.Path())
-			_ = mgr.Reload() // logged and counted by the Manager
+			_ = mgr.ReloadBy(config.TriggerSIGHUP) // logged (trigger "sighup") and counted by the Manager
 		}
 	}
 }
