@@ -255,12 +255,12 @@ func unitKeys(t *testing.T, path string) map[string][]string {
 func TestSystemdUnit(t *testing.T) {
 	u := unitKeys(t, "cpsguard.service")
 	for key, want := range map[string]string{
-		"Service.ExecStart":             "/usr/local/bin/cpsguard serve --config /etc/cpsguard/cpsguard.yaml",
-		"Service.ExecReload":            "/bin/kill -HUP $MAINPID",
+		"Service.ExecStart":  "/usr/local/bin/cpsguard serve --config /etc/cpsguard/cpsguard.yaml",
+		"Service.ExecReload": "/bin/kill -HUP $MAINPID",
 		// Started means listening: cpsguard sends READY=1 once its SIP and
 		// HTTP listeners are bound, STOPPING=1 when SIGTERM starts the drain.
-		"Service.Type":         "notify",
-		"Service.NotifyAccess": "main",
+		"Service.Type":                  "notify",
+		"Service.NotifyAccess":          "main",
 		"Service.Restart":               "on-failure",
 		"Service.DynamicUser":           "yes",
 		"Service.NoNewPrivileges":       "yes",
