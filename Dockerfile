@@ -2,7 +2,7 @@
 #
 # cpsguard container: a static binary on distroless, running as non-root.
 #
-#   docker build -t cpsguard .
+#   docker build --build-arg VERSION="$(scripts/version.sh)" -t cpsguard:"$(scripts/version.sh)" .
 #   docker run --rm -v $PWD/my.yaml:/etc/cpsguard/cpsguard.yaml:ro \
 #     -p 5060:5060/udp -p 5060:5060/tcp -p 127.0.0.1:9090:9090 cpsguard
 #

@@ -10,7 +10,8 @@
 
 GO      ?= go
 BIN     ?= bin/cpsguard
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# A semantic version from git tags (scripts/version.sh, docs/releasing.md).
+VERSION ?= $(shell ./scripts/version.sh 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
 .PHONY: all build test deps lint bench fuzz run clean

@@ -3,6 +3,7 @@ module github.com/cpsguard/cpsguard
 go 1.26.0
 
 require (
+	github.com/KimMachineGun/automemlimit v0.7.5
 	github.com/emiago/sipgo v1.7.2
 	github.com/fsnotify/fsnotify v1.9.0
 	github.com/prometheus/client_golang v1.25.0
@@ -24,6 +25,7 @@ require (
 	github.com/icholy/digest v1.2.0 // indirect
 	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/pbnjay/memory v0.0.0-20210728143218-7b4eea64cf58 // indirect
 	github.com/pelletier/go-toml/v2 v2.2.4 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect

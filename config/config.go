@@ -9,12 +9,19 @@ import (
 // must not modify a Config they did not build themselves; a reload produces a
 // new one.
 type Config struct {
-	NodeID         string     `cfg:"node_id"`
-	SIP            SIP        `cfg:"sip"`
-	Store          Store      `cfg:"store"`
-	HTTP           HTTP       `cfg:"http"`
-	Log            Log        `cfg:"log"`
-	Shadow         bool       `cfg:"shadow"`
+	// NodeID names this node in the pool: in Redis (live calls, the
+	// heartbeat that reports two processes with one node_id), metrics and
+	// logs. Unique per node.
+	NodeID string `cfg:"node_id"`
+	SIP    SIP    `cfg:"sip"`
+	Store  Store  `cfg:"store"`
+	HTTP   HTTP   `cfg:"http"`
+	Log    Log    `cfg:"log"`
+	// Shadow counts would-be refusals (result "shadow_rejected") and admits
+	// the calls anyway: limits are measured, not enforced.
+	Shadow bool `cfg:"shadow"`
+	// CustomerHeader is the header of an initial INVITE that names the
+	// customer (which the peer must list in its customers).
 	CustomerHeader string     `cfg:"customer_header"`
 	Peers          []Peer     `cfg:"peers"`
 	Customers      []Customer `cfg:"customers"`
@@ -75,7 +82,17 @@ type SIP struct {
 	// decided rather than shed. 0 sheds at once; at most
 	// MaxInflightWait, under the caller's first retransmission (500 ms).
 	InflightWait time.Duration `cfg:"inflight_wait"`
+	// DrainGrace is how long a node that stops (SIGTERM, or POST
+	// /api/v1/drain as a Kubernetes preStop does) lets the calls it is
+	// deciding, pacing or forwarding finish while new INVITEs get 503;
+	// then the rest are cancelled (503 upstream, CANCEL downstream). The
+	// value current when the drain starts applies. Keep
+	// terminationGracePeriodSeconds or TimeoutStopSec above it.
+	DrainGrace time.Duration `cfg:"drain_grace"`
 }
+
+// MaxDrainGrace bounds sip.drain_grace.
+const MaxDrainGrace = 10 * time.Minute
 
 // MaxInflightWait bounds sip.inflight_wait.
 const MaxInflightWait = 400 * time.Millisecond
@@ -138,7 +155,9 @@ func (c *Config) Stripped() []string {
 
 // Reject describes the SIP response sent for a CPS rejection.
 type Reject struct {
-	Code   int    `cfg:"code"`
+	// Code is the SIP status of the answer (4xx, 5xx or 6xx).
+	Code int `cfg:"code"`
+	// Reason is its reason phrase.
 	Reason string `cfg:"reason"`
 	// RetryAfter adds a Retry-After header when > 0.
 	RetryAfter time.Duration `cfg:"retry_after"`
@@ -147,7 +166,9 @@ type Reject struct {
 // Store selects and tunes the shared store.
 type Store struct {
 	// Redis is nil for the in-process store.
-	Redis     *Redis `cfg:"redis"`
+	Redis *Redis `cfg:"redis"`
+	// KeyPrefix starts every Redis key of the pool; nodes that share it
+	// share their limits.
 	KeyPrefix string `cfg:"key_prefix"`
 	// OnError is "local", "admit" or "reject".
 	OnError string `cfg:"on_error"`
@@ -156,11 +177,16 @@ type Store struct {
 // Redis addresses a standalone server, a Sentinel group or a Cluster.
 type Redis struct {
 	// Addrs: one = standalone, several = cluster; sentinels when MasterName is set.
-	Addrs      []string `cfg:"addrs"`
-	MasterName string   `cfg:"master_name"`
-	Username   string   `cfg:"username"`
-	Password   string   `cfg:"password"`
-	DB         int      `cfg:"db"`
+	Addrs []string `cfg:"addrs"`
+	// MasterName, when set, makes Addrs the Sentinels of that master.
+	MasterName string `cfg:"master_name"`
+	// Username is the ACL user (empty: the default user).
+	Username string `cfg:"username"`
+	// Password authenticates to Redis (and to the Sentinels). A secret:
+	// set it with CPSGUARD_STORE_REDIS_PASSWORD, never shown.
+	Password string `cfg:"password"`
+	// DB is the database number (standalone and Sentinel only).
+	DB int `cfg:"db"`
 	// Timeout bounds every Redis call made for a SIP call.
 	Timeout time.Duration `cfg:"timeout"`
 	// TLS encrypts the connections to Redis (and to sentinels).
@@ -171,15 +197,23 @@ type Redis struct {
 // roots verify the server; CertFile and KeyFile (both or neither) are the
 // client certificate for servers that require one (tls-auth-clients yes).
 type RedisTLS struct {
-	Enabled    bool   `cfg:"enabled"`
-	CAFile     string `cfg:"ca_file"`
-	CertFile   string `cfg:"cert_file"`
-	KeyFile    string `cfg:"key_file"`
+	// Enabled turns TLS on.
+	Enabled bool `cfg:"enabled"`
+	// CAFile is a PEM file of the CAs that verify the server (empty: the
+	// system roots).
+	CAFile string `cfg:"ca_file"`
+	// CertFile is the client certificate (PEM), with KeyFile.
+	CertFile string `cfg:"cert_file"`
+	// KeyFile is the client certificate's private key (PEM).
+	KeyFile string `cfg:"key_file"`
+	// ServerName is the name the server's certificate must carry (empty:
+	// the host of the address).
 	ServerName string `cfg:"server_name"`
 }
 
 // HTTP is the operations endpoint.
 type HTTP struct {
+	// Listen is host:port of /metrics, /healthz, /readyz and /api/v1/.
 	Listen string `cfg:"listen"`
 	// Token is the bearer token required by write endpoints; empty = none.
 	Token string `cfg:"token"`
@@ -201,15 +235,26 @@ type Log struct {
 
 // Peer is a party that sends calls, identified by source address.
 type Peer struct {
-	Name    string         `cfg:"name"`
+	// Name is the peer's name (1-64 of [A-Za-z0-9._-]).
+	Name string `cfg:"name"`
+	// Sources are the addresses or CIDRs calls of this peer come from; the
+	// longest prefix over all peers wins.
 	Sources []netip.Prefix `cfg:"sources"`
-	CPS     float64        `cfg:"cps"`
+	// CPS is the peer's limit of admitted calls per rolling second, for
+	// the whole pool.
+	CPS float64 `cfg:"cps"`
 	// MaxCalls caps the calls of this peer set up and not yet ended, for
 	// the whole pool (0 = no limit).
-	MaxCalls  int      `cfg:"max_calls"`
-	Customer  string   `cfg:"customer"`
+	MaxCalls int `cfg:"max_calls"`
+	// Customer is the customer of a call that names none in the customer
+	// header.
+	Customer string `cfg:"customer"`
+	// Customers are the customers this peer may name in the customer
+	// header (Customer among them).
 	Customers []string `cfg:"customers"`
-	Route     string   `cfg:"route"`
+	// Route is the route of the peer's calls whose customer has none
+	// (else "default").
+	Route string `cfg:"route"`
 	// Burst, when > 0, replaces the peer's rolling 1 s window with a token
 	// bucket of rate CPS and capacity Burst (>= CPS).
 	Burst int `cfg:"burst"`
@@ -220,9 +265,13 @@ type Peer struct {
 
 // Customer is the party a call belongs to.
 type Customer struct {
-	Name  string  `cfg:"name"`
-	CPS   float64 `cfg:"cps"`
-	Route string  `cfg:"route"`
+	// Name is the customer's name, as the customer header gives it.
+	Name string `cfg:"name"`
+	// CPS is the customer's limit of admitted calls per rolling second,
+	// for the whole pool, whichever peer sends them.
+	CPS float64 `cfg:"cps"`
+	// Route is the route of the customer's calls (before the peer's).
+	Route string `cfg:"route"`
 	// MaxCalls caps the customer's live calls, pool-wide (0 = no limit).
 	MaxCalls int `cfg:"max_calls"`
 	// Burst and Windows are as on Peer.
@@ -241,9 +290,15 @@ type Window struct {
 
 // Carrier is a downstream destination with a pacing limit.
 type Carrier struct {
-	Name    string        `cfg:"name"`
-	URI     string        `cfg:"uri"`
-	CPS     float64       `cfg:"cps"`
+	// Name is the carrier's name, as routes list it.
+	Name string `cfg:"name"`
+	// URI is where its calls go: sip:host[:port][;transport=udp|tcp].
+	URI string `cfg:"uri"`
+	// CPS is the pace of calls sent to it, for the whole pool: never more
+	// than cps in any rolling second.
+	CPS float64 `cfg:"cps"`
+	// MaxWait is the longest a call waits for a slot of this carrier;
+	// a call that would wait longer tries the next carrier of its route.
 	MaxWait time.Duration `cfg:"max_wait"`
 	// MaxCalls caps the live calls sent to this carrier, pool-wide (0 = no
 	// limit); a full carrier is skipped like a full pacing queue.

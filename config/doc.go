@@ -25,16 +25,36 @@
 // other; the longest prefix wins ([Config.PeerByAddr]). The same prefix on
 // two peers is an error.
 //
+// Each problem also has its place: [ValidationError.Where] holds the line
+// and column of the key or list item it is about (`cpsguard check` prints
+// "FILE:LINE:COLUMN: path: message"), and a YAML syntax error is reported on
+// the line where the file stops being YAML, not where the enclosing block
+// starts, as the YAML library says. A value set by an environment variable
+// is named by the variable instead: "CPSGUARD_SIP_REJECT_CODE
+// (sip.reject.code): must be an integer (got "busy")".
+//
+// A CPSGUARD_ variable that overrides no setting is an error with a
+// suggestion ("CPSGUARD_HTTP_LISTN: … (did you mean
+// "CPSGUARD_HTTP_LISTEN"?)"), except [ToolEnvVars] (CPSGUARD_CONFIG, test
+// tooling) and the variables Kubernetes gives a pod for a Service named
+// cpsguard (CPSGUARD_SERVICE_HOST, CPSGUARD_PORT_9090_TCP, …).
+//
+// docs/configuration.md is the key reference (every key, its type, default
+// and whether a reload applies it); a test generates it from this
+// package's schema and fails when it differs.
+//
 // # Reload
 //
-// A [Manager] holds the running *Config in an atomic pointer. [Manager.Reload]
-// (SIGHUP, the HTTP API) and [Manager.Watch] (file changes, including the
-// rename-replace done by editors and Kubernetes ConfigMaps) decode, validate
-// and swap. An invalid file keeps the last good Config running, is logged
-// once with all its errors, is counted and is reported to [Manager.OnReload]
-// observers as "failure". Settings that cannot change at runtime
-// ([RestartOnly]) keep their running value; the change is logged and listed
-// by [Manager.PendingRestart].
+// A [Manager] holds the running *Config in an atomic pointer.
+// [Manager.ReloadBy] (SIGHUP, the HTTP API) and [Manager.Watch] (file
+// changes, including the rename-replace done by editors and Kubernetes
+// ConfigMaps) decode, validate and swap. A reload is logged with what
+// triggered it ("sighup", "file", "api"), the key paths that changed (never
+// a value) and the new config hash. An invalid file keeps the last good
+// Config running, is logged once with all its errors, is counted and is
+// reported to [Manager.OnReload] observers as "failure". Settings that
+// cannot change at runtime ([RestartOnly]) keep their running value; the
+// change is logged and listed by [Manager.PendingRestart].
 //
 // # Secrets
 //

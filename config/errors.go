@@ -6,19 +6,36 @@ import (
 )
 
 // ValidationError lists every problem found in a configuration, each as
-// "path: message", e.g. "carriers[1].cps: must be > 0 (got -3)". Load,
-// Parse and Manager.Reload return it (as *ValidationError) when the file was
-// read but its content is unusable.
+// "path: message", e.g. "carriers[1].cps: must be > 0 (got -3)". A value
+// set by an environment variable is named by the variable, not the file:
+// "CPSGUARD_SIP_REJECT_CODE (sip.reject.code): must be an integer (got
+// "busy")". Load, Parse and Manager.Reload return it (as *ValidationError)
+// when the file was read but its content is unusable.
 type ValidationError struct {
 	// File is the file the errors were found in; empty for Parse.
 	File string
-	// Errors holds one line per problem, in file order: decoding problems
-	// (unknown keys, wrong types) first, then rule violations.
+	// Errors holds one line per problem, in file order: unknown
+	// environment variables, then decoding problems (unknown keys, wrong
+	// types), then rule violations.
 	Errors []string
+	// Where holds the place in the file of each of Errors (Where[i] is for
+	// Errors[i]): the line of a YAML syntax error, the line and column of
+	// the key or list item a problem is about. A zero Position when the
+	// problem has no place in the file. Nil in a hand-built error.
+	Where []Position
+}
+
+// At returns the place in the file of Errors[i] (zero when unknown).
+func (e *ValidationError) At(i int) Position {
+	if i < 0 || i >= len(e.Where) {
+		return Position{}
+	}
+	return e.Where[i]
 }
 
 // Error joins the problems one per line, after a header naming the file and
-// the count.
+// the count; a problem with a place in the file starts with it ("line 7,
+// column 5: peers[0].cps: must be > 0 (got 0)").
 func (e *ValidationError) Error() string {
 	var b strings.Builder
 	name := "configuration"
@@ -30,8 +47,11 @@ func (e *ValidationError) Error() string {
 	if n != 1 {
 		b.WriteString("s")
 	}
-	for _, line := range e.Errors {
+	for i, line := range e.Errors {
 		b.WriteString("\n  ")
+		if at := e.At(i); at.Line > 0 {
+			b.WriteString(at.String() + ": ")
+		}
 		b.WriteString(line)
 	}
 	return b.String()
@@ -42,7 +62,11 @@ func (e *ValidationError) Error() string {
 // is reported as "must be a number", not also as "must be > 0".
 type errorList struct {
 	lines []string
+	where []Position
 	bad   map[string]bool
+	// locate, when set, says where the problem at a path is: in the file,
+	// or set by the environment variable it returns.
+	locate func(path string) (Position, string)
 }
 
 func (l *errorList) addDecode(path, msg string) {
@@ -55,10 +79,33 @@ func (l *errorList) addDecode(path, msg string) {
 
 func (l *errorList) add(path, msg string) {
 	if path == "" {
-		l.lines = append(l.lines, msg)
+		l.addAt(Position{}, msg)
 		return
 	}
-	l.lines = append(l.lines, path+": "+msg)
+	var at Position
+	var env string
+	if l.locate != nil {
+		at, env = l.locate(path)
+	}
+	if env != "" {
+		l.addAt(Position{}, env+" ("+path+"): "+msg)
+		return
+	}
+	l.addAt(at, path+": "+msg)
+}
+
+// addAt records a line with its place in the file.
+func (l *errorList) addAt(at Position, line string) {
+	l.lines = append(l.lines, line)
+	l.where = append(l.where, at)
+}
+
+// err returns the ValidationError of the list, nil when it is empty.
+func (l *errorList) err() *ValidationError {
+	if len(l.lines) == 0 {
+		return nil
+	}
+	return &ValidationError{Errors: l.lines, Where: l.where}
 }
 
 // failed reports whether path or one of its parents failed to decode.

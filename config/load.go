@@ -42,6 +42,7 @@ func Default() *Config {
 			MaxCallDuration: 4 * time.Hour,
 			CallRefreshTTL:  60 * time.Second,
 			InflightWait:    100 * time.Millisecond,
+			DrainGrace:      5 * time.Second,
 			TCP:             TCP{IdleTimeout: 60 * time.Second, MaxConnections: 10000, MaxConnectionsPerSource: 200},
 		},
 		Store:          Store{KeyPrefix: "cpsguard", OnError: "local"},
@@ -81,26 +82,36 @@ func Load(path string) (*Config, error) {
 	return c, err
 }
 
-// Parse is Load on YAML already in memory. Environment overrides apply.
+// Parse is Load on YAML already in memory. Environment overrides apply; a
+// CPSGUARD_ variable that overrides no setting (and is not one of
+// ToolEnvVars) is an error, with a suggestion, so a typo such as
+// CPSGUARD_HTTP_LISTN is not silently ignored.
 func Parse(data []byte) (*Config, error) {
 	// A fresh viper per parse: viper is not safe for concurrent use, and
 	// this one is never shared. Only this function reads it.
 	v := viper.NewWithOptions(viper.KeyDelimiter(keyDelim))
 	v.SetConfigType("yaml")
 	bindEnv(v, "", reflect.TypeFor[Config]())
+	errs := &errorList{}
+	for _, msg := range unknownEnv(os.Environ()) {
+		errs.add("", msg)
+	}
 	if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
-		return nil, &ValidationError{Errors: []string{"invalid YAML: " + yamlMessage(err)}}
+		msg, at := syntaxError(data, err)
+		errs.addAt(at, "invalid YAML: "+msg)
+		return nil, errs.err()
 	}
 	tree := v.AllSettings()
 
+	pos, env := positions(data), envOverrides()
+	errs.locate = func(path string) (Position, string) { return locate(pos, env, path) }
 	c := Default()
-	errs := &errorList{}
 	d := decoder{errs: errs}
 	d.decode("", tree, reflect.ValueOf(c).Elem())
 	normalize(c)
 	validate(c, errs)
-	if len(errs.lines) > 0 {
-		return nil, &ValidationError{Errors: errs.lines}
+	if ve := errs.err(); ve != nil {
+		return nil, ve
 	}
 	c.buildIndex()
 	return c, nil

@@ -112,6 +112,8 @@ func TestBadFiles(t *testing.T) {
 		{"max_call_duration", "sip.max_call_duration: must be >= 1s (got 0s)"},
 		{"reject_calls_code", "sip.reject_calls.code: must be a 4xx, 5xx or 6xx SIP status (got 200)"},
 		{"call_refresh_ttl", "sip.call_refresh_ttl: must be between 1s and 1h (got 100ms)"},
+		{"drain_grace", "sip.drain_grace: must be > 0 and <= 10m (got 1h0m0s)"},
+		{"yaml_indent", "invalid YAML: line 7: did not find expected '-' indicator"},
 		{"max_calls_no_record_route", "sip.record_route: must be true when a peer, customer or carrier has max_calls (a call's BYE is seen through Record-Route)"},
 	}
 	seen := map[string]bool{"bad_many.yaml": true, "bad_yaml_syntax.yaml": true}
@@ -308,7 +310,7 @@ func TestEnvOverrideInvalid(t *testing.T) {
 	t.Setenv("CPSGUARD_SIP_REJECT_CODE", "busy")
 	_, err := Parse([]byte(minimal))
 	var ve *ValidationError
-	if !errors.As(err, &ve) || len(ve.Errors) != 1 || ve.Errors[0] != `sip.reject.code: must be an integer (got "busy")` {
+	if !errors.As(err, &ve) || len(ve.Errors) != 1 || ve.Errors[0] != `CPSGUARD_SIP_REJECT_CODE (sip.reject.code): must be an integer (got "busy")` {
 		t.Fatalf("got %v", err)
 	}
 }

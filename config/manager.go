@@ -9,7 +9,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,58 +30,69 @@ const (
 // keeps their running value and reports the difference (see
 // Manager.PendingRestart). Everything else (limits, peers, customers,
 // carriers, routes, reject answer, shadow, log level, http.token,
-// sip.dialog_secret, …) takes effect at once.
-var RestartOnly = []string{"node_id", "sip.listen", "sip.advertise", "store", "http.listen", "log.format"}
+// sip.dialog_secret, sip.drain_grace, …) takes effect at once. An entry
+// names a setting or a whole block ("store"), by the path of the file.
+var RestartOnly = []string{
+	"node_id", "sip.listen", "sip.advertise",
+	// The call tracker is built at start with these two.
+	"sip.max_call_duration", "sip.call_refresh_ttl",
+	"store", "http.listen", "log.format",
+}
 
 // NeedsRestart returns the RestartOnly settings whose value differs between
 // running and next, in RestartOnly order.
 func NeedsRestart(running, next *Config) []string {
 	var out []string
-	if running.NodeID != next.NodeID {
-		out = append(out, "node_id")
-	}
-	if !slices.Equal(running.SIP.Listen, next.SIP.Listen) {
-		out = append(out, "sip.listen")
-	}
-	if running.SIP.Advertise != next.SIP.Advertise {
-		out = append(out, "sip.advertise")
-	}
-	if !sameStore(running.Store, next.Store) {
-		out = append(out, "store")
-	}
-	if running.HTTP.Listen != next.HTTP.Listen {
-		out = append(out, "http.listen")
-	}
-	if running.Log.Format != next.Log.Format {
-		out = append(out, "log.format")
+	a, b := reflect.ValueOf(running).Elem(), reflect.ValueOf(next).Elem()
+	for _, path := range RestartOnly {
+		x, okx := settingAt(a, path)
+		y, oky := settingAt(b, path)
+		if okx && oky && !reflect.DeepEqual(x.Interface(), y.Interface()) {
+			out = append(out, path)
+		}
 	}
 	return out
-}
-
-func sameStore(a, b Store) bool {
-	if a.KeyPrefix != b.KeyPrefix || a.OnError != b.OnError || (a.Redis == nil) != (b.Redis == nil) {
-		return false
-	}
-	if a.Redis == nil {
-		return true
-	}
-	x, y := *a.Redis, *b.Redis
-	return slices.Equal(x.Addrs, y.Addrs) && x.MasterName == y.MasterName && x.Username == y.Username &&
-		x.Password == y.Password && x.DB == y.DB && x.Timeout == y.Timeout
 }
 
 // keepRunning returns a copy of next whose RestartOnly settings are those of
 // running.
 func keepRunning(running, next *Config) *Config {
 	out := *next
-	out.NodeID = running.NodeID
-	out.SIP.Listen = running.SIP.Listen
-	out.SIP.Advertise = running.SIP.Advertise
-	out.Store = running.Store
-	out.HTTP.Listen = running.HTTP.Listen
-	out.Log.Format = running.Log.Format
+	a, b := reflect.ValueOf(running).Elem(), reflect.ValueOf(&out).Elem()
+	for _, path := range RestartOnly {
+		x, okx := settingAt(a, path)
+		y, oky := settingAt(b, path)
+		if okx && oky {
+			y.Set(x)
+		}
+	}
 	return &out // the index only covers peers, customers and carriers: still valid
 }
+
+// settingAt returns the field at path (cfg tags joined with ".") inside the
+// struct v, through struct values only (a pointer on the way would share
+// its target between two snapshots). TestRestartOnlyPaths checks every
+// RestartOnly entry resolves.
+func settingAt(v reflect.Value, path string) (reflect.Value, bool) {
+	for _, name := range strings.Split(path, ".") {
+		if v.Kind() != reflect.Struct {
+			return reflect.Value{}, false
+		}
+		f, ok := fieldByTag(v, name)
+		if !ok {
+			return reflect.Value{}, false
+		}
+		v = f
+	}
+	return v, true
+}
+
+// Reload triggers: what made a Manager reload, in its log lines.
+const (
+	TriggerSIGHUP = "sighup" // the process got SIGHUP (systemctl reload)
+	TriggerFile   = "file"   // Watch saw the file change
+	TriggerAPI    = "api"    // POST /api/v1/reload
+)
 
 // Manager owns the running configuration of a process: it loads the file,
 // hands out the current immutable snapshot, and reloads it on demand
@@ -195,18 +208,24 @@ func (m *Manager) OnReload(fn func(result string)) {
 	m.onReload = append(m.onReload, fn)
 }
 
-// Reload reads the file again, validates it and, if valid, makes it the
-// current configuration. On failure the current configuration stays, the
-// failure is counted and logged (the full error list only the first time a
-// given invalid content is seen) and returned: a *ValidationError for an
-// invalid file, a wrapped os error for an unreadable one.
+// Reload is ReloadBy(TriggerAPI), the form handed to the HTTP API.
+func (m *Manager) Reload() error { return m.ReloadBy(TriggerAPI) }
+
+// ReloadBy reads the file again, validates it and, if valid, makes it the
+// current configuration; trigger (TriggerSIGHUP, TriggerFile, TriggerAPI)
+// says in the log what asked for it. A successful reload logs the settings
+// that changed (their key paths, never a value) and the new config hash.
+// On failure the current configuration stays, the failure is counted and
+// logged (the full error list only the first time a given invalid content
+// is seen) and returned: a *ValidationError for an invalid file, a wrapped
+// os error for an unreadable one.
 //
 // RestartOnly settings keep their running value; if the file changes them,
 // they are logged at Warn and listed by PendingRestart.
-func (m *Manager) Reload() error {
+func (m *Manager) ReloadBy(trigger string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.reload(false)
+	return m.reload(trigger, false)
 }
 
 // reload does the work of Reload with m.mu held. With onlyIfChanged, a file
@@ -214,7 +233,7 @@ func (m *Manager) Reload() error {
 // other files of the directory, chmods, symlink swaps to equal content), and
 // a missing file is ignored: a rename-replace may be half done and the next
 // event will bring the new file.
-func (m *Manager) reload(onlyIfChanged bool) error {
+func (m *Manager) reload(trigger string, onlyIfChanged bool) error {
 	data, err := os.ReadFile(m.path)
 	if err != nil {
 		if onlyIfChanged && errors.Is(err, fs.ErrNotExist) {
@@ -222,7 +241,7 @@ func (m *Manager) reload(onlyIfChanged bool) error {
 			return nil
 		}
 		err = fmt.Errorf("config: cannot read file: %w", err)
-		m.fail(err, [32]byte{})
+		m.fail(trigger, err, [32]byte{})
 		return err
 	}
 	sum := sha256.Sum256(data)
@@ -232,7 +251,7 @@ func (m *Manager) reload(onlyIfChanged bool) error {
 	m.lastSum = sum
 	next, err := parseFile(m.path, data)
 	if err != nil {
-		m.fail(err, sum)
+		m.fail(trigger, err, sum)
 		return err
 	}
 	m.badSum = [32]byte{}
@@ -242,10 +261,15 @@ func (m *Manager) reload(onlyIfChanged bool) error {
 	if len(pending) > 0 {
 		next = keepRunning(old, next)
 		m.log().Warn("config settings changed but need a restart; the running values stay",
-			"file", m.path, "settings", pending)
+			"trigger", trigger, "file", m.path, "settings", pending)
+	}
+	changed := Changed(old, next)
+	if changed == nil {
+		changed = []string{} // logged as [], not null
 	}
 	m.cur.Store(next)
-	m.log().Info("config reloaded", "file", m.path, "config", next)
+	m.log().Info("config reloaded", "trigger", trigger, "file", m.path,
+		"config_hash", next.Hash(), "changed", changed, "config", next)
 	for _, fn := range m.onChange {
 		fn(old, next)
 	}
@@ -255,20 +279,20 @@ func (m *Manager) reload(onlyIfChanged bool) error {
 
 // fail counts a failed reload and logs it: with every error the first time
 // this content fails, briefly when the same bad content is reloaded again.
-func (m *Manager) fail(err error, sum [32]byte) {
+func (m *Manager) fail(trigger string, err error, sum [32]byte) {
 	m.failures.Add(1)
 	if sum == ([32]byte{}) || sum != m.badSum {
 		m.badSum = sum
 		var ve *ValidationError
 		if errors.As(err, &ve) {
 			m.log().Error("config reload failed; keeping the running configuration",
-				"file", m.path, "errors", ve.Errors)
+				"trigger", trigger, "file", m.path, "errors", ve.Errors)
 		} else {
 			m.log().Error("config reload failed; keeping the running configuration",
-				"file", m.path, "error", err.Error())
+				"trigger", trigger, "file", m.path, "error", err.Error())
 		}
 	} else {
-		m.log().Warn("config file still invalid; keeping the running configuration", "file", m.path)
+		m.log().Warn("config file still invalid; keeping the running configuration", "trigger", trigger, "file", m.path)
 	}
 	m.notify(ReloadFailure)
 }
@@ -321,7 +345,7 @@ func (m *Manager) Watch(ctx context.Context) error {
 			timer.Reset(m.debounce) // events may have been lost: look at the file
 		case <-timer.C:
 			m.mu.Lock()
-			_ = m.reload(true) // logged and counted inside
+			_ = m.reload(TriggerFile, true) // logged and counted inside
 			m.mu.Unlock()
 		}
 	}

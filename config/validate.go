@@ -225,6 +225,9 @@ func (v *validator) sip() {
 	if d := s.CallRefreshTTL; d < time.Second || d > time.Hour {
 		v.errf("sip.call_refresh_ttl", "must be between 1s and 1h (got %s)", d)
 	}
+	if d := s.DrainGrace; d <= 0 || d > MaxDrainGrace {
+		v.errf("sip.drain_grace", "must be > 0 and <= %s (got %s)", fmtPer(MaxDrainGrace), d)
+	}
 }
 
 // reject checks a SIP answer of the proxy's own (sip.reject_calls).

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -254,8 +255,12 @@ func unitKeys(t *testing.T, path string) map[string][]string {
 func TestSystemdUnit(t *testing.T) {
 	u := unitKeys(t, "cpsguard.service")
 	for key, want := range map[string]string{
-		"Service.ExecStart":             "/usr/local/bin/cpsguard serve --config /etc/cpsguard/cpsguard.yaml",
-		"Service.ExecReload":            "/bin/kill -HUP $MAINPID",
+		"Service.ExecStart":  "/usr/local/bin/cpsguard serve --config /etc/cpsguard/cpsguard.yaml",
+		"Service.ExecReload": "/bin/kill -HUP $MAINPID",
+		// Started means listening: cpsguard sends READY=1 once its SIP and
+		// HTTP listeners are bound, STOPPING=1 when SIGTERM starts the drain.
+		"Service.Type":                  "notify",
+		"Service.NotifyAccess":          "main",
 		"Service.Restart":               "on-failure",
 		"Service.DynamicUser":           "yes",
 		"Service.NoNewPrivileges":       "yes",
@@ -269,6 +274,22 @@ func TestSystemdUnit(t *testing.T) {
 		if got := u[key]; !slices.Contains(got, want) {
 			t.Errorf("%s: got %q, want %q", key, got, want)
 		}
+	}
+	// A memory ceiling: the node reads it from its cgroup and sets its Go
+	// soft limit (GOMEMLIMIT) to 90 % of it.
+	if got := u["Service.MemoryMax"]; len(got) != 1 || got[0] == "" || got[0] == "infinity" {
+		t.Errorf("MemoryMax: got %q, want one finite limit", got)
+	}
+	// sd_notify needs a unix socket.
+	if fams := strings.Join(u["Service.RestrictAddressFamilies"], " "); !strings.Contains(fams, "AF_UNIX") {
+		t.Errorf("RestrictAddressFamilies %q: want AF_UNIX, for NOTIFY_SOCKET", fams)
+	}
+	// systemd's stop timeout covers the drain (sip.drain_grace, default
+	// 5 s, plus a second of cancelled calls and the HTTP shutdown).
+	if got := u["Service.TimeoutStopSec"]; len(got) != 1 {
+		t.Errorf("TimeoutStopSec: got %q, want one", got)
+	} else if d, err := time.ParseDuration(got[0]); err != nil || d < config.Default().SIP.DrainGrace+10*time.Second {
+		t.Errorf("TimeoutStopSec %s: want at least sip.drain_grace (%s) + 10s", got[0], config.Default().SIP.DrainGrace)
 	}
 	// systemctl reload validates the file before signalling, like nginx:
 	// the check comes first and names the file ExecStart serves.

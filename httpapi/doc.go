@@ -13,6 +13,10 @@
 //	POST /api/v1/reload  re-read the configuration file; needs
 //	                     "Authorization: Bearer <http.token>" when a token is
 //	                     set; a bad file answers 422 with every error
+//	POST /api/v1/drain   stop taking calls, let those in progress finish
+//	                     (sip.drain_grace), keep serving this API; token;
+//	                     answers {"status":"drained"} when done, or
+//	                     {"status":"draining"} after 20 s (ask again)
 //	GET  /api/v1/limits  the live limit overrides (LimitList)
 //	PUT  /api/v1/limits/{peer|customer|carrier}/{name}
 //	                     override one limit pool-wide: {"cps": 20, "ttl": "1h"}
@@ -36,9 +40,9 @@
 // entries it could not read have a null current and the error is listed in
 // Status.Errors.
 //
-// The client side (FetchStatus, RenderStatus, Probe, FetchLimits, SetLimit,
-// RemoveLimit, RenderLimits) backs `cpsguard status`, `cpsguard probe` and
-// `cpsguard limit`. It ignores HTTP_PROXY (as Prometheus does) and
+// The client side (FetchStatus, RenderStatus, Watch, WatchPlain, Probe,
+// Drain, FetchLimits, SetLimit, RemoveLimit, RenderLimits) backs `cpsguard
+// status`, `cpsguard probe`, `cpsguard drain` and `cpsguard limit`. It ignores HTTP_PROXY (as Prometheus does) and
 // returns *Unreachable, saying why in an operator's words, when a node gives
 // no answer at all.
 //

@@ -76,6 +76,10 @@ type Options struct {
 	// Reload re-reads the configuration file and swaps it in, or returns why
 	// not (a *config.ValidationError for a bad file). Nil: reload answers 501.
 	Reload func() error
+	// Drain starts the node's drain if it has not started and waits until
+	// it is over (nil) or ctx ends (ctx's error): POST /api/v1/drain. Nil:
+	// the drain answers 501.
+	Drain func(ctx context.Context) error
 	// Limits changes and lists the live limit overrides. Nil: the limits
 	// API answers 501 and status shows no overrides.
 	Limits Limiter
@@ -131,6 +135,7 @@ func New(o Options) http.Handler {
 	mux.Handle(PathReadyz, methods(http.HandlerFunc(s.readyz), http.MethodGet, http.MethodHead))
 	mux.Handle(PathStatus, methods(http.HandlerFunc(s.status), http.MethodGet, http.MethodHead))
 	mux.Handle(PathReload, methods(http.HandlerFunc(s.reload), http.MethodPost))
+	mux.Handle(PathDrain, methods(http.HandlerFunc(s.drain), http.MethodPost))
 	mux.Handle(PathLimits, methods(http.HandlerFunc(s.limitsList), http.MethodGet, http.MethodHead))
 	mux.Handle(PathLimits+"/{scope}/{name}", methods(http.HandlerFunc(s.limitsChange), http.MethodPut, http.MethodDelete))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

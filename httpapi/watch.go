@@ -30,11 +30,25 @@ func PrintStatus(ctx context.Context, w io.Writer, addr string) error {
 // table and retried at the next tick. Each frame is written in one Write so
 // the screen does not flicker.
 func Watch(ctx context.Context, w io.Writer, addr string, every time.Duration) error {
+	return watch(ctx, w, addr, every, func(b *bytes.Buffer) { b.WriteString(ClearScreen) })
+}
+
+// WatchPlain is Watch for a writer that is not a terminal (a pipe, a file,
+// a log): no screen codes; each frame starts with a line "--- " and the
+// time (RFC 3339, UTC), and frames follow one another.
+func WatchPlain(ctx context.Context, w io.Writer, addr string, every time.Duration) error {
+	return watch(ctx, w, addr, every, func(b *bytes.Buffer) {
+		fmt.Fprintf(b, "--- %s\n", time.Now().UTC().Format(time.RFC3339))
+	})
+}
+
+// watch is Watch and WatchPlain: head starts each frame.
+func watch(ctx context.Context, w io.Writer, addr string, every time.Duration, head func(*bytes.Buffer)) error {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
 		var buf bytes.Buffer
-		buf.WriteString(ClearScreen)
+		head(&buf)
 		if err := PrintStatus(ctx, &buf, addr); err != nil {
 			fmt.Fprintf(&buf, "cpsguard status: %v\n(retrying every %s; Ctrl-C to quit)\n", err, every)
 		}

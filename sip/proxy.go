@@ -112,7 +112,8 @@ var (
 	// (the store's own store.redis.timeout is much shorter).
 	storeBudget = time.Second
 	// shutdownGrace bounds how long Serve waits for calls to finish after
-	// its context is cancelled.
+	// its context is cancelled when the configuration has no
+	// sip.drain_grace (a hand-built one; a loaded one always has it).
 	shutdownGrace = 5 * time.Second
 )
 
@@ -350,7 +351,8 @@ func (p *Proxy) Addrs() []string {
 // Serve listens on every sip.listen URL of the current configuration (UDP
 // and TCP in one process) and handles SIP until ctx is cancelled. On
 // cancellation it drains: new initial INVITEs get 503, calls in progress
-// (waiting for a slot or forwarded) have 5 s to finish, then the rest are
+// (waiting for a slot or forwarded) have sip.drain_grace of the
+// configuration current then (5 s by default) to finish, then the rest are
 // cancelled (503 upstream, CANCEL downstream); then it closes the sockets
 // and returns nil. It returns an error when a listener cannot be
 // bound. Serve may be called once.
@@ -439,7 +441,11 @@ func (p *Proxy) Serve(ctx context.Context) error {
 	// caller, CANCEL to the carrier) and given a moment to say so before
 	// the sockets close.
 	p.draining.Store(true)
-	grace, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	wait := shutdownGrace
+	if c := p.cfg(); c != nil && c.SIP.DrainGrace > 0 {
+		wait = c.SIP.DrainGrace
+	}
+	grace, cancel := context.WithTimeout(context.Background(), wait)
 	_ = p.waitIdle(grace)
 	cancel()
 	p.baseCancel(errProxyShutdown)

@@ -830,6 +830,48 @@ func TestServeDrainsCallsInFlight(t *testing.T) {
 	}
 }
 
+// sip.drain_grace replaces the built-in 5 s: a call that rings for 6 s
+// when the node starts to drain is still answered (with the 5 s constant
+// it was cancelled: 503 upstream, CANCEL to the carrier).
+func TestServeDrainGraceFromConfig(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", func(*sipmsg.Request) siptest.Answer { return siptest.Answer{Ring: 6 * time.Second} })
+	adm, pacer := newFakes()
+	cfg := testConfig(carrierCfg("a", car))
+	cfg.SIP.DrainGrace = 30 * time.Second
+	p, err := New(Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer, Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Serve(ctx) }()
+	<-p.Ready()
+	addr := strings.TrimPrefix(p.Addrs()[0], "udp://")
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	tx, err := caller.Transaction(ctxT(t, 20*time.Second), caller.Invite(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Terminate()
+	waitFor(t, func() bool { return car.Count("INVITE") == 1 }, "call at the carrier")
+	cancel()
+	waitFor(t, p.draining.Load, "draining")
+	if res := finalOf(ctxT(t, 20*time.Second), tx); res == nil || res.StatusCode != 200 {
+		t.Errorf("call ringing 6 s into a 30 s drain: final %v, want the carrier's 200", res)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Serve = %v, want nil", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Serve did not return after the last call ended")
+	}
+	if car.Cancelled() != 0 {
+		t.Errorf("carrier got a CANCEL within the drain grace")
+	}
+}
+
 func TestReloadAppliesToTheNextCall(t *testing.T) {
 	car := siptest.StartCarrier(t, "127.0.0.1", nil)
 	adm, pacer := newFakes()

@@ -11,7 +11,8 @@ import (
 
 // runCheck validates a configuration file: exit 0 and a summary on stdout
 // (no secrets) followed by the warnings, or exit 1 and every error, one per
-// line, on stderr. --quiet leaves the summary out, for systemd's ExecReload
+// line, on stderr, each with its place in the file ("FILE:7:5: ") when it
+// has one. --quiet leaves the summary out, for systemd's ExecReload
 // (the journal gets the warnings and errors only).
 func runCheck(args []string) int {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
@@ -33,8 +34,8 @@ func runCheck(args []string) int {
 	switch {
 	case errors.As(err, &ve):
 		fmt.Fprintf(os.Stderr, "%s: invalid, %d error(s):\n", *path, len(ve.Errors))
-		for _, line := range ve.Errors {
-			fmt.Fprintln(os.Stderr, line)
+		for i, line := range ve.Errors {
+			fmt.Fprintln(os.Stderr, placed(*path, ve.At(i))+line)
 		}
 		return exitFail
 	case err != nil:
@@ -48,6 +49,19 @@ func runCheck(args []string) int {
 		fmt.Printf("warning: %s\n", w)
 	}
 	return exitOK
+}
+
+// placed is the "file:line:column: " prefix of an error at a place in the
+// file (the form editors and CI annotations jump to), "" for one without.
+func placed(file string, at config.Position) string {
+	switch {
+	case at.Line <= 0:
+		return ""
+	case at.Column <= 0:
+		return fmt.Sprintf("%s:%d: ", file, at.Line)
+	default:
+		return fmt.Sprintf("%s:%d:%d: ", file, at.Line, at.Column)
+	}
 }
 
 // flagExit maps a flag parse error to an exit code: -h is not a failure.

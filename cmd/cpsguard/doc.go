@@ -11,15 +11,18 @@
 //	                                   a running node's limits, windows and queues
 //	cpsguard probe   [--addr URL | --config FILE] [--timeout D]
 //	                                   exit 0 when the node's /readyz answers 200, else 1
+//	cpsguard drain   [--addr URL | --config FILE] [--token T] [--timeout D]
+//	                                   take the node out of service (POST /api/v1/drain) and
+//	                                   wait until its calls are done; a Kubernetes preStop
 //	cpsguard limit set {peer|customer|carrier} NAME --cps N --ttl D [--burst N] [--token T]
 //	cpsguard limit rm  {peer|customer|carrier} NAME [--token T]
 //	cpsguard limit ls
 //	                                   override one limit live for the pool (PUT/DELETE/GET /api/v1/limits)
 //	cpsguard version                   print version, commit and Go version
 //
-// status, probe and limit find the node from --addr, else
+// status, probe, drain and limit find the node from --addr, else
 // CPSGUARD_HTTP_LISTEN, else the http.listen of the configuration file, else
-// 127.0.0.1:9090; limit set and rm send the token of --token or
+// 127.0.0.1:9090; limit set and rm and drain send the token of --token or
 // CPSGUARD_HTTP_TOKEN.
 //
 // serve keeps the limit overrides (package limits) in the store's Redis, or
@@ -28,7 +31,9 @@
 //
 // Exit codes: 0 success, 1 failure (bad configuration, listener error),
 // 2 usage error. serve exits 0 after a clean shutdown on SIGINT or SIGTERM;
-// SIGHUP reloads the configuration, as does a change of the file. A bad
+// SIGHUP reloads the configuration, as does a change of the file. Under
+// systemd (Type=notify, $NOTIFY_SOCKET) serve sends READY=1 once its SIP and
+// HTTP listeners are bound and STOPPING=1 when SIGTERM starts the drain. A bad
 // configuration at start-up is fatal; a bad one on reload is logged and the
 // running one stays (see package config).
 //

@@ -130,9 +130,11 @@ func TestCheckExitCodes(t *testing.T) {
 			args:     []string{"check", "--config", "../../testdata/config/bad_many.yaml"},
 			wantCode: 1,
 			wantErr: []string{
-				"\ncarriers[1].cps: must be > 0 (got -3)\n",
-				"\ncarriers[0].max_wiat: unknown key (did you mean \"max_wait\"?)\n",
-				"\nroutes.default[1]: unknown carrier \"carrier-x\"\n",
+				// Each error starts with its place, FILE:LINE:COLUMN, as
+				// compilers and CI annotations write them.
+				"\n../../testdata/config/bad_many.yaml:27:56: carriers[1].cps: must be > 0 (got -3)\n",
+				"\n../../testdata/config/bad_many.yaml:26:59: carriers[0].max_wiat: unknown key (did you mean \"max_wait\"?)\n",
+				"\n../../testdata/config/bad_many.yaml:29:24: routes.default[1]: unknown carrier \"carrier-x\"\n",
 				"23 error(s)",
 			},
 		},
@@ -141,7 +143,20 @@ func TestCheckExitCodes(t *testing.T) {
 			env:      []string{"CPSGUARD_HTTP_LISTEN=nowhere"},
 			args:     []string{"check", "--config", "../../testdata/cpsguard.yaml"},
 			wantCode: 1,
-			wantErr:  []string{"\nhttp.listen: must be host:port (got \"nowhere\")\n"},
+			wantErr:  []string{"\nCPSGUARD_HTTP_LISTEN (http.listen): must be host:port (got \"nowhere\")\n"},
+		},
+		{
+			name:     "unknown environment variable",
+			env:      []string{"CPSGUARD_HTTP_LISTN=127.0.0.1:9191"},
+			args:     []string{"check", "--config", "../../testdata/cpsguard.yaml"},
+			wantCode: 1,
+			wantErr:  []string{"\nCPSGUARD_HTTP_LISTN: unknown environment variable: it sets no configuration key (did you mean \"CPSGUARD_HTTP_LISTEN\"?)\n"},
+		},
+		{
+			name:     "YAML syntax error on its line",
+			args:     []string{"check", "--config", "../../testdata/config/bad_yaml_indent.yaml"},
+			wantCode: 1,
+			wantErr:  []string{"\n../../testdata/config/bad_yaml_indent.yaml:7: invalid YAML: line 7: "},
 		},
 		{
 			name:     "missing file",

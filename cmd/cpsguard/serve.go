@@ -22,6 +22,7 @@ import (
 	"github.com/cpsguard/cpsguard/httpapi"
 	"github.com/cpsguard/cpsguard/internal/gctune"
 	"github.com/cpsguard/cpsguard/internal/panics"
+	"github.com/cpsguard/cpsguard/internal/sdnotify"
 	"github.com/cpsguard/cpsguard/limits"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/pacing"
@@ -112,8 +113,11 @@ func logLevel(s string) slog.Level {
 // component fails (that error, after stopping the others).
 //
 // On ctx done (SIGINT/SIGTERM) the node drains: new INVITEs get 503, calls
-// waiting for a slot are sent or rejected within the proxy's grace period,
-// in-flight transactions finish, then the listeners close.
+// waiting for a slot are sent or rejected within sip.drain_grace, in-flight
+// transactions finish, then the listeners close. POST /api/v1/drain starts
+// the same drain without stopping the process: HTTP goes on (readyz 503)
+// until SIGTERM. Under systemd (Type=notify) the node sends READY=1 once
+// its listeners are bound and STOPPING=1 when a stop starts its drain.
 func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *slog.LevelVar) error {
 	cfg := mgr.Current()
 	bi := readBuildInfo()
@@ -221,6 +225,28 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 		return err
 	}
 
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// The SIP side drains when the node stops (ctx) or when POST
+	// /api/v1/drain asks (drainSIP): the HTTP side then keeps serving until
+	// the process is stopped, with /readyz failing.
+	sipCtx, drainSIP := context.WithCancel(ctx)
+	defer drainSIP()
+	sipDone := make(chan struct{})
+	drain := func(rctx context.Context) error {
+		if sipCtx.Err() == nil {
+			logger.Info("draining on request: new calls get 503, calls in progress have sip.drain_grace",
+				"drain_grace", mgr.Current().SIP.DrainGrace)
+			notify(logger, sdnotify.Status("draining (api)"))
+		}
+		drainSIP()
+		select {
+		case <-sipDone:
+			return nil
+		case <-rctx.Done():
+			return rctx.Err()
+		}
+	}
 	// Bind the HTTP listener before starting anything, so a port in use
 	// fails start-up with a clear error instead of half a node.
 	ln, err := net.Listen("tcp", cfg.HTTP.Listen)
@@ -258,14 +284,13 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 			return httpapi.CarrierState{Up: st.Up, Since: st.Since, Reason: st.Reason, EffectiveCPS: proxy.EffectiveCPS(name)}, true
 		},
 		Limits:   overrides,
-		Reload:   mgr.Reload,
+		Reload:   func() error { return mgr.ReloadBy(config.TriggerAPI) },
+		Drain:    drain,
 		LoadedAt: func() time.Time { return time.Unix(0, loadedAt.Load()) },
 		Registry: reg,
 		Logger:   logger.With("component", "http"),
 	})), logger)
 
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	var (
 		wg       sync.WaitGroup
 		errOnce  sync.Once
@@ -300,9 +325,15 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 		return nil
 	})
 	start("limits", func(ctx context.Context) error { overrides.Run(ctx); return nil })
-	start("sip", func(ctx context.Context) error {
-		defer httpCancel()
-		return proxy.Serve(ctx)
+	start("sip", func(context.Context) error {
+		defer close(sipDone)
+		return proxy.Serve(sipCtx)
+	})
+	start("http-stop", func(ctx context.Context) error {
+		<-ctx.Done()
+		<-sipDone
+		httpCancel()
+		return nil
 	})
 	start("http", func(context.Context) error {
 		err := serveHTTP(httpCtx, srv, ln)
@@ -328,12 +359,23 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 	case <-proxy.Ready():
 		logger.Info("cpsguard running", "sip", strings.Join(proxy.Addrs(), ","),
 			"http_listen", ln.Addr().String(), "store", stores.Mode())
+		// systemd (Type=notify): started once SIP and HTTP are bound.
+		notify(logger, sdnotify.Ready, sdnotify.Status("serving SIP on "+strings.Join(proxy.Addrs(), ",")))
 	case <-ctx.Done():
 	}
 	<-ctx.Done()
 	logger.Info("cpsguard stopping")
+	notify(logger, sdnotify.Stopping, sdnotify.Status("draining"))
 	wg.Wait()
 	return firstErr
+}
+
+// notify tells systemd the node's state when it runs as a Type=notify
+// service; a failure is logged, never fatal.
+func notify(logger *slog.Logger, lines ...string) {
+	if _, err := sdnotify.Notify(lines...); err != nil {
+		logger.Warn("cannot notify systemd", "state", lines[0], "error", err.Error())
+	}
 }
 
 // serveHTTP serves on ln until ctx is done, then shuts down gracefully.
@@ -364,8 +406,7 @@ func reloadOnSIGHUP(ctx context.Context, hup <-chan os.Signal, mgr *config.Manag
 		case <-ctx.Done():
 			return
 		case <-hup:
-			logger.Info("SIGHUP: reloading configuration", "file", mgr.Path())
-			_ = mgr.Reload() // logged and counted by the Manager
+			_ = mgr.ReloadBy(config.TriggerSIGHUP) // logged (trigger "sighup") and counted by the Manager
 		}
 	}
 }

@@ -19,13 +19,14 @@ func init() {
 
 // runStatus implements `cpsguard status [--addr URL | --config FILE]
 // [--watch]`: it prints the status table of the node once, or with --watch
-// every second until SIGINT or SIGTERM. The node is found as nodeFlags.url
+// every second until SIGINT or SIGTERM, redrawn in place on a terminal and
+// as plain tables one after another otherwise. The node is found as nodeFlags.url
 // says. Exit code exitOK, exitFail when the node cannot be read, exitUsage
 // on a usage error.
 func runStatus(args []string) int {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	node := addNodeFlags(fs)
-	watch := fs.Bool("watch", false, "refresh every second until interrupted")
+	watch := fs.Bool("watch", false, "refresh every second until interrupted (in place on a terminal, else one table after another)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "usage: cpsguard status [--addr URL | --config FILE] [--watch]\n\n"+
 			"Shows every peer, customer and carrier with its limit, the calls in its\n"+
@@ -52,7 +53,13 @@ func runStatus(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *watch {
-		if err := httpapi.Watch(ctx, os.Stdout, addr, time.Second); err != nil {
+		// Screen codes only for a terminal: to a pipe or a file (a log,
+		// `| tee`) the tables follow one another, plain.
+		watchFn := httpapi.WatchPlain
+		if isTerminal(os.Stdout) {
+			watchFn = httpapi.Watch
+		}
+		if err := watchFn(ctx, os.Stdout, addr, time.Second); err != nil {
 			fmt.Fprintf(os.Stderr, "cpsguard status: %v\n", err)
 			return exitFail
 		}

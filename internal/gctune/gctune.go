@@ -3,8 +3,8 @@ package gctune
 import (
 	"os"
 	"runtime/debug"
-	"strconv"
-	"strings"
+
+	"github.com/KimMachineGun/automemlimit/memlimit"
 )
 
 // DefaultGCPercent is the GC target Apply sets when GOGC is not in the
@@ -61,37 +61,26 @@ func apply(getenv func(string) string, cgroup func() (int64, bool)) Settings {
 	return s
 }
 
-// cgroupFiles are the memory limit files of cgroup v2 and v1, as seen from
-// inside the container.
-var cgroupFiles = []string{
-	"/sys/fs/cgroup/memory.max",
-	"/sys/fs/cgroup/memory/memory.limit_in_bytes",
-}
-
-// cgroupLimit returns this process's cgroup memory limit, if it has one.
+// cgroupLimit returns the memory limit of this process's own cgroup, if
+// it has one: automemlimit follows /proc/self/cgroup and mountinfo to the
+// process's group (a container's, or a systemd unit's with MemoryMax=, as
+// /sys/fs/cgroup/system.slice/cpsguard.service/memory.max) and takes the
+// lowest limit on the way up, on cgroup v2, v1 and hybrids. Reading only
+// /sys/fs/cgroup/memory.max, as before, saw the root group outside a
+// container: no limit under systemd.
 func cgroupLimit() (int64, bool) {
-	for _, f := range cgroupFiles {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		if v, ok := parseLimit(string(b)); ok {
-			return v, true
-		}
+	v, err := memlimit.FromCgroup()
+	if err != nil {
+		return 0, false
 	}
-	return 0, false
+	return limitOf(v)
 }
 
-// parseLimit reads a cgroup memory limit: "max" (v2) and the near-2^63
-// figure v1 reports for "unlimited" mean none.
-func parseLimit(s string) (int64, bool) {
-	s = strings.TrimSpace(s)
-	if s == "" || s == "max" {
+// limitOf turns a cgroup limit into a memory limit: 0 and the near-2^63
+// figure cgroup v1 reports for "unlimited" mean none.
+func limitOf(v uint64) (int64, bool) {
+	if v == 0 || v >= 1<<60 {
 		return 0, false
 	}
-	v, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || v <= 0 || v >= 1<<60 {
-		return 0, false
-	}
-	return v, true
+	return int64(v), true
 }

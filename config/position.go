@@ -1,0 +1,174 @@
+package config
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Position is a place in the configuration file, 1-based. Column is 0 when
+// only the line is known; Line is 0 when the problem has no place in the
+// file (a missing key, an environment variable).
+type Position struct {
+	Line, Column int
+}
+
+// String is "line 7, column 5", "line 7", or "" for no place.
+func (p Position) String() string {
+	switch {
+	case p.Line <= 0:
+		return ""
+	case p.Column <= 0:
+		return fmt.Sprintf("line %d", p.Line)
+	default:
+		return fmt.Sprintf("line %d, column %d", p.Line, p.Column)
+	}
+}
+
+// maxSyntaxLines bounds the search for the line of a YAML syntax error
+// (syntaxLine parses up to that many prefixes of the file); a longer file
+// keeps the YAML library's own line.
+const maxSyntaxLines = 5000
+
+// yamlLine matches the "line N: " the YAML library puts in its messages.
+var yamlLine = regexp.MustCompile(`^line (\d+): `)
+
+// syntaxError turns the YAML library's error for data into the message and
+// position of the line where the file stops being YAML. The library reports
+// the line where the enclosing block starts (the mapping on line 1 for a
+// key indented one space too few on line 7, and 0-based at that), so the
+// line is found again: it is the first line from which every longer prefix
+// of the file fails to parse. A prefix that merely ends inside a flow list
+// ("[a," on one line, "b]" on the next) parses again once the list closes,
+// so it does not count.
+func syntaxError(data []byte, err error) (string, Position) {
+	msg := yamlMessage(err)
+	line := syntaxLine(data)
+	if line == 0 {
+		if m := yamlLine.FindStringSubmatch(msg); m != nil {
+			line, _ = strconv.Atoi(m[1])
+		}
+		return msg, Position{Line: line}
+	}
+	msg = yamlLine.ReplaceAllString(msg, "")
+	return fmt.Sprintf("line %d: %s", line, msg), Position{Line: line}
+}
+
+// syntaxLine returns the 1-based line where data stops being YAML, or 0
+// when it cannot tell (the whole file parses, or it is too long to search).
+func syntaxLine(data []byte) int {
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	if len(lines) > maxSyntaxLines || parses(data) {
+		return 0
+	}
+	end := len(data)
+	for k := len(lines) - 1; k >= 0; k-- {
+		end -= len(lines[k])
+		if parses(data[:end]) {
+			return k + 1
+		}
+	}
+	return 1
+}
+
+func parses(data []byte) bool {
+	var v any
+	return yaml.Unmarshal(data, &v) == nil
+}
+
+// positions maps the path of every key and list item of the YAML file data
+// (as the decoder names them: "carriers[1].cps", keys in lower case, as
+// viper folds them) to where it starts. It returns nil when data is not
+// YAML. Aliases are followed; keys merged with "<<" have no place.
+func positions(data []byte) map[string]Position {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil
+	}
+	out := map[string]Position{}
+	var walk func(path string, n *yaml.Node, depth int)
+	walk = func(path string, n *yaml.Node, depth int) {
+		if n == nil || depth > 64 {
+			return
+		}
+		switch n.Kind {
+		case yaml.DocumentNode:
+			for _, c := range n.Content {
+				walk(path, c, depth+1)
+			}
+		case yaml.AliasNode:
+			walk(path, n.Alias, depth+1)
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k, v := n.Content[i], n.Content[i+1]
+				if k.Value == "<<" {
+					continue
+				}
+				p := join(path, strings.ToLower(k.Value))
+				out[p] = Position{Line: k.Line, Column: k.Column}
+				walk(p, v, depth+1)
+			}
+		case yaml.SequenceNode:
+			for i, c := range n.Content {
+				p := fmt.Sprintf("%s[%d]", path, i)
+				out[p] = Position{Line: c.Line, Column: c.Column}
+				walk(p, c, depth+1)
+			}
+		}
+	}
+	walk("", &doc, 0)
+	return out
+}
+
+// locate returns where the problem at path is: the environment variable
+// that set it, when one did, else its place in the file (or the place of
+// its nearest parent that is in the file: "peers[0].route: not set" points
+// at peers[0]).
+func locate(pos map[string]Position, envSet map[string]string, path string) (Position, string) {
+	if v := envSet[settingOf(path)]; v != "" {
+		return Position{}, v
+	}
+	for p := path; p != ""; {
+		if at, ok := pos[p]; ok {
+			return at, ""
+		}
+		i := strings.LastIndexAny(p, ".[")
+		if i < 0 {
+			break
+		}
+		p = p[:i]
+	}
+	return Position{}, ""
+}
+
+// settingOf strips list indexes from a path: "sip.listen[1]" is the
+// setting sip.listen.
+func settingOf(path string) string {
+	for strings.HasSuffix(path, "]") {
+		i := strings.LastIndexByte(path, '[')
+		if i < 0 {
+			break
+		}
+		path = path[:i]
+	}
+	return path
+}
+
+// envOverrides maps the dotted path of every setting that an environment
+// variable sets (non-empty, as viper reads them) to that variable's name.
+func envOverrides() map[string]string {
+	out := map[string]string{}
+	for _, key := range envKeys(reflect.TypeFor[Config](), "") {
+		name := envName(key)
+		if os.Getenv(name) != "" {
+			out[strings.ReplaceAll(key, keyDelim, ".")] = name
+		}
+	}
+	return out
+}
