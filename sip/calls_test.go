@@ -251,3 +251,48 @@ func TestMaxCallsCarrierFreedWhenTheCallMovesOn(t *testing.T) {
 		})
 	}
 }
+
+// TestMaxCallsRefusalCarriesRetryAfter: a call refused by max_calls (the
+// peer's place, or every carrier of the route full) gets
+// sip.reject_calls: its code, reason and Retry-After (seconds, rounded up;
+// none when the setting is 0).
+func TestMaxCallsRefusalCarriesRetryAfter(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		peerMax, carMax int
+		retryAfter      time.Duration
+		want            string // Retry-After value, "" = no header
+	}{
+		{"peer full", 1, 0, 1500 * time.Millisecond, "2"},
+		{"carrier full", 0, 1, 30 * time.Second, "30"},
+		{"peer full, no retry_after", 1, 0, 0, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			car := siptest.StartCarrier(t, "127.0.0.1", nil)
+			adm, pacer := newFakes()
+			c := carrierCfg("a", car)
+			c.MaxCalls = tc.carMax
+			cfg := testConfig(c)
+			cfg.Peers[0].MaxCalls = tc.peerMax
+			cfg.SIP.RejectCalls = config.Reject{Code: 480, Reason: "Too Many Calls", RetryAfter: tc.retryAfter}
+			tr := callplaces.NewTracker(callplaces.NewLocalStore(nil), callplaces.TrackerOptions{TTL: time.Minute})
+			h := startProxyOpts(t, Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer, Calls: tr})
+			caller := siptest.StartCaller(t, "127.0.0.2")
+			answeredCall(t, caller, h.udp)
+			res := caller.Final(ctxT(t, 5*time.Second), caller.Invite(h.udp))
+			if res == nil || res.StatusCode != 480 || res.Reason != "Too Many Calls" {
+				t.Fatalf("second call: got %v, want 480 Too Many Calls", res)
+			}
+			ra := res.GetHeader("Retry-After")
+			switch {
+			case tc.want == "" && ra != nil:
+				t.Errorf("Retry-After = %q, want none", ra.Value())
+			case tc.want != "" && (ra == nil || ra.Value() != tc.want):
+				t.Errorf("Retry-After = %v, want %s", ra, tc.want)
+			}
+			if n := car.Count("INVITE"); n != 1 {
+				t.Errorf("carrier INVITEs = %d, want 1 (the refused call never reached it)", n)
+			}
+		})
+	}
+}
