@@ -392,6 +392,37 @@ func TestBlockSpan(t *testing.T) {
 	})
 }
 
+// TestBlockOutlivesItsSpan: a long blocking span (Retry-After: 600) is
+// kept until it ends, not for the 1 s a slot is kept: the in-process store
+// refuses a slot one millisecond before the end and grants the one after
+// it; on
+// Redis the slot set's key lives past the span (a key that expired
+// earlier would lift the block).
+func TestBlockOutlivesItsSpan(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend, key string) {
+		const span, interval = 10 * time.Minute, 10 * time.Millisecond
+		if err := b.store.Block(context.Background(), key, span); err != nil {
+			t.Fatal(err)
+		}
+		if b.ttl != nil {
+			if ttl := b.ttl(key); ttl <= span || ttl > span+2*time.Second {
+				t.Fatalf("slot set TTL %v after a %v block, want in (%v, %v]", ttl, span, span, span+2*time.Second)
+			}
+			return
+		}
+		// The span ends like a slot: the first slot after it is an
+		// interval later.
+		b.advance(span - time.Millisecond)
+		if s := reserve(t, b.store, key, "call-a", interval, 0); s.OK || s.Wait != time.Millisecond+interval {
+			t.Fatalf("1 ms before the block ends: %+v, want refused with a wait of 1ms + %v", s, interval)
+		}
+		b.advance(time.Millisecond)
+		if s := reserve(t, b.store, key, "call-b", interval, interval); !s.OK || s.Wait != interval {
+			t.Fatalf("when the block ends: %+v, want the slot one interval after it", s)
+		}
+	})
+}
+
 // AIMD (an adaptive carrier's effective rate): an overload answer halves
 // it, at most once per hold; it climbs back by Increase per second, never
 // above Max nor below Min; back at Max it leaves nothing in the store.
