@@ -423,6 +423,58 @@ func TestBlockOutlivesItsSpan(t *testing.T) {
 	})
 }
 
+// TestExactEdges: the boundaries the scripts draw, on the in-process
+// store's fake clock (Redis's clock cannot be stopped; its scripts draw
+// the same lines: rate.lua's now - last_cut >= hold, queue.lua's sent
+// slots in (now - 1 s, now]). A second overload answer exactly one hold
+// after a cut cuts again, one microsecond earlier it does not; a slot
+// sent exactly 1 s ago is no longer in the last second.
+func TestExactEdges(t *testing.T) {
+	clock := newFakeClock()
+	b := backend{store: NewLocalSlots(clock.Now), advance: clock.Advance}
+	key := lua.Key("test", "carrier", t.Name())
+	ctx := context.Background()
+	a := AIMD{Max: 100, Min: 1, Decrease: 0.5, Increase: 0.001, Hold: 300 * time.Millisecond}
+	cut := func() bool {
+		t.Helper()
+		r, err := b.store.Adapt(ctx, key, a, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Cut
+	}
+	if !cut() {
+		t.Fatal("first overload: no cut")
+	}
+	b.advance(a.Hold - time.Microsecond)
+	if cut() {
+		t.Fatal("overload 1µs before the hold ends: cut, want none")
+	}
+	b.advance(time.Microsecond)
+	if !cut() {
+		t.Fatal("overload exactly one hold after the cut: no cut, want one")
+	}
+
+	slots := key + ":queue"
+	reserve(t, b.store, slots, "call-a", 100*time.Millisecond, 0)
+	sent := func() int {
+		t.Helper()
+		q, err := b.store.Queue(ctx, slots, 100*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return q.Sent
+	}
+	b.advance(time.Second - time.Nanosecond)
+	if n := sent(); n != 1 {
+		t.Fatalf("1ns before the slot is 1 s old: sent %d, want 1", n)
+	}
+	b.advance(time.Nanosecond)
+	if n := sent(); n != 0 {
+		t.Fatalf("slot exactly 1 s old: sent %d, want 0", n)
+	}
+}
+
 // AIMD (an adaptive carrier's effective rate): an overload answer halves
 // it, at most once per hold; it climbs back by Increase per second, never
 // above Max nor below Min; back at Max it leaves nothing in the store.
