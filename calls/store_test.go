@@ -319,3 +319,58 @@ func TestRedisKeyVanishes(t *testing.T) {
 		t.Fatalf("PTTL: got %v, want between the call's ttl and ttl + 1 s", d)
 	}
 }
+
+// TestRedisKeyOutlivesItsCalls: a place's key expires exactly 1 s after
+// its latest member does, whether the member was placed (calls_occupy),
+// placed again (a duplicate refreshes it) or refreshed (calls_refresh): a
+// key that expired earlier would forget live calls and let the pool take
+// more than its limit. The key's expiry and the members' scores are read
+// in one MULTI with Redis's TIME, so the check is exact to the
+// millisecond the scripts round to, whatever the machine's speed.
+func TestRedisKeyOutlivesItsCalls(t *testing.T) {
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	s := NewRedisStore(c, RedisOptions{})
+	key := lua.Key("test", "calls:peer", "outlives")
+	ps := []Place{{Key: key, Limit: 3}}
+	check := func(step string) {
+		t.Helper()
+		var now *redis.TimeCmd
+		var last *redis.ZSliceCmd
+		var pttl *redis.DurationCmd
+		if _, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			now = p.Time(ctx)
+			last = p.ZRangeWithScores(ctx, key, -1, -1)
+			pttl = p.PTTL(ctx, key)
+			return nil
+		}); err != nil {
+			t.Fatalf("%s: MULTI: %v", step, err)
+		}
+		if len(last.Val()) != 1 || pttl.Val() <= 0 {
+			t.Fatalf("%s: latest member %v, PTTL %v; want one member and a key that expires", step, last.Val(), pttl.Val())
+		}
+		memberExp := int64(last.Val()[0].Score) / 1000              // ms
+		keyExp := now.Val().UnixMilli() + pttl.Val().Milliseconds() // ms
+		if d := keyExp - memberExp; d < 998 || d > 1001 {
+			t.Fatalf("%s: key expires %d ms after its latest member, want 1000 (rounded to the ms)", step, d)
+		}
+	}
+	if _, err := s.Occupy(ctx, "a", 10*time.Second, ps); err != nil {
+		t.Fatal(err)
+	}
+	check("placed with ttl 10s")
+	if _, err := s.Occupy(ctx, "b", 3*time.Second, ps); err != nil {
+		t.Fatal(err)
+	}
+	check("a shorter call placed after it")
+	if _, err := s.Occupy(ctx, "a", 30*time.Second, ps); err != nil {
+		t.Fatal(err)
+	}
+	check("placed again (duplicate) with ttl 30s")
+	if _, err := s.Refresh(ctx, key, time.Minute, []string{"a", "b"}); err != nil {
+		t.Fatal(err)
+	}
+	check("refreshed with ttl 1m")
+}

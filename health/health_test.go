@@ -1,7 +1,11 @@
 package health
 
 import (
+	"fmt"
+	"math/rand/v2"
+	"reflect"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -189,27 +193,124 @@ func TestSyncKeepsStateAndForgets(t *testing.T) {
 	}
 }
 
+// TestConcurrentUse: one Tracker shared by goroutines that each feed
+// their own carrier a scripted series of probe and call results, one
+// more that hammers a carrier they all share, and one that reloads
+// (Sync, same policies) and reads State all along. Each goroutine's
+// carrier must end exactly where a private Tracker fed the same script
+// alone ends, step by step (Up, and every return value), and with the
+// same changes reported in the same order: other carriers, concurrent
+// reads and reloads change nothing. The shared carrier's changes
+// alternate down, up, down, … and its final state is its last change's.
+// Run with -race.
 func TestConcurrentUse(t *testing.T) {
-	tr := NewTracker(nil, nil)
-	pol := map[string]Policy{"a": {Enabled: true, DownAfter: 2, UpAfter: 2}}
-	tr.Sync(pol)
+	const workers, steps = 4, 600
+	frozen := time.Unix(1_000_000, 0)
+	clock := func() time.Time { return frozen }
+	pol := func(n int) map[string]Policy {
+		m := map[string]Policy{"shared": {Enabled: true, DownAfter: 2, UpAfter: 2}}
+		for i := range n {
+			m[fmt.Sprintf("c%d", i)] = Policy{Enabled: true, DownAfter: 1 + i%3, UpAfter: 1 + (i+1)%3, Interval: time.Duration(i%2) * time.Second}
+		}
+		return m
+	}
+	rec := &recorder{}
+	tr := NewTracker(clock, rec.add)
+	tr.Sync(pol(workers))
+
+	type step struct {
+		probe, ok bool
+	}
+	script := func(seed int) []step {
+		r := rand.New(rand.NewPCG(uint64(seed), 7))
+		out := make([]step, steps)
+		for k := range out {
+			// Runs of failures long enough to take a carrier down, and of
+			// good answers to bring it back.
+			out[k] = step{probe: r.IntN(3) > 0, ok: (k/5)%2 == 0 || r.IntN(4) == 0}
+		}
+		return out
+	}
 	var wg sync.WaitGroup
-	for i := range 4 {
+	errs := make(chan string, workers+2)
+	var done atomic.Int32
+	for i := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for j := range 500 {
-				ok := (i+j)%3 == 0
-				tr.Probed("a", ok, "x")
-				tr.Called("a", ok, "x")
-				_ = tr.Up("a")
-				if j%100 == 0 {
-					tr.Sync(pol)
+			defer done.Add(1)
+			name := fmt.Sprintf("c%d", i)
+			refRec := &recorder{}
+			ref := NewTracker(clock, refRec.add)
+			ref.Sync(map[string]Policy{name: pol(workers)[name]})
+			for k, s := range script(i) {
+				var got, want bool
+				if s.probe {
+					got, want = tr.Probed(name, s.ok, "d"), ref.Probed(name, s.ok, "d")
+				} else {
+					got, want = tr.Called(name, s.ok, "d"), ref.Called(name, s.ok, "d")
 				}
+				if got != want || tr.Up(name) != ref.Up(name) {
+					errs <- fmt.Sprintf("%s step %d (%+v): returned %v up %v, alone: %v up %v", name, k, s, got, tr.Up(name), want, ref.Up(name))
+					return
+				}
+				// Everyone also feeds the shared carrier.
+				if s.probe {
+					tr.Probed("shared", s.ok, "s")
+				} else {
+					tr.Called("shared", s.ok, "s")
+				}
+				_ = tr.Up("shared")
+			}
+			var mine []Change
+			for _, c := range rec.list() {
+				if c.Carrier == name {
+					mine = append(mine, c)
+				}
+			}
+			if want := refRec.list(); !reflect.DeepEqual(mine, want) || len(want) < 2 {
+				errs <- fmt.Sprintf("%s: changes %+v, alone %+v (want the same, at least a down and an up)", name, mine, want)
 			}
 		}()
 	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for n := 0; n < 100000 && done.Load() < workers; n++ {
+			tr.Sync(pol(workers))
+			for i := range workers {
+				if st, ok := tr.State(fmt.Sprintf("c%d", i)); !ok {
+					errs <- fmt.Sprintf("c%d unknown after a reload: %+v", i, st)
+					return
+				}
+			}
+		}
+	}()
 	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+
+	up, changes := true, 0
+	for _, c := range rec.list() {
+		if c.Carrier != "shared" || c.Notice {
+			continue
+		}
+		if c.Up == up {
+			t.Fatalf("shared carrier: change %d to up=%v while already up=%v (changes must alternate)", changes, c.Up, up)
+		}
+		up = c.Up
+		changes++
+	}
+	st, _ := tr.State("shared")
+	if st.Up != up || tr.Up("shared") != up {
+		t.Errorf("shared carrier: State %+v, Up %v; want up=%v, its last change", st, tr.Up("shared"), up)
+	}
+	if changes == 0 {
+		t.Error("shared carrier never changed state: the test exercised nothing")
+	}
+	t.Logf("shared carrier: %d changes of state", changes)
 }
 
 // A carrier that answers calls but drops OPTIONS is not taken out of

@@ -25,6 +25,8 @@ func TestSendGate(t *testing.T) {
 		{"oldest is a window old", 3, []int{0, 10, 20}, 1005, 0},
 		{"late send counts from when it left", 2, []int{0, 300}, 900, 105 * time.Millisecond},
 		{"fractional cps: one per 1/cps", 0.5, []int{0}, 1000, 1005 * time.Millisecond},
+		{"fractional cps above 1 rounds down", 2.5, []int{0, 10}, 20, 985 * time.Millisecond},
+		{"fractional cps above 1: the floor passes", 2.5, []int{0}, 10, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := newSendGate()

@@ -49,6 +49,9 @@ type backend struct {
 	// exists reports whether the store holds anything for key.
 	exists func(key string) bool
 	ttl    func(key string) time.Duration
+	// slotAt returns the time of member's slot of key as the store keeps
+	// it (its own clock), false when none.
+	slotAt func(key, member string) (time.Time, bool)
 }
 
 func backends(t *testing.T) []backend {
@@ -67,6 +70,16 @@ func backends(t *testing.T) []backend {
 	t.Cleanup(func() { _ = pipe.Close() })
 	ps := NewRedisSlots(c, RedisOptions{Timeout: 5 * time.Second, Pipeline: pipe})
 	ctx := context.Background()
+	redisSlotAt := func(key, member string) (time.Time, bool) {
+		score, err := c.ZScore(ctx, key, member).Result()
+		if errors.Is(err, redis.Nil) {
+			return time.Time{}, false
+		}
+		if err != nil {
+			t.Fatalf("ZSCORE: %v", err)
+		}
+		return lua.Time(int64(score)), true
+	}
 	return []backend{
 		{
 			name: "local", exact: true, store: local, real: realLocal, advance: clock.Advance,
@@ -78,6 +91,16 @@ func backends(t *testing.T) []backend {
 				defer local.mu.Unlock()
 				_, ok := local.sets[key]
 				return ok
+			},
+			slotAt: func(key, member string) (time.Time, bool) {
+				local.mu.Lock()
+				defer local.mu.Unlock()
+				if s := local.sets[key]; s != nil {
+					if at, ok := s.members[member]; ok {
+						return local.clock.Time(at), true
+					}
+				}
+				return time.Time{}, false
 			},
 		},
 		{
@@ -94,6 +117,7 @@ func backends(t *testing.T) []backend {
 			},
 			exists: func(key string) bool { return c.Exists(ctx, key).Val() == 1 },
 			ttl:    func(key string) time.Duration { return c.PTTL(ctx, key).Val() },
+			slotAt: redisSlotAt,
 		},
 		{
 			name: "redis-pipelined", store: ps, real: ps, advance: time.Sleep,
@@ -109,6 +133,7 @@ func backends(t *testing.T) []backend {
 			},
 			exists: func(key string) bool { return c.Exists(ctx, key).Val() == 1 },
 			ttl:    func(key string) time.Duration { return c.PTTL(ctx, key).Val() },
+			slotAt: redisSlotAt,
 		},
 	}
 }
@@ -215,6 +240,60 @@ func TestRelease(t *testing.T) {
 	})
 }
 
+// TestReserveAfterIdle: time passes between reservations. The next slot
+// is max(now, last + interval): once the last slot is more than an
+// interval old (but still kept: younger than 1 s), the next call goes at
+// once, and the one after it an interval later; a slot is never in the
+// past. Every slot is checked exactly against the store's own clock (the
+// reply's now and the kept slot's time), so the real clock of Redis needs
+// no threshold: the idle gap only has to land between the interval and
+// the 1 s trim horizon, which a 200 ms sleep does unless the machine
+// stalls for most of a second (then the round is played again).
+func TestReserveAfterIdle(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend, key string) {
+		const interval, idle, maxWait = 50 * time.Millisecond, 200 * time.Millisecond, time.Second
+		// check reserves member and returns its slot, which must be
+		// max(now, prev + interval) (prev zero: now), kept as returned.
+		check := func(key, member string, prev time.Time) (Slot, time.Time) {
+			t.Helper()
+			sl := reserve(t, b.store, key, member, interval, maxWait)
+			at := sl.At.Add(sl.Wait)
+			want := sl.At
+			if !prev.IsZero() && prev.Add(interval).After(want) {
+				want = prev.Add(interval)
+			}
+			if !sl.OK || sl.Wait < 0 || !at.Equal(want) {
+				t.Fatalf("%s: got ok %v wait %v (slot %v after the previous one), want ok, slot max(now, previous + %v) = now + %v",
+					member, sl.OK, sl.Wait, at.Sub(prev), interval, want.Sub(sl.At))
+			}
+			if kept, ok := b.slotAt(key, member); !ok || !kept.Equal(at) {
+				t.Fatalf("%s: slot kept %v off the returned one (held %v), want the returned slot", member, kept.Sub(at), ok)
+			}
+			return sl, at
+		}
+		for round := 0; round < 3; round++ {
+			k := fmt.Sprintf("%s:%d", key, round)
+			first, at1 := check(k, "call-1", time.Time{})
+			b.advance(idle)
+			second, at2 := check(k, "call-2", at1)
+			_, at3 := check(k, "call-3", at2)
+			if b.exact && (second.Wait != 0 || at3.Sub(at2) != interval) {
+				t.Fatalf("exact clock: second wait %v, third %v after it; want 0 and %v", second.Wait, at3.Sub(at2), interval)
+			}
+			if gap := second.At.Sub(first.At); gap > interval && gap < time.Second {
+				// The second call found the last slot in the past but kept:
+				// the case under test (exactly a free slot at once).
+				if second.Wait != 0 {
+					t.Fatalf("after %v idle: second wait %v, want 0", gap, second.Wait)
+				}
+				return
+			}
+			t.Logf("round %d: the idle gap was %v, outside (%v, 1s): again", round, second.At.Sub(first.At), interval)
+		}
+		t.Fatal("three rounds without an idle gap between the interval and 1 s")
+	})
+}
+
 // A retransmitted call keeps its slot instead of taking a second one.
 func TestReserveIdempotent(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend, key string) {
@@ -311,6 +390,89 @@ func TestBlockSpan(t *testing.T) {
 			t.Error("a zero span is accepted")
 		}
 	})
+}
+
+// TestBlockOutlivesItsSpan: a long blocking span (Retry-After: 600) is
+// kept until it ends, not for the 1 s a slot is kept: the in-process store
+// refuses a slot one millisecond before the end and grants the one after
+// it; on
+// Redis the slot set's key lives past the span (a key that expired
+// earlier would lift the block).
+func TestBlockOutlivesItsSpan(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b backend, key string) {
+		const span, interval = 10 * time.Minute, 10 * time.Millisecond
+		if err := b.store.Block(context.Background(), key, span); err != nil {
+			t.Fatal(err)
+		}
+		if b.ttl != nil {
+			if ttl := b.ttl(key); ttl <= span || ttl > span+2*time.Second {
+				t.Fatalf("slot set TTL %v after a %v block, want in (%v, %v]", ttl, span, span, span+2*time.Second)
+			}
+			return
+		}
+		// The span ends like a slot: the first slot after it is an
+		// interval later.
+		b.advance(span - time.Millisecond)
+		if s := reserve(t, b.store, key, "call-a", interval, 0); s.OK || s.Wait != time.Millisecond+interval {
+			t.Fatalf("1 ms before the block ends: %+v, want refused with a wait of 1ms + %v", s, interval)
+		}
+		b.advance(time.Millisecond)
+		if s := reserve(t, b.store, key, "call-b", interval, interval); !s.OK || s.Wait != interval {
+			t.Fatalf("when the block ends: %+v, want the slot one interval after it", s)
+		}
+	})
+}
+
+// TestExactEdges: the boundaries the scripts draw, on the in-process
+// store's fake clock (Redis's clock cannot be stopped; its scripts draw
+// the same lines: rate.lua's now - last_cut >= hold, queue.lua's sent
+// slots in (now - 1 s, now]). A second overload answer exactly one hold
+// after a cut cuts again, one microsecond earlier it does not; a slot
+// sent exactly 1 s ago is no longer in the last second.
+func TestExactEdges(t *testing.T) {
+	clock := newFakeClock()
+	b := backend{store: NewLocalSlots(clock.Now), advance: clock.Advance}
+	key := lua.Key("test", "carrier", t.Name())
+	ctx := context.Background()
+	a := AIMD{Max: 100, Min: 1, Decrease: 0.5, Increase: 0.001, Hold: 300 * time.Millisecond}
+	cut := func() bool {
+		t.Helper()
+		r, err := b.store.Adapt(ctx, key, a, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Cut
+	}
+	if !cut() {
+		t.Fatal("first overload: no cut")
+	}
+	b.advance(a.Hold - time.Microsecond)
+	if cut() {
+		t.Fatal("overload 1µs before the hold ends: cut, want none")
+	}
+	b.advance(time.Microsecond)
+	if !cut() {
+		t.Fatal("overload exactly one hold after the cut: no cut, want one")
+	}
+
+	slots := key + ":queue"
+	reserve(t, b.store, slots, "call-a", 100*time.Millisecond, 0)
+	sent := func() int {
+		t.Helper()
+		q, err := b.store.Queue(ctx, slots, 100*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return q.Sent
+	}
+	b.advance(time.Second - time.Nanosecond)
+	if n := sent(); n != 1 {
+		t.Fatalf("1ns before the slot is 1 s old: sent %d, want 1", n)
+	}
+	b.advance(time.Nanosecond)
+	if n := sent(); n != 0 {
+		t.Fatalf("slot exactly 1 s old: sent %d, want 0", n)
+	}
 }
 
 // AIMD (an adaptive carrier's effective rate): an overload answer halves

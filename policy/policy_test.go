@@ -72,6 +72,31 @@ func TestBucketsAsBuiltPerCall(t *testing.T) {
 	}
 }
 
+// TestFractionalWindowLiterals: the 1 s window of a fractional cps, in
+// literal values (TestBucketsAsBuiltPerCall computes its expectation with
+// admission.LimitFor and cannot see a change of rounding).
+func TestFractionalWindowLiterals(t *testing.T) {
+	cfg := testConfig()
+	cfg.Peers[0].CPS = 2.5
+	p := New(cfg)
+	pe := p.Peer(&cfg.Peers[0])
+	for _, tc := range []struct {
+		name       string
+		b          admission.Bucket
+		wantLimit  int
+		wantWindow time.Duration
+	}{
+		{"configured 2.5", pe.Buckets(pe.CPS, 0)[0], 2, 1010 * time.Millisecond},
+		{"override 7.9", pe.Buckets(7.9, 0)[0], 7, 1010 * time.Millisecond},
+		{"window 1.5", pe.Window(1.5), 1, 1010 * time.Millisecond},
+		{"window 0.5", pe.Window(0.5), 1, 2010 * time.Millisecond},
+	} {
+		if tc.b.Limit != tc.wantLimit || tc.b.Window != tc.wantWindow {
+			t.Errorf("%s: got %d per %v, want %d per %v", tc.name, tc.b.Limit, tc.b.Window, tc.wantLimit, tc.wantWindow)
+		}
+	}
+}
+
 func TestConfiguredBucketsDoNotAllocate(t *testing.T) {
 	cfg := testConfig()
 	var c Cache

@@ -178,3 +178,121 @@ func TestMaxCallsCarrierByeEndsTheCall(t *testing.T) {
 	waitFor(t, func() bool { return tr.Live() == 0 }, "no tracked call after the callee's BYE")
 	answeredCall(t, caller, h.udp)
 }
+
+// TestMaxCallsCarrierFreedWhenTheCallMovesOn: carrier a (max_calls 1)
+// fails the call (503, no answer within its setup_timeout) or has no
+// pacing slot in time, and the call is answered by carrier b. While that
+// call goes on, a holds nothing for it: its place is free, and the next
+// call, which a now takes, gets it (before the fix of a missing release,
+// a looked full while carrying nothing).
+func TestMaxCallsCarrierFreedWhenTheCallMovesOn(t *testing.T) {
+	for _, mode := range []string{"503", "timeout", "pacing full"} {
+		t.Run(mode, func(t *testing.T) {
+			var bad atomic.Bool
+			bad.Store(true)
+			stop := make(chan struct{})
+			a := siptest.StartCarrier(t, "127.0.0.1", func(*sipmsg.Request) siptest.Answer {
+				if !bad.Load() {
+					return siptest.Answer{Code: 200}
+				}
+				if mode == "timeout" {
+					// Silent (not even 100 Trying) past the setup_timeout.
+					select {
+					case <-stop:
+					case <-time.After(3 * time.Second):
+					}
+				}
+				return siptest.Answer{Code: 503}
+			})
+			t.Cleanup(func() { close(stop) }) // before a stops
+			b := siptest.StartCarrier(t, "127.0.0.1", nil)
+			adm, pacer := newFakes()
+			ca := carrierCfg("a", a)
+			ca.MaxCalls, ca.SetupTimeout = 1, 300*time.Millisecond
+			cfg := testConfig(ca, carrierCfg("b", b))
+			aSlots := policy.Of(cfg).Carrier(&cfg.Carriers[0]).Key
+			if mode == "pacing full" {
+				pacer.full[aSlots] = true
+			}
+			store := callplaces.NewLocalStore(nil)
+			tr := callplaces.NewTracker(store, callplaces.TrackerOptions{TTL: time.Minute})
+			h := startProxyOpts(t, Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer, Calls: tr})
+			caller := siptest.StartCaller(t, "127.0.0.2")
+			aKey := policy.CallsKey("t", policy.ScopeCarrier, "a")
+			aPlaces := func() int {
+				n, err := store.Count(t.Context(), []string{aKey})
+				if err != nil {
+					t.Fatalf("Count: %v", err)
+				}
+				return n[0]
+			}
+
+			answeredCall(t, caller, h.udp) // by b, and still up
+			if n := b.Count("INVITE"); n != 1 {
+				t.Fatalf("carrier b INVITEs = %d, want 1 (the call moved on from a)", n)
+			}
+			triedA := a.Count("INVITE")
+			waitFor(t, func() bool { return aPlaces() == 0 }, "carrier a's place free while the call is up at b")
+
+			bad.Store(false)
+			pacer.mu.Lock()
+			delete(pacer.full, aSlots)
+			pacer.mu.Unlock()
+			answeredCall(t, caller, h.udp)
+			if got := a.Count("INVITE"); got != triedA+1 {
+				t.Fatalf("carrier a INVITEs = %d after the second call, want %d (a had a free place)", got, triedA+1)
+			}
+			if got := aPlaces(); got != 1 {
+				t.Fatalf("carrier a's places = %d, want 1 (the second call)", got)
+			}
+			if n := testutil.ToFloat64(h.m.Reroutes.WithLabelValues("a", metrics.RerouteCallsFull)); n != 0 {
+				t.Fatalf("reroutes{a,calls_full} = %v, want 0", n)
+			}
+		})
+	}
+}
+
+// TestMaxCallsRefusalCarriesRetryAfter: a call refused by max_calls (the
+// peer's place, or every carrier of the route full) gets
+// sip.reject_calls: its code, reason and Retry-After (seconds, rounded up;
+// none when the setting is 0).
+func TestMaxCallsRefusalCarriesRetryAfter(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		peerMax, carMax int
+		retryAfter      time.Duration
+		want            string // Retry-After value, "" = no header
+	}{
+		{"peer full", 1, 0, 1500 * time.Millisecond, "2"},
+		{"carrier full", 0, 1, 30 * time.Second, "30"},
+		{"peer full, no retry_after", 1, 0, 0, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			car := siptest.StartCarrier(t, "127.0.0.1", nil)
+			adm, pacer := newFakes()
+			c := carrierCfg("a", car)
+			c.MaxCalls = tc.carMax
+			cfg := testConfig(c)
+			cfg.Peers[0].MaxCalls = tc.peerMax
+			cfg.SIP.RejectCalls = config.Reject{Code: 480, Reason: "Too Many Calls", RetryAfter: tc.retryAfter}
+			tr := callplaces.NewTracker(callplaces.NewLocalStore(nil), callplaces.TrackerOptions{TTL: time.Minute})
+			h := startProxyOpts(t, Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer, Calls: tr})
+			caller := siptest.StartCaller(t, "127.0.0.2")
+			answeredCall(t, caller, h.udp)
+			res := caller.Final(ctxT(t, 5*time.Second), caller.Invite(h.udp))
+			if res == nil || res.StatusCode != 480 || res.Reason != "Too Many Calls" {
+				t.Fatalf("second call: got %v, want 480 Too Many Calls", res)
+			}
+			ra := res.GetHeader("Retry-After")
+			switch {
+			case tc.want == "" && ra != nil:
+				t.Errorf("Retry-After = %q, want none", ra.Value())
+			case tc.want != "" && (ra == nil || ra.Value() != tc.want):
+				t.Errorf("Retry-After = %v, want %s", ra, tc.want)
+			}
+			if n := car.Count("INVITE"); n != 1 {
+				t.Errorf("carrier INVITEs = %d, want 1 (the refused call never reached it)", n)
+			}
+		})
+	}
+}

@@ -105,3 +105,25 @@ func TestBurstThroughProxy(t *testing.T) {
 		t.Fatalf("carrier INVITEs = %d, want 3", n)
 	}
 }
+
+// A peer at 2.5 CPS, through the proxy on the in-process store with its
+// clock stopped (one instant, one window): two calls are forwarded, the
+// third is refused (a fraction rounds down; 2.5 CPS is never 3 a second).
+func TestFractionalCPSThroughProxy(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	cfg := testConfig(carrierCfg("a", car))
+	cfg.Peers[0].CPS = 2.5
+	frozen := time.Now()
+	_, pacer := newFakes()
+	h := startProxy(t, cfg, admission.NewLocalStore(func() time.Time { return frozen }), pacer)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	for i, want := range []int{200, 200, 503} {
+		res := caller.Final(ctxT(t, 5*time.Second), caller.Invite(h.udp))
+		if res == nil || res.StatusCode != want {
+			t.Fatalf("call %d in one window at 2.5 CPS: final = %v, want %d", i+1, res, want)
+		}
+	}
+	if n := car.Count("INVITE"); n != 2 {
+		t.Fatalf("carrier INVITEs = %d, want 2", n)
+	}
+}
