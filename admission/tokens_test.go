@@ -27,21 +27,31 @@ func counts(t *testing.T, s Store, buckets ...Bucket) []int {
 func TestTokenBucketBurstThenRate(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend, key func(string, string) string) {
 		s := b.open()
-		tb := TokenBucket(key("peer", "p"), 10, 30)
-		if tb.Limit != 30 || tb.RateMicros != 10_000_000 || tb.Window != time.Second+WindowGuard {
-			t.Fatalf("TokenBucket = %+v, want capacity 30, rate 1e7 µtokens/s, window 1s+WindowGuard", tb)
-		}
-		var first Decision
-		for i := range 30 {
-			d := admit(t, s, fmt.Sprintf("call-%d", i), tb)
-			if !d.Admit {
-				t.Fatalf("call %d of the burst: got %+v, want admitted", i, d)
+		var tb Bucket
+		var first, d Decision
+		for attempt := 0; ; attempt++ {
+			tb = TokenBucket(key("peer", fmt.Sprint("p", attempt)), 10, 30)
+			if tb.Limit != 30 || tb.RateMicros != 10_000_000 || tb.Window != time.Second+WindowGuard {
+				t.Fatalf("TokenBucket = %+v, want capacity 30, rate 1e7 µtokens/s, window 1s+WindowGuard", tb)
 			}
-			if i == 0 {
-				first = d
+			for i := range 30 {
+				d := admit(t, s, fmt.Sprintf("call-%d", i), tb)
+				if !d.Admit {
+					t.Fatalf("call %d of the burst: got %+v, want admitted", i, d)
+				}
+				if i == 0 {
+					first = d
+				}
 			}
+			d = admit(t, s, "call-30", tb)
+			// On the store's real clock a stalled machine may take 100 ms
+			// over the burst, and a token comes back: not what this case
+			// is about. Play it again on a fresh bucket (a few times).
+			if !b.exact && d.Admit && d.At.Sub(first.At) >= 100*time.Millisecond && attempt < 3 {
+				continue
+			}
+			break
 		}
-		d := admit(t, s, "call-30", tb)
 		if d.Admit || d.Refused != 0 || d.Counts[0] != 30 {
 			t.Fatalf("31st call: got %+v, want refused with 30 tokens in use", d)
 		}
