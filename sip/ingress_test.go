@@ -254,3 +254,49 @@ func TestParameterBoundOnUDP(t *testing.T) {
 		t.Fatalf("a plain OPTIONS after it: %q (answered %v)", got, ok)
 	}
 }
+
+// The same bounds hold on TCP, whatever the chunks the message comes in:
+// the connection is closed, counted, and the node serves the next one.
+func TestParameterBoundOnTCP(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	cfg := testConfig(carrierCfg("a", car))
+	adm, pacer := newFakes()
+	h := startProxyOpts(t, Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer})
+	dial := func() net.Conn {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+		c, err := d.Dial("tcp", h.tcp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	tcpRequest := func(c net.Conn, method string) string {
+		msg := strangerRequest(method, h.tcp, "", "")(c.LocalAddr().String())
+		return strings.Replace(msg, "SIP/2.0/UDP", "SIP/2.0/TCP", 1)
+	}
+	c := dial()
+	hostile := strings.Replace(tcpRequest(c, "OPTIONS"), ";rport", ";rport"+strings.Repeat(";p", 5000), 1)
+	for i := 0; i < len(hostile); i += 700 { // in pieces, as a stream may come
+		if _, err := c.Write([]byte(hostile[i:min(i+700, len(hostile))])); err != nil {
+			break // closed under us: what is tested
+		}
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 4096)
+	if n, err := c.Read(buf); err == nil {
+		t.Fatalf("the hostile OPTIONS was answered: %q", buf[:min(n, 80)])
+	}
+	if got := testutil.ToFloat64(h.m.SIPErrors.WithLabelValues(ingress.DropParams)); got != 1 {
+		t.Fatalf("sip_errors_total{reason=params}: %v, want 1", got)
+	}
+	c2 := dial()
+	if _, err := c2.Write([]byte(tcpRequest(c2, "OPTIONS"))); err != nil {
+		t.Fatal(err)
+	}
+	_ = c2.SetReadDeadline(time.Now().Add(5 * time.Second))
+	n, err := c2.Read(buf)
+	if err != nil || !strings.HasPrefix(string(buf[:n]), "SIP/2.0 200") {
+		t.Fatalf("a plain OPTIONS on a new connection: %q, %v", buf[:n], err)
+	}
+}

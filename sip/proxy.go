@@ -413,10 +413,14 @@ func (p *Proxy) Serve(ctx context.Context) error {
 			if l.udp != nil {
 				err = p.ingress.Read(l.udp)
 			} else {
-				err = p.srv.ServeTCP(newGuardedListener(l.tcp,
-					func() tcpLimits { return tcpLimitsOf(p.cfg()) },
-					p.admitTCP,
-					func(reason string) { p.m.SIPErrors.WithLabelValues(reason).Inc() }))
+				count := func(reason string) { p.m.SIPErrors.WithLabelValues(reason).Inc() }
+				err = p.srv.ServeTCP(&scanListener{
+					Listener: newGuardedListener(l.tcp,
+						func() tcpLimits { return tcpLimitsOf(p.cfg()) },
+						p.admitTCP, count),
+					bounds: ingress.DefaultBounds,
+					count:  count,
+				})
 			}
 			if err != nil && !errors.Is(err, net.ErrClosed) {
 				errc <- fmt.Errorf("sip: serve %s://%s: %w", l.network, l.addr, err)

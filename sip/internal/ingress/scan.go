@@ -130,6 +130,10 @@ func Scan(data []byte, b Bounds) (Info, error) {
 	i++
 	list := false // the current field is a list header
 	elem := 0     // separators in the current element
+	// Quotes and angle brackets of the current field (a folded line goes
+	// on with them).
+	quoted, angle := false, 0
+	skip := false // the current field has no colon: not a header
 	for i < len(data) {
 		end := indexNL(data, i)
 		if end < 0 {
@@ -145,8 +149,13 @@ func Scan(data []byte, b Bounds) (Info, error) {
 		}
 		var value []byte
 		if line[0] == ' ' || line[0] == '\t' {
+			if skip {
+				i = next
+				continue // the continuation of a line without a colon
+			}
 			value = line // a continuation: same field, same element
 		} else {
+			skip = false
 			info.Headers++
 			if b.Headers > 0 && info.Headers > b.Headers {
 				return info, ErrHeaders
@@ -154,18 +163,17 @@ func Scan(data []byte, b Bounds) (Info, error) {
 			colon := indexByte(line, ':')
 			if colon < 0 {
 				i = next
-				elem = 0
+				elem, quoted, angle, list, skip = 0, false, 0, false, true
 				continue
 			}
 			name := trimSpace(line[:colon])
 			value = line[colon+1:]
 			list = isListHeader(name)
-			elem = 0
+			elem, quoted, angle = 0, false, 0
 			if info.CallID == nil && (equalFold(name, "call-id") || equalFold(name, "i")) {
 				info.CallID = trimSpace(value)
 			}
 		}
-		quoted, angle := false, 0
 		for j := 0; j < len(value); j++ {
 			switch c := value[j]; c {
 			case '"':

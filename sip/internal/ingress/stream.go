@@ -1,0 +1,234 @@
+package ingress
+
+import "errors"
+
+// ErrStream is a stream whose framing the scanner cannot follow (a
+// Content-Length that is not a number, or a header line longer than any
+// message may be): the connection is closed, as sipgo closes one it
+// cannot frame.
+var ErrStream = errors.New("ingress: unframeable SIP stream")
+
+// StreamScanner applies Bounds to the messages of a byte stream (SIP over
+// TCP or TLS) as Scan does to a datagram, whatever the chunks the stream
+// arrives in: the header section of each message is checked as it comes,
+// its body (Content-Length bytes) skipped. It is not safe for concurrent
+// use: one per connection, fed in order.
+type StreamScanner struct {
+	b Bounds
+	// MaxLine bounds a header line (folded lines joined); 0: 16 KiB.
+	MaxLine int
+
+	state   streamState
+	line    int  // bytes of the current header line so far
+	crSeen  bool // the last byte was a CR
+	atStart bool // at the start of a line
+	// The current header field.
+	name       [16]byte
+	nameLen    int
+	inName     bool // before the field's colon
+	skip       bool // a continuation of a line without a colon
+	list       bool
+	isLength   bool
+	length     int64
+	lengthSeen bool
+	quoted     bool
+	escaped    bool
+	angle      int
+	elem       int
+	// The current message.
+	headers, params int
+	bodyLeft        int64
+}
+
+type streamState uint8
+
+const (
+	stateStart   streamState = iota // before a start line (CRLFs skipped)
+	stateFirst                      // in the start line
+	stateHeaders                    // in the header section
+	stateBody                       // skipping the body
+)
+
+// NewStreamScanner returns a scanner that checks b.
+func NewStreamScanner(b Bounds) *StreamScanner { return &StreamScanner{b: b} }
+
+// Write scans the next chunk of the stream. It returns ErrParams or
+// ErrHeaders when a message exceeds the bounds, ErrStream when the stream
+// cannot be framed; after an error the scanner must not be used again.
+func (s *StreamScanner) Write(p []byte) error {
+	maxLine := s.MaxLine
+	if maxLine <= 0 {
+		maxLine = 16 << 10
+	}
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		switch s.state {
+		case stateBody:
+			n := int64(len(p) - i)
+			if n > s.bodyLeft {
+				n = s.bodyLeft
+			}
+			s.bodyLeft -= n
+			i += int(n) - 1
+			if s.bodyLeft == 0 {
+				s.state = stateStart
+			}
+			continue
+		case stateStart:
+			if c == '\r' || c == '\n' {
+				continue
+			}
+			s.state = stateFirst
+			s.line = 0
+		}
+		// A line of the start line or the header section.
+		if c == '\n' {
+			if err := s.endLine(); err != nil {
+				return err
+			}
+			continue
+		}
+		if c == '\r' {
+			s.crSeen = true
+			continue
+		}
+		s.crSeen = false
+		s.line++
+		if s.line > maxLine {
+			return ErrStream
+		}
+		if s.state == stateFirst {
+			continue
+		}
+		if s.atStart {
+			s.atStart = false
+			if c == ' ' || c == '\t' {
+				// A continuation of the field before; of nothing, when
+				// that line had no colon (not a header).
+				s.skip = s.skip || s.inName
+				continue
+			}
+			if err := s.newField(); err != nil {
+				return err
+			}
+		}
+		if s.skip {
+			continue
+		}
+		if s.inName {
+			if c == ':' {
+				s.inName = false
+				s.classify()
+				continue
+			}
+			if c != ' ' && c != '\t' {
+				if s.nameLen < len(s.name) {
+					s.name[s.nameLen] = c
+				}
+				s.nameLen++
+			}
+			continue
+		}
+		if s.isLength && c != ' ' && c != '\t' {
+			if c < '0' || c > '9' {
+				return ErrStream
+			}
+			s.length = s.length*10 + int64(c-'0')
+			if s.length > 1<<30 {
+				return ErrStream
+			}
+		}
+		if err := s.value(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// endLine ends the current line: the start line, a header line, or the
+// empty line that ends the header section.
+func (s *StreamScanner) endLine() error {
+	empty := s.line == 0
+	s.line, s.crSeen = 0, false
+	switch {
+	case s.state == stateFirst:
+		s.state = stateHeaders
+		s.atStart = true
+		s.headers, s.params = 0, 0
+		s.lengthSeen, s.length = false, 0
+		s.nameLen, s.inName = 0, false
+		return nil
+	case empty:
+		// The end of the header section.
+		s.bodyLeft = 0
+		if s.lengthSeen {
+			s.bodyLeft = s.length
+		}
+		s.state = stateStart
+		if s.bodyLeft > 0 {
+			s.state = stateBody
+		}
+		s.atStart = false
+		return nil
+	}
+	s.atStart = true
+	return nil
+}
+
+func (s *StreamScanner) newField() error {
+	s.headers++
+	if s.b.Headers > 0 && s.headers > s.b.Headers {
+		return ErrHeaders
+	}
+	s.nameLen, s.inName, s.skip = 0, true, false
+	s.list, s.isLength = false, false
+	s.quoted, s.escaped, s.angle, s.elem = false, false, 0, 0
+	return nil
+}
+
+// classify looks at the field's name once its colon is read.
+func (s *StreamScanner) classify() {
+	if s.nameLen > len(s.name) {
+		return
+	}
+	name := s.name[:s.nameLen]
+	s.list = isListHeader(name)
+	if equalFold(name, "content-length") || equalFold(name, "l") {
+		s.isLength, s.lengthSeen, s.length = true, true, 0
+	}
+}
+
+// value counts one byte of a field's value as Scan does.
+func (s *StreamScanner) value(c byte) error {
+	if s.escaped {
+		s.escaped = false
+		return nil
+	}
+	switch c {
+	case '"':
+		s.quoted = !s.quoted
+	case '\\':
+		if s.quoted {
+			s.escaped = true
+		}
+	case '<':
+		if !s.quoted {
+			s.angle++
+		}
+	case '>':
+		if !s.quoted && s.angle > 0 {
+			s.angle--
+		}
+	case ',':
+		if s.list && !s.quoted && s.angle == 0 {
+			s.elem = 0
+		}
+	case ';', '&':
+		s.elem++
+		s.params++
+		if (s.b.ElementParams > 0 && s.elem > s.b.ElementParams) || (s.b.MessageParams > 0 && s.params > s.b.MessageParams) {
+			return ErrParams
+		}
+	}
+	return nil
+}

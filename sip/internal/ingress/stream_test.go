@@ -1,0 +1,118 @@
+package ingress
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// feed writes data to a new scanner in chunks of the given sizes (cycled),
+// returning the first error.
+func feed(b Bounds, data []byte, chunks ...int) error {
+	s := NewStreamScanner(b)
+	if len(chunks) == 0 {
+		chunks = []int{len(data) + 1}
+	}
+	for i, k := 0, 0; i < len(data); k++ {
+		n := min(chunks[k%len(chunks)], len(data)-i)
+		if n <= 0 {
+			n = 1
+		}
+		if err := s.Write(data[i : i+n]); err != nil {
+			return err
+		}
+		i += n
+	}
+	return nil
+}
+
+func TestStreamScanner(t *testing.T) {
+	body := "v=0\r\n" + strings.Repeat("a=x;y;z;w\r\n", 100)
+	withBody := "INVITE sip:a SIP/2.0\r\nVia: a;b\r\nContent-Length: " + itoa(len(body)) + "\r\n\r\n" + body
+	hostile := "BYE sip:a SIP/2.0\r\nVia: a" + strings.Repeat(";p", 33) + "\r\nContent-Length: 0\r\n\r\n"
+	for _, tc := range []struct {
+		name string
+		data string
+		err  error
+	}{
+		{"invite", invite, nil},
+		{"body with separators is skipped", withBody, nil},
+		{"two messages and keepalives", "\r\n\r\n" + withBody + "\r\n\r\n" + invite, nil},
+		{"compact content length", "BYE sip:a SIP/2.0\r\nl: 5\r\n\r\n;;;;;" + invite, nil},
+		{"element over the bound", hostile, ErrParams},
+		{"second message over the bound", invite + hostile, ErrParams},
+		{"message over the bound", "BYE sip:a SIP/2.0\r\n" + strings.Repeat("Via: a"+strings.Repeat(";p", 30)+"\r\n", 9) + "\r\n", ErrParams},
+		{"too many headers", "BYE sip:a SIP/2.0\r\n" + strings.Repeat("X:a\r\n", 201) + "\r\n", ErrHeaders},
+		{"headers counted per message", strings.Repeat("BYE sip:a SIP/2.0\r\n"+strings.Repeat("X:a\r\n", 150)+"\r\n", 3), nil},
+		{"folded field", "BYE sip:a SIP/2.0\r\nVia: a" + strings.Repeat(";p", 20) + "\r\n " + strings.Repeat(";p", 13) + "\r\n\r\n", ErrParams},
+		{"list elements", "BYE sip:a SIP/2.0\r\nVia: a" + strings.Repeat(";p", 30) + ", b" + strings.Repeat(";p", 30) + "\r\n\r\n", nil},
+		{"bad content length", "BYE sip:a SIP/2.0\r\nContent-Length: x\r\n\r\n", ErrStream},
+		{"endless line", "BYE sip:a SIP/2.0\r\nX: " + strings.Repeat("a", 17<<10), ErrStream},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, chunks := range [][]int{nil, {1}, {7, 3}, {64}} {
+				if err := feed(DefaultBounds, []byte(tc.data), chunks...); !errors.Is(err, tc.err) {
+					t.Fatalf("chunks %v: got %v, want %v", chunks, err, tc.err)
+				}
+			}
+		})
+	}
+}
+
+func itoa(n int) string {
+	var b [20]byte
+	i := len(b)
+	for {
+		i--
+		b[i] = byte('0' + n%10)
+		n /= 10
+		if n == 0 {
+			return string(b[i:])
+		}
+	}
+}
+
+// headerSection turns any bytes into a header section both scanners read
+// the same way: no empty line inside, no Content-Length, CRLF line ends,
+// ending with the empty line.
+func headerSection(data []byte) []byte {
+	var out bytes.Buffer
+	out.WriteString("BYE sip:a SIP/2.0\r\n")
+	for _, line := range bytes.Split(data, []byte("\n")) {
+		line = bytes.TrimRight(line, "\r")
+		line = bytes.ReplaceAll(line, []byte("\r"), []byte(" "))
+		if len(bytes.TrimLeft(line, " \t")) == 0 {
+			continue
+		}
+		if c := bytes.IndexByte(line, ':'); c >= 0 {
+			name := trimSpace(line[:c])
+			if equalFold(name, "content-length") || equalFold(name, "l") {
+				continue
+			}
+		}
+		out.Write(line)
+		out.WriteString("\r\n")
+	}
+	out.WriteString("\r\n")
+	return out.Bytes()
+}
+
+// The stream scanner and Scan agree on every header section, whatever the
+// chunks it arrives in.
+func FuzzStreamMatchesScan(f *testing.F) {
+	f.Add([]byte("Via: a;b;c, d;e\nFrom: <sip:x;y>;tag=1\n ;more;\"q;\"\n"), uint64(1))
+	f.Add([]byte("X\n ;a;b;c;d;e;f;g;h;i\nVia: \"\\\";\";a"), uint64(7))
+	f.Fuzz(func(t *testing.T, data []byte, seed uint64) {
+		b := Bounds{ElementParams: 4, MessageParams: 9, Headers: 6}
+		msg := headerSection(data)
+		_, want := Scan(msg, b)
+		r := rand.New(rand.NewPCG(seed, seed))
+		chunks := []int{1 + r.IntN(8), 1 + r.IntN(64), 1 + r.IntN(3)}
+		got := feed(b, msg, chunks...)
+		if !errors.Is(got, want) && !(want == nil && errors.Is(got, ErrStream)) {
+			t.Fatalf("stream %v, Scan %v for %q (chunks %v)", got, want, msg, chunks)
+		}
+	})
+}
