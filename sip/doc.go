@@ -104,22 +104,31 @@
 // arrival until refused, answered or holding their first pacing slot), a
 // new initial INVITE gets 503 at once from the screen, statelessly, outcome
 // rejected_overload (while the bound is taken, a peer's plain INVITE gets
-// that same answer from the UDP read filter, from its raw bytes, before
-// sipgo parses it: rawshed.go); in-dialog requests, calls waiting for a slot and
-// forwarded calls are never counted nor shed. Each UDP listener is drained
-// by a reader of its own into three bounded queues (readq.go): peers' and
-// carriers' responses and in-dialog requests are handed to sipgo before
-// their new INVITEs, CANCELs and OPTIONS (one of those after every 16),
-// and strangers' datagrams after both; each party (carrier address, peer)
-// has a share of the first two, and their last quarter is kept for quiet
-// parties;
-// while the inflight bound is taken a new INVITE waits there up to
+// that same answer on its UDP worker, from its raw bytes, before sipgo
+// parses it: rawshed.go); in-dialog requests, calls waiting for a slot and
+// forwarded calls are never counted nor shed.
+//
+// The UDP listeners are read by cpsguard itself (ingress.go, package
+// sip/internal/ingress): each socket is read in batches (recvmmsg), every
+// datagram's header section is scanned before anything parses it (over 32
+// parameters in a header element, 256 in the message or 200 header
+// fields: dropped, reason params or headers; TCP connections are held to
+// the same bounds by a stream scanner, tcpscan.go), budgeted against its
+// party (a peer by name, a carrier by address, strangers together), and
+// handed to one of GOMAXPROCS workers by a hash of its Call-ID. A worker
+// takes peers' and carriers' responses and in-dialog requests before their
+// new INVITEs, CANCELs and OPTIONS (one of those after every 16), and
+// strangers' datagrams last, then sheds, or parses and runs the screen and
+// sipgo's transaction layer: a dialog stays in order on one worker, calls
+// are decided on every core. Each party has a share of each lane in
+// datagrams and in bytes, and the last places are kept for quiet parties;
+// while the inflight bound is taken a new INVITE waits in its lane up to
 // sip.inflight_wait (100 ms by default) for a unit (a burst is decided,
-// not shed), and a peer's new INVITE that finds its share of that queue
+// not shed), and a peer's new INVITE that finds its share of that lane
 // taken gets the same 503 at once (parsed for it when the raw path does
-// not read it, within a budget per listener: shedParsed)
-// instead of waiting, or being dropped unanswered, in the socket buffer;
-// any other datagram that finds no room is dropped and counted
+// not read it, within a budget: shedParsed) instead of waiting, or being
+// dropped unanswered, in the socket buffer; any other datagram that finds
+// no room is dropped and counted
 // (read_queue_full). The screen also answers 100
 // Trying to every INVITE it lets in, and to its retransmissions while it is
 // handled, so a handler that sipgo runs late draws no retransmission storm.
@@ -137,7 +146,8 @@
 // transaction can be formed) and counted in cpsguard_sip_errors_total with
 // reason parse, oversized, malformed, transaction, source, unknown_source,
 // bad_dialog_token, wrong_leg, reinvite_limit, cancel_source, duplicate,
-// tcp_limit, read_queue_full, forged_response (a response with the proxy's stateless Via
+// tcp_limit, read_queue_full, params, headers, stream (a TCP stream that
+// cannot be framed), forged_response (a response with the proxy's stateless Via
 // whose branch does not verify) or stateless_response (one that cannot be
 // relayed statelessly: not over UDP, no Via below the proxy's, no IP); they never stop the proxy. A panic in a handler, the screen or
 // a goroutine of the package is recovered, logged once with its stack and
@@ -152,7 +162,7 @@
 //
 // A Proxy is safe for concurrent use. sipgo runs each request that reaches
 // its transaction layer in its own goroutine (a stateless in-dialog relay
-// runs in the read loop; a BYE's max_calls release in a goroutine of its
+// runs on its UDP worker; a BYE's max_calls release in a goroutine of its
 // own, as it may wait on the store); a call waiting for a slot costs that goroutine and one timer.
 // The configuration is read once per call through Options.Config, so a
 // reload applies to the next call; the listen addresses are read once by

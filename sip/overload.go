@@ -28,7 +28,7 @@ import (
 // or its first pacing slot reserved (decided). Beyond the bound it gets
 // 503, statelessly (no transaction, no goroutine; outcome
 // rejected_overload): over UDP after waiting at most sip.inflight_wait in
-// the listener's read queue for a unit to come free (readq.go), at once
+// its lane of the read path for a unit to come free (ingress.go), at once
 // when that queue is full or over TCP.
 //
 // What counts is what costs CPU and store round trips now: identification,
@@ -154,8 +154,8 @@ func decided(ctx context.Context) {
 }
 
 // inflightCount is the number of new calls being decided, with the wake
-// channels of the read queues that hold INVITEs back while the bound is
-// taken (readq.go): a unit given back wakes them.
+// channels of the read path's workers that hold INVITEs back while the
+// bound is taken (ingress.go): a unit given back wakes them.
 type inflightCount struct {
 	atomic.Int64
 	wakes atomic.Pointer[[]chan struct{}]
@@ -223,7 +223,7 @@ func (p *Proxy) overloaded() bool {
 // overload-control clients are asked for (oc.go), which is recomputed
 // here when its period is over so that it follows the shedding even while
 // no such client sends anything. A shed only because the caller's own
-// share of the read queue is full (readq.go) does not: that is one
+// share of the read path's new-call lane is full (ingress.go) does not: that is one
 // party's flood, and it must not make the node ask every peer to back off.
 func (p *Proxy) noteShed(now time.Time, bound bool) {
 	p.lastShed.Store(now.UnixNano())

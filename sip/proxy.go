@@ -183,7 +183,7 @@ type Proxy struct {
 	lastShed atomic.Int64
 	// oc is the reduction asked of overload-control clients (oc.go).
 	oc ocMeter
-	// rawSheds counts the calls the read filter shed from raw bytes
+	// rawSheds counts the calls the UDP workers shed from raw bytes
 	// (rawshed.go; tests).
 	rawSheds atomic.Int64
 	// parser is sipgo's parser, as the transports use it (the UDP

@@ -25,7 +25,7 @@ import (
 // carriers' answers of the calls already admitted wait behind them
 // (BENCHMARKS.md, issue 15).
 //
-// So the read filter, which sees the raw bytes before sipgo parses them,
+// So the UDP worker, which sees the raw bytes before sipgo parses them,
 // sheds those INVITEs itself while the node is at its inflight bound: it
 // reads the few lines the answer is made of, and writes the 503 the screen
 // would have written. It is an optimisation only, and a conservative one:
@@ -51,7 +51,7 @@ import (
 // source from the socket it arrived on, counted rejected_overload.
 // FuzzRawShed and TestRawShedMatchesScreen hold it to that.
 
-// inviteStart is how a datagram the read filter may shed begins.
+// inviteStart is how a datagram the raw path may shed begins.
 var inviteStart = []byte("INVITE ")
 
 // shedBufs are the buffers raw 503s are written into.
@@ -64,8 +64,8 @@ func maxUDPAnswer() int { return sipmsg.UDPMTUSize - 200 }
 
 // shedRawFrom answers a new initial INVITE from a peer, read from conn,
 // with the screen's stateless 503 from its raw bytes while the inflight
-// bound is taken, or whenever force is set (the read queue is full:
-// readq.go; then an INVITE the raw path does not read is parsed and
+// bound is taken, or whenever force is set (its party's share of the
+// new-call lane is full: ingress.go; then an INVITE the raw path does not read is parsed and
 // answered by shedParsed, while budget allows); true when it did (the
 // datagram is consumed).
 func (p *Proxy) shedRawFrom(conn *net.UDPConn, from netip.AddrPort, data []byte, force bool, budget *parseBudget) bool {
@@ -111,11 +111,11 @@ func (p *Proxy) shedRawFrom(conn *net.UDPConn, from netip.AddrPort, data []byte,
 	return true
 }
 
-// shedParsed is shedRawFrom's answer, when the read queue has no room
+// shedParsed is shedRawFrom's answer, when the new-call lane has no room
 // for it, to a peer's INVITE the raw path does not read (a quoted Via
 // parameter, such as an overload-control client's oc-algo="loss", or any
-// other form it leaves to sipgo): sipgo's parser reads it here, in the
-// listener's reader, and it gets the content of the screen's stateless
+// other form it leaves to sipgo): sipgo's parser reads it here, on the
+// shed lane's worker, and it gets the content of the screen's stateless
 // 503 (shedResponse), with the overload-control values it asks for.
 // Dropped instead, it would be retransmitted into a queue that is
 // still full until its caller gave up: measured, half of a 10,000 CPS
@@ -161,17 +161,16 @@ func (p *Proxy) shedParsed(conn *net.UDPConn, from netip.AddrPort, data []byte, 
 	return true
 }
 
-// shedParsed's bounds on one listener: it parses only datagrams up to
+// shedParsed's bounds on the node: it parses only datagrams up to
 // parsedMaxSize, and at most parsedBytes of them per parsedWindow. sipgo's
 // parse and the 503 cost about 1 s per 30-50 MB of INVITE, whatever its
 // headers (BenchmarkShedParsed, a plain INVITE: 7 µs;
 // BenchmarkShedParsedRecordRoute, 3.9 KB with its Record-Route list:
-// 106 µs), so this bounds the reader's parsing to about a seventh of its
-// time. Time itself would be a worse measure: on a busy machine a parse's
-// wall-clock time is mostly the reader waiting for a core. Beyond the
-// budget such INVITEs are dropped and counted as before, so a peer
-// flooding forms the raw path does not read cannot make the listener's
-// reader fall behind its socket.
+// 106 µs), so this bounds such parsing to about a seventh of a core.
+// Time itself would be a worse measure: on a busy machine a parse's
+// wall-clock time is mostly waiting for a core. Beyond the budget such
+// INVITEs are dropped and counted as before, so a peer flooding forms the
+// raw path does not read cannot make the workers fall behind.
 //
 // Parameters are the exception: sipgo looks a parameter list up before
 // each insertion, so a header of n parameters costs n² (a 4 KB Via of
