@@ -207,7 +207,7 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 	}
 	d := &dialogLeg{
 		relayLeg: relayLeg{p: p, out: hop.out, ctx: context.Background(), shutdown: p.base.Done()},
-		server:   txUpstream{p: p, req: req, tx: tx, dest: upstreamOf(req), oc: hop.dir == fromPeer && ocAsked(req.Via())},
+		server:   txUpstream{p: p, req: req, tx: tx, dest: upstreamOf(req), oc: p.dialogOCPeer(req, &hop)},
 	}
 	l := &d.relayLeg
 	l.up = &d.server
@@ -258,7 +258,7 @@ type txUpstream struct {
 	req  *sipmsg.Request
 	tx   sipmsg.ServerTransaction
 	dest string // upstreamOf(req)
-	oc   bool   // req is the dialog's peer's and asks for overload control (oc.go)
+	oc   string // the dialog's peer's name when req is its and asks for overload control (oc.go), else ""
 }
 
 // relay passes r upstream; a failure is logged at Debug and returned.
@@ -378,4 +378,21 @@ func (p *Proxy) answer(req *sipmsg.Request, tx sipmsg.ServerTransaction, code in
 	if err := tx.Respond(sipmsg.NewResponseFromRequest(req, code, reason, nil)); err != nil && p.log.Enabled(context.Background(), slog.LevelDebug) {
 		p.log.Debug("respond failed", "status", code, "error", err)
 	}
+}
+
+// dialogOCPeer is the name of the peer an in-dialog request came from
+// when it asks for overload control (its answers carry that peer's
+// values), else "".
+func (p *Proxy) dialogOCPeer(req *sipmsg.Request, hop *inDialogHop) string {
+	if hop.dir != fromPeer || !ocAsked(req.Via()) {
+		return ""
+	}
+	src, ok := sourceAddr(req)
+	if !ok {
+		return ""
+	}
+	if pe := p.cfg().PeerByAddr(src); pe != nil {
+		return pe.Name
+	}
+	return ""
 }

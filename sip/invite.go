@@ -469,7 +469,7 @@ func (c *call) send(res *sipmsg.Response) {
 	if res.StatusCode >= 300 && c.code == 0 {
 		c.code = res.StatusCode
 	}
-	c.p.ocMark(c.oc, res.Via())
+	c.p.ocMark(ocPeer(c.peer, c.oc), res.Via())
 	if err := c.tx.Respond(res); err != nil {
 		c.log.Debug("respond failed", "status", res.StatusCode, "error", err)
 	}
@@ -487,7 +487,7 @@ func (c *call) relay(res *sipmsg.Response) error {
 	}
 	status := res.StatusCode
 	out := relayResponse(res, c.upstream, c.req.Transport())
-	c.p.ocRelay(c.oc, out.Via())
+	c.p.ocRelay(ocPeer(c.peer, c.oc), out.Via())
 	err := c.tx.Respond(out)
 	if err != nil {
 		c.log.Debug("relay failed", "status", status, "error", err)

@@ -27,12 +27,15 @@ import (
 // no oc values: none is added to their responses, and any a party
 // downstream wrote into their Via is removed (ocRelay).
 //
-// The reduction follows the node's own shedding (sip.max_inflight):
-// every ocPeriod, with A initial INVITEs let in and S shed for overload
-// in that period, the reduction v becomes 100 - (100-v)·A/(A+S): the
-// share of the offered calls the node could take, applied on top of the
-// reduction the compliant clients already make. A period without a shed
-// halves it. Shedding for a peer's or a customer's CPS limit is not
+// The reduction follows the node's own shedding (sip.max_inflight), one
+// value per peer (RFC 7339 5.3 lets a server ask each client for its own):
+// every ocPeriod, with A of the peer's initial INVITEs let in and S of them
+// shed for overload in that period, the peer's reduction v becomes
+// 100 - (100-v)·A/(A+S): the share of its offered calls the node could
+// take, applied on top of the reduction it already makes. A period without
+// a shed halves it. So one party's flood asks that party to back off, not
+// every compliant peer (a single node-wide value went 0 → 90 → 100 in 1.3 s
+// under one non-compliant peer's flood: issue 22, C9). Shedding for a peer's or a customer's CPS limit is not
 // overload and does not count: it is the admission decision, and a
 // loss-based reduction of a peer's offer would also cut the calls within
 // its limit.
@@ -61,7 +64,28 @@ const (
 	ocAlgo = `"loss"`
 )
 
-// ocMeter computes the reduction asked of overload-control clients. The
+// ocMeters are the peers' meters, by peer name (bounded by the
+// configuration: only peers take units or are shed). Safe for concurrent
+// use.
+type ocMeters struct{ m sync.Map }
+
+// of returns peer's meter, created on first use.
+func (ms *ocMeters) of(peer string) *ocMeter {
+	if m, ok := ms.m.Load(peer); ok {
+		return m.(*ocMeter)
+	}
+	m, _ := ms.m.LoadOrStore(peer, new(ocMeter))
+	return m.(*ocMeter)
+}
+
+// shed returns the overload sheds counted for every peer (tests).
+func (ms *ocMeters) shed() uint64 {
+	var n uint64
+	ms.m.Range(func(_, m any) bool { n += m.(*ocMeter).shed.Load(); return true })
+	return n
+}
+
+// ocMeter computes the reduction asked of one overload-control client. The
 // counts are plain atomics (the paths that bump them are the hot ones);
 // the value is recomputed at most once per ocPeriod, by whichever caller
 // finds the period over, and published for lock-free reads.
@@ -252,19 +276,20 @@ func hasOCParam(via *sipmsg.ViaHeader) bool {
 	return false
 }
 
-// ocMark writes the node's current reduction into via, the top Via of a
-// response on its way to a peer that asked (ocAsked of its request):
+// ocMark writes peer's current reduction into via, the top Via of a
+// response on its way to peer, when it asked (ocAsked of its request;
+// peer "" when it did not ask, or is no peer):
 // every oc parameter the Via holds is replaced by the node's four (a
 // carrier cannot speak for the node), and keys sipgo mangled are
 // repaired (ocClean). via must be the response's own header (the
 // responses the node builds clone the request's; a relayed response's is
 // its own). The quoted oc-algo goes last, so that a client on a parser
 // like sipgo's mangles nothing after it.
-func (p *Proxy) ocMark(asked bool, via *sipmsg.ViaHeader) {
-	if !asked || via == nil {
+func (p *Proxy) ocMark(peer string, via *sipmsg.ViaHeader) {
+	if peer == "" || via == nil {
 		return
 	}
-	v := p.oc.current(time.Now())
+	v := p.oc.of(peer).current(time.Now())
 	params, _ := ocClean(via.Params, false)
 	via.Params = append(params,
 		sipmsg.HeaderKV{K: "oc", V: v.oc},
@@ -292,22 +317,31 @@ func ocStrip(via *sipmsg.ViaHeader) {
 }
 
 // ocRelay readies via, the top Via of a relayed response on its way up,
-// for the party that sent the request: the node's values when it asked
-// (ocMark), else no oc values at all (ocStrip), whatever the party below
-// wrote there.
-func (p *Proxy) ocRelay(asked bool, via *sipmsg.ViaHeader) {
-	if asked {
-		p.ocMark(true, via)
+// for the party that sent the request: peer's values when that peer asked
+// (ocMark; peer "" otherwise), else no oc values at all (ocStrip),
+// whatever the party below wrote there.
+func (p *Proxy) ocRelay(peer string, via *sipmsg.ViaHeader) {
+	if peer != "" {
+		p.ocMark(peer, via)
 		return
 	}
 	ocStrip(via)
 }
 
-// ocMarkOwn marks a response the node built from its request with
+// ocMarkOwn marks a response the node built for peer's request with
 // NewResponseFromRequest: its top Via is a copy of the request's, so it
-// says itself whether the client asked.
-func (p *Proxy) ocMarkOwn(res *sipmsg.Response) {
-	if via := res.Via(); ocAsked(via) {
-		p.ocMark(true, via)
+// says itself whether the client asked. peer "" (a stranger, a carrier)
+// gets nothing.
+func (p *Proxy) ocMarkOwn(peer string, res *sipmsg.Response) {
+	if via := res.Via(); peer != "" && ocAsked(via) {
+		p.ocMark(peer, via)
 	}
+}
+
+// ocPeer is peer when asked, else "" (what ocMark and ocRelay take).
+func ocPeer(peer string, asked bool) string {
+	if asked {
+		return peer
+	}
+	return ""
 }

@@ -101,7 +101,7 @@ func TestOCMarkReplacesParams(t *testing.T) {
 	if !ocAsked(via) {
 		t.Fatal("a Via with OC does not ask")
 	}
-	p.ocMark(true, via)
+	p.ocMark("dialer-1", via)
 	got := via.Value()
 	want := regexp.MustCompile(`^SIP/2\.0/UDP 127\.0\.0\.2:5060;branch=z9hG4bK1;rport=5060;received=127\.0\.0\.2;oc=0;oc-validity=1000;oc-seq=[0-9]+\.[0-9]{3};oc-algo="loss"$`)
 	if !want.MatchString(got) {
@@ -110,7 +110,7 @@ func TestOCMarkReplacesParams(t *testing.T) {
 	plain := &sipmsg.ViaHeader{ProtocolName: "SIP", ProtocolVersion: "2.0", Transport: "UDP", Host: "127.0.0.2", Port: 5060,
 		Params: sipmsg.HeaderParams{{K: "branch", V: "z9hG4bK2"}, {K: "oc", V: "100"}}}
 	before := plain.Value()
-	p.ocMark(false, plain)
+	p.ocMark("", plain)
 	if plain.Value() != before {
 		t.Fatalf("a Via whose client did not ask was changed: %q to %q", before, plain.Value())
 	}
@@ -304,7 +304,7 @@ func TestOCValuesOnlyTheNodes(t *testing.T) {
 	if !ocAsked(via) {
 		t.Fatalf("%q does not ask", forged)
 	}
-	p.ocMark(true, via)
+	p.ocMark("dialer-1", via)
 	got := via.Value()
 	if strings.Count(got, ";oc=") != 1 || strings.Contains(got, "99999") || strings.Contains(got, "86400000") || !strings.Contains(got, `;x="a"`) {
 		t.Fatalf("marked %q: %q", forged, got)
@@ -378,13 +378,13 @@ func TestOCValuesOnlyTheNodes(t *testing.T) {
 	}
 	// A quoted value with a blank is quoted once.
 	blank := parsedVia(t, `SIP/2.0/UDP 127.0.0.2:5060;branch=z9hG4bK1;x="a b";oc`)
-	p.ocMark(true, blank)
+	p.ocMark("dialer-1", blank)
 	if got := blank.Value(); !strings.Contains(got, `;x="a b";`) {
 		t.Fatalf("marked Via with a quoted blank: %q", got)
 	}
 	// Also when sipgo kept it quoted under its own name.
 	last := parsedVia(t, `SIP/2.0/UDP 127.0.0.2:5060;branch=z9hG4bK1;oc;x="a;b c"`)
-	p.ocMark(true, last)
+	p.ocMark("dialer-1", last)
 	if got := last.Value(); !strings.Contains(got, `;x="a;b c";`) {
 		t.Fatalf("marked Via with a quoted blank last: %q", got)
 	}
@@ -393,7 +393,7 @@ func TestOCValuesOnlyTheNodes(t *testing.T) {
 	if !ocAsked(semi) {
 		t.Fatal("an oc after a quoted value holding ';' does not ask")
 	}
-	p.ocMark(true, semi)
+	p.ocMark("dialer-1", semi)
 	if got := semi.Value(); !strings.Contains(got, `;x="a;b";`) || !strings.Contains(got, ";branch=z9hG4bKreal;") || strings.Count(got, ";oc=") != 1 {
 		t.Fatalf("marked Via with a quoted ';': %q", got)
 	}
@@ -412,4 +412,56 @@ func rawAnswer(t *testing.T, ip, proxy string, build func(laddr string) string) 
 		t.Fatalf("no answer from %s: %v", ip, err)
 	}
 	return string(buf[:n])
+}
+
+// TestOCPerParty: one peer's flood raises its own reduction only. While a
+// non-compliant peer's INVITEs are shed at the inflight bound for several
+// periods, a compliant peer that had nothing shed yet is still told oc=0
+// (a node-wide value told it 90 to 100: issue 22, C9); the flooder's own
+// meter rises.
+func TestOCPerParty(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	fa, pacer := newFakes()
+	adm := &slowAdmitter{fakeAdmitter: fa, entered: make(chan struct{}, 64)}
+	cfg := testConfig(carrierCfg("a", car))
+	cfg.SIP.MaxInflight = 1
+	cfg.SIP.InflightWait = time.Millisecond
+	cfg.Peers = append(cfg.Peers, config.Peer{Name: "dialer-2", Sources: []netip.Prefix{netip.MustParsePrefix("127.0.0.3/32")},
+		CPS: 50, Customer: "beta"})
+	h := startProxy(t, cfg, adm, pacer)
+	asker := siptest.StartCaller(t, "127.0.0.2")
+	flooder := siptest.StartCaller(t, "127.0.0.3")
+
+	hold := make(chan struct{})
+	adm.mu.Lock()
+	adm.hold = hold
+	adm.mu.Unlock()
+	defer close(hold)
+	go func() { _ = flooder.Final(ctxT(t, 10*time.Second), flooder.Invite(h.udp)) }()
+	select {
+	case <-adm.entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the held call never reached the store")
+	}
+	// The flooder's INVITEs are shed for three periods.
+	end := time.Now().Add(3 * ocPeriod)
+	shed := 0
+	for time.Now().Before(end) {
+		if res := flooder.Final(ctxT(t, 5*time.Second), flooder.Invite(h.udp)); res != nil && res.StatusCode == 503 {
+			shed++
+		}
+	}
+	if shed < 3 {
+		t.Fatalf("only %d of the flooder's INVITEs shed: the test proves nothing", shed)
+	}
+	if v := h.p.oc.of("dialer-2").current(time.Now()); v.percent == 0 {
+		t.Errorf("the flooder's own reduction is 0 after %d sheds", shed)
+	}
+	res := asker.Final(ctxT(t, 5*time.Second), ocInvite(asker, h.udp, true))
+	if res == nil || res.StatusCode != 503 {
+		t.Fatalf("asking peer's INVITE while the bound is taken: %v, want 503", res)
+	}
+	if oc, _, ok := ocOf(t, res); !ok || oc != 0 {
+		t.Fatalf("compliant peer told oc=%d (present %v) for another peer's flood, want 0", oc, ok)
+	}
 }

@@ -61,7 +61,6 @@ func (p *Proxy) tryInflight(limit int64) bool {
 		p.inflight.Add(-1)
 		return false
 	}
-	p.oc.taken.Add(1)
 	return true
 }
 
@@ -87,15 +86,19 @@ func (p *Proxy) screenInvite(cfg *config.Config, req *sipmsg.Request, src netip.
 		if pe := cfg.PeerByAddr(src); pe != nil {
 			peer = pe.Name
 			limit := inflightLimit(cfg)
-			acquire = func() bool { return p.tryInflight(limit) }
+			acquire = func() bool {
+				if !p.tryInflight(limit) {
+					return false
+				}
+				p.oc.of(peer).taken.Add(1)
+				return true
+			}
 		}
 	}
 	// A peer's answers carry the overload-control values it asks for
 	// (oc.go); a stranger learns nothing of the node's load.
 	answer := func(res *sipmsg.Response) {
-		if peer != "" {
-			p.ocMarkOwn(res)
-		}
+		p.ocMarkOwn(peer, res)
 		p.writeStateless(res)
 	}
 	switch p.invites.register(req, acquire, &p.inflight) {
@@ -114,7 +117,7 @@ func (p *Proxy) screenInvite(cfg *config.Config, req *sipmsg.Request, src netip.
 		return true
 	}
 	p.m.Calls.WithLabelValues(peer, metrics.OutcomeRejectedOverload).Inc()
-	p.noteShed(time.Now(), true)
+	p.noteShed(peer, time.Now(), true)
 	answer(shedResponse(req, shedTag+strconv.FormatUint(rand.Uint64(), 36)))
 	return false
 }
@@ -218,19 +221,20 @@ func (p *Proxy) overloaded() bool {
 	return last != 0 && time.Since(time.Unix(0, last)) < overloadMemory
 }
 
-// noteShed records a call shed for overload at now, for overloaded. A
-// shed at the inflight bound (bound) also counts toward the reduction
-// overload-control clients are asked for (oc.go), which is recomputed
+// noteShed records a call of peer shed for overload at now, for
+// overloaded. A shed at the inflight bound (bound) also counts toward the
+// reduction peer is asked for when it asks for overload control (oc.go), which is recomputed
 // here when its period is over so that it follows the shedding even while
 // no such client sends anything. A shed only because the caller's own
 // share of the read path's new-call lane is full (ingress.go) does not: that is one
-// party's flood, and it must not make the node ask every peer to back off.
-func (p *Proxy) noteShed(now time.Time, bound bool) {
+// party's overrun of its own share, not the node's overload.
+func (p *Proxy) noteShed(peer string, now time.Time, bound bool) {
 	p.lastShed.Store(now.UnixNano())
-	if bound {
+	if bound && peer != "" {
 		// Recompute first: once a period is over, this shed belongs to
 		// the next one, not to the period (or quiet gap) that ended.
-		p.oc.current(now)
-		p.oc.shed.Add(1)
+		m := p.oc.of(peer)
+		m.current(now)
+		m.shed.Add(1)
 	}
 }

@@ -181,8 +181,8 @@ type Proxy struct {
 	inflight inflightCount
 	// lastShed is when the screen last shed a call (Unix ns, overload.go).
 	lastShed atomic.Int64
-	// oc is the reduction asked of overload-control clients (oc.go).
-	oc ocMeter
+	// oc are the reductions asked of overload-control clients, per peer (oc.go).
+	oc ocMeters
 	// rawSheds counts the calls the UDP workers shed from raw bytes
 	// (rawshed.go; tests).
 	rawSheds atomic.Int64

@@ -103,7 +103,7 @@ func (p *Proxy) shedRawFrom(conn *net.UDPConn, from netip.AddrPort, data []byte,
 		return force && p.shedParsed(conn, from, data, peer.Name, bound, budget)
 	}
 	p.m.Calls.WithLabelValues(peer.Name, metrics.OutcomeRejectedOverload).Inc()
-	p.noteShed(time.Now(), bound)
+	p.noteShed(peer.Name, time.Now(), bound)
 	p.rawSheds.Add(1)
 	if _, err := conn.WriteTo(out, raddr); err != nil {
 		p.log.Debug("stateless answer failed", "status", sipmsg.StatusServiceUnavailable, "error", err)
@@ -148,13 +148,13 @@ func (p *Proxy) shedParsed(conn *net.UDPConn, from netip.AddrPort, data []byte, 
 		return false
 	}
 	res := shedResponse(req, shedTag+strconv.FormatUint(rand.Uint64(), 36))
-	p.ocMarkOwn(res)
+	p.ocMarkOwn(peer, res)
 	out := []byte(res.String())
 	if len(out) > maxUDPAnswer() {
 		return false
 	}
 	p.m.Calls.WithLabelValues(peer, metrics.OutcomeRejectedOverload).Inc()
-	p.noteShed(time.Now(), bound)
+	p.noteShed(peer, time.Now(), bound)
 	if _, err := conn.WriteToUDPAddrPort(out, from); err != nil {
 		p.log.Debug("stateless answer failed", "status", sipmsg.StatusServiceUnavailable, "error", err)
 	}

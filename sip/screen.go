@@ -122,7 +122,11 @@ func (p *Proxy) screenRequest(req *sipmsg.Request) bool {
 		// In-dialog non-INVITE over UDP: relayed from here (stateless.go).
 		return !p.screenInDialog(cfg, req)
 	}
-	p.answerOutOfDialog(req, !p.isCarrierAddr(cfg, src) && cfg.PeerByAddr(src) != nil)
+	peer := ""
+	if pe := cfg.PeerByAddr(src); pe != nil && !p.isCarrierAddr(cfg, src) {
+		peer = pe.Name
+	}
+	p.answerOutOfDialog(req, peer)
 	return false
 }
 
@@ -209,9 +213,9 @@ func (p *Proxy) screenCancel(req *sipmsg.Request) bool {
 // ACK and CANCEL from a known party, statelessly: OPTIONS (keepalives of
 // upstream dispatchers) 200, or 503 while draining or while the store
 // cannot decide calls, so the dispatcher routes around this node; any other
-// method 405. A peer's answer carries the overload-control values it
-// asks for (oc.go).
-func (p *Proxy) answerOutOfDialog(req *sipmsg.Request, peer bool) {
+// method 405. A peer's answer (peer: its name, "" for a carrier) carries
+// the overload-control values it asks for (oc.go).
+func (p *Proxy) answerOutOfDialog(req *sipmsg.Request, peer string) {
 	var res *sipmsg.Response
 	switch {
 	case req.Method == sipmsg.OPTIONS && (p.draining.Load() || !p.usable()):
@@ -224,9 +228,7 @@ func (p *Proxy) answerOutOfDialog(req *sipmsg.Request, peer bool) {
 		res = sipmsg.NewResponseFromRequest(req, sipmsg.StatusMethodNotAllowed, "Method Not Allowed", nil)
 		res.AppendHeader(sipmsg.NewHeader("Allow", allowed))
 	}
-	if peer {
-		p.ocMarkOwn(res)
-	}
+	p.ocMarkOwn(peer, res)
 	p.writeStateless(res)
 }
 
