@@ -133,7 +133,10 @@
 // follows the share of new calls the node shed at its inflight bound.
 // Strangers, carriers and peers that do not ask see no change, and oc
 // values written downstream are removed from relayed responses.
-// Malformed or oversized messages are dropped (or answered 400 when a
+// Every string the proxy logs (Call-IDs, reason phrases, sipgo's errors)
+// goes through safetext: controls and Unicode format characters (a
+// right-to-left override, zero-width characters) are written as escapes,
+// never raw. Malformed or oversized messages are dropped (or answered 400 when a
 // transaction can be formed) and counted in cpsguard_sip_errors_total with
 // reason parse, oversized, malformed, transaction, source, unknown_source,
 // bad_dialog_token, wrong_leg, reinvite_limit, cancel_source, duplicate,

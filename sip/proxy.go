@@ -24,6 +24,7 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/health"
 	"github.com/cpsguard/cpsguard/internal/panics"
+	"github.com/cpsguard/cpsguard/internal/safetext"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/pacing"
 )
@@ -233,6 +234,10 @@ func New(opts Options) (*Proxy, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	// Every string the proxy logs may come from a peer or a carrier
+	// (Call-IDs, reason phrases, sipgo's errors quoting headers): escaped
+	// before the handler sees it.
+	opts.Logger = safetext.Logger(opts.Logger)
 	p := &Proxy{
 		cfg:   opts.Config,
 		adm:   opts.Admission,
