@@ -87,9 +87,15 @@
 // a request whose top Via holds a quoted parameter (sipgo would read it
 // back differently in the response), keep the stateful relay. ACKs of 2xx (always relayed without a transaction)
 // leave from the screen too, so a BYE sent right after its ACK cannot
-// overtake it. Upstream Vias of a forwarded
-// INVITE travel folded into one compact "v" header so sipgo's ACK of a
-// non-2xx answer carries only the proxy's Via (RFC 3261 17.1.1.3). An
+// overtake it. Every Via of a forwarded request stays a plain Via line
+// (a carrier that copies the lines named Via, as SIPp does, returns them
+// all); the ACK of a non-2xx answer to a forwarded INVITE carries only the
+// proxy's Via (RFC 3261 17.1.1.3: sipgo's client transaction builds it
+// with every Via, and ack.go trims it on the transaction's connection). A
+// response with no Via left below the proxy's is never relayed (RFC 3261
+// 16.7 step 3): it is counted (no_via) and logged at most every 10 s, and
+// a final one is answered upstream with the proxy's 502 (a 2xx is hung
+// up: ACK and BYE). An
 // initial INVITE loses every Route, the Request-URI's maddr and URI
 // headers, and the customer header. Carrier host names are resolved at
 // start and every 30 s. TCP connections are bounded per source and in all,
@@ -140,7 +146,8 @@
 // transaction can be formed) and counted in cpsguard_sip_errors_total with
 // reason parse, oversized, malformed, transaction, source, unknown_source,
 // bad_dialog_token, wrong_leg, reinvite_limit, cancel_source, duplicate,
-// tcp_limit, read_queue_full, forged_response (a response with the proxy's stateless Via
+// tcp_limit, read_queue_full, no_via (a relayed response with no Via left
+// for the sender), forged_response (a response with the proxy's stateless Via
 // whose branch does not verify) or stateless_response (one that cannot be
 // relayed statelessly: not over UDP, no Via below the proxy's, no IP); they never stop the proxy. A panic in a handler, the screen or
 // a goroutine of the package is recovered, logged once with its stack and

@@ -480,13 +480,17 @@ func (c *call) send(res *sipmsg.Response) {
 
 // relay passes a carrier's response upstream without the proxy's Via
 // (res itself is changed, see relayResponse). An error means the caller
-// could not be reached (e.g. its TCP connection is gone).
+// could not be reached (e.g. its TCP connection is gone), or errNoVia: the
+// response had no Via left for the caller and was not relayed.
 func (c *call) relay(res *sipmsg.Response) error {
 	if c.upstream == "" {
 		c.upstream = upstreamOf(c.req)
 	}
 	status := res.StatusCode
 	out := relayResponse(res, c.upstream, c.req.Transport())
+	if out.Via() == nil {
+		return c.p.noVia(out)
+	}
 	c.p.ocRelay(c.oc, out.Via())
 	err := c.tx.Respond(out)
 	if err != nil {
@@ -702,9 +706,10 @@ func (p *Proxy) blockCarrier(cfg *config.Config, car *config.Carrier, span time.
 // so do the Request-URI's maddr and URI headers, and the headers of
 // sip.strip_headers (by default the customer header: a carrier need not
 // learn the operator's customers). The Request-URI is pointed at the
-// carrier, Max-Forwards decremented, the upstream Vias folded (foldVias),
-// and the proxy's Via and Record-Route (when sip.record_route, carrying
-// the dialog token when token is not empty) added.
+// carrier, Max-Forwards decremented, and the proxy's Via and Record-Route
+// (when sip.record_route, carrying the dialog token when token is not
+// empty) added above the upstream Vias, each kept a plain Via line (the
+// ACK of a non-2xx answer still carries one Via: ack.go).
 func (p *Proxy) outboundInvite(cfg *config.Config, req *sipmsg.Request, target target, token string) *sipmsg.Request {
 	out := forwardCopy(req)
 	for out.RemoveHeader("Route") {
@@ -727,11 +732,8 @@ func (p *Proxy) outboundInvite(cfg *config.Config, req *sipmsg.Request, target t
 		out.Recipient.UriParams.Add("transport", "tcp")
 	}
 	decMaxForwards(out)
-	var buf [3]sipmsg.Header
+	var buf [2]sipmsg.Header
 	below := buf[:0]
-	if v := foldVias(p, out); v != nil {
-		below = append(below, v)
-	}
 	if cfg.SIP.RecordRoute {
 		below = recordRoutes(below, p, req.Transport(), target.transport, token)
 	}

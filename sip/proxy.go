@@ -212,6 +212,9 @@ type Proxy struct {
 	storeCalls oneAtATime
 	// events writes the call event lines (log.events).
 	events *eventLog
+	// noViaLog rate-limits the log lines of responses not relayed for
+	// want of a Via (relay.go).
+	noViaLog logGate
 	// probeKicks wakes a carrier's probe loop (chan struct{} by carrier
 	// name): failed calls ask for a probe to confirm them.
 	probeKicks sync.Map
@@ -300,6 +303,10 @@ func New(opts Options) (*Proxy, error) {
 	p.ua, p.srv = ua, srv
 	p.tl, p.tp = ua.TransactionLayer(), ua.TransportLayer()
 	if err := installScreen(p.tp, p.screen); err != nil {
+		_ = ua.Close()
+		return nil, err
+	}
+	if err := checkAckHook(); err != nil {
 		_ = ua.Close()
 		return nil, err
 	}
