@@ -198,6 +198,11 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 			return
 		}
 	}
+	if req.IsInvite() {
+		// The re-INVITE's one 100 Trying (sipgo sends none by itself:
+		// noAutoTrying); its answer may take a while to come.
+		p.answer(req, tx, sipmsg.StatusTrying, "Trying")
+	}
 	d := &dialogLeg{
 		relayLeg: relayLeg{p: p, out: hop.out, ctx: context.Background(), shutdown: p.base.Done()},
 		server:   txUpstream{p: p, req: req, tx: tx, dest: upstreamOf(req), oc: hop.dir == fromPeer && ocAsked(req.Via())},

@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -499,6 +501,41 @@ func TestResponseWithNoViaLeftIsNotRelayed(t *testing.T) {
 		"the carrier's unrelayable 200 hung up (ACK and BYE)")
 }
 
+// TestOneTryingPerInvite: an INVITE sent once gets exactly one 100 Trying,
+// also while the carrier takes a second to answer 200 without ringing (a
+// second 100 is a retransmission to a transaction-aware UAC, which then
+// fails the call); so does a re-INVITE.
+func TestOneTryingPerInvite(t *testing.T) {
+	car := startCopyCarrier(t, false, viaLines, 200, 700*time.Millisecond)
+	h := interopProxy(t, car)
+	caller := startLineCaller(t)
+	caller.send(h.udp, caller.invite(h.udp, "trying"))
+	ok := caller.final("trying", "1 INVITE", 5*time.Second)
+	if statusOf(ok) != 200 {
+		t.Fatalf("final %q, want 200", ok)
+	}
+	count100 := func(cseq string) int {
+		n := 0
+		for _, r := range caller.responses("trying", cseq) {
+			if statusOf(r) == 100 {
+				n++
+			}
+		}
+		return n
+	}
+	if n := count100("1 INVITE"); n != 1 {
+		t.Errorf("100 Trying for one INVITE: %d, want exactly 1", n)
+	}
+	caller.send(h.udp, caller.ackOf2xx(ok, 1))
+	caller.send(h.udp, caller.inDialog(ok, "INVITE", "reinvite", 2))
+	if r := caller.final("trying", "2 INVITE", 5*time.Second); statusOf(r) != 200 {
+		t.Fatalf("re-INVITE final %q, want 200", r)
+	}
+	if n := count100("2 INVITE"); n != 1 {
+		t.Errorf("100 Trying for one re-INVITE: %d, want exactly 1", n)
+	}
+}
+
 // TestSIPpTransactionAwareCaller: SIPp's transaction-aware UAC (start_txn,
 // response_txn: responses matched by Via branch, a second 100 taken for a
 // retransmission) through the proxy to a SIPp carrier that copies Vias
@@ -528,6 +565,43 @@ func TestSIPpTransactionAwareCaller(t *testing.T) {
 	if carCode != 0 {
 		t.Errorf("carrier sipp exit %d:\n%s", carCode, tail(carOut))
 	}
+	// SIPp takes a copy of the 100 it just read for a retransmission and
+	// counts it on that step (its _Retrans column): there must be none.
+	counts := sippCounts(t, dir)
+	if got, ok := counts["1_100_Recv"]; !ok || got != n {
+		t.Errorf("caller's 100 Trying received: %d (%v), want %d (one per INVITE); counts %v", got, ok, n, counts)
+	}
+	if r := counts["1_100_Retrans"]; r != 0 {
+		t.Errorf("caller's 100 Trying counted as retransmissions: %d, want 0 (one 100 per INVITE)", r)
+	}
+}
+
+// sippCounts reads the final row of the -trace_counts file SIPp left in
+// dir, by column name (e.g. "1_100_Recv": step 1 counted from 0, the 100, received).
+func sippCounts(t *testing.T, dir string) map[string]int {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "*_counts.csv"))
+	if len(files) != 1 {
+		t.Fatalf("SIPp counts files in %s: %v, want one", dir, files)
+	}
+	b, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) < 2 {
+		t.Fatalf("SIPp counts file %s: %q", files[0], b)
+	}
+	head, last := strings.Split(lines[0], ";"), strings.Split(lines[len(lines)-1], ";")
+	out := map[string]int{}
+	for i, h := range head {
+		if i < len(last) {
+			if v, err := strconv.Atoi(strings.TrimSpace(last[i])); err == nil {
+				out[strings.TrimSpace(h)] = v
+			}
+		}
+	}
+	return out
 }
 
 // TestClientTxConnHook: the field ack.go wraps exists in this sipgo, and a

@@ -35,6 +35,9 @@ type call struct {
 	// oc: the peer's INVITE asks for overload control (oc.go); its
 	// answers, the node's and the carrier's, carry the node's values.
 	oc bool
+	// tried: the screen answered the INVITE 100 Trying (screenInvite);
+	// the handler sends no second one.
+	tried bool
 	// member identifies the call attempt in stores: Call-ID, top Via
 	// branch, and the packet source and transport (two INVITEs differing in
 	// any of them are two sipgo transactions, so two calls).
@@ -85,7 +88,7 @@ func (p *Proxy) onInvite(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
 	entry.onCancel(func() { cancel(errCallCanceled) })
 	tx.OnTerminate(func(string, error) { cancel(errTxTerminated) })
 
-	c := &call{p: p, cfg: p.cfg(), req: req, tx: tx, ctx: ctx, log: p.log}
+	c := &call{p: p, cfg: p.cfg(), req: req, tx: tx, ctx: ctx, log: p.log, tried: entry.trying}
 	// A forwarded call's transaction outlives the handler (send never
 	// ends it): its copies go to sipgo, which absorbs them.
 	defer func() { done(c.forwarded) }()
@@ -121,7 +124,11 @@ func (c *call) run() {
 	}
 	c.peer = peer.Name
 	c.oc = ocAsked(req.Via())
-	c.respond(sipmsg.StatusTrying, "Trying")
+	if !c.tried {
+		// Not answered 100 by the screen (a copy of an INVITE whose
+		// handler ended, let in again): one 100 per transaction.
+		c.respond(sipmsg.StatusTrying, "Trying")
+	}
 	if c.log.Enabled(c.ctx, slog.LevelDebug) {
 		c.log = c.log.With("call_id", callID(req), "peer", peer.Name)
 	}

@@ -92,7 +92,19 @@ func init() {
 	if sipmsg.UDPMTUSize < MaxMessageSize+200 {
 		sipmsg.UDPMTUSize = MaxMessageSize + 200
 	}
+	// sipgo answers an INVITE 100 Trying by itself when its handler has not
+	// answered within Timer_1xx (200 ms). The proxy sends exactly one 100
+	// per INVITE transaction of its own (the screen's, or the handler's,
+	// or the in-dialog relay's): a second one is a retransmission to a
+	// caller that matches responses to transactions (SIPp's response_txn),
+	// and a call waiting for its pacing slot answers nothing for longer
+	// than 200 ms. So sipgo's is pushed beyond any transaction's life
+	// (the timer is stopped at the transaction's first answer or end).
+	sipmsg.Timer_1xx = noAutoTrying
 }
+
+// noAutoTrying is sipgo's Timer_1xx as the proxy sets it: never reached.
+const noAutoTrying = 24 * time.Hour
 
 // udpReadBuffer is the socket receive buffer asked for UDP listeners.
 const udpReadBuffer = 4 << 20
