@@ -98,8 +98,9 @@
 // up: ACK and BYE). An
 // initial INVITE loses every Route, the Request-URI's maddr and URI
 // headers, and the customer header. Carrier host names are resolved at
-// start and every 30 s. TCP connections are bounded per source and in all,
-// and idle ones closed (tcp.go).
+// start and every 30 s. TCP connections are bounded per source (an IPv4
+// address, an IPv6 /64) and in all, strangers' to a quarter of the total
+// so peers and carriers always find room, and idle ones closed (tcp.go).
 
 // # Failure
 //

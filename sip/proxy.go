@@ -752,12 +752,18 @@ func (p *Proxy) dropEarly(data []byte, from netip.AddrPort) bool {
 	return shedAckRaw(data) && p.knownSource(cfg, ip)
 }
 
-// admitTCP reports whether a TCP connection from ip is served: not a
-// stranger's when unknown_source is drop (with reject, a stranger's
-// requests get their one 403 from the screen).
-func (p *Proxy) admitTCP(ip netip.Addr) bool {
+// admitTCP reports whether a TCP connection from ip is served (serve): not
+// a stranger's when unknown_source is drop (with reject, a stranger's
+// requests get their one 403 from the screen); and whether ip is a known
+// party's (known: a peer's source or a carrier's address), whose
+// connections strangers' cannot crowd out (tcp.go).
+func (p *Proxy) admitTCP(ip netip.Addr) (serve, known bool) {
 	cfg := p.cfg()
-	return cfg == nil || cfg.SIP.UnknownSource != "drop" || p.knownSource(cfg, ip)
+	if cfg == nil {
+		return true, false
+	}
+	known = p.knownSource(cfg, ip)
+	return known || cfg.SIP.UnknownSource != "drop", known
 }
 
 // onStrayResponse handles responses that match no client transaction
