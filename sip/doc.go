@@ -94,8 +94,8 @@
 // with every Via, and ack.go trims it on the transaction's connection). A
 // response with no Via left below the proxy's is never relayed (RFC 3261
 // 16.7 step 3): it is counted (no_via) and logged at most every 10 s, and
-// a final one is answered upstream with the proxy's 502 (a 2xx is hung
-// up: ACK and BYE). An
+// instead of a final one the sender gets the proxy's own answer (the same
+// code for a failure, 502 for a 2xx, which is hung up: ACK and BYE). An
 // initial INVITE loses every Route, the Request-URI's maddr and URI
 // headers, and the customer header. Carrier host names are resolved at
 // start and every 30 s. TCP connections are bounded per source (an IPv4

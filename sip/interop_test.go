@@ -477,28 +477,38 @@ func TestAckOfNon2xxHasOneVia(t *testing.T) {
 
 // TestResponseWithNoViaLeftIsNotRelayed: a carrier's answer with nothing
 // below the proxy's Via is meant for nobody upstream (RFC 3261 16.7 step
-// 3): it is not relayed, it is counted (sip_errors_total{no_via}), the
-// caller gets the proxy's 502 instead, and a 2xx nobody will ACK is hung
-// up (ACK and BYE at the carrier).
+// 3): it is not relayed, it is counted (sip_errors_total{no_via}), and
+// the caller gets the proxy's own answer instead, with its own Via: the
+// same code for a failure, 502 for a 2xx, which nobody will ACK and is
+// hung up (ACK and BYE at the carrier).
 func TestResponseWithNoViaLeftIsNotRelayed(t *testing.T) {
-	car := startCopyCarrier(t, false, topViaOnly, 200, 0)
-	h := interopProxy(t, car)
-	caller := startLineCaller(t)
-	caller.send(h.udp, caller.invite(h.udp, "novia"))
-	r := caller.final("novia", "1 INVITE", 5*time.Second)
-	if statusOf(r) != 502 {
-		t.Fatalf("final %q, want the proxy's 502", r)
+	for _, tc := range []struct{ carrier, caller int }{{200, 502}, {486, 486}} {
+		t.Run(strconv.Itoa(tc.carrier), func(t *testing.T) {
+			car := startCopyCarrier(t, false, topViaOnly, tc.carrier, 0)
+			h := interopProxy(t, car)
+			caller := startLineCaller(t)
+			id := "novia-" + strconv.Itoa(tc.carrier)
+			caller.send(h.udp, caller.invite(h.udp, id))
+			r := caller.final(id, "1 INVITE", 5*time.Second)
+			if statusOf(r) != tc.caller {
+				t.Fatalf("final %q, want the proxy's %d", r, tc.caller)
+			}
+			for _, m := range caller.responses(id, "1 INVITE") {
+				if v := viaValues(m); len(v) != 1 || !strings.Contains(v[0], "branch=z9hG4bK-"+id) {
+					t.Errorf("the caller got a response with Vias %q, want its own:\n%s", v, m)
+				}
+			}
+			if v := testutil.ToFloat64(h.m.SIPErrors.WithLabelValues("no_via")); v < 1 {
+				t.Errorf("sip_errors_total{no_via} = %v, want >= 1", v)
+			}
+			if tc.carrier == 200 {
+				waitFor(t, func() bool { return len(car.requests("ACK")) >= 1 && len(car.requests("BYE")) >= 1 },
+					"the carrier's unrelayable 200 hung up (ACK and BYE)")
+			} else {
+				waitFor(t, func() bool { return len(car.requests("ACK")) >= 1 }, "the ACK of the carrier's failure")
+			}
+		})
 	}
-	for _, m := range caller.responses("novia", "1 INVITE") {
-		if len(viaValues(m)) == 0 {
-			t.Errorf("the caller got a response without Via:\n%s", m)
-		}
-	}
-	if v := testutil.ToFloat64(h.m.SIPErrors.WithLabelValues("no_via")); v < 1 {
-		t.Errorf("sip_errors_total{no_via} = %v, want >= 1", v)
-	}
-	waitFor(t, func() bool { return len(car.requests("ACK")) >= 1 && len(car.requests("BYE")) >= 1 },
-		"the carrier's unrelayable 200 hung up (ACK and BYE)")
 }
 
 // TestOneTryingPerInvite: an INVITE sent once gets exactly one 100 Trying,

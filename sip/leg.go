@@ -249,9 +249,16 @@ func (l *relayLeg) response(r *sipmsg.Response) (res *sipmsg.Response, retry, en
 	}
 	err := l.up.relay(r)
 	if errors.Is(err, errNoVia) {
-		// The next hop's final answer names nobody upstream: the sender
-		// gets the proxy's own instead, so its transaction ends.
-		l.up.respond(sipmsg.StatusBadGateway, "Bad Gateway")
+		// The next hop's final answer names nobody upstream (it kept no
+		// Via below the proxy's: a 487 built from the CANCEL, say). The
+		// sender gets the proxy's own answer instead, so its transaction
+		// ends: the same verdict for a failure, 502 for a 2xx (hung up
+		// below, its body cannot be passed on).
+		code, reason := r.StatusCode, r.Reason
+		if r.IsSuccess() {
+			code, reason = sipmsg.StatusBadGateway, "Bad Gateway"
+		}
+		l.up.respond(code, reason)
 	}
 	if err != nil && r.IsSuccess() && l.carrier != nil {
 		// The caller is unreachable (a TCP caller that hung up while its
