@@ -115,9 +115,12 @@ func (s SIP) Inflight(procs int) int {
 type TCP struct {
 	// IdleTimeout closes a connection that sends nothing for that long.
 	IdleTimeout time.Duration `cfg:"idle_timeout"`
-	// MaxConnections caps accepted connections open at once.
+	// MaxConnections caps accepted connections open at once; strangers
+	// (neither a peer's source nor a carrier's address) hold at most a
+	// quarter of it.
 	MaxConnections int `cfg:"max_connections"`
-	// MaxConnectionsPerSource caps them per source IP.
+	// MaxConnectionsPerSource caps them per source: an IPv4 address, or an
+	// IPv6 /64.
 	MaxConnectionsPerSource int `cfg:"max_connections_per_source"`
 }
 

@@ -16,10 +16,13 @@
 // and TCP, a flood of garbage and of INVITEs from unknown sources, an INVITE
 // larger than 1300 bytes over UDP, the bearer token of the write API, and a
 // live limit override set on one node that another node applies within a
-// second and drops on DELETE and at its TTL (override_test.go).
+// second and drops on DELETE and at its TTL (override_test.go), and real
+// clients around a node: Kamailio (testdata/kamailio/kamailio.cfg) in front
+// of it, a transaction-aware SIPp caller behind Kamailio and a SIPp carrier
+// that copies Vias with [last_Via:] (interop_test.go).
 //
-// The tests need redis-server, redis-cli and sipp; without them they skip,
-// except under CI=true, where they fail. Linux only (/proc, SO_TIMESTAMPNS).
+// The tests need redis-server, redis-cli, sipp and kamailio; without them
+// they skip, except under CI=true, where they fail. Linux only (/proc, SO_TIMESTAMPNS).
 // Every load is bounded in calls and time and uses 127.0.0.0/8 only; the
 // package runs in about a minute and a half.
 //

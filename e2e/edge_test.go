@@ -588,3 +588,68 @@ func TestRetryAfterStopsThePool(t *testing.T) {
 		t.Errorf("carrier-a got %d INVITEs after its Retry-After, want 2 (used again)", got)
 	}
 }
+
+// TestStrangersCannotFillTCP: strangers from many loopback addresses take
+// at most their share of sip.tcp.max_connections (a quarter); a peer's
+// connection still succeeds and its call over TCP is answered.
+func TestStrangersCannotFillTCP(t *testing.T) {
+	car := startCarrier(t, "127.0.0.1")
+	n := startNode(t, nodeConf{id: "tcp-share", tcp: "{idle_timeout: 30s, max_connections: 8, max_connections_per_source: 2}",
+		peers:    []peerConf{{name: "dialer", sources: []string{"127.0.0.2/32"}, cps: 100}},
+		carriers: []carrierConf{{name: "c", addr: car.addr, cps: 100}}}, true)
+	closedAtOnce := func(c net.Conn) bool {
+		_ = c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		_, err := c.Read(make([]byte, 1))
+		var ne net.Error
+		return err != nil && !(errors.As(err, &ne) && ne.Timeout())
+	}
+	// 10 strangers (127.0.1.1 … 127.0.1.10), 2 connections each: 20 tries.
+	open := 0
+	for i := 1; i <= 10; i++ {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 1, byte(i))}, Timeout: 2 * time.Second}
+		for j := 0; j < 2; j++ {
+			c, err := d.Dial("tcp", n.sip)
+			if err != nil {
+				continue
+			}
+			defer c.Close()
+			if !closedAtOnce(c) {
+				open++
+			}
+		}
+	}
+	if open > 2 {
+		t.Errorf("strangers hold %d TCP connections, want at most 2 (a quarter of max_connections 8)", open)
+	}
+	// The peer connects and calls over TCP.
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}, Timeout: 2 * time.Second}
+	c, err := d.Dial("tcp", n.sip)
+	if err != nil {
+		t.Fatalf("peer's TCP connection: %v", err)
+	}
+	defer c.Close()
+	local := c.LocalAddr().String()
+	inv := fmt.Sprintf("INVITE sip:100@%s;transport=tcp SIP/2.0\r\nVia: SIP/2.0/TCP %s;branch=z9hG4bK-tcpshare\r\nMax-Forwards: 70\r\n"+
+		"From: <sip:e2e@%s>;tag=f-tcpshare\r\nTo: <sip:100@%s>\r\nCall-ID: tcpshare\r\nCSeq: 1 INVITE\r\n"+
+		"Contact: <sip:e2e@%s;transport=tcp>\r\nContent-Length: 0\r\n\r\n", n.sip, local, local, n.sip, local)
+	if _, err := c.Write([]byte(inv)); err != nil {
+		t.Fatalf("peer's INVITE over TCP: %v", err)
+	}
+	var got []byte
+	buf := make([]byte, 65536)
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(string(got), "SIP/2.0 200 ") && time.Now().Before(deadline) {
+		_ = c.SetReadDeadline(deadline)
+		k, err := c.Read(buf)
+		got = append(got, buf[:k]...)
+		if err != nil {
+			break
+		}
+	}
+	if !strings.Contains(string(got), "SIP/2.0 200 ") {
+		t.Errorf("peer's call over TCP with strangers connected: got %q, want the carrier's 200", got)
+	}
+	if v := n.metric("cpsguard_sip_errors_total", "reason", "tcp_limit"); v < 18 {
+		t.Errorf("sip_errors_total{tcp_limit} = %v, want >= 18 (the strangers' connections over their share)", v)
+	}
+}

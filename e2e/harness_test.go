@@ -93,6 +93,8 @@ type carrierConf struct {
 	maxWait time.Duration
 	// maxCalls is the carrier's max_calls (0 = none).
 	maxCalls int
+	// extra is more of the carrier's flow map, e.g. "probe: {interval: 0s}".
+	extra string
 }
 
 // nodeConf describes one node's configuration file.
@@ -168,7 +170,11 @@ func (c nodeConf) yaml(sipPort, httpPort int) string {
 		if mw == 0 {
 			mw = time.Second
 		}
-		fmt.Fprintf(&b, "  - {name: %s, uri: \"sip:%s\", cps: %s, max_wait: %s, max_calls: %d}\n", k.name, k.addr, num(k.cps), mw, k.maxCalls)
+		extra := ""
+		if k.extra != "" {
+			extra = ", " + k.extra
+		}
+		fmt.Fprintf(&b, "  - {name: %s, uri: \"sip:%s\", cps: %s, max_wait: %s, max_calls: %d%s}\n", k.name, k.addr, num(k.cps), mw, k.maxCalls, extra)
 		names = append(names, k.name)
 	}
 	fmt.Fprintf(&b, "routes:\n  default: [%s]\n", strings.Join(names, ", "))

@@ -6,9 +6,13 @@ package e2e
 // protection.
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/cpsguard/cpsguard/httpapi"
 )
 
 // SIGTERM while calls wait for a carrier slot: every call gets a final
@@ -178,5 +182,24 @@ func TestReloadNeedsToken(t *testing.T) {
 	}
 	if ok := n.metric("cpsguard_config_reloads_total", `result="success"`); ok < 1 {
 		t.Errorf("cpsguard_config_reloads_total{result=success} = %g, want the authorised reload counted", ok)
+	}
+
+	// With no http.token the API is read-only: every write is 403, whatever
+	// the request carries, and changes nothing.
+	open := startNode(t, nodeConf{id: "notoken",
+		peers:    []peerConf{{name: "dialer", sources: []string{"127.0.0.2/32"}, cps: 10}},
+		carriers: []carrierConf{{name: "carrier", addr: car.addr, cps: 10}}}, true)
+	for _, tok := range []string{"", "guess"} {
+		if got, err := open.post("/api/v1/reload", tok); err != nil || got != 403 {
+			t.Errorf("no http.token, POST /api/v1/reload (token %q) = %d, %v; want 403", tok, got, err)
+		}
+		_, err := httpapi.SetLimit(ctxT(t, 5*time.Second), open.http, tok, "peer", "dialer", httpapi.LimitRequest{CPS: 1000, TTL: "1h"})
+		var e *httpapi.Error
+		if !errors.As(err, &e) || e.Code != 403 || !strings.Contains(e.Message, "http.token") {
+			t.Errorf("no http.token, PUT /api/v1/limits (token %q): %v; want 403 naming http.token", tok, err)
+		}
+	}
+	if l, err := httpapi.FetchLimits(ctxT(t, 5*time.Second), open.http); err != nil || len(l.Overrides) != 0 {
+		t.Errorf("overrides after refused writes: %+v, %v; want none", l, err)
 	}
 }

@@ -133,6 +133,7 @@ type carrier struct {
 	methods  map[string]int
 	delay    time.Duration          // before the 200 to an INVITE
 	pending  map[string]func() bool // delayed answers by Call-ID: stop → true if stopped in time
+	invites  map[string]sipMsg      // the last INVITE by Call-ID (its 487 answers it, RFC 3261 9.2)
 	canceled int                    // INVITEs ended by CANCEL before their 200
 	code     int                    // final answer to INVITEs (0 = 200)
 	early    bool                   // send a reliable 183 (early dialog) before the answer
@@ -222,7 +223,7 @@ func startCarrier(t testing.TB, ip string) *carrier {
 		t.Fatalf("carrier: SO_TIMESTAMPNS: %v", err)
 	}
 	c := &carrier{addr: conn.LocalAddr().String(), conn: conn, arrivals: map[string]time.Time{}, byes: map[string]time.Time{}, methods: map[string]int{},
-		pending: map[string]func() bool{}}
+		pending: map[string]func() bool{}, invites: map[string]sipMsg{}}
 	done := make(chan struct{})
 	go c.serve(done)
 	t.Cleanup(func() { conn.Close(); <-done })
@@ -253,6 +254,7 @@ func (c *carrier) serve(done chan struct{}) {
 			if _, seen := c.arrivals[id]; !seen {
 				c.arrivals[id] = at
 			}
+			c.invites[id] = m
 		}
 		if m.method == "BYE" {
 			if _, seen := c.byes[id]; !seen {
@@ -272,16 +274,8 @@ func (c *carrier) serve(done chan struct{}) {
 			if stop != nil && stop() {
 				c.mu.Lock()
 				c.canceled++
+				inv := c.invites[id] // the 487 answers the INVITE: its Vias, its CSeq
 				c.mu.Unlock()
-				inv := m
-				inv.hdrs = nil
-				for _, h := range m.hdrs {
-					if h.name == "cseq" {
-						seq, _, _ := strings.Cut(h.value, " ")
-						h.value = seq + " INVITE"
-					}
-					inv.hdrs = append(inv.hdrs, h)
-				}
 				_, _ = c.conn.WriteToUDP(response(inv, 487, "Request Terminated", "car"+strconv.Itoa(len(id))), from)
 			}
 		case "INVITE":

@@ -11,8 +11,8 @@
 //	                     from the store (the whole pool's figure on Redis),
 //	                     carrier queues, store mode, node id, config hash
 //	POST /api/v1/reload  re-read the configuration file; needs
-//	                     "Authorization: Bearer <http.token>" when a token is
-//	                     set; a bad file answers 422 with every error
+//	                     "Authorization: Bearer <http.token>"; a bad file
+//	                     answers 422 with every error
 //	POST /api/v1/drain   stop taking calls, let those in progress finish
 //	                     (sip.drain_grace), keep serving this API; token;
 //	                     answers {"status":"drained"} when done, or
@@ -28,8 +28,11 @@
 //
 // Every error answer is JSON (type Error) with a 4xx or 5xx code: unknown path
 // 404, wrong method 405 (with Allow), missing or wrong token 401. Two things
-// on this server change limits, both needing the token when one is
-// configured: a reload of the operator's own file, and a limit override.
+// on this server change limits, both needing the token: a reload of the
+// operator's own file, and a limit override. With http.token empty (the
+// default) the API is read-only: every write endpoint answers 403
+// (ErrReadOnly), whatever the request carries; one gate (authorize) decides
+// for all of them.
 // Each override change is logged at info as an audit line ("limit override
 // set" / "limit override removed": remote, scope, name, before_cps ->
 // after_cps, until).

@@ -65,12 +65,20 @@ func TestDrain(t *testing.T) {
 	}
 }
 
-// A node without a drain answers 501.
+// A node without a drain answers 501; with no token the API is
+// read-only, and a drain is a write: 403.
 func TestDrainUnavailable(t *testing.T) {
-	srv := httptest.NewServer(New(Options{Config: testConfig}))
+	cfg := testConfig()
+	cfg.HTTP.Token = "tok-0123456789"
+	srv := httptest.NewServer(New(Options{Config: func() *config.Config { return cfg }}))
 	defer srv.Close()
 	var e *Error
-	if err := Drain(context.Background(), srv.URL, ""); !errors.As(err, &e) || e.Code != http.StatusNotImplemented {
+	if err := Drain(context.Background(), srv.URL, cfg.HTTP.Token); !errors.As(err, &e) || e.Code != http.StatusNotImplemented {
 		t.Errorf("Drain: %v, want 501", err)
+	}
+	open := httptest.NewServer(New(Options{Config: testConfig, Drain: func(context.Context) error { return nil }}))
+	defer open.Close()
+	if err := Drain(context.Background(), open.URL, ""); !errors.As(err, &e) || e.Code != http.StatusForbidden {
+		t.Errorf("Drain without a configured token: %v, want 403", err)
 	}
 }

@@ -71,15 +71,21 @@ func overrideView(cfg *config.Config, o limits.Override, now time.Time) LimitOve
 	return v
 }
 
-// authorize checks the bearer token (http.token) of a request that changes
-// the node; it answers 401 and returns false when it is missing or wrong.
+// authorize is the one gate of every request that changes the node
+// (reload, limit overrides, and any write endpoint added later: call it
+// first). With no http.token configured the API is read-only: it answers
+// 403 saying so. Otherwise the request needs "Authorization: Bearer
+// <http.token>": 401 when it is missing or wrong. It returns whether the
+// request may go on.
 func (s *server) authorize(w http.ResponseWriter, r *http.Request, what string) bool {
 	token := ""
 	if cfg := s.o.Config(); cfg != nil {
 		token = cfg.HTTP.Token
 	}
 	if token == "" {
-		return true
+		s.o.Logger.Warn(what+" refused: http.token is not set, the API is read-only", "remote", r.RemoteAddr)
+		writeError(w, &Error{Code: http.StatusForbidden, Message: ErrReadOnly})
+		return false
 	}
 	got, ok := bearer(r.Header.Get("Authorization"))
 	if !ok {

@@ -178,7 +178,9 @@ func TestLimitsRoundTrip(t *testing.T) {
 
 func TestLimitsValidation(t *testing.T) {
 	var cfg atomic.Pointer[config.Config]
-	cfg.Store(testConfig())
+	c := testConfig()
+	c.HTTP.Token = "s3cret"
+	cfg.Store(c)
 	lim := limits.New(limits.NewLocalStore(nil), limits.Options{})
 	base, _ := limitsServer(t, &cfg, lim)
 	for _, tc := range []struct {
@@ -203,6 +205,7 @@ func TestLimitsValidation(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req, _ := http.NewRequest(http.MethodPut, base+tc.path, strings.NewReader(tc.body))
+			req.Header.Set("Authorization", "Bearer s3cret")
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Fatal(err)
@@ -238,10 +241,12 @@ func TestLimitsStoreDown(t *testing.T) {
 	rc := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	t.Cleanup(func() { rc.Close() })
 	var cfg atomic.Pointer[config.Config]
-	cfg.Store(testConfig())
+	c := testConfig()
+	c.HTTP.Token = "s3cret"
+	cfg.Store(c)
 	lim := limits.New(limits.NewRedisStore(rc, "cpsguard", limits.RedisOptions{Timeout: 200 * time.Millisecond}), limits.Options{})
 	base, logs := limitsServer(t, &cfg, lim)
-	_, err := SetLimit(context.Background(), base, "", "peer", "dialer-1", LimitRequest{CPS: 5, TTL: "1m"})
+	_, err := SetLimit(context.Background(), base, "s3cret", "peer", "dialer-1", LimitRequest{CPS: 5, TTL: "1m"})
 	var e *Error
 	if !errors.As(err, &e) || e.Code != http.StatusServiceUnavailable || !strings.Contains(e.Message, "nothing changed") {
 		t.Errorf("PUT with Redis down: got %v, want 503 nothing changed", err)

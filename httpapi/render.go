@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/cpsguard/cpsguard/internal/safetext"
 )
 
 // RenderStatus writes st as an aligned table for a terminal: a header line
@@ -246,13 +248,6 @@ func RenderLimitChange(w io.Writer, c LimitChange) error {
 }
 
 // printable keeps a node's text (a health reason quoting a carrier's
-// answer) from driving the operator's terminal: control characters become
-// '?'.
-func printable(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
-			return '?'
-		}
-		return r
-	}, s)
-}
+// answer) from driving the operator's terminal or reordering the table:
+// controls and Unicode format characters are escaped (safetext.Escape).
+func printable(s string) string { return safetext.Escape(s) }

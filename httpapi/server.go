@@ -114,8 +114,8 @@ func New(o Options) http.Handler {
 		o.StatusTimeout = 2 * time.Second
 	}
 	s := &server{o: o}
-	if cfg := o.Config(); cfg != nil && cfg.HTTP.Token == "" && !loopback(cfg.HTTP.Listen) {
-		o.Logger.Warn("http.token is empty and http.listen is not a loopback address: anyone who can reach it may trigger a reload",
+	if cfg := o.Config(); cfg != nil && cfg.HTTP.Token == "" {
+		o.Logger.Info("http.token is empty: the API is read-only (reload and limit changes answer 403 until it is set)",
 			"listen", cfg.HTTP.Listen)
 	}
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/cpsguard/cpsguard/admission"
 	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/limits"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/pacing"
 )
@@ -363,8 +364,8 @@ func TestReload(t *testing.T) {
 		wantErrs  []string
 		wantCalls int
 	}{
-		{name: "no token configured", want: 200, wantCalls: 1},
-		{name: "no token configured, header ignored", auth: "Bearer whatever", want: 200, wantCalls: 1},
+		{name: "no token configured: read-only", want: 403},
+		{name: "no token configured, any header: read-only", auth: "Bearer whatever", want: 403},
 		{name: "token set, no header", token: "s3cret", want: 401},
 		{name: "token set, wrong token", token: "s3cret", auth: "Bearer s3cret2", want: 401},
 		{name: "token set, empty bearer", token: "s3cret", auth: "Bearer ", want: 401},
@@ -374,11 +375,12 @@ func TestReload(t *testing.T) {
 		{name: "token set, scheme in lower case", token: "s3cret", auth: "bearer s3cret", want: 200, wantCalls: 1},
 		{name: "bad file", token: "s3cret", auth: "Bearer s3cret", reloadErr: bad, want: 422,
 			wantErrs: bad.Errors, wantCalls: 1},
-		{name: "bad file wrapped", reloadErr: errors.Join(errors.New("reload"), bad), want: 422,
+		{name: "bad file wrapped", token: "s3cret", auth: "Bearer s3cret", reloadErr: errors.Join(errors.New("reload"), bad), want: 422,
 			wantErrs: bad.Errors, wantCalls: 1},
-		{name: "unreadable file", reloadErr: errors.New("open /etc/cpsguard/cpsguard.yaml: permission denied"), want: 500,
+		{name: "unreadable file", token: "s3cret", auth: "Bearer s3cret", reloadErr: errors.New("open /etc/cpsguard/cpsguard.yaml: permission denied"), want: 500,
 			wantErrs: []string{"open /etc/cpsguard/cpsguard.yaml: permission denied"}, wantCalls: 1},
-		{name: "reload not wired", noReload: true, want: 501},
+		{name: "reload not wired", token: "s3cret", auth: "Bearer s3cret", noReload: true, want: 501},
+		{name: "reload not wired, no token: read-only first", noReload: true, want: 403},
 		{name: "reload not wired still needs the token", token: "s3cret", noReload: true, want: 401},
 	}
 	for _, tt := range tests {
@@ -616,6 +618,53 @@ func TestLoopback(t *testing.T) {
 	} {
 		if got := loopback(listen); got != want {
 			t.Errorf("loopback(%q): got %v, want %v", listen, got, want)
+		}
+	}
+}
+
+// TestWritesNeedAToken: with http.token empty (the default) the API is
+// read-only: every endpoint that changes the node answers 403, says that
+// http.token must be set, and changes nothing; the reads still answer.
+func TestWritesNeedAToken(t *testing.T) {
+	cfg := testConfig() // HTTP.Token empty
+	lim := limits.New(limits.NewLocalStore(nil), limits.Options{})
+	if _, err := lim.Set(context.Background(), limits.Override{Scope: "peer", Name: "dialer-2", CPS: 1}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	reloads := 0
+	h := New(Options{Config: func() *config.Config { return cfg }, Limits: lim,
+		Reload: func() error { reloads++; return nil }})
+	for _, tc := range []struct{ method, path, body string }{
+		{http.MethodPost, PathReload, ""},
+		{http.MethodPut, PathLimits + "/peer/dialer-1", `{"cps": 1000, "ttl": "1h"}`},
+		{http.MethodPut, PathLimits + "/carrier/carrier-a", `{"cps": 1000, "ttl": "1h"}`},
+		{http.MethodDelete, PathLimits + "/peer/dialer-2", ""},
+	} {
+		for _, auth := range []string{"", "Bearer anything"} {
+			req := httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body))
+			if auth != "" {
+				req.Header.Set("Authorization", auth)
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code != http.StatusForbidden {
+				t.Errorf("%s %s (auth %q) with no http.token: got %d, want 403 (body %s)", tc.method, tc.path, auth, rec.Code, rec.Body)
+				continue
+			}
+			if e := decodeError(t, rec); !strings.Contains(e.Message, "http.token") {
+				t.Errorf("%s %s: message %q does not say http.token must be set", tc.method, tc.path, e.Message)
+			}
+		}
+	}
+	if reloads != 0 {
+		t.Errorf("reloads run without a token: %d, want 0", reloads)
+	}
+	if got := lim.List(); len(got) != 1 || got[0].Name != "dialer-2" || got[0].CPS != 1 {
+		t.Errorf("overrides after refused writes = %+v, want only dialer-2's, unchanged", got)
+	}
+	for _, path := range []string{PathStatus, PathLimits, PathHealthz} {
+		if rec := do(t, h, http.MethodGet, path, nil); rec.Code != 200 {
+			t.Errorf("GET %s with no http.token: got %d, want 200 (reads stay open)", path, rec.Code)
 		}
 	}
 }

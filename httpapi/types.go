@@ -18,6 +18,10 @@ const (
 	PathLimits = "/api/v1/limits"
 )
 
+// ErrReadOnly is the message of the 403 every write endpoint answers while
+// http.token is empty: without a token the API is read-only.
+const ErrReadOnly = "the API is read-only: set http.token in the configuration to allow writes (reload, limits)"
+
 // Status is the JSON answer of GET /api/v1/status.
 type Status struct {
 	// NodeID is the answering node's node_id.

@@ -115,14 +115,7 @@ func (p *Proxy) prepareInDialog(req *sipmsg.Request, count bool) (inDialogHop, i
 	}
 	decMaxForwards(out)
 	tp := hop.to.transport()
-	var below []sipmsg.Header
-	if out.IsInvite() {
-		// See foldVias: sipgo's ACK of a non-2xx answer keeps one Via.
-		if v := foldVias(p, out); v != nil {
-			below = []sipmsg.Header{v}
-		}
-	}
-	lo := prependVia(p, out, tp, below)
+	lo := addVia(p, out, tp)
 	out.SetTransport(tp)
 	out.SetDestination(hop.to.addr.String())
 	out.Laddr = lo.laddr
@@ -205,6 +198,11 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 			return
 		}
 	}
+	if req.IsInvite() {
+		// The re-INVITE's one 100 Trying (sipgo sends none by itself:
+		// noAutoTrying); its answer may take a while to come.
+		p.answer(req, tx, sipmsg.StatusTrying, "Trying")
+	}
 	d := &dialogLeg{
 		relayLeg: relayLeg{p: p, out: hop.out, ctx: context.Background(), shutdown: p.base.Done()},
 		server:   txUpstream{p: p, req: req, tx: tx, dest: upstreamOf(req), oc: p.dialogOCPeer(req, &hop)},
@@ -261,9 +259,13 @@ type txUpstream struct {
 	oc   string // the dialog's peer's name when req is its and asks for overload control (oc.go), else ""
 }
 
-// relay passes r upstream; a failure is logged at Debug and returned.
+// relay passes r upstream; a failure is logged at Debug and returned
+// (errNoVia when r had no Via left for the sender: not relayed).
 func (u *txUpstream) relay(r *sipmsg.Response) error {
 	out := relayResponse(r, u.dest, u.req.Transport())
+	if out.Via() == nil {
+		return u.p.noVia(out)
+	}
 	u.p.ocRelay(u.oc, out.Via())
 	err := u.tx.Respond(out)
 	if err != nil {

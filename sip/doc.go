@@ -87,13 +87,20 @@
 // a request whose top Via holds a quoted parameter (sipgo would read it
 // back differently in the response), keep the stateful relay. ACKs of 2xx (always relayed without a transaction)
 // leave from the screen too, so a BYE sent right after its ACK cannot
-// overtake it. Upstream Vias of a forwarded
-// INVITE travel folded into one compact "v" header so sipgo's ACK of a
-// non-2xx answer carries only the proxy's Via (RFC 3261 17.1.1.3). An
+// overtake it. Every Via of a forwarded request stays a plain Via line
+// (a carrier that copies the lines named Via, as SIPp does, returns them
+// all); the ACK of a non-2xx answer to a forwarded INVITE carries only the
+// proxy's Via (RFC 3261 17.1.1.3: sipgo's client transaction builds it
+// with every Via, and ack.go trims it on the transaction's connection). A
+// response with no Via left below the proxy's is never relayed (RFC 3261
+// 16.7 step 3): it is counted (no_via) and logged at most every 10 s, and
+// instead of a final one the sender gets the proxy's own answer (the same
+// code for a failure, 502 for a 2xx, which is hung up: ACK and BYE). An
 // initial INVITE loses every Route, the Request-URI's maddr and URI
 // headers, and the customer header. Carrier host names are resolved at
-// start and every 30 s. TCP connections are bounded per source and in all,
-// and idle ones closed (tcp.go).
+// start and every 30 s. TCP connections are bounded per source (an IPv4
+// address, an IPv6 /64) and in all, strangers' to a quarter of the total
+// so peers and carriers always find room, and idle ones closed (tcp.go).
 
 // # Failure
 //
@@ -142,12 +149,16 @@
 // follows the share of new calls the node shed at its inflight bound.
 // Strangers, carriers and peers that do not ask see no change, and oc
 // values written downstream are removed from relayed responses.
-// Malformed or oversized messages are dropped (or answered 400 when a
+// Every string the proxy logs (Call-IDs, reason phrases, sipgo's errors)
+// goes through safetext: controls and Unicode format characters (a
+// right-to-left override, zero-width characters) are written as escapes,
+// never raw. Malformed or oversized messages are dropped (or answered 400 when a
 // transaction can be formed) and counted in cpsguard_sip_errors_total with
 // reason parse, oversized, malformed, transaction, source, unknown_source,
 // bad_dialog_token, wrong_leg, reinvite_limit, cancel_source, duplicate,
 // tcp_limit, read_queue_full, params, headers, stream (a TCP stream that
-// cannot be framed), forged_response (a response with the proxy's stateless Via
+// cannot be framed), no_via (a relayed response with no Via left for the
+// sender), forged_response (a response with the proxy's stateless Via
 // whose branch does not verify) or stateless_response (one that cannot be
 // relayed statelessly: not over UDP, no Via below the proxy's, no IP); they never stop the proxy. A panic in a handler, the screen or
 // a goroutine of the package is recovered, logged once with its stack and

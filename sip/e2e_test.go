@@ -124,10 +124,15 @@ func startE2E(t *testing.T, o e2eOpts) *harness {
 // and returns its exit code and output.
 func sipp(t *testing.T, limit time.Duration, args ...string) (int, string) {
 	t.Helper()
+	return sippIn(t, t.TempDir(), limit, args...)
+}
+
+// sippIn is sipp run in dir, where SIPp leaves its files (-trace_counts).
+func sippIn(t *testing.T, dir string, limit time.Duration, args ...string) (int, string) {
+	t.Helper()
 	bin := redistest.Require(t, "sipp")
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	dir := t.TempDir()
 	full := append([]string{"-nostdin", "-trace_err", "-timeout", strconv.Itoa(int(limit.Seconds())) + "s"}, args...)
 	cmd := exec.CommandContext(ctx, bin, full...)
 	cmd.Dir = dir

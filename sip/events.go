@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/cpsguard/cpsguard/internal/safetext"
 )
 
 // Reasons of the event lines ("reason" key): why a call was not forwarded
@@ -153,15 +155,13 @@ func (p *Proxy) runEventFlush(ctx context.Context) {
 }
 
 // phrase makes a reason phrase a peer or a carrier chose fit for logs, the
-// health reason and a terminal: control characters become '?', and it is
-// clipped like any header value.
+// health reason and a terminal: C0 and C1 controls, DEL and Unicode format
+// characters (a right-to-left override, zero-width characters) are
+// escaped (safetext.Escape), and it is clipped like any header value.
+// The proxy's loggers escape every string again (New); the health reason
+// also reaches the status API and the CLI's table.
 func phrase(s string) string {
-	return clip(strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
-			return '?'
-		}
-		return r
-	}, s))
+	return clip(safetext.Escape(s))
 }
 
 // clip bounds a header value for a log line.

@@ -173,3 +173,57 @@ func TestEventRateLimit(t *testing.T) {
 		t.Errorf("flush wrote %q, want a count of 2 (0.2 token left after the 600 ms refill)", buf.b.String())
 	}
 }
+
+// TestPhraseEscapesFormatControls: a reason phrase a carrier or a peer
+// chose reaches logs, the health reason and the status table only with
+// its controls escaped: C0 and C1, and Unicode format characters (a
+// right-to-left override would reorder the rest of the log line).
+func TestPhraseEscapesFormatControls(t *testing.T) {
+	for _, tc := range []struct{ name, in, want string }{
+		{"plain", "Service Unavailable", "Service Unavailable"},
+		{"right-to-left override", "Busy \u202eereH", `Busy \u202eereH`},
+		{"bidi isolates", "a\u2066b\u2069", `a\u2066b\u2069`},
+		{"zero-width joiner and space", "a\u200db\u200b", `a\u200db\u200b`},
+		{"byte-order mark", "\ufeffOK", `\ufeffOK`},
+		{"line separator", "a\u2028b", `a\u2028b`},
+		{"C0: CR LF, ESC", "OK\r\n\x1b[2J", `OK\u000d\u000a\u001b[2J`},
+		{"C1: CSI", "a\u009b31m", `a\u009b31m`},
+		{"accents kept", "Numéro indisponible", "Numéro indisponible"},
+	} {
+		if got := phrase(tc.in); got != tc.want {
+			t.Errorf("%s: phrase(%q) = %q, want %q", tc.name, tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestLogsEscapeUntrustedText: a carrier's reason phrase with a
+// right-to-left override reaches the proxy's log line (the rerouted call's
+// event) escaped, never raw.
+func TestLogsEscapeUntrustedText(t *testing.T) {
+	failing := siptest.StartCarrier(t, "127.0.0.1", func(*sipmsg.Request) siptest.Answer {
+		return siptest.Answer{Code: 503, Reason: "Over\u202edaol"}
+	})
+	ok := siptest.StartCarrier(t, "127.0.0.1", nil)
+	adm, pacer := newFakes()
+	cfg := testConfig(carrierCfg("f", failing), carrierCfg("b", ok))
+	cfg.Log.Events, cfg.Log.EventsPerSecond = true, 100
+	var buf lockedBuffer
+	h := startProxyOpts(t, Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer,
+		Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	if res := caller.Final(ctxT(t, 5*time.Second), caller.Invite(h.udp)); res == nil || res.StatusCode != 200 {
+		t.Fatalf("call: %v, want the second carrier's 200", res)
+	}
+	var ev []map[string]any
+	waitFor(t, func() bool { ev = buf.events(t); return len(ev) >= 1 }, "the rerouted call's line")
+	d, _ := ev[0]["detail"].(string)
+	if !strings.Contains(d, `Over\u202edaol`) {
+		t.Errorf("rerouted line: detail %q, want the carrier's reason with its override escaped", d)
+	}
+	buf.mu.Lock()
+	raw := buf.b.String()
+	buf.mu.Unlock()
+	if strings.Contains(raw, "\u202e") {
+		t.Errorf("a raw U+202E reached the log:\n%s", raw)
+	}
+}

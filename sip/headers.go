@@ -116,9 +116,9 @@ func addVia(p *Proxy, req *sipmsg.Request, tp string) local {
 	return prependVia(p, req, tp, nil)
 }
 
-// prependVia is addVia that also puts the headers below (Record-Route) right
-// under the Via: sipgo rebuilds the whole header list on every prepend, so
-// one prepend for both saves a copy of it.
+// prependVia is addVia that also puts the headers below (Record-Route)
+// right under the Vias: sipgo rebuilds the whole header list on every
+// prepend, so one prepend for all saves a copy of it.
 func prependVia(p *Proxy, req *sipmsg.Request, tp string, below []sipmsg.Header) local {
 	lo := p.localFor(tp)
 	via := &sipmsg.ViaHeader{
@@ -142,53 +142,22 @@ func prependVia(p *Proxy, req *sipmsg.Request, tp string, below []sipmsg.Header)
 	if len(below) == 0 {
 		req.PrependHeader(via)
 	} else {
-		var buf [4]sipmsg.Header
-		req.PrependHeader(append(append(buf[:0], via), below...)...)
+		// The received Vias move up with it, so every Via line stays
+		// together above the headers below (each a plain Via line: ack.go).
+		vias := req.GetHeaders("Via")
+		for req.RemoveHeader("Via") {
+		}
+		var buf [8]sipmsg.Header
+		hs := append(append(append(buf[:0], via), vias...), below...)
+		req.PrependHeader(hs...)
+		// PrependHeader points req.Via() at the last Via it was given;
+		// replacing the first by itself points it back at the top one.
+		req.ReplaceHeader(via)
 	}
 	if tp != "UDP" {
 		lo.laddr = sipmsg.Addr{}
 	}
 	return lo
-}
-
-// foldVias fills in received/rport of the previous hop's Via (RFC 3581),
-// then removes every Via of req and returns them as one header in compact
-// form ("v: a, b, …", RFC 3261 7.3.1 and 7.3.3), to go right under the
-// proxy's own Via (nil when req has none).
-//
-// Why: sipgo v1.7.2 builds the ACK of a non-2xx final answer to a forwarded
-// INVITE by copying every header named "Via" of the INVITE
-// (newAckRequestNon2xx in
-// https://github.com/emiago/sipgo/blob/v1.7.2/sip/request.go calls
-// CopyHeaders("Via", …)), where RFC 3261 17.1.1.3 wants exactly one, the
-// top one; the fix upstream is to copy only inviteRequest.Via(). A header
-// named "v" is not "Via" to sipgo's lookup but is the same header to every
-// SIP parser, so the carrier sees the whole Via stack (and returns it in
-// its responses, which sipgo parses back into Via headers) while sipgo's
-// ACK carries only the proxy's Via.
-func foldVias(p *Proxy, req *sipmsg.Request) sipmsg.Header {
-	vias := req.GetHeaders("Via")
-	if len(vias) == 0 {
-		return nil
-	}
-	if prev, ok := vias[0].(*sipmsg.ViaHeader); ok && prev.Params.Has("rport") {
-		if h, port, err := net.SplitHostPort(req.MessageData.Source()); err == nil {
-			if v, _ := prev.Params.Get("rport"); v == "" {
-				prev.Params.Add("rport", port)
-			}
-			prev.Params.Add("received", h)
-		}
-	}
-	var b strings.Builder
-	for i, v := range vias {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(v.Value())
-	}
-	for req.RemoveHeader("Via") {
-	}
-	return sipmsg.NewHeader("v", b.String())
 }
 
 // stripHeaders returns the names of the headers removed from an initial

@@ -35,6 +35,9 @@ type call struct {
 	// oc: the peer's INVITE asks for overload control (oc.go); its
 	// answers, the node's and the carrier's, carry the node's values.
 	oc bool
+	// tried: the screen answered the INVITE 100 Trying (screenInvite);
+	// the handler sends no second one.
+	tried bool
 	// member identifies the call attempt in stores: Call-ID, top Via
 	// branch, and the packet source and transport (two INVITEs differing in
 	// any of them are two sipgo transactions, so two calls).
@@ -85,7 +88,7 @@ func (p *Proxy) onInvite(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
 	entry.onCancel(func() { cancel(errCallCanceled) })
 	tx.OnTerminate(func(string, error) { cancel(errTxTerminated) })
 
-	c := &call{p: p, cfg: p.cfg(), req: req, tx: tx, ctx: ctx, log: p.log}
+	c := &call{p: p, cfg: p.cfg(), req: req, tx: tx, ctx: ctx, log: p.log, tried: entry.trying}
 	// A forwarded call's transaction outlives the handler (send never
 	// ends it): its copies go to sipgo, which absorbs them.
 	defer func() { done(c.forwarded) }()
@@ -121,7 +124,11 @@ func (c *call) run() {
 	}
 	c.peer = peer.Name
 	c.oc = ocAsked(req.Via())
-	c.respond(sipmsg.StatusTrying, "Trying")
+	if !c.tried {
+		// Not answered 100 by the screen (a copy of an INVITE whose
+		// handler ended, let in again): one 100 per transaction.
+		c.respond(sipmsg.StatusTrying, "Trying")
+	}
 	if c.log.Enabled(c.ctx, slog.LevelDebug) {
 		c.log = c.log.With("call_id", callID(req), "peer", peer.Name)
 	}
@@ -480,13 +487,17 @@ func (c *call) send(res *sipmsg.Response) {
 
 // relay passes a carrier's response upstream without the proxy's Via
 // (res itself is changed, see relayResponse). An error means the caller
-// could not be reached (e.g. its TCP connection is gone).
+// could not be reached (e.g. its TCP connection is gone), or errNoVia: the
+// response had no Via left for the caller and was not relayed.
 func (c *call) relay(res *sipmsg.Response) error {
 	if c.upstream == "" {
 		c.upstream = upstreamOf(c.req)
 	}
 	status := res.StatusCode
 	out := relayResponse(res, c.upstream, c.req.Transport())
+	if out.Via() == nil {
+		return c.p.noVia(out)
+	}
 	c.p.ocRelay(ocPeer(c.peer, c.oc), out.Via())
 	err := c.tx.Respond(out)
 	if err != nil {
@@ -702,9 +713,10 @@ func (p *Proxy) blockCarrier(cfg *config.Config, car *config.Carrier, span time.
 // so do the Request-URI's maddr and URI headers, and the headers of
 // sip.strip_headers (by default the customer header: a carrier need not
 // learn the operator's customers). The Request-URI is pointed at the
-// carrier, Max-Forwards decremented, the upstream Vias folded (foldVias),
-// and the proxy's Via and Record-Route (when sip.record_route, carrying
-// the dialog token when token is not empty) added.
+// carrier, Max-Forwards decremented, and the proxy's Via and Record-Route
+// (when sip.record_route, carrying the dialog token when token is not
+// empty) added above the upstream Vias, each kept a plain Via line (the
+// ACK of a non-2xx answer still carries one Via: ack.go).
 func (p *Proxy) outboundInvite(cfg *config.Config, req *sipmsg.Request, target target, token string) *sipmsg.Request {
 	out := forwardCopy(req)
 	for out.RemoveHeader("Route") {
@@ -727,11 +739,8 @@ func (p *Proxy) outboundInvite(cfg *config.Config, req *sipmsg.Request, target t
 		out.Recipient.UriParams.Add("transport", "tcp")
 	}
 	decMaxForwards(out)
-	var buf [3]sipmsg.Header
+	var buf [2]sipmsg.Header
 	below := buf[:0]
-	if v := foldVias(p, out); v != nil {
-		below = append(below, v)
-	}
 	if cfg.SIP.RecordRoute {
 		below = recordRoutes(below, p, req.Transport(), target.transport, token)
 	}

@@ -14,7 +14,8 @@ import (
 type legUpstream interface {
 	// relay passes a response of the next hop upstream, without the
 	// proxy's Via (relayResponse changes res itself). An error means the
-	// request's sender could not be reached.
+	// request's sender could not be reached, or errNoVia: res had no Via
+	// left for it (RFC 3261 16.7 step 3), was counted and not relayed.
 	relay(res *sipmsg.Response) error
 	// respond answers upstream with a final response of the proxy's own.
 	respond(code int, reason string)
@@ -106,7 +107,7 @@ type relayLeg struct {
 // send opens the leg's client transaction: out to t.
 func (l *relayLeg) send(t target) error {
 	cctx, cancel := requestCtx(t)
-	tx, err := l.p.tl.Request(cctx, l.out)
+	tx, err := l.p.openTx(cctx, l.out)
 	cancel()
 	if err != nil {
 		return err
@@ -246,10 +247,23 @@ func (l *relayLeg) response(r *sipmsg.Response) (res *sipmsg.Response, retry, en
 	if r.IsSuccess() && l.carrier != nil {
 		l.carrier.answering(r)
 	}
-	if err := l.up.relay(r); err != nil && r.IsSuccess() && l.carrier != nil {
+	err := l.up.relay(r)
+	if errors.Is(err, errNoVia) {
+		// The next hop's final answer names nobody upstream (it kept no
+		// Via below the proxy's: a 487 built from the CANCEL, say). The
+		// sender gets the proxy's own answer instead, so its transaction
+		// ends: the same verdict for a failure, 502 for a 2xx (hung up
+		// below, its body cannot be passed on).
+		code, reason := r.StatusCode, r.Reason
+		if r.IsSuccess() {
+			code, reason = sipmsg.StatusBadGateway, "Bad Gateway"
+		}
+		l.up.respond(code, reason)
+	}
+	if err != nil && r.IsSuccess() && l.carrier != nil {
 		// The caller is unreachable (a TCP caller that hung up while its
-		// call waited for a slot): nobody upstream will ACK this answer,
-		// so end the carrier's call here too.
+		// call waited for a slot), or the answer could not be relayed:
+		// nobody upstream will ACK it, so end the carrier's call here too.
 		l.hungUp.Store(l.p.hangUp(l.out, r))
 		l.carrier.lost()
 	}

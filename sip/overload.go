@@ -73,11 +73,14 @@ func (p *Proxy) Inflight() int64 { return p.inflight.Load() }
 // shed (stateless 503, false) when there is none.
 //
 // An initial INVITE that is let in is answered 100 Trying here, at once
-// and statelessly: the handler's own 100 comes when sipgo runs it, which
+// and statelessly: a handler's 100 would come when sipgo runs it, which
 // under load is later than the callers' first retransmission (Timer A,
-// 500 ms), and every retransmission costs the node a goroutine. For the
-// same reason a retransmission of an initial INVITE still being handled
-// gets its 100 here and goes no further (sipgo would only absorb it).
+// 500 ms), and every retransmission costs the node a goroutine. Its
+// handler then sends none (inviteEntry.trying): one 100 per INVITE, as a
+// caller that matches responses to transactions (SIPp's response_txn)
+// takes a second for a retransmission. For the same reason a
+// retransmission of an initial INVITE still being handled gets its 100
+// here and goes no further (sipgo would only absorb it).
 func (p *Proxy) screenInvite(cfg *config.Config, req *sipmsg.Request, src netip.Addr) bool {
 	var acquire func() bool
 	peer := ""

@@ -24,6 +24,7 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/health"
 	"github.com/cpsguard/cpsguard/internal/panics"
+	"github.com/cpsguard/cpsguard/internal/safetext"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/pacing"
 	"github.com/cpsguard/cpsguard/sip/internal/ingress"
@@ -92,7 +93,19 @@ func init() {
 	if sipmsg.UDPMTUSize < MaxMessageSize+200 {
 		sipmsg.UDPMTUSize = MaxMessageSize + 200
 	}
+	// sipgo answers an INVITE 100 Trying by itself when its handler has not
+	// answered within Timer_1xx (200 ms). The proxy sends exactly one 100
+	// per INVITE transaction of its own (the screen's, or the handler's,
+	// or the in-dialog relay's): a second one is a retransmission to a
+	// caller that matches responses to transactions (SIPp's response_txn),
+	// and a call waiting for its pacing slot answers nothing for longer
+	// than 200 ms. So sipgo's is pushed beyond any transaction's life
+	// (the timer is stopped at the transaction's first answer or end).
+	sipmsg.Timer_1xx = noAutoTrying
 }
+
+// noAutoTrying is sipgo's Timer_1xx as the proxy sets it: never reached.
+const noAutoTrying = 24 * time.Hour
 
 // udpReadBuffer is the socket receive buffer asked for UDP listeners.
 const udpReadBuffer = 4 << 20
@@ -227,6 +240,9 @@ type Proxy struct {
 	storeCalls oneAtATime
 	// events writes the call event lines (log.events).
 	events *eventLog
+	// noViaLog rate-limits the log lines of responses not relayed for
+	// want of a Via (relay.go).
+	noViaLog logGate
 	// probeKicks wakes a carrier's probe loop (chan struct{} by carrier
 	// name): failed calls ask for a probe to confirm them.
 	probeKicks sync.Map
@@ -249,6 +265,10 @@ func New(opts Options) (*Proxy, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	// Every string the proxy logs may come from a peer or a carrier
+	// (Call-IDs, reason phrases, sipgo's errors quoting headers): escaped
+	// before the handler sees it.
+	opts.Logger = safetext.Logger(opts.Logger)
 	p := &Proxy{
 		cfg:   opts.Config,
 		adm:   opts.Admission,
@@ -317,6 +337,10 @@ func New(opts Options) (*Proxy, error) {
 	}
 	p.deliver = deliver
 	p.sources = newSources(p.tp.Pool("udp"))
+	if err := checkAckHook(); err != nil {
+		_ = ua.Close()
+		return nil, err
+	}
 
 	srv.OnInvite(p.guarded("sip.invite", p.onInvite))
 	srv.OnAck(p.guarded("sip.ack", p.onAck))
@@ -766,12 +790,18 @@ func (p *Proxy) dropEarly(data []byte, from netip.AddrPort) bool {
 	return shedAckRaw(data) && p.knownSource(cfg, ip)
 }
 
-// admitTCP reports whether a TCP connection from ip is served: not a
-// stranger's when unknown_source is drop (with reject, a stranger's
-// requests get their one 403 from the screen).
-func (p *Proxy) admitTCP(ip netip.Addr) bool {
+// admitTCP reports whether a TCP connection from ip is served (serve): not
+// a stranger's when unknown_source is drop (with reject, a stranger's
+// requests get their one 403 from the screen); and whether ip is a known
+// party's (known: a peer's source or a carrier's address), whose
+// connections strangers' cannot crowd out (tcp.go).
+func (p *Proxy) admitTCP(ip netip.Addr) (serve, known bool) {
 	cfg := p.cfg()
-	return cfg == nil || cfg.SIP.UnknownSource != "drop" || p.knownSource(cfg, ip)
+	if cfg == nil {
+		return true, false
+	}
+	known = p.knownSource(cfg, ip)
+	return known || cfg.SIP.UnknownSource != "drop", known
 }
 
 // onStrayResponse handles responses that match no client transaction

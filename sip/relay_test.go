@@ -97,24 +97,26 @@ func TestForwardingLeavesTheReceivedRequestUnchanged(t *testing.T) {
 		if h := out.GetHeader("X-Customer"); h != nil {
 			t.Errorf("customer header forwarded: %s", h)
 		}
-		// Sipgo's ACK of a non-2xx answer copies every "Via" of the INVITE
-		// (RFC 3261 17.1.1.3 wants one): the upstream Vias travel folded in
-		// one compact-form header, which sipgo does not copy.
+		// Every Via stays a plain Via header: the proxy's on top, then the
+		// received ones (a carrier copying the lines named "Via" must
+		// return them all); the ACK of a non-2xx answer keeps one (ack.go).
 		vias := out.GetHeaders("Via")
-		if len(vias) != 1 || vias[0].(*sipmsg.ViaHeader).Transport != "TCP" {
-			t.Fatalf("Vias %v: want only the proxy's", vias)
+		if len(vias) != 3 || vias[0].(*sipmsg.ViaHeader).Transport != "TCP" {
+			t.Fatalf("Vias %v: want the proxy's (TCP) and the two received", vias)
 		}
-		folded := out.GetHeader("v")
-		if folded == nil {
-			t.Fatalf("no folded Vias in\n%s", first)
+		if out.Via() != vias[0] {
+			t.Errorf("Via() = %v, want the proxy's own, on top (%v)", out.Via(), vias[0])
+		}
+		if out.GetHeader("v") != nil {
+			t.Errorf("a compact Via header in\n%s", first)
 		}
 		reparsed, err := sipmsg.ParseMessage([]byte(first))
 		if err != nil {
 			t.Fatal(err)
 		}
 		all := reparsed.(*sipmsg.Request).GetHeaders("Via")
-		if len(all) != 3 {
-			t.Fatalf("a SIP parser sees %d Vias in the forwarded INVITE, want 3:\n%s", len(all), first)
+		if len(all) != 3 || strings.Count(first, "\r\nVia: ") != 3 {
+			t.Fatalf("a SIP parser sees %d Vias in the forwarded INVITE, want 3 Via lines:\n%s", len(all), first)
 		}
 		if r, _ := viaParams(all, 1).Get("received"); r != "127.0.0.2" {
 			t.Errorf("previous hop's Via %s: want received=127.0.0.2", all[1].Value())
@@ -128,13 +130,14 @@ func TestForwardingLeavesTheReceivedRequestUnchanged(t *testing.T) {
 		if rr := out.GetHeaders("Record-Route"); len(rr) != 3 {
 			t.Errorf("Record-Route %v: want the proxy twice (UDP in, TCP out) and the original", rr)
 		}
-		// Order: the proxy's Via, the folded upstream Vias, then its
-		// Record-Routes (outgoing leg's transport first, RFC 5658), then the
-		// received headers.
+		// Order: the proxy's Via, the received Vias, then its
+		// Record-Routes (outgoing leg's transport first, RFC 5658), then
+		// the other received headers.
 		hs := out.Headers()
-		if hs[0].Name() != "Via" || hs[1].Name() != "v" || hs[2].Name() != "Record-Route" || hs[3].Name() != "Record-Route" ||
-			!strings.Contains(hs[2].Value(), "transport=tcp") || !strings.Contains(hs[3].Value(), "transport=udp") {
-			t.Errorf("top headers %s / %s / %s / %s", hs[0], hs[1], hs[2], hs[3])
+		if hs[0].Name() != "Via" || hs[1].Name() != "Via" || hs[2].Name() != "Via" || hs[3].Name() != "Record-Route" || hs[4].Name() != "Record-Route" ||
+			!strings.Contains(hs[3].Value(), "transport=tcp") || !strings.Contains(hs[4].Value(), "transport=udp") ||
+			!strings.Contains(hs[1].Value(), "z9hG4bK-top") || !strings.Contains(hs[2].Value(), "z9hG4bK-older") {
+			t.Errorf("top headers %s / %s / %s / %s / %s", hs[0], hs[1], hs[2], hs[3], hs[4])
 		}
 		if mf := out.MaxForwards(); mf == nil || mf.Val() != 69 {
 			t.Errorf("Max-Forwards %v", mf)

@@ -328,6 +328,10 @@ type inviteEntry struct {
 	kept bool
 	// A new initial INVITE's unit of the inflight bound (overload.go).
 	inflightUnit
+	// trying: the screen answered this INVITE 100 Trying when it arrived
+	// (set before the entry is published, read by its handler through
+	// claim), so the handler sends none: one 100 per INVITE transaction.
+	trying bool
 
 	mu    sync.Mutex
 	fired bool   // a CANCEL from src arrived
@@ -489,6 +493,7 @@ func (t *inviteTable) register(req *sipmsg.Request, acquire func() bool, ctr *in
 		}
 		e.ctr = ctr
 		e.held.Store(true)
+		e.trying = true // screenInvite answers 100 Trying to it now
 	}
 	t.m[k] = e
 	return regNew

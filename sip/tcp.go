@@ -18,11 +18,16 @@ import (
 //     closed (sipgo's TCP read timeout; it also applies to the proxy's own
 //     connections to carriers, which are opened again when needed);
 //   - sip.tcp.max_connections: accepted connections open at once, over all
-//     sources;
-//   - sip.tcp.max_connections_per_source: the same for one source IP.
+//     sources; strangers (neither a peer's source nor a carrier's address,
+//     served when unknown_source is reject, to get their 403) hold at most
+//     a quarter of it (strangerShare), so peers and carriers always find
+//     the other three quarters, whatever the number of stranger addresses;
+//   - sip.tcp.max_connections_per_source: the same for one source: an IPv4
+//     address, or an IPv6 /64 (one host holds a whole /64).
 //
 // A connection over a bound, or from a stranger when unknown_source is
-// drop, is closed at accept, before sipgo reads a byte of it.
+// drop, is closed at accept, before sipgo reads a byte of it. Whether a
+// source is a stranger is decided at accept, by the configuration then.
 
 // Defaults of sip.tcp (DESIGN.md), for configurations built by hand.
 const (
@@ -57,24 +62,45 @@ func tcpLimitsOf(cfg *config.Config) tcpLimits {
 	return l
 }
 
+// strangerShare is the part of sip.tcp.max_connections strangers may hold
+// (max / strangerShare, at least one).
+const strangerShare = 4
+
+// strangerMax is how many connections strangers may hold in all when total
+// is sip.tcp.max_connections.
+func strangerMax(total int) int { return max(1, total/strangerShare) }
+
+// sourceKey is what the per-source bound counts a connection from ip
+// under: the IPv4 address, or the IPv6 /64 it is in.
+func sourceKey(ip netip.Addr) netip.Addr {
+	ip = ip.Unmap().WithZone("")
+	if ip.Is6() {
+		return netip.PrefixFrom(ip, 64).Masked().Addr()
+	}
+	return ip
+}
+
 // guardedListener is a TCP listener that enforces tcpLimits and closes
-// strangers' connections at accept when admit says so. Safe for concurrent
-// use.
+// strangers' connections at accept when classify says so. Safe for
+// concurrent use.
 type guardedListener struct {
 	net.Listener
 	limits func() tcpLimits
-	// admit reports whether a connection from ip may be served at all.
-	admit func(ip netip.Addr) bool
+	// classify says whether a connection from ip may be served at all
+	// (serve) and whether ip is a known party's (known: a peer's source or
+	// a carrier's address); strangers hold at most strangerMax.
+	classify func(ip netip.Addr) (serve, known bool)
 	// refused is told why a connection was closed at accept.
 	refused func(reason string)
 
-	mu    sync.Mutex
-	open  int
-	bySrc map[netip.Addr]int
+	mu        sync.Mutex
+	open      int
+	strangers int
+	bySrc     map[netip.Addr]int // by sourceKey
 }
 
-func newGuardedListener(l net.Listener, limits func() tcpLimits, admit func(netip.Addr) bool, refused func(string)) *guardedListener {
-	return &guardedListener{Listener: l, limits: limits, admit: admit, refused: refused, bySrc: map[netip.Addr]int{}}
+func newGuardedListener(l net.Listener, limits func() tcpLimits, classify func(netip.Addr) (bool, bool), refused func(string)) *guardedListener {
+	return &guardedListener{Listener: l, limits: limits, classify: classify, refused: refused, bySrc: map[netip.Addr]int{}}
 }
 
 // Accept returns the next connection within the bounds; the others are
@@ -104,38 +130,47 @@ func (l *guardedListener) Accept() (net.Conn, error) {
 			continue
 		}
 		ip := ap.Addr().Unmap()
-		if !l.admit(ip) {
+		serve, known := l.classify(ip)
+		if !serve {
 			l.refused("unknown_source") // counted before the close is seen
 			_ = c.Close()
 			continue
 		}
 		lim := l.limits()
+		key := sourceKey(ip)
 		l.mu.Lock()
-		if l.open >= lim.max || l.bySrc[ip] >= lim.perSource {
+		if l.open >= lim.max || l.bySrc[key] >= lim.perSource || (!known && l.strangers >= strangerMax(lim.max)) {
 			l.mu.Unlock()
 			l.refused("tcp_limit") // counted before the close is seen
 			_ = c.Close()
 			continue
 		}
 		l.open++
-		l.bySrc[ip]++
+		l.bySrc[key]++
+		if !known {
+			l.strangers++
+		}
 		l.mu.Unlock()
-		return &guardedConn{Conn: c, l: l, ip: ip}, nil
+		return &guardedConn{Conn: c, l: l, key: key, stranger: !known}, nil
 	}
 }
 
-// counts returns the connections open in all and from ip (tests).
-func (l *guardedListener) counts(ip netip.Addr) (int, int) {
+// counts returns the connections open in all, from strangers and from
+// ip's source (sourceKey) (tests).
+func (l *guardedListener) counts(ip netip.Addr) (open, strangers, src int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.open, l.bySrc[ip]
+	return l.open, l.strangers, l.bySrc[sourceKey(ip)]
 }
 
-func (l *guardedListener) release(ip netip.Addr) {
+func (l *guardedListener) release(key netip.Addr, stranger bool) {
 	l.mu.Lock()
 	l.open--
-	if l.bySrc[ip]--; l.bySrc[ip] <= 0 {
-		delete(l.bySrc, ip)
+	if stranger {
+		l.strangers--
+	}
+	if l.bySrc[key]--; l.bySrc[key] <= 0 {
+		delete(l.bySrc, key)
 	}
 	l.mu.Unlock()
 }
@@ -143,13 +178,14 @@ func (l *guardedListener) release(ip netip.Addr) {
 // guardedConn gives its place back when closed.
 type guardedConn struct {
 	net.Conn
-	l    *guardedListener
-	ip   netip.Addr
-	once sync.Once
+	l        *guardedListener
+	key      netip.Addr // sourceKey of its source
+	stranger bool       // counted in the strangers' share
+	once     sync.Once
 }
 
 func (c *guardedConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(func() { c.l.release(c.ip) })
+	c.once.Do(func() { c.l.release(c.key, c.stranger) })
 	return err
 }

@@ -23,7 +23,7 @@ func TestGuardedListenerBounds(t *testing.T) {
 	)
 	stranger := netip.MustParseAddr("127.0.0.9")
 	l := newGuardedListener(inner, func() tcpLimits { return tcpLimits{idle: time.Minute, max: 3, perSource: 2} },
-		func(ip netip.Addr) bool { return ip != stranger },
+		func(ip netip.Addr) (bool, bool) { return ip != stranger, true },
 		func(r string) { mu.Lock(); refused = append(refused, r); mu.Unlock() })
 	defer l.Close()
 	accepted := make(chan net.Conn, 16)
@@ -77,7 +77,7 @@ func TestGuardedListenerBounds(t *testing.T) {
 	// Closing a served connection frees its place.
 	first := <-accepted
 	first.Close()
-	if open, _ := l.counts(netip.MustParseAddr("127.0.0.2")); open != 2 {
+	if open, _, _ := l.counts(netip.MustParseAddr("127.0.0.2")); open != 2 {
 		t.Errorf("open after a close = %d, want 2", open)
 	}
 	if c := dial("127.0.0.4"); closedByServer(c) {
@@ -115,7 +115,7 @@ func TestGuardedListenerSurvivesAcceptErrors(t *testing.T) {
 	var accepts int
 	l := newGuardedListener(&failingListener{Listener: inner, fails: 3},
 		func() tcpLimits { return tcpLimits{idle: time.Minute, max: 10, perSource: 10} },
-		func(netip.Addr) bool { return true }, func(r string) {
+		func(netip.Addr) (bool, bool) { return true, true }, func(r string) {
 			if r == "accept" {
 				accepts++
 			}
@@ -138,5 +138,90 @@ func TestGuardedListenerSurvivesAcceptErrors(t *testing.T) {
 	l.Close()
 	if _, err := l.Accept(); !errors.Is(err, net.ErrClosed) {
 		t.Errorf("Accept on a closed listener: %v, want net.ErrClosed", err)
+	}
+}
+
+// TestStrangersHoldAQuarterOfTCP: strangers (served, not known) hold at
+// most a quarter of max_connections whatever the number of their
+// addresses; known parties still connect up to the total bound, and a
+// stranger's place freed is a stranger's again.
+func TestStrangersHoldAQuarterOfTCP(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := netip.MustParseAddr("127.0.0.2")
+	l := newGuardedListener(inner, func() tcpLimits { return tcpLimits{idle: time.Minute, max: 8, perSource: 2} },
+		func(ip netip.Addr) (bool, bool) { return true, ip == peer }, func(string) {})
+	defer l.Close()
+	accepted := make(chan net.Conn, 32)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+	dial := func(ip string) net.Conn {
+		t.Helper()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+		c, err := d.Dial("tcp", inner.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	closedByServer := func(c net.Conn) bool {
+		_ = c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		_, err := c.Read(make([]byte, 1))
+		return err != nil && !isTimeout(err)
+	}
+	open := 0
+	for i := 1; i <= 6; i++ {
+		if !closedByServer(dial("127.0.1." + itoa(i))) {
+			open++
+		}
+	}
+	if open != 2 {
+		t.Errorf("strangers from 6 addresses: %d connections served, want 2 (a quarter of 8)", open)
+	}
+	for i := 0; i < 2; i++ {
+		if closedByServer(dial("127.0.0.2")) {
+			t.Fatalf("the peer's connection %d was refused with strangers at their share", i)
+		}
+	}
+	if total, strangers, _ := l.counts(peer); total != 4 || strangers != 2 {
+		t.Errorf("open %d (strangers %d), want 4 (2)", total, strangers)
+	}
+	// A stranger's connection closed frees a place for a stranger.
+	(<-accepted).Close()
+	if closedByServer(dial("127.0.1.9")) {
+		t.Error("a stranger was refused after another stranger's connection closed")
+	}
+}
+
+// TestSourceKeyIPv6Per64: the per-source bound counts an IPv6 source by
+// its /64 (one host holds a whole /64), an IPv4 one by its address.
+func TestSourceKeyIPv6Per64(t *testing.T) {
+	for _, tc := range []struct{ a, b string }{
+		{"2001:db8:1:2::1", "2001:db8:1:2:ffff:ffff:ffff:ffff"},
+		{"2001:db8:1:2:abcd::9", "2001:db8:1:2::"},
+		{"::ffff:192.0.2.1", "192.0.2.1"},
+	} {
+		if ka, kb := sourceKey(netip.MustParseAddr(tc.a)), sourceKey(netip.MustParseAddr(tc.b)); ka != kb {
+			t.Errorf("sourceKey(%s) = %s, sourceKey(%s) = %s: want one source", tc.a, ka, tc.b, kb)
+		}
+	}
+	for _, tc := range []struct{ a, b string }{
+		{"2001:db8:1:2::1", "2001:db8:1:3::1"},
+		{"192.0.2.1", "192.0.2.2"},
+	} {
+		if sourceKey(netip.MustParseAddr(tc.a)) == sourceKey(netip.MustParseAddr(tc.b)) {
+			t.Errorf("%s and %s: one source, want two", tc.a, tc.b)
+		}
 	}
 }

@@ -40,7 +40,8 @@ func TestServeNotifiesAndDrains(t *testing.T) {
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	sipPort := freePort(t)
 	cmd := exec.Command(binary(t), "serve", "--config", "../../testdata/cpsguard.yaml")
-	cmd.Env = append(cleanEnv(), "NOTIFY_SOCKET="+sock, "CPSGUARD_HTTP_LISTEN="+httpAddr,
+	const token = "notify-test-token"
+	cmd.Env = append(cleanEnv(), "NOTIFY_SOCKET="+sock, "CPSGUARD_HTTP_LISTEN="+httpAddr, "CPSGUARD_HTTP_TOKEN="+token,
 		fmt.Sprintf("CPSGUARD_SIP_LISTEN=udp://127.0.0.1:%d,tcp://127.0.0.1:%d", sipPort, sipPort))
 	var out syncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -83,7 +84,7 @@ func TestServeNotifiesAndDrains(t *testing.T) {
 	}
 
 	// The preStop hook's command.
-	r := cpsguard(t, nil, "drain", "--addr", httpAddr, "--timeout", "20s")
+	r := cpsguard(t, nil, "drain", "--addr", httpAddr, "--token", token, "--timeout", "20s")
 	if r.code != 0 || !strings.Contains(r.stdout, "drained") {
 		t.Fatalf("cpsguard drain: exit %d, stdout %q, stderr %q; want 0 and drained", r.code, r.stdout, r.stderr)
 	}
@@ -103,7 +104,7 @@ func TestServeNotifiesAndDrains(t *testing.T) {
 		pc.Close()
 	}
 	// Draining again is harmless and immediate.
-	if r := cpsguard(t, nil, "drain", "--addr", httpAddr, "--timeout", "20s"); r.code != 0 {
+	if r := cpsguard(t, nil, "drain", "--addr", httpAddr, "--token", token, "--timeout", "20s"); r.code != 0 {
 		t.Errorf("second drain: exit %d, %s", r.code, r.stderr)
 	}
 

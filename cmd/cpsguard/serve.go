@@ -23,6 +23,7 @@ import (
 	"github.com/cpsguard/cpsguard/internal/gctune"
 	"github.com/cpsguard/cpsguard/internal/panics"
 	"github.com/cpsguard/cpsguard/internal/sdnotify"
+	"github.com/cpsguard/cpsguard/internal/safetext"
 	"github.com/cpsguard/cpsguard/limits"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/pacing"
@@ -83,10 +84,12 @@ func runServe(args []string) int {
 // ("retry_after":"2s"), not as JSON's integer nanoseconds.
 func newLogger(w io.Writer, format string, level *slog.LevelVar) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: durationString}
+	// Strings from peers, carriers and Redis replies are logged escaped
+	// (controls and Unicode format characters: safetext).
 	if format == "text" {
-		return slog.New(slog.NewTextHandler(w, opts))
+		return slog.New(safetext.NewHandler(slog.NewTextHandler(w, opts)))
 	}
-	return slog.New(slog.NewJSONHandler(w, opts))
+	return slog.New(safetext.NewHandler(slog.NewJSONHandler(w, opts)))
 }
 
 // durationString is a slog ReplaceAttr that writes a time.Duration as its

@@ -1,0 +1,128 @@
+package sip
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"unsafe"
+
+	sipmsg "github.com/emiago/sipgo/sip"
+)
+
+// The ACK of a non-2xx answer to a forwarded INVITE.
+//
+// sipgo v1.7.2's client transaction builds that ACK itself, from the
+// INVITE it sent, copying every Via of it (newAckRequestNon2xx in
+// https://github.com/emiago/sipgo/blob/v1.7.2/sip/request.go calls
+// CopyHeaders("Via", …)), and writes it on the transaction's connection;
+// RFC 3261 17.1.1.3 wants exactly one Via there, the INVITE's top one (the
+// proxy's). The forwarded INVITE itself must carry every upstream Via as a
+// plain Via line: a carrier that copies the lines named "Via" into its
+// answers (SIPp's [last_Via:]) would otherwise answer with the proxy's Via
+// alone, and the proxy would relay a response with no Via at all.
+//
+// So the INVITE goes out as it should, and the transaction's connection is
+// wrapped (ackConn) before the transaction starts: every ACK written on it
+// keeps only its top Via. sipgo offers no hook for that; openInviteTx sets
+// the transaction's unexported connection field by reflection, as
+// installScreen does for the handler list. If a sipgo upgrade renames the
+// field, New fails with an error (and TestClientTxConnHook fails), never
+// silently.
+
+// clientTxConn is the index path of sipgo's ClientTx connection field.
+var clientTxConn = func() []int {
+	f, ok := reflect.TypeFor[sipmsg.ClientTx]().FieldByName("conn")
+	if !ok || f.Type != reflect.TypeFor[sipmsg.Connection]() {
+		return nil
+	}
+	return f.Index
+}()
+
+// errNoTxConn: sipgo's ClientTx has no connection field to wrap.
+var errNoTxConn = errors.New("sip: sipgo's client transaction has no connection to wrap (sipgo changed?)")
+
+// checkAckHook reports whether openInviteTx can wrap a transaction's
+// connection (New fails otherwise).
+func checkAckHook() error {
+	if clientTxConn == nil {
+		return errNoTxConn
+	}
+	return nil
+}
+
+// openTx opens a client transaction for req on the proxy's transaction
+// layer: an INVITE's through openInviteTx, anything else as sipgo's
+// Request does.
+func (p *Proxy) openTx(ctx context.Context, req *sipmsg.Request) (sipmsg.ClientTransaction, error) {
+	if !req.IsInvite() {
+		return p.tl.Request(ctx, req)
+	}
+	return openInviteTx(ctx, p.tl, req)
+}
+
+// openInviteTx is sipgo's TransactionLayer.Request for an INVITE (create
+// the transaction, then start it: the INVITE is written and its timers
+// run), with the transaction's connection wrapped in between, before
+// anything is written on it or read from it, so that its ACK of a non-2xx
+// answer carries one Via.
+func openInviteTx(ctx context.Context, tl *sipmsg.TransactionLayer, req *sipmsg.Request) (*sipmsg.ClientTx, error) {
+	tx, err := tl.NewClientTransaction(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if err := wrapTxConn(tx); err != nil {
+		tx.Terminate()
+		return nil, err
+	}
+	if err := tx.Init(); err != nil {
+		tx.Terminate()
+		return nil, err
+	}
+	return tx, nil
+}
+
+// wrapTxConn replaces tx's connection by an ackConn around it.
+func wrapTxConn(tx *sipmsg.ClientTx) error {
+	if clientTxConn == nil {
+		return errNoTxConn
+	}
+	f := reflect.ValueOf(tx).Elem().FieldByIndex(clientTxConn)
+	f = reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem()
+	conn, _ := f.Interface().(sipmsg.Connection)
+	if conn == nil {
+		return errNoTxConn
+	}
+	if _, done := conn.(ackConn); done {
+		return nil
+	}
+	f.Set(reflect.ValueOf(ackConn{conn}))
+	return nil
+}
+
+// ackConn is a transaction's connection that writes every ACK with its
+// top Via only; everything else passes unchanged.
+type ackConn struct {
+	sipmsg.Connection
+}
+
+// WriteMsg writes m; an ACK loses every Via but its first. The ACK is the
+// transaction's own, built for this write (sipgo builds a new one for each
+// retransmitted final answer), so it is changed in place.
+func (c ackConn) WriteMsg(m sipmsg.Message) error {
+	if r, ok := m.(*sipmsg.Request); ok && r.IsAck() {
+		keepTopVia(r)
+	}
+	return c.Connection.WriteMsg(m)
+}
+
+// keepTopVia removes every Via of r but the first, which stays on top.
+func keepTopVia(r *sipmsg.Request) {
+	vias := r.GetHeaders("Via")
+	if len(vias) < 2 {
+		return
+	}
+	top := vias[0]
+	for r.RemoveHeader("Via") {
+	}
+	r.PrependHeader(top)
+}
