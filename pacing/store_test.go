@@ -287,32 +287,6 @@ func TestInvalidInterval(t *testing.T) {
 	})
 }
 
-// A blocking span (a carrier's 503 with Retry-After) refuses every slot
-// before it ends; a call that may wait past it gets the first slot after
-// it; a shorter span later does not shorten it.
-func TestBlockSpan(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b backend, key string) {
-		const interval = 10 * time.Millisecond
-		ctx := context.Background()
-		if err := b.store.Block(ctx, key, 2*time.Second); err != nil {
-			t.Fatal(err)
-		}
-		if s := reserve(t, b.store, key, "call-a", interval, time.Second); s.OK || s.Wait < 1900*time.Millisecond {
-			t.Fatalf("reserve within 1 s during a 2 s block: %+v, want refused with a wait of about 2 s", s)
-		}
-		if err := b.store.Block(ctx, key, 100*time.Millisecond); err != nil {
-			t.Fatal(err)
-		}
-		s := reserve(t, b.store, key, "call-b", interval, 5*time.Second)
-		if !s.OK || s.Wait < 1900*time.Millisecond || s.Wait > 2100*time.Millisecond+interval {
-			t.Fatalf("reserve within 5 s: %+v, want a slot right after the 2 s block (a shorter block must not shorten it)", s)
-		}
-		if err := b.store.Block(ctx, key, 0); err == nil {
-			t.Error("a zero span is accepted")
-		}
-	})
-}
-
 // AIMD (an adaptive carrier's effective rate): an overload answer halves
 // it, at most once per hold; it climbs back by Increase per second, never
 // above Max nor below Min; back at Max it leaves nothing in the store.

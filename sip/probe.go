@@ -129,15 +129,24 @@ func (p *Proxy) runProbes(ctx context.Context) {
 
 // probeLoop probes one carrier at once, then every interval and whenever
 // kick fires (failed calls ask for a probe to confirm them), one probe at
-// a time, until ctx ends.
+// a time, until ctx ends. A good probe of a paused carrier ends its pause's
+// span (probeAnswered).
 func (p *Proxy) probeLoop(ctx context.Context, name string, spec probeSpec, kick <-chan struct{}) {
 	defer p.panics.Recover("sip.probe", nil)
 	t := time.NewTicker(spec.probe.Interval)
 	defer t.Stop()
 	for {
+		sent := time.Now()
 		ok, detail := p.probeOnce(ctx, spec)
 		if ctx.Err() != nil {
 			return
+		}
+		if ok {
+			if cfg := p.cfg(); cfg != nil {
+				if car := cfg.Carrier(name); car != nil {
+					p.probeAnswered(ctx, cfg, car, time.Since(sent))
+				}
+			}
 		}
 		again := false
 		if !ok && strings.HasPrefix(detail, noAnswer) && p.overloaded() {
