@@ -9,7 +9,8 @@
 //	GET  /api/v1/status  Status as JSON: every peer, customer and carrier with
 //	                     its limit and the calls in its current window read
 //	                     from the store (the whole pool's figure on Redis),
-//	                     carrier queues, store mode, node id, config hash
+//	                     carrier queues and pauses, store mode, node id,
+//	                     config hash
 //	POST /api/v1/reload  re-read the configuration file; needs
 //	                     "Authorization: Bearer <http.token>" when a token is
 //	                     set; a bad file answers 422 with every error
@@ -21,14 +22,22 @@
 //	                     every error, the store down 503 (nothing changed)
 //	DELETE /api/v1/limits/{scope}/{name}
 //	                     end an override (404 when none is live); token
+//	DELETE /api/v1/carriers/{name}/pause
+//	                     end a carrier's Retry-After pause for the pool at
+//	                     once (PauseChange; 404 for an unconfigured carrier
+//	                     or one not paused, 503 when the store does not
+//	                     answer); needs the token, and with no http.token
+//	                     configured answers 403 (the API is read-only)
 //
 // Every error answer is JSON (type Error) with a 4xx or 5xx code: unknown path
 // 404, wrong method 405 (with Allow), missing or wrong token 401. Two things
 // on this server change limits, both needing the token when one is
-// configured: a reload of the operator's own file, and a limit override.
+// configured: a reload of the operator's own file, and a limit override;
+// ending a carrier's pause needs it always (403 without one configured).
 // Each override change is logged at info as an audit line ("limit override
 // set" / "limit override removed": remote, scope, name, before_cps ->
-// after_cps, until).
+// after_cps, until), and so is a pause ended ("carrier pause lifted":
+// remote, carrier, until, reason).
 //
 // The server reads everything through the funcs and small interfaces of
 // Options, so it holds no state of its own beyond a cache of the config hash.
@@ -37,8 +46,8 @@
 // Status.Errors.
 //
 // The client side (FetchStatus, RenderStatus, Probe, FetchLimits, SetLimit,
-// RemoveLimit, RenderLimits) backs `cpsguard status`, `cpsguard probe` and
-// `cpsguard limit`. It ignores HTTP_PROXY (as Prometheus does) and
+// RemoveLimit, RenderLimits, Unpause, RenderPauseChange) backs `cpsguard
+// status`, `cpsguard probe`, `cpsguard limit` and `cpsguard carrier`. It ignores HTTP_PROXY (as Prometheus does) and
 // returns *Unreachable, saying why in an operator's words, when a node gives
 // no answer at all.
 //

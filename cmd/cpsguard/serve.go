@@ -258,6 +258,7 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 			return httpapi.CarrierState{Up: st.Up, Since: st.Since, Reason: st.Reason, EffectiveCPS: proxy.EffectiveCPS(name)}, true
 		},
 		Limits:   overrides,
+		Pauses:   proxy,
 		Reload:   mgr.Reload,
 		LoadedAt: func() time.Time { return time.Unix(0, loadedAt.Load()) },
 		Registry: reg,
