@@ -138,9 +138,13 @@
 // (read_queue_full). The screen also answers 100
 // Trying to every INVITE it lets in, and to its retransmissions while it is
 // handled, so a handler that sipgo runs late draws no retransmission storm.
-// While the node sheds (and 5 s after), a carrier that did not ring a call
-// in time or did not answer a probe is not held against it: the answer may
-// be waiting in the node's own queue.
+// While the node is behind on its own read queues, and for 5 s after, a
+// carrier that did not ring a call in time or did not answer a probe is
+// not held against it: the answer may be waiting in the node's own queue.
+// The node is behind when an answer or in-dialog request reaches sipgo
+// more than 250 ms after it was read, or when the queues' fast lane is
+// full for every party (TCP has no such queue). Sheds do not count: one
+// peer's burst must not keep a dead carrier up.
 // A peer whose requests ask for overload control (RFC 7339: "oc" in the top
 // Via) gets the node's loss-based reduction (oc, oc-validity, oc-seq,
 // oc-algo="loss") in the responses to its INVITEs, relayed or the node's

@@ -196,8 +196,9 @@ type Proxy struct {
 	active     atomic.Int64
 	// inflight counts the new calls being decided (overload.go).
 	inflight inflightCount
-	// lastShed is when the screen last shed a call (Unix ns, overload.go).
-	lastShed atomic.Int64
+	// behindAt is when the node was last seen behind reading its own
+	// queues (Unix ns, overload.go: nodeBehind).
+	behindAt atomic.Int64
 	// oc is the reduction asked of overload-control clients (oc.go).
 	oc ocMeter
 	// rawSheds counts the calls the read filter shed from raw bytes

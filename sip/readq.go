@@ -389,6 +389,11 @@ func (q *readQueue) push(l *lane, who party, share int, data []byte, from netip.
 			return false, true
 		}
 		if !l.room(who, share) || q.bytes+costOf(len(data)) > readQueueBytes {
+			if l == &q.fast && l.size >= len(l.buf)-l.reserve {
+				// The fast lane is full for everyone, not only for one
+				// party's share: the node is behind on answers.
+				q.p.noteBehind(time.Now())
+			}
 			return false, false
 		}
 		d := newDatagram(data, from)
@@ -436,15 +441,16 @@ func (q *readQueue) ReadFrom(b []byte) (int, net.Addr, error) {
 		ok := false
 		hold := time.Duration(0)
 		q.mu.Lock()
+		fast := false
 		switch {
 		case q.fast.size > 0 && q.fastRun < readQueueFastRun:
-			d, ok = q.fast.pop(), true
+			d, ok, fast = q.fast.pop(), true, true
 			q.fastRun++
 		case q.slow.size > 0 && q.holdOff(&hold):
 			d, ok = q.popSlow(), true
 			q.fastRun = 0
 		case q.fast.size > 0:
-			d, ok = q.fast.pop(), true
+			d, ok, fast = q.fast.pop(), true, true
 			q.fastRun++
 		case q.strange.size > 0:
 			d, ok = q.strange.pop(), true
@@ -456,6 +462,12 @@ func (q *readQueue) ReadFrom(b []byte) (int, net.Addr, error) {
 		q.mu.Unlock()
 		switch {
 		case ok:
+			if fast {
+				if now := time.Now(); now.Sub(d.at) > behindLag {
+					// An answer waited this long in the node's own queue.
+					q.p.noteBehind(now)
+				}
+			}
 			n := copy(b, d.data)
 			d.free()
 			return n, net.UDPAddrFromAddrPort(d.from), nil

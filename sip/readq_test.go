@@ -606,3 +606,61 @@ func BenchmarkReadQueue(b *testing.B) {
 		})
 	}
 }
+
+// TestReadQueueBehind (issue 22, item C10): the node counts as behind
+// (carrier timeouts are then not held against carriers) only when its own
+// read queue delays answers: a fast datagram handed to sipgo more than
+// behindLag after it was read, or the fast lane full for every party. One
+// party overrunning its own share, or answers read in time, are not.
+func TestReadQueueBehind(t *testing.T) {
+	buf := make([]byte, 65535)
+	t.Run("answers read in time", func(t *testing.T) {
+		h, q := readQueueHarness(t, 64)
+		_, from := peerSocket(t)
+		q.take([]byte(strangerRequest("BYE", h.udp, "127.0.0.1:5999", "dlg")(from.String())), from)
+		if _, _, err := q.ReadFrom(buf); err != nil {
+			t.Fatal(err)
+		}
+		if h.p.nodeBehind() {
+			t.Error("behind after a BYE read at once")
+		}
+	})
+	t.Run("an answer waited", func(t *testing.T) {
+		h, q := readQueueHarness(t, 64)
+		_, from := peerSocket(t)
+		q.take([]byte(strangerRequest("BYE", h.udp, "127.0.0.1:5999", "dlg")(from.String())), from)
+		q.mu.Lock()
+		q.fast.peek().at = time.Now().Add(-2 * behindLag)
+		q.mu.Unlock()
+		if _, _, err := q.ReadFrom(buf); err != nil {
+			t.Fatal(err)
+		}
+		if !h.p.nodeBehind() {
+			t.Error("not behind after a BYE waited twice behindLag in the queue")
+		}
+	})
+	t.Run("one party over its share", func(t *testing.T) {
+		h, q := readQueueHarness(t, 64)
+		_, from := peerSocket(t)
+		bye := []byte(strangerRequest("BYE", h.udp, "127.0.0.1:5999", "dlg")(from.String()))
+		for range readQueueFastShare + 3 {
+			q.take(bye, from)
+		}
+		if h.p.nodeBehind() {
+			t.Error("behind because one party filled its own share of the fast lane")
+		}
+	})
+	t.Run("the fast lane full for everyone", func(t *testing.T) {
+		h, q := readQueueHarness(t, 64)
+		for i := 2; i <= 6 && !h.p.nodeBehind(); i++ { // dialer-1 … dialer-5
+			from := netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, byte(i)}), 5060)
+			bye := []byte(strangerRequest("BYE", h.udp, "127.0.0.1:5999", "dlg")(from.String()))
+			for range readQueueFastShare + 1 {
+				q.take(bye, from)
+			}
+		}
+		if !h.p.nodeBehind() {
+			t.Errorf("not behind with the fast lane full (%d of %d)", q.fast.size, readQueueFast)
+		}
+	})
+}
