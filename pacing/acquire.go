@@ -25,7 +25,8 @@ type Ticket struct {
 	// pause: its outcome goes to ProbeDone.
 	Probe bool
 	// Wait is the wait of the call's last slot: granted, or refused as too
-	// long. It is 0 when no reply came from the store.
+	// long; for a paused carrier, what was left of the pause's span. It is
+	// 0 when no reply came from the store.
 	Wait time.Duration
 
 	gate   *sendGate

@@ -21,7 +21,9 @@ const sweepEvery = time.Second
 // Memory is bounded: slots older than max(1 s, interval) are trimmed, so a
 // carrier holds at most about (max_wait + 1 s) / interval slots, and a slot
 // set with nothing left is evicted lazily by later calls (no background
-// goroutine). LocalSlots is safe for concurrent use.
+// goroutine); a carrier's pause is forgotten pauseKeep after its span, and
+// its evidence holds one entry per peer within its windows. LocalSlots is
+// safe for concurrent use.
 type LocalSlots struct {
 	mu        sync.Mutex
 	clock     monoclock.Clock // read under mu

@@ -336,7 +336,9 @@ func (c *call) route(carriers []string) {
 		}
 		member := c.member + "#" + strconv.Itoa(i)
 		ticket, state, wait, err := p.awaitCarrier(c.ctx, c.log, cfg, car, member, c.gateKeys)
-		c.wait, c.waited = wait, true
+		if state != carrierPaused { // a pause's span is no slot wait
+			c.wait, c.waited = wait, true
+		}
 		if state != carrierReady {
 			c.releaseCarrier(car)
 		}

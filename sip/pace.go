@@ -32,12 +32,12 @@ const (
 // awaitCarrier waits until a send to car may go (pacing.Pacer.Acquire: the
 // carrier's slot within max_wait, then the send gate for the carrier and
 // for keys, the call's admission limits); a paused carrier is
-// carrierPaused at once, or when it paused while the call waited. On carrierReady the returned
-// ticket is stamped once the request has left; err is set with
-// carrierStoreFailed. wait is the slot's wait: granted, or the one refused
-// as too long. It updates the pacing metrics (names and labels are sip's,
-// from the Trace); log gets a debug line for a full carrier and for a late
-// wake.
+// carrierPaused, at once or when it paused while the call waited. On
+// carrierReady the returned ticket is stamped once the request has left;
+// err is set with carrierStoreFailed. wait is the slot's wait: granted, or
+// the one refused as too long. It updates the pacing metrics (names and
+// labels are sip's, from the Trace); log gets a debug line for a full or
+// paused carrier and for a late wake.
 func (p *Proxy) awaitCarrier(ctx context.Context, log *slog.Logger, cfg *config.Config, car *config.Carrier, member string, keys []pacing.GateKey) (ticket pacing.Ticket, state carrierState, wait time.Duration, err error) {
 	trace := &pacing.Trace{
 		Reserved: func(slot pacing.Slot, failed error) {
