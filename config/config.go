@@ -311,6 +311,10 @@ type Carrier struct {
 	// INVITE is cancelled and the next carrier of the route tried. 0 means
 	// DefaultSetupTimeout.
 	SetupTimeout time.Duration `cfg:"setup_timeout"`
+	// RetryAfterMax caps the pause a 503 or 500 with Retry-After asks
+	// the pool for (0 means DefaultRetryAfterMax): a longer Retry-After
+	// pauses the carrier this long, then one call tries it.
+	RetryAfterMax time.Duration `cfg:"retry_after_max"`
 	// Burst and Windows are refused on carriers (see the validation
 	// message); they exist so the file gets a clear error rather than
 	// "unknown key".
@@ -403,6 +407,22 @@ const (
 	DefaultMinShare      = 0.1
 	DefaultIncreaseShare = 0.05
 )
+
+// DefaultRetryAfterMax is a carrier's retry_after_max when none is set;
+// MaxRetryAfterMax bounds it.
+const (
+	DefaultRetryAfterMax = time.Minute
+	MaxRetryAfterMax     = time.Hour
+)
+
+// RetryAfterCap returns the longest pause the carrier's Retry-After may
+// ask for (DefaultRetryAfterMax when unset).
+func (c *Carrier) RetryAfterCap() time.Duration {
+	if c.RetryAfterMax > 0 {
+		return c.RetryAfterMax
+	}
+	return DefaultRetryAfterMax
+}
 
 // DefaultSetupTimeout is a carrier's setup_timeout when none is set.
 const DefaultSetupTimeout = 2 * time.Second

@@ -86,6 +86,7 @@ func TestBadFiles(t *testing.T) {
 		{"dialog_secret_short", "sip.dialog_secret: must be empty or at least 16 characters (got 6)"},
 		{"tcp_idle", "sip.tcp.idle_timeout: must be > 0 (got 0s)"},
 		{"setup_timeout", "carriers[0].setup_timeout: must be between 0s (the default, 2s) and 5m (got -1s)"},
+		{"retry_after_max", "carriers[0].retry_after_max: must be between 0s (the default, 1m0s) and 1h0m0s (got 2h0m0s)"},
 		{"redis_tls_disabled", "store.redis.tls.enabled: must be true when other store.redis.tls settings are given (or remove them)"},
 		{"tcp_max", "sip.tcp.max_connections: must be >= 1 (got 0)"},
 		{"tcp_per_source", "sip.tcp.max_connections_per_source: must be between 1 and sip.tcp.max_connections (100) (got 500)"},

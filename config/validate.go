@@ -420,6 +420,9 @@ func (v *validator) carriers() {
 		if ca.MaxWait < 0 {
 			v.errf(path+".max_wait", "must be >= 0 (got %s)", ca.MaxWait)
 		}
+		if d := ca.RetryAfterMax; d < 0 || d > MaxRetryAfterMax {
+			v.errf(path+".retry_after_max", "must be between 0s (the default, %s) and %s (got %s)", DefaultRetryAfterMax, MaxRetryAfterMax, d)
+		}
 		if ca.Probe != nil {
 			v.probe(path+".probe", *ca.Probe)
 		}

@@ -230,3 +230,11 @@ func RemoveLimit(ctx context.Context, base, token, scope, name string) (LimitCha
 	err := call(ctx, http.MethodDelete, base, limitPath(scope, name), token, nil, &c)
 	return c, err
 }
+
+// Unpause sends DELETE /api/v1/carriers/{name}/pause with the bearer token
+// to the node at base: the carrier's Retry-After pause ends for the pool.
+func Unpause(ctx context.Context, base, token, name string) (PauseChange, error) {
+	var c PauseChange
+	err := call(ctx, http.MethodDelete, base, PathCarriers+"/"+url.PathEscape(name)+"/pause", token, nil, &c)
+	return c, err
+}

@@ -9,7 +9,8 @@
 //	GET  /api/v1/status  Status as JSON: every peer, customer and carrier with
 //	                     its limit and the calls in its current window read
 //	                     from the store (the whole pool's figure on Redis),
-//	                     carrier queues, store mode, node id, config hash
+//	                     carrier queues and pauses, store mode, node id,
+//	                     config hash
 //	POST /api/v1/reload  re-read the configuration file; needs
 //	                     "Authorization: Bearer <http.token>"; a bad file
 //	                     answers 422 with every error
@@ -25,6 +26,12 @@
 //	                     every error, the store down 503 (nothing changed)
 //	DELETE /api/v1/limits/{scope}/{name}
 //	                     end an override (404 when none is live); token
+//	DELETE /api/v1/carriers/{name}/pause
+//	                     end a carrier's Retry-After pause for the pool at
+//	                     once (PauseChange; 404 for an unconfigured carrier
+//	                     or one not paused, 503 when the store does not
+//	                     answer); needs the token, and with no http.token
+//	                     configured answers 403 (the API is read-only)
 //
 // Every error answer is JSON (type Error) with a 4xx or 5xx code: unknown path
 // 404, wrong method 405 (with Allow), missing or wrong token 401. Two things
@@ -32,10 +39,12 @@
 // operator's own file, and a limit override. With http.token empty (the
 // default) the API is read-only: every write endpoint answers 403
 // (ErrReadOnly), whatever the request carries; one gate (authorize) decides
-// for all of them.
+// for all of them. Ending a carrier's
+// pause is a write too.
 // Each override change is logged at info as an audit line ("limit override
 // set" / "limit override removed": remote, scope, name, before_cps ->
-// after_cps, until).
+// after_cps, until), and so is a pause ended ("carrier pause lifted":
+// remote, carrier, until, reason).
 //
 // The server reads everything through the funcs and small interfaces of
 // Options, so it holds no state of its own beyond a cache of the config hash.
@@ -44,8 +53,9 @@
 // Status.Errors.
 //
 // The client side (FetchStatus, RenderStatus, Watch, WatchPlain, Probe,
-// Drain, FetchLimits, SetLimit, RemoveLimit, RenderLimits) backs `cpsguard
-// status`, `cpsguard probe`, `cpsguard drain` and `cpsguard limit`. It ignores HTTP_PROXY (as Prometheus does) and
+// Drain, FetchLimits, SetLimit, RemoveLimit, RenderLimits, Unpause,
+// RenderPauseChange) backs `cpsguard status`, `cpsguard probe`, `cpsguard
+// drain`, `cpsguard limit` and `cpsguard carrier`. It ignores HTTP_PROXY (as Prometheus does) and
 // returns *Unreachable, saying why in an operator's words, when a node gives
 // no answer at all.
 //

@@ -59,7 +59,7 @@ func RenderStatus(w io.Writer, st Status) error {
 				row = append(row, fmtCalls(e.ActiveCalls, e.MaxCalls))
 			}
 			if carrier {
-				row = append(row, fmtInt(e.Queued), fmtSeconds(e.WaitSeconds), fmtSeconds(&e.MaxWaitSeconds), fmtUp(e.Up), fmtCPSPtr(e.EffectiveCPS))
+				row = append(row, fmtInt(e.Queued), fmtSeconds(e.WaitSeconds), fmtSeconds(&e.MaxWaitSeconds), fmtState(e), fmtCPSPtr(e.EffectiveCPS))
 			} else {
 				row = append(row, "", "", "", "", "")
 			}
@@ -100,6 +100,9 @@ func RenderStatus(w io.Writer, st Status) error {
 	for _, e := range st.Carriers {
 		if e.Up != nil && !*e.Up {
 			b.WriteString("carrier " + e.Name + " is down: " + printable(e.Health) + "\n")
+		}
+		if e.Pause != nil {
+			b.WriteString("carrier " + e.Name + " is " + pauseLine(*e.Pause) + "\n")
 		}
 	}
 	if len(st.Errors) > 0 {
@@ -160,6 +163,50 @@ func fmtUp(up *bool) string {
 		return "up"
 	}
 	return "down"
+}
+
+// fmtState renders a carrier's state: its health, or "paused" /
+// "half-open" while it is up and paused by its Retry-After.
+func fmtState(e Entry) string {
+	if e.Pause != nil && (e.Up == nil || *e.Up) {
+		if e.Pause.HalfOpen {
+			return "half-open"
+		}
+		return "paused"
+	}
+	return fmtUp(e.Up)
+}
+
+// pauseLine describes a pause: "paused until 2026-11-24 09:50:00Z (42s
+// left): Retry-After 600 in a 503 to several peers, paused 1m0s", or,
+// once the span is over, "half-open since …: one call tries it".
+func pauseLine(p CarrierPause) string {
+	var b strings.Builder
+	if p.HalfOpen {
+		b.WriteString("half-open (paused since " + p.Since.UTC().Format(time.DateTime+"Z") + "): one call tries it")
+		if p.Probing {
+			b.WriteString(", under way")
+		}
+	} else {
+		left := time.Duration(p.SecondsLeft * float64(time.Second)).Truncate(time.Second)
+		b.WriteString("paused until " + p.Until.UTC().Format(time.DateTime+"Z") + " (" + left.String() + " left)")
+	}
+	if p.Reason != "" {
+		b.WriteString(": " + printable(p.Reason))
+	}
+	return b.String()
+}
+
+// RenderPauseChange writes the answer of DELETE
+// /api/v1/carriers/{name}/pause: "pause lifted: carrier a was paused
+// until …".
+func RenderPauseChange(w io.Writer, c PauseChange) error {
+	line := "pause lifted: carrier " + printable(c.Carrier)
+	if c.Previous != nil {
+		line += " was " + pauseLine(*c.Previous)
+	}
+	_, err := io.WriteString(w, line+"\ncalls go to it again\n")
+	return err
 }
 
 // fmtCPSPtr renders an optional rate; "-" when unknown.

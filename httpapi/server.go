@@ -83,6 +83,9 @@ type Options struct {
 	// Limits changes and lists the live limit overrides. Nil: the limits
 	// API answers 501 and status shows no overrides.
 	Limits Limiter
+	// Pauses reads and ends carriers' Retry-After pauses. Nil: status
+	// shows no pauses and DELETE .../pause answers 501.
+	Pauses Pauser
 	// LoadedAt returns when the configuration in use was loaded. Nil: the
 	// first time this server saw the current snapshot.
 	LoadedAt func() time.Time
@@ -138,6 +141,7 @@ func New(o Options) http.Handler {
 	mux.Handle(PathDrain, methods(http.HandlerFunc(s.drain), http.MethodPost))
 	mux.Handle(PathLimits, methods(http.HandlerFunc(s.limitsList), http.MethodGet, http.MethodHead))
 	mux.Handle(PathLimits+"/{scope}/{name}", methods(http.HandlerFunc(s.limitsChange), http.MethodPut, http.MethodDelete))
+	mux.Handle(PathCarriers+"/{name}/pause", methods(http.HandlerFunc(s.unpause), http.MethodDelete))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &Error{Code: http.StatusNotFound, Message: "no such path: " + r.URL.Path})
 	})
@@ -306,6 +310,15 @@ func (s *server) buildStatus(ctx context.Context, cfg *config.Config) Status {
 					eff := cs.EffectiveCPS
 					e.EffectiveCPS = &eff
 				}
+			}
+		}
+		if s.o.Pauses != nil {
+			pz, ok, err := s.o.Pauses.CarrierPause(ctx, c.Name)
+			switch {
+			case err != nil:
+				st.Errors = append(st.Errors, "carrier "+c.Name+": pause: "+err.Error())
+			case ok && pz.Paused:
+				e.Pause = pauseView(pz, now)
 			}
 		}
 		st.Carriers[i] = e

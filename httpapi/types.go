@@ -16,6 +16,9 @@ const (
 	// PathLimits lists the live limit overrides (GET); PUT and DELETE on
 	// PathLimits/{peer|customer|carrier}/{name} set and end one.
 	PathLimits = "/api/v1/limits"
+	// PathCarriers is the root of per-carrier operations: DELETE on
+	// PathCarriers/{name}/pause ends the carrier's Retry-After pause.
+	PathCarriers = "/api/v1/carriers"
 )
 
 // ErrReadOnly is the message of the 403 every write endpoint answers while
@@ -93,6 +96,10 @@ type Entry struct {
 	// EffectiveCPS is, for carriers, the rate the carrier is paced at now:
 	// LimitCPS, or less while an adaptive carrier pushes back.
 	EffectiveCPS *float64 `json:"effective_cps,omitempty"`
+	// Pause is, for carriers, the pool's Retry-After pause in force, read
+	// from the store; absent when the carrier is not paused (or the node
+	// does not report pauses).
+	Pause *CarrierPause `json:"pause,omitempty"`
 	// MaxCalls is the configured max_calls (0 = no limit).
 	MaxCalls int `json:"max_calls"`
 	// ActiveCalls is the pool's calls set up and not yet ended, read from
@@ -152,6 +159,36 @@ type LimitChange struct {
 	Override *LimitOverride `json:"override,omitempty"`
 	// Previous is the override replaced (PUT) or removed (DELETE).
 	Previous *LimitOverride `json:"previous,omitempty"`
+}
+
+// CarrierPause is a carrier's Retry-After pause, pool-wide.
+type CarrierPause struct {
+	// Until is when its span ends (then one call tries the carrier);
+	// SecondsLeft how long that is from the status's time (0 once
+	// half-open).
+	Until       time.Time `json:"until"`
+	SecondsLeft float64   `json:"seconds_left"`
+	// Since is when the carrier was first paused (a pause extended keeps
+	// it).
+	Since time.Time `json:"since"`
+	// Reason says why: the Retry-After asked, in which answer, on what
+	// evidence, and the span it was capped to.
+	Reason string `json:"reason"`
+	// HalfOpen reports that the span is over and one call may try the
+	// carrier; Probing that such a call is under way.
+	HalfOpen bool `json:"half_open,omitempty"`
+	Probing  bool `json:"probing,omitempty"`
+}
+
+// PauseChange is the JSON answer of a successful DELETE
+// /api/v1/carriers/{name}/pause.
+type PauseChange struct {
+	// Status is "lifted".
+	Status string `json:"status"`
+	// Carrier is the carrier's name.
+	Carrier string `json:"carrier"`
+	// Previous is the pause that ended.
+	Previous *CarrierPause `json:"previous,omitempty"`
 }
 
 // CarrierState is what a node reports of one carrier's health.

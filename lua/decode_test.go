@@ -87,8 +87,8 @@ func FuzzDecodePace(f *testing.F) {
 			}
 			return
 		}
-		if r.WaitUS < 0 {
-			t.Fatalf("negative wait %d", r.WaitUS)
+		if r.WaitUS < 0 || (r.Paused && (r.OK || r.Probe)) || (r.Probe && !r.OK) {
+			t.Fatalf("accepted %+v", r)
 		}
 	})
 }
@@ -120,29 +120,59 @@ func FuzzDecodeRelease(f *testing.F) {
 	})
 }
 
-func FuzzDecodeBlock(f *testing.F) {
+func FuzzDecodePause(f *testing.F) {
+	f.Add([]byte{2, 4, 40, 4, 44, 0, 4, 4})
+	f.Add([]byte{2, 4, 40, 8, 44, 0, 4, 4})
 	f.Add([]byte{0})
-	f.Add([]byte{4})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		until, err := lua.DecodeBlock(build(data))
-		if err != nil && !errors.Is(err, lua.ErrReply) {
-			t.Fatalf("error %v does not wrap ErrReply", err)
+		r, err := lua.DecodePause(build(data))
+		if err != nil {
+			if !errors.Is(err, lua.ErrReply) {
+				t.Fatalf("error %v does not wrap ErrReply", err)
+			}
+			return
 		}
-		if err == nil && until < 0 {
-			t.Fatalf("until %d accepted", until)
+		if r.UntilUS < 0 || r.SinceUS < 0 || r.NowUS < 0 || (r.Paused && r.SinceUS > r.UntilUS) {
+			t.Fatalf("accepted %+v", r)
 		}
 	})
 }
 
-func TestDecodeBlock(t *testing.T) {
-	if u, err := lua.DecodeBlock([]any{int64(5), int64(3)}); err != nil || u != 5 {
-		t.Errorf("got %d, %v; want 5", u, err)
+func TestDecodePause(t *testing.T) {
+	r, err := lua.DecodePause([]any{int64(1), int64(50), int64(10), int64(20), "why", int64(1), int64(0)})
+	if err != nil || !r.Paused || r.UntilUS != 50 || r.SinceUS != 10 || r.NowUS != 20 || r.Reason != "why" || !r.Probing || r.Changed {
+		t.Errorf("got %+v, %v", r, err)
 	}
-	for _, v := range []any{nil, int64(1), []any{int64(1)}, []any{int64(2), int64(3)}, []any{"a", int64(1)}} {
-		if _, err := lua.DecodeBlock(v); !errors.Is(err, lua.ErrReply) {
-			t.Errorf("DecodeBlock(%v): %v, want ErrReply", v, err)
+	for _, v := range []any{
+		nil, int64(1),
+		[]any{int64(1), int64(50), int64(10), int64(20), "why", int64(1)},              // short
+		[]any{int64(2), int64(50), int64(10), int64(20), "why", int64(1), int64(0)},    // bad flag
+		[]any{int64(1), int64(5), int64(10), int64(20), "why", int64(1), int64(0)},     // since after until
+		[]any{int64(1), int64(50), int64(10), int64(20), int64(3), int64(1), int64(0)}, // reason not text
+		[]any{int64(0), int64(-1), int64(0), int64(20), "", int64(0), int64(0)},        // negative time
+		[]any{int64(0), int64(0), int64(0), int64(20), "", int64(0), "1"},              // changed not a number
+	} {
+		if _, err := lua.DecodePause(v); !errors.Is(err, lua.ErrReply) {
+			t.Errorf("DecodePause(%v): %v, want ErrReply", v, err)
 		}
 	}
+}
+
+func FuzzDecodeEvidence(f *testing.F) {
+	f.Add([]byte{2, 4, 8, 40})
+	f.Add([]byte{2, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := lua.DecodeEvidence(build(data))
+		if err != nil {
+			if !errors.Is(err, lua.ErrReply) {
+				t.Fatalf("error %v does not wrap ErrReply", err)
+			}
+			return
+		}
+		if r.Callers < 1 || r.Overloaded < 0 || r.NowUS < 0 {
+			t.Fatalf("accepted %+v", r)
+		}
+	})
 }
 
 func TestDecodeAdmit(t *testing.T) {
@@ -171,7 +201,7 @@ func TestDecodeAdmit(t *testing.T) {
 }
 
 func FuzzDecodeRate(f *testing.F) {
-	f.Add([]byte{2, 40, 8, 4}, int64(1), int64(100))
+	f.Add([]byte{2, 40, 8, 4, 4}, int64(1), int64(100))
 	f.Add([]byte{3, 3, 3, 3}, int64(0), int64(0))
 	f.Fuzz(func(t *testing.T, data []byte, minM, maxM int64) {
 		r, err := lua.DecodeRate(build(data), minM, maxM)

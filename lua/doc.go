@@ -12,10 +12,16 @@
 //   - refund.lua: undo an admission (the cross-slot path): the member leaves
 //     the sorted sets, token buckets get the token back;
 //   - pace.lua: reserve the next send slot of a carrier (leaky bucket);
+//     none while it is paused, one (the half-open probe) after the span;
 //   - release.lua: give a reserved slot back;
 //   - queue.lua: calls waiting for a carrier and the least wait (read-only);
-//   - block.lua: a carrier's Retry-After: no slot for the pool until it ends;
+//   - pause.lua: a carrier's Retry-After pause, pool-wide (set, get, done,
+//     open, lift), a hash beside its slot set; setting one removes the
+//     slots still in the future;
+//   - evidence.lua: the peers that called a carrier, and those it gave
+//     overload answers, lately (two sorted sets beside its slot set);
 //   - rate.lua: an adaptive carrier's effective rate (AIMD), in milli-cps;
+//     a decrease removes the slots still in the future;
 //   - heartbeat.lua: node liveness, to count the live pool, and other
 //     processes beating under the same node id (heartbeat.go);
 //   - calls_occupy.lua, calls_free.lua, calls_refresh.lua, calls_count.lua:

@@ -269,7 +269,7 @@ func TestPipelinerCluster(t *testing.T) {
 		}
 	}
 	// Pace through the pipeliner on the cluster too.
-	if r, err := Pace(ctx, p, Key("pipetest", "carrier", "x"), "m", 1000, 1_000_000); err != nil || !r.OK {
+	if r, err := Pace(ctx, p, Key("pipetest", "carrier", "x"), "m", 1000, 1_000_000, 1_000_000); err != nil || !r.OK {
 		t.Fatalf("Pace: %+v, %v", r, err)
 	}
 }

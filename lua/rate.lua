@@ -3,6 +3,7 @@
 -- KEYS[1]      hash: r = rate (integer milli-cps), t = Redis TIME µs up to
 --              which the additive increase is counted, d = TIME µs of the
 --              last decrease
+-- KEYS[2]      the carrier's sorted set of reserved slots (see pace.lua)
 -- ARGV[1]      max_m: the carrier's configured cps, in milli-cps (> 0)
 -- ARGV[2]      min_m: the floor, in milli-cps (1 <= min_m <= max_m)
 -- ARGV[3]      decrease: the factor of a decrease, in permille (1-999)
@@ -14,7 +15,10 @@
 -- (a lower max after a reload clamps it, a higher one lets it climb). An
 -- overload answer multiplies it by decrease/1000, never below min_m, at most
 -- once per hold_us: the answers to calls sent at the old rate all arrive
--- together and must not cut it again and again. A rate back at max_m with
+-- together and must not cut it again and again. A decrease also removes
+-- every slot still in the future: they were spaced for the old rate, and
+-- the calls holding them take a slot again at the new one (each node
+-- compares its slot's time with the decrease's, [4]). A rate back at max_m with
 -- no decrease in the last hold_us leaves nothing to remember: the key is
 -- deleted. Otherwise it lives until it would be back at max_m, plus hold_us.
 --
@@ -22,6 +26,7 @@
 --   [1] rate_m    the effective rate now, in milli-cps (min_m..max_m)
 --   [2] now_us    Redis TIME in µs
 --   [3] cut       1 when this call decreased the rate, else 0
+--   [4] cut_us    TIME µs of the last decrease (0: none remembered)
 if redis.replicate_commands then redis.replicate_commands() end
 
 local t = redis.call('TIME')
@@ -58,13 +63,14 @@ if overload == 1 and now - last_cut >= hold then
   r = math.floor(r * dec / 1000)
   if r < min_m then r = min_m end
   last_cut, since, cut = now, now, 1
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '(' .. now, '+inf')
 end
 
 if r >= max_m and now - last_cut >= hold then
   redis.call('DEL', key)
-  return {max_m, now, cut}
+  return {max_m, now, cut, last_cut}
 end
 redis.call('HSET', key, 'r', r, 't', since, 'd', last_cut)
 local ttl_ms = math.ceil((max_m - r) * 1000 / inc) + math.ceil(hold / 1000) + 1000
 redis.call('PEXPIRE', key, ttl_ms)
-return {r, now, cut}
+return {r, now, cut, last_cut}

@@ -21,8 +21,10 @@ var (
 	releaseSrc string
 	//go:embed queue.lua
 	queueSrc string
-	//go:embed block.lua
-	blockSrc string
+	//go:embed pause.lua
+	pauseSrc string
+	//go:embed evidence.lua
+	evidenceSrc string
 	//go:embed refund.lua
 	refundSrc string
 	//go:embed rate.lua
@@ -32,26 +34,28 @@ var (
 // The scripts, hashed once. Run sends EVALSHA and falls back to EVAL when the
 // server does not know the script (restart, SCRIPT FLUSH, failover).
 var (
-	admitScript   = redis.NewScript(admitSrc)
-	countsScript  = redis.NewScript(countsSrc)
-	paceScript    = redis.NewScript(paceSrc)
-	releaseScript = redis.NewScript(releaseSrc)
-	queueScript   = redis.NewScript(queueSrc)
-	blockScript   = redis.NewScript(blockSrc)
-	refundScript  = redis.NewScript(refundSrc)
-	rateScript    = redis.NewScript(rateSrc)
+	admitScript    = redis.NewScript(admitSrc)
+	countsScript   = redis.NewScript(countsSrc)
+	paceScript     = redis.NewScript(paceSrc)
+	releaseScript  = redis.NewScript(releaseSrc)
+	queueScript    = redis.NewScript(queueSrc)
+	pauseScript    = redis.NewScript(pauseSrc)
+	evidenceScript = redis.NewScript(evidenceSrc)
+	refundScript   = redis.NewScript(refundSrc)
+	rateScript     = redis.NewScript(rateSrc)
 )
 
 // Script names, as passed to observers and used in metrics labels.
 const (
-	ScriptAdmit   = "admit"
-	ScriptCounts  = "counts"
-	ScriptPace    = "pace"
-	ScriptRelease = "release"
-	ScriptQueue   = "queue"
-	ScriptBlock   = "block"
-	ScriptRefund  = "refund"
-	ScriptRate    = "rate"
+	ScriptAdmit    = "admit"
+	ScriptCounts   = "counts"
+	ScriptPace     = "pace"
+	ScriptRelease  = "release"
+	ScriptQueue    = "queue"
+	ScriptPause    = "pause"
+	ScriptEvidence = "evidence"
+	ScriptRefund   = "refund"
+	ScriptRate     = "rate"
 )
 
 // ErrReply reports a script reply whose shape or values are not what the
@@ -75,7 +79,8 @@ func Load(ctx context.Context, c redis.Scripter) error {
 		{ScriptPace, paceScript},
 		{ScriptRelease, releaseScript},
 		{ScriptQueue, queueScript},
-		{ScriptBlock, blockScript},
+		{ScriptPause, pauseScript},
+		{ScriptEvidence, evidenceScript},
 		{ScriptRefund, refundScript},
 		{ScriptRate, rateScript},
 		{ScriptHeartbeat, heartbeatScript},
@@ -107,8 +112,10 @@ func SHA(name string) string {
 		return releaseScript.Hash()
 	case ScriptQueue:
 		return queueScript.Hash()
-	case ScriptBlock:
-		return blockScript.Hash()
+	case ScriptPause:
+		return pauseScript.Hash()
+	case ScriptEvidence:
+		return evidenceScript.Hash()
 	case ScriptRefund:
 		return refundScript.Hash()
 	case ScriptRate:
@@ -342,22 +349,33 @@ func DecodeCounts(v any, n int) (CountsReply, error) {
 type PaceReply struct {
 	// OK reports a slot was reserved (or was already held by the member).
 	OK bool
-	// WaitUS is slot - now: the wait, or the wait it would have been.
+	// WaitUS is slot - now: the wait, or the wait it would have been; for
+	// a paused carrier, what is left of the pause's span.
 	WaitUS int64
 	// NowUS is Redis TIME at the decision, in µs.
 	NowUS int64
+	// Paused reports a refusal because the carrier is paused (or half-open
+	// with its probe taken by another call).
+	Paused bool
+	// Probe reports a slot granted as the half-open probe of a pause.
+	Probe bool
 }
 
+// PauseKey is the hash pause.lua keeps a carrier's pause in, beside its
+// slot set (same hash tag, so same Cluster slot).
+func PauseKey(slotKey string) string { return slotKey + ":pause" }
+
 // Pace runs pace.lua: reserve the next slot of key for member, unless the
-// wait would exceed maxWaitUS.
-func Pace(ctx context.Context, c redis.Scripter, key, member string, intervalUS, maxWaitUS int64) (PaceReply, error) {
-	if intervalUS <= 0 {
-		return PaceReply{}, fmt.Errorf("%w: slot set %q: interval %dµs must be > 0", ErrArgs, key, intervalUS)
+// wait would exceed maxWaitUS or the carrier is paused (its pause hash is
+// PauseKey(key)); a half-open probe claim lasts claimUS.
+func Pace(ctx context.Context, c redis.Scripter, key, member string, intervalUS, maxWaitUS, claimUS int64) (PaceReply, error) {
+	if intervalUS <= 0 || claimUS <= 0 {
+		return PaceReply{}, fmt.Errorf("%w: slot set %q: interval %dµs and claim %dµs must be > 0", ErrArgs, key, intervalUS, claimUS)
 	}
 	if maxWaitUS < 0 {
 		maxWaitUS = 0
 	}
-	v, err := paceScript.Run(ctx, c, []string{key}, member, intervalUS, maxWaitUS).Result()
+	v, err := paceScript.Run(ctx, c, []string{key, PauseKey(key)}, member, intervalUS, maxWaitUS, claimUS).Result()
 	if err != nil {
 		return PaceReply{}, err
 	}
@@ -366,7 +384,7 @@ func Pace(ctx context.Context, c redis.Scripter, key, member string, intervalUS,
 
 // DecodePace decodes a pace.lua reply. It never panics.
 func DecodePace(v any) (PaceReply, error) {
-	a, err := ints(v, 3, ScriptPace)
+	a, err := ints(v, 4, ScriptPace)
 	if err != nil {
 		return PaceReply{}, err
 	}
@@ -376,7 +394,10 @@ func DecodePace(v any) (PaceReply, error) {
 	if a[1] < 0 {
 		return PaceReply{}, fmt.Errorf("%w: pace: negative wait %d", ErrReply, a[1])
 	}
-	return PaceReply{OK: a[0] == 1, WaitUS: a[1], NowUS: a[2]}, nil
+	if a[3] < 0 || a[3] > 2 || (a[3] == 1 && a[0] == 1) || (a[3] == 2 && a[0] == 0) {
+		return PaceReply{}, fmt.Errorf("%w: pace: state %d with flag %d", ErrReply, a[3], a[0])
+	}
+	return PaceReply{OK: a[0] == 1, WaitUS: a[1], NowUS: a[2], Paused: a[3] == 1, Probe: a[3] == 2}, nil
 }
 
 // Release runs release.lua: remove member's slot from key. It reports whether
@@ -389,36 +410,141 @@ func Release(ctx context.Context, c redis.Scripter, key, member string) (bool, e
 	return DecodeRelease(v)
 }
 
-// BlockMember is the slot-set member block.lua reserves the span with.
-const BlockMember = "retry-after"
-
-// Block reserves a blocking span of length span from now (Redis TIME) in the
-// slot set at key: no slot is granted before it ends (see block.lua). It
-// returns the end of the span in Redis TIME µs.
-func Block(ctx context.Context, c redis.Scripter, key string, span time.Duration) (int64, error) {
-	if span <= 0 {
-		return 0, fmt.Errorf("%w: block span %v must be > 0", ErrArgs, span)
-	}
-	v, err := blockScript.Run(ctx, c, []string{key}, Micros(span)).Result()
-	if err != nil {
-		return 0, err
-	}
-	return DecodeBlock(v)
+// PauseOp is one operation of pause.lua.
+type PauseOp struct {
+	// Op is "set", "get", "done", "open" or "lift".
+	Op string
+	// SpanUS (set) is the pause's span from now, > 0; KeepUS how long
+	// the record outlives it, >= 0; Reason says why.
+	SpanUS, KeepUS int64
+	Reason         string
+	// Member and OK (done): the half-open probe call of Member ended,
+	// answered (OK) or not.
+	Member string
+	OK     bool
+	// MinAgeUS (open): the least age of a pause a good OPTIONS probe ends.
+	MinAgeUS int64
 }
 
-// DecodeBlock decodes a block.lua reply (the span's end in µs). It never
-// panics.
-func DecodeBlock(v any) (int64, error) {
+// PauseReply is the decoded reply of pause.lua.
+type PauseReply struct {
+	// Paused reports a pause in force after the op (span running or
+	// half-open).
+	Paused bool
+	// UntilUS and SinceUS are the end of its span and its start (Redis
+	// TIME µs); for an op that ended the pause, those of the ended one.
+	UntilUS, SinceUS int64
+	// NowUS is Redis TIME at the op.
+	NowUS int64
+	// Reason says why the carrier was paused.
+	Reason string
+	// Probing reports a live half-open probe claim.
+	Probing bool
+	// Changed reports that the op changed the pause.
+	Changed bool
+}
+
+// Pause runs pause.lua on the pause of the carrier whose slot set is key.
+func Pause(ctx context.Context, c redis.Scripter, key string, op PauseOp) (PauseReply, error) {
+	keys := []string{key, PauseKey(key)}
+	var args []any
+	switch op.Op {
+	case "set":
+		if op.SpanUS <= 0 || op.KeepUS < 0 {
+			return PauseReply{}, fmt.Errorf("%w: pause %q: span %dµs must be > 0 and keep %dµs >= 0", ErrArgs, key, op.SpanUS, op.KeepUS)
+		}
+		args = []any{op.Op, op.SpanUS, op.Reason, op.KeepUS}
+	case "get", "lift":
+		args = []any{op.Op}
+	case "done":
+		if op.Member == "" {
+			return PauseReply{}, fmt.Errorf("%w: pause %q: done needs a member", ErrArgs, key)
+		}
+		ok := 0
+		if op.OK {
+			ok = 1
+		}
+		args = []any{op.Op, op.Member, ok}
+	case "open":
+		if op.MinAgeUS < 0 {
+			return PauseReply{}, fmt.Errorf("%w: pause %q: min age %dµs must be >= 0", ErrArgs, key, op.MinAgeUS)
+		}
+		args = []any{op.Op, op.MinAgeUS}
+	default:
+		return PauseReply{}, fmt.Errorf("%w: pause %q: unknown op %q", ErrArgs, key, op.Op)
+	}
+	v, err := pauseScript.Run(ctx, c, keys, args...).Result()
+	if err != nil {
+		return PauseReply{}, err
+	}
+	return DecodePause(v)
+}
+
+// DecodePause decodes a pause.lua reply. It never panics.
+func DecodePause(v any) (PauseReply, error) {
 	a, ok := v.([]any)
-	if !ok || len(a) != 2 {
-		return 0, fmt.Errorf("%w: block: got %T %v, want 2 integers", ErrReply, v, v)
+	if !ok || len(a) != 7 {
+		return PauseReply{}, fmt.Errorf("%w: pause: got %T %v, want 7 elements", ErrReply, v, v)
 	}
-	until, ok1 := a[0].(int64)
-	now, ok2 := a[1].(int64)
-	if !ok1 || !ok2 || now < 0 || until < now {
-		return 0, fmt.Errorf("%w: block: got %v, want until >= now", ErrReply, a)
+	var n [7]int64
+	for _, i := range []int{0, 1, 2, 3, 5, 6} {
+		x, ok := a[i].(int64)
+		if !ok || x < 0 {
+			return PauseReply{}, fmt.Errorf("%w: pause: element %d is %T %v, want an integer >= 0", ErrReply, i, a[i], a[i])
+		}
+		n[i] = x
 	}
-	return until, nil
+	reason, ok := a[4].(string)
+	if !ok || n[0] > 1 || n[5] > 1 || n[6] > 1 || (n[0] == 1 && n[2] > n[1]) {
+		return PauseReply{}, fmt.Errorf("%w: pause: got %v", ErrReply, a)
+	}
+	return PauseReply{Paused: n[0] == 1, UntilUS: n[1], SinceUS: n[2], NowUS: n[3], Reason: reason, Probing: n[5] == 1, Changed: n[6] == 1}, nil
+}
+
+// EvidenceKeys are the sorted sets evidence.lua keeps beside a carrier's
+// slot set (same hash tag): its callers and the peers it gave overload
+// answers.
+func EvidenceKeys(slotKey string) (callers, overloaded string) {
+	return slotKey + ":callers", slotKey + ":overloaded"
+}
+
+// EvidenceReply is the decoded reply of evidence.lua.
+type EvidenceReply struct {
+	// Callers and Overloaded count peers within their windows.
+	Callers, Overloaded int64
+	// NowUS is Redis TIME at the call.
+	NowUS int64
+}
+
+// Evidence runs evidence.lua: peer called the carrier whose slot set is
+// key (overload: and got an overload answer); it returns the peers that
+// called within callersUS and those overloaded within overloadUS.
+func Evidence(ctx context.Context, c redis.Scripter, key, peer string, overload bool, callersUS, overloadUS int64) (EvidenceReply, error) {
+	if peer == "" || callersUS <= 0 || overloadUS <= 0 {
+		return EvidenceReply{}, fmt.Errorf("%w: evidence %q: need a peer (got %q) and windows > 0 (got %d, %d µs)", ErrArgs, key, peer, callersUS, overloadUS)
+	}
+	over := 0
+	if overload {
+		over = 1
+	}
+	callers, overloaded := EvidenceKeys(key)
+	v, err := evidenceScript.Run(ctx, c, []string{callers, overloaded}, peer, over, callersUS, overloadUS).Result()
+	if err != nil {
+		return EvidenceReply{}, err
+	}
+	return DecodeEvidence(v)
+}
+
+// DecodeEvidence decodes an evidence.lua reply. It never panics.
+func DecodeEvidence(v any) (EvidenceReply, error) {
+	a, err := ints(v, 3, ScriptEvidence)
+	if err != nil {
+		return EvidenceReply{}, err
+	}
+	if a[0] < 1 || a[1] < 0 || a[2] < 0 {
+		return EvidenceReply{}, fmt.Errorf("%w: evidence: got %v, want at least one caller", ErrReply, a)
+	}
+	return EvidenceReply{Callers: a[0], Overloaded: a[1], NowUS: a[2]}, nil
 }
 
 // RateKey is the hash rate.lua keeps an adaptive carrier's effective rate
@@ -450,11 +576,16 @@ type RateReply struct {
 	NowUS int64
 	// Cut reports that this call decreased the rate.
 	Cut bool
+	// CutUS is Redis TIME of the last decrease, in µs (0: none
+	// remembered).
+	CutUS int64
 }
 
-// Rate runs rate.lua on the hash at key (RateKey of a slot set): the
-// carrier's effective rate now, decreased first when a.Overload.
-func Rate(ctx context.Context, c redis.Scripter, key string, a RateArgs) (RateReply, error) {
+// Rate runs rate.lua on the rate hash of the carrier whose slot set is
+// slotKey (RateKey): the carrier's effective rate now, decreased first
+// when a.Overload (which also removes the slots still in the future).
+func Rate(ctx context.Context, c redis.Scripter, slotKey string, a RateArgs) (RateReply, error) {
+	key := RateKey(slotKey)
 	switch {
 	case a.MaxM <= 0, a.MinM < 1, a.MinM > a.MaxM:
 		return RateReply{}, fmt.Errorf("%w: rate %q: need 1 <= min %d <= max %d milli-cps", ErrArgs, key, a.MinM, a.MaxM)
@@ -467,7 +598,7 @@ func Rate(ctx context.Context, c redis.Scripter, key string, a RateArgs) (RateRe
 	if a.Overload {
 		overload = 1
 	}
-	v, err := rateScript.Run(ctx, c, []string{key}, a.MaxM, a.MinM, a.DecreasePermille, a.IncreaseM, a.HoldUS, overload).Result()
+	v, err := rateScript.Run(ctx, c, []string{key, slotKey}, a.MaxM, a.MinM, a.DecreasePermille, a.IncreaseM, a.HoldUS, overload).Result()
 	if err != nil {
 		return RateReply{}, err
 	}
@@ -477,14 +608,14 @@ func Rate(ctx context.Context, c redis.Scripter, key string, a RateArgs) (RateRe
 // DecodeRate decodes a rate.lua reply whose rate must lie in [minM, maxM].
 // It never panics.
 func DecodeRate(v any, minM, maxM int64) (RateReply, error) {
-	a, err := ints(v, 3, ScriptRate)
+	a, err := ints(v, 4, ScriptRate)
 	if err != nil {
 		return RateReply{}, err
 	}
-	if a[0] < minM || a[0] > maxM || a[1] < 0 || (a[2] != 0 && a[2] != 1) {
-		return RateReply{}, fmt.Errorf("%w: rate: got %v, want a rate in [%d, %d], a time and a 0/1 flag", ErrReply, a, minM, maxM)
+	if a[0] < minM || a[0] > maxM || a[1] < 0 || (a[2] != 0 && a[2] != 1) || a[3] < 0 || a[3] > a[1] {
+		return RateReply{}, fmt.Errorf("%w: rate: got %v, want a rate in [%d, %d], a time, a 0/1 flag and a time of cut", ErrReply, a, minM, maxM)
 	}
-	return RateReply{RateM: a[0], NowUS: a[1], Cut: a[2] == 1}, nil
+	return RateReply{RateM: a[0], NowUS: a[1], Cut: a[2] == 1, CutUS: a[3]}, nil
 }
 
 // DecodeRelease decodes a release.lua reply. It never panics.

@@ -27,7 +27,7 @@ func TestLoadAndRunEveryScript(t *testing.T) {
 	if err := lua.Load(ctx, c); err != nil {
 		t.Fatalf("Load: %v", err)
 	}
-	for _, name := range []string{lua.ScriptAdmit, lua.ScriptCounts, lua.ScriptPace, lua.ScriptRelease, lua.ScriptQueue, lua.ScriptBlock, lua.ScriptRate, lua.ScriptHeartbeat, lua.ScriptRefund, lua.ScriptOverrides, lua.ScriptCallsOccupy, lua.ScriptCallsFree, lua.ScriptCallsRefresh, lua.ScriptCallsCount} {
+	for _, name := range []string{lua.ScriptAdmit, lua.ScriptCounts, lua.ScriptPace, lua.ScriptRelease, lua.ScriptQueue, lua.ScriptPause, lua.ScriptEvidence, lua.ScriptRate, lua.ScriptHeartbeat, lua.ScriptRefund, lua.ScriptOverrides, lua.ScriptCallsOccupy, lua.ScriptCallsFree, lua.ScriptCallsRefresh, lua.ScriptCallsCount} {
 		ok, err := c.ScriptExists(ctx, lua.SHA(name)).Result()
 		if err != nil || len(ok) != 1 || !ok[0] {
 			t.Errorf("script %s (sha %s) not loaded: %v %v", name, lua.SHA(name), ok, err)
@@ -52,7 +52,7 @@ func TestLoadAndRunEveryScript(t *testing.T) {
 		t.Fatalf("Counts = %+v, %v; want 1", cr, err)
 	}
 	slots := lua.Key("t", "carrier", "a")
-	p, err := lua.Pace(ctx, c, slots, "c1", 100_000, 0)
+	p, err := lua.Pace(ctx, c, slots, "c1", 100_000, 0, 1_000_000)
 	if err != nil || !p.OK || p.WaitUS != 0 {
 		t.Fatalf("Pace = %+v, %v; want OK wait 0", p, err)
 	}
@@ -68,6 +68,26 @@ func TestLoadAndRunEveryScript(t *testing.T) {
 	if err != nil || removed {
 		t.Fatalf("second Release = %v, %v; want false", removed, err)
 	}
+	pz, err := lua.Pause(ctx, c, slots, lua.PauseOp{Op: "set", SpanUS: 2_000_000, Reason: "test", KeepUS: 0})
+	if err != nil || !pz.Paused || !pz.Changed || pz.UntilUS != pz.NowUS+2_000_000 || pz.Reason != "test" {
+		t.Fatalf("Pause set = %+v, %v; want paused 2 s", pz, err)
+	}
+	if ttl, err := c.PTTL(ctx, lua.PauseKey(slots)).Result(); err != nil || ttl <= 2*time.Second || ttl > 3*time.Second {
+		t.Fatalf("pause PTTL = %v (%v), want span + 1 s", ttl, err)
+	}
+	if p, err := lua.Pace(ctx, c, slots, "c2", 100_000, 5_000_000, 1_000_000); err != nil || p.OK || !p.Paused {
+		t.Fatalf("Pace while paused = %+v, %v; want refused, paused", p, err)
+	}
+	if pz, err = lua.Pause(ctx, c, slots, lua.PauseOp{Op: "lift"}); err != nil || pz.Paused || !pz.Changed || pz.Reason != "test" {
+		t.Fatalf("Pause lift = %+v, %v; want the lifted pause", pz, err)
+	}
+	ev, err := lua.Evidence(ctx, c, slots, "peer-a", true, 60_000_000, 2_000_000)
+	if err != nil || ev.Callers != 1 || ev.Overloaded != 1 {
+		t.Fatalf("Evidence = %+v, %v; want 1 caller, 1 overloaded", ev, err)
+	}
+	if ev, err = lua.Evidence(ctx, c, slots, "peer-b", false, 60_000_000, 2_000_000); err != nil || ev.Callers != 2 || ev.Overloaded != 1 {
+		t.Fatalf("Evidence = %+v, %v; want 2 callers, 1 overloaded", ev, err)
+	}
 }
 
 // After SCRIPT FLUSH (restart, failover) Run falls back to EVAL.
@@ -80,7 +100,7 @@ func TestRunAfterScriptFlush(t *testing.T) {
 	if err := c.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := lua.Pace(ctx, c, "t:{carrier:x}", "m", 1000, 0); err != nil {
+	if _, err := lua.Pace(ctx, c, "t:{carrier:x}", "m", 1000, 0, 1_000_000); err != nil {
 		t.Fatalf("Pace after SCRIPT FLUSH: %v", err)
 	}
 }
@@ -94,8 +114,19 @@ func TestArgsValidated(t *testing.T) {
 	if _, err := lua.Admit(ctx, c, "m", []lua.AdmitBucket{{Key: "k", Limit: 1}}); !errors.Is(err, lua.ErrArgs) {
 		t.Errorf("Admit with zero window: got %v, want ErrArgs", err)
 	}
-	if _, err := lua.Pace(ctx, c, "k", "m", 0, 0); !errors.Is(err, lua.ErrArgs) {
+	if _, err := lua.Pace(ctx, c, "k", "m", 0, 0, 1); !errors.Is(err, lua.ErrArgs) {
 		t.Errorf("Pace with zero interval: got %v, want ErrArgs", err)
+	}
+	if _, err := lua.Pace(ctx, c, "k", "m", 1, 0, 0); !errors.Is(err, lua.ErrArgs) {
+		t.Errorf("Pace with zero claim: got %v, want ErrArgs", err)
+	}
+	for _, op := range []lua.PauseOp{{Op: "set"}, {Op: "set", SpanUS: 1, KeepUS: -1}, {Op: "done"}, {Op: "open", MinAgeUS: -1}, {Op: "drop"}} {
+		if _, err := lua.Pause(ctx, c, "k", op); !errors.Is(err, lua.ErrArgs) {
+			t.Errorf("Pause %+v: got %v, want ErrArgs", op, err)
+		}
+	}
+	if _, err := lua.Evidence(ctx, c, "k", "", true, 1, 1); !errors.Is(err, lua.ErrArgs) {
+		t.Errorf("Evidence without a peer: got %v, want ErrArgs", err)
 	}
 	if _, err := lua.Counts(ctx, c, nil); !errors.Is(err, lua.ErrArgs) {
 		t.Errorf("Counts with no buckets: got %v, want ErrArgs", err)

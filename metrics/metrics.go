@@ -51,6 +51,10 @@ const (
 	// than pacing.MaxLate late (a starved scheduler); the call took the
 	// next slot.
 	PacingLate = "late"
+	// PacingPaused: no slot, or a slot given back just before the send,
+	// because the carrier is paused (its Retry-After); the call went to
+	// the next carrier at once.
+	PacingPaused = "paused"
 
 	RerouteFull   = "full"
 	RerouteFailed = "failed"
@@ -59,6 +63,9 @@ const (
 	// RerouteCallsFull: the carrier was skipped because its max_calls
 	// place was full.
 	RerouteCallsFull = "calls_full"
+	// ReroutePaused: the carrier was skipped because it is paused (its
+	// Retry-After, pool-wide).
+	ReroutePaused = "paused"
 
 	ProbeOK     = "ok"
 	ProbeFailed = "failed"
@@ -84,9 +91,9 @@ var (
 	// AdmissionResults are the result labels of cpsguard_admission_total.
 	AdmissionResults = []string{ResultAdmitted, ResultRejected, ResultShadowRejected}
 	// PacingResults are the result labels of cpsguard_pacing_total.
-	PacingResults = []string{PacingPaced, PacingFull, PacingLate}
+	PacingResults = []string{PacingPaced, PacingFull, PacingLate, PacingPaused}
 	// RerouteReasons are the reason labels of cpsguard_reroutes_total.
-	RerouteReasons = []string{RerouteFull, RerouteFailed, RerouteDown, RerouteCallsFull}
+	RerouteReasons = []string{RerouteFull, RerouteFailed, RerouteDown, RerouteCallsFull, ReroutePaused}
 	// ReloadResults are the result labels of cpsguard_config_reloads_total.
 	ReloadResults = []string{ReloadSuccess, ReloadFailure}
 )
@@ -218,7 +225,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"carrier"}),
 		Pacing: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "pacing_total",
-			Help: "Slot reservations per carrier: paced (slot granted) or full (wait over max_wait).",
+			Help: "Slot reservations per carrier: paced (slot granted), full (wait over max_wait), late (slot missed, the next taken) or paused (carrier paused by its Retry-After).",
 		}, []string{"carrier", "result"}),
 		Queued: f.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "pacing_queued",
@@ -226,7 +233,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"carrier"}),
 		Reroutes: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "reroutes_total",
-			Help: "Calls moved past a carrier to the next of their route (reason: full, failed).",
+			Help: "Calls moved past a carrier to the next of their route (reason: full, failed, down, calls_full, paused).",
 		}, []string{"carrier", "reason"}),
 		LimitCPS: f.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "limit_cps",

@@ -233,9 +233,9 @@ func TestSyncLimits(t *testing.T) {
 			"outcome=rejected_queue,peer=p1", "outcome=rejected_queue,peer=p3",
 			"outcome=rejected_store,peer=p1", "outcome=rejected_store,peer=p3"}},
 		{"pacing_wait_seconds", m.PacingWait, []string{"carrier=k1"}},
-		{"pacing_total", m.Pacing, []string{"carrier=k1,result=full", "carrier=k1,result=late", "carrier=k1,result=paced"}},
+		{"pacing_total", m.Pacing, []string{"carrier=k1,result=full", "carrier=k1,result=late", "carrier=k1,result=paced", "carrier=k1,result=paused"}},
 		{"pacing_queued", m.Queued, []string{"carrier=k1"}},
-		{"reroutes_total", m.Reroutes, []string{"carrier=k1,reason=calls_full", "carrier=k1,reason=down", "carrier=k1,reason=failed", "carrier=k1,reason=full"}},
+		{"reroutes_total", m.Reroutes, []string{"carrier=k1,reason=calls_full", "carrier=k1,reason=down", "carrier=k1,reason=failed", "carrier=k1,reason=full", "carrier=k1,reason=paused"}},
 		{"pacing_max_wait_seconds", m.MaxWait, []string{"carrier=k1"}},
 	}
 	for _, tt := range tests {

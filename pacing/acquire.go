@@ -13,12 +13,20 @@ const maxLateWakes = 3
 // Ticket is the outcome of Acquire.
 type Ticket struct {
 	// OK reports that the call may be sent now. False means the carrier is
-	// full for this call: no slot within its MaxWait, maxLateWakes slots
-	// missed by waking late, or the send gate would hold the send past
-	// MaxWait. A Ticket with OK false holds nothing.
+	// paused (Paused) or full for this call: no slot within its MaxWait,
+	// maxLateWakes slots missed by waking late (or taken again after rate
+	// decreases), or the send gate would hold the send past MaxWait. A
+	// Ticket with OK false holds nothing.
 	OK bool
+	// Paused reports that the carrier is paused: the call was refused a
+	// slot at once, or its slot was given back just before the send.
+	Paused bool
+	// Probe reports that the call is the half-open probe of the carrier's
+	// pause: its outcome goes to ProbeDone.
+	Probe bool
 	// Wait is the wait of the call's last slot: granted, or refused as too
-	// long. It is 0 when no reply came from the store.
+	// long; for a paused carrier, what was left of the pause's span. It is
+	// 0 when no reply came from the store.
 	Wait time.Duration
 
 	gate   *sendGate
@@ -48,6 +56,9 @@ type Trace struct {
 	// Late is called when Acquire woke late, more than MaxLate after s was
 	// due, and gave s back to take the next slot.
 	Late func(s Slot, late time.Duration)
+	// Paused is called when Acquire gave s back, just before the send,
+	// because the carrier was paused meanwhile.
+	Paused func(s Slot)
 }
 
 // Acquire waits until a call (member, unique per call attempt) may be sent
@@ -58,25 +69,50 @@ type Trace struct {
 // MaxLate after it was due) is given back and the next one taken, in what
 // is left of MaxWait, a few times at most.
 //
-// A full carrier is a Ticket with OK false and a nil error. When ctx ends
-// first Acquire returns ctx.Err(); any other error means the store failed.
-// In every case but an OK Ticket, a slot Acquire reserved is given back
-// (on a fresh context bounded by releaseTimeout; a failed release only
-// delays later calls until the slot has passed). trace, when not nil, is
-// told of each step.
+// A paused carrier is skipped, never waited for: while this node knows its
+// pause's span runs, at once and without a store call; else the store
+// refuses the slot. Just before the send the slot is checked again against
+// what this node has learned meanwhile (its own pauses and decreases at
+// once, the pool's through Paused and Adapt): a pause since the slot was
+// reserved gives it back (unless it is the half-open probe and the span is
+// still over), and a decrease of an adaptive carrier's rate since then
+// makes the call take a slot again at the new rate (the store removed the
+// slots spaced for the old one). Either way the calls that waited for a
+// slot do not all go at once when they wake.
+//
+// A full or paused carrier is a Ticket with OK false and a nil error. When
+// ctx ends first Acquire returns ctx.Err(); any other error means the store
+// failed. In every case but an OK Ticket, a slot Acquire reserved is given
+// back (on a fresh context bounded by releaseTimeout; a failed release only
+// delays later calls until the slot has passed), with its probe claim.
+// trace, when not nil, is told of each step.
 func (p *Pacer) Acquire(ctx context.Context, c Carrier, member string, trace *Trace, gate ...GateKey) (Ticket, error) {
 	if trace == nil {
 		trace = &Trace{}
 	}
 	start := p.clock.Now()
+	if v := p.views.of(c.Key).pause; v.Paused && start.Before(v.Until) {
+		// Known paused: no store call, no slot.
+		s := Slot{Paused: true, Wait: v.Until.Sub(start), Key: c.Key, Member: member}
+		if trace.Reserved != nil {
+			trace.Reserved(s, nil)
+		}
+		return Ticket{Paused: true, Wait: s.Wait}, nil
+	}
 	var slot Slot
-	for late := 0; ; late++ {
+	var retaken time.Time // the decrease a slot was last taken again for
+	for tries := 0; ; tries++ {
 		// No deadline here: Reserve shortens MaxWait to a context's
 		// deadline, and the store bounds its own round trip. A slot taken
 		// again after a late wake must still fit in what is left of
 		// MaxWait.
 		try := c
+		if r := p.views.of(c.Key).rate; tries > 0 && r > 0 {
+			// Taken again: at the rate in force now.
+			try.CPS = min(c.CPS, r)
+		}
 		try.MaxWait = max(c.MaxWait-p.clock.Now().Sub(start), 0)
+		asked := p.clock.Now()
 		var err error
 		slot, err = p.Reserve(ctx, try, member)
 		if trace.Reserved != nil {
@@ -87,6 +123,10 @@ func (p *Pacer) Acquire(ctx context.Context, c Carrier, member string, trace *Tr
 				return Ticket{}, ctx.Err()
 			}
 			return Ticket{}, err
+		}
+		p.learnSlot(slot, asked)
+		if slot.Paused {
+			return Ticket{Paused: true, Wait: slot.Wait}, nil
 		}
 		if !slot.OK {
 			return Ticket{Wait: slot.Wait}, nil
@@ -107,6 +147,13 @@ func (p *Pacer) Acquire(ctx context.Context, c Carrier, member string, trace *Tr
 		if err != nil {
 			return Ticket{Wait: slot.Wait}, err
 		}
+		if p.pausedSince(slot) {
+			p.releaseAfter(ctx, slot)
+			if trace.Paused != nil {
+				trace.Paused(slot)
+			}
+			return Ticket{Paused: true, Wait: slot.Wait}, nil
+		}
 		// Slots are spaced so that a send up to MaxLate after its slot
 		// keeps the carrier within its cps in every rolling second; a node
 		// that woke later (a starved scheduler) would break that promise
@@ -114,14 +161,29 @@ func (p *Pacer) Acquire(ctx context.Context, c Carrier, member string, trace *Tr
 		// next, a few times at most, then the carrier counts as full for
 		// this call.
 		lateBy := p.clock.Now().Sub(slot.Due())
-		if lateBy <= MaxLate {
+		// Spaced for a rate decreased since (or at the same instant: the
+		// store's clock cannot tell which came first): the store removed
+		// the slot unless it was due already, and then it comes back as
+		// it is. Taken again once per decrease.
+		cutAt := p.views.of(c.Key).cutAt
+		stale := !cutAt.IsZero() && !slot.At.After(cutAt) && !cutAt.Equal(retaken)
+		switch {
+		case lateBy > MaxLate:
+			p.releaseAfter(ctx, slot)
+			if trace.Late != nil {
+				trace.Late(slot, lateBy)
+			}
+		case stale:
+			retaken = cutAt
+			if tries == maxLateWakes-1 {
+				p.releaseAfter(ctx, slot)
+			}
+		default:
+		}
+		if lateBy <= MaxLate && !stale {
 			break
 		}
-		p.releaseAfter(ctx, slot)
-		if trace.Late != nil {
-			trace.Late(slot, lateBy)
-		}
-		if late == maxLateWakes-1 {
+		if tries == maxLateWakes-1 {
 			return Ticket{Wait: slot.Wait}, nil
 		}
 	}
@@ -139,5 +201,38 @@ func (p *Pacer) Acquire(ctx context.Context, c Carrier, member string, trace *Tr
 		p.releaseAfter(ctx, slot)
 		return Ticket{Wait: slot.Wait}, err
 	}
-	return Ticket{OK: true, Wait: slot.Wait, gate: p.gate, passed: passed}, nil
+	if p.pausedSince(slot) {
+		// Paused while the gate held the send.
+		p.releaseAfter(ctx, slot)
+		if trace.Paused != nil {
+			trace.Paused(slot)
+		}
+		return Ticket{Paused: true, Wait: slot.Wait}, nil
+	}
+	return Ticket{OK: true, Probe: slot.Probe, Wait: slot.Wait, gate: p.gate, passed: passed}, nil
+}
+
+// learnSlot teaches the view what a reservation asked at asked said of
+// the carrier's pause: paused (and for how long), or none (unless it was
+// the half-open probe).
+func (p *Pacer) learnSlot(s Slot, asked time.Time) {
+	switch {
+	case s.Paused:
+		p.views.learn(s.Key, p.onClock(Pause{Paused: true, Left: s.Wait}), asked)
+	case s.Probe:
+		p.views.learn(s.Key, p.onClock(Pause{Paused: true}), asked)
+	default:
+		p.views.learn(s.Key, Pause{}, asked)
+	}
+}
+
+// pausedSince reports whether s, a reserved slot, must not be used: this
+// node knows its carrier paused, and s is not the half-open probe of a
+// pause whose span is over.
+func (p *Pacer) pausedSince(s Slot) bool {
+	v := p.views.of(s.Key).pause
+	if !v.Paused {
+		return false
+	}
+	return !s.Probe || p.clock.Now().Before(v.Until)
 }

@@ -46,7 +46,25 @@ func (s *stubSlots) Release(_ context.Context, _, member string) error {
 	return nil
 }
 
-func (s *stubSlots) Block(context.Context, string, time.Duration) error { return nil }
+func (s *stubSlots) Pause(context.Context, string, time.Duration, string) (Pause, error) {
+	return Pause{}, nil
+}
+
+func (s *stubSlots) Paused(context.Context, string) (Pause, error) { return Pause{}, nil }
+
+func (s *stubSlots) ProbeDone(context.Context, string, string, bool) (Pause, error) {
+	return Pause{}, nil
+}
+
+func (s *stubSlots) OpenPause(context.Context, string, time.Duration) (Pause, error) {
+	return Pause{}, nil
+}
+
+func (s *stubSlots) Unpause(context.Context, string) (Pause, error) { return Pause{}, nil }
+
+func (s *stubSlots) Evidence(context.Context, string, string, bool, EvidenceWindows) (Evidence, error) {
+	return Evidence{}, nil
+}
 
 func (s *stubSlots) Adapt(context.Context, string, AIMD, bool) (Rate, error) { return Rate{}, nil }
 

@@ -36,6 +36,10 @@ type Rate struct {
 	CPS float64
 	// Cut reports that this call decreased it.
 	Cut bool
+	// CutAt is the store's time of the last decrease (zero: none
+	// remembered): a slot reserved before it (Slot.At) was spaced for a
+	// higher rate.
+	CutAt time.Time
 }
 
 // milli is the integer form of an AIMD both stores compute with, so that
@@ -61,6 +65,13 @@ func (a AIMD) milli(overload bool) (lua.RateArgs, error) {
 // key names it), first decreasing it when overload: the carrier answered a
 // call with an overload answer. Pool-wide on Redis; an error means the
 // store failed.
+// A decrease makes this node's calls holding slots reserved before it take
+// a slot again at the new rate before they send (Acquire).
 func (p *Pacer) Adapt(ctx context.Context, c Carrier, a AIMD, overload bool) (Rate, error) {
-	return p.store.Adapt(ctx, c.Key, a, overload)
+	r, err := p.store.Adapt(ctx, c.Key, a, overload)
+	if err != nil {
+		return r, err
+	}
+	p.views.cut(c.Key, r)
+	return r, nil
 }

@@ -31,10 +31,29 @@
 // per hold, never below a floor, and it climbs back additively towards the
 // carrier's cps on the store's clock (rate.lua on Redis, pool-wide; the
 // same integer arithmetic in LocalSlots). The caller paces at that rate.
+// A decrease removes the slots still in the future; a call holding one
+// takes a slot again at the new rate before it sends (Acquire).
+//
+// A carrier's Retry-After pause is kept by the same stores too (Pause,
+// pause.lua on Redis): while its span runs every reservation is refused at
+// once (Slot.Paused), so calls go elsewhere instead of queueing behind it,
+// and the slots already reserved are removed; after the span the first
+// call to get a slot is its half-open probe (Slot.Probe) and every other
+// is refused until ProbeDone (answered: the pause ends; not: the next call
+// tries), a claim that expires after max_wait + ProbeClaim, a new pause, a
+// good OPTIONS probe (OpenPause) or an operator (Unpause). The stores also
+// keep the pool's evidence of a carrier's overload answers (Evidence):
+// which peers called it and which of them it refused lately. A Pacer
+// remembers what it learns of each carrier's pause and last decrease from
+// every reply (its own Pause and Adapt at once, the pool's through Paused
+// and Adapt): Acquire skips a carrier it knows paused without a store
+// call, and checks a slot again just before the send, giving back one
+// reserved before a pause (unless it is the probe) and taking again one
+// spaced for a rate decreased since.
 //
 // Failure: a full queue is a Slot (or a Ticket) with OK false, never an
-// error; so are a call missing its slots by waking late and a send the gate
-// would hold past max_wait. Acquire returns ctx.Err() when the caller's
+// error; so are a paused carrier, a call missing its slots by waking late
+// and a send the gate would hold past max_wait. Acquire returns ctx.Err() when the caller's
 // context ends first. Any other error means the store failed and nothing
 // was reserved that the caller knows of; the caller applies the failure
 // policy. A slot whose release failed only delays later calls until its

@@ -21,13 +21,46 @@ const sweepEvery = time.Second
 // Memory is bounded: slots older than max(1 s, interval) are trimmed, so a
 // carrier holds at most about (max_wait + 1 s) / interval slots, and a slot
 // set with nothing left is evicted lazily by later calls (no background
-// goroutine). LocalSlots is safe for concurrent use.
+// goroutine); a carrier's pause is forgotten pauseKeep after its span, and
+// its evidence holds one entry per peer within its windows. LocalSlots is
+// safe for concurrent use.
 type LocalSlots struct {
 	mu        sync.Mutex
 	clock     monoclock.Clock // read under mu
 	nextSweep time.Duration
 	sets      map[string]*slotSet
 	rates     map[string]*rateState
+	pauses    map[string]*pauseState
+	evidence  map[string]*evidenceSets
+}
+
+// pauseState is one carrier's pause (pause.lua's hash), on the local clock.
+type pauseState struct {
+	until, since time.Duration
+	reason       string
+	holder       string        // the half-open probe's member, "" = none
+	claimEnd     time.Duration // when the holder's claim ends
+	expires      time.Duration // when the record is forgotten
+}
+
+// evidenceSets are one carrier's callers and overloaded peers
+// (evidence.lua's sorted sets): peer -> last time.
+type evidenceSets struct {
+	callers, overloaded map[string]time.Duration
+	w                   EvidenceWindows // of the last call, for the sweep
+}
+
+func (e *evidenceSets) trim(now time.Duration) {
+	for p, at := range e.callers {
+		if at < now-e.w.Callers {
+			delete(e.callers, p)
+		}
+	}
+	for p, at := range e.overloaded {
+		if at < now-e.w.Overload {
+			delete(e.overloaded, p)
+		}
+	}
 }
 
 // rateState is one adaptive carrier's effective rate (rate.lua's hash),
@@ -36,6 +69,8 @@ type rateState struct {
 	rateM   int64
 	since   int64 // the increase is counted up to here
 	lastCut int64 // of the last decrease
+	// cutAt is lastCut to the nanosecond (Rate.CutAt).
+	cutAt time.Duration
 }
 
 // longAgo is "no decrease yet": rate.lua's 0 on Redis's clock, which is
@@ -47,7 +82,8 @@ var _ SlotStore = (*LocalSlots)(nil)
 // NewLocalSlots returns an empty LocalSlots on clock (nil = time.Now).
 // Clock readings that go backwards are treated as the latest reading.
 func NewLocalSlots(clock func() time.Time) *LocalSlots {
-	return &LocalSlots{clock: monoclock.New(clock), sets: make(map[string]*slotSet), rates: make(map[string]*rateState)}
+	return &LocalSlots{clock: monoclock.New(clock), sets: make(map[string]*slotSet), rates: make(map[string]*rateState),
+		pauses: make(map[string]*pauseState), evidence: make(map[string]*evidenceSets)}
 }
 
 type slotEntry struct {
@@ -95,11 +131,39 @@ func (l *LocalSlots) sweep(now time.Duration) {
 			delete(l.sets, k)
 		}
 	}
+	for k, p := range l.pauses {
+		if p.expires <= now {
+			delete(l.pauses, k)
+		}
+	}
+	for k, e := range l.evidence {
+		e.trim(now)
+		if len(e.callers) == 0 && len(e.overloaded) == 0 {
+			delete(l.evidence, k)
+		}
+	}
+}
+
+// dropFuture removes the slots after now (their holders must not send,
+// or take one again at a new rate).
+func (s *slotSet) dropFuture(now time.Duration) {
+	i, _ := slices.BinarySearchFunc(s.slots, now, func(e slotEntry, t time.Duration) int {
+		if e.at <= t {
+			return -1
+		}
+		return 1
+	})
+	for _, e := range s.slots[i:] {
+		delete(s.members, e.member)
+	}
+	clear(s.slots[i:])
+	s.slots = s.slots[:i]
 }
 
 func keepFor(interval time.Duration) time.Duration { return max(interval, time.Second) }
 
-// Reserve takes the next slot like pace.lua.
+// Reserve takes the next slot like pace.lua: none while key's carrier is
+// paused, and the probe claim once its span is over.
 func (l *LocalSlots) Reserve(_ context.Context, key, member string, interval, maxWait time.Duration) (Slot, error) {
 	if interval <= 0 {
 		return Slot{}, errInterval(key, interval)
@@ -113,6 +177,26 @@ func (l *LocalSlots) Reserve(_ context.Context, key, member string, interval, ma
 	l.sweep(now)
 	slot := Slot{At: l.clock.Time(now), Key: key, Member: member, Reserved: l.clock.Time(now)}
 
+	pz := l.livePause(key, now)
+	if pz != nil {
+		if now < pz.until {
+			slot.Paused, slot.Wait = true, pz.until-now
+			return slot, nil
+		}
+		if pz.holder != "" && pz.holder != member && pz.claimEnd > now {
+			slot.Paused = true
+			return slot, nil
+		}
+	}
+	claim := func() {
+		if pz == nil {
+			return
+		}
+		pz.holder, pz.claimEnd = member, now+maxWait+ProbeClaim
+		pz.expires = max(pz.expires, pz.claimEnd+pauseKeep)
+		slot.Probe = true
+	}
+
 	s := l.sets[key]
 	if s == nil {
 		s = &slotSet{members: make(map[string]time.Duration)}
@@ -121,6 +205,7 @@ func (l *LocalSlots) Reserve(_ context.Context, key, member string, interval, ma
 	s.trim(now, keep)
 	if at, ok := s.members[member]; ok {
 		slot.OK, slot.Wait = true, max(at-now, 0)
+		claim()
 		return slot, nil
 	}
 	at := now
@@ -135,37 +220,153 @@ func (l *LocalSlots) Reserve(_ context.Context, key, member string, interval, ma
 	s.members[member] = at
 	s.keep = max(s.keep, keep)
 	slot.OK = true
+	claim()
 	return slot, nil
 }
 
-// Block reserves a blocking span like block.lua: no slot of key before
-// now + span (a span that ends before the last slot changes nothing).
-func (l *LocalSlots) Block(_ context.Context, key string, span time.Duration) error {
+// pauseKeep is how long a pause's record outlives its span: a half-open
+// carrier that no call tries is forgotten after it (and runs free).
+const pauseKeep = 10 * time.Minute
+
+// pauseOf describes p at now (nil: no pause).
+func pauseOf(p *pauseState, now time.Duration) Pause {
+	if p == nil {
+		return Pause{}
+	}
+	return Pause{
+		Paused: true, Left: max(p.until-now, 0), Age: max(now-p.since, 0), Reason: p.reason,
+		Probing: p.holder != "" && p.claimEnd > now,
+	}
+}
+
+// ended describes p, just ended (ProbeDone ok, Unpause).
+func ended(p *pauseState, now time.Duration) Pause {
+	st := pauseOf(p, now)
+	st.Paused, st.Probing, st.Changed = false, false, true
+	return st
+}
+
+// livePause returns key's pause at now, forgetting one past its expiry
+// (l.mu held).
+func (l *LocalSlots) livePause(key string, now time.Duration) *pauseState {
+	p := l.pauses[key]
+	if p != nil && p.expires <= now {
+		delete(l.pauses, key)
+		return nil
+	}
+	return p
+}
+
+// Pause pauses key's carrier like pause.lua's set.
+func (l *LocalSlots) Pause(_ context.Context, key string, span time.Duration, reason string) (Pause, error) {
 	if span <= 0 {
-		return fmt.Errorf("pacing: block span %v must be > 0", span)
+		return Pause{}, fmt.Errorf("pacing: pause span %v must be > 0", span)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
+	if s := l.sets[key]; s != nil {
+		s.dropFuture(now)
+	}
 	until := now + span
-	s := l.sets[key]
-	if s == nil {
-		s = &slotSet{members: make(map[string]time.Duration)}
-		l.sets[key] = s
+	p := l.livePause(key, now)
+	if p != nil && p.until >= until {
+		return pauseOf(p, now), nil
 	}
-	if n := len(s.slots); n > 0 && s.slots[n-1].at >= until {
-		return nil
+	since := now
+	if p != nil {
+		since = p.since
 	}
-	if at, ok := s.members[blockMember]; ok {
-		// The old span is the last entry (spans only grow): drop it.
-		if n := len(s.slots); n > 0 && s.slots[n-1].at == at && s.slots[n-1].member == blockMember {
-			s.slots = s.slots[:n-1]
-		}
+	p = &pauseState{until: until, since: since, reason: reason, expires: until + pauseKeep}
+	l.pauses[key] = p
+	st := pauseOf(p, now)
+	st.Changed = true
+	return st, nil
+}
+
+// Paused reads key's pause.
+func (l *LocalSlots) Paused(_ context.Context, key string) (Pause, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	return pauseOf(l.livePause(key, now), now), nil
+}
+
+// ProbeDone ends member's half-open probe like pause.lua's done.
+func (l *LocalSlots) ProbeDone(_ context.Context, key, member string, ok bool) (Pause, error) {
+	if member == "" {
+		return Pause{}, fmt.Errorf("pacing: pause %q: probe done without a member", key)
 	}
-	s.slots = append(s.slots, slotEntry{at: until, member: blockMember})
-	s.members[blockMember] = until
-	s.keep = max(s.keep, time.Second)
-	return nil
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	p := l.livePause(key, now)
+	if p == nil || p.holder == "" || p.holder != member {
+		return pauseOf(p, now), nil
+	}
+	if ok {
+		delete(l.pauses, key)
+		return ended(p, now), nil
+	}
+	p.holder, p.claimEnd = "", 0
+	st := pauseOf(p, now)
+	st.Changed = true
+	return st, nil
+}
+
+// OpenPause ends the span of a pause at least minAge old, like pause.lua's
+// open.
+func (l *LocalSlots) OpenPause(_ context.Context, key string, minAge time.Duration) (Pause, error) {
+	if minAge < 0 {
+		return Pause{}, fmt.Errorf("pacing: pause %q: min age %v must be >= 0", key, minAge)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	p := l.livePause(key, now)
+	if p == nil || now >= p.until || now-p.since < minAge {
+		return pauseOf(p, now), nil
+	}
+	p.until = now
+	st := pauseOf(p, now)
+	st.Changed = true
+	return st, nil
+}
+
+// Unpause ends key's pause like pause.lua's lift.
+func (l *LocalSlots) Unpause(_ context.Context, key string) (Pause, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	p := l.livePause(key, now)
+	if p == nil {
+		return Pause{}, nil
+	}
+	delete(l.pauses, key)
+	return ended(p, now), nil
+}
+
+// Evidence records peer's call like evidence.lua and counts the peers
+// within w.
+func (l *LocalSlots) Evidence(_ context.Context, key, peer string, overload bool, w EvidenceWindows) (Evidence, error) {
+	if peer == "" || w.Callers <= 0 || w.Overload <= 0 {
+		return Evidence{}, fmt.Errorf("pacing: evidence %q: need a peer (got %q) and windows > 0 (got %+v)", key, peer, w)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	e := l.evidence[key]
+	if e == nil {
+		e = &evidenceSets{callers: map[string]time.Duration{}, overloaded: map[string]time.Duration{}}
+		l.evidence[key] = e
+	}
+	e.w = w
+	e.callers[peer] = now
+	if overload {
+		e.overloaded[peer] = now
+	}
+	e.trim(now)
+	return Evidence{Callers: len(e.callers), Overloaded: len(e.overloaded)}, nil
 }
 
 // Adapt moves the effective rate of key's carrier like rate.lua, on the
@@ -177,7 +378,8 @@ func (l *LocalSlots) Adapt(_ context.Context, key string, a AIMD, overload bool)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := l.now().Microseconds()
+	nowD := l.now()
+	now := nowD.Microseconds()
 	st := rateState{rateM: args.MaxM, since: now, lastCut: longAgo}
 	if old := l.rates[key]; old != nil {
 		st = *old
@@ -195,18 +397,23 @@ func (l *LocalSlots) Adapt(_ context.Context, key string, a AIMD, overload bool)
 	cut := false
 	if overload && now-st.lastCut >= args.HoldUS {
 		st.rateM = max(st.rateM*args.DecreasePermille/1000, args.MinM)
-		st.lastCut, st.since, cut = now, now, true
+		st.lastCut, st.since, st.cutAt, cut = now, now, nowD, true
+		if s := l.sets[key]; s != nil {
+			s.dropFuture(nowD)
+		}
+	}
+	r := Rate{CPS: float64(st.rateM) / 1000, Cut: cut}
+	if st.lastCut != longAgo {
+		r.CutAt = l.clock.Time(st.cutAt)
 	}
 	if st.rateM >= args.MaxM && now-st.lastCut >= args.HoldUS {
 		delete(l.rates, key)
-		return Rate{CPS: float64(args.MaxM) / 1000, Cut: cut}, nil
+		r.CPS = float64(args.MaxM) / 1000
+		return r, nil
 	}
 	l.rates[key] = &st
-	return Rate{CPS: float64(st.rateM) / 1000, Cut: cut}, nil
+	return r, nil
 }
-
-// blockMember is the member of a blocking span (lua.BlockMember).
-const blockMember = "retry-after"
 
 // Release removes member's slot; an unknown member is a no-op.
 func (l *LocalSlots) Release(_ context.Context, key, member string) error {

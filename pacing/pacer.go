@@ -25,6 +25,8 @@ type Pacer struct {
 	clock Clock
 	// gate is this node's send gate (Acquire).
 	gate *sendGate
+	// views is what this node knows of each carrier's pause and rate cuts.
+	views views
 }
 
 // NewPacer returns a Pacer on store that reads and waits on SystemClock.
@@ -85,21 +87,30 @@ func (p *Pacer) Wait(ctx context.Context, s Slot) error {
 func (p *Pacer) releaseAfter(ctx context.Context, s Slot) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	_ = p.store.Release(rctx, s.Key, s.Member)
+	_ = p.release(rctx, s)
 }
 
-// Block stops every node of the pool from getting a slot of carrier c for
-// span from now: its Reserves report full until then, so calls go to the
-// next carrier of their route.
-func (p *Pacer) Block(ctx context.Context, c Carrier, span time.Duration) error {
-	return p.store.Block(ctx, c.Key, span)
+// release gives s back, and its probe claim when it is a pause's
+// half-open probe.
+func (p *Pacer) release(ctx context.Context, s Slot) error {
+	err := p.store.Release(ctx, s.Key, s.Member)
+	if s.Probe {
+		start := p.clock.Now()
+		if st, perr := p.store.ProbeDone(ctx, s.Key, s.Member, false); perr == nil {
+			p.views.learn(s.Key, p.onClock(st), start)
+		} else if err == nil {
+			err = perr
+		}
+	}
+	return err
 }
 
-// Release gives s back (call cancelled or rerouted before it was sent). A
-// Slot with OK false holds nothing; releasing it is a no-op.
+// Release gives s back (call cancelled or rerouted before it was sent),
+// with its probe claim. A Slot with OK false holds nothing; releasing it
+// is a no-op.
 func (p *Pacer) Release(ctx context.Context, s Slot) error {
 	if !s.OK {
 		return nil
 	}
-	return p.store.Release(ctx, s.Key, s.Member)
+	return p.release(ctx, s)
 }

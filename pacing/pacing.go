@@ -52,30 +52,116 @@ type Slot struct {
 	// Reserved is the local time the reply arrived; the send is due at
 	// Reserved + Wait.
 	Reserved time.Time
+	// Paused reports a refusal because the carrier is paused (Pause), or
+	// half-open with its probe taken by another call: OK is false and Wait
+	// is what is left of the pause's span.
+	Paused bool
+	// Probe reports a slot granted as the half-open probe of a pause: the
+	// one call that tries the carrier after the span. Its outcome ends the
+	// pause or frees the claim (ProbeDone); a Release frees it too.
+	Probe bool
 }
 
 // Due is the local time at which the reserved call may be sent.
 func (s Slot) Due() time.Time { return s.Reserved.Add(s.Wait) }
 
-// SlotStore reserves and releases send slots atomically.
+// ProbeClaim is how long past a half-open probe's max_wait its claim
+// lasts: an INVITE transaction with no answer at all ends by then (RFC 3261
+// Timer B), so a probe whose node died frees the carrier for the next one.
+const ProbeClaim = 32 * time.Second
+
+// SlotStore reserves and releases send slots atomically, and keeps what
+// the pool shares of each carrier beside its slot set: its pause, its
+// adaptive rate and the evidence of its overload answers.
 //
 // Reserve takes slot = max(now, last + interval); when slot - now > maxWait it
 // reserves nothing and reports OK false with the wait it would have been.
-// An error means the store failed and nothing was reserved that the caller
-// knows of.
+// A paused carrier gets no slot at all (Slot.Paused, at once, however long
+// maxWait); once the pause's span is over, the first call to get a slot is
+// its half-open probe (Slot.Probe, a claim that lasts maxWait + ProbeClaim)
+// and every other is refused as paused until ProbeDone. An error means the
+// store failed and nothing was reserved that the caller knows of.
 type SlotStore interface {
 	Reserve(ctx context.Context, key, member string, interval, maxWait time.Duration) (Slot, error)
 	// Release removes a reservation that will not be used (call cancelled or
 	// rerouted before it was sent). Releasing an unknown member is a no-op.
 	Release(ctx context.Context, key, member string) error
-	// Block grants no slot of key for span from now (the carrier asked the
-	// pool to wait: 503 with Retry-After); every node's next Reserve sees it.
-	Block(ctx context.Context, key string, span time.Duration) error
+	// Pause grants no slot of key for span from now (the carrier asked the
+	// pool to wait: 503 with Retry-After); every node's next Reserve sees
+	// it. A span ending later replaces the pause in force, a shorter one
+	// changes nothing. The slots still in the future are removed: their
+	// holders must not send (see Acquire).
+	Pause(ctx context.Context, key string, span time.Duration, reason string) (Pause, error)
+	// Paused reads key's pause (Pause.Paused false: none).
+	Paused(ctx context.Context, key string) (Pause, error)
+	// ProbeDone ends the half-open probe of member: ok (the carrier
+	// answered it) ends the pause, else the claim is freed for the next
+	// call. Nothing changes unless member holds the claim.
+	ProbeDone(ctx context.Context, key, member string, ok bool) (Pause, error)
+	// OpenPause ends the span of a pause at least minAge old now, so the
+	// carrier is half-open (its OPTIONS probe was answered).
+	OpenPause(ctx context.Context, key string, minAge time.Duration) (Pause, error)
+	// Unpause ends key's pause (an operator); the Pause returned is the
+	// one that ended, Changed false when there was none.
+	Unpause(ctx context.Context, key string) (Pause, error)
+	// Evidence records that peer called the carrier whose slot set is key
+	// (overload: and got an overload answer) and returns how many peers
+	// did within w's windows, pool-wide.
+	Evidence(ctx context.Context, key, peer string, overload bool, w EvidenceWindows) (Evidence, error)
 	// Adapt returns the effective rate of an adaptive carrier whose slot
-	// set is key, first decreasing it when overload (AIMD, see AIMD).
+	// set is key, first decreasing it when overload (AIMD, see AIMD); a
+	// decrease removes the slots still in the future (their holders take
+	// one again at the new rate, see Acquire).
 	Adapt(ctx context.Context, key string, a AIMD, overload bool) (Rate, error)
 	// Queue reports the state of a carrier's slots (see QueueState).
 	Queue(ctx context.Context, key string, interval time.Duration) (QueueState, error)
+}
+
+// Pause is a carrier's Retry-After pause, pool-wide: while its span runs
+// no call gets a slot; after it the carrier is half-open (one probe call,
+// see SlotStore.Reserve) until that call is answered (the pause ends) or
+// the carrier is paused again.
+type Pause struct {
+	// Paused reports a pause in force (span running, or half-open). For
+	// an op that ended one (ProbeDone ok, Unpause), the fields below
+	// describe the pause that ended.
+	Paused bool
+	// Left is what is left of the span (0 once half-open); Age is how long
+	// ago the pause began. Both are measured on the store's clock at the
+	// operation.
+	Left, Age time.Duration
+	// Reason says why the carrier was paused.
+	Reason string
+	// Probing reports a live half-open probe claim.
+	Probing bool
+	// Changed reports that the operation changed the pause.
+	Changed bool
+	// Until and Since are the end of the span and the start of the pause on
+	// the Pacer's clock (set by the Pacer's methods; a SlotStore leaves
+	// them zero).
+	Until, Since time.Time
+}
+
+// HalfOpen reports a pause whose span is over: one probe call may try the
+// carrier.
+func (p Pause) HalfOpen() bool { return p.Paused && p.Left <= 0 }
+
+// EvidenceWindows are the windows of SlotStore.Evidence.
+type EvidenceWindows struct {
+	// Callers is how long a peer counts as a caller of the carrier.
+	Callers time.Duration
+	// Overload is how recent an overload answer must be to count.
+	Overload time.Duration
+}
+
+// Evidence is what the pool saw of one carrier's overload answers lately.
+type Evidence struct {
+	// Callers is the number of peers that called the carrier within the
+	// callers window, pool-wide (the one just recorded included).
+	Callers int
+	// Overloaded is the number of peers it gave an overload answer within
+	// the overload window.
+	Overloaded int
 }
 
 // QueueState is what an operator sees of one carrier's slots.

@@ -46,7 +46,7 @@ func (s *RedisSlots) Reserve(ctx context.Context, key, member string, interval, 
 	}
 	var r lua.PaceReply
 	err := s.run.Run(ctx, lua.ScriptPace, func(ctx context.Context, sc redis.Scripter) (err error) {
-		r, err = lua.Pace(ctx, sc, key, member, lua.Micros(interval), lua.MicrosFloor(maxWait))
+		r, err = lua.Pace(ctx, sc, key, member, lua.Micros(interval), lua.MicrosFloor(maxWait), lua.Micros(max(maxWait, 0)+ProbeClaim))
 		return err
 	})
 	if err != nil {
@@ -59,6 +59,8 @@ func (s *RedisSlots) Reserve(ctx context.Context, key, member string, interval, 
 		Key:      key,
 		Member:   member,
 		Reserved: time.Now(),
+		Paused:   r.Paused,
+		Probe:    r.Probe,
 	}, nil
 }
 
@@ -74,19 +76,79 @@ func (s *RedisSlots) Release(ctx context.Context, key, member string) error {
 	return nil
 }
 
-// Block runs block.lua: no slot of key is granted for span from now.
-func (s *RedisSlots) Block(ctx context.Context, key string, span time.Duration) error {
-	err := s.run.Run(ctx, lua.ScriptBlock, func(ctx context.Context, sc redis.Scripter) error {
-		_, err := lua.Block(ctx, sc, key, span)
+// pause runs one pause.lua op on key's carrier.
+func (s *RedisSlots) pause(ctx context.Context, key string, op lua.PauseOp) (Pause, error) {
+	var r lua.PauseReply
+	err := s.run.Run(ctx, lua.ScriptPause, func(ctx context.Context, sc redis.Scripter) (err error) {
+		r, err = lua.Pause(ctx, sc, key, op)
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("pacing: slot set %q: %w", key, err)
+		return Pause{}, fmt.Errorf("pacing: pause of %q: %w", key, err)
 	}
-	return nil
+	if r.UntilUS == 0 && r.SinceUS == 0 {
+		return Pause{Paused: r.Paused, Changed: r.Changed}, nil
+	}
+	us := func(v int64) time.Duration { return time.Duration(max(v, 0)) * time.Microsecond }
+	return Pause{
+		Paused: r.Paused, Left: us(r.UntilUS - r.NowUS), Age: us(r.NowUS - r.SinceUS),
+		Reason: r.Reason, Probing: r.Probing, Changed: r.Changed,
+	}, nil
 }
 
-// Adapt runs rate.lua on the carrier's rate hash (lua.RateKey(key)).
+// Pause runs pause.lua's set (the span rounded up to whole microseconds).
+func (s *RedisSlots) Pause(ctx context.Context, key string, span time.Duration, reason string) (Pause, error) {
+	if span <= 0 {
+		return Pause{}, fmt.Errorf("pacing: pause span %v must be > 0", span)
+	}
+	return s.pause(ctx, key, lua.PauseOp{Op: "set", SpanUS: lua.Micros(span), KeepUS: lua.Micros(pauseKeep), Reason: reason})
+}
+
+// Paused runs pause.lua's get.
+func (s *RedisSlots) Paused(ctx context.Context, key string) (Pause, error) {
+	return s.pause(ctx, key, lua.PauseOp{Op: "get"})
+}
+
+// ProbeDone runs pause.lua's done.
+func (s *RedisSlots) ProbeDone(ctx context.Context, key, member string, ok bool) (Pause, error) {
+	if member == "" {
+		return Pause{}, fmt.Errorf("pacing: pause %q: probe done without a member", key)
+	}
+	return s.pause(ctx, key, lua.PauseOp{Op: "done", Member: member, OK: ok})
+}
+
+// OpenPause runs pause.lua's open.
+func (s *RedisSlots) OpenPause(ctx context.Context, key string, minAge time.Duration) (Pause, error) {
+	if minAge < 0 {
+		return Pause{}, fmt.Errorf("pacing: pause %q: min age %v must be >= 0", key, minAge)
+	}
+	return s.pause(ctx, key, lua.PauseOp{Op: "open", MinAgeUS: lua.Micros(minAge)})
+}
+
+// Unpause runs pause.lua's lift.
+func (s *RedisSlots) Unpause(ctx context.Context, key string) (Pause, error) {
+	return s.pause(ctx, key, lua.PauseOp{Op: "lift"})
+}
+
+// Evidence runs evidence.lua on key's carrier (windows rounded up to whole
+// microseconds).
+func (s *RedisSlots) Evidence(ctx context.Context, key, peer string, overload bool, w EvidenceWindows) (Evidence, error) {
+	if peer == "" || w.Callers <= 0 || w.Overload <= 0 {
+		return Evidence{}, fmt.Errorf("pacing: evidence %q: need a peer (got %q) and windows > 0 (got %+v)", key, peer, w)
+	}
+	var r lua.EvidenceReply
+	err := s.run.Run(ctx, lua.ScriptEvidence, func(ctx context.Context, sc redis.Scripter) (err error) {
+		r, err = lua.Evidence(ctx, sc, key, peer, overload, lua.Micros(w.Callers), lua.Micros(w.Overload))
+		return err
+	})
+	if err != nil {
+		return Evidence{}, fmt.Errorf("pacing: evidence of %q: %w", key, err)
+	}
+	return Evidence{Callers: int(r.Callers), Overloaded: int(r.Overloaded)}, nil
+}
+
+// Adapt runs rate.lua on the carrier's rate hash (lua.RateKey(key)); a
+// decrease removes the future slots of key.
 func (s *RedisSlots) Adapt(ctx context.Context, key string, a AIMD, overload bool) (Rate, error) {
 	args, err := a.milli(overload)
 	if err != nil {
@@ -94,13 +156,17 @@ func (s *RedisSlots) Adapt(ctx context.Context, key string, a AIMD, overload boo
 	}
 	var r lua.RateReply
 	err = s.run.Run(ctx, lua.ScriptRate, func(ctx context.Context, sc redis.Scripter) (err error) {
-		r, err = lua.Rate(ctx, sc, lua.RateKey(key), args)
+		r, err = lua.Rate(ctx, sc, key, args)
 		return err
 	})
 	if err != nil {
 		return Rate{}, fmt.Errorf("pacing: slot set %q: %w", key, err)
 	}
-	return Rate{CPS: float64(r.RateM) / 1000, Cut: r.Cut}, nil
+	rate := Rate{CPS: float64(r.RateM) / 1000, Cut: r.Cut}
+	if r.CutUS > 0 {
+		rate.CutAt = lua.Time(r.CutUS)
+	}
+	return rate, nil
 }
 
 // Queue runs queue.lua (no writes).

@@ -366,63 +366,6 @@ func TestInvalidInterval(t *testing.T) {
 	})
 }
 
-// A blocking span (a carrier's 503 with Retry-After) refuses every slot
-// before it ends; a call that may wait past it gets the first slot after
-// it; a shorter span later does not shorten it.
-func TestBlockSpan(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b backend, key string) {
-		const interval = 10 * time.Millisecond
-		ctx := context.Background()
-		if err := b.store.Block(ctx, key, 2*time.Second); err != nil {
-			t.Fatal(err)
-		}
-		if s := reserve(t, b.store, key, "call-a", interval, time.Second); s.OK || s.Wait < 1900*time.Millisecond {
-			t.Fatalf("reserve within 1 s during a 2 s block: %+v, want refused with a wait of about 2 s", s)
-		}
-		if err := b.store.Block(ctx, key, 100*time.Millisecond); err != nil {
-			t.Fatal(err)
-		}
-		s := reserve(t, b.store, key, "call-b", interval, 5*time.Second)
-		if !s.OK || s.Wait < 1900*time.Millisecond || s.Wait > 2100*time.Millisecond+interval {
-			t.Fatalf("reserve within 5 s: %+v, want a slot right after the 2 s block (a shorter block must not shorten it)", s)
-		}
-		if err := b.store.Block(ctx, key, 0); err == nil {
-			t.Error("a zero span is accepted")
-		}
-	})
-}
-
-// TestBlockOutlivesItsSpan: a long blocking span (Retry-After: 600) is
-// kept until it ends, not for the 1 s a slot is kept: the in-process store
-// refuses a slot one millisecond before the end and grants the one after
-// it; on
-// Redis the slot set's key lives past the span (a key that expired
-// earlier would lift the block).
-func TestBlockOutlivesItsSpan(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b backend, key string) {
-		const span, interval = 10 * time.Minute, 10 * time.Millisecond
-		if err := b.store.Block(context.Background(), key, span); err != nil {
-			t.Fatal(err)
-		}
-		if b.ttl != nil {
-			if ttl := b.ttl(key); ttl <= span || ttl > span+2*time.Second {
-				t.Fatalf("slot set TTL %v after a %v block, want in (%v, %v]", ttl, span, span, span+2*time.Second)
-			}
-			return
-		}
-		// The span ends like a slot: the first slot after it is an
-		// interval later.
-		b.advance(span - time.Millisecond)
-		if s := reserve(t, b.store, key, "call-a", interval, 0); s.OK || s.Wait != time.Millisecond+interval {
-			t.Fatalf("1 ms before the block ends: %+v, want refused with a wait of 1ms + %v", s, interval)
-		}
-		b.advance(time.Millisecond)
-		if s := reserve(t, b.store, key, "call-b", interval, interval); !s.OK || s.Wait != interval {
-			t.Fatalf("when the block ends: %+v, want the slot one interval after it", s)
-		}
-	})
-}
-
 // TestExactEdges: the boundaries the scripts draw, on the in-process
 // store's fake clock (Redis's clock cannot be stopped; its scripts draw
 // the same lines: rate.lua's now - last_cut >= hold, queue.lua's sent

@@ -14,8 +14,8 @@ const (
 	ScopePeer Scope = "peer"
 	// ScopeCustomer is a customer's admission bucket.
 	ScopeCustomer Scope = "customer"
-	// ScopeCarrier is a carrier's slot set (pacing), with its block and
-	// adaptive rate keys beside it.
+	// ScopeCarrier is a carrier's slot set (pacing), with its pause,
+	// overload evidence and adaptive rate keys beside it.
 	ScopeCarrier Scope = "carrier"
 	// ScopeDialog is the re-INVITE bucket of one dialog.
 	ScopeDialog Scope = "dialog"

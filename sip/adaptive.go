@@ -14,8 +14,9 @@ import (
 )
 
 // rateRefreshEvery is how often a node reads the pool's effective rate of
-// each adaptive carrier: the decreases other nodes make reach it within
-// that, its own at once.
+// each adaptive carrier and the pause of every carrier: the decreases and
+// pauses other nodes make (and an operator's end of a pause through
+// another node) reach it within that, its own at once.
 var rateRefreshEvery = 250 * time.Millisecond
 
 // rateCache holds this node's view of the adaptive carriers' effective
@@ -129,37 +130,9 @@ func overloadAnswer(car *config.Carrier, r *sipmsg.Response) bool {
 	return false
 }
 
-// pushBack lowers adaptive carrier car's effective rate for the whole pool
-// (its overload answer), in the background, bounded by storeBudget; the
-// call moves on at once.
-func (p *Proxy) pushBack(cfg *config.Config, car *config.Carrier, code int) {
-	pc, a, name := p.pacingCarrier(cfg, car), p.aimdOf(car), car.Name
-	if !p.storeCalls.start("push_back:" + name) {
-		// One at a time per carrier: the store cuts at most once a second
-		// anyway, and a carrier answering thousands of calls with 503 must
-		// not start thousands of store calls.
-		return
-	}
-	go func() {
-		defer p.storeCalls.done("push_back:" + name)
-		defer p.panics.Recover("sip.push_back", nil)
-		ctx, cancel := context.WithTimeout(p.base, storeBudget)
-		defer cancel()
-		r, err := p.pacer.Adapt(ctx, pc, a, true)
-		if err != nil {
-			p.log.Warn("carrier pushed back, but the store failed", "carrier", name, "status", code, "error", err)
-			return
-		}
-		p.rates.set(name, r.CPS)
-		p.m.EffectiveCPS.WithLabelValues(name).Set(r.CPS)
-		if r.Cut {
-			p.log.Info("carrier pushed back: its effective cps lowered for the pool", "carrier", name, "status", code, "effective_cps", r.CPS, "cps", a.Max)
-		}
-	}()
-}
-
 // runRates keeps this node's view of the adaptive carriers' effective rates
-// and cpsguard_carrier_effective_cps up to date, until ctx ends.
+// (and cpsguard_carrier_effective_cps) and of every carrier's pause up to
+// date, until ctx ends.
 func (p *Proxy) runRates(ctx context.Context) {
 	defer p.panics.Recover("sip.rates", nil)
 	t := time.NewTicker(rateRefreshEvery)
@@ -176,12 +149,16 @@ func (p *Proxy) runRates(ctx context.Context) {
 	}
 }
 
-// refreshRates reads every adaptive carrier's rate from the store (a failed
-// read keeps the last one) and sets cpsguard_carrier_effective_cps.
+// refreshRates reads every adaptive carrier's rate and every carrier's
+// pause from the store (a failed read keeps the last one) and sets
+// cpsguard_carrier_effective_cps.
 func (p *Proxy) refreshRates(ctx context.Context, cfg *config.Config) {
 	adaptive := map[string]bool{}
 	for i := range cfg.Carriers {
 		car := &cfg.Carriers[i]
+		pctx, cancel := context.WithTimeout(ctx, storeBudget)
+		_, _ = p.pacer.Paused(pctx, p.pacingCarrier(cfg, car))
+		cancel()
 		if !car.Adaptive {
 			p.m.EffectiveCPS.WithLabelValues(car.Name).Set(p.carrierCPS(car))
 			continue

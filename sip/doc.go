@@ -48,11 +48,26 @@
 // a probe at once, which decides), to a health.Tracker: a carrier down on
 // this node is skipped without taking a slot, and a call whose route is all
 // down is refused at once (503, outcome rejected_down) before admission. A
-// carrier's 503 (or 500) with Retry-After blocks it for the whole pool for
-// that long (a span in its slot set). An adaptive carrier's overload
+// carrier's 503 (or 500) with Retry-After pauses it for the whole pool
+// (pause.go, a pause in the pacing store beside its slot set) for that
+// long, at most its retry_after_max (1 min by default): a paused carrier
+// is skipped at once (reroute reason paused, pacing result paused), never
+// waited for; calls already holding one of its slots give it back at their
+// wake instead of sending; when the span ends one call tries it
+// (half-open) and the others skip it until that call is answered (the
+// pause ends), or fails (the next call tries), or it pauses again. A good
+// OPTIONS probe sent after the pause began ends the span early; an
+// operator ends a pause with Unpause. An adaptive carrier's overload
 // answers (overload.codes, overload.reasons) lower its effective CPS for
 // the pool through the pacing store (AIMD, rate.lua), and each node paces
-// it at that rate, refreshed every 250 ms.
+// it at that rate, refreshed every 250 ms; calls holding slots spaced for
+// the old rate take one again at the new rate before they send. Either
+// happens only on the pool's evidence (evidence.go, in the pacing store):
+// two peers given overload answers within 2 s, or the carrier's only
+// caller in the pool (then the pause is 5 s at most), so one peer
+// dialling numbers a carrier refuses cannot pause or slow it for the
+// others. Each node learns its own pauses and cuts at once and the pool's
+// every 250 ms.
 //
 // Before any of that, the screen (screen.go) sees every parsed message
 // ahead of sipgo's transaction layer: strangers (neither a peer's source nor
@@ -139,9 +154,13 @@
 // (read_queue_full). The screen also answers 100
 // Trying to every INVITE it lets in, and to its retransmissions while it is
 // handled, so a handler that sipgo runs late draws no retransmission storm.
-// While the node sheds (and 5 s after), a carrier that did not ring a call
-// in time or did not answer a probe is not held against it: the answer may
-// be waiting in the node's own queue.
+// While the node is behind on its own read queues, and for 5 s after, a
+// carrier that did not ring a call in time or did not answer a probe is
+// not held against it: the answer may be waiting in the node's own queue.
+// The node is behind when an answer or in-dialog request reaches sipgo
+// more than 250 ms after it was read, or when the queues' fast lane is
+// full for every party (TCP has no such queue). Sheds do not count: one
+// peer's burst must not keep a dead carrier up.
 // A peer whose requests ask for overload control (RFC 7339: "oc" in the top
 // Via) gets the node's loss-based reduction (oc, oc-validity, oc-seq,
 // oc-algo="loss") in the responses to its INVITEs, relayed or the node's

@@ -1,74 +1,257 @@
 package sip
 
 import (
+	"context"
+	"strconv"
 	"sync"
 	"time"
+
+	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/pacing"
 )
 
-// Windows of the overload evidence (overloadEvidence).
-const (
+// Overload evidence: who may slow a carrier down for the pool.
+//
+// A carrier answers 503 at once to numbers it cannot route (RFC 3398), so
+// a peer dialling such numbers could otherwise cut an adaptive carrier to
+// its floor, or pause a carrier, for every other peer of the pool. The
+// evidence is the pool's, kept in the pacing store beside the carrier's
+// slot set (pacing.SlotStore.Evidence): which peers called the carrier in
+// the last evidenceCallers, and which of them it gave an overload answer
+// (its overload codes or reasons, or a 503/500 with Retry-After) in the
+// last evidenceOverload. An overload answer is acted on when
+//
+//   - at least two peers of the pool got one within evidenceOverload: the
+//     carrier is over its limit for everyone (evidencePool): an AIMD cut,
+//     and the pause its Retry-After asks for, up to retry_after_max;
+//   - or the peer is the only caller of the carrier in the whole pool
+//     (evidenceLone): it can only slow itself down, and for a short while
+//     at most: the cut, and a pause of lonePause at most;
+//
+// and otherwise not at all (evidenceNone): the call moves on, the others
+// keep the carrier.
+//
+// A node reports a peer as a caller of a carrier at most once per
+// callerReportEvery (a caller counts for evidenceCallers, so it stays
+// counted), and every overload answer; the store calls run in the
+// background, one per carrier and peer at a time.
+
+// Windows and bounds of the overload evidence. Variables so tests can
+// shorten them.
+var (
 	// evidenceCallers is how far back a peer counts as a caller of a
 	// carrier: the peers the pool must protect from one another.
 	evidenceCallers = time.Minute
 	// evidenceOverload is how recent two peers' overload answers must be
 	// to be one episode of the carrier's overload.
 	evidenceOverload = 2 * time.Second
+	// callerReportEvery is how often a node reports one peer as a caller
+	// of one carrier to the store.
+	callerReportEvery = 10 * time.Second
+	// lonePause is the longest pause the only caller of a carrier can
+	// cause with a Retry-After.
+	lonePause = 5 * time.Second
 )
 
-// overloadEvidence decides whether a carrier's overload answers (an
-// adaptive carrier's overload codes or reasons, or a 503/500 with
-// Retry-After) are the carrier's — it is over its limit for everyone — or
-// one peer's calls: a carrier answers 503 at once to numbers it cannot
-// route (RFC 3398), so a peer dialling such numbers would otherwise cut an
-// adaptive carrier to its floor, or pause a carrier for an hour, for every
-// other peer of the pool. The pool acts on an overload answer only when
-// the carrier gave one to at least two peers within evidenceOverload, or
-// when one peer alone has called the carrier in the last evidenceCallers
-// (it can only slow itself down).
-//
-// The evidence is this node's own; the store still applies a cut or a
-// pause to the whole pool. Memory is bounded by configured carriers ×
-// peers. Safe for concurrent use.
-type overloadEvidence struct {
-	mu sync.Mutex
-	m  map[string]map[string]*peerSeen // carrier → peer
+// evidenceScope is what an overload answer may do, given the pool's
+// evidence.
+type evidenceScope int
+
+const (
+	evidenceNone evidenceScope = iota // one peer's calls: nothing
+	evidenceLone                      // the only caller: a short pause, a cut
+	evidencePool                      // several peers: the full answer
+)
+
+// judge turns the pool's evidence into what an overload answer may do.
+func judge(e pacing.Evidence) evidenceScope {
+	switch {
+	case e.Overloaded >= 2:
+		return evidencePool
+	case e.Callers <= 1:
+		return evidenceLone
+	}
+	return evidenceNone
 }
 
-type peerSeen struct{ call, overload time.Time }
+func (s evidenceScope) String() string {
+	switch s {
+	case evidencePool:
+		return "several peers"
+	case evidenceLone:
+		return "its only caller"
+	}
+	return "one peer of several"
+}
 
-// answered records a carrier's decisive answer to a peer's call (ringing,
-// or a final answer) at now, and for an overload answer reports whether
-// the pool should act on it.
-func (e *overloadEvidence) answered(carrier, peer string, overload bool, now time.Time) (poolWide bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.m == nil {
-		e.m = map[string]map[string]*peerSeen{}
+// evidenceWindows are the windows passed to the store.
+func evidenceWindows() pacing.EvidenceWindows {
+	return pacing.EvidenceWindows{Callers: evidenceCallers, Overload: evidenceOverload}
+}
+
+// callerReports remembers when this node last reported each peer as a
+// caller of each carrier. Keys are configured carrier and peer names (and
+// PeerUnknown), so the map is bounded; entries older than evidenceCallers
+// are dropped as it is used.
+type callerReports struct {
+	mu    sync.Mutex
+	m     map[string]time.Time
+	swept time.Time
+}
+
+// due reports whether peer's call of carrier should be reported at now,
+// and marks it reported.
+func (r *callerReports) due(carrier, peer string, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = map[string]time.Time{}
 	}
-	peers := e.m[carrier]
-	if peers == nil {
-		peers = map[string]*peerSeen{}
-		e.m[carrier] = peers
-	}
-	s := peers[peer]
-	if s == nil {
-		s = &peerSeen{}
-		peers[peer] = s
-	}
-	s.call = now
-	if overload {
-		s.overload = now
-	}
-	callers, overloaded := 0, 0
-	for name, ps := range peers {
-		if now.Sub(ps.call) > evidenceCallers {
-			delete(peers, name) // forget peers that stopped calling
-			continue
-		}
-		callers++
-		if !ps.overload.IsZero() && now.Sub(ps.overload) <= evidenceOverload {
-			overloaded++
+	if now.Sub(r.swept) > evidenceCallers {
+		r.swept = now
+		for k, at := range r.m {
+			if now.Sub(at) > evidenceCallers {
+				delete(r.m, k)
+			}
 		}
 	}
-	return overload && (overloaded >= 2 || callers == 1)
+	k := carrier + "\x00" + peer
+	if at, ok := r.m[k]; ok && now.Sub(at) < callerReportEvery {
+		return false
+	}
+	r.m[k] = now
+	return true
+}
+
+// forget drops the reports of peer's calls of carrier, so the next one is
+// reported (its report failed).
+func (r *callerReports) forget(carrier, peer string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.m, carrier+"\x00"+peer)
+}
+
+// noteCaller reports, in the background, that peer called car (a decisive
+// answer that is not an overload answer), at most once per
+// callerReportEvery per carrier and peer.
+func (p *Proxy) noteCaller(cfg *config.Config, car *config.Carrier, peer string) {
+	if !p.callers.due(car.Name, peer, time.Now()) {
+		return
+	}
+	pc, name := p.pacingCarrier(cfg, car), car.Name
+	key := "caller:" + name + "\x00" + peer
+	if !p.storeCalls.start(key) {
+		return
+	}
+	go func() {
+		defer p.storeCalls.done(key)
+		defer p.panics.Recover("sip.evidence", nil)
+		ctx, cancel := context.WithTimeout(p.base, storeBudget)
+		defer cancel()
+		if _, err := p.pacer.Evidence(ctx, pc, peer, false, evidenceWindows()); err != nil {
+			p.callers.forget(name, peer)
+			p.log.Debug("carrier caller not recorded: the store failed", "carrier", name, "peer", peer, "error", err)
+		}
+	}()
+}
+
+// backPressure acts, in the background, on car's overload answer to a
+// call of peer: it records the evidence in the store and, as far as the
+// pool's evidence allows (judge), cuts an adaptive carrier's rate (cut)
+// and pauses the carrier for the span its Retry-After asked (asked, 0:
+// none), capped by retry_after_max (and lonePause for the only caller).
+// probe, when not empty, is the member of the call's
+// half-open probe slot: unless the carrier is paused again, its claim is
+// freed for the next call. The call itself moves on at once.
+func (p *Proxy) backPressure(cfg *config.Config, car *config.Carrier, peer string, code int, cut bool, asked time.Duration, probe string) {
+	pc, a, name, capped := p.pacingCarrier(cfg, car), p.aimdOf(car), car.Name, car.RetryAfterCap()
+	key := "overload:" + name + "\x00" + peer
+	if !p.storeCalls.start(key) {
+		// One at a time per carrier and peer: a carrier answering
+		// thousands of calls with 503 must not start thousands of store
+		// calls. The one under way records this peer's overload.
+		if probe != "" {
+			p.probeDone(cfg, car, probe, false)
+		}
+		return
+	}
+	go func() {
+		defer p.storeCalls.done(key)
+		defer p.panics.Recover("sip.back_pressure", nil)
+		ctx, cancel := context.WithTimeout(p.base, storeBudget)
+		defer cancel()
+		paused := false
+		defer func() {
+			if probe != "" && !paused {
+				p.probeDoneNow(ctx, pc, name, probe, false)
+			}
+		}()
+		ev, err := p.pacer.Evidence(ctx, pc, peer, true, evidenceWindows())
+		if err != nil {
+			p.log.Warn("carrier pushed back, but the store failed", "carrier", name, "status", code, "error", err)
+			return
+		}
+		scope := judge(ev)
+		if scope == evidenceNone {
+			p.log.Debug("carrier pushed back one peer of several: not acted on", "carrier", name, "peer", peer, "status", code,
+				"callers", ev.Callers, "overloaded", ev.Overloaded)
+			return
+		}
+		if cut {
+			r, err := p.pacer.Adapt(ctx, pc, a, true)
+			if err != nil {
+				p.log.Warn("carrier pushed back, but the store failed", "carrier", name, "status", code, "error", err)
+			} else {
+				p.rates.set(name, r.CPS)
+				p.m.EffectiveCPS.WithLabelValues(name).Set(r.CPS)
+				if r.Cut {
+					p.log.Info("carrier pushed back: its effective cps lowered for the pool", "carrier", name, "status", code,
+						"effective_cps", r.CPS, "cps", a.Max, "evidence", scope.String())
+				}
+			}
+		}
+		if asked <= 0 {
+			return
+		}
+		span := min(asked, capped)
+		if scope == evidenceLone {
+			span = min(span, lonePause)
+		}
+		reason := "Retry-After " + strconv.Itoa(int(asked/time.Second)) + " in a " + strconv.Itoa(code) + " to " + scope.String()
+		if span < asked {
+			reason += ", paused " + span.String()
+		}
+		st, err := p.pacer.Pause(ctx, pc, span, reason)
+		if err != nil {
+			p.log.Warn("carrier asked the pool to wait, but the store failed", "carrier", name, "retry_after", span.String(), "error", err)
+			return
+		}
+		paused = true
+		if st.Changed {
+			p.log.Info("carrier asked the pool to wait: no new calls to it until the pause ends, then one call tries it",
+				"carrier", name, "retry_after", asked.String(), "pause", span.String(), "evidence", scope.String())
+		}
+	}()
+}
+
+// probeDone tells the store, in the background, that the half-open probe
+// call member to car ended: ok (the carrier answered it) ends the pause.
+func (p *Proxy) probeDone(cfg *config.Config, car *config.Carrier, member string, ok bool) {
+	pc, name := p.pacingCarrier(cfg, car), car.Name
+	go func() {
+		defer p.panics.Recover("sip.probe_done", nil)
+		ctx, cancel := context.WithTimeout(p.base, storeBudget)
+		defer cancel()
+		p.probeDoneNow(ctx, pc, name, member, ok)
+	}()
+}
+
+func (p *Proxy) probeDoneNow(ctx context.Context, pc pacing.Carrier, name, member string, ok bool) {
+	st, err := p.pacer.ProbeDone(ctx, pc, member, ok)
+	switch {
+	case err != nil:
+		p.log.Warn("probe call of a paused carrier ended, but the store failed", "carrier", name, "answered", ok, "error", err)
+	case ok && st.Changed:
+		p.log.Info("carrier paused by its Retry-After answered the call that tried it: the pause is over", "carrier", name)
+	}
 }

@@ -181,6 +181,11 @@ func (p *Proxy) newIngress() (*ingress.Ingress, error) {
 		Drop: func(reason string) {
 			p.m.SIPErrors.WithLabelValues(reason).Inc()
 		},
+		Congested: func(l ingress.Lane) {
+			if l == ingress.LaneFast {
+				p.noteBehind(time.Now())
+			}
+		},
 		Panic: func(where string, v any) {
 			_ = p.panics.Report("sip."+where, v, debug.Stack())
 		},
@@ -282,6 +287,12 @@ func (p *Proxy) shedDatagram(d *ingress.Datagram) bool {
 // while the inflight bound is taken (a peer's new INVITE), else parsed and
 // handed to the screen and sipgo's transaction layer.
 func (p *Proxy) handleDatagram(d *ingress.Datagram) {
+	if d.Lane == ingress.LaneFast {
+		if now := time.Now(); now.Sub(d.At) > behindLag {
+			// An answer waited this long in the node's own queue.
+			p.noteBehind(now)
+		}
+	}
 	if d.Info.Kind == ingress.KindInvite && d.Known && p.shedRawFrom(d.Conn, d.From, d.Data, false, nil) {
 		return
 	}

@@ -300,3 +300,27 @@ func TestParameterBoundOnTCP(t *testing.T) {
 		t.Fatalf("a plain OPTIONS on a new connection: %q, %v", buf[:n], err)
 	}
 }
+
+// TestNodeBehind (issue 22, item C10): the node counts as behind (carrier
+// timeouts are then not held against carriers) only when its own read
+// path delays answers: a fast-lane datagram handled more than behindLag
+// after it was read, or the fast lane full for every party (the ingress
+// says so: TestCongested there). An answer handled in time is not.
+func TestNodeBehind(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	cfg := testConfig(carrierCfg("a", car))
+	adm, pacer := newFakes()
+	h := startProxyOpts(t, Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer})
+	_, from := peerSocket(t)
+	bye := []byte(strangerRequest("BYE", h.udp, "127.0.0.1:5999", "dlg")(from.String()))
+	d := &ingress.Datagram{Data: bye, From: from, Conn: h.p.listeners[0].udp, Known: true, Lane: ingress.LaneFast, At: time.Now()}
+	h.p.handleDatagram(d)
+	if h.p.nodeBehind() {
+		t.Fatal("behind after a BYE handled at once")
+	}
+	d.At = time.Now().Add(-2 * behindLag)
+	h.p.handleDatagram(d)
+	if !h.p.nodeBehind() {
+		t.Fatal("not behind after a BYE waited twice behindLag")
+	}
+}

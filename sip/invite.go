@@ -328,18 +328,31 @@ func (c *call) route(carriers []string) {
 			c.skipped(name, "down")
 			continue
 		}
+		if lp := p.pacer.LocalPause(p.pacingCarrier(cfg, car)); lp.Paused && time.Now().Before(lp.Until) {
+			// Paused (its Retry-After) and the span still runs: skipped
+			// at once, no place nor slot taken.
+			p.m.Pacing.WithLabelValues(name, metrics.PacingPaused).Inc()
+			c.pausedSkip(name)
+			continue
+		}
 		if !c.occupyCarrier(car) {
 			c.callsFull = true
 			p.m.Reroutes.WithLabelValues(name, metrics.RerouteCallsFull).Inc()
 			c.skipped(name, "max_calls full")
 			continue
 		}
-		ticket, state, wait, err := p.awaitCarrier(c.ctx, c.log, cfg, car, c.member+"#"+strconv.Itoa(i), c.gateKeys)
-		c.wait, c.waited = wait, true
+		member := c.member + "#" + strconv.Itoa(i)
+		ticket, state, wait, err := p.awaitCarrier(c.ctx, c.log, cfg, car, member, c.gateKeys)
+		if state != carrierPaused { // a pause's span is no slot wait
+			c.wait, c.waited = wait, true
+		}
 		if state != carrierReady {
 			c.releaseCarrier(car)
 		}
 		switch state {
+		case carrierPaused:
+			c.pausedSkip(name)
+			continue
 		case carrierFull:
 			p.m.Reroutes.WithLabelValues(name, metrics.RerouteFull).Inc()
 			c.skipped(name, "full (wait "+wait.Round(time.Millisecond).String()+" over max_wait "+car.MaxWait.String()+")")
@@ -357,7 +370,11 @@ func (c *call) route(carriers []string) {
 			c.respond(sipmsg.StatusServiceUnavailable, "Service Unavailable")
 			return
 		}
-		res, retry := c.forward(car, ticket)
+		probe := ""
+		if ticket.Probe {
+			probe = member
+		}
+		res, retry := c.forward(car, ticket, probe)
 		if !retry {
 			if c.detail != "" && c.reason == "" {
 				c.reason = reasonRerouted // taken, past the carriers in detail
@@ -401,6 +418,13 @@ func (c *call) route(carriers []string) {
 	c.refuse(metrics.OutcomeRejectedQueue, reasonNoCarrier)
 	c.log.Debug("no carrier of the route could take the call in time", "carriers", len(carriers))
 	c.respond(sipmsg.StatusServiceUnavailable, "No Carrier Available")
+}
+
+// pausedSkip records that the call went past carrier name because it is
+// paused (its Retry-After).
+func (c *call) pausedSkip(name string) {
+	c.p.m.Reroutes.WithLabelValues(name, metrics.ReroutePaused).Inc()
+	c.skipped(name, "paused")
 }
 
 // storeFailed ends a call whose store call (what: admission, max_calls)
@@ -509,9 +533,13 @@ func (c *call) relay(res *sipmsg.Response) error {
 // forward sends the INVITE to one carrier and relays its responses. retry
 // reports that the carrier failed before any provisional response above 100
 // (5xx, 408, timeout, transport error) and the next carrier may be tried;
-// res is then the failure response, if any.
-func (c *call) forward(car *config.Carrier, ticket pacing.Ticket) (res *sipmsg.Response, retry bool) {
+// res is then the failure response, if any. probe, when not empty, is the
+// slot member of a call that is the half-open probe of the carrier's pause:
+// its outcome ends the pause or lets the next call try (probeDone).
+func (c *call) forward(car *config.Carrier, ticket pacing.Ticket, probe string) (res *sipmsg.Response, retry bool) {
 	p := c.p
+	hooks := &carrierHooks{c: c, car: car, probe: probe}
+	defer hooks.probeEnded(false) // no answer that decides: the next call tries
 	target, err := carrierTargetOf(c.cfg, car)
 	if err != nil {
 		c.log.Debug("bad carrier uri", "carrier", car.Name, "error", err)
@@ -544,7 +572,6 @@ func (c *call) forward(car *config.Carrier, ticket pacing.Ticket) (res *sipmsg.R
 	// The carrier has car.Setup() to answer with a provisional response
 	// above 100 (a 100 Trying alone does not count: a carrier that takes
 	// calls and never rings them is as good as down), then the ring timer.
-	hooks := &carrierHooks{c: c, car: car}
 	l := &relayLeg{p: p, up: c, out: p.outboundInvite(c.cfg, c.req, target, token), ctx: c.ctx,
 		setup: car.Setup(), ring: ringTimeout, carrier: hooks}
 	if err := l.send(target); err != nil {
@@ -576,6 +603,20 @@ type carrierHooks struct {
 	car       *config.Carrier
 	sentAt    time.Time
 	setupSeen bool
+	// probe is the member of the half-open probe slot the call holds ("":
+	// none, or its outcome told already).
+	probe string
+}
+
+// probeEnded tells the store the outcome of the call's half-open probe,
+// once: ok (the carrier answered) ends the carrier's pause.
+func (h *carrierHooks) probeEnded(ok bool) {
+	if h.probe == "" {
+		return
+	}
+	member := h.probe
+	h.probe = ""
+	h.c.p.probeDone(h.c.cfg, h.car, member, ok)
 }
 
 // response counts the carrier's answer by class, and observes the setup
@@ -591,11 +632,13 @@ func (h *carrierHooks) response(code int) {
 	}
 }
 
-// reached marks the carrier healthy.
+// reached marks the carrier healthy (and, for the half-open probe of its
+// pause, ends the pause).
 func (h *carrierHooks) reached() {
 	p := h.c.p
 	p.calledCarrier(h.car.Name, true, "")
-	p.overloads.answered(h.car.Name, h.c.peer, false, time.Now())
+	p.noteCaller(h.c.cfg, h.car, h.c.peer)
+	h.probeEnded(true)
 }
 
 // failed decides whether a failure before setup passes the call on: an
@@ -607,22 +650,18 @@ func (h *carrierHooks) failed(r *sipmsg.Response) bool {
 	if over || paused {
 		// Back-pressure, not failure: health is untouched, the call tries
 		// the next carrier. The pool slows down (an adaptive carrier's
-		// AIMD cut) or pauses (Retry-After) only on evidence one peer
-		// cannot make up by dialling numbers the carrier refuses
-		// (evidence.go).
-		if p.overloads.answered(car.Name, c.peer, true, time.Now()) {
-			if over {
-				p.pushBack(c.cfg, car, r.StatusCode)
-			}
-			if paused {
-				p.blockCarrier(c.cfg, car, span)
-			}
-		}
+		// AIMD cut) or pauses (Retry-After) only on the pool's evidence,
+		// which one peer cannot make up by dialling numbers the carrier
+		// refuses (evidence.go). A probe call's claim goes with it.
+		probe := h.probe
+		h.probe = ""
+		p.backPressure(c.cfg, car, c.peer, r.StatusCode, over, span, probe)
 		return true
 	}
 	if r.StatusCode == 408 || (r.StatusCode >= 500 && r.StatusCode < 600) {
-		p.overloads.answered(car.Name, c.peer, false, time.Now())
+		p.noteCaller(c.cfg, car, c.peer)
 		p.calledCarrier(car.Name, false, strconv.Itoa(r.StatusCode)+" "+phrase(r.Reason))
+		h.probeEnded(false)
 		return true
 	}
 	return false
@@ -632,6 +671,7 @@ func (h *carrierHooks) failed(r *sipmsg.Response) bool {
 func (h *carrierHooks) timedOut() {
 	h.c.p.m.CarrierResponses.WithLabelValues(h.car.Name, metrics.ClassTimeout).Inc()
 	h.c.p.carrierTimedOut(h.car.Name, "no ringing within "+h.car.Setup().String())
+	h.probeEnded(false)
 }
 
 // answering sets the call up: its places stay until its BYE (seen through
@@ -653,8 +693,9 @@ func (h *carrierHooks) answering(r *sipmsg.Response) {
 // it up, so endCall frees the call's places.
 func (h *carrierHooks) lost() { h.c.answered = false }
 
-// maxRetryAfter caps the span a carrier's Retry-After blocks it for.
-const maxRetryAfter = time.Hour
+// maxRetryAfter caps the span read from a carrier's Retry-After (the pause
+// is capped further by its retry_after_max).
+const maxRetryAfter = config.MaxRetryAfterMax
 
 // retryAfter returns the span of an overload answer's Retry-After (RFC 3261
 // 20.33: delta-seconds, then an optional comment and parameters): for a 503
@@ -681,29 +722,6 @@ func retryAfter(r *sipmsg.Response) (time.Duration, bool) {
 	// Clamped before the multiplication: 10 digits of seconds overflow a
 	// time.Duration into a negative span.
 	return time.Duration(min(n, int(maxRetryAfter/time.Second))) * time.Second, true
-}
-
-// blockCarrier stops the whole pool from sending car new calls for span
-// (its overload answer's Retry-After): a blocking span in its slot set,
-// which every node's next Reserve sees. It runs in the background, bounded
-// by storeBudget; the call itself moves on to the next carrier at once.
-func (p *Proxy) blockCarrier(cfg *config.Config, car *config.Carrier, span time.Duration) {
-	pc := p.pacingCarrier(cfg, car)
-	name := car.Name
-	if !p.storeCalls.start("block:" + name) {
-		return // one at a time per carrier: a flood of 503s is one block
-	}
-	go func() {
-		defer p.storeCalls.done("block:" + name)
-		defer p.panics.Recover("sip.block_carrier", nil)
-		ctx, cancel := context.WithTimeout(p.base, storeBudget)
-		defer cancel()
-		if err := p.pacer.Block(ctx, pc, span); err != nil {
-			p.log.Warn("carrier asked the pool to wait, but the store failed", "carrier", name, "retry_after", span.String(), "error", err)
-			return
-		}
-		p.log.Info("carrier asked the pool to wait: no new calls to it until the span ends", "carrier", name, "retry_after", span.String())
-	}()
 }
 
 // outboundInvite builds the INVITE forwarded to a carrier at target (an

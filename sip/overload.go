@@ -209,30 +209,45 @@ func (u *inflightUnit) releaseInflight() {
 	}
 }
 
-// overloadMemory is how long after its last shed call the node counts as
-// overloaded for carrier health: a call forwarded then may wait out its
-// whole setup_timeout (2 s by default) with the carrier's answer in the
-// node's own queue.
+// overloadMemory is how long after the node was last seen behind (see
+// nodeBehind) it counts as overloaded for carrier health: a call forwarded
+// then may wait out its whole setup_timeout (2 s by default) with the
+// carrier's answer in the node's own queue.
 const overloadMemory = 5 * time.Second
 
-// overloaded reports whether the node shed a call within overloadMemory.
-// While it does, carrier timeouts (a call not rung in time, a probe not
-// answered) are not held against the carrier (probe.go): they measure the
-// node as much as the carrier, as store timeouts do (store.Failover).
-func (p *Proxy) overloaded() bool {
-	last := p.lastShed.Load()
+// behindLag is how long a response or in-dialog request may wait in the
+// UDP read path's fast lane (ingress.go) before the node counts as behind:
+// a quarter of a probe's default timeout.
+const behindLag = 250 * time.Millisecond
+
+// nodeBehind reports whether the node itself was behind within
+// overloadMemory: a datagram of its read path's fast lane (carriers' and
+// peers' answers and in-dialog requests) waited more than behindLag
+// before a worker took it, or found that lane full for everyone (not one
+// party's share of it). While it is, carrier timeouts (a call not rung in
+// time, a probe not answered) are not held against the carrier (probe.go):
+// the answer may be waiting in the node's own queue, as store timeouts
+// measure the node as much as the store (store.Failover). Sheds do not
+// count: one peer overrunning its share of the read path, or its burst
+// finding the inflight bound taken, says nothing of how fast the node
+// reads the carriers' answers, and must not keep a dead carrier up.
+func (p *Proxy) nodeBehind() bool {
+	last := p.behindAt.Load()
 	return last != 0 && time.Since(time.Unix(0, last)) < overloadMemory
 }
 
-// noteShed records a call of peer shed for overload at now, for
-// overloaded. A shed at the inflight bound (bound) also counts toward the
-// reduction peer is asked for when it asks for overload control (oc.go), which is recomputed
-// here when its period is over so that it follows the shedding even while
-// no such client sends anything. A shed only because the caller's own
-// share of the read path's new-call lane is full (ingress.go) does not: that is one
-// party's overrun of its own share, not the node's overload.
+// noteBehind records that the node was behind at now (nodeBehind).
+func (p *Proxy) noteBehind(now time.Time) { p.behindAt.Store(now.UnixNano()) }
+
+// noteShed records a call of peer shed for overload at now. A shed at the
+// inflight bound (bound) counts toward the reduction peer is asked for when
+// it asks for overload control (oc.go), which is recomputed here when its
+// period is over so that it follows the shedding even while no such client
+// sends anything. A shed only because the caller's own share of the read
+// path's new-call lane is full (ingress.go) does not: that is one party's
+// overrun of its own share, not the node's overload. No shed makes the node
+// count as behind (nodeBehind).
 func (p *Proxy) noteShed(peer string, now time.Time, bound bool) {
-	p.lastShed.Store(now.UnixNano())
 	if bound && peer != "" {
 		// Recompute first: once a period is over, this shed belongs to
 		// the next one, not to the period (or quiet gap) that ended.

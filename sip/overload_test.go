@@ -2,6 +2,7 @@ package sip
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/cpsguard/cpsguard/admission"
 	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/internal/redistest"
 	"github.com/cpsguard/cpsguard/internal/siptest"
 	"github.com/cpsguard/cpsguard/metrics"
 )
@@ -181,11 +183,12 @@ func TestInflightUnitOfAnAbsorbedInviteIsReturned(t *testing.T) {
 	}
 }
 
-// TestCarrierTimeoutWhileSheddingIsNotCounted: a call the carrier did not
-// ring in time, while the node sheds, is not held against the carrier (the
-// answer may have waited in the node's own queue); once the node has not
-// shed for overloadMemory, it is, and asks for a confirming probe.
-func TestCarrierTimeoutWhileSheddingIsNotCounted(t *testing.T) {
+// TestCarrierTimeoutWhileBehindIsNotCounted: a call the carrier did not
+// ring in time, while the node is behind on its own queue, is not held
+// against the carrier (the answer may have waited in the node's own
+// queue); once the node has not been behind for overloadMemory, it is,
+// and asks for a confirming probe.
+func TestCarrierTimeoutWhileBehindIsNotCounted(t *testing.T) {
 	fa, pacer := newFakes()
 	car := carrierCfg("a", siptest.StartCarrier(t, "127.0.0.1", nil))
 	car.Probe = &config.Probe{Interval: time.Hour, Timeout: time.Second, DownAfter: 1, UpAfter: 1}
@@ -205,15 +208,15 @@ func TestCarrierTimeoutWhileSheddingIsNotCounted(t *testing.T) {
 		}
 	}
 
-	p.lastShed.Store(time.Now().UnixNano())
+	p.noteBehind(time.Now())
 	p.carrierTimedOut("a", "no ringing within 2s")
 	if kicked() {
-		t.Fatal("a carrier timeout while the node sheds asked for a probe, want it not counted")
+		t.Fatal("a carrier timeout while the node is behind asked for a probe, want it not counted")
 	}
-	p.lastShed.Store(time.Now().Add(-overloadMemory - time.Second).UnixNano())
+	p.noteBehind(time.Now().Add(-overloadMemory - time.Second))
 	p.carrierTimedOut("a", "no ringing within 2s")
 	if !kicked() {
-		t.Fatal("a carrier timeout of a node not shedding asked for no probe, want one (down_after 1)")
+		t.Fatal("a carrier timeout of a node not behind asked for no probe, want one (down_after 1)")
 	}
 }
 
@@ -243,5 +246,82 @@ func TestInviteKeyFollowsSipgo(t *testing.T) {
 	}
 	if x, y := inviteKeyOf(invite("legacy", ":5060", "one")), inviteKeyOf(invite("legacy", ":5060", "two")); x == y {
 		t.Error("RFC 2543 branch: the Call-ID must stay in the key, as in sipgo's")
+	}
+}
+
+// TestShedsDoNotMaskCarrierTimeouts (issue 22, item C10): a shed, whether
+// a peer overran its own share of the read queue or found the inflight
+// bound taken, says nothing of the node's own lateness: a carrier's
+// timeout right after it still counts against the carrier.
+func TestShedsDoNotMaskCarrierTimeouts(t *testing.T) {
+	for _, bound := range []bool{false, true} {
+		t.Run(fmt.Sprintf("inflight bound taken %v", bound), func(t *testing.T) {
+			fa, pacer := newFakes()
+			car := carrierCfg("a", siptest.StartCarrier(t, "127.0.0.1", nil))
+			car.Probe = &config.Probe{Interval: time.Hour, Timeout: time.Second, DownAfter: 1, UpAfter: 1}
+			cfg := testConfig(car)
+			p, err := New(Options{Config: func() *config.Config { return cfg }, Admission: fa, Pacer: pacer, Logger: testLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			kick := make(chan struct{}, 1)
+			p.probeKicks.Store("a", kick)
+			p.noteShed("dialer-1", time.Now(), bound)
+			p.carrierTimedOut("a", "no ringing within 2s")
+			select {
+			case <-kick:
+			default:
+				t.Error("a carrier timeout right after a shed was not counted (no confirming probe asked for)")
+			}
+		})
+	}
+}
+
+// TestE2EOnePeersShedsDoNotKeepADeadCarrierUp (issue 22, item C10): a
+// peer whose new calls are shed again and again (the inflight bound is
+// taken) does not keep a dead carrier up: its probes still fail and count.
+func TestE2EOnePeersShedsDoNotKeepADeadCarrierUp(t *testing.T) {
+	adm, pacer := newFakes()
+	dead := carrierCfg("dead", siptest.StartCarrier(t, "127.0.0.1", nil))
+	dead.URI = fmt.Sprintf("sip:127.0.0.1:%d", redistest.FreePort(t)) // nothing answers there
+	dead.Probe = &config.Probe{Interval: 200 * time.Millisecond, Timeout: 100 * time.Millisecond, DownAfter: 2, UpAfter: 1}
+	cfg := testConfig(dead)
+	cfg.SIP.MaxInflight = 1
+	h := startProxy(t, cfg, adm, pacer)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+
+	// The node's one unit is taken (as by a call being decided): every new
+	// call of the peer is shed, one after the other.
+	if !h.p.tryInflight(1) {
+		t.Fatal("the unit is taken already")
+	}
+	t.Cleanup(h.p.inflight.release)
+	stop := make(chan struct{})
+	shedding := make(chan struct{})
+	go func() {
+		defer close(shedding)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_ = caller.Final(ctxT(t, 2*time.Second), caller.Invite(h.udp))
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	deadline := time.Now().Add(8 * time.Second)
+	for testutil.ToFloat64(h.m.CarrierUp.WithLabelValues("dead")) != 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(stop)
+	<-shedding
+	sheds := testutil.ToFloat64(h.m.Calls.WithLabelValues("dialer-1", metrics.OutcomeRejectedOverload))
+	if up := testutil.ToFloat64(h.m.CarrierUp.WithLabelValues("dead")); up != 0 {
+		t.Fatalf("a dead carrier still up after 8 s of failed probes while one peer's calls were shed (%v sheds, %v probes failed)",
+			sheds, testutil.ToFloat64(h.m.CarrierProbes.WithLabelValues("dead", metrics.ProbeFailed)))
+	}
+	if sheds < 2 {
+		t.Fatalf("%v calls shed: the test did not shed", sheds)
 	}
 }

@@ -24,22 +24,29 @@ const (
 	carrierStopped
 	// carrierStoreFailed: the pacing store failed.
 	carrierStoreFailed
+	// carrierPaused: the carrier is paused (its Retry-After): no slot, or
+	// the slot given back just before the send.
+	carrierPaused
 )
 
 // awaitCarrier waits until a send to car may go (pacing.Pacer.Acquire: the
 // carrier's slot within max_wait, then the send gate for the carrier and
-// for keys, the call's admission limits). On carrierReady the returned
-// ticket is stamped once the request has left; err is set with
-// carrierStoreFailed. wait is the slot's wait: granted, or the one refused
-// as too long. It updates the pacing metrics (names and labels are sip's,
-// from the Trace); log gets a debug line for a full carrier and for a late
-// wake.
+// for keys, the call's admission limits); a paused carrier is
+// carrierPaused, at once or when it paused while the call waited. On
+// carrierReady the returned ticket is stamped once the request has left;
+// err is set with carrierStoreFailed. wait is the slot's wait: granted, or
+// the one refused as too long. It updates the pacing metrics (names and
+// labels are sip's, from the Trace); log gets a debug line for a full or
+// paused carrier and for a late wake.
 func (p *Proxy) awaitCarrier(ctx context.Context, log *slog.Logger, cfg *config.Config, car *config.Carrier, member string, keys []pacing.GateKey) (ticket pacing.Ticket, state carrierState, wait time.Duration, err error) {
 	trace := &pacing.Trace{
 		Reserved: func(slot pacing.Slot, failed error) {
 			decided(ctx) // what remains is a timer and a send: no longer in flight
 			switch {
 			case failed != nil:
+			case slot.Paused:
+				p.m.Pacing.WithLabelValues(car.Name, metrics.PacingPaused).Inc()
+				log.Debug("carrier paused", "carrier", car.Name, "left", slot.Wait)
 			case !slot.OK:
 				p.m.Pacing.WithLabelValues(car.Name, metrics.PacingFull).Inc()
 				log.Debug("carrier full", "carrier", car.Name, "wait", slot.Wait, "max_wait", car.MaxWait)
@@ -53,6 +60,10 @@ func (p *Proxy) awaitCarrier(ctx context.Context, log *slog.Logger, cfg *config.
 			p.m.Pacing.WithLabelValues(car.Name, metrics.PacingLate).Inc()
 			log.Debug("woke too late for the slot: taking the next", "carrier", car.Name, "late", late)
 		},
+		Paused: func(pacing.Slot) {
+			p.m.Pacing.WithLabelValues(car.Name, metrics.PacingPaused).Inc()
+			log.Debug("carrier paused while the call waited: slot given back", "carrier", car.Name)
+		},
 	}
 	pc := policy.Of(cfg).Carrier(car)
 	keys = append(keys, pacing.GateKey{Key: pc.ID, CPS: p.carrierCPS(car)})
@@ -64,6 +75,8 @@ func (p *Proxy) awaitCarrier(ctx context.Context, log *slog.Logger, cfg *config.
 		return ticket, carrierStopped, ticket.Wait, nil
 	case err != nil:
 		return ticket, carrierStoreFailed, ticket.Wait, err
+	case ticket.Paused:
+		return ticket, carrierPaused, ticket.Wait, nil
 	case !ticket.OK:
 		return ticket, carrierFull, ticket.Wait, nil
 	}

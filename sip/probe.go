@@ -129,20 +129,29 @@ func (p *Proxy) runProbes(ctx context.Context) {
 
 // probeLoop probes one carrier at once, then every interval and whenever
 // kick fires (failed calls ask for a probe to confirm them), one probe at
-// a time, until ctx ends.
+// a time, until ctx ends. A good probe of a paused carrier ends its pause's
+// span (probeAnswered).
 func (p *Proxy) probeLoop(ctx context.Context, name string, spec probeSpec, kick <-chan struct{}) {
 	defer p.panics.Recover("sip.probe", nil)
 	t := time.NewTicker(spec.probe.Interval)
 	defer t.Stop()
 	for {
+		sent := time.Now()
 		ok, detail := p.probeOnce(ctx, spec)
 		if ctx.Err() != nil {
 			return
 		}
+		if ok {
+			if cfg := p.cfg(); cfg != nil {
+				if car := cfg.Carrier(name); car != nil {
+					p.probeAnswered(ctx, cfg, car, time.Since(sent))
+				}
+			}
+		}
 		again := false
-		if !ok && strings.HasPrefix(detail, noAnswer) && p.overloaded() {
-			// Unanswered while this node sheds: the answer may be in its
-			// own queue (overload.go). Not evidence against the carrier.
+		if !ok && strings.HasPrefix(detail, noAnswer) && p.nodeBehind() {
+			// Unanswered while this node is behind: the answer may be in
+			// its own queue (overload.go). Not evidence against the carrier.
 			detail += " (node overloaded: not counted)"
 		} else {
 			again = p.health.Probed(name, ok, detail)
@@ -268,10 +277,11 @@ func (p *Proxy) routeDown(cfg *config.Config, route []string) bool {
 const noAnswer = "no answer"
 
 // carrierTimedOut feeds a forwarded call the carrier did not ring in time
-// to the health tracker, unless this node is shedding: its own lateness
-// (the carrier's answer waiting in the node's queue) is not the carrier's.
+// to the health tracker, unless this node is behind (nodeBehind): its own
+// lateness (the carrier's answer waiting in the node's queue) is not the
+// carrier's.
 func (p *Proxy) carrierTimedOut(name, detail string) {
-	if p.overloaded() {
+	if p.nodeBehind() {
 		return
 	}
 	p.calledCarrier(name, false, detail)

@@ -37,20 +37,39 @@ type Admitter interface {
 }
 
 // Pacer waits until a call may be sent to a carrier, and keeps carriers'
-// pool-wide blocks and adaptive rates. *pacing.Pacer satisfies it.
+// pool-wide pauses, adaptive rates and overload evidence. *pacing.Pacer
+// satisfies it.
 type Pacer interface {
 	// Acquire takes the carrier's next send slot within c.MaxWait, waits
 	// for it and passes this node's send gate for gate; a Ticket with OK
-	// false is a full carrier. It returns ctx.Err() when ctx ends first;
-	// any other error is the store's. Unless the Ticket is OK, nothing is
-	// held. trace (may be nil) is told of each step.
+	// false is a full or paused carrier. It returns ctx.Err() when ctx
+	// ends first; any other error is the store's. Unless the Ticket is OK,
+	// nothing is held. trace (may be nil) is told of each step.
 	Acquire(ctx context.Context, c pacing.Carrier, member string, trace *pacing.Trace, gate ...pacing.GateKey) (pacing.Ticket, error)
-	// Block grants no slot of carrier c, on any node, for span from now.
-	Block(ctx context.Context, c pacing.Carrier, span time.Duration) error
+	// Pause grants no slot of carrier c, on any node, for span from now;
+	// then one call tries it (half-open).
+	Pause(ctx context.Context, c pacing.Carrier, span time.Duration, reason string) (pacing.Pause, error)
+	// Paused reads c's pause from the store.
+	Paused(ctx context.Context, c pacing.Carrier) (pacing.Pause, error)
+	// ProbeDone ends the half-open probe call member of c's pause: ok ends
+	// the pause, else the next call tries.
+	ProbeDone(ctx context.Context, c pacing.Carrier, member string, ok bool) (pacing.Pause, error)
+	// OpenPause ends the span of a pause at least minAge old (a good
+	// OPTIONS probe): one call tries the carrier.
+	OpenPause(ctx context.Context, c pacing.Carrier, minAge time.Duration) (pacing.Pause, error)
+	// Unpause ends c's pause for the pool.
+	Unpause(ctx context.Context, c pacing.Carrier) (pacing.Pause, error)
+	// LocalPause is what this node knows of c's pause, without I/O.
+	LocalPause(c pacing.Carrier) pacing.Pause
+	// Evidence records that peer called c (overload: and got an overload
+	// answer) and counts the peers of the pool that did lately.
+	Evidence(ctx context.Context, c pacing.Carrier, peer string, overload bool, w pacing.EvidenceWindows) (pacing.Evidence, error)
 	// Adapt returns adaptive carrier c's effective rate, first decreasing
 	// it when overload (AIMD, pool-wide).
 	Adapt(ctx context.Context, c pacing.Carrier, a pacing.AIMD, overload bool) (pacing.Rate, error)
 }
+
+var _ Pacer = (*pacing.Pacer)(nil)
 
 // Options configure a Proxy. Config, Admission and Pacer are required.
 type Options struct {
@@ -192,8 +211,9 @@ type Proxy struct {
 	active     atomic.Int64
 	// inflight counts the new calls being decided (overload.go).
 	inflight inflightCount
-	// lastShed is when the screen last shed a call (Unix ns, overload.go).
-	lastShed atomic.Int64
+	// behindAt is when the node was last seen behind reading its own
+	// queues (Unix ns, overload.go: nodeBehind).
+	behindAt atomic.Int64
 	// oc are the reductions asked of overload-control clients, per peer (oc.go).
 	oc ocMeters
 	// rawSheds counts the calls the UDP workers shed from raw bytes
@@ -232,11 +252,12 @@ type Proxy struct {
 	health *health.Tracker
 	// rates are the adaptive carriers' effective rates, as last read.
 	rates rateCache
-	// overloads decides whether carriers' overload answers are pool-wide
-	// evidence (several peers) or one peer's calls.
-	overloads overloadEvidence
+	// callers remembers which peers this node reported as callers of
+	// which carriers lately (evidence.go).
+	callers callerReports
 	// storeCalls keeps the background store calls carriers' answers start
-	// (Retry-After blocks, AIMD cuts) to one per carrier at a time.
+	// (overload evidence, Retry-After pauses, AIMD cuts) to one per
+	// carrier and peer at a time.
 	storeCalls oneAtATime
 	// events writes the call event lines (log.events).
 	events *eventLog

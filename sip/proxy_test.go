@@ -64,7 +64,10 @@ type fakePacer struct {
 	err      error
 	reserved []string // keys
 	released []string // keys
-	blocked  []time.Duration
+	// paused are the spans of the pauses asked for (Pause); local keeps
+	// the pauses and the overload evidence.
+	paused []time.Duration
+	local  *pacing.LocalSlots
 	// rates are the adaptive carriers' effective rates (Adapt), by key;
 	// overloads counts the decreases asked for; reservedCPS is the rate
 	// each Acquire was asked to pace at.
@@ -86,8 +89,16 @@ type fakePacer struct {
 	pacer *pacing.Pacer
 }
 
+func (f *fakePacer) init() *pacing.Pacer {
+	f.once.Do(func() {
+		f.local = pacing.NewLocalSlots(nil)
+		f.pacer = pacing.NewPacerClock(fakeSlots{f}, fakeClock{f})
+	})
+	return f.pacer
+}
+
 func (f *fakePacer) Acquire(ctx context.Context, c pacing.Carrier, member string, trace *pacing.Trace, gate ...pacing.GateKey) (pacing.Ticket, error) {
-	f.once.Do(func() { f.pacer = pacing.NewPacerClock(fakeSlots{f}, fakeClock{f}) })
+	f.init()
 	f.mu.Lock()
 	f.reservedCPS = append(f.reservedCPS, c.CPS)
 	f.mu.Unlock()
@@ -120,8 +131,11 @@ func (c fakeClock) Sleep(ctx context.Context, d time.Duration) error {
 // fakeSlots is a fakePacer's slot store.
 type fakeSlots struct{ f *fakePacer }
 
-func (s fakeSlots) Reserve(_ context.Context, key, member string, _, maxWait time.Duration) (pacing.Slot, error) {
+func (s fakeSlots) Reserve(ctx context.Context, key, member string, _, maxWait time.Duration) (pacing.Slot, error) {
 	f := s.f
+	if st, err := f.local.Paused(ctx, key); err == nil && st.Paused && st.Left > 0 {
+		return pacing.Slot{Paused: true, Wait: st.Left, Key: key, Member: member}, nil
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.err != nil {
@@ -153,10 +167,33 @@ func (s fakeSlots) Release(_ context.Context, key, member string) error {
 	return nil
 }
 
-// The proxy blocks and adapts through fakePacer itself.
+// The proxy adapts through fakePacer itself; pauses and evidence are a
+// LocalSlots'.
 var errFakeSlots = errors.New("fakeSlots: not used by Acquire")
 
-func (fakeSlots) Block(context.Context, string, time.Duration) error { return errFakeSlots }
+func (s fakeSlots) Pause(ctx context.Context, key string, span time.Duration, reason string) (pacing.Pause, error) {
+	return s.f.local.Pause(ctx, key, span, reason)
+}
+
+func (s fakeSlots) Paused(ctx context.Context, key string) (pacing.Pause, error) {
+	return s.f.local.Paused(ctx, key)
+}
+
+func (s fakeSlots) ProbeDone(ctx context.Context, key, member string, ok bool) (pacing.Pause, error) {
+	return s.f.local.ProbeDone(ctx, key, member, ok)
+}
+
+func (s fakeSlots) OpenPause(ctx context.Context, key string, minAge time.Duration) (pacing.Pause, error) {
+	return s.f.local.OpenPause(ctx, key, minAge)
+}
+
+func (s fakeSlots) Unpause(ctx context.Context, key string) (pacing.Pause, error) {
+	return s.f.local.Unpause(ctx, key)
+}
+
+func (s fakeSlots) Evidence(ctx context.Context, key, peer string, overload bool, w pacing.EvidenceWindows) (pacing.Evidence, error) {
+	return s.f.local.Evidence(ctx, key, peer, overload, w)
+}
 
 func (fakeSlots) Adapt(context.Context, string, pacing.AIMD, bool) (pacing.Rate, error) {
 	return pacing.Rate{}, errFakeSlots
@@ -166,13 +203,36 @@ func (fakeSlots) Queue(context.Context, string, time.Duration) (pacing.QueueStat
 	return pacing.QueueState{}, errFakeSlots
 }
 
-// Block marks the carrier full (the fake has no clock) and records the span.
-func (f *fakePacer) Block(_ context.Context, c pacing.Carrier, span time.Duration) error {
+// Pause records the span and pauses the carrier in the fake's LocalSlots
+// (Reserve refuses a paused carrier; no half-open).
+func (f *fakePacer) Pause(ctx context.Context, c pacing.Carrier, span time.Duration, reason string) (pacing.Pause, error) {
+	p := f.init()
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.full[c.Key] = true
-	f.blocked = append(f.blocked, span)
-	return nil
+	f.paused = append(f.paused, span)
+	f.mu.Unlock()
+	return p.Pause(ctx, c, span, reason)
+}
+
+func (f *fakePacer) Paused(ctx context.Context, c pacing.Carrier) (pacing.Pause, error) {
+	return f.init().Paused(ctx, c)
+}
+
+func (f *fakePacer) ProbeDone(ctx context.Context, c pacing.Carrier, member string, ok bool) (pacing.Pause, error) {
+	return f.init().ProbeDone(ctx, c, member, ok)
+}
+
+func (f *fakePacer) OpenPause(ctx context.Context, c pacing.Carrier, minAge time.Duration) (pacing.Pause, error) {
+	return f.init().OpenPause(ctx, c, minAge)
+}
+
+func (f *fakePacer) Unpause(ctx context.Context, c pacing.Carrier) (pacing.Pause, error) {
+	return f.init().Unpause(ctx, c)
+}
+
+func (f *fakePacer) LocalPause(c pacing.Carrier) pacing.Pause { return f.init().LocalPause(c) }
+
+func (f *fakePacer) Evidence(ctx context.Context, c pacing.Carrier, peer string, overload bool, w pacing.EvidenceWindows) (pacing.Evidence, error) {
+	return f.init().Evidence(ctx, c, peer, overload, w)
 }
 
 // Adapt cuts the rate in half on overload (no clock, no increase) and
@@ -720,18 +780,28 @@ func TestGoroutinesReturnToBaseline(t *testing.T) {
 
 	var wg sync.WaitGroup
 	var ok atomic.Int64
+	var mu sync.Mutex
+	codes := map[int]int{}
 	for i := 0; i < 100; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if res := caller.Final(ctxT(t, 10*time.Second), caller.Invite(h.udp)); res != nil && res.StatusCode == 200 {
+			res := caller.Final(ctxT(t, 10*time.Second), caller.Invite(h.udp))
+			code := 0
+			if res != nil {
+				code = res.StatusCode
+			}
+			if code == 200 {
 				ok.Add(1)
 			}
+			mu.Lock()
+			codes[code]++
+			mu.Unlock()
 		}()
 	}
 	wg.Wait()
 	if n := ok.Load(); n != 100 {
-		t.Errorf("answered calls = %d, want 100", n)
+		t.Errorf("answered calls = %d, want 100 (final codes %v; 0: none)", n, codes)
 	}
 	waitFor(t, func() bool { return h.p.active.Load() == 0 }, "no active calls")
 	var now int
@@ -1731,10 +1801,10 @@ func TestRetryAfterBlocksTheCarrier(t *testing.T) {
 		t.Fatalf("first call: %v, want 200 from the second carrier", res)
 	}
 	pacer.mu.Lock()
-	n := len(pacer.blocked)
+	n := len(pacer.paused)
 	pacer.mu.Unlock()
 	if n != 0 {
-		t.Fatalf("blocked %d times on a 503 without Retry-After, want 0", n)
+		t.Fatalf("paused %d times on a 503 without Retry-After, want 0", n)
 	}
 	for _, tc := range []struct {
 		header string

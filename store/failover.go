@@ -331,17 +331,70 @@ func (f *Failover) Release(ctx context.Context, key, member string) error {
 	return lerr
 }
 
-// Block implements pacing.SlotStore: the span goes to Redis (the pool) and
-// to the local slots (this node, and the fallback if Redis goes away).
-func (f *Failover) Block(ctx context.Context, key string, span time.Duration) error {
-	lerr := f.o.LocalSlots.Block(ctx, key, span)
+// Pause implements pacing.SlotStore: the pause goes to Redis (the pool)
+// and to the local slots (this node, and the fallback if Redis goes away).
+func (f *Failover) Pause(ctx context.Context, key string, span time.Duration, reason string) (pacing.Pause, error) {
+	return f.both(ctx, "pause", key, func(s pacing.SlotStore) (pacing.Pause, error) { return s.Pause(ctx, key, span, reason) })
+}
+
+// ProbeDone implements pacing.SlotStore, on both stores like Pause.
+func (f *Failover) ProbeDone(ctx context.Context, key, member string, ok bool) (pacing.Pause, error) {
+	return f.both(ctx, "probe_done", key, func(s pacing.SlotStore) (pacing.Pause, error) { return s.ProbeDone(ctx, key, member, ok) })
+}
+
+// OpenPause implements pacing.SlotStore, on both stores like Pause.
+func (f *Failover) OpenPause(ctx context.Context, key string, minAge time.Duration) (pacing.Pause, error) {
+	return f.both(ctx, "open_pause", key, func(s pacing.SlotStore) (pacing.Pause, error) { return s.OpenPause(ctx, key, minAge) })
+}
+
+// Unpause implements pacing.SlotStore, on both stores like Pause.
+func (f *Failover) Unpause(ctx context.Context, key string) (pacing.Pause, error) {
+	return f.both(ctx, "unpause", key, func(s pacing.SlotStore) (pacing.Pause, error) { return s.Unpause(ctx, key) })
+}
+
+// both runs a pause operation on the local slots and, while it is in use,
+// on Redis, whose answer (the pool's) it returns.
+func (f *Failover) both(ctx context.Context, op, key string, run func(pacing.SlotStore) (pacing.Pause, error)) (pacing.Pause, error) {
+	local, lerr := run(f.o.LocalSlots)
 	if f.redisInUse() {
-		if err := f.o.RedisSlots.Block(ctx, key, span); err != nil {
-			f.fail("block", err)
-			return fmt.Errorf("store: block %q: %w", key, err)
+		st, err := run(f.o.RedisSlots)
+		if err != nil {
+			f.fail(op, err)
+			return pacing.Pause{}, fmt.Errorf("store: %s %q: %w", op, key, err)
 		}
+		f.ok()
+		return st, lerr
 	}
-	return lerr
+	return local, lerr
+}
+
+// Paused implements pacing.SlotStore. Like Queue it is a read and never
+// switches the mode.
+func (f *Failover) Paused(ctx context.Context, key string) (pacing.Pause, error) {
+	if f.redisInUse() {
+		return f.o.RedisSlots.Paused(ctx, key)
+	}
+	return f.o.LocalSlots.Paused(ctx, key)
+}
+
+// Evidence implements pacing.SlotStore: the pool's on Redis; in fallback,
+// this node's own.
+func (f *Failover) Evidence(ctx context.Context, key, peer string, overload bool, w pacing.EvidenceWindows) (pacing.Evidence, error) {
+	if f.redisInUse() {
+		e, err := f.o.RedisSlots.Evidence(ctx, key, peer, overload, w)
+		if err == nil {
+			f.ok()
+			return e, nil
+		}
+		if callerGaveUp(ctx) {
+			return e, err
+		}
+		f.fail("evidence", err)
+	}
+	if f.o.Policy == PolicyReject && f.o.Redis != nil {
+		return pacing.Evidence{}, ErrStoreDown
+	}
+	return f.o.LocalSlots.Evidence(ctx, key, peer, overload, w)
 }
 
 // Adapt implements pacing.SlotStore: the pool's rate on Redis; in

@@ -371,3 +371,40 @@ func TestShareDividesTokenBuckets(t *testing.T) {
 		t.Fatalf("cps 1 burst 2 over 3 nodes: got %+v, want burst 1 at 0.333333 cps", got[1])
 	}
 }
+
+// TestPauseGoesToBothStores (issue 22): a carrier's pause is written to
+// Redis (the pool) and to this node's local slots, so a node that falls
+// back keeps it; evidence and an operator's unpause work in fallback too.
+func TestPauseGoesToBothStores(t *testing.T) {
+	srv := redistest.Start(t)
+	cfg := redisConfig(srv.Addr(), PolicyLocal)
+	// A store call slower than 50 ms on a busy box would switch the node
+	// to its fallback before the pause reached Redis: not this test's case.
+	cfg.Store.Redis.Timeout = 2 * time.Second
+	s, _ := open(t, cfg)
+	ctx := context.Background()
+	key := lua.Key("fo", "carrier", "paused")
+	if st, err := s.Pause(ctx, key, time.Minute, "Retry-After 60"); err != nil || !st.Paused || !st.Changed {
+		t.Fatalf("Pause on redis: %+v, %v", st, err)
+	}
+	if n := s.client.Exists(ctx, lua.PauseKey(key)).Val(); n != 1 {
+		t.Fatalf("pause not in redis (%d keys)", n)
+	}
+	if st, err := s.Paused(ctx, key); err != nil || !st.Paused || st.Reason != "Retry-After 60" {
+		t.Fatalf("Paused on redis: %+v, %v", st, err)
+	}
+	srv.Kill()
+	waitMode(t, s, ModeFallback) // the heartbeat's failure switches
+	if sl, err := s.Reserve(ctx, key, "call", 100*time.Millisecond, time.Minute); err != nil || sl.OK || !sl.Paused {
+		t.Fatalf("Reserve in fallback: %+v, %v; want refused as paused", sl, err)
+	}
+	if e, err := s.Evidence(ctx, key, "peer-a", true, pacing.EvidenceWindows{Callers: time.Minute, Overload: time.Second}); err != nil || e.Callers != 1 {
+		t.Fatalf("Evidence in fallback: %+v, %v", e, err)
+	}
+	if st, err := s.Unpause(ctx, key); err != nil || !st.Changed {
+		t.Fatalf("Unpause in fallback: %+v, %v", st, err)
+	}
+	if st, err := s.Paused(ctx, key); err != nil || st.Paused {
+		t.Fatalf("Paused after Unpause in fallback: %+v, %v", st, err)
+	}
+}

@@ -18,16 +18,20 @@
 //	cpsguard limit rm  {peer|customer|carrier} NAME [--token T]
 //	cpsguard limit ls
 //	                                   override one limit live for the pool (PUT/DELETE/GET /api/v1/limits)
+//	cpsguard carrier unpause NAME [--token T]
+//	                                   end a carrier's Retry-After pause for the pool
+//	                                   (DELETE /api/v1/carriers/{name}/pause)
 //	cpsguard version                   print version, commit and Go version
 //
-// status, probe, drain and limit find the node from --addr, else
+// status, probe, drain, limit and carrier find the node from --addr, else
 // CPSGUARD_HTTP_LISTEN, else the http.listen of the configuration file, else
-// 127.0.0.1:9090; limit set and rm and drain send the token of --token or
-// CPSGUARD_HTTP_TOKEN.
+// 127.0.0.1:9090; limit set and rm, drain and carrier unpause send the token
+// of --token or CPSGUARD_HTTP_TOKEN.
 //
 // serve keeps the limit overrides (package limits) in the store's Redis, or
 // in the process without one, and hands the same view to the proxy, the
-// HTTP API and cpsguard_limit_cps.
+// HTTP API and cpsguard_limit_cps. The proxy reads and ends carriers'
+// pauses for the HTTP API (status, DELETE .../pause).
 //
 // Exit codes: 0 success, 1 failure (bad configuration, listener error),
 // 2 usage error. serve exits 0 after a clean shutdown on SIGINT or SIGTERM;

@@ -23,9 +23,21 @@ func startNode(t *testing.T) (httpAddr, cfgPath string) {
 // startNodeEnv is startNode with env added to the node's environment.
 func startNodeEnv(t *testing.T, env ...string) (httpAddr, cfgPath string) {
 	t.Helper()
+	httpAddr, cfgPath, _ = startNodeEdit(t, nil, env...)
+	return httpAddr, cfgPath
+}
+
+// startNodeEdit is startNodeEnv on the example configuration as edit
+// changes it (nil: as it is); it also returns the node's SIP address
+// (UDP and TCP).
+func startNodeEdit(t *testing.T, edit func([]byte) []byte, env ...string) (httpAddr, cfgPath, sipAddr string) {
+	t.Helper()
 	data, err := os.ReadFile("../../testdata/cpsguard.yaml")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if edit != nil {
+		data = edit(data)
 	}
 	httpAddr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	data = bytes.Replace(data, []byte("listen: 127.0.0.1:9090"), []byte("listen: "+httpAddr), 1)
@@ -37,6 +49,7 @@ func startNodeEnv(t *testing.T, env ...string) (httpAddr, cfgPath string) {
 		t.Fatal(err)
 	}
 	sipPort := freePort(t)
+	sipAddr = fmt.Sprintf("127.0.0.1:%d", sipPort)
 	cmd := exec.Command(binary(t), "serve", "--config", cfgPath)
 	cmd.Env = append(cleanEnv(), fmt.Sprintf("CPSGUARD_SIP_LISTEN=udp://127.0.0.1:%d,tcp://127.0.0.1:%d", sipPort, sipPort))
 	cmd.Env = append(cmd.Env, env...)
@@ -59,7 +72,7 @@ func startNodeEnv(t *testing.T, env ...string) (httpAddr, cfgPath string) {
 			t.Logf("cpsguard output:\n%s", out.String())
 		}
 	})
-	return httpAddr, cfgPath
+	return httpAddr, cfgPath, sipAddr
 }
 
 // `cpsguard probe` answers for /readyz by its exit code, and probe and

@@ -287,6 +287,7 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 			return httpapi.CarrierState{Up: st.Up, Since: st.Since, Reason: st.Reason, EffectiveCPS: proxy.EffectiveCPS(name)}, true
 		},
 		Limits:   overrides,
+		Pauses:   proxy,
 		Reload:   func() error { return mgr.ReloadBy(config.TriggerAPI) },
 		Drain:    drain,
 		LoadedAt: func() time.Time { return time.Unix(0, loadedAt.Load()) },

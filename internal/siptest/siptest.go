@@ -18,6 +18,7 @@ import (
 	"net"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -35,6 +36,9 @@ type Answer struct {
 	// Reason is the final answer's reason phrase; empty means the usual
 	// one for Code.
 	Reason string
+	// Header adds headers ("Name: value") to the final answer, e.g.
+	// "Retry-After: 2".
+	Header []string
 }
 
 // Carrier is a UAS that answers INVITEs and records their arrival times:
@@ -204,6 +208,11 @@ func (c *Carrier) onInvite(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
 		phrase = reason(a.Code)
 	}
 	res := sipmsg.NewResponseFromRequest(req, a.Code, phrase, nil)
+	for _, h := range a.Header {
+		if i := strings.IndexByte(h, ':'); i > 0 {
+			res.AppendHeader(sipmsg.NewHeader(h[:i], strings.TrimSpace(h[i+1:])))
+		}
+	}
 	if a.Code >= 200 && a.Code < 300 {
 		host, port, _ := net.SplitHostPort(c.Addr)
 		p, _ := strconv.Atoi(port)

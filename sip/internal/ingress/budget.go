@@ -146,3 +146,14 @@ func (t *totals) sub(a *account, l Lane, cost int) {
 	t.n[l].Add(-1)
 	t.bytes.Add(-int64(cost))
 }
+
+// congested reports whether lane l (or the byte budget) has no room left
+// for any party but the quietest: the shared part of it is full, whatever
+// one party holds.
+func (b *Budget) congested(t *totals, l Lane, cost int) bool {
+	lb := &b.Lanes[l]
+	if int(t.n[l].Load()) >= lb.Total-lb.Reserve {
+		return true
+	}
+	return t.bytes.Load()+int64(cost) > int64(b.Bytes-b.ReserveBytes)
+}

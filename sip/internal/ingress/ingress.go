@@ -63,6 +63,10 @@ type Options struct {
 	Hold func(d *Datagram, now time.Time) time.Duration
 	// Drop counts a datagram dropped by the ingress itself.
 	Drop func(reason string)
+	// Congested, when set, is told (by a reader) that a datagram found
+	// lane l full for everyone, not only its party's share of it: the
+	// workers are behind.
+	Congested func(l Lane)
 	// Panic reports a panic recovered in a handler or a reader's
 	// classification (the datagram is dropped).
 	Panic func(where string, v any)
@@ -269,6 +273,9 @@ func (g *Ingress) take(conn *net.UDPConn, data []byte, from netip.AddrPort, at t
 	}
 	cost := costOf(len(data))
 	if !g.budget.room(&g.t, a, d.Lane, cost, share) {
+		if g.o.Congested != nil && g.budget.congested(&g.t, d.Lane, cost) {
+			g.o.Congested(d.Lane)
+		}
 		if d.Lane != LaneSlow || info.Kind != KindInvite || g.o.Shed == nil || !g.budget.room(&g.t, a, LaneShed, cost, 0) {
 			g.o.Drop(DropFull)
 			return
