@@ -149,6 +149,16 @@ func (p *Proxy) refuseInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction,
 // reinviteLimit) through the admission store, pool-wide. The bucket is
 // named by a hash of the Call-ID and the caller's From tag (header values
 // never become key parts).
+//
+// The member is what makes the re-INVITE a new transaction to sipgo (the
+// invite table's key: top Via branch and sent-by, RFC 3261 17.2.3) with
+// its packet source and transport, hashed: a peer that reuses one branch
+// and changes only the Via's sent-by gets a transaction per re-INVITE
+// from sipgo, and each counts. A member the store has counted already
+// ("duplicate") is refused, never admitted: the handler runs only for a
+// request sipgo took for a new transaction, so a duplicate is a copy
+// replayed after its first transaction ended, which the far end has
+// answered already.
 func (p *Proxy) reinviteAllowed(cfg *config.Config, req *sipmsg.Request, hop inDialogHop) (bool, error) {
 	ftag := ""
 	if hop.dir == fromPeer {
@@ -158,14 +168,14 @@ func (p *Proxy) reinviteAllowed(cfg *config.Config, req *sipmsg.Request, hop inD
 	}
 	sum := sha256.Sum256([]byte(callID(req) + "\x00" + ftag))
 	b := admission.Bucket{Key: policy.DialogKey(cfg.Store.KeyPrefix, hex.EncodeToString(sum[:12])), Limit: reinviteLimit, Window: reinviteWindow}
-	branch, _ := req.Via().Params.Get("branch")
+	tx := sha256.Sum256([]byte(callID(req) + "\x00" + string(inviteKeyOf(req)) + "\x00" + req.Source() + "\x00" + req.Transport()))
 	ctx, cancel := context.WithTimeout(p.base, storeBudget)
 	defer cancel()
-	dec, err := p.adm.Admit(ctx, "reinvite/"+callID(req)+"/"+branch+"/"+req.Source(), []admission.Bucket{b})
+	dec, err := p.adm.Admit(ctx, "reinvite/"+hex.EncodeToString(tx[:16]), []admission.Bucket{b})
 	if err != nil {
 		return false, err
 	}
-	return dec.Admit, nil
+	return dec.Admit && !dec.Duplicate, nil
 }
 
 // forwardInDialog relays a request inside a dialog (BYE, re-INVITE, UPDATE,

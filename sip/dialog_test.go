@@ -1,0 +1,126 @@
+package sip
+
+import (
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	sipmsg "github.com/emiago/sipgo/sip"
+
+	"github.com/cpsguard/cpsguard/admission"
+	"github.com/cpsguard/cpsguard/internal/siptest"
+)
+
+// rawInvite builds an initial INVITE from the raw end point e to proxy
+// (Call-ID id, From tag ftag; no From tag when ftag is empty).
+func rawInviteFrom(e *udpEnd, proxy, id, ftag string) *sipmsg.Request {
+	host, port, _ := net.SplitHostPort(proxy)
+	p, _ := strconv.Atoi(port)
+	req := sipmsg.NewRequest(sipmsg.INVITE, sipmsg.Uri{Scheme: "sip", User: "100", Host: host, Port: p})
+	mf := sipmsg.MaxForwardsHeader(70)
+	req.AppendHeader(&mf)
+	chost, cport, _ := net.SplitHostPort(e.addr())
+	cp, _ := strconv.Atoi(cport)
+	from := &sipmsg.FromHeader{Address: sipmsg.Uri{Scheme: "sip", User: "caller", Host: chost}, Params: sipmsg.NewParams()}
+	if ftag != "" {
+		from.Params.Add("tag", ftag)
+	}
+	req.AppendHeader(from)
+	req.AppendHeader(&sipmsg.ToHeader{Address: sipmsg.Uri{Scheme: "sip", User: "100", Host: host}, Params: sipmsg.NewParams()})
+	cid := sipmsg.CallIDHeader(id)
+	req.AppendHeader(&cid)
+	req.AppendHeader(&sipmsg.CSeqHeader{SeqNo: 1, MethodName: sipmsg.INVITE})
+	req.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "caller", Host: chost, Port: cp}})
+	return withVia(req, e.addr(), "z9hG4bK.inv-"+id)
+}
+
+// finalOfRaw waits for e's final response to the request of Call-ID id and
+// method m (nil after 5 s).
+func finalOfRaw(e *udpEnd, id string, m sipmsg.RequestMethod, skip int) *sipmsg.Response {
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		n := 0
+		for _, r := range e.responses() {
+			if r.StatusCode >= 200 && callID(r) == id && r.CSeq().MethodName == m {
+				if n == skip {
+					return r
+				}
+				n++
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return nil
+}
+
+// rawAnsweredCall places a call from the raw end point e (its INVITE and
+// ACK leave from e's own socket, as its in-dialog requests will) and
+// returns its 200.
+func rawAnsweredCall(t *testing.T, e *udpEnd, proxy, id string) *sipmsg.Response {
+	t.Helper()
+	e.send(proxy, rawInviteFrom(e, proxy, id, "ftag-"+id))
+	ok := finalOfRaw(e, id, sipmsg.INVITE, 0)
+	if ok == nil || ok.StatusCode != 200 {
+		t.Fatalf("call %s: final %v, want 200", id, ok)
+	}
+	ack := inDialogOf(t, &siptest.Caller{Addr: e.addr()}, proxy, ok, sipmsg.ACK)
+	ack.CSeq().SeqNo = ok.CSeq().SeqNo
+	e.send(proxy, withVia(ack, e.addr(), "z9hG4bK.ack-"+id))
+	return ok
+}
+
+// TestReInviteLimitOneBranchManySentBy: a peer that reuses one Via branch
+// for every re-INVITE of its dialog and changes only the Via's sent-by port
+// makes each one a new transaction to sipgo; the per-dialog limit must
+// count each of them (it counted none: the admission store took them for
+// one retransmission and answered "duplicate", and all reached the carrier).
+func TestReInviteLimitOneBranchManySentBy(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	_, pacer := newFakes()
+	h := startProxy(t, testConfig(carrierCfg("a", car)), admission.NewLocalStore(nil), pacer)
+	peer := startUDPEnd(t, "127.0.0.2", nil)
+	ok := rawAnsweredCall(t, peer, h.udp, "one-branch")
+	as := &siptest.Caller{Addr: peer.addr()}
+	const n = 20
+	for i := 0; i < n; i++ {
+		re := inDialogOf(t, as, h.udp, ok, sipmsg.INVITE)
+		re.CSeq().SeqNo = uint32(10 + i)
+		peer.send(h.udp, withVia(re, "127.0.0.2:"+strconv.Itoa(20000+i), "z9hG4bK.same-branch"))
+		// Each is answered (200 relayed, or the node's 503) before the next.
+		if r := finalOfRaw(peer, "one-branch", sipmsg.INVITE, 1+i); r == nil {
+			t.Fatalf("re-INVITE %d: no final answer", i+1)
+		}
+	}
+	if got := car.Count("INVITE") - 1; got > reinviteLimit {
+		t.Fatalf("re-INVITEs at the carrier = %d, want at most %d", got, reinviteLimit)
+	}
+	if sipErrors(h, "reinvite_limit") == 0 {
+		t.Errorf("sip_errors_total{reinvite_limit} = 0, want the refused ones counted")
+	}
+}
+
+// TestReInviteDuplicateIsNoAdmission: the handler sees a re-INVITE only
+// when sipgo made a new transaction of it, so one whose member the store
+// has counted already is a copy replayed after its transaction ended: it
+// is refused, not let through uncounted.
+func TestReInviteDuplicateIsNoAdmission(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	_, pacer := newFakes()
+	cfg := testConfig(carrierCfg("a", car))
+	h := startProxy(t, cfg, admission.NewLocalStore(nil), pacer)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	ok := answeredCall(t, caller, h.udp)
+	re := withVia(inDialogOf(t, caller, h.udp, ok, sipmsg.INVITE), caller.Addr, "z9hG4bK.dup-1")
+	re.SetSource(caller.Addr)
+	hop, code := h.p.prepareInDialog(re, false)
+	if code != 0 {
+		t.Fatalf("prepareInDialog: %d", code)
+	}
+	if ok, err := h.p.reinviteAllowed(cfg, re, hop); !ok || err != nil {
+		t.Fatalf("first re-INVITE: %v, %v; want allowed", ok, err)
+	}
+	if ok, err := h.p.reinviteAllowed(cfg, re, hop); ok || err != nil {
+		t.Fatalf("the same transaction again: %v, %v; want refused", ok, err)
+	}
+}
