@@ -29,10 +29,39 @@ const (
 	reinviteWindow = time.Minute
 )
 
-// inDialog reports whether req belongs to a dialog (To tag present).
-func inDialog(req *sipmsg.Request) bool {
+// hasToTag reports whether req's To header has a tag: the mark of a
+// request inside a dialog (RFC 3261 12.2) as its sender presents it.
+func hasToTag(req *sipmsg.Request) bool {
 	to := req.To()
 	return to != nil && to.Params.Has("tag")
+}
+
+// inDialog reports whether the proxy treats req as a request inside a
+// dialog: its To tag is set, or one of the proxy's own entries on top of
+// its Route carries a dialog token (";cg="), whatever its tags say. Such a
+// request is relayed only when it passes prepareInDialog (which wants both
+// tags); it is never taken for a new call (which would lose its Route and
+// be admitted) nor answered as an out-of-dialog request.
+func (p *Proxy) inDialog(req *sipmsg.Request) bool {
+	return hasToTag(req) || p.routesOwnToken(req)
+}
+
+// routesOwnToken reports whether one of the proxy's own entries on top of
+// req's Route carries a dialog token (at most maxRouteTokens entries are
+// looked at, without changing req).
+func (p *Proxy) routesOwnToken(req *sipmsg.Request) bool {
+	n := 0
+	for _, h := range req.GetHeaders("Route") {
+		r, ok := h.(*sipmsg.RouteHeader)
+		if !ok || n >= maxRouteTokens || !p.isMe(&r.Address) {
+			return false
+		}
+		if r.Address.UriParams != nil && r.Address.UriParams.Has(tokenParam) {
+			return true
+		}
+		n++
+	}
+	return false
 }
 
 // tagOf returns the tag parameter of a From or To header.
@@ -94,6 +123,13 @@ func (p *Proxy) prepareInDialog(req *sipmsg.Request, count bool) (inDialogHop, i
 	}
 	if t := req.To(); t != nil {
 		toTag = tagOf(t.Params)
+	}
+	if fromTag == "" || toTag == "" {
+		// A request inside a dialog names both ends' tags (every dialog
+		// the proxy sets up has them: an initial INVITE without a From tag
+		// gets 400). Relayed without its To tag, an INVITE would reach the
+		// carrier as a new call.
+		return refuse("malformed")
 	}
 	var hop inDialogHop
 	ok := false
@@ -354,7 +390,7 @@ func (p *Proxy) onCancel(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
 // transaction: in a dialog it is relayed; out of a dialog the screen has
 // answered it already, so this is only a guard (405, once).
 func (p *Proxy) onOther(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
-	if inDialog(req) {
+	if p.inDialog(req) {
 		p.forwardInDialog(req, tx)
 		return
 	}

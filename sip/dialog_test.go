@@ -124,3 +124,49 @@ func TestReInviteDuplicateIsNoAdmission(t *testing.T) {
 		t.Fatalf("the same transaction again: %v, %v; want refused", ok, err)
 	}
 }
+
+// TestInviteWithoutFromTagIsRefused: an initial INVITE without a From tag
+// gets 400 and never reaches the carrier (it was admitted, and its
+// carrier's BYE, with no To tag, was answered 405 as out of dialog: the
+// call's max_calls places stayed for max_call_duration). A request that
+// carries the proxy's dialog token in its Route is in a dialog whatever
+// its tags say: without a To tag it is refused, neither taken for a new
+// call nor answered 405.
+func TestInviteWithoutFromTagIsRefused(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	h, tr, _ := startCallsProxy(t, car, 5, 0)
+	peer := startUDPEnd(t, "127.0.0.2", nil)
+
+	peer.send(h.udp, rawInviteFrom(peer, h.udp, "no-from-tag", ""))
+	if r := finalOfRaw(peer, "no-from-tag", sipmsg.INVITE, 0); r == nil || r.StatusCode != 400 {
+		t.Fatalf("INVITE without From tag: final %v, want 400", r)
+	}
+	if n := car.Count("INVITE"); n != 0 {
+		t.Fatalf("carrier INVITEs = %d, want 0", n)
+	}
+
+	ok := rawAnsweredCall(t, peer, h.udp, "tagged")
+	as := &siptest.Caller{Addr: peer.addr()}
+	// The dialog's token on an INVITE without To tag: not a new call.
+	re := inDialogOf(t, as, h.udp, ok, sipmsg.INVITE)
+	re.RemoveHeader("To")
+	re.AppendHeader(&sipmsg.ToHeader{Address: *ok.To().Address.Clone(), Params: sipmsg.NewParams()})
+	peer.send(h.udp, withVia(re, peer.addr(), "z9hG4bK.untagged-re"))
+	if r := finalOfRaw(peer, "tagged", sipmsg.INVITE, 1); r == nil || r.StatusCode != 403 {
+		t.Fatalf("INVITE with the token but no To tag: final %v, want 403", r)
+	}
+	// A BYE with the token but no To tag: refused as in-dialog, not 405.
+	bye := inDialogOf(t, as, h.udp, ok, sipmsg.BYE)
+	bye.RemoveHeader("To")
+	bye.AppendHeader(&sipmsg.ToHeader{Address: *ok.To().Address.Clone(), Params: sipmsg.NewParams()})
+	peer.send(h.udp, withVia(bye, peer.addr(), "z9hG4bK.untagged-bye"))
+	if r := finalOfRaw(peer, "tagged", sipmsg.BYE, 0); r == nil || r.StatusCode != 403 {
+		t.Fatalf("BYE with the token but no To tag: final %v, want 403", r)
+	}
+	if n := car.Count("INVITE"); n != 1 {
+		t.Fatalf("carrier INVITEs = %d, want 1 (the tagged call only)", n)
+	}
+	if tr.Live() != 1 {
+		t.Fatalf("tracked calls = %d, want 1", tr.Live())
+	}
+}

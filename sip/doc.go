@@ -58,7 +58,9 @@
 // ahead of sipgo's transaction layer: strangers (neither a peer's source nor
 // a carrier's address) get silence or one stateless 403 and cost no state;
 // a message without Via, From, To, Call-ID or CSeq (or with an empty tag)
-// is never used (stateless 400; responses dropped); out-of-dialog OPTIONS
+// is never used (stateless 400; responses dropped), nor is an initial
+// INVITE without a From tag (RFC 3261 8.1.1.3: 400, from the parsed path;
+// the raw path leaves it to it); out-of-dialog OPTIONS
 // are answered statelessly (503 while draining or while the store cannot
 // decide, so dispatchers route around the node), other out-of-dialog
 // methods 405; a CANCEL of a call in progress must come from its INVITE's
@@ -66,8 +68,11 @@
 // and relays the carrier's 487 (its own 487 only while still queued). A
 // refused call's final answer is sent once and its transaction ended.
 //
-// In-dialog requests (To tag set: ACK for 2xx, BYE, re-INVITE, UPDATE,
-// INFO, …) are relayed only along their own dialog. Every Record-Route the
+// In-dialog requests (To tag set, or one of the proxy's own Route entries
+// carrying a dialog token, whatever the tags say: ACK for 2xx, BYE,
+// re-INVITE, UPDATE, INFO, …) are relayed only along their own dialog, and
+// only with both tags set (a re-INVITE without a To tag would reach the
+// carrier as a new call). Every Record-Route the
 // proxy adds carries a dialog token (";cg=", token.go): the call's two legs
 // (the peer's source address and transport, the carrier address and
 // transport the INVITE went to) signed with its Call-ID and the caller's

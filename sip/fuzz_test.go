@@ -52,7 +52,7 @@ func FuzzRequestHandling(f *testing.F) {
 			return // the screen never lets such a request reach the paths below
 		}
 		_ = headerValue(req, "X-Customer")
-		if inDialog(req) {
+		if hasToTag(req) {
 			if hop, code := p.prepareInDialog(req, true); code == 0 {
 				_ = hop.out.String()
 			}

@@ -69,7 +69,7 @@ type call struct {
 // onInvite handles every INVITE: initial ones go through admission and
 // pacing, in-dialog ones (re-INVITE, To tag set) are only forwarded.
 func (p *Proxy) onInvite(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
-	if to := req.To(); to != nil && to.Params.Has("tag") {
+	if p.inDialog(req) {
 		p.forwardInDialog(req, tx)
 		return
 	}

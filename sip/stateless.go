@@ -74,7 +74,7 @@ var statefulOnly atomic.Bool
 
 // canRelayStateless reports whether the screen relays req itself: an
 // in-dialog request other than INVITE, ACK and CANCEL that arrived over UDP.
-func canRelayStateless(req *sipmsg.Request) bool {
+func (p *Proxy) canRelayStateless(req *sipmsg.Request) bool {
 	if req.Transport() != "UDP" || statefulOnly.Load() {
 		return false
 	}
@@ -82,7 +82,7 @@ func canRelayStateless(req *sipmsg.Request) bool {
 	case sipmsg.INVITE, sipmsg.ACK, sipmsg.CANCEL:
 		return false
 	}
-	return inDialog(req)
+	return p.inDialog(req)
 }
 
 // screenInDialog relays (or refuses) an in-dialog non-INVITE request that
@@ -90,7 +90,7 @@ func canRelayStateless(req *sipmsg.Request) bool {
 // must go on to sipgo instead (another method or transport, or a TCP leg):
 // the stateful path then checks it again.
 func (p *Proxy) screenInDialog(cfg *config.Config, req *sipmsg.Request) bool {
-	if !canRelayStateless(req) {
+	if !p.canRelayStateless(req) {
 		return false
 	}
 	src, err := netip.ParseAddrPort(req.Source())
@@ -159,7 +159,7 @@ func (p *Proxy) screenInDialog(cfg *config.Config, req *sipmsg.Request) bool {
 //     it or onAck drops it;
 //   - a TCP leg, Max-Forwards 0 (onAck drops it), not over UDP.
 func (p *Proxy) screenAck(req *sipmsg.Request) bool {
-	if req.Transport() != "UDP" || statefulOnly.Load() || !inDialog(req) {
+	if req.Transport() != "UDP" || statefulOnly.Load() || !p.inDialog(req) {
 		return false
 	}
 	if p.invites.has(inviteKeyOf(req)) {
