@@ -161,7 +161,12 @@ func TestMaxCallsCarrierByeEndsTheCall(t *testing.T) {
 	caller := siptest.StartCaller(t, "127.0.0.2")
 	ok := answeredCall(t, caller, h.udp)
 
-	// The callee's BYE from a stranger's address: 403, nothing freed.
+	// The callee's BYE from a stranger's address, and from the carrier's
+	// IP on another port: 403, nothing freed.
+	other := siptest.StartCaller(t, "127.0.0.1")
+	if res := other.Final(ctxT(t, 5*time.Second), calleeBye(t, other, h.udp, ok)); res == nil || res.StatusCode != 403 {
+		t.Fatalf("callee BYE from the carrier's IP, another port: got %v, want 403", res)
+	}
 	stranger := siptest.StartCaller(t, "127.0.0.9")
 	if res := stranger.Final(ctxT(t, 5*time.Second), calleeBye(t, stranger, h.udp, ok)); res == nil || res.StatusCode != 403 {
 		t.Fatalf("callee BYE from a stranger: got %v, want 403", res)
@@ -171,7 +176,7 @@ func TestMaxCallsCarrierByeEndsTheCall(t *testing.T) {
 	}
 	// From the carrier's address: relayed to the caller, and the place is
 	// free for the next call.
-	carSide := siptest.StartCaller(t, "127.0.0.1")
+	carSide := car.Caller(t)
 	if res := carSide.Final(ctxT(t, 5*time.Second), calleeBye(t, carSide, h.udp, ok)); res == nil || res.StatusCode != 200 {
 		t.Fatalf("callee BYE: got %v, want 200", res)
 	}

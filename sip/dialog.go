@@ -87,13 +87,22 @@ type inDialogHop struct {
 	to   leg             // the other leg of the dialog
 	legs dialogLegs
 	dir  direction
+	// key names the call (ends.go); callee is the callee's tag as the
+	// request names it.
+	key    callKey
+	callee string
 }
 
 // prepareInDialog checks an in-dialog request and builds the one it relays.
 // The request must name the proxy in its top Route entries (else 481), one
 // of those entries must carry a dialog token that verifies with its Call-ID
 // and tags, and it must come from the leg its direction says (else
-// refuseDialog). It then goes to the other leg, whatever its Request-URI
+// refuseDialog): from its address, IP and port, when it arrived over UDP
+// (where a source is easily forged), from its IP over a connection (whose
+// source port is the sender's own choice, and whose source cannot be
+// forged off-path). With less than 2 hops left it is not relayed (483): a
+// next hop that is a proxy would refuse it, and the call go on. It then
+// goes to the other leg, whatever its Request-URI
 // and remaining Route entries say (they travel on unchanged): the request
 // never reaches a host:port that is neither leg of its dialog. Refusals
 // are counted in cpsguard_sip_errors_total when count is set (not for an
@@ -146,9 +155,17 @@ func (p *Proxy) prepareInDialog(req *sipmsg.Request, count bool) (inDialogHop, i
 	if hop.dir == fromCarrier {
 		from, hop.to = hop.legs.carrier, hop.legs.peer
 	}
-	if src.Addr().Unmap() != from.addr.Addr() {
+	if src.Addr().Unmap() != from.addr.Addr() || (req.Transport() == "UDP" && src.Port() != from.addr.Port()) {
 		return refuse("wrong_leg")
 	}
+	if mf := req.MaxForwards(); mf != nil && mf.Val() < 2 {
+		return inDialogHop{}, sipmsg.StatusTooManyHops
+	}
+	callerTag, calleeTag := fromTag, toTag
+	if hop.dir == fromCarrier {
+		callerTag, calleeTag = toTag, fromTag
+	}
+	hop.key, hop.callee = callKeyOf(id, callerTag, hop.legs.peer.addr), calleeTag
 	decMaxForwards(out)
 	tp := hop.to.transport()
 	var below []sipmsg.Header
@@ -177,8 +194,16 @@ func (p *Proxy) refuseInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction,
 		}
 		p.answerOnce(req, tx, sipmsg.StatusForbidden, "Forbidden")
 	default:
-		p.answerOnce(req, tx, code, "Call/Transaction Does Not Exist")
+		p.answerOnce(req, tx, code, refusalReason(code))
 	}
+}
+
+// refusalReason is the reason phrase of prepareInDialog's SIP codes.
+func refusalReason(code int) string {
+	if code == sipmsg.StatusTooManyHops {
+		return "Too Many Hops"
+	}
+	return "Call/Transaction Does Not Exist"
 }
 
 // reinviteAllowed applies the per-dialog re-INVITE limit (see
@@ -235,10 +260,6 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 		p.refuseInDialog(req, tx, code)
 		return
 	}
-	if mf := req.MaxForwards(); mf != nil && mf.Val() == 0 {
-		p.answerOnce(req, tx, sipmsg.StatusTooManyHops, "Too Many Hops")
-		return
-	}
 	if req.IsInvite() {
 		ok, err := p.reinviteAllowed(p.cfg(), req, hop)
 		if err != nil || !ok {
@@ -265,14 +286,6 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 		l.setup = ringTimeout
 	}
 	err := l.send(target{host: hop.to.addr.Addr().String(), port: int(hop.to.addr.Port()), transport: hop.to.transport()})
-	// A verified BYE ends its call's max_calls places once it has left: a
-	// call the next INVITE takes the place of has had its BYE sent first,
-	// so the carrier never sees one call too many. One that could not be
-	// sent ends nothing (the call is still up at the other leg; a peer
-	// could otherwise free its places with BYEs made too large to send).
-	if err == nil {
-		p.byeEnds(req, hop)
-	}
 	if err != nil {
 		p.log.Debug("in-dialog forward failed", "method", string(req.Method), "call_id", callID(req), "error", err)
 		p.answer(req, tx, sipmsg.StatusServiceUnavailable, "Service Unavailable")
@@ -287,7 +300,18 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 		entry.onCancel(func() { close(ch) })
 		l.cancelled = ch
 	}
-	l.run()
+	res, _ := l.run()
+	// The far leg's answer says whether a BYE ended the call (ends.go); a
+	// BYE that could not be sent ends nothing (the call is still up at the
+	// other leg: a peer could otherwise free its places with BYEs made too
+	// large to send), nor does one cut short by the node's shutdown.
+	code = 0
+	if res != nil {
+		code = res.StatusCode
+	} else if p.base.Err() != nil {
+		return
+	}
+	p.inDialogDone(req.Method, hop.key, hop.callee, code)
 }
 
 // dialogLeg is the leg of an in-dialog request with the server transaction
@@ -370,10 +394,7 @@ func isNilHeader(h sipmsg.Header) bool {
 func (p *Proxy) onAck(req *sipmsg.Request, _ sipmsg.ServerTransaction) {
 	hop, code := p.prepareInDialog(req, false)
 	if code != 0 {
-		return
-	}
-	if mf := req.MaxForwards(); mf != nil && mf.Val() == 0 {
-		return // no hops left (an ACK is never answered, so just drop it)
+		return // refused, or no hops left (an ACK is never answered)
 	}
 	if err := p.tp.WriteMsg(hop.out); err != nil {
 		p.log.Debug("ACK forward failed", "call_id", callID(req), "error", err)

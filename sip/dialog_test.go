@@ -1,14 +1,19 @@
 package sip
 
 import (
+	"fmt"
 	"net"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	sipmsg "github.com/emiago/sipgo/sip"
 
 	"github.com/cpsguard/cpsguard/admission"
+	callplaces "github.com/cpsguard/cpsguard/calls"
+	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/siptest"
 )
 
@@ -169,4 +174,118 @@ func TestInviteWithoutFromTagIsRefused(t *testing.T) {
 	if tr.Live() != 1 {
 		t.Fatalf("tracked calls = %d, want 1", tr.Live())
 	}
+}
+
+// startRawCallsProxy starts a proxy with peer max_calls peerMax, its
+// places in a Tracker on an in-process store, and one carrier: the raw end
+// point car, which answers initial INVITEs 200 and BYEs with *byeCode (0:
+// no answer).
+func startRawCallsProxy(t *testing.T, peerMax int, byeCode *atomic.Int64) (*harness, *callplaces.Tracker, *udpEnd) {
+	t.Helper()
+	car := startUDPEnd(t, "127.0.0.1", nil)
+	self := car.addr()
+	invite := rawAnswerer(func() string { return self }, nil)
+	car.mu.Lock()
+	car.answer = func(req *sipmsg.Request) *sipmsg.Response {
+		if req.Method != sipmsg.BYE {
+			return invite(req)
+		}
+		if c := int(byeCode.Load()); c != 0 {
+			return sipmsg.NewResponseFromRequest(req, c, "Answer", nil)
+		}
+		return nil
+	}
+	car.mu.Unlock()
+	adm, pacer := newFakes()
+	cfg := testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second})
+	cfg.Peers[0].MaxCalls = peerMax
+	cfg.SIP.RejectCalls.Code, cfg.SIP.RejectCalls.Reason = 503, "Call Limit Exceeded"
+	tr := callplaces.NewTracker(callplaces.NewLocalStore(nil), callplaces.TrackerOptions{TTL: time.Minute})
+	h := startProxyOpts(t, Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer, Calls: tr})
+	return h, tr, car
+}
+
+// TestByeFreesPlacesOnItsAnswer: a call's max_calls places are freed when
+// the far leg answers its BYE 2xx or 481, never on another 3xx-6xx (the
+// call goes on), nor for a BYE that is not relayed: Max-Forwards 1 (483
+// here; relayed as 0, a carrier's edge proxy refused it) or one from the
+// peer's IP on another port (403). They were freed when the BYE was sent,
+// so a peer with max_calls 1 held two live calls. Both relays.
+func TestByeFreesPlacesOnItsAnswer(t *testing.T) {
+	for _, stateful := range []bool{false, true} {
+		for _, tc := range []struct {
+			name      string
+			carrier   int // the carrier's answer to the BYE
+			mutate    func(*sipmsg.Request)
+			otherPort bool
+			want      int // what the peer gets
+			ends      bool
+		}{
+			{name: "200", carrier: 200, want: 200, ends: true},
+			{name: "481", carrier: 481, want: 481, ends: true},
+			{name: "500 stale CSeq", carrier: 500, want: 500},
+			{name: "420 unknown Require", carrier: 420, want: 420,
+				mutate: func(r *sipmsg.Request) { r.AppendHeader(sipmsg.NewHeader("Require", "x-unknown")) }},
+			{name: "Max-Forwards 1", carrier: 200, want: 483,
+				mutate: func(r *sipmsg.Request) { mf := sipmsg.MaxForwardsHeader(1); r.ReplaceHeader(&mf) }},
+			{name: "peer's IP, another port", carrier: 200, want: 403, otherPort: true},
+		} {
+			t.Run(fmt.Sprintf("stateful=%v/%s", stateful, tc.name), func(t *testing.T) {
+				statefulOnly.Store(stateful)
+				defer statefulOnly.Store(false)
+				var byeCode atomic.Int64
+				byeCode.Store(int64(tc.carrier))
+				h, tr, car := startRawCallsProxy(t, 1, &byeCode)
+				peer := startUDPEnd(t, "127.0.0.2", nil)
+				ok := rawAnsweredCall(t, peer, h.udp, "first")
+				from := peer
+				if tc.otherPort {
+					from = startUDPEnd(t, "127.0.0.2", nil)
+				}
+				bye := withVia(inDialogOf(t, peer.caller(), h.udp, ok, sipmsg.BYE), from.addr(), "z9hG4bK.bye-first")
+				if tc.mutate != nil {
+					tc.mutate(bye)
+				}
+				from.send(h.udp, bye)
+				if r := finalOfRaw(from, "first", sipmsg.BYE, 0); r == nil || r.StatusCode != tc.want {
+					t.Fatalf("BYE: final %v, want %d", r, tc.want)
+				}
+				if (tc.want == 483 || tc.want == 403) && len(car.requests(sipmsg.BYE)) != 0 {
+					t.Fatalf("the refused BYE reached the carrier")
+				}
+				if tc.ends {
+					waitFor(t, func() bool { return tr.Live() == 0 }, "the call's places freed")
+					rawAnsweredCall(t, peer, h.udp, "second")
+					return
+				}
+				peer.send(h.udp, rawInviteFrom(peer, h.udp, "second", "ftag-second"))
+				if r := finalOfRaw(peer, "second", sipmsg.INVITE, 0); r == nil || r.StatusCode != 503 {
+					t.Fatalf("second call while the first is up: final %v, want 503 (max_calls 1)", r)
+				}
+				if tr.Live() != 1 {
+					t.Fatalf("tracked calls = %d, want 1", tr.Live())
+				}
+			})
+		}
+	}
+}
+
+// TestStatelessByeTimeoutEndsTheCall: a BYE relayed statelessly that the
+// far leg never answers ends its call after Timer F (RFC 3261 15.1.1), as
+// the stateful relay's transaction does; the table of BYEs waiting for
+// their answer is empty again.
+func TestStatelessByeTimeoutEndsTheCall(t *testing.T) {
+	old := byeTimeout
+	byeTimeout = 300 * time.Millisecond
+	defer func() { byeTimeout = old }()
+	var byeCode atomic.Int64 // the carrier never answers a BYE
+	h, tr, car := startRawCallsProxy(t, 1, &byeCode)
+	peer := startUDPEnd(t, "127.0.0.2", nil)
+	ok := rawAnsweredCall(t, peer, h.udp, "silent")
+	peer.send(h.udp, withVia(inDialogOf(t, peer.caller(), h.udp, ok, sipmsg.BYE), peer.addr(), "z9hG4bK.bye-silent"))
+	waitFor(t, func() bool { return len(car.requests(sipmsg.BYE)) == 1 }, "the BYE at the carrier")
+	if b, _ := car.requests(sipmsg.BYE)[0].Via().Params.Get("branch"); !strings.HasPrefix(b, statelessBranchPrefix) {
+		t.Fatalf("BYE branch %q: not relayed statelessly", b)
+	}
+	waitFor(t, func() bool { return tr.Live() == 0 && h.p.byes.size() == 0 }, "the call ended by the BYE's timeout")
 }

@@ -31,7 +31,8 @@
 // carrier's just before its slot is reserved (full: the next carrier,
 // reroute calls_full), given back when the call moves on. An unanswered
 // call frees its places when its INVITE handler returns; an answered one
-// when a BYE that passed the dialog-token check has been sent on (either
+// when the far leg answers a BYE that passed the dialog-token check with a
+// 2xx or 481, or gives it no final answer before Timer F (ends.go; either
 // direction), or by the Tracker at max_call_duration or the places'
 // expiry. Options.Calls nil keeps them in process, refreshed by Serve.
 //
@@ -79,16 +80,21 @@
 // From tag under sip.dialog_secret. Both ends copy it into the Route of
 // their in-dialog requests; a request is relayed only when one of the
 // proxy's own Route entries carries a token that verifies, the tags say
-// which leg sent it, it comes from that leg's address, and it goes to the
-// other leg whatever its Request-URI says (403 otherwise, sent once). A
+// which leg sent it, it comes from that leg's address (IP and port over
+// UDP, IP over a connection), and it goes to the other leg whatever its
+// Request-URI says (403 otherwise, sent once); with fewer than 2 hops left
+// (Max-Forwards 0 or 1) it is answered 483 and not relayed, as is an
+// initial INVITE. A
 // re-INVITE is limited per dialog (6 a minute, pool-wide through the
 // admission store) and takes no pacing slot. In-dialog requests other than
 // INVITE, ACK and CANCEL (BYE, INFO, UPDATE, …) that arrive over UDP and go
 // to a UDP leg are relayed from the screen without a transaction
 // (stateless.go, RFC 3261 16.11): the proxy's Via branch is an HMAC under
 // the dialog-token key over the upstream Via, Call-ID, CSeq and next hop
-// IP, so a retransmission gets the same branch and a response is relayed
-// only when its branch verifies (forged ones are dropped); a TCP leg, and
+// IP (and carries the call's key and direction, which it covers, so the
+// far leg's answer to a BYE says which call it ends), so a retransmission
+// gets the same branch and a response is relayed only when its branch
+// verifies (forged ones are dropped); a TCP leg, and
 // a request whose top Via holds a quoted parameter (sipgo would read it
 // back differently in the response), keep the stateful relay. ACKs of 2xx (always relayed without a transaction)
 // leave from the screen too, so a BYE sent right after its ACK cannot

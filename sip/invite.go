@@ -132,7 +132,9 @@ func (c *call) run() {
 		c.respond(sipmsg.StatusBadRequest, "Bad Request")
 		return
 	}
-	if mf := req.MaxForwards(); mf != nil && mf.Val() == 0 {
+	if mf := req.MaxForwards(); mf != nil && mf.Val() < 2 {
+		// Forwarded with Max-Forwards 0, it would be refused by the
+		// carrier's edge proxy: no hop is left for it.
 		c.reason = reasonTooManyHops
 		c.respond(sipmsg.StatusTooManyHops, "Too Many Hops")
 		return
@@ -528,7 +530,7 @@ func (c *call) forward(car *config.Carrier, ticket pacing.Ticket) (res *sipmsg.R
 		// carrier's, or a caller's right after it) finds the call.
 		src, _ := netip.ParseAddrPort(c.req.Source())
 		peerLeg := netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
-		p.calls.Bind(c.member, dialogID(callID(c.req), tagOf(c.req.From().Params), peerLeg))
+		p.calls.Bind(c.member, callKeyOf(callID(c.req), tagOf(c.req.From().Params), peerLeg).String())
 	}
 	// The carrier has car.Setup() to answer with a provisional response
 	// above 100 (a 100 Trying alone does not count: a carrier that takes

@@ -191,6 +191,9 @@ type Proxy struct {
 	keys *dialogKeys
 	// invites are the INVITEs in progress, as a CANCEL finds them.
 	invites *inviteTable
+	// byes are the BYEs relayed statelessly waiting for their answer
+	// (ends.go).
+	byes pendingByes
 	// resolver keeps the addresses of carriers named by host name.
 	resolver *carrierResolver
 	// panics logs and counts panics recovered in handlers and goroutines.
@@ -447,6 +450,7 @@ func (p *Proxy) sweepInvites(ctx context.Context) {
 func (p *Proxy) sweepOnce(now time.Time) {
 	defer p.panics.Recover("sip.sweep", nil)
 	p.invites.sweep(now)
+	p.sweepByes(now)
 }
 
 // waitIdle polls until no initial INVITE is being handled or ctx ends.
