@@ -141,14 +141,24 @@ func (p *Proxy) prepareInDialog(req *sipmsg.Request, count bool) (inDialogHop, i
 		return refuse("malformed")
 	}
 	var hop inDialogHop
-	ok := false
+	st := tokenBad
 	for _, tok := range tokens {
-		if hop.legs, hop.dir, ok = p.keys.verify(cfg, tok, id, fromTag, toTag); ok {
+		var s tokenStatus
+		if hop.legs, hop.dir, s = p.keys.verify(cfg, tok, id, fromTag, toTag); s == tokenOK {
+			st = s
 			break
 		}
+		st = max(st, s)
 	}
-	if !ok {
+	switch st {
+	case tokenBad:
 		return refuse("bad_dialog_token")
+	case tokenExpired:
+		// The call is over (max_call_duration): its dialog with it.
+		if count {
+			p.m.SIPErrors.WithLabelValues("dialog_ended").Inc()
+		}
+		return inDialogHop{}, sipmsg.StatusCallTransactionDoesNotExists
 	}
 	from := hop.legs.peer
 	hop.to = hop.legs.carrier

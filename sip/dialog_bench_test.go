@@ -32,7 +32,7 @@ func BenchmarkInDialogCheck(b *testing.B) {
 	reqs := make([]*sipmsg.Request, dialogs)
 	for i := range reqs {
 		id := "bench-dialog-" + strconv.Itoa(i)
-		tok := p.keys.mint(cfg, legs, id, "ftag"+strconv.Itoa(i))
+		tok := mustMint(b, p.keys, cfg, legs, id, "ftag"+strconv.Itoa(i))
 		raw := "INFO sip:c@127.0.0.1:5070 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.2:5061;branch=z9hG4bK-bi" + strconv.Itoa(i) + ";rport\r\n" +
 			"Route: <sip:" + h.udp + ";lr;" + tokenParam + "=" + tok + ">\r\n" +
 			"Max-Forwards: 70\r\nFrom: <sip:a@127.0.0.2>;tag=ftag" + strconv.Itoa(i) + "\r\nTo: <sip:100@127.0.0.1>;tag=ttag\r\n" +

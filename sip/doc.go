@@ -76,10 +76,13 @@
 // carrier as a new call). Every Record-Route the
 // proxy adds carries a dialog token (";cg=", token.go): the call's two legs
 // (the peer's source address and transport, the carrier address and
-// transport the INVITE went to) signed with its Call-ID and the caller's
-// From tag under sip.dialog_secret. Both ends copy it into the Route of
-// their in-dialog requests; a request is relayed only when one of the
-// proxy's own Route entries carries a token that verifies, the tags say
+// transport the INVITE went to) and its mint time, sealed (AES-256-GCM
+// under a key derived from sip.dialog_secret and the mint day) with its
+// Call-ID and the caller's From tag: a peer cannot read which carrier
+// address took its call. Both ends copy it into the Route of their
+// in-dialog requests; a request is relayed only when one of the proxy's
+// own Route entries carries a token that opens (one minted longer ago
+// than max_call_duration is dead: 481, counted dialog_ended), the tags say
 // which leg sent it, it comes from that leg's address (IP and port over
 // UDP, IP over a connection), and it goes to the other leg whatever its
 // Request-URI says (403 otherwise, sent once); with fewer than 2 hops left

@@ -58,7 +58,7 @@ func FuzzRequestHandling(f *testing.F) {
 			}
 			return
 		}
-		tok := p.keys.mint(cfg, dialogLegs{}, callID(req), tagOf(req.From().Params))
+		tok, _ := p.keys.mint(cfg, dialogLegs{}, callID(req), tagOf(req.From().Params))
 		out := p.outboundInvite(cfg, req, target{host: "127.0.0.1", port: 5070, transport: "UDP"}, tok)
 		_ = out.String()
 	})

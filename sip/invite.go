@@ -522,7 +522,11 @@ func (c *call) forward(car *config.Carrier, ticket pacing.Ticket) (res *sipmsg.R
 		}
 		// The current snapshot, not the call's: a call admitted before a
 		// reload that changed sip.dialog_secret must not turn the keys back.
-		token = p.keys.mint(p.cfg(), legs, callID(c.req), tagOf(c.req.From().Params))
+		var err error
+		if token, err = p.keys.mint(p.cfg(), legs, callID(c.req), tagOf(c.req.From().Params)); err != nil {
+			c.log.Debug("dialog token", "error", err)
+			return nil, true
+		}
 	}
 	target.host, target.hp = dest.Addr().String(), dest.String()
 	if c.placed {

@@ -1296,7 +1296,7 @@ func TestAckWithoutHopsIsDropped(t *testing.T) {
 	adm, pacer := newFakes()
 	h := startProxy(t, testConfig(config.Carrier{Name: "raw", URI: "sip:" + car, CPS: 100, MaxWait: time.Second}), adm, pacer)
 	ack := func(callID string, mf int) *sipmsg.Request {
-		tok := h.p.keys.mint(h.p.cfg(), dialogLegs{peer: leg{addr: netip.MustParseAddrPort("127.0.0.2:5061")},
+		tok := mustMint(t, h.p.keys, h.p.cfg(), dialogLegs{peer: leg{addr: netip.MustParseAddrPort("127.0.0.2:5061")},
 			carrier: leg{addr: netip.MustParseAddrPort(car)}}, callID, "1")
 		msg, err := sipmsg.ParseMessage([]byte("ACK sip:carrier@" + car + " SIP/2.0\r\n" +
 			"Via: SIP/2.0/UDP 127.0.0.2:5061;branch=z9hG4bK-" + callID + "\r\n" +
