@@ -210,8 +210,11 @@ func (p *Proxy) refuseInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction,
 
 // refusalReason is the reason phrase of prepareInDialog's SIP codes.
 func refusalReason(code int) string {
-	if code == sipmsg.StatusTooManyHops {
+	switch code {
+	case sipmsg.StatusTooManyHops:
 		return "Too Many Hops"
+	case sipmsg.StatusServiceUnavailable:
+		return "Service Unavailable"
 	}
 	return "Call/Transaction Does Not Exist"
 }
@@ -266,6 +269,9 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 		defer func() { done(sent) }()
 	}
 	hop, code := p.prepareInDialog(req, true)
+	if code == 0 {
+		code = p.admitInDialog(&hop, true, callID(req))
+	}
 	if code != 0 {
 		p.refuseInDialog(req, tx, code)
 		return
@@ -284,7 +290,7 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 	}
 	d := &dialogLeg{
 		relayLeg: relayLeg{p: p, out: hop.out, ctx: context.Background(), shutdown: p.base.Done()},
-		server:   txUpstream{p: p, req: req, tx: tx, dest: upstreamOf(req), oc: hop.dir == fromPeer && ocAsked(req.Via())},
+		server:   txUpstream{p: p, req: req, tx: tx, dest: upstreamOf(req), oc: hop.dir == fromPeer && ocAsked(req.Via()), hop: &hop},
 	}
 	l := &d.relayLeg
 	l.up = &d.server
@@ -339,10 +345,16 @@ type txUpstream struct {
 	tx   sipmsg.ServerTransaction
 	dest string // upstreamOf(req)
 	oc   bool   // req is the dialog's peer's and asks for overload control (oc.go)
+	hop  *inDialogHop
 }
 
-// relay passes r upstream; a failure is logged at Debug and returned.
+// relay passes r upstream; a failure is logged at Debug and returned. A
+// BYE's final answer that ends its call ends its dialog first (dialogs.go),
+// so the sender's next request of the dialog is refused.
 func (u *txUpstream) relay(r *sipmsg.Response) error {
+	if u.hop != nil && u.req.Method == sipmsg.BYE && r.StatusCode >= 200 && endsCall(r.StatusCode) {
+		u.p.dialogEnded(u.hop.key, u.hop.callee)
+	}
 	out := relayResponse(r, u.dest, u.req.Transport())
 	u.p.ocRelay(u.oc, out.Via())
 	err := u.tx.Respond(out)
@@ -403,8 +415,8 @@ func isNilHeader(h sipmsg.Header) bool {
 // here (they carry no Route of the proxy).
 func (p *Proxy) onAck(req *sipmsg.Request, _ sipmsg.ServerTransaction) {
 	hop, code := p.prepareInDialog(req, false)
-	if code != 0 {
-		return // refused, or no hops left (an ACK is never answered)
+	if code != 0 || p.admitInDialog(&hop, false, callID(req)) != 0 {
+		return // refused, no hops left, ended or over its rate (an ACK is never answered)
 	}
 	if err := p.tp.WriteMsg(hop.out); err != nil {
 		p.log.Debug("ACK forward failed", "call_id", callID(req), "error", err)

@@ -87,9 +87,16 @@
 // UDP, IP over a connection), and it goes to the other leg whatever its
 // Request-URI says (403 otherwise, sent once); with fewer than 2 hops left
 // (Max-Forwards 0 or 1) it is answered 483 and not relayed, as is an
-// initial INVITE. A
-// re-INVITE is limited per dialog (6 a minute, pool-wide through the
-// admission store) and takes no pacing slot. In-dialog requests other than
+// initial INVITE. A token also dies with its call (dialogs.go): once a BYE
+// of the dialog was answered 2xx or 481 or timed out, the dialog's
+// requests get 481 (counted dialog_ended), on this node at once and, with
+// Options.DialogEnds (the pool's Redis), on the pool's other nodes within
+// about a second; the node remembers at most 262,144 ended dialogs, each
+// until its token expires. Each direction of a dialog may send at most 40
+// requests at once, refilled at 10 a second (per node): beyond, 503
+// (counted dialog_rate, logged at Warn at most every 10 s). A re-INVITE is
+// also limited per dialog (6 a minute, pool-wide through the admission
+// store) and takes no pacing slot. In-dialog requests other than
 // INVITE, ACK and CANCEL (BYE, INFO, UPDATE, …) that arrive over UDP and go
 // to a UDP leg are relayed from the screen without a transaction
 // (stateless.go, RFC 3261 16.11): the proxy's Via branch is an HMAC under
@@ -150,7 +157,8 @@
 // Malformed or oversized messages are dropped (or answered 400 when a
 // transaction can be formed) and counted in cpsguard_sip_errors_total with
 // reason parse, oversized, malformed, transaction, source, unknown_source,
-// bad_dialog_token, wrong_leg, reinvite_limit, cancel_source, duplicate,
+// bad_dialog_token, wrong_leg, dialog_ended, dialog_rate, reinvite_limit,
+// cancel_source, duplicate,
 // tcp_limit, read_queue_full, forged_response (a response with the proxy's stateless Via
 // whose branch does not verify) or stateless_response (one that cannot be
 // relayed statelessly: not over UDP, no Via below the proxy's, no IP); they never stop the proxy. A panic in a handler, the screen or
@@ -168,6 +176,8 @@
 // its transaction layer in its own goroutine (a stateless in-dialog relay
 // runs in the read loop; a BYE's max_calls release in a goroutine of its
 // own, as it may wait on the store); a call waiting for a slot costs that goroutine and one timer.
+// With Options.DialogEnds one goroutine exchanges ended dialogs with the
+// store every second; the per-dialog state is one mutex-guarded table.
 // The configuration is read once per call through Options.Config, so a
 // reload applies to the next call; the listen addresses are read once by
 // Serve.

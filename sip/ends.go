@@ -36,18 +36,16 @@ type callKey [8]byte
 
 // callKeyOf returns the call key of a call.
 func callKeyOf(callID, callerTag string, peer netip.AddrPort) callKey {
-	h := sha256.New()
-	_, _ = h.Write([]byte(callID))
-	_, _ = h.Write([]byte{0})
-	_, _ = h.Write([]byte(callerTag))
-	_, _ = h.Write([]byte{0})
+	var buf [256]byte // on the stack for the usual Call-ID
+	in := append(buf[:0], callID...)
+	in = append(in, 0)
+	in = append(in, callerTag...)
+	in = append(in, 0)
 	a := peer.Addr().Unmap().As16()
-	_, _ = h.Write(a[:])
-	_, _ = h.Write([]byte{byte(peer.Port() >> 8), byte(peer.Port())})
-	var sum [sha256.Size]byte
-	var k callKey
-	copy(k[:], h.Sum(sum[:0]))
-	return k
+	in = append(in, a[:]...)
+	in = append(in, byte(peer.Port()>>8), byte(peer.Port()))
+	sum := sha256.Sum256(in)
+	return callKey(sum[:8])
 }
 
 // String is the key as the call places tracker names the dialog (Bind,
@@ -143,12 +141,14 @@ func endsCall(code int) bool {
 
 // inDialogDone is told of the outcome of an in-dialog request the proxy
 // relayed for the call k: code is the far leg's final status, 0 when it
-// gave none in time. A BYE that ended the call frees its places. It may
-// wait on the store: never call it from the read loop.
+// gave none in time. A BYE that ended the call ends its dialog (its token
+// is refused from then on: dialogs.go) and frees its places. It may wait
+// on the store: never call it from the read loop.
 func (p *Proxy) inDialogDone(method sipmsg.RequestMethod, k callKey, calleeTag string, code int) {
 	if method != sipmsg.BYE || !endsCall(code) {
 		return
 	}
+	p.dialogEnded(k, calleeTag)
 	p.calls.EndDialog(p.base, k.String(), calleeTag)
 }
 

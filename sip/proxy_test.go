@@ -1050,33 +1050,6 @@ func TestNoOpenRelay(t *testing.T) {
 	}
 	ok := read(peer, func(m sipmsg.Message) bool { r, ok := m.(*sipmsg.Response); return ok && r.StatusCode == 200 }).(*sipmsg.Response)
 
-	// The peer's BYE with its Request-URI pointed elsewhere, from the
-	// socket its call came from.
-	caller := &siptest.Caller{Addr: peer.LocalAddr().String()}
-	bye := withVia(inDialogOf(t, caller, h.udp, ok, sipmsg.BYE), caller.Addr, "z9hG4bK-or-bye")
-	bye.Recipient.Host, bye.Recipient.Port = "127.0.0.77", mustPort(t, elsewhere.Addr)
-	if _, err := peer.WriteToUDP([]byte(bye.String()), proxyAddr); err != nil {
-		t.Fatal(err)
-	}
-	if res := read(peer, func(m sipmsg.Message) bool {
-		r, ok := m.(*sipmsg.Response)
-		return ok && r.StatusCode >= 200 && r.CSeq().MethodName == sipmsg.BYE
-	}).(*sipmsg.Response); res.StatusCode != 200 {
-		t.Fatalf("peer's BYE: final = %v, want 200", res)
-	}
-	if car.Count("BYE") != 1 || elsewhere.Count("BYE") != 0 {
-		t.Errorf("BYEs: carrier %d, elsewhere %d; want 1, 0", car.Count("BYE"), elsewhere.Count("BYE"))
-	}
-	for _, tc := range []struct{ name, from string }{{"another peer", "127.0.0.3"}, {"a stranger", "127.0.0.9"}} {
-		c := siptest.StartCaller(t, tc.from)
-		if res := c.Final(ctxT(t, 5*time.Second), inDialogOf(t, c, h.udp, ok, sipmsg.BYE)); res == nil || res.StatusCode != 403 {
-			t.Errorf("%s with the token: final = %v, want 403", tc.name, res)
-		}
-	}
-	if n := car.Count("BYE"); n != 1 {
-		t.Errorf("carrier BYEs = %d, want 1 (only the peer's)", n)
-	}
-
 	// The carrier's BYE (From: the callee's tag, To: the caller's) from the
 	// carrier's IP on another port: refused. From the carrier's address, it
 	// reaches the peer at the address its call came from.
@@ -1114,6 +1087,33 @@ func TestNoOpenRelay(t *testing.T) {
 	got := read(peer, func(m sipmsg.Message) bool { r, ok := m.(*sipmsg.Request); return ok && r.Method == sipmsg.BYE }).(*sipmsg.Request)
 	if got.CallID().Value() != "or-1" {
 		t.Errorf("peer got %s", got.StartLine())
+	}
+
+	// The peer's BYE with its Request-URI pointed elsewhere, from the
+	// socket its call came from.
+	caller := &siptest.Caller{Addr: peer.LocalAddr().String()}
+	bye := withVia(inDialogOf(t, caller, h.udp, ok, sipmsg.BYE), caller.Addr, "z9hG4bK-or-bye")
+	bye.Recipient.Host, bye.Recipient.Port = "127.0.0.77", mustPort(t, elsewhere.Addr)
+	if _, err := peer.WriteToUDP([]byte(bye.String()), proxyAddr); err != nil {
+		t.Fatal(err)
+	}
+	if res := read(peer, func(m sipmsg.Message) bool {
+		r, ok := m.(*sipmsg.Response)
+		return ok && r.StatusCode >= 200 && r.CSeq().MethodName == sipmsg.BYE
+	}).(*sipmsg.Response); res.StatusCode != 200 {
+		t.Fatalf("peer's BYE: final = %v, want 200", res)
+	}
+	if car.Count("BYE") != 1 || elsewhere.Count("BYE") != 0 {
+		t.Errorf("BYEs: carrier %d, elsewhere %d; want 1, 0", car.Count("BYE"), elsewhere.Count("BYE"))
+	}
+	for _, tc := range []struct{ name, from string }{{"another peer", "127.0.0.3"}, {"a stranger", "127.0.0.9"}} {
+		c := siptest.StartCaller(t, tc.from)
+		if res := c.Final(ctxT(t, 5*time.Second), inDialogOf(t, c, h.udp, ok, sipmsg.BYE)); res == nil || res.StatusCode != 403 {
+			t.Errorf("%s with the token: final = %v, want 403", tc.name, res)
+		}
+	}
+	if n := car.Count("BYE"); n != 1 {
+		t.Errorf("carrier BYEs = %d, want 1 (only the peer's)", n)
 	}
 }
 

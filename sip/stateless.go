@@ -121,6 +121,10 @@ func (p *Proxy) screenInDialog(cfg *config.Config, req *sipmsg.Request) bool {
 	if own == nil || up == nil || viaMangled(up) {
 		return false
 	}
+	if code := p.admitInDialog(&hop, true, callID(req)); code != 0 {
+		p.stateless(req, code, refusalReason(code))
+		return true
+	}
 	setReceived(up, src)
 	var flags byte
 	if hop.dir == fromCarrier {
@@ -166,6 +170,9 @@ func (p *Proxy) screenAck(req *sipmsg.Request) bool {
 	hop, code := p.prepareInDialog(req, false)
 	if code != 0 || hop.to.tcp || !hop.to.addr.Addr().IsValid() {
 		return false
+	}
+	if p.admitInDialog(&hop, false, callID(req)) != 0 {
+		return true // ended, or over its rate: dropped
 	}
 	if err := p.tp.WriteMsg(hop.out); err != nil {
 		p.log.Debug("ACK forward failed", "call_id", callID(req), "error", err)
@@ -400,9 +407,9 @@ func (p *Proxy) relayStatelessResponse(cfg *config.Config, res *sipmsg.Response,
 }
 
 // statelessDone is told of a verified final response to a request the
-// proxy relayed statelessly: a BYE's ends its wait, and its call when it
-// says so (ends.go). Freeing places may wait on the store: not in the
-// read loop.
+// proxy relayed statelessly, before it is relayed: a BYE's ends its wait,
+// and its dialog and call when it says so (ends.go). Freeing places may
+// wait on the store: not in the read loop.
 func (p *Proxy) statelessDone(res *sipmsg.Response, flags byte, key callKey) {
 	cseq := res.CSeq()
 	if cseq == nil || cseq.MethodName != sipmsg.BYE {
@@ -417,6 +424,9 @@ func (p *Proxy) statelessDone(res *sipmsg.Response, flags byte, key callKey) {
 	if !endsCall(res.StatusCode) {
 		return
 	}
+	// Dead before the answer is relayed: the sender's next request of the
+	// dialog is refused (no I/O here; the places are freed below).
+	p.dialogEnded(key, callee)
 	code := res.StatusCode
 	go func() {
 		defer p.panics.Recover("sip.bye_ends", nil)

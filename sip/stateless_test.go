@@ -179,9 +179,19 @@ func sipErrors(h *harness, reason string) float64 {
 // sender's Via address with the proxy's Via removed; a retransmitted BYE is
 // relayed again with the same branch.
 func TestStatelessByeRelayedBothWays(t *testing.T) {
-	h, peer, car, ok := statelessSetup(t, nil)
+	var answer atomic.Bool // the carrier answers BYEs once set
+	h, peer, car, ok := statelessSetup(t, answer.Load)
 	caller := peer.caller()
 	bye := withVia(inDialogOf(t, caller, h.udp, ok, sipmsg.BYE), peer.addr(), "z9hG4bK.peer-bye-1")
+	peer.send(h.udp, bye)
+	waitFor(t, func() bool { return len(car.requests(sipmsg.BYE)) == 1 }, "the BYE at the carrier")
+	// A retransmission before the answer: relayed again, same branch.
+	peer.send(h.udp, bye)
+	waitFor(t, func() bool { return len(car.requests(sipmsg.BYE)) == 2 }, "the retransmitted BYE at the carrier")
+	if b1, b2 := car.requests(sipmsg.BYE)[0].Via().Params.GetOr("branch", ""), car.requests(sipmsg.BYE)[1].Via().Params.GetOr("branch", "x"); b1 != b2 {
+		t.Errorf("retransmission branch %q, want the first's %q", b2, b1)
+	}
+	answer.Store(true)
 	peer.send(h.udp, bye)
 	waitFor(t, func() bool { return len(peer.responses()) == 1 }, "the BYE's 200 at the caller")
 	res := peer.responses()[0]
@@ -192,8 +202,8 @@ func TestStatelessByeRelayedBothWays(t *testing.T) {
 		t.Fatalf("relayed 200 Vias = %v, want only the caller's", vias)
 	}
 	fwd := car.requests(sipmsg.BYE)
-	if len(fwd) != 1 {
-		t.Fatalf("BYEs at the carrier = %d, want 1", len(fwd))
+	if len(fwd) != 3 {
+		t.Fatalf("BYEs at the carrier = %d, want 3", len(fwd))
 	}
 	branch, _ := fwd[0].Via().Params.Get("branch")
 	if !strings.HasPrefix(branch, statelessBranchPrefix) {
@@ -208,15 +218,16 @@ func TestStatelessByeRelayedBothWays(t *testing.T) {
 		t.Errorf("caller's Via on the forwarded BYE = %s, want rport filled in", up.Value())
 	}
 
-	// A retransmission: relayed again, same branch, and answered again.
+	// A retransmission after the 200: the dialog has ended, the node
+	// answers 481 itself (RFC 3261 15.1.1: the dialog is over for the
+	// sender too) and relays nothing.
 	peer.send(h.udp, bye)
-	waitFor(t, func() bool { return len(peer.responses()) == 2 }, "the retransmitted BYE's 200")
-	fwd = car.requests(sipmsg.BYE)
-	if len(fwd) != 2 {
-		t.Fatalf("BYEs at the carrier after a retransmission = %d, want 2", len(fwd))
+	waitFor(t, func() bool { return len(peer.responses()) == 2 }, "the answer to the late retransmission")
+	if r := peer.responses()[1]; r.StatusCode != 481 {
+		t.Errorf("late retransmission: %s, want 481", r.StartLine())
 	}
-	if b, _ := fwd[1].Via().Params.Get("branch"); b != branch {
-		t.Errorf("retransmission branch %q, want the first's %q", b, branch)
+	if n := len(car.requests(sipmsg.BYE)); n != 3 {
+		t.Fatalf("BYEs at the carrier after a late retransmission = %d, want 3", n)
 	}
 
 	// The callee's side, in a second call (the first one has ended): a BYE
@@ -244,10 +255,17 @@ func TestStatelessByeRelayedBothWays(t *testing.T) {
 // after it reach the carrier in that order (both relayed from the read
 // loop; a UAS waiting for the ACK fails a call whose BYE comes first).
 func TestAckThenByeKeepTheirOrder(t *testing.T) {
-	h, peer, car, ok := statelessSetup(t, nil)
+	h, peer, car, _ := statelessSetup(t, nil)
 	caller := peer.caller()
 	const n = 30
-	for i := 0; i < n; i++ {
+	// One call per ACK and BYE (a BYE ends its dialog).
+	oks := make([]*sipmsg.Response, n)
+	for i := range oks {
+		oks[i] = rawAnsweredCall(t, peer, h.udp, "order-"+strconv.Itoa(i))
+	}
+	waitFor(t, func() bool { return len(car.requests(sipmsg.ACK)) == n }, "every call's ACK at the carrier")
+	car.reset()
+	for i, ok := range oks {
 		ack := inDialogOf(t, caller, h.udp, ok, sipmsg.ACK)
 		ack.CSeq().SeqNo = ok.CSeq().SeqNo
 		peer.send(h.udp, withVia(ack, peer.addr(), "z9hG4bK.ack-"+strconv.Itoa(i)))
