@@ -1,11 +1,13 @@
 package sip
 
 import (
+	"log/slog"
 	"net/netip"
 	"strconv"
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	sipmsg "github.com/emiago/sipgo/sip"
 
@@ -74,4 +76,53 @@ func BenchmarkInDialogCheck(b *testing.B) {
 	b.StopTimer()
 	cpu := syscall.TimevalToNsec(ru1.Utime) - syscall.TimevalToNsec(ru0.Utime) + syscall.TimevalToNsec(ru1.Stime) - syscall.TimevalToNsec(ru0.Stime)
 	b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
+}
+
+// BenchmarkInDialogPieces is the cost of each step of the check of one
+// in-dialog request: opening its token (verify), naming its call and
+// dialog (two SHA-256), and the guard's table (ended dialogs, rate):
+//
+//	go test ./sip/ -run '^$' -bench InDialogPieces -benchmem
+func BenchmarkInDialogPieces(b *testing.B) {
+	cfg := &config.Config{SIP: config.SIP{DialogSecret: "bench-secret-0123456789"}}
+	d, err := newDialogKeys(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		b.Fatal(err)
+	}
+	peer := netip.MustParseAddrPort("127.0.0.2:5061")
+	legs := dialogLegs{peer: leg{addr: peer}, carrier: leg{addr: netip.MustParseAddrPort("127.0.0.1:5070")}}
+	tok := mustMint(b, d, cfg, legs, "bench-dialog-1", "ftag1")
+	b.Run("verify", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, _, st := d.verify(cfg, tok, "bench-dialog-1", "ftag1", "ttag"); st != tokenOK {
+				b.Fatal("refused")
+			}
+		}
+	})
+	b.Run("callKey", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			callKeyOf("bench-dialog-1", "ftag1", peer)
+		}
+	})
+	b.Run("dialogKey", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			dialogKeyOf(callKey{1}, "ttag")
+		}
+	})
+	b.Run("guard", func(b *testing.B) {
+		oldBurst, oldRate := dialogBurst, dialogRate
+		dialogBurst, dialogRate = 1e15, 1e15
+		defer func() { dialogBurst, dialogRate = oldBurst, oldRate }()
+		g := newDialogGuard()
+		now := time.Now()
+		b.ReportAllocs()
+		for b.Loop() {
+			if g.admit(dialogKey{1}, callKey{1}, fromPeer, now) != dialogPass {
+				b.Fatal("refused")
+			}
+		}
+	})
 }
