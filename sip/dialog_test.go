@@ -289,3 +289,23 @@ func TestStatelessByeTimeoutEndsTheCall(t *testing.T) {
 	}
 	waitFor(t, func() bool { return tr.Live() == 0 && h.p.byes.size() == 0 }, "the call ended by the BYE's timeout")
 }
+
+// TestInitialInviteWithOneHopLeft: an initial INVITE with Max-Forwards 1
+// is answered 483 and not forwarded (it left with 0, which a carrier's
+// edge proxy refuses).
+func TestInitialInviteWithOneHopLeft(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	adm, pacer := newFakes()
+	h := startProxy(t, testConfig(carrierCfg("a", car)), adm, pacer)
+	peer := startUDPEnd(t, "127.0.0.2", nil)
+	inv := rawInviteFrom(peer, h.udp, "one-hop", "ftag-one-hop")
+	mf := sipmsg.MaxForwardsHeader(1)
+	inv.ReplaceHeader(&mf)
+	peer.send(h.udp, inv)
+	if r := finalOfRaw(peer, "one-hop", sipmsg.INVITE, 0); r == nil || r.StatusCode != 483 {
+		t.Fatalf("INVITE with Max-Forwards 1: final %v, want 483", r)
+	}
+	if n := car.Count("INVITE"); n != 0 {
+		t.Fatalf("carrier INVITEs = %d, want 0", n)
+	}
+}
