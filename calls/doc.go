@@ -24,6 +24,11 @@
 // places of its live calls that the store lost (taken in a fallback, or
 // with the store's data): the limit counts every call that exists.
 //
+// RedisEnded is the pool's record of the dialogs that ended (a BYE
+// answered, or timed out): each node records the ends it saw and reads the
+// others' in one dialogs_ended.lua call a second, so a dialog token dies on
+// every node (sip.DialogEnds). It is bounded (a TTL, MaxEnded entries).
+//
 // Failure: a full place is a Decision with Admit false, never an error; an
 // error means the store failed and nothing is known about the decision.
 // A failed Free or Refresh is not retried: the place then expires by

@@ -357,3 +357,39 @@ func FuzzDecodeRefresh(f *testing.F) {
 		}
 	})
 }
+
+func TestDecodeEnded(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		v    any
+		ok   bool
+	}{
+		{"none", []any{int64(10), int64(11), int64(0)}, true},
+		{"two ends, more", []any{int64(10), int64(9), int64(1), "aa", "bb"}, true},
+		{"not an array", int64(1), false},
+		{"short", []any{int64(10), int64(11)}, false},
+		{"negative time", []any{int64(-1), int64(0), int64(0)}, false},
+		{"more not a flag", []any{int64(10), int64(11), int64(2)}, false},
+		{"cursor past now", []any{int64(10), int64(12), int64(0)}, false},
+		{"end not a string", []any{int64(10), int64(11), int64(0), int64(5)}, false},
+		{"over the page", []any{int64(10), int64(11), int64(0), "a", "b", "c"}, false},
+	} {
+		r, err := lua.DecodeEnded(tc.v, 2)
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: %+v, %v; want ok %v", tc.name, r, err, tc.ok)
+		}
+		if err != nil && !errors.Is(err, lua.ErrReply) {
+			t.Errorf("%s: error %v does not wrap ErrReply", tc.name, err)
+		}
+	}
+}
+
+func FuzzDecodeEnded(f *testing.F) {
+	f.Add([]byte{2, 40, 44, 0, 0}, int64(2))
+	f.Fuzz(func(t *testing.T, data []byte, page int64) {
+		r, err := lua.DecodeEnded(build(data), page)
+		if err == nil && (int64(len(r.Ends)) > page || r.Next > r.NowUS+1) {
+			t.Fatalf("accepted %+v for page %d", r, page)
+		}
+	})
+}

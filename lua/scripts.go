@@ -89,6 +89,7 @@ func Load(ctx context.Context, c redis.Scripter) error {
 		{ScriptCallsRefresh, callsRefreshScript},
 		{ScriptCallsCount, callsCountScript},
 		{ScriptOverrides, overridesScript},
+		{ScriptDialogsEnded, dialogsEndedScript},
 	} {
 		if err := s.script.Load(ctx, c).Err(); err != nil {
 			return fmt.Errorf("lua: load %s.lua: %w", s.name, err)
@@ -132,6 +133,8 @@ func SHA(name string) string {
 		return callsCountScript.Hash()
 	case ScriptOverrides:
 		return overridesScript.Hash()
+	case ScriptDialogsEnded:
+		return dialogsEndedScript.Hash()
 	}
 	return ""
 }

@@ -23,6 +23,8 @@ const (
 	ScopeNodes Scope = "nodes"
 	// ScopeOverrides is the pool's hash of live limit overrides.
 	ScopeOverrides Scope = "overrides"
+	// ScopeEnded is the pool's set of dialogs that ended.
+	ScopeEnded Scope = "ended"
 )
 
 // callsScope prefixes the scope of a max_calls place, giving it a hash tag
@@ -51,6 +53,10 @@ func DialogKey(prefix, id string) string { return Key(prefix, ScopeDialog, id) }
 
 // NodesKey is the key of the pool's node set: "cpsguard:{nodes:all}".
 func NodesKey(prefix string) string { return Key(prefix, ScopeNodes, allName) }
+
+// EndedDialogsKey is the key of the pool's set of ended dialogs (the
+// dialog tokens they made dead): "cpsguard:{ended:dialogs}".
+func EndedDialogsKey(prefix string) string { return Key(prefix, ScopeEnded, "dialogs") }
 
 // OverridesKey is the key of the pool's limit overrides (the limits
 // store's hash): "cpsguard:{overrides:all}". Its hash tag holds every

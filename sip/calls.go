@@ -3,7 +3,6 @@ package sip
 import (
 	"context"
 	"math"
-	"net/netip"
 	"strconv"
 
 	sipmsg "github.com/emiago/sipgo/sip"
@@ -22,7 +21,12 @@ type CallPlaces interface {
 	Occupy(ctx context.Context, member string, places []callplaces.Place) (callplaces.Decision, error)
 	// Release frees some of member's places (a carrier left for the next).
 	Release(ctx context.Context, member string, keys []string)
-	// Bind binds member to its dialog, for EndDialog.
+	// Bind binds member to its dialog, for EndDialog. The proxy names a
+	// dialog by its call key (ends.go: a hash of the Call-ID, the caller's
+	// From tag and the peer leg, all covered by the dialog token), so one
+	// peer's BYE cannot end another call that reuses its Call-ID and tag;
+	// the callee's tag, which only the answer gives, is matched by the
+	// tracker (Answer, EndDialog).
 	Bind(member, dialog string)
 	// End frees every place of member.
 	End(ctx context.Context, member string)
@@ -32,15 +36,6 @@ type CallPlaces interface {
 	// EndDialog ends the call of dialog answered with calleeTag; false
 	// when none (a BYE naming another tag frees nothing).
 	EndDialog(ctx context.Context, dialog, calleeTag string) bool
-}
-
-// dialogID names a call's dialog as a verified in-dialog request names it:
-// its Call-ID, the caller's From tag and the peer leg (all covered by the
-// dialog token), so one peer's BYE cannot end another call that reuses
-// its Call-ID and tag. The callee's tag, which only the answer gives, is
-// matched by the tracker (Answer, EndDialog).
-func dialogID(callID, callerTag string, peer netip.AddrPort) string {
-	return callID + "\x00" + callerTag + "\x00" + peer.String()
 }
 
 // occupyCalls takes the call's peer and customer places (max_calls). It
@@ -146,24 +141,4 @@ func (c *call) endCall() {
 	if c.placed && !c.answered {
 		c.p.calls.End(c.ctx, c.member)
 	}
-}
-
-// byeEnds ends the call of a BYE that passed the dialog token check, once
-// the BYE was sent on (not when it is answered: a carrier that never
-// answers the BYE does not keep the places). The BYE must name the
-// callee's tag of the call's answer: one with a made-up tag is refused by
-// the carrier (481) while the call goes on, and must not free it.
-func (p *Proxy) byeEnds(req *sipmsg.Request, hop inDialogHop) {
-	if req.Method != sipmsg.BYE {
-		return
-	}
-	from, to := req.From(), req.To()
-	if from == nil || to == nil {
-		return
-	}
-	callerTag, calleeTag := tagOf(from.Params), tagOf(to.Params)
-	if hop.dir == fromCarrier {
-		callerTag, calleeTag = calleeTag, callerTag
-	}
-	p.calls.EndDialog(p.base, dialogID(callID(req), callerTag, hop.legs.peer.addr), calleeTag)
 }

@@ -77,14 +77,15 @@ func TestMaxCallsPeer(t *testing.T) {
 		t.Fatalf("live calls after a BYE with a made-up To tag: got %d, want 2", got)
 	}
 
-	// The peer's own BYE ends the call: one place is free again, once.
-	for i := 0; i < 2; i++ {
-		if res := caller.Final(ctxT(t, 5*time.Second), inDialogOf(t, caller, h.udp, ok1, sipmsg.BYE)); res == nil || res.StatusCode != 200 {
-			t.Fatalf("peer's BYE %d: got %v, want 200", i, res)
+	// The peer's own BYE ends the call: one place is free again, once. A
+	// second BYE of the ended dialog is refused (481) and frees nothing.
+	for i, want := range []int{200, 481} {
+		if res := caller.Final(ctxT(t, 5*time.Second), inDialogOf(t, caller, h.udp, ok1, sipmsg.BYE)); res == nil || res.StatusCode != want {
+			t.Fatalf("peer's BYE %d: got %v, want %d", i, res, want)
 		}
 	}
-	// The places are freed just after the BYE left (off the read loop,
-	// stateless.go), so the 200 may come back first.
+	// The places are freed on the BYE's 200 (off the read loop,
+	// stateless.go), so the 200 may reach the caller first.
 	waitFor(t, func() bool { return live() == 1 }, "one live call after two BYEs of one call")
 	time.Sleep(50 * time.Millisecond)
 	if got := live(); got != 1 {
@@ -161,7 +162,12 @@ func TestMaxCallsCarrierByeEndsTheCall(t *testing.T) {
 	caller := siptest.StartCaller(t, "127.0.0.2")
 	ok := answeredCall(t, caller, h.udp)
 
-	// The callee's BYE from a stranger's address: 403, nothing freed.
+	// The callee's BYE from a stranger's address, and from the carrier's
+	// IP on another port: 403, nothing freed.
+	other := siptest.StartCaller(t, "127.0.0.1")
+	if res := other.Final(ctxT(t, 5*time.Second), calleeBye(t, other, h.udp, ok)); res == nil || res.StatusCode != 403 {
+		t.Fatalf("callee BYE from the carrier's IP, another port: got %v, want 403", res)
+	}
 	stranger := siptest.StartCaller(t, "127.0.0.9")
 	if res := stranger.Final(ctxT(t, 5*time.Second), calleeBye(t, stranger, h.udp, ok)); res == nil || res.StatusCode != 403 {
 		t.Fatalf("callee BYE from a stranger: got %v, want 403", res)
@@ -171,7 +177,7 @@ func TestMaxCallsCarrierByeEndsTheCall(t *testing.T) {
 	}
 	// From the carrier's address: relayed to the caller, and the place is
 	// free for the next call.
-	carSide := siptest.StartCaller(t, "127.0.0.1")
+	carSide := car.Caller(t)
 	if res := carSide.Final(ctxT(t, 5*time.Second), calleeBye(t, carSide, h.udp, ok)); res == nil || res.StatusCode != 200 {
 		t.Fatalf("callee BYE: got %v, want 200", res)
 	}

@@ -29,10 +29,39 @@ const (
 	reinviteWindow = time.Minute
 )
 
-// inDialog reports whether req belongs to a dialog (To tag present).
-func inDialog(req *sipmsg.Request) bool {
+// hasToTag reports whether req's To header has a tag: the mark of a
+// request inside a dialog (RFC 3261 12.2) as its sender presents it.
+func hasToTag(req *sipmsg.Request) bool {
 	to := req.To()
 	return to != nil && to.Params.Has("tag")
+}
+
+// inDialog reports whether the proxy treats req as a request inside a
+// dialog: its To tag is set, or one of the proxy's own entries on top of
+// its Route carries a dialog token (";cg="), whatever its tags say. Such a
+// request is relayed only when it passes prepareInDialog (which wants both
+// tags); it is never taken for a new call (which would lose its Route and
+// be admitted) nor answered as an out-of-dialog request.
+func (p *Proxy) inDialog(req *sipmsg.Request) bool {
+	return hasToTag(req) || p.routesOwnToken(req)
+}
+
+// routesOwnToken reports whether one of the proxy's own entries on top of
+// req's Route carries a dialog token (at most maxRouteTokens entries are
+// looked at, without changing req).
+func (p *Proxy) routesOwnToken(req *sipmsg.Request) bool {
+	n := 0
+	for _, h := range req.GetHeaders("Route") {
+		r, ok := h.(*sipmsg.RouteHeader)
+		if !ok || n >= maxRouteTokens || !p.isMe(&r.Address) {
+			return false
+		}
+		if r.Address.UriParams != nil && r.Address.UriParams.Has(tokenParam) {
+			return true
+		}
+		n++
+	}
+	return false
 }
 
 // tagOf returns the tag parameter of a From or To header.
@@ -58,13 +87,22 @@ type inDialogHop struct {
 	to   leg             // the other leg of the dialog
 	legs dialogLegs
 	dir  direction
+	// key names the call (ends.go); callee is the callee's tag as the
+	// request names it.
+	key    callKey
+	callee string
 }
 
 // prepareInDialog checks an in-dialog request and builds the one it relays.
 // The request must name the proxy in its top Route entries (else 481), one
 // of those entries must carry a dialog token that verifies with its Call-ID
 // and tags, and it must come from the leg its direction says (else
-// refuseDialog). It then goes to the other leg, whatever its Request-URI
+// refuseDialog): from its address, IP and port, when it arrived over UDP
+// (where a source is easily forged), from its IP over a connection (whose
+// source port is the sender's own choice, and whose source cannot be
+// forged off-path). With less than 2 hops left it is not relayed (483): a
+// next hop that is a proxy would refuse it, and the call go on. It then
+// goes to the other leg, whatever its Request-URI
 // and remaining Route entries say (they travel on unchanged): the request
 // never reaches a host:port that is neither leg of its dialog. Refusals
 // are counted in cpsguard_sip_errors_total when count is set (not for an
@@ -95,24 +133,49 @@ func (p *Proxy) prepareInDialog(req *sipmsg.Request, count bool) (inDialogHop, i
 	if t := req.To(); t != nil {
 		toTag = tagOf(t.Params)
 	}
+	if fromTag == "" || toTag == "" {
+		// A request inside a dialog names both ends' tags (every dialog
+		// the proxy sets up has them: an initial INVITE without a From tag
+		// gets 400). Relayed without its To tag, an INVITE would reach the
+		// carrier as a new call.
+		return refuse("malformed")
+	}
 	var hop inDialogHop
-	ok := false
+	st := tokenBad
 	for _, tok := range tokens {
-		if hop.legs, hop.dir, ok = p.keys.verify(cfg, tok, id, fromTag, toTag); ok {
+		var s tokenStatus
+		if hop.legs, hop.dir, s = p.keys.verify(cfg, tok, id, fromTag, toTag); s == tokenOK {
+			st = s
 			break
 		}
+		st = max(st, s)
 	}
-	if !ok {
+	switch st {
+	case tokenBad:
 		return refuse("bad_dialog_token")
+	case tokenExpired:
+		// The call is over (max_call_duration): its dialog with it.
+		if count {
+			p.m.SIPErrors.WithLabelValues("dialog_ended").Inc()
+		}
+		return inDialogHop{}, sipmsg.StatusCallTransactionDoesNotExists
 	}
 	from := hop.legs.peer
 	hop.to = hop.legs.carrier
 	if hop.dir == fromCarrier {
 		from, hop.to = hop.legs.carrier, hop.legs.peer
 	}
-	if src.Addr().Unmap() != from.addr.Addr() {
+	if src.Addr().Unmap() != from.addr.Addr() || (req.Transport() == "UDP" && src.Port() != from.addr.Port()) {
 		return refuse("wrong_leg")
 	}
+	if mf := req.MaxForwards(); mf != nil && mf.Val() < 2 {
+		return inDialogHop{}, sipmsg.StatusTooManyHops
+	}
+	callerTag, calleeTag := fromTag, toTag
+	if hop.dir == fromCarrier {
+		callerTag, calleeTag = toTag, fromTag
+	}
+	hop.key, hop.callee = callKeyOf(id, callerTag, hop.legs.peer.addr), calleeTag
 	decMaxForwards(out)
 	tp := hop.to.transport()
 	lo := addVia(p, out, tp)
@@ -134,14 +197,35 @@ func (p *Proxy) refuseInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction,
 		}
 		p.answerOnce(req, tx, sipmsg.StatusForbidden, "Forbidden")
 	default:
-		p.answerOnce(req, tx, code, "Call/Transaction Does Not Exist")
+		p.answerOnce(req, tx, code, refusalReason(code))
 	}
+}
+
+// refusalReason is the reason phrase of prepareInDialog's SIP codes.
+func refusalReason(code int) string {
+	switch code {
+	case sipmsg.StatusTooManyHops:
+		return "Too Many Hops"
+	case sipmsg.StatusServiceUnavailable:
+		return "Service Unavailable"
+	}
+	return "Call/Transaction Does Not Exist"
 }
 
 // reinviteAllowed applies the per-dialog re-INVITE limit (see
 // reinviteLimit) through the admission store, pool-wide. The bucket is
 // named by a hash of the Call-ID and the caller's From tag (header values
 // never become key parts).
+//
+// The member is what makes the re-INVITE a new transaction to sipgo (the
+// invite table's key: top Via branch and sent-by, RFC 3261 17.2.3) with
+// its packet source and transport, hashed: a peer that reuses one branch
+// and changes only the Via's sent-by gets a transaction per re-INVITE
+// from sipgo, and each counts. A member the store has counted already
+// ("duplicate") is refused, never admitted: the handler runs only for a
+// request sipgo took for a new transaction, so a duplicate is a copy
+// replayed after its first transaction ended, which the far end has
+// answered already.
 func (p *Proxy) reinviteAllowed(cfg *config.Config, req *sipmsg.Request, hop inDialogHop) (bool, error) {
 	ftag := ""
 	if hop.dir == fromPeer {
@@ -151,14 +235,14 @@ func (p *Proxy) reinviteAllowed(cfg *config.Config, req *sipmsg.Request, hop inD
 	}
 	sum := sha256.Sum256([]byte(callID(req) + "\x00" + ftag))
 	b := admission.Bucket{Key: policy.DialogKey(cfg.Store.KeyPrefix, hex.EncodeToString(sum[:12])), Limit: reinviteLimit, Window: reinviteWindow}
-	branch, _ := req.Via().Params.Get("branch")
+	tx := sha256.Sum256([]byte(callID(req) + "\x00" + string(inviteKeyOf(req)) + "\x00" + req.Source() + "\x00" + req.Transport()))
 	ctx, cancel := context.WithTimeout(p.base, storeBudget)
 	defer cancel()
-	dec, err := p.adm.Admit(ctx, "reinvite/"+callID(req)+"/"+branch+"/"+req.Source(), []admission.Bucket{b})
+	dec, err := p.adm.Admit(ctx, "reinvite/"+hex.EncodeToString(tx[:16]), []admission.Bucket{b})
 	if err != nil {
 		return false, err
 	}
-	return dec.Admit, nil
+	return dec.Admit && !dec.Duplicate, nil
 }
 
 // forwardInDialog relays a request inside a dialog (BYE, re-INVITE, UPDATE,
@@ -178,12 +262,11 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 		defer func() { done(sent) }()
 	}
 	hop, code := p.prepareInDialog(req, true)
+	if code == 0 {
+		code = p.admitInDialog(&hop, true, callID(req))
+	}
 	if code != 0 {
 		p.refuseInDialog(req, tx, code)
-		return
-	}
-	if mf := req.MaxForwards(); mf != nil && mf.Val() == 0 {
-		p.answerOnce(req, tx, sipmsg.StatusTooManyHops, "Too Many Hops")
 		return
 	}
 	if req.IsInvite() {
@@ -205,7 +288,7 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 	}
 	d := &dialogLeg{
 		relayLeg: relayLeg{p: p, out: hop.out, ctx: context.Background(), shutdown: p.base.Done()},
-		server:   txUpstream{p: p, req: req, tx: tx, dest: upstreamOf(req), oc: p.dialogOCPeer(req, &hop)},
+		server:   txUpstream{p: p, req: req, tx: tx, dest: upstreamOf(req), oc: p.dialogOCPeer(req, &hop), hop: &hop},
 	}
 	l := &d.relayLeg
 	l.up = &d.server
@@ -217,14 +300,6 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 		l.setup = ringTimeout
 	}
 	err := l.send(target{host: hop.to.addr.Addr().String(), port: int(hop.to.addr.Port()), transport: hop.to.transport()})
-	// A verified BYE ends its call's max_calls places once it has left: a
-	// call the next INVITE takes the place of has had its BYE sent first,
-	// so the carrier never sees one call too many. One that could not be
-	// sent ends nothing (the call is still up at the other leg; a peer
-	// could otherwise free its places with BYEs made too large to send).
-	if err == nil {
-		p.byeEnds(req, hop)
-	}
 	if err != nil {
 		p.log.Debug("in-dialog forward failed", "method", string(req.Method), "call_id", callID(req), "error", err)
 		p.answer(req, tx, sipmsg.StatusServiceUnavailable, "Service Unavailable")
@@ -239,7 +314,18 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 		entry.onCancel(func() { close(ch) })
 		l.cancelled = ch
 	}
-	l.run()
+	res, _ := l.run()
+	// The far leg's answer says whether a BYE ended the call (ends.go); a
+	// BYE that could not be sent ends nothing (the call is still up at the
+	// other leg: a peer could otherwise free its places with BYEs made too
+	// large to send), nor does one cut short by the node's shutdown.
+	code = 0
+	if res != nil {
+		code = res.StatusCode
+	} else if p.base.Err() != nil {
+		return
+	}
+	p.inDialogDone(req.Method, hop.key, hop.callee, code)
 }
 
 // dialogLeg is the leg of an in-dialog request with the server transaction
@@ -257,11 +343,17 @@ type txUpstream struct {
 	tx   sipmsg.ServerTransaction
 	dest string // upstreamOf(req)
 	oc   string // the dialog's peer's name when req is its and asks for overload control (oc.go), else ""
+	hop  *inDialogHop
 }
 
 // relay passes r upstream; a failure is logged at Debug and returned
-// (errNoVia when r had no Via left for the sender: not relayed).
+// (errNoVia when r had no Via left for the sender: not relayed). A BYE's
+// final answer that ends its call ends its dialog first (dialogs.go), so
+// the sender's next request of the dialog is refused.
 func (u *txUpstream) relay(r *sipmsg.Response) error {
+	if u.hop != nil && u.req.Method == sipmsg.BYE && r.StatusCode >= 200 && endsCall(r.StatusCode) {
+		u.p.dialogEnded(u.hop.key, u.hop.callee)
+	}
 	out := relayResponse(r, u.dest, u.req.Transport())
 	if out.Via() == nil {
 		return u.p.noVia(out)
@@ -325,11 +417,8 @@ func isNilHeader(h sipmsg.Header) bool {
 // here (they carry no Route of the proxy).
 func (p *Proxy) onAck(req *sipmsg.Request, _ sipmsg.ServerTransaction) {
 	hop, code := p.prepareInDialog(req, false)
-	if code != 0 {
-		return
-	}
-	if mf := req.MaxForwards(); mf != nil && mf.Val() == 0 {
-		return // no hops left (an ACK is never answered, so just drop it)
+	if code != 0 || p.admitInDialog(&hop, false, callID(req)) != 0 {
+		return // refused, no hops left, ended or over its rate (an ACK is never answered)
 	}
 	if err := p.tp.WriteMsg(hop.out); err != nil {
 		p.log.Debug("ACK forward failed", "call_id", callID(req), "error", err)
@@ -346,7 +435,7 @@ func (p *Proxy) onCancel(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
 // transaction: in a dialog it is relayed; out of a dialog the screen has
 // answered it already, so this is only a guard (405, once).
 func (p *Proxy) onOther(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
-	if inDialog(req) {
+	if p.inDialog(req) {
 		p.forwardInDialog(req, tx)
 		return
 	}

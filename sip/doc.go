@@ -31,7 +31,8 @@
 // carrier's just before its slot is reserved (full: the next carrier,
 // reroute calls_full), given back when the call moves on. An unanswered
 // call frees its places when its INVITE handler returns; an answered one
-// when a BYE that passed the dialog-token check has been sent on (either
+// when the far leg answers a BYE that passed the dialog-token check with a
+// 2xx or 481, or gives it no final answer before Timer F (ends.go; either
 // direction), or by the Tracker at max_call_duration or the places'
 // expiry. Options.Calls nil keeps them in process, refreshed by Serve.
 //
@@ -73,7 +74,9 @@
 // ahead of sipgo's transaction layer: strangers (neither a peer's source nor
 // a carrier's address) get silence or one stateless 403 and cost no state;
 // a message without Via, From, To, Call-ID or CSeq (or with an empty tag)
-// is never used (stateless 400; responses dropped); out-of-dialog OPTIONS
+// is never used (stateless 400; responses dropped), nor is an initial
+// INVITE without a From tag (RFC 3261 8.1.1.3: 400, from the parsed path;
+// the raw path leaves it to it); out-of-dialog OPTIONS
 // are answered statelessly (503 while draining or while the store cannot
 // decide, so dispatchers route around the node), other out-of-dialog
 // methods 405; a CANCEL of a call in progress must come from its INVITE's
@@ -81,24 +84,42 @@
 // and relays the carrier's 487 (its own 487 only while still queued). A
 // refused call's final answer is sent once and its transaction ended.
 //
-// In-dialog requests (To tag set: ACK for 2xx, BYE, re-INVITE, UPDATE,
-// INFO, …) are relayed only along their own dialog. Every Record-Route the
+// In-dialog requests (To tag set, or one of the proxy's own Route entries
+// carrying a dialog token, whatever the tags say: ACK for 2xx, BYE,
+// re-INVITE, UPDATE, INFO, …) are relayed only along their own dialog, and
+// only with both tags set (a re-INVITE without a To tag would reach the
+// carrier as a new call). Every Record-Route the
 // proxy adds carries a dialog token (";cg=", token.go): the call's two legs
 // (the peer's source address and transport, the carrier address and
-// transport the INVITE went to) signed with its Call-ID and the caller's
-// From tag under sip.dialog_secret. Both ends copy it into the Route of
-// their in-dialog requests; a request is relayed only when one of the
-// proxy's own Route entries carries a token that verifies, the tags say
-// which leg sent it, it comes from that leg's address, and it goes to the
-// other leg whatever its Request-URI says (403 otherwise, sent once). A
-// re-INVITE is limited per dialog (6 a minute, pool-wide through the
-// admission store) and takes no pacing slot. In-dialog requests other than
+// transport the INVITE went to) and its mint time, sealed (AES-256-GCM
+// under a key derived from sip.dialog_secret and the mint day) with its
+// Call-ID and the caller's From tag: a peer cannot read which carrier
+// address took its call. Both ends copy it into the Route of their
+// in-dialog requests; a request is relayed only when one of the proxy's
+// own Route entries carries a token that opens (one minted longer ago
+// than max_call_duration is dead: 481, counted dialog_ended), the tags say
+// which leg sent it, it comes from that leg's address (IP and port over
+// UDP, IP over a connection), and it goes to the other leg whatever its
+// Request-URI says (403 otherwise, sent once); with fewer than 2 hops left
+// (Max-Forwards 0 or 1) it is answered 483 and not relayed, as is an
+// initial INVITE. A token also dies with its call (dialogs.go): once a BYE
+// of the dialog was answered 2xx or 481 or timed out, the dialog's
+// requests get 481 (counted dialog_ended), on this node at once and, with
+// Options.DialogEnds (the pool's Redis), on the pool's other nodes within
+// about a second; the node remembers at most 262,144 ended dialogs, each
+// until its token expires. Each direction of a dialog may send at most 40
+// requests at once, refilled at 10 a second (per node): beyond, 503
+// (counted dialog_rate, logged at Warn at most every 10 s). A re-INVITE is
+// also limited per dialog (6 a minute, pool-wide through the admission
+// store) and takes no pacing slot. In-dialog requests other than
 // INVITE, ACK and CANCEL (BYE, INFO, UPDATE, …) that arrive over UDP and go
 // to a UDP leg are relayed from the screen without a transaction
 // (stateless.go, RFC 3261 16.11): the proxy's Via branch is an HMAC under
 // the dialog-token key over the upstream Via, Call-ID, CSeq and next hop
-// IP, so a retransmission gets the same branch and a response is relayed
-// only when its branch verifies (forged ones are dropped); a TCP leg, and
+// IP (and carries the call's key and direction, which it covers, so the
+// far leg's answer to a BYE says which call it ends), so a retransmission
+// gets the same branch and a response is relayed only when its branch
+// verifies (forged ones are dropped); a TCP leg, and
 // a request whose top Via holds a quoted parameter (sipgo would read it
 // back differently in the response), keep the stateful relay. ACKs of 2xx (always relayed without a transaction)
 // leave from the screen too, so a BYE sent right after its ACK cannot
@@ -174,10 +195,10 @@
 // never raw. Malformed or oversized messages are dropped (or answered 400 when a
 // transaction can be formed) and counted in cpsguard_sip_errors_total with
 // reason parse, oversized, malformed, transaction, source, unknown_source,
-// bad_dialog_token, wrong_leg, reinvite_limit, cancel_source, duplicate,
-// tcp_limit, read_queue_full, params, headers, stream (a TCP stream that
-// cannot be framed), no_via (a relayed response with no Via left for the
-// sender), forged_response (a response with the proxy's stateless Via
+// bad_dialog_token, wrong_leg, dialog_ended, dialog_rate, reinvite_limit,
+// cancel_source, duplicate, tcp_limit, read_queue_full, params, headers,
+// stream (a TCP stream that cannot be framed), no_via (a relayed response
+// with no Via left for the sender), forged_response (a response with the proxy's stateless Via
 // whose branch does not verify) or stateless_response (one that cannot be
 // relayed statelessly: not over UDP, no Via below the proxy's, no IP); they never stop the proxy. A panic in a handler, the screen or
 // a goroutine of the package is recovered, logged once with its stack and
@@ -194,6 +215,8 @@
 // its transaction layer in its own goroutine (a stateless in-dialog relay
 // runs on its UDP worker; a BYE's max_calls release in a goroutine of its
 // own, as it may wait on the store); a call waiting for a slot costs that goroutine and one timer.
+// With Options.DialogEnds one goroutine exchanges ended dialogs with the
+// store every second; the per-dialog state is one mutex-guarded table.
 // The configuration is read once per call through Options.Config, so a
 // reload applies to the next call; the listen addresses are read once by
 // Serve.

@@ -52,13 +52,13 @@ func FuzzRequestHandling(f *testing.F) {
 			return // the screen never lets such a request reach the paths below
 		}
 		_ = headerValue(req, "X-Customer")
-		if inDialog(req) {
+		if hasToTag(req) {
 			if hop, code := p.prepareInDialog(req, true); code == 0 {
 				_ = hop.out.String()
 			}
 			return
 		}
-		tok := p.keys.mint(cfg, dialogLegs{}, callID(req), tagOf(req.From().Params))
+		tok, _ := p.keys.mint(cfg, dialogLegs{}, callID(req), tagOf(req.From().Params))
 		out := p.outboundInvite(cfg, req, target{host: "127.0.0.1", port: 5070, transport: "UDP"}, tok)
 		_ = out.String()
 	})

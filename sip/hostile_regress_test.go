@@ -47,8 +47,8 @@ func TestStatelessInputSeparatesFields(t *testing.T) {
 // from the carrier's address under the genuine branch with the colliding
 // Via: dropped as forged, nothing reaches the third host.
 func TestStatelessViaCollisionNotRelayed(t *testing.T) {
-	h, caller, car, ok := statelessSetup(t, func() bool { return false })
-	peer := startUDPEnd(t, "127.0.0.2", nil)
+	h, peer, car, ok := statelessSetup(t, func() bool { return false })
+	caller := peer.caller()
 	victim := startUDPEnd(t, "127.0.0.9", nil)
 	vport, pport := mustPort(t, victim.addr()), mustPort(t, peer.addr())
 	bye := inDialogOf(t, caller, h.udp, ok, sipmsg.BYE)
@@ -89,14 +89,14 @@ func TestUnsendableByeKeepsPlaces(t *testing.T) {
 			defer statefulOnly.Store(false)
 			car := siptest.StartCarrier(t, "127.0.0.1", nil)
 			h, tr, store := startCallsProxy(t, car, 1, 0)
-			caller := siptest.StartCaller(t, "127.0.0.2")
+			peer := startUDPEnd(t, "127.0.0.2", nil)
 			live := peerPlaces(t, store)
-			ok := answeredCall(t, caller, h.udp)
+			ok := rawAnsweredCall(t, peer, h.udp, "unsendable")
 			if live() != 1 {
 				t.Fatalf("places after the call = %d, want 1", live())
 			}
-			peer := startUDPEnd(t, "127.0.0.2", nil)
-			bye := withVia(inDialogOf(t, caller, h.udp, ok, sipmsg.BYE), peer.addr(), "z9hG4bK.big-bye")
+			peer.reset()
+			bye := withVia(inDialogOf(t, peer.caller(), h.udp, ok, sipmsg.BYE), peer.addr(), "z9hG4bK.big-bye")
 			raw := bye.String()
 			i := strings.Index(raw, "\r\n\r\n")
 			// Short headers grow by a blank each when sipgo writes them
@@ -130,7 +130,8 @@ func TestUnsendableByeKeepsPlaces(t *testing.T) {
 // tombstone of a refused INVITE would have gone, still reaches sipgo's
 // server transaction (which absorbs it), not the carrier.
 func TestLateAckOfFailedReinviteNotRelayed(t *testing.T) {
-	h, caller, car, ok := statelessSetup(t, nil)
+	h, peer, car, ok := statelessSetup(t, nil)
+	caller := peer.caller()
 	car.mu.Lock()
 	prev := car.answer
 	car.answer = func(req *sipmsg.Request) *sipmsg.Response {
@@ -140,7 +141,6 @@ func TestLateAckOfFailedReinviteNotRelayed(t *testing.T) {
 		return prev(req)
 	}
 	car.mu.Unlock()
-	peer := startUDPEnd(t, "127.0.0.2", nil)
 	re := withVia(inDialogOf(t, caller, h.udp, ok, sipmsg.INVITE), peer.addr(), "z9hG4bK.reinv-1")
 	peer.send(h.udp, re)
 	waitFor(t, func() bool {

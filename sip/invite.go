@@ -72,7 +72,7 @@ type call struct {
 // onInvite handles every INVITE: initial ones go through admission and
 // pacing, in-dialog ones (re-INVITE, To tag set) are only forwarded.
 func (p *Proxy) onInvite(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
-	if to := req.To(); to != nil && to.Params.Has("tag") {
+	if p.inDialog(req) {
 		p.forwardInDialog(req, tx)
 		return
 	}
@@ -139,7 +139,9 @@ func (c *call) run() {
 		c.respond(sipmsg.StatusBadRequest, "Bad Request")
 		return
 	}
-	if mf := req.MaxForwards(); mf != nil && mf.Val() == 0 {
+	if mf := req.MaxForwards(); mf != nil && mf.Val() < 2 {
+		// Forwarded with Max-Forwards 0, it would be refused by the
+		// carrier's edge proxy: no hop is left for it.
 		c.reason = reasonTooManyHops
 		c.respond(sipmsg.StatusTooManyHops, "Too Many Hops")
 		return
@@ -559,7 +561,11 @@ func (c *call) forward(car *config.Carrier, ticket pacing.Ticket, probe string) 
 		}
 		// The current snapshot, not the call's: a call admitted before a
 		// reload that changed sip.dialog_secret must not turn the keys back.
-		token = p.keys.mint(p.cfg(), legs, callID(c.req), tagOf(c.req.From().Params))
+		var err error
+		if token, err = p.keys.mint(p.cfg(), legs, callID(c.req), tagOf(c.req.From().Params)); err != nil {
+			c.log.Debug("dialog token", "error", err)
+			return nil, true
+		}
 	}
 	target.host, target.hp = dest.Addr().String(), dest.String()
 	if c.placed {
@@ -567,7 +573,7 @@ func (c *call) forward(car *config.Carrier, ticket pacing.Ticket, probe string) 
 		// carrier's, or a caller's right after it) finds the call.
 		src, _ := netip.ParseAddrPort(c.req.Source())
 		peerLeg := netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
-		p.calls.Bind(c.member, dialogID(callID(c.req), tagOf(c.req.From().Params), peerLeg))
+		p.calls.Bind(c.member, callKeyOf(callID(c.req), tagOf(c.req.From().Params), peerLeg).String())
 	}
 	// The carrier has car.Setup() to answer with a provisional response
 	// above 100 (a 100 Trying alone does not count: a carrier that takes

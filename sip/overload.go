@@ -84,7 +84,7 @@ func (p *Proxy) Inflight() int64 { return p.inflight.Load() }
 func (p *Proxy) screenInvite(cfg *config.Config, req *sipmsg.Request, src netip.Addr) bool {
 	var acquire func() bool
 	peer := ""
-	initial := !inDialog(req)
+	initial := !p.inDialog(req)
 	if initial {
 		if pe := cfg.PeerByAddr(src); pe != nil {
 			peer = pe.Name

@@ -91,6 +91,9 @@ type Options struct {
 	// Overrides are the pool's live limit overrides (limits.Overrides
 	// satisfies it); nil: the configured limits only.
 	Overrides Overrides
+	// DialogEnds shares the ends of dialogs with the pool's other nodes
+	// (a *calls.RedisEnded); nil: each node knows the ends it saw.
+	DialogEnds DialogEnds
 	// Usable reports whether the store can decide calls now (false while
 	// Redis is down under store.on_error: reject); out-of-dialog OPTIONS get
 	// 503 then, so upstream dispatchers route around the node. nil: always.
@@ -240,6 +243,13 @@ type Proxy struct {
 	keys *dialogKeys
 	// invites are the INVITEs in progress, as a CANCEL finds them.
 	invites *inviteTable
+	// byes are the BYEs relayed statelessly waiting for their answer
+	// (ends.go).
+	byes pendingByes
+	// dialogs are the ended dialogs and the per-dialog rates (dialogs.go);
+	// dialogEnds is Options.DialogEnds.
+	dialogs    *dialogGuard
+	dialogEnds DialogEnds
 	// resolver keeps the addresses of carriers named by host name.
 	resolver *carrierResolver
 	// panics logs and counts panics recovered in handlers and goroutines.
@@ -299,6 +309,8 @@ func New(opts Options) (*Proxy, error) {
 		ready: make(chan struct{}),
 
 		invites:     newInviteTable(),
+		dialogs:     newDialogGuard(),
+		dialogEnds:  opts.DialogEnds,
 		resolver:    newCarrierResolver(),
 		storeUsable: opts.Usable,
 		overrides:   opts.Overrides,
@@ -444,7 +456,7 @@ func (p *Proxy) Serve(ctx context.Context) error {
 	var bgWG sync.WaitGroup
 	stopBackground := func() { bgCancel(); bgWG.Wait() }
 	defer stopBackground()
-	for _, run := range []func(context.Context){p.runResolver, p.sweepInvites, p.runProbes, p.runRates, p.runEventFlush, p.runSources} {
+	for _, run := range []func(context.Context){p.runResolver, p.sweepInvites, p.runProbes, p.runRates, p.runEventFlush, p.runSources, p.runDialogs} {
 		bgWG.Go(func() { run(bg) })
 	}
 
@@ -530,6 +542,8 @@ func (p *Proxy) sweepInvites(ctx context.Context) {
 func (p *Proxy) sweepOnce(now time.Time) {
 	defer p.panics.Recover("sip.sweep", nil)
 	p.invites.sweep(now)
+	p.sweepByes(now)
+	p.dialogs.sweep(now)
 }
 
 // waitIdle polls until no initial INVITE is being handled or ctx ends.

@@ -1016,7 +1016,7 @@ func startRawCarrierOpt(t *testing.T, answerInitial bool) *rawCarrier {
 			send := func(res *sipmsg.Response) { _, _ = conn.WriteToUDP([]byte(res.String()), from) }
 			switch req.Method {
 			case sipmsg.INVITE:
-				if answerInitial && !inDialog(req) {
+				if answerInitial && !hasToTag(req) {
 					ok := sipmsg.NewResponseFromRequest(req, 200, "OK", nil)
 					ok.To().Params.Add("tag", "raw-initial")
 					ok.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "raw", Host: "127.0.0.1", Port: conn.LocalAddr().(*net.UDPAddr).Port}})
@@ -1162,11 +1162,57 @@ func TestNoOpenRelay(t *testing.T) {
 	}
 	ok := read(peer, func(m sipmsg.Message) bool { r, ok := m.(*sipmsg.Response); return ok && r.StatusCode == 200 }).(*sipmsg.Response)
 
-	// The peer's BYE with its Request-URI pointed elsewhere.
-	caller := siptest.StartCaller(t, "127.0.0.2")
-	bye := inDialogOf(t, caller, h.udp, ok, sipmsg.BYE)
+	// The carrier's BYE (From: the callee's tag, To: the caller's) from the
+	// carrier's IP on another port: refused. From the carrier's address, it
+	// reaches the peer at the address its call came from.
+	from, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer from.Close()
+	var rr []string
+	for _, h := range ok.GetHeaders("Record-Route") {
+		rr = append(rr, "Route: "+h.Value()+"\r\n")
+	}
+	cbye := "BYE sip:p@10.9.9.9:5060 SIP/2.0\r\n" +
+		strings.Join(rr, "") + "Max-Forwards: 70\r\nFrom: " + ok.To().Value() + "\r\nTo: " + ok.From().Value() + "\r\n" +
+		"Call-ID: or-1\r\nCSeq: 9 BYE\r\nContent-Length: 0\r\n\r\n"
+	viaOf := func(addr string) string { return "Via: SIP/2.0/UDP " + addr + ";branch=z9hG4bK-cbye\r\n" }
+	if _, err := from.WriteToUDP([]byte(strings.Replace(cbye, "\r\n", "\r\n"+viaOf(from.LocalAddr().String()), 1)), proxyAddr); err != nil {
+		t.Fatal(err)
+	}
+	if res := read(from, func(m sipmsg.Message) bool { _, ok := m.(*sipmsg.Response); return ok }).(*sipmsg.Response); res.StatusCode != 403 {
+		t.Fatalf("carrier's BYE from another port: %d, want 403", res.StatusCode)
+	}
+	cm, err := sipmsg.ParseMessage([]byte(cbye))
+	if err != nil {
+		t.Fatal(err)
+	}
+	creq := cm.(*sipmsg.Request)
+	creq.SetTransport("UDP")
+	creq.SetDestination(h.udp)
+	tx, err := car.Caller(t).Transaction(ctxT(t, 5*time.Second), creq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Terminate()
+	got := read(peer, func(m sipmsg.Message) bool { r, ok := m.(*sipmsg.Request); return ok && r.Method == sipmsg.BYE }).(*sipmsg.Request)
+	if got.CallID().Value() != "or-1" {
+		t.Errorf("peer got %s", got.StartLine())
+	}
+
+	// The peer's BYE with its Request-URI pointed elsewhere, from the
+	// socket its call came from.
+	caller := &siptest.Caller{Addr: peer.LocalAddr().String()}
+	bye := withVia(inDialogOf(t, caller, h.udp, ok, sipmsg.BYE), caller.Addr, "z9hG4bK-or-bye")
 	bye.Recipient.Host, bye.Recipient.Port = "127.0.0.77", mustPort(t, elsewhere.Addr)
-	if res := caller.Final(ctxT(t, 5*time.Second), bye); res == nil || res.StatusCode != 200 {
+	if _, err := peer.WriteToUDP([]byte(bye.String()), proxyAddr); err != nil {
+		t.Fatal(err)
+	}
+	if res := read(peer, func(m sipmsg.Message) bool {
+		r, ok := m.(*sipmsg.Response)
+		return ok && r.StatusCode >= 200 && r.CSeq().MethodName == sipmsg.BYE
+	}).(*sipmsg.Response); res.StatusCode != 200 {
 		t.Fatalf("peer's BYE: final = %v, want 200", res)
 	}
 	if car.Count("BYE") != 1 || elsewhere.Count("BYE") != 0 {
@@ -1180,28 +1226,6 @@ func TestNoOpenRelay(t *testing.T) {
 	}
 	if n := car.Count("BYE"); n != 1 {
 		t.Errorf("carrier BYEs = %d, want 1 (only the peer's)", n)
-	}
-
-	// The carrier's BYE (From: the callee's tag, To: the caller's) from the
-	// carrier's address reaches the peer at the address its call came from.
-	from, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer from.Close()
-	var rr []string
-	for _, h := range ok.GetHeaders("Record-Route") {
-		rr = append(rr, "Route: "+h.Value()+"\r\n")
-	}
-	cbye := "BYE sip:p@10.9.9.9:5060 SIP/2.0\r\nVia: SIP/2.0/UDP " + from.LocalAddr().String() + ";branch=z9hG4bK-cbye\r\n" +
-		strings.Join(rr, "") + "Max-Forwards: 70\r\nFrom: " + ok.To().Value() + "\r\nTo: " + ok.From().Value() + "\r\n" +
-		"Call-ID: or-1\r\nCSeq: 9 BYE\r\nContent-Length: 0\r\n\r\n"
-	if _, err := from.WriteToUDP([]byte(cbye), proxyAddr); err != nil {
-		t.Fatal(err)
-	}
-	got := read(peer, func(m sipmsg.Message) bool { r, ok := m.(*sipmsg.Request); return ok && r.Method == sipmsg.BYE }).(*sipmsg.Request)
-	if got.CallID().Value() != "or-1" {
-		t.Errorf("peer got %s", got.StartLine())
 	}
 }
 
@@ -1384,7 +1408,7 @@ func TestAckWithoutHopsIsDropped(t *testing.T) {
 	adm, pacer := newFakes()
 	h := startProxy(t, testConfig(config.Carrier{Name: "raw", URI: "sip:" + car, CPS: 100, MaxWait: time.Second}), adm, pacer)
 	ack := func(callID string, mf int) *sipmsg.Request {
-		tok := h.p.keys.mint(h.p.cfg(), dialogLegs{peer: leg{addr: netip.MustParseAddrPort("127.0.0.2:5061")},
+		tok := mustMint(t, h.p.keys, h.p.cfg(), dialogLegs{peer: leg{addr: netip.MustParseAddrPort("127.0.0.2:5061")},
 			carrier: leg{addr: netip.MustParseAddrPort(car)}}, callID, "1")
 		msg, err := sipmsg.ParseMessage([]byte("ACK sip:carrier@" + car + " SIP/2.0\r\n" +
 			"Via: SIP/2.0/UDP 127.0.0.2:5061;branch=z9hG4bK-" + callID + "\r\n" +
@@ -1508,7 +1532,7 @@ func answeredCall(t *testing.T, c *siptest.Caller, proxy string) *sipmsg.Respons
 // ringReInvites answers initial INVITEs 200 at once and rings on
 // re-INVITEs (To tag) until they are cancelled.
 func ringReInvites(req *sipmsg.Request) siptest.Answer {
-	if inDialog(req) {
+	if hasToTag(req) {
 		return siptest.Answer{Ring: -1}
 	}
 	return siptest.Answer{}

@@ -35,10 +35,13 @@ import (
 //   - a datagram from a peer's source (never a stranger's, nor a
 //     carrier's: the screen takes a unit only for peers' INVITEs),
 //   - while the inflight bound is taken,
-//   - that is an INVITE without a To tag, of the plain form scanInvite
-//     accepts, which sipgo would parse (every header sipgo parses with a
-//     parser of its own is parsed here too, with sipgo's parser, or by a
-//     stricter grammar) and the screen would find well formed,
+//   - that is an INVITE without a To tag, with a From tag, and without a
+//     Route value that may carry a dialog token (";cg=": the screen takes
+//     such a request for one inside a dialog, whatever its tags), of the
+//     plain form scanInvite accepts, which sipgo would parse (every header
+//     sipgo parses with a parser of its own is parsed here too, with
+//     sipgo's parser, or by a stricter grammar) and the screen would find
+//     well formed,
 //   - whose top Via does not ask for overload control (an "oc"
 //     parameter: the screen's answer carries the node's values, oc.go),
 //   - and that is not a copy of an INVITE in the invite table (a
@@ -50,6 +53,9 @@ import (
 // does), From, To with a shed tag, Call-ID and CSeq, sent to the packet's
 // source from the socket it arrived on, counted rejected_overload.
 // FuzzRawShed and TestRawShedMatchesScreen hold it to that.
+
+// tokenParamEq is how a dialog token parameter begins in a Route value.
+var tokenParamEq = []byte(tokenParam + "=")
 
 // inviteStart is how a datagram the raw path may shed begins.
 var inviteStart = []byte("INVITE ")
@@ -144,7 +150,7 @@ func (p *Proxy) shedParsed(conn *net.UDPConn, from netip.AddrPort, data []byte, 
 	}
 	req.SetTransport("UDP")
 	req.SetSource(from.String())
-	if !wellFormed(req) || !req.IsInvite() || inDialog(req) || p.invites.has(inviteKeyOf(req)) {
+	if !wellFormed(req) || !req.IsInvite() || p.inDialog(req) || tagOf(req.From().Params) == "" || p.invites.has(inviteKeyOf(req)) {
 		return false
 	}
 	res := shedResponse(req, shedTag+strconv.FormatUint(rand.Uint64(), 36))
@@ -373,8 +379,8 @@ func scanInvite(data []byte) (r rawInvite, ok bool) {
 			}
 		case isName(name, "from", "f"):
 			tag, ok := nameAddrTag(value)
-			if fromSeen || !ok || tag == tagEmpty {
-				return r, false
+			if fromSeen || !ok || tag != tagSet {
+				return r, false // no From tag: the screen answers 400
 			}
 			fromSeen, r.from = true, value
 		case isName(name, "to", "t"):
@@ -399,6 +405,16 @@ func scanInvite(data []byte) (r rawInvite, ok bool) {
 				return r, false
 			}
 			contentLength = int(n)
+		case isName(name, "route", ""):
+			if bytes.Contains(value, tokenParamEq) {
+				return r, false // may carry the proxy's dialog token: in a dialog, never shed
+			}
+			if parsedBySipgo(name) {
+				var err error
+				if scratch, err = sipgoParsers.ParseHeader(scratch[:0], line); err != nil {
+					return r, false
+				}
+			}
 		case isName(name, "max-forwards", ""):
 			if _, err := strconv.ParseUint(string(value), 10, 32); err != nil {
 				return r, false

@@ -31,8 +31,13 @@ func parsedShed(data []byte, src, tag string) (res *sipmsg.Response, key inviteK
 	}
 	req.SetTransport("UDP")
 	req.SetSource(src)
-	if !wellFormed(req) || !req.IsInvite() || inDialog(req) {
-		return nil, "", false
+	if !wellFormed(req) || !req.IsInvite() || hasToTag(req) || tagOf(req.From().Params) == "" {
+		return nil, "", false // not an initial INVITE, or answered 400
+	}
+	for _, h := range req.GetHeaders("Route") {
+		if r, ok := h.(*sipmsg.RouteHeader); ok && r.Address.UriParams != nil && r.Address.UriParams.Has(tokenParam) {
+			return nil, "", false // may be the proxy's dialog token: in a dialog
+		}
 	}
 	return shedResponse(req, tag), inviteKeyOf(req), true
 }
@@ -102,6 +107,9 @@ var rawShedSeeds = []struct {
 	{"compact forms, rport, two Vias, quoted name, body", "INVITE sip:+15550100@10.0.0.1 SIP/2.0\r\nv: SIP/2.0/UDP 10.0.0.9:5070;rport;branch=z9hG4bKabc\r\nv: SIP/2.0/UDP 10.0.0.8;branch=z9hG4bKdef;received=10.0.0.8\r\nf: \"Alice Smith\" <sip:alice@example.com>;tag=1\r\nt: <sip:+15550100@10.0.0.1;user=phone>\r\ni: abc@10.0.0.9\r\nCSeq: 7 INVITE\r\nm: <sip:alice@10.0.0.9:5070>\r\nc: application/sdp\r\nl: 4\r\n\r\nv=0\n", true},
 	{"branch without the magic cookie, no port", "INVITE sip:x@h SIP/2.0\r\nVia: SIP/2.0/UDP host.example;branch=old1\r\nFrom: <sip:a@h>;tag=t\r\nTo: <sip:x@h>\r\nCall-ID: c1\r\nCSeq: 1 INVITE\r\nX-Customer: acme\r\n\r\n", true},
 	{"in dialog", "INVITE sip:x@h SIP/2.0\r\nVia: SIP/2.0/UDP h;branch=z9hG4bK1\r\nFrom: <sip:a@h>;tag=t\r\nTo: <sip:x@h>;tag=u\r\nCall-ID: c1\r\nCSeq: 1 INVITE\r\n\r\n", false},
+	{"no From tag", "INVITE sip:x@h SIP/2.0\r\nVia: SIP/2.0/UDP h;branch=z9hG4bK1\r\nFrom: <sip:a@h>\r\nTo: <sip:x@h>\r\nCall-ID: c1\r\nCSeq: 1 INVITE\r\n\r\n", false},
+	{"Route with a dialog token", "INVITE sip:x@h SIP/2.0\r\nVia: SIP/2.0/UDP h;branch=z9hG4bK1\r\nRoute: <sip:10.0.0.1;lr;cg=AgAB>\r\nFrom: <sip:a@h>;tag=t\r\nTo: <sip:x@h>\r\nCall-ID: c1\r\nCSeq: 1 INVITE\r\n\r\n", false},
+	{"Route without a token", "INVITE sip:x@h SIP/2.0\r\nVia: SIP/2.0/UDP h;branch=z9hG4bK1\r\nRoute: <sip:10.0.0.1;lr>\r\nFrom: <sip:a@h>;tag=t\r\nTo: <sip:x@h>\r\nCall-ID: c1\r\nCSeq: 1 INVITE\r\n\r\n", true},
 	{"empty From tag", "INVITE sip:x@h SIP/2.0\r\nVia: SIP/2.0/UDP h;branch=z9hG4bK1\r\nFrom: <sip:a@h>;tag=\r\nTo: <sip:x@h>\r\nCall-ID: c1\r\nCSeq: 1 INVITE\r\n\r\n", false},
 	{"CSeq method mismatch", "INVITE sip:x@h SIP/2.0\r\nVia: SIP/2.0/UDP h;branch=z9hG4bK1\r\nFrom: <sip:a@h>;tag=t\r\nTo: <sip:x@h>\r\nCall-ID: c1\r\nCSeq: 1 BYE\r\n\r\n", false},
 	{"folded line", "INVITE sip:x@h SIP/2.0\r\nVia: SIP/2.0/UDP h;branch=z9hG4bK1\r\nFrom: <sip:a@h>;tag=t\r\nTo: <sip:x@h>\r\n ;x=y\r\nCall-ID: c1\r\nCSeq: 1 INVITE\r\n\r\n", false},

@@ -92,7 +92,7 @@ func (p *Proxy) screenRequest(req *sipmsg.Request) bool {
 	}
 	if !p.knownSource(cfg, src) {
 		p.m.SIPErrors.WithLabelValues("unknown_source").Inc()
-		if req.IsInvite() && !inDialog(req) {
+		if req.IsInvite() && !hasToTag(req) {
 			p.m.Calls.WithLabelValues(PeerUnknown, metrics.OutcomeRejectedForbidden).Inc()
 		}
 		if cfg.SIP.UnknownSource != "drop" && !req.IsAck() && req.Via() != nil {
@@ -111,6 +111,15 @@ func (p *Proxy) screenRequest(req *sipmsg.Request) bool {
 	case req.IsCancel():
 		return p.screenCancel(req)
 	case req.IsInvite():
+		if tagOf(req.From().Params) == "" && !p.inDialog(req) {
+			// RFC 3261 8.1.1.3: a UAC puts a tag in From. A call without one
+			// has no dialog the carrier's BYE could name (it has no To tag
+			// then, and is refused), so it would hold its max_calls places
+			// until max_call_duration.
+			p.m.SIPErrors.WithLabelValues("malformed").Inc()
+			p.stateless(req, sipmsg.StatusBadRequest, "Bad Request: From tag missing")
+			return false
+		}
 		return p.screenInvite(cfg, req, src)
 	case req.IsAck() && shedAck(req):
 		return false
@@ -118,7 +127,7 @@ func (p *Proxy) screenRequest(req *sipmsg.Request) bool {
 		// An ACK of a 2xx over UDP: relayed from here, in order with the
 		// BYE that may follow (stateless.go).
 		return !p.screenAck(req)
-	case inDialog(req):
+	case p.inDialog(req):
 		// In-dialog non-INVITE over UDP: relayed from here (stateless.go).
 		return !p.screenInDialog(cfg, req)
 	}

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	sipmsg "github.com/emiago/sipgo/sip"
 
@@ -25,23 +26,25 @@ import (
 // retransmit, and the next hop's server transaction absorbs the copies.
 // The request passes exactly the checks of the stateful path
 // (prepareInDialog: the dialog token of the proxy's Route entries, the leg
-// it comes from; Max-Forwards), a BYE frees its call's max_calls places
-// once sent on (byeEnds), and refusals are one stateless answer, as
-// before. The read loop never waits on the network: only a request that
+// it comes from; Max-Forwards), a BYE ends its call when the far leg's
+// answer says so or none comes (ends.go: pendingByes holds it meanwhile),
+// and refusals are one stateless answer, as before. The read loop never waits on the network: only a request that
 // arrived over UDP and leaves over UDP to its leg's IP address goes this
 // way; anything else (a TCP leg) goes on to sipgo and the stateful path.
 //
-// The proxy keeps nothing per relayed request. Its Via on the forwarded
-// request carries everything a response needs, authenticated: the branch
-// is statelessBranchPrefix followed by the first statelessMACBytes bytes
-// of an HMAC-SHA256 (under the dialog-token key, token.go), base64url,
-// over
+// The proxy keeps nothing per relayed request (but a BYE's wait for its
+// answer, bounded). Its Via on the forwarded request carries everything a
+// response needs, authenticated: the branch is statelessBranchPrefix
+// followed by, base64url, a flags byte (the direction), the call's key
+// (ends.go) and the first statelessMACBytes bytes of an HMAC-SHA256 (under
+// the dialog-token key, token.go) over
 //
 //   - the upstream Via as the proxy forwarded it (transport, host, port,
 //     branch, and the received and rport parameters the proxy set from the
 //     packet's source: where the response will go),
 //   - the Call-ID, the CSeq number and method,
-//   - the next hop's IP (where the response must come from).
+//   - the next hop's IP (where the response must come from),
+//   - the flags and the call key.
 //
 // It is deterministic, so a retransmission gets the same branch (16.11)
 // and the next hop recognises it. A response whose top Via branch has the
@@ -74,7 +77,7 @@ var statefulOnly atomic.Bool
 
 // canRelayStateless reports whether the screen relays req itself: an
 // in-dialog request other than INVITE, ACK and CANCEL that arrived over UDP.
-func canRelayStateless(req *sipmsg.Request) bool {
+func (p *Proxy) canRelayStateless(req *sipmsg.Request) bool {
 	if req.Transport() != "UDP" || statefulOnly.Load() {
 		return false
 	}
@@ -82,7 +85,7 @@ func canRelayStateless(req *sipmsg.Request) bool {
 	case sipmsg.INVITE, sipmsg.ACK, sipmsg.CANCEL:
 		return false
 	}
-	return inDialog(req)
+	return p.inDialog(req)
 }
 
 // screenInDialog relays (or refuses) an in-dialog non-INVITE request that
@@ -90,7 +93,7 @@ func canRelayStateless(req *sipmsg.Request) bool {
 // must go on to sipgo instead (another method or transport, or a TCP leg):
 // the stateful path then checks it again.
 func (p *Proxy) screenInDialog(cfg *config.Config, req *sipmsg.Request) bool {
-	if !canRelayStateless(req) {
+	if !p.canRelayStateless(req) {
 		return false
 	}
 	src, err := netip.ParseAddrPort(req.Source())
@@ -106,36 +109,35 @@ func (p *Proxy) screenInDialog(cfg *config.Config, req *sipmsg.Request) bool {
 			}
 			p.stateless(req, sipmsg.StatusForbidden, "Forbidden")
 		} else {
-			p.stateless(req, code, "Call/Transaction Does Not Exist")
+			p.stateless(req, code, refusalReason(code))
 		}
 		return true
 	}
 	if hop.to.tcp || !hop.to.addr.Addr().IsValid() {
 		return false // a TCP write may block: the stateful path sends it
 	}
-	if mf := req.MaxForwards(); mf != nil && mf.Val() == 0 {
-		p.stateless(req, sipmsg.StatusTooManyHops, "Too Many Hops")
-		return true
-	}
 	out := hop.out
 	own, up := topVias(out)
 	if own == nil || up == nil || viaMangled(up) {
 		return false
 	}
+	if code := p.admitInDialog(&hop, true, callID(req)); code != 0 {
+		p.stateless(req, code, refusalReason(code))
+		return true
+	}
 	setReceived(up, src)
-	own.Params.Add("branch", p.statelessBranch(cfg, up, out, hop.to.addr.Addr()))
+	var flags byte
+	if hop.dir == fromCarrier {
+		flags |= branchFromCarrier
+	}
+	own.Params.Add("branch", p.statelessBranch(cfg, up, out, hop.to.addr.Addr(), flags, hop.key))
 	err = p.tp.WriteMsg(out)
 	if req.Method == sipmsg.BYE && err == nil {
-		// Once the BYE has left, as forwardInDialog does; a BYE that could
-		// not be sent (e.g. grown past the largest datagram by the
-		// proxy's own headers) leaves the call up, and its places held.
-		// Freeing the places may wait on the store: not in the read loop.
-		// A retransmitted BYE frees nothing more (the tracker forgot the
-		// call at the first).
-		go func() {
-			defer p.panics.Recover("sip.bye_ends", nil)
-			p.byeEnds(req, hop)
-		}()
+		// The call ends on the far leg's answer (relayStatelessResponse)
+		// or when none comes in time (sweepByes); a BYE that could not be
+		// sent (e.g. grown past the largest datagram by the proxy's own
+		// headers) leaves the call up, and its places held.
+		p.byes.add(pendingBye{key: hop.key, callee: hop.callee}, time.Now())
 	}
 	if err != nil {
 		p.log.Debug("in-dialog forward failed", "method", string(req.Method), "call_id", callID(req), "error", err)
@@ -157,9 +159,9 @@ func (p *Proxy) screenInDialog(cfg *config.Config, req *sipmsg.Request) bool {
 //   - an ACK that fails prepareInDialog (the ACK of the proxy's own or a
 //     relayed non-2xx carries no valid token of the proxy): sipgo absorbs
 //     it or onAck drops it;
-//   - a TCP leg, Max-Forwards 0 (onAck drops it), not over UDP.
+//   - a TCP leg, fewer than 2 hops left (onAck drops it), not over UDP.
 func (p *Proxy) screenAck(req *sipmsg.Request) bool {
-	if req.Transport() != "UDP" || statefulOnly.Load() || !inDialog(req) {
+	if req.Transport() != "UDP" || statefulOnly.Load() || !p.inDialog(req) {
 		return false
 	}
 	if p.invites.has(inviteKeyOf(req)) {
@@ -169,8 +171,8 @@ func (p *Proxy) screenAck(req *sipmsg.Request) bool {
 	if code != 0 || hop.to.tcp || !hop.to.addr.Addr().IsValid() {
 		return false
 	}
-	if mf := req.MaxForwards(); mf != nil && mf.Val() == 0 {
-		return false
+	if p.admitInDialog(&hop, false, callID(req)) != 0 {
+		return true // ended, or over its rate: dropped
 	}
 	if err := p.tp.WriteMsg(hop.out); err != nil {
 		p.log.Debug("ACK forward failed", "call_id", callID(req), "error", err)
@@ -298,12 +300,36 @@ func statelessInput(up *sipmsg.ViaHeader, cseq *sipmsg.CSeqHeader, next netip.Ad
 	return b
 }
 
+// Flags of a stateless branch.
+const (
+	// branchFromCarrier: the request came from the dialog's carrier leg
+	// (its callee's tag is its From tag).
+	branchFromCarrier = 1 << 0
+)
+
+// statelessBranchBytes is a stateless branch's length before base64:
+// flags, the call key, the MAC.
+const statelessBranchBytes = 1 + len(callKey{}) + statelessMACBytes
+
+// statelessMACOf is the MAC of a stateless branch under k.
+func statelessMACOf(k *tokenKey, in []byte, flags byte, key callKey, id string) (sum [sha256.Size]byte) {
+	in = append(in, flags)
+	in = append(in, key[:]...)
+	k.sum(&sum, in, id, "")
+	return sum
+}
+
 // statelessBranch is the branch of the proxy's Via on a request m relayed
-// statelessly to next, whose upstream Via is up, under the current key.
-func (p *Proxy) statelessBranch(cfg *config.Config, up *sipmsg.ViaHeader, m sipmsg.Message, next netip.Addr) string {
-	var sum [sha256.Size]byte
-	p.keys.keys(cfg).cur.sum(&sum, statelessInput(up, m.CSeq(), next), callID(m), "")
-	return statelessBranchPrefix + base64.RawURLEncoding.EncodeToString(sum[:statelessMACBytes])
+// statelessly to next, whose upstream Via is up, under the current key:
+// flags and the call key in clear (the far leg's response brings them
+// back: ends.go), then the MAC over them and statelessInput.
+func (p *Proxy) statelessBranch(cfg *config.Config, up *sipmsg.ViaHeader, m sipmsg.Message, next netip.Addr, flags byte, key callKey) string {
+	sum := statelessMACOf(p.keys.keys(cfg).cur, statelessInput(up, m.CSeq(), next), flags, key, callID(m))
+	var b [statelessBranchBytes]byte
+	b[0] = flags
+	copy(b[1:], key[:])
+	copy(b[1+len(key):], sum[:statelessMACBytes])
+	return statelessBranchPrefix + base64.RawURLEncoding.EncodeToString(b[:])
 }
 
 // statelessBranchOf reports whether res's top Via is the proxy's on a
@@ -336,11 +362,15 @@ func (p *Proxy) relayStatelessResponse(cfg *config.Config, res *sipmsg.Response,
 		return
 	}
 	branch, _ := own.Params.Get("branch")
-	mac, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(branch, statelessBranchPrefix))
-	if err != nil || len(mac) != statelessMACBytes {
+	raw, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(branch, statelessBranchPrefix))
+	if err != nil || len(raw) != statelessBranchBytes || raw[0]&^branchFromCarrier != 0 {
 		drop("forged_response")
 		return
 	}
+	flags := raw[0]
+	var key callKey
+	copy(key[:], raw[1:])
+	mac := raw[1+len(key):]
 	in := statelessInput(up, res.CSeq(), src)
 	s := p.keys.keys(cfg)
 	ok := false
@@ -348,8 +378,7 @@ func (p *Proxy) relayStatelessResponse(cfg *config.Config, res *sipmsg.Response,
 		if k == nil {
 			continue
 		}
-		var want [sha256.Size]byte
-		k.sum(&want, in, callID(res), "")
+		want := statelessMACOf(k, in, flags, key, callID(res))
 		if hmac.Equal(mac, want[:statelessMACBytes]) {
 			ok = true
 			break
@@ -367,11 +396,42 @@ func (p *Proxy) relayStatelessResponse(cfg *config.Config, res *sipmsg.Response,
 	if res.StatusCode == sipmsg.StatusTrying {
 		return // hop by hop, as the stateful relay does
 	}
+	if res.StatusCode >= 200 {
+		p.statelessDone(res, flags, key)
+	}
 	res.RemoveHeader("Via")
 	ocStrip(res.Via()) // the party below does not speak for the node (oc.go)
 	res.SetDestination(dest.String())
 	res.SetTransport("UDP")
 	p.sendUDPResponse(res)
+}
+
+// statelessDone is told of a verified final response to a request the
+// proxy relayed statelessly, before it is relayed: a BYE's ends its wait,
+// and its dialog and call when it says so (ends.go). Freeing places may
+// wait on the store: not in the read loop.
+func (p *Proxy) statelessDone(res *sipmsg.Response, flags byte, key callKey) {
+	cseq := res.CSeq()
+	if cseq == nil || cseq.MethodName != sipmsg.BYE {
+		return
+	}
+	dir := fromPeer
+	if flags&branchFromCarrier != 0 {
+		dir = fromCarrier
+	}
+	_, callee := dialogTags(res, dir)
+	p.byes.answered(pendingBye{key: key, callee: callee})
+	if !endsCall(res.StatusCode) {
+		return
+	}
+	// Dead before the answer is relayed: the sender's next request of the
+	// dialog is refused (no I/O here; the places are freed below).
+	p.dialogEnded(key, callee)
+	code := res.StatusCode
+	go func() {
+		defer p.panics.Recover("sip.bye_ends", nil)
+		p.inDialogDone(sipmsg.BYE, key, callee, code)
+	}()
 }
 
 // sendUDPResponse sends res over UDP to its destination (sendUDP).

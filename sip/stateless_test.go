@@ -139,9 +139,21 @@ func withVia(req *sipmsg.Request, addr, branch string) *sipmsg.Request {
 	return req
 }
 
-// statelessSetup places an answered call from a sipgo caller on
-// 127.0.0.2 to a raw carrier on 127.0.0.1 and returns the pieces.
-func statelessSetup(t *testing.T, answerBye func() bool) (*harness, *siptest.Caller, *udpEnd, *sipmsg.Response) {
+// caller is a siptest.Caller naming e (inDialogOf takes the Contact from
+// it); e's own socket sends.
+func (e *udpEnd) caller() *siptest.Caller { return &siptest.Caller{Addr: e.addr()} }
+
+// reset forgets what e received so far.
+func (e *udpEnd) reset() {
+	e.mu.Lock()
+	e.reqs, e.ress, e.from = nil, nil, nil
+	e.mu.Unlock()
+}
+
+// statelessSetup places an answered call from a raw peer on 127.0.0.2 to
+// a raw carrier on 127.0.0.1 and returns the pieces (the peer's and the
+// carrier's records start empty, after the call's INVITE and ACK).
+func statelessSetup(t *testing.T, answerBye func() bool) (*harness, *udpEnd, *udpEnd, *sipmsg.Response) {
 	t.Helper()
 	car := startUDPEnd(t, "127.0.0.1", nil)
 	self := car.addr()
@@ -150,9 +162,12 @@ func statelessSetup(t *testing.T, answerBye func() bool) (*harness, *siptest.Cal
 	car.mu.Unlock()
 	adm, pacer := newFakes()
 	h := startProxy(t, testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second}), adm, pacer)
-	caller := siptest.StartCaller(t, "127.0.0.2")
-	ok := answeredCall(t, caller, h.udp)
-	return h, caller, car, ok
+	peer := startUDPEnd(t, "127.0.0.2", nil)
+	ok := rawAnsweredCall(t, peer, h.udp, "stateless-setup")
+	waitFor(t, func() bool { return len(car.requests(sipmsg.ACK)) == 1 }, "the call's ACK at the carrier")
+	peer.reset()
+	car.reset()
+	return h, peer, car, ok
 }
 
 func sipErrors(h *harness, reason string) float64 {
@@ -164,11 +179,19 @@ func sipErrors(h *harness, reason string) float64 {
 // sender's Via address with the proxy's Via removed; a retransmitted BYE is
 // relayed again with the same branch.
 func TestStatelessByeRelayedBothWays(t *testing.T) {
-	h, caller, car, ok := statelessSetup(t, nil)
-
-	// The caller's side: a raw end point on the peer's IP (another port).
-	peer := startUDPEnd(t, "127.0.0.2", nil)
+	var answer atomic.Bool // the carrier answers BYEs once set
+	h, peer, car, ok := statelessSetup(t, answer.Load)
+	caller := peer.caller()
 	bye := withVia(inDialogOf(t, caller, h.udp, ok, sipmsg.BYE), peer.addr(), "z9hG4bK.peer-bye-1")
+	peer.send(h.udp, bye)
+	waitFor(t, func() bool { return len(car.requests(sipmsg.BYE)) == 1 }, "the BYE at the carrier")
+	// A retransmission before the answer: relayed again, same branch.
+	peer.send(h.udp, bye)
+	waitFor(t, func() bool { return len(car.requests(sipmsg.BYE)) == 2 }, "the retransmitted BYE at the carrier")
+	if b1, b2 := car.requests(sipmsg.BYE)[0].Via().Params.GetOr("branch", ""), car.requests(sipmsg.BYE)[1].Via().Params.GetOr("branch", "x"); b1 != b2 {
+		t.Errorf("retransmission branch %q, want the first's %q", b2, b1)
+	}
+	answer.Store(true)
 	peer.send(h.udp, bye)
 	waitFor(t, func() bool { return len(peer.responses()) == 1 }, "the BYE's 200 at the caller")
 	res := peer.responses()[0]
@@ -179,8 +202,8 @@ func TestStatelessByeRelayedBothWays(t *testing.T) {
 		t.Fatalf("relayed 200 Vias = %v, want only the caller's", vias)
 	}
 	fwd := car.requests(sipmsg.BYE)
-	if len(fwd) != 1 {
-		t.Fatalf("BYEs at the carrier = %d, want 1", len(fwd))
+	if len(fwd) != 3 {
+		t.Fatalf("BYEs at the carrier = %d, want 3", len(fwd))
 	}
 	branch, _ := fwd[0].Via().Params.Get("branch")
 	if !strings.HasPrefix(branch, statelessBranchPrefix) {
@@ -195,20 +218,29 @@ func TestStatelessByeRelayedBothWays(t *testing.T) {
 		t.Errorf("caller's Via on the forwarded BYE = %s, want rport filled in", up.Value())
 	}
 
-	// A retransmission: relayed again, same branch, and answered again.
+	// A retransmission after the 200: the dialog has ended, the node
+	// answers 481 itself (RFC 3261 15.1.1: the dialog is over for the
+	// sender too) and relays nothing.
 	peer.send(h.udp, bye)
-	waitFor(t, func() bool { return len(peer.responses()) == 2 }, "the retransmitted BYE's 200")
-	fwd = car.requests(sipmsg.BYE)
-	if len(fwd) != 2 {
-		t.Fatalf("BYEs at the carrier after a retransmission = %d, want 2", len(fwd))
+	waitFor(t, func() bool { return len(peer.responses()) == 2 }, "the answer to the late retransmission")
+	if r := peer.responses()[1]; r.StatusCode != 481 {
+		t.Errorf("late retransmission: %s, want 481", r.StartLine())
 	}
-	if b, _ := fwd[1].Via().Params.Get("branch"); b != branch {
-		t.Errorf("retransmission branch %q, want the first's %q", b, branch)
+	if n := len(car.requests(sipmsg.BYE)); n != 3 {
+		t.Fatalf("BYEs at the carrier after a late retransmission = %d, want 3", n)
 	}
 
-	// The callee's side: a BYE from the carrier's address, to the caller
-	// (a sipgo UA answering 200), and the 200 back to the carrier.
-	cbye := withVia(calleeBye(t, &siptest.Caller{Addr: car.addr()}, h.udp, ok), car.addr(), "z9hG4bK.callee-bye-1")
+	// The callee's side, in a second call (the first one has ended): a BYE
+	// from the carrier's address, to the caller (answering 200), and the
+	// 200 back to the carrier.
+	peer.mu.Lock()
+	peer.answer = func(req *sipmsg.Request) *sipmsg.Response {
+		return sipmsg.NewResponseFromRequest(req, 200, "OK", nil)
+	}
+	peer.mu.Unlock()
+	ok2 := rawAnsweredCall(t, peer, h.udp, "second")
+	car.reset()
+	cbye := withVia(calleeBye(t, &siptest.Caller{Addr: car.addr()}, h.udp, ok2), car.addr(), "z9hG4bK.callee-bye-1")
 	car.send(h.udp, cbye)
 	waitFor(t, func() bool { return len(car.responses()) == 1 }, "the callee BYE's 200 at the carrier")
 	if r := car.responses()[0]; r.StatusCode != 200 || len(r.GetHeaders("Via")) != 1 {
@@ -223,10 +255,17 @@ func TestStatelessByeRelayedBothWays(t *testing.T) {
 // after it reach the carrier in that order (both relayed from the read
 // loop; a UAS waiting for the ACK fails a call whose BYE comes first).
 func TestAckThenByeKeepTheirOrder(t *testing.T) {
-	h, caller, car, ok := statelessSetup(t, nil)
-	peer := startUDPEnd(t, "127.0.0.2", nil)
+	h, peer, car, _ := statelessSetup(t, nil)
+	caller := peer.caller()
 	const n = 30
-	for i := 0; i < n; i++ {
+	// One call per ACK and BYE (a BYE ends its dialog).
+	oks := make([]*sipmsg.Response, n)
+	for i := range oks {
+		oks[i] = rawAnsweredCall(t, peer, h.udp, "order-"+strconv.Itoa(i))
+	}
+	waitFor(t, func() bool { return len(car.requests(sipmsg.ACK)) == n }, "every call's ACK at the carrier")
+	car.reset()
+	for i, ok := range oks {
 		ack := inDialogOf(t, caller, h.udp, ok, sipmsg.ACK)
 		ack.CSeq().SeqNo = ok.CSeq().SeqNo
 		peer.send(h.udp, withVia(ack, peer.addr(), "z9hG4bK.ack-"+strconv.Itoa(i)))
@@ -260,8 +299,8 @@ func TestAckThenByeKeepTheirOrder(t *testing.T) {
 // stateless Via are relayed only when the branch's MAC verifies over the
 // response's Via below it, Call-ID, CSeq and its source IP.
 func TestStatelessForgedResponsesDropped(t *testing.T) {
-	h, caller, car, ok := statelessSetup(t, func() bool { return false })
-	peer := startUDPEnd(t, "127.0.0.2", nil)
+	h, peer, car, ok := statelessSetup(t, func() bool { return false })
+	caller := peer.caller()
 	peer.send(h.udp, withVia(inDialogOf(t, caller, h.udp, ok, sipmsg.BYE), peer.addr(), "z9hG4bK.peer-bye-2"))
 	waitFor(t, func() bool { return len(car.requests(sipmsg.BYE)) == 1 }, "the BYE at the carrier")
 	fwd := car.requests(sipmsg.BYE)[0]
@@ -312,8 +351,8 @@ func TestStatelessForgedResponsesDropped(t *testing.T) {
 // TestStatelessRefusals: a forged in-dialog request gets one stateless 403
 // and is not relayed; Max-Forwards 0 gets 483.
 func TestStatelessRefusals(t *testing.T) {
-	h, caller, car, ok := statelessSetup(t, nil)
-	peer := startUDPEnd(t, "127.0.0.2", nil)
+	h, peer, car, ok := statelessSetup(t, nil)
+	caller := peer.caller()
 
 	bad := inDialogOf(t, caller, h.udp, ok, sipmsg.INFO)
 	bad.RemoveHeader("Route")
@@ -369,15 +408,15 @@ func TestStatefulFallbackForTCPCarrier(t *testing.T) {
 func TestStatelessByeFreesMaxCallsOnce(t *testing.T) {
 	car := siptest.StartCarrier(t, "127.0.0.1", nil)
 	h, tr, store := startCallsProxy(t, car, 2, 0)
-	caller := siptest.StartCaller(t, "127.0.0.2")
+	peer := startUDPEnd(t, "127.0.0.2", nil)
 	live := peerPlaces(t, store)
-	ok := answeredCall(t, caller, h.udp)
-	answeredCall(t, caller, h.udp)
+	ok := rawAnsweredCall(t, peer, h.udp, "calls-1")
+	rawAnsweredCall(t, peer, h.udp, "calls-2")
 	if live() != 2 {
 		t.Fatalf("places before the BYE = %d, want 2", live())
 	}
-	peer := startUDPEnd(t, "127.0.0.2", nil)
-	bye := withVia(inDialogOf(t, caller, h.udp, ok, sipmsg.BYE), peer.addr(), "z9hG4bK.calls-bye")
+	peer.reset()
+	bye := withVia(inDialogOf(t, peer.caller(), h.udp, ok, sipmsg.BYE), peer.addr(), "z9hG4bK.calls-bye")
 	peer.send(h.udp, bye)
 	waitFor(t, func() bool { return len(peer.responses()) == 1 }, "the BYE's 200")
 	waitFor(t, func() bool { return live() == 1 && tr.Live() == 1 }, "the call's place freed")
@@ -606,8 +645,8 @@ func (e *benchEnd) readResponse(b *testing.B) *sipmsg.Response {
 // would then fail and its 200 be lost. The 200 reaches the caller, with
 // the node's overload-control values.
 func TestStatelessLeavesMangledViaToStatefulRelay(t *testing.T) {
-	h, caller, car, ok := statelessSetup(t, nil)
-	peer := startUDPEnd(t, "127.0.0.2", nil)
+	h, peer, car, ok := statelessSetup(t, nil)
+	caller := peer.caller()
 	_, port, _ := net.SplitHostPort(peer.addr())
 	bye := withVia(inDialogOf(t, caller, h.udp, ok, sipmsg.BYE), "192.0.2.7:"+port, "z9hG4bK.nat-bye-1")
 	via := bye.Via()

@@ -1,19 +1,27 @@
 package sip
 
 import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hkdf"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
+	"errors"
 	"hash"
 	"log/slog"
+	"math"
 	"net/netip"
+	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	sipmsg "github.com/emiago/sipgo/sip"
 
+	callplaces "github.com/cpsguard/cpsguard/calls"
 	"github.com/cpsguard/cpsguard/config"
 )
 
@@ -23,39 +31,62 @@ import (
 // of their in-dialog requests (RFC 3261 12.1), so every genuine in-dialog
 // request brings it back.
 //
-// The token names the two legs the proxy set up for the call, and is
-// signed with them:
+// The token names the two legs the proxy set up for the call, sealed:
 //
 //   - the peer leg: the packet source (IP, port) and transport the initial
 //     INVITE came from;
 //   - the carrier leg: the address (IP, port) and transport the proxy sent
 //     it to;
 //   - the call's Call-ID and the caller's From tag (the "ftag" of
-//     Kamailio's rr module), which are not carried but go into the MAC.
+//     Kamailio's rr module), which are not carried but are authenticated
+//     with the rest;
+//   - when it was minted (its expiry: max_call_duration, see dialogs.go).
 //
 // In-dialog requests from the caller carry that tag in From, requests from
 // the callee carry it in To, so the tag also tells the direction: a request
 // is relayed only from one leg to the other (never to a host:port that is
 // neither), and only when it comes from the leg its direction says. Nothing
-// is stored per dialog, so tokens work across restarts and across a pool
-// that shares sip.dialog_secret.
+// is stored per dialog to check a token, so tokens work across restarts
+// and across a pool that shares sip.dialog_secret.
 //
-// Layout, before base64url without padding: version (1 byte, 2), flags (1
-// byte: bit 0 peer over TCP, bit 1 carrier over TCP), the peer address and
-// the carrier address (each: IP length 4 or 16, the IP, the port big
-// endian), then the first tokenMACBytes bytes of
-// HMAC-SHA256(key, payload ‖ 0 ‖ Call-ID ‖ 0 ‖ From tag).
+// The legs are encrypted (AES-256-GCM): a peer learns nothing from its
+// token, not even which carrier address took its call (wholesale routes
+// are confidential, and a spoofed BYE needs that address). Layout, before
+// base64url without padding: a header of version (1 byte, 3) and the mint
+// time (4 bytes, Unix seconds, big endian), then the GCM nonce (12 random
+// bytes), the sealed plaintext and the tag (16 bytes). The plaintext is a
+// flags byte (bit 0 peer over TCP, bit 1 carrier over TCP) and the peer
+// and carrier addresses (each: IP length 4 or 16, the IP, the port big
+// endian). The additional data is the header, then 0, the Call-ID, 0 and
+// the caller's From tag (neither holds a NUL: wellFormed). Two IPv4 legs
+// make 48 bytes, 64 characters.
+//
+// The AES key is derived from the secret and the mint day (HKDF-SHA256,
+// info tokenKeyInfo and the day number): random 96-bit nonces are safe for
+// 2^32 tokens per key (NIST SP 800-38D), and one key per day keeps a pool
+// far below that (49,000 calls a second). Tokens of another version, an
+// unsealed version-2 token of an older release included, are refused.
 
 // tokenParam is the Record-Route URI parameter carrying the dialog token.
 const tokenParam = "cg"
 
-// tokenVersion is the first byte of a token's payload.
-const tokenVersion = 2
+// tokenVersion is the first byte of a token.
+const tokenVersion = 3
 
-// tokenMACBytes is how much of the HMAC a token keeps (96 bits).
-const tokenMACBytes = 12
+// tokenHeaderBytes is the clear header of a token: version and mint time.
+const tokenHeaderBytes = 1 + 4
 
-// Flags of a token's second byte.
+// tokenKeyInfo is the HKDF info of a day's token key (the day number
+// follows).
+const tokenKeyInfo = "cpsguard dialog token v3, day "
+
+// tokenDay is the span one derived token key seals tokens for.
+const tokenDay = 24 * time.Hour
+
+// maxDayKeys bounds the derived day keys one secret keeps.
+const maxDayKeys = 8
+
+// Flags of a token's plaintext.
 const (
 	flagPeerTCP    = 1 << 0
 	flagCarrierTCP = 1 << 1
@@ -80,15 +111,22 @@ type dialogLegs struct {
 	peer, carrier leg
 }
 
-// tokenKey is one HMAC key with a pool of keyed hashes (hmac.New costs a
-// few allocations; a token is minted per forwarded INVITE).
+// tokenKey is what one secret keys: the HMAC of the stateless relay's
+// branches (stateless.go), with a pool of keyed hashes (hmac.New costs a
+// few allocations), and the dialog tokens' AEAD keys, one per mint day,
+// derived on first use. Safe for concurrent use (crypto/cipher's GCM keeps
+// no state between calls).
 type tokenKey struct {
-	pool sync.Pool // of hash.Hash, keyed
+	secret []byte
+	pool   sync.Pool // of hash.Hash, keyed
+
+	mu   sync.Mutex
+	days map[int64]cipher.AEAD
 }
 
 func newTokenKey(key []byte) *tokenKey {
 	k := append([]byte(nil), key...)
-	return &tokenKey{pool: sync.Pool{New: func() any { return hmac.New(sha256.New, k) }}}
+	return &tokenKey{secret: k, pool: sync.Pool{New: func() any { return hmac.New(sha256.New, k) }}}
 }
 
 // sum writes the MAC of payload, callID and ftag into dst.
@@ -102,6 +140,44 @@ func (k *tokenKey) sum(dst *[sha256.Size]byte, payload []byte, callID, ftag stri
 	_, _ = mac.Write([]byte(ftag))
 	mac.Sum(dst[:0])
 	k.pool.Put(mac)
+}
+
+// aead returns the token AEAD of mint day day (Unix time / tokenDay),
+// deriving it on first use. The cache keeps the maxDayKeys latest days;
+// callers only ask for days of tokens not yet expired (verify checks the
+// mint time first), so a forged header cannot make it derive keys at will.
+func (k *tokenKey) aead(day int64) (cipher.AEAD, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if a, ok := k.days[day]; ok {
+		return a, nil
+	}
+	key, err := hkdf.Key(sha256.New, k.secret, nil, tokenKeyInfo+strconv.FormatInt(day, 10), 32)
+	if err != nil {
+		return nil, err
+	}
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, err
+	}
+	a, err := cipher.NewGCMWithRandomNonce(block)
+	if err != nil {
+		return nil, err
+	}
+	if k.days == nil {
+		k.days = make(map[int64]cipher.AEAD)
+	}
+	if len(k.days) >= maxDayKeys {
+		oldest := day
+		for d := range k.days {
+			oldest = min(oldest, d)
+		}
+		delete(k.days, oldest)
+	}
+	if len(k.days) < maxDayKeys {
+		k.days[day] = a
+	}
+	return a, nil
 }
 
 // appendLeg appends a leg's address to b.
@@ -136,9 +212,9 @@ func readLeg(b []byte) (netip.AddrPort, []byte, bool) {
 	return netip.AddrPortFrom(ip, port), b[1+n+2:], true
 }
 
-// payload is the signed part of a token for legs.
-func payload(legs dialogLegs) []byte {
-	b := make([]byte, 0, 2+2*19)
+// tokenPlaintext is the sealed part of a token for legs.
+func tokenPlaintext(legs dialogLegs) []byte {
+	b := make([]byte, 0, 1+2*19)
 	var flags byte
 	if legs.peer.tcp {
 		flags |= flagPeerTCP
@@ -146,49 +222,90 @@ func payload(legs dialogLegs) []byte {
 	if legs.carrier.tcp {
 		flags |= flagCarrierTCP
 	}
-	b = append(b, tokenVersion, flags)
+	b = append(b, flags)
 	b = appendLeg(b, legs.peer)
 	return appendLeg(b, legs.carrier)
 }
 
-// mint returns the token for legs, callID and ftag under k.
-func (k *tokenKey) mint(legs dialogLegs, callID, ftag string) string {
-	p := payload(legs)
-	var sum [sha256.Size]byte
-	k.sum(&sum, p, callID, ftag)
-	return base64.RawURLEncoding.EncodeToString(append(p, sum[:tokenMACBytes]...))
+// parseTokenPlaintext reads the legs of an opened token; ok is false for
+// anything tokenPlaintext does not make.
+func parseTokenPlaintext(b []byte) (legs dialogLegs, ok bool) {
+	if len(b) < 1 || b[0]&^(flagPeerTCP|flagCarrierTCP) != 0 {
+		return dialogLegs{}, false
+	}
+	flags, rest := b[0], b[1:]
+	var a, c netip.AddrPort
+	if a, rest, ok = readLeg(rest); !ok {
+		return dialogLegs{}, false
+	}
+	if c, rest, ok = readLeg(rest); !ok || len(rest) != 0 {
+		return dialogLegs{}, false
+	}
+	return dialogLegs{
+		peer:    leg{addr: a, tcp: flags&flagPeerTCP != 0},
+		carrier: leg{addr: c, tcp: flags&flagCarrierTCP != 0},
+	}, true
 }
 
-// decodeToken splits a token into its payload, legs and MAC; ok is false
-// for anything that is not a well-formed version-2 token.
-func decodeToken(token string) (p []byte, legs dialogLegs, mac []byte, ok bool) {
-	if len(token) > 128 {
-		return nil, dialogLegs{}, nil, false
+// tokenAD is a token's additional data: its header, the Call-ID and the
+// caller's From tag.
+func tokenAD(header []byte, callID, ftag string) []byte {
+	ad := make([]byte, 0, len(header)+2+len(callID)+len(ftag))
+	ad = append(ad, header...)
+	ad = append(ad, 0)
+	ad = append(ad, callID...)
+	ad = append(ad, 0)
+	return append(ad, ftag...)
+}
+
+// mint returns the token for legs, callID and ftag under k, minted at now.
+func (k *tokenKey) mint(legs dialogLegs, callID, ftag string, now time.Time) (string, error) {
+	secs := now.Unix()
+	if secs < 0 || secs > math.MaxUint32 {
+		return "", errors.New("sip: dialog token: clock out of range")
+	}
+	a, err := k.aead(secs / int64(tokenDay/time.Second))
+	if err != nil {
+		return "", err
+	}
+	header := []byte{tokenVersion, 0, 0, 0, 0}
+	binary.BigEndian.PutUint32(header[1:], uint32(secs))
+	raw := a.Seal(header, nil, tokenPlaintext(legs), tokenAD(header, callID, ftag))
+	return base64.RawURLEncoding.EncodeToString(raw), nil
+}
+
+// maxTokenChars bounds the token a request may carry (two IPv6 legs make
+// 96 characters).
+const maxTokenChars = 128
+
+// decodeToken splits a token into its header and sealed part and reads its
+// mint time; ok is false for anything that is not a version-3 token of a
+// possible size.
+func decodeToken(token string) (header, sealed []byte, minted time.Time, ok bool) {
+	if len(token) > maxTokenChars {
+		return nil, nil, time.Time{}, false
 	}
 	raw, err := base64.RawURLEncoding.DecodeString(token)
-	if err != nil || len(raw) < 2+tokenMACBytes || raw[0] != tokenVersion {
-		return nil, dialogLegs{}, nil, false
+	if err != nil || len(raw) < tokenHeaderBytes+28+1+2*7 || raw[0] != tokenVersion {
+		return nil, nil, time.Time{}, false
 	}
-	flags := raw[1]
-	if flags&^(flagPeerTCP|flagCarrierTCP) != 0 {
-		return nil, dialogLegs{}, nil, false
+	minted = time.Unix(int64(binary.BigEndian.Uint32(raw[1:tokenHeaderBytes])), 0)
+	return raw[:tokenHeaderBytes], raw[tokenHeaderBytes:], minted, true
+}
+
+// open opens a decoded token under k with callID and ftag; ok is false
+// when it does not authenticate or holds no legs.
+func (k *tokenKey) open(header, sealed []byte, minted time.Time, callID, ftag string) (dialogLegs, bool) {
+	a, err := k.aead(minted.Unix() / int64(tokenDay/time.Second))
+	if err != nil {
+		return dialogLegs{}, false
 	}
-	rest := raw[2:]
-	var a, b netip.AddrPort
-	if a, rest, ok = readLeg(rest); !ok {
-		return nil, dialogLegs{}, nil, false
+	var buf [64]byte
+	plain, err := a.Open(buf[:0], nil, sealed, tokenAD(header, callID, ftag))
+	if err != nil {
+		return dialogLegs{}, false
 	}
-	if b, rest, ok = readLeg(rest); !ok {
-		return nil, dialogLegs{}, nil, false
-	}
-	if len(rest) != tokenMACBytes {
-		return nil, dialogLegs{}, nil, false
-	}
-	legs = dialogLegs{
-		peer:    leg{addr: a, tcp: flags&flagPeerTCP != 0},
-		carrier: leg{addr: b, tcp: flags&flagCarrierTCP != 0},
-	}
-	return raw[:len(raw)-tokenMACBytes], legs, rest, true
+	return parseTokenPlaintext(plain)
 }
 
 // keyState is the keys in use for one value of sip.dialog_secret: the
@@ -207,6 +324,9 @@ type dialogKeys struct {
 	random *tokenKey // used while sip.dialog_secret is empty
 	state  atomic.Pointer[keyState]
 	log    *slog.Logger
+	// now is the clock tokens are minted and checked at (nil: time.Now;
+	// tests set it before use).
+	now func() time.Time
 }
 
 // newDialogKeys builds the keys with a fresh random key for an empty secret,
@@ -252,9 +372,17 @@ func (d *dialogKeys) keys(cfg *config.Config) *keyState {
 }
 
 // mint returns the dialog token of a call forwarded over legs, with Call-ID
-// callID and the caller's From tag ftag, under cfg's secret.
-func (d *dialogKeys) mint(cfg *config.Config, legs dialogLegs, callID, ftag string) string {
-	return d.keys(cfg).cur.mint(legs, callID, ftag)
+// callID and the caller's From tag ftag, under cfg's secret, minted now.
+func (d *dialogKeys) mint(cfg *config.Config, legs dialogLegs, callID, ftag string) (string, error) {
+	return d.keys(cfg).cur.mint(legs, callID, ftag, d.clock())
+}
+
+// clock is the time tokens are minted and checked at.
+func (d *dialogKeys) clock() time.Time {
+	if d.now != nil {
+		return d.now()
+	}
+	return time.Now()
 }
 
 // direction says which leg sent an in-dialog request.
@@ -267,37 +395,69 @@ const (
 	fromCarrier
 )
 
+// Token clock bounds. A pool's nodes may disagree on the time (its limits
+// run on Redis's clock): a token minted up to tokenSkew in the future is
+// taken, and one expires tokenGrace after max_call_duration (a variable:
+// tests shorten it).
+const tokenSkew = time.Hour
+
+var tokenGrace = 5 * time.Minute
+
+// tokenStatus is what verify makes of a token.
+type tokenStatus int
+
+const (
+	// tokenBad: not a token of this proxy for this request.
+	tokenBad tokenStatus = iota
+	// tokenExpired: minted longer ago than max_call_duration allows (its
+	// dialog is over; judged from the clear mint time, before the token
+	// is opened).
+	tokenExpired
+	// tokenOK: it opens with the request's Call-ID and tags.
+	tokenOK
+)
+
 // verify checks token against the request's Call-ID and tags, under the
-// current or the previous key (constant-time comparison). On success it
-// returns the legs and which of them sent the request: fromPeer when the
-// MAC holds with fromTag as the call's From tag, fromCarrier when it holds
-// with toTag.
-func (d *dialogKeys) verify(cfg *config.Config, token, callID, fromTag, toTag string) (dialogLegs, direction, bool) {
+// current or the previous key. On success it returns the legs and which
+// of them sent the request: fromPeer when the token opens with fromTag as
+// the call's From tag, fromCarrier when it opens with toTag. A token
+// minted more than tokenSkew in the future, or longer ago than
+// cfg's max_call_duration and tokenGrace, is refused before any key is
+// derived (so a made-up mint time cannot make the proxy derive keys).
+func (d *dialogKeys) verify(cfg *config.Config, token, callID, fromTag, toTag string) (dialogLegs, direction, tokenStatus) {
 	if callID == "" {
-		return dialogLegs{}, 0, false
+		return dialogLegs{}, 0, tokenBad
 	}
-	p, legs, mac, ok := decodeToken(token)
+	header, sealed, minted, ok := decodeToken(token)
 	if !ok {
-		return dialogLegs{}, 0, false
+		return dialogLegs{}, 0, tokenBad
+	}
+	now := d.clock()
+	if minted.After(now.Add(tokenSkew)) {
+		return dialogLegs{}, 0, tokenBad
+	}
+	maxAge := callplaces.DefaultMaxDuration
+	if cfg != nil && cfg.SIP.MaxCallDuration > 0 {
+		maxAge = cfg.SIP.MaxCallDuration
+	}
+	if now.Sub(minted) > maxAge+tokenGrace {
+		return dialogLegs{}, 0, tokenExpired
 	}
 	s := d.keys(cfg)
-	check := func(k *tokenKey, ftag string) bool {
-		if k == nil {
-			return false
-		}
-		var want [sha256.Size]byte
-		k.sum(&want, p, callID, ftag)
-		return hmac.Equal(mac, want[:tokenMACBytes])
-	}
 	for _, k := range []*tokenKey{s.cur, s.prev} {
-		if check(k, fromTag) {
-			return legs, fromPeer, true
+		if k == nil {
+			continue
 		}
-		if toTag != fromTag && check(k, toTag) {
-			return legs, fromCarrier, true
+		if legs, ok := k.open(header, sealed, minted, callID, fromTag); ok {
+			return legs, fromPeer, tokenOK
+		}
+		if toTag != fromTag {
+			if legs, ok := k.open(header, sealed, minted, callID, toTag); ok {
+				return legs, fromCarrier, tokenOK
+			}
 		}
 	}
-	return dialogLegs{}, 0, false
+	return dialogLegs{}, 0, tokenBad
 }
 
 // maxRouteTokens bounds how many of the proxy's own Route entries of one

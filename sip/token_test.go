@@ -1,7 +1,9 @@
 package sip
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"log/slog"
 	"net/netip"
@@ -95,8 +97,8 @@ func TestReInviteWithRecordRouteIsRelayed(t *testing.T) {
 	h := startProxy(t, testConfig(carrierCfg("a", car)), adm, pacer)
 	caller := siptest.StartCaller(t, "127.0.0.2")
 	ok := answeredCall(t, caller, h.udp)
-	if tok := tokenOf(t, ok); len(tok) != 38 {
-		t.Errorf("token %q: want 38 base64url characters (28 bytes for two IPv4 legs)", tok)
+	if tok := tokenOf(t, ok); len(tok) != 64 {
+		t.Errorf("token %q: want 64 base64url characters (48 bytes for two IPv4 legs)", tok)
 	}
 	if res := caller.Final(ctxT(t, 5*time.Second), inDialogOf(t, caller, h.udp, ok, sipmsg.INVITE)); res == nil || res.StatusCode != 200 {
 		t.Fatalf("re-INVITE final = %v, want 200", res)
@@ -189,6 +191,16 @@ func TestRecordRouteOffRefusesReInvites(t *testing.T) {
 	}
 }
 
+// mustMint mints a token or fails tb.
+func mustMint(tb testing.TB, d *dialogKeys, cfg *config.Config, legs dialogLegs, callID, ftag string) string {
+	tb.Helper()
+	tok, err := d.mint(cfg, legs, callID, ftag)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return tok
+}
+
 // TestDialogTokensSharedSecret: nodes with the same secret mint and accept
 // each other's tokens; a token is bound to its Call-ID, its caller's From
 // tag and its legs; without a secret each process has its own key.
@@ -206,52 +218,127 @@ func TestDialogTokensSharedSecret(t *testing.T) {
 	legs := dialogLegs{peer: leg{addr: netip.MustParseAddrPort("127.0.0.2:5061")},
 		carrier: leg{addr: netip.MustParseAddrPort("[2001:db8::5]:5070"), tcp: true}}
 	a, b := newKeys(shared), newKeys(shared)
-	tok := a.mint(shared, legs, "call-1@host", "ftag")
-	got, dir, ok := b.verify(shared, tok, "call-1@host", "ftag", "ttag")
-	if !ok || got != legs || dir != fromPeer {
-		t.Errorf("node b: verify = %+v, %d, %v; want the legs, fromPeer", got, dir, ok)
+	tok := mustMint(t, a, shared, legs, "call-1@host", "ftag")
+	got, dir, st := b.verify(shared, tok, "call-1@host", "ftag", "ttag")
+	if st != tokenOK || got != legs || dir != fromPeer {
+		t.Errorf("node b: verify = %+v, %d, %v; want the legs, fromPeer", got, dir, st)
 	}
-	if _, dir, ok := b.verify(shared, tok, "call-1@host", "ttag", "ftag"); !ok || dir != fromCarrier {
-		t.Errorf("the callee's request (tags swapped): %d, %v; want fromCarrier", dir, ok)
+	if _, dir, st := b.verify(shared, tok, "call-1@host", "ttag", "ftag"); st != tokenOK || dir != fromCarrier {
+		t.Errorf("the callee's request (tags swapped): %d, %v; want fromCarrier", dir, st)
 	}
 	for _, tc := range []struct{ name, id, from, to string }{
 		{"another Call-ID", "call-2@host", "ftag", "ttag"},
 		{"empty Call-ID", "", "ftag", "ttag"},
 		{"another From tag", "call-1@host", "other", "ttag"},
 	} {
-		if _, _, ok := b.verify(shared, tok, tc.id, tc.from, tc.to); ok {
+		if _, _, st := b.verify(shared, tok, tc.id, tc.from, tc.to); st == tokenOK {
 			t.Errorf("%s: token accepted", tc.name)
 		}
 	}
-	// A leg changed in the token breaks its MAC.
+	// Any byte changed (header, nonce, sealed legs, tag) breaks it.
 	raw, _ := base64.RawURLEncoding.DecodeString(tok)
-	raw[4] ^= 1
-	if _, _, ok := b.verify(shared, base64.RawURLEncoding.EncodeToString(raw), "call-1@host", "ftag", "ttag"); ok {
-		t.Error("a token whose peer leg was changed is accepted")
+	for i := range raw {
+		bad := append([]byte(nil), raw...)
+		bad[i] ^= 1
+		if _, _, st := b.verify(shared, base64.RawURLEncoding.EncodeToString(bad), "call-1@host", "ftag", "ttag"); st == tokenOK {
+			t.Errorf("a token with byte %d changed is accepted", i)
+		}
 	}
 	r1, r2 := newKeys(none), newKeys(none)
-	if _, _, ok := r2.verify(none, r1.mint(none, legs, "c", "f"), "c", "f", ""); ok {
+	if _, _, st := r2.verify(none, mustMint(t, r1, none, legs, "c", "f"), "c", "f", ""); st == tokenOK {
 		t.Error("random keys of two processes accept each other's tokens")
 	}
-	if _, _, ok := r1.verify(none, r1.mint(none, legs, "c", "f"), "c", "f", ""); !ok {
+	if _, _, st := r1.verify(none, mustMint(t, r1, none, legs, "c", "f"), "c", "f", ""); st != tokenOK {
 		t.Error("a process refuses its own token")
 	}
 }
 
-// FuzzDecodeToken: decoding never panics and what it accepts re-encodes to
-// the same legs.
+// v2Token is a dialog token as releases before the sealed ones minted it:
+// version 2, flags, the legs in clear, then 12 bytes of HMAC-SHA256 under
+// the secret over them, 0, the Call-ID, 0 and the From tag.
+func v2Token(secret string, legs dialogLegs, callID, ftag string) string {
+	p := []byte{2, 0}
+	p = appendLeg(p, legs.peer)
+	p = appendLeg(p, legs.carrier)
+	var sum [sha256.Size]byte
+	newTokenKey([]byte(secret)).sum(&sum, p, callID, ftag)
+	return base64.RawURLEncoding.EncodeToString(append(p, sum[:12]...))
+}
+
+// TestTokenIsSealed: a dialog token tells its reader nothing of the legs
+// (the carrier address that took the call was readable base64: routes are
+// confidential, and a spoofed BYE needs that address), it is short enough
+// for a Record-Route, and a token in clear, even one signed with the
+// secret as older releases signed them, is refused. Nodes that share the
+// secret still accept each other's (TestDialogTokensSharedSecret).
+func TestTokenIsSealed(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	adm, pacer := newFakes()
+	cfg := testConfig(carrierCfg("a", car))
+	cfg.SIP.DialogSecret = "sealed-secret-0123456789"
+	h := startProxy(t, cfg, adm, pacer)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	ok := answeredCall(t, caller, h.udp)
+	tok := tokenOf(t, ok)
+	raw, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil {
+		t.Fatalf("token %q: %v", tok, err)
+	}
+	carAddr := netip.MustParseAddrPort(car.Addr)
+	ip := carAddr.Addr().As4()
+	port := []byte{byte(carAddr.Port() >> 8), byte(carAddr.Port())}
+	if bytes.Contains(raw, append(ip[:], port...)) || bytes.Contains(raw, port) && bytes.Contains(raw, ip[:]) {
+		t.Errorf("token %q holds the carrier's address %s in clear", tok, car.Addr)
+	}
+	peer := netip.MustParseAddrPort(caller.Addr)
+	pip := peer.Addr().As4()
+	if bytes.Contains(raw, pip[:]) {
+		t.Errorf("token %q holds the peer's address %s in clear", tok, caller.Addr)
+	}
+	if len(tok) > 96 {
+		t.Errorf("token of %d characters, want at most 96 for two IPv4 legs", len(tok))
+	}
+	// The same legs in clear, signed with the secret the old way: refused.
+	legs := dialogLegs{peer: leg{addr: peer}, carrier: leg{addr: carAddr}}
+	old := v2Token(cfg.SIP.DialogSecret, legs, callID(ok), tagOf(ok.From().Params))
+	bye := inDialogOf(t, caller, h.udp, ok, sipmsg.BYE)
+	bye.RemoveHeader("Route")
+	bye.AppendHeader(sipmsg.NewHeader("Route", "<sip:"+h.udp+";lr;"+tokenParam+"="+old+">"))
+	if res := caller.Final(ctxT(t, 5*time.Second), bye); res == nil || res.StatusCode != 403 {
+		t.Fatalf("BYE with an unsealed token: final %v, want 403", res)
+	}
+	if n := car.Count("BYE"); n != 0 {
+		t.Fatalf("carrier BYEs = %d, want 0", n)
+	}
+	if res := caller.Final(ctxT(t, 5*time.Second), inDialogOf(t, caller, h.udp, ok, sipmsg.BYE)); res == nil || res.StatusCode != 200 {
+		t.Fatalf("BYE with the sealed token: final %v, want 200", res)
+	}
+}
+
+// FuzzDecodeToken: opening a token never panics and accepts nothing it did
+// not mint (a random string never opens); the plaintext parser accepts
+// only what tokenPlaintext makes.
 func FuzzDecodeToken(f *testing.F) {
-	k := newTokenKey([]byte("k"))
-	f.Add(k.mint(dialogLegs{peer: leg{addr: netip.MustParseAddrPort("127.0.0.2:5061")},
-		carrier: leg{addr: netip.MustParseAddrPort("127.0.0.1:5070")}}, "c", "f"))
-	f.Add("AAAAAAAAAAAAAAAA")
-	f.Fuzz(func(t *testing.T, tok string) {
-		p, legs, mac, ok := decodeToken(tok)
-		if !ok {
-			return
+	cfg := &config.Config{SIP: config.SIP{DialogSecret: "fuzz-secret-0123456789"}}
+	d, err := newDialogKeys(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		f.Fatal(err)
+	}
+	legs := dialogLegs{peer: leg{addr: netip.MustParseAddrPort("127.0.0.2:5061")},
+		carrier: leg{addr: netip.MustParseAddrPort("127.0.0.1:5070")}}
+	f.Add(mustMint(f, d, cfg, legs, "c", "f"), []byte{0, 4, 127, 0, 0, 2, 0x13, 0xc5, 4, 127, 0, 0, 1, 0x13, 0xce})
+	f.Add("AAAAAAAAAAAAAAAA", []byte{3, 16})
+	f.Add(v2Token("k", legs, "c", "f"), tokenPlaintext(legs))
+	f.Fuzz(func(t *testing.T, tok string, plain []byte) {
+		if got, _, st := d.verify(cfg, tok, "c", "f", "g"); st == tokenOK {
+			// Only tokens of these legs were ever minted under this
+			// secret (the seed, by each fuzzing process).
+			if got != legs {
+				t.Fatalf("token %q opens to %+v, and it was never minted", tok, got)
+			}
 		}
-		if len(mac) != tokenMACBytes || string(payload(legs)) != string(p) {
-			t.Fatalf("token %q: payload %x, legs %+v re-encode to %x", tok, p, legs, payload(legs))
+		if l, ok := parseTokenPlaintext(plain); ok && string(tokenPlaintext(l)) != string(plain) {
+			t.Fatalf("plaintext %x: legs %+v re-encode to %x", plain, l, tokenPlaintext(l))
 		}
 	})
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/cpsguard/cpsguard/limits"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/pacing"
+	"github.com/cpsguard/cpsguard/policy"
 	"github.com/cpsguard/cpsguard/sip"
 	"github.com/cpsguard/cpsguard/store"
 )
@@ -214,6 +215,15 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 	_ = overrides.Refresh(rctx) // a failure is logged; Run retries
 	rcancel()
 
+	// The ends of dialogs, shared by the pool through the same Redis, so a
+	// dialog token dies on every node; without Redis each node knows the
+	// ends it saw.
+	var dialogEnds sip.DialogEnds
+	if rc := stores.RedisClient(); rc != nil {
+		dialogEnds = calls.NewRedisEnded(rc, policy.EndedDialogsKey(cfg.Store.KeyPrefix),
+			calls.RedisOptions{Timeout: cfg.Store.Redis.Timeout, Observe: m.ObserveStore})
+	}
+
 	proxy, err := sip.New(sip.Options{
 		Overrides: overrides,
 		Config:    mgr.Current,
@@ -223,6 +233,8 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 		Metrics:   m,
 		Logger:    logger,
 		Usable:    stores.Usable,
+
+		DialogEnds: dialogEnds,
 	})
 	if err != nil {
 		return err

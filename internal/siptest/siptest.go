@@ -49,6 +49,7 @@ type Carrier struct {
 	Addr string
 
 	answer func(req *sipmsg.Request) Answer
+	ua     *sipgo.UserAgent
 
 	mu       sync.Mutex
 	arrivals map[string]time.Time // first arrival per Call-ID
@@ -110,6 +111,7 @@ func StartCarrier(t testing.TB, ip string, answer func(req *sipmsg.Request) Answ
 		}
 	}
 	c.Addr = udp.LocalAddr().String()
+	c.ua = ua
 	go srv.ServeUDP(newStampConn(udp, c.arrived))
 	go srv.ServeTCP(tcp)
 	t.Cleanup(func() {
@@ -273,6 +275,27 @@ func (c *Carrier) Invites() []*sipmsg.Request {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]*sipmsg.Request(nil), c.invites...)
+}
+
+// Caller returns a UAC that sends over the carrier's own UDP socket (its
+// requests come from c.Addr, as a carrier's in-dialog requests do).
+func (c *Carrier) Caller(t testing.TB) *Caller {
+	t.Helper()
+	log := slog.New(slog.DiscardHandler)
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if conn, err := c.ua.TransportLayer().GetConnection("udp", c.Addr); err == nil && conn != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("carrier listener %s not ready", c.Addr)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	client, err := sipgo.NewClient(c.ua, sipgo.WithClientAddr(c.Addr), sipgo.WithClientConnectionAddr(c.Addr), sipgo.WithClientLogger(log))
+	if err != nil {
+		t.Fatalf("carrier client: %v", err)
+	}
+	return &Caller{Addr: c.Addr, ua: c.ua, client: client}
 }
 
 // Caller is a UDP UAC bound to one source address.

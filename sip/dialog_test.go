@@ -1,0 +1,311 @@
+package sip
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	sipmsg "github.com/emiago/sipgo/sip"
+
+	"github.com/cpsguard/cpsguard/admission"
+	callplaces "github.com/cpsguard/cpsguard/calls"
+	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/internal/siptest"
+)
+
+// rawInvite builds an initial INVITE from the raw end point e to proxy
+// (Call-ID id, From tag ftag; no From tag when ftag is empty).
+func rawInviteFrom(e *udpEnd, proxy, id, ftag string) *sipmsg.Request {
+	host, port, _ := net.SplitHostPort(proxy)
+	p, _ := strconv.Atoi(port)
+	req := sipmsg.NewRequest(sipmsg.INVITE, sipmsg.Uri{Scheme: "sip", User: "100", Host: host, Port: p})
+	mf := sipmsg.MaxForwardsHeader(70)
+	req.AppendHeader(&mf)
+	chost, cport, _ := net.SplitHostPort(e.addr())
+	cp, _ := strconv.Atoi(cport)
+	from := &sipmsg.FromHeader{Address: sipmsg.Uri{Scheme: "sip", User: "caller", Host: chost}, Params: sipmsg.NewParams()}
+	if ftag != "" {
+		from.Params.Add("tag", ftag)
+	}
+	req.AppendHeader(from)
+	req.AppendHeader(&sipmsg.ToHeader{Address: sipmsg.Uri{Scheme: "sip", User: "100", Host: host}, Params: sipmsg.NewParams()})
+	cid := sipmsg.CallIDHeader(id)
+	req.AppendHeader(&cid)
+	req.AppendHeader(&sipmsg.CSeqHeader{SeqNo: 1, MethodName: sipmsg.INVITE})
+	req.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "caller", Host: chost, Port: cp}})
+	return withVia(req, e.addr(), "z9hG4bK.inv-"+id)
+}
+
+// finalOfRaw waits for e's final response to the request of Call-ID id and
+// method m (nil after 5 s).
+func finalOfRaw(e *udpEnd, id string, m sipmsg.RequestMethod, skip int) *sipmsg.Response {
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		n := 0
+		for _, r := range e.responses() {
+			if r.StatusCode >= 200 && callID(r) == id && r.CSeq().MethodName == m {
+				if n == skip {
+					return r
+				}
+				n++
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return nil
+}
+
+// rawAnsweredCall places a call from the raw end point e (its INVITE and
+// ACK leave from e's own socket, as its in-dialog requests will) and
+// returns its 200.
+func rawAnsweredCall(t *testing.T, e *udpEnd, proxy, id string) *sipmsg.Response {
+	t.Helper()
+	e.send(proxy, rawInviteFrom(e, proxy, id, "ftag-"+id))
+	ok := finalOfRaw(e, id, sipmsg.INVITE, 0)
+	if ok == nil || ok.StatusCode != 200 {
+		t.Fatalf("call %s: final %v, want 200", id, ok)
+	}
+	ack := inDialogOf(t, &siptest.Caller{Addr: e.addr()}, proxy, ok, sipmsg.ACK)
+	ack.CSeq().SeqNo = ok.CSeq().SeqNo
+	e.send(proxy, withVia(ack, e.addr(), "z9hG4bK.ack-"+id))
+	return ok
+}
+
+// TestReInviteLimitOneBranchManySentBy: a peer that reuses one Via branch
+// for every re-INVITE of its dialog and changes only the Via's sent-by port
+// makes each one a new transaction to sipgo; the per-dialog limit must
+// count each of them (it counted none: the admission store took them for
+// one retransmission and answered "duplicate", and all reached the carrier).
+func TestReInviteLimitOneBranchManySentBy(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	_, pacer := newFakes()
+	h := startProxy(t, testConfig(carrierCfg("a", car)), admission.NewLocalStore(nil), pacer)
+	peer := startUDPEnd(t, "127.0.0.2", nil)
+	ok := rawAnsweredCall(t, peer, h.udp, "one-branch")
+	as := &siptest.Caller{Addr: peer.addr()}
+	const n = 20
+	for i := 0; i < n; i++ {
+		re := inDialogOf(t, as, h.udp, ok, sipmsg.INVITE)
+		re.CSeq().SeqNo = uint32(10 + i)
+		peer.send(h.udp, withVia(re, "127.0.0.2:"+strconv.Itoa(20000+i), "z9hG4bK.same-branch"))
+		// Each is answered (200 relayed, or the node's 503) before the next.
+		if r := finalOfRaw(peer, "one-branch", sipmsg.INVITE, 1+i); r == nil {
+			t.Fatalf("re-INVITE %d: no final answer", i+1)
+		}
+	}
+	if got := car.Count("INVITE") - 1; got > reinviteLimit {
+		t.Fatalf("re-INVITEs at the carrier = %d, want at most %d", got, reinviteLimit)
+	}
+	if sipErrors(h, "reinvite_limit") == 0 {
+		t.Errorf("sip_errors_total{reinvite_limit} = 0, want the refused ones counted")
+	}
+}
+
+// TestReInviteDuplicateIsNoAdmission: the handler sees a re-INVITE only
+// when sipgo made a new transaction of it, so one whose member the store
+// has counted already is a copy replayed after its transaction ended: it
+// is refused, not let through uncounted.
+func TestReInviteDuplicateIsNoAdmission(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	_, pacer := newFakes()
+	cfg := testConfig(carrierCfg("a", car))
+	h := startProxy(t, cfg, admission.NewLocalStore(nil), pacer)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	ok := answeredCall(t, caller, h.udp)
+	re := withVia(inDialogOf(t, caller, h.udp, ok, sipmsg.INVITE), caller.Addr, "z9hG4bK.dup-1")
+	re.SetSource(caller.Addr)
+	hop, code := h.p.prepareInDialog(re, false)
+	if code != 0 {
+		t.Fatalf("prepareInDialog: %d", code)
+	}
+	if ok, err := h.p.reinviteAllowed(cfg, re, hop); !ok || err != nil {
+		t.Fatalf("first re-INVITE: %v, %v; want allowed", ok, err)
+	}
+	if ok, err := h.p.reinviteAllowed(cfg, re, hop); ok || err != nil {
+		t.Fatalf("the same transaction again: %v, %v; want refused", ok, err)
+	}
+}
+
+// TestInviteWithoutFromTagIsRefused: an initial INVITE without a From tag
+// gets 400 and never reaches the carrier (it was admitted, and its
+// carrier's BYE, with no To tag, was answered 405 as out of dialog: the
+// call's max_calls places stayed for max_call_duration). A request that
+// carries the proxy's dialog token in its Route is in a dialog whatever
+// its tags say: without a To tag it is refused, neither taken for a new
+// call nor answered 405.
+func TestInviteWithoutFromTagIsRefused(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	h, tr, _ := startCallsProxy(t, car, 5, 0)
+	peer := startUDPEnd(t, "127.0.0.2", nil)
+
+	peer.send(h.udp, rawInviteFrom(peer, h.udp, "no-from-tag", ""))
+	if r := finalOfRaw(peer, "no-from-tag", sipmsg.INVITE, 0); r == nil || r.StatusCode != 400 {
+		t.Fatalf("INVITE without From tag: final %v, want 400", r)
+	}
+	if n := car.Count("INVITE"); n != 0 {
+		t.Fatalf("carrier INVITEs = %d, want 0", n)
+	}
+
+	ok := rawAnsweredCall(t, peer, h.udp, "tagged")
+	as := &siptest.Caller{Addr: peer.addr()}
+	// The dialog's token on an INVITE without To tag: not a new call.
+	re := inDialogOf(t, as, h.udp, ok, sipmsg.INVITE)
+	re.RemoveHeader("To")
+	re.AppendHeader(&sipmsg.ToHeader{Address: *ok.To().Address.Clone(), Params: sipmsg.NewParams()})
+	peer.send(h.udp, withVia(re, peer.addr(), "z9hG4bK.untagged-re"))
+	if r := finalOfRaw(peer, "tagged", sipmsg.INVITE, 1); r == nil || r.StatusCode != 403 {
+		t.Fatalf("INVITE with the token but no To tag: final %v, want 403", r)
+	}
+	// A BYE with the token but no To tag: refused as in-dialog, not 405.
+	bye := inDialogOf(t, as, h.udp, ok, sipmsg.BYE)
+	bye.RemoveHeader("To")
+	bye.AppendHeader(&sipmsg.ToHeader{Address: *ok.To().Address.Clone(), Params: sipmsg.NewParams()})
+	peer.send(h.udp, withVia(bye, peer.addr(), "z9hG4bK.untagged-bye"))
+	if r := finalOfRaw(peer, "tagged", sipmsg.BYE, 0); r == nil || r.StatusCode != 403 {
+		t.Fatalf("BYE with the token but no To tag: final %v, want 403", r)
+	}
+	if n := car.Count("INVITE"); n != 1 {
+		t.Fatalf("carrier INVITEs = %d, want 1 (the tagged call only)", n)
+	}
+	if tr.Live() != 1 {
+		t.Fatalf("tracked calls = %d, want 1", tr.Live())
+	}
+}
+
+// startRawCallsProxy starts a proxy with peer max_calls peerMax, its
+// places in a Tracker on an in-process store, and one carrier: the raw end
+// point car, which answers initial INVITEs 200 and BYEs with *byeCode (0:
+// no answer).
+func startRawCallsProxy(t *testing.T, peerMax int, byeCode *atomic.Int64) (*harness, *callplaces.Tracker, *udpEnd) {
+	t.Helper()
+	car := startUDPEnd(t, "127.0.0.1", nil)
+	self := car.addr()
+	invite := rawAnswerer(func() string { return self }, nil)
+	car.mu.Lock()
+	car.answer = func(req *sipmsg.Request) *sipmsg.Response {
+		if req.Method != sipmsg.BYE {
+			return invite(req)
+		}
+		if c := int(byeCode.Load()); c != 0 {
+			return sipmsg.NewResponseFromRequest(req, c, "Answer", nil)
+		}
+		return nil
+	}
+	car.mu.Unlock()
+	adm, pacer := newFakes()
+	cfg := testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second})
+	cfg.Peers[0].MaxCalls = peerMax
+	cfg.SIP.RejectCalls.Code, cfg.SIP.RejectCalls.Reason = 503, "Call Limit Exceeded"
+	tr := callplaces.NewTracker(callplaces.NewLocalStore(nil), callplaces.TrackerOptions{TTL: time.Minute})
+	h := startProxyOpts(t, Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer, Calls: tr})
+	return h, tr, car
+}
+
+// TestByeFreesPlacesOnItsAnswer: a call's max_calls places are freed when
+// the far leg answers its BYE 2xx or 481, never on another 3xx-6xx (the
+// call goes on), nor for a BYE that is not relayed: Max-Forwards 1 (483
+// here; relayed as 0, a carrier's edge proxy refused it) or one from the
+// peer's IP on another port (403). They were freed when the BYE was sent,
+// so a peer with max_calls 1 held two live calls. Both relays.
+func TestByeFreesPlacesOnItsAnswer(t *testing.T) {
+	for _, stateful := range []bool{false, true} {
+		for _, tc := range []struct {
+			name      string
+			carrier   int // the carrier's answer to the BYE
+			mutate    func(*sipmsg.Request)
+			otherPort bool
+			want      int // what the peer gets
+			ends      bool
+		}{
+			{name: "200", carrier: 200, want: 200, ends: true},
+			{name: "481", carrier: 481, want: 481, ends: true},
+			{name: "500 stale CSeq", carrier: 500, want: 500},
+			{name: "420 unknown Require", carrier: 420, want: 420,
+				mutate: func(r *sipmsg.Request) { r.AppendHeader(sipmsg.NewHeader("Require", "x-unknown")) }},
+			{name: "Max-Forwards 1", carrier: 200, want: 483,
+				mutate: func(r *sipmsg.Request) { mf := sipmsg.MaxForwardsHeader(1); r.ReplaceHeader(&mf) }},
+			{name: "peer's IP, another port", carrier: 200, want: 403, otherPort: true},
+		} {
+			t.Run(fmt.Sprintf("stateful=%v/%s", stateful, tc.name), func(t *testing.T) {
+				statefulOnly.Store(stateful)
+				defer statefulOnly.Store(false)
+				var byeCode atomic.Int64
+				byeCode.Store(int64(tc.carrier))
+				h, tr, car := startRawCallsProxy(t, 1, &byeCode)
+				peer := startUDPEnd(t, "127.0.0.2", nil)
+				ok := rawAnsweredCall(t, peer, h.udp, "first")
+				from := peer
+				if tc.otherPort {
+					from = startUDPEnd(t, "127.0.0.2", nil)
+				}
+				bye := withVia(inDialogOf(t, peer.caller(), h.udp, ok, sipmsg.BYE), from.addr(), "z9hG4bK.bye-first")
+				if tc.mutate != nil {
+					tc.mutate(bye)
+				}
+				from.send(h.udp, bye)
+				if r := finalOfRaw(from, "first", sipmsg.BYE, 0); r == nil || r.StatusCode != tc.want {
+					t.Fatalf("BYE: final %v, want %d", r, tc.want)
+				}
+				if (tc.want == 483 || tc.want == 403) && len(car.requests(sipmsg.BYE)) != 0 {
+					t.Fatalf("the refused BYE reached the carrier")
+				}
+				if tc.ends {
+					waitFor(t, func() bool { return tr.Live() == 0 }, "the call's places freed")
+					rawAnsweredCall(t, peer, h.udp, "second")
+					return
+				}
+				peer.send(h.udp, rawInviteFrom(peer, h.udp, "second", "ftag-second"))
+				if r := finalOfRaw(peer, "second", sipmsg.INVITE, 0); r == nil || r.StatusCode != 503 {
+					t.Fatalf("second call while the first is up: final %v, want 503 (max_calls 1)", r)
+				}
+				if tr.Live() != 1 {
+					t.Fatalf("tracked calls = %d, want 1", tr.Live())
+				}
+			})
+		}
+	}
+}
+
+// TestStatelessByeTimeoutEndsTheCall: a BYE relayed statelessly that the
+// far leg never answers ends its call after Timer F (RFC 3261 15.1.1), as
+// the stateful relay's transaction does; the table of BYEs waiting for
+// their answer is empty again.
+func TestStatelessByeTimeoutEndsTheCall(t *testing.T) {
+	old := byeTimeout
+	byeTimeout = 300 * time.Millisecond
+	defer func() { byeTimeout = old }()
+	var byeCode atomic.Int64 // the carrier never answers a BYE
+	h, tr, car := startRawCallsProxy(t, 1, &byeCode)
+	peer := startUDPEnd(t, "127.0.0.2", nil)
+	ok := rawAnsweredCall(t, peer, h.udp, "silent")
+	peer.send(h.udp, withVia(inDialogOf(t, peer.caller(), h.udp, ok, sipmsg.BYE), peer.addr(), "z9hG4bK.bye-silent"))
+	waitFor(t, func() bool { return len(car.requests(sipmsg.BYE)) == 1 }, "the BYE at the carrier")
+	if b, _ := car.requests(sipmsg.BYE)[0].Via().Params.Get("branch"); !strings.HasPrefix(b, statelessBranchPrefix) {
+		t.Fatalf("BYE branch %q: not relayed statelessly", b)
+	}
+	waitFor(t, func() bool { return tr.Live() == 0 && h.p.byes.size() == 0 }, "the call ended by the BYE's timeout")
+}
+
+// TestInitialInviteWithOneHopLeft: an initial INVITE with Max-Forwards 1
+// is answered 483 and not forwarded (it left with 0, which a carrier's
+// edge proxy refuses).
+func TestInitialInviteWithOneHopLeft(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	adm, pacer := newFakes()
+	h := startProxy(t, testConfig(carrierCfg("a", car)), adm, pacer)
+	peer := startUDPEnd(t, "127.0.0.2", nil)
+	inv := rawInviteFrom(peer, h.udp, "one-hop", "ftag-one-hop")
+	mf := sipmsg.MaxForwardsHeader(1)
+	inv.ReplaceHeader(&mf)
+	peer.send(h.udp, inv)
+	if r := finalOfRaw(peer, "one-hop", sipmsg.INVITE, 0); r == nil || r.StatusCode != 483 {
+		t.Fatalf("INVITE with Max-Forwards 1: final %v, want 483", r)
+	}
+	if n := car.Count("INVITE"); n != 0 {
+		t.Fatalf("carrier INVITEs = %d, want 0", n)
+	}
+}

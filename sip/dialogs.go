@@ -1,0 +1,381 @@
+package sip
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	sipmsg "github.com/emiago/sipgo/sip"
+
+	callplaces "github.com/cpsguard/cpsguard/calls"
+	"github.com/cpsguard/cpsguard/config"
+)
+
+// What a dialog may still do, per node.
+//
+// A dialog token dies with its dialog: at max_call_duration (its mint
+// time, token.go), or when the call ended (a BYE answered 2xx or 481, or
+// not answered in time: ends.go). The second needs state: the dialogs that
+// ended, each kept until its token would have expired anyway, in a
+// node-local table (bounded: maxEndedDialogs, the oldest forgotten first)
+// that every in-dialog request is checked against. With a pool store
+// (Options.DialogEnds) each node publishes the ends it saw and takes in the
+// others' once every dialogSyncEvery, in one store call: a dialog ended
+// through one node is dead on all of them within about a second, and the
+// check itself never waits on the network (the stateless relay runs in the
+// read loop). A request of an ended dialog gets 481 and is counted
+// dialog_ended. An ended dialog is named by its call key and the callee's
+// tag (dialogKeyOf): a BYE naming a made-up callee tag ends nothing (the
+// far leg refuses it, 481, and the call goes on).
+//
+// In-dialog requests are also bounded per dialog and direction: a token
+// bucket of dialogBurst requests refilled at dialogRate a second, a rate
+// a real user agent never reaches (a call's ACK, re-INVITEs, UPDATEs,
+// PRACKs, DTMF as INFO, NOTIFYs of a transfer, its BYE). Past it a request
+// gets 503 (an ACK is dropped), is counted dialog_rate, and the node logs
+// it at Warn at most once every dialogRateLogEvery. The buckets of
+// dialogs idle long enough to have refilled are swept every second, so
+// the table holds the dialogs active in the last few seconds (at most
+// maxDialogRates; past that new dialogs pass unbounded until the sweep).
+
+// dialogKey names one dialog of a call: its call key and the callee's tag.
+type dialogKey [8]byte
+
+// dialogKeyOf returns the key of the dialog of call k answered with
+// calleeTag (SHA-256: no made-up tag names another dialog).
+func dialogKeyOf(k callKey, calleeTag string) dialogKey {
+	var buf [128]byte // on the stack for the usual tag
+	in := append(buf[:0], k[:]...)
+	in = append(in, calleeTag...)
+	sum := sha256.Sum256(in)
+	return dialogKey(sum[:8])
+}
+
+// Bounds of the per-dialog state (see above).
+const (
+	// maxEndedDialogs bounds the ended dialogs a node remembers (about 40
+	// bytes each: 10 MB at the bound).
+	maxEndedDialogs = 1 << 18
+	// maxDialogRates bounds the dialogs whose rate is tracked at once.
+	maxDialogRates = 1 << 18
+	// dialogSyncEvery is how often a node exchanges ended dialogs with the
+	// pool store.
+	dialogSyncEvery = time.Second
+	// maxEndsPending bounds the ends waiting to be published (a store
+	// that is down loses the oldest).
+	maxEndsPending = 1 << 16
+	// dialogRateLogEvery is the least time between two Warn lines about
+	// dialogs over their rate.
+	dialogRateLogEvery = 10 * time.Second
+)
+
+// The per-dialog rate bound, per direction (variables: tests and the
+// benchmark change them).
+var (
+	dialogBurst = 40.0
+	dialogRate  = 10.0 // requests a second
+)
+
+// DialogEnds shares the ends of dialogs among the nodes of a pool.
+// *calls.RedisEnded satisfies it.
+type DialogEnds interface {
+	// Sync records ended (keys of dialogs that ended on this node), each
+	// for ttl, and returns the keys any node recorded at or after cursor
+	// (at most a page of them; more reports there are others), with the
+	// cursor to pass next. Cursor 0 reads from the oldest kept.
+	Sync(ctx context.Context, cursor int64, ended []string, ttl time.Duration) (keys []string, next int64, more bool, err error)
+}
+
+// dialogRateBucket is one dialog direction's token bucket.
+type dialogRateBucket struct {
+	tokens float64
+	last   time.Time
+}
+
+// rateKey is a dialog direction (the call key is the dialog's caller side,
+// so a made-up callee tag does not give a fresh bucket).
+type rateKey struct {
+	key callKey
+	dir direction
+}
+
+// endedRef is an ended dialog in the order it was recorded.
+type endedRef struct {
+	key dialogKey
+	exp time.Time
+}
+
+// dialogGuard is the node's per-dialog state: the ended dialogs and the
+// rate buckets. Safe for concurrent use.
+type dialogGuard struct {
+	mu    sync.Mutex
+	ended map[dialogKey]time.Time // -> when to forget it
+	order []endedRef              // FIFO of ended, for expiry and eviction
+	head  int
+	rates map[rateKey]*dialogRateBucket
+
+	// pending are the ends to publish to the pool store.
+	pending []string
+	// lastLog is when a dialog over its rate was last logged (Unix ns);
+	// overRate counts those since.
+	lastLog  atomic.Int64
+	overRate atomic.Int64
+}
+
+func newDialogGuard() *dialogGuard {
+	return &dialogGuard{ended: make(map[dialogKey]time.Time), rates: make(map[rateKey]*dialogRateBucket)}
+}
+
+// Outcomes of dialogGuard.admit.
+const (
+	dialogPass = iota
+	dialogEnded
+	dialogOverRate
+)
+
+// admit checks a verified in-dialog request of dialog d (call k,
+// direction dir) at now: dialogEnded when its dialog ended, dialogOverRate
+// when its direction has no token left (and takes one otherwise).
+func (g *dialogGuard) admit(d dialogKey, k callKey, dir direction, now time.Time) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if exp, ok := g.ended[d]; ok && now.Before(exp) {
+		return dialogEnded
+	}
+	rk := rateKey{k, dir}
+	b := g.rates[rk]
+	if b == nil {
+		if len(g.rates) >= maxDialogRates {
+			return dialogPass
+		}
+		b = &dialogRateBucket{tokens: dialogBurst, last: now}
+		g.rates[rk] = b
+	}
+	if el := now.Sub(b.last).Seconds(); el > 0 {
+		b.tokens = min(dialogBurst, b.tokens+el*dialogRate)
+		b.last = now
+	}
+	if b.tokens < 1 {
+		return dialogOverRate
+	}
+	b.tokens--
+	return dialogPass
+}
+
+// end records at now that dialog d ended, until exp; publish queues it
+// for the pool store. A dialog known to have ended keeps its first record
+// (the pool store hands a node's own ends back to it).
+func (g *dialogGuard) end(d dialogKey, now, exp time.Time, publish bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if old, ok := g.ended[d]; ok && now.Before(old) {
+		return
+	}
+	if len(g.ended) >= maxEndedDialogs {
+		g.evictLocked(time.Time{}, 1)
+	}
+	g.ended[d] = exp
+	g.order = append(g.order, endedRef{d, exp})
+	if publish {
+		if len(g.pending) >= maxEndsPending {
+			g.pending = g.pending[1:]
+		}
+		g.pending = append(g.pending, hex.EncodeToString(d[:]))
+	}
+}
+
+// isEnded reports whether dialog d is known to have ended at now (tests).
+func (g *dialogGuard) isEnded(d dialogKey, now time.Time) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	exp, ok := g.ended[d]
+	return ok && now.Before(exp)
+}
+
+// evictLocked drops, from the oldest recorded, the ended dialogs expired
+// at now, and at least atLeast more; g.mu held.
+func (g *dialogGuard) evictLocked(now time.Time, atLeast int) {
+	for g.head < len(g.order) {
+		r := g.order[g.head]
+		if atLeast <= 0 && now.Before(r.exp) {
+			break
+		}
+		if exp, ok := g.ended[r.key]; ok && exp.Equal(r.exp) {
+			delete(g.ended, r.key)
+			atLeast--
+		}
+		g.order[g.head] = endedRef{}
+		g.head++
+	}
+	if g.head > 1024 && g.head*2 > len(g.order) {
+		g.order = append(g.order[:0], g.order[g.head:]...)
+		g.head = 0
+	}
+}
+
+// sweep forgets the ended dialogs that expired and the rate buckets that
+// have refilled (idle since).
+func (g *dialogGuard) sweep(now time.Time) {
+	full := time.Hour
+	if s := dialogBurst / dialogRate; s > 0 && s < full.Seconds() {
+		full = time.Duration(s * float64(time.Second))
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.evictLocked(now, 0)
+	for k, b := range g.rates {
+		if now.Sub(b.last) >= full {
+			delete(g.rates, k)
+		}
+	}
+}
+
+// takePending returns the ends to publish (up to n) and forgets them.
+func (g *dialogGuard) takePending(n int) []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n = min(n, len(g.pending))
+	out := append([]string(nil), g.pending[:n]...)
+	g.pending = g.pending[n:]
+	if len(g.pending) == 0 {
+		g.pending = nil
+	}
+	return out
+}
+
+// pendingLen is the number of ends waiting to be published.
+func (g *dialogGuard) pendingLen() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.pending)
+}
+
+// requeue puts back ends a failed store call did not publish.
+func (g *dialogGuard) requeue(keys []string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.pending = append(keys, g.pending...)
+	if over := len(g.pending) - maxEndsPending; over > 0 {
+		g.pending = g.pending[over:]
+	}
+}
+
+// endedTTL is how long an ended dialog is remembered: until its token has
+// expired whatever its age (max_call_duration and tokenGrace).
+func endedTTL(cfg *config.Config) time.Duration {
+	d := callplaces.DefaultMaxDuration
+	if cfg != nil && cfg.SIP.MaxCallDuration > 0 {
+		d = cfg.SIP.MaxCallDuration
+	}
+	return d + tokenGrace
+}
+
+// dialogEnded records that the dialog of call k answered with calleeTag
+// is over (its BYE was answered or timed out): its token is refused from
+// now on, on this node at once, on the pool's others at their next sync.
+func (p *Proxy) dialogEnded(k callKey, calleeTag string) {
+	now := time.Now()
+	p.dialogs.end(dialogKeyOf(k, calleeTag), now, now.Add(endedTTL(p.cfg())), p.dialogEnds != nil)
+}
+
+// admitInDialog applies the guard to a request prepareInDialog verified,
+// once the caller is about to relay it, and returns 0, or the SIP code it
+// gets: 481 for an ended dialog, 503 over the rate (both counted when
+// count is set, the second logged now and then).
+func (p *Proxy) admitInDialog(hop *inDialogHop, count bool, callID string) int {
+	now := time.Now()
+	switch p.dialogs.admit(dialogKeyOf(hop.key, hop.callee), hop.key, hop.dir, now) {
+	case dialogEnded:
+		if count {
+			p.m.SIPErrors.WithLabelValues("dialog_ended").Inc()
+		}
+		return sipmsg.StatusCallTransactionDoesNotExists
+	case dialogOverRate:
+		if count {
+			p.m.SIPErrors.WithLabelValues("dialog_rate").Inc()
+		}
+		p.logOverRate(now, callID)
+		return sipmsg.StatusServiceUnavailable
+	}
+	return 0
+}
+
+// logOverRate logs a dialog over its rate at Warn, at most once every
+// dialogRateLogEvery, with how many were refused since the last line.
+func (p *Proxy) logOverRate(now time.Time, callID string) {
+	g := p.dialogs
+	n := g.overRate.Add(1)
+	last := g.lastLog.Load()
+	if now.UnixNano()-last < int64(dialogRateLogEvery) || !g.lastLog.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	g.overRate.Add(-n)
+	p.log.Warn("in-dialog requests over the per-dialog rate refused (503)",
+		"call_id", clip(callID), "refused", n,
+		"limit", strconv.FormatFloat(dialogRate, 'f', -1, 64)+"/s, burst "+strconv.FormatFloat(dialogBurst, 'f', -1, 64))
+}
+
+// runDialogs exchanges ended dialogs with the pool store, when there is
+// one, every dialogSyncEvery until ctx ends (sweepOnce sweeps the
+// per-dialog state).
+func (p *Proxy) runDialogs(ctx context.Context) {
+	if p.dialogEnds == nil {
+		return
+	}
+	t := time.NewTicker(dialogSyncEvery)
+	defer t.Stop()
+	var cursor int64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			cursor = p.syncDialogs(ctx, cursor)
+		}
+	}
+}
+
+// maxSyncPages bounds the pages one sync reads (a node that starts reads
+// the ended dialogs the pool keeps over its first few syncs).
+const maxSyncPages = 16
+
+// endsPublishBatch bounds the ends one store call publishes.
+const endsPublishBatch = 1000
+
+// syncDialogs is one exchange with the pool store; it returns the next
+// cursor. A failed call keeps the ends for the next one.
+func (p *Proxy) syncDialogs(ctx context.Context, cursor int64) int64 {
+	defer p.panics.Recover("sip.dialog_sync", nil)
+	if p.dialogEnds == nil {
+		return cursor
+	}
+	ttl := endedTTL(p.cfg())
+	for page := 0; page < maxSyncPages; page++ {
+		mine := p.dialogs.takePending(endsPublishBatch)
+		sctx, cancel := context.WithTimeout(ctx, storeBudget)
+		keys, next, more, err := p.dialogEnds.Sync(sctx, cursor, mine, ttl)
+		cancel()
+		if err != nil {
+			p.dialogs.requeue(mine)
+			p.log.Debug("sharing ended dialogs with the store failed; retried", "error", err)
+			return cursor
+		}
+		now := time.Now()
+		for _, k := range keys {
+			var d dialogKey
+			if b, err := hex.DecodeString(k); err == nil && len(b) == len(d) {
+				copy(d[:], b)
+				p.dialogs.end(d, now, now.Add(ttl), false)
+			}
+		}
+		cursor = next
+		if !more && p.dialogs.pendingLen() == 0 {
+			break
+		}
+	}
+	return cursor
+}

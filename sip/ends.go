@@ -1,0 +1,167 @@
+package sip
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"net/netip"
+	"sync"
+	"time"
+
+	sipmsg "github.com/emiago/sipgo/sip"
+)
+
+// How a call ends, as the proxy learns it.
+//
+// A BYE is relayed from one leg of its dialog to the other; the call is
+// over when the far leg says so: a 2xx, or a 481 (it has no such dialog),
+// or when the BYE gets no final answer before its transaction would time
+// out (RFC 3261 15.1.1: the UAC then considers the dialog ended). A 3xx to
+// 6xx other than 481 leaves the call up (a stale CSeq, an unknown Require,
+// a far proxy's 483), and so does a BYE never sent. Only then are its
+// max_calls places freed (CallPlaces.EndDialog, which also wants the BYE to
+// name the callee's tag of the call's answer).
+//
+// The stateful relay learns the outcome from its client transaction. The
+// stateless one (stateless.go) keeps no transaction: its Via branch
+// carries the dialog's call key and the direction, under its MAC, so the
+// far leg's response alone says which call it ends; a BYE waiting for its
+// answer is held in pendingByes (bounded) so its timeout ends the call too.
+
+// callKey names a call as the dialog token proves it: a hash of its
+// Call-ID, the caller's From tag and the peer leg (IP and port). Two calls
+// that share a Call-ID and tag from different peers are two keys; the
+// hash is SHA-256 (no one can make up a Call-ID whose key is another
+// call's).
+type callKey [8]byte
+
+// callKeyOf returns the call key of a call.
+func callKeyOf(callID, callerTag string, peer netip.AddrPort) callKey {
+	var buf [256]byte // on the stack for the usual Call-ID
+	in := append(buf[:0], callID...)
+	in = append(in, 0)
+	in = append(in, callerTag...)
+	in = append(in, 0)
+	a := peer.Addr().Unmap().As16()
+	in = append(in, a[:]...)
+	in = append(in, byte(peer.Port()>>8), byte(peer.Port()))
+	sum := sha256.Sum256(in)
+	return callKey(sum[:8])
+}
+
+// String is the key as the call places tracker names the dialog (Bind,
+// EndDialog).
+func (k callKey) String() string { return hex.EncodeToString(k[:]) }
+
+// dialogTags returns a request's caller and callee tags: From and To for
+// the peer's, swapped for the carrier's.
+func dialogTags(req sipmsg.Message, dir direction) (caller, callee string) {
+	if f := req.From(); f != nil {
+		caller = tagOf(f.Params)
+	}
+	if t := req.To(); t != nil {
+		callee = tagOf(t.Params)
+	}
+	if dir == fromCarrier {
+		caller, callee = callee, caller
+	}
+	return caller, callee
+}
+
+// byeTimeout is how long a BYE relayed statelessly waits for its final
+// answer before the call counts as ended (RFC 3261 Timer F, 64·T1), as the
+// stateful relay's client transaction does.
+var byeTimeout = sipmsg.Timer_F
+
+// maxPendingByes bounds the BYEs relayed statelessly that wait for their
+// answer: one entry per call and callee tag, for byeTimeout at most. Past
+// it a BYE still ends its call on its 2xx or 481, not on a timeout.
+const maxPendingByes = 1 << 16
+
+// pendingBye is a BYE relayed statelessly that has no final answer yet.
+type pendingBye struct {
+	key    callKey
+	callee string
+}
+
+// pendingByes are the BYEs relayed statelessly waiting for a final answer,
+// with the time each times out. Safe for concurrent use.
+type pendingByes struct {
+	mu sync.Mutex
+	m  map[pendingBye]time.Time
+}
+
+// add records a BYE sent at now unless one of the same call and callee tag
+// waits already (a retransmission keeps the first deadline) or the table
+// is full.
+func (t *pendingByes) add(b pendingBye, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil {
+		t.m = make(map[pendingBye]time.Time)
+	}
+	if _, ok := t.m[b]; ok || len(t.m) >= maxPendingByes {
+		return
+	}
+	t.m[b] = now.Add(byeTimeout)
+}
+
+// answered forgets a BYE that got its final answer.
+func (t *pendingByes) answered(b pendingBye) {
+	t.mu.Lock()
+	delete(t.m, b)
+	t.mu.Unlock()
+}
+
+// expired removes and returns the BYEs whose deadline passed at now.
+func (t *pendingByes) expired(now time.Time) []pendingBye {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []pendingBye
+	for b, at := range t.m {
+		if !now.Before(at) {
+			out = append(out, b)
+			delete(t.m, b)
+		}
+	}
+	return out
+}
+
+// size is the number of BYEs waiting (tests).
+func (t *pendingByes) size() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.m)
+}
+
+// endsCall reports whether the final outcome of a relayed BYE ends its
+// call: a 2xx, a 481, or no final answer (code 0: a timeout).
+func endsCall(code int) bool {
+	return code == 0 || (code >= 200 && code < 300) || code == sipmsg.StatusCallTransactionDoesNotExists
+}
+
+// inDialogDone is told of the outcome of an in-dialog request the proxy
+// relayed for the call k: code is the far leg's final status, 0 when it
+// gave none in time. A BYE that ended the call ends its dialog (its token
+// is refused from then on: dialogs.go) and frees its places. It may wait
+// on the store: never call it from the read loop.
+func (p *Proxy) inDialogDone(method sipmsg.RequestMethod, k callKey, calleeTag string, code int) {
+	if method != sipmsg.BYE || !endsCall(code) {
+		return
+	}
+	p.dialogEnded(k, calleeTag)
+	p.calls.EndDialog(p.base, k.String(), calleeTag)
+}
+
+// sweepByes ends the calls whose stateless BYE timed out (sweepOnce).
+func (p *Proxy) sweepByes(now time.Time) {
+	exp := p.byes.expired(now)
+	if len(exp) == 0 {
+		return
+	}
+	go func() {
+		defer p.panics.Recover("sip.bye_timeout", nil)
+		for _, b := range exp {
+			p.inDialogDone(sipmsg.BYE, b.key, b.callee, 0)
+		}
+	}()
+}
