@@ -84,6 +84,7 @@ func Load(ctx context.Context, c redis.Scripter) error {
 		{ScriptCallsRefresh, callsRefreshScript},
 		{ScriptCallsCount, callsCountScript},
 		{ScriptOverrides, overridesScript},
+		{ScriptLive, liveScript},
 	} {
 		if err := s.script.Load(ctx, c).Err(); err != nil {
 			return fmt.Errorf("lua: load %s.lua: %w", s.name, err)
@@ -125,6 +126,8 @@ func SHA(name string) string {
 		return callsCountScript.Hash()
 	case ScriptOverrides:
 		return overridesScript.Hash()
+	case ScriptLive:
+		return liveScript.Hash()
 	}
 	return ""
 }
