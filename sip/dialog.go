@@ -127,6 +127,7 @@ func (p *Proxy) prepareInDialog(req *sipmsg.Request, count bool) (inDialogHop, i
 	out.SetDestination(hop.to.addr.String())
 	out.Laddr = lo.laddr
 	hop.out = out
+	p.sawInDialog(req, hop)
 	return hop, 0
 }
 
