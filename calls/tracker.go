@@ -187,6 +187,19 @@ func (t *Tracker) Find(callID string) []Found {
 	return out
 }
 
+// FindDialog returns the live calls bound to dialog (Bind).
+func (t *Tracker) FindDialog(dialog string) []Found {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []Found
+	for _, m := range t.dialogs[dialog] {
+		if c := t.calls[m]; c != nil {
+			out = append(out, Found{Member: m, Data: c.data, Info: c.info})
+		}
+	}
+	return out
+}
+
 // List returns the calls this node lists in the Registry (its own view,
 // for when the Registry cannot be read).
 func (t *Tracker) List() []Live {

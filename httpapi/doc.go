@@ -25,6 +25,15 @@
 //	                     every error, the store down 503 (nothing changed)
 //	DELETE /api/v1/limits/{scope}/{name}
 //	                     end an override (404 when none is live); token
+//	GET  /api/v1/calls   the pool's live calls (CallList), ?peer= and
+//	                     ?carrier= filter them; partial (this node's only)
+//	                     when the pool's list cannot be read
+//	DELETE /api/v1/calls/{call_id}
+//	                     end the live calls of a Call-ID: the node holding
+//	                     one sends BYE to both legs (CANCEL and 503 before
+//	                     the answer); another node's are ended by that node
+//	                     through its end queue (calls.EndResult says which);
+//	                     404 when no node lists one; token
 //
 // Every error answer is JSON (type Error) with a 4xx or 5xx code: unknown path
 // 404, wrong method 405 (with Allow), missing or wrong token 401. Two things
@@ -41,8 +50,9 @@
 // Status.Errors.
 //
 // The client side (FetchStatus, RenderStatus, Watch, WatchPlain, Probe,
-// Drain, FetchLimits, SetLimit, RemoveLimit, RenderLimits) backs `cpsguard
-// status`, `cpsguard probe`, `cpsguard drain` and `cpsguard limit`. It ignores HTTP_PROXY (as Prometheus does) and
+// Drain, FetchLimits, SetLimit, RemoveLimit, RenderLimits, FetchCalls,
+// EndCall, RenderCalls) backs `cpsguard status`, `cpsguard probe`,
+// `cpsguard drain`, `cpsguard limit` and `cpsguard calls`. It ignores HTTP_PROXY (as Prometheus does) and
 // returns *Unreachable, saying why in an operator's words, when a node gives
 // no answer at all.
 //

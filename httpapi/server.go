@@ -83,6 +83,9 @@ type Options struct {
 	// Limits changes and lists the live limit overrides. Nil: the limits
 	// API answers 501 and status shows no overrides.
 	Limits Limiter
+	// LiveCalls lists and ends the pool's live calls (GET and DELETE
+	// /api/v1/calls). Nil: they answer 501.
+	LiveCalls LiveCalls
 	// LoadedAt returns when the configuration in use was loaded. Nil: the
 	// first time this server saw the current snapshot.
 	LoadedAt func() time.Time
@@ -138,6 +141,8 @@ func New(o Options) http.Handler {
 	mux.Handle(PathDrain, methods(http.HandlerFunc(s.drain), http.MethodPost))
 	mux.Handle(PathLimits, methods(http.HandlerFunc(s.limitsList), http.MethodGet, http.MethodHead))
 	mux.Handle(PathLimits+"/{scope}/{name}", methods(http.HandlerFunc(s.limitsChange), http.MethodPut, http.MethodDelete))
+	mux.Handle(PathCalls, methods(http.HandlerFunc(s.callsList), http.MethodGet, http.MethodHead))
+	mux.Handle(PathCalls+"/{call_id}", methods(http.HandlerFunc(s.callsEnd), http.MethodDelete))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &Error{Code: http.StatusNotFound, Message: "no such path: " + r.URL.Path})
 	})
