@@ -18,16 +18,24 @@
 //	cpsguard limit rm  {peer|customer|carrier} NAME [--token T]
 //	cpsguard limit ls
 //	                                   override one limit live for the pool (PUT/DELETE/GET /api/v1/limits)
+//	cpsguard calls [--peer P] [--carrier C]
+//	                                   the pool's live calls (GET /api/v1/calls)
+//	cpsguard calls end CALL_ID [--token T]
+//	                                   end the calls of one Call-ID (DELETE /api/v1/calls/CALL_ID)
 //	cpsguard version                   print version, commit and Go version
 //
-// status, probe, drain and limit find the node from --addr, else
+// status, probe, drain, limit and calls find the node from --addr, else
 // CPSGUARD_HTTP_LISTEN, else the http.listen of the configuration file, else
-// 127.0.0.1:9090; limit set and rm and drain send the token of --token or
-// CPSGUARD_HTTP_TOKEN.
+// 127.0.0.1:9090; limit set and rm, calls end and drain send the token of
+// --token or CPSGUARD_HTTP_TOKEN.
 //
 // serve keeps the limit overrides (package limits) in the store's Redis, or
 // in the process without one, and hands the same view to the proxy, the
-// HTTP API and cpsguard_limit_cps.
+// HTTP API and cpsguard_limit_cps. It keeps the pool's list of live calls
+// (calls.Registry) in the same place, writes the call records (package
+// records; records.* reloads with the file, and the records of calls still
+// up are written at shutdown before the sinks close), and polls this
+// node's end queue (calls.Pool.Run) so another node's API can end its calls.
 //
 // Exit codes: 0 success, 1 failure (bad configuration, listener error),
 // 2 usage error. serve exits 0 after a clean shutdown on SIGINT or SIGTERM;

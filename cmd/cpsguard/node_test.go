@@ -23,9 +23,20 @@ func startNode(t *testing.T) (httpAddr, cfgPath string) {
 // startNodeEnv is startNode with env added to the node's environment.
 func startNodeEnv(t *testing.T, env ...string) (httpAddr, cfgPath string) {
 	t.Helper()
+	httpAddr, cfgPath, _ = startNodeWith(t, nil, env...)
+	return httpAddr, cfgPath
+}
+
+// startNodeWith is startNodeEnv with the example configuration changed by
+// edit (nil: none); it also returns the node's SIP address (UDP and TCP).
+func startNodeWith(t *testing.T, edit func([]byte) []byte, env ...string) (httpAddr, cfgPath, sipAddr string) {
+	t.Helper()
 	data, err := os.ReadFile("../../testdata/cpsguard.yaml")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if edit != nil {
+		data = edit(data)
 	}
 	httpAddr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	data = bytes.Replace(data, []byte("listen: 127.0.0.1:9090"), []byte("listen: "+httpAddr), 1)
@@ -59,7 +70,7 @@ func startNodeEnv(t *testing.T, env ...string) (httpAddr, cfgPath string) {
 			t.Logf("cpsguard output:\n%s", out.String())
 		}
 	})
-	return httpAddr, cfgPath
+	return httpAddr, cfgPath, fmt.Sprintf("127.0.0.1:%d", sipPort)
 }
 
 // `cpsguard probe` answers for /readyz by its exit code, and probe and
