@@ -31,6 +31,10 @@ const (
 	// EndShutdown: the node stopped while the call was up; the call may go
 	// on between its ends, unsupervised.
 	EndShutdown = "shutdown"
+	// EndUnsupervised: the call was answered but the node is not in its
+	// path (sip.record_route false), so it cannot see it end: the record
+	// is written at the answer (ended_at = answered_at, duration 0).
+	EndUnsupervised = "unsupervised"
 )
 
 // Record is one call's record, one JSON object. Times are UTC with
@@ -92,7 +96,7 @@ type Record struct {
 	// EndedBy is who ended the call: caller, callee or node.
 	EndedBy string `json:"ended_by"`
 	// EndReason is how: final_answer, cancel, bye, max_call_duration,
-	// operator, shutdown.
+	// operator, shutdown, unsupervised.
 	EndReason string `json:"end_reason"`
 	// Priority reports a priority call (never refused by limits).
 	Priority bool `json:"priority"`

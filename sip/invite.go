@@ -79,6 +79,7 @@ type call struct {
 	setup                     time.Duration
 	setupSeen                 bool
 	byCallee, hungUp          bool
+	answeredAt                time.Time
 	lc                        *liveCall
 	bound                     bool
 }
@@ -662,6 +663,12 @@ func (h *carrierHooks) timedOut() {
 // written then.
 func (h *carrierHooks) answering(r *sipmsg.Response) {
 	c := h.c
+	c.answeredAt = time.Now()
+	if !c.cfg.SIP.RecordRoute {
+		// Not in the dialog's path: the node never sees the BYE. The call
+		// ends here for the node (record: end_reason unsupervised).
+		return
+	}
 	c.answered = true
 	if c.lc != nil {
 		c.keepAnswered(r, h.dest)
@@ -675,7 +682,7 @@ func (h *carrierHooks) answering(r *sipmsg.Response) {
 // it up, so endCall ends the call and its own record is written.
 func (h *carrierHooks) lost() {
 	c := h.c
-	c.answered, c.hungUp = false, true
+	c.answered, c.hungUp, c.answeredAt = false, true, time.Time{}
 	if c.lc != nil {
 		c.lc.unanswered()
 	}

@@ -137,6 +137,10 @@ func (c *call) record() records.Record {
 		ms := c.setup.Milliseconds()
 		r.SetupMS = &ms
 	}
+	if !c.answeredAt.IsZero() {
+		at := records.Stamp(c.answeredAt)
+		r.AnsweredAt = &at
+	}
 	return r
 }
 
@@ -156,6 +160,11 @@ func (c *call) writeRecord() {
 		r.EndedBy, r.EndReason = records.ByCaller, records.EndCancel
 	case c.hungUp:
 		r.EndedBy, r.EndReason = records.ByNode, records.EndAnswer
+	case !c.answeredAt.IsZero():
+		r.EndedBy, r.EndReason = records.ByNode, records.EndUnsupervised
+		r.Finish(c.answeredAt)
+		c.p.records.Write(&r)
+		return
 	case c.byCallee:
 		r.EndedBy, r.EndReason = records.ByCallee, records.EndAnswer
 	default:
@@ -169,11 +178,8 @@ func (c *call) writeRecord() {
 // its record so far and its dialog. It runs before the Tracker learns of
 // the answer, so a BYE that ends the call at once finds both.
 func (c *call) keepAnswered(ok *sipmsg.Response, dest leg) {
-	now := time.Now()
 	rec := c.record()
 	rec.Code = ok.StatusCode
-	ans := records.Stamp(now)
-	rec.AnsweredAt = &ans
 	if rec.Outcome == "" {
 		rec.Outcome = metrics.OutcomeForwarded
 	}

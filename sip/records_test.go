@@ -210,3 +210,24 @@ func TestRecordsUnansweredCalls(t *testing.T) {
 		return len(ls) == 0 && tr.Live() == 0
 	}, "no call listed once it ended")
 }
+
+// Without sip.record_route the node is not in the dialog's path and never
+// sees the BYE: an answered call's record is written at the answer (end
+// reason unsupervised) and the call is not kept as live.
+func TestRecordsUnsupervisedWithoutRecordRoute(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	cfg := testConfig(carrierCfg("a", car))
+	cfg.SIP.RecordRoute = false
+	h, read, tr, _ := recordsProxy(t, cfg)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	inv := caller.Invite(h.udp)
+	if res := caller.Final(ctxT(t, 5*time.Second), inv); res == nil || res.StatusCode != 200 {
+		t.Fatalf("call: got %v, want 200", res)
+	}
+	r := recordOf(t, read, callID(inv))
+	if r.Code != 200 || r.AnsweredAt == nil || !r.EndedAt.Equal(*r.AnsweredAt) || r.DurationS != 0 ||
+		r.EndedBy != records.ByNode || r.EndReason != records.EndUnsupervised {
+		t.Errorf("record: %+v", r)
+	}
+	waitFor(t, func() bool { return tr.Live() == 0 }, "the call not kept")
+}
