@@ -8,11 +8,14 @@ import (
 	"time"
 
 	sipmsg "github.com/emiago/sipgo/sip"
+	"github.com/redis/go-redis/v9"
 
 	callplaces "github.com/cpsguard/cpsguard/calls"
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/httpapi"
+	"github.com/cpsguard/cpsguard/internal/redistest"
 	"github.com/cpsguard/cpsguard/internal/siptest"
+	"github.com/cpsguard/cpsguard/lua"
 	"github.com/cpsguard/cpsguard/records"
 )
 
@@ -124,10 +127,23 @@ func TestCallsAPIListsAndEndsACall(t *testing.T) {
 }
 
 // A call set up through node b is ended through node a's API: a asks b
-// (its end queue), and b sends the BYEs.
+// (its end queue), and b sends the BYEs. Both with the in-process
+// registry (two nodes in one process) and with Redis, as a pool runs.
 func TestCallsAPIEndsAnotherNodesCall(t *testing.T) {
+	t.Run("local", func(t *testing.T) { endAnotherNodesCall(t, callplaces.NewLocalRegistry(nil)) })
+	t.Run("redis", func(t *testing.T) {
+		srv := redistest.Start(t)
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = c.Close() })
+		if err := lua.Load(context.Background(), c); err != nil {
+			t.Fatal(err)
+		}
+		endAnotherNodesCall(t, callplaces.NewRedisRegistry(c, "t", callplaces.RegistryOptions{Timeout: 5 * time.Second}))
+	})
+}
+
+func endAnotherNodesCall(t *testing.T, reg callplaces.Registry) {
 	car := siptest.StartCarrier(t, "127.0.0.1", nil)
-	reg := callplaces.NewLocalRegistry(nil)
 	start := func(node string) (*harness, *callplaces.Tracker, *config.Config) {
 		cfg := testConfig(carrierCfg("a", car))
 		cfg.NodeID = node
