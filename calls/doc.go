@@ -29,10 +29,24 @@
 // others' in one dialogs_ended.lua call a second, so a dialog token dies on
 // every node (sip.DialogEnds). It is bounded (a TTL, MaxEnded entries).
 //
+// The Tracker also knows every call this node forwarded, places or not
+// (Track): it ends an answered call on its BYE, at its maximum duration or
+// at the node's shutdown and tells its owner (SetOnEnd: the call's record
+// is written then), finds a call by Call-ID to be ended by hand (Find,
+// EndAs), and lists its calls for the pool in a Registry: a hash of live
+// calls in Redis (RedisRegistry, live.lua, with a queue per node of calls
+// another node was asked to end) or in process (LocalRegistry), one
+// contract suite for both. Listings are written in batches every 200 ms
+// off the call path (a call shorter than that is never written), put again
+// at every refresh and expire with the TTL, so a dead node's calls vanish
+// from the list within it.
+//
 // Failure: a full place is a Decision with Admit false, never an error; an
 // error means the store failed and nothing is known about the decision.
 // A failed Free or Refresh is not retried: the place then expires by
-// itself within the TTL.
+// itself within the TTL. A failed Registry write is not retried either: a
+// listing is put again at the next refresh, a removal that failed leaves
+// the entry to expire.
 //
 // Everything here is safe for concurrent use.
 package calls

@@ -20,7 +20,47 @@ const (
 	// endTimeout bounds the store call that frees a call's places; it runs
 	// even when the call's own context is done.
 	endTimeout = time.Second
+	// registryEvery is how often the registry writes queued since the
+	// last round are sent: a call shorter than that (put and removed in
+	// one round) costs the registry nothing.
+	registryEvery = 200 * time.Millisecond
+	// maxPending bounds the registry writes queued between two rounds;
+	// past it new entries wait for the next refresh.
+	maxPending = 100000
 )
+
+// Reasons a Tracker ends a call (Ended.Reason).
+const (
+	// ReasonBye: a BYE that passed the dialog check ended it (EndDialog,
+	// or Answer carrying out a BYE that came first).
+	ReasonBye = "bye"
+	// ReasonMaxDuration: the call reached MaxDuration.
+	ReasonMaxDuration = "max_call_duration"
+	// ReasonShutdown: the node stopped (Shutdown).
+	ReasonShutdown = "shutdown"
+)
+
+// Ended is a call the Tracker ended, as OnEnd is told.
+type Ended struct {
+	// Member is the call's member; Data what Track attached to it.
+	Member string
+	Data   any
+	// Reason is ReasonBye, ReasonMaxDuration, ReasonShutdown, or the
+	// reason given to EndAs.
+	Reason string
+	// By is what EndDialog or EndAs was told ended it ("" for the
+	// Tracker's own ends).
+	By string
+	// At is when it ended (TrackerOptions.Now).
+	At time.Time
+}
+
+// Found is a live call Find found.
+type Found struct {
+	Member string
+	Data   any
+	Info   Live
+}
 
 // TrackerOptions configures a Tracker.
 type TrackerOptions struct {
@@ -36,6 +76,11 @@ type TrackerOptions struct {
 	// ignores them: the places then expire with the TTL.
 	OnError func(op string, err error)
 	Logger  *slog.Logger
+	// Registry lists the calls the Tracker holds for the pool (the ones
+	// Track gave a Live with an ID); nil: not listed. Writes are batched
+	// every registryEvery and never wait on the caller's path; entries
+	// are put again at every refresh and live TTL.
+	Registry Registry
 }
 
 // live is one call this node set up that holds places.
@@ -49,8 +94,12 @@ type live struct {
 	callee string
 	// pendingEnd is the callee's tag of a BYE that came before the answer
 	// was recorded (a carrier's BYE racing its own 2xx): the matching
-	// Answer ends the call.
-	pendingEnd string
+	// Answer ends the call; pendingBy is who sent it.
+	pendingEnd, pendingBy string
+	// info is the call as the registry lists it (ID "": not listed).
+	info Live
+	// data is the owner's, handed back in Ended and Found.
+	data any
 }
 
 // Tracker holds the places of the calls this node set up: it takes them
@@ -68,6 +117,12 @@ type Tracker struct {
 	dialogs map[string][]string // dialog id -> members, oldest first
 
 	kick chan struct{} // Kick asks Run for a refresh round now
+
+	onEnd func(Ended) // SetOnEnd; read under mu
+
+	regMu   sync.Mutex
+	pending map[string]*Live // registry writes to send: id -> entry, nil = remove
+	flushMu sync.Mutex       // one flush at a time, so writes keep their order
 }
 
 // NewTracker returns a Tracker on store.
@@ -84,7 +139,127 @@ func NewTracker(store Store, o TrackerOptions) *Tracker {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Tracker{store: store, o: o, calls: make(map[string]*live), dialogs: make(map[string][]string), kick: make(chan struct{}, 1)}
+	return &Tracker{store: store, o: o, calls: make(map[string]*live), dialogs: make(map[string][]string),
+		kick: make(chan struct{}, 1), pending: make(map[string]*Live)}
+}
+
+// SetOnEnd sets f to be told of every call the Tracker ends by itself or
+// on a BYE (EndDialog, Answer, MaxDuration, Shutdown) and through EndAs,
+// after the call is forgotten and outside the Tracker's lock. End, the
+// owner ending its own call, does not tell it.
+func (t *Tracker) SetOnEnd(f func(Ended)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.onEnd = f
+}
+
+// Track remembers member as a live call of this node, whether or not it
+// holds places, with the owner's data; info (with an ID) lists it in the
+// Registry. Tracking it again updates info and data (a call routed to its
+// next carrier). It is forgotten like any call: End, EndDialog, EndAs,
+// MaxDuration, Shutdown.
+func (t *Tracker) Track(member string, info Live, data any) {
+	t.mu.Lock()
+	c := t.calls[member]
+	if c == nil {
+		c = &live{start: t.o.Now()}
+		t.calls[member] = c
+	}
+	if info.ID != "" {
+		c.info = info
+		// Under t.mu: an end that follows queues its removal after this.
+		t.regPut(info)
+	}
+	c.data = data
+	t.mu.Unlock()
+}
+
+// Find returns the live calls whose Live names callID.
+func (t *Tracker) Find(callID string) []Found {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []Found
+	for m, c := range t.calls {
+		if c.info.ID != "" && c.info.CallID == callID {
+			out = append(out, Found{Member: m, Data: c.data, Info: c.info})
+		}
+	}
+	return out
+}
+
+// FindDialog returns the live calls bound to dialog (Bind).
+func (t *Tracker) FindDialog(dialog string) []Found {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []Found
+	for _, m := range t.dialogs[dialog] {
+		if c := t.calls[m]; c != nil {
+			out = append(out, Found{Member: m, Data: c.data, Info: c.info})
+		}
+	}
+	return out
+}
+
+// List returns the calls this node lists in the Registry (its own view,
+// for when the Registry cannot be read).
+func (t *Tracker) List() []Live {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]Live, 0, len(t.calls))
+	for _, c := range t.calls {
+		if c.info.ID != "" {
+			out = append(out, c.info)
+		}
+	}
+	return out
+}
+
+// EndAs ends member (frees its places, forgets it, removes its listing)
+// and tells OnEnd with reason and by. It reports false for a call the
+// Tracker does not hold.
+func (t *Tracker) EndAs(ctx context.Context, member, reason, by string) bool {
+	t.mu.Lock()
+	c := t.forget(member)
+	f := t.onEnd
+	t.mu.Unlock()
+	if c == nil {
+		return false
+	}
+	t.ended(ctx, member, c, f, reason, by)
+	return true
+}
+
+// ended frees the places of c, a call just forgotten, and tells f.
+func (t *Tracker) ended(ctx context.Context, member string, c *live, f func(Ended), reason, by string) {
+	t.free(ctx, member, c.keys)
+	if f != nil {
+		f(Ended{Member: member, Data: c.data, Reason: reason, By: by, At: t.o.Now()})
+	}
+}
+
+// Shutdown ends every call the Tracker holds (the node stops supervising
+// them): OnEnd is told with ReasonShutdown and the listings are removed,
+// within ctx. Their places are not freed: the calls may go on between
+// their ends, and the places expire within the TTL when no node refreshes
+// them.
+func (t *Tracker) Shutdown(ctx context.Context) {
+	t.mu.Lock()
+	all := make(map[string]*live, len(t.calls))
+	for m := range t.calls {
+		all[m] = t.forget(m)
+	}
+	f := t.onEnd
+	t.mu.Unlock()
+	now := t.o.Now()
+	for m, c := range all {
+		if c.info.ID != "" {
+			t.regDel(c.info.ID)
+		}
+		if f != nil {
+			f(Ended{Member: m, Data: c.data, Reason: ReasonShutdown, At: now})
+		}
+	}
+	t.flushRegistry(ctx)
 }
 
 // TTL is the time a dead node's calls keep their places at most.
@@ -170,22 +345,30 @@ func (t *Tracker) Answer(ctx context.Context, member, calleeTag string) bool {
 	}
 	c.callee = calleeTag
 	if c.pendingEnd == "" || c.pendingEnd != calleeTag {
+		if c.info.ID != "" {
+			at := t.o.Now().UTC().Truncate(time.Millisecond)
+			c.info.AnsweredAt = &at
+			t.regPut(c.info)
+		}
 		t.mu.Unlock()
 		return false
 	}
+	by := c.pendingBy
 	c = t.forget(member)
+	f := t.onEnd
 	t.mu.Unlock()
-	t.free(ctx, member, c.keys)
+	t.ended(ctx, member, c, f, ReasonBye, by)
 	return true
 }
 
 // EndDialog ends the live call of dialog whose answer named calleeTag (a
 // verified BYE: its Call-ID, caller's tag and peer leg make dialog, its
-// other tag is the callee's) and reports whether there was one. A BYE for
-// a call this node does not hold, or naming another callee tag, frees
-// nothing; one that comes before the call's answer was recorded is kept
-// as a pending end that the matching Answer carries out.
-func (t *Tracker) EndDialog(ctx context.Context, dialog, calleeTag string) bool {
+// other tag is the callee's) and reports whether there was one; by says
+// who sent the BYE (OnEnd is told). A BYE for a call this node does not
+// hold, or naming another callee tag, frees nothing; one that comes before
+// the call's answer was recorded is kept as a pending end that the
+// matching Answer carries out.
+func (t *Tracker) EndDialog(ctx context.Context, dialog, calleeTag, by string) bool {
 	if calleeTag == "" {
 		return false
 	}
@@ -198,7 +381,7 @@ func (t *Tracker) EndDialog(ctx context.Context, dialog, calleeTag string) bool 
 		case c.callee == calleeTag:
 			member = m
 		case c.callee == "" && c.pendingEnd == "":
-			c.pendingEnd = calleeTag
+			c.pendingEnd, c.pendingBy = calleeTag, by
 		}
 		if member != "" {
 			break
@@ -209,20 +392,24 @@ func (t *Tracker) EndDialog(ctx context.Context, dialog, calleeTag string) bool 
 		return false
 	}
 	c := t.forget(member)
+	f := t.onEnd
 	t.mu.Unlock()
 	if c != nil {
-		t.free(ctx, member, c.keys)
+		t.ended(ctx, member, c, f, ReasonBye, by)
 	}
 	return true
 }
 
-// forget removes member's state; t.mu must be held.
+// forget removes member's state and its listing; t.mu must be held.
 func (t *Tracker) forget(member string) *live {
 	c := t.calls[member]
 	if c == nil {
 		return nil
 	}
 	delete(t.calls, member)
+	if c.info.ID != "" {
+		t.regDel(c.info.ID)
+	}
 	if c.dialog != "" {
 		ms := slices.DeleteFunc(t.dialogs[c.dialog], func(m string) bool { return m == member })
 		if len(ms) == 0 {
@@ -255,9 +442,18 @@ func (t *Tracker) Live() int {
 	return len(t.calls)
 }
 
-// Run refreshes the places of the live calls every TTL/3, and at once
-// after Kick, until ctx is done, and ends the calls older than MaxDuration.
+// Run refreshes the places and listings of the live calls every TTL/3,
+// and at once after Kick, until ctx is done, ends the calls older than
+// MaxDuration, and sends the Registry's writes every registryEvery.
 func (t *Tracker) Run(ctx context.Context) {
+	if t.o.Registry != nil {
+		done := make(chan struct{})
+		defer func() { <-done }()
+		go func() {
+			defer close(done)
+			t.runRegistry(ctx)
+		}()
+	}
 	tick := time.NewTicker(t.o.TTL / 3)
 	defer tick.Stop()
 	for {
@@ -308,8 +504,9 @@ func (t *Tracker) Refresh(ctx context.Context) {
 	t.mu.Unlock()
 	for _, m := range expired {
 		t.o.Logger.Debug("call reached max_call_duration; places freed", "member", m)
-		t.End(ctx, m)
+		t.EndAs(ctx, m, ReasonMaxDuration, "")
 	}
+	t.regRefresh()
 	for k, ms := range byKey {
 		for len(ms) > 0 {
 			n := min(len(ms), refreshBatch)
@@ -345,4 +542,114 @@ func (t *Tracker) gone(k string, ms []string) []string {
 		}
 	}
 	return out
+}
+
+// regPut queues a listing of info for the Registry; t.mu must be held
+// (so a removal queued by the call's end comes after it).
+func (t *Tracker) regPut(info Live) {
+	if t.o.Registry == nil {
+		return
+	}
+	t.regMu.Lock()
+	defer t.regMu.Unlock()
+	if _, queued := t.pending[info.ID]; !queued && len(t.pending) >= maxPending {
+		return // the next refresh lists it
+	}
+	t.pending[info.ID] = &info
+}
+
+// regDel queues the removal of listing id.
+func (t *Tracker) regDel(id string) {
+	if t.o.Registry == nil {
+		return
+	}
+	t.regMu.Lock()
+	defer t.regMu.Unlock()
+	if _, queued := t.pending[id]; !queued && len(t.pending) >= maxPending {
+		return // the entry expires with the TTL
+	}
+	t.pending[id] = nil
+}
+
+// regRefresh queues the listings of every live call, unless a newer
+// write of theirs is queued already.
+func (t *Tracker) regRefresh() {
+	if t.o.Registry == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.regMu.Lock()
+	defer t.regMu.Unlock()
+	for _, c := range t.calls {
+		if c.info.ID == "" {
+			continue
+		}
+		if _, queued := t.pending[c.info.ID]; queued || len(t.pending) >= maxPending {
+			continue
+		}
+		l := c.info
+		t.pending[l.ID] = &l
+	}
+}
+
+// runRegistry sends the queued Registry writes every registryEvery until
+// ctx is done.
+func (t *Tracker) runRegistry(ctx context.Context) {
+	tick := time.NewTicker(registryEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			fctx, cancel := context.WithTimeout(ctx, t.o.TTL/3)
+			t.flushRegistry(fctx)
+			cancel()
+		}
+	}
+}
+
+// flushRegistry sends the queued Registry writes once. A failed write is
+// not retried: a listing is put again at the next refresh, and a removal
+// that failed leaves the entry to expire within the TTL.
+func (t *Tracker) flushRegistry(ctx context.Context) {
+	if t.o.Registry == nil {
+		return
+	}
+	t.flushMu.Lock()
+	defer t.flushMu.Unlock()
+	t.regMu.Lock()
+	pending := t.pending
+	if len(pending) == 0 {
+		t.regMu.Unlock()
+		return
+	}
+	t.pending = make(map[string]*Live)
+	t.regMu.Unlock()
+	var puts []Live
+	var dels []string
+	for id, l := range pending {
+		if l == nil {
+			dels = append(dels, id)
+		} else {
+			puts = append(puts, *l)
+		}
+	}
+	fail := func(op string, err error) {
+		t.o.Logger.Debug("live calls registry write failed", "op", op, "error", err)
+		if t.o.OnError != nil {
+			t.o.OnError(op, err)
+		}
+	}
+	if len(dels) > 0 {
+		if err := t.o.Registry.Remove(ctx, dels); err != nil {
+			fail("registry_remove", err)
+		}
+	}
+	if len(puts) > 0 {
+		if err := t.o.Registry.Put(ctx, t.o.TTL, puts); err != nil {
+			fail("registry_put", err)
+		}
+	}
 }

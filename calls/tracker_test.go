@@ -34,14 +34,14 @@ func TestTracker(t *testing.T) {
 	}
 
 	// A BYE of a dialog nobody set up frees nothing.
-	if tr.EndDialog(ctx, "nobody", "callee") {
+	if tr.EndDialog(ctx, "nobody", "callee", "caller") {
 		t.Fatal("EndDialog of an unknown dialog reported a call")
 	}
 	tr.Bind("a", "dlg-a")
 	tr.Answer(ctx, "a", "callee-a")
 	// A BYE naming a made-up callee tag (the carrier would answer 481 and
 	// the call go on) frees nothing.
-	if tr.EndDialog(ctx, "dlg-a", "made-up") {
+	if tr.EndDialog(ctx, "dlg-a", "made-up", "caller") {
 		t.Fatal("a BYE with another callee tag ended the call")
 	}
 	// Refreshed while it lives: still there after several TTLs.
@@ -52,10 +52,10 @@ func TestTracker(t *testing.T) {
 	if got, want := count(), "[1 0]"; got != want {
 		t.Fatalf("after refreshes: got %s, want %s", got, want)
 	}
-	if !tr.EndDialog(ctx, "dlg-a", "callee-a") {
+	if !tr.EndDialog(ctx, "dlg-a", "callee-a", "caller") {
 		t.Fatal("EndDialog of a's dialog found no call")
 	}
-	if tr.EndDialog(ctx, "dlg-a", "callee-a") {
+	if tr.EndDialog(ctx, "dlg-a", "callee-a", "caller") {
 		t.Fatal("a second BYE ended a call again")
 	}
 	if got, want := count(), "[0 0]"; got != want || tr.Live() != 0 {
@@ -97,13 +97,13 @@ func TestEndBeforeAnswer(t *testing.T) {
 		}
 		tr.Bind(m, "dlg-"+m)
 	}
-	if tr.EndDialog(ctx, "dlg-x", "callee-x") {
+	if tr.EndDialog(ctx, "dlg-x", "callee-x", "caller") {
 		t.Fatal("a BYE before the answer ended the call at once")
 	}
 	if !tr.Answer(ctx, "x", "callee-x") || tr.Live() != 1 {
 		t.Fatalf("the answer matching the early BYE did not end the call (%d live)", tr.Live())
 	}
-	tr.EndDialog(ctx, "dlg-y", "bogus")
+	tr.EndDialog(ctx, "dlg-y", "bogus", "caller")
 	if tr.Answer(ctx, "y", "callee-y") || tr.Live() != 1 {
 		t.Fatalf("an early BYE naming another tag ended y (%d live)", tr.Live())
 	}
@@ -174,5 +174,106 @@ func TestTrackerRefreshRacingEnd(t *testing.T) {
 	tr.Refresh(ctx)
 	if n, _ := local.Count(ctx, []string{"p"}); n[0] != 0 || tr.Live() != 0 {
 		t.Fatalf("after a refresh racing the call's end: %d places held, %d live; want 0, 0", n[0], tr.Live())
+	}
+}
+
+// The Tracker lists the calls it tracks in the Registry (batched), marks
+// them answered, tells OnEnd of the calls it ends, and lists a call no
+// more once it ended; a refresh lists again what the Registry lost.
+func TestTrackerListsAndEndsCalls(t *testing.T) {
+	ctx := context.Background()
+	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	reg := NewLocalRegistry(clock.Now)
+	tr := NewTracker(NewLocalStore(clock.Now), TrackerOptions{TTL: 3 * time.Second, MaxDuration: time.Minute, Now: clock.Now, Registry: reg})
+	var ends []Ended
+	tr.SetOnEnd(func(e Ended) { ends = append(ends, e) })
+	list := func() []string {
+		tr.flushRegistry(ctx)
+		ls, _ := reg.List(ctx)
+		var out []string
+		for _, l := range ls {
+			s := l.ID + "@" + l.Carrier
+			if l.AnsweredAt != nil {
+				s += "+answered"
+			}
+			out = append(out, s)
+		}
+		return out
+	}
+	info := func(id, carrier string) Live {
+		return Live{ID: id, CallID: "cid-" + id, Carrier: carrier, Node: "n1", StartedAt: clock.Now()}
+	}
+
+	tr.Track("m1", info("1", "a"), "data-1")
+	tr.Track("m1", info("1", "b"), "data-1") // rerouted
+	tr.Bind("m1", "dlg-1")
+	tr.Track("m2", info("2", "a"), "data-2")
+	tr.Bind("m2", "dlg-2")
+	if got := fmt.Sprint(list()); got != "[1@b 2@a]" {
+		t.Fatalf("listed: got %s, want [1@b 2@a]", got)
+	}
+	if f := tr.Find("cid-1"); len(f) != 1 || f[0].Member != "m1" || f[0].Data != "data-1" {
+		t.Fatalf("Find: got %+v", f)
+	}
+	tr.Answer(ctx, "m1", "callee-1")
+	if got := fmt.Sprint(list()); got != "[1@b+answered 2@a]" {
+		t.Fatalf("after the answer: got %s", got)
+	}
+	// The callee's BYE ends m1: OnEnd is told who, and m1 is no longer listed.
+	if !tr.EndDialog(ctx, "dlg-1", "callee-1", "callee") {
+		t.Fatal("EndDialog: no call")
+	}
+	if len(ends) != 1 || ends[0].Member != "m1" || ends[0].Data != "data-1" || ends[0].Reason != ReasonBye || ends[0].By != "callee" {
+		t.Fatalf("OnEnd after the BYE: %+v", ends)
+	}
+	if got := fmt.Sprint(list()); got != "[2@a]" {
+		t.Fatalf("after the BYE: got %s", got)
+	}
+	// The owner's End tells nobody.
+	tr.End(ctx, "m2")
+	if len(ends) != 1 {
+		t.Fatalf("End told OnEnd: %+v", ends)
+	}
+	if got := list(); len(got) != 0 {
+		t.Fatalf("after End: %v", got)
+	}
+
+	// A call put and ended within one round costs the registry nothing,
+	// and the registry losing an entry is repaired at the refresh.
+	tr.Track("m3", info("3", "a"), nil)
+	tr.Track("m4", info("4", "a"), nil)
+	tr.End(ctx, "m4")
+	if got := fmt.Sprint(list()); got != "[3@a]" {
+		t.Fatalf("m3 listed, m4 never: got %s", got)
+	}
+	_ = reg.Remove(ctx, []string{"3"})
+	tr.Refresh(ctx)
+	if got := fmt.Sprint(list()); got != "[3@a]" {
+		t.Fatalf("after a refresh: got %s, want m3 listed again", got)
+	}
+
+	// max_call_duration, then shutdown.
+	clock.Advance(time.Minute)
+	tr.Track("m5", info("5", "a"), "data-5")
+	tr.Refresh(ctx)
+	if len(ends) != 2 || ends[1].Member != "m3" || ends[1].Reason != ReasonMaxDuration {
+		t.Fatalf("OnEnd at max duration: %+v", ends)
+	}
+	tr.Shutdown(ctx)
+	if len(ends) != 3 || ends[2].Member != "m5" || ends[2].Reason != ReasonShutdown {
+		t.Fatalf("OnEnd at shutdown: %+v", ends)
+	}
+	if ls, _ := reg.List(ctx); len(ls) != 0 || tr.Live() != 0 {
+		t.Fatalf("after shutdown: listed %v, tracked %d", ls, tr.Live())
+	}
+	// A BYE that came before the answer: the answer ends the call.
+	tr.Track("m6", info("6", "a"), "data-6")
+	tr.Bind("m6", "dlg-6")
+	tr.EndDialog(ctx, "dlg-6", "callee-6", "caller")
+	if !tr.Answer(ctx, "m6", "callee-6") || len(ends) != 4 || ends[3].By != "caller" {
+		t.Fatalf("pending BYE: ends %+v", ends)
+	}
+	if tr.EndAs(ctx, "m7", "operator", "node") {
+		t.Fatal("EndAs of an unknown call reported true")
 	}
 }

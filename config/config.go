@@ -17,6 +17,9 @@ type Config struct {
 	Store  Store  `cfg:"store"`
 	HTTP   HTTP   `cfg:"http"`
 	Log    Log    `cfg:"log"`
+	// Records writes one call record (JSON) per call that reached a
+	// decision, to a file, stdout and/or syslog.
+	Records Records `cfg:"records"`
 	// Shadow counts would-be refusals (result "shadow_rejected") and admits
 	// the calls anyway: limits are measured, not enforced.
 	Shadow bool `cfg:"shadow"`
@@ -235,6 +238,37 @@ type Log struct {
 	// logged ("call events suppressed").
 	EventsPerSecond int `cfg:"events_per_second"`
 }
+
+// Records configures the call records: one JSON object per call that
+// reached a decision (forwarded, refused, cancelled), written when the
+// call ends. Every sink is fed through a bounded queue of its own, never
+// waited for on the call path: a record that finds its queue full is
+// dropped and counted (cpsguard_records_dropped_total{sink}). No sink
+// set: no records. Per node, reloadable: a changed path reopens the file.
+type Records struct {
+	// File is the path of the JSON-lines file (one record a line); empty:
+	// no file. Rotated by size: the full file is renamed with a timestamp
+	// and a new one started.
+	File string `cfg:"file"`
+	// MaxSizeMB is the size in megabytes at which the file is rotated.
+	MaxSizeMB int `cfg:"max_size_mb"`
+	// MaxBackups is the number of rotated files kept (0 keeps them all).
+	MaxBackups int `cfg:"max_backups"`
+	// Stdout writes the records to standard output too, one a line (the
+	// logs go to standard error).
+	Stdout bool `cfg:"stdout"`
+	// Syslog sends each record as an RFC 5424 message (facility local0,
+	// severity info, app-name cpsguard, msgid "call", the JSON as the
+	// message) to udp://host:port or tcp://host:port (octet-counted
+	// framing, RFC 6587); empty: none.
+	Syslog string `cfg:"syslog"`
+	// Buffer is how many records each sink may hold waiting to be written
+	// before new ones are dropped.
+	Buffer int `cfg:"buffer"`
+}
+
+// Enabled reports whether any sink is set.
+func (r Records) Enabled() bool { return r.File != "" || r.Stdout || r.Syslog != "" }
 
 // Peer is a party that sends calls, identified by source address.
 type Peer struct {

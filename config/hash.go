@@ -23,6 +23,7 @@ var PerNode = []string{
 	"sip.tcp", // connection bounds are sized for the node's resources
 	"http.listen",
 	"log",                     // level and format: one node may be debugged alone
+	"records",                 // where this node writes its call records
 	"store.redis.tls.ca_file", // file paths on the node; their content is what matters
 	"store.redis.tls.cert_file",
 	"store.redis.tls.key_file",

@@ -48,6 +48,7 @@ func Default() *Config {
 		Store:          Store{KeyPrefix: "cpsguard", OnError: "local"},
 		HTTP:           HTTP{Listen: "127.0.0.1:9090"},
 		Log:            Log{Level: "info", Format: "json", Events: true, EventsPerSecond: 200},
+		Records:        Records{MaxSizeMB: 100, MaxBackups: 10, Buffer: 4096},
 		CustomerHeader: "X-Customer",
 	}
 	return c

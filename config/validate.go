@@ -51,6 +51,7 @@ func validate(c *Config, errs *errorList) {
 	v.sip()
 	v.store()
 	v.http()
+	v.records()
 	v.peers()
 	v.customers()
 	v.carriers()
@@ -290,6 +291,41 @@ func (v *validator) store() {
 func (v *validator) http() {
 	if err := hostPort(v.c.HTTP.Listen); err != nil {
 		v.errf("http.listen", "%v", err)
+	}
+}
+
+// Bounds of the records block.
+const (
+	MaxRecordsSizeMB  = 100 * 1024
+	MaxRecordsBackups = 10000
+	MinRecordsBuffer  = 16
+	MaxRecordsBuffer  = 1 << 20
+)
+
+func (v *validator) records() {
+	r := v.c.Records
+	if n := r.MaxSizeMB; n < 1 || n > MaxRecordsSizeMB {
+		v.errf("records.max_size_mb", "must be between 1 and %d (got %d)", MaxRecordsSizeMB, n)
+	}
+	if n := r.MaxBackups; n < 0 || n > MaxRecordsBackups {
+		v.errf("records.max_backups", "must be between 0 and %d (got %d)", MaxRecordsBackups, n)
+	}
+	if n := r.Buffer; n < MinRecordsBuffer || n > MaxRecordsBuffer {
+		v.errf("records.buffer", "must be between %d and %d (got %d)", MinRecordsBuffer, MaxRecordsBuffer, n)
+	}
+	if f := r.File; f != "" && (strings.HasSuffix(f, "/") || strings.ContainsRune(f, 0)) {
+		v.errf("records.file", "must be a file path (got %q)", f)
+	}
+	if s := r.Syslog; s != "" {
+		u, err := url.Parse(s)
+		switch {
+		case err != nil || (u.Scheme != "udp" && u.Scheme != "tcp"):
+			v.errf("records.syslog", "must be udp://host:port or tcp://host:port (got %q)", s)
+		case u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "":
+			v.errf("records.syslog", "must be udp://host:port or tcp://host:port, nothing more (got %q)", s)
+		case hostPort(u.Host) != nil || u.Hostname() == "" || u.Port() == "0":
+			v.errf("records.syslog", "must be udp://host:port or tcp://host:port with a port 1-65535 (got %q)", s)
+		}
 	}
 }
 

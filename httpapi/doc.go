@@ -32,6 +32,15 @@
 //	                     or one not paused, 503 when the store does not
 //	                     answer); needs the token, and with no http.token
 //	                     configured answers 403 (the API is read-only)
+//	GET  /api/v1/calls   the pool's live calls (CallList), ?peer= and
+//	                     ?carrier= filter them; partial (this node's only)
+//	                     when the pool's list cannot be read
+//	DELETE /api/v1/calls/{call_id}
+//	                     end the live calls of a Call-ID: the node holding
+//	                     one sends BYE to both legs (CANCEL and 503 before
+//	                     the answer); another node's are ended by that node
+//	                     through its end queue (calls.EndResult says which);
+//	                     404 when no node lists one; token
 //
 // Every error answer is JSON (type Error) with a 4xx or 5xx code: unknown path
 // 404, wrong method 405 (with Allow), missing or wrong token 401. Two things
@@ -54,8 +63,9 @@
 //
 // The client side (FetchStatus, RenderStatus, Watch, WatchPlain, Probe,
 // Drain, FetchLimits, SetLimit, RemoveLimit, RenderLimits, Unpause,
-// RenderPauseChange) backs `cpsguard status`, `cpsguard probe`, `cpsguard
-// drain`, `cpsguard limit` and `cpsguard carrier`. It ignores HTTP_PROXY (as Prometheus does) and
+// RenderPauseChange, FetchCalls, EndCall, RenderCalls) backs `cpsguard
+// status`, `cpsguard probe`, `cpsguard drain`, `cpsguard limit`, `cpsguard
+// carrier` and `cpsguard calls`. It ignores HTTP_PROXY (as Prometheus does) and
 // returns *Unreachable, saying why in an operator's words, when a node gives
 // no answer at all.
 //

@@ -86,6 +86,9 @@ type Options struct {
 	// Pauses reads and ends carriers' Retry-After pauses. Nil: status
 	// shows no pauses and DELETE .../pause answers 501.
 	Pauses Pauser
+	// LiveCalls lists and ends the pool's live calls (GET and DELETE
+	// /api/v1/calls). Nil: they answer 501.
+	LiveCalls LiveCalls
 	// LoadedAt returns when the configuration in use was loaded. Nil: the
 	// first time this server saw the current snapshot.
 	LoadedAt func() time.Time
@@ -142,6 +145,8 @@ func New(o Options) http.Handler {
 	mux.Handle(PathLimits, methods(http.HandlerFunc(s.limitsList), http.MethodGet, http.MethodHead))
 	mux.Handle(PathLimits+"/{scope}/{name}", methods(http.HandlerFunc(s.limitsChange), http.MethodPut, http.MethodDelete))
 	mux.Handle(PathCarriers+"/{name}/pause", methods(http.HandlerFunc(s.unpause), http.MethodDelete))
+	mux.Handle(PathCalls, methods(http.HandlerFunc(s.callsList), http.MethodGet, http.MethodHead))
+	mux.Handle(PathCalls+"/{call_id}", methods(http.HandlerFunc(s.callsEnd), http.MethodDelete))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &Error{Code: http.StatusNotFound, Message: "no such path: " + r.URL.Path})
 	})

@@ -393,3 +393,46 @@ func FuzzDecodeEnded(f *testing.F) {
 		}
 	})
 }
+func FuzzDecodeLive(f *testing.F) {
+	f.Add([]byte{2, 4})
+	f.Add([]byte{2, 4, 0, 0})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		v := build(data)
+		if n, err := lua.DecodeLiveCount(v); err != nil {
+			if !errors.Is(err, lua.ErrReply) {
+				t.Fatalf("count: error %v does not wrap ErrReply", err)
+			}
+		} else if n < 0 {
+			t.Fatalf("count: decoded %d", n)
+		}
+		es, err := lua.DecodeLiveList(v)
+		if err != nil {
+			if !errors.Is(err, lua.ErrReply) {
+				t.Fatalf("list: error %v does not wrap ErrReply", err)
+			}
+			return
+		}
+		for _, e := range es {
+			if e.ID == "" || e.Value == "" {
+				t.Fatalf("decoded an invalid entry %+v", e)
+			}
+		}
+	})
+}
+
+func TestDecodeLive(t *testing.T) {
+	if es, err := lua.DecodeLiveList([]any{int64(5), "a", "{}", "b", "{}"}); err != nil || len(es) != 2 || es[1].ID != "b" {
+		t.Errorf("list: got %v, %v", es, err)
+	}
+	for _, v := range []any{nil, []any{}, []any{int64(1), "a"}, []any{int64(1), "", "x"}, []any{"x"}} {
+		if _, err := lua.DecodeLiveList(v); !errors.Is(err, lua.ErrReply) {
+			t.Errorf("DecodeLiveList(%v): %v, want ErrReply", v, err)
+		}
+	}
+	if n, err := lua.DecodeLiveCount([]any{int64(5), int64(2)}); err != nil || n != 2 {
+		t.Errorf("count: got %d, %v", n, err)
+	}
+	if _, err := lua.DecodeLiveCount([]any{int64(5), int64(-2)}); !errors.Is(err, lua.ErrReply) {
+		t.Errorf("negative count: %v, want ErrReply", err)
+	}
+}

@@ -90,6 +90,7 @@ func Load(ctx context.Context, c redis.Scripter) error {
 		{ScriptCallsCount, callsCountScript},
 		{ScriptOverrides, overridesScript},
 		{ScriptDialogsEnded, dialogsEndedScript},
+		{ScriptLive, liveScript},
 	} {
 		if err := s.script.Load(ctx, c).Err(); err != nil {
 			return fmt.Errorf("lua: load %s.lua: %w", s.name, err)
@@ -135,6 +136,8 @@ func SHA(name string) string {
 		return overridesScript.Hash()
 	case ScriptDialogsEnded:
 		return dialogsEndedScript.Hash()
+	case ScriptLive:
+		return liveScript.Hash()
 	}
 	return ""
 }

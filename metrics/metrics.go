@@ -70,6 +70,11 @@ const (
 	ProbeOK     = "ok"
 	ProbeFailed = "failed"
 
+	// Sinks of the call records (records.*).
+	SinkFile   = "file"
+	SinkStdout = "stdout"
+	SinkSyslog = "syslog"
+
 	ReloadSuccess = "success"
 	ReloadFailure = "failure"
 
@@ -94,6 +99,9 @@ var (
 	PacingResults = []string{PacingPaced, PacingFull, PacingLate, PacingPaused}
 	// RerouteReasons are the reason labels of cpsguard_reroutes_total.
 	RerouteReasons = []string{RerouteFull, RerouteFailed, RerouteDown, RerouteCallsFull, ReroutePaused}
+	// RecordSinks are the sink labels of cpsguard_records_written_total
+	// and cpsguard_records_dropped_total.
+	RecordSinks = []string{SinkFile, SinkStdout, SinkSyslog}
 	// ReloadResults are the result labels of cpsguard_config_reloads_total.
 	ReloadResults = []string{ReloadSuccess, ReloadFailure}
 )
@@ -185,6 +193,13 @@ type Metrics struct {
 	// names the place (e.g. "sip.invite", "store.heartbeat"):
 	// cpsguard_panics_total{where}.
 	Panics *prometheus.CounterVec
+	// RecordsWritten counts call records a sink wrote:
+	// cpsguard_records_written_total{sink}.
+	RecordsWritten *prometheus.CounterVec
+	// RecordsDropped counts call records a sink lost: its queue was full
+	// (the call path never waits for a sink) or the write failed:
+	// cpsguard_records_dropped_total{sink}.
+	RecordsDropped *prometheus.CounterVec
 
 	// syncMu serialises SyncLimits.
 	syncMu sync.Mutex
@@ -317,6 +332,14 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: Namespace, Name: "panics_total",
 			Help: "Panics recovered in handlers and goroutines (the process went on), by place.",
 		}, []string{"where"}),
+		RecordsWritten: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "records_written_total",
+			Help: "Call records written, by sink (file, stdout, syslog).",
+		}, []string{"sink"}),
+		RecordsDropped: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "records_dropped_total",
+			Help: "Call records lost, by sink: its queue was full or the write failed.",
+		}, []string{"sink"}),
 	}
 	// The configuration in use at start-up was loaded successfully, or the
 	// process would not be running.
@@ -327,5 +350,9 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.ConfigReloads.WithLabelValues(r)
 	}
 	m.Calls.WithLabelValues(PeerUnknown, OutcomeRejectedForbidden)
+	for _, s := range RecordSinks {
+		m.RecordsWritten.WithLabelValues(s)
+		m.RecordsDropped.WithLabelValues(s)
+	}
 	return m
 }

@@ -408,7 +408,7 @@ func TestEnumListsAreComplete(t *testing.T) {
 	}
 	lists := map[string][]string{
 		"Outcome": Outcomes, "Result": AdmissionResults, "Pacing": PacingResults,
-		"Reroute": RerouteReasons, "Reload": ReloadResults,
+		"Reroute": RerouteReasons, "Reload": ReloadResults, "Sink": RecordSinks,
 	}
 	found := 0
 	for _, d := range f.Decls {

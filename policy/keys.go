@@ -25,6 +25,9 @@ const (
 	ScopeOverrides Scope = "overrides"
 	// ScopeEnded is the pool's set of dialogs that ended.
 	ScopeEnded Scope = "ended"
+	// ScopeLive is the pool's registry of live calls (GET /api/v1/calls)
+	// and the nodes' queues of calls to end.
+	ScopeLive Scope = "live"
 )
 
 // callsScope prefixes the scope of a max_calls place, giving it a hash tag
@@ -62,3 +65,12 @@ func EndedDialogsKey(prefix string) string { return Key(prefix, ScopeEnded, "dia
 // store's hash): "cpsguard:{overrides:all}". Its hash tag holds every
 // override, so one script sees them all on a Cluster.
 func OverridesKey(prefix string) string { return Key(prefix, ScopeOverrides, allName) }
+
+// LiveKey is the key of the pool's live calls (the registry's hash):
+// "cpsguard:{live:all}". Its hash tag holds every entry and every node's
+// end queue, so one script sees them all on a Cluster.
+func LiveKey(prefix string) string { return Key(prefix, ScopeLive, allName) }
+
+// LiveEndKey is the queue of Call-IDs node is asked to end (DELETE
+// /api/v1/calls received by another node): "cpsguard:{live:all}:end:NODE".
+func LiveEndKey(prefix, node string) string { return LiveKey(prefix) + ":end:" + node }

@@ -28,6 +28,9 @@ func TestKeysArePinned(t *testing.T) {
 		{"nodes", policy.NodesKey("cpsguard"), "cpsguard:{nodes:all}"},
 		{"overrides", policy.OverridesKey("cpsguard"), "cpsguard:{overrides:all}"},
 		{"ended dialogs", policy.EndedDialogsKey("cpsguard"), "cpsguard:{ended:dialogs}"},
+		{"live calls", policy.LiveKey("cpsguard"), "cpsguard:{live:all}"},
+		{"live calls expiries", lua.LiveExpiryKey(policy.LiveKey("cpsguard")), "cpsguard:{live:all}:expiry"},
+		{"end queue", policy.LiveEndKey("cpsguard", "node-1"), "cpsguard:{live:all}:end:node-1"},
 		{"override field", limits.Field(limits.ScopePeer, "dialer-1"), "peer/dialer-1"},
 		{"other prefix", policy.Key("pool.b:x", policy.ScopePeer, "p"), "pool.b:x:{peer:p}"},
 		// Keys derived beside a scope's key keep its hash tag.

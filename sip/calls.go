@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"strconv"
+	"time"
 
 	sipmsg "github.com/emiago/sipgo/sip"
 
@@ -33,9 +34,24 @@ type CallPlaces interface {
 	// Answer records the callee's tag of member's answer; true when an
 	// earlier BYE naming it ended the call now.
 	Answer(ctx context.Context, member, calleeTag string) bool
-	// EndDialog ends the call of dialog answered with calleeTag; false
-	// when none (a BYE naming another tag frees nothing).
-	EndDialog(ctx context.Context, dialog, calleeTag string) bool
+	// EndDialog ends the call of dialog answered with calleeTag (by says
+	// who sent the BYE); false when none (a BYE naming another tag frees
+	// nothing).
+	EndDialog(ctx context.Context, dialog, calleeTag, by string) bool
+	// Track remembers a forwarded call (places or not) with its listing
+	// for the pool and the proxy's data.
+	Track(member string, info callplaces.Live, data any)
+	// Find returns the live calls of a Call-ID; FindDialog those bound to
+	// a dialog.
+	Find(callID string) []callplaces.Found
+	FindDialog(dialog string) []callplaces.Found
+	// EndAs ends a call on the node's own account (an operator's end).
+	EndAs(ctx context.Context, member, reason, by string) bool
+	// SetOnEnd sets who is told of the calls ended by a BYE, the maximum
+	// duration, EndAs or Shutdown.
+	SetOnEnd(f func(callplaces.Ended))
+	// Shutdown ends every call (the node stops supervising them).
+	Shutdown(ctx context.Context)
 }
 
 // occupyCalls takes the call's peer and customer places (max_calls). It
@@ -56,7 +72,9 @@ func (c *call) occupyCalls(peer *config.Peer, cu *config.Customer) bool {
 		return true
 	}
 	sctx, cancel := c.storeCtx()
+	t0 := time.Now()
 	d, err := p.calls.Occupy(sctx, c.member, places)
+	c.admissionWait += time.Since(t0)
 	cancel()
 	if err != nil {
 		c.storeFailed("max_calls", err)
@@ -134,11 +152,12 @@ func (c *call) rejectCalls(reason string) {
 	c.send(res)
 }
 
-// endCall frees the places of a call that was not answered (refused,
-// cancelled, failed, or hung up by the proxy); an answered call keeps them
-// until its BYE, its places' max duration or their expiry.
+// endCall ends a call that was not answered (refused, cancelled, failed,
+// or hung up by the proxy): its places are freed and it is listed no
+// more. An answered call lives on until its BYE, its max duration, an
+// operator's end or the node's shutdown.
 func (c *call) endCall() {
-	if c.placed && !c.answered {
+	if (c.placed || c.lc != nil) && !c.answered {
 		c.p.calls.End(c.ctx, c.member)
 	}
 }

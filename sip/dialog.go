@@ -183,6 +183,7 @@ func (p *Proxy) prepareInDialog(req *sipmsg.Request, count bool) (inDialogHop, i
 	out.SetDestination(hop.to.addr.String())
 	out.Laddr = lo.laddr
 	hop.out = out
+	p.sawInDialog(req, hop)
 	return hop, 0
 }
 
@@ -325,7 +326,7 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 	} else if p.base.Err() != nil {
 		return
 	}
-	p.inDialogDone(req.Method, hop.key, hop.callee, code)
+	p.inDialogDone(req.Method, hop.key, hop.callee, hop.dir, code)
 }
 
 // dialogLeg is the leg of an in-dialog request with the server transaction

@@ -36,6 +36,22 @@
 // direction), or by the Tracker at max_call_duration or the places'
 // expiry. Options.Calls nil keeps them in process, refreshed by Serve.
 //
+// Every call that reached a decision leaves one record (records.go,
+// Options.Records, package records): a refused, failed or cancelled call's
+// is written by its INVITE handler once its final answer has gone; an
+// answered call's when it ends: its BYE through the dialog token (ended_by
+// caller or callee), max_call_duration, an operator's end or the node's
+// shutdown (ended_by node; the call may go on between its ends, no longer
+// supervised). Strangers and calls shed by the overload guard before any
+// handler runs (rejected_overload, a stateless 503) leave none: they are
+// counted in cpsguard_calls_total, and writing them would cost the work
+// shedding saves. Every forwarded call is tracked by the CallPlaces (places
+// or not) and listed for the pool (GET /api/v1/calls) until it ends;
+// EndCalls ends one by hand: an answered call gets a BYE from the node to
+// each leg, in its dialog (the CSeq above the highest each side used, seen
+// on its verified in-dialog requests; the route set of the proxies on each
+// side), a ringing one is stopped as at shutdown (503 up, CANCEL down).
+//
 // The limits applied are the configured ones unless an operator's live
 // override (Options.Overrides, package limits) replaces them: effective.go
 // is the one place that decides a peer's or customer's cps and burst and a

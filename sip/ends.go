@@ -3,6 +3,7 @@ package sip
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"github.com/cpsguard/cpsguard/records"
 	"net/netip"
 	"sync"
 	"time"
@@ -84,25 +85,38 @@ type pendingBye struct {
 }
 
 // pendingByes are the BYEs relayed statelessly waiting for a final answer,
-// with the time each times out. Safe for concurrent use.
+// with the time each times out and who sent it. Safe for concurrent use.
 type pendingByes struct {
 	mu sync.Mutex
-	m  map[pendingBye]time.Time
+	m  map[pendingBye]byeWait
 }
 
-// add records a BYE sent at now unless one of the same call and callee tag
-// waits already (a retransmission keeps the first deadline) or the table
-// is full.
-func (t *pendingByes) add(b pendingBye, now time.Time) {
+// byeWait is when a pending BYE times out, and its sender
+// (records.ByCaller or records.ByCallee).
+type byeWait struct {
+	at time.Time
+	by string
+}
+
+// expiredBye is a BYE that got no final answer in time.
+type expiredBye struct {
+	pendingBye
+	by string
+}
+
+// add records a BYE sent at now by by unless one of the same call and
+// callee tag waits already (a retransmission keeps the first deadline) or
+// the table is full.
+func (t *pendingByes) add(b pendingBye, by string, now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.m == nil {
-		t.m = make(map[pendingBye]time.Time)
+		t.m = make(map[pendingBye]byeWait)
 	}
 	if _, ok := t.m[b]; ok || len(t.m) >= maxPendingByes {
 		return
 	}
-	t.m[b] = now.Add(byeTimeout)
+	t.m[b] = byeWait{at: now.Add(byeTimeout), by: by}
 }
 
 // answered forgets a BYE that got its final answer.
@@ -113,13 +127,13 @@ func (t *pendingByes) answered(b pendingBye) {
 }
 
 // expired removes and returns the BYEs whose deadline passed at now.
-func (t *pendingByes) expired(now time.Time) []pendingBye {
+func (t *pendingByes) expired(now time.Time) []expiredBye {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var out []pendingBye
-	for b, at := range t.m {
-		if !now.Before(at) {
-			out = append(out, b)
+	var out []expiredBye
+	for b, w := range t.m {
+		if !now.Before(w.at) {
+			out = append(out, expiredBye{pendingBye: b, by: w.by})
 			delete(t.m, b)
 		}
 	}
@@ -140,16 +154,33 @@ func endsCall(code int) bool {
 }
 
 // inDialogDone is told of the outcome of an in-dialog request the proxy
-// relayed for the call k: code is the far leg's final status, 0 when it
-// gave none in time. A BYE that ended the call ends its dialog (its token
-// is refused from then on: dialogs.go) and frees its places. It may wait
-// on the store: never call it from the read loop.
-func (p *Proxy) inDialogDone(method sipmsg.RequestMethod, k callKey, calleeTag string, code int) {
+// relayed for the call k from dir's leg: code is the far leg's final
+// status, 0 when it gave none in time. A BYE that ended the call ends its
+// dialog (its token is refused from then on: dialogs.go), frees its places
+// and writes its record (ended_by the BYE's sender). It may wait on the
+// store: never call it from a read path worker.
+func (p *Proxy) inDialogDone(method sipmsg.RequestMethod, k callKey, calleeTag string, dir direction, code int) {
 	if method != sipmsg.BYE || !endsCall(code) {
 		return
 	}
 	p.dialogEnded(k, calleeTag)
-	p.calls.EndDialog(p.base, k.String(), calleeTag)
+	p.calls.EndDialog(p.base, k.String(), calleeTag, byOf(dir))
+}
+
+// byOf names who sent a request from dir's leg, as a record says it.
+func byOf(dir direction) string {
+	if dir == fromCarrier {
+		return records.ByCallee
+	}
+	return records.ByCaller
+}
+
+// dirOf is the direction of a BYE's sender named as byOf names it.
+func dirOf(by string) direction {
+	if by == records.ByCallee {
+		return fromCarrier
+	}
+	return fromPeer
 }
 
 // sweepByes ends the calls whose stateless BYE timed out (sweepOnce).
@@ -161,7 +192,7 @@ func (p *Proxy) sweepByes(now time.Time) {
 	go func() {
 		defer p.panics.Recover("sip.bye_timeout", nil)
 		for _, b := range exp {
-			p.inDialogDone(sipmsg.BYE, b.key, b.callee, 0)
+			p.inDialogDone(sipmsg.BYE, b.key, b.callee, dirOf(b.by), 0)
 		}
 	}()
 }

@@ -35,9 +35,9 @@ type call struct {
 	// oc: the peer's INVITE asks for overload control (oc.go); its
 	// answers, the node's and the carrier's, carry the node's values.
 	oc bool
-	// tried: the screen answered the INVITE 100 Trying (screenInvite);
+	// trying: the screen answered the INVITE 100 Trying (screenInvite);
 	// the handler sends no second one.
-	tried bool
+	trying bool
 	// member identifies the call attempt in stores: Call-ID, top Via
 	// branch, and the packet source and transport (two INVITEs differing in
 	// any of them are two sipgo transactions, so two calls).
@@ -67,6 +67,24 @@ type call struct {
 	code              int
 	wait              time.Duration
 	waited            bool
+
+	// For the call's record (records.go): when the INVITE arrived, the
+	// time the admission and max_calls store calls and the pacing waits
+	// took, the carriers the INVITE was sent to, the last one's setup
+	// time (setupSeen: it answered something above 100), whether the
+	// final answer was the callee's (byCallee) or the proxy hung up an
+	// answer the caller never got (hungUp). lc is the call as the
+	// Tracker holds it once forwarded; bound: bound to its dialog.
+	cancel                    context.CancelCauseFunc
+	started                   time.Time
+	admissionWait, pacingWait time.Duration
+	tried                     []string
+	setup                     time.Duration
+	setupSeen                 bool
+	byCallee, hungUp          bool
+	answeredAt                time.Time
+	lc                        *liveCall
+	bound                     bool
 }
 
 // onInvite handles every INVITE: initial ones go through admission and
@@ -78,6 +96,7 @@ func (p *Proxy) onInvite(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
 	}
 	p.active.Add(1)
 	defer p.active.Add(-1)
+	started := time.Now()
 
 	ctx, cancel := context.WithCancelCause(p.base)
 	defer cancel(nil)
@@ -88,12 +107,16 @@ func (p *Proxy) onInvite(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
 	entry.onCancel(func() { cancel(errCallCanceled) })
 	tx.OnTerminate(func(string, error) { cancel(errTxTerminated) })
 
-	c := &call{p: p, cfg: p.cfg(), req: req, tx: tx, ctx: ctx, log: p.log, tried: entry.trying}
+	c := &call{p: p, cfg: p.cfg(), req: req, tx: tx, ctx: ctx, log: p.log, trying: entry.trying, cancel: cancel, started: started}
 	// A forwarded call's transaction outlives the handler (send never
 	// ends it): its copies go to sipgo, which absorbs them.
 	defer func() { done(c.forwarded) }()
 	c.run()
 	c.endCall()
+	if !c.answered {
+		// An answered call's record is written when it ends (callEnded).
+		c.writeRecord()
+	}
 	c.event()
 	if c.outcome != "" {
 		p.m.Calls.WithLabelValues(c.peer, c.outcome).Inc()
@@ -124,7 +147,7 @@ func (c *call) run() {
 	}
 	c.peer = peer.Name
 	c.oc = ocAsked(req.Via())
-	if !c.tried {
+	if !c.trying {
 		// Not answered 100 by the screen (a copy of an INVITE whose
 		// handler ended, let in again): one 100 per transaction.
 		c.respond(sipmsg.StatusTrying, "Trying")
@@ -237,7 +260,9 @@ func (c *call) admit(peer *config.Peer, cu *config.Customer) bool {
 	}
 
 	sctx, cancel := c.storeCtx()
+	t0 := time.Now()
 	dec, err := p.adm.Admit(sctx, c.member, buckets)
+	c.admissionWait += time.Since(t0)
 	cancel()
 	if err != nil {
 		c.storeFailed("admission", err)
@@ -344,9 +369,11 @@ func (c *call) route(carriers []string) {
 			continue
 		}
 		member := c.member + "#" + strconv.Itoa(i)
+		t0 := time.Now()
 		ticket, state, wait, err := p.awaitCarrier(c.ctx, c.log, cfg, car, member, c.gateKeys)
 		if state != carrierPaused { // a pause's span is no slot wait
 			c.wait, c.waited = wait, true
+			c.pacingWait += time.Since(t0)
 		}
 		if state != carrierReady {
 			c.releaseCarrier(car)
@@ -377,6 +404,11 @@ func (c *call) route(carriers []string) {
 			probe = member
 		}
 		res, retry := c.forward(car, ticket, probe)
+		if !retry && res != nil && c.code == 0 {
+			// The callee's final answer, relayed (the proxy's own would
+			// have set the code already).
+			c.code, c.byCallee = res.StatusCode, !c.hungUp
+		}
 		if !retry {
 			if c.detail != "" && c.reason == "" {
 				c.reason = reasonRerouted // taken, past the carriers in detail
@@ -568,13 +600,10 @@ func (c *call) forward(car *config.Carrier, ticket pacing.Ticket, probe string) 
 		}
 	}
 	target.host, target.hp = dest.Addr().String(), dest.String()
-	if c.placed {
-		// Bound before the INVITE leaves: a BYE that races the 2xx (the
-		// carrier's, or a caller's right after it) finds the call.
-		src, _ := netip.ParseAddrPort(c.req.Source())
-		peerLeg := netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
-		p.calls.Bind(c.member, callKeyOf(callID(c.req), tagOf(c.req.From().Params), peerLeg).String())
-	}
+	// Tracked and bound before the INVITE leaves: a BYE that races the
+	// 2xx (the carrier's, or a caller's right after it) finds the call.
+	c.track(car.Name)
+	hooks.dest = leg{addr: dest, tcp: target.transport == "TCP"}
 	// The carrier has car.Setup() to answer with a provisional response
 	// above 100 (a 100 Trying alone does not count: a carrier that takes
 	// calls and never rings them is as good as down), then the ring timer.
@@ -592,6 +621,8 @@ func (c *call) forward(car *config.Carrier, ticket pacing.Ticket, probe string) 
 	}
 	hooks.sentAt = time.Now()
 	ticket.Sent(hooks.sentAt)
+	c.tried = append(c.tried, car.Name)
+	c.setupSeen = false
 	if !c.forwarded {
 		c.forwarded = true
 		c.outcome = metrics.OutcomeForwarded
@@ -607,6 +638,7 @@ func (c *call) forward(car *config.Carrier, ticket pacing.Ticket, probe string) 
 type carrierHooks struct {
 	c         *call
 	car       *config.Carrier
+	dest      leg // where the INVITE went
 	sentAt    time.Time
 	setupSeen bool
 	// probe is the member of the half-open probe slot the call holds ("":
@@ -634,7 +666,9 @@ func (h *carrierHooks) response(code int) {
 	}
 	if !h.setupSeen && code > 100 {
 		h.setupSeen = true
-		p.m.CarrierSetup.WithLabelValues(h.car.Name).Observe(time.Since(h.sentAt).Seconds())
+		d := time.Since(h.sentAt)
+		p.m.CarrierSetup.WithLabelValues(h.car.Name).Observe(d.Seconds())
+		h.c.setup, h.c.setupSeen = d, true
 	}
 }
 
@@ -680,24 +714,37 @@ func (h *carrierHooks) timedOut() {
 	h.probeEnded(false)
 }
 
-// answering sets the call up: its places stay until its BYE (seen through
-// Record-Route; the call was bound to its dialog when forwarded, and a BYE
-// must name the callee's tag of this answer), its max duration or its
-// expiry.
+// answering sets the call up: it lives on, with its places, until its BYE
+// (seen through Record-Route; the call was bound to its dialog when
+// forwarded, and a BYE must name the callee's tag of this answer), its max
+// duration, an operator's end or the node's shutdown; its record is
+// written then.
 func (h *carrierHooks) answering(r *sipmsg.Response) {
 	c := h.c
-	if !c.placed {
+	c.answeredAt = time.Now()
+	if !c.cfg.SIP.RecordRoute {
+		// Not in the dialog's path: the node never sees the BYE. The call
+		// ends here for the node (record: end_reason unsupervised).
 		return
 	}
 	c.answered = true
+	if c.lc != nil {
+		c.keepAnswered(r, h.dest)
+	}
 	if to := r.To(); to != nil {
 		c.p.calls.Answer(c.ctx, c.member, tagOf(to.Params))
 	}
 }
 
 // lost undoes answering: the 2xx never reached the caller and the leg hung
-// it up, so endCall frees the call's places.
-func (h *carrierHooks) lost() { h.c.answered = false }
+// it up, so endCall ends the call and its own record is written.
+func (h *carrierHooks) lost() {
+	c := h.c
+	c.answered, c.hungUp, c.answeredAt = false, true, time.Time{}
+	if c.lc != nil {
+		c.lc.unanswered()
+	}
+}
 
 // maxRetryAfter caps the span read from a carrier's Retry-After (the pause
 // is capped further by its retry_after_max).

@@ -94,6 +94,9 @@ type Options struct {
 	// DialogEnds shares the ends of dialogs with the pool's other nodes
 	// (a *calls.RedisEnded); nil: each node knows the ends it saw.
 	DialogEnds DialogEnds
+	// Records takes a record of every call that reached a decision (a
+	// *records.Writer); nil: no records.
+	Records Recorder
 	// Usable reports whether the store can decide calls now (false while
 	// Redis is down under store.on_error: reject); out-of-dialog OPTIONS get
 	// 503 then, so upstream dispatchers route around the node. nil: always.
@@ -254,6 +257,8 @@ type Proxy struct {
 	resolver *carrierResolver
 	// panics logs and counts panics recovered in handlers and goroutines.
 	panics *panics.Reporter
+	// records is Options.Records (may be nil).
+	records Recorder
 	// storeUsable is Options.Usable.
 	storeUsable func() bool
 	// overrides is Options.Overrides (may be nil); read through limitsOf.
@@ -315,11 +320,13 @@ func New(opts Options) (*Proxy, error) {
 		storeUsable: opts.Usable,
 		overrides:   opts.Overrides,
 		calls:       opts.Calls,
+		records:     opts.Records,
 	}
 	if p.calls == nil {
 		p.ownCalls = callplaces.NewTracker(callplaces.NewLocalStore(nil), callplaces.TrackerOptions{Logger: p.log})
 		p.calls = p.ownCalls
 	}
+	p.calls.SetOnEnd(p.callEnded)
 	p.panics = &panics.Reporter{Log: p.log, Count: p.m.Panics}
 	p.health = health.NewTracker(nil, p.onHealthChange)
 	p.events = &eventLog{log: opts.Logger.With("component", "events")}
@@ -512,6 +519,12 @@ func (p *Proxy) Serve(ctx context.Context) error {
 	p.baseCancel(errProxyShutdown)
 	last, cancel := context.WithTimeout(context.Background(), time.Second)
 	_ = p.waitIdle(last)
+	cancel()
+	// The answered calls go on between their ends, but no longer through
+	// this node: their records are written (end_reason shutdown) and they
+	// leave the pool's list.
+	end, cancel := context.WithTimeout(context.Background(), time.Second)
+	p.calls.Shutdown(end)
 	cancel()
 	stopBackground()
 	p.closeListeners()

@@ -137,7 +137,7 @@ func (p *Proxy) screenInDialog(cfg *config.Config, req *sipmsg.Request) bool {
 		// or when none comes in time (sweepByes); a BYE that could not be
 		// sent (e.g. grown past the largest datagram by the proxy's own
 		// headers) leaves the call up, and its places held.
-		p.byes.add(pendingBye{key: hop.key, callee: hop.callee}, time.Now())
+		p.byes.add(pendingBye{key: hop.key, callee: hop.callee}, byOf(hop.dir), time.Now())
 	}
 	if err != nil {
 		p.log.Debug("in-dialog forward failed", "method", string(req.Method), "call_id", callID(req), "error", err)
@@ -430,7 +430,7 @@ func (p *Proxy) statelessDone(res *sipmsg.Response, flags byte, key callKey) {
 	code := res.StatusCode
 	go func() {
 		defer p.panics.Recover("sip.bye_ends", nil)
-		p.inDialogDone(sipmsg.BYE, key, callee, code)
+		p.inDialogDone(sipmsg.BYE, key, callee, dir, code)
 	}()
 }
 

@@ -21,17 +21,26 @@
 //	cpsguard carrier unpause NAME [--token T]
 //	                                   end a carrier's Retry-After pause for the pool
 //	                                   (DELETE /api/v1/carriers/{name}/pause)
+//	cpsguard calls [--peer P] [--carrier C]
+//	                                   the pool's live calls (GET /api/v1/calls)
+//	cpsguard calls end CALL_ID [--token T]
+//	                                   end the calls of one Call-ID (DELETE /api/v1/calls/CALL_ID)
 //	cpsguard version                   print version, commit and Go version
 //
-// status, probe, drain, limit and carrier find the node from --addr, else
-// CPSGUARD_HTTP_LISTEN, else the http.listen of the configuration file, else
-// 127.0.0.1:9090; limit set and rm, drain and carrier unpause send the token
-// of --token or CPSGUARD_HTTP_TOKEN.
+// status, probe, drain, limit, carrier and calls find the node from --addr,
+// else CPSGUARD_HTTP_LISTEN, else the http.listen of the configuration
+// file, else 127.0.0.1:9090; limit set and rm, drain, carrier unpause and
+// calls end send the token of --token or CPSGUARD_HTTP_TOKEN.
 //
 // serve keeps the limit overrides (package limits) in the store's Redis, or
 // in the process without one, and hands the same view to the proxy, the
 // HTTP API and cpsguard_limit_cps. The proxy reads and ends carriers'
-// pauses for the HTTP API (status, DELETE .../pause).
+// pauses for the HTTP API (status, DELETE .../pause). serve keeps the
+// pool's list of live calls (calls.Registry) in the same place as the
+// overrides, writes the call records (package records; records.* reloads
+// with the file, and the records of calls still up are written at
+// shutdown before the sinks close), and polls this node's end queue
+// (calls.Pool.Run) so another node's API can end its calls.
 //
 // Exit codes: 0 success, 1 failure (bad configuration, listener error),
 // 2 usage error. serve exits 0 after a clean shutdown on SIGINT or SIGTERM;

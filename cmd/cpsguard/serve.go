@@ -28,6 +28,7 @@ import (
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/pacing"
 	"github.com/cpsguard/cpsguard/policy"
+	"github.com/cpsguard/cpsguard/records"
 	"github.com/cpsguard/cpsguard/sip"
 	"github.com/cpsguard/cpsguard/store"
 )
@@ -145,11 +146,22 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 	m.SyncLimits(cfg)
 	var loadedAt atomic.Int64
 	loadedAt.Store(time.Now().UnixNano())
+	// Call records (records.*): a sink that cannot be opened is logged and
+	// left closed; the node runs on without it (calls come first).
+	recs := records.New(records.Options{Written: m.RecordsWritten, Dropped: m.RecordsDropped,
+		Logger: logger.With("component", "records")})
+	defer recs.Close() // after every component has stopped: shutdown records are written
+	if err := recs.Apply(cfg.Records); err != nil {
+		logger.Error("call records: a sink could not be opened; its records are lost until a reload fixes it", "error", err.Error())
+	}
 	mgr.OnReload(m.ObserveReload)
 	mgr.OnChange(func(_, next *config.Config) {
 		level.Set(logLevel(next.Log.Level))
 		m.SyncLimits(next)
 		loadedAt.Store(time.Now().UnixNano())
+		if err := recs.Apply(next.Records); err != nil {
+			logger.Error("call records: a sink could not be opened; its records are lost until a reload fixes it", "error", err.Error())
+		}
 	})
 
 	// The tracker (built below, on the stores) is kicked when Redis is back
@@ -186,13 +198,21 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 		m.StoreUp.Set(1)
 	}
 
-	// The max_calls places of the calls this node sets up; TTL and maximum
-	// duration are read at start. Failed frees and refreshes are counted by
-	// the store's observer (cpsguard_store_errors_total{script}).
+	// The pool's list of live calls (GET /api/v1/calls) and the nodes' end
+	// queues: in the same Redis, else in this process.
+	var registry calls.Registry = calls.NewLocalRegistry(nil)
+	if rc := stores.RedisClient(); rc != nil {
+		registry = calls.NewRedisRegistry(rc, cfg.Store.KeyPrefix, calls.RegistryOptions{Timeout: cfg.Store.Redis.Timeout, Observe: m.ObserveStore})
+	}
+	// The calls this node sets up: their max_calls places and their
+	// listing; TTL and maximum duration are read at start. Failed frees,
+	// refreshes and listings are counted by the store's observer
+	// (cpsguard_store_errors_total{script}).
 	tracker := calls.NewTracker(stores.Calls, calls.TrackerOptions{
 		TTL:         cfg.SIP.CallRefreshTTL,
 		MaxDuration: cfg.SIP.MaxCallDuration,
 		Logger:      logger.With("component", "calls"),
+		Registry:    registry,
 	})
 	liveCalls.Store(tracker)
 	// Limit overrides (PUT /api/v1/limits): pool-wide in the same Redis,
@@ -235,10 +255,15 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 		Usable:    stores.Usable,
 
 		DialogEnds: dialogEnds,
+		Records:    recs,
 	})
 	if err != nil {
 		return err
 	}
+	// Live calls for the operations API: listed pool-wide, ended by the
+	// node that holds them (another node's through its end queue).
+	pool := &calls.Pool{Registry: registry, Node: cfg.NodeID, Local: tracker.List, End: proxy.EndCalls,
+		Logger: logger.With("component", "calls")}
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -298,13 +323,14 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 			}
 			return httpapi.CarrierState{Up: st.Up, Since: st.Since, Reason: st.Reason, EffectiveCPS: proxy.EffectiveCPS(name)}, true
 		},
-		Limits:   overrides,
-		Pauses:   proxy,
-		Reload:   func() error { return mgr.ReloadBy(config.TriggerAPI) },
-		Drain:    drain,
-		LoadedAt: func() time.Time { return time.Unix(0, loadedAt.Load()) },
-		Registry: reg,
-		Logger:   logger.With("component", "http"),
+		Limits:    overrides,
+		Pauses:    proxy,
+		LiveCalls: pool,
+		Reload:    func() error { return mgr.ReloadBy(config.TriggerAPI) },
+		Drain:     drain,
+		LoadedAt:  func() time.Time { return time.Unix(0, loadedAt.Load()) },
+		Registry:  reg,
+		Logger:    logger.With("component", "http"),
 	})), logger)
 
 	var (
@@ -341,6 +367,7 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 		return nil
 	})
 	start("limits", func(ctx context.Context) error { overrides.Run(ctx); return nil })
+	start("end-queue", func(ctx context.Context) error { pool.Run(ctx); return nil })
 	start("sip", func(context.Context) error {
 		defer close(sipDone)
 		return proxy.Serve(sipCtx)

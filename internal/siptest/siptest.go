@@ -298,11 +298,22 @@ func (c *Carrier) Caller(t testing.TB) *Caller {
 	return &Caller{Addr: c.Addr, ua: c.ua, client: client}
 }
 
-// Caller is a UDP UAC bound to one source address.
+// Caller is a UDP UAC bound to one source address. It answers every BYE
+// it receives 200 and keeps it (Byes).
 type Caller struct {
 	Addr   string
 	ua     *sipgo.UserAgent
 	client *sipgo.Client
+
+	mu   sync.Mutex
+	byes []*sipmsg.Request
+}
+
+// Byes returns the BYEs the caller received, in order.
+func (c *Caller) Byes() []*sipmsg.Request {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*sipmsg.Request(nil), c.byes...)
 }
 
 // StartCaller binds a UDP caller on ip (e.g. "127.0.0.2").
@@ -321,7 +332,11 @@ func StartCaller(t testing.TB, ip string) *Caller {
 	if err != nil {
 		t.Fatalf("caller server: %v", err)
 	}
+	c := &Caller{}
 	srv.OnBye(func(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
+		c.mu.Lock()
+		c.byes = append(c.byes, req)
+		c.mu.Unlock()
 		_ = tx.Respond(sipmsg.NewResponseFromRequest(req, 200, "OK", nil))
 	})
 	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP(ip)})
@@ -348,7 +363,8 @@ func StartCaller(t testing.TB, ip string) *Caller {
 		udp.Close()
 		ua.Close()
 	})
-	return &Caller{Addr: addr, ua: ua, client: client}
+	c.Addr, c.ua, c.client = addr, ua, client
+	return c
 }
 
 // Invite builds an INVITE for user@proxy (proxy is ip:port) with extra

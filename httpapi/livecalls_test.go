@@ -1,0 +1,115 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cpsguard/cpsguard/calls"
+	"github.com/cpsguard/cpsguard/config"
+)
+
+// fakeLive answers List from a fixed list and EndCall for known ids.
+type fakeLive struct {
+	all   []calls.Live
+	ended []string
+}
+
+func (f *fakeLive) List(_ context.Context, flt calls.Filter) calls.Listing {
+	out := calls.Listing{Calls: []calls.Live{}}
+	for _, l := range f.all {
+		if (flt.Peer == "" || l.Peer == flt.Peer) && (flt.Carrier == "" || l.Carrier == flt.Carrier) {
+			out.Calls = append(out.Calls, l)
+		}
+	}
+	return out
+}
+
+func (f *fakeLive) EndCall(_ context.Context, id string) (calls.EndResult, error) {
+	for _, l := range f.all {
+		if l.CallID == id {
+			f.ended = append(f.ended, id)
+			return calls.EndResult{CallID: id, Ended: 1}, nil
+		}
+	}
+	return calls.EndResult{}, calls.ErrNoCall
+}
+
+func TestCallsAPI(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ans := t0.Add(3 * time.Second)
+	fl := &fakeLive{all: []calls.Live{
+		{ID: "1", CallID: "a/b@host", Peer: "p1", Customer: "acme", Carrier: "c1", Node: "n1", StartedAt: t0, AnsweredAt: &ans},
+		{ID: "2", CallID: "x", Peer: "p2", Carrier: "c2", Node: "n2", StartedAt: t0},
+	}}
+	cfg := testConfig()
+	cfg.HTTP.Token = "s3cret"
+	srv := httptest.NewServer(New(Options{Config: func() *config.Config { return cfg }, LiveCalls: fl}))
+	defer srv.Close()
+	ctx := context.Background()
+
+	for _, tc := range []struct{ peer, carrier, want string }{
+		{"", "", "a/b@host x"}, {"p1", "", "a/b@host"}, {"", "c2", "x"}, {"p1", "c2", ""},
+	} {
+		l, err := FetchCalls(ctx, srv.URL, tc.peer, tc.carrier)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, c := range l.Calls {
+			ids = append(ids, c.CallID)
+		}
+		if got := strings.Join(ids, " "); got != tc.want {
+			t.Errorf("peer %q carrier %q: got %q, want %q", tc.peer, tc.carrier, got, tc.want)
+		}
+	}
+	// The JSON names of the contract.
+	resp, err := http.Get(srv.URL + PathCalls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw struct {
+		Calls []map[string]any `json:"calls"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&raw)
+	resp.Body.Close()
+	for _, k := range []string{"call_id", "peer", "customer", "carrier", "node", "started_at", "answered_at"} {
+		if _, ok := raw.Calls[0][k]; !ok {
+			t.Errorf("a listed call has no %q: %v", k, raw.Calls[0])
+		}
+	}
+
+	// Ending needs the token; the Call-ID travels escaped in the path.
+	if _, err := EndCall(ctx, srv.URL, "", "a/b@host"); err == nil || err.(*Error).Code != http.StatusUnauthorized {
+		t.Fatalf("end without token: got %v, want 401", err)
+	}
+	res, err := EndCall(ctx, srv.URL, "s3cret", "a/b@host")
+	if err != nil || res.Ended != 1 || len(fl.ended) != 1 || fl.ended[0] != "a/b@host" {
+		t.Fatalf("end: got %+v, %v (ended %v)", res, err, fl.ended)
+	}
+	if _, err := EndCall(ctx, srv.URL, "s3cret", "nope"); err == nil || err.(*Error).Code != http.StatusNotFound {
+		t.Fatalf("end of an unknown call: got %v, want 404", err)
+	}
+
+	var b bytes.Buffer
+	l, _ := FetchCalls(ctx, srv.URL, "", "")
+	RenderCalls(&b, l, ans.Add(time.Minute))
+	out := b.String()
+	for _, want := range []string{"CALL-ID", "a/b@host", "acme", "1m0s", "2 live call(s)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestCallsAPINotWired(t *testing.T) {
+	h := New(Options{Config: testConfig})
+	if rec := do(t, h, http.MethodGet, PathCalls, nil); rec.Code != http.StatusNotImplemented {
+		t.Errorf("GET without LiveCalls: %d, want 501", rec.Code)
+	}
+}

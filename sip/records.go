@@ -1,0 +1,370 @@
+package sip
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	sipmsg "github.com/emiago/sipgo/sip"
+
+	callplaces "github.com/cpsguard/cpsguard/calls"
+	"github.com/cpsguard/cpsguard/metrics"
+	"github.com/cpsguard/cpsguard/records"
+)
+
+// Recorder takes the call records. *records.Writer satisfies it.
+type Recorder interface {
+	// Write offers a record to the sinks without waiting.
+	Write(r *records.Record)
+	// Enabled reports whether any sink is open (records are built only
+	// then).
+	Enabled() bool
+}
+
+// errOperatorEnd is the cause of a call context an operator ended
+// (DELETE /api/v1/calls/{call_id}) before it was answered.
+var errOperatorEnd = errors.New("sip: call ended by an operator")
+
+// maxRecordCallID bounds the Call-ID copied into records and the live
+// calls' list.
+const maxRecordCallID = 256
+
+// liveCall is what the proxy keeps of a forwarded call while it lives:
+// what the Tracker hands back when the call ends (callEnded) or an
+// operator ends it (EndCalls). It is shared by the call's goroutine, the
+// BYE relays and the operations API.
+type liveCall struct {
+	// cancel ends the call's context (an operator's end before the answer).
+	cancel context.CancelCauseFunc
+
+	mu sync.Mutex
+	// answered: the 2xx was relayed; rec is the call's record as it stood
+	// then, dlg what a BYE of the node's own needs.
+	answered bool
+	rec      records.Record
+	dlg      dialogState
+}
+
+// dialogState is an answered call's dialog as the proxy sends requests in
+// it (an operator's BYEs): both legs, the caller's and the callee's
+// identities, and the highest CSeq each side has used.
+type dialogState struct {
+	peer, carrier leg
+	callID        string
+	// callerFrom is the caller's From (its tag); calleeTo the 2xx's To
+	// (the callee's tag).
+	callerFrom *sipmsg.FromHeader
+	calleeTo   *sipmsg.ToHeader
+	// callerURI is the caller's Contact (else its From URI), calleeURI the
+	// 2xx's Contact (else the forwarded Request-URI): each BYE's
+	// Request-URI.
+	callerURI, calleeURI sipmsg.Uri
+	// toCaller and toCallee are the Route sets of a request to each side:
+	// the Record-Route entries of the proxies between the node and it.
+	toCaller, toCallee []string
+	// callerSeq and calleeSeq are the highest CSeq numbers each side sent
+	// in the dialog (the callee's 0 until it sends a request).
+	callerSeq, calleeSeq uint32
+}
+
+// liveID names a call attempt in the live calls' list: a hash of its
+// member (two calls may share a Call-ID).
+func liveID(member string) string {
+	sum := sha256.Sum256([]byte(member))
+	return hex.EncodeToString(sum[:8])
+}
+
+// clipCallID bounds a Call-ID for records and the live calls' list.
+func clipCallID(s string) string {
+	if len(s) <= maxRecordCallID {
+		return s
+	}
+	return strings.ToValidUTF8(s[:maxRecordCallID], "") + "…"
+}
+
+// track lists the call as live (in the Tracker, and through it in the
+// pool's registry) on its way to carrier, and binds it to its dialog: a
+// BYE that races the 2xx finds it. Called before each forward.
+func (c *call) track(carrier string) {
+	if c.lc == nil {
+		c.lc = &liveCall{cancel: c.cancel}
+	}
+	info := callplaces.Live{
+		ID: liveID(c.member), CallID: clipCallID(callID(c.req)),
+		Peer: c.peer, Customer: c.customer, Carrier: carrier,
+		Node: c.cfg.NodeID, StartedAt: records.Stamp(c.started),
+	}
+	c.p.calls.Track(c.member, info, c.lc)
+	if !c.bound {
+		c.bound = true
+		src, _ := netip.ParseAddrPort(c.req.Source())
+		peerLeg := netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
+		c.p.calls.Bind(c.member, callKeyOf(callID(c.req), tagOf(c.req.From().Params), peerLeg).String())
+	}
+}
+
+// record is the call's record as it stands: everything but its end.
+func (c *call) record() records.Record {
+	r := records.Record{
+		CallID: clipCallID(callID(c.req)), Peer: c.peer, Customer: c.customer,
+		Source: c.req.Source(), CarriersTried: slices.Clone(c.tried), Code: c.code, Outcome: c.outcome,
+		Reason: c.reason, Detail: c.detail,
+		AdmissionWaitMS: c.admissionWait.Milliseconds(), PacingWaitMS: c.pacingWait.Milliseconds(),
+		StartedAt: records.Stamp(c.started),
+	}
+	if c.cfg != nil {
+		r.Node = c.cfg.NodeID
+	}
+	if r.CarriersTried == nil {
+		r.CarriersTried = []string{}
+	}
+	if f := c.req.From(); f != nil {
+		r.FromUser = clip(f.Address.User)
+	}
+	if t := c.req.To(); t != nil {
+		r.ToUser = clip(t.Address.User)
+	}
+	if len(c.tried) > 0 {
+		r.Carrier = c.tried[len(c.tried)-1]
+	}
+	if c.setupSeen {
+		ms := c.setup.Milliseconds()
+		r.SetupMS = &ms
+	}
+	if !c.answeredAt.IsZero() {
+		at := records.Stamp(c.answeredAt)
+		r.AnsweredAt = &at
+	}
+	return r
+}
+
+// writeRecord writes the record of a call that ended without an answer
+// the caller kept: refused, cancelled, failed at every carrier, or ended
+// by the node. A call that reached no decision (a duplicate absorbed, a
+// packet without a source) leaves none.
+func (c *call) writeRecord() {
+	if c.p.records == nil || (c.outcome == "" && c.code == 0) || !c.p.records.Enabled() {
+		return
+	}
+	r := c.record()
+	switch {
+	case errors.Is(context.Cause(c.ctx), errOperatorEnd):
+		r.EndedBy, r.EndReason = records.ByNode, records.EndOperator
+	case c.canceled():
+		r.EndedBy, r.EndReason = records.ByCaller, records.EndCancel
+	case c.hungUp:
+		r.EndedBy, r.EndReason = records.ByNode, records.EndAnswer
+	case !c.answeredAt.IsZero():
+		r.EndedBy, r.EndReason = records.ByNode, records.EndUnsupervised
+		r.Finish(c.answeredAt)
+		c.p.records.Write(&r)
+		return
+	case c.byCallee:
+		r.EndedBy, r.EndReason = records.ByCallee, records.EndAnswer
+	default:
+		r.EndedBy, r.EndReason = records.ByNode, records.EndAnswer
+	}
+	r.Finish(time.Now())
+	c.p.records.Write(&r)
+}
+
+// answered keeps what the call's end needs once its 2xx (ok) is relayed:
+// its record so far and its dialog. It runs before the Tracker learns of
+// the answer, so a BYE that ends the call at once finds both.
+func (c *call) keepAnswered(ok *sipmsg.Response, dest leg) {
+	rec := c.record()
+	rec.Code = ok.StatusCode
+	if rec.Outcome == "" {
+		rec.Outcome = metrics.OutcomeForwarded
+	}
+	src, _ := netip.ParseAddrPort(c.req.Source())
+	d := dialogState{
+		peer:    leg{addr: netip.AddrPortFrom(src.Addr().Unmap(), src.Port()), tcp: c.req.Transport() == "TCP"},
+		carrier: dest,
+		callID:  callID(c.req),
+	}
+	if f := c.req.From(); f != nil {
+		d.callerFrom, _ = sipmsg.HeaderClone(f).(*sipmsg.FromHeader)
+		d.callerURI = *f.Address.Clone()
+	}
+	if ct := c.req.Contact(); ct != nil && ct.Address.Host != "" {
+		d.callerURI = *ct.Address.Clone()
+	}
+	if to := ok.To(); to != nil {
+		d.calleeTo, _ = sipmsg.HeaderClone(to).(*sipmsg.ToHeader)
+	}
+	d.calleeURI = *c.req.Recipient.Clone()
+	if ct := ok.Contact(); ct != nil && ct.Address.Host != "" {
+		d.calleeURI = *ct.Address.Clone()
+	}
+	// The received INVITE's Record-Routes are the proxies between the
+	// caller and the node, nearest first: a request to the caller takes
+	// them in that order. The 2xx's entries above the node's own are the
+	// proxies towards the callee, farthest first.
+	for _, h := range c.req.GetHeaders("Record-Route") {
+		d.toCaller = append(d.toCaller, h.Value())
+	}
+	for _, h := range ok.GetHeaders("Record-Route") {
+		if rr, isRR := h.(*sipmsg.RecordRouteHeader); isRR && c.p.isMe(&rr.Address) {
+			break
+		}
+		d.toCallee = append([]string{h.Value()}, d.toCallee...)
+	}
+	if cs := c.req.CSeq(); cs != nil {
+		d.callerSeq = cs.SeqNo
+	}
+	c.lc.mu.Lock()
+	c.lc.answered, c.lc.rec, c.lc.dlg = true, rec, d
+	c.lc.mu.Unlock()
+}
+
+// unanswered undoes keepAnswered: the 2xx never reached the caller.
+func (lc *liveCall) unanswered() {
+	lc.mu.Lock()
+	lc.answered = false
+	lc.mu.Unlock()
+}
+
+// callEnded is told by the Tracker of every call it ended: an answered
+// call's record is written now (an unanswered one's by its own goroutine).
+func (p *Proxy) callEnded(e callplaces.Ended) {
+	lc, ok := e.Data.(*liveCall)
+	if !ok || lc == nil {
+		return
+	}
+	lc.mu.Lock()
+	answered, rec := lc.answered, lc.rec
+	lc.mu.Unlock()
+	if !answered || p.records == nil {
+		return
+	}
+	switch e.Reason {
+	case callplaces.ReasonBye:
+		rec.EndedBy, rec.EndReason = e.By, records.EndBye
+	case callplaces.ReasonMaxDuration:
+		rec.EndedBy, rec.EndReason = records.ByNode, records.EndMaxDuration
+	case callplaces.ReasonShutdown:
+		rec.EndedBy, rec.EndReason = records.ByNode, records.EndShutdown
+	default:
+		rec.EndedBy, rec.EndReason = records.ByNode, e.Reason
+	}
+	rec.Finish(e.At)
+	p.records.Write(&rec)
+}
+
+// sawInDialog notes the CSeq of a verified in-dialog request of an
+// answered call this node holds, so that the node's own BYE in that
+// direction follows it.
+func (p *Proxy) sawInDialog(req *sipmsg.Request, hop inDialogHop) {
+	cs := req.CSeq()
+	from, to := req.From(), req.To()
+	if cs == nil || from == nil || to == nil || req.IsAck() {
+		return
+	}
+	for _, f := range p.calls.FindDialog(hop.key.String()) {
+		lc, ok := f.Data.(*liveCall)
+		if !ok {
+			continue
+		}
+		lc.mu.Lock()
+		d := &lc.dlg
+		if lc.answered {
+			if hop.dir == fromCarrier {
+				d.calleeSeq = max(d.calleeSeq, cs.SeqNo)
+			} else {
+				d.callerSeq = max(d.callerSeq, cs.SeqNo)
+			}
+		}
+		lc.mu.Unlock()
+	}
+}
+
+// EndCalls ends this node's live calls of callID and returns how many it
+// ended: an answered call gets a BYE to each leg, sent by the node in the
+// call's dialog, and its places are freed at once (record: ended_by node,
+// end_reason operator); one not answered yet is stopped as at shutdown
+// (503 to the caller, CANCEL to the carrier).
+func (p *Proxy) EndCalls(ctx context.Context, callID string) int {
+	n := 0
+	for _, f := range p.calls.Find(callID) {
+		lc, ok := f.Data.(*liveCall)
+		if !ok || lc == nil {
+			continue
+		}
+		lc.mu.Lock()
+		answered, d := lc.answered, lc.dlg
+		lc.mu.Unlock()
+		if !answered {
+			lc.cancel(errOperatorEnd)
+			n++
+			continue
+		}
+		if !p.calls.EndAs(ctx, f.Member, records.EndOperator, records.ByNode) {
+			continue // ended meanwhile (a BYE crossed)
+		}
+		p.byeLeg(d, true)
+		p.byeLeg(d, false)
+		n++
+	}
+	return n
+}
+
+// byeLeg sends the node's own BYE in dialog d to the caller (toCaller) or
+// to the callee, to that leg's address, and reads its answer in the
+// background.
+func (p *Proxy) byeLeg(d dialogState, toCaller bool) {
+	if d.callerFrom == nil || d.calleeTo == nil {
+		return
+	}
+	var (
+		ruri   sipmsg.Uri
+		from   sipmsg.Header
+		to     sipmsg.Header
+		seq    uint32
+		routes []string
+		dest   leg
+	)
+	if toCaller {
+		// As the callee: From is the callee's (its tag), To the caller's.
+		ruri, routes, dest = d.callerURI, d.toCaller, d.peer
+		f, t := d.calleeTo.AsFrom(), d.callerFrom.AsTo()
+		from, to = sipmsg.HeaderClone(&f), sipmsg.HeaderClone(&t)
+		seq = d.calleeSeq + 1
+	} else {
+		ruri, routes, dest = d.calleeURI, d.toCallee, d.carrier
+		from, to = sipmsg.HeaderClone(d.callerFrom), sipmsg.HeaderClone(d.calleeTo)
+		seq = d.callerSeq + 1
+	}
+	bye := sipmsg.NewRequest(sipmsg.BYE, *ruri.Clone())
+	tp := dest.transport()
+	addVia(p, bye, tp)
+	for _, r := range routes {
+		bye.AppendHeader(sipmsg.NewHeader("Route", r))
+	}
+	mf := sipmsg.MaxForwardsHeader(70)
+	bye.AppendHeader(&mf)
+	bye.AppendHeader(from)
+	bye.AppendHeader(to)
+	cid := sipmsg.CallIDHeader(d.callID)
+	bye.AppendHeader(&cid)
+	bye.AppendHeader(&sipmsg.CSeqHeader{SeqNo: seq, MethodName: sipmsg.BYE})
+	bye.AppendHeader(sipmsg.NewHeader("Reason", `SIP;cause=200;text="Ended by the operator"`))
+	bye.SetBody(nil)
+	bye.SetTransport(tp)
+	bye.SetDestination(dest.addr.String())
+	bye.Laddr = p.localFor(tp).laddr
+	ctx, cancel := requestCtx(target{host: dest.addr.Addr().String(), port: int(dest.addr.Port()), transport: tp})
+	defer cancel()
+	tx, err := p.tl.Request(ctx, bye)
+	if err != nil {
+		p.log.Debug("operator's BYE failed", "call_id", d.callID, "to_caller", toCaller, "error", err)
+		return
+	}
+	go drain(tx)
+}
