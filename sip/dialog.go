@@ -122,7 +122,7 @@ func (p *Proxy) prepareInDialog(req *sipmsg.Request, count bool) (inDialogHop, i
 			below = []sipmsg.Header{v}
 		}
 	}
-	lo := prependVia(p, out, tp, below)
+	lo := prependVia(p, out, tp, hop.to.addr.Addr(), below)
 	out.SetTransport(tp)
 	out.SetDestination(hop.to.addr.String())
 	out.Laddr = lo.laddr

@@ -94,6 +94,15 @@
 // headers, and the customer header. Carrier host names are resolved at
 // start and every 30 s. TCP connections are bounded per source and in all,
 // and idle ones closed (tcp.go).
+//
+// IPv4 and IPv6 listeners may be listed together (each family binds its
+// own socket; a lone [::] stays dual-stack): the proxy names itself to
+// every next hop (Via, Record-Route, a probe's From) by its listener of
+// that hop's transport and address family, and UDP leaves from that
+// listener (localFor, udpListenerFor). A call whose legs differ in
+// family, or in transport, is record-routed twice (RFC 5658), one entry
+// per side. Without a listener of a hop's family, UDP leaves from a socket
+// sipgo opens (its Via names that socket) and `cpsguard check` warns.
 
 // # Failure
 //

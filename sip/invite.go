@@ -733,9 +733,10 @@ func (p *Proxy) outboundInvite(cfg *config.Config, req *sipmsg.Request, target t
 		below = append(below, v)
 	}
 	if cfg.SIP.RecordRoute {
-		below = recordRoutes(below, p, req.Transport(), target.transport, token)
+		src, _ := sourceAddr(req)
+		below = recordRoutes(below, p, legSide{req.Transport(), src}, legSide{target.transport, hostAddr(target.host)}, token)
 	}
-	lo := prependVia(p, out, target.transport, below)
+	lo := prependVia(p, out, target.transport, hostAddr(target.host), below)
 	out.SetTransport(target.transport)
 	out.SetDestination(target.hostPort())
 	out.Laddr = lo.laddr

@@ -3,6 +3,7 @@ package sip
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"sync/atomic"
 	"time"
 
@@ -394,9 +395,17 @@ func (p *Proxy) hangUp(inv *sipmsg.Request, ok *sipmsg.Response) *sipmsg.Request
 		next = *ct.Address.Clone()
 	}
 	t := targetOf(&next, inv.Transport())
+	to := hostAddr(t.host)
+	if !to.IsValid() {
+		// A Contact named by host name: its family is most likely the
+		// INVITE's own next hop's.
+		if ap, err := netip.ParseAddrPort(inv.Destination()); err == nil {
+			to = ap.Addr()
+		}
+	}
 	build := func(method sipmsg.RequestMethod, seq uint32) *sipmsg.Request {
 		r := requestOf(inv, method, *next.Clone(), false, ok.To(), seq)
-		lo := addVia(p, r, t.transport)
+		lo := addVia(p, r, t.transport, to)
 		r.SetTransport(t.transport)
 		r.SetDestination(t.hostPort())
 		r.Laddr = lo.laddr

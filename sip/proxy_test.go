@@ -1419,7 +1419,7 @@ func inDialogOf(t *testing.T, c *siptest.Caller, proxy string, ok *sipmsg.Respon
 	req.AppendHeader(&sipmsg.CSeqHeader{SeqNo: ok.CSeq().SeqNo + 1, MethodName: method})
 	host, port, _ := net.SplitHostPort(c.Addr)
 	p, _ := strconv.Atoi(port)
-	req.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "caller", Host: host, Port: p}})
+	req.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "caller", Host: siptest.URIHost(host), Port: p}})
 	req.SetTransport("UDP")
 	req.SetDestination(proxy)
 	return req

@@ -18,6 +18,7 @@ import (
 	"net"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -207,7 +208,7 @@ func (c *Carrier) onInvite(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
 	if a.Code >= 200 && a.Code < 300 {
 		host, port, _ := net.SplitHostPort(c.Addr)
 		p, _ := strconv.Atoi(port)
-		contact := &sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "carrier", Host: host, Port: p, UriParams: sipmsg.NewParams()}}
+		contact := &sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "carrier", Host: URIHost(host), Port: p, UriParams: sipmsg.NewParams()}}
 		if req.Transport() == "TCP" {
 			contact.Address.UriParams.Add("transport", "tcp")
 		}
@@ -324,10 +325,10 @@ func StartCaller(t testing.TB, ip string) *Caller {
 func (c *Caller) Invite(proxy string, headers ...string) *sipmsg.Request {
 	host, port, _ := net.SplitHostPort(proxy)
 	p, _ := strconv.Atoi(port)
-	req := sipmsg.NewRequest(sipmsg.INVITE, sipmsg.Uri{Scheme: "sip", User: "100", Host: host, Port: p})
+	req := sipmsg.NewRequest(sipmsg.INVITE, sipmsg.Uri{Scheme: "sip", User: "100", Host: URIHost(host), Port: p})
 	chost, cport, _ := net.SplitHostPort(c.Addr)
 	cp, _ := strconv.Atoi(cport)
-	req.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "caller", Host: chost, Port: cp}})
+	req.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "caller", Host: URIHost(chost), Port: cp}})
 	for _, h := range headers {
 		if i := bytes.IndexByte([]byte(h), ':'); i > 0 {
 			req.AppendHeader(sipmsg.NewHeader(h[:i], string(bytes.TrimSpace([]byte(h[i+1:])))))
@@ -335,6 +336,15 @@ func (c *Caller) Invite(proxy string, headers ...string) *sipmsg.Request {
 	}
 	req.SetTransport("UDP")
 	return req
+}
+
+// URIHost is host as a SIP URI holds it (RFC 3261 25.1): an IPv6 address
+// in brackets, as sipgo's parser keeps it and its client expects it.
+func URIHost(host string) string {
+	if strings.Contains(host, ":") && !strings.HasPrefix(host, "[") {
+		return "[" + host + "]"
+	}
+	return host
 }
 
 // Transaction sends req in a client transaction.
