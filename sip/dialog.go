@@ -329,6 +329,12 @@ func (p *Proxy) onAck(req *sipmsg.Request, _ sipmsg.ServerTransaction) {
 	if mf := req.MaxForwards(); mf != nil && mf.Val() == 0 {
 		return // no hops left (an ACK is never answered, so just drop it)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
+	defer cancel()
+	if err := p.tlsHop(ctx, hop.out, nil); err != nil {
+		p.log.Debug("ACK forward failed", "call_id", callID(req), "error", err)
+		return
+	}
 	if err := p.tp.WriteMsg(hop.out); err != nil {
 		p.log.Debug("ACK forward failed", "call_id", callID(req), "error", err)
 	}

@@ -103,6 +103,18 @@
 // family, or in transport, is record-routed twice (RFC 5658), one entry
 // per side. Without a listener of a hop's family, UDP leaves from a socket
 // sipgo opens (its Via names that socket) and `cpsguard check` warns.
+//
+// SIP over TLS (tlsconf.go): tls:// listeners sit behind the TCP guard
+// (same bounds, same idle timeout) and present sip.tls.cert_file, read
+// again from disk when it changes (at a handshake, at most once a second);
+// with sip.tls.client_ca_file a client certificate of those CAs is
+// required. Carriers with a sips: or ;transport=tls URI are dialled over
+// TLS: the chain is verified against sip.tls.ca_file (else the system
+// roots) in the handshake, and the certificate must name the URI's host
+// (or address) before a request is written on the connection (else it is
+// closed, counted as tls_name, and the call moves on). TLS legs are
+// recorded as such in the dialog token, so in-dialog requests go back
+// over TLS.
 
 // # Failure
 //
@@ -146,7 +158,8 @@
 // transaction can be formed) and counted in cpsguard_sip_errors_total with
 // reason parse, oversized, malformed, transaction, source, unknown_source,
 // bad_dialog_token, wrong_leg, reinvite_limit, cancel_source, duplicate,
-// tcp_limit, read_queue_full, forged_response (a response with the proxy's stateless Via
+// tcp_limit, tls_name (a TLS next hop whose certificate does not name
+// it), read_queue_full, forged_response (a response with the proxy's stateless Via
 // whose branch does not verify) or stateless_response (one that cannot be
 // relayed statelessly: not over UDP, no Via below the proxy's, no IP); they never stop the proxy. A panic in a handler, the screen or
 // a goroutine of the package is recovered, logged once with its stack and

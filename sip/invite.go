@@ -515,13 +515,14 @@ func (c *call) forward(car *config.Carrier, ticket pacing.Ticket) (res *sipmsg.R
 	if c.cfg.SIP.RecordRoute {
 		src, _ := netip.ParseAddrPort(c.req.Source())
 		legs := dialogLegs{
-			peer:    leg{addr: netip.AddrPortFrom(src.Addr().Unmap(), src.Port()), tcp: c.req.Transport() == "TCP"},
-			carrier: leg{addr: dest, tcp: target.transport == "TCP"},
+			peer:    leg{addr: netip.AddrPortFrom(src.Addr().Unmap(), src.Port()), tp: legTransportOf(c.req.Transport())},
+			carrier: leg{addr: dest, tp: legTransportOf(target.transport)},
 		}
 		// The current snapshot, not the call's: a call admitted before a
 		// reload that changed sip.dialog_secret must not turn the keys back.
 		token = p.keys.mint(p.cfg(), legs, callID(c.req), tagOf(c.req.From().Params))
 	}
+	uriHost := strings.Trim(target.host, "[]")
 	target.host, target.hp = dest.Addr().String(), dest.String()
 	if c.placed {
 		// Bound before the INVITE leaves: a BYE that races the 2xx (the
@@ -536,12 +537,17 @@ func (c *call) forward(car *config.Carrier, ticket pacing.Ticket) (res *sipmsg.R
 	hooks := &carrierHooks{c: c, car: car}
 	l := &relayLeg{p: p, up: c, out: p.outboundInvite(c.cfg, c.req, target, token), ctx: c.ctx,
 		setup: car.Setup(), ring: ringTimeout, carrier: hooks}
+	if target.transport == "TLS" {
+		// RFC 5922: the certificate names the URI's host (or address).
+		l.tlsNames = []string{uriHost}
+	}
 	if err := l.send(target); err != nil {
 		c.log.Debug("forward failed", "carrier", car.Name, "error", err)
-		if target.transport == "TCP" {
-			// The carrier refused or did not take the connection. A UDP
-			// send error is this node's (an INVITE too large for a
-			// datagram, say): the peer's INVITE, not the carrier's health.
+		if target.transport != "UDP" {
+			// The carrier refused or did not take the connection (or its
+			// TLS certificate did not verify). A UDP send error is this
+			// node's (an INVITE too large for a datagram, say): the
+			// peer's INVITE, not the carrier's health.
 			p.calledCarrier(car.Name, false, "send: "+err.Error())
 		}
 		return nil, true
@@ -720,11 +726,11 @@ func (p *Proxy) outboundInvite(cfg *config.Config, req *sipmsg.Request, target t
 		out.Recipient.UriParams.Remove("transport")
 		out.Recipient.UriParams.Remove("maddr")
 	}
-	if target.transport == "TCP" {
+	if target.transport != "UDP" {
 		if out.Recipient.UriParams == nil {
 			out.Recipient.UriParams = sipmsg.NewParams()
 		}
-		out.Recipient.UriParams.Add("transport", "tcp")
+		out.Recipient.UriParams.Add("transport", lowerTransport(target.transport))
 	}
 	decMaxForwards(out)
 	var buf [3]sipmsg.Header

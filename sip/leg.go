@@ -88,6 +88,10 @@ type relayLeg struct {
 	// hop has to answer a CANCEL (tests).
 	setup, ring, cancelWait time.Duration
 	carrier                 legCarrier
+	// tlsNames are the names the next hop's certificate must carry when
+	// out goes over TLS (the carrier's URI host); nil: tlsNames of its
+	// address (tlsHop).
+	tlsNames []string
 
 	timer *time.Timer
 	// gotAny: a response came; ringing: one above 100 did.
@@ -107,6 +111,10 @@ type relayLeg struct {
 // send opens the leg's client transaction: out to t.
 func (l *relayLeg) send(t target) error {
 	cctx, cancel := requestCtx(t)
+	if err := l.p.tlsHop(cctx, l.out, l.tlsNames); err != nil {
+		cancel()
+		return err
+	}
 	tx, err := l.p.tl.Request(cctx, l.out)
 	cancel()
 	if err != nil {
@@ -413,12 +421,16 @@ func (p *Proxy) hangUp(inv *sipmsg.Request, ok *sipmsg.Response) *sipmsg.Request
 	}
 	seq := inv.CSeq().SeqNo
 	ack := build(sipmsg.ACK, seq)
+	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
+	defer cancel()
+	if err := p.tlsHop(ctx, ack, nil); err != nil {
+		p.log.Debug("ACK of a crossing 2xx failed", "call_id", callID(inv), "error", err)
+		return ack
+	}
 	if err := p.tp.WriteMsg(ack); err != nil {
 		p.log.Debug("ACK of a crossing 2xx failed", "call_id", callID(inv), "error", err)
 	}
 	bye := build(sipmsg.BYE, seq+1)
-	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
-	defer cancel()
 	tx, err := p.tl.Request(ctx, bye)
 	if err != nil {
 		p.log.Debug("BYE of a crossing 2xx failed", "call_id", callID(inv), "error", err)
@@ -460,6 +472,10 @@ func (p *Proxy) cancelUpstream(inv *sipmsg.Request) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
 	defer cancel()
+	if err := p.tlsHop(ctx, cr, nil); err != nil {
+		p.log.Debug("send CANCEL failed", "call_id", callID(inv), "error", err)
+		return
+	}
 	tx, err := p.tl.Request(ctx, cr)
 	if err != nil {
 		p.log.Debug("send CANCEL failed", "call_id", callID(inv), "error", err)

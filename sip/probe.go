@@ -195,6 +195,9 @@ func (p *Proxy) probeOnce(ctx context.Context, spec probeSpec) (ok bool, detail 
 
 	ctx, cancel := context.WithTimeout(ctx, spec.probe.Timeout)
 	defer cancel()
+	if err := p.tlsHop(ctx, req, []string{strings.Trim(t.host, "[]")}); err != nil {
+		return false, "send: " + err.Error()
+	}
 	tx, err := p.tl.Request(ctx, req)
 	if err != nil {
 		return false, "send: " + err.Error()

@@ -235,6 +235,8 @@ type Proxy struct {
 	invites *inviteTable
 	// resolver keeps the addresses of carriers named by host name.
 	resolver *carrierResolver
+	// tls is the TLS material of sip.tls, read from its files (tlsconf.go).
+	tls *tlsState
 	// panics logs and counts panics recovered in handlers and goroutines.
 	panics *panics.Reporter
 	// storeUsable is Options.Usable.
@@ -285,6 +287,7 @@ func New(opts Options) (*Proxy, error) {
 
 		invites:     newInviteTable(),
 		resolver:    newCarrierResolver(),
+		tls:         newTLSState(),
 		storeUsable: opts.Usable,
 		overrides:   opts.Overrides,
 		calls:       opts.Calls,
@@ -310,9 +313,11 @@ func New(opts Options) (*Proxy, error) {
 	parser := sipmsg.NewParser()
 	parser.MaxMessageLength = MaxMessageSize
 	p.parser = parser
+	idle := tcpLimitsOf(opts.Config()).idle
 	ua, err := sipgo.NewUA(
 		sipgo.WithUserAgent("cpsguard"),
 		sipgo.WithUserAgentParser(parser),
+		sipgo.WithUserAgenTLSConfig(p.clientTLS()),
 		sipgo.WithUserAgentTransactionLayerOptions(
 			sipmsg.WithTransactionLayerLogger(sipLog),
 			sipmsg.WithTransactionLayerUnhandledResponseHandler(p.onStrayResponse),
@@ -322,7 +327,8 @@ func New(opts Options) (*Proxy, error) {
 			sipmsg.WithTransportLayerReadFilter(p.readFilter),
 			// After the read filter: the transports copy it when set.
 			sipmsg.WithTransportLayerTransports(sipmsg.TransportsConfig{
-				TCP: &sipmsg.TransportTCP{ReadTimeout: tcpLimitsOf(opts.Config()).idle},
+				TCP: &sipmsg.TransportTCP{ReadTimeout: idle},
+				TLS: &sipmsg.TransportTLS{TransportTCP: &sipmsg.TransportTCP{ReadTimeout: idle}},
 			}),
 		),
 	)
@@ -359,8 +365,9 @@ func (p *Proxy) Draining() bool { return p.draining.Load() }
 // Ready is closed once every listener of Serve is bound.
 func (p *Proxy) Ready() <-chan struct{} { return p.ready }
 
-// Addrs returns the bound listen addresses as "udp://ip:port" and
-// "tcp://ip:port" (useful with port 0). Valid after Ready is closed.
+// Addrs returns the bound listen addresses as "udp://ip:port",
+// "tcp://ip:port" and "tls://ip:port" (useful with port 0). Valid after
+// Ready is closed.
 func (p *Proxy) Addrs() []string {
 	select {
 	case <-p.ready:
@@ -374,8 +381,8 @@ func (p *Proxy) Addrs() []string {
 	return out
 }
 
-// Serve listens on every sip.listen URL of the current configuration (UDP
-// and TCP in one process) and handles SIP until ctx is cancelled. On
+// Serve listens on every sip.listen URL of the current configuration (UDP,
+// TCP and TLS in one process) and handles SIP until ctx is cancelled. On
 // cancellation it drains: new initial INVITEs get 503, calls in progress
 // (waiting for a slot or forwarded) have sip.drain_grace of the
 // configuration current then (5 s by default) to finish, then the rest are
@@ -439,10 +446,17 @@ func (p *Proxy) Serve(ctx context.Context) error {
 			if l.udp != nil {
 				err = p.ingress.Read(l.udp)
 			} else {
-				err = p.srv.ServeTCP(newGuardedListener(l.tcp,
+				g := newGuardedListener(l.tcp,
 					func() tcpLimits { return tcpLimitsOf(p.cfg()) },
 					p.admitTCP,
-					func(reason string) { p.m.SIPErrors.WithLabelValues(reason).Inc() }))
+					func(reason string) { p.m.SIPErrors.WithLabelValues(reason).Inc() })
+				if l.tls != nil {
+					// The handshake runs in sipgo's reader of the
+					// connection, bounded by the idle timeout.
+					err = p.srv.ServeTLS(tls.NewListener(g, l.tls))
+				} else {
+					err = p.srv.ServeTCP(g)
+				}
 			}
 			if err != nil && !errors.Is(err, net.ErrClosed) {
 				errc <- fmt.Errorf("sip: serve %s://%s: %w", l.network, l.addr, err)
@@ -796,7 +810,9 @@ func (p *Proxy) isMe(u *sipmsg.Uri) bool {
 	host := strings.Trim(u.Host, "[]")
 	port := u.Port
 	if port == 0 {
-		port = sipmsg.DefaultPort("udp")
+		// The transport's default port: 5061 for TLS (a sips: URI or
+		// ;transport=tls), else 5060.
+		port = sipmsg.DefaultPort(targetOf(u, "UDP").transport)
 	}
 	if p.advHost != "" && strings.EqualFold(host, p.advHost) {
 		if p.advPort != 0 {

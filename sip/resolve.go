@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -57,6 +58,13 @@ func (r *carrierResolver) has(a netip.Addr) bool {
 	_, ok := r.addrs[a]
 	r.mu.RUnlock()
 	return ok
+}
+
+// resolvesTo reports whether host (a carrier's host name) resolved to a.
+func (r *carrierResolver) resolvesTo(host string, a netip.Addr) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return slices.Contains(r.hosts[strings.ToLower(host)], a)
 }
 
 // addr returns the first address of host, resolving it now when it was

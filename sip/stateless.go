@@ -110,8 +110,8 @@ func (p *Proxy) screenInDialog(cfg *config.Config, req *sipmsg.Request) bool {
 		}
 		return true
 	}
-	if hop.to.tcp || !hop.to.addr.Addr().IsValid() {
-		return false // a TCP write may block: the stateful path sends it
+	if hop.to.stream() || !hop.to.addr.Addr().IsValid() {
+		return false // a TCP or TLS write may block: the stateful path sends it
 	}
 	if mf := req.MaxForwards(); mf != nil && mf.Val() == 0 {
 		p.stateless(req, sipmsg.StatusTooManyHops, "Too Many Hops")
@@ -166,7 +166,7 @@ func (p *Proxy) screenAck(req *sipmsg.Request) bool {
 		return false
 	}
 	hop, code := p.prepareInDialog(req, false)
-	if code != 0 || hop.to.tcp || !hop.to.addr.Addr().IsValid() {
+	if code != 0 || hop.to.stream() || !hop.to.addr.Addr().IsValid() {
 		return false
 	}
 	if mf := req.MaxForwards(); mf != nil && mf.Val() == 0 {

@@ -22,7 +22,9 @@ import (
 //   - sip.tcp.max_connections_per_source: the same for one source IP.
 //
 // A connection over a bound, or from a stranger when unknown_source is
-// drop, is closed at accept, before sipgo reads a byte of it.
+// drop, is closed at accept, before sipgo reads a byte of it. A tls://
+// listener is guarded alike (its own counts, the same bounds), before the
+// TLS handshake, which then runs under the idle timeout.
 
 // Defaults of sip.tcp (DESIGN.md), for configurations built by hand.
 const (

@@ -41,7 +41,9 @@ import (
 // that shares sip.dialog_secret.
 //
 // Layout, before base64url without padding: version (1 byte, 2), flags (1
-// byte: bit 0 peer over TCP, bit 1 carrier over TCP), the peer address and
+// byte: bit 0 peer over TCP, bit 1 carrier over TCP, bit 2 peer over TLS,
+// bit 3 carrier over TLS; a leg has one of its two bits at most), the peer
+// address and
 // the carrier address (each: IP length 4 or 16, the IP, the port big
 // endian), then the first tokenMACBytes bytes of
 // HMAC-SHA256(key, payload ‖ 0 ‖ Call-ID ‖ 0 ‖ From tag).
@@ -59,21 +61,51 @@ const tokenMACBytes = 12
 const (
 	flagPeerTCP    = 1 << 0
 	flagCarrierTCP = 1 << 1
+	flagPeerTLS    = 1 << 2
+	flagCarrierTLS = 1 << 3
 )
 
 // leg is one side of a dialog: where the proxy exchanges its messages.
 type leg struct {
 	addr netip.AddrPort
-	tcp  bool
+	tp   legTransport
+}
+
+// legTransport is a leg's transport.
+type legTransport uint8
+
+const (
+	legUDP legTransport = iota
+	legTCP
+	legTLS
+)
+
+// legTransportOf is sipgo's transport name ("UDP", "TCP", "TLS") as a
+// leg's; anything else is UDP.
+func legTransportOf(tp string) legTransport {
+	switch tp {
+	case "TCP":
+		return legTCP
+	case "TLS":
+		return legTLS
+	}
+	return legUDP
 }
 
 // transport is the leg's transport as sipgo names it.
 func (l leg) transport() string {
-	if l.tcp {
+	switch l.tp {
+	case legTCP:
 		return "TCP"
+	case legTLS:
+		return "TLS"
 	}
 	return "UDP"
 }
+
+// stream reports a leg over a connection (TCP or TLS), whose writes may
+// block.
+func (l leg) stream() bool { return l.tp != legUDP }
 
 // dialogLegs are the two legs of a call the proxy forwarded.
 type dialogLegs struct {
@@ -140,11 +172,17 @@ func readLeg(b []byte) (netip.AddrPort, []byte, bool) {
 func payload(legs dialogLegs) []byte {
 	b := make([]byte, 0, 2+2*19)
 	var flags byte
-	if legs.peer.tcp {
+	switch legs.peer.tp {
+	case legTCP:
 		flags |= flagPeerTCP
+	case legTLS:
+		flags |= flagPeerTLS
 	}
-	if legs.carrier.tcp {
+	switch legs.carrier.tp {
+	case legTCP:
 		flags |= flagCarrierTCP
+	case legTLS:
+		flags |= flagCarrierTLS
 	}
 	b = append(b, tokenVersion, flags)
 	b = appendLeg(b, legs.peer)
@@ -170,7 +208,9 @@ func decodeToken(token string) (p []byte, legs dialogLegs, mac []byte, ok bool) 
 		return nil, dialogLegs{}, nil, false
 	}
 	flags := raw[1]
-	if flags&^(flagPeerTCP|flagCarrierTCP) != 0 {
+	if flags&^(flagPeerTCP|flagCarrierTCP|flagPeerTLS|flagCarrierTLS) != 0 ||
+		flags&(flagPeerTCP|flagPeerTLS) == flagPeerTCP|flagPeerTLS ||
+		flags&(flagCarrierTCP|flagCarrierTLS) == flagCarrierTCP|flagCarrierTLS {
 		return nil, dialogLegs{}, nil, false
 	}
 	rest := raw[2:]
@@ -184,9 +224,19 @@ func decodeToken(token string) (p []byte, legs dialogLegs, mac []byte, ok bool) 
 	if len(rest) != tokenMACBytes {
 		return nil, dialogLegs{}, nil, false
 	}
+	legOf := func(addr netip.AddrPort, tcp, tls byte) leg {
+		l := leg{addr: addr}
+		switch {
+		case flags&tcp != 0:
+			l.tp = legTCP
+		case flags&tls != 0:
+			l.tp = legTLS
+		}
+		return l
+	}
 	legs = dialogLegs{
-		peer:    leg{addr: a, tcp: flags&flagPeerTCP != 0},
-		carrier: leg{addr: b, tcp: flags&flagCarrierTCP != 0},
+		peer:    legOf(a, flagPeerTCP, flagPeerTLS),
+		carrier: legOf(b, flagCarrierTCP, flagCarrierTLS),
 	}
 	return raw[:len(raw)-tokenMACBytes], legs, rest, true
 }

@@ -14,6 +14,7 @@ package siptest
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"net"
 	"sort"
@@ -44,6 +45,8 @@ type Answer struct {
 type Carrier struct {
 	// Addr is ip:port the carrier listens on (UDP and TCP, same port).
 	Addr string
+	// TLSAddr is ip:port of its TLS listener (StartCarrierTLS only).
+	TLSAddr string
 
 	answer func(req *sipmsg.Request) Answer
 
@@ -65,6 +68,19 @@ func (c *Carrier) Cancelled() int {
 // StartCarrier runs a carrier on ip (e.g. "127.0.0.1"), UDP and TCP on one
 // free port. answer may be nil (always 200).
 func StartCarrier(t testing.TB, ip string, answer func(req *sipmsg.Request) Answer) *Carrier {
+	t.Helper()
+	return startCarrier(t, ip, nil, answer)
+}
+
+// StartCarrierTLS is StartCarrier that also serves SIP over TLS with conf
+// (its certificate; ClientAuth and ClientCAs for mutual TLS) on another
+// free port, TLSAddr.
+func StartCarrierTLS(t testing.TB, ip string, conf *tls.Config, answer func(req *sipmsg.Request) Answer) *Carrier {
+	t.Helper()
+	return startCarrier(t, ip, conf, answer)
+}
+
+func startCarrier(t testing.TB, ip string, conf *tls.Config, answer func(req *sipmsg.Request) Answer) *Carrier {
 	t.Helper()
 	c := &Carrier{answer: answer, arrivals: map[string]time.Time{}, counts: map[string]int{}}
 	log := slog.New(slog.DiscardHandler)
@@ -109,9 +125,21 @@ func StartCarrier(t testing.TB, ip string, answer func(req *sipmsg.Request) Answ
 	c.Addr = udp.LocalAddr().String()
 	go srv.ServeUDP(newStampConn(udp, c.arrived))
 	go srv.ServeTCP(tcp)
+	var tl net.Listener
+	if conf != nil {
+		tl, err = tls.Listen("tcp", net.JoinHostPort(ip, "0"), conf)
+		if err != nil {
+			t.Fatalf("carrier tls: %v", err)
+		}
+		c.TLSAddr = tl.Addr().String()
+		go srv.ServeTLS(tl)
+	}
 	t.Cleanup(func() {
 		udp.Close()
 		tcp.Close()
+		if tl != nil {
+			tl.Close()
+		}
 		ua.Close()
 	})
 	return c
@@ -206,11 +234,15 @@ func (c *Carrier) onInvite(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
 	}
 	res := sipmsg.NewResponseFromRequest(req, a.Code, phrase, nil)
 	if a.Code >= 200 && a.Code < 300 {
-		host, port, _ := net.SplitHostPort(c.Addr)
+		addr := c.Addr
+		if req.Transport() == "TLS" {
+			addr = c.TLSAddr
+		}
+		host, port, _ := net.SplitHostPort(addr)
 		p, _ := strconv.Atoi(port)
 		contact := &sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "carrier", Host: URIHost(host), Port: p, UriParams: sipmsg.NewParams()}}
-		if req.Transport() == "TCP" {
-			contact.Address.UriParams.Add("transport", "tcp")
+		if tp := req.Transport(); tp == "TCP" || tp == "TLS" {
+			contact.Address.UriParams.Add("transport", strings.ToLower(tp))
 		}
 		res.AppendHeader(contact)
 	}
@@ -267,11 +299,14 @@ func (c *Carrier) Invites() []*sipmsg.Request {
 	return append([]*sipmsg.Request(nil), c.invites...)
 }
 
-// Caller is a UDP UAC bound to one source address.
+// Caller is a UDP UAC bound to one source address (or, StartTLSCaller, a
+// UAC over TLS from that address).
 type Caller struct {
 	Addr   string
 	ua     *sipgo.UserAgent
 	client *sipgo.Client
+	// transport of its requests: "UDP" (StartCaller) or "TLS".
+	transport string
 }
 
 // StartCaller binds a UDP caller on ip (e.g. "127.0.0.2").
@@ -317,7 +352,38 @@ func StartCaller(t testing.TB, ip string) *Caller {
 		udp.Close()
 		ua.Close()
 	})
-	return &Caller{Addr: addr, ua: ua, client: client}
+	return &Caller{Addr: addr, ua: ua, client: client, transport: "UDP"}
+}
+
+// StartTLSCaller runs a UAC that sends its requests over TLS with conf
+// (RootCAs to verify the proxy; Certificates for mutual TLS), from ip and
+// an ephemeral port. It answers BYEs (over its connections) 200. Its Addr
+// is ip:5061, what its Contact names.
+func StartTLSCaller(t testing.TB, ip string, conf *tls.Config) *Caller {
+	t.Helper()
+	log := slog.New(slog.DiscardHandler)
+	ua, err := sipgo.NewUA(
+		sipgo.WithUserAgent("tls-caller"),
+		sipgo.WithUserAgenTLSConfig(conf),
+		sipgo.WithUserAgentTransactionLayerOptions(sipmsg.WithTransactionLayerLogger(log), sipmsg.WithTransactionLayerUnhandledResponseHandler(func(*sipmsg.Response) {})),
+		sipgo.WithUserAgentTransportLayerOptions(sipmsg.WithTransportLayerLogger(log)),
+	)
+	if err != nil {
+		t.Fatalf("tls caller ua: %v", err)
+	}
+	srv, err := sipgo.NewServer(ua, sipgo.WithServerLogger(log))
+	if err != nil {
+		t.Fatalf("tls caller server: %v", err)
+	}
+	srv.OnBye(func(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
+		_ = tx.Respond(sipmsg.NewResponseFromRequest(req, 200, "OK", nil))
+	})
+	client, err := sipgo.NewClient(ua, sipgo.WithClientHostname(ip), sipgo.WithClientConnectionAddr(net.JoinHostPort(ip, "0")), sipgo.WithClientLogger(log))
+	if err != nil {
+		t.Fatalf("tls caller client: %v", err)
+	}
+	t.Cleanup(func() { ua.Close() })
+	return &Caller{Addr: net.JoinHostPort(ip, "5061"), ua: ua, client: client, transport: "TLS"}
 }
 
 // Invite builds an INVITE for user@proxy (proxy is ip:port) with extra
@@ -328,13 +394,20 @@ func (c *Caller) Invite(proxy string, headers ...string) *sipmsg.Request {
 	req := sipmsg.NewRequest(sipmsg.INVITE, sipmsg.Uri{Scheme: "sip", User: "100", Host: URIHost(host), Port: p})
 	chost, cport, _ := net.SplitHostPort(c.Addr)
 	cp, _ := strconv.Atoi(cport)
-	req.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "caller", Host: URIHost(chost), Port: cp}})
+	contact := &sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "caller", Host: URIHost(chost), Port: cp}}
+	if c.transport == "TLS" {
+		req.Recipient.UriParams = sipmsg.NewParams()
+		req.Recipient.UriParams.Add("transport", "tls")
+		contact.Address.UriParams = sipmsg.NewParams()
+		contact.Address.UriParams.Add("transport", "tls")
+	}
+	req.AppendHeader(contact)
 	for _, h := range headers {
 		if i := bytes.IndexByte([]byte(h), ':'); i > 0 {
 			req.AppendHeader(sipmsg.NewHeader(h[:i], string(bytes.TrimSpace([]byte(h[i+1:])))))
 		}
 	}
-	req.SetTransport("UDP")
+	req.SetTransport(c.Transport())
 	return req
 }
 
@@ -373,6 +446,14 @@ func (c *Caller) Final(ctx context.Context, req *sipmsg.Request) *sipmsg.Respons
 			return nil
 		}
 	}
+}
+
+// Transport is the transport of the caller's requests ("UDP" or "TLS").
+func (c *Caller) Transport() string {
+	if c.transport == "" {
+		return "UDP"
+	}
+	return c.transport
 }
 
 // Client exposes the caller's sipgo client.
