@@ -324,8 +324,11 @@ type Carrier struct {
 	// Name is the carrier's name, as routes list it.
 	Name string `cfg:"name"`
 	// URI is where its calls go: sip:host[:port][;transport=udp|tcp|tls],
-	// or sips:host[:port] (TLS). Over TLS the carrier's certificate must
-	// name host (sip.tls.ca_file).
+	// or sips:host[:port] (TLS). A host name without a port is looked up
+	// in DNS SRV records first (_sip._udp, _sip._tcp, or _sips._tcp for
+	// TLS; priority and weight), else its A/AAAA records with the
+	// transport's default port; resolved at start and every 30 s. Over
+	// TLS the carrier's certificate must name host (sip.tls.ca_file).
 	URI string `cfg:"uri"`
 	// CPS is the pace of calls sent to it, for the whole pool: never more
 	// than cps in any rolling second.

@@ -26,7 +26,8 @@ func Warnings(c *Config) []string {
 	for i, car := range c.Carriers {
 		if host := uriHost(car.URI); host != "" {
 			if _, err := netip.ParseAddr(strings.Trim(host, "[]")); err != nil {
-				add(fmt.Sprintf("carriers[%d].uri", i), "host name %q is resolved at start and every 30 s; "+
+				add(fmt.Sprintf("carriers[%d].uri", i), "host name %q is resolved at start and every 30 s "+
+					"(its SRV records first when the URI has no port, else A/AAAA); "+
 					"its answers and in-dialog requests must come from an address it resolves to (an IP address is exact)", host)
 			}
 		}

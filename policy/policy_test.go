@@ -139,11 +139,11 @@ func TestCarriers(t *testing.T) {
 		want Target
 		err  bool
 	}{
-		{"a", Target{Host: "127.0.0.1", Port: 5070, Transport: "UDP", HostPort: "127.0.0.1:5070"}, false},
+		{"a", Target{Host: "127.0.0.1", Port: 5070, PortGiven: true, Transport: "UDP", HostPort: "127.0.0.1:5070"}, false},
 		{"b", Target{Host: "[::1]", Port: 5060, Transport: "TCP", HostPort: "[::1]:5060"}, false},
 		{"c", Target{Host: "carrier.example", Port: 5060, Transport: "UDP", HostPort: "carrier.example:5060"}, false},
 		{"d", Target{Host: "carrier.example", Port: 5061, Transport: "TLS", HostPort: "carrier.example:5061"}, false},
-		{"e", Target{Host: "127.0.0.1", Port: 5071, Transport: "TLS", HostPort: "127.0.0.1:5071"}, false},
+		{"e", Target{Host: "127.0.0.1", Port: 5071, PortGiven: true, Transport: "TLS", HostPort: "127.0.0.1:5071"}, false},
 		{"bad", Target{}, true},
 	} {
 		c := p.Carrier(cfg.Carrier(tc.name))

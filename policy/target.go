@@ -15,6 +15,9 @@ type Target struct {
 	Host string
 	// Port is the URI's port, or the transport's default.
 	Port int
+	// PortGiven: the URI has a port. A carrier named by host name
+	// without one is looked up in DNS SRV records first (RFC 3263).
+	PortGiven bool
 	// Transport is "UDP", "TCP" or "TLS".
 	Transport string
 	// HostPort is Host (without brackets) and Port joined, for dialing.
@@ -25,7 +28,7 @@ type Target struct {
 // names none (UDP when fallback is none of UDP, TCP and TLS). A sips: URI
 // goes over TLS (RFC 3261 26.2.2), whatever its transport parameter.
 func TargetOf(u *sipmsg.Uri, fallback string) Target {
-	t := Target{Host: u.Host, Port: u.Port, Transport: fallback}
+	t := Target{Host: u.Host, Port: u.Port, PortGiven: u.Port != 0, Transport: fallback}
 	if v, ok := u.UriParams.Get("transport"); ok && v != "" {
 		t.Transport = strings.ToUpper(v)
 	}

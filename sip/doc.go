@@ -92,7 +92,10 @@
 // non-2xx answer carries only the proxy's Via (RFC 3261 17.1.1.3). An
 // initial INVITE loses every Route, the Request-URI's maddr and URI
 // headers, and the customer header. Carrier host names are resolved at
-// start and every 30 s. TCP connections are bounded per source and in all,
+// start and every 30 s (resolve.go): a name without a port in its URI
+// through its SRV records first (_sip._udp, _sip._tcp, _sips._tcp by the
+// URI's transport; each call to a target of the lowest priority, by
+// weight), else its A and AAAA records. TCP connections are bounded per source and in all,
 // and idle ones closed (tcp.go).
 //
 // IPv4 and IPv6 listeners may be listed together (each family binds its

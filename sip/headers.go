@@ -16,7 +16,10 @@ import (
 type target struct {
 	host      string
 	port      int
-	transport string // "UDP" or "TCP"
+	transport string // "UDP", "TCP" or "TLS"
+	// portGiven: the URI has a port (else a host name is looked up in
+	// SRV records first).
+	portGiven bool
 	// hp is hostPort() when computed ahead (carriers' targets, parsed
 	// once per configuration snapshot); empty otherwise.
 	hp string
@@ -40,7 +43,7 @@ func parseCarrierURI(raw string) (target, error) {
 
 // targetFrom is the target of a carrier's parsed URI.
 func targetFrom(t policy.Target) target {
-	return target{host: t.Host, port: t.Port, transport: t.Transport, hp: t.HostPort}
+	return target{host: t.Host, port: t.Port, transport: t.Transport, portGiven: t.PortGiven, hp: t.HostPort}
 }
 
 // carrierTargets returns the parsed URIs of cfg.Carriers (policy.Of derives
@@ -63,7 +66,7 @@ func carrierTargetOf(cfg *config.Config, car *config.Carrier) (target, error) {
 // the URI names none (default UDP).
 func targetOf(u *sipmsg.Uri, fallback string) target {
 	t := policy.TargetOf(u, fallback)
-	return target{host: t.Host, port: t.Port, transport: t.Transport}
+	return target{host: t.Host, port: t.Port, transport: t.Transport, portGiven: t.PortGiven}
 }
 
 // popOwnRoutes removes the Route entries at the top of req that point at

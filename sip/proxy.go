@@ -72,6 +72,9 @@ type Options struct {
 	// Overrides are the pool's live limit overrides (limits.Overrides
 	// satisfies it); nil: the configured limits only.
 	Overrides Overrides
+	// Resolver looks carriers' host names up (SRV, A, AAAA); nil:
+	// net.DefaultResolver.
+	Resolver *net.Resolver
 	// Usable reports whether the store can decide calls now (false while
 	// Redis is down under store.on_error: reject); out-of-dialog OPTIONS get
 	// 503 then, so upstream dispatchers route around the node. nil: always.
@@ -237,6 +240,8 @@ type Proxy struct {
 	resolver *carrierResolver
 	// tls is the TLS material of sip.tls, read from its files (tlsconf.go).
 	tls *tlsState
+	// lastGaps are the carrier host names last logged by warnFamilyGaps.
+	lastGaps []string
 	// panics logs and counts panics recovered in handlers and goroutines.
 	panics *panics.Reporter
 	// storeUsable is Options.Usable.
@@ -286,7 +291,7 @@ func New(opts Options) (*Proxy, error) {
 		ready: make(chan struct{}),
 
 		invites:     newInviteTable(),
-		resolver:    newCarrierResolver(),
+		resolver:    newCarrierResolver(opts.Resolver),
 		tls:         newTLSState(),
 		storeUsable: opts.Usable,
 		overrides:   opts.Overrides,
@@ -420,6 +425,7 @@ func (p *Proxy) Serve(ctx context.Context) error {
 	for _, err := range p.resolver.refresh(ctx, cfg) {
 		p.log.Warn("carrier host name does not resolve; calls skip that carrier until it does", "error", err)
 	}
+	p.warnFamilyGaps()
 	if p.ownCalls != nil {
 		go p.ownCalls.Run(p.base)
 	}

@@ -1021,8 +1021,8 @@ func TestKnownSources(t *testing.T) {
 		Carriers: []config.Carrier{{Name: "c", URI: "sip:127.0.0.50:5070"},
 			{Name: "n", URI: "sip:carrier.example:5060"}},
 	}
-	p := &Proxy{resolver: newCarrierResolver()}
-	p.resolver.lookup = func(_ context.Context, host string) ([]netip.Addr, error) {
+	p := &Proxy{resolver: newCarrierResolver(nil)}
+	p.resolver.lookupIP = func(_ context.Context, host string) ([]netip.Addr, error) {
 		if host == "carrier.example" {
 			return []netip.Addr{netip.MustParseAddr("127.0.0.60")}, nil
 		}
@@ -1515,7 +1515,7 @@ func TestCarrierURIsParsedOncePerSnapshot(t *testing.T) {
 		{Name: "a", URI: "sip:127.0.0.50:5070"},
 		{Name: "b", URI: "sip:carrier.example:5060;transport=tcp"},
 	}}
-	p := &Proxy{resolver: newCarrierResolver()}
+	p := &Proxy{resolver: newCarrierResolver(nil)}
 	a := netip.MustParseAddr("127.0.0.50")
 	p.isCarrierAddr(cfg, a) // first use parses
 	if n := testing.AllocsPerRun(100, func() { p.isCarrierAddr(cfg, a) }); n != 0 {
