@@ -1,6 +1,7 @@
 package sip
 
 import (
+	"crypto/tls"
 	"net"
 	"net/netip"
 	"os"
@@ -185,5 +186,31 @@ func TestDualStackWildcardsBindTogether(t *testing.T) {
 		if len(got) != 1 || !strings.HasPrefix(got[0], tc.want) {
 			t.Errorf("OPTIONS from %s to %s: got %q, want %q", tc.ip, tc.proxy, got, tc.want)
 		}
+	}
+}
+
+// TestDualStackTLSCarrier: an IPv6 TLS carrier is dialled from, and
+// named by, the IPv6 tls:// listener; its certificate names ::1.
+func TestDualStackTLSCarrier(t *testing.T) {
+	requireIPv6(t)
+	k := newTLSPKI(t)
+	cert, key := k.f.Leaf(t, "carrier6", nil, []net.IP{net.IPv6loopback}, false)
+	car := siptest.StartCarrierTLS(t, "::1", &tls.Config{Certificates: []tls.Certificate{pair(t, cert, key)}}, nil)
+	cfg := k.tlsConfig(false, config.Carrier{Name: "a", URI: "sip:" + car.TLSAddr + ";transport=tls", CPS: 100, MaxWait: time.Second})
+	cfg.SIP.Listen = []string{"udp://127.0.0.1:0", "tls://127.0.0.1:0", "tls://[::1]:0"}
+	adm, pacer := newFakes()
+	h := startProxy(t, cfg, adm, pacer)
+	addrs := dualStackAddrs(t, h)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	answeredCall(t, caller, addrs["udp4"])
+	inv := car.Invites()
+	if len(inv) != 1 {
+		t.Fatalf("carrier INVITEs = %d, want 1", len(inv))
+	}
+	if v := inv[0].Via(); v.Transport != "TLS" || net.JoinHostPort(v.Host, itoa(v.Port)) != addrs["tls6"] {
+		t.Errorf("carrier's top Via = %s, want TLS %s", v.Value(), addrs["tls6"])
+	}
+	if rr := inv[0].RecordRoute(); rr == nil || !strings.Contains(rr.Value(), "sip:"+addrs["tls6"]+";transport=tls;lr") {
+		t.Errorf("carrier-side Record-Route = %v, want the IPv6 TLS listener %s", rr, addrs["tls6"])
 	}
 }
