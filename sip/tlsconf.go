@@ -294,13 +294,25 @@ func (p *Proxy) tlsHop(ctx context.Context, req *sipmsg.Request, names []string)
 	if err != nil {
 		return err
 	}
-	defer func() { _, _ = c.TryClose() }()
+	if err := p.checkTLSConn(c, req, names); err != nil {
+		// Closed (its refcount with it); sipgo's reader of it drops it
+		// from the pool.
+		_ = c.Close()
+		return err
+	}
+	_, _ = c.TryClose() // ClientRequestConnection's reference
+	return nil
+}
+
+// checkTLSConn is tlsHop's check of the connection c that req would
+// leave on.
+func (p *Proxy) checkTLSConn(c sipmsg.Connection, req *sipmsg.Request, names []string) error {
 	tc, ok := c.(*sipmsg.TCPConnection)
 	if !ok {
 		return nil
 	}
 	conn, ok := tc.Conn.(*tls.Conn)
-	if !ok || p.ownTLSPort(conn.LocalAddr()) {
+	if !ok || p.ownTLSAddr(conn.LocalAddr()) {
 		return nil // accepted by a tls:// listener: a peer's own connection
 	}
 	raddr, _ := netip.ParseAddrPort(conn.RemoteAddr().String())
@@ -309,13 +321,11 @@ func (p *Proxy) tlsHop(ctx context.Context, req *sipmsg.Request, names []string)
 	}
 	cs := conn.ConnectionState()
 	if len(cs.PeerCertificates) == 0 {
-		_ = c.Close()
 		return errors.New("sip: TLS next hop sent no certificate")
 	}
 	leaf := cs.PeerCertificates[0]
 	roots, err := p.carrierRoots(p.cfg())
 	if err != nil {
-		_ = c.Close()
 		return err
 	}
 	s := p.tls
@@ -343,7 +353,6 @@ func (p *Proxy) tlsHop(ctx context.Context, req *sipmsg.Request, names []string)
 		s.mu.Unlock()
 		return nil
 	}
-	_ = c.Close() // sipgo's reader of it drops it from the pool
 	p.m.SIPErrors.WithLabelValues("tls_name").Inc()
 	return fmt.Errorf("sip: TLS certificate of %s does not name %s: %w", conn.RemoteAddr(), strings.Join(names, " or "), first)
 }
@@ -360,15 +369,16 @@ func hostOfDest(dest string, dialled netip.Addr) string {
 	return dialled.String()
 }
 
-// ownTLSPort reports whether a is the local address of one of the
+// ownTLSAddr reports whether a is the local address of one of the
 // proxy's tls:// listeners (a connection a peer opened).
-func (p *Proxy) ownTLSPort(a net.Addr) bool {
+func (p *Proxy) ownTLSAddr(a net.Addr) bool {
 	ap, err := netip.ParseAddrPort(a.String())
 	if err != nil {
 		return false
 	}
+	ip := ap.Addr().Unmap().WithZone("")
 	for _, l := range p.listeners {
-		if l.network == "tls" && l.addr.Port() == ap.Port() {
+		if l.network == "tls" && l.addr.Port() == ap.Port() && (l.addr.Addr() == ip || l.addr.Addr().IsUnspecified()) {
 			return true
 		}
 	}
