@@ -37,7 +37,11 @@ type Config struct {
 
 // SIP is the SIP front end's configuration.
 type SIP struct {
-	// Listen holds listen URLs: "udp://host:port" or "tcp://host:port".
+	// Listen holds listen URLs: "udp://host:port", "tcp://host:port" or
+	// "tls://host:port" (SIP over TLS; needs sip.tls.cert_file). IPv4 and
+	// IPv6 addresses may be listed together: each address family sends
+	// from its own listener, and a lone IPv6 wildcard ([::]) takes IPv4
+	// too.
 	Listen []string `cfg:"listen"`
 	// Advertise is host[:port] put in Via and Record-Route; empty means the
 	// listen address.
@@ -56,8 +60,13 @@ type SIP struct {
 	// up before a restart or through another node are then refused). A
 	// secret: set it with CPSGUARD_SIP_DIALOG_SECRET, never shown.
 	DialogSecret string `cfg:"dialog_secret"`
-	// TCP bounds the TCP connections the proxy accepts.
+	// TCP bounds the TCP connections the proxy accepts (tls:// listeners'
+	// too).
 	TCP TCP `cfg:"tcp"`
+	// TLS is the certificate of the tls:// listeners and the CAs that
+	// verify clients and TLS carriers. Its files are read again when they
+	// change (checked at a handshake, at most once a second).
+	TLS SIPTLS `cfg:"tls"`
 	// RejectCalls is the answer to a call refused because a max_calls
 	// place (peer, customer or carrier) is full.
 	RejectCalls Reject `cfg:"reject_calls"`
@@ -125,6 +134,28 @@ type TCP struct {
 	// MaxConnectionsPerSource caps them per source: an IPv4 address, or an
 	// IPv6 /64.
 	MaxConnectionsPerSource int `cfg:"max_connections_per_source"`
+}
+
+// SIPTLS configures SIP over TLS: the tls:// listeners, and the proxy's
+// own connections to carriers whose URI is sips: or ;transport=tls.
+type SIPTLS struct {
+	// CertFile is the PEM certificate (chain) the tls:// listeners
+	// present, with KeyFile; required with a tls:// listener. It is also
+	// the client certificate offered to a TLS carrier that asks for one.
+	CertFile string `cfg:"cert_file"`
+	// KeyFile is CertFile's private key (PEM).
+	KeyFile string `cfg:"key_file"`
+	// ClientCAFile, when set, is a PEM file of CAs: the tls:// listeners
+	// then require a client certificate signed by one of them (mutual
+	// TLS) and refuse the connection at the handshake otherwise. Empty:
+	// no client certificate is asked for (peers are known by source
+	// address either way).
+	ClientCAFile string `cfg:"client_ca_file"`
+	// CAFile is a PEM file of the CAs that verify TLS carriers'
+	// certificates (empty: the system roots). A carrier's certificate
+	// must name the host of its URI (RFC 5922), or the address the call
+	// goes to when the URI holds an IP address.
+	CAFile string `cfg:"ca_file"`
 }
 
 // anyMaxCalls reports whether a peer, customer or carrier has max_calls.
@@ -329,7 +360,12 @@ type Window struct {
 type Carrier struct {
 	// Name is the carrier's name, as routes list it.
 	Name string `cfg:"name"`
-	// URI is where its calls go: sip:host[:port][;transport=udp|tcp].
+	// URI is where its calls go: sip:host[:port][;transport=udp|tcp|tls],
+	// or sips:host[:port] (TLS). A host name without a port is looked up
+	// in DNS SRV records first (_sip._udp, _sip._tcp, or _sips._tcp for
+	// TLS; priority and weight), else its A/AAAA records with the
+	// transport's default port; resolved at start and every 30 s. Over
+	// TLS the carrier's certificate must name host (sip.tls.ca_file).
 	URI string `cfg:"uri"`
 	// CPS is the pace of calls sent to it, for the whole pool: never more
 	// than cps in any rolling second.

@@ -75,7 +75,7 @@ func TestEnvValueNamesTheVariable(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 	want := []string{
-		`CPSGUARD_SIP_LISTEN (sip.listen[1]): must be udp://host:port or tcp://host:port (got "sctp://127.0.0.1:5060")`,
+		`CPSGUARD_SIP_LISTEN (sip.listen[1]): must be udp://host:port, tcp://host:port or tls://host:port (got "sctp://127.0.0.1:5060")`,
 		`CPSGUARD_SIP_REJECT_CODE (sip.reject.code): must be a 4xx, 5xx or 6xx SIP status (got 200)`,
 	}
 	if got := slices.Sorted(slices.Values(ve.Errors)); !slices.Equal(got, want) {

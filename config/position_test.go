@@ -54,15 +54,15 @@ func TestErrorPositions(t *testing.T) {
 		t.Fatalf("got %v, want *ValidationError", err)
 	}
 	want := map[string]Position{
-		`carriers[0].max_wiat: unknown key (did you mean "max_wait"?)`:                                  {26, 59},
-		`node_id: must be 1-253 letters, digits, '.', '_' or '-' (got "node 1")`:                        {3, 1},
-		`sip.listen[1]: must be udp://host:port or tcp://host:port (got "sctp://127.0.0.1:5060")`:       {5, 34},
-		`sip.reject.code: must be a 4xx, 5xx or 6xx SIP status (got 99)`:                                {6, 12},
-		`store.redis.timeout: must be > 0 (got -1s)`:                                                    {9, 36},
-		`peers[0].sources[1]: invalid CIDR "not-an-ip": want a network like 192.0.2.0/24 or an address`: {14, 27},
-		`peers[1].cps: must be > 0 (got -1)`:                                                            {21, 5},
-		`carriers[1].cps: must be > 0 (got -3)`:                                                         {27, 56},
-		`routes.default[1]: unknown carrier "carrier-x"`:                                                {29, 24},
+		`carriers[0].max_wiat: unknown key (did you mean "max_wait"?)`:                                             {26, 59},
+		`node_id: must be 1-253 letters, digits, '.', '_' or '-' (got "node 1")`:                                   {3, 1},
+		`sip.listen[1]: must be udp://host:port, tcp://host:port or tls://host:port (got "sctp://127.0.0.1:5060")`: {5, 34},
+		`sip.reject.code: must be a 4xx, 5xx or 6xx SIP status (got 99)`:                                           {6, 12},
+		`store.redis.timeout: must be > 0 (got -1s)`:                                                               {9, 36},
+		`peers[0].sources[1]: invalid CIDR "not-an-ip": want a network like 192.0.2.0/24 or an address`:            {14, 27},
+		`peers[1].cps: must be > 0 (got -1)`:                                                                       {21, 5},
+		`carriers[1].cps: must be > 0 (got -3)`:                                                                    {27, 56},
+		`routes.default[1]: unknown carrier "carrier-x"`:                                                           {29, 24},
 	}
 	if len(ve.Where) != len(ve.Errors) {
 		t.Fatalf("Where: got %d positions for %d errors", len(ve.Where), len(ve.Errors))

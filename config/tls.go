@@ -40,3 +40,27 @@ func (t RedisTLS) ClientConfig() (*tls.Config, error) {
 	}
 	return c, nil
 }
+
+// Certificate loads t's certificate and key (tls.LoadX509KeyPair). The
+// error names the files, never the key material.
+func (t SIPTLS) Certificate() (tls.Certificate, error) {
+	pair, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return pair, nil
+}
+
+// LoadCAs reads a PEM file of CA certificates into a pool; a file without
+// one is an error.
+func LoadCAs(file string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("no PEM certificate in %s", file)
+	}
+	return pool, nil
+}

@@ -141,20 +141,24 @@ func (v *validator) sip() {
 		v.errf("sip.listen", "must list at least one address like udp://127.0.0.1:5060")
 	}
 	seen := map[string]int{}
+	tlsListen := "" // the first tls:// listener's path
 	for i, l := range s.Listen {
 		path := fmt.Sprintf("sip.listen[%d]", i)
 		u, err := url.Parse(l)
 		switch {
-		case err != nil || (u.Scheme != "udp" && u.Scheme != "tcp"):
-			v.errf(path, "must be udp://host:port or tcp://host:port (got %q)", l)
+		case err != nil || (u.Scheme != "udp" && u.Scheme != "tcp" && u.Scheme != "tls"):
+			v.errf(path, "must be udp://host:port, tcp://host:port or tls://host:port (got %q)", l)
 			continue
 		case u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "":
-			v.errf(path, "must be udp://host:port or tcp://host:port, nothing more (got %q)", l)
+			v.errf(path, "must be udp://host:port, tcp://host:port or tls://host:port, nothing more (got %q)", l)
 			continue
 		}
 		if err := hostPort(u.Host); err != nil || u.Hostname() == "" {
-			v.errf(path, "must be udp://host:port or tcp://host:port with a numeric port (got %q)", l)
+			v.errf(path, "must be udp://host:port, tcp://host:port or tls://host:port with a numeric port (got %q)", l)
 			continue
+		}
+		if u.Scheme == "tls" && tlsListen == "" {
+			tlsListen = path
 		}
 		key := u.Scheme + "://" + u.Host
 		if j, dup := seen[key]; dup {
@@ -228,6 +232,36 @@ func (v *validator) sip() {
 	}
 	if d := s.DrainGrace; d <= 0 || d > MaxDrainGrace {
 		v.errf("sip.drain_grace", "must be > 0 and <= %s (got %s)", fmtPer(MaxDrainGrace), d)
+	}
+	v.sipTLS(s.TLS, tlsListen)
+}
+
+// sipTLS checks sip.tls: the certificate and key load (and are required
+// with a tls:// listener, at tlsListen), the CA files hold certificates.
+// The files are read now, so `cpsguard check` finds a wrong path or a key
+// that does not match before the node starts.
+func (v *validator) sipTLS(t SIPTLS, tlsListen string) {
+	switch {
+	case t.CertFile == "" && t.KeyFile == "":
+		if tlsListen != "" {
+			v.errf("sip.tls.cert_file", "must be set with a tls:// listener (%s)", tlsListen)
+		}
+	case t.CertFile == "":
+		v.errf("sip.tls.cert_file", "must be set with sip.tls.key_file")
+	case t.KeyFile == "":
+		v.errf("sip.tls.key_file", "must be set with sip.tls.cert_file")
+	default:
+		if _, err := t.Certificate(); err != nil {
+			v.errf("sip.tls.cert_file", "cannot load the certificate and key: %v", err)
+		}
+	}
+	for _, f := range []struct{ path, file string }{{"sip.tls.client_ca_file", t.ClientCAFile}, {"sip.tls.ca_file", t.CAFile}} {
+		if f.file == "" {
+			continue
+		}
+		if _, err := LoadCAs(f.file); err != nil {
+			v.errf(f.path, "%v", err)
+		}
 	}
 }
 
@@ -515,18 +549,23 @@ func checkCarrierURI(uri string) error {
 	if uri == "" {
 		return fmt.Errorf("must be set, like sip:192.0.2.10:5060")
 	}
-	if !strings.HasPrefix(strings.ToLower(uri), "sip:") {
-		return fmt.Errorf("must be a sip: URI like sip:192.0.2.10:5060 (got %q)", uri)
+	lower := strings.ToLower(uri)
+	if !strings.HasPrefix(lower, "sip:") && !strings.HasPrefix(lower, "sips:") {
+		return fmt.Errorf("must be a sip: or sips: URI like sip:192.0.2.10:5060 (got %q)", uri)
 	}
 	var u sipmsg.Uri
 	if err := sipmsg.ParseUri(uri, &u); err != nil || u.Host == "" {
-		return fmt.Errorf("must be a sip: URI with a host, like sip:192.0.2.10:5060 (got %q)", uri)
+		return fmt.Errorf("must be a sip: or sips: URI with a host, like sip:192.0.2.10:5060 (got %q)", uri)
 	}
 	if u.Password != "" {
 		return fmt.Errorf("must not contain a password (RFC 3261 deprecates user:password in URIs)")
 	}
-	if t, ok := u.UriParams.Get("transport"); ok && !oneOf(strings.ToLower(t), "udp", "tcp") {
-		return fmt.Errorf("transport must be udp or tcp (got %q in %q)", t, uri)
+	t, ok := u.UriParams.Get("transport")
+	if ok && !oneOf(strings.ToLower(t), "udp", "tcp", "tls") {
+		return fmt.Errorf("transport must be udp, tcp or tls (got %q in %q)", t, uri)
+	}
+	if ok && strings.HasPrefix(lower, "sips:") && strings.EqualFold(t, "udp") {
+		return fmt.Errorf("a sips: URI goes over TLS (got transport %q in %q)", t, uri)
 	}
 	return nil
 }

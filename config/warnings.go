@@ -26,7 +26,8 @@ func Warnings(c *Config) []string {
 	for i, car := range c.Carriers {
 		if host := uriHost(car.URI); host != "" {
 			if _, err := netip.ParseAddr(strings.Trim(host, "[]")); err != nil {
-				add(fmt.Sprintf("carriers[%d].uri", i), "host name %q is resolved at start and every 30 s; "+
+				add(fmt.Sprintf("carriers[%d].uri", i), "host name %q is resolved at start and every 30 s "+
+					"(its SRV records first when the URI has no port, else A/AAAA); "+
 					"its answers and in-dialog requests must come from an address it resolves to (an IP address is exact)", host)
 			}
 		}
@@ -83,8 +84,90 @@ func Warnings(c *Config) []string {
 	if c.Log.Level == "debug" {
 		add("log.level", "debug writes several lines per call; at a few hundred CPS the log costs more than the calls")
 	}
+	w = append(w, families(c)...)
 	w = append(w, unused(c)...)
 	return w
+}
+
+// families reports carriers written as an IP address of a family (IPv4,
+// IPv6) that sip.listen has no listener of the carrier's transport for.
+// The node names itself to a carrier by such a listener (Via,
+// Record-Route) and sends from it; without one, Record-Route names an
+// address of the other family, which the carrier cannot reach, and UDP
+// leaves from a socket of sipgo's own. Carriers named by host name are
+// resolved at run time only.
+func families(c *Config) []string {
+	type key struct {
+		scheme string
+		v6     bool
+	}
+	has := map[key]bool{}
+	v4 := map[string]bool{} // schemes with an IPv4 listener
+	type lis struct {
+		scheme string
+		ip     netip.Addr // invalid: a host name
+	}
+	var ls []lis
+	for _, l := range c.SIP.Listen {
+		u, err := url.Parse(l)
+		if err != nil {
+			continue
+		}
+		ip, err := netip.ParseAddr(u.Hostname())
+		if err != nil {
+			ip = netip.Addr{}
+		}
+		ls = append(ls, lis{u.Scheme, ip.Unmap()})
+		if !ip.IsValid() || ip.Unmap().Is4() {
+			v4[u.Scheme] = true
+		}
+	}
+	for _, l := range ls {
+		switch {
+		case !l.ip.IsValid(): // a name: either family, as it resolves
+			has[key{l.scheme, false}], has[key{l.scheme, true}] = true, true
+		case l.ip.Is4():
+			has[key{l.scheme, false}] = true
+		default:
+			has[key{l.scheme, true}] = true
+			if l.ip.IsUnspecified() && !v4[l.scheme] {
+				has[key{l.scheme, false}] = true // a lone [::] is dual-stack
+			}
+		}
+	}
+	var w []string
+	for i, car := range c.Carriers {
+		ip, err := netip.ParseAddr(strings.Trim(uriHost(car.URI), "[]"))
+		if err != nil {
+			continue
+		}
+		ip = ip.Unmap()
+		scheme := uriTransport(car.URI)
+		if has[key{scheme, ip.Is6()}] {
+			continue
+		}
+		fam, eg := "IPv4", scheme+"://0.0.0.0:5060"
+		if ip.Is6() {
+			fam, eg = "IPv6", scheme+"://[::]:5060"
+		}
+		w = append(w, fmt.Sprintf("carriers[%d].uri: %s carrier but sip.listen has no %s:// listener on %s: "+
+			"Record-Route names the node by another family's address, which the carrier cannot reach (add e.g. %s)",
+			i, fam, scheme, fam, eg))
+	}
+	return w
+}
+
+// uriTransport is the sip.listen scheme a carrier's URI goes over: tls
+// for sips: and ;transport=tls, tcp for ;transport=tcp, else udp.
+func uriTransport(uri string) string {
+	lower := strings.ToLower(uri)
+	switch {
+	case strings.HasPrefix(lower, "sips:") || strings.Contains(lower, ";transport=tls"):
+		return "tls"
+	case strings.Contains(lower, ";transport=tcp"):
+		return "tcp"
+	}
+	return "udp"
 }
 
 // unused reports carriers that no route names and customers no peer can
@@ -127,11 +210,13 @@ func unspecified(host string) bool {
 	return err == nil && a.IsUnspecified()
 }
 
-// uriHost returns the host of a sip: URI ("" when it has none).
+// uriHost returns the host of a sip: or sips: URI ("" when it has none).
 func uriHost(uri string) string {
 	rest, ok := strings.CutPrefix(strings.ToLower(uri), "sip:")
 	if !ok {
-		return ""
+		if rest, ok = strings.CutPrefix(strings.ToLower(uri), "sips:"); !ok {
+			return ""
+		}
 	}
 	if i := strings.IndexAny(rest, ";?"); i >= 0 {
 		rest = rest[:i]

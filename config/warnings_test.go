@@ -88,3 +88,49 @@ func TestWarnings(t *testing.T) {
 		})
 	}
 }
+
+func TestFamilyWarnings(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		listen []string
+		uri    string
+		want   string // "" = no family warning
+	}{
+		{"v6 carrier, v4 listeners", []string{"udp://127.0.0.1:5060"}, "sip:[2001:db8::7]:5060",
+			"carriers[0].uri: IPv6 carrier but sip.listen has no udp:// listener on IPv6"},
+		{"v6 carrier over tcp, udp on v6 only", []string{"udp://[::1]:5060", "tcp://127.0.0.1:5060"}, "sip:[::1]:5070;transport=tcp",
+			"carriers[0].uri: IPv6 carrier but sip.listen has no tcp:// listener on IPv6"},
+		{"v4 carrier, v6 listener", []string{"udp://[::1]:5060"}, "sip:127.0.0.1:5070",
+			"carriers[0].uri: IPv4 carrier but sip.listen has no udp:// listener on IPv4"},
+		{"tls carrier, no tls listener", []string{"udp://127.0.0.1:5060", "tcp://127.0.0.1:5060"}, "sips:127.0.0.1:5071",
+			"carriers[0].uri: IPv4 carrier but sip.listen has no tls:// listener on IPv4"},
+		{"dual stack", []string{"udp://127.0.0.1:5060", "udp://[::1]:5060"}, "sip:[::1]:5070", ""},
+		{"lone wildcard [::] takes both", []string{"udp://[::]:5060"}, "sip:127.0.0.1:5070", ""},
+		{"0.0.0.0 is IPv4 only", []string{"udp://0.0.0.0:5060"}, "sip:[::1]:5070",
+			"carriers[0].uri: IPv6 carrier but sip.listen has no udp:// listener on IPv6"},
+		{"host name: not known at check", []string{"udp://127.0.0.1:5060"}, "sip:carrier.example", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse([]byte(minimal))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.SIP.Listen = tc.listen
+			c.SIP.UnknownSource = "drop"
+			c.SIP.Advertise = "sip.example.net"
+			c.Carriers[0].URI = tc.uri
+			var got []string
+			for _, w := range Warnings(c) {
+				if strings.Contains(w, " carrier but sip.listen") {
+					got = append(got, w)
+				}
+			}
+			switch {
+			case tc.want == "" && len(got) != 0:
+				t.Errorf("warnings %q, want none about address families", got)
+			case tc.want != "" && (len(got) != 1 || !strings.HasPrefix(got[0], tc.want)):
+				t.Errorf("warnings %q, want one starting %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -20,6 +20,8 @@ func testConfig() *config.Config {
 			{Name: "a", URI: "sip:127.0.0.1:5070", CPS: 10, MaxWait: time.Second},
 			{Name: "b", URI: "sip:[::1];transport=tcp", CPS: 10},
 			{Name: "c", URI: "sip:carrier.example", CPS: 10},
+			{Name: "d", URI: "sips:carrier.example", CPS: 10},
+			{Name: "e", URI: "sip:127.0.0.1:5071;transport=tls", CPS: 10},
 			{Name: "bad", URI: "sip:", CPS: 10},
 		},
 	}
@@ -137,9 +139,11 @@ func TestCarriers(t *testing.T) {
 		want Target
 		err  bool
 	}{
-		{"a", Target{Host: "127.0.0.1", Port: 5070, Transport: "UDP", HostPort: "127.0.0.1:5070"}, false},
+		{"a", Target{Host: "127.0.0.1", Port: 5070, PortGiven: true, Transport: "UDP", HostPort: "127.0.0.1:5070"}, false},
 		{"b", Target{Host: "[::1]", Port: 5060, Transport: "TCP", HostPort: "[::1]:5060"}, false},
 		{"c", Target{Host: "carrier.example", Port: 5060, Transport: "UDP", HostPort: "carrier.example:5060"}, false},
+		{"d", Target{Host: "carrier.example", Port: 5061, Transport: "TLS", HostPort: "carrier.example:5061"}, false},
+		{"e", Target{Host: "127.0.0.1", Port: 5071, PortGiven: true, Transport: "TLS", HostPort: "127.0.0.1:5071"}, false},
 		{"bad", Target{}, true},
 	} {
 		c := p.Carrier(cfg.Carrier(tc.name))

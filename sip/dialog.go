@@ -178,7 +178,7 @@ func (p *Proxy) prepareInDialog(req *sipmsg.Request, count bool) (inDialogHop, i
 	hop.key, hop.callee = callKeyOf(id, callerTag, hop.legs.peer.addr), calleeTag
 	decMaxForwards(out)
 	tp := hop.to.transport()
-	lo := addVia(p, out, tp)
+	lo := addVia(p, out, tp, hop.to.addr.Addr())
 	out.SetTransport(tp)
 	out.SetDestination(hop.to.addr.String())
 	out.Laddr = lo.laddr
@@ -420,6 +420,12 @@ func (p *Proxy) onAck(req *sipmsg.Request, _ sipmsg.ServerTransaction) {
 	hop, code := p.prepareInDialog(req, false)
 	if code != 0 || p.admitInDialog(&hop, false, callID(req)) != 0 {
 		return // refused, no hops left, ended or over its rate (an ACK is never answered)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
+	defer cancel()
+	if err := p.tlsHop(ctx, hop.out, nil); err != nil {
+		p.log.Debug("ACK forward failed", "call_id", callID(req), "error", err)
+		return
 	}
 	if err := p.tp.WriteMsg(hop.out); err != nil {
 		p.log.Debug("ACK forward failed", "call_id", callID(req), "error", err)

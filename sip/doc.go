@@ -150,9 +150,34 @@
 // code for a failure, 502 for a 2xx, which is hung up: ACK and BYE). An
 // initial INVITE loses every Route, the Request-URI's maddr and URI
 // headers, and the customer header. Carrier host names are resolved at
-// start and every 30 s. TCP connections are bounded per source (an IPv4
-// address, an IPv6 /64) and in all, strangers' to a quarter of the total
-// so peers and carriers always find room, and idle ones closed (tcp.go).
+// start and every 30 s (resolve.go): a name without a port in its URI
+// through its SRV records first (_sip._udp, _sip._tcp, _sips._tcp by the
+// URI's transport; each call to a target of the lowest priority, by
+// weight), else its A and AAAA records. TCP connections are bounded per
+// source (an IPv4 address, an IPv6 /64) and in all, strangers' to a
+// quarter of the total so peers and carriers always find room, and idle
+// ones closed (tcp.go).
+//
+// IPv4 and IPv6 listeners may be listed together (each family binds its
+// own socket; a lone [::] stays dual-stack): the proxy names itself to
+// every next hop (Via, Record-Route, a probe's From) by its listener of
+// that hop's transport and address family, and UDP leaves from that
+// listener (localFor, udpListenerFor). A call whose legs differ in
+// family, or in transport, is record-routed twice (RFC 5658), one entry
+// per side. Without a listener of a hop's family, UDP leaves from a socket
+// sipgo opens (its Via names that socket) and `cpsguard check` warns.
+//
+// SIP over TLS (tlsconf.go): tls:// listeners sit behind the TCP guard
+// (same bounds, same idle timeout) and present sip.tls.cert_file, read
+// again from disk when it changes (at a handshake, at most once a second);
+// with sip.tls.client_ca_file a client certificate of those CAs is
+// required. Carriers with a sips: or ;transport=tls URI are dialled over
+// TLS: the chain is verified against sip.tls.ca_file (else the system
+// roots) in the handshake, and the certificate must name the URI's host
+// (or address) before a request is written on the connection (else it is
+// closed, counted as tls_name, and the call moves on). TLS legs are
+// recorded as such in the dialog token, so in-dialog requests go back
+// over TLS.
 
 // # Failure
 //
@@ -212,7 +237,8 @@
 // transaction can be formed) and counted in cpsguard_sip_errors_total with
 // reason parse, oversized, malformed, transaction, source, unknown_source,
 // bad_dialog_token, wrong_leg, dialog_ended, dialog_rate, reinvite_limit,
-// cancel_source, duplicate, tcp_limit, read_queue_full, params, headers,
+// cancel_source, duplicate, tcp_limit, tls_name (a TLS next hop whose
+// certificate does not name it), read_queue_full, params, headers,
 // stream (a TCP stream that cannot be framed), no_via (a relayed response
 // with no Via left for the sender), forged_response (a response with the proxy's stateless Via
 // whose branch does not verify) or stateless_response (one that cannot be

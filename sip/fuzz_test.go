@@ -33,7 +33,9 @@ func FuzzRequestHandling(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	p.locals = map[string]local{"udp": {host: "127.0.0.1", port: 5060}, "tcp": {host: "127.0.0.1", port: 5060}}
+	lo := local{host: "127.0.0.1", port: 5060, exact: true}
+	p.locals = map[localKey]local{{network: "udp"}: lo, {network: "tcp"}: lo}
+	p.firstLocal = map[string]local{"udp": lo, "tcp": lo}
 	cfg := testConfig()
 	f.Fuzz(func(t *testing.T, data []byte) {
 		_, _ = parseCarrierURI(string(data))

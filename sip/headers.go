@@ -16,7 +16,10 @@ import (
 type target struct {
 	host      string
 	port      int
-	transport string // "UDP" or "TCP"
+	transport string // "UDP", "TCP" or "TLS"
+	// portGiven: the URI has a port (else a host name is looked up in
+	// SRV records first).
+	portGiven bool
 	// hp is hostPort() when computed ahead (carriers' targets, parsed
 	// once per configuration snapshot); empty otherwise.
 	hp string
@@ -40,7 +43,7 @@ func parseCarrierURI(raw string) (target, error) {
 
 // targetFrom is the target of a carrier's parsed URI.
 func targetFrom(t policy.Target) target {
-	return target{host: t.Host, port: t.Port, transport: t.Transport, hp: t.HostPort}
+	return target{host: t.Host, port: t.Port, transport: t.Transport, portGiven: t.PortGiven, hp: t.HostPort}
 }
 
 // carrierTargets returns the parsed URIs of cfg.Carriers (policy.Of derives
@@ -63,7 +66,7 @@ func carrierTargetOf(cfg *config.Config, car *config.Carrier) (target, error) {
 // the URI names none (default UDP).
 func targetOf(u *sipmsg.Uri, fallback string) target {
 	t := policy.TargetOf(u, fallback)
-	return target{host: t.Host, port: t.Port, transport: t.Transport}
+	return target{host: t.Host, port: t.Port, transport: t.Transport, portGiven: t.PortGiven}
 }
 
 // popOwnRoutes removes the Route entries at the top of req that point at
@@ -111,16 +114,22 @@ func decMaxForwards(req *sipmsg.Request) {
 }
 
 // addVia puts the proxy's Via (new branch) on top of req for transport tp
-// and returns how the proxy names itself on it.
-func addVia(p *Proxy, req *sipmsg.Request, tp string) local {
-	return prependVia(p, req, tp, nil)
+// towards the next hop's address to, and returns how the proxy names
+// itself on it (localFor).
+func addVia(p *Proxy, req *sipmsg.Request, tp string, to netip.Addr) local {
+	return prependVia(p, req, tp, to, nil)
 }
 
-// prependVia is addVia that also puts the headers below (Record-Route)
-// right under the Vias: sipgo rebuilds the whole header list on every
-// prepend, so one prepend for all saves a copy of it.
-func prependVia(p *Proxy, req *sipmsg.Request, tp string, below []sipmsg.Header) local {
-	lo := p.localFor(tp)
+// prependVia is addVia that also puts the headers below (Record-Route) right
+// under the Via: sipgo rebuilds the whole header list on every prepend, so
+// one prepend for both saves a copy of it.
+//
+// Over UDP without a listener of to's family, the Via is left without a
+// sent-by: sipgo fills in the address of the socket it opens to send
+// (another listener's address would draw the responses where nothing
+// reads them).
+func prependVia(p *Proxy, req *sipmsg.Request, tp string, to netip.Addr, below []sipmsg.Header) local {
+	lo := p.localFor(tp, to)
 	via := &sipmsg.ViaHeader{
 		ProtocolName:    "SIP",
 		ProtocolVersion: "2.0",
@@ -128,6 +137,9 @@ func prependVia(p *Proxy, req *sipmsg.Request, tp string, below []sipmsg.Header)
 		Host:            lo.host,
 		Port:            lo.port,
 		Params:          sipmsg.NewParams(),
+	}
+	if tp == "UDP" && !lo.exact {
+		via.Host, via.Port = "", 0
 	}
 	via.Params.Add("branch", sipmsg.GenerateBranchN(16))
 	// RFC 3581: fill received/rport of the previous hop when it asked.
@@ -165,15 +177,22 @@ func prependVia(p *Proxy, req *sipmsg.Request, tp string, below []sipmsg.Header)
 // customer header).
 func stripHeaders(cfg *config.Config) []string { return cfg.Stripped() }
 
+// legSide is one side of a forwarded request, as the proxy's
+// Record-Route names itself to it: its transport and address.
+type legSide struct {
+	transport string
+	addr      netip.Addr
+}
+
 // recordRoutes appends to dst the proxy's Record-Route headers for a call
-// that came in over inTP and leaves over outTP, in the order they are
-// prepended. When the two legs use different transports the proxy records
-// itself twice (RFC 5658), so each side reaches it on its own transport.
-// Each entry carries the dialog token (";cg=token", see token.go) when
-// token is not empty.
-func recordRoutes(dst []sipmsg.Header, p *Proxy, inTP, outTP, token string) []sipmsg.Header {
-	rr := func(tp string) *sipmsg.RecordRouteHeader {
-		lo := p.localFor(tp)
+// that came in from the in side and leaves to the out side, in the order
+// they are prepended. When the two sides reach the proxy differently (a
+// transport, or an address family: an IPv4 peer and an IPv6 carrier) the
+// proxy records itself twice (RFC 5658), so each side reaches it on its
+// own transport and address. Each entry carries the dialog token
+// (";cg=token", see token.go) when token is not empty.
+func recordRoutes(dst []sipmsg.Header, p *Proxy, in, out legSide, token string) []sipmsg.Header {
+	rr := func(tp string, lo local) *sipmsg.RecordRouteHeader {
 		h := &sipmsg.RecordRouteHeader{Address: sipmsg.Uri{
 			Scheme:    "sip",
 			Host:      lo.host,
@@ -187,9 +206,21 @@ func recordRoutes(dst []sipmsg.Header, p *Proxy, inTP, outTP, token string) []si
 		}
 		return h
 	}
-	dst = append(dst, rr(outTP))
-	if !strings.EqualFold(inTP, outTP) {
-		dst = append(dst, rr(inTP))
+	loOut := p.localFor(out.transport, out.addr)
+	dst = append(dst, rr(out.transport, loOut))
+	loIn := p.localFor(in.transport, in.addr)
+	if !strings.EqualFold(in.transport, out.transport) || loIn.host != loOut.host || loIn.port != loOut.port {
+		dst = append(dst, rr(in.transport, loIn))
 	}
 	return dst
+}
+
+// hostAddr is host (a URI's or Via's, brackets allowed) as an address;
+// invalid when it is a name.
+func hostAddr(host string) netip.Addr {
+	a, err := netip.ParseAddr(strings.Trim(host, "[]"))
+	if err != nil {
+		return netip.Addr{}
+	}
+	return a.Unmap().WithZone("")
 }

@@ -339,9 +339,10 @@ func (p *Proxy) sendUDP(m sipmsg.Message) error {
 }
 
 // udpListenerFor is the UDP listener a message to dest leaves from: the
-// first of dest's address family, else the first.
+// first that reaches dest's address family, else the first.
 func (p *Proxy) udpListenerFor(dest string) sipmsg.Connection {
 	ap, err := netip.ParseAddrPort(dest)
+	v6 := err == nil && !ap.Addr().Unmap().Is4()
 	var first sipmsg.Connection
 	for _, l := range p.listeners {
 		if l.udp == nil {
@@ -351,7 +352,7 @@ func (p *Proxy) udpListenerFor(dest string) sipmsg.Connection {
 		if first == nil {
 			first = c
 		}
-		if err == nil && l.addr.Addr().Is4() == ap.Addr().Unmap().Is4() {
+		if err == nil && l.serves(v6) {
 			return c
 		}
 	}

@@ -588,8 +588,8 @@ func (c *call) forward(car *config.Carrier, ticket pacing.Ticket, probe string) 
 	if c.cfg.SIP.RecordRoute {
 		src, _ := netip.ParseAddrPort(c.req.Source())
 		legs := dialogLegs{
-			peer:    leg{addr: netip.AddrPortFrom(src.Addr().Unmap(), src.Port()), tcp: c.req.Transport() == "TCP"},
-			carrier: leg{addr: dest, tcp: target.transport == "TCP"},
+			peer:    leg{addr: netip.AddrPortFrom(src.Addr().Unmap(), src.Port()), tp: legTransportOf(c.req.Transport())},
+			carrier: leg{addr: dest, tp: legTransportOf(target.transport)},
 		}
 		// The current snapshot, not the call's: a call admitted before a
 		// reload that changed sip.dialog_secret must not turn the keys back.
@@ -599,22 +599,28 @@ func (c *call) forward(car *config.Carrier, ticket pacing.Ticket, probe string) 
 			return nil, true
 		}
 	}
+	uriHost := strings.Trim(target.host, "[]")
 	target.host, target.hp = dest.Addr().String(), dest.String()
 	// Tracked and bound before the INVITE leaves: a BYE that races the
 	// 2xx (the carrier's, or a caller's right after it) finds the call.
 	c.track(car.Name)
-	hooks.dest = leg{addr: dest, tcp: target.transport == "TCP"}
+	hooks.dest = leg{addr: dest, tp: legTransportOf(target.transport)}
 	// The carrier has car.Setup() to answer with a provisional response
 	// above 100 (a 100 Trying alone does not count: a carrier that takes
 	// calls and never rings them is as good as down), then the ring timer.
 	l := &relayLeg{p: p, up: c, out: p.outboundInvite(c.cfg, c.req, target, token), ctx: c.ctx,
 		setup: car.Setup(), ring: ringTimeout, carrier: hooks}
+	if target.transport == "TLS" {
+		// RFC 5922: the certificate names the URI's host (or address).
+		l.tlsNames = []string{uriHost}
+	}
 	if err := l.send(target); err != nil {
 		c.log.Debug("forward failed", "carrier", car.Name, "error", err)
-		if target.transport == "TCP" {
-			// The carrier refused or did not take the connection. A UDP
-			// send error is this node's (an INVITE too large for a
-			// datagram, say): the peer's INVITE, not the carrier's health.
+		if target.transport != "UDP" {
+			// The carrier refused or did not take the connection (or its
+			// TLS certificate did not verify). A UDP send error is this
+			// node's (an INVITE too large for a datagram, say): the
+			// peer's INVITE, not the carrier's health.
 			p.calledCarrier(car.Name, false, "send: "+err.Error())
 		}
 		return nil, true
@@ -803,19 +809,20 @@ func (p *Proxy) outboundInvite(cfg *config.Config, req *sipmsg.Request, target t
 		out.Recipient.UriParams.Remove("transport")
 		out.Recipient.UriParams.Remove("maddr")
 	}
-	if target.transport == "TCP" {
+	if target.transport != "UDP" {
 		if out.Recipient.UriParams == nil {
 			out.Recipient.UriParams = sipmsg.NewParams()
 		}
-		out.Recipient.UriParams.Add("transport", "tcp")
+		out.Recipient.UriParams.Add("transport", lowerTransport(target.transport))
 	}
 	decMaxForwards(out)
 	var buf [2]sipmsg.Header
 	below := buf[:0]
 	if cfg.SIP.RecordRoute {
-		below = recordRoutes(below, p, req.Transport(), target.transport, token)
+		src, _ := sourceAddr(req)
+		below = recordRoutes(below, p, legSide{req.Transport(), src}, legSide{target.transport, hostAddr(target.host)}, token)
 	}
-	lo := prependVia(p, out, target.transport, below)
+	lo := prependVia(p, out, target.transport, hostAddr(target.host), below)
 	out.SetTransport(target.transport)
 	out.SetDestination(target.hostPort())
 	out.Laddr = lo.laddr

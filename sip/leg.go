@@ -3,6 +3,7 @@ package sip
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"sync/atomic"
 	"time"
 
@@ -88,6 +89,10 @@ type relayLeg struct {
 	// hop has to answer a CANCEL (tests).
 	setup, ring, cancelWait time.Duration
 	carrier                 legCarrier
+	// tlsNames are the names the next hop's certificate must carry when
+	// out goes over TLS (the carrier's URI host); nil: tlsNames of its
+	// address (tlsHop).
+	tlsNames []string
 
 	timer *time.Timer
 	// gotAny: a response came; ringing: one above 100 did.
@@ -107,6 +112,10 @@ type relayLeg struct {
 // send opens the leg's client transaction: out to t.
 func (l *relayLeg) send(t target) error {
 	cctx, cancel := requestCtx(t)
+	if err := l.p.tlsHop(cctx, l.out, l.tlsNames); err != nil {
+		cancel()
+		return err
+	}
 	tx, err := l.p.openTx(cctx, l.out)
 	cancel()
 	if err != nil {
@@ -408,9 +417,17 @@ func (p *Proxy) hangUp(inv *sipmsg.Request, ok *sipmsg.Response) *sipmsg.Request
 		next = *ct.Address.Clone()
 	}
 	t := targetOf(&next, inv.Transport())
+	to := hostAddr(t.host)
+	if !to.IsValid() {
+		// A Contact named by host name: its family is most likely the
+		// INVITE's own next hop's.
+		if ap, err := netip.ParseAddrPort(inv.Destination()); err == nil {
+			to = ap.Addr()
+		}
+	}
 	build := func(method sipmsg.RequestMethod, seq uint32) *sipmsg.Request {
 		r := requestOf(inv, method, *next.Clone(), false, ok.To(), seq)
-		lo := addVia(p, r, t.transport)
+		lo := addVia(p, r, t.transport, to)
 		r.SetTransport(t.transport)
 		r.SetDestination(t.hostPort())
 		r.Laddr = lo.laddr
@@ -418,12 +435,16 @@ func (p *Proxy) hangUp(inv *sipmsg.Request, ok *sipmsg.Response) *sipmsg.Request
 	}
 	seq := inv.CSeq().SeqNo
 	ack := build(sipmsg.ACK, seq)
+	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
+	defer cancel()
+	if err := p.tlsHop(ctx, ack, nil); err != nil {
+		p.log.Debug("ACK of a crossing 2xx failed", "call_id", callID(inv), "error", err)
+		return ack
+	}
 	if err := p.tp.WriteMsg(ack); err != nil {
 		p.log.Debug("ACK of a crossing 2xx failed", "call_id", callID(inv), "error", err)
 	}
 	bye := build(sipmsg.BYE, seq+1)
-	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
-	defer cancel()
 	tx, err := p.tl.Request(ctx, bye)
 	if err != nil {
 		p.log.Debug("BYE of a crossing 2xx failed", "call_id", callID(inv), "error", err)
@@ -465,6 +486,10 @@ func (p *Proxy) cancelUpstream(inv *sipmsg.Request) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
 	defer cancel()
+	if err := p.tlsHop(ctx, cr, nil); err != nil {
+		p.log.Debug("send CANCEL failed", "call_id", callID(inv), "error", err)
+		return
+	}
 	tx, err := p.tl.Request(ctx, cr)
 	if err != nil {
 		p.log.Debug("send CANCEL failed", "call_id", callID(inv), "error", err)

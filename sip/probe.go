@@ -3,6 +3,7 @@ package sip
 import (
 	"context"
 	"log/slog"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -195,14 +196,17 @@ func (p *Proxy) probeOnce(ctx context.Context, spec probeSpec) (ok bool, detail 
 	if err := sipmsg.ParseUri(spec.uri, &ruri); err != nil {
 		return false, err.Error()
 	}
-	req := p.optionsRequest(ruri, t.transport)
-	lo := addVia(p, req, t.transport)
+	req := p.optionsRequest(ruri, t.transport, dest.Addr())
+	lo := addVia(p, req, t.transport, dest.Addr())
 	req.SetTransport(t.transport)
 	req.SetDestination(dest.String())
 	req.Laddr = lo.laddr
 
 	ctx, cancel := context.WithTimeout(ctx, spec.probe.Timeout)
 	defer cancel()
+	if err := p.tlsHop(ctx, req, []string{strings.Trim(t.host, "[]")}); err != nil {
+		return false, "send: " + err.Error()
+	}
 	tx, err := p.tl.Request(ctx, req)
 	if err != nil {
 		return false, "send: " + err.Error()
@@ -231,14 +235,14 @@ func (p *Proxy) probeOnce(ctx context.Context, spec probeSpec) (ok bool, detail 
 // optionsRequest builds an out-of-dialog OPTIONS to ruri (its headers and
 // maddr removed) from the proxy's own address; the caller adds the Via and
 // the addressing.
-func (p *Proxy) optionsRequest(ruri sipmsg.Uri, transport string) *sipmsg.Request {
+func (p *Proxy) optionsRequest(ruri sipmsg.Uri, transport string, dest netip.Addr) *sipmsg.Request {
 	ruri.Headers = nil
 	if ruri.UriParams != nil {
 		ruri.UriParams = ruri.UriParams.Clone()
 		ruri.UriParams.Remove("maddr")
 	}
 	req := sipmsg.NewRequest(sipmsg.OPTIONS, ruri)
-	lo := p.localFor(transport)
+	lo := p.localFor(transport, dest)
 	from := &sipmsg.FromHeader{
 		Address: sipmsg.Uri{Scheme: "sip", User: "cpsguard", Host: lo.host, Port: lo.port},
 		Params:  sipmsg.NewParams(),

@@ -2,6 +2,7 @@ package sip
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -97,6 +98,9 @@ type Options struct {
 	// Records takes a record of every call that reached a decision (a
 	// *records.Writer); nil: no records.
 	Records Recorder
+	// Resolver looks carriers' host names up (SRV, A, AAAA); nil:
+	// net.DefaultResolver.
+	Resolver *net.Resolver
 	// Usable reports whether the store can decide calls now (false while
 	// Redis is down under store.on_error: reject); out-of-dialog OPTIONS get
 	// 503 then, so upstream dispatchers route around the node. nil: always.
@@ -164,19 +168,41 @@ var (
 
 // listener is one bound SIP socket.
 type listener struct {
-	network string // "udp" or "tcp"
+	network string // "udp", "tcp" or "tls"
 	addr    netip.AddrPort
 	udp     *net.UDPConn
-	tcp     *net.TCPListener
+	tcp     *net.TCPListener // tcp and tls
+	// tls is a tls listener's server configuration (tlsconf.go).
+	tls *tls.Config
+	// dual: an IPv6 wildcard socket that takes IPv4 too (bound without
+	// IPV6_V6ONLY: no IPv4 listener of its transport is beside it).
+	dual bool
 }
 
-// local is how the proxy names itself on one transport (Via, Record-Route).
+// serves reports whether l reaches the address family v6 (else IPv4).
+func (l listener) serves(v6 bool) bool {
+	return l.dual || l.addr.Addr().Is6() == v6
+}
+
+// localKey names the listener that names the proxy: a transport ("udp",
+// "tcp", "tls") and an address family.
+type localKey struct {
+	network string
+	v6      bool
+}
+
+// local is how the proxy names itself on one transport towards one
+// address family (Via, Record-Route).
 type local struct {
 	host string
 	port int
 	// laddr is the UDP listener's local address, used as the source of
 	// outgoing UDP requests so carriers see the proxy's SIP port.
 	laddr sipmsg.Addr
+	// exact: a listener of this transport and family; otherwise host and
+	// port are borrowed from another listener and no socket of the
+	// proxy's sends.
+	exact bool
 }
 
 // Proxy is the SIP front end: it identifies, admits, routes, paces and
@@ -202,9 +228,12 @@ type Proxy struct {
 
 	// Set once in Serve before ready is closed; read-only afterwards.
 	listeners []listener
-	locals    map[string]local // by "udp"/"tcp"
-	advHost   string
-	advPort   int
+	// locals name the proxy per transport and family; firstLocal per
+	// transport, by its first listener (a destination of unknown family).
+	locals     map[localKey]local
+	firstLocal map[string]local
+	advHost    string
+	advPort    int
 	// ifAddrs are the machine's interface addresses, collected when a
 	// listener is bound to an unspecified address (0.0.0.0, ::): such a
 	// listener is reached on any of them, and on nothing else.
@@ -255,6 +284,10 @@ type Proxy struct {
 	dialogEnds DialogEnds
 	// resolver keeps the addresses of carriers named by host name.
 	resolver *carrierResolver
+	// tls is the TLS material of sip.tls, read from its files (tlsconf.go).
+	tls *tlsState
+	// lastGaps are the carrier host names last logged by warnFamilyGaps.
+	lastGaps []string
 	// panics logs and counts panics recovered in handlers and goroutines.
 	panics *panics.Reporter
 	// records is Options.Records (may be nil).
@@ -316,7 +349,8 @@ func New(opts Options) (*Proxy, error) {
 		invites:     newInviteTable(),
 		dialogs:     newDialogGuard(),
 		dialogEnds:  opts.DialogEnds,
-		resolver:    newCarrierResolver(),
+		resolver:    newCarrierResolver(opts.Resolver),
+		tls:         newTLSState(),
 		storeUsable: opts.Usable,
 		overrides:   opts.Overrides,
 		calls:       opts.Calls,
@@ -344,9 +378,11 @@ func New(opts Options) (*Proxy, error) {
 	parser := sipmsg.NewParser()
 	parser.MaxMessageLength = MaxMessageSize
 	p.parser = parser
+	idle := tcpLimitsOf(opts.Config()).idle
 	ua, err := sipgo.NewUA(
 		sipgo.WithUserAgent("cpsguard"),
 		sipgo.WithUserAgentParser(parser),
+		sipgo.WithUserAgenTLSConfig(p.clientTLS()),
 		sipgo.WithUserAgentTransactionLayerOptions(
 			sipmsg.WithTransactionLayerLogger(sipLog),
 			sipmsg.WithTransactionLayerUnhandledResponseHandler(p.onStrayResponse),
@@ -356,7 +392,8 @@ func New(opts Options) (*Proxy, error) {
 			sipmsg.WithTransportLayerReadFilter(p.readFilter),
 			// After the read filter: the transports copy it when set.
 			sipmsg.WithTransportLayerTransports(sipmsg.TransportsConfig{
-				TCP: &sipmsg.TransportTCP{ReadTimeout: tcpLimitsOf(opts.Config()).idle},
+				TCP: &sipmsg.TransportTCP{ReadTimeout: idle},
+				TLS: &sipmsg.TransportTLS{TransportTCP: &sipmsg.TransportTCP{ReadTimeout: idle}},
 			}),
 		),
 	)
@@ -397,8 +434,9 @@ func (p *Proxy) Draining() bool { return p.draining.Load() }
 // Ready is closed once every listener of Serve is bound.
 func (p *Proxy) Ready() <-chan struct{} { return p.ready }
 
-// Addrs returns the bound listen addresses as "udp://ip:port" and
-// "tcp://ip:port" (useful with port 0). Valid after Ready is closed.
+// Addrs returns the bound listen addresses as "udp://ip:port",
+// "tcp://ip:port" and "tls://ip:port" (useful with port 0). Valid after
+// Ready is closed.
 func (p *Proxy) Addrs() []string {
 	select {
 	case <-p.ready:
@@ -412,8 +450,8 @@ func (p *Proxy) Addrs() []string {
 	return out
 }
 
-// Serve listens on every sip.listen URL of the current configuration (UDP
-// and TCP in one process) and handles SIP until ctx is cancelled. On
+// Serve listens on every sip.listen URL of the current configuration (UDP,
+// TCP and TLS in one process) and handles SIP until ctx is cancelled. On
 // cancellation it drains: new initial INVITEs get 503, calls in progress
 // (waiting for a slot or forwarded) have sip.drain_grace of the
 // configuration current then (5 s by default) to finish, then the rest are
@@ -451,6 +489,7 @@ func (p *Proxy) Serve(ctx context.Context) error {
 	for _, err := range p.resolver.refresh(ctx, cfg) {
 		p.log.Warn("carrier host name does not resolve; calls skip that carrier until it does", "error", err)
 	}
+	p.warnFamilyGaps()
 	if p.ownCalls != nil {
 		go p.ownCalls.Run(p.base)
 	}
@@ -478,13 +517,21 @@ func (p *Proxy) Serve(ctx context.Context) error {
 				err = p.ingress.Read(l.udp)
 			} else {
 				count := func(reason string) { p.m.SIPErrors.WithLabelValues(reason).Inc() }
-				err = p.srv.ServeTCP(&scanListener{
-					Listener: newGuardedListener(l.tcp,
-						func() tcpLimits { return tcpLimitsOf(p.cfg()) },
-						p.admitTCP, count),
-					bounds: ingress.DefaultBounds,
-					count:  count,
-				})
+				var ln net.Listener = newGuardedListener(l.tcp,
+					func() tcpLimits { return tcpLimitsOf(p.cfg()) },
+					p.admitTCP, count)
+				if l.tls != nil {
+					// The handshake runs in sipgo's reader of the
+					// connection, bounded by the idle timeout; the stream
+					// bounds apply to the plaintext, above TLS.
+					ln = tls.NewListener(ln, l.tls)
+				}
+				ln = &scanListener{Listener: ln, bounds: ingress.DefaultBounds, count: count}
+				if l.tls != nil {
+					err = p.srv.ServeTLS(ln)
+				} else {
+					err = p.srv.ServeTCP(ln)
+				}
 			}
 			if err != nil && !errors.Is(err, net.ErrClosed) {
 				errc <- fmt.Errorf("sip: serve %s://%s: %w", l.network, l.addr, err)
@@ -573,6 +620,63 @@ func (p *Proxy) waitIdle(ctx context.Context) error {
 	return nil
 }
 
+// listenSpec is one sip.listen URL, resolved.
+type listenSpec struct {
+	raw     string
+	network string // "udp", "tcp" or "tls"
+	ip      net.IP
+	port    int
+	zone    string
+}
+
+// parseListen resolves one sip.listen URL.
+func parseListen(raw string) (listenSpec, error) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return listenSpec{}, fmt.Errorf("sip: listen %q: want udp://host:port, tcp://host:port or tls://host:port", raw)
+	}
+	network := strings.ToLower(u.Scheme)
+	switch network {
+	case "udp":
+		a, err := net.ResolveUDPAddr("udp", u.Host)
+		if err != nil {
+			return listenSpec{}, fmt.Errorf("sip: listen %q: %w", raw, err)
+		}
+		return listenSpec{raw: raw, network: network, ip: a.IP, port: a.Port, zone: a.Zone}, nil
+	case "tcp", "tls":
+		a, err := net.ResolveTCPAddr("tcp", u.Host)
+		if err != nil {
+			return listenSpec{}, fmt.Errorf("sip: listen %q: %w", raw, err)
+		}
+		return listenSpec{raw: raw, network: network, ip: a.IP, port: a.Port, zone: a.Zone}, nil
+	}
+	return listenSpec{}, fmt.Errorf("sip: listen %q: unsupported scheme %q (udp, tcp or tls)", raw, u.Scheme)
+}
+
+// is4 reports an IPv4 listen address (nil, from an empty host, is
+// IPv4's 0.0.0.0 too: Go would bind it dual-stack).
+func (s listenSpec) is4() bool { return s.ip == nil || s.ip.To4() != nil }
+
+// socketNetwork is the network s binds with. An IPv4 address binds an
+// IPv4 socket: Go opens 0.0.0.0 as a dual-stack IPv6 socket otherwise,
+// which takes the port from a [::] listener beside it. An IPv6 address
+// binds an IPv6-only socket when an IPv4 listener of its transport is
+// listed too (each family then has its own socket); alone, an IPv6
+// wildcard ([::]) stays dual-stack and takes IPv4 as well.
+func (s listenSpec) socketNetwork(v4Sibling bool) (network string, dual bool) {
+	base := "udp"
+	if s.network != "udp" {
+		base = "tcp"
+	}
+	switch {
+	case s.is4():
+		return base + "4", false
+	case v4Sibling:
+		return base + "6", false
+	}
+	return base, s.ip.IsUnspecified()
+}
+
 // listen binds every listen URL and computes how the proxy names itself.
 func (p *Proxy) listen(cfg *config.Config) error {
 	if len(cfg.SIP.Listen) == 0 {
@@ -582,45 +686,49 @@ func (p *Proxy) listen(cfg *config.Config) error {
 		p.closeListeners()
 		p.listeners = nil
 	}
+	specs := make([]listenSpec, 0, len(cfg.SIP.Listen))
+	v4 := map[string]bool{}
 	for _, raw := range cfg.SIP.Listen {
-		u, err := url.Parse(raw)
-		if err != nil || u.Host == "" {
-			closeAll()
-			return fmt.Errorf("sip: listen %q: want udp://host:port or tcp://host:port", raw)
+		s, err := parseListen(raw)
+		if err != nil {
+			return err
 		}
-		switch strings.ToLower(u.Scheme) {
+		specs = append(specs, s)
+		if s.is4() {
+			v4[s.network] = true
+		}
+	}
+	var tlsConf *tls.Config
+	for _, s := range specs {
+		network, dual := s.socketNetwork(v4[s.network])
+		switch s.network {
 		case "udp":
-			a, err := net.ResolveUDPAddr("udp", u.Host)
+			c, err := net.ListenUDP(network, &net.UDPAddr{IP: s.ip, Port: s.port, Zone: s.zone})
 			if err != nil {
 				closeAll()
-				return fmt.Errorf("sip: listen %q: %w", raw, err)
-			}
-			c, err := net.ListenUDP("udp", a)
-			if err != nil {
-				closeAll()
-				return fmt.Errorf("sip: listen %q: %w", raw, err)
+				return fmt.Errorf("sip: listen %q: %w", s.raw, err)
 			}
 			// Bursts of datagrams must not be dropped by a small default
 			// buffer (the kernel caps this at net.core.rmem_max).
 			_ = c.SetReadBuffer(udpReadBuffer)
 			ap := c.LocalAddr().(*net.UDPAddr).AddrPort()
-			p.listeners = append(p.listeners, listener{network: "udp", addr: unmap(ap), udp: c})
-		case "tcp":
-			a, err := net.ResolveTCPAddr("tcp", u.Host)
-			if err != nil {
-				closeAll()
-				return fmt.Errorf("sip: listen %q: %w", raw, err)
+			p.listeners = append(p.listeners, listener{network: "udp", addr: unmap(ap), udp: c, dual: dual})
+		default:
+			if s.network == "tls" && tlsConf == nil {
+				c, err := p.serverTLS(cfg)
+				if err != nil {
+					closeAll()
+					return fmt.Errorf("sip: listen %q: %w", s.raw, err)
+				}
+				tlsConf = c
 			}
-			l, err := net.ListenTCP("tcp", a)
+			l, err := net.ListenTCP(network, &net.TCPAddr{IP: s.ip, Port: s.port, Zone: s.zone})
 			if err != nil {
 				closeAll()
-				return fmt.Errorf("sip: listen %q: %w", raw, err)
+				return fmt.Errorf("sip: listen %q: %w", s.raw, err)
 			}
 			ap := l.Addr().(*net.TCPAddr).AddrPort()
-			p.listeners = append(p.listeners, listener{network: "tcp", addr: unmap(ap), tcp: l})
-		default:
-			closeAll()
-			return fmt.Errorf("sip: listen %q: unsupported scheme %q (udp or tcp)", raw, u.Scheme)
+			p.listeners = append(p.listeners, listener{network: s.network, addr: unmap(ap), tcp: l, dual: dual, tls: tlsConf})
 		}
 	}
 
@@ -638,23 +746,30 @@ func (p *Proxy) listen(cfg *config.Config) error {
 			break
 		}
 	}
-	p.locals = make(map[string]local, 2)
+	p.locals = make(map[localKey]local, 2*len(transports))
+	p.firstLocal = make(map[string]local, len(transports))
 	for _, l := range p.listeners {
-		if _, ok := p.locals[l.network]; ok {
-			continue // the first listener of a transport names the proxy
+		for _, v6 := range []bool{false, true} {
+			key := localKey{network: l.network, v6: v6}
+			if _, ok := p.locals[key]; ok || !l.serves(v6) {
+				continue // the first listener of a transport and family names the proxy
+			}
+			lo := local{host: p.advHost, port: p.advPort, exact: true}
+			if lo.host == "" {
+				lo.host = hostOf(l.addr.Addr(), v6)
+			}
+			if lo.port == 0 {
+				lo.port = int(l.addr.Port())
+			}
+			if l.udp != nil {
+				la := l.udp.LocalAddr().(*net.UDPAddr)
+				lo.laddr = sipmsg.Addr{IP: la.IP, Port: la.Port, Zone: la.Zone}
+			}
+			p.locals[key] = lo
+			if _, ok := p.firstLocal[l.network]; !ok && v6 == !l.addr.Addr().Is4() {
+				p.firstLocal[l.network] = lo
+			}
 		}
-		lo := local{host: p.advHost, port: p.advPort}
-		if lo.host == "" {
-			lo.host = hostOf(l.addr.Addr())
-		}
-		if lo.port == 0 {
-			lo.port = int(l.addr.Port())
-		}
-		if l.udp != nil {
-			la := l.udp.LocalAddr().(*net.UDPAddr)
-			lo.laddr = sipmsg.Addr{IP: la.IP, Port: la.Port, Zone: la.Zone}
-		}
-		p.locals[l.network] = lo
 	}
 	return nil
 }
@@ -670,18 +785,30 @@ func (p *Proxy) closeListeners() {
 	}
 }
 
-// hostOf names a listen address for Via and Record-Route; an unspecified
-// address falls back to the first non-loopback IPv4 of the host.
-func hostOf(a netip.Addr) string {
+// hostOf names a listen address for Via and Record-Route in family v6
+// (else IPv4); an unspecified address falls back to the host's first
+// non-loopback address of that family (global unicast for IPv6), else
+// the family's loopback.
+func hostOf(a netip.Addr, v6 bool) string {
 	if !a.IsUnspecified() {
 		return a.String()
 	}
 	if addrs, err := net.InterfaceAddrs(); err == nil {
 		for _, ia := range addrs {
-			if n, ok := ia.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
+			n, ok := ia.(*net.IPNet)
+			if !ok || n.IP.IsLoopback() {
+				continue
+			}
+			if !v6 && n.IP.To4() != nil {
+				return n.IP.String()
+			}
+			if v6 && n.IP.To4() == nil && n.IP.IsGlobalUnicast() {
 				return n.IP.String()
 			}
 		}
+	}
+	if v6 {
+		return "::1"
 	}
 	return "127.0.0.1"
 }
@@ -709,27 +836,52 @@ func unmap(ap netip.AddrPort) netip.AddrPort {
 }
 
 // lowerTransport is strings.ToLower for a transport name without the
-// allocation for the usual upper-case "UDP" and "TCP" (once per forwarded
-// message).
+// allocation for the usual upper-case "UDP", "TCP" and "TLS" (once per
+// forwarded message).
 func lowerTransport(tp string) string {
 	switch tp {
 	case "UDP":
 		return "udp"
 	case "TCP":
 		return "tcp"
+	case "TLS":
+		return "tls"
 	}
 	return strings.ToLower(tp)
 }
 
+// transports are the proxy's SIP transports, by sip.listen scheme.
+var transports = [...]string{"udp", "tcp", "tls"}
+
 // localFor returns how the proxy names itself on transport tp ("UDP",
-// "TCP"); a transport without a listener borrows another listener's port.
-func (p *Proxy) localFor(tp string) local {
-	if lo, ok := p.locals[lowerTransport(tp)]; ok {
-		return lo
+// "TCP", "TLS") towards to: the first listener of that transport in to's
+// address family (so an IPv6 next hop gets the IPv6 socket and address,
+// an IPv4 one the IPv4 ones). Without such a listener, a listener of the
+// family on another transport lends its address (laddr empty: no socket
+// of the proxy's can send there, sipgo opens one), else the transport's
+// first listener; to invalid (unknown) picks the transport's first
+// listener.
+func (p *Proxy) localFor(tp string, to netip.Addr) local {
+	n := lowerTransport(tp)
+	if !to.IsValid() {
+		if lo, ok := p.firstLocal[n]; ok {
+			return lo
+		}
+	} else {
+		v6 := !to.Unmap().Is4()
+		if lo, ok := p.locals[localKey{network: n, v6: v6}]; ok {
+			return lo
+		}
+		for _, m := range transports {
+			if lo, ok := p.locals[localKey{network: m, v6: v6}]; ok {
+				lo.laddr, lo.exact = sipmsg.Addr{}, false
+				return lo
+			}
+		}
 	}
-	for _, n := range []string{"udp", "tcp"} {
-		if lo, ok := p.locals[n]; ok {
-			lo.laddr = sipmsg.Addr{}
+	for _, m := range append([]string{n}, transports[:]...) {
+		if lo, ok := p.firstLocal[m]; ok {
+			lo.laddr, lo.exact = sipmsg.Addr{}, false
 			return lo
 		}
 	}
@@ -741,7 +893,9 @@ func (p *Proxy) isMe(u *sipmsg.Uri) bool {
 	host := strings.Trim(u.Host, "[]")
 	port := u.Port
 	if port == 0 {
-		port = sipmsg.DefaultPort("udp")
+		// The transport's default port: 5061 for TLS (a sips: URI or
+		// ;transport=tls), else 5060.
+		port = sipmsg.DefaultPort(targetOf(u, "UDP").transport)
 	}
 	if p.advHost != "" && strings.EqualFold(host, p.advHost) {
 		if p.advPort != 0 {

@@ -1091,8 +1091,8 @@ func TestKnownSources(t *testing.T) {
 		Carriers: []config.Carrier{{Name: "c", URI: "sip:127.0.0.50:5070"},
 			{Name: "n", URI: "sip:carrier.example:5060"}},
 	}
-	p := &Proxy{resolver: newCarrierResolver()}
-	p.resolver.lookup = func(_ context.Context, host string) ([]netip.Addr, error) {
+	p := &Proxy{resolver: newCarrierResolver(nil)}
+	p.resolver.lookupIP = func(_ context.Context, host string) ([]netip.Addr, error) {
 		if host == "carrier.example" {
 			return []netip.Addr{netip.MustParseAddr("127.0.0.60")}, nil
 		}
@@ -1513,7 +1513,7 @@ func inDialogOf(t *testing.T, c *siptest.Caller, proxy string, ok *sipmsg.Respon
 	req.AppendHeader(&sipmsg.CSeqHeader{SeqNo: ok.CSeq().SeqNo + 1, MethodName: method})
 	host, port, _ := net.SplitHostPort(c.Addr)
 	p, _ := strconv.Atoi(port)
-	req.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "caller", Host: host, Port: p}})
+	req.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "caller", Host: siptest.URIHost(host), Port: p}})
 	req.SetTransport("UDP")
 	req.SetDestination(proxy)
 	return req
@@ -1609,7 +1609,7 @@ func TestCarrierURIsParsedOncePerSnapshot(t *testing.T) {
 		{Name: "a", URI: "sip:127.0.0.50:5070"},
 		{Name: "b", URI: "sip:carrier.example:5060;transport=tcp"},
 	}}
-	p := &Proxy{resolver: newCarrierResolver()}
+	p := &Proxy{resolver: newCarrierResolver(nil)}
 	a := netip.MustParseAddr("127.0.0.50")
 	p.isCarrierAddr(cfg, a) // first use parses
 	if n := testing.AllocsPerRun(100, func() { p.isCarrierAddr(cfg, a) }); n != 0 {

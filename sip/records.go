@@ -185,7 +185,7 @@ func (c *call) keepAnswered(ok *sipmsg.Response, dest leg) {
 	}
 	src, _ := netip.ParseAddrPort(c.req.Source())
 	d := dialogState{
-		peer:    leg{addr: netip.AddrPortFrom(src.Addr().Unmap(), src.Port()), tcp: c.req.Transport() == "TCP"},
+		peer:    leg{addr: netip.AddrPortFrom(src.Addr().Unmap(), src.Port()), tp: legTransportOf(c.req.Transport())},
 		carrier: dest,
 		callID:  callID(c.req),
 	}
@@ -343,7 +343,7 @@ func (p *Proxy) byeLeg(d dialogState, toCaller bool) {
 	}
 	bye := sipmsg.NewRequest(sipmsg.BYE, *ruri.Clone())
 	tp := dest.transport()
-	addVia(p, bye, tp)
+	addVia(p, bye, tp, dest.addr.Addr())
 	for _, r := range routes {
 		bye.AppendHeader(sipmsg.NewHeader("Route", r))
 	}
@@ -358,7 +358,7 @@ func (p *Proxy) byeLeg(d dialogState, toCaller bool) {
 	bye.SetBody(nil)
 	bye.SetTransport(tp)
 	bye.SetDestination(dest.addr.String())
-	bye.Laddr = p.localFor(tp).laddr
+	bye.Laddr = p.localFor(tp, dest.addr.Addr()).laddr
 	ctx, cancel := requestCtx(target{host: dest.addr.Addr().String(), port: int(dest.addr.Port()), transport: tp})
 	defer cancel()
 	tx, err := p.tl.Request(ctx, bye)

@@ -113,8 +113,8 @@ func (p *Proxy) screenInDialog(cfg *config.Config, req *sipmsg.Request) bool {
 		}
 		return true
 	}
-	if hop.to.tcp || !hop.to.addr.Addr().IsValid() {
-		return false // a TCP write may block: the stateful path sends it
+	if hop.to.stream() || !hop.to.addr.Addr().IsValid() {
+		return false // a TCP or TLS write may block: the stateful path sends it
 	}
 	out := hop.out
 	own, up := topVias(out)
@@ -168,7 +168,7 @@ func (p *Proxy) screenAck(req *sipmsg.Request) bool {
 		return false
 	}
 	hop, code := p.prepareInDialog(req, false)
-	if code != 0 || hop.to.tcp || !hop.to.addr.Addr().IsValid() {
+	if code != 0 || hop.to.stream() || !hop.to.addr.Addr().IsValid() {
 		return false
 	}
 	if p.admitInDialog(&hop, false, callID(req)) != 0 {

@@ -27,7 +27,9 @@ import (
 //
 // A connection over a bound, or from a stranger when unknown_source is
 // drop, is closed at accept, before sipgo reads a byte of it. Whether a
-// source is a stranger is decided at accept, by the configuration then.
+// source is a stranger is decided at accept, by the configuration then. A
+// tls:// listener is guarded alike (its own counts, the same bounds),
+// before the TLS handshake, which then runs under the idle timeout.
 
 // Defaults of sip.tcp (DESIGN.md), for configurations built by hand.
 const (

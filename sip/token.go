@@ -55,7 +55,8 @@ import (
 // base64url without padding: a header of version (1 byte, 3) and the mint
 // time (4 bytes, Unix seconds, big endian), then the GCM nonce (12 random
 // bytes), the sealed plaintext and the tag (16 bytes). The plaintext is a
-// flags byte (bit 0 peer over TCP, bit 1 carrier over TCP) and the peer
+// flags byte (bit 0 peer over TCP, bit 1 carrier over TCP, bit 2 peer
+// over TLS, bit 3 carrier over TLS) and the peer
 // and carrier addresses (each: IP length 4 or 16, the IP, the port big
 // endian). The additional data is the header, then 0, the Call-ID, 0 and
 // the caller's From tag (neither holds a NUL: wellFormed). Two IPv4 legs
@@ -86,25 +87,55 @@ const tokenDay = 24 * time.Hour
 // maxDayKeys bounds the derived day keys one secret keeps.
 const maxDayKeys = 8
 
-// Flags of a token's plaintext.
+// Flags of a token's plaintext (a leg has one of its two bits at most).
 const (
 	flagPeerTCP    = 1 << 0
 	flagCarrierTCP = 1 << 1
+	flagPeerTLS    = 1 << 2
+	flagCarrierTLS = 1 << 3
 )
 
 // leg is one side of a dialog: where the proxy exchanges its messages.
 type leg struct {
 	addr netip.AddrPort
-	tcp  bool
+	tp   legTransport
+}
+
+// legTransport is a leg's transport.
+type legTransport uint8
+
+const (
+	legUDP legTransport = iota
+	legTCP
+	legTLS
+)
+
+// legTransportOf is sipgo's transport name ("UDP", "TCP", "TLS") as a
+// leg's; anything else is UDP.
+func legTransportOf(tp string) legTransport {
+	switch tp {
+	case "TCP":
+		return legTCP
+	case "TLS":
+		return legTLS
+	}
+	return legUDP
 }
 
 // transport is the leg's transport as sipgo names it.
 func (l leg) transport() string {
-	if l.tcp {
+	switch l.tp {
+	case legTCP:
 		return "TCP"
+	case legTLS:
+		return "TLS"
 	}
 	return "UDP"
 }
+
+// stream reports a leg over a connection (TCP or TLS), whose writes may
+// block.
+func (l leg) stream() bool { return l.tp != legUDP }
 
 // dialogLegs are the two legs of a call the proxy forwarded.
 type dialogLegs struct {
@@ -216,11 +247,17 @@ func readLeg(b []byte) (netip.AddrPort, []byte, bool) {
 func tokenPlaintext(legs dialogLegs) []byte {
 	b := make([]byte, 0, 1+2*19)
 	var flags byte
-	if legs.peer.tcp {
+	switch legs.peer.tp {
+	case legTCP:
 		flags |= flagPeerTCP
+	case legTLS:
+		flags |= flagPeerTLS
 	}
-	if legs.carrier.tcp {
+	switch legs.carrier.tp {
+	case legTCP:
 		flags |= flagCarrierTCP
+	case legTLS:
+		flags |= flagCarrierTLS
 	}
 	b = append(b, flags)
 	b = appendLeg(b, legs.peer)
@@ -230,10 +267,15 @@ func tokenPlaintext(legs dialogLegs) []byte {
 // parseTokenPlaintext reads the legs of an opened token; ok is false for
 // anything tokenPlaintext does not make.
 func parseTokenPlaintext(b []byte) (legs dialogLegs, ok bool) {
-	if len(b) < 1 || b[0]&^(flagPeerTCP|flagCarrierTCP) != 0 {
+	if len(b) < 1 {
 		return dialogLegs{}, false
 	}
 	flags, rest := b[0], b[1:]
+	if flags&^(flagPeerTCP|flagCarrierTCP|flagPeerTLS|flagCarrierTLS) != 0 ||
+		flags&(flagPeerTCP|flagPeerTLS) == flagPeerTCP|flagPeerTLS ||
+		flags&(flagCarrierTCP|flagCarrierTLS) == flagCarrierTCP|flagCarrierTLS {
+		return dialogLegs{}, false
+	}
 	var a, c netip.AddrPort
 	if a, rest, ok = readLeg(rest); !ok {
 		return dialogLegs{}, false
@@ -241,9 +283,19 @@ func parseTokenPlaintext(b []byte) (legs dialogLegs, ok bool) {
 	if c, rest, ok = readLeg(rest); !ok || len(rest) != 0 {
 		return dialogLegs{}, false
 	}
+	legOf := func(addr netip.AddrPort, tcp, tls byte) leg {
+		l := leg{addr: addr}
+		switch {
+		case flags&tcp != 0:
+			l.tp = legTCP
+		case flags&tls != 0:
+			l.tp = legTLS
+		}
+		return l
+	}
 	return dialogLegs{
-		peer:    leg{addr: a, tcp: flags&flagPeerTCP != 0},
-		carrier: leg{addr: c, tcp: flags&flagCarrierTCP != 0},
+		peer:    legOf(a, flagPeerTCP, flagPeerTLS),
+		carrier: legOf(c, flagCarrierTCP, flagCarrierTLS),
 	}, true
 }
 

@@ -216,7 +216,7 @@ func TestDialogTokensSharedSecret(t *testing.T) {
 		return k
 	}
 	legs := dialogLegs{peer: leg{addr: netip.MustParseAddrPort("127.0.0.2:5061")},
-		carrier: leg{addr: netip.MustParseAddrPort("[2001:db8::5]:5070"), tcp: true}}
+		carrier: leg{addr: netip.MustParseAddrPort("[2001:db8::5]:5070"), tp: legTCP}}
 	a, b := newKeys(shared), newKeys(shared)
 	tok := mustMint(t, a, shared, legs, "call-1@host", "ftag")
 	got, dir, st := b.verify(shared, tok, "call-1@host", "ftag", "ttag")
@@ -470,5 +470,37 @@ func TestSessionTimerRefreshesPass(t *testing.T) {
 	}
 	if codes[503] == 0 || codes[200] > reinviteLimit {
 		t.Errorf("burst of %d re-INVITEs: %v, want at most %d answered 200 and the rest 503", reinviteLimit+2, codes, reinviteLimit)
+	}
+}
+
+// TestDialogTokenTransports: every pair of leg transports (UDP, TCP, TLS)
+// survives a token's round trip, and a token claiming TCP and TLS for one
+// leg is refused.
+func TestDialogTokenTransports(t *testing.T) {
+	cfg := &config.Config{SIP: config.SIP{DialogSecret: "pool-secret-0123456789"}}
+	k, err := newDialogKeys(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pt := range []legTransport{legUDP, legTCP, legTLS} {
+		for _, ct := range []legTransport{legUDP, legTCP, legTLS} {
+			legs := dialogLegs{peer: leg{addr: netip.MustParseAddrPort("127.0.0.2:5061"), tp: pt},
+				carrier: leg{addr: netip.MustParseAddrPort("[2001:db8::5]:5061"), tp: ct}}
+			token, err := k.mint(cfg, legs, "c", "f")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _, status := k.verify(cfg, token, "c", "f", "")
+			if status != tokenOK || got != legs {
+				t.Errorf("legs %s/%s: verify = %+v, %v; want them back", legs.peer.transport(), legs.carrier.transport(), got, status)
+			}
+		}
+	}
+	for _, flags := range []byte{flagPeerTCP | flagPeerTLS, flagCarrierTCP | flagCarrierTLS, 1 << 4} {
+		p := tokenPlaintext(dialogLegs{peer: leg{addr: netip.MustParseAddrPort("127.0.0.2:5061")}, carrier: leg{addr: netip.MustParseAddrPort("127.0.0.1:5070")}})
+		p[0] = flags
+		if _, ok := parseTokenPlaintext(p); ok {
+			t.Errorf("flags %08b parsed, want refused", flags)
+		}
 	}
 }

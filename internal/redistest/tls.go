@@ -22,6 +22,30 @@ type TLSFiles struct {
 	CA, ServerCert, ServerKey, ClientCert, ClientKey string
 	// OtherCA is a CA that signed none of them (for a verification failure).
 	OtherCA string
+
+	dir    string
+	caKey  *ecdsa.PrivateKey
+	caCert *x509.Certificate
+}
+
+// Leaf issues one more certificate from f's CA into f's directory, as
+// name.crt and name.key: for the DNS names and IP addresses given, a
+// server certificate (server and client use when client is true). It
+// returns the two paths.
+func (f TLSFiles) Leaf(t testing.TB, name string, dnsNames []string, ips []net.IP, client bool) (cert, key string) {
+	t.Helper()
+	if f.caKey == nil {
+		t.Fatal("redistest: Leaf needs TLSFiles from NewTLSFiles")
+	}
+	use := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+	if client {
+		use = append(use, x509.ExtKeyUsageClientAuth)
+	}
+	cert, key = filepath.Join(f.dir, name+".crt"), filepath.Join(f.dir, name+".key")
+	leaf(t, f.caKey, f.caCert, &x509.Certificate{
+		Subject: pkix.Name{CommonName: name}, DNSNames: dnsNames, IPAddresses: ips, ExtKeyUsage: use,
+	}, cert, key)
+	return cert, key
 }
 
 // NewTLSFiles writes a fresh test PKI into a temporary directory.
@@ -35,6 +59,7 @@ func NewTLSFiles(t testing.TB) TLSFiles {
 		OtherCA:    writePEM(t, dir, "other-ca.crt", "CERTIFICATE", otherDER),
 		ServerCert: filepath.Join(dir, "server.crt"), ServerKey: filepath.Join(dir, "server.key"),
 		ClientCert: filepath.Join(dir, "client.crt"), ClientKey: filepath.Join(dir, "client.key"),
+		dir: dir, caKey: caKey, caCert: caCert,
 	}
 	leaf(t, caKey, caCert, &x509.Certificate{
 		Subject:     pkix.Name{CommonName: "redis.test"},

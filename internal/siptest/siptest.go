@@ -14,6 +14,7 @@ package siptest
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"net"
 	"sort"
@@ -47,6 +48,8 @@ type Answer struct {
 type Carrier struct {
 	// Addr is ip:port the carrier listens on (UDP and TCP, same port).
 	Addr string
+	// TLSAddr is ip:port of its TLS listener (StartCarrierTLS only).
+	TLSAddr string
 
 	answer func(req *sipmsg.Request) Answer
 	ua     *sipgo.UserAgent
@@ -69,6 +72,19 @@ func (c *Carrier) Cancelled() int {
 // StartCarrier runs a carrier on ip (e.g. "127.0.0.1"), UDP and TCP on one
 // free port. answer may be nil (always 200).
 func StartCarrier(t testing.TB, ip string, answer func(req *sipmsg.Request) Answer) *Carrier {
+	t.Helper()
+	return startCarrier(t, ip, nil, answer)
+}
+
+// StartCarrierTLS is StartCarrier that also serves SIP over TLS with conf
+// (its certificate; ClientAuth and ClientCAs for mutual TLS) on another
+// free port, TLSAddr.
+func StartCarrierTLS(t testing.TB, ip string, conf *tls.Config, answer func(req *sipmsg.Request) Answer) *Carrier {
+	t.Helper()
+	return startCarrier(t, ip, conf, answer)
+}
+
+func startCarrier(t testing.TB, ip string, conf *tls.Config, answer func(req *sipmsg.Request) Answer) *Carrier {
 	t.Helper()
 	c := &Carrier{answer: answer, arrivals: map[string]time.Time{}, counts: map[string]int{}}
 	log := slog.New(slog.DiscardHandler)
@@ -114,9 +130,21 @@ func StartCarrier(t testing.TB, ip string, answer func(req *sipmsg.Request) Answ
 	c.ua = ua
 	go srv.ServeUDP(newStampConn(udp, c.arrived))
 	go srv.ServeTCP(tcp)
+	var tl net.Listener
+	if conf != nil {
+		tl, err = tls.Listen("tcp", net.JoinHostPort(ip, "0"), conf)
+		if err != nil {
+			t.Fatalf("carrier tls: %v", err)
+		}
+		c.TLSAddr = tl.Addr().String()
+		go srv.ServeTLS(tl)
+	}
 	t.Cleanup(func() {
 		udp.Close()
 		tcp.Close()
+		if tl != nil {
+			tl.Close()
+		}
 		ua.Close()
 	})
 	return c
@@ -216,11 +244,15 @@ func (c *Carrier) onInvite(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
 		}
 	}
 	if a.Code >= 200 && a.Code < 300 {
-		host, port, _ := net.SplitHostPort(c.Addr)
+		addr := c.Addr
+		if req.Transport() == "TLS" {
+			addr = c.TLSAddr
+		}
+		host, port, _ := net.SplitHostPort(addr)
 		p, _ := strconv.Atoi(port)
-		contact := &sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "carrier", Host: host, Port: p, UriParams: sipmsg.NewParams()}}
-		if req.Transport() == "TCP" {
-			contact.Address.UriParams.Add("transport", "tcp")
+		contact := &sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "carrier", Host: URIHost(host), Port: p, UriParams: sipmsg.NewParams()}}
+		if tp := req.Transport(); tp == "TCP" || tp == "TLS" {
+			contact.Address.UriParams.Add("transport", strings.ToLower(tp))
 		}
 		res.AppendHeader(contact)
 	}
@@ -295,15 +327,18 @@ func (c *Carrier) Caller(t testing.TB) *Caller {
 	if err != nil {
 		t.Fatalf("carrier client: %v", err)
 	}
-	return &Caller{Addr: c.Addr, ua: c.ua, client: client}
+	return &Caller{Addr: c.Addr, ua: c.ua, client: client, transport: "UDP"}
 }
 
-// Caller is a UDP UAC bound to one source address. It answers every BYE
-// it receives 200 and keeps it (Byes).
+// Caller is a UDP UAC bound to one source address (or, StartTLSCaller, a
+// UAC over TLS from that address). It answers every BYE it receives 200
+// and keeps it (Byes).
 type Caller struct {
 	Addr   string
 	ua     *sipgo.UserAgent
 	client *sipgo.Client
+	// transport of its requests: "UDP" (StartCaller) or "TLS".
+	transport string
 
 	mu   sync.Mutex
 	byes []*sipmsg.Request
@@ -363,8 +398,39 @@ func StartCaller(t testing.TB, ip string) *Caller {
 		udp.Close()
 		ua.Close()
 	})
-	c.Addr, c.ua, c.client = addr, ua, client
+	c.Addr, c.ua, c.client, c.transport = addr, ua, client, "UDP"
 	return c
+}
+
+// StartTLSCaller runs a UAC that sends its requests over TLS with conf
+// (RootCAs to verify the proxy; Certificates for mutual TLS), from ip and
+// an ephemeral port. It answers BYEs (over its connections) 200. Its Addr
+// is ip:5061, what its Contact names.
+func StartTLSCaller(t testing.TB, ip string, conf *tls.Config) *Caller {
+	t.Helper()
+	log := slog.New(slog.DiscardHandler)
+	ua, err := sipgo.NewUA(
+		sipgo.WithUserAgent("tls-caller"),
+		sipgo.WithUserAgenTLSConfig(conf),
+		sipgo.WithUserAgentTransactionLayerOptions(sipmsg.WithTransactionLayerLogger(log), sipmsg.WithTransactionLayerUnhandledResponseHandler(func(*sipmsg.Response) {})),
+		sipgo.WithUserAgentTransportLayerOptions(sipmsg.WithTransportLayerLogger(log)),
+	)
+	if err != nil {
+		t.Fatalf("tls caller ua: %v", err)
+	}
+	srv, err := sipgo.NewServer(ua, sipgo.WithServerLogger(log))
+	if err != nil {
+		t.Fatalf("tls caller server: %v", err)
+	}
+	srv.OnBye(func(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
+		_ = tx.Respond(sipmsg.NewResponseFromRequest(req, 200, "OK", nil))
+	})
+	client, err := sipgo.NewClient(ua, sipgo.WithClientHostname(ip), sipgo.WithClientConnectionAddr(net.JoinHostPort(ip, "0")), sipgo.WithClientLogger(log))
+	if err != nil {
+		t.Fatalf("tls caller client: %v", err)
+	}
+	t.Cleanup(func() { ua.Close() })
+	return &Caller{Addr: net.JoinHostPort(ip, "5061"), ua: ua, client: client, transport: "TLS"}
 }
 
 // Invite builds an INVITE for user@proxy (proxy is ip:port) with extra
@@ -372,17 +438,33 @@ func StartCaller(t testing.TB, ip string) *Caller {
 func (c *Caller) Invite(proxy string, headers ...string) *sipmsg.Request {
 	host, port, _ := net.SplitHostPort(proxy)
 	p, _ := strconv.Atoi(port)
-	req := sipmsg.NewRequest(sipmsg.INVITE, sipmsg.Uri{Scheme: "sip", User: "100", Host: host, Port: p})
+	req := sipmsg.NewRequest(sipmsg.INVITE, sipmsg.Uri{Scheme: "sip", User: "100", Host: URIHost(host), Port: p})
 	chost, cport, _ := net.SplitHostPort(c.Addr)
 	cp, _ := strconv.Atoi(cport)
-	req.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "caller", Host: chost, Port: cp}})
+	contact := &sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "caller", Host: URIHost(chost), Port: cp}}
+	if c.transport == "TLS" {
+		req.Recipient.UriParams = sipmsg.NewParams()
+		req.Recipient.UriParams.Add("transport", "tls")
+		contact.Address.UriParams = sipmsg.NewParams()
+		contact.Address.UriParams.Add("transport", "tls")
+	}
+	req.AppendHeader(contact)
 	for _, h := range headers {
 		if i := bytes.IndexByte([]byte(h), ':'); i > 0 {
 			req.AppendHeader(sipmsg.NewHeader(h[:i], string(bytes.TrimSpace([]byte(h[i+1:])))))
 		}
 	}
-	req.SetTransport("UDP")
+	req.SetTransport(c.Transport())
 	return req
+}
+
+// URIHost is host as a SIP URI holds it (RFC 3261 25.1): an IPv6 address
+// in brackets, as sipgo's parser keeps it and its client expects it.
+func URIHost(host string) string {
+	if strings.Contains(host, ":") && !strings.HasPrefix(host, "[") {
+		return "[" + host + "]"
+	}
+	return host
 }
 
 // Transaction sends req in a client transaction.
@@ -411,6 +493,14 @@ func (c *Caller) Final(ctx context.Context, req *sipmsg.Request) *sipmsg.Respons
 			return nil
 		}
 	}
+}
+
+// Transport is the transport of the caller's requests ("UDP" or "TLS").
+func (c *Caller) Transport() string {
+	if c.transport == "" {
+		return "UDP"
+	}
+	return c.transport
 }
 
 // Client exposes the caller's sipgo client.

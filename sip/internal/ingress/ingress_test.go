@@ -272,12 +272,27 @@ func TestSlowShareAndShedLane(t *testing.T) {
 // A copy of a waiting INVITE from the same source is not queued twice;
 // from another source it is.
 func TestSlowDedupe(t *testing.T) {
-	h := newHarness(t, nil, byIP(map[string]string{"127.0.0.2": "a", "127.0.0.3": "b"}))
+	entered, release := make(chan struct{}, 8), make(chan struct{})
+	g, err := New(Options{
+		Workers: 1,
+		Party:   byIP(map[string]string{"127.0.0.2": "a", "127.0.0.3": "b"}),
+		Handle: func(*Datagram) {
+			entered <- struct{}{}
+			<-release
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { close(release); g.Close() }()
+	// The worker is held on a first datagram, so the INVITEs wait.
+	g.take(nil, []byte(bye("blocker", 1)), peerA, time.Now())
+	<-entered
 	msg := []byte(inviteOf("x", ""))
-	h.g.take(nil, msg, peerA, time.Now())
-	h.g.take(nil, msg, peerA, time.Now())
-	h.g.take(nil, msg, peerB, time.Now())
-	if got := h.g.Queued(LaneSlow); got != 2 {
+	g.take(nil, msg, peerA, time.Now())
+	g.take(nil, msg, peerA, time.Now())
+	g.take(nil, msg, peerB, time.Now())
+	if got := g.Queued(LaneSlow); got != 2 {
 		t.Fatalf("queued %d, want 2", got)
 	}
 }
