@@ -310,13 +310,20 @@ func (p *Proxy) handleDatagram(d *ingress.Datagram) {
 	}
 	msg.SetTransport("UDP")
 	msg.SetSource(d.From.String())
+	if !p.screen(msg) {
+		return // answered or dropped by the screen, or relayed statelessly
+	}
 	if _, ok := msg.(*sipmsg.Request); ok && d.Known {
+		// sipgo's server transaction answers through its source's entry
+		// in the pool.
 		if c := p.udpConns[d.Conn]; c != nil {
 			p.sources.touch(d.From, c, d.At)
 		}
 	}
 	pprof.SetGoroutineLabels(labelTx)
-	p.deliver(msg)
+	for _, h := range p.txLayer {
+		h(msg)
+	}
 	pprof.SetGoroutineLabels(labelWorker)
 }
 

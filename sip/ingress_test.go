@@ -206,8 +206,10 @@ func TestUDPSourcesBounded(t *testing.T) {
 		t.Fatalf("%d stranger sources registered", got)
 	}
 
-	// A known party's request registers its source (a server transaction
-	// of sipgo's answers through it), until it is idle.
+	// A known party's request that the screen passes to sipgo's
+	// transaction layer (an INVITE) registers its source: the server
+	// transaction answers through it. Requests the screen answers (an
+	// out-of-dialog BYE) register nothing.
 	peer, from := peerSocket(t)
 	bye := strangerRequest("BYE", h.udp, "", "")(from.String())
 	if _, err := peer.WriteToUDP([]byte(bye), ra); err != nil {
@@ -215,6 +217,16 @@ func TestUDPSourcesBounded(t *testing.T) {
 	}
 	if _, ok := readFrom(peer, 5*time.Second); !ok {
 		t.Fatal("the peer's out-of-dialog BYE got no answer")
+	}
+	if got := h.p.sources.len(); got != 0 {
+		t.Fatalf("%d sources registered for a request the screen answered", got)
+	}
+	invite := strangerRequest("INVITE", h.udp, "", "")(from.String())
+	if _, err := peer.WriteToUDP([]byte(invite), ra); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := readFrom(peer, 5*time.Second); !ok {
+		t.Fatal("the peer's INVITE got no answer")
 	}
 	waitFor(t, func() bool { return h.p.sources.len() == 1 }, "the peer's source registered")
 	h.p.sources.expire(time.Now().Add(time.Minute))

@@ -259,9 +259,10 @@ type Proxy struct {
 	parser *sipmsg.Parser
 	// parsed bounds shedParsed's parsing (rawshed.go).
 	parsed parseBudget
-	// deliver hands a parsed message to the screen and, when it passes,
-	// to sipgo's transaction layer (installScreen).
-	deliver sipmsg.MessageHandler
+	// txLayer are the handlers the screen guards (sipgo's transaction
+	// layer's: installScreen); the UDP workers call them once the screen
+	// let a message pass (ingress.go).
+	txLayer []sipmsg.MessageHandler
 	// ingress reads the UDP listeners (ingress.go); set in Serve.
 	ingress *ingress.Ingress
 	// udpConns are the UDP listeners as sipgo's pool holds them; set in
@@ -407,12 +408,12 @@ func New(opts Options) (*Proxy, error) {
 	}
 	p.ua, p.srv = ua, srv
 	p.tl, p.tp = ua.TransactionLayer(), ua.TransportLayer()
-	deliver, err := installScreen(p.tp, p.screen)
+	txLayer, err := installScreen(p.tp, p.screen)
 	if err != nil {
 		_ = ua.Close()
 		return nil, err
 	}
-	p.deliver = deliver
+	p.txLayer = txLayer
 	p.sources = newSources(p.tp.Pool("udp"))
 	if err := checkAckHook(); err != nil {
 		_ = ua.Close()

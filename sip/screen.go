@@ -46,7 +46,10 @@ import (
 
 // installScreen puts screen in front of the handlers of tp: a message
 // reaches them only when screen returns true.
-func installScreen(tp *sipmsg.TransportLayer, screen func(sipmsg.Message) bool) (sipmsg.MessageHandler, error) {
+//
+// It returns the handlers the screen guards (the transaction layer's), for
+// the UDP workers, which run the screen themselves (ingress.go).
+func installScreen(tp *sipmsg.TransportLayer, screen func(sipmsg.Message) bool) ([]sipmsg.MessageHandler, error) {
 	f := reflect.ValueOf(tp).Elem().FieldByName("handlers")
 	if !f.IsValid() || f.Type() != reflect.TypeFor[[]sipmsg.MessageHandler]() {
 		return nil, errors.New("sip: sipgo's transport layer has no handler list to screen (sipgo changed?)")
@@ -64,7 +67,7 @@ func installScreen(tp *sipmsg.TransportLayer, screen func(sipmsg.Message) bool) 
 		}
 	}
 	f.Set(reflect.ValueOf([]sipmsg.MessageHandler{screened}))
-	return screened, nil
+	return next, nil
 }
 
 // screen decides whether sipgo's transaction layer sees m. A panic drops

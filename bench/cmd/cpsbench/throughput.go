@@ -80,6 +80,12 @@ func hmsSeconds(s string) float64 {
 // sippStep runs one SIPp UAS on uasPort and one SIPp UAC at rate for
 // seconds against target; it returns the UAC and UAS statistics.
 func sippStep(e *env, dir string, target string, uasPort, rate, seconds int) (uac, uas sippResult, err error) {
+	return sippStepWith(e, dir, target, "uac.xml", uasPort, rate, seconds)
+}
+
+// sippStepWith is sippStep with the caller scenario uacScenario (a file
+// of bench/sipp).
+func sippStepWith(e *env, dir string, target, uacScenario string, uasPort, rate, seconds int) (uac, uas sippResult, err error) {
 	sipp, err := tool("sipp", "sip-tester")
 	if err != nil {
 		return uac, uas, err
@@ -100,7 +106,7 @@ func sippStep(e *env, dir string, target string, uasPort, rate, seconds int) (ua
 	}
 	defer us.Stop(2 * time.Second)
 	time.Sleep(300 * time.Millisecond)
-	uc, err := procs.Start(sipp, filepath.Join(dir, "uac.log"), "-sf", filepath.Join(scen, "uac.xml"),
+	uc, err := procs.Start(sipp, filepath.Join(dir, "uac.log"), "-sf", filepath.Join(scen, uacScenario),
 		"-i", "127.0.0.1", "-p", strconv.Itoa(procs.FreeUDP()), "-r", strconv.Itoa(rate), "-m", strconv.Itoa(rate*seconds),
 		"-buff_size", "4194304", "-nostdin", "-trace_stat", "-stf", uacStat, "-fd", "1",
 		"-timeout", timeout, target)
@@ -136,6 +142,7 @@ func throughputCmd(fs *flag.FlagSet) func(*env) error {
 	seconds := fs.Int("seconds", 5, "seconds per step")
 	systems := fs.String("systems", "cpsguard,kamailio", "systems to ramp")
 	attempts := fs.Int("attempts", 2, "tries of a failing step before the ramp stops (a neighbour's burst on a shared box is not the system's ceiling)")
+	uacScenario := fs.String("uac", "uac.xml", "caller scenario of bench/sipp (uac_txn.xml: transaction-aware, as operators run SIPp)")
 	return func(e *env) error {
 		var rates []int
 		for _, s := range strings.Split(*ratesFlag, ",") {
@@ -145,7 +152,7 @@ func throughputCmd(fs *flag.FlagSet) func(*env) error {
 			}
 			rates = append(rates, n)
 		}
-		fmt.Printf("throughput: SIPp ramp %v CPS, %d s per step, -buff_size 4194304, UAS without 180; pass = every call 200+BYE done, 0 failed, 0 retransmissions (UAC and UAS), SIPp's call rate >= 95 %% of the step; a failing step is tried %d times\n", rates, *seconds, *attempts)
+		fmt.Printf("throughput: SIPp ramp %v CPS (caller %s), %d s per step, -buff_size 4194304, UAS without 180; pass = every call 200+BYE done, 0 failed, 0 retransmissions (UAC and UAS), SIPp's call rate >= 95 %% of the step; a failing step is tried %d times\n", rates, *uacScenario, *seconds, *attempts)
 		var steps []tpStep
 		best := map[string][]float64{}
 		for run := 1; run <= e.runs; run++ {
@@ -158,7 +165,7 @@ func throughputCmd(fs *flag.FlagSet) func(*env) error {
 					var st tpStep
 					for try := 1; try <= max(*attempts, 1); try++ {
 						var err error
-						st, err = throughputStep(e, name, run, rate, *seconds)
+						st, err = throughputStep(e, name, run, rate, *seconds, *uacScenario)
 						if err != nil {
 							return fmt.Errorf("%s run %d at %d: %w", name, run, rate, err)
 						}
@@ -211,7 +218,7 @@ func passWord(ok bool) string {
 
 // throughputStep starts the system fresh, runs one SIPp step through it
 // and stops it.
-func throughputStep(e *env, name string, run, rate, seconds int) (tpStep, error) {
+func throughputStep(e *env, name string, run, rate, seconds int, uacScenario string) (tpStep, error) {
 	dir := e.dir("throughput", fmt.Sprintf("%s-%d-%d", name, run, rate))
 	uasPort := procs.FreeUDP()
 	dest := "127.0.0.1:" + strconv.Itoa(uasPort)
@@ -229,7 +236,7 @@ func throughputStep(e *env, name string, run, rate, seconds int) (tpStep, error)
 	}
 	defer sys.stop()
 	cpu0, r0 := treeCPU(sys), redisCPU(sys)
-	uac, uas, err := sippStep(e, dir, sys.addr, uasPort, rate, seconds)
+	uac, uas, err := sippStepWith(e, dir, sys.addr, uacScenario, uasPort, rate, seconds)
 	if err != nil {
 		return tpStep{}, err
 	}
