@@ -14,13 +14,12 @@
 // spread different sources over cores; one busy peer would still be one
 // core's work. So:
 //
-//   - Read (one goroutine per socket) takes up to 32 datagrams per system
-//     call (recvmmsg on Linux; one at a time elsewhere) and does only what
-//     is cheap and must come first: the size bound, the party of the
-//     source (Options.Party), a linear Scan of the header section (its
-//     kind, its Call-ID, and the parameter and header-count Bounds that
-//     keep sipgo's quadratic parameter parsing cheap), Options.Early, the
-//     budget, a copy into a pooled buffer.
+//   - Read (one goroutine per socket, the one serial stage) takes up to 32
+//     datagrams per system call (recvmmsg on Linux; one at a time
+//     elsewhere) and does only what is cheap and must come first: the
+//     size bound, the party of the source (Options.Party), Classify (the
+//     kind, and the first Call-ID: it stops there, ~80 ns for an INVITE),
+//     Options.Early, the budget, a copy into a pooled buffer.
 //   - Each datagram goes to one of Options.Workers workers (GOMAXPROCS by
 //     default) by a hash of its Call-ID (of its source when it has none):
 //     a dialog's messages stay in order on one worker, different calls are
@@ -30,7 +29,10 @@
 //     the others after every FastRun of those while they have one ready;
 //     the shed and slow lanes alternately (new INVITEs, CANCELs, OPTIONS,
 //     anything unrecognised; a slow head INVITE waits while Options.Hold
-//     says so: the node's inflight bound); strangers' datagrams last.
+//     says so: the node's inflight bound); strangers' datagrams last. It
+//     Scans each datagram's header section against the Bounds (parameters
+//     per header element and per message, header fields) before the
+//     handler sees it: sipgo parses a parameter list in quadratic time.
 //
 // # Budgets
 //

@@ -245,15 +245,9 @@ func (g *Ingress) take(conn *net.UDPConn, data []byte, from netip.AddrPort, at t
 	if !d.Known {
 		d.Party = Stranger
 	}
-	info, err := Scan(data, g.bounds)
-	switch {
-	case errors.Is(err, ErrParams):
-		g.o.Drop(DropParams)
-		return
-	case errors.Is(err, ErrHeaders):
-		g.o.Drop(DropHeaders)
-		return
-	}
+	// Only what queueing needs (the kind, the Call-ID); the bounds are
+	// checked on the worker, before anything parses the datagram.
+	info := Classify(data)
 	d.Info = info
 	if g.o.Early != nil && g.o.Early(&d) {
 		return
@@ -493,6 +487,17 @@ func (s *shard) handle(d *Datagram) {
 			s.g.o.Panic("ingress.handle", v)
 		}
 	}()
+	info, err := Scan(d.Data, s.g.bounds)
+	switch {
+	case errors.Is(err, ErrParams):
+		s.g.o.Drop(DropParams)
+		return
+	case errors.Is(err, ErrHeaders):
+		s.g.o.Drop(DropHeaders)
+		return
+	}
+	info.CallID = d.Info.CallID
+	d.Info = info
 	if d.Lane == LaneShed {
 		if !s.g.o.Shed(d) {
 			s.g.o.Drop(DropFull)

@@ -114,6 +114,44 @@ func kindOf(data []byte) Kind {
 	return KindOther
 }
 
+// Classify reads what the read path needs of a datagram before it is
+// queued: its kind and its first Call-ID (or "i") header's value. It stops
+// at that header, so it costs a few header lines; Scan does the rest on
+// a worker. Info's counts are left zero.
+func Classify(data []byte) Info {
+	info := Info{Kind: kindOf(data)}
+	i := indexNL(data, 0)
+	if i < 0 {
+		return info
+	}
+	for i++; i < len(data); {
+		end := indexNL(data, i)
+		if end < 0 {
+			end = len(data)
+		}
+		line := data[i:end]
+		if n := len(line); n > 0 && line[n-1] == '\r' {
+			line = line[:n-1]
+		}
+		if len(line) == 0 {
+			break // end of the header section
+		}
+		i = end + 1
+		if line[0] == ' ' || line[0] == '\t' || (line[0]|0x20 != 'c' && line[0]|0x20 != 'i') {
+			continue
+		}
+		colon := indexByte(line, ':')
+		if colon < 0 {
+			continue
+		}
+		if name := trimSpace(line[:colon]); equalFold(name, "call-id") || equalFold(name, "i") {
+			info.CallID = trimSpace(line[colon+1:])
+			break
+		}
+	}
+	return info
+}
+
 // Scan classifies a datagram and checks it against b, reading its header
 // section once: the start line, then every header line up to the first
 // empty one (or the end of the data). Lines may end in CRLF or LF alone; a

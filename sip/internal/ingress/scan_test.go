@@ -119,7 +119,25 @@ func FuzzScan(f *testing.F) {
 		if want := kindOf(data); info.Kind != want {
 			t.Fatalf("kind %d, want %d", info.Kind, want)
 		}
+		// The reader's Classify finds the same kind and Call-ID as the
+		// full scan (the shard of a datagram must not depend on which).
+		full, _ := Scan(data, Bounds{})
+		c := Classify(data)
+		if c.Kind != full.Kind || !bytes.Equal(c.CallID, full.CallID) || (c.CallID == nil) != (full.CallID == nil) {
+			t.Fatalf("Classify %q/%d, Scan %q/%d", c.CallID, c.Kind, full.CallID, full.Kind)
+		}
 	})
+}
+
+func BenchmarkClassify(b *testing.B) {
+	data := []byte(invite + "v=0\r\no=- 1 1 IN IP4 127.0.0.2\r\n")
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if Classify(data).CallID == nil {
+			b.Fatal("no Call-ID")
+		}
+	}
 }
 
 func BenchmarkScan(b *testing.B) {
