@@ -41,6 +41,10 @@ const (
 	// OutcomeRejectedOverload: the node was deciding sip.max_inflight new
 	// calls already; the INVITE got 503 at once, statelessly.
 	OutcomeRejectedOverload = "rejected_overload"
+	// OutcomeRejectedDrain: the node was draining (SIGTERM, cpsguard drain):
+	// a new INVITE got 503, or a call still waiting for its pacing slot
+	// when sip.drain_grace ended did.
+	OutcomeRejectedDrain = "rejected_drain"
 
 	// Classes of cpsguard_carrier_responses_total besides "1xx" … "6xx".
 	ClassTimeout = "timeout"
@@ -80,7 +84,7 @@ const (
 var (
 	// Outcomes are the outcome labels of cpsguard_calls_total.
 	Outcomes = []string{OutcomeForwarded, OutcomeRejectedCPS, OutcomeRejectedQueue,
-		OutcomeRejectedForbidden, OutcomeRejectedStore, OutcomeRejectedDown, OutcomeRejectedOverload, OutcomeRejectedCalls, OutcomeCanceled}
+		OutcomeRejectedForbidden, OutcomeRejectedStore, OutcomeRejectedDown, OutcomeRejectedOverload, OutcomeRejectedCalls, OutcomeRejectedDrain, OutcomeCanceled}
 	// AdmissionResults are the result labels of cpsguard_admission_total.
 	AdmissionResults = []string{ResultAdmitted, ResultRejected, ResultShadowRejected}
 	// PacingResults are the result labels of cpsguard_pacing_total.

@@ -228,6 +228,7 @@ func TestSyncLimits(t *testing.T) {
 			"outcome=rejected_calls,peer=p1", "outcome=rejected_calls,peer=p3",
 			"outcome=rejected_cps,peer=p1", "outcome=rejected_cps,peer=p3",
 			"outcome=rejected_down,peer=p1", "outcome=rejected_down,peer=p3",
+			"outcome=rejected_drain,peer=p1", "outcome=rejected_drain,peer=p3",
 			"outcome=rejected_forbidden,peer=p1", "outcome=rejected_forbidden,peer=p3", "outcome=rejected_forbidden,peer=unknown",
 			"outcome=rejected_overload,peer=p1", "outcome=rejected_overload,peer=p3",
 			"outcome=rejected_queue,peer=p1", "outcome=rejected_queue,peer=p3",
@@ -462,5 +463,21 @@ func TestSyncLimitsOverrideWins(t *testing.T) {
 	m.SyncLimits(cfg)
 	if got := testutil.ToFloat64(m.LimitCPS.WithLabelValues(ScopePeer, "p2")); got != cfg.Peers[1].CPS {
 		t.Errorf("limit of peer p2 after its override ended: got %v, want the configured %v", got, cfg.Peers[1].CPS)
+	}
+}
+
+// DESIGN.md round 3 names the drain's refusals rejected_drain; its series
+// exist from start like every outcome's.
+func TestRejectedDrainOutcome(t *testing.T) {
+	if OutcomeRejectedDrain != "rejected_drain" {
+		t.Errorf("OutcomeRejectedDrain = %q, want rejected_drain (DESIGN.md, round 3)", OutcomeRejectedDrain)
+	}
+	m := New(prometheus.NewRegistry())
+	m.SyncLimits(cfgWith([]string{"p1"}, nil, nil))
+	if n := testutil.CollectAndCount(m.Calls, "cpsguard_calls_total"); n != len(Outcomes)+1 {
+		t.Errorf("calls_total: %d series, want %d", n, len(Outcomes)+1)
+	}
+	if !slices.Contains(Outcomes, OutcomeRejectedDrain) {
+		t.Errorf("Outcomes %v: no rejected_drain", Outcomes)
 	}
 }

@@ -143,7 +143,9 @@
 // a goroutine of the package is recovered, logged once with its stack and
 // counted in cpsguard_panics_total{where}. On shutdown Serve drains:
 // new INVITEs get 503, calls in progress get sip.drain_grace (5 s by
-// default) to finish, then the rest are cancelled. Every call ends: the handler goroutine returns on the
+// default) to finish, then the rest are cancelled; a call refused by the
+// drain (a new INVITE, or one still waiting for its pacing slot) is
+// outcome rejected_drain, never rejected_queue. Every call ends: the handler goroutine returns on the
 // final response, on a carrier timeout (the carrier's setup_timeout, 2 s by
 // default, without ringing; 3 min of ringing)
 // or on shutdown, and sipgo's transactions end on their RFC 3261 timers.
