@@ -6,6 +6,7 @@ import (
 	"go/parser"
 	"go/token"
 	"reflect"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -479,5 +480,83 @@ func TestRejectedDrainOutcome(t *testing.T) {
 	}
 	if !slices.Contains(Outcomes, OutcomeRejectedDrain) {
 		t.Errorf("Outcomes %v: no rejected_drain", Outcomes)
+	}
+}
+
+// Every counter and gauge has its known series from the start, before any
+// event (TestKnownSeriesStartAtZero counts the configured names'): a
+// family that appears only with its first event shows "No data" on the
+// dashboard until then, and rate() and increase() miss that first event.
+// The one exception in a live node is cpsguard_store_duration_seconds: a histogram with
+// no store call has no latency to show, and 14 scripts × 13 buckets of
+// zeros would cost more than they tell.
+func TestEveryCounterAndGaugeHasSeriesFromStart(t *testing.T) {
+	m := New(prometheus.NewRegistry())
+	m.SyncLimits(cfgWith([]string{"p1"}, []string{"c1"}, []string{"k1"}))
+	for name, c := range fieldCollectors(t, m) {
+		switch name {
+		case "StoreDuration":
+			continue
+		case "BuildInfo", "CarrierUp", "EffectiveCPS":
+			// Set at start by their owners, with values only they know: the
+			// build (SetBuildInfo), each carrier's health and paced rate (the
+			// sip proxy). cmd/cpsguard's TestFirstScrapeHasEveryFamily sees
+			// them in a live node's first scrape.
+			continue
+		}
+		if n := testutil.CollectAndCount(c); n == 0 {
+			t.Errorf("%s: no series after New and SyncLimits: it reads No data until its first event", name)
+		}
+	}
+	for _, tc := range []struct {
+		c    prometheus.Collector
+		name string
+		want int
+	}{
+		{m.SIPErrors, "cpsguard_sip_errors_total", len(SIPErrorReasons)},
+		{m.Panics, "cpsguard_panics_total", len(PanicPlaces)},
+		{m.StoreErrors, "cpsguard_store_errors_total", len(StoreScripts)},
+	} {
+		if got := testutil.CollectAndCount(tc.c, tc.name); got != tc.want {
+			t.Errorf("%s: %d series at start, want %d (one per known label value)", tc.name, got, tc.want)
+		}
+	}
+}
+
+// The HELP of a metric with an enum label names every value of it, so
+// `curl /metrics` explains what it shows and no value is left out of the
+// text when one is added.
+func TestHelpNamesEveryKnownValue(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := New(reg)
+	touchAll(m)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	help := map[string]string{}
+	for _, mf := range mfs {
+		help[mf.GetName()] = mf.GetHelp()
+	}
+	for name, values := range map[string][]string{
+		"cpsguard_calls_total":             Outcomes,
+		"cpsguard_admission_total":         AdmissionResults,
+		"cpsguard_pacing_total":            PacingResults,
+		"cpsguard_reroutes_total":          RerouteReasons,
+		"cpsguard_config_reloads_total":    ReloadResults,
+		"cpsguard_sip_errors_total":        SIPErrorReasons,
+		"cpsguard_carrier_probes_total":    {ProbeOK, ProbeFailed},
+		"cpsguard_carrier_responses_total": {"1xx", "6xx", ClassTimeout},
+	} {
+		h, ok := help[name]
+		if !ok {
+			t.Errorf("%s: not gathered", name)
+			continue
+		}
+		for _, v := range values {
+			if !regexp.MustCompile(`\b` + regexp.QuoteMeta(v) + `\b`).MatchString(h) {
+				t.Errorf("%s: HELP %q does not name %q", name, h, v)
+			}
+		}
 	}
 }
