@@ -107,7 +107,7 @@ var (
 	SIPErrorReasons = []string{
 		"parse", "oversized", "malformed", "transaction", "params", "headers",
 		"source", "unknown_source", "bad_dialog_token", "wrong_leg", "reinvite_limit",
-		"cancel_source", "duplicate", "accept", "tcp_limit", "read_queue_full",
+		"cancel_source", "duplicate", "accept", "tcp_limit", "tcp_read", "read_queue_full",
 		"forged_response", "stateless_response",
 	}
 

@@ -137,9 +137,15 @@
 // transaction can be formed) and counted in cpsguard_sip_errors_total with
 // reason parse, oversized, malformed, transaction, source, unknown_source,
 // bad_dialog_token, wrong_leg, reinvite_limit, cancel_source, duplicate,
-// tcp_limit, read_queue_full, forged_response (a response with the proxy's stateless Via
-// whose branch does not verify) or stateless_response (one that cannot be
-// relayed statelessly: not over UDP, no Via below the proxy's, no IP); they never stop the proxy. A panic in a handler, the screen or
+// params, headers, accept, tcp_limit, tcp_read (a TCP connection's read
+// failed other than by its idle timeout), read_queue_full, forged_response
+// (a response with the proxy's stateless Via whose branch does not verify)
+// or stateless_response (one that cannot be relayed statelessly: not over
+// UDP, no Via below the proxy's, no IP); they never stop the proxy. sipgo's
+// own logs, its package logger's included (log.go), go through the
+// proxy's handler with these counts, at Debug for anything a healthy node
+// does (a parse failure, an idle SIP/TCP connection closed, sipgo's
+// connection bookkeeping). A panic in a handler, the screen or
 // a goroutine of the package is recovered, logged once with its stack and
 // counted in cpsguard_panics_total{where}. On shutdown Serve drains:
 // new INVITEs get 503, calls in progress get sip.drain_grace (5 s by
