@@ -4,9 +4,9 @@
 # the dashboard's PromQL are checked with it). Safe to run repeatedly; does
 # nothing when all is there.
 #
-# It never starts a service: Debian starts a package's service when
-# it installs it (redis-server on :6379, prometheus on :9090, which would
-# then hold the port the demo's Prometheus wants). So:
+# It never starts a service: Debian starts a package's service when it
+# installs it (redis-server on :6379, prometheus on :9090, cpsguard's
+# default http.listen, which a node then cannot bind). So:
 #   * /usr/sbin/policy-rc.d answers 101 ("not allowed") while apt-get runs,
 #     as root and under sudo alike, and is removed afterwards (a policy-rc.d
 #     that was already there is left alone);
