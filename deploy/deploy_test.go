@@ -364,9 +364,56 @@ func TestComposeShipsNoSecret(t *testing.T) {
 	}
 }
 
-// The alerts fire when they should and not before: promtool runs the unit
-// tests of prometheus/alerts_test.yml (Debian package prometheus).
+// alertTests is what TestAlertRules reads of prometheus/alerts_test.yml.
+type alertTests struct {
+	RuleFiles []string `yaml:"rule_files"`
+	Tests     []struct {
+		AlertRuleTest []struct {
+			EvalTime  string           `yaml:"eval_time"`
+			AlertName string           `yaml:"alertname"`
+			ExpAlerts []map[string]any `yaml:"exp_alerts"`
+		} `yaml:"alert_rule_test"`
+	} `yaml:"tests"`
+}
+
+// Every alert of prometheus/alerts.yml has a unit test in which it fires
+// and one evaluation in which it does not (not yet, or not for a series
+// that must not fire it), and promtool runs them (Debian package
+// prometheus): the alerts fire when they should and not before.
 func TestAlertRules(t *testing.T) {
+	var rules alertGroups
+	decodeStrict(t, "prometheus/alerts.yml", &rules)
+	var tests alertTests
+	readYAML(t, "prometheus/alerts_test.yml", &tests)
+	if !slices.Equal(tests.RuleFiles, []string{"alerts.yml"}) {
+		t.Errorf("alerts_test.yml: rule_files %v, want [alerts.yml]", tests.RuleFiles)
+	}
+	fires, quiet := map[string]bool{}, map[string]bool{}
+	for _, tc := range tests.Tests {
+		for _, e := range tc.AlertRuleTest {
+			if len(e.ExpAlerts) > 0 {
+				fires[e.AlertName] = true
+			} else {
+				quiet[e.AlertName] = true
+			}
+		}
+	}
+	n := 0
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			n++
+			if !fires[r.Alert] {
+				t.Errorf("alert %s: no unit test in prometheus/alerts_test.yml in which it fires", r.Alert)
+			}
+			if !quiet[r.Alert] {
+				t.Errorf("alert %s: no unit test in prometheus/alerts_test.yml in which it stays silent", r.Alert)
+			}
+		}
+	}
+	if n < 17 {
+		t.Errorf("alerts.yml: %d alerts, want at least 17", n)
+	}
+
 	promtool := redistest.Require(t, "promtool") // Debian's prometheus
 	out, err := exec.Command(promtool, "test", "rules", "prometheus/alerts_test.yml").CombinedOutput()
 	if err != nil {

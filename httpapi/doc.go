@@ -9,8 +9,9 @@
 //	GET  /api/v1/status  Status as JSON: every peer, customer and carrier with
 //	                     its limit and the calls in its current window read
 //	                     from the store (the whole pool's figure on Redis),
-//	                     carrier queues and pauses, store mode, node id,
-//	                     config hash
+//	                     a token bucket's level (tokens of burst), the calls
+//	                     in each extra window, carrier queues and pauses,
+//	                     store mode, node id, config hash
 //	POST /api/v1/reload  re-read the configuration file; needs
 //	                     "Authorization: Bearer <http.token>"; a bad file
 //	                     answers 422 with every error

@@ -15,8 +15,11 @@ import (
 // RenderStatus writes st as an aligned table for a terminal: a header line
 // (node, store mode, config hash, load time), then the peers, customers and
 // carriers, each with its limit (cps), the calls in its current window, that
-// as a percentage of the window's limit, and for carriers the queued calls,
-// the wait of a call reserving now and max_wait. "-" marks a value the node
+// as a percentage of the window's limit, its live calls of max_calls
+// (CALLS, when some name has max_calls), a token bucket's level of its
+// burst (TOKENS, when some name has a burst), the calls in each extra
+// window (WINDOWS, when some name has windows), and for carriers the queued
+// calls, the wait of a call reserving now and max_wait. "-" marks a value the node
 // could not read. A limit marked * is a live override, described under the
 // table. Store read errors follow.
 func RenderStatus(w io.Writer, st Status) error {
@@ -38,10 +41,27 @@ func RenderStatus(w io.Writer, st Status) error {
 			withCalls = withCalls || e.MaxCalls > 0
 		}
 	}
-	header := []string{"", "LIMIT", "CURRENT", "%", "QUEUED", "WAIT", "MAX WAIT", "STATE", "EFFECTIVE"}
-	if withCalls {
-		header = slices.Insert(header, 4, "CALLS")
+	// TOKENS (left/burst) when some entry has a burst; WINDOWS (the extra
+	// windows, "1m 412/600") when some has windows.
+	withTokens, withWindows := false, false
+	for _, es := range [][]Entry{st.Peers, st.Customers} {
+		for _, e := range es {
+			withTokens = withTokens || e.Burst > 0
+			withWindows = withWindows || len(e.Windows) > 0
+		}
 	}
+	header := []string{"", "LIMIT", "CURRENT", "%", "QUEUED", "WAIT", "MAX WAIT", "STATE", "EFFECTIVE"}
+	extra := []string{}
+	if withCalls {
+		extra = append(extra, "CALLS")
+	}
+	if withTokens {
+		extra = append(extra, "TOKENS")
+	}
+	if withWindows {
+		extra = append(extra, "WINDOWS")
+	}
+	header = slices.Insert(header, 4, extra...)
 	rows := [][]string{}
 	section := func(title string, entries []Entry, carrier bool) {
 		head := append([]string{title}, header[1:]...)
@@ -57,6 +77,12 @@ func RenderStatus(w io.Writer, st Status) error {
 			row := []string{"  " + e.Name, limit, fmtInt(e.Current), fmtPercent(e.Percent)}
 			if withCalls {
 				row = append(row, fmtCalls(e.ActiveCalls, e.MaxCalls))
+			}
+			if withTokens {
+				row = append(row, fmtTokens(e.Tokens, e.Burst, e.Current != nil))
+			}
+			if withWindows {
+				row = append(row, fmtWindows(e.Windows))
 			}
 			if carrier {
 				row = append(row, fmtInt(e.Queued), fmtSeconds(e.WaitSeconds), fmtSeconds(&e.MaxWaitSeconds), fmtState(e), fmtCPSPtr(e.EffectiveCPS))
@@ -83,6 +109,8 @@ func RenderStatus(w io.Writer, st Status) error {
 			pad := strings.Repeat(" ", widths[i]-utf8.RuneCountInString(c))
 			if i == 0 {
 				line.WriteString(c + pad) // names left-aligned
+			} else if header[i] == "WINDOWS" {
+				line.WriteString("  " + c + pad) // a list: left-aligned
 			} else {
 				line.WriteString("  " + pad + c) // figures right-aligned
 			}
@@ -215,6 +243,40 @@ func fmtCPSPtr(v *float64) string {
 		return "-"
 	}
 	return fmtCPS(*v)
+}
+
+// fmtTokens shows a token bucket's level as left/burst ("18/30"), "-/30"
+// when it could not be read, "" without a burst.
+func fmtTokens(tokens *int, burst int, read bool) string {
+	if burst <= 0 {
+		return ""
+	}
+	if tokens == nil || !read {
+		return "-/" + strconv.Itoa(burst)
+	}
+	return strconv.Itoa(*tokens) + "/" + strconv.Itoa(burst)
+}
+
+// fmtWindows shows the extra windows as "1m 412/600, 24h 9000/20000"
+// (calls in the window of its limit; "-" when unread).
+func fmtWindows(ws []WindowState) string {
+	parts := make([]string, len(ws))
+	for i, w := range ws {
+		parts[i] = fmtPer(w.PerSeconds) + " " + fmtInt(w.Current) + "/" + strconv.Itoa(w.Calls)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// fmtPer writes a window length compactly: 24h, 1m, 90s, 1.5s.
+func fmtPer(sec float64) string {
+	d := time.Duration(sec * float64(time.Second))
+	switch {
+	case d >= time.Hour && d%time.Hour == 0:
+		return strconv.FormatInt(int64(d/time.Hour), 10) + "h"
+	case d >= time.Minute && d%time.Minute == 0:
+		return strconv.FormatInt(int64(d/time.Minute), 10) + "m"
+	}
+	return d.String()
 }
 
 // fmtCalls shows active/max calls, "-" without max_calls.

@@ -262,21 +262,13 @@ func (s *server) buildStatus(ctx context.Context, cfg *config.Config) Status {
 	pol := policy.Of(cfg)
 
 	now := time.Now()
-	peerBuckets := make([]admission.Bucket, len(cfg.Peers))
+	peerBuckets := make([][]admission.Bucket, len(cfg.Peers))
 	for i := range cfg.Peers {
-		p := pol.Peer(&cfg.Peers[i])
-		cps, ov := s.override(cfg, limits.ScopePeer, p.Name, p.CPS, now)
-		peerBuckets[i] = p.Window(cps)
-		st.Peers[i] = windowEntry(p.Name, cps, peerBuckets[i])
-		st.Peers[i].Override = ov
+		st.Peers[i], peerBuckets[i] = s.scopeEntry(cfg, limits.ScopePeer, pol.Peer(&cfg.Peers[i]), cfg.Peers[i].Windows, now)
 	}
-	custBuckets := make([]admission.Bucket, len(cfg.Customers))
+	custBuckets := make([][]admission.Bucket, len(cfg.Customers))
 	for i := range cfg.Customers {
-		c := pol.Customer(&cfg.Customers[i])
-		cps, ov := s.override(cfg, limits.ScopeCustomer, c.Name, c.CPS, now)
-		custBuckets[i] = c.Window(cps)
-		st.Customers[i] = windowEntry(c.Name, cps, custBuckets[i])
-		st.Customers[i].Override = ov
+		st.Customers[i], custBuckets[i] = s.scopeEntry(cfg, limits.ScopeCustomer, pol.Customer(&cfg.Customers[i]), cfg.Customers[i].Windows, now)
 	}
 	if s.o.Counts != nil {
 		st.Errors = append(st.Errors, s.fillCounts(ctx, "peers", st.Peers, peerBuckets)...)
@@ -378,39 +370,96 @@ func (s *server) fillCalls(ctx context.Context, pol *policy.Policy, st *Status) 
 // override returns the cps in force for scope's name (configured cps, or
 // the live override's) and the override to show, if any.
 func (s *server) override(cfg *config.Config, scope, name string, cps float64, now time.Time) (float64, *LimitOverride) {
+	cps, _, ov := s.overrideBurst(cfg, scope, name, cps, 0, now)
+	return cps, ov
+}
+
+// overrideBurst is override for a peer or customer: the cps and burst in
+// force (an override without a burst keeps the configured one).
+func (s *server) overrideBurst(cfg *config.Config, scope, name string, cps float64, burst int, now time.Time) (float64, int, *LimitOverride) {
 	if s.o.Limits == nil {
-		return cps, nil
+		return cps, burst, nil
 	}
 	o, ok := s.o.Limits.Lookup(scope, name)
 	if !ok {
-		return cps, nil
+		return cps, burst, nil
+	}
+	if o.Burst != nil {
+		burst = *o.Burst
 	}
 	v := overrideView(cfg, o, now)
-	return o.CPS, &v
+	return o.CPS, burst, &v
 }
 
-// fillCounts reads the windows of buckets into entries in one store call.
-func (s *server) fillCounts(ctx context.Context, what string, entries []Entry, buckets []admission.Bucket) []string {
-	if len(buckets) == 0 {
+// scopeEntry builds the entry of a peer or customer at the limits in
+// force and returns the buckets admission decides it by (a token bucket
+// or the 1 s window, then each extra window), which fillCounts reads.
+func (s *server) scopeEntry(cfg *config.Config, scope string, sc *policy.Scoped, windows []config.Window, now time.Time) (Entry, []admission.Bucket) {
+	cps, burst, ov := s.overrideBurst(cfg, scope, sc.Name, sc.CPS, sc.Burst, now)
+	e := Entry{Name: sc.Name, LimitCPS: cps, Override: ov}
+	var bs []admission.Bucket
+	if cps > 0 {
+		bs = sc.Buckets(cps, burst)
+	} else {
+		bs = []admission.Bucket{sc.Window(cps)}
+	}
+	first := bs[0]
+	e.WindowLimit = float64(first.Limit)
+	if first.RateMicros > 0 {
+		e.Burst = burst
+	} else {
+		e.WindowSeconds = first.Window.Seconds()
+	}
+	for _, w := range windows {
+		e.Windows = append(e.Windows, WindowState{Calls: w.Calls, PerSeconds: w.Per.Seconds()})
+	}
+	if len(bs)-1 != len(e.Windows) {
+		bs = bs[:1] // not the configured windows: show none rather than wrong ones
+		e.Windows = nil
+	}
+	return e, bs
+}
+
+// fillCounts reads the buckets of every entry (buckets[i] are entries[i]'s,
+// its first bucket then its extra windows) in one store call.
+func (s *server) fillCounts(ctx context.Context, what string, entries []Entry, buckets [][]admission.Bucket) []string {
+	var all []admission.Bucket
+	for _, bs := range buckets {
+		all = append(all, bs...)
+	}
+	if len(all) == 0 {
 		return nil
 	}
-	counts, err := s.o.Counts.Counts(ctx, buckets)
-	if err == nil && len(counts) != len(buckets) {
+	counts, err := s.o.Counts.Counts(ctx, all)
+	if err == nil && len(counts) != len(all) {
 		err = errors.New("store returned a wrong number of counts")
 	}
 	if err != nil {
 		return []string{what + ": counts: " + err.Error()}
 	}
-	for i, n := range counts {
-		if n >= 0 {
-			entries[i].setCurrent(n)
+	for i, bs := range buckets {
+		e := &entries[i]
+		n, rest := counts[:len(bs)], counts[len(bs):]
+		counts = rest
+		if n[0] >= 0 {
+			e.setCurrent(n[0])
+			if e.Burst > 0 {
+				left := max(0, e.Burst-n[0])
+				e.Tokens = &left
+			}
+		}
+		for j := range e.Windows {
+			if c := n[j+1]; c >= 0 {
+				w := &e.Windows[j]
+				w.Current = &c
+				if w.Calls > 0 {
+					p := 100 * float64(c) / float64(w.Calls)
+					w.Percent = &p
+				}
+			}
 		}
 	}
 	return nil
-}
-
-func windowEntry(name string, cps float64, b admission.Bucket) Entry {
-	return Entry{Name: name, LimitCPS: cps, WindowLimit: float64(b.Limit), WindowSeconds: b.Window.Seconds()}
 }
 
 func (e *Entry) setCurrent(n int) {

@@ -668,3 +668,89 @@ func TestWritesNeedAToken(t *testing.T) {
 		}
 	}
 }
+
+// A scope with a burst shows its token bucket (tokens left of burst; its
+// current and percent count the tokens in use), and every extra window
+// shows the calls in it, read in the same Counts call as the scope's first
+// bucket, with the keys and sizes admission uses.
+func TestStatusBurstAndWindows(t *testing.T) {
+	cfg := testConfig()
+	cfg.Peers[0].CPS, cfg.Peers[0].Burst = 10, 30
+	cfg.Peers[0].Windows = []config.Window{{Calls: 600, Per: time.Minute}}
+	cfg.Customers[0].Windows = []config.Window{{Calls: 600, Per: time.Minute}, {Calls: 20000, Per: 24 * time.Hour}}
+	store := newFake()
+	store.counts["cpsguard:{peer:dialer-1}:tb"] = 12 // tokens in use
+	store.counts["cpsguard:{peer:dialer-1}:w60s"] = 412
+	store.counts["cpsguard:{customer:acme}:w60s"] = 300
+	store.counts["cpsguard:{customer:acme}:w86400s"] = 9000
+	h := New(Options{Config: func() *config.Config { return cfg }, Counts: store, Queue: store})
+	st := getStatus(t, h)
+
+	check := func(what string, got, want any) {
+		t.Helper()
+		gj, _ := json.Marshal(got)
+		wj, _ := json.Marshal(want)
+		if !bytes.Equal(gj, wj) {
+			t.Errorf("%s:\ngot  %s\nwant %s", what, gj, wj)
+		}
+	}
+	check("dialer-1", st.Peers[0], Entry{
+		Name: "dialer-1", LimitCPS: 10, WindowLimit: 30, WindowSeconds: 0, Current: intp(12), Percent: floatp(40),
+		Burst: 30, Tokens: intp(18),
+		Windows: []WindowState{{Calls: 600, PerSeconds: 60, Current: intp(412), Percent: floatp(100 * 412.0 / 600)}},
+	})
+	check("acme", st.Customers[0], Entry{
+		Name: "acme", LimitCPS: 20, WindowLimit: 20, WindowSeconds: 1.01, Current: intp(5), Percent: floatp(25),
+		Windows: []WindowState{
+			{Calls: 600, PerSeconds: 60, Current: intp(300), Percent: floatp(50)},
+			{Calls: 20000, PerSeconds: 86400, Current: intp(9000), Percent: floatp(45)},
+		},
+	})
+	// The buckets read are admission's: the token bucket replaces the 1 s
+	// window, then the windows, all of a scope group in one call.
+	if n := len(store.gotCounts); n != 2 {
+		t.Fatalf("Counts calls: got %d, want 2 (peers, customers)", n)
+	}
+	wantPeerBuckets := []admission.Bucket{
+		admission.TokenBucket("cpsguard:{peer:dialer-1}", 10, 30),
+		admission.WindowBucket("cpsguard:{peer:dialer-1}", 600, time.Minute),
+	}
+	if got := store.gotCounts[0][:2]; !slices.Equal(got, wantPeerBuckets) {
+		t.Errorf("buckets of dialer-1: got %+v, want %+v", got, wantPeerBuckets)
+	}
+
+	// A store that cannot be read leaves every figure null.
+	store.countErr = errors.New("redis: i/o timeout")
+	st = getStatus(t, h)
+	p := st.Peers[0]
+	if p.Tokens != nil || p.Current != nil || p.Windows[0].Current != nil || p.Windows[0].Percent != nil {
+		t.Errorf("dialer-1 after a store error: got %+v, want null figures", p)
+	}
+
+	// The table: a TOKENS column (left/burst) and a WINDOWS column.
+	st.Errors = nil
+	store.countErr = nil
+	st = getStatus(t, h)
+	st.ConfigHash, st.LoadedAt, st.Time = "sha256:0123456789abcdef", time.Date(2026, 11, 22, 2, 0, 0, 0, time.UTC), time.Time{}
+	var buf bytes.Buffer
+	if err := RenderStatus(&buf, st); err != nil {
+		t.Fatal(err)
+	}
+	want := `node node-1   store local   config 0123456789ab   loaded 2026-11-22 02:00:00Z
+
+PEERS        LIMIT  CURRENT     %  TOKENS  WINDOWS                     QUEUED   WAIT  MAX WAIT  STATE  EFFECTIVE
+  dialer-1      10       12   40%   18/30  1m 412/600
+  dialer-2     0.5        1  100%
+
+CUSTOMERS    LIMIT  CURRENT     %  TOKENS  WINDOWS                     QUEUED   WAIT  MAX WAIT  STATE  EFFECTIVE
+  acme          20        5   25%          1m 300/600, 24h 9000/20000
+
+CARRIERS     LIMIT  CURRENT     %  TOKENS  WINDOWS                     QUEUED   WAIT  MAX WAIT  STATE  EFFECTIVE
+  carrier-a     10        9   90%                                           4  404ms        2s      -          -
+  carrier-b      5        0    0%                                           0     0s        1s      -          -
+
+`
+	if got := buf.String(); got != want {
+		t.Errorf("RenderStatus:\ngot\n%s\nwant\n%s", got, want)
+	}
+}

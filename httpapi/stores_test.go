@@ -140,3 +140,53 @@ func TestStatusOnRedisShowsThePool(t *testing.T) {
 		t.Errorf("carrier-a wait: got %v, want in (2, 3.03] s", w)
 	}
 }
+
+// A burst and an extra window show what admission left in the real stores,
+// in-process and on Redis: the token bucket's level and the window's calls,
+// from the buckets the proxy admits with (policy).
+func TestStatusShowsTokensAndWindows(t *testing.T) {
+	srv := redistest.Start(t)
+	redisStore := func(t *testing.T) Counter {
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+		t.Cleanup(func() { c.Close() })
+		a := admission.NewRedisStore(c, admission.RedisOptions{})
+		if err := a.Load(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	for _, tc := range []struct {
+		name  string
+		store func(t *testing.T) Counter
+	}{
+		{"local", func(*testing.T) Counter { return admission.NewLocalStore(nil) }},
+		{"redis", redisStore},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig()
+			cfg.Store.KeyPrefix = "status-" + tc.name
+			// 0.01 cps: one token every 100 s, none refills during the test.
+			cfg.Peers[0].CPS, cfg.Peers[0].Burst = 0.01, 30
+			cfg.Peers[0].Windows = []config.Window{{Calls: 600, Per: time.Minute}}
+			st := tc.store(t)
+			adm := st.(admission.Store)
+			pe := policy.Of(cfg).Peer(&cfg.Peers[0])
+			for i := range 5 {
+				d, err := adm.Admit(context.Background(), fmt.Sprintf("call-%d", i), pe.Buckets(pe.CPS, pe.Burst))
+				if err != nil || !d.Admit {
+					t.Fatalf("admit %d: %+v, %v", i, d, err)
+				}
+			}
+			got := getStatus(t, New(Options{Config: func() *config.Config { return cfg }, Counts: st})).Peers[0]
+			if got.Burst != 30 || got.Tokens == nil || *got.Tokens != 25 {
+				t.Errorf("tokens: got %v of burst %d, want 25 of 30", got.Tokens, got.Burst)
+			}
+			if got.Current == nil || *got.Current != 5 {
+				t.Errorf("current (tokens in use): got %v, want 5", got.Current)
+			}
+			if len(got.Windows) != 1 || got.Windows[0].Current == nil || *got.Windows[0].Current != 5 || got.Windows[0].Calls != 600 {
+				t.Errorf("windows: got %+v, want one of 600 per 1m holding 5", got.Windows)
+			}
+		})
+	}
+}

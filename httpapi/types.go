@@ -70,14 +70,28 @@ type Entry struct {
 	// counted in: at most WindowLimit calls in any WindowSeconds (1 s and
 	// floor(cps) for cps >= 1; one call per 1/cps s below 1 cps; both include
 	// the admission guard). For carriers the window is 1 s and the limit cps.
+	// For a peer or customer with a burst, whose token bucket replaces the
+	// 1 s window, WindowLimit is the burst and WindowSeconds 0.
 	WindowLimit   float64 `json:"window_limit"`
 	WindowSeconds float64 `json:"window_seconds"`
 	// Current is the number of calls in the current window, read from the
-	// store; null when it could not be read (or, for carriers, when the store
-	// does not report sent calls).
+	// store (with a burst: the tokens in use, Burst - Tokens); null when it
+	// could not be read (or, for carriers, when the store does not report
+	// sent calls).
 	Current *int `json:"current"`
 	// Percent is 100 * Current / WindowLimit; null when Current is.
 	Percent *float64 `json:"percent"`
+	// Burst is the capacity of the token bucket of a peer or customer with
+	// a burst (the one in force: a live override's, else the configured);
+	// absent without one.
+	Burst int `json:"burst,omitempty"`
+	// Tokens is the token bucket's level: how many calls it would admit at
+	// once now. Absent without a burst, or when it could not be read.
+	Tokens *int `json:"tokens,omitempty"`
+	// Windows are the extra rolling windows of a peer or customer
+	// (windows: [{calls, per}]) with the calls in each now; absent when it
+	// has none.
+	Windows []WindowState `json:"windows,omitempty"`
 	// Queued is, for carriers, the number of calls holding a slot still in the
 	// future (waiting to be sent), pool-wide on Redis.
 	Queued *int `json:"queued,omitempty"`
@@ -105,6 +119,19 @@ type Entry struct {
 	// ActiveCalls is the pool's calls set up and not yet ended, read from
 	// the store; null without max_calls or when it could not be read.
 	ActiveCalls *int `json:"active_calls"`
+}
+
+// WindowState is one extra rolling window of a peer or customer: at most
+// Calls calls in any PerSeconds, Current of them now.
+type WindowState struct {
+	// Calls and PerSeconds are the configured window.
+	Calls      int     `json:"calls"`
+	PerSeconds float64 `json:"per_seconds"`
+	// Current is the calls in the window now, pool-wide on Redis; null
+	// when it could not be read.
+	Current *int `json:"current"`
+	// Percent is 100 * Current / Calls; null when Current is.
+	Percent *float64 `json:"percent"`
 }
 
 // LimitRequest is the JSON body of PUT /api/v1/limits/{scope}/{name}.

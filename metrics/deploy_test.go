@@ -247,6 +247,7 @@ func TestAlerts(t *testing.T) {
 		"CpsguardStoreFallback", "CpsguardStoreDown", "CpsguardQueueDelayNearMaxWait",
 		"CpsguardSustainedRejections", "CpsguardConfigReloadFailed", "CpsguardConfigDiffers", "CpsguardDuplicateNodeID",
 		"CpsguardCarrierDown", "CpsguardCarrierPushingBack",
+		"CpsguardOverloadShedding", "CpsguardMaxCallsRejections", "CpsguardPanics", "CpsguardStrangerFlood",
 	} {
 		if !slices.Contains(names, want) {
 			t.Errorf("alert %s: missing (have %v)", want, names)

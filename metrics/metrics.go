@@ -3,11 +3,18 @@
 // tests and several nodes in one process never collide. Label values come
 // only from configured names and small enums, never from SIP headers.
 //
+// Every counter and gauge shows its known series from the first scrape, at
+// 0: New starts the label values that do not depend on the configuration
+// (reload results, SIP error reasons, panic places, store scripts) and
+// SyncLimits those of every configured name, so no dashboard panel reads
+// "No data" and rate() and increase() see the first event of each.
+//
 // A *Metrics is safe for concurrent use. A nil *Metrics is not valid; use
 // New(prometheus.NewRegistry()) in tests.
 package metrics
 
 import (
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,6 +48,10 @@ const (
 	// OutcomeRejectedOverload: the node was deciding sip.max_inflight new
 	// calls already; the INVITE got 503 at once, statelessly.
 	OutcomeRejectedOverload = "rejected_overload"
+	// OutcomeRejectedDrain: the node was draining (SIGTERM, cpsguard drain):
+	// a new INVITE got 503, or a call still waiting for its pacing slot
+	// when sip.drain_grace ended did.
+	OutcomeRejectedDrain = "rejected_drain"
 
 	// Classes of cpsguard_carrier_responses_total besides "1xx" … "6xx".
 	ClassTimeout = "timeout"
@@ -92,7 +103,7 @@ const (
 var (
 	// Outcomes are the outcome labels of cpsguard_calls_total.
 	Outcomes = []string{OutcomeForwarded, OutcomeRejectedCPS, OutcomeRejectedQueue,
-		OutcomeRejectedForbidden, OutcomeRejectedStore, OutcomeRejectedDown, OutcomeRejectedOverload, OutcomeRejectedCalls, OutcomeCanceled}
+		OutcomeRejectedForbidden, OutcomeRejectedStore, OutcomeRejectedDown, OutcomeRejectedOverload, OutcomeRejectedCalls, OutcomeRejectedDrain, OutcomeCanceled}
 	// AdmissionResults are the result labels of cpsguard_admission_total.
 	AdmissionResults = []string{ResultAdmitted, ResultRejected, ResultShadowRejected}
 	// PacingResults are the result labels of cpsguard_pacing_total.
@@ -104,6 +115,41 @@ var (
 	RecordSinks = []string{SinkFile, SinkStdout, SinkSyslog}
 	// ReloadResults are the result labels of cpsguard_config_reloads_total.
 	ReloadResults = []string{ReloadSuccess, ReloadFailure}
+
+	// SIPErrorReasons are the reason labels of cpsguard_sip_errors_total,
+	// every one the sip package counts (TestKnownLabelValuesMatchTheCode
+	// reads them from its source). New starts each at 0.
+	SIPErrorReasons = []string{
+		"parse", "oversized", "malformed", "transaction", "params", "headers",
+		"source", "unknown_source", "bad_dialog_token", "wrong_leg", "reinvite_limit",
+		"cancel_source", "duplicate", "accept", "tcp_limit", "tcp_read", "read_queue_full",
+		"forged_response", "stateless_response", "stream", "no_via", "tls_name",
+		"dialog_ended", "dialog_rate",
+	}
+
+	// PanicPlaces are the where labels of cpsguard_panics_total: every
+	// place that recovers a panic (TestKnownLabelValuesMatchTheCode reads
+	// them from the source). New starts each at 0, so an alert on
+	// increase() sees a node's first panic.
+	PanicPlaces = []string{
+		"sip.invite", "sip.ack", "sip.cancel", "sip.other", "sip.screen",
+		"sip.read_filter", "sip.ingress.take", "sip.ingress.handle",
+		"sip.invite_retransmission", "sip.indialog_retransmission",
+		"sip.abandon", "sip.bye_ends", "sip.bye_timeout", "sip.events",
+		"sip.probe", "sip.prober", "sip.probe_done", "sip.back_pressure", "sip.evidence",
+		"sip.dialog_sync", "sip.rates", "sip.resolver", "sip.sweep",
+		"store.redis", "store.redis.dial", "store.heartbeat", "store.probe",
+		"lua.pipeline", "limits.refresh",
+	}
+
+	// StoreScripts are the script labels of cpsguard_store_errors_total:
+	// the Lua scripts' names (lua.Script*; TestKnownLabelValuesMatchTheCode
+	// checks). New starts each at 0 errors.
+	StoreScripts = []string{
+		"admit", "counts", "refund", "pace", "release", "queue", "pause", "evidence", "rate",
+		"heartbeat", "calls_occupy", "calls_free", "calls_refresh", "calls_count", "overrides",
+		"dialogs_ended", "live",
+	}
 )
 
 // Metrics holds the collectors.
@@ -227,11 +273,11 @@ func New(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Admission: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "admission_total",
-			Help: "Admission decisions per peer or customer bucket.",
+			Help: "Admission decisions per peer or customer bucket, by result: " + strings.Join(AdmissionResults, ", ") + " (over the limit, admitted because shadow: true).",
 		}, []string{"scope", "name", "result"}),
 		Calls: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "calls_total",
-			Help: "Initial INVITEs by outcome at the proxy.",
+			Help: "Initial INVITEs by how they ended at the proxy: " + strings.Join(Outcomes, ", ") + ".",
 		}, []string{"peer", "outcome"}),
 		PacingWait: f.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: Namespace, Name: "pacing_wait_seconds",
@@ -240,7 +286,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"carrier"}),
 		Pacing: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "pacing_total",
-			Help: "Slot reservations per carrier: paced (slot granted), full (wait over max_wait), late (slot missed, the next taken) or paused (carrier paused by its Retry-After).",
+			Help: "Slot reservations per carrier: paced (slot granted), full (wait over max_wait), late (slot given back: the node woke for it too late) or paused (carrier paused by its Retry-After).",
 		}, []string{"carrier", "result"}),
 		Queued: f.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "pacing_queued",
@@ -248,11 +294,11 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"carrier"}),
 		Reroutes: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "reroutes_total",
-			Help: "Calls moved past a carrier to the next of their route (reason: full, failed, down, calls_full, paused).",
+			Help: "Calls moved past a carrier to the next of their route, by reason: " + strings.Join(RerouteReasons, ", ") + ".",
 		}, []string{"carrier", "reason"}),
 		LimitCPS: f.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "limit_cps",
-			Help: "Configured calls-per-second limit.",
+			Help: "Calls-per-second limit in force: the configured one, or a live override's while it lasts.",
 		}, []string{"scope", "name"}),
 		ActiveCalls: f.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "active_calls",
@@ -268,7 +314,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"carrier"}),
 		StoreUp: f.NewGauge(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "store_up",
-			Help: "1 when the shared Redis store is in use, 0 when running on the fallback.",
+			Help: "1 when the shared Redis store is in use, 0 when running on the fallback (and when no Redis is configured).",
 		}),
 		RedisConfigured: f.NewGauge(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "store_redis_configured",
@@ -276,16 +322,16 @@ func New(reg prometheus.Registerer) *Metrics {
 		}),
 		StoreErrors: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "store_errors_total",
-			Help: "Store calls that failed (error or timeout).",
+			Help: "Store calls that failed (error or store.redis.timeout), by script.",
 		}, []string{"script"}),
 		StoreDuration: f.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: Namespace, Name: "store_duration_seconds",
-			Help:    "Duration of store calls.",
+			Help:    "Duration of store calls (the Redis round trip of a script), by script.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25},
 		}, []string{"script"}),
 		ConfigReloads: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "config_reloads_total",
-			Help: "Configuration reloads by result (success, failure).",
+			Help: "Configuration reloads (SIGHUP, file change, API) by result: " + strings.Join(ReloadResults, ", ") + ".",
 		}, []string{"result"}),
 		ConfigLastReloadOK: f.NewGauge(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "config_last_reload_successful",
@@ -293,7 +339,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}),
 		SIPErrors: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "sip_errors_total",
-			Help: "SIP messages the proxy could not use, by reason.",
+			Help: "SIP messages the proxy could not use, by reason: " + strings.Join(SIPErrorReasons, ", ") + ".",
 		}, []string{"reason"}),
 		CarrierResponses: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "carrier_responses_total",
@@ -330,7 +376,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"config_hash"}),
 		Panics: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "panics_total",
-			Help: "Panics recovered in handlers and goroutines (the process went on), by place.",
+			Help: "Panics recovered in handlers and goroutines (the process went on), by place (where).",
 		}, []string{"where"}),
 		RecordsWritten: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "records_written_total",
@@ -348,6 +394,15 @@ func New(reg prometheus.Registerer) *Metrics {
 	// configured names' ones in SyncLimits.
 	for _, r := range ReloadResults {
 		m.ConfigReloads.WithLabelValues(r)
+	}
+	for _, r := range SIPErrorReasons {
+		m.SIPErrors.WithLabelValues(r)
+	}
+	for _, w := range PanicPlaces {
+		m.Panics.WithLabelValues(w)
+	}
+	for _, sc := range StoreScripts {
+		m.StoreErrors.WithLabelValues(sc)
 	}
 	m.Calls.WithLabelValues(PeerUnknown, OutcomeRejectedForbidden)
 	for _, s := range RecordSinks {

@@ -6,6 +6,7 @@ import (
 	"go/parser"
 	"go/token"
 	"reflect"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -228,6 +229,7 @@ func TestSyncLimits(t *testing.T) {
 			"outcome=rejected_calls,peer=p1", "outcome=rejected_calls,peer=p3",
 			"outcome=rejected_cps,peer=p1", "outcome=rejected_cps,peer=p3",
 			"outcome=rejected_down,peer=p1", "outcome=rejected_down,peer=p3",
+			"outcome=rejected_drain,peer=p1", "outcome=rejected_drain,peer=p3",
 			"outcome=rejected_forbidden,peer=p1", "outcome=rejected_forbidden,peer=p3", "outcome=rejected_forbidden,peer=unknown",
 			"outcome=rejected_overload,peer=p1", "outcome=rejected_overload,peer=p3",
 			"outcome=rejected_queue,peer=p1", "outcome=rejected_queue,peer=p3",
@@ -462,5 +464,99 @@ func TestSyncLimitsOverrideWins(t *testing.T) {
 	m.SyncLimits(cfg)
 	if got := testutil.ToFloat64(m.LimitCPS.WithLabelValues(ScopePeer, "p2")); got != cfg.Peers[1].CPS {
 		t.Errorf("limit of peer p2 after its override ended: got %v, want the configured %v", got, cfg.Peers[1].CPS)
+	}
+}
+
+// DESIGN.md round 3 names the drain's refusals rejected_drain; its series
+// exist from start like every outcome's.
+func TestRejectedDrainOutcome(t *testing.T) {
+	if OutcomeRejectedDrain != "rejected_drain" {
+		t.Errorf("OutcomeRejectedDrain = %q, want rejected_drain (DESIGN.md, round 3)", OutcomeRejectedDrain)
+	}
+	m := New(prometheus.NewRegistry())
+	m.SyncLimits(cfgWith([]string{"p1"}, nil, nil))
+	if n := testutil.CollectAndCount(m.Calls, "cpsguard_calls_total"); n != len(Outcomes)+1 {
+		t.Errorf("calls_total: %d series, want %d", n, len(Outcomes)+1)
+	}
+	if !slices.Contains(Outcomes, OutcomeRejectedDrain) {
+		t.Errorf("Outcomes %v: no rejected_drain", Outcomes)
+	}
+}
+
+// Every counter and gauge has its known series from the start, before any
+// event (TestKnownSeriesStartAtZero counts the configured names'): a
+// family that appears only with its first event shows "No data" on the
+// dashboard until then, and rate() and increase() miss that first event.
+// The one exception in a live node is cpsguard_store_duration_seconds: a histogram with
+// no store call has no latency to show, and 14 scripts × 13 buckets of
+// zeros would cost more than they tell.
+func TestEveryCounterAndGaugeHasSeriesFromStart(t *testing.T) {
+	m := New(prometheus.NewRegistry())
+	m.SyncLimits(cfgWith([]string{"p1"}, []string{"c1"}, []string{"k1"}))
+	for name, c := range fieldCollectors(t, m) {
+		switch name {
+		case "StoreDuration":
+			continue
+		case "BuildInfo", "CarrierUp", "EffectiveCPS":
+			// Set at start by their owners, with values only they know: the
+			// build (SetBuildInfo), each carrier's health and paced rate (the
+			// sip proxy). cmd/cpsguard's TestFirstScrapeHasEveryFamily sees
+			// them in a live node's first scrape.
+			continue
+		}
+		if n := testutil.CollectAndCount(c); n == 0 {
+			t.Errorf("%s: no series after New and SyncLimits: it reads No data until its first event", name)
+		}
+	}
+	for _, tc := range []struct {
+		c    prometheus.Collector
+		name string
+		want int
+	}{
+		{m.SIPErrors, "cpsguard_sip_errors_total", len(SIPErrorReasons)},
+		{m.Panics, "cpsguard_panics_total", len(PanicPlaces)},
+		{m.StoreErrors, "cpsguard_store_errors_total", len(StoreScripts)},
+	} {
+		if got := testutil.CollectAndCount(tc.c, tc.name); got != tc.want {
+			t.Errorf("%s: %d series at start, want %d (one per known label value)", tc.name, got, tc.want)
+		}
+	}
+}
+
+// The HELP of a metric with an enum label names every value of it, so
+// `curl /metrics` explains what it shows and no value is left out of the
+// text when one is added.
+func TestHelpNamesEveryKnownValue(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := New(reg)
+	touchAll(m)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	help := map[string]string{}
+	for _, mf := range mfs {
+		help[mf.GetName()] = mf.GetHelp()
+	}
+	for name, values := range map[string][]string{
+		"cpsguard_calls_total":             Outcomes,
+		"cpsguard_admission_total":         AdmissionResults,
+		"cpsguard_pacing_total":            PacingResults,
+		"cpsguard_reroutes_total":          RerouteReasons,
+		"cpsguard_config_reloads_total":    ReloadResults,
+		"cpsguard_sip_errors_total":        SIPErrorReasons,
+		"cpsguard_carrier_probes_total":    {ProbeOK, ProbeFailed},
+		"cpsguard_carrier_responses_total": {"1xx", "6xx", ClassTimeout},
+	} {
+		h, ok := help[name]
+		if !ok {
+			t.Errorf("%s: not gathered", name)
+			continue
+		}
+		for _, v := range values {
+			if !regexp.MustCompile(`\b` + regexp.QuoteMeta(v) + `\b`).MatchString(h) {
+				t.Errorf("%s: HELP %q does not name %q", name, h, v)
+			}
+		}
 	}
 }

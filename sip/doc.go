@@ -237,16 +237,24 @@
 // transaction can be formed) and counted in cpsguard_sip_errors_total with
 // reason parse, oversized, malformed, transaction, source, unknown_source,
 // bad_dialog_token, wrong_leg, dialog_ended, dialog_rate, reinvite_limit,
-// cancel_source, duplicate, tcp_limit, tls_name (a TLS next hop whose
-// certificate does not name it), read_queue_full, params, headers,
-// stream (a TCP stream that cannot be framed), no_via (a relayed response
-// with no Via left for the sender), forged_response (a response with the proxy's stateless Via
-// whose branch does not verify) or stateless_response (one that cannot be
-// relayed statelessly: not over UDP, no Via below the proxy's, no IP); they never stop the proxy. A panic in a handler, the screen or
+// cancel_source, duplicate, params, headers, stream (a TCP stream that
+// cannot be framed), accept, tcp_limit, tcp_read (a TCP connection's read
+// failed other than by its idle timeout), tls_name (a TLS next hop whose
+// certificate does not name it), read_queue_full, no_via (a relayed
+// response with no Via left for the sender), forged_response (a response
+// with the proxy's stateless Via whose branch does not verify) or
+// stateless_response (one that cannot be relayed statelessly: not over
+// UDP, no Via below the proxy's, no IP); they never stop the proxy. sipgo's
+// own logs, its package logger's included (log.go), go through the
+// proxy's handler with these counts, at Debug for anything a healthy node
+// does (a parse failure, an idle SIP/TCP connection closed, sipgo's
+// connection bookkeeping). A panic in a handler, the screen or
 // a goroutine of the package is recovered, logged once with its stack and
 // counted in cpsguard_panics_total{where}. On shutdown Serve drains:
 // new INVITEs get 503, calls in progress get sip.drain_grace (5 s by
-// default) to finish, then the rest are cancelled. Every call ends: the handler goroutine returns on the
+// default) to finish, then the rest are cancelled; a call refused by the
+// drain (a new INVITE, or one still waiting for its pacing slot) is
+// outcome rejected_drain, never rejected_queue. Every call ends: the handler goroutine returns on the
 // final response, on a carrier timeout (the carrier's setup_timeout, 2 s by
 // default, without ringing; 3 min of ringing)
 // or on shutdown, and sipgo's transactions end on their RFC 3261 timers.

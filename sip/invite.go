@@ -170,7 +170,7 @@ func (c *call) run() {
 		return
 	}
 	if p.draining.Load() {
-		c.refuse(metrics.OutcomeRejectedQueue, reasonDraining)
+		c.refuse(metrics.OutcomeRejectedDrain, reasonDraining)
 		c.respond(sipmsg.StatusServiceUnavailable, "Service Unavailable")
 		return
 	}
@@ -496,7 +496,7 @@ func (c *call) stopped(forwarded bool) {
 		return
 	}
 	if !forwarded {
-		c.refuse(metrics.OutcomeRejectedQueue, reasonDraining)
+		c.refuse(metrics.OutcomeRejectedDrain, reasonDraining)
 	}
 	c.respond(sipmsg.StatusServiceUnavailable, "Service Unavailable")
 }

@@ -216,7 +216,10 @@ type Proxy struct {
 	// runs its refresher.
 	ownCalls *callplaces.Tracker
 	m        *metrics.Metrics
-	log      *slog.Logger
+	// unrouteLog stops sipgo's package logger (sipgoDefault) from routing
+	// to this proxy's handler; Serve calls it when it returns.
+	unrouteLog func()
+	log        *slog.Logger
 
 	ua  *sipgo.UserAgent
 	srv *sipgo.Server
@@ -376,6 +379,7 @@ func New(opts Options) (*Proxy, error) {
 	p.keys = keys
 
 	sipLog := slog.New(&sipgoHandler{inner: opts.Logger.Handler(), errs: p.m.SIPErrors}).With("component", "sipgo")
+	p.unrouteLog = sipgoDefault.route(sipLog.Handler())
 	parser := sipmsg.NewParser()
 	parser.MaxMessageLength = MaxMessageSize
 	p.parser = parser
@@ -463,6 +467,7 @@ func (p *Proxy) Serve(ctx context.Context) error {
 	if !p.serving.CompareAndSwap(false, true) {
 		return errors.New("sip: Serve called twice")
 	}
+	defer p.unrouteLog()
 	cfg := p.cfg()
 	if cfg == nil {
 		return errors.New("sip: no configuration")

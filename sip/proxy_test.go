@@ -1858,3 +1858,62 @@ func TestRetryAfterBlocksTheCarrier(t *testing.T) {
 		t.Errorf("Retry-After 9999999999: got %v %v, want the cap %v (no overflow into a negative span)", got, ok, maxRetryAfter)
 	}
 }
+
+// Calls refused because the node drains count as rejected_drain, not as
+// rejected_queue ("no carrier slot"), so the alert on the latter does not
+// fire on every rolling restart: an INVITE that arrives while the node
+// drains, and a call still waiting for its pacing slot when the drain
+// grace ends.
+func TestDrainRefusalsCountAsDrain(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	adm, pacer := newFakes()
+	pacer.wait = 30 * time.Second // the slot is far off: the call waits
+	carrier := carrierCfg("a", car)
+	carrier.MaxWait = time.Minute
+	cfg := testConfig(carrier)
+	cfg.SIP.DrainGrace = 300 * time.Millisecond
+	m := metrics.New(prometheus.NewRegistry())
+	p, err := New(Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer, Metrics: m, Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Serve(ctx) }()
+	<-p.Ready()
+	addr := strings.TrimPrefix(p.Addrs()[0], "udp://")
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	tx, err := caller.Transaction(ctxT(t, 10*time.Second), caller.Invite(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Terminate()
+	waitFor(t, func() bool { r, _ := pacer.counts(); return r == 1 }, "the call waiting for its slot")
+	cancel()
+	waitFor(t, p.draining.Load, "draining")
+	if late := caller.Final(ctxT(t, 5*time.Second), caller.Invite(addr)); late == nil || late.StatusCode != 503 {
+		t.Errorf("INVITE while draining: %v, want 503", late)
+	}
+	if res := finalOf(ctxT(t, 5*time.Second), tx); res == nil || res.StatusCode != 503 {
+		t.Errorf("call waiting for its slot past the drain grace: final %v, want 503", res)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Serve = %v, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return after the drain")
+	}
+	for _, tc := range []struct {
+		outcome string
+		want    float64
+	}{{metrics.OutcomeRejectedDrain, 2}, {metrics.OutcomeRejectedQueue, 0}} {
+		if got := testutil.ToFloat64(m.Calls.WithLabelValues("dialer-1", tc.outcome)); got != tc.want {
+			t.Errorf("calls_total{outcome=%q}: got %v, want %v", tc.outcome, got, tc.want)
+		}
+	}
+	if car.Count("INVITE") != 0 {
+		t.Errorf("carrier got %d INVITEs, want 0 (the call never had its slot)", car.Count("INVITE"))
+	}
+}

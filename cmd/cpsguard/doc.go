@@ -8,7 +8,8 @@
 //	cpsguard check   [--config FILE] [--quiet]
 //	                                   validate; print a summary and warnings (exit 0) or every error (exit 1)
 //	cpsguard status  [--addr URL | --config FILE] [--watch]
-//	                                   a running node's limits, windows and queues
+//	                                   a running node's limits, windows (the 1 s window,
+//	                                   a burst's tokens, the extra windows) and queues
 //	cpsguard probe   [--addr URL | --config FILE] [--timeout D]
 //	                                   exit 0 when the node's /readyz answers 200, else 1
 //	cpsguard drain   [--addr URL | --config FILE] [--token T] [--timeout D]

@@ -230,14 +230,14 @@ func TestCheckWarns(t *testing.T) {
 			t.Errorf("check output lacks %q:\n%s", want, r.stdout)
 		}
 	}
-	// The README shows these lines exactly as the binary prints them.
-	readme, err := os.ReadFile("../../README.md")
+	// docs/api.md shows these lines exactly as the binary prints them.
+	doc, err := os.ReadFile("../../docs/api.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
-		if strings.HasPrefix(line, "warning: ") && !strings.Contains(string(readme), "\n  "+line+"\n") {
-			t.Errorf("README.md does not show the warning as printed:\n%s", line)
+		if strings.HasPrefix(line, "warning: ") && !strings.Contains(string(doc), "\n"+line+"\n") {
+			t.Errorf("docs/api.md does not show the warning as printed:\n%s", line)
 		}
 	}
 

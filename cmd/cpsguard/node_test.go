@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -40,7 +42,7 @@ func startNodeEdit(t *testing.T, edit func([]byte) []byte, env ...string) (httpA
 		data = edit(data)
 	}
 	httpAddr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	data = bytes.Replace(data, []byte("listen: 127.0.0.1:9090"), []byte("listen: "+httpAddr), 1)
+	data = bytes.Replace(data, []byte("listen: 127.0.0.1:9060"), []byte("listen: "+httpAddr), 1)
 	if !bytes.Contains(data, []byte(httpAddr)) {
 		t.Fatal("example configuration: http.listen line not found")
 	}
@@ -118,5 +120,43 @@ func TestProbeAndStatusFindTheNode(t *testing.T) {
 				t.Errorf("status: exit %d, stdout %q, stderr %q; want 0 and the table", r.code, r.stdout, r.stderr)
 			}
 		})
+	}
+}
+
+// `cpsguard status` shows a burst's token level and the extra windows of
+// a live node: the example's dialer-2 (burst 10, 200 calls a minute) after
+// one call it placed.
+func TestStatusShowsTokensAndWindows(t *testing.T) {
+	sipPort := freePort(t)
+	_, cfgPath := startNodeEnv(t, fmt.Sprintf("CPSGUARD_SIP_LISTEN=udp://127.0.0.1:%d", sipPort))
+	waitFor(t, "the node to be ready", func() bool { return cpsguard(t, nil, "probe", "--config", cfgPath).code == 0 })
+
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	local := conn.LocalAddr().String()
+	invite := "INVITE sip:18005550100@127.0.0.1 SIP/2.0\r\n" +
+		"Via: SIP/2.0/UDP " + local + ";branch=z9hG4bK-status-1;rport\r\n" +
+		"Max-Forwards: 70\r\nFrom: <sip:dialer@127.0.0.2>;tag=a1\r\nTo: <sip:18005550100@127.0.0.1>\r\n" +
+		"Call-ID: status-1@127.0.0.2\r\nCSeq: 1 INVITE\r\nContact: <sip:dialer@" + local + ">\r\nContent-Length: 0\r\n\r\n"
+	if _, err := conn.WriteToUDP([]byte(invite), &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: sipPort}); err != nil {
+		t.Fatal(err)
+	}
+	var out string
+	waitFor(t, "the call in dialer-2's minute window", func() bool {
+		r := cpsguard(t, nil, "status", "--config", cfgPath)
+		out = r.stdout
+		return r.code == 0 && strings.Contains(out, "1m 1/200")
+	})
+	var row string
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "  dialer-2 ") {
+			row = line
+		}
+	}
+	if !strings.Contains(out, "TOKENS") || !regexp.MustCompile(` (9|10)/10 `).MatchString(row) {
+		t.Errorf("status: want a TOKENS column with dialer-2 at 9 or 10 of 10 tokens (refilled at 5 a second), got\n%s", out)
 	}
 }

@@ -30,7 +30,8 @@ func runStatus(args []string) int {
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "usage: cpsguard status [--addr URL | --config FILE] [--watch]\n\n"+
 			"Shows every peer, customer and carrier with its limit, the calls in its\n"+
-			"current window (pool-wide on Redis), queued calls and wait.\n\n")
+			"current window (pool-wide on Redis), a burst's tokens left, the calls in\n"+
+			"each extra window, live calls of max_calls, queued calls and wait.\n\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
