@@ -160,12 +160,12 @@ func (p *Proxy) prepareInDialog(req *sipmsg.Request, count bool) (inDialogHop, i
 		}
 		return inDialogHop{}, sipmsg.StatusCallTransactionDoesNotExists
 	}
-	from := hop.legs.peer
-	hop.to = hop.legs.carrier
+	from := hop.legs.Peer
+	hop.to = hop.legs.Carrier
 	if hop.dir == fromCarrier {
-		from, hop.to = hop.legs.carrier, hop.legs.peer
+		from, hop.to = hop.legs.Carrier, hop.legs.Peer
 	}
-	if src.Addr().Unmap() != from.addr.Addr() || (req.Transport() == "UDP" && src.Port() != from.addr.Port()) {
+	if src.Addr().Unmap() != from.Addr.Addr() || (req.Transport() == "UDP" && src.Port() != from.Addr.Port()) {
 		return refuse("wrong_leg")
 	}
 	if mf := req.MaxForwards(); mf != nil && mf.Val() < 2 {
@@ -175,12 +175,12 @@ func (p *Proxy) prepareInDialog(req *sipmsg.Request, count bool) (inDialogHop, i
 	if hop.dir == fromCarrier {
 		callerTag, calleeTag = toTag, fromTag
 	}
-	hop.key, hop.callee = callKeyOf(id, callerTag, hop.legs.peer.addr), calleeTag
+	hop.key, hop.callee = callKeyOf(id, callerTag, hop.legs.Peer.Addr), calleeTag
 	decMaxForwards(out)
-	tp := hop.to.transport()
-	lo := addVia(p, out, tp, hop.to.addr.Addr())
+	tp := hop.to.Name()
+	lo := addVia(p, out, tp, hop.to.Addr.Addr())
 	out.SetTransport(tp)
-	out.SetDestination(hop.to.addr.String())
+	out.SetDestination(hop.to.Addr.String())
 	out.Laddr = lo.laddr
 	hop.out = out
 	p.sawInDialog(req, hop)
@@ -300,7 +300,7 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 		// comes.
 		l.setup = ringTimeout
 	}
-	err := l.send(target{host: hop.to.addr.Addr().String(), port: int(hop.to.addr.Port()), transport: hop.to.transport()})
+	err := l.send(target{host: hop.to.Addr.Addr().String(), port: int(hop.to.Addr.Port()), transport: hop.to.Name()})
 	if err != nil {
 		p.log.Debug("in-dialog forward failed", "method", string(req.Method), "call_id", callID(req), "error", err)
 		p.answer(req, tx, sipmsg.StatusServiceUnavailable, "Service Unavailable")

@@ -34,7 +34,7 @@ func BenchmarkInDialogCheck(b *testing.B) {
 	p := h.p
 	const dialogs = 256
 	peer := netip.MustParseAddrPort("127.0.0.2:5061")
-	legs := dialogLegs{peer: leg{addr: peer}, carrier: leg{addr: netip.MustParseAddrPort("127.0.0.1:5070")}}
+	legs := dialogLegs{Peer: leg{Addr: peer}, Carrier: leg{Addr: netip.MustParseAddrPort("127.0.0.1:5070")}}
 	reqs := make([]*sipmsg.Request, dialogs)
 	for i := range reqs {
 		id := "bench-dialog-" + strconv.Itoa(i)
@@ -90,7 +90,7 @@ func BenchmarkInDialogPieces(b *testing.B) {
 		b.Fatal(err)
 	}
 	peer := netip.MustParseAddrPort("127.0.0.2:5061")
-	legs := dialogLegs{peer: leg{addr: peer}, carrier: leg{addr: netip.MustParseAddrPort("127.0.0.1:5070")}}
+	legs := dialogLegs{Peer: leg{Addr: peer}, Carrier: leg{Addr: netip.MustParseAddrPort("127.0.0.1:5070")}}
 	tok := mustMint(b, d, cfg, legs, "bench-dialog-1", "ftag1")
 	b.Run("verify", func(b *testing.B) {
 		b.ReportAllocs()

@@ -588,8 +588,8 @@ func (c *call) forward(car *config.Carrier, ticket pacing.Ticket, probe string) 
 	if c.cfg.SIP.RecordRoute {
 		src, _ := netip.ParseAddrPort(c.req.Source())
 		legs := dialogLegs{
-			peer:    leg{addr: netip.AddrPortFrom(src.Addr().Unmap(), src.Port()), tp: legTransportOf(c.req.Transport())},
-			carrier: leg{addr: dest, tp: legTransportOf(target.transport)},
+			Peer:    leg{Addr: netip.AddrPortFrom(src.Addr().Unmap(), src.Port()), Proto: legTransportOf(c.req.Transport())},
+			Carrier: leg{Addr: dest, Proto: legTransportOf(target.transport)},
 		}
 		// The current snapshot, not the call's: a call admitted before a
 		// reload that changed sip.dialog_secret must not turn the keys back.
@@ -604,7 +604,7 @@ func (c *call) forward(car *config.Carrier, ticket pacing.Ticket, probe string) 
 	// Tracked and bound before the INVITE leaves: a BYE that races the
 	// 2xx (the carrier's, or a caller's right after it) finds the call.
 	c.track(car.Name)
-	hooks.dest = leg{addr: dest, tp: legTransportOf(target.transport)}
+	hooks.dest = leg{Addr: dest, Proto: legTransportOf(target.transport)}
 	// The carrier has car.Setup() to answer with a provisional response
 	// above 100 (a 100 Trying alone does not count: a carrier that takes
 	// calls and never rings them is as good as down), then the ring timer.

@@ -1408,8 +1408,8 @@ func TestAckWithoutHopsIsDropped(t *testing.T) {
 	adm, pacer := newFakes()
 	h := startProxy(t, testConfig(config.Carrier{Name: "raw", URI: "sip:" + car, CPS: 100, MaxWait: time.Second}), adm, pacer)
 	ack := func(callID string, mf int) *sipmsg.Request {
-		tok := mustMint(t, h.p.keys, h.p.cfg(), dialogLegs{peer: leg{addr: netip.MustParseAddrPort("127.0.0.2:5061")},
-			carrier: leg{addr: netip.MustParseAddrPort(car)}}, callID, "1")
+		tok := mustMint(t, h.p.keys, h.p.cfg(), dialogLegs{Peer: leg{Addr: netip.MustParseAddrPort("127.0.0.2:5061")},
+			Carrier: leg{Addr: netip.MustParseAddrPort(car)}}, callID, "1")
 		msg, err := sipmsg.ParseMessage([]byte("ACK sip:carrier@" + car + " SIP/2.0\r\n" +
 			"Via: SIP/2.0/UDP 127.0.0.2:5061;branch=z9hG4bK-" + callID + "\r\n" +
 			"Route: <sip:" + h.udp + ";lr;cg=" + tok + ">\r\n" +

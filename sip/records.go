@@ -185,7 +185,7 @@ func (c *call) keepAnswered(ok *sipmsg.Response, dest leg) {
 	}
 	src, _ := netip.ParseAddrPort(c.req.Source())
 	d := dialogState{
-		peer:    leg{addr: netip.AddrPortFrom(src.Addr().Unmap(), src.Port()), tp: legTransportOf(c.req.Transport())},
+		peer:    leg{Addr: netip.AddrPortFrom(src.Addr().Unmap(), src.Port()), Proto: legTransportOf(c.req.Transport())},
 		carrier: dest,
 		callID:  callID(c.req),
 	}
@@ -342,8 +342,8 @@ func (p *Proxy) byeLeg(d dialogState, toCaller bool) {
 		seq = d.callerSeq + 1
 	}
 	bye := sipmsg.NewRequest(sipmsg.BYE, *ruri.Clone())
-	tp := dest.transport()
-	addVia(p, bye, tp, dest.addr.Addr())
+	tp := dest.Name()
+	addVia(p, bye, tp, dest.Addr.Addr())
 	for _, r := range routes {
 		bye.AppendHeader(sipmsg.NewHeader("Route", r))
 	}
@@ -357,9 +357,9 @@ func (p *Proxy) byeLeg(d dialogState, toCaller bool) {
 	bye.AppendHeader(sipmsg.NewHeader("Reason", `SIP;cause=200;text="Ended by the operator"`))
 	bye.SetBody(nil)
 	bye.SetTransport(tp)
-	bye.SetDestination(dest.addr.String())
-	bye.Laddr = p.localFor(tp, dest.addr.Addr()).laddr
-	ctx, cancel := requestCtx(target{host: dest.addr.Addr().String(), port: int(dest.addr.Port()), transport: tp})
+	bye.SetDestination(dest.Addr.String())
+	bye.Laddr = p.localFor(tp, dest.Addr.Addr()).laddr
+	ctx, cancel := requestCtx(target{host: dest.Addr.Addr().String(), port: int(dest.Addr.Port()), transport: tp})
 	defer cancel()
 	tx, err := p.tl.Request(ctx, bye)
 	if err != nil {

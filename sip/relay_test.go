@@ -148,8 +148,8 @@ func TestForwardingLeavesTheReceivedRequestUnchanged(t *testing.T) {
 	})
 
 	t.Run("BYE", func(t *testing.T) {
-		legs := dialogLegs{peer: leg{addr: netip.MustParseAddrPort("127.0.0.2:5070")},
-			carrier: leg{addr: netip.MustParseAddrPort("127.0.0.9:5080")}}
+		legs := dialogLegs{Peer: leg{Addr: netip.MustParseAddrPort("127.0.0.2:5070")},
+			Carrier: leg{Addr: netip.MustParseAddrPort("127.0.0.9:5080")}}
 		tok := mustMint(t, h.p.keys, h.p.cfg(), legs, "copy-test", "f1")
 		raw := "BYE sip:b@198.51.100.1:5999 SIP/2.0\n" +
 			"Via: SIP/2.0/UDP 127.0.0.2:5070;branch=z9hG4bK-bye;rport\n" +

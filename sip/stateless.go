@@ -113,7 +113,7 @@ func (p *Proxy) screenInDialog(cfg *config.Config, req *sipmsg.Request) bool {
 		}
 		return true
 	}
-	if hop.to.stream() || !hop.to.addr.Addr().IsValid() {
+	if hop.to.Stream() || !hop.to.Addr.Addr().IsValid() {
 		return false // a TCP or TLS write may block: the stateful path sends it
 	}
 	out := hop.out
@@ -130,7 +130,7 @@ func (p *Proxy) screenInDialog(cfg *config.Config, req *sipmsg.Request) bool {
 	if hop.dir == fromCarrier {
 		flags |= branchFromCarrier
 	}
-	own.Params.Add("branch", p.statelessBranch(cfg, up, out, hop.to.addr.Addr(), flags, hop.key))
+	own.Params.Add("branch", p.statelessBranch(cfg, up, out, hop.to.Addr.Addr(), flags, hop.key))
 	err = p.tp.WriteMsg(out)
 	if req.Method == sipmsg.BYE && err == nil {
 		// The call ends on the far leg's answer (relayStatelessResponse)
@@ -168,7 +168,7 @@ func (p *Proxy) screenAck(req *sipmsg.Request) bool {
 		return false
 	}
 	hop, code := p.prepareInDialog(req, false)
-	if code != 0 || hop.to.stream() || !hop.to.addr.Addr().IsValid() {
+	if code != 0 || hop.to.Stream() || !hop.to.Addr.Addr().IsValid() {
 		return false
 	}
 	if p.admitInDialog(&hop, false, callID(req)) != 0 {
@@ -315,7 +315,7 @@ const statelessBranchBytes = 1 + len(callKey{}) + statelessMACBytes
 func statelessMACOf(k *tokenKey, in []byte, flags byte, key callKey, id string) (sum [sha256.Size]byte) {
 	in = append(in, flags)
 	in = append(in, key[:]...)
-	k.sum(&sum, in, id, "")
+	k.Sum(&sum, in, id, "")
 	return sum
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/siptest"
 	"github.com/cpsguard/cpsguard/metrics"
+	"github.com/cpsguard/cpsguard/sip/internal/dialogtoken"
 )
 
 // tokenOf returns the dialog token in the proxy's Record-Route of res.
@@ -215,8 +216,8 @@ func TestDialogTokensSharedSecret(t *testing.T) {
 		}
 		return k
 	}
-	legs := dialogLegs{peer: leg{addr: netip.MustParseAddrPort("127.0.0.2:5061")},
-		carrier: leg{addr: netip.MustParseAddrPort("[2001:db8::5]:5070"), tp: legTCP}}
+	legs := dialogLegs{Peer: leg{Addr: netip.MustParseAddrPort("127.0.0.2:5061")},
+		Carrier: leg{Addr: netip.MustParseAddrPort("[2001:db8::5]:5070"), Proto: legTCP}}
 	a, b := newKeys(shared), newKeys(shared)
 	tok := mustMint(t, a, shared, legs, "call-1@host", "ftag")
 	got, dir, st := b.verify(shared, tok, "call-1@host", "ftag", "ttag")
@@ -258,10 +259,10 @@ func TestDialogTokensSharedSecret(t *testing.T) {
 // the secret over them, 0, the Call-ID, 0 and the From tag.
 func v2Token(secret string, legs dialogLegs, callID, ftag string) string {
 	p := []byte{2, 0}
-	p = appendLeg(p, legs.peer)
-	p = appendLeg(p, legs.carrier)
+	p = dialogtoken.AppendLeg(p, legs.Peer)
+	p = dialogtoken.AppendLeg(p, legs.Carrier)
 	var sum [sha256.Size]byte
-	newTokenKey([]byte(secret)).sum(&sum, p, callID, ftag)
+	dialogtoken.NewKey([]byte(secret)).Sum(&sum, p, callID, ftag)
 	return base64.RawURLEncoding.EncodeToString(append(p, sum[:12]...))
 }
 
@@ -299,7 +300,7 @@ func TestTokenIsSealed(t *testing.T) {
 		t.Errorf("token of %d characters, want at most 96 for two IPv4 legs", len(tok))
 	}
 	// The same legs in clear, signed with the secret the old way: refused.
-	legs := dialogLegs{peer: leg{addr: peer}, carrier: leg{addr: carAddr}}
+	legs := dialogLegs{Peer: leg{Addr: peer}, Carrier: leg{Addr: carAddr}}
 	old := v2Token(cfg.SIP.DialogSecret, legs, callID(ok), tagOf(ok.From().Params))
 	bye := inDialogOf(t, caller, h.udp, ok, sipmsg.BYE)
 	bye.RemoveHeader("Route")
@@ -317,18 +318,18 @@ func TestTokenIsSealed(t *testing.T) {
 
 // FuzzDecodeToken: opening a token never panics and accepts nothing it did
 // not mint (a random string never opens); the plaintext parser accepts
-// only what tokenPlaintext makes.
+// only what dialogtoken.Plaintext makes.
 func FuzzDecodeToken(f *testing.F) {
 	cfg := &config.Config{SIP: config.SIP{DialogSecret: "fuzz-secret-0123456789"}}
 	d, err := newDialogKeys(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		f.Fatal(err)
 	}
-	legs := dialogLegs{peer: leg{addr: netip.MustParseAddrPort("127.0.0.2:5061")},
-		carrier: leg{addr: netip.MustParseAddrPort("127.0.0.1:5070")}}
+	legs := dialogLegs{Peer: leg{Addr: netip.MustParseAddrPort("127.0.0.2:5061")},
+		Carrier: leg{Addr: netip.MustParseAddrPort("127.0.0.1:5070")}}
 	f.Add(mustMint(f, d, cfg, legs, "c", "f"), []byte{0, 4, 127, 0, 0, 2, 0x13, 0xc5, 4, 127, 0, 0, 1, 0x13, 0xce})
 	f.Add("AAAAAAAAAAAAAAAA", []byte{3, 16})
-	f.Add(v2Token("k", legs, "c", "f"), tokenPlaintext(legs))
+	f.Add(v2Token("k", legs, "c", "f"), dialogtoken.Plaintext(legs))
 	f.Fuzz(func(t *testing.T, tok string, plain []byte) {
 		if got, _, st := d.verify(cfg, tok, "c", "f", "g"); st == tokenOK {
 			// Only tokens of these legs were ever minted under this
@@ -337,8 +338,8 @@ func FuzzDecodeToken(f *testing.F) {
 				t.Fatalf("token %q opens to %+v, and it was never minted", tok, got)
 			}
 		}
-		if l, ok := parseTokenPlaintext(plain); ok && string(tokenPlaintext(l)) != string(plain) {
-			t.Fatalf("plaintext %x: legs %+v re-encode to %x", plain, l, tokenPlaintext(l))
+		if l, ok := dialogtoken.ParsePlaintext(plain); ok && string(dialogtoken.Plaintext(l)) != string(plain) {
+			t.Fatalf("plaintext %x: legs %+v re-encode to %x", plain, l, dialogtoken.Plaintext(l))
 		}
 	})
 }
@@ -484,22 +485,23 @@ func TestDialogTokenTransports(t *testing.T) {
 	}
 	for _, pt := range []legTransport{legUDP, legTCP, legTLS} {
 		for _, ct := range []legTransport{legUDP, legTCP, legTLS} {
-			legs := dialogLegs{peer: leg{addr: netip.MustParseAddrPort("127.0.0.2:5061"), tp: pt},
-				carrier: leg{addr: netip.MustParseAddrPort("[2001:db8::5]:5061"), tp: ct}}
+			legs := dialogLegs{Peer: leg{Addr: netip.MustParseAddrPort("127.0.0.2:5061"), Proto: pt},
+				Carrier: leg{Addr: netip.MustParseAddrPort("[2001:db8::5]:5061"), Proto: ct}}
 			token, err := k.mint(cfg, legs, "c", "f")
 			if err != nil {
 				t.Fatal(err)
 			}
 			got, _, status := k.verify(cfg, token, "c", "f", "")
 			if status != tokenOK || got != legs {
-				t.Errorf("legs %s/%s: verify = %+v, %v; want them back", legs.peer.transport(), legs.carrier.transport(), got, status)
+				t.Errorf("legs %s/%s: verify = %+v, %v; want them back", legs.Peer.Name(), legs.Carrier.Name(), got, status)
 			}
 		}
 	}
-	for _, flags := range []byte{flagPeerTCP | flagPeerTLS, flagCarrierTCP | flagCarrierTLS, 1 << 4} {
-		p := tokenPlaintext(dialogLegs{peer: leg{addr: netip.MustParseAddrPort("127.0.0.2:5061")}, carrier: leg{addr: netip.MustParseAddrPort("127.0.0.1:5070")}})
+	// Flags: peer TCP and TLS, carrier TCP and TLS, an unknown bit.
+	for _, flags := range []byte{1 | 4, 2 | 8, 1 << 4} {
+		p := dialogtoken.Plaintext(dialogLegs{Peer: leg{Addr: netip.MustParseAddrPort("127.0.0.2:5061")}, Carrier: leg{Addr: netip.MustParseAddrPort("127.0.0.1:5070")}})
 		p[0] = flags
-		if _, ok := parseTokenPlaintext(p); ok {
+		if _, ok := dialogtoken.ParsePlaintext(p); ok {
 			t.Errorf("flags %08b parsed, want refused", flags)
 		}
 	}

@@ -1,0 +1,322 @@
+package dialogtoken
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hkdf"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"hash"
+	"math"
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Param is the Record-Route URI parameter carrying the dialog token.
+const Param = "cg"
+
+// version is the first byte of a token.
+const version = 3
+
+// headerBytes is the clear header of a token: version and mint time.
+const headerBytes = 1 + 4
+
+// keyInfo is the HKDF info of a day's token key (the day number
+// follows).
+const keyInfo = "cpsguard dialog token v3, day "
+
+// Day is the span one derived token key seals tokens for.
+const Day = 24 * time.Hour
+
+// maxDayKeys bounds the derived day keys one secret keeps.
+const maxDayKeys = 8
+
+// Flags of a token's plaintext (a Leg has one of its two bits at most).
+const (
+	flagPeerTCP    = 1 << 0
+	flagCarrierTCP = 1 << 1
+	flagPeerTLS    = 1 << 2
+	flagCarrierTLS = 1 << 3
+)
+
+// Leg is one side of a dialog: where the proxy exchanges its messages.
+type Leg struct {
+	Addr  netip.AddrPort
+	Proto Transport
+}
+
+// Transport is a leg's transport.
+type Transport uint8
+
+const (
+	UDP Transport = iota
+	TCP
+	TLS
+)
+
+// TransportOf is sipgo's transport name ("UDP", "TCP", "TLS") as a
+// leg's; anything else is UDP.
+func TransportOf(tp string) Transport {
+	switch tp {
+	case "TCP":
+		return TCP
+	case "TLS":
+		return TLS
+	}
+	return UDP
+}
+
+// Name is the leg's Name as sipgo names it.
+func (l Leg) Name() string {
+	switch l.Proto {
+	case TCP:
+		return "TCP"
+	case TLS:
+		return "TLS"
+	}
+	return "UDP"
+}
+
+// Stream reports a Leg over a connection (TCP or TLS), whose writes may
+// block.
+func (l Leg) Stream() bool { return l.Proto != UDP }
+
+// Legs are the two legs of a call the proxy forwarded.
+type Legs struct {
+	Peer, Carrier Leg
+}
+
+// Key is what one secret keys: the HMAC of the stateless relay's
+// branches (the sip package's stateless relay), with a pool of keyed hashes (hmac.New costs a
+// few allocations), and the dialog tokens' AEAD keys, one per mint day,
+// derived on first use. Safe for concurrent use (crypto/cipher's GCM keeps
+// no state between calls).
+type Key struct {
+	secret []byte
+	pool   sync.Pool // of hash.Hash, keyed
+
+	mu   sync.Mutex
+	days map[int64]cipher.AEAD
+}
+
+func NewKey(key []byte) *Key {
+	k := append([]byte(nil), key...)
+	return &Key{secret: k, pool: sync.Pool{New: func() any { return hmac.New(sha256.New, k) }}}
+}
+
+// sum writes the MAC of payload, callID and ftag into dst.
+func (k *Key) Sum(dst *[sha256.Size]byte, payload []byte, callID, ftag string) {
+	mac := k.pool.Get().(hash.Hash)
+	mac.Reset()
+	_, _ = mac.Write(payload)
+	_, _ = mac.Write([]byte{0})
+	_, _ = mac.Write([]byte(callID))
+	_, _ = mac.Write([]byte{0})
+	_, _ = mac.Write([]byte(ftag))
+	mac.Sum(dst[:0])
+	k.pool.Put(mac)
+}
+
+// aead returns the token AEAD of mint day day (Unix time / Day),
+// deriving it on first use. The cache keeps the maxDayKeys latest days;
+// callers only ask for days of tokens not yet expired (they check
+// Sealed.Minted first), so a forged header cannot make it derive keys at will.
+func (k *Key) aead(day int64) (cipher.AEAD, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if a, ok := k.days[day]; ok {
+		return a, nil
+	}
+	key, err := hkdf.Key(sha256.New, k.secret, nil, keyInfo+strconv.FormatInt(day, 10), 32)
+	if err != nil {
+		return nil, err
+	}
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, err
+	}
+	a, err := cipher.NewGCMWithRandomNonce(block)
+	if err != nil {
+		return nil, err
+	}
+	if k.days == nil {
+		k.days = make(map[int64]cipher.AEAD)
+	}
+	if len(k.days) >= maxDayKeys {
+		oldest := day
+		for d := range k.days {
+			oldest = min(oldest, d)
+		}
+		delete(k.days, oldest)
+	}
+	if len(k.days) < maxDayKeys {
+		k.days[day] = a
+	}
+	return a, nil
+}
+
+// AppendLeg appends a leg's address to b.
+func AppendLeg(b []byte, l Leg) []byte {
+	ip := l.Addr.Addr().Unmap()
+	if ip.Is4() {
+		a := ip.As4()
+		b = append(b, 4)
+		b = append(b, a[:]...)
+	} else {
+		a := ip.As16()
+		b = append(b, 16)
+		b = append(b, a[:]...)
+	}
+	return binary.BigEndian.AppendUint16(b, l.Addr.Port())
+}
+
+// readLeg reads a leg's address from b and returns the rest.
+func readLeg(b []byte) (netip.AddrPort, []byte, bool) {
+	if len(b) < 1 {
+		return netip.AddrPort{}, nil, false
+	}
+	n := int(b[0])
+	if (n != 4 && n != 16) || len(b) < 1+n+2 {
+		return netip.AddrPort{}, nil, false
+	}
+	ip, ok := netip.AddrFromSlice(b[1 : 1+n])
+	if !ok {
+		return netip.AddrPort{}, nil, false
+	}
+	port := binary.BigEndian.Uint16(b[1+n:])
+	return netip.AddrPortFrom(ip, port), b[1+n+2:], true
+}
+
+// Plaintext is the sealed part of a token for legs.
+func Plaintext(legs Legs) []byte {
+	b := make([]byte, 0, 1+2*19)
+	var flags byte
+	switch legs.Peer.Proto {
+	case TCP:
+		flags |= flagPeerTCP
+	case TLS:
+		flags |= flagPeerTLS
+	}
+	switch legs.Carrier.Proto {
+	case TCP:
+		flags |= flagCarrierTCP
+	case TLS:
+		flags |= flagCarrierTLS
+	}
+	b = append(b, flags)
+	b = AppendLeg(b, legs.Peer)
+	return AppendLeg(b, legs.Carrier)
+}
+
+// ParsePlaintext reads the legs of an opened token; ok is false for
+// anything Plaintext does not make.
+func ParsePlaintext(b []byte) (legs Legs, ok bool) {
+	if len(b) < 1 {
+		return Legs{}, false
+	}
+	flags, rest := b[0], b[1:]
+	if flags&^(flagPeerTCP|flagCarrierTCP|flagPeerTLS|flagCarrierTLS) != 0 ||
+		flags&(flagPeerTCP|flagPeerTLS) == flagPeerTCP|flagPeerTLS ||
+		flags&(flagCarrierTCP|flagCarrierTLS) == flagCarrierTCP|flagCarrierTLS {
+		return Legs{}, false
+	}
+	var a, c netip.AddrPort
+	if a, rest, ok = readLeg(rest); !ok {
+		return Legs{}, false
+	}
+	if c, rest, ok = readLeg(rest); !ok || len(rest) != 0 {
+		return Legs{}, false
+	}
+	legOf := func(addr netip.AddrPort, tcp, tls byte) Leg {
+		l := Leg{Addr: addr}
+		switch {
+		case flags&tcp != 0:
+			l.Proto = TCP
+		case flags&tls != 0:
+			l.Proto = TLS
+		}
+		return l
+	}
+	return Legs{
+		Peer:    legOf(a, flagPeerTCP, flagPeerTLS),
+		Carrier: legOf(c, flagCarrierTCP, flagCarrierTLS),
+	}, true
+}
+
+// additionalData is a token's additional data: its header, the Call-ID and the
+// caller's From tag.
+func additionalData(header []byte, callID, ftag string) []byte {
+	ad := make([]byte, 0, len(header)+2+len(callID)+len(ftag))
+	ad = append(ad, header...)
+	ad = append(ad, 0)
+	ad = append(ad, callID...)
+	ad = append(ad, 0)
+	return append(ad, ftag...)
+}
+
+// mint returns the token for legs, callID and ftag under k, minted at now.
+func (k *Key) Mint(legs Legs, callID, ftag string, now time.Time) (string, error) {
+	secs := now.Unix()
+	if secs < 0 || secs > math.MaxUint32 {
+		return "", errors.New("dialogtoken: clock out of range")
+	}
+	a, err := k.aead(secs / int64(Day/time.Second))
+	if err != nil {
+		return "", err
+	}
+	header := []byte{version, 0, 0, 0, 0}
+	binary.BigEndian.PutUint32(header[1:], uint32(secs))
+	raw := a.Seal(header, nil, Plaintext(legs), additionalData(header, callID, ftag))
+	return base64.RawURLEncoding.EncodeToString(raw), nil
+}
+
+// MaxChars bounds the token a request may carry (two IPv6 legs make
+// 96 characters).
+const MaxChars = 128
+
+// Sealed is a decoded token not yet opened: its clear header, with the
+// mint time, and its sealed part.
+type Sealed struct {
+	header, body []byte
+	// Minted is when the token was minted (whole seconds).
+	Minted time.Time
+}
+
+// Decode splits a token into its header and sealed part and reads its
+// mint time; ok is false for anything that is not a version-3 token of a
+// possible size. Nothing is checked cryptographically: check Minted
+// before Open, so a made-up mint time cannot make a Key derive day keys.
+func Decode(token string) (Sealed, bool) {
+	if len(token) > MaxChars {
+		return Sealed{}, false
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(token)
+	if err != nil || len(raw) < headerBytes+28+1+2*7 || raw[0] != version {
+		return Sealed{}, false
+	}
+	minted := time.Unix(int64(binary.BigEndian.Uint32(raw[1:headerBytes])), 0)
+	return Sealed{header: raw[:headerBytes], body: raw[headerBytes:], Minted: minted}, true
+}
+
+// Open opens a decoded token under k with callID and ftag; ok is false
+// when it does not authenticate or holds no legs.
+func (k *Key) Open(s Sealed, callID, ftag string) (Legs, bool) {
+	if len(s.header) != headerBytes {
+		return Legs{}, false
+	}
+	a, err := k.aead(s.Minted.Unix() / int64(Day/time.Second))
+	if err != nil {
+		return Legs{}, false
+	}
+	var buf [64]byte
+	plain, err := a.Open(buf[:0], nil, s.body, additionalData(s.header, callID, ftag))
+	if err != nil {
+		return Legs{}, false
+	}
+	return ParsePlaintext(plain)
+}
