@@ -41,7 +41,9 @@ func Warnings(c *Config) []string {
 		}
 	}
 	if c.HTTP.Token == "" && !loopback(c.HTTP.Listen) {
-		add("http.token", "not set while http.listen %s is reachable beyond this machine: anyone who reaches it can reload the configuration", c.HTTP.Listen)
+		add("http.token", "not set while http.listen %s is reachable beyond this machine: the API is read-only without it "+
+			"(reload, drain, limit changes and call ends answer 403), but anyone who reaches it can read the status "+
+			"(peers, carriers, limits) and the live calls", c.HTTP.Listen)
 	}
 	if c.Store.Redis != nil && c.SIP.DialogSecret == "" {
 		add("sip.dialog_secret", "not set with store.redis: each node signs dialogs with a random key of its own, "+

@@ -29,7 +29,7 @@ func TestWarnings(t *testing.T) {
 			c.Carriers[0].Overload = &Overload{Codes: []int{503}}
 			c.Carriers[0].Adaptive = true
 		}, ""},
-		{"open http", func(c *Config) { c.HTTP.Listen = "0.0.0.0:9090" }, "http.token: not set while http.listen 0.0.0.0:9090"},
+		{"open http", func(c *Config) { c.HTTP.Listen = "0.0.0.0:9090" }, "http.token: not set while http.listen 0.0.0.0:9090 is reachable beyond this machine: the API is read-only without it"},
 		{"pool without secret", func(c *Config) { c.Store.Redis = &Redis{Addrs: []string{"127.0.0.1:6379"}} }, "sip.dialog_secret: not set with store.redis"},
 		{"fail open", func(c *Config) {
 			c.Store.Redis = &Redis{Addrs: []string{"127.0.0.1:6379"}}

@@ -89,6 +89,10 @@ var exercised = []struct{ cmd, by string }{
 	{"cpsguard probe --config testdata/cpsguard.yaml", "TestProbeAndStatusFindTheNode"},
 	{"cpsguard drain --config testdata/cpsguard.yaml --timeout 20s", "TestServeNotifiesAndDrains"},
 	{`curl -s -X POST -H "Authorization: Bearer $CPSGUARD_HTTP_TOKEN" http://127.0.0.1:9060/api/v1/reload`, "TestReload"},
+	{"cpsguard calls", "TestCallsCommand"},
+	{"cpsguard calls end CALL_ID", "TestCallsCommand"},
+	{"cpsguard calls end 68681c97-ded0-40bf-a53d-daaa9a19116d", "TestCallsCommand"},
+	{"cpsguard carrier unpause carrier-a", "TestCarrierUnpauseCommand"},
 	// docs/configuration.md (an example path: the command's form)
 	{"cpsguard check --config cpsguard.yaml", "TestCheckExitCodes"},
 	// docs/metrics.md
