@@ -53,12 +53,14 @@ type SIP struct {
 	// Reject is the answer to a call refused by admission.
 	Reject Reject `cfg:"reject"`
 	// DialogSecret keys the dialog token the proxy puts in its Record-Route
-	// and requires back in the Route of a re-INVITE (HMAC-SHA256 of the
-	// Call-ID), so an INVITE cannot pass as in-dialog, unlimited, without a
-	// call set up through the proxy. Every node of a pool needs the same
-	// value; empty means a random key per process (re-INVITEs of calls set
-	// up before a restart or through another node are then refused). A
-	// secret: set it with CPSGUARD_SIP_DIALOG_SECRET, never shown.
+	// and requires back in the Route of every in-dialog request (sealed
+	// with AES-256-GCM under a key derived from it, bound to the Call-ID
+	// and the caller's tag), so no request passes as in-dialog, unlimited,
+	// without a call set up through the proxy. Every node of a pool needs
+	// the same value; empty means a random key per process (in-dialog
+	// requests of calls set up before a restart or through another node
+	// are then refused). A secret: set it with CPSGUARD_SIP_DIALOG_SECRET,
+	// never shown.
 	DialogSecret string `cfg:"dialog_secret"`
 	// TCP bounds the TCP connections the proxy accepts (tls:// listeners'
 	// too).

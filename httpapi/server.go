@@ -121,7 +121,7 @@ func New(o Options) http.Handler {
 	}
 	s := &server{o: o}
 	if cfg := o.Config(); cfg != nil && cfg.HTTP.Token == "" {
-		o.Logger.Info("http.token is empty: the API is read-only (reload and limit changes answer 403 until it is set)",
+		o.Logger.Info("http.token is empty: the API is read-only (every write: reload, drain, limit changes, carrier unpause, call ends, answers 403 until it is set)",
 			"listen", cfg.HTTP.Listen)
 	}
 

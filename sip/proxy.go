@@ -547,7 +547,7 @@ func (p *Proxy) Serve(ctx context.Context) error {
 	p.log.Info("sip listening", "addrs", strings.Join(p.Addrs(), ","))
 	if cfg.SIP.DialogSecret == "" {
 		p.log.Warn("sip.dialog_secret is not set: dialog tokens use a random key of this process, " +
-			"so re-INVITEs of calls set up before a restart, or through another node of the pool, " +
+			"so in-dialog requests (BYE, re-INVITE, …) of calls set up before a restart, or through another node of the pool, " +
 			"will be refused with 403 until sip.dialog_secret is set, the same on every node")
 	}
 
