@@ -226,6 +226,13 @@ func (g *Ingress) account(p Party) *account {
 // take classifies one datagram a reader read from conn and queues a copy
 // of it, or drops it.
 func (g *Ingress) take(conn *net.UDPConn, data []byte, from netip.AddrPort, at time.Time) {
+	g.takeInto(new(Datagram), conn, data, from, at)
+}
+
+// takeInto is take with the reader's scratch Datagram (a Datagram whose
+// address the hooks see would otherwise cost a heap allocation per
+// datagram); what is queued is a copy of it.
+func (g *Ingress) takeInto(d *Datagram, conn *net.UDPConn, data []byte, from netip.AddrPort, at time.Time) {
 	defer func() {
 		if v := recover(); v != nil {
 			g.o.Panic("ingress.take", v)
@@ -240,7 +247,7 @@ func (g *Ingress) take(conn *net.UDPConn, data []byte, from netip.AddrPort, at t
 	}
 	from = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
 	ip := from.Addr().WithZone("")
-	d := Datagram{From: from, Conn: conn, At: at, Data: data}
+	*d = Datagram{From: from, Conn: conn, At: at, Data: data}
 	d.Party, d.Known = g.o.Party(ip)
 	if !d.Known {
 		d.Party = Stranger
@@ -249,7 +256,7 @@ func (g *Ingress) take(conn *net.UDPConn, data []byte, from netip.AddrPort, at t
 	// checked on the worker, before anything parses the datagram.
 	info := Classify(data)
 	d.Info = info
-	if g.o.Early != nil && g.o.Early(&d) {
+	if g.o.Early != nil && g.o.Early(d) {
 		return
 	}
 	switch {
@@ -284,7 +291,7 @@ func (g *Ingress) take(conn *net.UDPConn, data []byte, from netip.AddrPort, at t
 		d.Info.CallID = d.Data[off : off+len(info.CallID)]
 	}
 	d.acct = a
-	s := g.shardOf(&d)
+	s := g.shardOf(d)
 	d.Worker = s.id
 	if d.Lane == LaneSlow {
 		// A copy of a datagram still waiting from the same source (a
@@ -293,7 +300,7 @@ func (g *Ingress) take(conn *net.UDPConn, data []byte, from netip.AddrPort, at t
 		d.sum = maphash.Bytes(g.seed, d.Data) ^ bits.RotateLeft64(maphash.Comparable(g.seed, d.From), 1)
 	}
 	g.t.add(a, d.Lane, d.cost)
-	if !s.push(d) {
+	if !s.push(*d) {
 		g.t.sub(a, d.Lane, d.cost)
 		d.release()
 	}
@@ -449,13 +456,19 @@ func (s *shard) release(d *Datagram, now time.Time, wait *time.Duration) bool {
 func (s *shard) run() {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
+	// One Datagram for the worker's life: the handler gets a pointer to
+	// it (valid until it returns), which would otherwise cost a heap
+	// allocation per datagram.
+	d := new(Datagram)
 	for {
 		if s.g.stopped.Load() {
 			return
 		}
-		d, ok, wait := s.next(time.Now())
+		var ok bool
+		var wait time.Duration
+		*d, ok, wait = s.next(time.Now())
 		if ok {
-			s.handle(&d)
+			s.handle(d)
 			continue
 		}
 		if wait > 0 {

@@ -28,6 +28,7 @@ func (g *Ingress) read(conn *net.UDPConn) error {
 	if err != nil {
 		return g.readOne(conn)
 	}
+	scratch := new(Datagram)
 	for {
 		n, err := r.read()
 		if err != nil {
@@ -43,7 +44,7 @@ func (g *Ingress) read(conn *net.UDPConn) error {
 				g.o.Drop(DropOversized)
 				continue
 			}
-			g.take(conn, data, from, now)
+			g.takeInto(scratch, conn, data, from, now)
 		}
 	}
 }
@@ -51,11 +52,12 @@ func (g *Ingress) read(conn *net.UDPConn) error {
 // readOne is the portable reader: one datagram per system call.
 func (g *Ingress) readOne(conn *net.UDPConn) error {
 	buf := make([]byte, g.o.MaxSize+1)
+	scratch := new(Datagram)
 	for {
 		n, from, err := conn.ReadFromUDPAddrPort(buf)
 		if err != nil {
 			return err
 		}
-		g.take(conn, buf[:n], from, time.Now())
+		g.takeInto(scratch, conn, buf[:n], from, time.Now())
 	}
 }
