@@ -270,16 +270,21 @@ func (p *Proxy) ingressEarly(d *ingress.Datagram) bool {
 // its arrival (a burst is decided, not shed).
 func (p *Proxy) holdInvite(d *ingress.Datagram, now time.Time) time.Duration {
 	cfg := p.cfg()
-	if cfg == nil || p.inflight.Load() < inflightLimit(cfg) {
-		return 0
+	if cfg == nil || p.inflight.Load() < inflightLimit(cfg) || p.priorityRawFrom(cfg, d.From, d.Data) {
+		return 0 // a priority call is not held back: it passes the bound
 	}
 	return cfg.SIP.InflightWait - now.Sub(d.At)
 }
 
 // shedDatagram answers a peer's INVITE that found its share of the
 // new-call lane taken: the screen's 503 from its raw bytes, or parsed
-// within the parse budget when the raw path does not read it.
+// within the parse budget when the raw path does not read it. A priority
+// call is never shed: it is handled as if it had found room.
 func (p *Proxy) shedDatagram(d *ingress.Datagram) bool {
+	if p.priorityRawFrom(p.cfg(), d.From, d.Data) {
+		p.handleDatagram(d)
+		return true
+	}
 	return p.shedRawFrom(d.Conn, d.From, d.Data, true, &p.parsed)
 }
 
@@ -317,6 +322,17 @@ func (p *Proxy) handleDatagram(d *ingress.Datagram) {
 	}
 	pprof.SetGoroutineLabels(labelTx)
 	p.deliver(msg)
+	pprof.SetGoroutineLabels(labelWorker)
+}
+
+// deliverUDP hands a known party's request, parsed by a worker, to the
+// screen and sipgo's transaction layer, as handleDatagram does.
+func (p *Proxy) deliverUDP(conn *net.UDPConn, from netip.AddrPort, req *sipmsg.Request) {
+	if c := p.udpConns[conn]; c != nil {
+		p.sources.touch(from, c, time.Now())
+	}
+	pprof.SetGoroutineLabels(labelTx)
+	p.deliver(req)
 	pprof.SetGoroutineLabels(labelWorker)
 }
 
