@@ -296,3 +296,56 @@ func TestPriorityRaw(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkPriorityRaw is what the raw path's look for a priority call
+// costs a plain INVITE that is not one, with emergency numbers and
+// Resource-Priority namespaces configured (its peer allowed to claim).
+func BenchmarkPriorityRaw(b *testing.B) {
+	cfg := &config.Config{
+		Store:    config.Store{KeyPrefix: "t"},
+		Priority: config.Priority{Numbers: []string{"911", "112", "999"}, ResourcePriority: []string{"esnet", "ets", "wps"}},
+	}
+	peer := &config.Peer{Name: "p", AllowResourcePriority: true}
+	data := []byte(rawShedSeeds[0].msg)
+	b.ReportAllocs()
+	for b.Loop() {
+		if priorityRaw(cfg, peer, data) {
+			b.Fatal("a plain INVITE read as a priority call")
+		}
+	}
+}
+
+// A priority call's record says so (priority: true), another's does not;
+// a call refused by a destination's limit is recorded with its outcome
+// and reason.
+func TestRecordsOfPriorityAndDestinationCalls(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", func(*sipmsg.Request) siptest.Answer { return siptest.Answer{Code: 486} })
+	cfg := priorityConfig(car)
+	cfg.Destinations = []config.Destination{{Prefix: "1900", CPS: 1}}
+	h, read, _, _ := recordsProxy(t, cfg)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	prio := inviteWithCallID(caller, h.udp, "911", "rec-prio")
+	plain := inviteWithCallID(caller, h.udp, "100", "rec-plain")
+	for _, inv := range []*sipmsg.Request{prio, plain} {
+		if res := caller.Final(ctxT(t, 5*time.Second), inv); res == nil || res.StatusCode != 486 {
+			t.Fatalf("%s: got %v, want the carrier's 486", callID(inv), res)
+		}
+	}
+	if r := recordOf(t, read, "rec-prio"); !r.Priority {
+		t.Errorf("the priority call's record: priority false, want true: %+v", r)
+	}
+	if r := recordOf(t, read, "rec-plain"); r.Priority {
+		t.Errorf("a normal call's record: priority true, want false")
+	}
+	h.adm.mu.Lock()
+	h.adm.refuse = 2 // peer, customer, then the destination's bucket
+	h.adm.mu.Unlock()
+	dest := inviteWithCallID(caller, h.udp, "19005550100", "rec-dest")
+	if res := caller.Final(ctxT(t, 5*time.Second), dest); res == nil || res.StatusCode != 503 {
+		t.Fatalf("a call refused by its destination: got %v, want 503", res)
+	}
+	if r := recordOf(t, read, "rec-dest"); r.Outcome != metrics.OutcomeRejectedDestination || r.Reason != reasonDestinationCPS ||
+		!strings.HasPrefix(r.Detail, "destination 1900: ") {
+		t.Errorf("a call refused by its destination: record %+v", r)
+	}
+}
