@@ -109,7 +109,10 @@ func (c *call) occupyCalls(peer *config.Peer, cu *config.Customer, dest *policy.
 		}
 		l := limits[i]
 		c.log.Debug("over max_calls", "reason", l.reason, "shadow", l.shadow)
-		if !l.shadow {
+		if l.shadow {
+			// A would-be refusal of the scope, as its windows count theirs.
+			p.m.Admission.WithLabelValues(l.scope, l.name, metrics.ResultShadowRejected).Inc()
+		} else {
 			c.refuse(l.outcome, l.reason)
 			c.sendReject(l.reject, c.cfg.SIP.RejectCalls, "Call Limit Exceeded")
 			return false
