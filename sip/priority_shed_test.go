@@ -349,3 +349,39 @@ func TestRecordsOfPriorityAndDestinationCalls(t *testing.T) {
 		t.Errorf("a call refused by its destination: record %+v", r)
 	}
 }
+
+// FuzzPriorityRaw: whatever the bytes, the raw look never panics, and it
+// never misses a priority call (as the parsed path takes them) among the
+// INVITEs the raw path would shed (scanInvite's); it may take more, which
+// go on to the parser. (An INVITE scanInvite does not read goes on to the
+// parser anyway, where the screen and shedParsed look again; the raw look
+// only spares it a hold of at most sip.inflight_wait.)
+func FuzzPriorityRaw(f *testing.F) {
+	cfg := &config.Config{
+		Store:    config.Store{KeyPrefix: "t"},
+		Priority: config.Priority{Numbers: []string{"911", "+44999"}, ResourcePriority: []string{"esnet"}},
+	}
+	peer := &config.Peer{Name: "p", AllowResourcePriority: true}
+	for _, s := range rawShedSeeds {
+		f.Add([]byte(s.msg))
+	}
+	f.Add([]byte("INVITE sip:911@h SIP/2.0\r\nVia: SIP/2.0/UDP h;branch=z9hG4bK1\r\nFrom: <sip:a@h>;tag=1\r\nTo: <sip:x@h>\r\nCall-ID: c\r\nCSeq: 1 INVITE\r\nResource-Priority: esnet.1\r\n\r\n"))
+	f.Add([]byte("INVITE tel:+44-999;phone-context=x SIP/2.0\r\nVia: SIP/2.0/UDP h;branch=z9hG4bK1\r\nFrom: <sip:a@h>;tag=1\r\nTo: <sip:x@h>\r\nCall-ID: c\r\nCSeq: 1 INVITE\r\nresource-priority:\r\n esnet.1\r\n\r\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		raw := priorityRaw(cfg, peer, data)
+		if _, ok := scanInvite(data); !ok {
+			return
+		}
+		m, err := sipmsg.ParseMessage(data)
+		if err != nil {
+			return
+		}
+		req, ok := m.(*sipmsg.Request)
+		if !ok || !req.IsInvite() {
+			return
+		}
+		if isPriority(cfg, peer, req) && !raw {
+			t.Fatalf("the parsed path takes %q for a priority call, the raw look does not", data)
+		}
+	})
+}
