@@ -649,6 +649,13 @@ destinations:
 		t.Errorf("repeat_dial: got %+v, want the default %+v", got, want)
 	}
 
+	for _, want := range []string{"priority: numbers 911 112 +44-999; resource_priority esnet ETS", "  +44: 50 cps, route uk",
+		"  1900: 100/1m, max_calls 20, shadow", "dialer-1: 50 cps", ", shadow, may claim Resource-Priority"} {
+		if !strings.Contains(c.Summary(), want) {
+			t.Errorf("summary lacks %q:\n%s", want, c.Summary())
+		}
+	}
+
 	t.Setenv("CPSGUARD_REPEAT_DIAL_CALLS", "3")
 	c, err = Parse([]byte(yaml))
 	if err != nil {
@@ -656,6 +663,9 @@ destinations:
 	}
 	if r := c.RepeatDial; r.Calls != 3 || r.Per != time.Minute || r.Reject.Code != 486 {
 		t.Errorf("repeat_dial with CPSGUARD_REPEAT_DIAL_CALLS=3: got %+v, want 3 calls per 1m, 486", r)
+	}
+	if want := `repeat_dial: 3 calls per 1m to one number, refused 486 "Repeat Dial Limit"`; !strings.Contains(c.Summary(), want) {
+		t.Errorf("summary lacks %q", want)
 	}
 }
 

@@ -206,9 +206,9 @@ func (c *Config) Summary() string {
 	if len(c.Destinations) > 0 {
 		w("destinations (%d):", len(c.Destinations))
 		for _, d := range c.Destinations {
-			line := "  " + d.Prefix + ":"
+			var line string
 			if d.CPS > 0 {
-				line += " " + fmtCPS(d.CPS)
+				line = fmtCPS(d.CPS)
 			}
 			line += fmtLimits(d.Burst, d.Windows) + fmtMaxCalls(d.MaxCalls)
 			if d.Route != "" {
@@ -217,7 +217,7 @@ func (c *Config) Summary() string {
 			if d.Shadow {
 				line += ", shadow"
 			}
-			w("%s", line)
+			w("  %s: %s", d.Prefix, strings.TrimPrefix(line, ", "))
 		}
 	}
 	if r := c.RepeatDial; r.Calls > 0 {
