@@ -33,7 +33,31 @@ type Bucket struct {
 	// bucket refilled at RateMicros micro-tokens per second (cps × 1e6, at
 	// most lua.MaxRateMicros): a call takes one token (1e6 micro-tokens).
 	RateMicros int64
+	// Over is what the bucket does with a call over its limit: refuse it
+	// (OverRefuse, the zero value), let it through uncounted (OverShadow),
+	// or let it through and count it (OverCount).
+	Over Over
 }
+
+// Over is what a bucket does with a call over its limit. Every bucket of
+// a call is checked; the call is refused when a bucket with OverRefuse is
+// over, and Decision.Over says which buckets were over either way.
+type Over uint8
+
+const (
+	// OverRefuse refuses the call: it is counted in no bucket.
+	OverRefuse Over = iota
+	// OverShadow lets the call through without counting it in this bucket
+	// (a limit in shadow mode: the would-be refusal is reported, and the
+	// bucket fills as if it were enforced).
+	OverShadow
+	// OverCount lets the call through and counts it in this bucket anyway
+	// (a call no limit may refuse): a window then holds more than its
+	// limit, until its entries leave it, and the calls after it are
+	// refused meanwhile; a token bucket gives it a token when one is left
+	// and is never put in debt.
+	OverCount
+)
 
 // TokenBucket returns the token bucket that replaces the 1 s window of key
 // (a policy.Key) when a scope has a burst: capacity burst tokens, refilled at
@@ -78,6 +102,8 @@ func check(b Bucket) error {
 		return fmt.Errorf("admission: bucket %q: rate %d µtokens/s must be 0 (rolling window) or 1 to %d", b.Key, b.RateMicros, int64(lua.MaxRateMicros))
 	case b.RateMicros > 0 && (b.Limit < 1 || b.Limit > lua.MaxTokens):
 		return fmt.Errorf("admission: token bucket %q: capacity %d must be 1 to %d", b.Key, b.Limit, lua.MaxTokens)
+	case b.Over > OverCount:
+		return fmt.Errorf("admission: bucket %q: unknown over mode %d", b.Key, b.Over)
 	}
 	return nil
 }
@@ -94,6 +120,11 @@ type Decision struct {
 	// use (capacity - whole tokens left). A bucket that was not examined
 	// (cross-slot path stopped early) reports -1.
 	Counts []int
+	// Over reports, per bucket, that it was over its limit when the call
+	// came: the bucket that refused it, or one that let it through
+	// (OverShadow, OverCount). Nil when no bucket was examined over (and
+	// for a duplicate).
+	Over []bool
 	// RetryAfter is, when refused, how long until the refusing bucket has room.
 	RetryAfter time.Duration
 	// At is the store's clock at the decision (Redis TIME, or the local clock).
@@ -120,8 +151,9 @@ const (
 
 // Store decides admissions atomically over several buckets.
 //
-// Admit checks every bucket and, only when all are under their limits, adds
-// member to all of them. member must be unique per call attempt (Call-ID and
+// Admit checks every bucket and, only when no bucket refuses (none with
+// OverRefuse is over its limit), adds member to all of them, but a bucket
+// with OverShadow that is over its limit. member must be unique per call attempt (Call-ID and
 // top Via branch); adding the same member again is idempotent.
 // An error means the store failed and nothing is known about the decision.
 type Store interface {

@@ -100,7 +100,7 @@ func BenchmarkAdmit(b *testing.B) {
 		sha, keys, windowUS := lua.SHA(lua.ScriptAdmit), []string{bk.Key}, lua.Micros(bk.Window)
 		b.SetParallelism(benchParallelism)
 		runAdmit(b, func(m string) error {
-			return c.EvalSha(ctx, sha, keys, m, bk.Limit, windowUS, 0).Err()
+			return c.EvalSha(ctx, sha, keys, m, bk.Limit, windowUS, 0, lua.OverRefuse).Err()
 		})
 	})
 	b.Run("redis/raw-evalsha-timeout", func(b *testing.B) {
@@ -110,7 +110,7 @@ func BenchmarkAdmit(b *testing.B) {
 		runAdmit(b, func(m string) error {
 			cctx, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
-			return c.EvalSha(cctx, sha, keys, m, bk.Limit, windowUS, 0).Err()
+			return c.EvalSha(cctx, sha, keys, m, bk.Limit, windowUS, 0, lua.OverRefuse).Err()
 		})
 	})
 }
@@ -170,7 +170,7 @@ func BenchmarkAdmitKinds(b *testing.B) {
 		sha, keys := lua.SHA(lua.ScriptAdmit), []string{tb.Key, lua.TokenKey(tb.Key)}
 		b.SetParallelism(benchParallelism)
 		runAdmit(b, func(m string) error {
-			return c.EvalSha(ctx, sha, keys, m, tb.Limit, lua.Micros(tb.Window), tb.RateMicros).Err()
+			return c.EvalSha(ctx, sha, keys, m, tb.Limit, lua.Micros(tb.Window), tb.RateMicros, lua.OverRefuse).Err()
 		})
 	})
 }

@@ -6,7 +6,13 @@
 //
 // A Store decides for all buckets of a call at once: it admits only when
 // every bucket is under its limit, and then counts the call in every bucket;
-// a refused call is counted nowhere. Two stores decide the same way:
+// a refused call is counted nowhere. A bucket may instead let a call over
+// its limit through (Bucket.Over): uncounted there (OverShadow, a limit in
+// shadow mode, which fills as if enforced), or counted anyway (OverCount, a
+// call no limit may refuse: a window then holds more than its limit, a
+// token bucket gives a token when it has one and never goes into debt);
+// Decision.Over says which buckets were over. Two stores decide the same
+// way:
 //
 //   - RedisStore shares the windows of a whole pool through Redis
 //     (standalone, Sentinel or Cluster), one admit.lua call per decision on

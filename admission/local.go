@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -21,7 +22,8 @@ const sweepEvery = time.Second
 // clock; a token bucket's level is computed with the same integer
 // arithmetic, on the clock read in whole microseconds.
 //
-// Memory is bounded: a window holds at most its limit of calls (a ring), a
+// Memory is bounded: a window holds at most its limit of calls (a ring; and
+// at most maxForced more counted over it with OverCount), a
 // token bucket at most the calls it can admit within its window, and a bucket
 // idle for longer than its window plus one second (a token bucket: until it
 // is full again, plus one second, like the TTLs admit.lua sets) is evicted
@@ -184,42 +186,75 @@ func (s *LocalStore) Admit(_ context.Context, member string, buckets []Bucket) (
 	if d.Duplicate {
 		return d, nil
 	}
+	var overs [4]bool
+	over := overs[:0]
+	if len(buckets) > len(overs) {
+		over = make([]bool, 0, len(buckets))
+	}
+	anyOver := false
 	for i, b := range buckets {
+		o := rings[i].n >= b.Limit
+		if b.RateMicros > 0 {
+			o = lv[i] < microsPerToken
+		}
+		over = append(over, o)
+		anyOver = anyOver || o
+	}
+	if anyOver {
+		d.Over = slices.Clone(over)
+	}
+	for i, b := range buckets {
+		if !over[i] || b.Over != OverRefuse {
+			continue
+		}
 		r := rings[i]
-		switch {
-		case b.RateMicros > 0:
-			if lv[i] < microsPerToken {
-				d.Admit, d.Refused = false, i
-				us := ((microsPerToken-lv[i])*microsPerToken + b.RateMicros - 1) / b.RateMicros
-				d.RetryAfter = time.Duration(us) * time.Microsecond
-				return d, nil
-			}
-		case r.n >= b.Limit:
-			d.Admit, d.Refused = false, i
+		d.Admit, d.Refused = false, i
+		if b.RateMicros > 0 {
+			us := ((microsPerToken-lv[i])*microsPerToken + b.RateMicros - 1) / b.RateMicros
+			d.RetryAfter = time.Duration(us) * time.Microsecond
+		} else {
 			d.RetryAfter = b.Window
 			if b.Limit > 0 {
 				d.RetryAfter = max(r.at[r.idx(r.n-b.Limit)]+b.Window-now, 0)
 			}
-			return d, nil
 		}
+		return d, nil
 	}
 	for i, b := range buckets {
+		if over[i] && b.Over == OverShadow {
+			continue // shadowed: not counted here
+		}
 		r := rings[i]
-		r.grow(ringBound(b))
+		bound := ringBound(b)
+		if over[i] {
+			// Counted over its limit (OverCount): the ring grows past it,
+			// up to maxForced entries more.
+			bound += maxForced
+		}
+		r.grow(bound)
 		r.push(now, member)
 		r.expire = now + b.Window + idleGrace
 		if b.RateMicros > 0 {
-			r.tokens, r.lastUS, r.hasLevel = lv[i]-microsPerToken, ls[i], true
+			tokens := lv[i]
+			if tokens >= microsPerToken {
+				tokens -= microsPerToken
+			}
+			r.tokens, r.lastUS, r.hasLevel = tokens, ls[i], true
 			// Full again after fillMS, as the hash's TTL in admit.lua.
 			fillMS := ((int64(b.Limit)*microsPerToken-r.tokens)*1000 + b.RateMicros - 1) / b.RateMicros
 			r.expire = max(r.expire, now+time.Duration(fillMS)*time.Millisecond+idleGrace)
 			d.Counts[i] = b.Limit - int(r.tokens/microsPerToken)
 			continue
 		}
-		d.Counts[i]++
+		d.Counts[i] = r.n
 	}
 	return d, nil
 }
+
+// maxForced bounds the calls a window holds beyond its limit (OverCount):
+// past it the oldest are forgotten, so a flood of calls no limit refuses
+// costs bounded memory (the window then under-counts them).
+const maxForced = 1 << 16
 
 // Counts returns the calls currently in each bucket's window.
 func (s *LocalStore) Counts(_ context.Context, buckets []Bucket) ([]int, error) {

@@ -57,7 +57,7 @@ func luaBuckets(buckets []Bucket) ([]lua.AdmitBucket, error) {
 		if err := check(b); err != nil {
 			return nil, err
 		}
-		out[i] = lua.AdmitBucket{Key: b.Key, Limit: int64(b.Limit), WindowUS: lua.Micros(b.Window), RateMicros: b.RateMicros}
+		out[i] = lua.AdmitBucket{Key: b.Key, Limit: int64(b.Limit), WindowUS: lua.Micros(b.Window), RateMicros: b.RateMicros, Over: int64(b.Over)}
 	}
 	return out, nil
 }
@@ -135,7 +135,18 @@ func decision(r lua.AdmitReply) Decision {
 	for i, c := range r.Counts {
 		d.Counts[i] = int(c)
 	}
+	d.Over = overFlags(r.Over)
 	return d
+}
+
+// overFlags is a reply's over flags, nil when none is set.
+func overFlags(over []bool) []bool {
+	for _, o := range over {
+		if o {
+			return over
+		}
+	}
+	return nil
 }
 
 // rollbackTimeout bounds the undoing of cross-slot admissions, which runs
@@ -183,13 +194,19 @@ func (s *RedisStore) admitCrossSlot(ctx context.Context, member string, buckets 
 		d.At = lua.Time(r.NowUS)
 		for k, j := range g {
 			d.Counts[j] = int(r.Counts[k])
+			if r.Over[k] && !r.Duplicate {
+				if d.Over == nil {
+					d.Over = make([]bool, len(buckets))
+				}
+				d.Over[j] = true
+			}
 		}
 		switch {
 		case r.Duplicate:
 			// Admitted before: a retransmission. Like the one-call script,
 			// nothing is added anywhere; undo this attempt's additions.
 			rollback()
-			d.Duplicate = true
+			d.Duplicate, d.Over = true, nil
 			return d, nil
 		case !r.Admitted:
 			rollback()

@@ -277,7 +277,7 @@ func TestSameInstant(t *testing.T) {
 			pipe := rs.run.Client().Pipeline()
 			cmds := make([]*redis.Cmd, n-n/2)
 			for i := range cmds {
-				cmds[i] = pipe.EvalSha(ctx, lua.SHA(lua.ScriptAdmit), []string{bk.Key}, fmt.Sprintf("m%d", i), bk.Limit, lua.Micros(bk.Window), 0)
+				cmds[i] = pipe.EvalSha(ctx, lua.SHA(lua.ScriptAdmit), []string{bk.Key}, fmt.Sprintf("m%d", i), bk.Limit, lua.Micros(bk.Window), 0, lua.OverRefuse)
 			}
 			if _, err := pipe.Exec(ctx); err != nil {
 				t.Fatal(err)

@@ -31,6 +31,14 @@ type Config struct {
 	Carriers       []Carrier  `cfg:"carriers"`
 	// Routes maps a route name to the carriers it tries, in order.
 	Routes map[string][]string `cfg:"routes"`
+	// Priority names the calls no limit refuses: emergency numbers and
+	// RFC 4412 Resource-Priority namespaces.
+	Priority Priority `cfg:"priority"`
+	// Destinations are limits and routes by called-number prefix, for the
+	// whole pool; the longest matching prefix applies.
+	Destinations []Destination `cfg:"destinations"`
+	// RepeatDial bounds the calls to any one called number, pool-wide.
+	RepeatDial RepeatDial `cfg:"repeat_dial"`
 
 	idx *index // lookup tables built at load; nil in hand-built Configs
 }
@@ -160,7 +168,8 @@ type SIPTLS struct {
 	CAFile string `cfg:"ca_file"`
 }
 
-// anyMaxCalls reports whether a peer, customer or carrier has max_calls.
+// anyMaxCalls reports whether a peer, customer, carrier or destination has
+// max_calls.
 func (c *Config) anyMaxCalls() bool {
 	for _, p := range c.Peers {
 		if p.MaxCalls > 0 {
@@ -174,6 +183,11 @@ func (c *Config) anyMaxCalls() bool {
 	}
 	for _, ca := range c.Carriers {
 		if ca.MaxCalls > 0 {
+			return true
+		}
+	}
+	for _, d := range c.Destinations {
+		if d.MaxCalls > 0 {
 			return true
 		}
 	}
@@ -331,6 +345,19 @@ type Peer struct {
 	// Windows are extra rolling windows, all of which must hold beside the
 	// 1 s one (or the token bucket).
 	Windows []Window `cfg:"windows"`
+	// Shadow makes this peer's limits (cps, burst, windows, max_calls)
+	// count would-be refusals (result "shadow_rejected") and admit the
+	// calls anyway, while other limits are enforced.
+	Shadow bool `cfg:"shadow"`
+	// Reject, when set, is the answer to a call this peer's limits refuse,
+	// instead of sip.reject (cps, burst, windows) or sip.reject_calls
+	// (max_calls).
+	Reject *Reject `cfg:"reject"`
+	// AllowResourcePriority lets this peer's calls claim priority with a
+	// Resource-Priority header of a namespace in priority.resource_priority.
+	// Without it the header is ignored (and the claim counted, kind
+	// refused_claim); emergency numbers are priority whoever dials them.
+	AllowResourcePriority bool `cfg:"allow_resource_priority"`
 }
 
 // Customer is the party a call belongs to.
@@ -347,6 +374,11 @@ type Customer struct {
 	// Burst and Windows are as on Peer.
 	Burst   int      `cfg:"burst"`
 	Windows []Window `cfg:"windows"`
+	// Shadow is as on Peer, for this customer's limits.
+	Shadow bool `cfg:"shadow"`
+	// Reject, when set, is the answer to a call this customer's limits
+	// refuse, instead of sip.reject or sip.reject_calls.
+	Reject *Reject `cfg:"reject"`
 }
 
 // Window is an extra rolling window of a peer or customer: at most Calls

@@ -50,6 +50,7 @@ func Default() *Config {
 		Log:            Log{Level: "info", Format: "json", Events: true, EventsPerSecond: 200},
 		Records:        Records{MaxSizeMB: 100, MaxBackups: 10, Buffer: 4096},
 		CustomerHeader: "X-Customer",
+		RepeatDial:     DefaultRepeatDial,
 	}
 	return c
 }
@@ -137,6 +138,9 @@ func normalize(c *Config) {
 	}
 	for i := range c.Customers {
 		c.Customers[i].Route = strings.ToLower(c.Customers[i].Route)
+	}
+	for i := range c.Destinations {
+		c.Destinations[i].Route = strings.ToLower(c.Destinations[i].Route)
 	}
 }
 

@@ -124,7 +124,18 @@ func TestBadFiles(t *testing.T) {
 		{"call_refresh_ttl", "sip.call_refresh_ttl: must be between 1s and 1h (got 100ms)"},
 		{"drain_grace", "sip.drain_grace: must be > 0 and <= 10m (got 1h0m0s)"},
 		{"yaml_indent", "invalid YAML: line 7: did not find expected '-' indicator"},
-		{"max_calls_no_record_route", "sip.record_route: must be true when a peer, customer or carrier has max_calls (a call's BYE is seen through Record-Route)"},
+		{"priority_number", "priority.numbers[1]: must be 1-32 digits, '*' or '#', with an optional leading '+' (separators - . ( ) are ignored) (got \"sos\")"},
+		{"priority_number_duplicate", "priority.numbers[1]: duplicate of priority.numbers[0] (\"112\"): separators - . ( ) are ignored"},
+		{"priority_namespace", "priority.resource_priority[0]: must be an RFC 4412 namespace like esnet or ets: 1-32 letters, digits or '-' (got \"esnet.0\")"},
+		{"destination_prefix", "destinations[0].prefix: must be 1-32 digits, '*' or '#', with an optional leading '+' (separators - . ( ) are ignored) (got \"\")"},
+		{"destination_duplicate", "destinations[1].prefix: duplicate of destinations[0].prefix (\"+44\"): a leading '+' does not make another prefix"},
+		{"destination_empty", "destinations[0]: sets nothing: give it cps, windows, max_calls or a route"},
+		{"destination_burst", "destinations[0].burst: needs cps: a burst is a token bucket refilled at cps"},
+		{"destination_route", "destinations[0].route: unknown route \"uk\" (routes: default)"},
+		{"repeat_dial_per", "repeat_dial.per: must be between 1s and 24h (got 100ms)"},
+		{"repeat_dial_calls", "repeat_dial.calls: must be >= 0 (0 = off) (got -2)"},
+		{"peer_reject", "peers[0].reject.reason: must be set"},
+		{"max_calls_no_record_route", "sip.record_route: must be true when a peer, customer, carrier or destination has max_calls (a call's BYE is seen through Record-Route)"},
 	}
 	seen := map[string]bool{"bad_many.yaml": true, "bad_yaml_syntax.yaml": true}
 	for _, tt := range tests {
@@ -589,5 +600,89 @@ routes: {default: [a, b, c]}
 	o := c.Carriers[1].Overloaded()
 	if !c.Carriers[1].Adaptive || len(o.Codes) != 1 || o.Codes[0] != 503 || o.Decrease != 0.7 || o.MinCPS != 2 || o.Increase != 1 || len(o.Reasons) != 1 {
 		t.Errorf("carrier b overload = %+v adaptive %v, want codes [503], decrease 0.7, min 2, increase 1, one reason", o, c.Carriers[1].Adaptive)
+	}
+}
+
+// TestPriorityDestinationsRepeatDial: the round-3 keys decode into their
+// values, with repeat_dial's defaults (off, 1m, 486) and route names
+// folded like the others.
+func TestPriorityDestinationsRepeatDial(t *testing.T) {
+	const yaml = `
+priority:
+  numbers: ["911", "112", "+44-999"]
+  resource_priority: [esnet, ETS]
+peers:
+  - {name: dialer-1, sources: [127.0.0.1/32], cps: 50, customer: acme, customers: [acme],
+     shadow: true, allow_resource_priority: true, reject: {code: 486, reason: Busy Dialer, retry_after: 2s}}
+customers:
+  - {name: acme, cps: 20, shadow: false, reject: {code: 503, reason: Acme Limit}}
+carriers:
+  - {name: carrier-a, uri: "sip:127.0.0.1:5070", cps: 10, max_wait: 2s}
+routes:
+  default: [carrier-a]
+  uk: [carrier-a]
+destinations:
+  - {prefix: "+44", cps: 50, route: UK}
+  - {prefix: "1900", windows: [{calls: 100, per: 1m}], max_calls: 20, shadow: true}
+`
+	c, err := Parse([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Priority.Numbers; !slices.Equal(got, []string{"911", "112", "+44-999"}) {
+		t.Errorf("priority.numbers: got %q", got)
+	}
+	p := c.Peers[0]
+	if !p.Shadow || !p.AllowResourcePriority || p.Reject == nil || *p.Reject != (Reject{Code: 486, Reason: "Busy Dialer", RetryAfter: 2 * time.Second}) {
+		t.Errorf("peer: got shadow %v, allow_resource_priority %v, reject %+v", p.Shadow, p.AllowResourcePriority, p.Reject)
+	}
+	if cu := c.Customers[0]; cu.Reject == nil || cu.Reject.Reason != "Acme Limit" {
+		t.Errorf("customer reject: got %+v", cu.Reject)
+	}
+	if d := c.Destinations[0]; d.Prefix != "+44" || d.CPS != 50 || d.Route != "uk" {
+		t.Errorf("destinations[0]: got %+v, want prefix +44, cps 50, route uk", d)
+	}
+	if d := c.Destinations[1]; d.MaxCalls != 20 || !d.Shadow || len(d.Windows) != 1 {
+		t.Errorf("destinations[1]: got %+v", d)
+	}
+	if got, want := c.RepeatDial, DefaultRepeatDial; got != want {
+		t.Errorf("repeat_dial: got %+v, want the default %+v", got, want)
+	}
+
+	for _, want := range []string{"priority: numbers 911 112 +44-999; resource_priority esnet ETS", "  +44: 50 cps, route uk",
+		"  1900: 100/1m, max_calls 20, shadow", "dialer-1: 50 cps", ", shadow, may claim Resource-Priority"} {
+		if !strings.Contains(c.Summary(), want) {
+			t.Errorf("summary lacks %q:\n%s", want, c.Summary())
+		}
+	}
+
+	t.Setenv("CPSGUARD_REPEAT_DIAL_CALLS", "3")
+	c, err = Parse([]byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := c.RepeatDial; r.Calls != 3 || r.Per != time.Minute || r.Reject.Code != 486 {
+		t.Errorf("repeat_dial with CPSGUARD_REPEAT_DIAL_CALLS=3: got %+v, want 3 calls per 1m, 486", r)
+	}
+	if want := `repeat_dial: 3 calls per 1m to one number, refused 486 "Repeat Dial Limit"`; !strings.Contains(c.Summary(), want) {
+		t.Errorf("summary lacks %q", want)
+	}
+}
+
+func TestNormalizeNumber(t *testing.T) {
+	for _, tt := range []struct{ in, want, dest string }{
+		{"911", "911", "911"},
+		{"+1(555)010-0199", "+15550100199", "15550100199"},
+		{"+44.20.7946.0000", "+442079460000", "442079460000"},
+		{"911;phone-context=+1", "911", "911"},
+		{"+15550100;npdi;rn=+1555", "+15550100", "15550100"},
+		{"", "", ""},
+	} {
+		if got := NormalizeNumber(tt.in); got != tt.want {
+			t.Errorf("NormalizeNumber(%q): got %q, want %q", tt.in, got, tt.want)
+		}
+		if got := DestinationNumber(NormalizeNumber(tt.in)); got != tt.dest {
+			t.Errorf("DestinationNumber(%q): got %q, want %q", tt.in, got, tt.dest)
+		}
 	}
 }

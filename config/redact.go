@@ -158,6 +158,12 @@ func (c *Config) Summary() string {
 		if p.Route != "" {
 			line += ", route " + p.Route
 		}
+		if p.Shadow {
+			line += ", shadow"
+		}
+		if p.AllowResourcePriority {
+			line += ", may claim Resource-Priority"
+		}
 		w("%s", line)
 	}
 	w("customers (%d):", len(c.Customers))
@@ -165,6 +171,9 @@ func (c *Config) Summary() string {
 		line := fmt.Sprintf("  %s: %s%s%s", cu.Name, fmtCPS(cu.CPS), fmtLimits(cu.Burst, cu.Windows), fmtMaxCalls(cu.MaxCalls))
 		if cu.Route != "" {
 			line += ", route " + cu.Route
+		}
+		if cu.Shadow {
+			line += ", shadow"
 		}
 		w("%s", line)
 	}
@@ -190,6 +199,33 @@ func (c *Config) Summary() string {
 	w("routes (%d):", len(names))
 	for _, name := range names {
 		w("  %s: %s", name, strings.Join(c.Routes[name], " -> "))
+	}
+	if pr := c.Priority; len(pr.Numbers) > 0 || len(pr.ResourcePriority) > 0 {
+		w("priority: numbers %s; resource_priority %s", strings.Join(pr.Numbers, " "), strings.Join(pr.ResourcePriority, " "))
+	}
+	if len(c.Destinations) > 0 {
+		w("destinations (%d):", len(c.Destinations))
+		for _, d := range c.Destinations {
+			var line string
+			if d.CPS > 0 {
+				line = fmtCPS(d.CPS)
+			}
+			line += fmtLimits(d.Burst, d.Windows) + fmtMaxCalls(d.MaxCalls)
+			if d.Route != "" {
+				line += ", route " + d.Route
+			}
+			if d.Shadow {
+				line += ", shadow"
+			}
+			w("  %s: %s", d.Prefix, strings.TrimPrefix(line, ", "))
+		}
+	}
+	if r := c.RepeatDial; r.Calls > 0 {
+		line := fmt.Sprintf("repeat_dial: %d calls per %s to one number, refused %d %q", r.Calls, fmtPer(r.Per), r.Reject.Code, r.Reject.Reason)
+		if r.Shadow {
+			line += ", shadow"
+		}
+		w("%s", line)
 	}
 	return b.String()
 }

@@ -53,6 +53,16 @@ var defaultNotes = map[string]string{
 	"routes.<name>":                "none",
 	"store.redis":                  "unset: the in-process store",
 	"store.redis.addrs":            "required",
+	"peers[].reject":               "unset: sip.reject, sip.reject_calls",
+	"customers[].reject":           "unset: sip.reject, sip.reject_calls",
+	"destinations[].prefix":        "required",
+	"peers[].reject.code":          "required",
+	"peers[].reject.reason":        "required",
+	"customers[].reject.code":      "required",
+	"customers[].reject.reason":    "required",
+	"destinations[].reject.code":   "required",
+	"destinations[].reject.reason": "required",
+	"destinations[].reject":        "unset: sip.reject, sip.reject_calls",
 }
 
 type refRow struct {

@@ -57,6 +57,9 @@ func validate(c *Config, errs *errorList) {
 	v.carriers()
 	v.routes()
 	v.defaultRoute()
+	v.priority()
+	v.destinations()
+	v.repeatDial()
 }
 
 type validator struct {
@@ -222,7 +225,7 @@ func (v *validator) sip() {
 		// The end of a call (its BYE) is seen only through Record-Route:
 		// without it every answered call would hold its places until
 		// max_call_duration.
-		v.errf("sip.record_route", "must be true when a peer, customer or carrier has max_calls (a call's BYE is seen through Record-Route)")
+		v.errf("sip.record_route", "must be true when a peer, customer, carrier or destination has max_calls (a call's BYE is seen through Record-Route)")
 	}
 	if d := s.MaxCallDuration; d < time.Second {
 		v.errf("sip.max_call_duration", "must be >= 1s (got %s)", d)
@@ -428,6 +431,9 @@ func (v *validator) peers() {
 		v.cps(path+".cps", p.CPS)
 		v.maxCalls(path+".max_calls", p.MaxCalls)
 		v.limits(path, p.CPS, p.Burst, p.Windows)
+		if p.Reject != nil {
+			v.reject(path+".reject", *p.Reject)
+		}
 		allowed := map[string]bool{}
 		for j, cu := range p.Customers {
 			cpath := fmt.Sprintf("%s.customers[%d]", path, j)
@@ -464,6 +470,9 @@ func (v *validator) customers() {
 		v.cps(path+".cps", cu.CPS)
 		v.maxCalls(path+".max_calls", cu.MaxCalls)
 		v.limits(path, cu.CPS, cu.Burst, cu.Windows)
+		if cu.Reject != nil {
+			v.reject(path+".reject", *cu.Reject)
+		}
 		v.route(path+".route", cu.Route)
 	}
 }

@@ -88,6 +88,11 @@ func Warnings(c *Config) []string {
 	}
 	w = append(w, families(c)...)
 	w = append(w, unused(c)...)
+	for i, p := range c.Peers {
+		if p.AllowResourcePriority && len(c.Priority.ResourcePriority) == 0 {
+			add(fmt.Sprintf("peers[%d].allow_resource_priority", i), "true, but priority.resource_priority names no namespace: no Resource-Priority header claims priority")
+		}
+	}
 	return w
 }
 

@@ -36,6 +36,11 @@ func TestWarnings(t *testing.T) {
 			c.SIP.DialogSecret = "0123456789abcdef"
 			c.Store.OnError = "admit"
 		}, "store.on_error: admit"},
+		{"resource priority claim without namespaces", func(c *Config) { c.Peers[0].AllowResourcePriority = true }, "peers[0].allow_resource_priority: true, but priority.resource_priority names no namespace"},
+		{"resource priority claim with namespaces", func(c *Config) {
+			c.Peers[0].AllowResourcePriority = true
+			c.Priority.ResourcePriority = []string{"esnet"}
+		}, ""},
 		{"public reject", func(c *Config) { c.SIP.Listen = []string{"udp://192.0.2.10:5060"} }, "sip.unknown_source: reject answers every stranger"},
 		{"no record-route", func(c *Config) { c.SIP.RecordRoute = false }, "sip.record_route: false"},
 		{"wildcard listen without advertise", func(c *Config) {

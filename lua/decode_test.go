@@ -48,8 +48,8 @@ func FuzzDecodeAdmit(f *testing.F) {
 			}
 			return
 		}
-		if len(r.Counts) != n {
-			t.Fatalf("got %d counts, want %d", len(r.Counts), n)
+		if len(r.Counts) != n || len(r.Over) != n {
+			t.Fatalf("got %d counts and %d over flags, want %d", len(r.Counts), len(r.Over), n)
 		}
 		if r.Admitted == (r.Refused >= 0) {
 			t.Fatalf("admitted %v with refused %d", r.Admitted, r.Refused)
@@ -182,14 +182,17 @@ func TestDecodeAdmit(t *testing.T) {
 		n       int
 		wantErr bool
 	}{
-		{"admitted", []any{int64(1), int64(-1), int64(0), int64(5), int64(0), int64(3)}, 1, false},
-		{"refused", []any{int64(0), int64(1), int64(0), int64(5), int64(7), int64(3), int64(5)}, 2, false},
+		{"admitted", []any{int64(1), int64(-1), int64(0), int64(5), int64(0), int64(3), int64(0)}, 1, false},
+		{"admitted over a counting bucket", []any{int64(1), int64(-1), int64(0), int64(5), int64(0), int64(3), int64(1)}, 1, false},
+		{"refused", []any{int64(0), int64(1), int64(0), int64(5), int64(7), int64(3), int64(5), int64(0), int64(1)}, 2, false},
 		{"nil", nil, 1, true},
 		{"short", []any{int64(1)}, 1, true},
-		{"string element", []any{int64(1), int64(-1), "0", int64(5), int64(0), int64(3)}, 1, true},
-		{"refused index out of range", []any{int64(0), int64(3), int64(0), int64(5), int64(7), int64(3)}, 1, true},
-		{"admitted with refused index", []any{int64(1), int64(0), int64(0), int64(5), int64(0), int64(3)}, 1, true},
-		{"bad flag", []any{int64(2), int64(-1), int64(0), int64(5), int64(0), int64(3)}, 1, true},
+		{"no over flags", []any{int64(1), int64(-1), int64(0), int64(5), int64(0), int64(3)}, 1, true},
+		{"string element", []any{int64(1), int64(-1), "0", int64(5), int64(0), int64(3), int64(0)}, 1, true},
+		{"refused index out of range", []any{int64(0), int64(3), int64(0), int64(5), int64(7), int64(3), int64(1)}, 1, true},
+		{"admitted with refused index", []any{int64(1), int64(0), int64(0), int64(5), int64(0), int64(3), int64(0)}, 1, true},
+		{"bad flag", []any{int64(2), int64(-1), int64(0), int64(5), int64(0), int64(3), int64(0)}, 1, true},
+		{"bad over flag", []any{int64(1), int64(-1), int64(0), int64(5), int64(0), int64(3), int64(2)}, 1, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := lua.DecodeAdmit(tc.v, tc.n)

@@ -2,7 +2,8 @@
 -- cross-slot path: a later slot refused the call): the member leaves every
 -- sorted set, and each token bucket that had admitted it gets its token back.
 --
--- KEYS, ARGV    exactly as admit.lua (ARGV[1] the member, 3 values per bucket)
+-- KEYS, ARGV    as admit.lua (ARGV[1] the member), with 3 values per bucket:
+--               limit, window, rate (no over mode)
 --
 -- A token given back is added to the stored level, clamped to the capacity;
 -- the level's time is unchanged, so the refill since then still counts. The

@@ -179,7 +179,21 @@ type AdmitBucket struct {
 	// RateMicros is 0 for a rolling window; for a token bucket its refill
 	// in micro-tokens per second (cps × 1e6).
 	RateMicros int64
+	// Over is what admit.lua does with a call over the bucket's limit:
+	// OverRefuse, OverShadow or OverCount (counts.lua and refund.lua
+	// ignore it).
+	Over int64
 }
+
+// What admit.lua does with a call over a bucket's limit (AdmitBucket.Over).
+const (
+	// OverRefuse refuses the call: it is counted nowhere.
+	OverRefuse = 0
+	// OverShadow lets it through without counting it in this bucket.
+	OverShadow = 1
+	// OverCount lets it through and counts it in this bucket anyway.
+	OverCount = 2
+)
 
 // MaxTokens is the largest token bucket capacity a script accepts: its level
 // in micro-tokens, times 1000 for the TTL in ms, stays an exact integer in
@@ -193,13 +207,14 @@ const MaxRateMicros = 1_000_000 * 1_000_000
 
 // scriptArgs builds KEYS and ARGV shared by admit.lua, counts.lua and
 // refund.lua: one key per bucket, then the hash of each token bucket; three
-// values per bucket (limit, window µs, rate), after member when withMember.
-func scriptArgs(script, member string, withMember bool, buckets []AdmitBucket) ([]string, []any, error) {
+// values per bucket (limit, window µs, rate), and a fourth (Over) when
+// withOver, after member when withMember.
+func scriptArgs(script, member string, withMember, withOver bool, buckets []AdmitBucket) ([]string, []any, error) {
 	if len(buckets) == 0 {
 		return nil, nil, fmt.Errorf("%w: %s needs at least one bucket", ErrArgs, script)
 	}
 	keys := make([]string, len(buckets), 2*len(buckets))
-	args := make([]any, 0, 1+3*len(buckets))
+	args := make([]any, 0, 1+4*len(buckets))
 	if withMember {
 		args = append(args, member)
 	}
@@ -211,9 +226,14 @@ func scriptArgs(script, member string, withMember bool, buckets []AdmitBucket) (
 			return nil, nil, fmt.Errorf("%w: bucket %q: rate %d µtokens/s must be 0 (rolling window) or 1 to %d", ErrArgs, b.Key, b.RateMicros, int64(MaxRateMicros))
 		case b.RateMicros > 0 && (b.Limit < 1 || b.Limit > MaxTokens):
 			return nil, nil, fmt.Errorf("%w: token bucket %q: capacity %d must be 1 to %d", ErrArgs, b.Key, b.Limit, MaxTokens)
+		case b.Over < OverRefuse || b.Over > OverCount:
+			return nil, nil, fmt.Errorf("%w: bucket %q: over %d must be %d, %d or %d", ErrArgs, b.Key, b.Over, OverRefuse, OverShadow, OverCount)
 		}
 		keys[i] = b.Key
 		args = append(args, b.Limit, b.WindowUS, b.RateMicros)
+		if withOver {
+			args = append(args, b.Over)
+		}
 	}
 	for _, b := range buckets {
 		if b.RateMicros > 0 {
@@ -238,13 +258,16 @@ type AdmitReply struct {
 	RetryAfterUS int64
 	// Counts holds the calls in each bucket's window after the decision.
 	Counts []int64
+	// Over reports, per bucket, that it was over its limit: it refused the
+	// call, or let it through (OverShadow, OverCount).
+	Over []bool
 }
 
 // Admit runs admit.lua: one atomic decision over every bucket. All keys must
 // hash to one Redis Cluster slot (see Slot); callers split cross-slot
 // decisions themselves.
 func Admit(ctx context.Context, c redis.Scripter, member string, buckets []AdmitBucket) (AdmitReply, error) {
-	keys, args, err := scriptArgs(ScriptAdmit, member, true, buckets)
+	keys, args, err := scriptArgs(ScriptAdmit, member, true, true, buckets)
 	if err != nil {
 		return AdmitReply{}, err
 	}
@@ -258,7 +281,7 @@ func Admit(ctx context.Context, c redis.Scripter, member string, buckets []Admit
 // DecodeAdmit decodes an admit.lua reply for n buckets. It never panics; a
 // reply of the wrong shape is an error wrapping ErrReply.
 func DecodeAdmit(v any, n int) (AdmitReply, error) {
-	a, err := ints(v, 5+n, ScriptAdmit)
+	a, err := ints(v, 5+2*n, ScriptAdmit)
 	if err != nil {
 		return AdmitReply{}, err
 	}
@@ -268,7 +291,14 @@ func DecodeAdmit(v any, n int) (AdmitReply, error) {
 		Duplicate:    a[2] == 1,
 		NowUS:        a[3],
 		RetryAfterUS: a[4],
-		Counts:       a[5:],
+		Counts:       a[5 : 5+n],
+		Over:         make([]bool, n),
+	}
+	for i, o := range a[5+n:] {
+		if o != 0 && o != 1 {
+			return AdmitReply{}, fmt.Errorf("%w: admit: over flag %d for bucket %d not 0 or 1", ErrReply, o, i)
+		}
+		r.Over[i] = o == 1
 	}
 	switch {
 	case a[0] != 0 && a[0] != 1, a[2] != 0 && a[2] != 1:
@@ -300,7 +330,7 @@ type CountsReply struct {
 // use in each token bucket, without writing. Keys must share one Cluster
 // slot.
 func Counts(ctx context.Context, c redis.Scripter, buckets []AdmitBucket) (CountsReply, error) {
-	keys, args, err := scriptArgs(ScriptCounts, "", false, buckets)
+	keys, args, err := scriptArgs(ScriptCounts, "", false, false, buckets)
 	if err != nil {
 		return CountsReply{}, err
 	}
@@ -316,7 +346,7 @@ func Counts(ctx context.Context, c redis.Scripter, buckets []AdmitBucket) (Count
 // buckets (the cross-slot path) and returns the number of buckets member was
 // removed from. Keys must share one Cluster slot.
 func Refund(ctx context.Context, c redis.Scripter, member string, buckets []AdmitBucket) (int, error) {
-	keys, args, err := scriptArgs(ScriptRefund, member, true, buckets)
+	keys, args, err := scriptArgs(ScriptRefund, member, true, false, buckets)
 	if err != nil {
 		return 0, err
 	}

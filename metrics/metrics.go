@@ -29,6 +29,12 @@ const (
 	ScopePeer     = "peer"
 	ScopeCustomer = "customer"
 	ScopeCarrier  = "carrier"
+	// ScopeDestination is a destinations[] entry, named by its prefix as
+	// configured.
+	ScopeDestination = "destination"
+	// ScopeRepeatDial is repeat_dial (name ""): one bucket per called
+	// number, which never becomes a label.
+	ScopeRepeatDial = "repeat_dial"
 
 	ResultAdmitted       = "admitted"
 	ResultRejected       = "rejected"
@@ -52,6 +58,20 @@ const (
 	// a new INVITE got 503, or a call still waiting for its pacing slot
 	// when sip.drain_grace ended did.
 	OutcomeRejectedDrain = "rejected_drain"
+	// OutcomeRejectedDestination: a destination's limit (cps, burst,
+	// windows or max_calls) refused the call.
+	OutcomeRejectedDestination = "rejected_destination"
+	// OutcomeRejectedRepeat: repeat_dial refused the call (too many calls
+	// to its number).
+	OutcomeRejectedRepeat = "rejected_repeat"
+
+	// Kinds of cpsguard_priority_calls_total: a call to an emergency
+	// number (priority.numbers), one whose peer may claim priority with
+	// a Resource-Priority header of a configured namespace, and such a
+	// claim from a peer that may not (the call got normal treatment).
+	PriorityNumber       = "number"
+	PriorityResource     = "resource_priority"
+	PriorityRefusedClaim = "refused_claim"
 
 	// Classes of cpsguard_carrier_responses_total besides "1xx" … "6xx".
 	ClassTimeout = "timeout"
@@ -103,7 +123,10 @@ const (
 var (
 	// Outcomes are the outcome labels of cpsguard_calls_total.
 	Outcomes = []string{OutcomeForwarded, OutcomeRejectedCPS, OutcomeRejectedQueue,
-		OutcomeRejectedForbidden, OutcomeRejectedStore, OutcomeRejectedDown, OutcomeRejectedOverload, OutcomeRejectedCalls, OutcomeRejectedDrain, OutcomeCanceled}
+		OutcomeRejectedForbidden, OutcomeRejectedStore, OutcomeRejectedDown, OutcomeRejectedOverload, OutcomeRejectedCalls,
+		OutcomeRejectedDrain, OutcomeRejectedDestination, OutcomeRejectedRepeat, OutcomeCanceled}
+	// PriorityKinds are the kind labels of cpsguard_priority_calls_total.
+	PriorityKinds = []string{PriorityNumber, PriorityResource, PriorityRefusedClaim}
 	// AdmissionResults are the result labels of cpsguard_admission_total.
 	AdmissionResults = []string{ResultAdmitted, ResultRejected, ResultShadowRejected}
 	// PacingResults are the result labels of cpsguard_pacing_total.
@@ -235,6 +258,9 @@ type Metrics struct {
 	// cpsguard_config_info{config_hash}. Nodes of one pool that show
 	// different hashes enforce different policies. SyncLimits sets it.
 	ConfigInfo *prometheus.GaugeVec
+	// Priority counts calls no limit refuses, and refused claims to be
+	// one: cpsguard_priority_calls_total{peer,kind}.
+	Priority *prometheus.CounterVec
 	// Panics counts panics recovered in handlers and goroutines, where
 	// names the place (e.g. "sip.invite", "store.heartbeat"):
 	// cpsguard_panics_total{where}.
@@ -374,6 +400,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: Namespace, Name: "config_info",
 			Help: "Always 1; config_hash identifies the settings the pool must agree on (per-node ones left out).",
 		}, []string{"config_hash"}),
+		Priority: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "priority_calls_total",
+			Help: "Initial INVITEs with priority (kind number: an emergency number; resource_priority: an allowed Resource-Priority claim), never refused by limits or shedding, and Resource-Priority claims of peers not allowed to make them (refused_claim).",
+		}, []string{"peer", "kind"}),
 		Panics: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "panics_total",
 			Help: "Panics recovered in handlers and goroutines (the process went on), by place (where).",

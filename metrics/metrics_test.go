@@ -50,6 +50,7 @@ func touchAll(m *Metrics) {
 	m.CarrierUp.WithLabelValues("carrier-a").Set(1)
 	m.CarrierProbes.WithLabelValues("carrier-a", ProbeOK).Inc()
 	m.EffectiveCPS.WithLabelValues("carrier-a").Set(10)
+	m.Priority.WithLabelValues("dialer-1", PriorityNumber).Inc()
 }
 
 // fieldCollectors returns every exported collector field of m by name.
@@ -228,12 +229,18 @@ func TestSyncLimits(t *testing.T) {
 			"outcome=forwarded,peer=p1", "outcome=forwarded,peer=p3", "outcome=forwarded,peer=unknown",
 			"outcome=rejected_calls,peer=p1", "outcome=rejected_calls,peer=p3",
 			"outcome=rejected_cps,peer=p1", "outcome=rejected_cps,peer=p3",
+			"outcome=rejected_destination,peer=p1", "outcome=rejected_destination,peer=p3",
 			"outcome=rejected_down,peer=p1", "outcome=rejected_down,peer=p3",
 			"outcome=rejected_drain,peer=p1", "outcome=rejected_drain,peer=p3",
 			"outcome=rejected_forbidden,peer=p1", "outcome=rejected_forbidden,peer=p3", "outcome=rejected_forbidden,peer=unknown",
 			"outcome=rejected_overload,peer=p1", "outcome=rejected_overload,peer=p3",
 			"outcome=rejected_queue,peer=p1", "outcome=rejected_queue,peer=p3",
+			"outcome=rejected_repeat,peer=p1", "outcome=rejected_repeat,peer=p3",
 			"outcome=rejected_store,peer=p1", "outcome=rejected_store,peer=p3"}},
+		{"priority_calls_total", m.Priority, []string{
+			"kind=number,peer=p1", "kind=number,peer=p3",
+			"kind=refused_claim,peer=p1", "kind=refused_claim,peer=p3",
+			"kind=resource_priority,peer=p1", "kind=resource_priority,peer=p3"}},
 		{"pacing_wait_seconds", m.PacingWait, []string{"carrier=k1"}},
 		{"pacing_total", m.Pacing, []string{"carrier=k1,result=full", "carrier=k1,result=late", "carrier=k1,result=paced", "carrier=k1,result=paused"}},
 		{"pacing_queued", m.Queued, []string{"carrier=k1"}},

@@ -24,7 +24,9 @@ func NewRegistry() *prometheus.Registry {
 
 // SyncLimits makes the metrics follow cfg: it creates, at 0, every series of
 // a configured name and a known label value (calls_total for every peer and
-// outcome, admission_total for every peer and customer and result, the
+// outcome, admission_total for every peer, customer and destination (and
+// repeat_dial when on) and result, priority_calls_total for every peer and
+// kind, the
 // carriers' pacing, queue, reroute, response and setup series); it sets cpsguard_limit_cps for
 // every peer, customer and carrier (the limit in force: a live override's
 // cps, see SetLimitOverrides, else the configured one), cpsguard_pacing_max_wait_seconds for
@@ -65,10 +67,15 @@ func (m *Metrics) SyncLimits(cfg *config.Config) {
 	for _, c := range cfg.Carriers {
 		carriers[c.Name] = true
 	}
+	destinations := make(map[string]bool, len(cfg.Destinations))
+	for _, d := range cfg.Destinations {
+		destinations[d.Prefix] = true
+	}
 	byScope := map[string]map[string]bool{
-		ScopePeer:     peers,
-		ScopeCustomer: customers,
-		ScopeCarrier:  carriers,
+		ScopePeer:        peers,
+		ScopeCustomer:    customers,
+		ScopeCarrier:     carriers,
+		ScopeDestination: destinations,
 	}
 	inScope := func(l map[string]string) bool {
 		names, ok := byScope[l["scope"]]
@@ -82,10 +89,12 @@ func (m *Metrics) SyncLimits(cfg *config.Config) {
 	prune(m.LimitCalls, inScope)
 	prune(m.ActiveCalls, inScope)
 	prune(m.Admission, inScope)
-	prune(m.Calls, func(l map[string]string) bool {
+	peerKept := func(l map[string]string) bool {
 		p := l["peer"]
 		return p == "" || p == PeerUnknown || peers[p]
-	})
+	}
+	prune(m.Calls, peerKept)
+	prune(m.Priority, peerKept)
 	prune(m.PacingWait, carrierKept)
 	prune(m.Pacing, carrierKept)
 	prune(m.Queued, carrierKept)
@@ -121,6 +130,9 @@ func (m *Metrics) SyncLimits(cfg *config.Config) {
 		for _, o := range Outcomes {
 			m.Calls.WithLabelValues(p.Name, o)
 		}
+		for _, k := range PriorityKinds {
+			m.Priority.WithLabelValues(p.Name, k)
+		}
 	}
 	for _, c := range cfg.Customers {
 		m.LimitCPS.WithLabelValues(ScopeCustomer, c.Name).Set(limit(ScopeCustomer, c.Name, c.CPS))
@@ -128,6 +140,18 @@ func (m *Metrics) SyncLimits(cfg *config.Config) {
 		m.ActiveCalls.WithLabelValues(ScopeCustomer, c.Name)
 		for _, r := range AdmissionResults {
 			m.Admission.WithLabelValues(ScopeCustomer, c.Name, r)
+		}
+	}
+	for _, d := range cfg.Destinations {
+		m.LimitCPS.WithLabelValues(ScopeDestination, d.Prefix).Set(d.CPS)
+		m.LimitCalls.WithLabelValues(ScopeDestination, d.Prefix).Set(float64(d.MaxCalls))
+		for _, r := range AdmissionResults {
+			m.Admission.WithLabelValues(ScopeDestination, d.Prefix, r)
+		}
+	}
+	if cfg.RepeatDial.Calls > 0 {
+		for _, r := range AdmissionResults {
+			m.Admission.WithLabelValues(ScopeRepeatDial, "", r)
 		}
 	}
 	for _, c := range cfg.Carriers {

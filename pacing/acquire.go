@@ -48,7 +48,8 @@ func (t Ticket) Sent(at time.Time) {
 type Trace struct {
 	// Reserved follows the reply to every reservation: err when the store
 	// failed (or ctx ended), else s, whose OK is false for a full carrier
-	// (s.Wait is then the wait refused).
+	// (s.Wait is then the wait refused). For a priority call s.Wait is 0
+	// and s.OK true unless the carrier is paused: it is sent at once.
 	Reserved func(s Slot, err error)
 	// Queued is called with +1 when Acquire starts waiting for a reserved
 	// slot and with -1 when that wait ends.
@@ -86,9 +87,15 @@ type Trace struct {
 // back (on a fresh context bounded by releaseTimeout; a failed release only
 // delays later calls until the slot has passed), with its probe claim.
 // trace, when not nil, is told of each step.
+//
+// A priority call (ctx marked by WithPriority) is sent at once: its slot
+// is only its place in the queue (see acquirePriority).
 func (p *Pacer) Acquire(ctx context.Context, c Carrier, member string, trace *Trace, gate ...GateKey) (Ticket, error) {
 	if trace == nil {
 		trace = &Trace{}
+	}
+	if IsPriority(ctx) {
+		return p.acquirePriority(ctx, c, member, trace, gate)
 	}
 	start := p.clock.Now()
 	if v := p.views.of(c.Key).pause; v.Paused && start.Before(v.Until) {

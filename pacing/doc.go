@@ -26,6 +26,15 @@
 // waits on a Clock (SystemClock, or a fake one in tests). Pacing keeps no
 // metrics: a Trace tells the caller of each reservation, wait and late wake.
 //
+// A priority call (its context marked by WithPriority: an emergency number
+// or an allowed Resource-Priority claim) goes to the front: Acquire sends
+// it at once, past the send gate (which records the send), and reserves
+// the carrier's next free slot as its place whatever MaxWait (up to
+// PriorityHorizon), so the calls already waiting keep their slots and each
+// call after it waits one interval more. A carrier may see its cps plus
+// the priority calls in any one second, and no more than its cps over any
+// span longer than its queue. A paused carrier is skipped as for any call.
+//
 // An adaptive carrier's effective rate is kept by the same stores (Adapt,
 // AIMD): an overload answer multiplies it by a factor below 1, at most once
 // per hold, never below a floor, and it climbs back additively towards the

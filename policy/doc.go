@@ -1,9 +1,13 @@
 // Package policy derives, once per configuration snapshot, what the call
-// path needs of the configured peers, customers and carriers: their Redis
-// keys, admission buckets, pacing keys and parsed carrier URIs. It is the
+// path needs of the configured peers, customers, destinations and carriers:
+// their Redis keys, admission buckets (shadowed ones let a call over them
+// through, admission.OverShadow), pacing keys and parsed carrier URIs; the
+// destination of a called number (longest prefix, '+' ignored), whether it
+// is an emergency number or a Resource-Priority value names a priority
+// namespace, and its repeat_dial bucket (keyed by a hash of the number). It is the
 // one owner of the key layout: every key scope is a typed constant here
 // (Scope), never a metrics label, and keys are built only by Key,
-// CallsKey, DialogKey, NodesKey and OverridesKey (which format through
+// CallsKey, DialogKey, RepeatKey, NodesKey and OverridesKey (which format through
 // lua.Key). keys_test.go pins the exact key of every scope, so a rename
 // cannot silently move a running pool's windows, slots and places.
 //

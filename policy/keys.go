@@ -1,6 +1,11 @@
 package policy
 
-import "github.com/cpsguard/cpsguard/lua"
+import (
+	"crypto/sha256"
+	"encoding/hex"
+
+	"github.com/cpsguard/cpsguard/lua"
+)
 
 // Scope is the kind of thing a Redis key belongs to. Its value is part of
 // every key of that kind in a running pool: changing one moves every
@@ -28,6 +33,12 @@ const (
 	// ScopeLive is the pool's registry of live calls (GET /api/v1/calls)
 	// and the nodes' queues of calls to end.
 	ScopeLive Scope = "live"
+	// ScopeDestination is a destination's admission bucket (and max_calls
+	// place), named by its prefix without a leading '+'.
+	ScopeDestination Scope = "destination"
+	// ScopeRepeat is the repeat_dial bucket of one called number, named
+	// by a hash of it (RepeatKey), never the number.
+	ScopeRepeat Scope = "repeat"
 )
 
 // callsScope prefixes the scope of a max_calls place, giving it a hash tag
@@ -48,6 +59,16 @@ func Key(prefix string, scope Scope, name string) string {
 // "cpsguard:{calls:peer:dialer-1}".
 func CallsKey(prefix string, scope Scope, name string) string {
 	return lua.Key(prefix, callsScope+string(scope), name)
+}
+
+// RepeatKey is the key of the repeat_dial bucket of a called number (as
+// config.DestinationNumber gives it): "cpsguard:{repeat:<hash>}", the hash
+// the first 12 bytes of SHA-256 of the number in hex, so a key neither
+// shows the number nor grows with it. (A hash of a phone number is easily
+// reversed by trying numbers: it keeps numbers out of sight, not secret.)
+func RepeatKey(prefix, number string) string {
+	sum := sha256.Sum256([]byte(number))
+	return Key(prefix, ScopeRepeat, hex.EncodeToString(sum[:12]))
 }
 
 // DialogKey is the key of the re-INVITE bucket of the dialog named id (a

@@ -22,6 +22,13 @@ type Policy struct {
 	custAt    map[*config.Customer]int
 	carrAt    map[*config.Carrier]int
 	ips       map[netip.Addr]struct{}
+
+	// Destinations and priority (destinations.go).
+	dests     []Destination
+	destAt    map[string]int // by key name (the prefix without '+')
+	destLens  []int          // the prefixes' lengths, longest first
+	prioNums  []string       // priority.numbers, normalised
+	prioSpace map[string]bool
 }
 
 // Scoped is one peer or customer: its keys and admission buckets.
@@ -40,6 +47,14 @@ type Scoped struct {
 	// CPS and Burst are the configured limits (before a live override).
 	CPS   float64
 	Burst int
+	// Shadow reports that the scope's limits are shadowed (its own
+	// shadow, or the global one): its buckets let a call over them
+	// through (admission.OverShadow) and its max_calls place does not
+	// refuse.
+	Shadow bool
+	// Reject is the scope's own answer to a call its limits refuse (nil:
+	// sip.reject, or sip.reject_calls for max_calls).
+	Reject *config.Reject
 
 	windows []config.Window
 	// buckets are Buckets(CPS, Burst), derived at load; nil when CPS <= 0.
@@ -86,14 +101,15 @@ func New(cfg *config.Config) *Policy {
 	}
 	for i := range cfg.Peers {
 		pe := &cfg.Peers[i]
-		p.peers[i] = newScoped(prefix, ScopePeer, pe.Name, pe.CPS, pe.Burst, pe.Windows, pe.MaxCalls)
+		p.peers[i] = newPeer(cfg, pe)
 		p.peerAt[pe] = i
 	}
 	for i := range cfg.Customers {
 		cu := &cfg.Customers[i]
-		p.customers[i] = newScoped(prefix, ScopeCustomer, cu.Name, cu.CPS, cu.Burst, cu.Windows, cu.MaxCalls)
+		p.customers[i] = newCustomer(cfg, cu)
 		p.custAt[cu] = i
 	}
+	p.deriveDestinations()
 	for i := range cfg.Carriers {
 		car := &cfg.Carriers[i]
 		p.carriers[i] = newCarrier(prefix, car)
@@ -107,16 +123,25 @@ func New(cfg *config.Config) *Policy {
 	return p
 }
 
-func newScoped(prefix string, scope Scope, name string, cps float64, burst int, windows []config.Window, maxCalls int) Scoped {
+// newScoped derives a scope named name whose keys are named keyName.
+func newScoped(prefix string, scope Scope, name, keyName string, cps float64, burst int, windows []config.Window, maxCalls int, shadow bool, reject *config.Reject) Scoped {
 	s := Scoped{
 		Scope: scope, Name: name, ID: string(scope) + ":" + name,
-		Key: Key(prefix, scope, name), CallsKey: CallsKey(prefix, scope, name), MaxCalls: maxCalls,
-		CPS: cps, Burst: burst, windows: windows,
+		Key: Key(prefix, scope, keyName), CallsKey: CallsKey(prefix, scope, keyName), MaxCalls: maxCalls,
+		CPS: cps, Burst: burst, Shadow: shadow, Reject: reject, windows: windows,
 	}
-	if cps > 0 {
+	if cps > 0 || len(windows) > 0 {
 		s.buckets = s.derive(cps, burst)
 	}
 	return s
+}
+
+func newPeer(cfg *config.Config, pe *config.Peer) Scoped {
+	return newScoped(cfg.Store.KeyPrefix, ScopePeer, pe.Name, pe.Name, pe.CPS, pe.Burst, pe.Windows, pe.MaxCalls, cfg.Shadow || pe.Shadow, pe.Reject)
+}
+
+func newCustomer(cfg *config.Config, cu *config.Customer) Scoped {
+	return newScoped(cfg.Store.KeyPrefix, ScopeCustomer, cu.Name, cu.Name, cu.CPS, cu.Burst, cu.Windows, cu.MaxCalls, cfg.Shadow || cu.Shadow, cu.Reject)
 }
 
 func newCarrier(prefix string, car *config.Carrier) Carrier {
@@ -147,20 +172,20 @@ func (p *Policy) CarrierIPs() map[netip.Addr]struct{} { return p.ips }
 // Peer returns the derived values of pe, a peer of Config(); a peer of
 // another snapshot is derived afresh.
 func (p *Policy) Peer(pe *config.Peer) *Scoped {
-	if i, ok := p.peerAt[pe]; ok && p.peers[i].current(pe.Name, pe.CPS, pe.Burst, pe.Windows, pe.MaxCalls) {
+	if i, ok := p.peerAt[pe]; ok && p.peers[i].current(pe.Name, pe.CPS, pe.Burst, pe.Windows, pe.MaxCalls, p.cfg.Shadow || pe.Shadow, pe.Reject) {
 		return &p.peers[i]
 	}
-	s := newScoped(p.cfg.Store.KeyPrefix, ScopePeer, pe.Name, pe.CPS, pe.Burst, pe.Windows, pe.MaxCalls)
+	s := newPeer(p.cfg, pe)
 	return &s
 }
 
 // Customer returns the derived values of cu, a customer of Config(); a
 // customer of another snapshot is derived afresh.
 func (p *Policy) Customer(cu *config.Customer) *Scoped {
-	if i, ok := p.custAt[cu]; ok && p.customers[i].current(cu.Name, cu.CPS, cu.Burst, cu.Windows, cu.MaxCalls) {
+	if i, ok := p.custAt[cu]; ok && p.customers[i].current(cu.Name, cu.CPS, cu.Burst, cu.Windows, cu.MaxCalls, p.cfg.Shadow || cu.Shadow, cu.Reject) {
 		return &p.customers[i]
 	}
-	s := newScoped(p.cfg.Store.KeyPrefix, ScopeCustomer, cu.Name, cu.CPS, cu.Burst, cu.Windows, cu.MaxCalls)
+	s := newCustomer(p.cfg, cu)
 	return &s
 }
 
@@ -176,8 +201,9 @@ func (p *Policy) Carrier(car *config.Carrier) *Carrier {
 
 // current reports whether s was derived from these values: a Config
 // edited in place after use (tests do) is derived afresh, not served stale.
-func (s *Scoped) current(name string, cps float64, burst int, windows []config.Window, maxCalls int) bool {
+func (s *Scoped) current(name string, cps float64, burst int, windows []config.Window, maxCalls int, shadow bool, reject *config.Reject) bool {
 	return s.Name == name && s.CPS == cps && s.Burst == burst && s.MaxCalls == maxCalls &&
+		s.Shadow == shadow && s.Reject == reject &&
 		len(s.windows) == len(windows) && (len(windows) == 0 || &s.windows[0] == &windows[0])
 }
 
@@ -187,10 +213,12 @@ func (c *Carrier) current(car *config.Carrier) bool {
 }
 
 // Buckets returns s's admission buckets at cps and burst (the configured
-// limits or a live override's; cps > 0): a token bucket when burst > 0,
-// else the 1 s window, then one bucket per extra window. For the
-// configured limits it returns the buckets derived at load, which the
-// caller must not modify.
+// limits or a live override's): a token bucket when burst > 0, else the
+// 1 s window (none when cps <= 0: a destination may have windows only),
+// then one bucket per extra window; each lets a call over it through
+// uncounted when s is shadowed (admission.OverShadow). For the configured
+// limits it returns the buckets derived at load, which the caller must not
+// modify.
 func (s *Scoped) Buckets(cps float64, burst int) []admission.Bucket {
 	if s.buckets != nil && cps == s.CPS && burst == s.Burst {
 		return s.buckets
@@ -200,13 +228,20 @@ func (s *Scoped) Buckets(cps float64, burst int) []admission.Bucket {
 
 func (s *Scoped) derive(cps float64, burst int) []admission.Bucket {
 	out := make([]admission.Bucket, 0, 1+len(s.windows))
-	if burst > 0 {
+	switch {
+	case cps <= 0:
+	case burst > 0:
 		out = append(out, admission.TokenBucket(s.Key, cps, burst))
-	} else {
+	default:
 		out = append(out, s.Window(cps))
 	}
 	for _, w := range s.windows {
 		out = append(out, admission.WindowBucket(s.Key, w.Calls, w.Per))
+	}
+	if s.Shadow {
+		for i := range out {
+			out[i].Over = admission.OverShadow
+		}
 	}
 	return out
 }

@@ -69,8 +69,8 @@ func TestBucketsAsBuiltPerCall(t *testing.T) {
 			t.Errorf("%s: got %+v, want %+v", tc.name, got, want)
 		}
 	}
-	if got := p.Customer(&cfg.Customers[1]).Buckets(0, 0)[0].Limit; got != 0 {
-		t.Errorf("no cps: got limit %d, want 0", got)
+	if got := p.Customer(&cfg.Customers[1]).Buckets(0, 0); len(got) != 0 {
+		t.Errorf("no cps and no windows: got %+v, want no bucket", got)
 	}
 }
 

@@ -2,11 +2,8 @@ package sip
 
 import (
 	"context"
-	"math"
-	"strconv"
+	"slices"
 	"time"
-
-	sipmsg "github.com/emiago/sipgo/sip"
 
 	callplaces "github.com/cpsguard/cpsguard/calls"
 	"github.com/cpsguard/cpsguard/config"
@@ -54,51 +51,76 @@ type CallPlaces interface {
 	Shutdown(ctx context.Context)
 }
 
-// occupyCalls takes the call's peer and customer places (max_calls). It
-// answers the call and returns false when the call must stop.
-func (c *call) occupyCalls(peer *config.Peer, cu *config.Customer) bool {
-	p, cfg := c.p, c.cfg
+// occupyCalls takes the call's peer, customer and destination places
+// (max_calls), all or none. A shadowed limit's full place is left out (the
+// call goes on without it, logged at Debug); a priority call takes every
+// place past its limit (priorityPlace). It answers the call and returns
+// false when the call must stop.
+func (c *call) occupyCalls(peer *config.Peer, cu *config.Customer, dest *policy.Destination) bool {
+	p, pol := c.p, policy.Of(c.cfg)
 	var places []callplaces.Place
-	var reasons []string
-	if peer.MaxCalls > 0 {
-		places = append(places, callplaces.Place{Key: policy.Of(cfg).Peer(peer).CallsKey, Limit: peer.MaxCalls})
-		reasons = append(reasons, reasonPeerCalls)
+	var limits []limitRef
+	add := func(l limitRef, s *policy.Scoped) {
+		if s.MaxCalls <= 0 {
+			return
+		}
+		limit := s.MaxCalls
+		if c.priority != "" {
+			limit = priorityPlace
+		}
+		places = append(places, callplaces.Place{Key: s.CallsKey, Limit: limit})
+		limits = append(limits, l)
 	}
-	if cu != nil && cu.MaxCalls > 0 {
-		places = append(places, callplaces.Place{Key: policy.Of(cfg).Customer(cu).CallsKey, Limit: cu.MaxCalls})
-		reasons = append(reasons, reasonCustomerCalls)
+	add(limitRef{scope: metrics.ScopePeer, name: peer.Name, shadow: pol.Peer(peer).Shadow, reject: peer.Reject,
+		outcome: metrics.OutcomeRejectedCalls, reason: reasonPeerCalls}, pol.Peer(peer))
+	if cu != nil {
+		s := pol.Customer(cu)
+		add(limitRef{scope: metrics.ScopeCustomer, name: cu.Name, shadow: s.Shadow, reject: cu.Reject,
+			outcome: metrics.OutcomeRejectedCalls, reason: reasonCustomerCalls}, s)
 	}
-	if len(places) == 0 {
-		return true
+	if dest != nil {
+		add(limitRef{scope: metrics.ScopeDestination, name: dest.Name, shadow: dest.Shadow, reject: dest.Reject,
+			outcome: metrics.OutcomeRejectedDestination, reason: reasonDestinationCalls}, &dest.Scoped)
 	}
-	sctx, cancel := c.storeCtx()
-	t0 := time.Now()
-	d, err := p.calls.Occupy(sctx, c.member, places)
-	c.admissionWait += time.Since(t0)
-	cancel()
-	if err != nil {
-		c.storeFailed("max_calls", err)
-		return false
+	// Each round either takes every place left or drops a shadowed full
+	// one: at most one round per place, and one more.
+	for len(places) > 0 {
+		sctx, cancel := c.storeCtx()
+		t0 := time.Now()
+		d, err := p.calls.Occupy(sctx, c.member, places)
+		c.admissionWait += time.Since(t0)
+		cancel()
+		if err != nil {
+			c.storeFailed("max_calls", err)
+			return false
+		}
+		if d.Duplicate {
+			// Another transaction of the same call attempt holds the places.
+			c.absorbDuplicate()
+			return false
+		}
+		if d.Admit {
+			c.placed = true
+			return true
+		}
+		i := d.Refused
+		if i < 0 || i >= len(limits) {
+			i = 0
+		}
+		l := limits[i]
+		c.log.Debug("over max_calls", "reason", l.reason, "shadow", l.shadow)
+		if l.shadow {
+			// A would-be refusal of the scope, as its windows count theirs.
+			p.m.Admission.WithLabelValues(l.scope, l.name, metrics.ResultShadowRejected).Inc()
+		} else {
+			c.refuse(l.outcome, l.reason)
+			c.sendReject(l.reject, c.cfg.SIP.RejectCalls, "Call Limit Exceeded")
+			return false
+		}
+		places = slices.Delete(places, i, i+1)
+		limits = slices.Delete(limits, i, i+1)
 	}
-	if d.Duplicate {
-		// Another transaction of the same call attempt holds the places.
-		c.absorbDuplicate()
-		return false
-	}
-	if d.Admit {
-		c.placed = true
-		return true
-	}
-	reason := reasonPeerCalls
-	if d.Refused >= 0 && d.Refused < len(reasons) {
-		reason = reasons[d.Refused]
-	}
-	c.log.Debug("over max_calls", "reason", reason, "shadow", cfg.Shadow)
-	if cfg.Shadow {
-		return true
-	}
-	c.rejectCalls(reason)
-	return false
+	return true
 }
 
 // occupyCarrier takes the carrier's max_calls place before the call waits
@@ -106,13 +128,18 @@ func (c *call) occupyCalls(peer *config.Peer, cu *config.Customer) bool {
 // like a full pacing queue, and two nodes never send it more than its
 // limit together. It reports false when the carrier is full; a store
 // failure lets the call through (the places of peers and customers were
-// taken; a carrier's limit is its own to enforce too).
+// taken; a carrier's limit is its own to enforce too). A priority call
+// takes its place past the limit.
 func (c *call) occupyCarrier(car *config.Carrier) bool {
 	if car.MaxCalls <= 0 || c.cfg.Shadow {
 		return true
 	}
+	limit := car.MaxCalls
+	if c.priority != "" {
+		limit = priorityPlace
+	}
 	sctx, cancel := c.storeCtx()
-	d, err := c.p.calls.Occupy(sctx, c.member, []callplaces.Place{{Key: policy.Of(c.cfg).Carrier(car).CallsKey, Limit: car.MaxCalls}})
+	d, err := c.p.calls.Occupy(sctx, c.member, []callplaces.Place{{Key: policy.Of(c.cfg).Carrier(car).CallsKey, Limit: limit}})
 	cancel()
 	if err != nil {
 		c.log.Debug("max_calls store failed for a carrier", "carrier", car.Name, "error", err)
@@ -134,22 +161,11 @@ func (c *call) releaseCarrier(car *config.Carrier) {
 	c.p.calls.Release(c.ctx, c.member, []string{policy.Of(c.cfg).Carrier(car).CallsKey})
 }
 
-// rejectCalls answers a call refused by max_calls with sip.reject_calls.
+// rejectCalls answers a call refused by a carrier's max_calls (every
+// carrier of its route full) with sip.reject_calls.
 func (c *call) rejectCalls(reason string) {
 	c.refuse(metrics.OutcomeRejectedCalls, reason)
-	rej := c.cfg.SIP.RejectCalls
-	code, reason := rej.Code, rej.Reason
-	if code < 300 || code > 699 {
-		code = sipmsg.StatusServiceUnavailable
-	}
-	if reason == "" {
-		reason = "Call Limit Exceeded"
-	}
-	res := sipmsg.NewResponseFromRequest(c.req, code, reason, nil)
-	if rej.RetryAfter > 0 {
-		res.AppendHeader(sipmsg.NewHeader("Retry-After", strconv.Itoa(int(math.Ceil(rej.RetryAfter.Seconds())))))
-	}
-	c.send(res)
+	c.sendReject(nil, c.cfg.SIP.RejectCalls, "Call Limit Exceeded")
 }
 
 // endCall ends a call that was not answered (refused, cancelled, failed,

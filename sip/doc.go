@@ -8,10 +8,17 @@
 // For an initial INVITE, in this order: the peer is the owner of the
 // packet's source address (longest-prefix match, never a header); the
 // customer is the customer header's value when the peer may name it (else
-// 403), otherwise the peer's default; 100 Trying goes out at once; one
-// admission store call checks the peer and customer windows (refused:
-// sip.reject, or admitted anyway in shadow mode); then the carriers of the
-// route are tried in order: a pacing slot within the carrier's max_wait is
+// 403), otherwise the peer's default; 100 Trying goes out at once; the
+// called number (the Request-URI's user, config.NormalizeNumber) gives the
+// call's destination (destinations[], longest prefix, '+' ignored) and
+// whether it is a priority call (priority.go); one admission store call
+// checks the peer's, customer's and destination's windows and the number's
+// repeat_dial bucket (refused: the limit's own reject, else sip.reject, or
+// repeat_dial.reject, 486 by default; outcomes rejected_cps,
+// rejected_destination, rejected_repeat; a shadowed limit, its own shadow
+// or the global one, admits and counts shadow_rejected); then the carriers
+// of the route (the destination's route, else the customer's, the peer's,
+// "default") are tried in order: a pacing slot within the carrier's max_wait is
 // reserved and waited for (a timer, cancellable by CANCEL and shutdown), and
 // the INVITE is forwarded with a new Via, Record-Route, Max-Forwards minus
 // one and the carrier's host, port and transport. Just before the send, a
@@ -25,9 +32,25 @@
 // response above 100 moves the call to the next carrier (paced again). When
 // no carrier can take the call it is rejected with 503.
 //
+// Calls to an emergency number (priority.numbers) and calls whose peer may
+// claim priority with a Resource-Priority header of a configured namespace
+// (peers[].allow_resource_priority) are refused by no limit and never
+// shed (priority.go): the screen lets them past the inflight bound, the
+// UDP workers never shed nor hold them back from raw bytes, their
+// admission buckets and max_calls places count them past the limits
+// (so a flood shows and takes the room of other calls), and pacing sends
+// them at once, ahead of the calls waiting for the carrier's slots
+// (pacing.WithPriority: the carrier may see its cps plus the priority
+// calls in one second, its cps over any longer span). They are counted in
+// cpsguard_priority_calls_total{peer,kind}, marked in their records and
+// logged at Info (rate-limited); a claim of a peer not allowed to make one
+// is ignored and counted (kind refused_claim).
+//
 // Concurrent calls (calls.go, max_calls) are held through a CallPlaces (a
-// calls.Tracker): the peer's and customer's places right after admission,
-// all or none (full: sip.reject_calls, outcome rejected_calls), a
+// calls.Tracker): the peer's, customer's and destination's places right
+// after admission, all or none (full: the limit's own reject, else
+// sip.reject_calls, outcome rejected_calls, rejected_destination for a
+// destination; a shadowed limit's full place is left out), a
 // carrier's just before its slot is reserved (full: the next carrier,
 // reroute calls_full), given back when the call moves on. An unanswered
 // call frees its places when its INVITE handler returns; an answered one
@@ -190,7 +213,8 @@
 // rejected_overload (while the bound is taken, a peer's plain INVITE gets
 // that same answer on its UDP worker, from its raw bytes, before sipgo
 // parses it: rawshed.go); in-dialog requests, calls waiting for a slot and
-// forwarded calls are never counted nor shed.
+// forwarded calls are never counted nor shed, and priority calls are
+// counted but never shed.
 //
 // The UDP listeners are read by cpsguard itself (ingress.go, package
 // sip/internal/ingress): each socket is read in batches (recvmmsg), every

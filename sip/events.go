@@ -30,6 +30,9 @@ const (
 	reasonPeerCalls        = "peer_max_calls"
 	reasonCustomerCalls    = "customer_max_calls"
 	reasonCarrierCalls     = "carrier_max_calls"
+	reasonDestinationCPS   = "destination_cps"
+	reasonDestinationCalls = "destination_max_calls"
+	reasonRepeatDial       = "repeat_dial"
 )
 
 // maxEventField bounds a header value copied into an event line: a
@@ -147,9 +150,11 @@ func (p *Proxy) runEventFlush(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			p.events.flush()
+			p.prioLog.flush()
 			return
 		case <-t.C:
 			p.events.flush()
+			p.prioLog.flush()
 		}
 	}
 }

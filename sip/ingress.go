@@ -270,16 +270,21 @@ func (p *Proxy) ingressEarly(d *ingress.Datagram) bool {
 // its arrival (a burst is decided, not shed).
 func (p *Proxy) holdInvite(d *ingress.Datagram, now time.Time) time.Duration {
 	cfg := p.cfg()
-	if cfg == nil || p.inflight.Load() < inflightLimit(cfg) {
-		return 0
+	if cfg == nil || p.inflight.Load() < inflightLimit(cfg) || p.priorityRawFrom(cfg, d.From, d.Data) {
+		return 0 // a priority call is not held back: it passes the bound
 	}
 	return cfg.SIP.InflightWait - now.Sub(d.At)
 }
 
 // shedDatagram answers a peer's INVITE that found its share of the
 // new-call lane taken: the screen's 503 from its raw bytes, or parsed
-// within the parse budget when the raw path does not read it.
+// within the parse budget when the raw path does not read it. A priority
+// call is never shed: it is handled as if it had found room.
 func (p *Proxy) shedDatagram(d *ingress.Datagram) bool {
+	if p.priorityRawFrom(p.cfg(), d.From, d.Data) {
+		p.handleDatagram(d)
+		return true
+	}
 	return p.shedRawFrom(d.Conn, d.From, d.Data, true, &p.parsed)
 }
 
@@ -310,14 +315,27 @@ func (p *Proxy) handleDatagram(d *ingress.Datagram) {
 	}
 	msg.SetTransport("UDP")
 	msg.SetSource(d.From.String())
+	p.deliver(msg, d.Conn, d.From, d.Known, d.At)
+}
+
+// deliverUDP hands a known party's request, parsed by a worker (a priority
+// INVITE the shed path would not shed), to the screen and sipgo's
+// transaction layer, as handleDatagram does.
+func (p *Proxy) deliverUDP(conn *net.UDPConn, from netip.AddrPort, req *sipmsg.Request) {
+	p.deliver(req, conn, from, true, time.Now())
+}
+
+// deliver runs the screen on a message read from conn, from from, and
+// hands it to sipgo's transaction layer when the screen lets it pass.
+func (p *Proxy) deliver(msg sipmsg.Message, conn *net.UDPConn, from netip.AddrPort, known bool, at time.Time) {
 	if !p.screen(msg) {
 		return // answered or dropped by the screen, or relayed statelessly
 	}
-	if _, ok := msg.(*sipmsg.Request); ok && d.Known {
+	if _, ok := msg.(*sipmsg.Request); ok && known {
 		// sipgo's server transaction answers through its source's entry
 		// in the pool.
-		if c := p.udpConns[d.Conn]; c != nil {
-			p.sources.touch(d.From, c, d.At)
+		if c := p.udpConns[conn]; c != nil {
+			p.sources.touch(from, c, at)
 		}
 	}
 	pprof.SetGoroutineLabels(labelTx)

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -57,6 +58,10 @@ type call struct {
 	answered bool
 	// callsFull: a carrier was skipped because its max_calls was full.
 	callsFull bool
+	// priority is the call's kind of priority (metrics.PriorityNumber,
+	// metrics.PriorityResource) or "": a priority call is refused by no
+	// limit (priority.go).
+	priority string
 
 	// For the call's event line (events.go): the customer, the carrier
 	// tried last (or taken), why the call was refused or rerouted and the
@@ -202,61 +207,127 @@ func (c *call) run() {
 	branch, _ := req.Via().Params.Get("branch")
 	c.member = callID(req) + "/" + branch + "/" + req.Source() + "/" + req.Transport()
 
-	route := cfg.Routes[cfg.RouteFor(peer, cu)]
+	// The called number: its priority, destination and repeat_dial bucket.
+	pol := policy.Of(cfg)
+	number := calledNumber(req)
+	kind, refused := priorityOf(pol, peer, number, req)
+	c.notePriority(kind, refused)
+	if kind != "" {
+		c.priority = kind
+		c.ctx = pacing.WithPriority(c.ctx) // to the front of the carrier's queue
+	}
+	dest := pol.Destination(number)
+	routeName := cfg.RouteFor(peer, cu)
+	if dest != nil && dest.Route != "" {
+		routeName = dest.Route // a destination's route comes first
+	}
+
+	route := cfg.Routes[routeName]
 	if p.routeDown(cfg, route) {
 		// Refused before admission: the call costs its peer and customer
 		// nothing, and never waits for a carrier known to be down.
 		c.refuse(metrics.OutcomeRejectedDown, reasonRouteDown)
-		c.detail = "route " + cfg.RouteFor(peer, cu)
-		c.log.Debug("every carrier of the route is down", "route", cfg.RouteFor(peer, cu))
+		c.detail = "route " + routeName
+		c.log.Debug("every carrier of the route is down", "route", routeName)
 		c.respond(sipmsg.StatusServiceUnavailable, "No Carrier Available")
 		return
 	}
-	if !c.admit(peer, cu) {
+	if !c.admit(peer, cu, dest, number) {
 		return
 	}
-	if !c.occupyCalls(peer, cu) {
+	if !c.occupyCalls(peer, cu, dest) {
 		return
 	}
 	c.route(route)
 }
 
-// admit runs the one admission store call for the peer and customer
-// buckets. It answers the call and returns false when the call must stop.
-func (c *call) admit(peer *config.Peer, cu *config.Customer) bool {
+// limitRef is one limit of a call as the proxy answers and counts it: its
+// metrics scope and name, whether it is shadowed, its own answer (nil:
+// the default), and the outcome and event reason of a refusal.
+type limitRef struct {
+	scope, name     string
+	shadow          bool
+	reject          *config.Reject
+	outcome, reason string
+}
+
+// limitOf describes a peer's, customer's or destination's limits.
+func limitOf(scope string, s *policy.Scoped) limitRef {
+	l := limitRef{scope: scope, name: s.Name, shadow: s.Shadow, reject: s.Reject, outcome: metrics.OutcomeRejectedCPS}
+	switch scope {
+	case metrics.ScopePeer:
+		l.reason = reasonPeerCPS
+	case metrics.ScopeCustomer:
+		l.reason = reasonCustomerCPS
+	case metrics.ScopeDestination:
+		l.outcome, l.reason = metrics.OutcomeRejectedDestination, reasonDestinationCPS
+	}
+	return l
+}
+
+// admit runs the one admission store call for the call's buckets: its
+// peer's and customer's, its destination's and its called number's
+// (repeat_dial). A shadowed limit lets the call through (counted
+// shadow_rejected when over); a priority call is counted past every limit.
+// It answers the call and returns false when the call must stop.
+func (c *call) admit(peer *config.Peer, cu *config.Customer, dest *policy.Destination, number string) bool {
 	p, cfg := c.p, c.cfg
-	type scoped struct{ scope, name string }
 	var buckets []admission.Bucket
-	var names []scoped
-	var owner []int // owner[i]: index in names of buckets[i]'s scope
+	var limits []limitRef
+	var owner []int // owner[i]: index in limits of buckets[i]'s limit
 	var gates []pacing.GateKey
-	// scope is the metrics label (and limit override scope) of s.
-	add := func(scope string, s *policy.Scoped) {
-		cps, burst := p.limitsOf(scope, s.Name, s.CPS, s.Burst) // a live override wins
-		if cps <= 0 {
-			return // no limit configured for this scope
+	add := func(l limitRef, bs []admission.Bucket) {
+		if len(bs) == 0 {
+			return
 		}
-		// With a burst, a token bucket replaces the 1 s window, and the
-		// send gate (which holds sends to cps per rolling second) lets the
-		// burst through: the scope promises burst then cps, not cps per
-		// second. Extra windows follow the first bucket.
-		bs := s.Buckets(cps, burst)
 		buckets = append(buckets, bs...)
-		if burst <= 0 {
+		for range bs {
+			owner = append(owner, len(limits))
+		}
+		limits = append(limits, l)
+	}
+	// scoped adds a peer's or customer's limits (a live override wins) or
+	// a destination's. With a burst, a token bucket replaces the 1 s
+	// window, and the send gate (which holds sends to cps per rolling
+	// second) lets the burst through: the scope promises burst then cps,
+	// not cps per second. Extra windows follow the first bucket.
+	scoped := func(scope string, s *policy.Scoped, override bool) {
+		cps, burst := s.CPS, s.Burst
+		if override {
+			if cps, burst = p.limitsOf(scope, s.Name, s.CPS, s.Burst); cps <= 0 {
+				return // no limit configured for this scope
+			}
+		}
+		bs := s.Buckets(cps, burst)
+		if burst <= 0 && cps > 0 && !s.Shadow {
 			gates = append(gates, pacing.GateKey{Key: s.ID, CPS: cps})
 		}
-		for range bs {
-			owner = append(owner, len(names))
-		}
-		names = append(names, scoped{scope, s.Name})
+		add(limitOf(scope, s), bs)
 	}
 	pol := policy.Of(cfg)
-	add(metrics.ScopePeer, pol.Peer(peer))
+	scoped(metrics.ScopePeer, pol.Peer(peer), true)
 	if cu != nil {
-		add(metrics.ScopeCustomer, pol.Customer(cu))
+		scoped(metrics.ScopeCustomer, pol.Customer(cu), true)
+	}
+	if dest != nil {
+		scoped(metrics.ScopeDestination, &dest.Scoped, false)
+	}
+	if b, ok := pol.RepeatDial(number); ok {
+		r := cfg.RepeatDial
+		add(limitRef{scope: metrics.ScopeRepeatDial, shadow: b.Over == admission.OverShadow, reject: &r.Reject,
+			outcome: metrics.OutcomeRejectedRepeat, reason: reasonRepeatDial}, []admission.Bucket{b})
 	}
 	if len(buckets) == 0 {
 		return true
+	}
+	if c.priority != "" {
+		// Counted past every limit, never refused (priority.go). The
+		// buckets derived at load are shared: a copy.
+		buckets = slices.Clone(buckets)
+		for i := range buckets {
+			buckets[i].Over = admission.OverCount
+		}
+		gates = nil // never held by the send gate either
 	}
 
 	sctx, cancel := c.storeCtx()
@@ -272,69 +343,87 @@ func (c *call) admit(peer *config.Peer, cu *config.Customer) bool {
 		c.absorbDuplicate()
 		return false
 	}
+	over := make([]bool, len(limits))
+	for i, o := range dec.Over {
+		if o && i < len(owner) {
+			over[owner[i]] = true
+		}
+	}
+	for i, l := range limits {
+		result := metrics.ResultAdmitted
+		switch {
+		case !dec.Admit && dec.Refused >= 0 && dec.Refused < len(owner) && owner[dec.Refused] == i:
+			result = metrics.ResultRejected
+		case over[i] && l.shadow && c.priority == "":
+			result = metrics.ResultShadowRejected
+		case !dec.Admit:
+			continue // not reached: the call was refused by another limit
+		}
+		p.m.Admission.WithLabelValues(l.scope, l.name, result).Inc()
+	}
 	if dec.Admit {
+		if c.priority != "" && slices.Contains(over, true) && c.log.Enabled(c.ctx, slog.LevelDebug) {
+			c.log.Debug("priority call admitted over its limits", "counts", dec.Counts)
+		}
 		// Not when the store let the call through uncounted (fail-open):
 		// holding it to limits nothing counted would turn the held calls
 		// into 503s at the gate's deadline.
-		if !cfg.Shadow && dec.Mode != admission.ModeOpen {
+		if dec.Mode != admission.ModeOpen {
 			c.gateKeys = gates
-		}
-		for _, n := range names {
-			p.m.Admission.WithLabelValues(n.scope, n.name, metrics.ResultAdmitted).Inc()
 		}
 		return true
 	}
-	result := metrics.ResultRejected
-	if cfg.Shadow {
-		result = metrics.ResultShadowRejected
-	}
-	c.reason = reasonPeerCPS
+	l := limits[0]
 	if dec.Refused >= 0 && dec.Refused < len(buckets) {
-		n := names[owner[dec.Refused]]
-		p.m.Admission.WithLabelValues(n.scope, n.name, result).Inc()
-		if n.scope == metrics.ScopeCustomer {
-			c.reason = reasonCustomerCPS
+		l = limits[owner[dec.Refused]]
+		b := buckets[dec.Refused]
+		name := l.scope + " " + l.name
+		if l.scope == metrics.ScopeRepeatDial {
+			name = "repeat_dial (the called number)"
 		}
-		if b := buckets[dec.Refused]; b.RateMicros > 0 {
-			c.detail = n.scope + " " + n.name + ": token bucket of " + strconv.Itoa(b.Limit) + " empty"
+		if b.RateMicros > 0 {
+			c.detail = name + ": token bucket of " + strconv.Itoa(b.Limit) + " empty"
 		} else {
 			calls := " calls in "
 			if b.Limit == 1 {
 				calls = " call in "
 			}
-			c.detail = n.scope + " " + n.name + ": " + strconv.Itoa(b.Limit) + calls + b.Window.String()
+			c.detail = name + ": " + strconv.Itoa(b.Limit) + calls + b.Window.String()
 		}
 		if c.log.Enabled(c.ctx, slog.LevelDebug) {
 			count := -1
 			if dec.Refused < len(dec.Counts) {
 				count = dec.Counts[dec.Refused]
 			}
-			b := buckets[dec.Refused]
-			c.log.Debug("over cps limit", "scope", n.scope, "name", n.name, "bucket", b.Key,
+			c.log.Debug("over a limit", "scope", l.scope, "name", l.name, "bucket", b.Key,
 				"limit", b.Limit, "window", b.Window,
-				"count", count, "retry_after", dec.RetryAfter, "shadow", cfg.Shadow)
+				"count", count, "retry_after", dec.RetryAfter)
 		}
 	}
-	if cfg.Shadow {
-		c.reason, c.detail = "", ""
-		return true
+	c.refuse(l.outcome, l.reason)
+	c.sendReject(l.reject, cfg.SIP.Reject, "CPS Limit Exceeded")
+	return false
+}
+
+// sendReject answers a call refused by a limit with the limit's own answer
+// (rej) or def, the default of its kind (sip.reject, sip.reject_calls);
+// fallback is the reason phrase when the answer has none.
+func (c *call) sendReject(rej *config.Reject, def config.Reject, fallback string) {
+	if rej == nil {
+		rej = &def
 	}
-	c.outcome = metrics.OutcomeRejectedCPS
-	rej := cfg.SIP.Reject
 	code, reason := rej.Code, rej.Reason
 	if code < 300 || code > 699 {
 		code = sipmsg.StatusServiceUnavailable
 	}
 	if reason == "" {
-		reason = "CPS Limit Exceeded"
+		reason = fallback
 	}
 	res := sipmsg.NewResponseFromRequest(c.req, code, reason, nil)
 	if rej.RetryAfter > 0 {
-		secs := int(math.Ceil(rej.RetryAfter.Seconds()))
-		res.AppendHeader(sipmsg.NewHeader("Retry-After", strconv.Itoa(secs)))
+		res.AppendHeader(sipmsg.NewHeader("Retry-After", strconv.Itoa(int(math.Ceil(rej.RetryAfter.Seconds())))))
 	}
 	c.send(res)
-	return false
 }
 
 // route tries the carriers of the call's route in order: reserve a slot

@@ -17,6 +17,8 @@ import (
 )
 
 // Overload: the node sheds its own excess before it reaches the store.
+// A priority call (priority.go) is never shed: it takes its unit even
+// beyond the bound.
 //
 // At saturation sipgo starts one goroutine per received message; when the
 // node cannot keep up, thousands of them are runnable at once, a Redis
@@ -91,7 +93,12 @@ func (p *Proxy) screenInvite(cfg *config.Config, req *sipmsg.Request, src netip.
 			limit := inflightLimit(cfg)
 			acquire = func() bool {
 				if !p.tryInflight(limit) {
-					return false
+					if !isPriority(cfg, pe, req) {
+						return false
+					}
+					// Never shed (priority.go): it takes its unit beyond
+					// the bound, so it still counts in flight.
+					p.inflight.Add(1)
 				}
 				p.oc.of(peer).taken.Add(1)
 				return true

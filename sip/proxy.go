@@ -313,6 +313,8 @@ type Proxy struct {
 	storeCalls oneAtATime
 	// events writes the call event lines (log.events).
 	events *eventLog
+	// prioLog writes the priority call lines (priority.go).
+	prioLog *eventLog
 	// noViaLog rate-limits the log lines of responses not relayed for
 	// want of a Via (relay.go).
 	noViaLog logGate
@@ -368,6 +370,7 @@ func New(opts Options) (*Proxy, error) {
 	p.panics = &panics.Reporter{Log: p.log, Count: p.m.Panics}
 	p.health = health.NewTracker(nil, p.onHealthChange)
 	p.events = &eventLog{log: opts.Logger.With("component", "events")}
+	p.prioLog = &eventLog{log: opts.Logger.With("component", "priority")}
 	if cfg := opts.Config(); cfg != nil {
 		p.syncHealth(cfg)
 	}

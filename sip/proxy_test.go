@@ -49,6 +49,13 @@ func (f *fakeAdmitter) Admit(_ context.Context, member string, b []admission.Buc
 		return admission.Decision{}, f.err
 	}
 	if f.refuse >= 0 {
+		if f.refuse < len(b) && b[f.refuse].Over != admission.OverRefuse {
+			// Over a bucket that lets the call through (shadow, count),
+			// as the stores decide.
+			over := make([]bool, len(b))
+			over[f.refuse] = true
+			return admission.Decision{Admit: true, Refused: -1, Counts: f.counts, Mode: f.mode, Over: over}, nil
+		}
 		return admission.Decision{Admit: false, Refused: f.refuse, RetryAfter: time.Second}, nil
 	}
 	return admission.Decision{Admit: true, Refused: -1, Counts: f.counts, Mode: f.mode}, nil

@@ -26,7 +26,8 @@ import (
 // (BENCHMARKS.md, issue 15).
 //
 // So the UDP worker, which sees the raw bytes before sipgo parses them,
-// sheds those INVITEs itself while the node is at its inflight bound: it
+// sheds those INVITEs itself while the node is at its inflight bound (never
+// a priority call's, priorityRaw: those go on to the parser): it
 // reads the few lines the answer is made of, and writes the 503 the screen
 // would have written. It is an optimisation only, and a conservative one:
 // any message it does not recognise in full goes on to the parser and the
@@ -93,6 +94,11 @@ func (p *Proxy) shedRawFrom(conn *net.UDPConn, from netip.AddrPort, data []byte,
 	if !force && !bound {
 		return false
 	}
+	if !force && priorityRaw(cfg, peer, data) {
+		// Never shed: the parsed path takes it (priority.go). A forced
+		// shed's caller, shedDatagram, has looked already.
+		return false
+	}
 	inv, ok := scanInvite(data)
 	if ok && p.invites.has(inv.key()) {
 		return false
@@ -152,6 +158,11 @@ func (p *Proxy) shedParsed(conn *net.UDPConn, from netip.AddrPort, data []byte, 
 	req.SetSource(from.String())
 	if !wellFormed(req) || !req.IsInvite() || p.inDialog(req) || tagOf(req.From().Params) == "" || p.invites.has(inviteKeyOf(req)) {
 		return false
+	}
+	if pe := p.cfg().PeerByAddr(from.Addr().Unmap()); pe != nil && isPriority(p.cfg(), pe, req) {
+		// Never shed (priority.go): handled as if it had found room.
+		p.deliverUDP(conn, from, req)
+		return true
 	}
 	res := shedResponse(req, shedTag+strconv.FormatUint(rand.Uint64(), 36))
 	p.ocMarkOwn(peer, res)

@@ -116,7 +116,7 @@ func (c *call) record() records.Record {
 		Source: c.req.Source(), CarriersTried: slices.Clone(c.tried), Code: c.code, Outcome: c.outcome,
 		Reason: c.reason, Detail: c.detail,
 		AdmissionWaitMS: c.admissionWait.Milliseconds(), PacingWaitMS: c.pacingWait.Milliseconds(),
-		StartedAt: records.Stamp(c.started),
+		StartedAt: records.Stamp(c.started), Priority: c.priority != "",
 	}
 	if c.cfg != nil {
 		r.Node = c.cfg.NodeID

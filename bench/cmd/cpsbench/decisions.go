@@ -109,10 +109,10 @@ func decisionsCmd(fs *flag.FlagSet) func(*env) error {
 						return err
 					}},
 					{"raw go-redis EVALSHA (same client)", func(ctx context.Context, m string) error {
-						return client.EvalSha(ctx, sha, []string{bRaw.Key}, m, bRaw.Limit, lua.Micros(bRaw.Window), 0).Err()
+						return client.EvalSha(ctx, sha, []string{bRaw.Key}, m, bRaw.Limit, lua.Micros(bRaw.Window), 0, lua.OverRefuse).Err()
 					}},
 					{"raw go-redis EVALSHA (pool = callers)", func(ctx context.Context, m string) error {
-						return big.EvalSha(ctx, sha, []string{bRawBig.Key}, m, bRawBig.Limit, lua.Micros(bRawBig.Window), 0).Err()
+						return big.EvalSha(ctx, sha, []string{bRawBig.Key}, m, bRawBig.Limit, lua.Micros(bRawBig.Window), 0, lua.OverRefuse).Err()
 					}},
 				}
 				for _, m := range methods {

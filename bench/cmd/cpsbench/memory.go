@@ -142,7 +142,7 @@ func redisBucketMemory(ctx context.Context, c *redis.Client, cps int) (adm, slot
 		p := c.Pipeline()
 		for j := i; j < min(i+500, cps); j++ {
 			m := member(cps, j)
-			p.EvalSha(ctx, sha, []string{akey}, m, limit, lua.Micros(window), 0)
+			p.EvalSha(ctx, sha, []string{akey}, m, limit, lua.Micros(window), 0, lua.OverRefuse)
 			p.EvalSha(ctx, psha, []string{skey, lua.PauseKey(skey)}, m+"#0", interval, int64(2*time.Second/time.Microsecond), lua.Micros(2*time.Second+pacing.ProbeClaim))
 		}
 		if _, err := p.Exec(ctx); err != nil {
