@@ -13,6 +13,7 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/policy"
+	"github.com/cpsguard/cpsguard/sip/internal/rawsip"
 )
 
 // Calls that must never be refused (issue 24, item 1).
@@ -117,7 +118,7 @@ func priorityRaw(cfg *config.Config, peer *config.Peer, data []byte) bool {
 		return false
 	}
 	pol := policy.Of(cfg)
-	line, rest, ok := cutLine(data)
+	line, rest, ok := rawsip.CutLine(data)
 	if !ok {
 		return false
 	}
@@ -125,7 +126,7 @@ func priorityRaw(cfg *config.Config, peer *config.Peer, data []byte) bool {
 		uri := bytes.TrimSpace(line[len(inviteStart):sp])
 		// A cheap look first (no allocation): only a user that may be an
 		// emergency number is parsed as sipgo parses it.
-		if n := config.NormalizeNumber(string(rawURIUser(uri))); n != "" && pol.PriorityNumber(n) {
+		if n := config.NormalizeNumber(string(rawsip.URIUser(uri))); n != "" && pol.PriorityNumber(n) {
 			var u sipmsg.Uri
 			if sipmsg.ParseUri(string(uri), &u) == nil {
 				if n := uriNumber(&u); n != "" && pol.PriorityNumber(n) {
@@ -139,7 +140,7 @@ func priorityRaw(cfg *config.Config, peer *config.Peer, data []byte) bool {
 	}
 	inRP := false
 	for {
-		if line, rest, ok = cutLine(rest); !ok || len(line) == 0 {
+		if line, rest, ok = rawsip.CutLine(rest); !ok || len(line) == 0 {
 			return false
 		}
 		if line[0] == ' ' || line[0] == '\t' {
@@ -154,33 +155,11 @@ func priorityRaw(cfg *config.Config, peer *config.Peer, data []byte) bool {
 			inRP = false
 			continue
 		}
-		inRP = asciiEqualFold(bytes.TrimSpace(line[:colon]), resourcePriorityName)
+		inRP = rawsip.EqualFold(bytes.TrimSpace(line[:colon]), resourcePriorityName)
 		if inRP && pol.ResourcePriority(string(line[colon+1:])) {
 			return true
 		}
 	}
-}
-
-// rawURIUser is the user part of a raw URI as far as a cheap look sees it:
-// after the scheme (and "//"), up to '@' for a sip: or sips: URI (nothing
-// without one), the rest for another scheme (tel:). It never drops a
-// character sipgo's parser would keep in the user: what it returns starts
-// with sipgo's user, so an emergency prefix of that user is one of this.
-func rawURIUser(uri []byte) []byte {
-	colon := bytes.IndexByte(uri, ':')
-	if colon < 0 {
-		return nil
-	}
-	scheme, rest := uri[:colon], uri[colon+1:]
-	if !asciiEqualFold(scheme, "sip") && !asciiEqualFold(scheme, "sips") {
-		return rest
-	}
-	rest = bytes.TrimPrefix(rest, []byte("//"))
-	at := bytes.IndexByte(rest, '@')
-	if at < 0 {
-		return nil
-	}
-	return rest[:at]
 }
 
 // priorityRawFrom is priorityRaw for a datagram from an address: false

@@ -72,7 +72,7 @@ func checkRawShed(t testing.TB, data []byte) {
 	if !ok {
 		return
 	}
-	out, ok := inv.appendShed(nil, src, tag)
+	out, ok := inv.AppendShed(nil, src, tag)
 	if !ok {
 		return
 	}
@@ -80,7 +80,7 @@ func checkRawShed(t testing.TB, data []byte) {
 	if !shed {
 		t.Fatalf("the raw path answers a message the screen would not shed:\n%q", data)
 	}
-	if got := inv.key(); got != key {
+	if got := inviteKey(inv.TxKey()); got != key {
 		t.Fatalf("invite key: raw %q, parsed %q\n%q", got, key, data)
 	}
 	if d := want.Destination(); d != src {
@@ -134,7 +134,7 @@ func TestRawShedMatchesScreen(t *testing.T) {
 	}
 	// The rport of the top Via is filled in as sipgo does.
 	inv, _ := scanInvite([]byte(rawShedSeeds[1].msg))
-	out, _ := inv.appendShed(nil, "10.0.0.9:40000", "cgshed.x")
+	out, _ := inv.AppendShed(nil, "10.0.0.9:40000", "cgshed.x")
 	if !bytes.Contains(out, []byte("Via: SIP/2.0/UDP 10.0.0.9:5070;rport=40000;branch=z9hG4bKabc;received=10.0.0.9\r\n")) {
 		t.Errorf("top Via of the raw answer:\n%s", out)
 	}
@@ -283,8 +283,8 @@ func BenchmarkShedRaw(b *testing.B) {
 		if !ok {
 			b.Fatal("not scanned")
 		}
-		_ = inv.key()
-		buf, _ = inv.appendShed(buf[:0], "127.0.0.1:46749", "cgshed.x")
+		_ = inv.TxKey()
+		buf, _ = inv.AppendShed(buf[:0], "127.0.0.1:46749", "cgshed.x")
 	}
 }
 
