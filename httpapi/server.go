@@ -375,18 +375,20 @@ func (s *server) fillCalls(ctx context.Context, pol *policy.Policy, st *Status) 
 	return nil
 }
 
-// override returns the cps in force for scope's name (configured cps, or
-// the live override's) and the override to show, if any.
+// override returns the cps in force for scope's name (limits.InForce: the
+// configured cps, or the live override's) and the override to show, if
+// any.
 func (s *server) override(cfg *config.Config, scope, name string, cps float64, now time.Time) (float64, *LimitOverride) {
 	if s.o.Limits == nil {
 		return cps, nil
 	}
+	inForce, _ := limits.InForce(s.o.Limits, scope, name, cps, 0)
 	o, ok := s.o.Limits.Lookup(scope, name)
 	if !ok {
-		return cps, nil
+		return inForce, nil
 	}
 	v := overrideView(cfg, o, now)
-	return o.CPS, &v
+	return inForce, &v
 }
 
 // fillCounts reads the windows of buckets into entries in one store call.

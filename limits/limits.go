@@ -9,7 +9,11 @@ import (
 	"time"
 )
 
-// Scopes an override applies to; they are the scope labels of the metrics.
+// Scopes of a limit: the one vocabulary of scope names. An override names
+// one; the metrics' scope labels (metrics.ScopePeer, …), the refusal
+// details and the logs use these constants. (Redis key scopes are
+// policy.Scope, pinned apart on purpose: a label may be renamed, a key
+// may not.)
 const (
 	ScopePeer     = "peer"
 	ScopeCustomer = "customer"

@@ -12,17 +12,23 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/cpsguard/cpsguard/limits"
 )
 
 // Namespace prefixes every metric name.
 const Namespace = "cpsguard"
 
+// Scope label values: the one vocabulary of scope names is limits'
+// (overrides, the limit in force); these name the same constants.
+const (
+	ScopePeer     = limits.ScopePeer
+	ScopeCustomer = limits.ScopeCustomer
+	ScopeCarrier  = limits.ScopeCarrier
+)
+
 // Label values of small enums.
 const (
-	ScopePeer     = "peer"
-	ScopeCustomer = "customer"
-	ScopeCarrier  = "carrier"
-
 	ResultAdmitted       = "admitted"
 	ResultRejected       = "rejected"
 	ResultShadowRejected = "shadow_rejected"
@@ -203,8 +209,8 @@ type Metrics struct {
 
 	// syncMu serialises SyncLimits.
 	syncMu sync.Mutex
-	// override is SetLimitOverrides' func (nil: none); guarded by syncMu.
-	override func(scope, name string) (float64, bool)
+	// overrides are SetLimitOverrides' (nil: none); guarded by syncMu.
+	overrides limits.Lookup
 }
 
 // WaitBuckets resolve queue delay from 1 ms up to 60 s

@@ -18,6 +18,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/limits"
 )
 
 // touchAll records one sample in every collector, so each vector has a
@@ -443,11 +444,8 @@ func TestEnumListsAreComplete(t *testing.T) {
 func TestSyncLimitsOverrideWins(t *testing.T) {
 	m := New(prometheus.NewRegistry())
 	cfg := cfgWith([]string{"p1", "p2"}, []string{"c1"}, []string{"k1"})
-	live := map[string]float64{"peer/p2": 3, "carrier/k1": 0.5}
-	m.SetLimitOverrides(func(scope, name string) (float64, bool) {
-		v, ok := live[scope+"/"+name]
-		return v, ok
-	})
+	live := liveOverrides{"peer/p2": {CPS: 3}, "carrier/k1": {CPS: 0.5}}
+	m.SetLimitOverrides(live)
 	m.SyncLimits(cfg)
 	for _, tc := range []struct {
 		scope, name string
@@ -463,4 +461,11 @@ func TestSyncLimitsOverrideWins(t *testing.T) {
 	if got := testutil.ToFloat64(m.LimitCPS.WithLabelValues(ScopePeer, "p2")); got != cfg.Peers[1].CPS {
 		t.Errorf("limit of peer p2 after its override ended: got %v, want the configured %v", got, cfg.Peers[1].CPS)
 	}
+}
+
+type liveOverrides map[string]limits.Override
+
+func (l liveOverrides) Lookup(scope, name string) (limits.Override, bool) {
+	o, ok := l[limits.Field(scope, name)]
+	return o, ok
 }

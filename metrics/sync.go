@@ -8,6 +8,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/limits"
 )
 
 // NewRegistry returns a registry with the Go runtime and process collectors
@@ -26,8 +27,8 @@ func NewRegistry() *prometheus.Registry {
 // a configured name and a known label value (calls_total for every peer and
 // outcome, admission_total for every peer and customer and result, the
 // carriers' pacing, queue, reroute, response and setup series); it sets cpsguard_limit_cps for
-// every peer, customer and carrier (the limit in force: a live override's
-// cps, see SetLimitOverrides, else the configured one), cpsguard_pacing_max_wait_seconds for
+// every peer, customer and carrier (the limit in force, limits.InForce:
+// a live override's cps, see SetLimitOverrides, else the configured one), cpsguard_pacing_max_wait_seconds for
 // every carrier, cpsguard_store_redis_configured and cpsguard_config_info,
 // and deletes every series whose peer, customer or carrier is
 // no longer configured, in all collectors labelled by those names. Call it
@@ -45,11 +46,7 @@ func (m *Metrics) SyncLimits(cfg *config.Config) {
 	m.syncMu.Lock()
 	defer m.syncMu.Unlock()
 	limit := func(scope, name string, cps float64) float64 {
-		if m.override != nil {
-			if v, ok := m.override(scope, name); ok {
-				return v
-			}
-		}
+		cps, _ = limits.InForce(m.overrides, scope, name, cps, 0)
 		return cps
 	}
 
@@ -153,14 +150,14 @@ func (m *Metrics) SyncLimits(cfg *config.Config) {
 }
 
 // SetLimitOverrides makes SyncLimits set cpsguard_limit_cps of a name to
-// cps(scope, name) when it reports ok (a live limit override) instead of
-// the configured value. Call SyncLimits again whenever the overrides change
-// (set, removed, expired): the override wins while it lives, the configured
-// value is back when it ends. Nil turns it off.
-func (m *Metrics) SetLimitOverrides(cps func(scope, name string) (float64, bool)) {
+// the limit in force with the live overrides of l (limits.InForce) instead
+// of the configured value. Call SyncLimits again whenever the overrides
+// change (set, removed, expired): the override wins while it lives, the
+// configured value is back when it ends. Nil turns it off.
+func (m *Metrics) SetLimitOverrides(l limits.Lookup) {
 	m.syncMu.Lock()
 	defer m.syncMu.Unlock()
-	m.override = cps
+	m.overrides = l
 }
 
 // ObserveReload counts one configuration reload (SIGHUP, file change or API)

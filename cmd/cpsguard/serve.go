@@ -227,10 +227,7 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 		OnChange: func([]limits.Override) { m.SyncLimits(mgr.Current()) },
 		Panics:   &panics.Reporter{Log: logger.With("component", "limits"), Count: m.Panics},
 	})
-	m.SetLimitOverrides(func(scope, name string) (float64, bool) {
-		o, ok := overrides.Lookup(scope, name)
-		return o.CPS, ok
-	})
+	m.SetLimitOverrides(overrides)
 	rctx, rcancel := context.WithTimeout(ctx, time.Second)
 	_ = overrides.Refresh(rctx) // a failure is logged; Run retries
 	rcancel()
