@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/cpsguard/cpsguard/admission"
+	"github.com/cpsguard/cpsguard/carriers"
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/limits"
 	"github.com/cpsguard/cpsguard/pacing"
@@ -37,6 +38,14 @@ type Queuer interface {
 	// Queue reports the calls waiting for a slot, the slots of the last
 	// second and the least wait of a call reserving now.
 	Queue(ctx context.Context, key string, interval time.Duration) (pacing.QueueState, error)
+}
+
+// Carriers reports what the node knows of its carriers; *carriers.Set
+// satisfies it.
+type Carriers interface {
+	// State is what the node knows of the carrier named name (ok false:
+	// not configured).
+	State(name string) (carriers.State, bool)
 }
 
 // CallCounter reads max_calls places; calls.Store implementations (and the
@@ -60,10 +69,10 @@ type Options struct {
 	// Calls reads the live calls of every peer, customer and carrier with
 	// max_calls. Nil: their active_calls is null.
 	Calls CallCounter
-	// Carrier reports a carrier's health and effective CPS (ok false for a
-	// carrier the node does not track). Nil: carriers' up, health and
-	// effective_cps are omitted.
-	Carrier func(name string) (CarrierState, bool)
+	// Carriers reports what the node knows of each carrier (a
+	// *carriers.Set). Nil: carriers' up, health and effective_cps are
+	// omitted.
+	Carriers Carriers
 	// StoreMode reports "redis", "fallback" or "local". Nil: "local" when no
 	// Redis is configured, else "unknown".
 	StoreMode func() string
@@ -301,8 +310,8 @@ func (s *server) buildStatus(ctx context.Context, cfg *config.Config) Status {
 				e.setCurrent(q.Sent)
 			}
 		}
-		if s.o.Carrier != nil {
-			if cs, ok := s.o.Carrier(c.Name); ok {
+		if s.o.Carriers != nil {
+			if cs, ok := s.o.Carriers.State(c.Name); ok {
 				up := cs.Up
 				e.Up = &up
 				if cs.Reason != "" {

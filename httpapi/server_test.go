@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cpsguard/cpsguard/admission"
+	"github.com/cpsguard/cpsguard/carriers"
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/limits"
 	"github.com/cpsguard/cpsguard/metrics"
@@ -497,12 +498,10 @@ func TestFetchStatusAndRender(t *testing.T) {
 	h := New(Options{
 		Config: testConfig, Counts: store, Queue: store,
 		StoreMode: func() string { return "fallback" },
-		Carrier: func(name string) (CarrierState, bool) {
-			if name == "carrier-b" {
-				return CarrierState{Up: false, Since: time.Date(2026, 11, 22, 2, 3, 0, 0, time.UTC),
-					Reason: "probe: 3 failures in a row (last: no answer in 1s)", EffectiveCPS: 5}, true
-			}
-			return CarrierState{Up: true, EffectiveCPS: 7}, true
+		Carriers: fakeCarriers{
+			"carrier-a": {Up: true, EffectiveCPS: 7},
+			"carrier-b": {Up: false, Since: time.Date(2026, 11, 22, 2, 3, 0, 0, time.UTC),
+				Reason: "probe: 3 failures in a row (last: no answer in 1s)", EffectiveCPS: 5},
 		},
 	})
 	srv := httptest.NewServer(h)
@@ -667,4 +666,12 @@ func TestWritesNeedAToken(t *testing.T) {
 			t.Errorf("GET %s with no http.token: got %d, want 200 (reads stay open)", path, rec.Code)
 		}
 	}
+}
+
+// fakeCarriers is what a node knows of its carriers, by name.
+type fakeCarriers map[string]carriers.State
+
+func (f fakeCarriers) State(name string) (carriers.State, bool) {
+	st, ok := f[name]
+	return st, ok
 }

@@ -191,18 +191,6 @@ type PauseChange struct {
 	Previous *CarrierPause `json:"previous,omitempty"`
 }
 
-// CarrierState is what a node reports of one carrier's health.
-type CarrierState struct {
-	// Up reports whether the node sends calls to the carrier.
-	Up bool
-	// Since is when the carrier entered that state; zero when unknown.
-	Since time.Time
-	// Reason says why (empty for a carrier up since it was configured).
-	Reason string
-	// EffectiveCPS is the rate it is paced at now; 0 when unknown.
-	EffectiveCPS float64
-}
-
 // Health is the JSON answer of /healthz and /readyz.
 type Health struct {
 	// Status is "ok" or "unavailable".

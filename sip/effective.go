@@ -1,9 +1,7 @@
 package sip
 
 import (
-	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/limits"
-	"github.com/cpsguard/cpsguard/metrics"
 )
 
 // Overrides finds the live limit override of a peer, customer or carrier
@@ -20,11 +18,4 @@ func (p *Proxy) limitsOf(scope, name string, cps float64, burst int) (float64, i
 		return cps, burst
 	}
 	return limits.InForce(p.overrides, scope, name, cps, burst)
-}
-
-// carrierCPS is the rate car is held to before adaptive push-back: its cps,
-// or a live override's. An adaptive carrier's AIMD climbs back to it.
-func (p *Proxy) carrierCPS(car *config.Carrier) float64 {
-	cps, _ := p.limitsOf(metrics.ScopeCarrier, car.Name, car.CPS, 0)
-	return cps
 }

@@ -1,4 +1,4 @@
-package health
+package carriers
 
 import (
 	"fmt"
@@ -12,27 +12,27 @@ import (
 
 type recorder struct {
 	mu      sync.Mutex
-	changes []Change
+	changes []healthChange
 }
 
-func (r *recorder) add(c Change) {
+func (r *recorder) add(c healthChange) {
 	r.mu.Lock()
 	r.changes = append(r.changes, c)
 	r.mu.Unlock()
 }
 
-func (r *recorder) list() []Change {
+func (r *recorder) list() []healthChange {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]Change(nil), r.changes...)
+	return append([]healthChange(nil), r.changes...)
 }
 
-func newTracker(t *testing.T) (*Tracker, *recorder, *time.Time) {
+func newTracker(t *testing.T) (*healthTracker, *recorder, *time.Time) {
 	t.Helper()
 	now := time.Unix(1_000_000, 0)
 	rec := &recorder{}
-	tr := NewTracker(func() time.Time { return now }, rec.add)
-	tr.Sync(map[string]Policy{
+	tr := newHealthTracker(func() time.Time { return now }, rec.add)
+	tr.Sync(map[string]healthPolicy{
 		"a":   {Enabled: true, DownAfter: 3, UpAfter: 2, Interval: 5 * time.Second},
 		"off": {Enabled: false, DownAfter: 3, UpAfter: 2},
 	})
@@ -60,7 +60,7 @@ func TestProbesMarkDownAndUp(t *testing.T) {
 	if tr.Up("a") {
 		t.Fatal("up after 3 failed probes in a row, want down")
 	}
-	st, _ := tr.State("a")
+	st, _ := tr.health("a")
 	if st.Up || !st.Since.Equal(*now) || st.Reason != "probe: 3 failures in a row (last: 503 Service Unavailable)" {
 		t.Errorf("state = %+v", st)
 	}
@@ -167,7 +167,7 @@ func TestSyncKeepsStateAndForgets(t *testing.T) {
 	for range 3 {
 		tr.Probed("a", false, "no answer")
 	}
-	tr.Sync(map[string]Policy{"a": {Enabled: true, DownAfter: 5, UpAfter: 1}, "b": {Enabled: true, DownAfter: 1, UpAfter: 1}})
+	tr.Sync(map[string]healthPolicy{"a": {Enabled: true, DownAfter: 5, UpAfter: 1}, "b": {Enabled: true, DownAfter: 1, UpAfter: 1}})
 	if tr.Up("a") {
 		t.Error("a reload brought a down carrier up, want it kept down")
 	}
@@ -181,11 +181,11 @@ func TestSyncKeepsStateAndForgets(t *testing.T) {
 	for range 5 {
 		tr.Probed("a", false, "no answer")
 	}
-	tr.Sync(map[string]Policy{"a": {Enabled: false}})
+	tr.Sync(map[string]healthPolicy{"a": {Enabled: false}})
 	if !tr.Up("a") {
 		t.Error("turning probing off left the carrier down, want up")
 	}
-	if _, ok := tr.State("b"); ok {
+	if _, ok := tr.health("b"); ok {
 		t.Error("a carrier no longer configured is still known")
 	}
 	if n := len(rec.list()); n != 4 {
@@ -193,11 +193,11 @@ func TestSyncKeepsStateAndForgets(t *testing.T) {
 	}
 }
 
-// TestConcurrentUse: one Tracker shared by goroutines that each feed
+// TestConcurrentUse: one healthTracker shared by goroutines that each feed
 // their own carrier a scripted series of probe and call results, one
 // more that hammers a carrier they all share, and one that reloads
 // (Sync, same policies) and reads State all along. Each goroutine's
-// carrier must end exactly where a private Tracker fed the same script
+// carrier must end exactly where a private healthTracker fed the same script
 // alone ends, step by step (Up, and every return value), and with the
 // same changes reported in the same order: other carriers, concurrent
 // reads and reloads change nothing. The shared carrier's changes
@@ -207,15 +207,15 @@ func TestConcurrentUse(t *testing.T) {
 	const workers, steps = 4, 600
 	frozen := time.Unix(1_000_000, 0)
 	clock := func() time.Time { return frozen }
-	pol := func(n int) map[string]Policy {
-		m := map[string]Policy{"shared": {Enabled: true, DownAfter: 2, UpAfter: 2}}
+	pol := func(n int) map[string]healthPolicy {
+		m := map[string]healthPolicy{"shared": {Enabled: true, DownAfter: 2, UpAfter: 2}}
 		for i := range n {
-			m[fmt.Sprintf("c%d", i)] = Policy{Enabled: true, DownAfter: 1 + i%3, UpAfter: 1 + (i+1)%3, Interval: time.Duration(i%2) * time.Second}
+			m[fmt.Sprintf("c%d", i)] = healthPolicy{Enabled: true, DownAfter: 1 + i%3, UpAfter: 1 + (i+1)%3, Interval: time.Duration(i%2) * time.Second}
 		}
 		return m
 	}
 	rec := &recorder{}
-	tr := NewTracker(clock, rec.add)
+	tr := newHealthTracker(clock, rec.add)
 	tr.Sync(pol(workers))
 
 	type step struct {
@@ -241,8 +241,8 @@ func TestConcurrentUse(t *testing.T) {
 			defer done.Add(1)
 			name := fmt.Sprintf("c%d", i)
 			refRec := &recorder{}
-			ref := NewTracker(clock, refRec.add)
-			ref.Sync(map[string]Policy{name: pol(workers)[name]})
+			ref := newHealthTracker(clock, refRec.add)
+			ref.Sync(map[string]healthPolicy{name: pol(workers)[name]})
 			for k, s := range script(i) {
 				var got, want bool
 				if s.probe {
@@ -262,7 +262,7 @@ func TestConcurrentUse(t *testing.T) {
 				}
 				_ = tr.Up("shared")
 			}
-			var mine []Change
+			var mine []healthChange
 			for _, c := range rec.list() {
 				if c.Carrier == name {
 					mine = append(mine, c)
@@ -279,7 +279,7 @@ func TestConcurrentUse(t *testing.T) {
 		for n := 0; n < 100000 && done.Load() < workers; n++ {
 			tr.Sync(pol(workers))
 			for i := range workers {
-				if st, ok := tr.State(fmt.Sprintf("c%d", i)); !ok {
+				if st, ok := tr.health(fmt.Sprintf("c%d", i)); !ok {
 					errs <- fmt.Sprintf("c%d unknown after a reload: %+v", i, st)
 					return
 				}
@@ -303,7 +303,7 @@ func TestConcurrentUse(t *testing.T) {
 		up = c.Up
 		changes++
 	}
-	st, _ := tr.State("shared")
+	st, _ := tr.health("shared")
 	if st.Up != up || tr.Up("shared") != up {
 		t.Errorf("shared carrier: State %+v, Up %v; want up=%v, its last change", st, tr.Up("shared"), up)
 	}

@@ -1,4 +1,4 @@
-package health
+package carriers
 
 import (
 	"strconv"
@@ -7,9 +7,9 @@ import (
 	"time"
 )
 
-// Policy is how one carrier is judged. A carrier whose Policy is not
+// healthPolicy is how one carrier is judged. A carrier whose healthPolicy is not
 // Enabled is always up and its results are ignored.
-type Policy struct {
+type healthPolicy struct {
 	// Enabled turns judging on (the carrier is probed).
 	Enabled bool
 	// DownAfter failed probes in a row, or failed calls in a row, mark the
@@ -23,8 +23,8 @@ type Policy struct {
 	Interval time.Duration
 }
 
-// Change is one carrier going down or coming up.
-type Change struct {
+// healthChange is one carrier going down or coming up.
+type healthChange struct {
 	// Carrier is the carrier's configured name.
 	Carrier string
 	// Up is the new state.
@@ -38,22 +38,22 @@ type Change struct {
 	Notice bool
 }
 
-// State is what the Tracker believes of one carrier.
-type State struct {
+// Health is what the healthTracker believes of one carrier.
+type Health struct {
 	// Up reports whether calls may be sent to the carrier.
 	Up bool
-	// Since is when the carrier entered this state (the Tracker's clock).
+	// Since is when the carrier entered this state (the healthTracker's clock).
 	Since time.Time
 	// Reason says why it is in this state (empty for a carrier that has
 	// been up since it was configured).
 	Reason string
 }
 
-type carrier struct {
-	up atomic.Bool // read without the Tracker's mutex
+type healthState struct {
+	up atomic.Bool // read without the healthTracker's mutex
 
-	// Guarded by Tracker.mu.
-	pol        Policy
+	// Guarded by healthTracker.mu.
+	pol        healthPolicy
 	probeFails int
 	probeOKs   int
 	callFails  int
@@ -72,42 +72,42 @@ type carrier struct {
 	reason        string
 }
 
-// Tracker holds the health of the configured carriers.
-type Tracker struct {
+// healthTracker holds the health of the configured carriers.
+type healthTracker struct {
 	clock    func() time.Time
-	onChange func(Change)
+	onChange func(healthChange)
 
 	mu       sync.Mutex
-	carriers atomic.Pointer[map[string]*carrier] // replaced whole by Sync
+	carriers atomic.Pointer[map[string]*healthState] // replaced whole by Sync
 }
 
-// NewTracker returns a Tracker that knows no carrier yet. onChange (may be
-// nil) is called, with the Tracker's mutex held, for every change of state;
-// it must be quick and must not call the Tracker. clock nil means time.Now.
-func NewTracker(clock func() time.Time, onChange func(Change)) *Tracker {
+// newHealthTracker returns a healthTracker that knows no carrier yet. onChange (may be
+// nil) is called, with the healthTracker's mutex held, for every change of state;
+// it must be quick and must not call the healthTracker. clock nil means time.Now.
+func newHealthTracker(clock func() time.Time, onChange func(healthChange)) *healthTracker {
 	if clock == nil {
 		clock = time.Now
 	}
-	t := &Tracker{clock: clock, onChange: onChange}
-	m := map[string]*carrier{}
+	t := &healthTracker{clock: clock, onChange: onChange}
+	m := map[string]*healthState{}
 	t.carriers.Store(&m)
 	return t
 }
 
-// Sync makes the Tracker follow a configuration: carriers it did not know
+// Sync makes the healthTracker follow a configuration: carriers it did not know
 // start up, known ones keep their state (a reload does not bring a dead
 // carrier back), carriers no longer named are forgotten. A carrier whose
 // policy is turned off is up from then on.
-func (t *Tracker) Sync(policies map[string]Policy) {
+func (t *healthTracker) Sync(policies map[string]healthPolicy) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	old := *t.carriers.Load()
-	next := make(map[string]*carrier, len(policies))
+	next := make(map[string]*healthState, len(policies))
 	now := t.clock()
 	for name, pol := range policies {
 		c := old[name]
 		if c == nil {
-			c = &carrier{since: now}
+			c = &healthState{since: now}
 			c.up.Store(true)
 		}
 		c.pol = pol
@@ -126,22 +126,22 @@ func (t *Tracker) Sync(policies map[string]Policy) {
 }
 
 // Up reports whether calls may be sent to the carrier named name. A
-// carrier the Tracker does not know is up.
-func (t *Tracker) Up(name string) bool {
+// carrier the healthTracker does not know is up.
+func (t *healthTracker) Up(name string) bool {
 	c := (*t.carriers.Load())[name]
 	return c == nil || c.up.Load()
 }
 
-// State returns what the Tracker believes of the carrier named name; ok is
+// health returns what the healthTracker believes of the carrier named name; ok is
 // false for a carrier it does not know.
-func (t *Tracker) State(name string) (s State, ok bool) {
+func (t *healthTracker) health(name string) (s Health, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	c := (*t.carriers.Load())[name]
 	if c == nil {
-		return State{Up: true}, false
+		return Health{Up: true}, false
 	}
-	return State{Up: c.up.Load(), Since: c.since, Reason: c.reason}, true
+	return Health{Up: c.up.Load(), Since: c.since, Reason: c.reason}, true
 }
 
 // Probed records the result of one probe: ok for any answer other than a
@@ -155,7 +155,7 @@ func (t *Tracker) State(name string) (s State, ok bool) {
 // but not OPTIONS (many trunks drop them) would otherwise be taken out of
 // service by its probes; its probe failures are then ignored, with one
 // Notice, until a probe is answered.
-func (t *Tracker) Probed(name string, ok bool, detail string) (again bool) {
+func (t *healthTracker) Probed(name string, ok bool, detail string) (again bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	c, now := t.judged(name)
@@ -191,7 +191,7 @@ func (t *Tracker) Probed(name string, ok bool, detail string) (again bool) {
 		c.probesIgnored = true
 		c.probeFails = 0
 		if t.onChange != nil {
-			t.onChange(Change{Carrier: name, Up: true, Notice: true, Reason: "probe: " + plural(c.pol.DownAfter, "failure") +
+			t.onChange(healthChange{Carrier: name, Up: true, Notice: true, Reason: "probe: " + plural(c.pol.DownAfter, "failure") +
 				" in a row (last: " + detail + ") while its calls are answered: it does not answer OPTIONS, so its probe failures are ignored until a probe is answered (probe: {interval: 0s} stops probing it)"})
 		}
 		return false
@@ -218,7 +218,7 @@ func (t *Tracker) Probed(name string, ok bool, detail string) (again bool) {
 // carrier at once, and DownAfter failed probes in a row decide (Probed). A
 // peer can ask for at most one such confirmation per Interval. Only probed
 // carriers are judged: the probe is also what brings them back.
-func (t *Tracker) Called(name string, ok bool, detail string) (probe bool) {
+func (t *healthTracker) Called(name string, ok bool, detail string) (probe bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	c, now := t.judged(name)
@@ -246,7 +246,7 @@ func (t *Tracker) Called(name string, ok bool, detail string) (probe bool) {
 
 // judged returns the carrier named name when its results are judged
 // (known, probing on), or nil, and the time; t.mu is held.
-func (t *Tracker) judged(name string) (*carrier, time.Time) {
+func (t *healthTracker) judged(name string) (*healthState, time.Time) {
 	c := (*t.carriers.Load())[name]
 	if c == nil || !c.pol.Enabled {
 		return nil, time.Time{}
@@ -255,7 +255,7 @@ func (t *Tracker) judged(name string) (*carrier, time.Time) {
 }
 
 // set changes c's state; t.mu is held.
-func (t *Tracker) set(name string, c *carrier, up bool, reason string) {
+func (t *healthTracker) set(name string, c *healthState, up bool, reason string) {
 	c.up.Store(up)
 	c.since = t.clock()
 	c.reason = reason
@@ -265,7 +265,7 @@ func (t *Tracker) set(name string, c *carrier, up bool, reason string) {
 		c.callFails = 0
 	}
 	if t.onChange != nil {
-		t.onChange(Change{Carrier: name, Up: up, Reason: reason})
+		t.onChange(healthChange{Carrier: name, Up: up, Reason: reason})
 	}
 }
 
