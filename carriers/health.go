@@ -36,6 +36,10 @@ type healthChange struct {
 	// the carrier's probe failures are ignored from now on because its
 	// calls are answered (it does not answer OPTIONS).
 	Notice bool
+	// Suspect marks a carrier taken down at once by its failed calls while
+	// probes confirm them; Confirmed, one the probes confirmed down (it
+	// was down already: the reason changes, not the state).
+	Suspect, Confirmed bool
 }
 
 // Health is what the healthTracker believes of one carrier.
@@ -57,9 +61,10 @@ type healthState struct {
 	probeFails int
 	probeOKs   int
 	callFails  int
-	// confirming: calls failed DownAfter times in a row and probes were
-	// asked for; DownAfter failed probes in a row mark the carrier down, a
-	// good one (or an answered call) ends the confirmation.
+	// confirming: calls failed DownAfter times in a row, the carrier is
+	// down at once (suspected) and probes were asked for; DownAfter
+	// failed probes in a row confirm it down, a good one (or an answered
+	// call) brings it back at once: it was never confirmed.
 	confirming  bool
 	lastConfirm time.Time // when the last confirmation began
 	lastCall    string    // the last failed call, for the reason
@@ -166,8 +171,11 @@ func (t *healthTracker) Probed(name string, ok bool, detail string) (again bool)
 		c.probeFails = 0
 		c.probesIgnored = false
 		if c.confirming {
-			c.confirming = false
-			c.callFails = 0 // the carrier answers: the calls' failures were theirs
+			// The carrier answers: the calls' failures were theirs (a
+			// peer dialling numbers the carrier refuses), not the
+			// carrier's. Suspected only, so back at once.
+			t.set(name, c, true, "probe: answered ("+detail+") while "+plural(c.callFails, "failed call")+" in a row were confirmed: the failures were the calls'")
+			return false
 		}
 		if c.up.Load() {
 			return false
@@ -180,7 +188,7 @@ func (t *healthTracker) Probed(name string, ok bool, detail string) (again bool)
 		return false
 	}
 	c.probeOKs = 0
-	if c.probesIgnored || !c.up.Load() {
+	if c.probesIgnored || (!c.up.Load() && !c.confirming) {
 		return false
 	}
 	c.probeFails++
@@ -197,7 +205,13 @@ func (t *healthTracker) Probed(name string, ok bool, detail string) (again bool)
 		return false
 	}
 	if c.confirming {
-		t.set(name, c, false, "calls: "+plural(c.callFails, "failure")+" in a row (last: "+c.lastCall+"), confirmed by "+plural(c.probeFails, "failed probe")+" (last: "+detail+")")
+		// Down since the calls said so (Since stays): now confirmed.
+		c.confirming = false
+		c.reason = "calls: " + plural(c.callFails, "failure") + " in a row (last: " + c.lastCall + "), confirmed by " + plural(c.probeFails, "failed probe") + " (last: " + detail + ")"
+		c.probeOKs, c.probeFails = 0, 0
+		if t.onChange != nil {
+			t.onChange(healthChange{Carrier: name, Up: false, Confirmed: true, Reason: c.reason})
+		}
 		return false
 	}
 	t.set(name, c, false, "probe: "+plural(c.probeFails, "failure")+" in a row (last: "+detail+")")
@@ -210,14 +224,17 @@ func (t *healthTracker) Probed(name string, ok bool, detail string) (again bool)
 // timeout, a transport failure, or a 5xx or 408 that was not back-pressure
 // (a 503 with Retry-After is a pause, not a failure).
 //
-// Calls alone never mark a carrier down: a peer chooses what it dials and
-// what its INVITEs look like, so it could make a live carrier fail a few
-// calls in a row (numbers it refuses with a 5xx, INVITEs too large for its
-// UDP path) and take it away from every other peer. When DownAfter calls
-// in a row have failed, Called returns probe true: the caller probes the
-// carrier at once, and DownAfter failed probes in a row decide (Probed). A
-// peer can ask for at most one such confirmation per Interval. Only probed
-// carriers are judged: the probe is also what brings them back.
+// When DownAfter calls in a row have failed, the carrier is down at once
+// (suspected: no call waits for it any more) and Called returns probe
+// true: the caller sends DownAfter probes at once, together, and they
+// decide (Probed): DownAfter failures confirm it down, one answer brings
+// it back at once (as does an answered call). Calls alone never keep a
+// carrier down: a peer chooses what it dials and what its INVITEs look
+// like, so it could make a live carrier fail a few calls in a row
+// (numbers it refuses with a 5xx, INVITEs too large for its UDP path);
+// that costs the others one probe round trip of the carrier, at most once
+// per Interval. Only probed carriers are judged: the probe is also what
+// brings them back.
 func (t *healthTracker) Called(name string, ok bool, detail string) (probe bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -226,9 +243,13 @@ func (t *healthTracker) Called(name string, ok bool, detail string) (probe bool)
 		return false
 	}
 	if ok {
+		if c.confirming {
+			// A call answered (one already under way) while its probes
+			// confirm: it is alive.
+			t.set(name, c, true, "calls: answered while "+plural(c.callFails, "failed call")+" in a row were confirmed: the failures were the calls'")
+		}
 		c.callFails = 0
 		c.lastGoodCall = now
-		c.confirming = false
 		return false
 	}
 	c.callFails++
@@ -239,9 +260,28 @@ func (t *healthTracker) Called(name string, ok bool, detail string) (probe bool)
 	if !c.lastConfirm.IsZero() && now.Sub(c.lastConfirm) < c.pol.Interval {
 		return false
 	}
+	// Down at once: no call waits for a carrier whose calls fail while
+	// its probes confirm (at once, together). A live carrier's probes
+	// answer within a round trip and bring it back.
 	c.confirming = true
 	c.lastConfirm = now
+	c.up.Store(false)
+	c.since = now
+	c.reason = "calls: " + plural(c.callFails, "failure") + " in a row (last: " + detail + "), confirming with " + plural(c.pol.DownAfter, "probe")
+	c.probeOKs, c.probeFails = 0, 0
+	if t.onChange != nil {
+		t.onChange(healthChange{Carrier: name, Up: false, Suspect: true, Reason: c.reason})
+	}
 	return true
+}
+
+// Confirming reports whether failed calls took the carrier named name
+// down and its probes have not decided yet.
+func (t *healthTracker) Confirming(name string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c, _ := t.judged(name)
+	return c != nil && c.confirming
 }
 
 // judged returns the carrier named name when its results are judged

@@ -97,21 +97,30 @@ func TestCallsAskForAProbeThatDecides(t *testing.T) {
 	if !tr.Up("a") {
 		t.Fatal("down after failures not in a row, want up")
 	}
+	suspected := *now
 	if !tr.Called("a", false, "500 Server Internal Error") {
 		t.Fatal("3 failed calls in a row: no probe asked for")
 	}
-	if !tr.Up("a") {
-		t.Fatal("calls alone marked the carrier down; a probe must confirm")
+	if tr.Up("a") {
+		t.Fatal("3 failed calls in a row left the carrier up; want it down at once while probes confirm")
+	}
+	if st, _ := tr.health("a"); !st.Since.Equal(suspected) || st.Reason != "calls: 3 failures in a row (last: 500 Server Internal Error), confirming with 3 probes" {
+		t.Errorf("suspected: %+v", st)
 	}
 	if tr.Called("a", false, "500 Server Internal Error") {
 		t.Error("a second probe asked for while the first is pending")
 	}
 	// The carrier answers its probe: the calls' failures were the calls'
 	// (a peer dialling numbers the carrier refuses), not the carrier's.
+	// It was only suspected: back at once, not after up_after answers.
 	tr.Probed("a", true, "200 OK")
 	if !tr.Up("a") {
 		t.Fatal("a good confirming probe left the carrier down")
 	}
+	if ch := rec.list(); len(ch) != 2 || !ch[0].Suspect || ch[0].Up || !ch[1].Up {
+		t.Errorf("changes = %+v, want suspected down, then up", ch)
+	}
+	rec.changes = nil
 	for i := range 3 {
 		if tr.Called("a", false, "503 Service Unavailable") {
 			t.Fatalf("failed call %d: a second confirmation within the probe interval", i+1)
@@ -123,21 +132,26 @@ func TestCallsAskForAProbeThatDecides(t *testing.T) {
 			t.Fatalf("failed call %d, an interval later: probe asked %v", i+1, got)
 		}
 	}
+	suspected = *now
 	// One lost answer does not decide: down_after failed probes in a row.
 	if !tr.Probed("a", false, "no answer in 1s") || !tr.Probed("a", false, "no answer in 1s") {
 		t.Fatal("a failed confirming probe did not ask for the next one")
 	}
-	if !tr.Up("a") {
-		t.Fatal("down before down_after (3) confirming probes failed")
+	if !tr.Confirming("a") {
+		t.Fatal("not confirming before down_after (3) confirming probes failed")
 	}
+	*now = now.Add(time.Second)
 	if tr.Probed("a", false, "no answer in 1s") {
 		t.Error("the deciding probe asked for another")
 	}
-	if tr.Up("a") {
-		t.Fatal("3 failed confirming probes left the carrier up")
+	if tr.Up("a") || tr.Confirming("a") {
+		t.Fatal("3 failed confirming probes did not confirm the carrier down")
+	}
+	if st, _ := tr.health("a"); !st.Since.Equal(suspected) {
+		t.Errorf("confirmed down since %v, want since its calls took it down (%v)", st.Since, suspected)
 	}
 	ch := rec.list()
-	if len(ch) != 1 || ch[0].Reason != "calls: 6 failures in a row (last: 503 Service Unavailable), confirmed by 3 failed probes (last: no answer in 1s)" {
+	if len(ch) != 2 || !ch[0].Suspect || !ch[1].Confirmed || ch[1].Reason != "calls: 6 failures in a row (last: 503 Service Unavailable), confirmed by 3 failed probes (last: no answer in 1s)" {
 		t.Errorf("changes = %+v", ch)
 	}
 	for range 10 {
@@ -150,7 +164,7 @@ func TestCallsAskForAProbeThatDecides(t *testing.T) {
 	if !tr.Up("off") || !tr.Up("unknown") {
 		t.Error("a carrier with probing off, or unknown, went down; want always up")
 	}
-	// Only good probes bring it back, not a call result.
+	// Confirmed down: only good probes bring it back, not a call result.
 	tr.Called("a", true, "200 OK")
 	if tr.Up("a") {
 		t.Error("a call result brought a down carrier up, want only probes to")
@@ -294,7 +308,7 @@ func TestConcurrentUse(t *testing.T) {
 
 	up, changes := true, 0
 	for _, c := range rec.list() {
-		if c.Carrier != "shared" || c.Notice {
+		if c.Carrier != "shared" || c.Notice || c.Confirmed {
 			continue
 		}
 		if c.Up == up {
@@ -348,5 +362,29 @@ func TestProbesIgnoredWhileCallsAreAnswered(t *testing.T) {
 	}
 	if tr.Up("a") {
 		t.Error("probes count again after one was answered, and no call since: want down")
+	}
+}
+
+// While failed calls are being confirmed, a call already under way that
+// the carrier answers brings it back at once.
+func TestAnsweredCallEndsSuspicion(t *testing.T) {
+	tr, rec, _ := newTracker(t)
+	for range 3 {
+		tr.Called("a", false, "no ringing within 2s")
+	}
+	if tr.Up("a") {
+		t.Fatal("3 setup timeouts in a row: still up")
+	}
+	tr.Called("a", true, "")
+	if !tr.Up("a") || tr.Confirming("a") {
+		t.Fatal("an answered call left a suspected carrier down")
+	}
+	// The probes that come back now are a regular series again.
+	tr.Probed("a", false, "no answer in 1s")
+	if !tr.Up("a") {
+		t.Error("one failed probe after the suspicion ended took the carrier down")
+	}
+	if ch := rec.list(); len(ch) != 2 || ch[1].Reason != "calls: answered while 3 failed calls in a row were confirmed: the failures were the calls'" {
+		t.Errorf("changes = %+v", ch)
 	}
 }

@@ -51,8 +51,16 @@ type probeSpec struct {
 
 // onHealthChange logs and exports a carrier going down or coming up.
 func (s *Set) onHealthChange(c healthChange) {
-	if c.Notice {
+	switch {
+	case c.Notice:
 		s.log.Warn("carrier probes ignored: calls are answered but probes are not", "carrier", c.Carrier, "reason", c.Reason)
+		return
+	case c.Confirmed:
+		s.log.Warn("carrier down, confirmed by its probes: calls skip it until its probes answer", "carrier", c.Carrier, "reason", c.Reason)
+		return
+	case c.Suspect:
+		s.log.Warn("carrier down: its calls failed; calls skip it while its probes confirm", "carrier", c.Carrier, "reason", c.Reason)
+		s.m.CarrierUp.WithLabelValues(c.Carrier).Set(0)
 		return
 	}
 	v := 0.0
@@ -144,35 +152,83 @@ func (s *Set) runProbes(ctx context.Context, prober Prober) {
 	}
 }
 
-// probeLoop probes one carrier at once, then every interval and whenever
-// kick fires (failed calls ask for a probe to confirm them), one probe at
-// a time, until ctx ends. A good probe of a paused carrier ends its pause's
-// span (probeAnswered).
+// probeLoop probes one carrier at once, then every interval, one probe at
+// a time, until ctx ends. When kick fires (failed calls took the carrier
+// down and ask for a confirmation), it sends down_after probes at once,
+// together (confirm): a dead carrier is confirmed down within one probe
+// timeout, not down_after of them. A good probe of a paused carrier ends
+// its pause's span (probeAnswered).
 func (s *Set) probeLoop(ctx context.Context, prober Prober, name string, spec probeSpec, kick <-chan struct{}) {
 	defer s.panics.Recover("carriers.probe", nil)
 	t := time.NewTicker(spec.probe.Interval)
 	defer t.Stop()
+	confirming := false
 	for {
-		again := s.probeOnce(ctx, prober, name, spec)
+		var again bool
+		if confirming {
+			again = s.confirm(ctx, prober, name, spec)
+		} else {
+			again = s.probeOnce(ctx, prober, name, spec)
+		}
 		if ctx.Err() != nil {
 			return
 		}
 		if again {
-			// A confirmation under way: the next probe now (a failed
-			// probe has already waited its timeout, or had its answer).
+			// A confirmation under way and not decided yet (a probe was
+			// not counted): confirm again now (a failed probe has
+			// already waited its timeout, or had its answer).
+			confirming = true
 			continue
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			confirming = false
 		case <-kick:
+			confirming = true
 		}
 	}
 }
 
+// maxConfirming bounds the probes one confirmation sends at once (a
+// down_after above it takes more than one round).
+const maxConfirming = 10
+
+// confirm sends down_after probes (at most maxConfirming) of the carrier
+// named name at once and feeds their answers to the health tracker as
+// they come; again asks for another round (not decided yet).
+func (s *Set) confirm(ctx context.Context, prober Prober, name string, spec probeSpec) (again bool) {
+	cfg, car := s.carrier(name)
+	if car == nil {
+		return false
+	}
+	n := min(max(spec.probe.DownAfter, 1), maxConfirming)
+	type answer struct {
+		r    ProbeResult
+		took time.Duration
+	}
+	answers := make(chan answer, n)
+	for range n {
+		go func() {
+			defer s.panics.Recover("carriers.confirm", func(error) { answers <- answer{r: ProbeResult{Detail: "probe panicked"}} })
+			sent := time.Now()
+			r := prober.Probe(ctx, car, spec.probe.Timeout)
+			answers <- answer{r, time.Since(sent)}
+		}()
+	}
+	for range n {
+		a := <-answers
+		if ctx.Err() != nil {
+			continue
+		}
+		again = s.probed(ctx, prober, cfg, car, a.r, a.took)
+	}
+	return again && ctx.Err() == nil
+}
+
 // probeOnce sends one probe of the carrier named name and feeds its
-// answer to the health tracker; again asks for the next one at once.
+// answer to the health tracker; again asks for a confirmation round.
 func (s *Set) probeOnce(ctx context.Context, prober Prober, name string, spec probeSpec) (again bool) {
 	cfg, car := s.carrier(name)
 	if car == nil {
@@ -183,13 +239,23 @@ func (s *Set) probeOnce(ctx context.Context, prober Prober, name string, spec pr
 	if ctx.Err() != nil {
 		return false
 	}
+	return s.probed(ctx, prober, cfg, car, r, time.Since(sent))
+}
+
+// probed takes the answer r to a probe of car sent took ago: it ends the
+// span of its pause (a good answer), feeds the health tracker (unless the
+// node was behind and got no answer) and counts it. again is the health
+// tracker's: a confirmation is under way and not decided.
+func (s *Set) probed(ctx context.Context, prober Prober, cfg *config.Config, car *config.Carrier, r ProbeResult, took time.Duration) (again bool) {
+	name := car.Name
 	if r.OK {
-		s.probeAnswered(ctx, cfg, car, time.Since(sent))
+		s.probeAnswered(ctx, cfg, car, took)
 	}
 	if r.Unanswered && prober.Behind() {
 		// Unanswered while this node is behind: the answer may be in its
 		// own queue. Not evidence against the carrier.
 		r.Detail += " (node overloaded: not counted)"
+		again = s.health.Confirming(name)
 	} else {
 		again = s.health.Probed(name, r.OK, r.Detail)
 	}
