@@ -138,8 +138,8 @@ func OverloadAnswer(car *config.Carrier, code int, reason string) bool {
 }
 
 // runRefresh keeps this node's view of the adaptive carriers' effective
-// rates (and cpsguard_carrier_effective_cps) and of every carrier's pause
-// up to date, until ctx ends.
+// rates (and cpsguard_carrier_effective_cps), of every carrier's pause and
+// of the carriers out of service up to date, until ctx ends.
 func (s *Set) runRefresh(ctx context.Context) {
 	defer s.panics.Recover("carriers.refresh", nil)
 	t := time.NewTicker(RefreshEvery)
@@ -147,6 +147,7 @@ func (s *Set) runRefresh(ctx context.Context) {
 	for {
 		if cfg := s.cfg(); cfg != nil {
 			s.refresh(ctx, cfg)
+			s.refreshService(ctx)
 		}
 		select {
 		case <-ctx.Done():

@@ -19,11 +19,16 @@ const (
 	SkipDown Skip = metrics.RerouteDown
 	// SkipPaused: its Retry-After pause runs (pool-wide).
 	SkipPaused Skip = metrics.ReroutePaused
+	// SkipOut: taken out of service by hand (pool-wide).
+	SkipOut Skip = metrics.RerouteOutOfService
 )
 
 // Usable reports whether a call may be sent to car now, on this node, or
 // why not. No I/O: it reads what the node knows.
 func (s *Set) Usable(cfg *config.Config, car *config.Carrier) Skip {
+	if !s.inService(car.Name) {
+		return SkipOut
+	}
 	if !s.health.Up(car.Name) {
 		return SkipDown
 	}
@@ -35,9 +40,10 @@ func (s *Set) Usable(cfg *config.Config, car *config.Carrier) Skip {
 }
 
 // RouteDown reports whether no carrier of the route named route can take
-// a call now because each is down on this node (false for a route with
-// no configured carrier: nothing to skip). A call on such a route is
-// refused before admission, so it costs its peer nothing.
+// a call now because each is down on this node or out of service (false
+// for a route with no configured carrier: nothing to skip). A call on
+// such a route is refused before admission, so it costs its peer
+// nothing.
 func (s *Set) RouteDown(cfg *config.Config, route string) bool {
 	known := 0
 	for _, name := range cfg.Routes[route] {
@@ -45,7 +51,7 @@ func (s *Set) RouteDown(cfg *config.Config, route string) bool {
 			continue
 		}
 		known++
-		if s.health.Up(name) {
+		if s.health.Up(name) && s.inService(name) {
 			return false
 		}
 	}

@@ -60,6 +60,9 @@ type Options struct {
 	// Pacer keeps the pool's pauses, adaptive rates, overload evidence
 	// and slot queues.
 	Pacer Pacer
+	// Service keeps the carriers taken out of service by hand, pool-wide
+	// (a *RedisService on the pool's Redis); nil: in this process only.
+	Service ServiceStore
 	// Overrides are the pool's live limit overrides (a *limits.Overrides);
 	// nil: the configured cps.
 	Overrides limits.Lookup
@@ -102,6 +105,10 @@ type Set struct {
 	storeCalls oneAtATime
 	// resolver keeps the addresses of carriers named by host name.
 	resolver *resolver
+	// service keeps the pool's carriers out of service by hand; out is
+	// this node's view of them.
+	service ServiceStore
+	out     outView
 	// kicks wakes a carrier's probe loop (chan struct{} by carrier name):
 	// failed calls ask for probes to confirm them.
 	kicks sync.Map
@@ -127,8 +134,11 @@ func New(o Options) (*Set, error) {
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
+	if o.Service == nil {
+		o.Service = NewLocalService()
+	}
 	s := &Set{
-		cfg: o.Config, pacer: o.Pacer, overrides: o.Overrides, m: o.Metrics, clock: o.Clock,
+		cfg: o.Config, pacer: o.Pacer, overrides: o.Overrides, m: o.Metrics, clock: o.Clock, service: o.Service,
 		log:      o.Logger.With("component", "carriers"),
 		resolver: newResolver(o.Resolver),
 		intN:     rand.IntN,
@@ -137,14 +147,17 @@ func New(o Options) (*Set, error) {
 	s.health = newHealthTracker(o.Clock, s.onHealthChange)
 	if cfg := o.Config(); cfg != nil {
 		s.syncHealth(cfg)
+		for i := range cfg.Carriers {
+			s.setInService(cfg.Carriers[i].Name)
+		}
 	}
 	return s, nil
 }
 
 // Run keeps the Set fresh until ctx ends, then returns once its loops
 // have: one probe loop per probed carrier (through prober), the pool's
-// pauses and adaptive rates read every RefreshEvery, the carriers' host
-// names resolved every resolveEvery. The caller runs it while prober
+// pauses, adaptive rates and carriers out of service read every
+// RefreshEvery, the carriers' host names resolved every resolveEvery. The caller runs it while prober
 // can send (sip.Proxy.Serve does, and ends it before its SIP stack
 // closes: a probe against a closed stack would fail).
 func (s *Set) Run(ctx context.Context, prober Prober) {
@@ -186,6 +199,10 @@ type State struct {
 	Reason string
 	// EffectiveCPS is the rate it is paced at now (EffectiveCPS).
 	EffectiveCPS float64
+	// InService is false while the carrier is out of service: taken out
+	// by hand (Out says by whom, since when, why).
+	InService bool
+	Out       *Out
 }
 
 // State reports what the node knows of the carrier named name; ok is
@@ -195,5 +212,26 @@ func (s *Set) State(name string) (st State, ok bool) {
 	if !ok {
 		return State{}, false
 	}
-	return State{Up: h.Up, Since: h.Since, Reason: h.Reason, EffectiveCPS: s.EffectiveCPS(name)}, true
+	st = State{Up: h.Up, Since: h.Since, Reason: h.Reason, EffectiveCPS: s.EffectiveCPS(name), InService: true}
+	if o, out := s.out.get(name); out {
+		st.InService, st.Out = false, &o
+	}
+	return st, true
+}
+
+// inService reports whether the carrier named name is in service: not
+// taken out by hand.
+func (s *Set) inService(name string) bool {
+	_, out := s.out.get(name)
+	return !out
+}
+
+// setInService sets cpsguard_carrier_in_service of the carrier named
+// name.
+func (s *Set) setInService(name string) {
+	v := 0.0
+	if s.inService(name) {
+		v = 1
+	}
+	s.m.CarrierInService.WithLabelValues(name).Set(v)
 }

@@ -40,12 +40,18 @@ type Queuer interface {
 	Queue(ctx context.Context, key string, interval time.Duration) (pacing.QueueState, error)
 }
 
-// Carriers reports what the node knows of its carriers; *carriers.Set
-// satisfies it.
+// Carriers reports what the node knows of its carriers and takes them out
+// of service and back; *carriers.Set satisfies it. ok is false for a name
+// that is not a configured carrier.
 type Carriers interface {
-	// State is what the node knows of the carrier named name (ok false:
-	// not configured).
-	State(name string) (carriers.State, bool)
+	// State is what the node knows of the carrier named name.
+	State(name string) (st carriers.State, ok bool)
+	// TakeOut takes the carrier out of service for the pool and returns
+	// the mark it replaced (nil: it was in service).
+	TakeOut(ctx context.Context, name, by, reason string) (prev *carriers.Out, ok bool, err error)
+	// PutBack puts it back in service and returns the mark it removed
+	// (nil: it was in service).
+	PutBack(ctx context.Context, name string) (prev *carriers.Out, ok bool, err error)
 }
 
 // CallCounter reads max_calls places; calls.Store implementations (and the
@@ -69,9 +75,10 @@ type Options struct {
 	// Calls reads the live calls of every peer, customer and carrier with
 	// max_calls. Nil: their active_calls is null.
 	Calls CallCounter
-	// Carriers reports what the node knows of each carrier (a
-	// *carriers.Set). Nil: carriers' up, health and effective_cps are
-	// omitted.
+	// Carriers reports what the node knows of each carrier and takes
+	// carriers out of service (a *carriers.Set). Nil: carriers' up,
+	// health, effective_cps and in_service are omitted and PUT|DELETE
+	// .../service answer 501.
 	Carriers Carriers
 	// StoreMode reports "redis", "fallback" or "local". Nil: "local" when no
 	// Redis is configured, else "unknown".
@@ -154,6 +161,7 @@ func New(o Options) http.Handler {
 	mux.Handle(PathLimits, methods(http.HandlerFunc(s.limitsList), http.MethodGet, http.MethodHead))
 	mux.Handle(PathLimits+"/{scope}/{name}", methods(http.HandlerFunc(s.limitsChange), http.MethodPut, http.MethodDelete))
 	mux.Handle(PathCarriers+"/{name}/pause", methods(http.HandlerFunc(s.unpause), http.MethodDelete))
+	mux.Handle(PathCarriers+"/{name}/service", methods(http.HandlerFunc(s.service), http.MethodPut, http.MethodDelete))
 	mux.Handle(PathCalls, methods(http.HandlerFunc(s.callsList), http.MethodGet, http.MethodHead))
 	mux.Handle(PathCalls+"/{call_id}", methods(http.HandlerFunc(s.callsEnd), http.MethodDelete))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -323,6 +331,11 @@ func (s *server) buildStatus(ctx context.Context, cfg *config.Config) Status {
 				if cs.EffectiveCPS > 0 {
 					eff := cs.EffectiveCPS
 					e.EffectiveCPS = &eff
+				}
+				in := cs.InService
+				e.InService = &in
+				if cs.Out != nil {
+					e.OutOfService = serviceView(*cs.Out)
 				}
 			}
 		}

@@ -499,9 +499,9 @@ func TestFetchStatusAndRender(t *testing.T) {
 		Config: testConfig, Counts: store, Queue: store,
 		StoreMode: func() string { return "fallback" },
 		Carriers: fakeCarriers{
-			"carrier-a": {Up: true, EffectiveCPS: 7},
+			"carrier-a": {Up: true, EffectiveCPS: 7, InService: true},
 			"carrier-b": {Up: false, Since: time.Date(2026, 11, 22, 2, 3, 0, 0, time.UTC),
-				Reason: "probe: 3 failures in a row (last: no answer in 1s)", EffectiveCPS: 5},
+				Reason: "probe: 3 failures in a row (last: no answer in 1s)", EffectiveCPS: 5, InService: true},
 		},
 	})
 	srv := httptest.NewServer(h)
@@ -674,4 +674,12 @@ type fakeCarriers map[string]carriers.State
 func (f fakeCarriers) State(name string) (carriers.State, bool) {
 	st, ok := f[name]
 	return st, ok
+}
+
+func (f fakeCarriers) TakeOut(context.Context, string, string, string) (*carriers.Out, bool, error) {
+	return nil, false, nil
+}
+
+func (f fakeCarriers) PutBack(context.Context, string) (*carriers.Out, bool, error) {
+	return nil, false, nil
 }

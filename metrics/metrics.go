@@ -72,6 +72,9 @@ const (
 	// ReroutePaused: the carrier was skipped because it is paused (its
 	// Retry-After, pool-wide).
 	ReroutePaused = "paused"
+	// RerouteOutOfService: the carrier was skipped because an operator
+	// took it out of service (pool-wide).
+	RerouteOutOfService = "out_of_service"
 
 	ProbeOK     = "ok"
 	ProbeFailed = "failed"
@@ -104,7 +107,7 @@ var (
 	// PacingResults are the result labels of cpsguard_pacing_total.
 	PacingResults = []string{PacingPaced, PacingFull, PacingLate, PacingPaused}
 	// RerouteReasons are the reason labels of cpsguard_reroutes_total.
-	RerouteReasons = []string{RerouteFull, RerouteFailed, RerouteDown, RerouteCallsFull, ReroutePaused}
+	RerouteReasons = []string{RerouteFull, RerouteFailed, RerouteDown, RerouteCallsFull, ReroutePaused, RerouteOutOfService}
 	// RecordSinks are the sink labels of cpsguard_records_written_total
 	// and cpsguard_records_dropped_total.
 	RecordSinks = []string{SinkFile, SinkStdout, SinkSyslog}
@@ -177,6 +180,9 @@ type Metrics struct {
 	// believes the carrier down (probes or calls failed):
 	// cpsguard_carrier_up{carrier}.
 	CarrierUp *prometheus.GaugeVec
+	// CarrierInService is 0 while a carrier is out of service (taken out
+	// by hand, pool-wide), else 1: cpsguard_carrier_in_service{carrier}.
+	CarrierInService *prometheus.GaugeVec
 	// CarrierProbes counts this node's SIP OPTIONS probes of a carrier by
 	// result (ok, failed): cpsguard_carrier_probes_total{carrier,result}.
 	CarrierProbes *prometheus.CounterVec
@@ -313,6 +319,10 @@ func New(reg prometheus.Registerer) *Metrics {
 		CarrierUp: f.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "carrier_up",
 			Help: "1 while this node sends calls to the carrier, 0 while it believes it down (probes or calls failed).",
+		}, []string{"carrier"}),
+		CarrierInService: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "carrier_in_service",
+			Help: "0 while the carrier is out of service (taken out by hand, pool-wide), else 1.",
 		}, []string{"carrier"}),
 		CarrierProbes: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "carrier_probes_total",

@@ -91,6 +91,7 @@ func (m *Metrics) SyncLimits(cfg *config.Config) {
 	prune(m.CarrierResponses, carrierKept)
 	prune(m.CarrierSetup, carrierKept)
 	prune(m.CarrierUp, carrierKept)
+	prune(m.CarrierInService, carrierKept)
 	prune(m.CarrierProbes, carrierKept)
 	prune(m.EffectiveCPS, carrierKept)
 

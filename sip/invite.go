@@ -364,7 +364,7 @@ func (c *call) route(route string) {
 			// Down on this node (or out of service): its slots are not
 			// taken.
 			p.m.Reroutes.WithLabelValues(name, string(skip)).Inc()
-			c.skipped(name, string(skip))
+			c.skipped(name, strings.ReplaceAll(string(skip), "_", " "))
 			continue
 		}
 		if !c.occupyCarrier(car) {

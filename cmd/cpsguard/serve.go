@@ -246,9 +246,16 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 	// order, on the pool's pacing store; the proxy runs it, the API reads
 	// it.
 	pacer := pacing.NewPacer(stores)
+	// Carriers out of service by hand: pool-wide in the same Redis, else
+	// in this process.
+	var service carriers.ServiceStore
+	if rc := stores.RedisClient(); rc != nil {
+		service = carriers.NewRedisService(rc, cfg.Store.KeyPrefix, cfg.Store.Redis.Timeout, m.ObserveStore)
+	}
 	carrierSet, err := carriers.New(carriers.Options{
 		Config:    mgr.Current,
 		Pacer:     pacer,
+		Service:   service,
 		Overrides: overrides,
 		Metrics:   m,
 		Logger:    logger,
