@@ -71,10 +71,12 @@ func (s *Set) Report(cfg *config.Config, car *config.Carrier, o Outcome) {
 			s.probeDone(cfg, car, o.Probe, true)
 		}
 	case Answered:
+		s.seized(car, true)
 		if o.Probe != "" {
 			s.probeDone(cfg, car, o.Probe, true)
 		}
 	case Failed:
+		s.seized(car, false)
 		if o.Code != 0 {
 			s.noteCaller(cfg, car, o.Peer)
 		}
@@ -83,6 +85,7 @@ func (s *Set) Report(cfg *config.Config, car *config.Carrier, o Outcome) {
 			s.probeDone(cfg, car, o.Probe, false)
 		}
 	case TimedOut:
+		s.seized(car, false)
 		s.called(car.Name, false, o.Detail)
 		if o.Probe != "" {
 			s.probeDone(cfg, car, o.Probe, false)
@@ -94,7 +97,12 @@ func (s *Set) Report(cfg *config.Config, car *config.Carrier, o Outcome) {
 		// dialling numbers the carrier refuses (evidence.go). A probe
 		// call's claim goes with it.
 		s.backPressure(cfg, car, o.Peer, o.Code, o.Cut, o.RetryAfter, o.Probe)
-	case Unanswered, Undecided:
+	case Unanswered:
+		s.seized(car, false)
+		if o.Probe != "" {
+			s.probeDone(cfg, car, o.Probe, false)
+		}
+	case Undecided:
 		if o.Probe != "" {
 			s.probeDone(cfg, car, o.Probe, false)
 		}

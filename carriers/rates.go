@@ -148,6 +148,7 @@ func (s *Set) runRefresh(ctx context.Context) {
 		if cfg := s.cfg(); cfg != nil {
 			s.refresh(ctx, cfg)
 			s.refreshService(ctx)
+			s.expireASR(cfg)
 		}
 		select {
 		case <-ctx.Done():

@@ -21,13 +21,18 @@ const (
 	SkipPaused Skip = metrics.ReroutePaused
 	// SkipOut: taken out of service by hand (pool-wide).
 	SkipOut Skip = metrics.RerouteOutOfService
+	// SkipASR: its answer-seizure ratio on this node is below its min_asr.
+	SkipASR Skip = metrics.RerouteASR
 )
 
 // Usable reports whether a call may be sent to car now, on this node, or
 // why not. No I/O: it reads what the node knows.
 func (s *Set) Usable(cfg *config.Config, car *config.Carrier) Skip {
-	if !s.inService(car.Name) {
+	if _, out := s.out.get(car.Name); out {
 		return SkipOut
+	}
+	if s.asr.out(car.Name, s.clock()) {
+		return SkipASR
 	}
 	if !s.health.Up(car.Name) {
 		return SkipDown

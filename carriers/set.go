@@ -109,6 +109,8 @@ type Set struct {
 	// this node's view of them.
 	service ServiceStore
 	out     outView
+	// asr are the carriers' answer-seizure windows on this node.
+	asr asrTracker
 	// kicks wakes a carrier's probe loop (chan struct{} by carrier name):
 	// failed calls ask for probes to confirm them.
 	kicks sync.Map
@@ -200,9 +202,13 @@ type State struct {
 	// EffectiveCPS is the rate it is paced at now (EffectiveCPS).
 	EffectiveCPS float64
 	// InService is false while the carrier is out of service: taken out
-	// by hand (Out says by whom, since when, why).
+	// by hand (Out says by whom, since when, why), or below its min_asr
+	// on this node (ASR.Until is set).
 	InService bool
 	Out       *Out
+	// ASR is the carrier's answer-seizure ratio on this node (nil before
+	// its first seizure).
+	ASR *ASR
 }
 
 // State reports what the node knows of the carrier named name; ok is
@@ -216,14 +222,22 @@ func (s *Set) State(name string) (st State, ok bool) {
 	if o, out := s.out.get(name); out {
 		st.InService, st.Out = false, &o
 	}
+	if a, ok := s.asr.get(name, s.clock()); ok {
+		st.ASR = &a
+		if !a.Until.IsZero() {
+			st.InService = false
+		}
+	}
 	return st, true
 }
 
 // inService reports whether the carrier named name is in service: not
-// taken out by hand.
+// taken out by hand, nor below its min_asr.
 func (s *Set) inService(name string) bool {
-	_, out := s.out.get(name)
-	return !out
+	if _, out := s.out.get(name); out {
+		return false
+	}
+	return !s.asr.out(name, s.clock())
 }
 
 // setInService sets cpsguard_carrier_in_service of the carrier named

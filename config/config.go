@@ -400,6 +400,40 @@ type Carrier struct {
 	// Overload says which answers are overload answers and how an adaptive
 	// carrier's effective CPS moves; nil means DefaultOverload(CPS).
 	Overload *Overload `cfg:"overload"`
+	// MinASR is the least answer-seizure ratio (percent of the calls a
+	// node sent the carrier that it answered) the carrier must keep over
+	// asr_window once it had min_seizures calls there: below it, the
+	// node takes the carrier out of service for one asr_window, then
+	// judges it afresh. 0 turns it off. Per node; a peer dialling numbers
+	// nobody answers lowers it too.
+	MinASR float64 `cfg:"min_asr"`
+	// MinSeizures is how many calls (seizures) the carrier must have had
+	// within asr_window before min_asr judges it (0 means
+	// DefaultMinSeizures).
+	MinSeizures int `cfg:"min_seizures"`
+	// ASRWindow is how far back the answer-seizure ratio looks, and how
+	// long a carrier below min_asr stays out of service (0 means
+	// DefaultASRWindow).
+	ASRWindow time.Duration `cfg:"asr_window"`
+}
+
+// Defaults of a carrier's answer-seizure ratio health (min_asr).
+const (
+	DefaultMinSeizures = 20
+	DefaultASRWindow   = time.Minute
+)
+
+// ASRHealth returns the carrier's answer-seizure ratio settings with
+// every default filled in (minASR 0: off).
+func (c *Carrier) ASRHealth() (minASR float64, minSeizures int, window time.Duration) {
+	minSeizures, window = c.MinSeizures, c.ASRWindow
+	if minSeizures <= 0 {
+		minSeizures = DefaultMinSeizures
+	}
+	if window <= 0 {
+		window = DefaultASRWindow
+	}
+	return c.MinASR, minSeizures, window
 }
 
 // Probe configures a carrier's health probing: a SIP OPTIONS every

@@ -499,8 +499,20 @@ func (v *validator) carriers() {
 		if ca.Overload != nil {
 			v.overload(path+".overload", ca)
 		}
+		if ca.MinASR < 0 || ca.MinASR > 100 {
+			v.errf(path+".min_asr", "must be a percentage between 0 (off) and 100 (got %g)", ca.MinASR)
+		}
+		if n := ca.MinSeizures; n < 0 || n > maxSeizures {
+			v.errf(path+".min_seizures", "must be between 0 (the default, %d) and %d (got %d)", DefaultMinSeizures, maxSeizures, n)
+		}
+		if d := ca.ASRWindow; d != 0 && (d < time.Second || d > 24*time.Hour) {
+			v.errf(path+".asr_window", "must be 0s (the default, %s) or between 1s and 24h (got %s)", DefaultASRWindow, d)
+		}
 	}
 }
+
+// maxSeizures bounds a carrier's min_seizures.
+const maxSeizures = 1_000_000
 
 func (v *validator) probe(path string, pr Probe) {
 	if pr.Interval == 0 {

@@ -101,6 +101,9 @@ func RenderStatus(w io.Writer, st Status) error {
 		if e.OutOfService != nil {
 			b.WriteString("carrier " + e.Name + " is out of service: " + serviceLine(*e.OutOfService) + "\n")
 		}
+		if a := e.ASR; a != nil && a.OutUntil != nil {
+			b.WriteString("carrier " + e.Name + " is out of service on this node until " + a.OutUntil.UTC().Format(time.DateTime+"Z") + ": " + printable(a.Reason) + "\n")
+		}
 		if e.Up != nil && !*e.Up {
 			b.WriteString("carrier " + e.Name + " is down: " + printable(e.Health) + "\n")
 		}

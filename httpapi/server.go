@@ -337,6 +337,14 @@ func (s *server) buildStatus(ctx context.Context, cfg *config.Config) Status {
 				if cs.Out != nil {
 					e.OutOfService = serviceView(*cs.Out)
 				}
+				if a := cs.ASR; a != nil {
+					e.ASR = &CarrierASR{Percent: a.Percent, Seizures: a.Seizures, Answered: a.Answered,
+						WindowSeconds: a.Window.Seconds(), Reason: a.Reason}
+					if !a.Until.IsZero() {
+						u := a.Until.UTC().Truncate(time.Millisecond)
+						e.ASR.OutUntil = &u
+					}
+				}
 			}
 		}
 		if s.o.Pauses != nil {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cpsguard/cpsguard/carriers"
 	"github.com/cpsguard/cpsguard/config"
@@ -128,4 +129,31 @@ func doBody(t *testing.T, h http.Handler, method, path, body string, hdr map[str
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
 	return rec
+}
+
+// TestStatusShowsASR: a carrier's answer-seizure ratio on the node, and
+// its time out of service below min_asr, are in the status and the
+// rendered table.
+func TestStatusShowsASR(t *testing.T) {
+	until := time.Date(2026, 11, 22, 2, 5, 0, 0, time.UTC)
+	h := New(Options{Config: testConfig, Carriers: fakeCarriers{
+		"carrier-a": {Up: true, InService: false, ASR: &carriers.ASR{Seizures: 6, Answered: 2, Percent: 100.0 / 3, Window: time.Minute,
+			Until: until, Reason: "asr 33.3% of 6 calls in 1m0s below min_asr 40%"}},
+		"carrier-b": {Up: true, InService: true, ASR: &carriers.ASR{Seizures: 4, Answered: 4, Percent: 100, Window: time.Minute}},
+	}})
+	st := getStatus(t, h)
+	a, b := st.Carriers[0].ASR, st.Carriers[1].ASR
+	if a == nil || a.Seizures != 6 || a.Answered != 2 || a.WindowSeconds != 60 || a.OutUntil == nil || !a.OutUntil.Equal(until) || st.Carriers[0].InService == nil || *st.Carriers[0].InService {
+		t.Errorf("carrier-a asr %+v, in_service %v", a, st.Carriers[0].InService)
+	}
+	if b == nil || b.Percent != 100 || b.OutUntil != nil || b.Reason != "" {
+		t.Errorf("carrier-b asr %+v", b)
+	}
+	var out bytes.Buffer
+	if err := RenderStatus(&out, st); err != nil {
+		t.Fatal(err)
+	}
+	if want := "carrier carrier-a is out of service on this node until 2026-11-22 02:05:00Z: asr 33.3% of 6 calls in 1m0s below min_asr 40%\n"; !strings.Contains(out.String(), want) {
+		t.Errorf("rendered status lacks %q:\n%s", want, out.String())
+	}
 }

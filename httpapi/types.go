@@ -105,6 +105,9 @@ type Entry struct {
 	// OutOfService is, for carriers, the operator's mark that took the
 	// carrier out of service (pool-wide); absent while in service.
 	OutOfService *CarrierService `json:"out_of_service,omitempty"`
+	// ASR is, for carriers, the answer-seizure ratio on this node over
+	// asr_window; absent before the node sent the carrier a call.
+	ASR *CarrierASR `json:"asr,omitempty"`
 	// Pause is, for carriers, the pool's Retry-After pause in force, read
 	// from the store; absent when the carrier is not paused (or the node
 	// does not report pauses).
@@ -196,6 +199,19 @@ type CarrierService struct {
 	Since  time.Time `json:"since"`
 	By     string    `json:"by,omitempty"`
 	Reason string    `json:"reason,omitempty"`
+}
+
+// CarrierASR is a carrier's answer-seizure ratio on one node.
+type CarrierASR struct {
+	// Percent is 100 × Answered / Seizures over WindowSeconds.
+	Percent       float64 `json:"percent"`
+	Seizures      int     `json:"seizures"`
+	Answered      int     `json:"answered"`
+	WindowSeconds float64 `json:"window_seconds"`
+	// OutUntil is when a carrier below its min_asr is back in service
+	// (absent while in service); Reason says why it is out.
+	OutUntil *time.Time `json:"out_until,omitempty"`
+	Reason   string     `json:"reason,omitempty"`
 }
 
 // ServiceRequest is the optional JSON body of PUT

@@ -75,9 +75,17 @@ const (
 	// RerouteOutOfService: the carrier was skipped because an operator
 	// took it out of service (pool-wide).
 	RerouteOutOfService = "out_of_service"
+	// RerouteASR: the carrier was skipped because its answer-seizure
+	// ratio on this node is below its min_asr.
+	RerouteASR = "asr"
 
 	ProbeOK     = "ok"
 	ProbeFailed = "failed"
+
+	// Results of cpsguard_carrier_seizures_total: the carrier answered the
+	// call (2xx), or gave it another final outcome.
+	SeizureAnswered   = "answered"
+	SeizureUnanswered = "unanswered"
 
 	// Sinks of the call records (records.*).
 	SinkFile   = "file"
@@ -107,7 +115,10 @@ var (
 	// PacingResults are the result labels of cpsguard_pacing_total.
 	PacingResults = []string{PacingPaced, PacingFull, PacingLate, PacingPaused}
 	// RerouteReasons are the reason labels of cpsguard_reroutes_total.
-	RerouteReasons = []string{RerouteFull, RerouteFailed, RerouteDown, RerouteCallsFull, ReroutePaused, RerouteOutOfService}
+	RerouteReasons = []string{RerouteFull, RerouteFailed, RerouteDown, RerouteCallsFull, ReroutePaused, RerouteOutOfService, RerouteASR}
+	// SeizureResults are the result labels of
+	// cpsguard_carrier_seizures_total.
+	SeizureResults = []string{SeizureAnswered, SeizureUnanswered}
 	// RecordSinks are the sink labels of cpsguard_records_written_total
 	// and cpsguard_records_dropped_total.
 	RecordSinks = []string{SinkFile, SinkStdout, SinkSyslog}
@@ -181,8 +192,21 @@ type Metrics struct {
 	// cpsguard_carrier_up{carrier}.
 	CarrierUp *prometheus.GaugeVec
 	// CarrierInService is 0 while a carrier is out of service (taken out
-	// by hand, pool-wide), else 1: cpsguard_carrier_in_service{carrier}.
+	// by hand, pool-wide, or below its min_asr on this node), else 1:
+	// cpsguard_carrier_in_service{carrier}.
 	CarrierInService *prometheus.GaugeVec
+	// CarrierSeizures counts the calls this node sent a carrier by their
+	// final outcome there (answered, unanswered):
+	// cpsguard_carrier_seizures_total{carrier,result}.
+	CarrierSeizures *prometheus.CounterVec
+	// CarrierASR is a carrier's answer-seizure ratio over its asr_window on
+	// this node, in percent, as of its last seizure:
+	// cpsguard_carrier_asr_percent{carrier}.
+	CarrierASR *prometheus.GaugeVec
+	// CarrierASRTrips counts the times a carrier went below its min_asr on
+	// this node (out of service for one window):
+	// cpsguard_carrier_asr_trips_total{carrier}.
+	CarrierASRTrips *prometheus.CounterVec
 	// CarrierProbes counts this node's SIP OPTIONS probes of a carrier by
 	// result (ok, failed): cpsguard_carrier_probes_total{carrier,result}.
 	CarrierProbes *prometheus.CounterVec
@@ -322,7 +346,19 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"carrier"}),
 		CarrierInService: f.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "carrier_in_service",
-			Help: "0 while the carrier is out of service (taken out by hand, pool-wide), else 1.",
+			Help: "0 while the carrier is out of service (taken out by hand, pool-wide, or below its min_asr on this node), else 1.",
+		}, []string{"carrier"}),
+		CarrierSeizures: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "carrier_seizures_total",
+			Help: "Calls this node sent the carrier, by their final outcome there: answered (2xx) or unanswered (another final answer, a failure or a setup timeout).",
+		}, []string{"carrier", "result"}),
+		CarrierASR: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "carrier_asr_percent",
+			Help: "The carrier's answer-seizure ratio over its asr_window on this node, in percent, as of its last seizure.",
+		}, []string{"carrier"}),
+		CarrierASRTrips: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "carrier_asr_trips_total",
+			Help: "Times the carrier went below its min_asr on this node and was taken out of service for one asr_window.",
 		}, []string{"carrier"}),
 		CarrierProbes: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "carrier_probes_total",

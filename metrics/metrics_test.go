@@ -49,6 +49,9 @@ func touchAll(m *Metrics) {
 	m.CarrierSetup.WithLabelValues("carrier-a").Observe(0.05)
 	m.CarrierUp.WithLabelValues("carrier-a").Set(1)
 	m.CarrierInService.WithLabelValues("carrier-a").Set(1)
+	m.CarrierSeizures.WithLabelValues("carrier-a", SeizureAnswered).Inc()
+	m.CarrierASR.WithLabelValues("carrier-a").Set(50)
+	m.CarrierASRTrips.WithLabelValues("carrier-a").Inc()
 	m.CarrierProbes.WithLabelValues("carrier-a", ProbeOK).Inc()
 	m.EffectiveCPS.WithLabelValues("carrier-a").Set(10)
 }
@@ -237,7 +240,7 @@ func TestSyncLimits(t *testing.T) {
 		{"pacing_wait_seconds", m.PacingWait, []string{"carrier=k1"}},
 		{"pacing_total", m.Pacing, []string{"carrier=k1,result=full", "carrier=k1,result=late", "carrier=k1,result=paced", "carrier=k1,result=paused"}},
 		{"pacing_queued", m.Queued, []string{"carrier=k1"}},
-		{"reroutes_total", m.Reroutes, []string{"carrier=k1,reason=calls_full", "carrier=k1,reason=down", "carrier=k1,reason=failed", "carrier=k1,reason=full", "carrier=k1,reason=out_of_service", "carrier=k1,reason=paused"}},
+		{"reroutes_total", m.Reroutes, []string{"carrier=k1,reason=asr", "carrier=k1,reason=calls_full", "carrier=k1,reason=down", "carrier=k1,reason=failed", "carrier=k1,reason=full", "carrier=k1,reason=out_of_service", "carrier=k1,reason=paused"}},
 		{"pacing_max_wait_seconds", m.MaxWait, []string{"carrier=k1"}},
 	}
 	for _, tt := range tests {

@@ -92,6 +92,9 @@ func (m *Metrics) SyncLimits(cfg *config.Config) {
 	prune(m.CarrierSetup, carrierKept)
 	prune(m.CarrierUp, carrierKept)
 	prune(m.CarrierInService, carrierKept)
+	prune(m.CarrierSeizures, carrierKept)
+	prune(m.CarrierASR, carrierKept)
+	prune(m.CarrierASRTrips, carrierKept)
 	prune(m.CarrierProbes, carrierKept)
 	prune(m.EffectiveCPS, carrierKept)
 
@@ -147,6 +150,10 @@ func (m *Metrics) SyncLimits(cfg *config.Config) {
 		}
 		m.CarrierProbes.WithLabelValues(c.Name, ProbeOK)
 		m.CarrierProbes.WithLabelValues(c.Name, ProbeFailed)
+		for _, r := range SeizureResults {
+			m.CarrierSeizures.WithLabelValues(c.Name, r)
+		}
+		m.CarrierASRTrips.WithLabelValues(c.Name)
 	}
 }
 

@@ -5,8 +5,12 @@ import (
 	"testing"
 	"time"
 
+	sipmsg "github.com/emiago/sipgo/sip"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/siptest"
+	"github.com/cpsguard/cpsguard/metrics"
 )
 
 // TestE2EDeadCarrierDownWithinOneSetupTimeout (issue 24, item 4): a
@@ -77,5 +81,55 @@ func TestE2EDeadCarrierDownWithinOneSetupTimeout(t *testing.T) {
 	}
 	if got := len(dying.Arrivals()); got != before {
 		t.Errorf("the down carrier got %d more INVITEs, want none", got-before)
+	}
+}
+
+// TestE2ECarrierBelowMinASR (issue 24, item 4): a carrier that answers no
+// call (486 to each) goes below its min_asr after min_seizures calls and
+// is out of service on the node for one asr_window: the calls that follow
+// go to the next carrier (reroute reason asr); after the window it takes
+// calls again, judged afresh.
+func TestE2ECarrierBelowMinASR(t *testing.T) {
+	busy := siptest.StartCarrier(t, "127.0.0.1", func(*sipmsg.Request) siptest.Answer { return siptest.Answer{Code: 486} })
+	live := siptest.StartCarrier(t, "127.0.0.1", nil)
+	a := carrierCfg("a", busy)
+	a.MinASR, a.MinSeizures, a.ASRWindow = 50, 3, 2*time.Second
+	cfg := testConfig(a, carrierCfg("b", live))
+	adm, pacer := newFakes()
+	h := startProxy(t, cfg, adm, pacer)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	call := func() int {
+		res := caller.Final(ctxT(t, 5*time.Second), caller.Invite(h.udp))
+		if res == nil {
+			t.Fatal("no final answer")
+		}
+		return res.StatusCode
+	}
+	for i := range 3 {
+		if got := call(); got != 486 {
+			t.Fatalf("call %d: final %d, want the carrier's 486", i, got)
+		}
+	}
+	st, _ := h.set().State("a")
+	if st.InService || st.ASR == nil || st.ASR.Until.IsZero() {
+		t.Fatalf("after 3 unanswered calls (min_seizures 3, min_asr 50): %+v, ASR %+v; want out of service", st, st.ASR)
+	}
+	for i := range 3 {
+		if got := call(); got != 200 {
+			t.Fatalf("call %d below min_asr: final %d, want 200 from the next carrier", i, got)
+		}
+	}
+	if busy.Count("INVITE") != 3 || live.Count("INVITE") != 3 {
+		t.Errorf("INVITEs: a %d, b %d; want 3, 3", busy.Count("INVITE"), live.Count("INVITE"))
+	}
+	if r := testutil.ToFloat64(h.m.Reroutes.WithLabelValues("a", metrics.RerouteASR)); r != 3 {
+		t.Errorf("reroutes_total{a,asr} = %v, want 3", r)
+	}
+	if v := testutil.ToFloat64(h.m.CarrierSeizures.WithLabelValues("a", metrics.SeizureUnanswered)); v != 3 {
+		t.Errorf("carrier_seizures_total{a,unanswered} = %v, want 3", v)
+	}
+	waitFor(t, func() bool { st, _ := h.set().State("a"); return st.InService }, "back in service after one asr_window")
+	if got := call(); got != 486 || busy.Count("INVITE") != 4 {
+		t.Errorf("after the window: final %d, INVITEs at a %d; want 486 from a, 4", got, busy.Count("INVITE"))
 	}
 }
