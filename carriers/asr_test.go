@@ -26,7 +26,7 @@ func TestASRHealth(t *testing.T) {
 	cfg := &config.Config{Carriers: []config.Carrier{
 		{Name: "a", URI: "sip:127.0.0.1:5070", CPS: 10, MaxWait: time.Second, Probe: &config.Probe{}, MinASR: 40, MinSeizures: 5, ASRWindow: time.Minute},
 		{Name: "off", URI: "sip:127.0.0.1:5071", CPS: 10, MaxWait: time.Second, Probe: &config.Probe{}},
-	}, Routes: map[string][]string{"default": {"a"}}}
+	}, Routes: map[string]config.Route{"default": config.OrderedRoute("a")}}
 	m := metrics.New(prometheus.NewRegistry())
 	s, err := New(Options{Config: func() *config.Config { return cfg }, Pacer: pacing.NewPacer(pacing.NewLocalSlots(nil)),
 		Metrics: m, Clock: clock, Logger: slog.New(slog.DiscardHandler)})

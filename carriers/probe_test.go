@@ -89,7 +89,7 @@ func waitUntil(t *testing.T, cond func() bool, what string) {
 func TestFailedCallsConfirmedTogether(t *testing.T) {
 	cfg := &config.Config{Carriers: []config.Carrier{{Name: "a", URI: "sip:127.0.0.1:5070", CPS: 10, MaxWait: time.Second,
 		Probe: &config.Probe{Interval: time.Hour, Timeout: time.Second, DownAfter: 3, UpAfter: 1}}},
-		Routes: map[string][]string{"default": {"a"}}}
+		Routes: map[string]config.Route{"default": config.OrderedRoute("a")}}
 	s := testSet(t, cfg)
 	p := &gatedProber{want: 3, all: make(chan struct{})}
 	runSet(t, s, p)

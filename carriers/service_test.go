@@ -88,7 +88,7 @@ func TestOutOfServicePoolWide(t *testing.T) {
 	cfg := &config.Config{Carriers: []config.Carrier{
 		{Name: "a", URI: "sip:127.0.0.1:5070", CPS: 10, MaxWait: time.Second, Probe: &config.Probe{}},
 		{Name: "b", URI: "sip:127.0.0.1:5071", CPS: 10, MaxWait: time.Second, Probe: &config.Probe{}},
-	}, Routes: map[string][]string{"default": {"a", "b"}, "solo": {"a"}}}
+	}, Routes: map[string]config.Route{"default": config.OrderedRoute("a", "b"), "solo": config.OrderedRoute("a")}}
 	node := func() *Set {
 		s, err := New(Options{Config: func() *config.Config { return cfg }, Pacer: pacing.NewPacer(pacing.NewLocalSlots(nil)),
 			Service: NewRedisService(c, "test", time.Second, nil), Logger: slog.New(slog.DiscardHandler)})

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -117,6 +118,8 @@ type Set struct {
 
 	// intN picks weighted choices (math/rand/v2's IntN; tests fix it).
 	intN func(n int) int
+	// routes are the routes of the last snapshot asked for (routeOf).
+	routes atomic.Pointer[routeTable]
 }
 
 // New builds a Set. It starts no goroutine; Run does.

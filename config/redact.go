@@ -189,7 +189,23 @@ func (c *Config) Summary() string {
 	slices.Sort(names)
 	w("routes (%d):", len(names))
 	for _, name := range names {
-		w("  %s: %s", name, strings.Join(c.Routes[name], " -> "))
+		w("  %s: %s", name, routeLine(c.Routes[name]))
 	}
 	return b.String()
+}
+
+// routeLine describes a route: "a -> b" (ordered), "weighted: a 70, b 30",
+// "least_wait: a, b".
+func routeLine(r Route) string {
+	switch r.PolicyName() {
+	case RouteOrdered:
+		return strings.Join(r.Names(), " -> ")
+	case RouteWeighted:
+		parts := make([]string, len(r.Carriers))
+		for i, rc := range r.Carriers {
+			parts[i] = fmt.Sprintf("%s %d", rc.Name, rc.Weight)
+		}
+		return RouteWeighted + ": " + strings.Join(parts, ", ")
+	}
+	return r.PolicyName() + ": " + strings.Join(r.Names(), ", ")
 }

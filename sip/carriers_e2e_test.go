@@ -1,6 +1,8 @@
 package sip
 
 import (
+	"context"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +13,8 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/siptest"
 	"github.com/cpsguard/cpsguard/metrics"
+	"github.com/cpsguard/cpsguard/pacing"
+	"github.com/cpsguard/cpsguard/policy"
 )
 
 // TestE2EDeadCarrierDownWithinOneSetupTimeout (issue 24, item 4): a
@@ -131,5 +135,69 @@ func TestE2ECarrierBelowMinASR(t *testing.T) {
 	waitFor(t, func() bool { st, _ := h.set().State("a"); return st.InService }, "back in service after one asr_window")
 	if got := call(); got != 486 || busy.Count("INVITE") != 4 {
 		t.Errorf("after the window: final %d, INVITEs at a %d; want 486 from a, 4", got, busy.Count("INVITE"))
+	}
+}
+
+// TestE2EWeightedRouteSplit (issue 24, item 3): a weighted route sends
+// each carrier its share of the calls: 70/30 over 400 calls, within a
+// binomial 6-sigma bound (sigma = sqrt(n p (1-p)) = 9.2 calls), which a
+// fair split leaves less than once in 10^8 runs.
+func TestE2EWeightedRouteSplit(t *testing.T) {
+	ca, cb := siptest.StartCarrier(t, "127.0.0.1", nil), siptest.StartCarrier(t, "127.0.0.1", nil)
+	cfg := testConfig(carrierCfg("a", ca), carrierCfg("b", cb))
+	cfg.Routes["default"] = config.Route{Policy: config.RouteWeighted, Carriers: []config.RouteCarrier{{Name: "a", Weight: 70}, {Name: "b", Weight: 30}}}
+	cfg.Peers[0].CPS, cfg.Customers[0].CPS = 0, 0
+	adm, pacer := newFakes()
+	h := startProxy(t, cfg, adm, pacer)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	const n, p = 400, 0.7
+	for i := range n {
+		if res := caller.Final(ctxT(t, 5*time.Second), caller.Invite(h.udp)); res == nil || res.StatusCode != 200 {
+			t.Fatalf("call %d: final %v, want 200", i, res)
+		}
+	}
+	got := ca.Count("INVITE")
+	sigma := math.Sqrt(n * p * (1 - p))
+	if lo, hi := n*p-6*sigma, n*p+6*sigma; float64(got) < lo || float64(got) > hi || got+cb.Count("INVITE") != n {
+		t.Errorf("weights 70/30 over %d calls: a got %d, b %d; want a within [%.0f, %.0f] (6 sigma) and %d in all", n, got, cb.Count("INVITE"), lo, hi, n)
+	}
+	t.Logf("weights 70/30 over %d calls: a %d (%.1f%%), b %d", n, got, 100*float64(got)/n, cb.Count("INVITE"))
+}
+
+// TestE2ELeastWaitRoute (issue 24, item 3): a least_wait route sends a
+// call to the carrier whose next free slot is soonest: while the first
+// carrier's slots are taken for the next second, the idle second carrier
+// gets the call at once; an ordered route (the control) waits for the
+// first carrier's slot.
+func TestE2ELeastWaitRoute(t *testing.T) {
+	for _, tc := range []struct {
+		policy string
+		want   string // the carrier that gets the call
+	}{{config.RouteOrdered, "busy"}, {config.RouteLeastWait, "idle"}} {
+		t.Run(tc.policy, func(t *testing.T) {
+			busy, idle := siptest.StartCarrier(t, "127.0.0.1", nil), siptest.StartCarrier(t, "127.0.0.1", nil)
+			a, b := carrierCfg("busy", busy), carrierCfg("idle", idle)
+			a.CPS, a.MaxWait = 2, 5*time.Second
+			cfg := testConfig(a, b)
+			cfg.Routes["default"] = config.Route{Policy: tc.policy, Carriers: []config.RouteCarrier{{Name: "busy"}, {Name: "idle"}}}
+			slots := pacing.NewLocalSlots(nil)
+			h := startProxyOpts(t, Options{Config: func() *config.Config { return cfg }, Admission: &fakeAdmitter{refuse: -1}, Pacer: pacing.NewPacer(slots)})
+			// Two calls of another node hold the busy carrier's next
+			// second of slots (2 cps).
+			key := policy.Key(cfg.Store.KeyPrefix, policy.ScopeCarrier, "busy")
+			for _, m := range []string{"other-1", "other-2"} {
+				if sl, err := slots.Reserve(context.Background(), key, m, pacing.Interval(2), time.Minute); err != nil || !sl.OK {
+					t.Fatalf("reserve: %+v, %v", sl, err)
+				}
+			}
+			caller := siptest.StartCaller(t, "127.0.0.2")
+			if res := caller.Final(ctxT(t, 10*time.Second), caller.Invite(h.udp)); res == nil || res.StatusCode != 200 {
+				t.Fatalf("final %v, want 200", res)
+			}
+			got := map[string]int{"busy": busy.Count("INVITE"), "idle": idle.Count("INVITE")}
+			if got[tc.want] != 1 || got["busy"]+got["idle"] != 1 {
+				t.Errorf("route %s: INVITEs %v, want the call at %s", tc.policy, got, tc.want)
+			}
+		})
 	}
 }

@@ -297,7 +297,7 @@ func testConfig(carriers ...config.Carrier) *config.Config {
 		}},
 		Customers: []config.Customer{{Name: "acme", CPS: 20}, {Name: "beta", CPS: 5}, {Name: "gamma", CPS: 5}},
 		Carriers:  carriers,
-		Routes:    map[string][]string{"default": names},
+		Routes:    map[string]config.Route{"default": config.OrderedRoute(names...)},
 	}
 }
 
