@@ -11,7 +11,8 @@
 // 403), otherwise the peer's default; 100 Trying goes out at once; one
 // admission store call checks the peer and customer windows (refused:
 // sip.reject, or admitted anyway in shadow mode); then the carriers of the
-// route are tried in order: a pacing slot within the carrier's max_wait is
+// route are tried in the order the route's policy gives (ordered, weighted
+// or least_wait: carriers.Set.Order): a pacing slot within the carrier's max_wait is
 // reserved and waited for (a timer, cancellable by CANCEL and shutdown), and
 // the INVITE is forwarded with a new Via, Record-Route, Max-Forwards minus
 // one and the carrier's host, port and transport. Just before the send, a
@@ -67,8 +68,11 @@
 // (Addr); it reports what became of every attempt (Report: reached,
 // answered, unanswered, failed, timed out, an overload answer), and sends
 // the Set's OPTIONS probes through its own stack (probe.go,
-// carriers.Prober). Serve runs the Set. A call whose route is all down is
-// refused at once (503, outcome rejected_down) before admission. Failed
+// carriers.Prober). Serve runs the Set. A call whose route is all down
+// (or out of service) is refused at once (503, outcome rejected_down)
+// before admission; a carrier skipped as down, out of service or below
+// its min_asr is counted as a reroute with that reason (down,
+// out_of_service, asr). Failed
 // calls, probes, Retry-After pauses (half-open, pool-wide), the pool's
 // overload evidence and adaptive carriers' AIMD rates are described in
 // package carriers. A carrier's 503 (or 500) with Retry-After is
@@ -142,7 +146,8 @@
 // code for a failure, 502 for a 2xx, which is hung up: ACK and BYE). An
 // initial INVITE loses every Route, the Request-URI's maddr and URI
 // headers, and the customer header. Carrier host names are resolved at
-// start and every 30 s (resolve.go): a name without a port in its URI
+// start and every 30 s (by the carriers.Set; resolve.go asks it where a
+// request goes): a name without a port in its URI
 // through its SRV records first (_sip._udp, _sip._tcp, _sips._tcp by the
 // URI's transport; each call to a target of the lowest priority, by
 // weight), else its A and AAAA records. TCP connections are bounded per
