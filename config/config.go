@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/json"
 	"net/netip"
 	"time"
 )
@@ -29,8 +30,10 @@ type Config struct {
 	Peers          []Peer     `cfg:"peers"`
 	Customers      []Customer `cfg:"customers"`
 	Carriers       []Carrier  `cfg:"carriers"`
-	// Routes maps a route name to the carriers it tries, in order.
-	Routes map[string][]string `cfg:"routes"`
+	// Routes maps a route name to the carriers it tries and how it
+	// chooses the first: a list of carrier names (tried in order), or a
+	// block {policy, carriers}.
+	Routes map[string]Route `cfg:"routes"`
 	// Priority names the calls no limit refuses: emergency numbers and
 	// RFC 4412 Resource-Priority namespaces.
 	Priority Priority `cfg:"priority"`
@@ -434,6 +437,118 @@ type Carrier struct {
 	// Overload says which answers are overload answers and how an adaptive
 	// carrier's effective CPS moves; nil means DefaultOverload(CPS).
 	Overload *Overload `cfg:"overload"`
+	// MinASR is the least answer-seizure ratio (percent of the calls a
+	// node sent the carrier that it answered) the carrier must keep over
+	// asr_window once it had min_seizures calls there: below it, the
+	// node takes the carrier out of service for one asr_window, then
+	// judges it afresh. 0 turns it off. Per node; a peer dialling numbers
+	// nobody answers lowers it too.
+	MinASR float64 `cfg:"min_asr"`
+	// MinSeizures is how many calls (seizures) the carrier must have had
+	// within asr_window before min_asr judges it (0 means
+	// DefaultMinSeizures).
+	MinSeizures int `cfg:"min_seizures"`
+	// ASRWindow is how far back the answer-seizure ratio looks, and how
+	// long a carrier below min_asr stays out of service (0 means
+	// DefaultASRWindow).
+	ASRWindow time.Duration `cfg:"asr_window"`
+}
+
+// Route is one route: its carriers, and how a call chooses the first it
+// tries; the others follow in the route's order. In the file it is
+// either a list of carrier names (policy ordered) or a block.
+type Route struct {
+	// Policy chooses the first carrier of a call: ordered (the list's
+	// first), weighted (at random, in proportion to the carriers'
+	// weights: a carrier of weight w takes w/Σw of the calls) or
+	// least_wait (the carrier whose next free pacing slot is soonest,
+	// pool-wide). Empty means ordered.
+	Policy string `cfg:"policy"`
+	// Carriers are the route's carriers, in order: names, or blocks
+	// {name, weight}.
+	Carriers []RouteCarrier `cfg:"carriers"`
+
+	// list: written as a list of names (validation messages name its
+	// items routes.<name>[i]).
+	list bool
+}
+
+// RouteCarrier is one carrier of a route.
+type RouteCarrier struct {
+	// Name is the carrier's name.
+	Name string `cfg:"name"`
+	// Weight is the carrier's share of a weighted route's calls (its
+	// weight over the sum of the route's weights; percentages when they
+	// add up to 100). Only with policy weighted.
+	Weight int `cfg:"weight"`
+}
+
+// Route policies.
+const (
+	RouteOrdered   = "ordered"
+	RouteWeighted  = "weighted"
+	RouteLeastWait = "least_wait"
+)
+
+// OrderedRoute is the route that tries names in order (a list in the
+// file).
+func OrderedRoute(names ...string) Route {
+	r := Route{Policy: RouteOrdered, list: true, Carriers: make([]RouteCarrier, len(names))}
+	for i, n := range names {
+		r.Carriers[i].Name = n
+	}
+	return r
+}
+
+// Names returns the route's carrier names, in order.
+func (r Route) Names() []string {
+	out := make([]string, len(r.Carriers))
+	for i, c := range r.Carriers {
+		out[i] = c.Name
+	}
+	return out
+}
+
+// PolicyName returns the route's policy (RouteOrdered when unset).
+func (r Route) PolicyName() string {
+	if r.Policy == "" {
+		return RouteOrdered
+	}
+	return r.Policy
+}
+
+// MarshalJSON writes an ordered route without weights as its list of
+// names, as the file may write it, so the configuration hash of a pool
+// that writes its routes as lists does not change with this type.
+func (r Route) MarshalJSON() ([]byte, error) {
+	plain := r.PolicyName() == RouteOrdered
+	for _, c := range r.Carriers {
+		plain = plain && c.Weight == 0
+	}
+	if plain {
+		return json.Marshal(r.Names())
+	}
+	type route Route // without this method
+	return json.Marshal(route(r))
+}
+
+// Defaults of a carrier's answer-seizure ratio health (min_asr).
+const (
+	DefaultMinSeizures = 20
+	DefaultASRWindow   = time.Minute
+)
+
+// ASRHealth returns the carrier's answer-seizure ratio settings with
+// every default filled in (minASR 0: off).
+func (c *Carrier) ASRHealth() (minASR float64, minSeizures int, window time.Duration) {
+	minSeizures, window = c.MinSeizures, c.ASRWindow
+	if minSeizures <= 0 {
+		minSeizures = DefaultMinSeizures
+	}
+	if window <= 0 {
+		window = DefaultASRWindow
+	}
+	return c.MinASR, minSeizures, window
 }
 
 // Probe configures a carrier's health probing: a SIP OPTIONS every

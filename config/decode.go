@@ -22,8 +22,10 @@ type decoder struct {
 }
 
 var (
-	durationType = reflect.TypeFor[time.Duration]()
-	prefixType   = reflect.TypeFor[netip.Prefix]()
+	durationType     = reflect.TypeFor[time.Duration]()
+	prefixType       = reflect.TypeFor[netip.Prefix]()
+	routeType        = reflect.TypeFor[Route]()
+	routeCarrierType = reflect.TypeFor[RouteCarrier]()
 )
 
 // got formats an offending value for a message: strings quoted, maps and
@@ -115,6 +117,32 @@ func (d *decoder) decode(path string, in any, out reflect.Value) {
 			return
 		}
 		out.Set(reflect.ValueOf(pfx))
+		return
+	case t == routeType:
+		// A list of names (ordered), or a block {policy, carriers}.
+		if items, ok := in.([]any); ok {
+			r := Route{list: true}
+			d.decodeSlice(path, items, reflect.ValueOf(&r.Carriers).Elem())
+			out.Set(reflect.ValueOf(r))
+			return
+		}
+		if _, ok := in.(map[string]any); !ok {
+			d.fail(path, "must be a list of carrier names or a block {policy, carriers} (got %s)", gotAt(path, in))
+			return
+		}
+		d.decodeStruct(path, in, out)
+		return
+	case t == routeCarrierType:
+		// A name, or a block {name, weight}.
+		if name, ok := in.(string); ok {
+			out.Set(reflect.ValueOf(RouteCarrier{Name: name}))
+			return
+		}
+		if _, ok := in.(map[string]any); !ok {
+			d.fail(path, "must be a carrier name or a block {name, weight} (got %s)", gotAt(path, in))
+			return
+		}
+		d.decodeStruct(path, in, out)
 		return
 	}
 	switch t.Kind() {

@@ -63,7 +63,7 @@ func TestHashCoversThePoolNotTheNode(t *testing.T) {
 		{"carrier cps", func(c *Config) { c.Carriers[0].CPS++ }},
 		{"carrier max_wait", func(c *Config) { c.Carriers[0].MaxWait += time.Second }},
 		{"peer sources", func(c *Config) { c.Peers[0].Sources = c.Peers[0].Sources[:0] }},
-		{"routes", func(c *Config) { c.Routes["extra"] = []string{c.Carriers[0].Name} }},
+		{"routes", func(c *Config) { c.Routes["extra"] = OrderedRoute(c.Carriers[0].Name) }},
 		{"shadow", func(c *Config) { c.Shadow = !c.Shadow }},
 		{"reject code", func(c *Config) { c.SIP.Reject.Code = 486 }},
 		{"key prefix", func(c *Config) { c.Store.KeyPrefix = "other" }},

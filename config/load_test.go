@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -59,6 +60,12 @@ func TestBadFiles(t *testing.T) {
 		{"route_unknown_carrier", "routes.default[1]: unknown carrier \"carrier-z\""},
 		{"route_empty", "routes.spare: must list at least one carrier"},
 		{"route_duplicate_carrier", "routes.default[1]: carrier \"carrier-a\" is listed twice"},
+		{"route_policy", "routes.default.policy: must be one of \"ordered\", \"weighted\", \"least_wait\" (got \"random\")"},
+		{"route_weight_ordered", "routes.default.carriers[1].weight: only a weighted route weighs its carriers (policy \"weighted\"; got least_wait)"},
+		{"route_weights_zero", "routes.default.carriers: a weighted route needs a carrier of weight > 0 (a carrier takes weight/sum of the calls)"},
+		{"route_weight_negative", "routes.default.carriers[0].weight: must be between 0 (only when the others are busy or down) and 1000000 (got -70)"},
+		{"route_carrier_unknown_block", "routes.default.carriers[1]: unknown carrier \"carrier-z\""},
+		{"route_type", "routes.default: must be a list of carrier names or a block {policy, carriers} (got \"carrier-a\")"},
 		{"peer_route_unknown", "peers[0].route: unknown route \"premium\" (routes: default)"},
 		{"customer_route_unknown", "customers[0].route: unknown route \"premium\" (routes: default)"},
 		{"default_route_missing", "peers[0].route: not set and customer \"acme\" has no route, so calls use route \"default\", which is not defined in routes"},
@@ -118,6 +125,9 @@ func TestBadFiles(t *testing.T) {
 		{"overload_decrease", "carriers[0].overload.decrease: must be between 0 and 1, exclusive (got 1.5)"},
 		{"overload_code", "carriers[0].overload.codes[1]: must be a final non-2xx status, 300-699 (got 200)"},
 		{"overload_min_cps", "carriers[0].overload.min_cps: must be > 0 and <= the carrier's cps, 10 (got 20)"},
+		{"min_asr", "carriers[0].min_asr: must be a percentage between 0 (off) and 100 (got 120)"},
+		{"min_seizures", "carriers[0].min_seizures: must be between 0 (the default, 20) and 1000000 (got -5)"},
+		{"asr_window", "carriers[0].asr_window: must be 0s (the default, 1m0s) or between 1s and 24h (got 100ms)"},
 		{"max_calls_negative", "customers[0].max_calls: must be >= 0 (got -1)"},
 		{"max_call_duration", "sip.max_call_duration: must be >= 1s (got 0s)"},
 		{"reject_calls_code", "sip.reject_calls.code: must be a 4xx, 5xx or 6xx SIP status (got 200)"},
@@ -684,5 +694,52 @@ func TestNormalizeNumber(t *testing.T) {
 		if got := DestinationNumber(NormalizeNumber(tt.in)); got != tt.dest {
 			t.Errorf("DestinationNumber(%q): got %q, want %q", tt.in, got, tt.dest)
 		}
+	}
+}
+
+// TestRouteForms (issue 24, item 3): a route is a list of names
+// (ordered, as before) or a block {policy, carriers}; a weighted route's
+// carriers are {name, weight} blocks. A list-form route hashes as it did
+// when routes were lists.
+func TestRouteForms(t *testing.T) {
+	c, err := Parse([]byte(`
+peers: [{name: d, sources: [127.0.0.1/32], cps: 5}]
+carriers:
+  - {name: a, uri: "sip:127.0.0.1:5070", cps: 20, max_wait: 1s}
+  - {name: b, uri: "sip:127.0.0.1:5071", cps: 20, max_wait: 1s}
+routes:
+  default: [a, b]
+  uk: {policy: least_wait, carriers: [b, a]}
+  split: {policy: weighted, carriers: [{name: a, weight: 70}, {name: b, weight: 30}]}
+  plain: {carriers: [a]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		route, policy string
+		names         []string
+		weights       []int
+	}{
+		{"default", RouteOrdered, []string{"a", "b"}, []int{0, 0}},
+		{"uk", RouteLeastWait, []string{"b", "a"}, []int{0, 0}},
+		{"split", RouteWeighted, []string{"a", "b"}, []int{70, 30}},
+		{"plain", RouteOrdered, []string{"a"}, []int{0}},
+	} {
+		r := c.Routes[tc.route]
+		var w []int
+		for _, rc := range r.Carriers {
+			w = append(w, rc.Weight)
+		}
+		if r.PolicyName() != tc.policy || !slices.Equal(r.Names(), tc.names) || !slices.Equal(w, tc.weights) {
+			t.Errorf("route %s: policy %q, carriers %v, weights %v; want %q %v %v", tc.route, r.PolicyName(), r.Names(), w, tc.policy, tc.names, tc.weights)
+		}
+	}
+	b, err := json.Marshal(map[string]Route{"default": c.Routes["default"]})
+	if err != nil || string(b) != `{"default":["a","b"]}` {
+		t.Errorf("list-form route JSON = %s, %v; want the list it was", b, err)
+	}
+	if !strings.Contains(c.Summary(), "split: weighted: a 70, b 30") || !strings.Contains(c.Summary(), "uk: least_wait: b, a") {
+		t.Errorf("Summary does not describe the routes:\n%s", c.Summary())
 	}
 }

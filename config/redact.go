@@ -198,7 +198,7 @@ func (c *Config) Summary() string {
 	slices.Sort(names)
 	w("routes (%d):", len(names))
 	for _, name := range names {
-		w("  %s: %s", name, strings.Join(c.Routes[name], " -> "))
+		w("  %s: %s", name, routeLine(c.Routes[name]))
 	}
 	if pr := c.Priority; len(pr.Numbers) > 0 || len(pr.ResourcePriority) > 0 {
 		w("priority: numbers %s; resource_priority %s", strings.Join(pr.Numbers, " "), strings.Join(pr.ResourcePriority, " "))
@@ -228,4 +228,20 @@ func (c *Config) Summary() string {
 		w("%s", line)
 	}
 	return b.String()
+}
+
+// routeLine describes a route: "a -> b" (ordered), "weighted: a 70, b 30",
+// "least_wait: a, b".
+func routeLine(r Route) string {
+	switch r.PolicyName() {
+	case RouteOrdered:
+		return strings.Join(r.Names(), " -> ")
+	case RouteWeighted:
+		parts := make([]string, len(r.Carriers))
+		for i, rc := range r.Carriers {
+			parts[i] = fmt.Sprintf("%s %d", rc.Name, rc.Weight)
+		}
+		return RouteWeighted + ": " + strings.Join(parts, ", ")
+	}
+	return r.PolicyName() + ": " + strings.Join(r.Names(), ", ")
 }

@@ -27,42 +27,48 @@ const (
 
 // entryDocs describes the entries of a map setting ("<name>" rows).
 var entryDocs = map[string]string{
-	"routes.<name>": "The carriers the route named `<name>` tries, in order; a peer's or customer's route names it.",
+	"routes.<name>": "The route named `<name>` (a peer's, customer's or destination's route names it): a list of carrier names, tried in order, or a block {policy, carriers}.",
 }
 
 // defaultNotes gives the default of the keys whose zero value stands for
 // something computed, or that have none because they must be set.
 var defaultNotes = map[string]string{
-	"node_id":                      "the host name",
-	"sip.strip_headers":            "[customer_header]",
-	"peers[].name":                 "required",
-	"peers[].sources":              "required",
-	"peers[].cps":                  "required",
-	"customers[].name":             "required",
-	"customers[].cps":              "required",
-	"carriers[].name":              "required",
-	"carriers[].uri":               "required",
-	"carriers[].cps":               "required",
-	"carriers[].setup_timeout":     fmtDefault(reflect.ValueOf(DefaultSetupTimeout)),
-	"carriers[].probe":             "on, as below",
-	"carriers[].overload":          "as below",
-	"carriers[].overload.codes":    "`[503]`",
-	"carriers[].overload.decrease": fmt.Sprintf("`%g`", DefaultDecrease),
-	"carriers[].overload.min_cps":  fmt.Sprintf("%g %% of cps", DefaultMinShare*100),
-	"carriers[].overload.increase": fmt.Sprintf("%g %% of cps per second", DefaultIncreaseShare*100),
-	"routes.<name>":                "none",
-	"store.redis":                  "unset: the in-process store",
-	"store.redis.addrs":            "required",
-	"peers[].reject":               "unset: sip.reject, sip.reject_calls",
-	"customers[].reject":           "unset: sip.reject, sip.reject_calls",
-	"destinations[].prefix":        "required",
-	"peers[].reject.code":          "required",
-	"peers[].reject.reason":        "required",
-	"customers[].reject.code":      "required",
-	"customers[].reject.reason":    "required",
-	"destinations[].reject.code":   "required",
-	"destinations[].reject.reason": "required",
-	"destinations[].reject":        "unset: sip.reject, sip.reject_calls",
+	"node_id":                       "the host name",
+	"sip.strip_headers":             "[customer_header]",
+	"peers[].name":                  "required",
+	"peers[].sources":               "required",
+	"peers[].cps":                   "required",
+	"customers[].name":              "required",
+	"customers[].cps":               "required",
+	"carriers[].name":               "required",
+	"carriers[].uri":                "required",
+	"carriers[].cps":                "required",
+	"carriers[].setup_timeout":      fmtDefault(reflect.ValueOf(DefaultSetupTimeout)),
+	"carriers[].probe":              "on, as below",
+	"carriers[].overload":           "as below",
+	"carriers[].overload.codes":     "`[503]`",
+	"carriers[].overload.decrease":  fmt.Sprintf("`%g`", DefaultDecrease),
+	"carriers[].overload.min_cps":   fmt.Sprintf("%g %% of cps", DefaultMinShare*100),
+	"carriers[].overload.increase":  fmt.Sprintf("%g %% of cps per second", DefaultIncreaseShare*100),
+	"routes.<name>":                 "none",
+	"store.redis":                   "unset: the in-process store",
+	"store.redis.addrs":             "required",
+	"peers[].reject":                "unset: sip.reject, sip.reject_calls",
+	"customers[].reject":            "unset: sip.reject, sip.reject_calls",
+	"destinations[].prefix":         "required",
+	"peers[].reject.code":           "required",
+	"peers[].reject.reason":         "required",
+	"customers[].reject.code":       "required",
+	"customers[].reject.reason":     "required",
+	"destinations[].reject.code":    "required",
+	"destinations[].reject.reason":  "required",
+	"destinations[].reject":         "unset: sip.reject, sip.reject_calls",
+	"carriers[].min_asr":            "`0` (off)",
+	"carriers[].min_seizures":       fmt.Sprintf("`%d`", DefaultMinSeizures),
+	"carriers[].asr_window":         fmtDefault(reflect.ValueOf(DefaultASRWindow)),
+	"routes.<name>.policy":          "`\"ordered\"`",
+	"routes.<name>.carriers":        "required",
+	"routes.<name>.carriers[].name": "required",
 }
 
 type refRow struct {
@@ -127,6 +133,10 @@ func typeName(t reflect.Type) string {
 		return "duration"
 	case t == prefixType:
 		return "CIDR"
+	case t == routeType:
+		return "list of names, or block"
+	case t == reflect.TypeFor[[]RouteCarrier]():
+		return "list of names or blocks"
 	}
 	switch t.Kind() {
 	case reflect.String:
@@ -243,6 +253,9 @@ func referenceRows(t *testing.T) []refRow {
 				sub := refRow{path: path + ".<name>", typ: typeName(et), def: defaultNotes[path+".<name>"], reload: row.reload,
 					desc: entryDocs[path+".<name>"]}
 				rows = append(rows, sub)
+				if et.Kind() == reflect.Struct {
+					walk(sub.path, reflect.New(et).Elem())
+				}
 			}
 		}
 	}

@@ -376,7 +376,7 @@ func (v *validator) route(path, route string) {
 }
 
 // known lists the defined routes for an "unknown route" message.
-func known(routes map[string][]string) string {
+func known[V any](routes map[string]V) string {
 	if len(routes) == 0 {
 		return " (no routes are defined)"
 	}
@@ -508,8 +508,20 @@ func (v *validator) carriers() {
 		if ca.Overload != nil {
 			v.overload(path+".overload", ca)
 		}
+		if ca.MinASR < 0 || ca.MinASR > 100 {
+			v.errf(path+".min_asr", "must be a percentage between 0 (off) and 100 (got %g)", ca.MinASR)
+		}
+		if n := ca.MinSeizures; n < 0 || n > maxSeizures {
+			v.errf(path+".min_seizures", "must be between 0 (the default, %d) and %d (got %d)", DefaultMinSeizures, maxSeizures, n)
+		}
+		if d := ca.ASRWindow; d != 0 && (d < time.Second || d > 24*time.Hour) {
+			v.errf(path+".asr_window", "must be 0s (the default, %s) or between 1s and 24h (got %s)", DefaultASRWindow, d)
+		}
 	}
 }
+
+// maxSeizures bounds a carrier's min_seizures.
+const maxSeizures = 1_000_000
 
 func (v *validator) probe(path string, pr Probe) {
 	if pr.Interval == 0 {
@@ -585,25 +597,52 @@ func (v *validator) routes() {
 		if !routeNameRe.MatchString(name) {
 			v.errf(path, "route name must be 1-64 lower-case letters, digits, '.', '_' or '-' (got %q)", name)
 		}
-		carriers := v.c.Routes[name]
-		if len(carriers) == 0 {
-			v.errf(path, "must list at least one carrier")
+		r := v.c.Routes[name]
+		list := path // where a route's carriers are
+		if !r.list {
+			list = path + ".carriers"
+		}
+		pol := r.PolicyName()
+		switch pol {
+		case RouteOrdered, RouteWeighted, RouteLeastWait:
+		default:
+			v.errf(path+".policy", "must be one of %q, %q, %q (got %q)", RouteOrdered, RouteWeighted, RouteLeastWait, r.Policy)
+		}
+		if len(r.Carriers) == 0 {
+			v.errf(list, "must list at least one carrier")
 		}
 		seen := map[string]bool{}
-		for i, ca := range carriers {
-			cpath := fmt.Sprintf("%s[%d]", path, i)
+		total := 0
+		for i, rc := range r.Carriers {
+			cpath := fmt.Sprintf("%s[%d]", list, i)
 			switch {
-			case seen[ca]:
-				v.errf(cpath, "carrier %q is listed twice", ca)
-			case v.c.Carrier(ca) == nil:
-				v.errf(cpath, "unknown carrier %q", ca)
+			case rc.Name == "":
+				v.errf(cpath, "must name a carrier")
+			case seen[rc.Name]:
+				v.errf(cpath, "carrier %q is listed twice", rc.Name)
+			case v.c.Carrier(rc.Name) == nil:
+				v.errf(cpath, "unknown carrier %q", rc.Name)
 			}
-			seen[ca] = true
+			seen[rc.Name] = true
+			switch {
+			case pol != RouteWeighted && rc.Weight != 0:
+				v.errf(cpath+".weight", "only a weighted route weighs its carriers (policy %q; got %s)", RouteWeighted, pol)
+			case rc.Weight < 0 || rc.Weight > maxRouteWeight:
+				v.errf(cpath+".weight", "must be between 0 (only when the others are busy or down) and %d (got %d)", maxRouteWeight, rc.Weight)
+			default:
+				total += rc.Weight
+			}
+		}
+		if pol == RouteWeighted && len(r.Carriers) > 0 && total == 0 {
+			v.errf(list, "a weighted route needs a carrier of weight > 0 (a carrier takes weight/sum of the calls)")
 		}
 	}
 }
 
-func sortedRouteNames(m map[string][]string) []string {
+// maxRouteWeight bounds the weight of a route's carrier.
+const maxRouteWeight = 1_000_000
+
+func sortedRouteNames[V any](m map[string]V) []string {
 	names := make([]string, 0, len(m))
 	for n := range m {
 		names = append(names, n)

@@ -182,9 +182,9 @@ func uriTransport(uri string) string {
 func unused(c *Config) []string {
 	var w []string
 	routed := map[string]bool{}
-	for _, cars := range c.Routes {
-		for _, name := range cars {
-			routed[name] = true
+	for _, r := range c.Routes {
+		for _, rc := range r.Carriers {
+			routed[rc.Name] = true
 		}
 	}
 	for i, car := range c.Carriers {

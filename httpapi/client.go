@@ -238,3 +238,17 @@ func Unpause(ctx context.Context, base, token, name string) (PauseChange, error)
 	err := call(ctx, http.MethodDelete, base, PathCarriers+"/"+url.PathEscape(name)+"/pause", token, nil, &c)
 	return c, err
 }
+
+// SetService sends PUT (out true: take the carrier out of service, with
+// reason) or DELETE (put it back) /api/v1/carriers/{name}/service with the
+// bearer token to the node at base.
+func SetService(ctx context.Context, base, token, name string, out bool, reason string) (ServiceChange, error) {
+	var c ServiceChange
+	path := PathCarriers + "/" + url.PathEscape(name) + "/service"
+	if out {
+		err := call(ctx, http.MethodPut, base, path, token, ServiceRequest{Reason: reason}, &c)
+		return c, err
+	}
+	err := call(ctx, http.MethodDelete, base, path, token, nil, &c)
+	return c, err
+}

@@ -9,7 +9,7 @@ import (
 )
 
 // Pauser reads and ends the pool's Retry-After pauses of carriers, by
-// configured name; *sip.Proxy satisfies it. ok is false for a name that
+// configured name; *carriers.Set satisfies it. ok is false for a name that
 // is not a configured carrier.
 type Pauser interface {
 	// CarrierPause reads the carrier's pause from the store (Paused

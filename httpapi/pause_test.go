@@ -149,7 +149,7 @@ func TestUnpauseAPI(t *testing.T) {
 func TestStatusShowsPauses(t *testing.T) {
 	half := pacing.Pause{Paused: true, Age: time.Minute, Reason: "Retry-After 30 in a 503 to its only caller, paused 5s", Probing: true}
 	pz := &fakePauses{paused: map[string]pacing.Pause{"carrier-a": pausedA(), "carrier-b": half}}
-	h := New(Options{Config: testConfig, Pauses: pz, Carrier: func(string) (CarrierState, bool) { return CarrierState{Up: true}, true }})
+	h := New(Options{Config: testConfig, Pauses: pz, Carriers: fakeCarriers{"carrier-a": {Up: true, InService: true}, "carrier-b": {Up: true, InService: true}}})
 	st := getStatus(t, h)
 	a, b := st.Carriers[0].Pause, st.Carriers[1].Pause
 	if a == nil || a.SecondsLeft != 42 || a.HalfOpen || time.Until(a.Until) > 42*time.Second || time.Until(a.Until) < 40*time.Second ||

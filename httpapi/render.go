@@ -126,6 +126,12 @@ func RenderStatus(w io.Writer, st Status) error {
 		}
 	}
 	for _, e := range st.Carriers {
+		if e.OutOfService != nil {
+			b.WriteString("carrier " + e.Name + " is out of service: " + serviceLine(*e.OutOfService) + "\n")
+		}
+		if a := e.ASR; a != nil && a.OutUntil != nil {
+			b.WriteString("carrier " + e.Name + " is out of service on this node until " + a.OutUntil.UTC().Format(time.DateTime+"Z") + ": " + printable(a.Reason) + "\n")
+		}
 		if e.Up != nil && !*e.Up {
 			b.WriteString("carrier " + e.Name + " is down: " + printable(e.Health) + "\n")
 		}
@@ -196,6 +202,9 @@ func fmtUp(up *bool) string {
 // fmtState renders a carrier's state: its health, or "paused" /
 // "half-open" while it is up and paused by its Retry-After.
 func fmtState(e Entry) string {
+	if e.InService != nil && !*e.InService {
+		return "out"
+	}
 	if e.Pause != nil && (e.Up == nil || *e.Up) {
 		if e.Pause.HalfOpen {
 			return "half-open"
@@ -360,3 +369,40 @@ func RenderLimitChange(w io.Writer, c LimitChange) error {
 // answer) from driving the operator's terminal or reordering the table:
 // controls and Unicode format characters are escaped (safetext.Escape).
 func printable(s string) string { return safetext.Escape(s) }
+
+// serviceLine describes a carrier out of service: "since 2026-11-24
+// 09:50:00Z, by 10.0.0.5:51000: maintenance window".
+func serviceLine(o CarrierService) string {
+	line := "since " + o.Since.UTC().Format(time.DateTime+"Z")
+	if o.By != "" {
+		line += ", by " + printable(o.By)
+	}
+	if o.Reason != "" {
+		line += ": " + printable(o.Reason)
+	}
+	return line
+}
+
+// RenderServiceChange writes the answer of PUT or DELETE
+// /api/v1/carriers/{name}/service for a terminal.
+func RenderServiceChange(w io.Writer, c ServiceChange) error {
+	var b strings.Builder
+	if c.Status == "out_of_service" {
+		b.WriteString("carrier " + printable(c.Carrier) + " is out of service for the pool: calls skip it")
+		if c.OutOfService != nil && c.OutOfService.Reason != "" {
+			b.WriteString(" (" + printable(c.OutOfService.Reason) + ")")
+		}
+		b.WriteString("\n")
+		if c.Previous != nil {
+			b.WriteString("it was out of service already, " + serviceLine(*c.Previous) + "\n")
+		}
+	} else {
+		if c.Previous == nil {
+			b.WriteString("carrier " + printable(c.Carrier) + " was in service: nothing changed\n")
+		} else {
+			b.WriteString("carrier " + printable(c.Carrier) + " is back in service for the pool (out " + serviceLine(*c.Previous) + ")\n")
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

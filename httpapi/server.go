@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/cpsguard/cpsguard/admission"
+	"github.com/cpsguard/cpsguard/carriers"
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/limits"
 	"github.com/cpsguard/cpsguard/pacing"
@@ -37,6 +38,20 @@ type Queuer interface {
 	// Queue reports the calls waiting for a slot, the slots of the last
 	// second and the least wait of a call reserving now.
 	Queue(ctx context.Context, key string, interval time.Duration) (pacing.QueueState, error)
+}
+
+// Carriers reports what the node knows of its carriers and takes them out
+// of service and back; *carriers.Set satisfies it. ok is false for a name
+// that is not a configured carrier.
+type Carriers interface {
+	// State is what the node knows of the carrier named name.
+	State(name string) (st carriers.State, ok bool)
+	// TakeOut takes the carrier out of service for the pool and returns
+	// the mark it replaced (nil: it was in service).
+	TakeOut(ctx context.Context, name, by, reason string) (prev *carriers.Out, ok bool, err error)
+	// PutBack puts it back in service and returns the mark it removed
+	// (nil: it was in service).
+	PutBack(ctx context.Context, name string) (prev *carriers.Out, ok bool, err error)
 }
 
 // CallCounter reads max_calls places; calls.Store implementations (and the
@@ -60,10 +75,11 @@ type Options struct {
 	// Calls reads the live calls of every peer, customer and carrier with
 	// max_calls. Nil: their active_calls is null.
 	Calls CallCounter
-	// Carrier reports a carrier's health and effective CPS (ok false for a
-	// carrier the node does not track). Nil: carriers' up, health and
-	// effective_cps are omitted.
-	Carrier func(name string) (CarrierState, bool)
+	// Carriers reports what the node knows of each carrier and takes
+	// carriers out of service (a *carriers.Set). Nil: carriers' up,
+	// health, effective_cps and in_service are omitted and PUT|DELETE
+	// .../service answer 501.
+	Carriers Carriers
 	// StoreMode reports "redis", "fallback" or "local". Nil: "local" when no
 	// Redis is configured, else "unknown".
 	StoreMode func() string
@@ -145,6 +161,7 @@ func New(o Options) http.Handler {
 	mux.Handle(PathLimits, methods(http.HandlerFunc(s.limitsList), http.MethodGet, http.MethodHead))
 	mux.Handle(PathLimits+"/{scope}/{name}", methods(http.HandlerFunc(s.limitsChange), http.MethodPut, http.MethodDelete))
 	mux.Handle(PathCarriers+"/{name}/pause", methods(http.HandlerFunc(s.unpause), http.MethodDelete))
+	mux.Handle(PathCarriers+"/{name}/service", methods(http.HandlerFunc(s.service), http.MethodPut, http.MethodDelete))
 	mux.Handle(PathCalls, methods(http.HandlerFunc(s.callsList), http.MethodGet, http.MethodHead))
 	mux.Handle(PathCalls+"/{call_id}", methods(http.HandlerFunc(s.callsEnd), http.MethodDelete))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -293,8 +310,8 @@ func (s *server) buildStatus(ctx context.Context, cfg *config.Config) Status {
 				e.setCurrent(q.Sent)
 			}
 		}
-		if s.o.Carrier != nil {
-			if cs, ok := s.o.Carrier(c.Name); ok {
+		if s.o.Carriers != nil {
+			if cs, ok := s.o.Carriers.State(c.Name); ok {
 				up := cs.Up
 				e.Up = &up
 				if cs.Reason != "" {
@@ -306,6 +323,19 @@ func (s *server) buildStatus(ctx context.Context, cfg *config.Config) Status {
 				if cs.EffectiveCPS > 0 {
 					eff := cs.EffectiveCPS
 					e.EffectiveCPS = &eff
+				}
+				in := cs.InService
+				e.InService = &in
+				if cs.Out != nil {
+					e.OutOfService = serviceView(*cs.Out)
+				}
+				if a := cs.ASR; a != nil {
+					e.ASR = &CarrierASR{Percent: a.Percent, Seizures: a.Seizures, Answered: a.Answered,
+						WindowSeconds: a.Window.Seconds(), Reason: a.Reason}
+					if !a.Until.IsZero() {
+						u := a.Until.UTC().Truncate(time.Millisecond)
+						e.ASR.OutUntil = &u
+					}
 				}
 			}
 		}
@@ -367,8 +397,9 @@ func (s *server) fillCalls(ctx context.Context, pol *policy.Policy, st *Status) 
 	return nil
 }
 
-// override returns the cps in force for scope's name (configured cps, or
-// the live override's) and the override to show, if any.
+// override returns the cps in force for scope's name (limits.InForce: the
+// configured cps, or the live override's) and the override to show, if
+// any.
 func (s *server) override(cfg *config.Config, scope, name string, cps float64, now time.Time) (float64, *LimitOverride) {
 	cps, _, ov := s.overrideBurst(cfg, scope, name, cps, 0, now)
 	return cps, ov
@@ -380,15 +411,13 @@ func (s *server) overrideBurst(cfg *config.Config, scope, name string, cps float
 	if s.o.Limits == nil {
 		return cps, burst, nil
 	}
+	cps, burst = limits.InForce(s.o.Limits, scope, name, cps, burst)
 	o, ok := s.o.Limits.Lookup(scope, name)
 	if !ok {
 		return cps, burst, nil
 	}
-	if o.Burst != nil {
-		burst = *o.Burst
-	}
 	v := overrideView(cfg, o, now)
-	return o.CPS, burst, &v
+	return cps, burst, &v
 }
 
 // scopeEntry builds the entry of a peer or customer at the limits in

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cpsguard/cpsguard/admission"
+	"github.com/cpsguard/cpsguard/carriers"
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/limits"
 	"github.com/cpsguard/cpsguard/metrics"
@@ -497,12 +498,10 @@ func TestFetchStatusAndRender(t *testing.T) {
 	h := New(Options{
 		Config: testConfig, Counts: store, Queue: store,
 		StoreMode: func() string { return "fallback" },
-		Carrier: func(name string) (CarrierState, bool) {
-			if name == "carrier-b" {
-				return CarrierState{Up: false, Since: time.Date(2026, 11, 22, 2, 3, 0, 0, time.UTC),
-					Reason: "probe: 3 failures in a row (last: no answer in 1s)", EffectiveCPS: 5}, true
-			}
-			return CarrierState{Up: true, EffectiveCPS: 7}, true
+		Carriers: fakeCarriers{
+			"carrier-a": {Up: true, EffectiveCPS: 7, InService: true},
+			"carrier-b": {Up: false, Since: time.Date(2026, 11, 22, 2, 3, 0, 0, time.UTC),
+				Reason: "probe: 3 failures in a row (last: no answer in 1s)", EffectiveCPS: 5, InService: true},
 		},
 	})
 	srv := httptest.NewServer(h)
@@ -753,4 +752,20 @@ CARRIERS     LIMIT  CURRENT     %  TOKENS  WINDOWS                     QUEUED   
 	if got := buf.String(); got != want {
 		t.Errorf("RenderStatus:\ngot\n%s\nwant\n%s", got, want)
 	}
+}
+
+// fakeCarriers is what a node knows of its carriers, by name.
+type fakeCarriers map[string]carriers.State
+
+func (f fakeCarriers) State(name string) (carriers.State, bool) {
+	st, ok := f[name]
+	return st, ok
+}
+
+func (f fakeCarriers) TakeOut(context.Context, string, string, string) (*carriers.Out, bool, error) {
+	return nil, false, nil
+}
+
+func (f fakeCarriers) PutBack(context.Context, string) (*carriers.Out, bool, error) {
+	return nil, false, nil
 }

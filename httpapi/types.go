@@ -17,7 +17,9 @@ const (
 	// PathLimits/{peer|customer|carrier}/{name} set and end one.
 	PathLimits = "/api/v1/limits"
 	// PathCarriers is the root of per-carrier operations: DELETE on
-	// PathCarriers/{name}/pause ends the carrier's Retry-After pause.
+	// PathCarriers/{name}/pause ends the carrier's Retry-After pause; PUT
+	// on PathCarriers/{name}/service takes the carrier out of service for
+	// the pool, DELETE puts it back.
 	PathCarriers = "/api/v1/carriers"
 )
 
@@ -110,6 +112,16 @@ type Entry struct {
 	// EffectiveCPS is, for carriers, the rate the carrier is paced at now:
 	// LimitCPS, or less while an adaptive carrier pushes back.
 	EffectiveCPS *float64 `json:"effective_cps,omitempty"`
+	// InService is, for carriers, false while the carrier is out of
+	// service (OutOfService says since when, by whom and why); null when
+	// the node does not report it.
+	InService *bool `json:"in_service,omitempty"`
+	// OutOfService is, for carriers, the operator's mark that took the
+	// carrier out of service (pool-wide); absent while in service.
+	OutOfService *CarrierService `json:"out_of_service,omitempty"`
+	// ASR is, for carriers, the answer-seizure ratio on this node over
+	// asr_window; absent before the node sent the carrier a call.
+	ASR *CarrierASR `json:"asr,omitempty"`
 	// Pause is, for carriers, the pool's Retry-After pause in force, read
 	// from the store; absent when the carrier is not paused (or the node
 	// does not report pauses).
@@ -207,6 +219,50 @@ type CarrierPause struct {
 	Probing  bool `json:"probing,omitempty"`
 }
 
+// CarrierService is a carrier taken out of service by hand, pool-wide.
+type CarrierService struct {
+	// Since is when it was taken out; By who took it out (the remote
+	// address of the request); Reason what they said (may be empty).
+	Since  time.Time `json:"since"`
+	By     string    `json:"by,omitempty"`
+	Reason string    `json:"reason,omitempty"`
+}
+
+// CarrierASR is a carrier's answer-seizure ratio on one node.
+type CarrierASR struct {
+	// Percent is 100 × Answered / Seizures over WindowSeconds.
+	Percent       float64 `json:"percent"`
+	Seizures      int     `json:"seizures"`
+	Answered      int     `json:"answered"`
+	WindowSeconds float64 `json:"window_seconds"`
+	// OutUntil is when a carrier below its min_asr is back in service
+	// (absent while in service); Reason says why it is out.
+	OutUntil *time.Time `json:"out_until,omitempty"`
+	Reason   string     `json:"reason,omitempty"`
+}
+
+// ServiceRequest is the optional JSON body of PUT
+// /api/v1/carriers/{name}/service.
+type ServiceRequest struct {
+	// Reason says why, for status and logs (printable, at most 200
+	// characters).
+	Reason string `json:"reason,omitempty"`
+}
+
+// ServiceChange is the JSON answer of a successful PUT or DELETE
+// /api/v1/carriers/{name}/service.
+type ServiceChange struct {
+	// Status is "out_of_service" (PUT) or "in_service" (DELETE).
+	Status string `json:"status"`
+	// Carrier is the carrier's name.
+	Carrier string `json:"carrier"`
+	// OutOfService is the mark now in force (PUT).
+	OutOfService *CarrierService `json:"out_of_service,omitempty"`
+	// Previous is the mark replaced (PUT) or removed (DELETE); absent when
+	// the carrier was in service.
+	Previous *CarrierService `json:"previous,omitempty"`
+}
+
 // PauseChange is the JSON answer of a successful DELETE
 // /api/v1/carriers/{name}/pause.
 type PauseChange struct {
@@ -216,18 +272,6 @@ type PauseChange struct {
 	Carrier string `json:"carrier"`
 	// Previous is the pause that ended.
 	Previous *CarrierPause `json:"previous,omitempty"`
-}
-
-// CarrierState is what a node reports of one carrier's health.
-type CarrierState struct {
-	// Up reports whether the node sends calls to the carrier.
-	Up bool
-	// Since is when the carrier entered that state; zero when unknown.
-	Since time.Time
-	// Reason says why (empty for a carrier up since it was configured).
-	Reason string
-	// EffectiveCPS is the rate it is paced at now; 0 when unknown.
-	EffectiveCPS float64
 }
 
 // Health is the JSON answer of /healthz and /readyz.

@@ -9,11 +9,21 @@ import (
 	"time"
 )
 
-// Scopes an override applies to; they are the scope labels of the metrics.
+// Scopes of a limit: the one vocabulary of scope names. An override names
+// one; the metrics' scope labels (metrics.ScopePeer, …), the refusal
+// details and the logs use these constants. (Redis key scopes are
+// policy.Scope, pinned apart on purpose: a label may be renamed, a key
+// may not.)
 const (
 	ScopePeer     = "peer"
 	ScopeCustomer = "customer"
 	ScopeCarrier  = "carrier"
+	// ScopeDestination is a destinations[] entry, named by its prefix as
+	// configured (no override names one).
+	ScopeDestination = "destination"
+	// ScopeRepeatDial is repeat_dial (name ""): one bucket per called
+	// number, which never becomes a label (no override names it).
+	ScopeRepeatDial = "repeat_dial"
 )
 
 // MaxTTL is the longest an override may live. An override is for an

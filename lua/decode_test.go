@@ -439,3 +439,52 @@ func TestDecodeLive(t *testing.T) {
 		t.Errorf("negative count: %v, want ErrReply", err)
 	}
 }
+
+func FuzzDecodeService(f *testing.F) {
+	f.Add([]byte{4, 4})
+	f.Add([]byte{4, 0})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		es, err := lua.DecodeService(build(data))
+		if err != nil {
+			if !errors.Is(err, lua.ErrReply) {
+				t.Fatalf("error %v does not wrap ErrReply", err)
+			}
+			return
+		}
+		for _, e := range es {
+			if e.Carrier == "" || e.Value == "" {
+				t.Fatalf("decoded an invalid entry %+v", e)
+			}
+		}
+	})
+}
+
+func TestDecodeService(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		reply any
+		want  int // entries; -1: ErrReply
+	}{
+		{"none", []any{}, 0},
+		{"one", []any{"a", `{"by":"x"}`}, 1},
+		{"two", []any{"a", "v", "b", "w"}, 2},
+		{"not an array", "x", -1},
+		{"odd", []any{"a"}, -1},
+		{"empty value", []any{"a", ""}, -1},
+		{"empty name", []any{"", "v"}, -1},
+		{"number", []any{"a", int64(1)}, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			es, err := lua.DecodeService(tc.reply)
+			if tc.want < 0 {
+				if !errors.Is(err, lua.ErrReply) {
+					t.Errorf("got %v, %v; want ErrReply", es, err)
+				}
+				return
+			}
+			if err != nil || len(es) != tc.want {
+				t.Errorf("got %v, %v; want %d entries", es, err, tc.want)
+			}
+		})
+	}
+}

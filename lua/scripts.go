@@ -91,6 +91,7 @@ func Load(ctx context.Context, c redis.Scripter) error {
 		{ScriptOverrides, overridesScript},
 		{ScriptDialogsEnded, dialogsEndedScript},
 		{ScriptLive, liveScript},
+		{ScriptService, serviceScript},
 	} {
 		if err := s.script.Load(ctx, c).Err(); err != nil {
 			return fmt.Errorf("lua: load %s.lua: %w", s.name, err)
@@ -138,6 +139,8 @@ func SHA(name string) string {
 		return dialogsEndedScript.Hash()
 	case ScriptLive:
 		return liveScript.Hash()
+	case ScriptService:
+		return serviceScript.Hash()
 	}
 	return ""
 }

@@ -19,23 +19,25 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/cpsguard/cpsguard/limits"
 )
 
 // Namespace prefixes every metric name.
 const Namespace = "cpsguard"
 
+// Scope label values: the one vocabulary of scope names is limits'
+// (overrides, the limit in force); these name the same constants.
+const (
+	ScopePeer        = limits.ScopePeer
+	ScopeCustomer    = limits.ScopeCustomer
+	ScopeCarrier     = limits.ScopeCarrier
+	ScopeDestination = limits.ScopeDestination
+	ScopeRepeatDial  = limits.ScopeRepeatDial
+)
+
 // Label values of small enums.
 const (
-	ScopePeer     = "peer"
-	ScopeCustomer = "customer"
-	ScopeCarrier  = "carrier"
-	// ScopeDestination is a destinations[] entry, named by its prefix as
-	// configured.
-	ScopeDestination = "destination"
-	// ScopeRepeatDial is repeat_dial (name ""): one bucket per called
-	// number, which never becomes a label.
-	ScopeRepeatDial = "repeat_dial"
-
 	ResultAdmitted       = "admitted"
 	ResultRejected       = "rejected"
 	ResultShadowRejected = "shadow_rejected"
@@ -97,9 +99,20 @@ const (
 	// ReroutePaused: the carrier was skipped because it is paused (its
 	// Retry-After, pool-wide).
 	ReroutePaused = "paused"
+	// RerouteOutOfService: the carrier was skipped because an operator
+	// took it out of service (pool-wide).
+	RerouteOutOfService = "out_of_service"
+	// RerouteASR: the carrier was skipped because its answer-seizure
+	// ratio on this node is below its min_asr.
+	RerouteASR = "asr"
 
 	ProbeOK     = "ok"
 	ProbeFailed = "failed"
+
+	// Results of cpsguard_carrier_seizures_total: the carrier answered the
+	// call (2xx), or gave it another final outcome.
+	SeizureAnswered   = "answered"
+	SeizureUnanswered = "unanswered"
 
 	// Sinks of the call records (records.*).
 	SinkFile   = "file"
@@ -132,7 +145,10 @@ var (
 	// PacingResults are the result labels of cpsguard_pacing_total.
 	PacingResults = []string{PacingPaced, PacingFull, PacingLate, PacingPaused}
 	// RerouteReasons are the reason labels of cpsguard_reroutes_total.
-	RerouteReasons = []string{RerouteFull, RerouteFailed, RerouteDown, RerouteCallsFull, ReroutePaused}
+	RerouteReasons = []string{RerouteFull, RerouteFailed, RerouteDown, RerouteCallsFull, ReroutePaused, RerouteOutOfService, RerouteASR}
+	// SeizureResults are the result labels of
+	// cpsguard_carrier_seizures_total.
+	SeizureResults = []string{SeizureAnswered, SeizureUnanswered}
 	// RecordSinks are the sink labels of cpsguard_records_written_total
 	// and cpsguard_records_dropped_total.
 	RecordSinks = []string{SinkFile, SinkStdout, SinkSyslog}
@@ -159,8 +175,10 @@ var (
 		"sip.read_filter", "sip.ingress.take", "sip.ingress.handle",
 		"sip.invite_retransmission", "sip.indialog_retransmission",
 		"sip.abandon", "sip.bye_ends", "sip.bye_timeout", "sip.events",
-		"sip.probe", "sip.prober", "sip.probe_done", "sip.back_pressure", "sip.evidence",
-		"sip.dialog_sync", "sip.rates", "sip.resolver", "sip.sweep",
+		"sip.dialog_sync", "sip.family_gaps", "sip.sweep",
+		"carriers.probe", "carriers.prober", "carriers.confirm", "carriers.probe_done",
+		"carriers.back_pressure", "carriers.evidence", "carriers.refresh", "carriers.resolver",
+		"carriers.least_wait",
 		"store.redis", "store.redis.dial", "store.heartbeat", "store.probe",
 		"lua.pipeline", "limits.refresh",
 	}
@@ -171,7 +189,7 @@ var (
 	StoreScripts = []string{
 		"admit", "counts", "refund", "pace", "release", "queue", "pause", "evidence", "rate",
 		"heartbeat", "calls_occupy", "calls_free", "calls_refresh", "calls_count", "overrides",
-		"dialogs_ended", "live",
+		"dialogs_ended", "live", "service",
 	}
 )
 
@@ -240,6 +258,22 @@ type Metrics struct {
 	// believes the carrier down (probes or calls failed):
 	// cpsguard_carrier_up{carrier}.
 	CarrierUp *prometheus.GaugeVec
+	// CarrierInService is 0 while a carrier is out of service (taken out
+	// by hand, pool-wide, or below its min_asr on this node), else 1:
+	// cpsguard_carrier_in_service{carrier}.
+	CarrierInService *prometheus.GaugeVec
+	// CarrierSeizures counts the calls this node sent a carrier by their
+	// final outcome there (answered, unanswered):
+	// cpsguard_carrier_seizures_total{carrier,result}.
+	CarrierSeizures *prometheus.CounterVec
+	// CarrierASR is a carrier's answer-seizure ratio over its asr_window on
+	// this node, in percent, as of its last seizure:
+	// cpsguard_carrier_asr_percent{carrier}.
+	CarrierASR *prometheus.GaugeVec
+	// CarrierASRTrips counts the times a carrier went below its min_asr on
+	// this node (out of service for one window):
+	// cpsguard_carrier_asr_trips_total{carrier}.
+	CarrierASRTrips *prometheus.CounterVec
 	// CarrierProbes counts this node's SIP OPTIONS probes of a carrier by
 	// result (ok, failed): cpsguard_carrier_probes_total{carrier,result}.
 	CarrierProbes *prometheus.CounterVec
@@ -275,8 +309,8 @@ type Metrics struct {
 
 	// syncMu serialises SyncLimits.
 	syncMu sync.Mutex
-	// override is SetLimitOverrides' func (nil: none); guarded by syncMu.
-	override func(scope, name string) (float64, bool)
+	// overrides are SetLimitOverrides' (nil: none); guarded by syncMu.
+	overrides limits.Lookup
 }
 
 // WaitBuckets resolve queue delay from 1 ms up to 60 s
@@ -379,6 +413,22 @@ func New(reg prometheus.Registerer) *Metrics {
 		CarrierUp: f.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "carrier_up",
 			Help: "1 while this node sends calls to the carrier, 0 while it believes it down (probes or calls failed).",
+		}, []string{"carrier"}),
+		CarrierInService: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "carrier_in_service",
+			Help: "0 while the carrier is out of service (taken out by hand, pool-wide, or below its min_asr on this node), else 1.",
+		}, []string{"carrier"}),
+		CarrierSeizures: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "carrier_seizures_total",
+			Help: "Calls this node sent the carrier, by their final outcome there: answered (2xx) or unanswered (another final answer, a failure or a setup timeout).",
+		}, []string{"carrier", "result"}),
+		CarrierASR: f.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "carrier_asr_percent",
+			Help: "The carrier's answer-seizure ratio over its asr_window on this node, in percent, as of its last seizure (100 before its first).",
+		}, []string{"carrier"}),
+		CarrierASRTrips: f.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "carrier_asr_trips_total",
+			Help: "Times the carrier went below its min_asr on this node and was taken out of service for one asr_window.",
 		}, []string{"carrier"}),
 		CarrierProbes: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "carrier_probes_total",

@@ -19,6 +19,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/limits"
 )
 
 // touchAll records one sample in every collector, so each vector has a
@@ -48,6 +49,10 @@ func touchAll(m *Metrics) {
 	m.CarrierResponses.WithLabelValues("carrier-a", "2xx").Inc()
 	m.CarrierSetup.WithLabelValues("carrier-a").Observe(0.05)
 	m.CarrierUp.WithLabelValues("carrier-a").Set(1)
+	m.CarrierInService.WithLabelValues("carrier-a").Set(1)
+	m.CarrierSeizures.WithLabelValues("carrier-a", SeizureAnswered).Inc()
+	m.CarrierASR.WithLabelValues("carrier-a").Set(50)
+	m.CarrierASRTrips.WithLabelValues("carrier-a").Inc()
 	m.CarrierProbes.WithLabelValues("carrier-a", ProbeOK).Inc()
 	m.EffectiveCPS.WithLabelValues("carrier-a").Set(10)
 	m.Priority.WithLabelValues("dialer-1", PriorityNumber).Inc()
@@ -244,7 +249,7 @@ func TestSyncLimits(t *testing.T) {
 		{"pacing_wait_seconds", m.PacingWait, []string{"carrier=k1"}},
 		{"pacing_total", m.Pacing, []string{"carrier=k1,result=full", "carrier=k1,result=late", "carrier=k1,result=paced", "carrier=k1,result=paused"}},
 		{"pacing_queued", m.Queued, []string{"carrier=k1"}},
-		{"reroutes_total", m.Reroutes, []string{"carrier=k1,reason=calls_full", "carrier=k1,reason=down", "carrier=k1,reason=failed", "carrier=k1,reason=full", "carrier=k1,reason=paused"}},
+		{"reroutes_total", m.Reroutes, []string{"carrier=k1,reason=asr", "carrier=k1,reason=calls_full", "carrier=k1,reason=down", "carrier=k1,reason=failed", "carrier=k1,reason=full", "carrier=k1,reason=out_of_service", "carrier=k1,reason=paused"}},
 		{"pacing_max_wait_seconds", m.MaxWait, []string{"carrier=k1"}},
 	}
 	for _, tt := range tests {
@@ -452,11 +457,8 @@ func TestEnumListsAreComplete(t *testing.T) {
 func TestSyncLimitsOverrideWins(t *testing.T) {
 	m := New(prometheus.NewRegistry())
 	cfg := cfgWith([]string{"p1", "p2"}, []string{"c1"}, []string{"k1"})
-	live := map[string]float64{"peer/p2": 3, "carrier/k1": 0.5}
-	m.SetLimitOverrides(func(scope, name string) (float64, bool) {
-		v, ok := live[scope+"/"+name]
-		return v, ok
-	})
+	live := liveOverrides{"peer/p2": {CPS: 3}, "carrier/k1": {CPS: 0.5}}
+	m.SetLimitOverrides(live)
 	m.SyncLimits(cfg)
 	for _, tc := range []struct {
 		scope, name string
@@ -504,10 +506,10 @@ func TestEveryCounterAndGaugeHasSeriesFromStart(t *testing.T) {
 		switch name {
 		case "StoreDuration":
 			continue
-		case "BuildInfo", "CarrierUp", "EffectiveCPS":
+		case "BuildInfo", "CarrierUp", "EffectiveCPS", "CarrierInService", "CarrierASR":
 			// Set at start by their owners, with values only they know: the
-			// build (SetBuildInfo), each carrier's health and paced rate (the
-			// sip proxy). cmd/cpsguard's TestFirstScrapeHasEveryFamily sees
+			// build (SetBuildInfo), each carrier's health, service, ASR and
+			// paced rate (package carriers). cmd/cpsguard's TestFirstScrapeHasEveryFamily sees
 			// them in a live node's first scrape.
 			continue
 		}
@@ -566,4 +568,11 @@ func TestHelpNamesEveryKnownValue(t *testing.T) {
 			}
 		}
 	}
+}
+
+type liveOverrides map[string]limits.Override
+
+func (l liveOverrides) Lookup(scope, name string) (limits.Override, bool) {
+	o, ok := l[limits.Field(scope, name)]
+	return o, ok
 }

@@ -8,6 +8,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/limits"
 )
 
 // NewRegistry returns a registry with the Go runtime and process collectors
@@ -28,8 +29,8 @@ func NewRegistry() *prometheus.Registry {
 // repeat_dial when on) and result, priority_calls_total for every peer and
 // kind, the
 // carriers' pacing, queue, reroute, response and setup series); it sets cpsguard_limit_cps for
-// every peer, customer and carrier (the limit in force: a live override's
-// cps, see SetLimitOverrides, else the configured one), cpsguard_pacing_max_wait_seconds for
+// every peer, customer and carrier (the limit in force, limits.InForce:
+// a live override's cps, see SetLimitOverrides, else the configured one), cpsguard_pacing_max_wait_seconds for
 // every carrier, cpsguard_store_redis_configured and cpsguard_config_info,
 // and deletes every series whose peer, customer or carrier is
 // no longer configured, in all collectors labelled by those names. Call it
@@ -47,11 +48,7 @@ func (m *Metrics) SyncLimits(cfg *config.Config) {
 	m.syncMu.Lock()
 	defer m.syncMu.Unlock()
 	limit := func(scope, name string, cps float64) float64 {
-		if m.override != nil {
-			if v, ok := m.override(scope, name); ok {
-				return v
-			}
-		}
+		cps, _ = limits.InForce(m.overrides, scope, name, cps, 0)
 		return cps
 	}
 
@@ -103,6 +100,10 @@ func (m *Metrics) SyncLimits(cfg *config.Config) {
 	prune(m.CarrierResponses, carrierKept)
 	prune(m.CarrierSetup, carrierKept)
 	prune(m.CarrierUp, carrierKept)
+	prune(m.CarrierInService, carrierKept)
+	prune(m.CarrierSeizures, carrierKept)
+	prune(m.CarrierASR, carrierKept)
+	prune(m.CarrierASRTrips, carrierKept)
 	prune(m.CarrierProbes, carrierKept)
 	prune(m.EffectiveCPS, carrierKept)
 
@@ -173,18 +174,22 @@ func (m *Metrics) SyncLimits(cfg *config.Config) {
 		}
 		m.CarrierProbes.WithLabelValues(c.Name, ProbeOK)
 		m.CarrierProbes.WithLabelValues(c.Name, ProbeFailed)
+		for _, r := range SeizureResults {
+			m.CarrierSeizures.WithLabelValues(c.Name, r)
+		}
+		m.CarrierASRTrips.WithLabelValues(c.Name)
 	}
 }
 
 // SetLimitOverrides makes SyncLimits set cpsguard_limit_cps of a name to
-// cps(scope, name) when it reports ok (a live limit override) instead of
-// the configured value. Call SyncLimits again whenever the overrides change
-// (set, removed, expired): the override wins while it lives, the configured
-// value is back when it ends. Nil turns it off.
-func (m *Metrics) SetLimitOverrides(cps func(scope, name string) (float64, bool)) {
+// the limit in force with the live overrides of l (limits.InForce) instead
+// of the configured value. Call SyncLimits again whenever the overrides
+// change (set, removed, expired): the override wins while it lives, the
+// configured value is back when it ends. Nil turns it off.
+func (m *Metrics) SetLimitOverrides(l limits.Lookup) {
 	m.syncMu.Lock()
 	defer m.syncMu.Unlock()
-	m.override = cps
+	m.overrides = l
 }
 
 // ObserveReload counts one configuration reload (SIGHUP, file change or API)

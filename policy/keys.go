@@ -39,6 +39,9 @@ const (
 	// ScopeRepeat is the repeat_dial bucket of one called number, named
 	// by a hash of it (RepeatKey), never the number.
 	ScopeRepeat Scope = "repeat"
+	// ScopeService is the pool's hash of carriers taken out of service by
+	// hand.
+	ScopeService Scope = "service"
 )
 
 // callsScope prefixes the scope of a max_calls place, giving it a hash tag
@@ -95,3 +98,7 @@ func LiveKey(prefix string) string { return Key(prefix, ScopeLive, allName) }
 // LiveEndKey is the queue of Call-IDs node is asked to end (DELETE
 // /api/v1/calls received by another node): "cpsguard:{live:all}:end:NODE".
 func LiveEndKey(prefix, node string) string { return LiveKey(prefix) + ":end:" + node }
+
+// ServiceKey is the key of the pool's carriers taken out of service by
+// hand (a hash by carrier name): "cpsguard:{service:all}".
+func ServiceKey(prefix string) string { return Key(prefix, ScopeService, allName) }

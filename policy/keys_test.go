@@ -32,6 +32,7 @@ func TestKeysArePinned(t *testing.T) {
 		{"overrides", policy.OverridesKey("cpsguard"), "cpsguard:{overrides:all}"},
 		{"ended dialogs", policy.EndedDialogsKey("cpsguard"), "cpsguard:{ended:dialogs}"},
 		{"live calls", policy.LiveKey("cpsguard"), "cpsguard:{live:all}"},
+		{"carriers out of service", policy.ServiceKey("cpsguard"), "cpsguard:{service:all}"},
 		{"live calls expiries", lua.LiveExpiryKey(policy.LiveKey("cpsguard")), "cpsguard:{live:all}:expiry"},
 		{"end queue", policy.LiveEndKey("cpsguard", "node-1"), "cpsguard:{live:all}:end:node-1"},
 		{"override field", limits.Field(limits.ScopePeer, "dialer-1"), "peer/dialer-1"},

@@ -18,7 +18,8 @@
 // rejected_destination, rejected_repeat; a shadowed limit, its own shadow
 // or the global one, admits and counts shadow_rejected); then the carriers
 // of the route (the destination's route, else the customer's, the peer's,
-// "default") are tried in order: a pacing slot within the carrier's max_wait is
+// "default") are tried in the order the route's policy gives (ordered,
+// weighted or least_wait: carriers.Set.Order): a pacing slot within the carrier's max_wait is
 // reserved and waited for (a timer, cancellable by CANCEL and shutdown), and
 // the INVITE is forwarded with a new Via, Record-Route, Max-Forwards minus
 // one and the carrier's host, port and transport. Just before the send, a
@@ -76,38 +77,33 @@
 // side), a ringing one is stopped as at shutdown (503 up, CANCEL down).
 //
 // The limits applied are the configured ones unless an operator's live
-// override (Options.Overrides, package limits) replaces them: effective.go
-// is the one place that decides a peer's or customer's cps and burst and a
-// carrier's cps (the pacing interval, the send gate, an adaptive carrier's
-// AIMD maximum); the lookup reads an in-memory snapshot, no I/O.
+// override (Options.Overrides, package limits) replaces them:
+// limits.InForce is the one place that decides a peer's or customer's cps
+// and burst (effective.go) and a carrier's cps (the carriers.Set: the
+// pacing interval, the send gate, an adaptive carrier's AIMD maximum);
+// the lookup reads an in-memory snapshot, no I/O.
 //
-// Carriers are living systems (probe.go, adaptive.go). Each node probes
-// every carrier whose carriers[].probe is on with SIP OPTIONS and feeds the
-// answers, and the outcome of every forwarded call (setup timeouts, 5xx and
-// 408 that are not back-pressure; down_after failed calls in a row trigger
-// a probe at once, which decides), to a health.Tracker: a carrier down on
-// this node is skipped without taking a slot, and a call whose route is all
-// down is refused at once (503, outcome rejected_down) before admission. A
-// carrier's 503 (or 500) with Retry-After pauses it for the whole pool
-// (pause.go, a pause in the pacing store beside its slot set) for that
-// long, at most its retry_after_max (1 min by default): a paused carrier
-// is skipped at once (reroute reason paused, pacing result paused), never
-// waited for; calls already holding one of its slots give it back at their
-// wake instead of sending; when the span ends one call tries it
-// (half-open) and the others skip it until that call is answered (the
-// pause ends), or fails (the next call tries), or it pauses again. A good
-// OPTIONS probe sent after the pause began ends the span early; an
-// operator ends a pause with Unpause. An adaptive carrier's overload
-// answers (overload.codes, overload.reasons) lower its effective CPS for
-// the pool through the pacing store (AIMD, rate.lua), and each node paces
-// it at that rate, refreshed every 250 ms; calls holding slots spaced for
-// the old rate take one again at the new rate before they send. Either
-// happens only on the pool's evidence (evidence.go, in the pacing store):
-// two peers given overload answers within 2 s, or the carrier's only
-// caller in the pool (then the pause is 5 s at most), so one peer
-// dialling numbers a carrier refuses cannot pause or slow it for the
-// others. Each node learns its own pauses and cuts at once and the pool's
-// every 250 ms.
+// Carriers are living systems, and the carriers.Set's (Options.Carriers,
+// package carriers): the proxy asks it which carriers a call on its route
+// tries and in what order (Order), whether each is usable now (Usable: a
+// carrier down on this node is skipped without taking a slot, a paused
+// one at once), what it is paced by (Pacing), and where its calls go
+// (Addr); it reports what became of every attempt (Report: reached,
+// answered, unanswered, failed, timed out, an overload answer), and sends
+// the Set's OPTIONS probes through its own stack (probe.go,
+// carriers.Prober). Serve runs the Set. A call whose route is all down
+// (or out of service) is refused at once (503, outcome rejected_down)
+// before admission; a carrier skipped as down, out of service or below
+// its min_asr is counted as a reroute with that reason (down,
+// out_of_service, asr). Failed
+// calls, probes, Retry-After pauses (half-open, pool-wide), the pool's
+// overload evidence and adaptive carriers' AIMD rates are described in
+// package carriers. A carrier's 503 (or 500) with Retry-After is
+// back-pressure: the call moves on (reroute reason paused for the
+// calls that find it paused); calls already holding one of its slots give
+// it back at their wake instead of sending; calls holding slots spaced
+// for an adaptive carrier's old rate take one again at the new rate
+// before they send (pacing.Pacer.Acquire).
 //
 // Before any of that, the screen (screen.go) sees every parsed message
 // ahead of sipgo's transaction layer: strangers (neither a peer's source nor
@@ -173,7 +169,8 @@
 // code for a failure, 502 for a 2xx, which is hung up: ACK and BYE). An
 // initial INVITE loses every Route, the Request-URI's maddr and URI
 // headers, and the customer header. Carrier host names are resolved at
-// start and every 30 s (resolve.go): a name without a port in its URI
+// start and every 30 s (by the carriers.Set; resolve.go asks it where a
+// request goes): a name without a port in its URI
 // through its SRV records first (_sip._udp, _sip._tcp, _sips._tcp by the
 // URI's transport; each call to a target of the lowest priority, by
 // weight), else its A and AAAA records. TCP connections are bounded per

@@ -154,7 +154,7 @@ func TestDualStackProbe(t *testing.T) {
 	adm, pacer := newFakes()
 	h := startProxy(t, dualStackConfig(false, cc), adm, pacer)
 	waitFor(t, func() bool { return car.Count("OPTIONS") >= 3 }, "3 probes at the IPv6 carrier")
-	if !h.p.health.Up("a") {
+	if st, _ := h.set().State("a"); !st.Up {
 		t.Errorf("IPv6 carrier is down after answering its probes")
 	}
 }

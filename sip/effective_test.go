@@ -48,20 +48,6 @@ func TestLimitsOf(t *testing.T) {
 			}
 		})
 	}
-	car := &config.Carrier{Name: "c", CPS: 10, Adaptive: true}
-	if got := p.carrierCPS(car); got != 3 {
-		t.Errorf("carrierCPS = %g, want the override's 3", got)
-	}
-	if a := p.aimdOf(car); a.Max != 3 {
-		t.Errorf("adaptive carrier's AIMD Max = %g, want the override's 3", a.Max)
-	}
-	p.rates.set("c", 8)
-	if got := p.effectiveCPS(car); got != 3 {
-		t.Errorf("effectiveCPS with a rate of 8 = %g, want 3 (the override caps it)", got)
-	}
-	if got := (&Proxy{}).carrierCPS(car); got != 10 {
-		t.Errorf("carrierCPS without overrides = %g, want 10", got)
-	}
 }
 
 // Through the proxy, with the in-process admission store and a real

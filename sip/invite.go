@@ -14,6 +14,7 @@ import (
 	sipmsg "github.com/emiago/sipgo/sip"
 
 	"github.com/cpsguard/cpsguard/admission"
+	"github.com/cpsguard/cpsguard/carriers"
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/pacing"
@@ -217,18 +218,16 @@ func (c *call) run() {
 		c.ctx = pacing.WithPriority(c.ctx) // to the front of the carrier's queue
 	}
 	dest := pol.Destination(number)
-	routeName := cfg.RouteFor(peer, cu)
+	route := cfg.RouteFor(peer, cu)
 	if dest != nil && dest.Route != "" {
-		routeName = dest.Route // a destination's route comes first
+		route = dest.Route // a destination's route comes first
 	}
-
-	route := cfg.Routes[routeName]
-	if p.routeDown(cfg, route) {
+	if p.carriers.RouteDown(cfg, route) {
 		// Refused before admission: the call costs its peer and customer
 		// nothing, and never waits for a carrier known to be down.
 		c.refuse(metrics.OutcomeRejectedDown, reasonRouteDown)
-		c.detail = "route " + routeName
-		c.log.Debug("every carrier of the route is down", "route", routeName)
+		c.detail = "route " + route
+		c.log.Debug("every carrier of the route is down", "route", route)
 		c.respond(sipmsg.StatusServiceUnavailable, "No Carrier Available")
 		return
 	}
@@ -426,29 +425,33 @@ func (c *call) sendReject(rej *config.Reject, def config.Reject, fallback string
 	c.send(res)
 }
 
-// route tries the carriers of the call's route in order: reserve a slot
-// within max_wait, wait for it, forward; a full carrier or one failing
-// before any provisional response above 100 passes the call to the next.
-func (c *call) route(carriers []string) {
+// route tries the carriers of the call's route in the order its policy
+// gives (Carriers.Order): reserve a slot within max_wait, wait for it,
+// forward; a full carrier or one failing before any provisional response
+// above 100 passes the call to the next.
+func (c *call) route(route string) {
 	p, cfg := c.p, c.cfg
 	var lastFail *sipmsg.Response
-	for i, name := range carriers {
+	order := p.carriers.Order(c.ctx, cfg, route)
+	for i, name := range order {
 		car := cfg.Carrier(name)
 		if car == nil {
 			continue
 		}
 		c.carrier = name
-		if !p.health.Up(name) {
-			// Down on this node: its slots are not taken.
-			p.m.Reroutes.WithLabelValues(name, metrics.RerouteDown).Inc()
-			c.skipped(name, "down")
-			continue
-		}
-		if lp := p.pacer.LocalPause(p.pacingCarrier(cfg, car)); lp.Paused && time.Now().Before(lp.Until) {
+		switch skip := p.carriers.Usable(cfg, car); skip {
+		case "":
+		case carriers.SkipPaused:
 			// Paused (its Retry-After) and the span still runs: skipped
 			// at once, no place nor slot taken.
 			p.m.Pacing.WithLabelValues(name, metrics.PacingPaused).Inc()
 			c.pausedSkip(name)
+			continue
+		default:
+			// Down on this node (or out of service): its slots are not
+			// taken.
+			p.m.Reroutes.WithLabelValues(name, string(skip)).Inc()
+			c.skipped(name, strings.ReplaceAll(string(skip), "_", " "))
 			continue
 		}
 		if !c.occupyCarrier(car) {
@@ -539,7 +542,7 @@ func (c *call) route(carriers []string) {
 		return
 	}
 	c.refuse(metrics.OutcomeRejectedQueue, reasonNoCarrier)
-	c.log.Debug("no carrier of the route could take the call in time", "carriers", len(carriers))
+	c.log.Debug("no carrier of the route could take the call in time", "carriers", len(order))
 	c.respond(sipmsg.StatusServiceUnavailable, "No Carrier Available")
 }
 
@@ -662,7 +665,7 @@ func (c *call) relay(res *sipmsg.Response) error {
 func (c *call) forward(car *config.Carrier, ticket pacing.Ticket, probe string) (res *sipmsg.Response, retry bool) {
 	p := c.p
 	hooks := &carrierHooks{c: c, car: car, probe: probe}
-	defer hooks.probeEnded(false) // no answer that decides: the next call tries
+	defer func() { hooks.done(res) }() // the verdict, if none was reported
 	target, err := carrierTargetOf(c.cfg, car)
 	if err != nil {
 		c.log.Debug("bad carrier uri", "carrier", car.Name, "error", err)
@@ -710,7 +713,7 @@ func (c *call) forward(car *config.Carrier, ticket pacing.Ticket, probe string) 
 			// TLS certificate did not verify). A UDP send error is this
 			// node's (an INVITE too large for a datagram, say): the
 			// peer's INVITE, not the carrier's health.
-			p.calledCarrier(car.Name, false, "send: "+err.Error())
+			hooks.settle(carriers.Outcome{Result: carriers.Failed, Detail: "send: " + err.Error()})
 		}
 		return nil, true
 	}
@@ -725,11 +728,14 @@ func (c *call) forward(car *config.Carrier, ticket pacing.Ticket, probe string) 
 	if c.log.Enabled(c.ctx, slog.LevelDebug) {
 		c.log.With("carrier", car.Name).Debug("call forwarded")
 	}
-	return l.run()
+	res, retry = l.run()
+	return res, retry
 }
 
 // carrierHooks is what the leg of an initial INVITE to car tells its call
-// (legCarrier).
+// (legCarrier), and what the call reports to the carriers (Report): a
+// Reached at most once, then one verdict at most once (settle), else
+// Undecided when the attempt ends (done).
 type carrierHooks struct {
 	c         *call
 	car       *config.Carrier
@@ -739,17 +745,39 @@ type carrierHooks struct {
 	// probe is the member of the half-open probe slot the call holds ("":
 	// none, or its outcome told already).
 	probe string
+	// settled: a verdict on this attempt was reported.
+	settled bool
 }
 
-// probeEnded tells the store the outcome of the call's half-open probe,
-// once: ok (the carrier answered) ends the carrier's pause.
-func (h *carrierHooks) probeEnded(ok bool) {
-	if h.probe == "" {
+// report tells the carriers o, with the call's peer and, the first time
+// a report can end it, the call's half-open probe slot.
+func (h *carrierHooks) report(o carriers.Outcome) {
+	o.Peer, o.Probe = h.c.peer, h.probe
+	h.probe = ""
+	h.c.p.carriers.Report(h.c.cfg, h.car, o)
+}
+
+// settle reports the attempt's verdict, once.
+func (h *carrierHooks) settle(o carriers.Outcome) {
+	if h.settled {
 		return
 	}
-	member := h.probe
-	h.probe = ""
-	h.c.p.probeDone(h.c.cfg, h.car, member, ok)
+	h.settled = true
+	h.report(o)
+}
+
+// done reports the end of the attempt: the final answer res the caller
+// got (nil: none) when no verdict was reported yet; an attempt the caller
+// cancelled, or that ended without an answer, is Undecided.
+func (h *carrierHooks) done(res *sipmsg.Response) {
+	if h.settled {
+		return
+	}
+	if res != nil && res.StatusCode >= 300 && !h.c.canceled() {
+		h.settle(carriers.Outcome{Result: carriers.Unanswered, Code: res.StatusCode})
+		return
+	}
+	h.settle(carriers.Outcome{Result: carriers.Undecided})
 }
 
 // response counts the carrier's answer by class, and observes the setup
@@ -770,43 +798,37 @@ func (h *carrierHooks) response(code int) {
 // reached marks the carrier healthy (and, for the half-open probe of its
 // pause, ends the pause).
 func (h *carrierHooks) reached() {
-	p := h.c.p
-	p.calledCarrier(h.car.Name, true, "")
-	p.noteCaller(h.c.cfg, h.car, h.c.peer)
-	h.probeEnded(true)
+	h.report(carriers.Outcome{Result: carriers.Reached})
 }
 
 // failed decides whether a failure before setup passes the call on: an
 // overload answer (back-pressure), a 408 or a 5xx (the carrier failed).
 func (h *carrierHooks) failed(r *sipmsg.Response) bool {
-	c, car, p := h.c, h.car, h.c.p
-	over := car.Adaptive && overloadAnswer(car, r)
+	car := h.car
+	over := car.Adaptive && carriers.OverloadAnswer(car, r.StatusCode, r.Reason)
 	span, paused := retryAfter(r)
 	if over || paused {
-		// Back-pressure, not failure: health is untouched, the call tries
-		// the next carrier. The pool slows down (an adaptive carrier's
-		// AIMD cut) or pauses (Retry-After) only on the pool's evidence,
-		// which one peer cannot make up by dialling numbers the carrier
-		// refuses (evidence.go). A probe call's claim goes with it.
-		probe := h.probe
-		h.probe = ""
-		p.backPressure(c.cfg, car, c.peer, r.StatusCode, over, span, probe)
+		// Back-pressure, not failure: the call tries the next carrier.
+		h.settle(carriers.Outcome{Result: carriers.Overloaded, Code: r.StatusCode, Cut: over, RetryAfter: span})
 		return true
 	}
 	if r.StatusCode == 408 || (r.StatusCode >= 500 && r.StatusCode < 600) {
-		p.noteCaller(c.cfg, car, c.peer)
-		p.calledCarrier(car.Name, false, strconv.Itoa(r.StatusCode)+" "+phrase(r.Reason))
-		h.probeEnded(false)
+		h.settle(carriers.Outcome{Result: carriers.Failed, Code: r.StatusCode, Detail: strconv.Itoa(r.StatusCode) + " " + phrase(r.Reason)})
 		return true
 	}
 	return false
 }
 
 // timedOut counts a carrier that did not ring within its setup timeout.
+// While this node is behind (nodeBehind) it is no verdict on the carrier:
+// its answer may be waiting in the node's own queue.
 func (h *carrierHooks) timedOut() {
 	h.c.p.m.CarrierResponses.WithLabelValues(h.car.Name, metrics.ClassTimeout).Inc()
-	h.c.p.carrierTimedOut(h.car.Name, "no ringing within "+h.car.Setup().String())
-	h.probeEnded(false)
+	if h.c.p.nodeBehind() {
+		h.settle(carriers.Outcome{Result: carriers.Undecided})
+		return
+	}
+	h.settle(carriers.Outcome{Result: carriers.TimedOut, Detail: "no ringing within " + h.car.Setup().String()})
 }
 
 // answering sets the call up: it lives on, with its places, until its BYE
@@ -816,6 +838,7 @@ func (h *carrierHooks) timedOut() {
 // written then.
 func (h *carrierHooks) answering(r *sipmsg.Response) {
 	c := h.c
+	h.settle(carriers.Outcome{Result: carriers.Answered})
 	c.answeredAt = time.Now()
 	if !c.cfg.SIP.RecordRoute {
 		// Not in the dialog's path: the node never sees the BYE. The call

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cpsguard/cpsguard/admission"
+	"github.com/cpsguard/cpsguard/carriers"
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/redistest"
 	"github.com/cpsguard/cpsguard/internal/siptest"
@@ -193,31 +194,28 @@ func TestCarrierTimeoutWhileBehindIsNotCounted(t *testing.T) {
 	car := carrierCfg("a", siptest.StartCarrier(t, "127.0.0.1", nil))
 	car.Probe = &config.Probe{Interval: time.Hour, Timeout: time.Second, DownAfter: 1, UpAfter: 1}
 	cfg := testConfig(car)
-	p, err := New(Options{Config: func() *config.Config { return cfg }, Admission: fa, Pacer: pacer, Logger: testLogger()})
+	rc := newReportingCarriers(t, cfg, pacer)
+	p, err := New(Options{Config: func() *config.Config { return cfg }, Admission: fa, Pacer: pacer, Carriers: rc, Logger: testLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	kick := make(chan struct{}, 1)
-	p.probeKicks.Store("a", kick)
-	kicked := func() bool {
-		select {
-		case <-kick:
-			return true
-		default:
-			return false
-		}
-	}
-
 	p.noteBehind(time.Now())
-	p.carrierTimedOut("a", "no ringing within 2s")
-	if kicked() {
-		t.Fatal("a carrier timeout while the node is behind asked for a probe, want it not counted")
+	timedOut(p, cfg)
+	if got := rc.last(); got.Result != carriers.Undecided {
+		t.Fatalf("a carrier timeout while the node is behind reported %+v, want Undecided (not counted)", got)
 	}
 	p.noteBehind(time.Now().Add(-overloadMemory - time.Second))
-	p.carrierTimedOut("a", "no ringing within 2s")
-	if !kicked() {
-		t.Fatal("a carrier timeout of a node not behind asked for no probe, want one (down_after 1)")
+	timedOut(p, cfg)
+	if got := rc.last(); got.Result != carriers.TimedOut {
+		t.Fatalf("a carrier timeout of a node not behind reported %+v, want TimedOut", got)
 	}
+}
+
+// timedOut makes one call attempt to cfg's first carrier miss its setup
+// timeout (the leg's hook).
+func timedOut(p *Proxy, cfg *config.Config) {
+	h := &carrierHooks{c: &call{p: p, cfg: cfg, peer: "dialer-1", ctx: context.Background()}, car: &cfg.Carriers[0]}
+	h.timedOut()
 }
 
 // An INVITE that reuses a live INVITE's branch and sent-by with a new
@@ -260,18 +258,15 @@ func TestShedsDoNotMaskCarrierTimeouts(t *testing.T) {
 			car := carrierCfg("a", siptest.StartCarrier(t, "127.0.0.1", nil))
 			car.Probe = &config.Probe{Interval: time.Hour, Timeout: time.Second, DownAfter: 1, UpAfter: 1}
 			cfg := testConfig(car)
-			p, err := New(Options{Config: func() *config.Config { return cfg }, Admission: fa, Pacer: pacer, Logger: testLogger()})
+			rc := newReportingCarriers(t, cfg, pacer)
+			p, err := New(Options{Config: func() *config.Config { return cfg }, Admission: fa, Pacer: pacer, Carriers: rc, Logger: testLogger()})
 			if err != nil {
 				t.Fatal(err)
 			}
-			kick := make(chan struct{}, 1)
-			p.probeKicks.Store("a", kick)
 			p.noteShed("dialer-1", time.Now(), bound)
-			p.carrierTimedOut("a", "no ringing within 2s")
-			select {
-			case <-kick:
-			default:
-				t.Error("a carrier timeout right after a shed was not counted (no confirming probe asked for)")
+			timedOut(p, cfg)
+			if got := rc.last(); got.Result != carriers.TimedOut {
+				t.Errorf("a carrier timeout right after a shed reported %+v, want TimedOut (counted)", got)
 			}
 		})
 	}

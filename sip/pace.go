@@ -8,7 +8,6 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/pacing"
-	"github.com/cpsguard/cpsguard/policy"
 )
 
 // carrierState is how waiting for a carrier ended (awaitCarrier).
@@ -65,9 +64,9 @@ func (p *Proxy) awaitCarrier(ctx context.Context, log *slog.Logger, cfg *config.
 			log.Debug("carrier paused while the call waited: slot given back", "carrier", car.Name)
 		},
 	}
-	pc := policy.Of(cfg).Carrier(car)
-	keys = append(keys, pacing.GateKey{Key: pc.ID, CPS: p.carrierCPS(car)})
-	ticket, err = p.pacer.Acquire(ctx, pc.Pacing(p.effectiveCPS(car)), member, trace, keys...)
+	pc, gate := p.carriers.Pacing(cfg, car)
+	keys = append(keys, gate)
+	ticket, err = p.pacer.Acquire(ctx, pc, member, trace, keys...)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		// Not the store: the caller cancelled, the transaction ended or

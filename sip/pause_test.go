@@ -305,7 +305,7 @@ func TestE2EOperatorLiftsAPause(t *testing.T) {
 	var st pacing.Pause
 	waitFor(t, func() bool {
 		var err error
-		st, _, err = h.p.CarrierPause(ctx, "car")
+		st, _, err = h.set().CarrierPause(ctx, "car")
 		return err == nil && st.Paused
 	}, "the carrier paused")
 	if left := time.Until(st.Until); left < 9*time.Minute || left > 10*time.Minute+time.Second {
@@ -318,11 +318,11 @@ func TestE2EOperatorLiftsAPause(t *testing.T) {
 	if c := dial(t, p, h.udp, "100"); c != 200 || car.Count("INVITE") != 4 {
 		t.Fatalf("call while paused: final %d, carrier INVITEs %d; want 200 from the backup, still 4", c, car.Count("INVITE"))
 	}
-	lifted, ok, err := h.p.Unpause(ctx, "car")
+	lifted, ok, err := h.set().Unpause(ctx, "car")
 	if err != nil || !ok || !lifted.Changed || lifted.Paused {
 		t.Fatalf("Unpause = %+v, %v, %v; want the lifted pause", lifted, ok, err)
 	}
-	if st, _, err := h.p.CarrierPause(ctx, "car"); err != nil || st.Paused {
+	if st, _, err := h.set().CarrierPause(ctx, "car"); err != nil || st.Paused {
 		t.Fatalf("after Unpause: %+v, %v; want no pause", st, err)
 	}
 	for i := range 3 {
@@ -333,7 +333,7 @@ func TestE2EOperatorLiftsAPause(t *testing.T) {
 	if got := car.Count("INVITE"); got != 7 {
 		t.Errorf("carrier got %d INVITEs, want 7 (every call after Unpause)", got)
 	}
-	if _, ok, _ := h.p.Unpause(ctx, "nope"); ok {
+	if _, ok, _ := h.set().Unpause(ctx, "nope"); ok {
 		t.Error("Unpause of a carrier that is not configured reports ok")
 	}
 }

@@ -22,12 +22,13 @@ import (
 
 	"github.com/cpsguard/cpsguard/admission"
 	callplaces "github.com/cpsguard/cpsguard/calls"
+	"github.com/cpsguard/cpsguard/carriers"
 	"github.com/cpsguard/cpsguard/config"
-	"github.com/cpsguard/cpsguard/health"
 	"github.com/cpsguard/cpsguard/internal/panics"
 	"github.com/cpsguard/cpsguard/internal/safetext"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/pacing"
+	"github.com/cpsguard/cpsguard/policy"
 	"github.com/cpsguard/cpsguard/sip/internal/ingress"
 )
 
@@ -37,8 +38,7 @@ type Admitter interface {
 	Admit(ctx context.Context, member string, buckets []admission.Bucket) (admission.Decision, error)
 }
 
-// Pacer waits until a call may be sent to a carrier, and keeps carriers'
-// pool-wide pauses, adaptive rates and overload evidence. *pacing.Pacer
+// Pacer waits until a call may be sent to a carrier. *pacing.Pacer
 // satisfies it.
 type Pacer interface {
 	// Acquire takes the carrier's next send slot within c.MaxWait, waits
@@ -47,28 +47,43 @@ type Pacer interface {
 	// ends first; any other error is the store's. Unless the Ticket is OK,
 	// nothing is held. trace (may be nil) is told of each step.
 	Acquire(ctx context.Context, c pacing.Carrier, member string, trace *pacing.Trace, gate ...pacing.GateKey) (pacing.Ticket, error)
-	// Pause grants no slot of carrier c, on any node, for span from now;
-	// then one call tries it (half-open).
-	Pause(ctx context.Context, c pacing.Carrier, span time.Duration, reason string) (pacing.Pause, error)
-	// Paused reads c's pause from the store.
-	Paused(ctx context.Context, c pacing.Carrier) (pacing.Pause, error)
-	// ProbeDone ends the half-open probe call member of c's pause: ok ends
-	// the pause, else the next call tries.
-	ProbeDone(ctx context.Context, c pacing.Carrier, member string, ok bool) (pacing.Pause, error)
-	// OpenPause ends the span of a pause at least minAge old (a good
-	// OPTIONS probe): one call tries the carrier.
-	OpenPause(ctx context.Context, c pacing.Carrier, minAge time.Duration) (pacing.Pause, error)
-	// Unpause ends c's pause for the pool.
-	Unpause(ctx context.Context, c pacing.Carrier) (pacing.Pause, error)
-	// LocalPause is what this node knows of c's pause, without I/O.
-	LocalPause(c pacing.Carrier) pacing.Pause
-	// Evidence records that peer called c (overload: and got an overload
-	// answer) and counts the peers of the pool that did lately.
-	Evidence(ctx context.Context, c pacing.Carrier, peer string, overload bool, w pacing.EvidenceWindows) (pacing.Evidence, error)
-	// Adapt returns adaptive carrier c's effective rate, first decreasing
-	// it when overload (AIMD, pool-wide).
-	Adapt(ctx context.Context, c pacing.Carrier, a pacing.AIMD, overload bool) (pacing.Rate, error)
 }
+
+// Carriers is what the proxy needs of its carriers: which to try for a
+// route and in what order, whether one is usable now, the rate and slot
+// set it is paced by, where its calls go, and what became of each call
+// sent to it. *carriers.Set satisfies it.
+type Carriers interface {
+	// Order returns the carriers a call on the route named route tries,
+	// in the order the route's policy gives.
+	Order(ctx context.Context, cfg *config.Config, route string) []string
+	// Usable reports whether a call may go to car now, or why not (no
+	// I/O).
+	Usable(cfg *config.Config, car *config.Carrier) carriers.Skip
+	// RouteDown reports whether every carrier of the route is down (or
+	// out of service): the call is refused before admission.
+	RouteDown(cfg *config.Config, route string) bool
+	// Pacing is car's slot set at its effective rate, and its send gate
+	// key.
+	Pacing(cfg *config.Config, car *config.Carrier) (pacing.Carrier, pacing.GateKey)
+	// Report takes what became of one call attempt to car.
+	Report(cfg *config.Config, car *config.Carrier, o carriers.Outcome)
+	// Addr returns where a request to a carrier at t goes (an address
+	// prefer accepts first); Known whether a is an address a carrier's
+	// host name resolved to, ResolvesTo whether host resolved to a;
+	// Resolved lists the names as last resolved, Resolve resolves them
+	// now.
+	Addr(ctx context.Context, t policy.Target, prefer func(netip.Addr) bool) (netip.AddrPort, error)
+	Known(a netip.Addr) bool
+	ResolvesTo(host string, a netip.Addr) bool
+	Resolved() []carriers.Name
+	Resolve(ctx context.Context) []error
+	// Run keeps the carriers fresh (probes sent through prober, pauses,
+	// rates, names) until ctx ends.
+	Run(ctx context.Context, prober carriers.Prober)
+}
+
+var _ Carriers = (*carriers.Set)(nil)
 
 var _ Pacer = (*pacing.Pacer)(nil)
 
@@ -81,6 +96,12 @@ type Options struct {
 	Admission Admitter
 	// Pacer paces forwarded calls per carrier.
 	Pacer Pacer
+	// Carriers decides which carriers a call tries and keeps what the
+	// node knows of them (a *carriers.Set, shared with the operations
+	// API); Serve runs it. nil builds a Set on Pacer (which must then be
+	// a carriers.Pacer too, as *pacing.Pacer is), the limit overrides,
+	// the metrics and the logger: one node, nothing shared.
+	Carriers Carriers
 	// Metrics receives every counter; nil builds a private, unexported set.
 	Metrics *metrics.Metrics
 	// Logger receives the proxy's and sipgo's logs; nil means slog.Default().
@@ -98,8 +119,8 @@ type Options struct {
 	// Records takes a record of every call that reached a decision (a
 	// *records.Writer); nil: no records.
 	Records Recorder
-	// Resolver looks carriers' host names up (SRV, A, AAAA); nil:
-	// net.DefaultResolver.
+	// Resolver looks carriers' host names up (SRV, A, AAAA) for the Set
+	// New builds when Carriers is nil; nil: net.DefaultResolver.
 	Resolver *net.Resolver
 	// Usable reports whether the store can decide calls now (false while
 	// Redis is down under store.on_error: reject); out-of-dialog OPTIONS get
@@ -286,8 +307,8 @@ type Proxy struct {
 	// dialogEnds is Options.DialogEnds.
 	dialogs    *dialogGuard
 	dialogEnds DialogEnds
-	// resolver keeps the addresses of carriers named by host name.
-	resolver *carrierResolver
+	// carriers is Options.Carriers (or the Set New built).
+	carriers Carriers
 	// tls is the TLS material of sip.tls, read from its files (tlsconf.go).
 	tls *tlsState
 	// lastGaps are the carrier host names last logged by warnFamilyGaps.
@@ -300,17 +321,6 @@ type Proxy struct {
 	storeUsable func() bool
 	// overrides is Options.Overrides (may be nil); read through limitsOf.
 	overrides Overrides
-	// health is what this node believes of each carrier (probes, calls).
-	health *health.Tracker
-	// rates are the adaptive carriers' effective rates, as last read.
-	rates rateCache
-	// callers remembers which peers this node reported as callers of
-	// which carriers lately (evidence.go).
-	callers callerReports
-	// storeCalls keeps the background store calls carriers' answers start
-	// (overload evidence, Retry-After pauses, AIMD cuts) to one per
-	// carrier and peer at a time.
-	storeCalls oneAtATime
 	// events writes the call event lines (log.events).
 	events *eventLog
 	// prioLog writes the priority call lines (priority.go).
@@ -318,9 +328,6 @@ type Proxy struct {
 	// noViaLog rate-limits the log lines of responses not relayed for
 	// want of a Via (relay.go).
 	noViaLog logGate
-	// probeKicks wakes a carrier's probe loop (chan struct{} by carrier
-	// name): failed calls ask for a probe to confirm them.
-	probeKicks sync.Map
 }
 
 // New builds a Proxy. It does not open sockets; Serve does.
@@ -355,7 +362,7 @@ func New(opts Options) (*Proxy, error) {
 		invites:     newInviteTable(),
 		dialogs:     newDialogGuard(),
 		dialogEnds:  opts.DialogEnds,
-		resolver:    newCarrierResolver(opts.Resolver),
+		carriers:    opts.Carriers,
 		tls:         newTLSState(),
 		storeUsable: opts.Usable,
 		overrides:   opts.Overrides,
@@ -368,11 +375,19 @@ func New(opts Options) (*Proxy, error) {
 	}
 	p.calls.SetOnEnd(p.callEnded)
 	p.panics = &panics.Reporter{Log: p.log, Count: p.m.Panics}
-	p.health = health.NewTracker(nil, p.onHealthChange)
 	p.events = &eventLog{log: opts.Logger.With("component", "events")}
 	p.prioLog = &eventLog{log: opts.Logger.With("component", "priority")}
-	if cfg := opts.Config(); cfg != nil {
-		p.syncHealth(cfg)
+	if p.carriers == nil {
+		cp, ok := opts.Pacer.(carriers.Pacer)
+		if !ok {
+			return nil, errors.New("sip: Options.Carriers is required unless Options.Pacer is a carriers.Pacer")
+		}
+		set, err := carriers.New(carriers.Options{Config: opts.Config, Pacer: cp, Overrides: opts.Overrides,
+			Metrics: opts.Metrics, Logger: opts.Logger, Resolver: opts.Resolver})
+		if err != nil {
+			return nil, fmt.Errorf("sip: %w", err)
+		}
+		p.carriers = set
 	}
 	p.base, p.baseCancel = context.WithCancelCause(context.Background())
 	keys, err := newDialogKeys(opts.Config(), p.log)
@@ -495,7 +510,7 @@ func (p *Proxy) Serve(ctx context.Context) error {
 			pool.Add(c.PacketAddr, c)
 		}
 	}
-	for _, err := range p.resolver.refresh(ctx, cfg) {
+	for _, err := range p.carriers.Resolve(ctx) {
 		p.log.Warn("carrier host name does not resolve; calls skip that carrier until it does", "error", err)
 	}
 	p.warnFamilyGaps()
@@ -511,7 +526,8 @@ func (p *Proxy) Serve(ctx context.Context) error {
 	var bgWG sync.WaitGroup
 	stopBackground := func() { bgCancel(); bgWG.Wait() }
 	defer stopBackground()
-	for _, run := range []func(context.Context){p.runResolver, p.sweepInvites, p.runProbes, p.runRates, p.runEventFlush, p.runSources, p.runDialogs} {
+	runCarriers := func(ctx context.Context) { p.carriers.Run(ctx, prober{p}) }
+	for _, run := range []func(context.Context){runCarriers, p.runFamilyGaps, p.sweepInvites, p.runEventFlush, p.runSources, p.runDialogs} {
 		bgWG.Go(func() { run(bg) })
 	}
 

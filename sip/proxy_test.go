@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cpsguard/cpsguard/admission"
+	"github.com/cpsguard/cpsguard/carriers"
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/siptest"
 	"github.com/cpsguard/cpsguard/metrics"
@@ -91,6 +92,8 @@ type fakePacer struct {
 	ahead time.Duration
 	// releasedMembers are the call attempts that gave a slot back.
 	releasedMembers map[string]bool
+	// queueWait is the wait Queue reports, by key.
+	queueWait map[string]time.Duration
 
 	once  sync.Once
 	pacer *pacing.Pacer
@@ -238,6 +241,13 @@ func (f *fakePacer) Unpause(ctx context.Context, c pacing.Carrier) (pacing.Pause
 
 func (f *fakePacer) LocalPause(c pacing.Carrier) pacing.Pause { return f.init().LocalPause(c) }
 
+// Queue reports the wait set for c in queueWait (0: none).
+func (f *fakePacer) Queue(_ context.Context, c pacing.Carrier) (pacing.QueueState, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return pacing.QueueState{Wait: f.queueWait[c.Key]}, nil
+}
+
 func (f *fakePacer) Evidence(ctx context.Context, c pacing.Carrier, peer string, overload bool, w pacing.EvidenceWindows) (pacing.Evidence, error) {
 	return f.init().Evidence(ctx, c, peer, overload, w)
 }
@@ -294,7 +304,7 @@ func testConfig(carriers ...config.Carrier) *config.Config {
 		}},
 		Customers: []config.Customer{{Name: "acme", CPS: 20}, {Name: "beta", CPS: 5}, {Name: "gamma", CPS: 5}},
 		Carriers:  carriers,
-		Routes:    map[string][]string{"default": names},
+		Routes:    map[string]config.Route{"default": config.OrderedRoute(names...)},
 	}
 }
 
@@ -1098,14 +1108,14 @@ func TestKnownSources(t *testing.T) {
 		Carriers: []config.Carrier{{Name: "c", URI: "sip:127.0.0.50:5070"},
 			{Name: "n", URI: "sip:carrier.example:5060"}},
 	}
-	p := &Proxy{resolver: newCarrierResolver(nil)}
-	p.resolver.lookupIP = func(_ context.Context, host string) ([]netip.Addr, error) {
-		if host == "carrier.example" {
-			return []netip.Addr{netip.MustParseAddr("127.0.0.60")}, nil
-		}
-		return nil, errors.New("no such host")
+	dns := startStubDNS(t)
+	dns.setIPs("carrier.example", "127.0.0.60")
+	set, err := carriers.New(carriers.Options{Config: func() *config.Config { return cfg }, Pacer: &fakePacer{}, Resolver: dns.resolver()})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if errs := p.resolver.refresh(context.Background(), cfg); len(errs) != 0 {
+	p := &Proxy{carriers: set}
+	if errs := set.Resolve(context.Background()); len(errs) != 0 {
 		t.Fatal(errs)
 	}
 	for _, tc := range []struct {
@@ -1616,7 +1626,11 @@ func TestCarrierURIsParsedOncePerSnapshot(t *testing.T) {
 		{Name: "a", URI: "sip:127.0.0.50:5070"},
 		{Name: "b", URI: "sip:carrier.example:5060;transport=tcp"},
 	}}
-	p := &Proxy{resolver: newCarrierResolver(nil)}
+	set, err := carriers.New(carriers.Options{Config: func() *config.Config { return cfg }, Pacer: &fakePacer{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Proxy{carriers: set}
 	a := netip.MustParseAddr("127.0.0.50")
 	p.isCarrierAddr(cfg, a) // first use parses
 	if n := testing.AllocsPerRun(100, func() { p.isCarrierAddr(cfg, a) }); n != 0 {

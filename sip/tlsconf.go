@@ -409,7 +409,7 @@ func (p *Proxy) tlsNames(cfg *config.Config, server string) []string {
 				literal = literal || a.Unmap() == ip
 				continue
 			}
-			if p.resolver.resolvesTo(host, ip) && !slices.Contains(names, host) {
+			if p.carriers.ResolvesTo(host, ip) && !slices.Contains(names, host) {
 				names = append(names, host)
 			}
 		}

@@ -13,26 +13,32 @@ import (
 )
 
 func init() {
-	commands["carrier"] = command{runCarrier, "act on a carrier for the pool (unpause)"}
+	commands["carrier"] = command{runCarrier, "act on a carrier for the pool (out, in, unpause)"}
 }
 
-// runCarrier implements `cpsguard carrier unpause NAME`: it talks to one
-// node's operations API (found as nodeFlags.url says), which ends the
-// carrier's Retry-After pause for the whole pool. Exit code exitOK,
-// exitFail when the node refuses or cannot be reached, exitUsage on a
-// usage error.
+// runCarrier implements `cpsguard carrier out|in|unpause NAME`: it talks
+// to one node's operations API (found as nodeFlags.url says), which takes
+// the carrier out of service for the whole pool (out), puts it back (in),
+// or ends its Retry-After pause (unpause). Exit code exitOK, exitFail
+// when the node refuses or cannot be reached, exitUsage on a usage
+// error.
 func runCarrier(args []string) int {
 	return carrierMain(args, os.Stdout, os.Stderr)
 }
 
 func carrierUsage(w io.Writer) {
 	fmt.Fprint(w, "usage:\n"+
+		"  cpsguard carrier out NAME [--reason TEXT]\n"+
+		"  cpsguard carrier in NAME\n"+
 		"  cpsguard carrier unpause NAME\n\n"+
-		"unpause ends the carrier's Retry-After pause on every node of the pool\n"+
-		"at once: calls go to it again. It needs http.token (--token or\n"+
+		"out takes the carrier out of service on every node of the pool: calls\n"+
+		"skip it until `carrier in` puts it back (its probes go on). unpause\n"+
+		"ends the carrier's Retry-After pause on every node of the pool at\n"+
+		"once: calls go to it again. Each needs http.token (--token or\n"+
 		"$CPSGUARD_HTTP_TOKEN); a node without one refuses every change. Common\n"+
 		"flags: --addr, --config (find the node as `cpsguard status` does),\n"+
-		"--token. `cpsguard status` shows the pauses in force.\n")
+		"--token. `cpsguard status` shows the carriers out of service and the\n"+
+		"pauses in force.\n")
 }
 
 func carrierMain(args []string, stdout, stderr io.Writer) int {
@@ -42,7 +48,7 @@ func carrierMain(args []string, stdout, stderr io.Writer) int {
 	}
 	sub := args[0]
 	switch sub {
-	case "unpause":
+	case "unpause", "out", "in":
 	case "help", "-h", "--help":
 		carrierUsage(stdout)
 		return exitOK
@@ -55,6 +61,10 @@ func carrierMain(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	node := addNodeFlags(fs)
 	token := fs.String("token", os.Getenv("CPSGUARD_HTTP_TOKEN"), "bearer `token` (http.token; also $CPSGUARD_HTTP_TOKEN)")
+	var reason *string
+	if sub == "out" {
+		reason = fs.String("reason", "", "why, shown in status and logs (`text`, at most 200 characters)")
+	}
 	fs.Usage = func() { carrierUsage(fs.Output()); fmt.Fprintln(fs.Output()); fs.PrintDefaults() }
 	// Flags may come before or after the carrier's name.
 	var pos []string
@@ -84,6 +94,19 @@ func carrierMain(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), limitTimeout)
 	defer cancel()
+	if sub != "unpause" {
+		why := ""
+		if reason != nil {
+			why = *reason
+		}
+		c, err := httpapi.SetService(ctx, addr, *token, pos[0], sub == "out", why)
+		if err != nil {
+			fmt.Fprintf(stderr, "cpsguard carrier %s: %v\n", sub, err)
+			return exitFail
+		}
+		_ = httpapi.RenderServiceChange(stdout, c)
+		return exitOK
+	}
 	c, err := httpapi.Unpause(ctx, addr, *token, pos[0])
 	if err != nil {
 		fmt.Fprintf(stderr, "cpsguard carrier unpause: %v\n", err)

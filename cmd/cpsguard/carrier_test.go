@@ -88,3 +88,44 @@ func TestCarrierUnpauseCommand(t *testing.T) {
 		t.Errorf("unknown subcommand: exit %d, want 2", r.code)
 	}
 }
+
+// `cpsguard carrier out|in NAME` against a running node (issue 24, item
+// 4): out takes the carrier out of service (status shows it, with the
+// reason), in puts it back; both need the token.
+func TestCarrierOutInCommand(t *testing.T) {
+	addr, _, _ := startNodeEdit(t, nil, "CPSGUARD_HTTP_TOKEN=t0ken")
+	waitFor(t, "the node to answer", func() bool {
+		return cpsguard(t, nil, "probe", "--addr", addr).code == 0
+	})
+	tok := []string{"CPSGUARD_HTTP_TOKEN=t0ken"}
+	if r := cpsguard(t, nil, "carrier", "out", "carrier-a", "--addr", addr); r.code != 1 || !strings.Contains(r.stderr, "http 401: missing bearer token") {
+		t.Errorf("out without token: exit %d, stderr %q; want 1 and 401", r.code, r.stderr)
+	}
+	if r := cpsguard(t, tok, "carrier", "out", "nobody", "--addr", addr); r.code != 1 || !strings.Contains(r.stderr, "http 404: no such carrier: nobody") {
+		t.Errorf("out of an unknown carrier: exit %d, stderr %q", r.code, r.stderr)
+	}
+	r := cpsguard(t, tok, "carrier", "out", "carrier-a", "--reason", "maintenance window", "--addr", addr)
+	if r.code != 0 || r.stdout != "carrier carrier-a is out of service for the pool: calls skip it (maintenance window)\n" {
+		t.Fatalf("out: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	t.Logf("$ cpsguard carrier out carrier-a --reason 'maintenance window'\n%s", r.stdout)
+	out := regexp.MustCompile(`carrier carrier-a is out of service: since \d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ, by 127\.0\.0\.1:\d+: maintenance window\n`)
+	st := cpsguard(t, nil, "status", "--addr", addr)
+	if st.code != 0 || !out.MatchString(st.stdout) || !regexp.MustCompile(`(?m)^  carrier-a .* out +\S+$`).MatchString(st.stdout) {
+		t.Errorf("status after out: exit %d, stdout:\n%s", st.code, st.stdout)
+	}
+	t.Logf("$ cpsguard status\n%s", st.stdout)
+	r = cpsguard(t, tok, "carrier", "in", "carrier-a", "--addr", addr)
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "carrier carrier-a is back in service for the pool (out since ") {
+		t.Fatalf("in: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if st := cpsguard(t, nil, "status", "--addr", addr); st.code != 0 || strings.Contains(st.stdout, "out of service") {
+		t.Errorf("status after in: exit %d, stdout:\n%s", st.code, st.stdout)
+	}
+	if r := cpsguard(t, tok, "carrier", "in", "carrier-a", "--addr", addr); r.code != 0 || r.stdout != "carrier carrier-a was in service: nothing changed\n" {
+		t.Errorf("in again: exit %d, stdout %q", r.code, r.stdout)
+	}
+	if r := cpsguard(t, nil, "carrier", "in"); r.code != 2 {
+		t.Errorf("in with no name: exit %d, want 2", r.code)
+	}
+}

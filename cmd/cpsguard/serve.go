@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/cpsguard/cpsguard/calls"
+	"github.com/cpsguard/cpsguard/carriers"
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/httpapi"
 	"github.com/cpsguard/cpsguard/internal/gctune"
@@ -227,10 +228,7 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 		OnChange: func([]limits.Override) { m.SyncLimits(mgr.Current()) },
 		Panics:   &panics.Reporter{Log: logger.With("component", "limits"), Count: m.Panics},
 	})
-	m.SetLimitOverrides(func(scope, name string) (float64, bool) {
-		o, ok := overrides.Lookup(scope, name)
-		return o.CPS, ok
-	})
+	m.SetLimitOverrides(overrides)
 	rctx, rcancel := context.WithTimeout(ctx, time.Second)
 	_ = overrides.Refresh(rctx) // a failure is logged; Run retries
 	rcancel()
@@ -244,12 +242,34 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 			calls.RedisOptions{Timeout: cfg.Store.Redis.Timeout, Observe: m.ObserveStore})
 	}
 
+	// The carriers: health, pauses, adaptive rates, addresses and route
+	// order, on the pool's pacing store; the proxy runs it, the API reads
+	// it.
+	pacer := pacing.NewPacer(stores)
+	// Carriers out of service by hand: pool-wide in the same Redis, else
+	// in this process.
+	var service carriers.ServiceStore
+	if rc := stores.RedisClient(); rc != nil {
+		service = carriers.NewRedisService(rc, cfg.Store.KeyPrefix, cfg.Store.Redis.Timeout, m.ObserveStore)
+	}
+	carrierSet, err := carriers.New(carriers.Options{
+		Config:    mgr.Current,
+		Pacer:     pacer,
+		Service:   service,
+		Overrides: overrides,
+		Metrics:   m,
+		Logger:    logger,
+	})
+	if err != nil {
+		return err
+	}
 	proxy, err := sip.New(sip.Options{
 		Overrides: overrides,
 		Config:    mgr.Current,
 		Calls:     tracker,
 		Admission: stores,
-		Pacer:     pacing.NewPacer(stores),
+		Pacer:     pacer,
+		Carriers:  carrierSet,
 		Metrics:   m,
 		Logger:    logger,
 		Usable:    stores.Usable,
@@ -316,15 +336,9 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 			}
 			return nil
 		},
-		Carrier: func(name string) (httpapi.CarrierState, bool) {
-			st, ok := proxy.CarrierHealth(name)
-			if !ok {
-				return httpapi.CarrierState{}, false
-			}
-			return httpapi.CarrierState{Up: st.Up, Since: st.Since, Reason: st.Reason, EffectiveCPS: proxy.EffectiveCPS(name)}, true
-		},
+		Carriers:  carrierSet,
 		Limits:    overrides,
-		Pauses:    proxy,
+		Pauses:    carrierSet,
 		LiveCalls: pool,
 		Reload:    func() error { return mgr.ReloadBy(config.TriggerAPI) },
 		Drain:     drain,

@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -60,6 +61,23 @@ type Carrier struct {
 	invites  []*sipmsg.Request
 	// cancelled counts ringing INVITEs ended by a CANCEL.
 	cancelled int
+	// options are the arrival times of every OPTIONS, in order.
+	options []time.Time
+	// silent: every message is dropped unanswered (Silence).
+	silent atomic.Bool
+}
+
+// Silence makes the carrier a dead one from now on: every message it
+// receives is dropped unanswered, as by a host whose SIP stack died
+// (arrivals are still recorded: Arrivals, OptionsArrivals).
+func (c *Carrier) Silence() { c.silent.Store(true) }
+
+// OptionsArrivals returns the arrival time of every OPTIONS the carrier
+// received (answered or not), in order.
+func (c *Carrier) OptionsArrivals() []time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]time.Time(nil), c.options...)
 }
 
 // Cancelled returns how many ringing INVITEs a CANCEL ended.
@@ -151,16 +169,26 @@ func startCarrier(t testing.TB, ip string, conf *tls.Config, answer func(req *si
 }
 
 // readFilter timestamps INVITEs read over TCP (UDP ones are stamped by the
-// kernel, see stampConn).
+// kernel, see stampConn), and drops everything once the carrier is
+// silenced.
 func (c *Carrier) readFilter(props sipmsg.TransportReadProps, data []byte) ([]byte, error) {
 	if props.Transport != "UDP" {
 		c.arrived(data, time.Now())
 	}
+	if c.silent.Load() {
+		return nil, nil
+	}
 	return data, nil
 }
 
-// arrived records the first arrival of an INVITE.
+// arrived records the first arrival of an INVITE, and every OPTIONS.
 func (c *Carrier) arrived(data []byte, at time.Time) {
+	if bytes.HasPrefix(data, []byte("OPTIONS ")) {
+		c.mu.Lock()
+		c.options = append(c.options, at)
+		c.mu.Unlock()
+		return
+	}
 	if !bytes.HasPrefix(data, []byte("INVITE ")) {
 		return
 	}

@@ -1,4 +1,4 @@
-package health
+package carriers
 
 import (
 	"fmt"
@@ -12,27 +12,27 @@ import (
 
 type recorder struct {
 	mu      sync.Mutex
-	changes []Change
+	changes []healthChange
 }
 
-func (r *recorder) add(c Change) {
+func (r *recorder) add(c healthChange) {
 	r.mu.Lock()
 	r.changes = append(r.changes, c)
 	r.mu.Unlock()
 }
 
-func (r *recorder) list() []Change {
+func (r *recorder) list() []healthChange {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]Change(nil), r.changes...)
+	return append([]healthChange(nil), r.changes...)
 }
 
-func newTracker(t *testing.T) (*Tracker, *recorder, *time.Time) {
+func newTracker(t *testing.T) (*healthTracker, *recorder, *time.Time) {
 	t.Helper()
 	now := time.Unix(1_000_000, 0)
 	rec := &recorder{}
-	tr := NewTracker(func() time.Time { return now }, rec.add)
-	tr.Sync(map[string]Policy{
+	tr := newHealthTracker(func() time.Time { return now }, rec.add)
+	tr.Sync(map[string]healthPolicy{
 		"a":   {Enabled: true, DownAfter: 3, UpAfter: 2, Interval: 5 * time.Second},
 		"off": {Enabled: false, DownAfter: 3, UpAfter: 2},
 	})
@@ -60,7 +60,7 @@ func TestProbesMarkDownAndUp(t *testing.T) {
 	if tr.Up("a") {
 		t.Fatal("up after 3 failed probes in a row, want down")
 	}
-	st, _ := tr.State("a")
+	st, _ := tr.health("a")
 	if st.Up || !st.Since.Equal(*now) || st.Reason != "probe: 3 failures in a row (last: 503 Service Unavailable)" {
 		t.Errorf("state = %+v", st)
 	}
@@ -97,21 +97,30 @@ func TestCallsAskForAProbeThatDecides(t *testing.T) {
 	if !tr.Up("a") {
 		t.Fatal("down after failures not in a row, want up")
 	}
+	suspected := *now
 	if !tr.Called("a", false, "500 Server Internal Error") {
 		t.Fatal("3 failed calls in a row: no probe asked for")
 	}
-	if !tr.Up("a") {
-		t.Fatal("calls alone marked the carrier down; a probe must confirm")
+	if tr.Up("a") {
+		t.Fatal("3 failed calls in a row left the carrier up; want it down at once while probes confirm")
+	}
+	if st, _ := tr.health("a"); !st.Since.Equal(suspected) || st.Reason != "calls: 3 failures in a row (last: 500 Server Internal Error), confirming with 3 probes" {
+		t.Errorf("suspected: %+v", st)
 	}
 	if tr.Called("a", false, "500 Server Internal Error") {
 		t.Error("a second probe asked for while the first is pending")
 	}
 	// The carrier answers its probe: the calls' failures were the calls'
 	// (a peer dialling numbers the carrier refuses), not the carrier's.
+	// It was only suspected: back at once, not after up_after answers.
 	tr.Probed("a", true, "200 OK")
 	if !tr.Up("a") {
 		t.Fatal("a good confirming probe left the carrier down")
 	}
+	if ch := rec.list(); len(ch) != 2 || !ch[0].Suspect || ch[0].Up || !ch[1].Up {
+		t.Errorf("changes = %+v, want suspected down, then up", ch)
+	}
+	rec.changes = nil
 	for i := range 3 {
 		if tr.Called("a", false, "503 Service Unavailable") {
 			t.Fatalf("failed call %d: a second confirmation within the probe interval", i+1)
@@ -123,21 +132,26 @@ func TestCallsAskForAProbeThatDecides(t *testing.T) {
 			t.Fatalf("failed call %d, an interval later: probe asked %v", i+1, got)
 		}
 	}
+	suspected = *now
 	// One lost answer does not decide: down_after failed probes in a row.
 	if !tr.Probed("a", false, "no answer in 1s") || !tr.Probed("a", false, "no answer in 1s") {
 		t.Fatal("a failed confirming probe did not ask for the next one")
 	}
-	if !tr.Up("a") {
-		t.Fatal("down before down_after (3) confirming probes failed")
+	if !tr.Confirming("a") {
+		t.Fatal("not confirming before down_after (3) confirming probes failed")
 	}
+	*now = now.Add(time.Second)
 	if tr.Probed("a", false, "no answer in 1s") {
 		t.Error("the deciding probe asked for another")
 	}
-	if tr.Up("a") {
-		t.Fatal("3 failed confirming probes left the carrier up")
+	if tr.Up("a") || tr.Confirming("a") {
+		t.Fatal("3 failed confirming probes did not confirm the carrier down")
+	}
+	if st, _ := tr.health("a"); !st.Since.Equal(suspected) {
+		t.Errorf("confirmed down since %v, want since its calls took it down (%v)", st.Since, suspected)
 	}
 	ch := rec.list()
-	if len(ch) != 1 || ch[0].Reason != "calls: 6 failures in a row (last: 503 Service Unavailable), confirmed by 3 failed probes (last: no answer in 1s)" {
+	if len(ch) != 2 || !ch[0].Suspect || !ch[1].Confirmed || ch[1].Reason != "calls: 6 failures in a row (last: 503 Service Unavailable), confirmed by 3 failed probes (last: no answer in 1s)" {
 		t.Errorf("changes = %+v", ch)
 	}
 	for range 10 {
@@ -150,7 +164,7 @@ func TestCallsAskForAProbeThatDecides(t *testing.T) {
 	if !tr.Up("off") || !tr.Up("unknown") {
 		t.Error("a carrier with probing off, or unknown, went down; want always up")
 	}
-	// Only good probes bring it back, not a call result.
+	// Confirmed down: only good probes bring it back, not a call result.
 	tr.Called("a", true, "200 OK")
 	if tr.Up("a") {
 		t.Error("a call result brought a down carrier up, want only probes to")
@@ -167,7 +181,7 @@ func TestSyncKeepsStateAndForgets(t *testing.T) {
 	for range 3 {
 		tr.Probed("a", false, "no answer")
 	}
-	tr.Sync(map[string]Policy{"a": {Enabled: true, DownAfter: 5, UpAfter: 1}, "b": {Enabled: true, DownAfter: 1, UpAfter: 1}})
+	tr.Sync(map[string]healthPolicy{"a": {Enabled: true, DownAfter: 5, UpAfter: 1}, "b": {Enabled: true, DownAfter: 1, UpAfter: 1}})
 	if tr.Up("a") {
 		t.Error("a reload brought a down carrier up, want it kept down")
 	}
@@ -181,11 +195,11 @@ func TestSyncKeepsStateAndForgets(t *testing.T) {
 	for range 5 {
 		tr.Probed("a", false, "no answer")
 	}
-	tr.Sync(map[string]Policy{"a": {Enabled: false}})
+	tr.Sync(map[string]healthPolicy{"a": {Enabled: false}})
 	if !tr.Up("a") {
 		t.Error("turning probing off left the carrier down, want up")
 	}
-	if _, ok := tr.State("b"); ok {
+	if _, ok := tr.health("b"); ok {
 		t.Error("a carrier no longer configured is still known")
 	}
 	if n := len(rec.list()); n != 4 {
@@ -193,11 +207,11 @@ func TestSyncKeepsStateAndForgets(t *testing.T) {
 	}
 }
 
-// TestConcurrentUse: one Tracker shared by goroutines that each feed
+// TestConcurrentUse: one healthTracker shared by goroutines that each feed
 // their own carrier a scripted series of probe and call results, one
 // more that hammers a carrier they all share, and one that reloads
 // (Sync, same policies) and reads State all along. Each goroutine's
-// carrier must end exactly where a private Tracker fed the same script
+// carrier must end exactly where a private healthTracker fed the same script
 // alone ends, step by step (Up, and every return value), and with the
 // same changes reported in the same order: other carriers, concurrent
 // reads and reloads change nothing. The shared carrier's changes
@@ -207,15 +221,15 @@ func TestConcurrentUse(t *testing.T) {
 	const workers, steps = 4, 600
 	frozen := time.Unix(1_000_000, 0)
 	clock := func() time.Time { return frozen }
-	pol := func(n int) map[string]Policy {
-		m := map[string]Policy{"shared": {Enabled: true, DownAfter: 2, UpAfter: 2}}
+	pol := func(n int) map[string]healthPolicy {
+		m := map[string]healthPolicy{"shared": {Enabled: true, DownAfter: 2, UpAfter: 2}}
 		for i := range n {
-			m[fmt.Sprintf("c%d", i)] = Policy{Enabled: true, DownAfter: 1 + i%3, UpAfter: 1 + (i+1)%3, Interval: time.Duration(i%2) * time.Second}
+			m[fmt.Sprintf("c%d", i)] = healthPolicy{Enabled: true, DownAfter: 1 + i%3, UpAfter: 1 + (i+1)%3, Interval: time.Duration(i%2) * time.Second}
 		}
 		return m
 	}
 	rec := &recorder{}
-	tr := NewTracker(clock, rec.add)
+	tr := newHealthTracker(clock, rec.add)
 	tr.Sync(pol(workers))
 
 	type step struct {
@@ -241,8 +255,8 @@ func TestConcurrentUse(t *testing.T) {
 			defer done.Add(1)
 			name := fmt.Sprintf("c%d", i)
 			refRec := &recorder{}
-			ref := NewTracker(clock, refRec.add)
-			ref.Sync(map[string]Policy{name: pol(workers)[name]})
+			ref := newHealthTracker(clock, refRec.add)
+			ref.Sync(map[string]healthPolicy{name: pol(workers)[name]})
 			for k, s := range script(i) {
 				var got, want bool
 				if s.probe {
@@ -262,7 +276,7 @@ func TestConcurrentUse(t *testing.T) {
 				}
 				_ = tr.Up("shared")
 			}
-			var mine []Change
+			var mine []healthChange
 			for _, c := range rec.list() {
 				if c.Carrier == name {
 					mine = append(mine, c)
@@ -279,7 +293,7 @@ func TestConcurrentUse(t *testing.T) {
 		for n := 0; n < 100000 && done.Load() < workers; n++ {
 			tr.Sync(pol(workers))
 			for i := range workers {
-				if st, ok := tr.State(fmt.Sprintf("c%d", i)); !ok {
+				if st, ok := tr.health(fmt.Sprintf("c%d", i)); !ok {
 					errs <- fmt.Sprintf("c%d unknown after a reload: %+v", i, st)
 					return
 				}
@@ -294,7 +308,7 @@ func TestConcurrentUse(t *testing.T) {
 
 	up, changes := true, 0
 	for _, c := range rec.list() {
-		if c.Carrier != "shared" || c.Notice {
+		if c.Carrier != "shared" || c.Notice || c.Confirmed {
 			continue
 		}
 		if c.Up == up {
@@ -303,7 +317,7 @@ func TestConcurrentUse(t *testing.T) {
 		up = c.Up
 		changes++
 	}
-	st, _ := tr.State("shared")
+	st, _ := tr.health("shared")
 	if st.Up != up || tr.Up("shared") != up {
 		t.Errorf("shared carrier: State %+v, Up %v; want up=%v, its last change", st, tr.Up("shared"), up)
 	}
@@ -348,5 +362,29 @@ func TestProbesIgnoredWhileCallsAreAnswered(t *testing.T) {
 	}
 	if tr.Up("a") {
 		t.Error("probes count again after one was answered, and no call since: want down")
+	}
+}
+
+// While failed calls are being confirmed, a call already under way that
+// the carrier answers brings it back at once.
+func TestAnsweredCallEndsSuspicion(t *testing.T) {
+	tr, rec, _ := newTracker(t)
+	for range 3 {
+		tr.Called("a", false, "no ringing within 2s")
+	}
+	if tr.Up("a") {
+		t.Fatal("3 setup timeouts in a row: still up")
+	}
+	tr.Called("a", true, "")
+	if !tr.Up("a") || tr.Confirming("a") {
+		t.Fatal("an answered call left a suspected carrier down")
+	}
+	// The probes that come back now are a regular series again.
+	tr.Probed("a", false, "no answer in 1s")
+	if !tr.Up("a") {
+		t.Error("one failed probe after the suspicion ended took the carrier down")
+	}
+	if ch := rec.list(); len(ch) != 2 || ch[1].Reason != "calls: answered while 3 failed calls in a row were confirmed: the failures were the calls'" {
+		t.Errorf("changes = %+v", ch)
 	}
 }

@@ -1,4 +1,4 @@
-package health
+package carriers
 
 import (
 	"strconv"
@@ -7,9 +7,9 @@ import (
 	"time"
 )
 
-// Policy is how one carrier is judged. A carrier whose Policy is not
+// healthPolicy is how one carrier is judged. A carrier whose healthPolicy is not
 // Enabled is always up and its results are ignored.
-type Policy struct {
+type healthPolicy struct {
 	// Enabled turns judging on (the carrier is probed).
 	Enabled bool
 	// DownAfter failed probes in a row, or failed calls in a row, mark the
@@ -23,8 +23,8 @@ type Policy struct {
 	Interval time.Duration
 }
 
-// Change is one carrier going down or coming up.
-type Change struct {
+// healthChange is one carrier going down or coming up.
+type healthChange struct {
 	// Carrier is the carrier's configured name.
 	Carrier string
 	// Up is the new state.
@@ -36,30 +36,35 @@ type Change struct {
 	// the carrier's probe failures are ignored from now on because its
 	// calls are answered (it does not answer OPTIONS).
 	Notice bool
+	// Suspect marks a carrier taken down at once by its failed calls while
+	// probes confirm them; Confirmed, one the probes confirmed down (it
+	// was down already: the reason changes, not the state).
+	Suspect, Confirmed bool
 }
 
-// State is what the Tracker believes of one carrier.
-type State struct {
+// Health is what the healthTracker believes of one carrier.
+type Health struct {
 	// Up reports whether calls may be sent to the carrier.
 	Up bool
-	// Since is when the carrier entered this state (the Tracker's clock).
+	// Since is when the carrier entered this state (the healthTracker's clock).
 	Since time.Time
 	// Reason says why it is in this state (empty for a carrier that has
 	// been up since it was configured).
 	Reason string
 }
 
-type carrier struct {
-	up atomic.Bool // read without the Tracker's mutex
+type healthState struct {
+	up atomic.Bool // read without the healthTracker's mutex
 
-	// Guarded by Tracker.mu.
-	pol        Policy
+	// Guarded by healthTracker.mu.
+	pol        healthPolicy
 	probeFails int
 	probeOKs   int
 	callFails  int
-	// confirming: calls failed DownAfter times in a row and probes were
-	// asked for; DownAfter failed probes in a row mark the carrier down, a
-	// good one (or an answered call) ends the confirmation.
+	// confirming: calls failed DownAfter times in a row, the carrier is
+	// down at once (suspected) and probes were asked for; DownAfter
+	// failed probes in a row confirm it down, a good one (or an answered
+	// call) brings it back at once: it was never confirmed.
 	confirming  bool
 	lastConfirm time.Time // when the last confirmation began
 	lastCall    string    // the last failed call, for the reason
@@ -72,42 +77,42 @@ type carrier struct {
 	reason        string
 }
 
-// Tracker holds the health of the configured carriers.
-type Tracker struct {
+// healthTracker holds the health of the configured carriers.
+type healthTracker struct {
 	clock    func() time.Time
-	onChange func(Change)
+	onChange func(healthChange)
 
 	mu       sync.Mutex
-	carriers atomic.Pointer[map[string]*carrier] // replaced whole by Sync
+	carriers atomic.Pointer[map[string]*healthState] // replaced whole by Sync
 }
 
-// NewTracker returns a Tracker that knows no carrier yet. onChange (may be
-// nil) is called, with the Tracker's mutex held, for every change of state;
-// it must be quick and must not call the Tracker. clock nil means time.Now.
-func NewTracker(clock func() time.Time, onChange func(Change)) *Tracker {
+// newHealthTracker returns a healthTracker that knows no carrier yet. onChange (may be
+// nil) is called, with the healthTracker's mutex held, for every change of state;
+// it must be quick and must not call the healthTracker. clock nil means time.Now.
+func newHealthTracker(clock func() time.Time, onChange func(healthChange)) *healthTracker {
 	if clock == nil {
 		clock = time.Now
 	}
-	t := &Tracker{clock: clock, onChange: onChange}
-	m := map[string]*carrier{}
+	t := &healthTracker{clock: clock, onChange: onChange}
+	m := map[string]*healthState{}
 	t.carriers.Store(&m)
 	return t
 }
 
-// Sync makes the Tracker follow a configuration: carriers it did not know
+// Sync makes the healthTracker follow a configuration: carriers it did not know
 // start up, known ones keep their state (a reload does not bring a dead
 // carrier back), carriers no longer named are forgotten. A carrier whose
 // policy is turned off is up from then on.
-func (t *Tracker) Sync(policies map[string]Policy) {
+func (t *healthTracker) Sync(policies map[string]healthPolicy) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	old := *t.carriers.Load()
-	next := make(map[string]*carrier, len(policies))
+	next := make(map[string]*healthState, len(policies))
 	now := t.clock()
 	for name, pol := range policies {
 		c := old[name]
 		if c == nil {
-			c = &carrier{since: now}
+			c = &healthState{since: now}
 			c.up.Store(true)
 		}
 		c.pol = pol
@@ -126,22 +131,22 @@ func (t *Tracker) Sync(policies map[string]Policy) {
 }
 
 // Up reports whether calls may be sent to the carrier named name. A
-// carrier the Tracker does not know is up.
-func (t *Tracker) Up(name string) bool {
+// carrier the healthTracker does not know is up.
+func (t *healthTracker) Up(name string) bool {
 	c := (*t.carriers.Load())[name]
 	return c == nil || c.up.Load()
 }
 
-// State returns what the Tracker believes of the carrier named name; ok is
+// health returns what the healthTracker believes of the carrier named name; ok is
 // false for a carrier it does not know.
-func (t *Tracker) State(name string) (s State, ok bool) {
+func (t *healthTracker) health(name string) (s Health, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	c := (*t.carriers.Load())[name]
 	if c == nil {
-		return State{Up: true}, false
+		return Health{Up: true}, false
 	}
-	return State{Up: c.up.Load(), Since: c.since, Reason: c.reason}, true
+	return Health{Up: c.up.Load(), Since: c.since, Reason: c.reason}, true
 }
 
 // Probed records the result of one probe: ok for any answer other than a
@@ -155,7 +160,7 @@ func (t *Tracker) State(name string) (s State, ok bool) {
 // but not OPTIONS (many trunks drop them) would otherwise be taken out of
 // service by its probes; its probe failures are then ignored, with one
 // Notice, until a probe is answered.
-func (t *Tracker) Probed(name string, ok bool, detail string) (again bool) {
+func (t *healthTracker) Probed(name string, ok bool, detail string) (again bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	c, now := t.judged(name)
@@ -166,8 +171,11 @@ func (t *Tracker) Probed(name string, ok bool, detail string) (again bool) {
 		c.probeFails = 0
 		c.probesIgnored = false
 		if c.confirming {
-			c.confirming = false
-			c.callFails = 0 // the carrier answers: the calls' failures were theirs
+			// The carrier answers: the calls' failures were theirs (a
+			// peer dialling numbers the carrier refuses), not the
+			// carrier's. Suspected only, so back at once.
+			t.set(name, c, true, "probe: answered ("+detail+") while "+plural(c.callFails, "failed call")+" in a row were confirmed: the failures were the calls'")
+			return false
 		}
 		if c.up.Load() {
 			return false
@@ -180,7 +188,7 @@ func (t *Tracker) Probed(name string, ok bool, detail string) (again bool) {
 		return false
 	}
 	c.probeOKs = 0
-	if c.probesIgnored || !c.up.Load() {
+	if c.probesIgnored || (!c.up.Load() && !c.confirming) {
 		return false
 	}
 	c.probeFails++
@@ -191,13 +199,19 @@ func (t *Tracker) Probed(name string, ok bool, detail string) (again bool) {
 		c.probesIgnored = true
 		c.probeFails = 0
 		if t.onChange != nil {
-			t.onChange(Change{Carrier: name, Up: true, Notice: true, Reason: "probe: " + plural(c.pol.DownAfter, "failure") +
+			t.onChange(healthChange{Carrier: name, Up: true, Notice: true, Reason: "probe: " + plural(c.pol.DownAfter, "failure") +
 				" in a row (last: " + detail + ") while its calls are answered: it does not answer OPTIONS, so its probe failures are ignored until a probe is answered (probe: {interval: 0s} stops probing it)"})
 		}
 		return false
 	}
 	if c.confirming {
-		t.set(name, c, false, "calls: "+plural(c.callFails, "failure")+" in a row (last: "+c.lastCall+"), confirmed by "+plural(c.probeFails, "failed probe")+" (last: "+detail+")")
+		// Down since the calls said so (Since stays): now confirmed.
+		c.confirming = false
+		c.reason = "calls: " + plural(c.callFails, "failure") + " in a row (last: " + c.lastCall + "), confirmed by " + plural(c.probeFails, "failed probe") + " (last: " + detail + ")"
+		c.probeOKs, c.probeFails = 0, 0
+		if t.onChange != nil {
+			t.onChange(healthChange{Carrier: name, Up: false, Confirmed: true, Reason: c.reason})
+		}
 		return false
 	}
 	t.set(name, c, false, "probe: "+plural(c.probeFails, "failure")+" in a row (last: "+detail+")")
@@ -210,15 +224,18 @@ func (t *Tracker) Probed(name string, ok bool, detail string) (again bool) {
 // timeout, a transport failure, or a 5xx or 408 that was not back-pressure
 // (a 503 with Retry-After is a pause, not a failure).
 //
-// Calls alone never mark a carrier down: a peer chooses what it dials and
-// what its INVITEs look like, so it could make a live carrier fail a few
-// calls in a row (numbers it refuses with a 5xx, INVITEs too large for its
-// UDP path) and take it away from every other peer. When DownAfter calls
-// in a row have failed, Called returns probe true: the caller probes the
-// carrier at once, and DownAfter failed probes in a row decide (Probed). A
-// peer can ask for at most one such confirmation per Interval. Only probed
-// carriers are judged: the probe is also what brings them back.
-func (t *Tracker) Called(name string, ok bool, detail string) (probe bool) {
+// When DownAfter calls in a row have failed, the carrier is down at once
+// (suspected: no call waits for it any more) and Called returns probe
+// true: the caller sends DownAfter probes at once, together, and they
+// decide (Probed): DownAfter failures confirm it down, one answer brings
+// it back at once (as does an answered call). Calls alone never keep a
+// carrier down: a peer chooses what it dials and what its INVITEs look
+// like, so it could make a live carrier fail a few calls in a row
+// (numbers it refuses with a 5xx, INVITEs too large for its UDP path);
+// that costs the others one probe round trip of the carrier, at most once
+// per Interval. Only probed carriers are judged: the probe is also what
+// brings them back.
+func (t *healthTracker) Called(name string, ok bool, detail string) (probe bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	c, now := t.judged(name)
@@ -226,9 +243,13 @@ func (t *Tracker) Called(name string, ok bool, detail string) (probe bool) {
 		return false
 	}
 	if ok {
+		if c.confirming {
+			// A call answered (one already under way) while its probes
+			// confirm: it is alive.
+			t.set(name, c, true, "calls: answered while "+plural(c.callFails, "failed call")+" in a row were confirmed: the failures were the calls'")
+		}
 		c.callFails = 0
 		c.lastGoodCall = now
-		c.confirming = false
 		return false
 	}
 	c.callFails++
@@ -239,14 +260,33 @@ func (t *Tracker) Called(name string, ok bool, detail string) (probe bool) {
 	if !c.lastConfirm.IsZero() && now.Sub(c.lastConfirm) < c.pol.Interval {
 		return false
 	}
+	// Down at once: no call waits for a carrier whose calls fail while
+	// its probes confirm (at once, together). A live carrier's probes
+	// answer within a round trip and bring it back.
 	c.confirming = true
 	c.lastConfirm = now
+	c.up.Store(false)
+	c.since = now
+	c.reason = "calls: " + plural(c.callFails, "failure") + " in a row (last: " + detail + "), confirming with " + plural(c.pol.DownAfter, "probe")
+	c.probeOKs, c.probeFails = 0, 0
+	if t.onChange != nil {
+		t.onChange(healthChange{Carrier: name, Up: false, Suspect: true, Reason: c.reason})
+	}
 	return true
+}
+
+// Confirming reports whether failed calls took the carrier named name
+// down and its probes have not decided yet.
+func (t *healthTracker) Confirming(name string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c, _ := t.judged(name)
+	return c != nil && c.confirming
 }
 
 // judged returns the carrier named name when its results are judged
 // (known, probing on), or nil, and the time; t.mu is held.
-func (t *Tracker) judged(name string) (*carrier, time.Time) {
+func (t *healthTracker) judged(name string) (*healthState, time.Time) {
 	c := (*t.carriers.Load())[name]
 	if c == nil || !c.pol.Enabled {
 		return nil, time.Time{}
@@ -255,7 +295,7 @@ func (t *Tracker) judged(name string) (*carrier, time.Time) {
 }
 
 // set changes c's state; t.mu is held.
-func (t *Tracker) set(name string, c *carrier, up bool, reason string) {
+func (t *healthTracker) set(name string, c *healthState, up bool, reason string) {
 	c.up.Store(up)
 	c.since = t.clock()
 	c.reason = reason
@@ -265,7 +305,7 @@ func (t *Tracker) set(name string, c *carrier, up bool, reason string) {
 		c.callFails = 0
 	}
 	if t.onChange != nil {
-		t.onChange(Change{Carrier: name, Up: up, Reason: reason})
+		t.onChange(healthChange{Carrier: name, Up: up, Reason: reason})
 	}
 }
 

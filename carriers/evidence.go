@@ -1,4 +1,4 @@
-package sip
+package carriers
 
 import (
 	"context"
@@ -134,23 +134,23 @@ func (r *callerReports) forget(carrier, peer string) {
 // noteCaller reports, in the background, that peer called car (a decisive
 // answer that is not an overload answer), at most once per
 // callerReportEvery per carrier and peer.
-func (p *Proxy) noteCaller(cfg *config.Config, car *config.Carrier, peer string) {
-	if !p.callers.due(car.Name, peer, time.Now()) {
+func (s *Set) noteCaller(cfg *config.Config, car *config.Carrier, peer string) {
+	if !s.callers.due(car.Name, peer, time.Now()) {
 		return
 	}
-	pc, name := p.pacingCarrier(cfg, car), car.Name
+	pc, name := s.pacingOf(cfg, car), car.Name
 	key := "caller:" + name + "\x00" + peer
-	if !p.storeCalls.start(key) {
+	if !s.storeCalls.start(key) {
 		return
 	}
 	go func() {
-		defer p.storeCalls.done(key)
-		defer p.panics.Recover("sip.evidence", nil)
-		ctx, cancel := context.WithTimeout(p.base, storeBudget)
+		defer s.storeCalls.done(key)
+		defer s.panics.Recover("carriers.evidence", nil)
+		ctx, cancel := context.WithTimeout(context.Background(), storeBudget)
 		defer cancel()
-		if _, err := p.pacer.Evidence(ctx, pc, peer, false, evidenceWindows()); err != nil {
-			p.callers.forget(name, peer)
-			p.log.Debug("carrier caller not recorded: the store failed", "carrier", name, "peer", peer, "error", err)
+		if _, err := s.pacer.Evidence(ctx, pc, peer, false, evidenceWindows()); err != nil {
+			s.callers.forget(name, peer)
+			s.log.Debug("carrier caller not recorded: the store failed", "carrier", name, "peer", peer, "error", err)
 		}
 	}()
 }
@@ -163,49 +163,49 @@ func (p *Proxy) noteCaller(cfg *config.Config, car *config.Carrier, peer string)
 // probe, when not empty, is the member of the call's
 // half-open probe slot: unless the carrier is paused again, its claim is
 // freed for the next call. The call itself moves on at once.
-func (p *Proxy) backPressure(cfg *config.Config, car *config.Carrier, peer string, code int, cut bool, asked time.Duration, probe string) {
-	pc, a, name, capped := p.pacingCarrier(cfg, car), p.aimdOf(car), car.Name, car.RetryAfterCap()
+func (s *Set) backPressure(cfg *config.Config, car *config.Carrier, peer string, code int, cut bool, asked time.Duration, probe string) {
+	pc, a, name, capped := s.pacingOf(cfg, car), s.aimdOf(car), car.Name, car.RetryAfterCap()
 	key := "overload:" + name + "\x00" + peer
-	if !p.storeCalls.start(key) {
+	if !s.storeCalls.start(key) {
 		// One at a time per carrier and peer: a carrier answering
 		// thousands of calls with 503 must not start thousands of store
 		// calls. The one under way records this peer's overload.
 		if probe != "" {
-			p.probeDone(cfg, car, probe, false)
+			s.probeDone(cfg, car, probe, false)
 		}
 		return
 	}
 	go func() {
-		defer p.storeCalls.done(key)
-		defer p.panics.Recover("sip.back_pressure", nil)
-		ctx, cancel := context.WithTimeout(p.base, storeBudget)
+		defer s.storeCalls.done(key)
+		defer s.panics.Recover("carriers.back_pressure", nil)
+		ctx, cancel := context.WithTimeout(context.Background(), storeBudget)
 		defer cancel()
 		paused := false
 		defer func() {
 			if probe != "" && !paused {
-				p.probeDoneNow(ctx, pc, name, probe, false)
+				s.probeDoneNow(ctx, pc, name, probe, false)
 			}
 		}()
-		ev, err := p.pacer.Evidence(ctx, pc, peer, true, evidenceWindows())
+		ev, err := s.pacer.Evidence(ctx, pc, peer, true, evidenceWindows())
 		if err != nil {
-			p.log.Warn("carrier pushed back, but the store failed", "carrier", name, "status", code, "error", err)
+			s.log.Warn("carrier pushed back, but the store failed", "carrier", name, "status", code, "error", err)
 			return
 		}
 		scope := judge(ev)
 		if scope == evidenceNone {
-			p.log.Debug("carrier pushed back one peer of several: not acted on", "carrier", name, "peer", peer, "status", code,
+			s.log.Debug("carrier pushed back one peer of several: not acted on", "carrier", name, "peer", peer, "status", code,
 				"callers", ev.Callers, "overloaded", ev.Overloaded)
 			return
 		}
 		if cut {
-			r, err := p.pacer.Adapt(ctx, pc, a, true)
+			r, err := s.pacer.Adapt(ctx, pc, a, true)
 			if err != nil {
-				p.log.Warn("carrier pushed back, but the store failed", "carrier", name, "status", code, "error", err)
+				s.log.Warn("carrier pushed back, but the store failed", "carrier", name, "status", code, "error", err)
 			} else {
-				p.rates.set(name, r.CPS)
-				p.m.EffectiveCPS.WithLabelValues(name).Set(r.CPS)
+				s.rates.set(name, r.CPS)
+				s.m.EffectiveCPS.WithLabelValues(name).Set(r.CPS)
 				if r.Cut {
-					p.log.Info("carrier pushed back: its effective cps lowered for the pool", "carrier", name, "status", code,
+					s.log.Info("carrier pushed back: its effective cps lowered for the pool", "carrier", name, "status", code,
 						"effective_cps", r.CPS, "cps", a.Max, "evidence", scope.String())
 				}
 			}
@@ -221,14 +221,14 @@ func (p *Proxy) backPressure(cfg *config.Config, car *config.Carrier, peer strin
 		if span < asked {
 			reason += ", paused " + span.String()
 		}
-		st, err := p.pacer.Pause(ctx, pc, span, reason)
+		st, err := s.pacer.Pause(ctx, pc, span, reason)
 		if err != nil {
-			p.log.Warn("carrier asked the pool to wait, but the store failed", "carrier", name, "retry_after", span.String(), "error", err)
+			s.log.Warn("carrier asked the pool to wait, but the store failed", "carrier", name, "retry_after", span.String(), "error", err)
 			return
 		}
 		paused = true
 		if st.Changed {
-			p.log.Info("carrier asked the pool to wait: no new calls to it until the pause ends, then one call tries it",
+			s.log.Info("carrier asked the pool to wait: no new calls to it until the pause ends, then one call tries it",
 				"carrier", name, "retry_after", asked.String(), "pause", span.String(), "evidence", scope.String())
 		}
 	}()
@@ -236,22 +236,22 @@ func (p *Proxy) backPressure(cfg *config.Config, car *config.Carrier, peer strin
 
 // probeDone tells the store, in the background, that the half-open probe
 // call member to car ended: ok (the carrier answered it) ends the pause.
-func (p *Proxy) probeDone(cfg *config.Config, car *config.Carrier, member string, ok bool) {
-	pc, name := p.pacingCarrier(cfg, car), car.Name
+func (s *Set) probeDone(cfg *config.Config, car *config.Carrier, member string, ok bool) {
+	pc, name := s.pacingOf(cfg, car), car.Name
 	go func() {
-		defer p.panics.Recover("sip.probe_done", nil)
-		ctx, cancel := context.WithTimeout(p.base, storeBudget)
+		defer s.panics.Recover("carriers.probe_done", nil)
+		ctx, cancel := context.WithTimeout(context.Background(), storeBudget)
 		defer cancel()
-		p.probeDoneNow(ctx, pc, name, member, ok)
+		s.probeDoneNow(ctx, pc, name, member, ok)
 	}()
 }
 
-func (p *Proxy) probeDoneNow(ctx context.Context, pc pacing.Carrier, name, member string, ok bool) {
-	st, err := p.pacer.ProbeDone(ctx, pc, member, ok)
+func (s *Set) probeDoneNow(ctx context.Context, pc pacing.Carrier, name, member string, ok bool) {
+	st, err := s.pacer.ProbeDone(ctx, pc, member, ok)
 	switch {
 	case err != nil:
-		p.log.Warn("probe call of a paused carrier ended, but the store failed", "carrier", name, "answered", ok, "error", err)
+		s.log.Warn("probe call of a paused carrier ended, but the store failed", "carrier", name, "answered", ok, "error", err)
 	case ok && st.Changed:
-		p.log.Info("carrier paused by its Retry-After answered the call that tried it: the pause is over", "carrier", name)
+		s.log.Info("carrier paused by its Retry-After answered the call that tried it: the pause is over", "carrier", name)
 	}
 }

@@ -1,4 +1,4 @@
-package sip
+package carriers
 
 import (
 	"context"
@@ -19,12 +19,12 @@ import (
 // sent after the pause began ends its span early, and an operator can end
 // a pause (Unpause; DELETE /api/v1/carriers/{name}/pause). The pause lives
 // in the pacing store (pacing.SlotStore.Pause), so every node sees it;
-// each node reads it every rateRefreshEvery and learns its own at once.
+// each node reads it every RefreshEvery and learns its own at once.
 
 // CarrierPause reads the pool's pause of the carrier named name from the
 // store (Paused false: none). ok is false for a carrier not configured.
-func (p *Proxy) CarrierPause(ctx context.Context, name string) (st pacing.Pause, ok bool, err error) {
-	cfg := p.cfg()
+func (s *Set) CarrierPause(ctx context.Context, name string) (st pacing.Pause, ok bool, err error) {
+	cfg := s.cfg()
 	if cfg == nil {
 		return pacing.Pause{}, false, nil
 	}
@@ -32,17 +32,17 @@ func (p *Proxy) CarrierPause(ctx context.Context, name string) (st pacing.Pause,
 	if car == nil {
 		return pacing.Pause{}, false, nil
 	}
-	st, err = p.pacer.Paused(ctx, p.pacingCarrier(cfg, car))
+	st, err = s.pacer.Paused(ctx, s.pacingOf(cfg, car))
 	return st, true, err
 }
 
 // Unpause ends the pool's pause of the carrier named name at once (an
 // operator's request): calls go to it again, on this node at once and on
-// the others within rateRefreshEvery. It returns the pause that ended
+// the others within RefreshEvery. It returns the pause that ended
 // (Changed false: the carrier was not paused); ok is false for a carrier
 // not configured.
-func (p *Proxy) Unpause(ctx context.Context, name string) (ended pacing.Pause, ok bool, err error) {
-	cfg := p.cfg()
+func (s *Set) Unpause(ctx context.Context, name string) (ended pacing.Pause, ok bool, err error) {
+	cfg := s.cfg()
 	if cfg == nil {
 		return pacing.Pause{}, false, nil
 	}
@@ -50,9 +50,9 @@ func (p *Proxy) Unpause(ctx context.Context, name string) (ended pacing.Pause, o
 	if car == nil {
 		return pacing.Pause{}, false, nil
 	}
-	ended, err = p.pacer.Unpause(ctx, p.pacingCarrier(cfg, car))
+	ended, err = s.pacer.Unpause(ctx, s.pacingOf(cfg, car))
 	if err == nil && ended.Changed {
-		p.log.Info("carrier pause lifted by an operator: calls go to it again", "carrier", name, "reason", ended.Reason)
+		s.log.Info("carrier pause lifted by an operator: calls go to it again", "carrier", name, "reason", ended.Reason)
 	}
 	return ended, true, err
 }
@@ -61,18 +61,18 @@ func (p *Proxy) Unpause(ctx context.Context, name string) (ended pacing.Pause, o
 // OPTIONS probe sent sent ago, after the pause began: one call tries the
 // carrier (half-open). Only while this node knows the span runs, so a
 // carrier that is not paused costs no store call.
-func (p *Proxy) probeAnswered(ctx context.Context, cfg *config.Config, car *config.Carrier, sent time.Duration) {
-	pc := p.pacingCarrier(cfg, car)
-	if lp := p.pacer.LocalPause(pc); !lp.Paused || !time.Now().Before(lp.Until) {
+func (s *Set) probeAnswered(ctx context.Context, cfg *config.Config, car *config.Carrier, sent time.Duration) {
+	pc := s.pacingOf(cfg, car)
+	if lp := s.pacer.LocalPause(pc); !lp.Paused || !time.Now().Before(lp.Until) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, storeBudget)
 	defer cancel()
-	st, err := p.pacer.OpenPause(ctx, pc, sent)
+	st, err := s.pacer.OpenPause(ctx, pc, sent)
 	switch {
 	case err != nil:
-		p.log.Debug("carrier answered its probe while paused, but the store failed", "carrier", car.Name, "error", err)
+		s.log.Debug("carrier answered its probe while paused, but the store failed", "carrier", car.Name, "error", err)
 	case st.Changed:
-		p.log.Info("carrier paused by its Retry-After answered its probe: one call tries it", "carrier", car.Name)
+		s.log.Info("carrier paused by its Retry-After answered its probe: one call tries it", "carrier", car.Name)
 	}
 }
