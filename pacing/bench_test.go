@@ -52,11 +52,14 @@ func BenchmarkReserve(b *testing.B) {
 	b.Run("local/cps100", func(b *testing.B) {
 		s := NewLocalSlots(nil)
 		interval := Interval(100)
-		runReserve(b, func(m string) error { _, err := s.Reserve(ctx, "c", m, interval, 2*time.Second); return err })
+		runReserve(b, func(m string) error { _, err := s.Reserve(ctx, "c", m, Share{}, interval, 2*time.Second); return err })
 	})
 	b.Run("local/fast", func(b *testing.B) {
 		s := NewLocalSlots(nil)
-		runReserve(b, func(m string) error { _, err := s.Reserve(ctx, "c", m, time.Microsecond, time.Second); return err })
+		runReserve(b, func(m string) error {
+			_, err := s.Reserve(ctx, "c", m, Share{}, time.Microsecond, time.Second)
+			return err
+		})
 	})
 
 	srv := redistest.Start(b)
@@ -69,7 +72,10 @@ func BenchmarkReserve(b *testing.B) {
 		s := NewRedisSlots(c, RedisOptions{})
 		key := lua.Key("bench", "carrier", "store")
 		b.SetParallelism(benchParallelism)
-		runReserve(b, func(m string) error { _, err := s.Reserve(ctx, key, m, time.Microsecond, time.Second); return err })
+		runReserve(b, func(m string) error {
+			_, err := s.Reserve(ctx, key, m, Share{}, time.Microsecond, time.Second)
+			return err
+		})
 	})
 	b.Run("redis/raw-evalsha", func(b *testing.B) {
 		sha, keys := lua.SHA(lua.ScriptPace), []string{lua.Key("bench", "carrier", "raw")}

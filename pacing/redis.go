@@ -40,13 +40,18 @@ func (s *RedisSlots) Load(ctx context.Context) error {
 
 // Reserve runs pace.lua. The interval is rounded up and maxWait down to whole
 // microseconds, so neither conversion lets a call out early.
-func (s *RedisSlots) Reserve(ctx context.Context, key, member string, interval, maxWait time.Duration) (Slot, error) {
+func (s *RedisSlots) Reserve(ctx context.Context, key, member string, share Share, interval, maxWait time.Duration) (Slot, error) {
 	if interval <= 0 {
 		return Slot{}, errInterval(key, interval)
 	}
+	var sh lua.PaceShare
+	if share.Name != "" {
+		sh = lua.PaceShare{Name: share.Name, Weight: share.weight(), LeadUS: lua.Micros(shareLead(interval)),
+			KeepUS: lua.Micros(recordKeep), SumCap: maxWeightSum}
+	}
 	var r lua.PaceReply
 	err := s.run.Run(ctx, lua.ScriptPace, func(ctx context.Context, sc redis.Scripter) (err error) {
-		r, err = lua.Pace(ctx, sc, key, member, lua.Micros(interval), lua.MicrosFloor(maxWait), lua.Micros(max(maxWait, 0)+ProbeClaim))
+		r, err = lua.Pace(ctx, sc, key, member, lua.Micros(interval), lua.MicrosFloor(maxWait), lua.Micros(max(maxWait, 0)+ProbeClaim), sh)
 		return err
 	})
 	if err != nil {
@@ -61,10 +66,11 @@ func (s *RedisSlots) Reserve(ctx context.Context, key, member string, interval, 
 		Reserved: time.Now(),
 		Paused:   r.Paused,
 		Probe:    r.Probe,
+		Booked:   r.Booked,
 	}, nil
 }
 
-// Release runs release.lua (ZREM).
+// Release runs release.lua (the slot, or the booking and its share's turn).
 func (s *RedisSlots) Release(ctx context.Context, key, member string) error {
 	err := s.run.Run(ctx, lua.ScriptRelease, func(ctx context.Context, sc redis.Scripter) error {
 		_, err := lua.Release(ctx, sc, key, member)
