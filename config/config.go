@@ -329,6 +329,12 @@ type Peer struct {
 	// Windows are extra rolling windows, all of which must hold beside the
 	// 1 s one (or the token bucket).
 	Windows []Window `cfg:"windows"`
+	// Weight is the peer's share of a saturated carrier that is shared by
+	// peer (share_by: peer; with share_by: customer, of its calls that name
+	// no customer): while the carrier is the bottleneck the peer gets at
+	// least weight / (the sum of the weights of those waiting for it) of
+	// the carrier's CPS, and what it leaves goes to the others. 1 to 1000.
+	Weight int `cfg:"weight"`
 }
 
 // Customer is the party a call belongs to.
@@ -345,7 +351,29 @@ type Customer struct {
 	// Burst and Windows are as on Peer.
 	Burst   int      `cfg:"burst"`
 	Windows []Window `cfg:"windows"`
+	// Weight is the customer's share of a saturated carrier shared by
+	// customer (share_by: customer, the default): while the carrier is
+	// the bottleneck the customer gets at least weight / (the sum of the
+	// weights of those waiting for it) of the carrier's CPS, and what it
+	// leaves goes to the others. 1 to 1000.
+	Weight int `cfg:"weight"`
 }
+
+// ShareWeight is the peer's Weight (0, a Config built by hand: 1).
+func (p *Peer) ShareWeight() int { return max(p.Weight, 1) }
+
+// ShareWeight is the customer's Weight (0, a Config built by hand: 1).
+func (c *Customer) ShareWeight() int { return max(c.Weight, 1) }
+
+// How a carrier's slots are shared among its callers (Carrier.ShareBy).
+const (
+	ShareByCustomer = "customer"
+	ShareByPeer     = "peer"
+	ShareByNone     = "none"
+)
+
+// MaxWeight is the largest weight of a peer or customer.
+const MaxWeight = 1000
 
 // Window is an extra rolling window of a peer or customer: at most Calls
 // admitted calls in any interval of length Per (1 s to 24 h).
@@ -400,6 +428,22 @@ type Carrier struct {
 	// Overload says which answers are overload answers and how an adaptive
 	// carrier's effective CPS moves; nil means DefaultOverload(CPS).
 	Overload *Overload `cfg:"overload"`
+	// ShareBy says how the carrier's slots are shared when it is the
+	// bottleneck: "customer" (by the customers waiting for it, by weight; a
+	// call without a customer counts as its peer's), "peer" (by the peers
+	// waiting, by weight) or "none" (first come, first served: one caller's
+	// burst may take every slot for max_wait). A call within its share gets
+	// a slot within about an interval, however long the others' queue.
+	ShareBy string `cfg:"share_by"`
+}
+
+// Sharing is the carrier's ShareBy ("", a Config built by hand:
+// ShareByCustomer).
+func (c *Carrier) Sharing() string {
+	if c.ShareBy == "" {
+		return ShareByCustomer
+	}
+	return c.ShareBy
 }
 
 // Probe configures a carrier's health probing: a SIP OPTIONS every
