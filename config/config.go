@@ -589,6 +589,22 @@ func (c *Config) Customer(name string) *Customer {
 	return nil
 }
 
+// Peer returns the peer named name, or nil.
+func (c *Config) Peer(name string) *Peer {
+	if x := c.index(); x != nil {
+		if i, ok := x.peerNames[name]; ok {
+			return &c.Peers[i]
+		}
+		return nil
+	}
+	for i := range c.Peers {
+		if c.Peers[i].Name == name {
+			return &c.Peers[i]
+		}
+	}
+	return nil
+}
+
 // Carrier returns the carrier named name, or nil.
 func (c *Config) Carrier(name string) *Carrier {
 	if x := c.index(); x != nil {

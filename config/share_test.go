@@ -38,6 +38,9 @@ routes: {default: [a, b, c]}
 			t.Errorf("%s: got %v, want %v", tc.name, tc.got, tc.want)
 		}
 	}
+	if p := c.Peer("e"); p == nil || p.Weight != 7 || c.Peer("x") != nil {
+		t.Errorf("Peer(e) = %+v, Peer(x) = %v; want peer e, nil", p, c.Peer("x"))
+	}
 	// A Config built by hand (zero values) means the same defaults.
 	var p Peer
 	var cu Customer
