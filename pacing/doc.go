@@ -43,7 +43,7 @@
 // another share has booked the whole max_wait; a turn whose slot went to
 // calls within their share slips, with the share's later ones. A share
 // stops counting as waiting one period after its last turn; a call's
-// record lives max_wait + 10 s, so that a Release (of a booking or of a
+// record lives max_wait + 2 s, so that a Release (of a booking or of a
 // slot) gives the share its turn back, once. Redis keeps it in pace.lua
 // (two keys beside the slot set, with TTLs); LocalSlots decides the same
 // in the same integer microseconds. Acquire follows bookings. The

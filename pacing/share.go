@@ -27,8 +27,10 @@ const maxWeightSum = 1_000_000
 
 // recordKeep is how long past its max_wait a fair reservation's record
 // (its share and charge, for a release to refund) is kept: a release
-// comes within max_wait and a release timeout of the reservation.
-const recordKeep = 10 * time.Second
+// comes within max_wait and a release timeout (1 s) of the reservation,
+// and a booked call asks again within its max_wait. A carrier holds about
+// cps × (max_wait + recordKeep) records.
+const recordKeep = 2 * time.Second
 
 // weight returns s's weight in [1, MaxWeight].
 func (s Share) weight() int64 {
