@@ -15,8 +15,10 @@ import (
 type RedisOptions = lua.RunnerOptions
 
 // RedisSlots is the SlotStore shared by every node of a pool: one sorted set
-// per carrier, one pace.lua call per reservation, on Redis's clock. Every
-// slot set is one key, so Redis Cluster needs nothing special. RedisSlots is
+// per carrier (and, for a carrier shared fairly, a hash and a sorted set of
+// its shares' state beside it, lua.FairKeys), one pace.lua call per
+// reservation, on Redis's clock. A carrier's keys share one hash tag, so
+// Redis Cluster needs nothing special. RedisSlots is
 // safe for concurrent use.
 type RedisSlots struct {
 	run *lua.Runner
