@@ -81,7 +81,7 @@ func TestOrderLeastWait(t *testing.T) {
 		t.Helper()
 		key := policy.Key("t", policy.ScopeCarrier, name)
 		for i := range n {
-			if sl, err := slots.Reserve(ctx, key, name+string(rune('0'+i)), pacing.Interval(2), time.Minute); err != nil || !sl.OK {
+			if sl, err := slots.Reserve(ctx, key, name+string(rune('0'+i)), pacing.Share{}, pacing.Interval(2), time.Minute); err != nil || !sl.OK {
 				t.Fatalf("reserve: %+v, %v", sl, err)
 			}
 		}

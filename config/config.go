@@ -361,6 +361,12 @@ type Peer struct {
 	// Without it the header is ignored (and the claim counted, kind
 	// refused_claim); emergency numbers are priority whoever dials them.
 	AllowResourcePriority bool `cfg:"allow_resource_priority"`
+	// Weight is the peer's share of a saturated carrier that is shared by
+	// peer (share_by: peer; with share_by: customer, of its calls that name
+	// no customer): while the carrier is the bottleneck the peer gets at
+	// least weight / (the sum of the weights of those waiting for it) of
+	// the carrier's CPS, and what it leaves goes to the others. 1 to 1000.
+	Weight int `cfg:"weight"`
 }
 
 // Customer is the party a call belongs to.
@@ -382,7 +388,29 @@ type Customer struct {
 	// Reject, when set, is the answer to a call this customer's limits
 	// refuse, instead of sip.reject or sip.reject_calls.
 	Reject *Reject `cfg:"reject"`
+	// Weight is the customer's share of a saturated carrier shared by
+	// customer (share_by: customer, the default): while the carrier is
+	// the bottleneck the customer gets at least weight / (the sum of the
+	// weights of those waiting for it) of the carrier's CPS, and what it
+	// leaves goes to the others. 1 to 1000.
+	Weight int `cfg:"weight"`
 }
+
+// ShareWeight is the peer's Weight (0, a Config built by hand: 1).
+func (p *Peer) ShareWeight() int { return max(p.Weight, 1) }
+
+// ShareWeight is the customer's Weight (0, a Config built by hand: 1).
+func (c *Customer) ShareWeight() int { return max(c.Weight, 1) }
+
+// How a carrier's slots are shared among its callers (Carrier.ShareBy).
+const (
+	ShareByCustomer = "customer"
+	ShareByPeer     = "peer"
+	ShareByNone     = "none"
+)
+
+// MaxWeight is the largest weight of a peer or customer.
+const MaxWeight = 1000
 
 // Window is an extra rolling window of a peer or customer: at most Calls
 // admitted calls in any interval of length Per (1 s to 24 h).
@@ -452,6 +480,13 @@ type Carrier struct {
 	// long a carrier below min_asr stays out of service (0 means
 	// DefaultASRWindow).
 	ASRWindow time.Duration `cfg:"asr_window"`
+	// ShareBy says how the carrier's slots are shared when it is the
+	// bottleneck: "customer" (by the customers waiting for it, by weight; a
+	// call without a customer counts as its peer's), "peer" (by the peers
+	// waiting, by weight) or "none" (first come, first served: one caller's
+	// burst may take every slot for max_wait). A call within its share gets
+	// a slot within about an interval, however long the others' queue.
+	ShareBy string `cfg:"share_by"`
 }
 
 // Route is one route: its carriers, and how a call chooses the first it
@@ -549,6 +584,15 @@ func (c *Carrier) ASRHealth() (minASR float64, minSeizures int, window time.Dura
 		window = DefaultASRWindow
 	}
 	return c.MinASR, minSeizures, window
+}
+
+// Sharing is the carrier's ShareBy ("", a Config built by hand:
+// ShareByCustomer).
+func (c *Carrier) Sharing() string {
+	if c.ShareBy == "" {
+		return ShareByCustomer
+	}
+	return c.ShareBy
 }
 
 // Probe configures a carrier's health probing: a SIP OPTIONS every
@@ -689,6 +733,22 @@ func (c *Config) Customer(name string) *Customer {
 	for i := range c.Customers {
 		if c.Customers[i].Name == name {
 			return &c.Customers[i]
+		}
+	}
+	return nil
+}
+
+// Peer returns the peer named name, or nil.
+func (c *Config) Peer(name string) *Peer {
+	if x := c.index(); x != nil {
+		if i, ok := x.peerNames[name]; ok {
+			return &c.Peers[i]
+		}
+		return nil
+	}
+	for i := range c.Peers {
+		if c.Peers[i].Name == name {
+			return &c.Peers[i]
 		}
 	}
 	return nil

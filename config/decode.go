@@ -221,6 +221,9 @@ func (d *decoder) decodeSlice(path string, in any, out reflect.Value) {
 	}
 	s := reflect.MakeSlice(out.Type(), len(items), len(items))
 	for i, item := range items {
+		if s.Index(i).Kind() == reflect.Struct {
+			setDefaults(s.Index(i).Addr().Interface())
+		}
 		d.decode(fmt.Sprintf("%s[%d]", path, i), item, s.Index(i))
 	}
 	out.Set(s)

@@ -13,6 +13,7 @@ import (
 type index struct {
 	peers     *Peer // &Peers[0] at build time, to detect copied-and-edited Configs
 	nPeers    int
+	peerNames map[string]int
 	customers map[string]int
 	custBase  *Customer
 	carriers  map[string]int
@@ -40,6 +41,7 @@ func (c *Config) buildIndex() {
 	x := &index{
 		peers:     first(c.Peers),
 		nPeers:    len(c.Peers),
+		peerNames: make(map[string]int, len(c.Peers)),
 		customers: make(map[string]int, len(c.Customers)),
 		custBase:  first(c.Customers),
 		carriers:  make(map[string]int, len(c.Carriers)),
@@ -47,6 +49,9 @@ func (c *Config) buildIndex() {
 	}
 	for i, cu := range c.Customers {
 		x.customers[cu.Name] = i
+	}
+	for i, p := range c.Peers {
+		x.peerNames[p.Name] = i
 	}
 	for i, ca := range c.Carriers {
 		x.carriers[ca.Name] = i

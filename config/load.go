@@ -56,13 +56,19 @@ func Default() *Config {
 }
 
 // setDefaults fills the defaults of a block that is allocated only when the
-// file has it (store.redis).
+// file has it (store.redis), or of an item of a list.
 func setDefaults(p any) {
 	switch b := p.(type) {
 	case *Redis:
 		b.Timeout = 50 * time.Millisecond
 	case *Probe:
 		*b = DefaultProbe
+	case *Peer:
+		b.Weight = 1
+	case *Customer:
+		b.Weight = 1
+	case *Carrier:
+		b.ShareBy = ShareByCustomer
 	}
 }
 

@@ -247,7 +247,9 @@ func referenceRows(t *testing.T) []refRow {
 				setDefaults(nv.Interface())
 				walk(path, nv.Elem())
 			case ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.Struct:
-				walk(path+"[]", reflect.New(ft.Elem()).Elem())
+				nv := reflect.New(ft.Elem())
+				setDefaults(nv.Interface())
+				walk(path+"[]", nv.Elem())
 			case ft.Kind() == reflect.Map:
 				et := ft.Elem()
 				sub := refRow{path: path + ".<name>", typ: typeName(et), def: defaultNotes[path+".<name>"], reload: row.reload,

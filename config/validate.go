@@ -454,6 +454,7 @@ func (v *validator) peers() {
 			}
 		}
 		v.route(path+".route", p.Route)
+		v.weight(path+".weight", p.Weight)
 	}
 }
 
@@ -474,6 +475,13 @@ func (v *validator) customers() {
 			v.reject(path+".reject", *cu.Reject)
 		}
 		v.route(path+".route", cu.Route)
+		v.weight(path+".weight", cu.Weight)
+	}
+}
+
+func (v *validator) weight(path string, w int) {
+	if w < 1 || w > MaxWeight {
+		v.errf(path, "must be between 1 and %d (got %d)", MaxWeight, w)
 	}
 }
 
@@ -499,6 +507,7 @@ func (v *validator) carriers() {
 		if ca.MaxWait < 0 {
 			v.errf(path+".max_wait", "must be >= 0 (got %s)", ca.MaxWait)
 		}
+		v.enum(path+".share_by", ca.ShareBy, ShareByCustomer, ShareByPeer, ShareByNone)
 		if d := ca.RetryAfterMax; d < 0 || d > MaxRetryAfterMax {
 			v.errf(path+".retry_after_max", "must be between 0s (the default, %s) and %s (got %s)", DefaultRetryAfterMax, MaxRetryAfterMax, d)
 		}

@@ -51,7 +51,7 @@ func TestStatusReadsWhatTheProxyWrites(t *testing.T) {
 	// Three calls for carrier-b (5 cps): slots at now, +202ms, +404ms.
 	key := policy.Key(cfg.Store.KeyPrefix, policy.ScopeCarrier, "carrier-b")
 	for i := range 3 {
-		s, err := slots.Reserve(ctx, key, fmt.Sprintf("call-%d", i), pacing.Interval(5), time.Second)
+		s, err := slots.Reserve(ctx, key, fmt.Sprintf("call-%d", i), pacing.Share{}, pacing.Interval(5), time.Second)
 		if err != nil || !s.OK {
 			t.Fatalf("reserve %d: %+v, %v", i, s, err)
 		}
@@ -116,7 +116,7 @@ func TestStatusOnRedisShowsThePool(t *testing.T) {
 	}
 	key := policy.Key(cfg.Store.KeyPrefix, policy.ScopeCarrier, "carrier-a")
 	for i, s := range []*pacing.RedisSlots{slots1, slots2, slots1} {
-		if sl, err := s.Reserve(ctx, key, fmt.Sprintf("call-%d", i), pacing.Interval(1), 5*time.Second); err != nil || !sl.OK {
+		if sl, err := s.Reserve(ctx, key, fmt.Sprintf("call-%d", i), pacing.Share{}, pacing.Interval(1), 5*time.Second); err != nil || !sl.OK {
 			t.Fatalf("reserve %d: %+v, %v", i, sl, err)
 		}
 	}

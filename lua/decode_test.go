@@ -87,7 +87,7 @@ func FuzzDecodePace(f *testing.F) {
 			}
 			return
 		}
-		if r.WaitUS < 0 || (r.Paused && (r.OK || r.Probe)) || (r.Probe && !r.OK) {
+		if r.WaitUS < 0 || (r.Paused && (r.OK || r.Probe || r.Booked)) || (r.Probe && (!r.OK || r.Booked)) || (r.Booked && !r.OK) {
 			t.Fatalf("accepted %+v", r)
 		}
 	})

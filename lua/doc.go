@@ -13,8 +13,15 @@
 //     the sorted sets, token buckets get the token back;
 //   - pace.lua: reserve the next send slot of a carrier (leaky bucket);
 //     none while it is paused, one (the half-open probe) after the span;
-//   - release.lua: give a reserved slot back;
-//   - queue.lua: calls waiting for a carrier and the least wait (read-only);
+//     with a share, the carrier's slots shared by weight among the shares
+//     waiting (their turns and the fair calls' records in a hash and a
+//     sorted set of expiries beside the slot set, FairKeys): a call within
+//     its share's part takes a slot at once, one beyond it books its
+//     share's turn and asks again then;
+//   - release.lua: give a reserved slot or a booked turn back (the share
+//     gets the turn back);
+//   - queue.lua: calls waiting for a carrier (slots ahead and turns
+//     booked) and the least wait (read-only);
 //   - pause.lua: a carrier's Retry-After pause, pool-wide (set, get, done,
 //     open, lift), a hash beside its slot set; setting one removes the
 //     slots still in the future;
@@ -35,7 +42,8 @@
 // The clock is always Redis TIME, in integer microseconds; scores are integer
 // microseconds and every fraction travels as an integer of microseconds (or
 // of micro-tokens, milli-cps), never as a Lua float; products stay below 2^53
-// so Lua's doubles hold them exactly. Keys carry a Redis Cluster hash tag (Key); a script
+// so Lua's doubles hold them exactly. A time written into a string goes
+// through string.format('%d'): Lua's tostring keeps 14 digits. Keys carry a Redis Cluster hash tag (Key); a script
 // call must only name keys of one slot (HashSlot).
 //
 // Failure: a wrapper returns the go-redis error as is (network, timeout,

@@ -269,8 +269,16 @@ func TestPipelinerCluster(t *testing.T) {
 		}
 	}
 	// Pace through the pipeliner on the cluster too.
-	if r, err := Pace(ctx, p, Key("pipetest", "carrier", "x"), "m", 1000, 1_000_000, 1_000_000); err != nil || !r.OK {
+	if r, err := Pace(ctx, p, Key("pipetest", "carrier", "x"), "m", 1000, 1_000_000, 1_000_000, PaceShare{}); err != nil || !r.OK {
 		t.Fatalf("Pace: %+v, %v", r, err)
+	}
+	// A fair share's keys (FairKeys) share the slot set's hash slot.
+	fair := PaceShare{Name: "customer:a", Weight: 1, LeadUS: 2000, KeepUS: 10_000_000, SumCap: 1_000_000}
+	if r, err := Pace(ctx, p, Key("pipetest", "carrier", "x"), "f", 1000, 1_000_000, 1_000_000, fair); err != nil || !r.OK {
+		t.Fatalf("Pace with a share: %+v, %v", r, err)
+	}
+	if _, err := Release(ctx, p, Key("pipetest", "carrier", "x"), "f"); err != nil {
+		t.Fatalf("Release: %v", err)
 	}
 }
 

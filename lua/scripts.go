@@ -386,10 +386,12 @@ func DecodeCounts(v any, n int) (CountsReply, error) {
 
 // PaceReply is the decoded reply of pace.lua.
 type PaceReply struct {
-	// OK reports a slot was reserved (or was already held by the member).
+	// OK reports a slot was reserved (or was already held by the member),
+	// or a turn booked (Booked).
 	OK bool
 	// WaitUS is slot - now: the wait, or the wait it would have been; for
-	// a paused carrier, what is left of the pause's span.
+	// a paused carrier, what is left of the pause's span; for a booking,
+	// until the call must ask again.
 	WaitUS int64
 	// NowUS is Redis TIME at the decision, in µs.
 	NowUS int64
@@ -398,23 +400,57 @@ type PaceReply struct {
 	Paused bool
 	// Probe reports a slot granted as the half-open probe of a pause.
 	Probe bool
+	// Booked reports a booking of the call's share's turn: the call must
+	// run Pace again (same member) WaitUS from now to take its slot.
+	Booked bool
 }
 
 // PauseKey is the hash pause.lua keeps a carrier's pause in, beside its
 // slot set (same hash tag, so same Cluster slot).
 func PauseKey(slotKey string) string { return slotKey + ":pause" }
 
+// FairKeys are the hash and the sorted set pace.lua keeps a carrier's
+// fair shares in, beside its slot set (same hash tag): the shares
+// waiting, their turns and weights, the fair calls' records; and when
+// each of those expires.
+func FairKeys(slotKey string) (shares, expiries string) {
+	return slotKey + ":fair", slotKey + ":fairx"
+}
+
+// PaceShare is the share of a carrier's slots a pace.lua call draws on
+// (see pace.lua); the zero PaceShare is none: first come, first served.
+type PaceShare struct {
+	// Name is the share's name ("" = none).
+	Name string
+	// Weight is its weight, 1 to 1000.
+	Weight int64
+	// LeadUS is how far from its turn a call's slot may be (> 0).
+	LeadUS int64
+	// KeepUS is how long past max_wait a fair call's record lives (> 0).
+	KeepUS int64
+	// SumCap caps the sum of the weights waiting (> 0).
+	SumCap int64
+}
+
 // Pace runs pace.lua: reserve the next slot of key for member, unless the
 // wait would exceed maxWaitUS or the carrier is paused (its pause hash is
-// PauseKey(key)); a half-open probe claim lasts claimUS.
-func Pace(ctx context.Context, c redis.Scripter, key, member string, intervalUS, maxWaitUS, claimUS int64) (PaceReply, error) {
+// PauseKey(key)); a half-open probe claim lasts claimUS. With a share
+// (sh.Name set) the carrier's slots are shared fairly (its state in
+// FairKeys(key)) and the reply may be a booking.
+func Pace(ctx context.Context, c redis.Scripter, key, member string, intervalUS, maxWaitUS, claimUS int64, sh PaceShare) (PaceReply, error) {
 	if intervalUS <= 0 || claimUS <= 0 {
 		return PaceReply{}, fmt.Errorf("%w: slot set %q: interval %dµs and claim %dµs must be > 0", ErrArgs, key, intervalUS, claimUS)
+	}
+	if sh.Name != "" && (sh.Weight < 1 || sh.Weight > 1000 || sh.LeadUS <= 0 || sh.KeepUS <= 0 || sh.SumCap <= 0) {
+		return PaceReply{}, fmt.Errorf("%w: slot set %q: share %q: weight %d must be 1-1000, lead %dµs, keep %dµs and cap %d > 0",
+			ErrArgs, key, sh.Name, sh.Weight, sh.LeadUS, sh.KeepUS, sh.SumCap)
 	}
 	if maxWaitUS < 0 {
 		maxWaitUS = 0
 	}
-	v, err := paceScript.Run(ctx, c, []string{key, PauseKey(key)}, member, intervalUS, maxWaitUS, claimUS).Result()
+	fair, exp := FairKeys(key)
+	v, err := paceScript.Run(ctx, c, []string{key, PauseKey(key), fair, exp}, member, intervalUS, maxWaitUS, claimUS,
+		sh.Name, sh.Weight, sh.LeadUS, sh.KeepUS, sh.SumCap).Result()
 	if err != nil {
 		return PaceReply{}, err
 	}
@@ -433,16 +469,17 @@ func DecodePace(v any) (PaceReply, error) {
 	if a[1] < 0 {
 		return PaceReply{}, fmt.Errorf("%w: pace: negative wait %d", ErrReply, a[1])
 	}
-	if a[3] < 0 || a[3] > 2 || (a[3] == 1 && a[0] == 1) || (a[3] == 2 && a[0] == 0) {
+	if a[3] < 0 || a[3] > 3 || (a[3] == 1 && a[0] == 1) || ((a[3] == 2 || a[3] == 3) && a[0] == 0) {
 		return PaceReply{}, fmt.Errorf("%w: pace: state %d with flag %d", ErrReply, a[3], a[0])
 	}
-	return PaceReply{OK: a[0] == 1, WaitUS: a[1], NowUS: a[2], Paused: a[3] == 1, Probe: a[3] == 2}, nil
+	return PaceReply{OK: a[0] == 1, WaitUS: a[1], NowUS: a[2], Paused: a[3] == 1, Probe: a[3] == 2, Booked: a[3] == 3}, nil
 }
 
-// Release runs release.lua: remove member's slot from key. It reports whether
-// a slot was removed.
+// Release runs release.lua: remove member's slot from key, or its booking
+// (giving its share the turn back). It reports whether either was removed.
 func Release(ctx context.Context, c redis.Scripter, key, member string) (bool, error) {
-	v, err := releaseScript.Run(ctx, c, []string{key}, member).Result()
+	fair, exp := FairKeys(key)
+	v, err := releaseScript.Run(ctx, c, []string{key, fair, exp}, member).Result()
 	if err != nil {
 		return false, err
 	}
@@ -670,7 +707,8 @@ func DecodeRelease(v any) (bool, error) {
 type QueueReply struct {
 	// NowUS is Redis TIME at the read, in µs.
 	NowUS int64
-	// Queued is the number of slots still in the future.
+	// Queued is the number of slots still in the future and of turns
+	// booked.
 	Queued int64
 	// WaitUS is the least wait of a call reserving now.
 	WaitUS int64
@@ -684,7 +722,8 @@ func Queue(ctx context.Context, c redis.Scripter, key string, intervalUS int64) 
 	if intervalUS <= 0 {
 		return QueueReply{}, fmt.Errorf("%w: slot set %q: interval %dµs must be > 0", ErrArgs, key, intervalUS)
 	}
-	v, err := queueScript.Run(ctx, c, []string{key}, intervalUS).Result()
+	fair, _ := FairKeys(key)
+	v, err := queueScript.Run(ctx, c, []string{key, fair}, intervalUS).Result()
 	if err != nil {
 		return QueueReply{}, err
 	}

@@ -52,7 +52,7 @@ func TestLoadAndRunEveryScript(t *testing.T) {
 		t.Fatalf("Counts = %+v, %v; want 1", cr, err)
 	}
 	slots := lua.Key("t", "carrier", "a")
-	p, err := lua.Pace(ctx, c, slots, "c1", 100_000, 0, 1_000_000)
+	p, err := lua.Pace(ctx, c, slots, "c1", 100_000, 0, 1_000_000, lua.PaceShare{})
 	if err != nil || !p.OK || p.WaitUS != 0 {
 		t.Fatalf("Pace = %+v, %v; want OK wait 0", p, err)
 	}
@@ -75,7 +75,7 @@ func TestLoadAndRunEveryScript(t *testing.T) {
 	if ttl, err := c.PTTL(ctx, lua.PauseKey(slots)).Result(); err != nil || ttl <= 2*time.Second || ttl > 3*time.Second {
 		t.Fatalf("pause PTTL = %v (%v), want span + 1 s", ttl, err)
 	}
-	if p, err := lua.Pace(ctx, c, slots, "c2", 100_000, 5_000_000, 1_000_000); err != nil || p.OK || !p.Paused {
+	if p, err := lua.Pace(ctx, c, slots, "c2", 100_000, 5_000_000, 1_000_000, lua.PaceShare{}); err != nil || p.OK || !p.Paused {
 		t.Fatalf("Pace while paused = %+v, %v; want refused, paused", p, err)
 	}
 	if pz, err = lua.Pause(ctx, c, slots, lua.PauseOp{Op: "lift"}); err != nil || pz.Paused || !pz.Changed || pz.Reason != "test" {
@@ -100,7 +100,7 @@ func TestRunAfterScriptFlush(t *testing.T) {
 	if err := c.ScriptFlush(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := lua.Pace(ctx, c, "t:{carrier:x}", "m", 1000, 0, 1_000_000); err != nil {
+	if _, err := lua.Pace(ctx, c, "t:{carrier:x}", "m", 1000, 0, 1_000_000, lua.PaceShare{}); err != nil {
 		t.Fatalf("Pace after SCRIPT FLUSH: %v", err)
 	}
 }
@@ -114,11 +114,16 @@ func TestArgsValidated(t *testing.T) {
 	if _, err := lua.Admit(ctx, c, "m", []lua.AdmitBucket{{Key: "k", Limit: 1}}); !errors.Is(err, lua.ErrArgs) {
 		t.Errorf("Admit with zero window: got %v, want ErrArgs", err)
 	}
-	if _, err := lua.Pace(ctx, c, "k", "m", 0, 0, 1); !errors.Is(err, lua.ErrArgs) {
+	if _, err := lua.Pace(ctx, c, "k", "m", 0, 0, 1, lua.PaceShare{}); !errors.Is(err, lua.ErrArgs) {
 		t.Errorf("Pace with zero interval: got %v, want ErrArgs", err)
 	}
-	if _, err := lua.Pace(ctx, c, "k", "m", 1, 0, 0); !errors.Is(err, lua.ErrArgs) {
+	if _, err := lua.Pace(ctx, c, "k", "m", 1, 0, 0, lua.PaceShare{}); !errors.Is(err, lua.ErrArgs) {
 		t.Errorf("Pace with zero claim: got %v, want ErrArgs", err)
+	}
+	for _, sh := range []lua.PaceShare{{Name: "s"}, {Name: "s", Weight: 1001, LeadUS: 1, KeepUS: 1, SumCap: 1}, {Name: "s", Weight: 1, KeepUS: 1, SumCap: 1}} {
+		if _, err := lua.Pace(ctx, c, "k", "m", 1, 0, 1, sh); !errors.Is(err, lua.ErrArgs) {
+			t.Errorf("Pace with share %+v: got %v, want ErrArgs", sh, err)
+		}
 	}
 	for _, op := range []lua.PauseOp{{Op: "set"}, {Op: "set", SpanUS: 1, KeepUS: -1}, {Op: "done"}, {Op: "open", MinAgeUS: -1}, {Op: "drop"}} {
 		if _, err := lua.Pause(ctx, c, "k", op); !errors.Is(err, lua.ErrArgs) {

@@ -10,6 +10,11 @@ import (
 // before it gives up on the carrier.
 const maxLateWakes = 3
 
+// maxBookings bounds the times one Acquire follows a booking (its share's
+// turn, then a neighbour's slot taken, a slip...) before it gives up on
+// the carrier. A fair call needs two or three on a busy carrier.
+const maxBookings = 12
+
 // Ticket is the outcome of Acquire.
 type Ticket struct {
 	// OK reports that the call may be sent now. False means the carrier is
@@ -25,8 +30,9 @@ type Ticket struct {
 	// pause: its outcome goes to ProbeDone.
 	Probe bool
 	// Wait is the wait of the call's last slot: granted, or refused as too
-	// long; for a paused carrier, what was left of the pause's span. It is
-	// 0 when no reply came from the store.
+	// long; for a paused carrier, what was left of the pause's span. For a
+	// call that waited for its share's turn (a booking) it counts from the
+	// start of Acquire. It is 0 when no reply came from the store.
 	Wait time.Duration
 
 	gate   *sendGate
@@ -46,13 +52,16 @@ func (t Ticket) Sent(at time.Time) {
 // it (pacing keeps no metrics). A nil func is not called. Each runs on
 // Acquire's goroutine, before Acquire goes on, and must return quickly.
 type Trace struct {
-	// Reserved follows the reply to every reservation: err when the store
-	// failed (or ctx ended), else s, whose OK is false for a full carrier
-	// (s.Wait is then the wait refused). For a priority call s.Wait is 0
-	// and s.OK true unless the carrier is paused: it is sent at once.
+	// Reserved follows the reply to every reservation but those that
+	// carry a booked call on (Slot.Booked: the call's share's turn, asked
+	// again at it, answering with the slot or with a booking a little
+	// later): err when the store failed (or ctx ended), else s, whose OK
+	// is false for a full carrier (s.Wait is then the wait refused). For a
+	// priority call s.Wait is 0 and s.OK true unless the carrier is
+	// paused: it is sent at once.
 	Reserved func(s Slot, err error)
 	// Queued is called with +1 when Acquire starts waiting for a reserved
-	// slot and with -1 when that wait ends.
+	// slot or a booked turn and with -1 when that wait ends.
 	Queued func(delta int)
 	// Late is called when Acquire woke late, more than MaxLate after s was
 	// due, and gave s back to take the next slot.
@@ -68,7 +77,9 @@ type Trace struct {
 // (the carrier's own limit and the call's admission limits, see GateKey),
 // the whole wait within c.MaxWait. A slot it woke too late for (more than
 // MaxLate after it was due) is given back and the next one taken, in what
-// is left of MaxWait, a few times at most.
+// is left of MaxWait, a few times at most. With c.Share, a call beyond its
+// share gets a booking of its share's turn first: Acquire waits for it and
+// reserves again then for the slot itself (maxBookings times at most).
 //
 // A paused carrier is skipped, never waited for: while this node knows its
 // pause's span runs, at once and without a store call; else the store
@@ -108,24 +119,40 @@ func (p *Pacer) Acquire(ctx context.Context, c Carrier, member string, trace *Tr
 	}
 	var slot Slot
 	var retaken time.Time // the decrease a slot was last taken again for
+	bookings := 0         // bookings followed
+	following := false    // this reservation asks again at a booked turn
+	// waited is the wait of s for the Ticket: from the start once the
+	// call has followed a booking.
+	waited := func(s Slot) time.Duration {
+		if bookings == 0 {
+			return s.Wait
+		}
+		return max(s.Due().Sub(start), 0)
+	}
 	for tries := 0; ; tries++ {
 		// No deadline here: Reserve shortens MaxWait to a context's
 		// deadline, and the store bounds its own round trip. A slot taken
 		// again after a late wake must still fit in what is left of
 		// MaxWait.
 		try := c
-		if r := p.views.of(c.Key).rate; tries > 0 && r > 0 {
-			// Taken again: at the rate in force now.
+		if r := p.views.of(c.Key).rate; (tries > 0 || bookings > 0) && r > 0 {
+			// Taken again (or a booking turned into a slot): at the
+			// rate in force now.
 			try.CPS = min(c.CPS, r)
 		}
 		try.MaxWait = max(c.MaxWait-p.clock.Now().Sub(start), 0)
 		asked := p.clock.Now()
 		var err error
 		slot, err = p.Reserve(ctx, try, member)
-		if trace.Reserved != nil {
+		if trace.Reserved != nil && (!following || err != nil || !slot.OK) {
 			trace.Reserved(slot, err)
 		}
+		following = false
 		if err != nil {
+			if bookings > 0 {
+				// The store may still hold the booking.
+				p.releaseAfter(ctx, Slot{OK: true, Key: c.Key, Member: member})
+			}
 			if ctx.Err() != nil {
 				return Ticket{}, ctx.Err()
 			}
@@ -133,10 +160,45 @@ func (p *Pacer) Acquire(ctx context.Context, c Carrier, member string, trace *Tr
 		}
 		p.learnSlot(slot, asked)
 		if slot.Paused {
+			if bookings > 0 {
+				// Paused while the call waited for its turn: the
+				// booking is given back.
+				p.releaseAfter(ctx, Slot{OK: true, Key: c.Key, Member: member})
+			}
 			return Ticket{Paused: true, Wait: slot.Wait}, nil
 		}
 		if !slot.OK {
-			return Ticket{Wait: slot.Wait}, nil
+			return Ticket{Wait: waited(slot)}, nil
+		}
+		if slot.Booked {
+			if bookings++; bookings > maxBookings {
+				p.releaseAfter(ctx, slot)
+				return Ticket{Wait: waited(slot)}, nil
+			}
+			if trace.Queued != nil {
+				trace.Queued(+1)
+			}
+			err = p.Wait(ctx, slot) // gives the booking back when ctx ends
+			if trace.Queued != nil {
+				trace.Queued(-1)
+			}
+			if err == nil && ctx.Err() != nil {
+				err = ctx.Err()
+				p.releaseAfter(ctx, slot)
+			}
+			if err != nil {
+				return Ticket{Wait: waited(slot)}, err
+			}
+			if p.pausedSince(slot) {
+				p.releaseAfter(ctx, slot)
+				if trace.Paused != nil {
+					trace.Paused(slot)
+				}
+				return Ticket{Paused: true, Wait: waited(slot)}, nil
+			}
+			tries-- // the turn has come: not a late wake
+			following = true
+			continue
 		}
 
 		if trace.Queued != nil {
@@ -152,14 +214,14 @@ func (p *Pacer) Acquire(ctx context.Context, c Carrier, member string, trace *Tr
 			p.releaseAfter(ctx, slot)
 		}
 		if err != nil {
-			return Ticket{Wait: slot.Wait}, err
+			return Ticket{Wait: waited(slot)}, err
 		}
 		if p.pausedSince(slot) {
 			p.releaseAfter(ctx, slot)
 			if trace.Paused != nil {
 				trace.Paused(slot)
 			}
-			return Ticket{Paused: true, Wait: slot.Wait}, nil
+			return Ticket{Paused: true, Wait: waited(slot)}, nil
 		}
 		// Slots are spaced so that a send up to MaxLate after its slot
 		// keeps the carrier within its cps in every rolling second; a node
@@ -191,7 +253,7 @@ func (p *Pacer) Acquire(ctx context.Context, c Carrier, member string, trace *Tr
 			break
 		}
 		if tries == maxLateWakes-1 {
-			return Ticket{Wait: slot.Wait}, nil
+			return Ticket{Wait: waited(slot)}, nil
 		}
 	}
 	// The whole wait (slots, then gate) stays within MaxWait.
@@ -201,12 +263,12 @@ func (p *Pacer) Acquire(ctx context.Context, c Carrier, member string, trace *Tr
 		// This node already sent a limit's worth within its window: the
 		// carrier is full for this call; give the slot back.
 		p.releaseAfter(ctx, slot)
-		return Ticket{Wait: slot.Wait}, nil
+		return Ticket{Wait: waited(slot)}, nil
 	case err != nil:
 		// ctx ended in the gate: the slot goes unused, like one whose
 		// wait was cancelled.
 		p.releaseAfter(ctx, slot)
-		return Ticket{Wait: slot.Wait}, err
+		return Ticket{Wait: waited(slot)}, err
 	}
 	if p.pausedSince(slot) {
 		// Paused while the gate held the send.
@@ -214,9 +276,9 @@ func (p *Pacer) Acquire(ctx context.Context, c Carrier, member string, trace *Tr
 		if trace.Paused != nil {
 			trace.Paused(slot)
 		}
-		return Ticket{Paused: true, Wait: slot.Wait}, nil
+		return Ticket{Paused: true, Wait: waited(slot)}, nil
 	}
-	return Ticket{OK: true, Probe: slot.Probe, Wait: slot.Wait, gate: p.gate, passed: passed}, nil
+	return Ticket{OK: true, Probe: slot.Probe, Wait: waited(slot), gate: p.gate, passed: passed}, nil
 }
 
 // learnSlot teaches the view what a reservation asked at asked said of

@@ -2,6 +2,7 @@ package pacing
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -59,7 +60,7 @@ func TestAcquireHerd(t *testing.T) {
 	c := Carrier{Key: "t:{carrier:a}", CPS: 10, MaxWait: 5 * time.Second}
 	// Ten calls reserved, as if waiting (the store's own clock decides).
 	for i := range 10 {
-		if s, err := store.Reserve(ctx, c.Key, fmt.Sprintf("held-%d", i), Interval(c.CPS), c.MaxWait); err != nil || !s.OK {
+		if s, err := store.Reserve(ctx, c.Key, fmt.Sprintf("held-%d", i), Share{}, Interval(c.CPS), c.MaxWait); err != nil || !s.OK {
 			t.Fatalf("reserve %d: %+v, %v", i, s, err)
 		}
 	}
@@ -137,7 +138,7 @@ func TestAcquireProbeReleaseFreesTheClaim(t *testing.T) {
 	ctx := context.Background()
 	// One call every 2 s: the probe waits for its slot.
 	c := Carrier{Key: "t:{carrier:a}", CPS: 0.5, MaxWait: 5 * time.Second}
-	if _, err := store.Reserve(ctx, c.Key, "before", Interval(c.CPS), c.MaxWait); err != nil {
+	if _, err := store.Reserve(ctx, c.Key, "before", Share{}, Interval(c.CPS), c.MaxWait); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := p.Pause(ctx, c, time.Second, "x"); err != nil {
@@ -166,7 +167,7 @@ func TestAcquireRetakesASlotAfterACut(t *testing.T) {
 	ctx := context.Background()
 	c := Carrier{Key: "t:{carrier:a}", CPS: 10, MaxWait: 5 * time.Second}
 	a := AIMD{Max: 10, Min: 1, Decrease: 0.5, Increase: 0.001, Hold: time.Second}
-	if _, err := store.Reserve(ctx, c.Key, "first", Interval(c.CPS), c.MaxWait); err != nil {
+	if _, err := store.Reserve(ctx, c.Key, "first", Share{}, Interval(c.CPS), c.MaxWait); err != nil {
 		t.Fatal(err)
 	}
 	start := clock.Now()
@@ -193,5 +194,68 @@ func TestAcquireRetakesASlotAfterACut(t *testing.T) {
 	// the cut, and is taken again one 1/5 s interval after the first.
 	if got, want := clock.Now().Sub(start), Interval(5); got != want {
 		t.Errorf("the call went %v after it started, want %v (one interval at the new rate)", got, want)
+	}
+}
+
+// TestAcquireFollowsTheTurn: a call beyond its share's part of a carrier
+// gets a booking of its share's turn; Acquire waits for it, reserves
+// again at the turn, gets the slot there and sends. The booking is traced
+// once (not the slot it turns into), the wait counts from the start, and
+// a call cancelled while it waits for its turn gives the turn back.
+func TestAcquireFollowsTheTurn(t *testing.T) {
+	p, store, clock := pacerOnLocal()
+	ctx := context.Background()
+	a := Share{Name: "customer:a", Weight: 1}
+	c := Carrier{Key: "t:{carrier:f}", CPS: 10, MaxWait: 5 * time.Second, Share: a}
+	iv := Interval(c.CPS)
+	t0 := clock.Now()
+	// held-0 takes a slot at t0, held-1 one at +1, held-2 books turn +2:
+	// the next call of the share has turn +3.
+	for i := range 3 {
+		reserveShare(t, store, c.Key, fmt.Sprintf("held-%d", i), a, iv, c.MaxWait)
+	}
+	var tr traced
+	tk, err := p.Acquire(ctx, c, "call", tr.trace())
+	if err != nil || !tk.OK || tk.Wait != 3*iv {
+		t.Fatalf("Acquire = %+v, %v; want OK after 3 intervals", tk, err)
+	}
+	if got := clock.Now().Sub(t0); got != 3*iv {
+		t.Errorf("sent at +%v, want +%v (its turn)", got, 3*iv)
+	}
+	if tr.reserved != 1 || tr.full != 0 || tr.queued != 0 || tr.maxQueued != 1 || clock.Sleeps() != 2 {
+		t.Errorf("traced %+v, %d sleeps; want one reservation (the booking), queued back to 0, two sleeps (the turn, then its slot)", tr, clock.Sleeps())
+	}
+
+	reserveShare(t, store, c.Key, "held-3", a, iv, c.MaxWait) // slot at +4, turns from +5
+	cctx, cancel := context.WithCancel(ctx)
+	clock.onSleep = func(context.Context, time.Duration) error {
+		cancel()
+		return context.Canceled
+	}
+	tr = traced{}
+	if _, err := p.Acquire(cctx, c, "cancelled", tr.trace()); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Acquire: %v, want context.Canceled", err)
+	}
+	clock.onSleep = nil
+	if tr.queued != 0 {
+		t.Errorf("queued %d after the cancel, want 0", tr.queued)
+	}
+	// The cancelled call slept until lead before its turn: the next call
+	// of the share, there, has the same turn, close enough to take its
+	// slot at once.
+	next := reserveShare(t, store, c.Key, "next", a, iv, c.MaxWait)
+	if got := next.At.Add(next.Wait).Sub(t0); next.Booked || got != 5*iv {
+		t.Errorf("next call: %+v, slot +%v; want the slot at the cancelled call's turn, +%v", next, got, 5*iv)
+	}
+
+	// Another share's call is within its share: a slot, no booking.
+	b := c
+	b.Share = Share{Name: "customer:b", Weight: 1}
+	tr = traced{}
+	if tk, err := p.Acquire(ctx, b, "other", tr.trace()); err != nil || !tk.OK || tk.Wait > 2*iv {
+		t.Fatalf("other share's Acquire = %+v, %v; want OK within two intervals", tk, err)
+	}
+	if q, err := store.Queue(ctx, c.Key, iv); err != nil || q.Queued != 1 {
+		t.Errorf("Queue = %+v, %v; want 1 queued: held-2's booking (nobody came back for it)", q, err)
 	}
 }

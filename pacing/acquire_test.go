@@ -21,7 +21,7 @@ type stubSlots struct {
 	released []string        // members
 }
 
-func (s *stubSlots) Reserve(_ context.Context, key, member string, _, maxWait time.Duration) (Slot, error) {
+func (s *stubSlots) Reserve(_ context.Context, key, member string, _ Share, _, maxWait time.Duration) (Slot, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.maxWaits = append(s.maxWaits, maxWait)

@@ -44,19 +44,32 @@ func runReserve(b *testing.B, reserve func(member string) error) {
 //	                  queue fills at once; nearly every call is refused).
 //	local/fast:       LocalSlots, 1 µs interval and 1 s max_wait: most calls
 //	                  take a slot (the set holds up to 2 s of slots).
+//	local/fair:       local/fast with the calls spread over 8 shares of
+//	                  one weight (pace.lua's fair path, in process).
 //	redis/store:      RedisSlots.Reserve, 1 µs interval, 1 s max_wait.
-//	redis/raw-evalsha: the same script and arguments through go-redis
-//	                  EvalSha: the ceiling for redis/store.
+//	redis/fair:       redis/store with the calls spread over 8 shares.
+//	redis/raw-evalsha: the same script and arguments as redis/store
+//	                  through go-redis EvalSha: the ceiling for redis/store.
 func BenchmarkReserve(b *testing.B) {
 	ctx := context.Background()
 	b.Run("local/cps100", func(b *testing.B) {
 		s := NewLocalSlots(nil)
 		interval := Interval(100)
-		runReserve(b, func(m string) error { _, err := s.Reserve(ctx, "c", m, interval, 2*time.Second); return err })
+		runReserve(b, func(m string) error { _, err := s.Reserve(ctx, "c", m, Share{}, interval, 2*time.Second); return err })
 	})
 	b.Run("local/fast", func(b *testing.B) {
 		s := NewLocalSlots(nil)
-		runReserve(b, func(m string) error { _, err := s.Reserve(ctx, "c", m, time.Microsecond, time.Second); return err })
+		runReserve(b, func(m string) error {
+			_, err := s.Reserve(ctx, "c", m, Share{}, time.Microsecond, time.Second)
+			return err
+		})
+	})
+	b.Run("local/fair", func(b *testing.B) {
+		s := NewLocalSlots(nil)
+		runReserve(b, func(m string) error {
+			_, err := s.Reserve(ctx, "c", m, benchShare(m), time.Microsecond, time.Second)
+			return err
+		})
 	})
 
 	srv := redistest.Start(b)
@@ -69,11 +82,34 @@ func BenchmarkReserve(b *testing.B) {
 		s := NewRedisSlots(c, RedisOptions{})
 		key := lua.Key("bench", "carrier", "store")
 		b.SetParallelism(benchParallelism)
-		runReserve(b, func(m string) error { _, err := s.Reserve(ctx, key, m, time.Microsecond, time.Second); return err })
+		runReserve(b, func(m string) error {
+			_, err := s.Reserve(ctx, key, m, Share{}, time.Microsecond, time.Second)
+			return err
+		})
+	})
+	b.Run("redis/fair", func(b *testing.B) {
+		s := NewRedisSlots(c, RedisOptions{})
+		key := lua.Key("bench", "carrier", "fair")
+		b.SetParallelism(benchParallelism)
+		runReserve(b, func(m string) error {
+			_, err := s.Reserve(ctx, key, m, benchShare(m), time.Microsecond, time.Second)
+			return err
+		})
 	})
 	b.Run("redis/raw-evalsha", func(b *testing.B) {
-		sha, keys := lua.SHA(lua.ScriptPace), []string{lua.Key("bench", "carrier", "raw")}
+		key := lua.Key("bench", "carrier", "raw")
+		fair, exp := lua.FairKeys(key)
+		sha, keys := lua.SHA(lua.ScriptPace), []string{key, lua.PauseKey(key), fair, exp}
+		claim := lua.Micros(time.Second + ProbeClaim)
 		b.SetParallelism(benchParallelism)
-		runReserve(b, func(m string) error { return c.EvalSha(ctx, sha, keys, m, 1, 1_000_000).Err() })
+		runReserve(b, func(m string) error {
+			return c.EvalSha(ctx, sha, keys, m, 1, 1_000_000, claim, "", 0, 0, 0, 0).Err()
+		})
 	})
+}
+
+// benchShare spreads benchmark calls over 8 shares by their member's last
+// byte.
+func benchShare(m string) Share {
+	return Share{Name: "customer:" + string('a'+m[len(m)-1]%8), Weight: 1}
 }

@@ -35,6 +35,29 @@
 // the priority calls in any one second, and no more than its cps over any
 // span longer than its queue. A paused carrier is skipped as for any call.
 //
+// A carrier may be shared fairly among its callers (Share: a customer or a
+// peer, with a weight; Carrier.Share per call). While it is the
+// bottleneck, each share waiting for it gets at least its weight's part of
+// its slots (weight over the sum of the weights waiting), and a part one
+// leaves idle goes to the others; the spacing, and so the cps in every
+// rolling second, holds as without shares. The stores keep, beside the
+// slot set, each share's next turn, its turns a period = interval × sum /
+// weight apart (start-time fair queueing on real time). A call whose share
+// is within its part (its next turn at most one period ahead) takes the
+// first free slot from now at once; a call beyond it takes a slot free
+// right now if any (work-conserving, uncharged), else it gets a booking of
+// its share's turn (Slot.Booked) and reserves again then, when it takes
+// the first free slot from its turn. Slots are taken only close to now, so
+// a call within its share finds one within about an interval even when
+// another share has booked the whole max_wait; a turn whose slot went to
+// calls within their share slips, with the share's later ones. A share
+// stops counting as waiting one period after its last turn; a call's
+// record lives max_wait + 2 s, so that a Release (of a booking or of a
+// slot) gives the share its turn back, once. Redis keeps it in pace.lua
+// (two keys beside the slot set, with TTLs); LocalSlots decides the same
+// in the same integer microseconds. Acquire follows bookings. The
+// Reserve path without a share is unchanged.
+//
 // An adaptive carrier's effective rate is kept by the same stores (Adapt,
 // AIMD): an overload answer multiplies it by a factor below 1, at most once
 // per hold, never below a floor, and it climbs back additively towards the
@@ -61,7 +84,7 @@
 // spaced for a rate decreased since.
 //
 // Failure: a full queue is a Slot (or a Ticket) with OK false, never an
-// error; so are a paused carrier, a call missing its slots by waking late
+// error (a share's turn beyond max_wait is a full queue too); so are a paused carrier, a call missing its slots by waking late
 // and a send the gate would hold past max_wait. Acquire returns ctx.Err() when the caller's
 // context ends first. Any other error means the store failed and nothing
 // was reserved that the caller knows of; the caller applies the failure

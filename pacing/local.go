@@ -32,6 +32,7 @@ type LocalSlots struct {
 	rates     map[string]*rateState
 	pauses    map[string]*pauseState
 	evidence  map[string]*evidenceSets
+	fair      map[string]*fairState
 }
 
 // pauseState is one carrier's pause (pause.lua's hash), on the local clock.
@@ -83,7 +84,7 @@ var _ SlotStore = (*LocalSlots)(nil)
 // Clock readings that go backwards are treated as the latest reading.
 func NewLocalSlots(clock func() time.Time) *LocalSlots {
 	return &LocalSlots{clock: monoclock.New(clock), sets: make(map[string]*slotSet), rates: make(map[string]*rateState),
-		pauses: make(map[string]*pauseState), evidence: make(map[string]*evidenceSets)}
+		pauses: make(map[string]*pauseState), evidence: make(map[string]*evidenceSets), fair: make(map[string]*fairState)}
 }
 
 type slotEntry struct {
@@ -142,6 +143,11 @@ func (l *LocalSlots) sweep(now time.Duration) {
 			delete(l.evidence, k)
 		}
 	}
+	for k, f := range l.fair {
+		if f.expires <= us(now) {
+			delete(l.fair, k)
+		}
+	}
 }
 
 // dropFuture removes the slots after now (their holders must not send,
@@ -163,8 +169,9 @@ func (s *slotSet) dropFuture(now time.Duration) {
 func keepFor(interval time.Duration) time.Duration { return max(interval, time.Second) }
 
 // Reserve takes the next slot like pace.lua: none while key's carrier is
-// paused, and the probe claim once its span is over.
-func (l *LocalSlots) Reserve(_ context.Context, key, member string, interval, maxWait time.Duration) (Slot, error) {
+// paused, and the probe claim once its span is over; with a share, shared
+// fairly like pace.lua's fair path (fair.go).
+func (l *LocalSlots) Reserve(_ context.Context, key, member string, share Share, interval, maxWait time.Duration) (Slot, error) {
 	if interval <= 0 {
 		return Slot{}, errInterval(key, interval)
 	}
@@ -207,6 +214,18 @@ func (l *LocalSlots) Reserve(_ context.Context, key, member string, interval, ma
 		slot.OK, slot.Wait = true, max(at-now, 0)
 		claim()
 		return slot, nil
+	}
+	if share.Name != "" && pz != nil {
+		// Half-open: the probe goes first come, first served.
+		if f := l.liveFair(key, us(now), false); f != nil {
+			if rec := f.recs[member]; rec != nil {
+				f.forget(member, rec, true)
+			}
+		}
+		share = Share{}
+	}
+	if share.Name != "" {
+		return l.reserveFair(key, member, share, s, now, interval, maxWait, keep, slot), nil
 	}
 	at := now
 	if n := len(s.slots); n > 0 {
@@ -415,10 +434,12 @@ func (l *LocalSlots) Adapt(_ context.Context, key string, a AIMD, overload bool)
 	return r, nil
 }
 
-// Release removes member's slot; an unknown member is a no-op.
+// Release removes member's slot or booking, giving its share the turn
+// back like release.lua; an unknown member is a no-op.
 func (l *LocalSlots) Release(_ context.Context, key, member string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.releaseFair(key, member)
 	s := l.sets[key]
 	if s == nil {
 		return nil
@@ -446,11 +467,11 @@ func (l *LocalSlots) Queue(_ context.Context, key string, interval time.Duration
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
+	q := QueueState{Queued: l.booked(key, now)}
 	s := l.sets[key]
 	if s == nil || len(s.slots) == 0 {
-		return QueueState{}, nil
+		return q, nil
 	}
-	var q QueueState
 	i := len(s.slots) - 1
 	for ; i >= 0 && s.slots[i].at > now; i-- {
 		q.Queued++

@@ -57,7 +57,7 @@ func (p *Pacer) Reserve(ctx context.Context, c Carrier, member string) (Slot, er
 	if err := ctx.Err(); err != nil {
 		return Slot{}, err
 	}
-	s, err := p.store.Reserve(ctx, c.Key, member, interval, max(maxWait, 0))
+	s, err := p.store.Reserve(ctx, c.Key, member, c.Share, interval, max(maxWait, 0))
 	if err != nil {
 		return Slot{}, err
 	}

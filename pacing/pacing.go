@@ -35,6 +35,9 @@ type Carrier struct {
 	CPS float64
 	// MaxWait is the longest a call may wait for a slot of this carrier.
 	MaxWait time.Duration
+	// Share is the share of the carrier's slots the call asking draws on
+	// (the zero Share: none, first come, first served).
+	Share Share
 }
 
 // Slot is the outcome of one reservation. A full queue is a Slot with OK
@@ -60,6 +63,12 @@ type Slot struct {
 	// one call that tries the carrier after the span. Its outcome ends the
 	// pause or frees the claim (ProbeDone); a Release frees it too.
 	Probe bool
+	// Booked reports a booking rather than a slot (OK is true): the call
+	// has its share's turn at Due, and must then Reserve again with the
+	// same member to take the slot itself (which may answer with another
+	// booking, a little later, when the slot at its turn was taken
+	// meanwhile). A Release gives a booking back like a slot.
+	Booked bool
 }
 
 // Due is the local time at which the reserved call may be sent.
@@ -72,19 +81,27 @@ const ProbeClaim = 32 * time.Second
 
 // SlotStore reserves and releases send slots atomically, and keeps what
 // the pool shares of each carrier beside its slot set: its pause, its
-// adaptive rate and the evidence of its overload answers.
+// adaptive rate, the evidence of its overload answers and the state of its
+// fair shares.
 //
-// Reserve takes slot = max(now, last + interval); when slot - now > maxWait it
-// reserves nothing and reports OK false with the wait it would have been.
+// Reserve without a share takes slot = max(now, last + interval); when
+// slot - now > maxWait it reserves nothing and reports OK false with the
+// wait it would have been. With a share it shares the carrier fairly (see
+// the package doc): a call within its share takes the first free slot from
+// now, one beyond it a booking of its share's next turn (Slot.Booked), to
+// be turned into a slot by reserving again at that turn. Every slot is
+// at least interval from every other, whichever way it was taken.
 // A paused carrier gets no slot at all (Slot.Paused, at once, however long
 // maxWait); once the pause's span is over, the first call to get a slot is
 // its half-open probe (Slot.Probe, a claim that lasts maxWait + ProbeClaim)
 // and every other is refused as paused until ProbeDone. An error means the
 // store failed and nothing was reserved that the caller knows of.
 type SlotStore interface {
-	Reserve(ctx context.Context, key, member string, interval, maxWait time.Duration) (Slot, error)
-	// Release removes a reservation that will not be used (call cancelled or
-	// rerouted before it was sent). Releasing an unknown member is a no-op.
+	Reserve(ctx context.Context, key, member string, share Share, interval, maxWait time.Duration) (Slot, error)
+	// Release removes a reservation (slot or booking) that will not be
+	// used (call cancelled or rerouted before it was sent); a share's
+	// reservation gives its share the turn back. Releasing an unknown
+	// member is a no-op.
 	Release(ctx context.Context, key, member string) error
 	// Pause grants no slot of key for span from now (the carrier asked the
 	// pool to wait: 503 with Retry-After); every node's next Reserve sees
@@ -167,7 +184,7 @@ type Evidence struct {
 // QueueState is what an operator sees of one carrier's slots.
 type QueueState struct {
 	// Queued is the number of reservations still in the future: calls
-	// waiting for their slot.
+	// waiting for their slot or for their share's turn (bookings).
 	Queued int
 	// Sent is the number of slots in the last second: the carrier's current
 	// calls per second as paced by the whole pool.

@@ -37,7 +37,7 @@ func TestPipelinedConcurrentReserve(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			slots[i], errs[i] = s.Reserve(ctx, key, fmt.Sprint("call-", i), interval, 2*time.Minute)
+			slots[i], errs[i] = s.Reserve(ctx, key, fmt.Sprint("call-", i), Share{}, interval, 2*time.Minute)
 		}()
 	}
 	wg.Wait()

@@ -67,6 +67,9 @@ func (p *Pacer) acquirePriority(ctx context.Context, c Carrier, member string, t
 		try.CPS = min(c.CPS, r) // an adaptive carrier's rate in force
 	}
 	try.MaxWait = PriorityHorizon
+	// Its place is a real slot at the tail, never a booking of a share's
+	// turn: a priority call is nobody's share.
+	try.Share = Share{}
 	slot, err := p.Reserve(ctx, try, member)
 	if err != nil {
 		if trace.Reserved != nil {

@@ -15,8 +15,10 @@ import (
 type RedisOptions = lua.RunnerOptions
 
 // RedisSlots is the SlotStore shared by every node of a pool: one sorted set
-// per carrier, one pace.lua call per reservation, on Redis's clock. Every
-// slot set is one key, so Redis Cluster needs nothing special. RedisSlots is
+// per carrier (and, for a carrier shared fairly, a hash and a sorted set of
+// its shares' state beside it, lua.FairKeys), one pace.lua call per
+// reservation, on Redis's clock. A carrier's keys share one hash tag, so
+// Redis Cluster needs nothing special. RedisSlots is
 // safe for concurrent use.
 type RedisSlots struct {
 	run *lua.Runner
@@ -40,13 +42,18 @@ func (s *RedisSlots) Load(ctx context.Context) error {
 
 // Reserve runs pace.lua. The interval is rounded up and maxWait down to whole
 // microseconds, so neither conversion lets a call out early.
-func (s *RedisSlots) Reserve(ctx context.Context, key, member string, interval, maxWait time.Duration) (Slot, error) {
+func (s *RedisSlots) Reserve(ctx context.Context, key, member string, share Share, interval, maxWait time.Duration) (Slot, error) {
 	if interval <= 0 {
 		return Slot{}, errInterval(key, interval)
 	}
+	var sh lua.PaceShare
+	if share.Name != "" {
+		sh = lua.PaceShare{Name: share.Name, Weight: share.weight(), LeadUS: lua.Micros(shareLead(interval)),
+			KeepUS: lua.Micros(recordKeep), SumCap: maxWeightSum}
+	}
 	var r lua.PaceReply
 	err := s.run.Run(ctx, lua.ScriptPace, func(ctx context.Context, sc redis.Scripter) (err error) {
-		r, err = lua.Pace(ctx, sc, key, member, lua.Micros(interval), lua.MicrosFloor(maxWait), lua.Micros(max(maxWait, 0)+ProbeClaim))
+		r, err = lua.Pace(ctx, sc, key, member, lua.Micros(interval), lua.MicrosFloor(maxWait), lua.Micros(max(maxWait, 0)+ProbeClaim), sh)
 		return err
 	})
 	if err != nil {
@@ -61,10 +68,11 @@ func (s *RedisSlots) Reserve(ctx context.Context, key, member string, interval, 
 		Reserved: time.Now(),
 		Paused:   r.Paused,
 		Probe:    r.Probe,
+		Booked:   r.Booked,
 	}, nil
 }
 
-// Release runs release.lua (ZREM).
+// Release runs release.lua (the slot, or the booking and its share's turn).
 func (s *RedisSlots) Release(ctx context.Context, key, member string) error {
 	err := s.run.Run(ctx, lua.ScriptRelease, func(ctx context.Context, sc redis.Scripter) error {
 		_, err := lua.Release(ctx, sc, key, member)

@@ -52,6 +52,10 @@ type backend struct {
 	// slotAt returns the time of member's slot of key as the store keeps
 	// it (its own clock), false when none.
 	slotAt func(key, member string) (time.Time, bool)
+	// fairTTL (Redis) is the TTL of a key of the fair state; fairLen
+	// (in-process) counts the entries of key's fair state after a sweep.
+	fairTTL func(key string) time.Duration
+	fairLen func(key string) int
 }
 
 func backends(t *testing.T) []backend {
@@ -92,6 +96,7 @@ func backends(t *testing.T) []backend {
 				_, ok := local.sets[key]
 				return ok
 			},
+			fairLen: func(key string) int { return local.fairEntries(key) },
 			slotAt: func(key, member string) (time.Time, bool) {
 				local.mu.Lock()
 				defer local.mu.Unlock()
@@ -115,9 +120,10 @@ func backends(t *testing.T) []backend {
 			realHeld: func(key, member string) bool {
 				return c.ZScore(ctx, key, member).Err() == nil
 			},
-			exists: func(key string) bool { return c.Exists(ctx, key).Val() == 1 },
-			ttl:    func(key string) time.Duration { return c.PTTL(ctx, key).Val() },
-			slotAt: redisSlotAt,
+			exists:  func(key string) bool { return c.Exists(ctx, key).Val() == 1 },
+			ttl:     func(key string) time.Duration { return c.PTTL(ctx, key).Val() },
+			fairTTL: func(key string) time.Duration { return c.PTTL(ctx, key).Val() },
+			slotAt:  redisSlotAt,
 		},
 		{
 			name: "redis-pipelined", store: ps, real: ps, advance: time.Sleep,
@@ -131,9 +137,10 @@ func backends(t *testing.T) []backend {
 			realHeld: func(key, member string) bool {
 				return c.ZScore(ctx, key, member).Err() == nil
 			},
-			exists: func(key string) bool { return c.Exists(ctx, key).Val() == 1 },
-			ttl:    func(key string) time.Duration { return c.PTTL(ctx, key).Val() },
-			slotAt: redisSlotAt,
+			exists:  func(key string) bool { return c.Exists(ctx, key).Val() == 1 },
+			ttl:     func(key string) time.Duration { return c.PTTL(ctx, key).Val() },
+			fairTTL: func(key string) time.Duration { return c.PTTL(ctx, key).Val() },
+			slotAt:  redisSlotAt,
 		},
 	}
 }
@@ -159,7 +166,7 @@ func eachBackend(t *testing.T, f func(t *testing.T, b backend, key string)) {
 
 func reserve(t *testing.T, s SlotStore, key, member string, interval, maxWait time.Duration) Slot {
 	t.Helper()
-	sl, err := s.Reserve(context.Background(), key, member, interval, maxWait)
+	sl, err := s.Reserve(context.Background(), key, member, Share{}, interval, maxWait)
 	if err != nil {
 		t.Fatalf("Reserve(%q): %v", member, err)
 	}
@@ -357,7 +364,7 @@ func TestSlotSetExpires(t *testing.T) {
 
 func TestInvalidInterval(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend, key string) {
-		if _, err := b.store.Reserve(context.Background(), key, "m", 0, time.Second); err == nil {
+		if _, err := b.store.Reserve(context.Background(), key, "m", Share{}, 0, time.Second); err == nil {
 			t.Fatal("Reserve with interval 0: got no error")
 		}
 		if _, err := b.store.Queue(context.Background(), key, 0); err == nil {

@@ -186,7 +186,7 @@ func TestE2ELeastWaitRoute(t *testing.T) {
 			// second of slots (2 cps).
 			key := policy.Key(cfg.Store.KeyPrefix, policy.ScopeCarrier, "busy")
 			for _, m := range []string{"other-1", "other-2"} {
-				if sl, err := slots.Reserve(context.Background(), key, m, pacing.Interval(2), time.Minute); err != nil || !sl.OK {
+				if sl, err := slots.Reserve(context.Background(), key, m, pacing.Share{}, pacing.Interval(2), time.Minute); err != nil || !sl.OK {
 					t.Fatalf("reserve: %+v, %v", sl, err)
 				}
 			}

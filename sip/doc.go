@@ -28,7 +28,11 @@
 // woken late never puts limit+1 calls into one second at the carrier; the
 // slot and gate waits together stay within the carrier's max_wait (past
 // it the carrier counts as full). Both waits are pacing.Pacer.Acquire's;
-// this package counts and logs them (pace.go). Responses are relayed
+// this package counts and logs them (pace.go). A carrier's slots are shared
+// by its share_by (pace.go shareOf): the call draws on its customer's share
+// (weight), or its peer's (share_by peer, or no customer), or on none
+// (share_by none: first come, first served); a call beyond its share may
+// wait for its share's turn, within the same max_wait. Responses are relayed
 // upstream; a 5xx, 408, timeout or transport error before any provisional
 // response above 100 moves the call to the next carrier (paced again). When
 // no carrier can take the call it is rejected with 503.

@@ -462,7 +462,7 @@ func (c *call) route(route string) {
 		}
 		member := c.member + "#" + strconv.Itoa(i)
 		t0 := time.Now()
-		ticket, state, wait, err := p.awaitCarrier(c.ctx, c.log, cfg, car, member, c.gateKeys)
+		ticket, state, wait, err := p.awaitCarrier(c.ctx, c.log, cfg, car, member, c.peer, c.customer, c.gateKeys)
 		if state != carrierPaused { // a pause's span is no slot wait
 			c.wait, c.waited = wait, true
 			c.pacingWait += time.Since(t0)

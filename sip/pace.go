@@ -8,6 +8,7 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/pacing"
+	"github.com/cpsguard/cpsguard/policy"
 )
 
 // carrierState is how waiting for a carrier ended (awaitCarrier).
@@ -29,7 +30,8 @@ const (
 )
 
 // awaitCarrier waits until a send to car may go (pacing.Pacer.Acquire: the
-// carrier's slot within max_wait, then the send gate for the carrier and
+// carrier's slot within max_wait, on the share of its slots of the call's
+// peer or customer (shareOf), then the send gate for the carrier and
 // for keys, the call's admission limits); a paused carrier is
 // carrierPaused, at once or when it paused while the call waited. On
 // carrierReady the returned ticket is stamped once the request has left;
@@ -37,7 +39,7 @@ const (
 // the one refused as too long. It updates the pacing metrics (names and
 // labels are sip's, from the Trace); log gets a debug line for a full or
 // paused carrier and for a late wake.
-func (p *Proxy) awaitCarrier(ctx context.Context, log *slog.Logger, cfg *config.Config, car *config.Carrier, member string, keys []pacing.GateKey) (ticket pacing.Ticket, state carrierState, wait time.Duration, err error) {
+func (p *Proxy) awaitCarrier(ctx context.Context, log *slog.Logger, cfg *config.Config, car *config.Carrier, member, peer, customer string, keys []pacing.GateKey) (ticket pacing.Ticket, state carrierState, wait time.Duration, err error) {
 	trace := &pacing.Trace{
 		Reserved: func(slot pacing.Slot, failed error) {
 			decided(ctx) // what remains is a timer and a send: no longer in flight
@@ -66,6 +68,7 @@ func (p *Proxy) awaitCarrier(ctx context.Context, log *slog.Logger, cfg *config.
 	}
 	pc, gate := p.carriers.Pacing(cfg, car)
 	keys = append(keys, gate)
+	pc.Share = shareOf(cfg, car, peer, customer)
 	ticket, err = p.pacer.Acquire(ctx, pc, member, trace, keys...)
 	switch {
 	case err != nil && ctx.Err() != nil:
@@ -80,4 +83,26 @@ func (p *Proxy) awaitCarrier(ctx context.Context, log *slog.Logger, cfg *config.
 		return ticket, carrierFull, ticket.Wait, nil
 	}
 	return ticket, carrierReady, ticket.Wait, nil
+}
+
+// shareOf is the share of car's slots a call of peer (and of customer, ""
+// for none) draws on, by the carrier's share_by: the customer's, or the
+// peer's (share_by peer, or a call without a customer), or none
+// (share_by none: first come, first served). Shares are named by the
+// policy's scope IDs ("customer:acme").
+func shareOf(cfg *config.Config, car *config.Carrier, peer, customer string) pacing.Share {
+	by := car.Sharing()
+	if by == config.ShareByNone {
+		return pacing.Share{}
+	}
+	pol := policy.Of(cfg)
+	if by == config.ShareByCustomer && customer != "" {
+		if cu := cfg.Customer(customer); cu != nil {
+			return pacing.Share{Name: pol.Customer(cu).ID, Weight: cu.ShareWeight()}
+		}
+	}
+	if pe := cfg.Peer(peer); pe != nil {
+		return pacing.Share{Name: pol.Peer(pe).ID, Weight: pe.ShareWeight()}
+	}
+	return pacing.Share{}
 }

@@ -141,7 +141,7 @@ func (c fakeClock) Sleep(ctx context.Context, d time.Duration) error {
 // fakeSlots is a fakePacer's slot store.
 type fakeSlots struct{ f *fakePacer }
 
-func (s fakeSlots) Reserve(ctx context.Context, key, member string, _, maxWait time.Duration) (pacing.Slot, error) {
+func (s fakeSlots) Reserve(ctx context.Context, key, member string, _ pacing.Share, _, maxWait time.Duration) (pacing.Slot, error) {
 	f := s.f
 	if st, err := f.local.Paused(ctx, key); err == nil && st.Paused && st.Left > 0 {
 		return pacing.Slot{Paused: true, Wait: st.Left, Key: key, Member: member}, nil

@@ -292,10 +292,12 @@ func (f *Failover) share(buckets []admission.Bucket) []admission.Bucket {
 // Reserve implements pacing.SlotStore. In fallback the slot interval is
 // multiplied by the live nodes, so the pool together stays within the
 // carrier's cps. Under PolicyAdmit carriers are still paced this way: failing
-// open on admission must not make a carrier see more than its cps.
-func (f *Failover) Reserve(ctx context.Context, key, member string, interval, maxWait time.Duration) (pacing.Slot, error) {
+// open on admission must not make a carrier see more than its cps. A
+// share's booking made on one store and asked again on the other (a switch
+// meanwhile) is a new call there: it shares that store's slots.
+func (f *Failover) Reserve(ctx context.Context, key, member string, share pacing.Share, interval, maxWait time.Duration) (pacing.Slot, error) {
 	if f.redisInUse() {
-		s, err := f.o.RedisSlots.Reserve(ctx, key, member, interval, maxWait)
+		s, err := f.o.RedisSlots.Reserve(ctx, key, member, share, interval, maxWait)
 		if err == nil {
 			f.ok()
 			return s, nil
@@ -308,7 +310,7 @@ func (f *Failover) Reserve(ctx context.Context, key, member string, interval, ma
 	if f.o.Policy == PolicyReject && f.o.Redis != nil {
 		return pacing.Slot{Key: key, Member: member}, ErrStoreDown
 	}
-	return f.o.LocalSlots.Reserve(ctx, key, member, f.shareInterval(interval), maxWait)
+	return f.o.LocalSlots.Reserve(ctx, key, member, share, f.shareInterval(interval), maxWait)
 }
 
 func (f *Failover) shareInterval(interval time.Duration) time.Duration {

@@ -125,7 +125,7 @@ func TestFallbackAndBack(t *testing.T) {
 	if admitted != 1 {
 		t.Fatalf("fallback admitted %d of 4 with limit 4 over 2 live nodes and 1 call in the window, want 1", admitted)
 	}
-	slot, err := s.Reserve(ctx, lua.Key("fo", "carrier", "c"), "x", 100*time.Millisecond, time.Second)
+	slot, err := s.Reserve(ctx, lua.Key("fo", "carrier", "c"), "x", pacing.Share{}, 100*time.Millisecond, time.Second)
 	if err != nil || !slot.OK {
 		t.Fatalf("reserve in fallback: %+v, %v", slot, err)
 	}
@@ -194,7 +194,7 @@ func TestPolicies(t *testing.T) {
 			if got, want := s.Usable(), tc.policy != PolicyReject; got != want {
 				t.Fatalf("usable: got %v, want %v", got, want)
 			}
-			_, err := s.Reserve(context.Background(), "k", "m", time.Millisecond, time.Second)
+			_, err := s.Reserve(context.Background(), "k", "m", pacing.Share{}, time.Millisecond, time.Second)
 			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("reserve: err got %v, want %v", err, tc.wantErr)
 			}
@@ -395,7 +395,7 @@ func TestPauseGoesToBothStores(t *testing.T) {
 	}
 	srv.Kill()
 	waitMode(t, s, ModeFallback) // the heartbeat's failure switches
-	if sl, err := s.Reserve(ctx, key, "call", 100*time.Millisecond, time.Minute); err != nil || sl.OK || !sl.Paused {
+	if sl, err := s.Reserve(ctx, key, "call", pacing.Share{}, 100*time.Millisecond, time.Minute); err != nil || sl.OK || !sl.Paused {
 		t.Fatalf("Reserve in fallback: %+v, %v; want refused as paused", sl, err)
 	}
 	if e, err := s.Evidence(ctx, key, "peer-a", true, pacing.EvidenceWindows{Callers: time.Minute, Overload: time.Second}); err != nil || e.Callers != 1 {

@@ -322,6 +322,22 @@ func (c *Carrier) Arrivals() []time.Time {
 	return out
 }
 
+// ArrivalsOf returns the first arrival time of every INVITE whose Call-ID
+// starts with prefix, sorted: one caller's calls, when each caller numbers
+// its own.
+func (c *Carrier) ArrivalsOf(prefix string) []time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []time.Time
+	for id, t := range c.arrivals {
+		if strings.HasPrefix(id, prefix) {
+			out = append(out, t)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Before(out[j]) })
+	return out
+}
+
 // Count returns how many requests of method the carrier handled
 // (retransmissions absorbed by transactions are not counted).
 func (c *Carrier) Count(method string) int {
