@@ -68,7 +68,7 @@ func setDefaults(p any) {
 	case *Customer:
 		b.Weight = 1
 	case *Carrier:
-		b.ShareBy = ShareByCustomer
+		b.ShareBy = ShareByNone
 	}
 }
 

@@ -7,7 +7,8 @@ import (
 )
 
 // Fair sharing of carriers (issue 24, item 2): weights on peers and
-// customers default to 1, share_by on carriers to customer; both are
+// customers default to 1, share_by on carriers to none (sharing is
+// turned on per carrier: it costs store work on every call); both are
 // checked.
 func TestShareDefaultsAndValidation(t *testing.T) {
 	c, err := Parse([]byte(`
@@ -30,7 +31,7 @@ routes: {default: [a, b, c]}
 		{"peer e weight", c.Peers[1].Weight, 7},
 		{"customer acme weight", c.Customers[0].Weight, 1},
 		{"customer globex weight", c.Customers[1].Weight, 3},
-		{"carrier a share_by", c.Carriers[0].ShareBy, ShareByCustomer},
+		{"carrier a share_by", c.Carriers[0].ShareBy, ShareByNone},
 		{"carrier b share_by", c.Carriers[1].ShareBy, ShareByPeer},
 		{"carrier c share_by", c.Carriers[2].ShareBy, ShareByNone},
 	} {
@@ -45,8 +46,8 @@ routes: {default: [a, b, c]}
 	var p Peer
 	var cu Customer
 	var ca Carrier
-	if p.ShareWeight() != 1 || cu.ShareWeight() != 1 || ca.Sharing() != ShareByCustomer {
-		t.Errorf("zero values: weights %d %d, share_by %q; want 1, 1, customer", p.ShareWeight(), cu.ShareWeight(), ca.Sharing())
+	if p.ShareWeight() != 1 || cu.ShareWeight() != 1 || ca.Sharing() != ShareByNone {
+		t.Errorf("zero values: weights %d %d, share_by %q; want 1, 1, none", p.ShareWeight(), cu.ShareWeight(), ca.Sharing())
 	}
 
 	for _, tc := range []struct{ yaml, want string }{

@@ -88,8 +88,8 @@ func offer(p *Pacer, c Carrier, name string, rate float64, d time.Duration, pois
 // the carrier, the most sends in any rolling second. Three runs each:
 //
 //	alone:           the steady customer with the carrier to itself;
-//	share_by=customer: both, shared by customer (the default);
-//	share_by=none:   both, first come, first served (before issue 24).
+//	share_by=customer: both, shared by customer;
+//	share_by=none:   both, first come, first served (the default).
 //
 // Each run lasts fairSeconds; run with -benchtime 1x:
 //

@@ -60,6 +60,7 @@ func fairHarness(t *testing.T, cps float64, maxWait time.Duration, acme, globex 
 		edit: func(c *config.Config) {
 			c.Customer("acme").Weight = acme
 			c.Customer("globex").Weight = globex
+			c.Carriers[0].ShareBy = config.ShareByCustomer
 		}})
 	return h, car
 }
@@ -92,9 +93,9 @@ func TestShareOf(t *testing.T) {
 peers: [{name: d, sources: [127.0.0.1/32], cps: 5, weight: 2, customers: [acme]}]
 customers: [{name: acme, cps: 5, weight: 3}]
 carriers:
-  - {name: c, uri: "sip:127.0.0.1:5070", cps: 20, max_wait: 1s}
+  - {name: c, uri: "sip:127.0.0.1:5070", cps: 20, max_wait: 1s, share_by: customer}
   - {name: p, uri: "sip:127.0.0.1:5071", cps: 20, max_wait: 1s, share_by: peer}
-  - {name: n, uri: "sip:127.0.0.1:5072", cps: 20, max_wait: 1s, share_by: none}
+  - {name: n, uri: "sip:127.0.0.1:5072", cps: 20, max_wait: 1s}
 routes: {default: [c, p, n]}
 `))
 	if err != nil {

@@ -60,6 +60,7 @@ func main() {
 	fs.IntVar(&e.runs, "runs", 3, "repetitions (the median is reported)")
 	gogc := fs.String("node-gogc", "", "GOGC for the cpsguard process (A/B of GC settings; default: the node's own, GOGC=400 since internal/gctune)")
 	inflight := fs.String("node-max-inflight", "", "sip.max_inflight written into every node's config (default: the experiment's own, usually the node's default)")
+	shareBy := fs.String("node-share-by", "", "carriers[].share_by written into every node's config: customer, peer or none (default: the node's default, customer)")
 	procs := fs.String("node-gomaxprocs", "", "GOMAXPROCS for the cpsguard process (how the node scales with cores; default: every core)")
 
 	var run func(*env) error
@@ -96,6 +97,10 @@ func main() {
 	if *inflight != "" {
 		_ = os.Setenv("CPSBENCH_MAX_INFLIGHT", *inflight)
 		fmt.Println("cpsguard runs with sip.max_inflight " + *inflight)
+	}
+	if *shareBy != "" {
+		_ = os.Setenv("CPSBENCH_SHARE_BY", *shareBy)
+		fmt.Println("cpsguard runs with carriers[].share_by " + *shareBy)
 	}
 	if *procs != "" {
 		// Likewise read by the node only; SIPp, Redis and Kamailio ignore it.

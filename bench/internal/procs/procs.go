@@ -302,6 +302,11 @@ func StartCpsguard(o CpsguardOptions) (*Cpsguard, error) {
 	if o.NoProbe {
 		probe = ", probe: {interval: 0s}"
 	}
+	if by := os.Getenv("CPSBENCH_SHARE_BY"); by != "" {
+		// cpsbench -node-share-by (a binary that predates the key gets
+		// none of it unless asked).
+		probe += ", share_by: " + by
+	}
 	inflight := ""
 	if o.MaxInflight > 0 {
 		inflight = fmt.Sprintf("  max_inflight: %d\n", o.MaxInflight)
