@@ -60,7 +60,7 @@ func main() {
 	fs.IntVar(&e.runs, "runs", 3, "repetitions (the median is reported)")
 	gogc := fs.String("node-gogc", "", "GOGC for the cpsguard process (A/B of GC settings; default: the node's own, GOGC=400 since internal/gctune)")
 	inflight := fs.String("node-max-inflight", "", "sip.max_inflight written into every node's config (default: the experiment's own, usually the node's default)")
-	shareBy := fs.String("node-share-by", "", "carriers[].share_by written into every node's config: customer, peer or none (default: the node's default, customer)")
+	shareBy := fs.String("node-share-by", "", "carriers[].share_by written into every node's config: customer, peer or none (default: the node's default, none)")
 	procs := fs.String("node-gomaxprocs", "", "GOMAXPROCS for the cpsguard process (how the node scales with cores; default: every core)")
 
 	var run func(*env) error
