@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"encoding/json"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -61,6 +62,7 @@ func TestCarrierServiceAPI(t *testing.T) {
 	if rec.Code != http.StatusOK {
 		t.Fatalf("PUT with the token: got %d %s, want 200", rec.Code, rec.Body.String())
 	}
+	t.Logf("PUT %s {\"reason\": \"maintenance window\"}\n%s", path, rec.Body.String())
 	var c ServiceChange
 	decodeJSON(t, rec, &c)
 	if c.Status != "out_of_service" || c.Carrier != "carrier-a" || c.OutOfService == nil || c.OutOfService.Reason != "maintenance window" ||
@@ -90,6 +92,7 @@ func TestCarrierServiceAPI(t *testing.T) {
 	if rec.Code != http.StatusOK {
 		t.Fatalf("DELETE: got %d %s", rec.Code, rec.Body.String())
 	}
+	t.Logf("DELETE %s\n%s", path, rec.Body.String())
 	c = ServiceChange{}
 	decodeJSON(t, rec, &c)
 	if c.Status != "in_service" || c.Previous == nil || c.Previous.Reason != "maintenance window" {
@@ -142,6 +145,9 @@ func TestStatusShowsASR(t *testing.T) {
 		"carrier-b": {Up: true, InService: true, ASR: &carriers.ASR{Seizures: 4, Answered: 4, Percent: 100, Window: time.Minute}},
 	}})
 	st := getStatus(t, h)
+	if b, err := json.Marshal(st.Carriers); err == nil {
+		t.Logf("status carriers: %s", b)
+	}
 	a, b := st.Carriers[0].ASR, st.Carriers[1].ASR
 	if a == nil || a.Seizures != 6 || a.Answered != 2 || a.WindowSeconds != 60 || a.OutUntil == nil || !a.OutUntil.Equal(until) || st.Carriers[0].InService == nil || *st.Carriers[0].InService {
 		t.Errorf("carrier-a asr %+v, in_service %v", a, st.Carriers[0].InService)

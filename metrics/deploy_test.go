@@ -246,7 +246,7 @@ func TestAlerts(t *testing.T) {
 	for _, want := range []string{
 		"CpsguardStoreFallback", "CpsguardStoreDown", "CpsguardQueueDelayNearMaxWait",
 		"CpsguardSustainedRejections", "CpsguardConfigReloadFailed", "CpsguardConfigDiffers", "CpsguardDuplicateNodeID",
-		"CpsguardCarrierDown", "CpsguardCarrierPushingBack",
+		"CpsguardCarrierDown", "CpsguardCarrierPushingBack", "CpsguardCarrierOutOfService", "CpsguardCarrierASRTrips",
 		"CpsguardOverloadShedding", "CpsguardMaxCallsRejections", "CpsguardPanics", "CpsguardStrangerFlood",
 	} {
 		if !slices.Contains(names, want) {

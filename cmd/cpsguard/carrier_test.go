@@ -119,6 +119,7 @@ func TestCarrierOutInCommand(t *testing.T) {
 	if r.code != 0 || !strings.HasPrefix(r.stdout, "carrier carrier-a is back in service for the pool (out since ") {
 		t.Fatalf("in: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
+	t.Logf("$ cpsguard carrier in carrier-a\n%s", r.stdout)
 	if st := cpsguard(t, nil, "status", "--addr", addr); st.code != 0 || strings.Contains(st.stdout, "out of service") {
 		t.Errorf("status after in: exit %d, stdout:\n%s", st.code, st.stdout)
 	}

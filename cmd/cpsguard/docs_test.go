@@ -93,6 +93,11 @@ var exercised = []struct{ cmd, by string }{
 	{"cpsguard calls end CALL_ID", "TestCallsCommand"},
 	{"cpsguard calls end 68681c97-ded0-40bf-a53d-daaa9a19116d", "TestCallsCommand"},
 	{"cpsguard carrier unpause carrier-a", "TestCarrierUnpauseCommand"},
+	{"cpsguard carrier out carrier-a --reason 'maintenance window'", "TestCarrierOutInCommand"},
+	{"cpsguard carrier in carrier-a", "TestCarrierOutInCommand"},
+	{"cpsguard status", "TestCarrierOutInCommand"},
+	{`curl -s -X PUT -H "Authorization: Bearer $CPSGUARD_HTTP_TOKEN" -d '{"reason": "maintenance window"}' http://127.0.0.1:9060/api/v1/carriers/carrier-a/service`, "TestCarrierServiceAPI"},
+	{`curl -s -X DELETE -H "Authorization: Bearer $CPSGUARD_HTTP_TOKEN" http://127.0.0.1:9060/api/v1/carriers/carrier-a/service`, "TestCarrierServiceAPI"},
 	// docs/configuration.md (an example path: the command's form)
 	{"cpsguard check --config cpsguard.yaml", "TestCheckExitCodes"},
 	// docs/metrics.md
