@@ -41,8 +41,10 @@ import (
 // a second; the rest are counted and the count logged).
 //
 // What still stops a priority call: an unknown source, a malformed
-// INVITE, a customer the peer may not name, a node draining, every carrier
-// of its route down or paused, a store failure.
+// INVITE (or Max-Forwards below 2), a customer the peer may not name, a
+// node draining, every carrier of its route down, paused or out of
+// service (by hand or by ASR), and a store failure under
+// store.on_error: reject.
 
 // priorityLogRate is how many priority call lines are logged a second at
 // most.
