@@ -353,7 +353,11 @@ type txUpstream struct {
 // the sender's next request of the dialog is refused.
 func (u *txUpstream) relay(r *sipmsg.Response) error {
 	if u.hop != nil && u.req.Method == sipmsg.BYE && r.StatusCode >= 200 && endsCall(r.StatusCode) {
-		u.p.dialogEnded(u.hop.key, u.hop.callee)
+		var bye uint32
+		if c := u.req.CSeq(); c != nil {
+			bye = c.SeqNo
+		}
+		u.p.dialogEnded(u.hop.key, u.hop.callee, bye, u.hop.dir)
 	}
 	out := relayResponse(r, u.dest, u.req.Transport())
 	if out.Via() == nil {

@@ -28,7 +28,9 @@ import (
 // through one node is dead on all of them within about a second, and the
 // check itself never waits on the network (the stateless relay runs in the
 // read loop). A request of an ended dialog gets 481 and is counted
-// dialog_ended. An ended dialog is named by its call key and the callee's
+// dialog_ended, except a copy of the BYE that ended it, from the same
+// side, on the node that saw the end: it is relayed again, so that a
+// sender whose answer was lost or late gets it. An ended dialog is named by its call key and the callee's
 // tag (dialogKeyOf): a BYE naming a made-up callee tag ends nothing (the
 // far leg refuses it, 481, and the call goes on).
 //
@@ -103,6 +105,18 @@ type rateKey struct {
 	dir direction
 }
 
+// endedDialog is what a node keeps of an ended dialog: until when, and
+// the BYE that ended it here (its CSeq number and sender; bye 0 when not
+// known: a timeout, or an end learned from the pool), whose
+// retransmissions are still relayed so that their sender gets the
+// answer it is waiting for (RFC 3261 17.1.2: a UAC retransmits a BYE
+// until a final answer reaches it).
+type endedDialog struct {
+	exp time.Time
+	bye uint32
+	dir direction
+}
+
 // endedRef is an ended dialog in the order it was recorded.
 type endedRef struct {
 	key dialogKey
@@ -113,8 +127,8 @@ type endedRef struct {
 // rate buckets. Safe for concurrent use.
 type dialogGuard struct {
 	mu    sync.Mutex
-	ended map[dialogKey]time.Time // -> when to forget it
-	order []endedRef              // FIFO of ended, for expiry and eviction
+	ended map[dialogKey]endedDialog
+	order []endedRef // FIFO of ended, for expiry and eviction
 	head  int
 	rates map[rateKey]*dialogRateBucket
 
@@ -127,7 +141,7 @@ type dialogGuard struct {
 }
 
 func newDialogGuard() *dialogGuard {
-	return &dialogGuard{ended: make(map[dialogKey]time.Time), rates: make(map[rateKey]*dialogRateBucket)}
+	return &dialogGuard{ended: make(map[dialogKey]endedDialog), rates: make(map[rateKey]*dialogRateBucket)}
 }
 
 // Outcomes of dialogGuard.admit.
@@ -139,11 +153,13 @@ const (
 
 // admit checks a verified in-dialog request of dialog d (call k,
 // direction dir) at now: dialogEnded when its dialog ended, dialogOverRate
-// when its direction has no token left (and takes one otherwise).
-func (g *dialogGuard) admit(d dialogKey, k callKey, dir direction, now time.Time) int {
+// when its direction has no token left (and takes one otherwise). bye is
+// the request's CSeq number when it is a BYE, else 0: a copy of the BYE
+// that ended the dialog here, from the same side, is not refused.
+func (g *dialogGuard) admit(d dialogKey, k callKey, dir direction, bye uint32, now time.Time) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if exp, ok := g.ended[d]; ok && now.Before(exp) {
+	if e, ok := g.ended[d]; ok && now.Before(e.exp) && (bye == 0 || e.bye != bye || e.dir != dir) {
 		return dialogEnded
 	}
 	rk := rateKey{k, dir}
@@ -166,19 +182,20 @@ func (g *dialogGuard) admit(d dialogKey, k callKey, dir direction, now time.Time
 	return dialogPass
 }
 
-// end records at now that dialog d ended, until exp; publish queues it
-// for the pool store. A dialog known to have ended keeps its first record
-// (the pool store hands a node's own ends back to it).
-func (g *dialogGuard) end(d dialogKey, now, exp time.Time, publish bool) {
+// end records at now that dialog d ended, until exp, by the BYE with
+// CSeq number bye from dir (0: not known); publish queues it for the pool
+// store. A dialog known to have ended keeps its first record (the pool
+// store hands a node's own ends back to it).
+func (g *dialogGuard) end(d dialogKey, now, exp time.Time, bye uint32, dir direction, publish bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if old, ok := g.ended[d]; ok && now.Before(old) {
+	if old, ok := g.ended[d]; ok && now.Before(old.exp) {
 		return
 	}
 	if len(g.ended) >= maxEndedDialogs {
 		g.evictLocked(time.Time{}, 1)
 	}
-	g.ended[d] = exp
+	g.ended[d] = endedDialog{exp: exp, bye: bye, dir: dir}
 	g.order = append(g.order, endedRef{d, exp})
 	if publish {
 		if len(g.pending) >= maxEndsPending {
@@ -192,8 +209,8 @@ func (g *dialogGuard) end(d dialogKey, now, exp time.Time, publish bool) {
 func (g *dialogGuard) isEnded(d dialogKey, now time.Time) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	exp, ok := g.ended[d]
-	return ok && now.Before(exp)
+	e, ok := g.ended[d]
+	return ok && now.Before(e.exp)
 }
 
 // evictLocked drops, from the oldest recorded, the ended dialogs expired
@@ -204,7 +221,7 @@ func (g *dialogGuard) evictLocked(now time.Time, atLeast int) {
 		if atLeast <= 0 && now.Before(r.exp) {
 			break
 		}
-		if exp, ok := g.ended[r.key]; ok && exp.Equal(r.exp) {
+		if e, ok := g.ended[r.key]; ok && e.exp.Equal(r.exp) {
 			delete(g.ended, r.key)
 			atLeast--
 		}
@@ -275,11 +292,13 @@ func endedTTL(cfg *config.Config) time.Duration {
 }
 
 // dialogEnded records that the dialog of call k answered with calleeTag
-// is over (its BYE was answered or timed out): its token is refused from
-// now on, on this node at once, on the pool's others at their next sync.
-func (p *Proxy) dialogEnded(k callKey, calleeTag string) {
+// is over (its BYE, CSeq number bye from dir, was answered or timed out;
+// bye 0 when not known): its token is refused from now on, on this node
+// at once, on the pool's others at their next sync, except to copies of
+// that BYE on this node.
+func (p *Proxy) dialogEnded(k callKey, calleeTag string, bye uint32, dir direction) {
 	now := time.Now()
-	p.dialogs.end(dialogKeyOf(k, calleeTag), now, now.Add(endedTTL(p.cfg())), p.dialogEnds != nil)
+	p.dialogs.end(dialogKeyOf(k, calleeTag), now, now.Add(endedTTL(p.cfg())), bye, dir, p.dialogEnds != nil)
 }
 
 // admitInDialog applies the guard to a request prepareInDialog verified,
@@ -288,7 +307,13 @@ func (p *Proxy) dialogEnded(k callKey, calleeTag string) {
 // count is set, the second logged now and then).
 func (p *Proxy) admitInDialog(hop *inDialogHop, count bool, callID string) int {
 	now := time.Now()
-	switch p.dialogs.admit(dialogKeyOf(hop.key, hop.callee), hop.key, hop.dir, now) {
+	var bye uint32
+	if hop.out.Method == sipmsg.BYE {
+		if c := hop.out.CSeq(); c != nil {
+			bye = c.SeqNo
+		}
+	}
+	switch p.dialogs.admit(dialogKeyOf(hop.key, hop.callee), hop.key, hop.dir, bye, now) {
 	case dialogEnded:
 		if count {
 			p.m.SIPErrors.WithLabelValues("dialog_ended").Inc()
@@ -369,7 +394,7 @@ func (p *Proxy) syncDialogs(ctx context.Context, cursor int64) int64 {
 			var d dialogKey
 			if b, err := hex.DecodeString(k); err == nil && len(b) == len(d) {
 				copy(d[:], b)
-				p.dialogs.end(d, now, now.Add(ttl), false)
+				p.dialogs.end(d, now, now.Add(ttl), 0, 0, false)
 			}
 		}
 		cursor = next

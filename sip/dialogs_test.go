@@ -50,6 +50,12 @@ func TestEndedDialogIsClosed(t *testing.T) {
 			if r := finalOfRaw(peer, "ended", sipmsg.BYE, 0); r == nil || r.StatusCode != 200 {
 				t.Fatalf("BYE: final %v, want 200", r)
 			}
+			// A copy of the BYE that ended the dialog (its sender retransmits
+			// until an answer reaches it) is answered as the BYE was, not 481.
+			peer.send(h.udp, bye)
+			if r := finalOfRaw(peer, "ended", sipmsg.BYE, 1); r == nil || r.StatusCode != 200 {
+				t.Fatalf("the BYE's retransmission: final %v, want 200", r)
+			}
 			const n = 40
 			for i := 0; i < n; i++ {
 				m := methodsAfterTheEnd[i%len(methodsAfterTheEnd)]
@@ -61,7 +67,7 @@ func TestEndedDialogIsClosed(t *testing.T) {
 			for _, m := range methodsAfterTheEnd {
 				skip := 0
 				if m == sipmsg.BYE {
-					skip = 1
+					skip = 2
 				}
 				if r := finalOfRaw(peer, "ended", m, skip); r == nil || r.StatusCode != 481 {
 					t.Fatalf("%s after the end: %v, want 481", m, r)
@@ -256,7 +262,7 @@ func TestDialogGuardBounds(t *testing.T) {
 	now := time.Now()
 	key := func(i int) dialogKey { return dialogKeyOf(callKey{byte(i), byte(i >> 8), byte(i >> 16)}, "t") }
 	for i := 0; i < maxEndedDialogs+10; i++ {
-		g.end(key(i), now, now.Add(time.Hour+time.Duration(i)), false)
+		g.end(key(i), now, now.Add(time.Hour+time.Duration(i)), 0, 0, false)
 	}
 	if n := len(g.ended); n != maxEndedDialogs {
 		t.Fatalf("ended dialogs held = %d, want the bound %d", n, maxEndedDialogs)
@@ -268,8 +274,19 @@ func TestDialogGuardBounds(t *testing.T) {
 	if n := len(g.ended); n != 0 {
 		t.Fatalf("ended dialogs after they expired = %d, want 0", n)
 	}
+	g.end(key(2), now, now.Add(time.Hour), 7, fromPeer, false)
+	for _, c := range []struct {
+		bye  uint32
+		dir  direction
+		want int
+	}{{7, fromPeer, dialogPass}, {7, fromCarrier, dialogEnded}, {8, fromPeer, dialogEnded}, {0, fromPeer, dialogEnded}} {
+		if r := g.admit(key(2), callKey{2}, c.dir, c.bye, now); r != c.want {
+			t.Fatalf("after the BYE CSeq 7 from the peer ended it, BYE %d from %d: admit = %d, want %d", c.bye, c.dir, r, c.want)
+		}
+	}
+	g.sweep(now.Add(2 * time.Hour))
 	k := callKey{1}
-	if r := g.admit(key(1), k, fromPeer, now); r != dialogPass {
+	if r := g.admit(key(1), k, fromPeer, 0, now); r != dialogPass {
 		t.Fatalf("admit = %d, want pass", r)
 	}
 	g.sweep(now.Add(time.Hour))

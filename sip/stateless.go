@@ -426,7 +426,7 @@ func (p *Proxy) statelessDone(res *sipmsg.Response, flags byte, key callKey) {
 	}
 	// Dead before the answer is relayed: the sender's next request of the
 	// dialog is refused (no I/O here; the places are freed below).
-	p.dialogEnded(key, callee)
+	p.dialogEnded(key, callee, cseq.SeqNo, dir)
 	code := res.StatusCode
 	go func() {
 		defer p.panics.Recover("sip.bye_ends", nil)
