@@ -68,11 +68,20 @@ func FreePort(t testing.TB) int {
 // "--cluster-enabled", "yes"). The server is killed when the test ends.
 func Start(t testing.TB, extra ...string) *Server {
 	t.Helper()
+	return startOnFreePort(t, FreePort, extra...)
+}
+
+// startOnFreePort starts a server on a port pick gives, trying again on
+// another (up to 5 times) when one does not come up: a port another
+// process took between pick and bind, or a start slower than the deadline
+// on a loaded machine.
+func startOnFreePort(t testing.TB, pick func(testing.TB) int, extra ...string) *Server {
+	t.Helper()
 	bin := Require(t, "redis-server")
-	s := &Server{t: t, bin: bin, dir: t.TempDir(), args: extra}
+	s := &Server{t: t, bin: bin, args: extra}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
-		s.port = FreePort(t)
+		s.port, s.dir = pick(t), t.TempDir() // a fresh dir: no state of a failed attempt
 		if lastErr = s.start(); lastErr == nil {
 			t.Cleanup(s.Kill)
 			return s

@@ -62,8 +62,7 @@ func StartCluster(t testing.TB, masters, replicasPer int) *Cluster {
 	n := masters * (1 + replicasPer)
 	var all []*Server
 	for i := 0; i < n; i++ {
-		port := clusterPort(t)
-		s := StartOnPort(t, port,
+		s := startOnFreePort(t, clusterPort,
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", "1000",
