@@ -264,7 +264,7 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 	}
 	hop, code := p.prepareInDialog(req, true)
 	if code == 0 {
-		code = p.admitInDialog(&hop, true, callID(req))
+		code = p.admitInDialog(&hop, true, req)
 	}
 	if code != 0 {
 		p.refuseInDialog(req, tx, code)
@@ -353,9 +353,9 @@ type txUpstream struct {
 // the sender's next request of the dialog is refused.
 func (u *txUpstream) relay(r *sipmsg.Response) error {
 	if u.hop != nil && u.req.Method == sipmsg.BYE && r.StatusCode >= 200 && endsCall(r.StatusCode) {
-		var bye uint32
+		var bye uint64
 		if c := u.req.CSeq(); c != nil {
-			bye = c.SeqNo
+			bye = byeID(c.SeqNo, u.req.Via())
 		}
 		u.p.dialogEnded(u.hop.key, u.hop.callee, bye, u.hop.dir)
 	}
@@ -422,7 +422,7 @@ func isNilHeader(h sipmsg.Header) bool {
 // here (they carry no Route of the proxy).
 func (p *Proxy) onAck(req *sipmsg.Request, _ sipmsg.ServerTransaction) {
 	hop, code := p.prepareInDialog(req, false)
-	if code != 0 || p.admitInDialog(&hop, false, callID(req)) != 0 {
+	if code != 0 || p.admitInDialog(&hop, false, req) != 0 {
 		return // refused, no hops left, ended or over its rate (an ACK is never answered)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)

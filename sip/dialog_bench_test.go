@@ -50,7 +50,7 @@ func BenchmarkInDialogCheck(b *testing.B) {
 		m.SetSource(peer.String())
 		m.SetTransport("UDP")
 		reqs[i] = m.(*sipmsg.Request)
-		if hop, code := p.prepareInDialog(reqs[i], true); code != 0 || p.admitInDialog(&hop, true, "") != 0 {
+		if hop, code := p.prepareInDialog(reqs[i], true); code != 0 || p.admitInDialog(&hop, true, reqs[i]) != 0 {
 			b.Fatalf("dialog %d: refused (%d)", i, code)
 		}
 	}
@@ -64,7 +64,7 @@ func BenchmarkInDialogCheck(b *testing.B) {
 			req := reqs[next.Add(1)%dialogs]
 			hop, code := p.prepareInDialog(req, true)
 			if code == 0 {
-				code = p.admitInDialog(&hop, true, "")
+				code = p.admitInDialog(&hop, true, req)
 			}
 			if code != 0 {
 				b.Errorf("refused (%d)", code)

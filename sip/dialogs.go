@@ -3,7 +3,9 @@ package sip
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
+	"hash/fnv"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -106,15 +108,35 @@ type rateKey struct {
 }
 
 // endedDialog is what a node keeps of an ended dialog: until when, and
-// the BYE that ended it here (its CSeq number and sender; bye 0 when not
-// known: a timeout, or an end learned from the pool), whose
-// retransmissions are still relayed so that their sender gets the
-// answer it is waiting for (RFC 3261 17.1.2: a UAC retransmits a BYE
-// until a final answer reaches it).
+// the BYE that ended it here (byeID of its CSeq number and its sender's
+// branch, and its direction; bye 0 when not known: a timeout, or an end
+// learned from the pool), whose retransmissions are still relayed so that
+// their sender gets the answer it is waiting for (RFC 3261 17.1.2: a UAC
+// retransmits a BYE until a final answer reaches it). A new BYE, even
+// with the same CSeq, is another transaction and is refused.
 type endedDialog struct {
 	exp time.Time
-	bye uint32
+	bye uint64
 	dir direction
+}
+
+// byeID identifies a BYE transaction of a dialog by its CSeq number seq
+// and the branch of its sender's Via (RFC 3261 17.2.3); never 0, so 0
+// stays "not a BYE / not known".
+func byeID(seq uint32, via *sipmsg.ViaHeader) uint64 {
+	var branch string
+	if via != nil {
+		branch, _ = via.Params.Get("branch")
+	}
+	h := fnv.New64a()
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], seq)
+	h.Write(b[:])
+	h.Write([]byte(branch))
+	if id := h.Sum64(); id != 0 {
+		return id
+	}
+	return 1
 }
 
 // endedRef is an ended dialog in the order it was recorded.
@@ -154,9 +176,9 @@ const (
 // admit checks a verified in-dialog request of dialog d (call k,
 // direction dir) at now: dialogEnded when its dialog ended, dialogOverRate
 // when its direction has no token left (and takes one otherwise). bye is
-// the request's CSeq number when it is a BYE, else 0: a copy of the BYE
-// that ended the dialog here, from the same side, is not refused.
-func (g *dialogGuard) admit(d dialogKey, k callKey, dir direction, bye uint32, now time.Time) int {
+// the request's byeID when it is a BYE, else 0: a copy of the BYE that
+// ended the dialog here, from the same side, is not refused.
+func (g *dialogGuard) admit(d dialogKey, k callKey, dir direction, bye uint64, now time.Time) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if e, ok := g.ended[d]; ok && now.Before(e.exp) && (bye == 0 || e.bye != bye || e.dir != dir) {
@@ -182,11 +204,11 @@ func (g *dialogGuard) admit(d dialogKey, k callKey, dir direction, bye uint32, n
 	return dialogPass
 }
 
-// end records at now that dialog d ended, until exp, by the BYE with
-// CSeq number bye from dir (0: not known); publish queues it for the pool
+// end records at now that dialog d ended, until exp, by the BYE bye
+// (byeID) from dir (0: not known); publish queues it for the pool
 // store. A dialog known to have ended keeps its first record (the pool
 // store hands a node's own ends back to it).
-func (g *dialogGuard) end(d dialogKey, now, exp time.Time, bye uint32, dir direction, publish bool) {
+func (g *dialogGuard) end(d dialogKey, now, exp time.Time, bye uint64, dir direction, publish bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if old, ok := g.ended[d]; ok && now.Before(old.exp) {
@@ -292,11 +314,11 @@ func endedTTL(cfg *config.Config) time.Duration {
 }
 
 // dialogEnded records that the dialog of call k answered with calleeTag
-// is over (its BYE, CSeq number bye from dir, was answered or timed out;
+// is over (its BYE, byeID bye from dir, was answered or timed out;
 // bye 0 when not known): its token is refused from now on, on this node
 // at once, on the pool's others at their next sync, except to copies of
 // that BYE on this node.
-func (p *Proxy) dialogEnded(k callKey, calleeTag string, bye uint32, dir direction) {
+func (p *Proxy) dialogEnded(k callKey, calleeTag string, bye uint64, dir direction) {
 	now := time.Now()
 	p.dialogs.end(dialogKeyOf(k, calleeTag), now, now.Add(endedTTL(p.cfg())), bye, dir, p.dialogEnds != nil)
 }
@@ -304,13 +326,14 @@ func (p *Proxy) dialogEnded(k callKey, calleeTag string, bye uint32, dir directi
 // admitInDialog applies the guard to a request prepareInDialog verified,
 // once the caller is about to relay it, and returns 0, or the SIP code it
 // gets: 481 for an ended dialog, 503 over the rate (both counted when
-// count is set, the second logged now and then).
-func (p *Proxy) admitInDialog(hop *inDialogHop, count bool, callID string) int {
+// count is set, the second logged now and then). req is the request as
+// received (its top Via is its sender's).
+func (p *Proxy) admitInDialog(hop *inDialogHop, count bool, req *sipmsg.Request) int {
 	now := time.Now()
-	var bye uint32
-	if hop.out.Method == sipmsg.BYE {
-		if c := hop.out.CSeq(); c != nil {
-			bye = c.SeqNo
+	var bye uint64
+	if req.Method == sipmsg.BYE {
+		if c := req.CSeq(); c != nil {
+			bye = byeID(c.SeqNo, req.Via())
 		}
 	}
 	switch p.dialogs.admit(dialogKeyOf(hop.key, hop.callee), hop.key, hop.dir, bye, now) {
@@ -323,7 +346,7 @@ func (p *Proxy) admitInDialog(hop *inDialogHop, count bool, callID string) int {
 		if count {
 			p.m.SIPErrors.WithLabelValues("dialog_rate").Inc()
 		}
-		p.logOverRate(now, callID)
+		p.logOverRate(now, callID(req))
 		return sipmsg.StatusServiceUnavailable
 	}
 	return 0

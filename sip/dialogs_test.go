@@ -274,15 +274,29 @@ func TestDialogGuardBounds(t *testing.T) {
 	if n := len(g.ended); n != 0 {
 		t.Fatalf("ended dialogs after they expired = %d, want 0", n)
 	}
-	g.end(key(2), now, now.Add(time.Hour), 7, fromPeer, false)
+	via := func(branch string) *sipmsg.ViaHeader {
+		v := &sipmsg.ViaHeader{ProtocolName: "SIP", ProtocolVersion: "2.0", Transport: "UDP", Host: "127.0.0.1", Port: 5060, Params: sipmsg.NewParams()}
+		v.Params.Add("branch", branch)
+		return v
+	}
+	g.end(key(2), now, now.Add(time.Hour), byeID(7, via("z9hG4bK-a")), fromPeer, false)
 	for _, c := range []struct {
-		bye  uint32
-		dir  direction
-		want int
-	}{{7, fromPeer, dialogPass}, {7, fromCarrier, dialogEnded}, {8, fromPeer, dialogEnded}, {0, fromPeer, dialogEnded}} {
-		if r := g.admit(key(2), callKey{2}, c.dir, c.bye, now); r != c.want {
-			t.Fatalf("after the BYE CSeq 7 from the peer ended it, BYE %d from %d: admit = %d, want %d", c.bye, c.dir, r, c.want)
+		seq    uint32
+		branch string
+		dir    direction
+		want   int
+	}{
+		{7, "z9hG4bK-a", fromPeer, dialogPass},     // a retransmission of the BYE that ended it
+		{7, "z9hG4bK-a", fromCarrier, dialogEnded}, // from the other side
+		{7, "z9hG4bK-b", fromPeer, dialogEnded},    // a new BYE with the same CSeq
+		{8, "z9hG4bK-a", fromPeer, dialogEnded},
+	} {
+		if r := g.admit(key(2), callKey{2}, c.dir, byeID(c.seq, via(c.branch)), now); r != c.want {
+			t.Fatalf("after the BYE CSeq 7 branch a from the peer ended it, BYE %d %s from %d: admit = %d, want %d", c.seq, c.branch, c.dir, r, c.want)
 		}
+	}
+	if r := g.admit(key(2), callKey{2}, fromPeer, 0, now); r != dialogEnded {
+		t.Fatalf("after the dialog ended, a request that is no BYE: admit = %d, want ended", r)
 	}
 	g.sweep(now.Add(2 * time.Hour))
 	k := callKey{1}

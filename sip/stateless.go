@@ -121,7 +121,7 @@ func (p *Proxy) screenInDialog(cfg *config.Config, req *sipmsg.Request) bool {
 	if own == nil || up == nil || viaMangled(up) {
 		return false
 	}
-	if code := p.admitInDialog(&hop, true, callID(req)); code != 0 {
+	if code := p.admitInDialog(&hop, true, req); code != 0 {
 		p.stateless(req, code, refusalReason(code))
 		return true
 	}
@@ -171,7 +171,7 @@ func (p *Proxy) screenAck(req *sipmsg.Request) bool {
 	if code != 0 || hop.to.Stream() || !hop.to.Addr.Addr().IsValid() {
 		return false
 	}
-	if p.admitInDialog(&hop, false, callID(req)) != 0 {
+	if p.admitInDialog(&hop, false, req) != 0 {
 		return true // ended, or over its rate: dropped
 	}
 	if err := p.tp.WriteMsg(hop.out); err != nil {
@@ -397,7 +397,7 @@ func (p *Proxy) relayStatelessResponse(cfg *config.Config, res *sipmsg.Response,
 		return // hop by hop, as the stateful relay does
 	}
 	if res.StatusCode >= 200 {
-		p.statelessDone(res, flags, key)
+		p.statelessDone(res, up, flags, key)
 	}
 	res.RemoveHeader("Via")
 	ocStrip(res.Via()) // the party below does not speak for the node (oc.go)
@@ -407,10 +407,11 @@ func (p *Proxy) relayStatelessResponse(cfg *config.Config, res *sipmsg.Response,
 }
 
 // statelessDone is told of a verified final response to a request the
-// proxy relayed statelessly, before it is relayed: a BYE's ends its wait,
+// proxy relayed statelessly, before it is relayed (up is the Via of the
+// request's sender, below the node's): a BYE's ends its wait,
 // and its dialog and call when it says so (ends.go). Freeing places may
 // wait on the store: not in the read loop.
-func (p *Proxy) statelessDone(res *sipmsg.Response, flags byte, key callKey) {
+func (p *Proxy) statelessDone(res *sipmsg.Response, up *sipmsg.ViaHeader, flags byte, key callKey) {
 	cseq := res.CSeq()
 	if cseq == nil || cseq.MethodName != sipmsg.BYE {
 		return
@@ -426,7 +427,7 @@ func (p *Proxy) statelessDone(res *sipmsg.Response, flags byte, key callKey) {
 	}
 	// Dead before the answer is relayed: the sender's next request of the
 	// dialog is refused (no I/O here; the places are freed below).
-	p.dialogEnded(key, callee, cseq.SeqNo, dir)
+	p.dialogEnded(key, callee, byeID(cseq.SeqNo, up), dir)
 	code := res.StatusCode
 	go func() {
 		defer p.panics.Recover("sip.bye_ends", nil)

@@ -218,16 +218,28 @@ func TestStatelessByeRelayedBothWays(t *testing.T) {
 		t.Errorf("caller's Via on the forwarded BYE = %s, want rport filled in", up.Value())
 	}
 
-	// A retransmission after the 200: the dialog has ended, the node
-	// answers 481 itself (RFC 3261 15.1.1: the dialog is over for the
-	// sender too) and relays nothing.
+	// A retransmission after the 200 (the 200 was lost on its way, so
+	// the caller still waits for it): relayed again, and the carrier's
+	// answer reaches the caller (RFC 3261 17.1.2, 17.2.2: the carrier's
+	// server transaction answers it; a 481 from the node would end the
+	// caller's transaction with a failure).
 	peer.send(h.udp, bye)
 	waitFor(t, func() bool { return len(peer.responses()) == 2 }, "the answer to the late retransmission")
-	if r := peer.responses()[1]; r.StatusCode != 481 {
-		t.Errorf("late retransmission: %s, want 481", r.StartLine())
+	if r := peer.responses()[1]; r.StatusCode != 200 {
+		t.Errorf("late retransmission: %s, want the carrier's 200", r.StartLine())
 	}
-	if n := len(car.requests(sipmsg.BYE)); n != 3 {
-		t.Fatalf("BYEs at the carrier after a late retransmission = %d, want 3", n)
+	if n := len(car.requests(sipmsg.BYE)); n != 4 {
+		t.Fatalf("BYEs at the carrier after a late retransmission = %d, want 4", n)
+	}
+	// A new BYE of the ended dialog (another branch, same CSeq): 481 from
+	// the node, nothing relayed.
+	peer.send(h.udp, withVia(inDialogOf(t, caller, h.udp, ok, sipmsg.BYE), peer.addr(), "z9hG4bK.peer-bye-2"))
+	waitFor(t, func() bool { return len(peer.responses()) == 3 }, "the answer to a new BYE")
+	if r := peer.responses()[2]; r.StatusCode != 481 {
+		t.Errorf("new BYE of the ended dialog: %s, want 481", r.StartLine())
+	}
+	if n := len(car.requests(sipmsg.BYE)); n != 4 {
+		t.Fatalf("BYEs at the carrier after a new BYE of an ended dialog = %d, want 4", n)
 	}
 
 	// The callee's side, in a second call (the first one has ended): a BYE
