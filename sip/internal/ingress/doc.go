@@ -33,6 +33,10 @@
 //     Scans each datagram's header section against the Bounds (parameters
 //     per header element and per message, header fields) before the
 //     handler sees it: sipgo parses a parameter list in quadratic time.
+//     The scan reads lines as sipgo's parser does (only CRLF ends one), the
+//     start line's separators count (the Request-URI's parameters), and
+//     an escaped separator inside quotes counts (sipgo's parsers know no
+//     escapes): nothing sipgo parses escapes the count.
 //
 // # Budgets
 //

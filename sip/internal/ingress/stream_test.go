@@ -49,6 +49,16 @@ func TestStreamScanner(t *testing.T) {
 		{"folded field", "BYE sip:a SIP/2.0\r\nVia: a" + strings.Repeat(";p", 20) + "\r\n " + strings.Repeat(";p", 13) + "\r\n\r\n", ErrParams},
 		{"list elements", "BYE sip:a SIP/2.0\r\nVia: a" + strings.Repeat(";p", 30) + ", b" + strings.Repeat(";p", 30) + "\r\n\r\n", nil},
 		{"bad content length", "BYE sip:a SIP/2.0\r\nContent-Length: x\r\n\r\n", ErrStream},
+		// What sipgo reads apart from what the scanner read: each would
+		// let the scanner skip, or not count, what sipgo parses.
+		{"start line parameters", "INVITE sip:a" + strings.Repeat(";p", 33) + " SIP/2.0\r\nContent-Length: 0\r\n\r\n", ErrParams},
+		{"bare LF empty line does not end the headers", "BYE sip:a SIP/2.0\r\nX: y\n\n" + hostile[len("BYE sip:a SIP/2.0\r\n"):], ErrParams},
+		{"bare LF line without a colon", "BYE sip:a SIP/2.0\r\nVia: a\n" + strings.Repeat(";p", 33) + "\r\nContent-Length: 0\r\n\r\n", ErrParams},
+		{"a name sipgo trims", "BYE sip:a SIP/2.0\r\n\vContent-Length: 0\r\nContent -Length: 300\r\n\r\n" + hostile, ErrStream},
+		{"a blank inside a name", "BYE sip:a SIP/2.0\r\nl: 0\r\nContent -Length: 300\r\n\r\n" + hostile, ErrParams},
+		{"digits apart", "BYE sip:a SIP/2.0\r\nContent-Length: 1 0\r\n\r\n0123456789", ErrStream},
+		{"bare CR", "BYE sip:a SIP/2.0\r\nX: a\rb\r\n\r\n", ErrStream},
+		{"escaped separators", "BYE sip:a SIP/2.0\r\nTo: <sip:a>;x=\"" + strings.Repeat("\\;", 33) + "\"\r\nl: 0\r\n\r\n", ErrParams},
 		{"endless line", "BYE sip:a SIP/2.0\r\nX: " + strings.Repeat("a", 17<<10), ErrStream},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
