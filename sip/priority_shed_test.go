@@ -3,6 +3,7 @@ package sip
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -294,6 +295,37 @@ func TestPriorityRaw(t *testing.T) {
 				t.Errorf("%s: parsed path says %v, want %v", tc.name, got, tc.want)
 			}
 		}
+	}
+}
+
+// The raw look runs before the ingress's scan (holdInvite asks it under
+// the worker's lock, with the inflight bound taken): a Request-URI over
+// the scan's bounds is not parsed (sipgo parses its parameters in
+// quadratic time: thousands of them took ~10 ms under that lock, while
+// the readers waited for it) and is no priority call (the scan drops the
+// datagram after).
+func TestPriorityRawBoundsTheURI(t *testing.T) {
+	cfg := &config.Config{
+		Store:    config.Store{KeyPrefix: "t"},
+		Priority: config.Priority{Numbers: []string{"911"}},
+	}
+	peer := &config.Peer{Name: "a"}
+	inv := func(params string) []byte {
+		return []byte("INVITE sip:911@10.0.0.9" + params + " SIP/2.0\r\nVia: SIP/2.0/UDP 10.0.0.1;branch=z9hG4bK1\r\nFrom: <sip:a@h>;tag=1\r\nTo: <sip:x@h>\r\nCall-ID: c\r\nCSeq: 1 INVITE\r\nContent-Length: 0\r\n\r\n")
+	}
+	within := strings.Repeat(";p", ingress.DefaultBounds.ElementParams)
+	if !priorityRaw(cfg, peer, inv(within)) {
+		t.Error("a call to 911 with a Request-URI at the bounds is not a priority call")
+	}
+	var over strings.Builder
+	for i := range 3000 {
+		fmt.Fprintf(&over, ";%x", i)
+	}
+	if priorityRaw(cfg, peer, inv(over.String())) {
+		t.Error("a Request-URI with 3000 parameters was parsed and read as a priority call")
+	}
+	if _, err := ingress.Scan(inv(over.String()), ingress.DefaultBounds); err == nil {
+		t.Error("the scan lets the Request-URI with 3000 parameters through")
 	}
 }
 
