@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	sipmsg "github.com/emiago/sipgo/sip"
 )
 
 const invite = "INVITE sip:911@127.0.0.1 SIP/2.0\r\n" +
@@ -167,4 +169,67 @@ func BenchmarkScan(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// parsedParams counts the parameters sipgo parsed in a message (each came
+// after a separator of the raw bytes), and what it keeps unparsed counts as
+// the separators of its value.
+func parsedParams(m sipmsg.Message) int {
+	uri := func(u *sipmsg.Uri) int { return len(u.UriParams) + len(u.Headers) }
+	total := 0
+	var hs []sipmsg.Header
+	switch m := m.(type) {
+	case *sipmsg.Request:
+		total = uri(&m.Recipient)
+		hs = m.Headers()
+	case *sipmsg.Response:
+		hs = m.Headers()
+	}
+	for _, h := range hs {
+		switch h := h.(type) {
+		case *sipmsg.ViaHeader:
+			total += len(h.Params)
+		case *sipmsg.ToHeader:
+			total += len(h.Params) + uri(&h.Address)
+		case *sipmsg.FromHeader:
+			total += len(h.Params) + uri(&h.Address)
+		case *sipmsg.ContactHeader:
+			total += len(h.Params) + uri(&h.Address)
+		case *sipmsg.RouteHeader:
+			total += uri(&h.Address)
+		case *sipmsg.RecordRouteHeader:
+			total += uri(&h.Address)
+		case *sipmsg.ReferToHeader:
+			total += uri(&h.Address)
+		case *sipmsg.ReferredByHeader:
+			total += len(h.Params) + uri(&h.Address)
+		case *sipmsg.CSeqHeader, *sipmsg.CallIDHeader, *sipmsg.MaxForwardsHeader, *sipmsg.ContentLengthHeader,
+			*sipmsg.ContentTypeHeader, *sipmsg.ExpiresHeader:
+		default:
+			total += countSeparators(h.Value())
+		}
+	}
+	return total
+}
+
+// Whatever a datagram holds, sipgo never parses more parameters in it
+// than Scan counted separators (plus one per header field and one for the
+// start line: sipgo takes what follows a '>' for a parameter without a
+// separator): nothing sipgo parses escapes the bounds.
+func FuzzScanBoundsWhatSipgoParses(f *testing.F) {
+	f.Add([]byte(invite))
+	f.Add([]byte("INVITE sip:a;x;y SIP/2.0\r\nVia: a;b\nc;d;e\r\nX: y\n\r\nTo: <sip:a>;t=\"\\;\\;\"\r\n\r\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		info, err := Scan(data, Bounds{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := sipmsg.NewParser().ParseSIP(data)
+		if err != nil {
+			return
+		}
+		if n := parsedParams(m); n > info.Params+info.Headers+1 {
+			t.Fatalf("sipgo parsed %d parameters, Scan counted %d separators in %d fields: %q", n, info.Params, info.Headers, data)
+		}
+	})
 }
