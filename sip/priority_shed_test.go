@@ -387,7 +387,8 @@ func TestRecordsOfPriorityAndDestinationCalls(t *testing.T) {
 // INVITEs the raw path would shed (scanInvite's); it may take more, which
 // go on to the parser. (An INVITE scanInvite does not read goes on to the
 // parser anyway, where the screen and shedParsed look again; the raw look
-// only spares it a hold of at most sip.inflight_wait.)
+// only spares it a hold of at most sip.inflight_wait.) A datagram over
+// the ingress's bounds is dropped before anything parses it.
 func FuzzPriorityRaw(f *testing.F) {
 	cfg := &config.Config{
 		Store:    config.Store{KeyPrefix: "t"},
@@ -403,6 +404,9 @@ func FuzzPriorityRaw(f *testing.F) {
 		raw := priorityRaw(cfg, peer, data)
 		if _, ok := scanInvite(data); !ok {
 			return
+		}
+		if _, err := ingress.Scan(data, ingress.DefaultBounds); err != nil {
+			return // dropped before any parse
 		}
 		m, err := sipmsg.ParseMessage(data)
 		if err != nil {
