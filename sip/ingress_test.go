@@ -267,6 +267,45 @@ func TestParameterBoundOnUDP(t *testing.T) {
 	}
 }
 
+// The bounds count what sipgo parses, however the datagram hides it from
+// a scan that reads lines apart from sipgo: parameters of the
+// Request-URI, past a bare LF (sipgo ends lines at CRLF only), or escaped
+// inside quotes (sipgo's To parser knows no escapes). Each of these took
+// a worker 10-20 ms to parse.
+func TestParameterBoundOnUDPHidden(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	cfg := testConfig(carrierCfg("a", car))
+	adm, pacer := newFakes()
+	h := startProxyOpts(t, Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer})
+	peer, from := peerSocket(t)
+	ra, _ := net.ResolveUDPAddr("udp", h.udp)
+	var params, escaped strings.Builder
+	for i := range 2000 {
+		fmt.Fprintf(&params, ";%x", i)
+		fmt.Fprintf(&escaped, "\\;%x", i)
+	}
+	req := strangerRequest("OPTIONS", h.udp, "", "")(from.String())
+	for i, hostile := range []string{
+		strings.Replace(req, " SIP/2.0\r\n", params.String()+" SIP/2.0\r\n", 1),
+		strings.Replace(req, "\r\nMax-Forwards", "\n"+params.String()+"\r\nMax-Forwards", 1),
+		strings.Replace(req, "\r\nMax-Forwards", "\nX: y\n\r\nX-Hidden: <sip:a>"+params.String()+"\r\nMax-Forwards", 1),
+		strings.Replace(req, "\r\nTo: <sip:100@"+h.udp+">", "\r\nTo: <sip:100@"+h.udp+">;x=\""+escaped.String()+"\"", 1),
+	} {
+		if hostile == req {
+			t.Fatalf("%d: not hostile", i)
+		}
+		if _, err := peer.WriteToUDP([]byte(hostile), ra); err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := readFrom(peer, 300*time.Millisecond); ok {
+			t.Fatalf("%d: the hostile OPTIONS was answered: %q", i, got[:min(len(got), 80)])
+		}
+		if got := testutil.ToFloat64(h.m.SIPErrors.WithLabelValues(ingress.DropParams)); got != float64(i+1) {
+			t.Fatalf("%d: sip_errors_total{reason=params}: %v, want %d", i, got, i+1)
+		}
+	}
+}
+
 // The same bounds hold on TCP, whatever the chunks the message comes in:
 // the connection is closed, counted, and the node serves the next one.
 func TestParameterBoundOnTCP(t *testing.T) {
@@ -310,6 +349,60 @@ func TestParameterBoundOnTCP(t *testing.T) {
 	n, err := c2.Read(buf)
 	if err != nil || !strings.HasPrefix(string(buf[:n]), "SIP/2.0 200") {
 		t.Fatalf("a plain OPTIONS on a new connection: %q, %v", buf[:n], err)
+	}
+}
+
+// A read of NULs only is not parsed by sipgo: the scan must not take it
+// for body bytes either, or a message sipgo parses would be skipped as a
+// body by the scan. Here the scan would skip the hostile OPTIONS as the
+// body of the 40 bytes sipgo reads as the body of the first message.
+func TestParameterBoundOnTCPAfterNULs(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	cfg := testConfig(carrierCfg("a", car))
+	adm, pacer := newFakes()
+	h := startProxyOpts(t, Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer})
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	c, err := d.Dial("tcp", h.tcp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	req := strings.Replace(strangerRequest("OPTIONS", h.tcp, "", "")(c.LocalAddr().String()), "SIP/2.0/UDP", "SIP/2.0/TCP", 1)
+	var params strings.Builder
+	for i := range 3000 {
+		fmt.Fprintf(&params, ";%x", i)
+	}
+	hostile := strings.Replace(req, ";rport", ";rport"+params.String(), 1)
+	first := strings.Replace(req, "Content-Length: 0", "Content-Length: 40", 1)
+	if first == req {
+		t.Fatal("no Content-Length: 0 in the request")
+	}
+	// The 40 bytes sipgo reads as first's body: a message with a body of
+	// len(hostile) to a scan that took the NULs for first's body.
+	fake := fmt.Sprintf("X sip:a SIP/2.0\r\nl: %d\r\n\r\n", len(hostile))
+	fake = strings.Replace(fake, "X", "X"+strings.Repeat("X", 40-len(fake)), 1)
+	// Each write its own read (a reader waits on the other end): the
+	// test can pass without the fix if the kernel joins them, never fail
+	// with it.
+	for _, chunk := range []string{first, strings.Repeat("\x00", 40), fake + hostile} {
+		if _, err := c.Write([]byte(chunk)); err != nil {
+			break // closed under us: what is tested
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	buf := make([]byte, 4096)
+	for {
+		n, err := c.Read(buf)
+		if err != nil {
+			break
+		}
+		if strings.Contains(string(buf[:n]), ";rport;0;1;2") {
+			t.Fatalf("the hostile OPTIONS was parsed and answered: %q", buf[:min(n, 120)])
+		}
+	}
+	if got := testutil.ToFloat64(h.m.SIPErrors.WithLabelValues(ingress.DropParams)); got != 1 {
+		t.Fatalf("sip_errors_total{reason=params}: %v, want 1", got)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/policy"
+	"github.com/cpsguard/cpsguard/sip/internal/ingress"
 	"github.com/cpsguard/cpsguard/sip/internal/rawsip"
 )
 
@@ -127,8 +128,13 @@ func priorityRaw(cfg *config.Config, peer *config.Peer, data []byte) bool {
 	if sp := bytes.LastIndexByte(line, ' '); sp > len(inviteStart) {
 		uri := bytes.TrimSpace(line[len(inviteStart):sp])
 		// A cheap look first (no allocation): only a user that may be an
-		// emergency number is parsed as sipgo parses it.
-		if n := config.NormalizeNumber(string(rawsip.URIUser(uri))); n != "" && pol.PriorityNumber(n) {
+		// emergency number is parsed as sipgo parses it, and only a URI
+		// within the ingress's bounds: this look runs before the scan
+		// (holdInvite, under the worker's lock), sipgo parses URI
+		// parameters in quadratic time, and a datagram over the bounds is
+		// dropped by the scan anyway.
+		if n := config.NormalizeNumber(string(rawsip.URIUser(uri))); n != "" && pol.PriorityNumber(n) &&
+			separators(uri) <= ingress.DefaultBounds.ElementParams {
 			var u sipmsg.Uri
 			if sipmsg.ParseUri(string(uri), &u) == nil {
 				if n := uriNumber(&u); n != "" && pol.PriorityNumber(n) {
@@ -162,6 +168,11 @@ func priorityRaw(cfg *config.Config, peer *config.Peer, data []byte) bool {
 			return true
 		}
 	}
+}
+
+// separators counts the parameter separators of b, as ingress.Scan does.
+func separators(b []byte) int {
+	return bytes.Count(b, []byte{';'}) + bytes.Count(b, []byte{'&'})
 }
 
 // priorityRawFrom is priorityRaw for a datagram from an address: false

@@ -3,6 +3,7 @@ package sip
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -297,6 +298,37 @@ func TestPriorityRaw(t *testing.T) {
 	}
 }
 
+// The raw look runs before the ingress's scan (holdInvite asks it under
+// the worker's lock, with the inflight bound taken): a Request-URI over
+// the scan's bounds is not parsed (sipgo parses its parameters in
+// quadratic time: thousands of them took ~10 ms under that lock, while
+// the readers waited for it) and is no priority call (the scan drops the
+// datagram after).
+func TestPriorityRawBoundsTheURI(t *testing.T) {
+	cfg := &config.Config{
+		Store:    config.Store{KeyPrefix: "t"},
+		Priority: config.Priority{Numbers: []string{"911"}},
+	}
+	peer := &config.Peer{Name: "a"}
+	inv := func(params string) []byte {
+		return []byte("INVITE sip:911@10.0.0.9" + params + " SIP/2.0\r\nVia: SIP/2.0/UDP 10.0.0.1;branch=z9hG4bK1\r\nFrom: <sip:a@h>;tag=1\r\nTo: <sip:x@h>\r\nCall-ID: c\r\nCSeq: 1 INVITE\r\nContent-Length: 0\r\n\r\n")
+	}
+	within := strings.Repeat(";p", ingress.DefaultBounds.ElementParams)
+	if !priorityRaw(cfg, peer, inv(within)) {
+		t.Error("a call to 911 with a Request-URI at the bounds is not a priority call")
+	}
+	var over strings.Builder
+	for i := range 3000 {
+		fmt.Fprintf(&over, ";%x", i)
+	}
+	if priorityRaw(cfg, peer, inv(over.String())) {
+		t.Error("a Request-URI with 3000 parameters was parsed and read as a priority call")
+	}
+	if _, err := ingress.Scan(inv(over.String()), ingress.DefaultBounds); err == nil {
+		t.Error("the scan lets the Request-URI with 3000 parameters through")
+	}
+}
+
 // BenchmarkPriorityRaw is what the raw path's look for a priority call
 // costs a plain INVITE that is not one, with emergency numbers and
 // Resource-Priority namespaces configured (its peer allowed to claim).
@@ -355,7 +387,8 @@ func TestRecordsOfPriorityAndDestinationCalls(t *testing.T) {
 // INVITEs the raw path would shed (scanInvite's); it may take more, which
 // go on to the parser. (An INVITE scanInvite does not read goes on to the
 // parser anyway, where the screen and shedParsed look again; the raw look
-// only spares it a hold of at most sip.inflight_wait.)
+// only spares it a hold of at most sip.inflight_wait.) A datagram over
+// the ingress's bounds is dropped before anything parses it.
 func FuzzPriorityRaw(f *testing.F) {
 	cfg := &config.Config{
 		Store:    config.Store{KeyPrefix: "t"},
@@ -371,6 +404,9 @@ func FuzzPriorityRaw(f *testing.F) {
 		raw := priorityRaw(cfg, peer, data)
 		if _, ok := scanInvite(data); !ok {
 			return
+		}
+		if _, err := ingress.Scan(data, ingress.DefaultBounds); err != nil {
+			return // dropped before any parse
 		}
 		m, err := sipmsg.ParseMessage(data)
 		if err != nil {

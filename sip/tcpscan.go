@@ -1,6 +1,7 @@
 package sip
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net"
@@ -57,6 +58,9 @@ func (c *scanConn) Read(p []byte) (int, error) {
 	if c.closed {
 		return 0, io.EOF
 	}
+	if skippedBySipgo(p[:n], c.scan.Idle()) {
+		return n, err
+	}
 	if serr := c.scan.Write(p[:n]); serr != nil {
 		c.closed = true
 		reason := "stream"
@@ -73,4 +77,16 @@ func (c *scanConn) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	return n, err
+}
+
+// skippedBySipgo reports a read sipgo's TCP loop does not parse: NULs
+// only, or between messages (idle) a keepalive of up to 4 CRs and LFs.
+// The scanner skips them too, or the two would frame the stream apart (a
+// read of NULs taken for body bytes by the scanner alone would end its
+// body early, and the scanner would skip as a body what sipgo parses).
+func skippedBySipgo(data []byte, idle bool) bool {
+	if len(bytes.Trim(data, "\x00")) == 0 {
+		return true
+	}
+	return idle && len(data) <= 4 && len(bytes.Trim(data, "\r\n")) == 0
 }

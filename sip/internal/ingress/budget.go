@@ -94,7 +94,11 @@ var Stranger = Party{Name: "\x00stranger"}
 type account struct {
 	n     [numLanes]atomic.Int32
 	bytes atomic.Int64
+	// worker is what it holds on each worker (its lanes there).
+	worker []laneCounts
 }
+
+type laneCounts [numLanes]atomic.Int32
 
 func (a *account) idle() bool {
 	for i := range a.n {
@@ -112,8 +116,12 @@ type totals struct {
 }
 
 // room reports whether a party holding a may queue a datagram of cost
-// bytes on lane l. share overrides the lane's Share when > 0.
-func (b *Budget) room(t *totals, a *account, l Lane, cost int, share int) bool {
+// bytes on lane l of worker w. share overrides the lane's Share when > 0.
+// On one worker of several a party holds at most twice its even part of
+// its share (Least at least): all of a Call-ID's datagrams go to one
+// worker, and a party sending under one Call-ID would otherwise pile its
+// whole share there, ahead of the other parties' calls that worker takes.
+func (b *Budget) room(t *totals, a *account, l Lane, cost int, share int, w int) bool {
 	lb := &b.Lanes[l]
 	if share <= 0 {
 		share = lb.Share
@@ -125,6 +133,9 @@ func (b *Budget) room(t *totals, a *account, l Lane, cost int, share int) bool {
 	if total >= lb.Total || held >= share || (held >= lb.Least && total >= lb.Total-lb.Reserve) {
 		return false
 	}
+	if n := len(a.worker); n > 1 && int(a.worker[w][l].Load()) >= max(lb.Least, 2*share/n, 1) {
+		return false
+	}
 	tb, hb := t.bytes.Load(), a.bytes.Load()
 	c := int64(cost)
 	if tb+c > int64(b.Bytes) || (b.PartyBytes > 0 && hb+c > int64(b.PartyBytes)) {
@@ -133,14 +144,16 @@ func (b *Budget) room(t *totals, a *account, l Lane, cost int, share int) bool {
 	return hb < int64(b.QuietBytes) || tb+c <= int64(b.Bytes-b.ReserveBytes)
 }
 
-func (t *totals) add(a *account, l Lane, cost int) {
+func (t *totals) add(a *account, l Lane, cost int, w int) {
+	a.worker[w][l].Add(1)
 	a.n[l].Add(1)
 	a.bytes.Add(int64(cost))
 	t.n[l].Add(1)
 	t.bytes.Add(int64(cost))
 }
 
-func (t *totals) sub(a *account, l Lane, cost int) {
+func (t *totals) sub(a *account, l Lane, cost int, w int) {
+	a.worker[w][l].Add(-1)
 	a.n[l].Add(-1)
 	a.bytes.Add(-int64(cost))
 	t.n[l].Add(-1)

@@ -33,6 +33,10 @@
 //     Scans each datagram's header section against the Bounds (parameters
 //     per header element and per message, header fields) before the
 //     handler sees it: sipgo parses a parameter list in quadratic time.
+//     The scan reads lines as sipgo's parser does (only CRLF ends one), the
+//     start line's separators count (the Request-URI's parameters), and
+//     an escaped separator inside quotes counts (sipgo's parsers know no
+//     escapes): nothing sipgo parses escapes the count.
 //
 // # Budgets
 //
@@ -41,7 +45,11 @@
 // queued bytes (buffers counted whole) in all and per party; the last
 // places of each, counted in datagrams and in bytes, are kept for parties
 // that hold little, so however many parties flood, a quiet one still finds
-// room. A known party's INVITE that finds no room in the slow lane goes to
+// room. On one worker of several a party holds at most twice its even part
+// of a lane's share (the lane's Least at least): a party sending all its
+// datagrams under one Call-ID cannot pile its whole share on the one
+// worker they go to, ahead of the other parties' calls there. A known
+// party's INVITE that finds no room in the slow lane goes to
 // the shed lane, where a worker answers it at once (Options.Shed, a
 // stateless 503 from its raw bytes), rather than leave it to the kernel to
 // drop without an answer and its sender to retransmit into a full queue.

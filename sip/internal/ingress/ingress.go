@@ -217,7 +217,7 @@ func (g *Ingress) account(p Party) *account {
 	g.acctMu.Lock()
 	defer g.acctMu.Unlock()
 	if a = g.accts[p]; a == nil {
-		a = new(account)
+		a = &account{worker: make([]laneCounts, len(g.shards))}
 		g.accts[p] = a
 	}
 	return a
@@ -273,11 +273,12 @@ func (g *Ingress) takeInto(d *Datagram, conn *net.UDPConn, data []byte, from net
 		share = g.o.SlowShare()
 	}
 	cost := costOf(len(data))
-	if !g.budget.room(&g.t, a, d.Lane, cost, share) {
+	s := g.shardOf(d)
+	if !g.budget.room(&g.t, a, d.Lane, cost, share, s.id) {
 		if g.o.Congested != nil && g.budget.congested(&g.t, d.Lane, cost) {
 			g.o.Congested(d.Lane)
 		}
-		if d.Lane != LaneSlow || info.Kind != KindInvite || g.o.Shed == nil || !g.budget.room(&g.t, a, LaneShed, cost, 0) {
+		if d.Lane != LaneSlow || info.Kind != KindInvite || g.o.Shed == nil || !g.budget.room(&g.t, a, LaneShed, cost, 0, s.id) {
 			g.o.Drop(DropFull)
 			return
 		}
@@ -291,7 +292,6 @@ func (g *Ingress) takeInto(d *Datagram, conn *net.UDPConn, data []byte, from net
 		d.Info.CallID = d.Data[off : off+len(info.CallID)]
 	}
 	d.acct = a
-	s := g.shardOf(d)
 	d.Worker = s.id
 	if d.Lane == LaneSlow {
 		// A copy of a datagram still waiting from the same source (a
@@ -299,9 +299,9 @@ func (g *Ingress) takeInto(d *Datagram, conn *net.UDPConn, data []byte, from net
 		// handled.
 		d.sum = maphash.Bytes(g.seed, d.Data) ^ bits.RotateLeft64(maphash.Comparable(g.seed, d.From), 1)
 	}
-	g.t.add(a, d.Lane, d.cost)
+	g.t.add(a, d.Lane, d.cost, s.id)
 	if !s.push(*d) {
-		g.t.sub(a, d.Lane, d.cost)
+		g.t.sub(a, d.Lane, d.cost, s.id)
 		d.release()
 	}
 }
@@ -403,7 +403,7 @@ func (s *shard) drain() {
 			} else {
 				d = s.lanes[l].pop()
 			}
-			s.g.t.sub(d.acct, d.Lane, d.cost)
+			s.g.t.sub(d.acct, d.Lane, d.cost, s.id)
 			d.release()
 		}
 	}
@@ -492,7 +492,7 @@ func (s *shard) run() {
 // are given back after.
 func (s *shard) handle(d *Datagram) {
 	defer func() {
-		s.g.t.sub(d.acct, d.Lane, d.cost)
+		s.g.t.sub(d.acct, d.Lane, d.cost, s.id)
 		d.release()
 	}()
 	defer func() {

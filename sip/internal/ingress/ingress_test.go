@@ -139,9 +139,14 @@ type harness struct {
 }
 
 func newHarness(t testing.TB, budget *Budget, party func(netip.Addr) (Party, bool)) *harness {
+	return newHarnessN(t, budget, party, 1)
+}
+
+// newHarnessN is newHarness with the given number of workers.
+func newHarnessN(t testing.TB, budget *Budget, party func(netip.Addr) (Party, bool), workers int) *harness {
 	h := &harness{release: make(chan struct{}), handled: make(chan *Datagram, 1<<16)}
 	g, err := New(Options{
-		Workers: 1,
+		Workers: workers,
 		Budget:  budget,
 		Party:   party,
 		Handle: func(d *Datagram) {
@@ -212,6 +217,40 @@ func TestPartyBytes(t *testing.T) {
 	}
 	if got := h.dropped(DropFull) - before; got != 0 {
 		t.Fatalf("%d of the quiet party's 20 datagrams refused", got)
+	}
+}
+
+// A party cannot pile its whole share of a lane on one worker by sending
+// everything under one Call-ID (every datagram of a Call-ID goes to the
+// same worker): there it would hold the share of every worker, and delay
+// the other parties' calls that hash to that worker by all of it. On one
+// worker it holds at most twice its even part of the share (Least at
+// least); spread over the workers, its whole share; another party still
+// queues on the worker it pinned.
+func TestShareOfOneWorker(t *testing.T) {
+	b := DefaultBudget
+	b.Lanes[LaneFast] = LaneBudget{Total: 1000, Share: 400, Least: 10}
+	h := newHarnessN(t, &b, byIP(map[string]string{"127.0.0.2": "a", "127.0.0.3": "b"}), 4)
+	for i := range 400 {
+		h.g.take(nil, []byte(bye("pinned", i)), peerA, time.Now())
+	}
+	// The one worker that takes "pinned" holds its first datagram in the
+	// handler (out of the queue, still in the budget).
+	if got := h.g.Queued(LaneFast); got > 2*400/4 {
+		t.Fatalf("one Call-ID queued %d datagrams on one worker, want at most %d", got, 2*400/4)
+	}
+	for i := range 400 {
+		h.g.take(nil, []byte(bye(fmt.Sprint("spread", i), i)), peerA, time.Now())
+	}
+	if got := h.g.Queued(LaneFast); got < 350 {
+		t.Fatalf("spread over the workers: %d queued in all, want about the share of 400", got)
+	}
+	before := h.dropped(DropFull)
+	for i := range 5 {
+		h.g.take(nil, []byte(bye("pinned", 1000+i)), peerB, time.Now())
+	}
+	if got := h.dropped(DropFull) - before; got != 0 {
+		t.Fatalf("%d of another party's 5 datagrams on the pinned worker refused", got)
 	}
 }
 

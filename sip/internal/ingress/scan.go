@@ -120,23 +120,13 @@ func kindOf(data []byte) Kind {
 // a worker. Info's counts are left zero.
 func Classify(data []byte) Info {
 	info := Info{Kind: kindOf(data)}
-	i := indexNL(data, 0)
-	if i < 0 {
-		return info
-	}
-	for i++; i < len(data); {
-		end := indexNL(data, i)
-		if end < 0 {
-			end = len(data)
-		}
-		line := data[i:end]
-		if n := len(line); n > 0 && line[n-1] == '\r' {
-			line = line[:n-1]
-		}
+	_, i := nextLine(data, 0)
+	for i < len(data) {
+		var line []byte
+		line, i = nextLine(data, i)
 		if len(line) == 0 {
 			break // end of the header section
 		}
-		i = end + 1
 		if line[0] == ' ' || line[0] == '\t' || (line[0]|0x20 != 'c' && line[0]|0x20 != 'i') {
 			continue
 		}
@@ -153,19 +143,26 @@ func Classify(data []byte) Info {
 }
 
 // Scan classifies a datagram and checks it against b, reading its header
-// section once: the start line, then every header line up to the first
-// empty one (or the end of the data). Lines may end in CRLF or LF alone; a
-// line that starts with a blank continues the field before it. It fails
+// section once: the start line (its separators are one element), then
+// every header line up to the first empty one (or the end of the data).
+// Lines end in CRLF only, as sipgo reads them; a line that starts with a
+// blank continues the field before it. It fails
 // only with ErrParams or ErrHeaders; anything else it does not understand
 // is left to the parser (Info says what it could read).
 func Scan(data []byte, b Bounds) (Info, error) {
 	info := Info{Kind: kindOf(data)}
-	// Skip the start line.
-	i := indexNL(data, 0)
-	if i < 0 {
-		return info, nil
+	// The start line's separators are one element (the Request-URI's
+	// parameters and headers: sipgo parses them as a header's).
+	start, i := nextLine(data, 0)
+	for _, c := range start {
+		if c == ';' || c == '&' {
+			info.Params++
+			info.MaxElement = info.Params
+			if (b.ElementParams > 0 && info.Params > b.ElementParams) || (b.MessageParams > 0 && info.Params > b.MessageParams) {
+				return info, ErrParams
+			}
+		}
 	}
-	i++
 	list := false // the current field is a list header
 	elem := 0     // separators in the current element
 	// Quotes and angle brackets of the current field (a folded line goes
@@ -173,15 +170,7 @@ func Scan(data []byte, b Bounds) (Info, error) {
 	quoted, angle := false, 0
 	skip := false // the current field has no colon: not a header
 	for i < len(data) {
-		end := indexNL(data, i)
-		if end < 0 {
-			end = len(data)
-		}
-		line := data[i:end]
-		if n := len(line); n > 0 && line[n-1] == '\r' {
-			line = line[:n-1]
-		}
-		next := end + 1
+		line, next := nextLine(data, i)
 		if len(line) == 0 {
 			break // end of the header section
 		}
@@ -217,7 +206,9 @@ func Scan(data []byte, b Bounds) (Info, error) {
 			case '"':
 				quoted = !quoted
 			case '\\':
-				if quoted {
+				// An escaped quote or backslash; an escaped separator is
+				// counted (sipgo's parameter parsers know no escapes).
+				if quoted && j+1 < len(value) && (value[j+1] == '"' || value[j+1] == '\\') {
 					j++
 				}
 			case '<':
@@ -268,11 +259,25 @@ func isListHeader(name []byte) bool {
 	return false
 }
 
-func indexNL(data []byte, from int) int {
-	if k := bytes.IndexByte(data[from:], '\n'); k >= 0 {
-		return from + k
+// nextLine returns the line that starts at from, without its CRLF, and
+// where the next one starts. Only CRLF ends a line, as in sipgo's parser:
+// a bare LF (or CR) is a byte of the line, so that no line break the
+// parser does not see (a bare LF before a line without a colon, or before
+// an empty line) hides what follows from the scan. The last line may lack
+// its CRLF.
+func nextLine(data []byte, from int) (line []byte, next int) {
+	for k := from; k < len(data); {
+		j := bytes.IndexByte(data[k:], '\n')
+		if j < 0 {
+			break
+		}
+		k += j
+		if k > from && data[k-1] == '\r' {
+			return data[from : k-1], k + 1
+		}
+		k++
 	}
-	return -1
+	return data[from:], len(data)
 }
 
 func indexByte(b []byte, c byte) int { return bytes.IndexByte(b, c) }

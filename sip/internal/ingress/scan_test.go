@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	sipmsg "github.com/emiago/sipgo/sip"
 )
 
 const invite = "INVITE sip:911@127.0.0.1 SIP/2.0\r\n" +
@@ -35,7 +37,20 @@ func TestScan(t *testing.T) {
 		{name: "options waits with calls", data: "OPTIONS sip:a SIP/2.0\r\n\r\n", kind: KindOther},
 		{name: "lower case invite is other", data: "invite sip:a SIP/2.0\r\n\r\n", kind: KindOther},
 		{name: "cancel", data: "CANCEL sip:a SIP/2.0\r\n\r\n", kind: KindOther},
-		{name: "LF only", data: "BYE sip:a SIP/2.0\nCall-ID: lf\nVia: x;a;b\n\nbody;;;;", kind: KindInDialog, callID: "lf", headers: 2, params: 2, maxElem: 2},
+		// sipgo ends a line at CRLF only: a bare LF is a byte of the line
+		// (here of the start line, which sipgo does not parse).
+		{name: "LF only is one line", data: "BYE sip:a SIP/2.0\nCall-ID: lf\nVia: x;a;b\n\nbody;;;;", kind: KindInDialog, params: 6, maxElem: 6},
+		{name: "start line parameters count", data: "INVITE sip:a;x;y?h=1&j=2 SIP/2.0\r\nVia: a;b\r\n\r\n", kind: KindInvite, headers: 1, params: 4, maxElem: 3},
+		{name: "start line over the bound",
+			data: "INVITE sip:a" + strings.Repeat(";p", 33) + " SIP/2.0\r\nCall-ID: x\r\n\r\n", kind: KindInvite, err: ErrParams},
+		// A bare LF before a line without a colon: sipgo reads one Via.
+		{name: "bare LF does not start a field",
+			data: "BYE sip:a SIP/2.0\r\nVia: a;b\n" + strings.Repeat(";p", 40) + "\r\n\r\n", kind: KindInDialog, err: ErrParams},
+		// A bare LF and a CRLF: not the end of the header section to sipgo.
+		{name: "bare LF before CRLF is not the end of the headers",
+			data: "BYE sip:a SIP/2.0\r\nX: y\n\r\nVia: a" + strings.Repeat(";p", 40) + "\r\n\r\n", kind: KindInDialog, err: ErrParams},
+		{name: "bare LF empty line is not the end of the headers",
+			data: "BYE sip:a SIP/2.0\r\nX: y\n\nVia: a" + strings.Repeat(";p", 40) + "\r\n\r\n", kind: KindInDialog, err: ErrParams},
 		{name: "body not scanned", data: "BYE sip:a SIP/2.0\r\nCall-ID: b\r\n\r\n" + strings.Repeat(";", 1000), kind: KindInDialog, callID: "b", headers: 1},
 		{name: "first Call-ID wins", data: "BYE sip:a SIP/2.0\r\nCall-ID: one\r\nI: two\r\n\r\n", kind: KindInDialog, callID: "one", headers: 2},
 		{name: "no Call-ID", data: "BYE sip:a SIP/2.0\r\nFrom: a\r\n\r\n", kind: KindInDialog, headers: 1},
@@ -49,6 +64,11 @@ func TestScan(t *testing.T) {
 			data: "BYE sip:a SIP/2.0\r\nFrom: <sip:a>;a;b,;c;d\r\n\r\n", kind: KindInDialog, headers: 1, params: 4, maxElem: 4},
 		{name: "quoted separators count",
 			data: "BYE sip:a SIP/2.0\r\nVia: a;oc-algo=\"x;y,z\";b\r\n\r\n", kind: KindInDialog, headers: 1, params: 3, maxElem: 3},
+		// sipgo's To and Contact parameter parsers know no escapes.
+		{name: "escaped separators in quotes count",
+			data: "BYE sip:a SIP/2.0\r\nTo: <sip:a>;x=\"" + strings.Repeat("\\;", 33) + "\"\r\n\r\n", kind: KindInDialog, err: ErrParams},
+		{name: "escaped quote stays quoted",
+			data: "BYE sip:a SIP/2.0\r\nVia: a;x=\"\\\", b\\\\\";c\r\n\r\n", kind: KindInDialog, headers: 1, params: 2, maxElem: 2},
 		{name: "URI headers count",
 			data: "BYE sip:a SIP/2.0\r\nContact: <sip:a?x=1&y=2&z=3>\r\n\r\n", kind: KindInDialog, headers: 1, params: 2, maxElem: 2},
 		{name: "element over the bound",
@@ -149,4 +169,67 @@ func BenchmarkScan(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// parsedParams counts the parameters sipgo parsed in a message (each came
+// after a separator of the raw bytes), and what it keeps unparsed counts as
+// the separators of its value.
+func parsedParams(m sipmsg.Message) int {
+	uri := func(u *sipmsg.Uri) int { return len(u.UriParams) + len(u.Headers) }
+	total := 0
+	var hs []sipmsg.Header
+	switch m := m.(type) {
+	case *sipmsg.Request:
+		total = uri(&m.Recipient)
+		hs = m.Headers()
+	case *sipmsg.Response:
+		hs = m.Headers()
+	}
+	for _, h := range hs {
+		switch h := h.(type) {
+		case *sipmsg.ViaHeader:
+			total += len(h.Params)
+		case *sipmsg.ToHeader:
+			total += len(h.Params) + uri(&h.Address)
+		case *sipmsg.FromHeader:
+			total += len(h.Params) + uri(&h.Address)
+		case *sipmsg.ContactHeader:
+			total += len(h.Params) + uri(&h.Address)
+		case *sipmsg.RouteHeader:
+			total += uri(&h.Address)
+		case *sipmsg.RecordRouteHeader:
+			total += uri(&h.Address)
+		case *sipmsg.ReferToHeader:
+			total += uri(&h.Address)
+		case *sipmsg.ReferredByHeader:
+			total += len(h.Params) + uri(&h.Address)
+		case *sipmsg.CSeqHeader, *sipmsg.CallIDHeader, *sipmsg.MaxForwardsHeader, *sipmsg.ContentLengthHeader,
+			*sipmsg.ContentTypeHeader, *sipmsg.ExpiresHeader:
+		default:
+			total += countSeparators(h.Value())
+		}
+	}
+	return total
+}
+
+// Whatever a datagram holds, sipgo never parses more parameters in it
+// than Scan counted separators (plus one per header field and one for the
+// start line: sipgo takes what follows a '>' for a parameter without a
+// separator): nothing sipgo parses escapes the bounds.
+func FuzzScanBoundsWhatSipgoParses(f *testing.F) {
+	f.Add([]byte(invite))
+	f.Add([]byte("INVITE sip:a;x;y SIP/2.0\r\nVia: a;b\nc;d;e\r\nX: y\n\r\nTo: <sip:a>;t=\"\\;\\;\"\r\n\r\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		info, err := Scan(data, Bounds{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := sipmsg.NewParser().ParseSIP(data)
+		if err != nil {
+			return
+		}
+		if n := parsedParams(m); n > info.Params+info.Headers+1 {
+			t.Fatalf("sipgo parsed %d parameters, Scan counted %d separators in %d fields: %q", n, info.Params, info.Headers, data)
+		}
+	})
 }

@@ -11,8 +11,13 @@ var ErrStream = errors.New("ingress: unframeable SIP stream")
 // StreamScanner applies Bounds to the messages of a byte stream (SIP over
 // TCP or TLS) as Scan does to a datagram, whatever the chunks the stream
 // arrives in: the header section of each message is checked as it comes,
-// its body (Content-Length bytes) skipped. It is not safe for concurrent
-// use: one per connection, fed in order.
+// its body (Content-Length bytes) skipped. It frames the stream as
+// sipgo's stream parser does (lines end at CRLF only; a Content-Length is
+// one sipgo reads as such; a stream sipgo might frame otherwise, such as a
+// header name with a byte sipgo would trim, is ErrStream), so that it
+// never skips as a body what sipgo parses. A read sipgo does not parse
+// (NULs only, a keepalive) must not be written to it. It is not safe for
+// concurrent use: one per connection, fed in order.
 type StreamScanner struct {
 	b Bounds
 	// MaxLine bounds a header line (folded lines joined); 0: 16 KiB.
@@ -26,15 +31,19 @@ type StreamScanner struct {
 	name       [16]byte
 	nameLen    int
 	inName     bool // before the field's colon
+	nameGap    bool // a blank after the name's first byte
+	nameOdd    bool // a blank inside the name (sipgo knows no such header)
 	skip       bool // a continuation of a line without a colon
 	list       bool
 	isLength   bool
 	length     int64
 	lengthSeen bool
-	quoted     bool
-	escaped    bool
-	angle      int
-	elem       int
+	// The Content-Length value's digits began, and ended (a blank).
+	lengthDigits, lengthDone bool
+	quoted                   bool
+	escaped                  bool
+	angle                    int
+	elem                     int
 	// The current message.
 	headers, params int
 	bodyLeft        int64
@@ -62,8 +71,7 @@ func (s *StreamScanner) Write(p []byte) error {
 	}
 	for i := 0; i < len(p); i++ {
 		c := p[i]
-		switch s.state {
-		case stateBody:
+		if s.state == stateBody {
 			n := int64(len(p) - i)
 			if n > s.bodyLeft {
 				n = s.bodyLeft
@@ -74,15 +82,18 @@ func (s *StreamScanner) Write(p []byte) error {
 				s.state = stateStart
 			}
 			continue
-		case stateStart:
-			if c == '\r' || c == '\n' {
-				continue
-			}
-			s.state = stateFirst
-			s.line = 0
 		}
-		// A line of the start line or the header section.
-		if c == '\n' {
+		// Only CRLF ends a line, as in sipgo's parser: a bare LF is a
+		// byte of the line, a CR not followed by LF a framing error to
+		// sipgo (it closes the connection).
+		if s.crSeen {
+			s.crSeen = false
+			if c != '\n' {
+				return ErrStream
+			}
+			if s.state == stateStart {
+				continue // a CRLF before a start line
+			}
 			if err := s.endLine(); err != nil {
 				return err
 			}
@@ -92,12 +103,24 @@ func (s *StreamScanner) Write(p []byte) error {
 			s.crSeen = true
 			continue
 		}
-		s.crSeen = false
+		if s.state == stateStart {
+			s.state = stateFirst
+			s.line = 0
+			s.headers, s.params, s.elem = 0, 0, 0
+			s.lengthSeen, s.length = false, 0
+		}
 		s.line++
 		if s.line > maxLine {
 			return ErrStream
 		}
 		if s.state == stateFirst {
+			// The start line's separators are one element (the
+			// Request-URI's parameters), as Scan counts them.
+			if c == ';' || c == '&' {
+				if err := s.count(); err != nil {
+					return err
+				}
+			}
 			continue
 		}
 		if s.atStart {
@@ -116,12 +139,22 @@ func (s *StreamScanner) Write(p []byte) error {
 			continue
 		}
 		if s.inName {
-			if c == ':' {
+			switch {
+			case c == ':':
 				s.inName = false
 				s.classify()
-				continue
-			}
-			if c != ' ' && c != '\t' {
+			case c == ' ' || c == '\t':
+				s.nameGap = true
+			case c < 0x20 || c >= 0x7f:
+				// sipgo trims any Unicode space around a name (\v, \f,
+				// LF, NBSP...): a name with such bytes might be a
+				// Content-Length to sipgo and not to the scanner, and the
+				// two would frame the stream apart.
+				return ErrStream
+			default:
+				if s.nameGap {
+					s.nameOdd = true // a blank inside the name: sipgo keeps it
+				}
 				if s.nameLen < len(s.name) {
 					s.name[s.nameLen] = c
 				}
@@ -129,12 +162,19 @@ func (s *StreamScanner) Write(p []byte) error {
 			}
 			continue
 		}
-		if s.isLength && c != ' ' && c != '\t' {
-			if c < '0' || c > '9' {
-				return ErrStream
-			}
-			s.length = s.length*10 + int64(c-'0')
-			if s.length > 1<<30 {
+		if s.isLength {
+			// sipgo: strconv.ParseUint of the trimmed value (a folded
+			// line joined by a space).
+			switch {
+			case c == ' ' || c == '\t':
+				s.lengthDone = s.lengthDone || s.lengthDigits
+			case '0' <= c && c <= '9' && !s.lengthDone:
+				s.lengthDigits = true
+				s.length = s.length*10 + int64(c-'0')
+				if s.length > 1<<30 {
+					return ErrStream
+				}
+			default:
 				return ErrStream
 			}
 		}
@@ -145,17 +185,20 @@ func (s *StreamScanner) Write(p []byte) error {
 	return nil
 }
 
+// Idle reports whether the scanner is between messages with nothing of
+// the next one read: where sipgo takes a short read of CRs and LFs for a
+// keepalive and does not parse it.
+func (s *StreamScanner) Idle() bool { return s.state == stateStart && !s.crSeen }
+
 // endLine ends the current line: the start line, a header line, or the
 // empty line that ends the header section.
 func (s *StreamScanner) endLine() error {
 	empty := s.line == 0
-	s.line, s.crSeen = 0, false
+	s.line, s.escaped = 0, false
 	switch {
 	case s.state == stateFirst:
 		s.state = stateHeaders
 		s.atStart = true
-		s.headers, s.params = 0, 0
-		s.lengthSeen, s.length = false, 0
 		s.nameLen, s.inName = 0, false
 		return nil
 	case empty:
@@ -181,6 +224,7 @@ func (s *StreamScanner) newField() error {
 		return ErrHeaders
 	}
 	s.nameLen, s.inName, s.skip = 0, true, false
+	s.nameGap, s.nameOdd = false, false
 	s.list, s.isLength = false, false
 	s.quoted, s.escaped, s.angle, s.elem = false, false, 0, 0
 	return nil
@@ -188,13 +232,14 @@ func (s *StreamScanner) newField() error {
 
 // classify looks at the field's name once its colon is read.
 func (s *StreamScanner) classify() {
-	if s.nameLen > len(s.name) {
-		return
+	if s.nameLen > len(s.name) || s.nameOdd {
+		return // no header sipgo knows
 	}
 	name := s.name[:s.nameLen]
 	s.list = isListHeader(name)
 	if equalFold(name, "content-length") || equalFold(name, "l") {
 		s.isLength, s.lengthSeen, s.length = true, true, 0
+		s.lengthDigits, s.lengthDone = false, false
 	}
 }
 
@@ -202,7 +247,9 @@ func (s *StreamScanner) classify() {
 func (s *StreamScanner) value(c byte) error {
 	if s.escaped {
 		s.escaped = false
-		return nil
+		if c == '"' || c == '\\' {
+			return nil // an escaped quote or backslash; not a separator
+		}
 	}
 	switch c {
 	case '"':
@@ -224,11 +271,17 @@ func (s *StreamScanner) value(c byte) error {
 			s.elem = 0
 		}
 	case ';', '&':
-		s.elem++
-		s.params++
-		if (s.b.ElementParams > 0 && s.elem > s.b.ElementParams) || (s.b.MessageParams > 0 && s.params > s.b.MessageParams) {
-			return ErrParams
-		}
+		return s.count()
+	}
+	return nil
+}
+
+// count counts one parameter separator of the current element.
+func (s *StreamScanner) count() error {
+	s.elem++
+	s.params++
+	if (s.b.ElementParams > 0 && s.elem > s.b.ElementParams) || (s.b.MessageParams > 0 && s.params > s.b.MessageParams) {
+		return ErrParams
 	}
 	return nil
 }

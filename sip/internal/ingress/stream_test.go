@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	sipmsg "github.com/emiago/sipgo/sip"
 )
 
 // feed writes data to a new scanner in chunks of the given sizes (cycled),
@@ -49,6 +51,16 @@ func TestStreamScanner(t *testing.T) {
 		{"folded field", "BYE sip:a SIP/2.0\r\nVia: a" + strings.Repeat(";p", 20) + "\r\n " + strings.Repeat(";p", 13) + "\r\n\r\n", ErrParams},
 		{"list elements", "BYE sip:a SIP/2.0\r\nVia: a" + strings.Repeat(";p", 30) + ", b" + strings.Repeat(";p", 30) + "\r\n\r\n", nil},
 		{"bad content length", "BYE sip:a SIP/2.0\r\nContent-Length: x\r\n\r\n", ErrStream},
+		// What sipgo reads apart from what the scanner read: each would
+		// let the scanner skip, or not count, what sipgo parses.
+		{"start line parameters", "INVITE sip:a" + strings.Repeat(";p", 33) + " SIP/2.0\r\nContent-Length: 0\r\n\r\n", ErrParams},
+		{"bare LF empty line does not end the headers", "BYE sip:a SIP/2.0\r\nX: y\n\n" + hostile[len("BYE sip:a SIP/2.0\r\n"):], ErrParams},
+		{"bare LF line without a colon", "BYE sip:a SIP/2.0\r\nVia: a\n" + strings.Repeat(";p", 33) + "\r\nContent-Length: 0\r\n\r\n", ErrParams},
+		{"a name sipgo trims", "BYE sip:a SIP/2.0\r\n\vContent-Length: 0\r\nContent -Length: 300\r\n\r\n" + hostile, ErrStream},
+		{"a blank inside a name", "BYE sip:a SIP/2.0\r\nl: 0\r\nContent -Length: 300\r\n\r\n" + hostile, ErrParams},
+		{"digits apart", "BYE sip:a SIP/2.0\r\nContent-Length: 1 0\r\n\r\n0123456789", ErrStream},
+		{"bare CR", "BYE sip:a SIP/2.0\r\nX: a\rb\r\n\r\n", ErrStream},
+		{"escaped separators", "BYE sip:a SIP/2.0\r\nTo: <sip:a>;x=\"" + strings.Repeat("\\;", 33) + "\"\r\nl: 0\r\n\r\n", ErrParams},
 		{"endless line", "BYE sip:a SIP/2.0\r\nX: " + strings.Repeat("a", 17<<10), ErrStream},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -113,6 +125,85 @@ func FuzzStreamMatchesScan(f *testing.F) {
 		got := feed(b, msg, chunks...)
 		if !errors.Is(got, want) && !(want == nil && errors.Is(got, ErrStream)) {
 			t.Fatalf("stream %v, Scan %v for %q (chunks %v)", got, want, msg, chunks)
+		}
+	})
+}
+
+// countSeparators counts what Scan counts as parameter separators.
+func countSeparators(s string) int { return strings.Count(s, ";") + strings.Count(s, "&") }
+
+// The scanner and sipgo's stream parser frame a stream alike: whatever
+// bytes come before a message over the bounds, and whatever the chunks,
+// sipgo never parses a message over the bounds that the scanner let
+// through. The chunks reach each as scanConn hands them on (sip/tcpscan.go)
+// and as sipgo's TCP loop reads them (it skips reads of NULs only and, idle,
+// short keepalives; it stops at its first parse error).
+func FuzzStreamFramesAsSipgo(f *testing.F) {
+	f.Add([]byte("OPTIONS sip:a SIP/2.0\r\nContent-Length: 40\r\n\r\n"), uint64(1))
+	f.Add([]byte("OPTIONS sip:a SIP/2.0\r\nX: y\n\nl: 0\r\n\r\n"), uint64(2))
+	f.Add([]byte("OPTIONS sip:a SIP/2.0\r\n\vContent-Length: 0\r\nContent -Length: 400\r\n\r\n"), uint64(3))
+	f.Add([]byte("OPTIONS sip:a SIP/2.0\r\nl: 1\r\n 0\r\n\r\n"), uint64(4))
+	f.Add([]byte("\x00\x00\x00\r\n\r\nOPTIONS sip:a;x SIP/2.0\r\nl: 3\r\n\r\n\r\n\r\n"), uint64(5))
+	var hostile strings.Builder
+	hostile.WriteString("OPTIONS sip:a SIP/2.0\r\nVia: SIP/2.0/TCP h;branch=z9hG4bKx")
+	for i := range 300 {
+		hostile.WriteString(";p" + itoa(i))
+	}
+	hostile.WriteString("\r\nContent-Length: 0\r\n\r\n")
+	f.Fuzz(func(t *testing.T, pre []byte, seed uint64) {
+		if len(pre) > 4<<10 {
+			return
+		}
+		data := append(append([]byte(nil), pre...), hostile.String()...)
+		r := rand.New(rand.NewPCG(seed, seed))
+		scan := NewStreamScanner(DefaultBounds)
+		parser := sipmsg.NewParser()
+		parser.MaxMessageLength = 16 << 10
+		stream := parser.NewSIPStream()
+		defer stream.Close()
+		var parsed []sipmsg.Message
+		idleSipgo := true
+		for i := 0; i < len(data); {
+			n := min(len(data)-i, 1+r.IntN(64))
+			if r.IntN(4) == 0 {
+				n = min(len(data)-i, 1+r.IntN(4))
+			}
+			chunk := data[i : i+n]
+			i += n
+			// scanConn.
+			nul := len(bytes.Trim(chunk, "\x00")) == 0
+			keepalive := len(chunk) <= 4 && len(bytes.Trim(chunk, "\r\n")) == 0
+			if !nul && !(keepalive && scan.Idle()) {
+				if err := scan.Write(chunk); err != nil {
+					break // the connection is closed: sipgo sees nothing more
+				}
+			}
+			// sipgo's TCP loop.
+			if nul || (keepalive && idleSipgo) {
+				continue
+			}
+			err := stream.ParseSIPStream(chunk, func(m sipmsg.Message) { parsed = append(parsed, m) })
+			if err != nil && !errors.Is(err, sipmsg.ErrParseSipPartial) {
+				break
+			}
+			idleSipgo = err == nil && stream.Buffer().Len() == 0
+		}
+		for _, m := range parsed {
+			total := 0
+			var hs []sipmsg.Header
+			switch m := m.(type) {
+			case *sipmsg.Request:
+				total = countSeparators(m.Recipient.String())
+				hs = m.Headers()
+			case *sipmsg.Response:
+				hs = m.Headers()
+			}
+			for _, h := range hs {
+				total += countSeparators(h.Value())
+			}
+			if total > DefaultBounds.MessageParams {
+				t.Fatalf("sipgo parsed a message with %d separators the scanner let through: %.300q", total, m.String())
+			}
 		}
 	})
 }
