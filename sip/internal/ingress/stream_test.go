@@ -123,10 +123,33 @@ func FuzzStreamMatchesScan(f *testing.F) {
 		r := rand.New(rand.NewPCG(seed, seed))
 		chunks := []int{1 + r.IntN(8), 1 + r.IntN(64), 1 + r.IntN(3)}
 		got := feed(b, msg, chunks...)
-		if !errors.Is(got, want) && !(want == nil && errors.Is(got, ErrStream)) {
+		// The stream scanner may refuse more (ErrStream: it frames as
+		// sipgo does, and closes a stream whose names sipgo would trim).
+		if !errors.Is(got, want) && !(errors.Is(got, ErrStream) && (want == nil || oddName(msg))) {
 			t.Fatalf("stream %v, Scan %v for %q (chunks %v)", got, want, msg, chunks)
 		}
 	})
+}
+
+// oddName reports a header name (before a line's colon, or a whole line
+// without one) with a control or non-ASCII byte, which the stream scanner
+// refuses as ErrStream.
+func oddName(msg []byte) bool {
+	for _, line := range bytes.Split(msg, []byte("\r\n"))[1:] {
+		if len(line) == 0 || line[0] == ' ' || line[0] == '\t' {
+			continue
+		}
+		c := bytes.IndexByte(line, ':')
+		if c < 0 {
+			c = len(line)
+		}
+		for _, b := range line[:c] {
+			if b != '\t' && (b < 0x20 || b >= 0x7f) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // countSeparators counts what Scan counts as parameter separators.
