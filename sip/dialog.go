@@ -169,6 +169,9 @@ func (p *Proxy) prepareInDialog(req *sipmsg.Request, count bool) (inDialogHop, i
 		return refuse("wrong_leg")
 	}
 	if mf := req.MaxForwards(); mf != nil && mf.Val() < 2 {
+		if count {
+			p.m.SIPErrors.WithLabelValues("too_many_hops").Inc()
+		}
 		return inDialogHop{}, sipmsg.StatusTooManyHops
 	}
 	callerTag, calleeTag := fromTag, toTag

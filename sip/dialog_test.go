@@ -292,7 +292,7 @@ func TestStatelessByeTimeoutEndsTheCall(t *testing.T) {
 
 // TestInitialInviteWithOneHopLeft: an initial INVITE with Max-Forwards 1
 // is answered 483 and not forwarded (it left with 0, which a carrier's
-// edge proxy refuses).
+// edge proxy refuses), and counted as a SIP error (too_many_hops).
 func TestInitialInviteWithOneHopLeft(t *testing.T) {
 	car := siptest.StartCarrier(t, "127.0.0.1", nil)
 	adm, pacer := newFakes()
@@ -307,5 +307,8 @@ func TestInitialInviteWithOneHopLeft(t *testing.T) {
 	}
 	if n := car.Count("INVITE"); n != 0 {
 		t.Fatalf("carrier INVITEs = %d, want 0", n)
+	}
+	if n := sipErrors(h, "too_many_hops"); n != 1 {
+		t.Fatalf("too_many_hops counted = %v, want 1", n)
 	}
 }

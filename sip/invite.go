@@ -171,6 +171,7 @@ func (c *call) run() {
 	if mf := req.MaxForwards(); mf != nil && mf.Val() < 2 {
 		// Forwarded with Max-Forwards 0, it would be refused by the
 		// carrier's edge proxy: no hop is left for it.
+		p.m.SIPErrors.WithLabelValues("too_many_hops").Inc()
 		c.reason = reasonTooManyHops
 		c.respond(sipmsg.StatusTooManyHops, "Too Many Hops")
 		return

@@ -382,6 +382,9 @@ func TestStatelessRefusals(t *testing.T) {
 	if n := len(car.requests(sipmsg.INFO)); n != 0 {
 		t.Fatalf("refused INFOs at the carrier = %d, want 0", n)
 	}
+	if n := sipErrors(h, "too_many_hops"); n != 1 {
+		t.Errorf("too_many_hops counted = %v, want 1", n)
+	}
 	if sipErrors(h, "bad_dialog_token") != 1 {
 		t.Errorf("bad_dialog_token = %v, want 1", sipErrors(h, "bad_dialog_token"))
 	}
