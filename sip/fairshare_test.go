@@ -148,8 +148,17 @@ func TestE2EFairShareWeightedSplit(t *testing.T) {
 	if count(acmeCodes, 503) == 0 || count(globexCodes, 503) == 0 {
 		t.Fatalf("503s: acme %d, globex %d; want both over the carrier (30 CPS offered each, 20 CPS carrier)", count(acmeCodes, 503), count(globexCodes, 503))
 	}
+	// Over the span both are backlogged, acme gets a quarter of the
+	// carrier (first come, first served would give it half: both offer
+	// 30 CPS). Rolling seconds are checked too; on a shared machine a
+	// caller paused for a moment skews a second or two, so up to a tenth
+	// of them may miss the band.
 	start, end := all[0].Add(time.Second), all[0].Add(seconds*time.Second)
-	windows := 0
+	a, g := inWindow(acme, start, end.Sub(start)), inWindow(globex, start, end.Sub(start))
+	if share := float64(a) / float64(max(1, a+g)); share < 0.18 || share > 0.32 {
+		t.Errorf("acme's share while both were backlogged = %.2f (acme %d, globex %d), want about 0.25 (weights 1:3)", share, a, g)
+	}
+	windows, off := 0, 0
 	for _, from := range all {
 		if from.Before(start) || from.Add(time.Second).After(end) {
 			continue
@@ -158,12 +167,16 @@ func TestE2EFairShareWeightedSplit(t *testing.T) {
 		a, g := inWindow(acme, from, time.Second), inWindow(globex, from, time.Second)
 		// 19.8 slots a second (interval 1/cps + 1 %): about 5 and 15.
 		if a < 3 || a > 7 || g < 11 || g > 17 {
-			t.Errorf("second from +%v: acme %d, globex %d; want about 5 and 15 (weights 1:3 of %d)",
+			off++
+			t.Logf("second from +%v: acme %d, globex %d; want about 5 and 15 (weights 1:3 of %d)",
 				from.Sub(all[0]).Round(time.Millisecond), a, g, cps)
 		}
 	}
 	if windows < 20 {
 		t.Errorf("only %d rolling seconds checked", windows)
+	}
+	if off*10 > windows {
+		t.Errorf("%d of %d rolling seconds off the 1:3 split (logged above), want at most a tenth", off, windows)
 	}
 	t.Logf("carrier: acme %d, globex %d, max %d in a rolling second", len(acme), len(globex), siptest.MaxInWindow(all, time.Second))
 }
