@@ -13,7 +13,8 @@ import (
 )
 
 // RenderStatus writes st as an aligned table for a terminal: a header line
-// (node, store mode, config hash, load time), then the peers, customers and
+// (node, store mode, config hash, load time), then the peers, customers,
+// destinations (when configured; by prefix, a limit of 0 meaning none) and
 // carriers, each with its limit (cps), the calls in its current window, that
 // as a percentage of the window's limit, its live calls of max_calls
 // (CALLS, when some name has max_calls), a token bucket's level of its
@@ -36,7 +37,7 @@ func RenderStatus(w io.Writer, st Status) error {
 
 	// CALLS (active/max_calls) only when some entry has max_calls.
 	withCalls := false
-	for _, es := range [][]Entry{st.Peers, st.Customers, st.Carriers} {
+	for _, es := range [][]Entry{st.Peers, st.Customers, st.Destinations, st.Carriers} {
 		for _, e := range es {
 			withCalls = withCalls || e.MaxCalls > 0
 		}
@@ -44,7 +45,7 @@ func RenderStatus(w io.Writer, st Status) error {
 	// TOKENS (left/burst) when some entry has a burst; WINDOWS (the extra
 	// windows, "1m 412/600") when some has windows.
 	withTokens, withWindows := false, false
-	for _, es := range [][]Entry{st.Peers, st.Customers} {
+	for _, es := range [][]Entry{st.Peers, st.Customers, st.Destinations} {
 		for _, e := range es {
 			withTokens = withTokens || e.Burst > 0
 			withWindows = withWindows || len(e.Windows) > 0
@@ -71,6 +72,9 @@ func RenderStatus(w io.Writer, st Status) error {
 		}
 		for _, e := range entries {
 			limit := fmtCPS(e.LimitCPS)
+			if title == "DESTINATIONS" && e.LimitCPS == 0 {
+				limit = "-" // a destination with no cps: windows or max_calls only
+			}
 			if e.Override != nil {
 				limit += "*" // footnote: the override below the table
 			}
@@ -95,6 +99,9 @@ func RenderStatus(w io.Writer, st Status) error {
 	}
 	section("PEERS", st.Peers, false)
 	section("CUSTOMERS", st.Customers, false)
+	if len(st.Destinations) > 0 {
+		section("DESTINATIONS", st.Destinations, false)
+	}
 	section("CARRIERS", st.Carriers, true)
 
 	widths := make([]int, len(header))
@@ -117,6 +124,13 @@ func RenderStatus(w io.Writer, st Status) error {
 		}
 		b.WriteString(strings.TrimRight(line.String(), " "))
 		b.WriteByte('\n')
+	}
+	if rd := st.RepeatDial; rd != nil {
+		line := "repeat dial: at most " + strconv.Itoa(rd.Calls) + " calls to one number in " + fmtPer(rd.PerSeconds)
+		if rd.Shadow {
+			line += " (shadow: counted, not refused)"
+		}
+		b.WriteString(line + "\n")
 	}
 	for _, group := range [][]Entry{st.Peers, st.Customers, st.Carriers} {
 		for _, e := range group {

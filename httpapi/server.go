@@ -287,9 +287,21 @@ func (s *server) buildStatus(ctx context.Context, cfg *config.Config) Status {
 	for i := range cfg.Customers {
 		st.Customers[i], custBuckets[i] = s.scopeEntry(cfg, limits.ScopeCustomer, pol.Customer(&cfg.Customers[i]), cfg.Customers[i].Windows, now)
 	}
+	dests := pol.Destinations()
+	if len(dests) > 0 {
+		st.Destinations = make([]Entry, len(dests))
+	}
+	destBuckets := make([][]admission.Bucket, len(dests))
+	for i := range dests {
+		st.Destinations[i], destBuckets[i] = s.destinationEntry(cfg, &dests[i], cfg.Destinations[i], now)
+	}
 	if s.o.Counts != nil {
 		st.Errors = append(st.Errors, s.fillCounts(ctx, "peers", st.Peers, peerBuckets)...)
 		st.Errors = append(st.Errors, s.fillCounts(ctx, "customers", st.Customers, custBuckets)...)
+		st.Errors = append(st.Errors, s.fillCounts(ctx, "destinations", st.Destinations, destBuckets)...)
+	}
+	if rd := cfg.RepeatDial; rd.Calls > 0 {
+		st.RepeatDial = &RepeatDialState{Calls: rd.Calls, PerSeconds: rd.Per.Seconds(), Shadow: cfg.Shadow || rd.Shadow}
 	}
 
 	for i, c := range cfg.Carriers {
@@ -380,6 +392,11 @@ func (s *server) fillCalls(ctx context.Context, pol *policy.Policy, st *Status) 
 	for i := range cfg.Carriers {
 		add(&st.Carriers[i], pol.Carrier(&cfg.Carriers[i]).CallsKey, cfg.Carriers[i].MaxCalls)
 	}
+	for i, d := range pol.Destinations() {
+		if i < len(st.Destinations) && i < len(cfg.Destinations) {
+			add(&st.Destinations[i], d.CallsKey, cfg.Destinations[i].MaxCalls)
+		}
+	}
 	if s.o.Calls == nil || len(keys) == 0 {
 		return nil
 	}
@@ -449,6 +466,26 @@ func (s *server) scopeEntry(cfg *config.Config, scope string, sc *policy.Scoped,
 	return e, bs
 }
 
+// destinationEntry builds the entry of destination d (configured as c),
+// named by its prefix as configured: as a peer's with a cps; without one,
+// only its extra windows are counted (its buckets are those windows).
+func (s *server) destinationEntry(cfg *config.Config, d *policy.Destination, c config.Destination, now time.Time) (Entry, []admission.Bucket) {
+	if d.CPS > 0 {
+		e, bs := s.scopeEntry(cfg, limits.ScopeDestination, &d.Scoped, c.Windows, now)
+		e.Name = c.Prefix
+		return e, bs
+	}
+	e := Entry{Name: c.Prefix}
+	for _, w := range c.Windows {
+		e.Windows = append(e.Windows, WindowState{Calls: w.Calls, PerSeconds: w.Per.Seconds()})
+	}
+	bs := d.Buckets(0, 0)
+	if len(bs) != len(e.Windows) {
+		bs, e.Windows = nil, nil // not the configured windows: show none rather than wrong ones
+	}
+	return e, bs
+}
+
 // fillCounts reads the buckets of every entry (buckets[i] are entries[i]'s,
 // its first bucket then its extra windows) in one store call.
 func (s *server) fillCounts(ctx context.Context, what string, entries []Entry, buckets [][]admission.Bucket) []string {
@@ -470,7 +507,10 @@ func (s *server) fillCounts(ctx context.Context, what string, entries []Entry, b
 		e := &entries[i]
 		n, rest := counts[:len(bs)], counts[len(bs):]
 		counts = rest
-		if n[0] >= 0 {
+		// The first bucket is the entry's own (its 1 s window or token
+		// bucket) unless it has only its extra windows.
+		main := len(bs) - len(e.Windows)
+		if main == 1 && n[0] >= 0 {
 			e.setCurrent(n[0])
 			if e.Burst > 0 {
 				left := max(0, e.Burst-n[0])
@@ -478,7 +518,7 @@ func (s *server) fillCounts(ctx context.Context, what string, entries []Entry, b
 			}
 		}
 		for j := range e.Windows {
-			if c := n[j+1]; c >= 0 {
+			if c := n[j+main]; c >= 0 {
 				w := &e.Windows[j]
 				w.Current = &c
 				if w.Calls > 0 {

@@ -22,6 +22,7 @@ import (
 	"github.com/cpsguard/cpsguard/limits"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/pacing"
+	"github.com/cpsguard/cpsguard/policy"
 )
 
 func testConfig() *config.Config {
@@ -768,4 +769,80 @@ func (f fakeCarriers) TakeOut(context.Context, string, string, string) (*carrier
 
 func (f fakeCarriers) PutBack(context.Context, string) (*carriers.Out, bool, error) {
 	return nil, false, nil
+}
+
+// TestStatusDestinations: every destinations[] entry is listed by its
+// prefix with its limit, its 1 s window (with a cps), its extra windows and
+// its live calls of max_calls, read in the same calls as the others; a
+// destination without cps shows only its windows; repeat_dial shows what
+// it allows (never a number). The table gets a DESTINATIONS section.
+func TestStatusDestinations(t *testing.T) {
+	cfg := testConfig()
+	cfg.Destinations = []config.Destination{
+		{Prefix: "+44", CPS: 5, MaxCalls: 30},
+		{Prefix: "1900", Windows: []config.Window{{Calls: 100, Per: time.Hour}}},
+	}
+	cfg.RepeatDial = config.RepeatDial{Calls: 3, Per: time.Minute}
+	pol := policy.Of(cfg)
+	uk, premium := pol.Destinations()[0], pol.Destinations()[1]
+	store := newFake()
+	store.counts[uk.Key] = 4
+	store.counts[premium.Key+":w3600s"] = 40
+	fc := fakeCalls{uk.CallsKey: 12}
+	h := New(Options{Config: func() *config.Config { return cfg }, Counts: store, Queue: store, Calls: fc})
+	st := getStatus(t, h)
+	if len(st.Destinations) != 2 {
+		t.Fatalf("destinations: got %+v, want 2", st.Destinations)
+	}
+	check := func(what string, got, want any) {
+		t.Helper()
+		gj, _ := json.Marshal(got)
+		wj, _ := json.Marshal(want)
+		if !bytes.Equal(gj, wj) {
+			t.Errorf("%s:\ngot  %s\nwant %s", what, gj, wj)
+		}
+	}
+	check("+44", st.Destinations[0], Entry{
+		Name: "+44", LimitCPS: 5, WindowLimit: 5, WindowSeconds: 1.01, Current: intp(4), Percent: floatp(80),
+		MaxCalls: 30, ActiveCalls: intp(12),
+	})
+	check("1900", st.Destinations[1], Entry{
+		Name:    "1900",
+		Windows: []WindowState{{Calls: 100, PerSeconds: 3600, Current: intp(40), Percent: floatp(40)}},
+	})
+	check("repeat_dial", st.RepeatDial, &RepeatDialState{Calls: 3, PerSeconds: 60})
+	if n := len(store.gotCounts); n != 3 {
+		t.Fatalf("Counts calls: got %d, want 3 (peers, customers, destinations)", n)
+	}
+	if got := store.gotCounts[2]; len(got) != 2 || got[0].Key != uk.Key || got[1].Key != premium.Key+":w3600s" {
+		t.Errorf("destination buckets read: %+v, want +44's 1 s window and 1900's hour", got)
+	}
+
+	st.ConfigHash, st.LoadedAt, st.Time = "sha256:0123456789abcdef", time.Date(2026, 11, 22, 2, 0, 0, 0, time.UTC), time.Time{}
+	var buf bytes.Buffer
+	if err := RenderStatus(&buf, st); err != nil {
+		t.Fatal(err)
+	}
+	want := `node node-1   store local   config 0123456789ab   loaded 2026-11-22 02:00:00Z
+
+PEERS         LIMIT  CURRENT     %  CALLS  WINDOWS    QUEUED   WAIT  MAX WAIT  STATE  EFFECTIVE
+  dialer-1       50       12   24%      -
+  dialer-2      0.5        1  100%      -
+
+CUSTOMERS     LIMIT  CURRENT     %  CALLS  WINDOWS    QUEUED   WAIT  MAX WAIT  STATE  EFFECTIVE
+  acme           20        5   25%      -
+
+DESTINATIONS  LIMIT  CURRENT     %  CALLS  WINDOWS    QUEUED   WAIT  MAX WAIT  STATE  EFFECTIVE
+  +44             5        4   80%  12/30
+  1900            -        -     -      -  1h 40/100
+
+CARRIERS      LIMIT  CURRENT     %  CALLS  WINDOWS    QUEUED   WAIT  MAX WAIT  STATE  EFFECTIVE
+  carrier-a      10        9   90%      -                  4  404ms        2s      -          -
+  carrier-b       5        0    0%      -                  0     0s        1s      -          -
+
+repeat dial: at most 3 calls to one number in 1m
+`
+	if got := buf.String(); got != want {
+		t.Errorf("RenderStatus:\ngot\n%s\nwant\n%s", got, want)
+	}
 }

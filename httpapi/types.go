@@ -52,6 +52,16 @@ type Status struct {
 	Peers     []Entry `json:"peers"`
 	Customers []Entry `json:"customers"`
 	Carriers  []Entry `json:"carriers"`
+	// Destinations lists the destinations[] entries, in configuration
+	// order, each named by its prefix as configured: its limit and calls
+	// as a peer's (pool-wide on Redis); a destination without cps has
+	// LimitCPS 0 and no Current, only its windows and max_calls. Absent
+	// when none is configured.
+	Destinations []Entry `json:"destinations,omitempty"`
+	// RepeatDial is repeat_dial when it is on (one bucket per called
+	// number, so no figures: the numbers are never listed); absent when
+	// off.
+	RepeatDial *RepeatDialState `json:"repeat_dial,omitempty"`
 	// Errors lists the store reads that failed; their entries have a null
 	// Current (and Queued, Wait for carriers).
 	Errors []string `json:"errors,omitempty"`
@@ -131,6 +141,15 @@ type Entry struct {
 	// ActiveCalls is the pool's calls set up and not yet ended, read from
 	// the store; null without max_calls or when it could not be read.
 	ActiveCalls *int `json:"active_calls"`
+}
+
+// RepeatDialState is repeat_dial in a Status: at most Calls calls to any
+// one called number in any PerSeconds, pool-wide; Shadow when refusals
+// are only counted.
+type RepeatDialState struct {
+	Calls      int     `json:"calls"`
+	PerSeconds float64 `json:"per_seconds"`
+	Shadow     bool    `json:"shadow,omitempty"`
 }
 
 // WindowState is one extra rolling window of a peer or customer: at most
