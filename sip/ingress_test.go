@@ -1,9 +1,11 @@
 package sip
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -427,5 +429,101 @@ func TestNodeBehind(t *testing.T) {
 	h.p.handleDatagram(d)
 	if !h.p.nodeBehind() {
 		t.Fatal("not behind after a BYE waited twice behindLag")
+	}
+}
+
+// A carrier reached over TCP is held to the same bounds as a party that
+// connects to the node: a response with thousands of parameters on the
+// connection the node dialled closes that connection, is counted, and is
+// never parsed nor relayed; the caller gets the node's own answer (the
+// carrier's INVITE times out).
+func TestParameterBoundOnDialledTCP(t *testing.T) {
+	l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	adm, pacer := newFakes()
+	cfg := testConfig(config.Carrier{Name: "tcp", URI: "sip:" + l.Addr().String() + ";transport=tcp", CPS: 100, MaxWait: time.Second})
+	h := startProxy(t, cfg, adm, pacer)
+
+	closed := make(chan error, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			closed <- err
+			return
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		// Read the INVITE's header section, then answer 180 with a To
+		// carrying 5,000 parameters, in pieces as a stream may come.
+		var got []byte
+		buf := make([]byte, 8192)
+		for !strings.Contains(string(got), "\r\n\r\n") {
+			n, err := c.Read(buf)
+			if err != nil {
+				closed <- fmt.Errorf("reading the INVITE: %w", err)
+				return
+			}
+			got = append(got, buf[:n]...)
+		}
+		inv, err := sipmsg.ParseMessage(got[:strings.Index(string(got), "\r\n\r\n")+4])
+		if err != nil {
+			closed <- fmt.Errorf("parsing the INVITE: %w", err)
+			return
+		}
+		res := sipmsg.NewResponseFromRequest(inv.(*sipmsg.Request), 180, "Ringing", nil)
+		res.To().Params.Add("tag", "hostile")
+		raw := strings.Replace(res.String(), ";tag=hostile", ";tag=hostile"+strings.Repeat(";p", 5000), 1)
+		for i := 0; i < len(raw); i += 700 {
+			if _, err := c.Write([]byte(raw[i:min(i+700, len(raw))])); err != nil {
+				break // closed under us: what is tested
+			}
+		}
+		for {
+			if _, err := c.Read(buf); err != nil {
+				closed <- err
+				return
+			}
+		}
+	}()
+
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	ctx := ctxT(t, 15*time.Second)
+	tx, err := caller.Transaction(ctx, caller.Invite(h.udp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Terminate()
+	var res *sipmsg.Response
+	for res == nil {
+		select {
+		case r := <-tx.Responses():
+			if r.StatusCode == 180 {
+				t.Fatalf("the carrier's hostile 180 reached the caller")
+			}
+			if !r.IsProvisional() {
+				res = r
+			}
+		case <-tx.Done():
+			t.Fatal("the caller's transaction ended without a final answer")
+		case <-ctx.Done():
+			t.Fatal("no final answer")
+		}
+	}
+	if res.StatusCode < 400 {
+		t.Fatalf("final = %v, want the node's own failure (the carrier's answer is dropped, its INVITE times out)", res)
+	}
+	select {
+	case err := <-closed:
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("the node kept the connection that carried the hostile answer open")
+		}
+	case <-ctx.Done():
+		t.Fatal("no end of the carrier's connection")
+	}
+	if got := testutil.ToFloat64(h.m.SIPErrors.WithLabelValues(ingress.DropParams)); got != 1 {
+		t.Fatalf("sip_errors_total{reason=params}: %v, want 1", got)
 	}
 }

@@ -289,6 +289,9 @@ type Proxy struct {
 	txLayer []sipmsg.MessageHandler
 	// ingress reads the UDP listeners (ingress.go); set in Serve.
 	ingress *ingress.Ingress
+	// streams applies the stream bounds to the TCP and TLS connections
+	// the node dials, and knows those it accepted (tcpscan.go).
+	streams *streamScans
 	// udpConns are the UDP listeners as sipgo's pool holds them; set in
 	// Serve before ready is closed, read-only afterwards.
 	udpConns map[*net.UDPConn]*sipmsg.UDPConnection
@@ -402,6 +405,7 @@ func New(opts Options) (*Proxy, error) {
 	parser.MaxMessageLength = MaxMessageSize
 	p.parser = parser
 	idle := tcpLimitsOf(opts.Config()).idle
+	p.streams = newStreamScans(ingress.DefaultBounds, idle)
 	ua, err := sipgo.NewUA(
 		sipgo.WithUserAgent("cpsguard"),
 		sipgo.WithUserAgentParser(parser),
@@ -551,7 +555,7 @@ func (p *Proxy) Serve(ctx context.Context) error {
 					// bounds apply to the plaintext, above TLS.
 					ln = tls.NewListener(ln, l.tls)
 				}
-				ln = &scanListener{Listener: ln, bounds: ingress.DefaultBounds, count: count}
+				ln = &scanListener{Listener: ln, bounds: ingress.DefaultBounds, count: count, scans: p.streams}
 				if l.tls != nil {
 					err = p.srv.ServeTLS(ln)
 				} else {
@@ -968,12 +972,17 @@ func (p *Proxy) listensOn(port int) bool {
 // itself (a request sent without a listener of its transport to send it
 // from; the listeners are read by the ingress, ingress.go) on each
 // datagram before it is parsed: it drops what the ingress would drop
-// before any other work (dropEarly, the parameter bounds). A panic in it
-// drops the datagram (counted in
+// before any other work (dropEarly, the parameter bounds). On a TCP or
+// TLS connection the node dialled it applies the same bounds to the
+// stream (streamScans, tcpscan.go): an error closes the connection. A
+// panic in it drops the read (counted in
 // cpsguard_panics_total{where="sip.read_filter"}): it runs in sipgo's read
 // loop, where an unrecovered one would end the node.
 func (p *Proxy) readFilter(props sipmsg.TransportReadProps, data []byte) (out []byte, err error) {
 	defer p.panics.Recover("sip.read_filter", func(error) { out, err = nil, nil })
+	if props.Transport == "TCP" || props.Transport == "TLS" {
+		return p.streams.filter(props.LocalAddr, props.RemoteAddr, data, func(reason string) { p.m.SIPErrors.WithLabelValues(reason).Inc() })
+	}
 	if props.Transport != "UDP" {
 		return data, nil
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/cpsguard/cpsguard/sip/internal/ingress"
 )
@@ -22,12 +23,162 @@ import (
 // stranger), counted in cpsguard_sip_errors_total{reason="params"|
 // "headers"|"stream"}. What was read before the offending chunk has been
 // parsed already; nothing of that chunk is.
+//
+// The connections the node dials itself (to a carrier over TCP or TLS, or
+// to a party's TCP contact) are opened by sipgo and cannot be wrapped:
+// their bytes are scanned in sipgo's read filter instead (streamScans,
+// Proxy.readFilter), one scanner per connection, told apart by their
+// local and remote addresses; a message over the bounds closes the
+// connection the same way.
 
-// scanListener wraps the connections a listener accepts in scanConns.
+// maxDialledScans bounds the dialled connections scanned at once (a node
+// dials its carriers and the TCP contacts of calls' parties: far fewer);
+// a new one past it is closed at its first read, counted as tcp_limit.
+const maxDialledScans = 4096
+
+// errDialledLimit ends a dialled connection past maxDialledScans.
+var errDialledLimit = errors.New("sip: too many dialled connections to scan")
+
+// connKey names a TCP connection by its two ends.
+type connKey struct{ local, remote string }
+
+// streamScans holds the scanners of the dialled connections and the set
+// of accepted ones (their scanConn scans them). Safe for concurrent use.
+type streamScans struct {
+	bounds ingress.Bounds
+	// idle is the connections' idle timeout: a dialled connection not
+	// read from for longer has been closed by it, and its scanner is
+	// stale.
+	idle time.Duration
+
+	mu       sync.Mutex
+	accepted map[connKey]struct{}
+	dialled  map[connKey]*dialledScan
+}
+
+// dialledScan is the scanner of one dialled connection and its last read.
+type dialledScan struct {
+	scan *ingress.StreamScanner
+	last time.Time
+}
+
+// newStreamScans scans with b; idle is the connections' idle timeout
+// (<= 0: defaultTCPIdle).
+func newStreamScans(b ingress.Bounds, idle time.Duration) *streamScans {
+	if idle <= 0 {
+		idle = defaultTCPIdle
+	}
+	return &streamScans{bounds: b, idle: idle, accepted: map[connKey]struct{}{}, dialled: map[connKey]*dialledScan{}}
+}
+
+func keyOfConn(c net.Conn) connKey {
+	return connKey{addrString(c.LocalAddr()), addrString(c.RemoteAddr())}
+}
+
+func addrString(a net.Addr) string {
+	if a == nil {
+		return ""
+	}
+	return a.String()
+}
+
+// filter scans a read of a TCP or TLS connection sipgo reads (local and
+// remote its ends) unless the connection was accepted (scanned by its
+// scanConn). It returns the error that makes sipgo close the connection
+// when the read takes its message over the bounds, counted by count.
+func (s *streamScans) filter(local, remote net.Addr, data []byte, count func(reason string)) ([]byte, error) {
+	k := connKey{addrString(local), addrString(remote)}
+	now := time.Now()
+	s.mu.Lock()
+	if _, ok := s.accepted[k]; ok {
+		s.mu.Unlock()
+		return data, nil
+	}
+	d := s.dialled[k]
+	if d != nil && now.Sub(d.last) > s.idle {
+		d = nil // a connection closed by its idle timeout: these ends are a new one's
+	}
+	if d == nil {
+		if len(s.dialled) >= maxDialledScans {
+			s.pruneLocked(now)
+		}
+		if len(s.dialled) >= maxDialledScans {
+			s.mu.Unlock()
+			count("tcp_limit")
+			return nil, errDialledLimit
+		}
+		d = &dialledScan{scan: ingress.NewStreamScanner(s.bounds)}
+		s.dialled[k] = d
+	}
+	d.last = now
+	s.mu.Unlock()
+	// The connection's reads come from its one sipgo reader, in order:
+	// d is this goroutine's alone.
+	if skippedBySipgo(data, d.scan.Idle()) {
+		return data, nil
+	}
+	if err := d.scan.Write(data); err != nil {
+		s.mu.Lock()
+		if s.dialled[k] == d {
+			delete(s.dialled, k)
+		}
+		s.mu.Unlock()
+		count(scanReason(err))
+		return nil, err
+	}
+	return data, nil
+}
+
+// pruneLocked forgets the dialled connections idle past the idle timeout
+// (sipgo closed them); s.mu held.
+func (s *streamScans) pruneLocked(now time.Time) {
+	for k, d := range s.dialled {
+		if now.Sub(d.last) > s.idle {
+			delete(s.dialled, k)
+		}
+	}
+}
+
+// accept records an accepted connection (scanned by its scanConn) until
+// done forgets it.
+func (s *streamScans) accept(k connKey) {
+	s.mu.Lock()
+	s.accepted[k] = struct{}{}
+	delete(s.dialled, k)
+	s.mu.Unlock()
+}
+
+func (s *streamScans) done(k connKey) {
+	s.mu.Lock()
+	delete(s.accepted, k)
+	s.mu.Unlock()
+}
+
+// sizes are the accepted and dialled connections known (tests).
+func (s *streamScans) sizes() (accepted, dialled int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.accepted), len(s.dialled)
+}
+
+// scanReason is the sip_errors_total reason of a StreamScanner error.
+func scanReason(err error) string {
+	switch {
+	case errors.Is(err, ingress.ErrParams):
+		return ingress.DropParams
+	case errors.Is(err, ingress.ErrHeaders):
+		return ingress.DropHeaders
+	}
+	return "stream"
+}
+
+// scanListener wraps the connections a listener accepts in scanConns,
+// recorded in scans (nil: not recorded).
 type scanListener struct {
 	net.Listener
 	bounds ingress.Bounds
 	count  func(reason string)
+	scans  *streamScans
 }
 
 func (l *scanListener) Accept() (net.Conn, error) {
@@ -35,13 +186,19 @@ func (l *scanListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &scanConn{Conn: c, scan: ingress.NewStreamScanner(l.bounds), count: l.count}, nil
+	sc := &scanConn{Conn: c, scan: ingress.NewStreamScanner(l.bounds), count: l.count, scans: l.scans, key: keyOfConn(c)}
+	if l.scans != nil {
+		l.scans.accept(sc.key)
+	}
+	return sc, nil
 }
 
 // scanConn is a connection whose bytes are scanned as they are read.
 type scanConn struct {
 	net.Conn
 	count func(reason string)
+	scans *streamScans
+	key   connKey
 
 	mu     sync.Mutex // Read is sipgo's loop alone; mu guards against a second reader
 	scan   *ingress.StreamScanner
@@ -63,20 +220,21 @@ func (c *scanConn) Read(p []byte) (int, error) {
 	}
 	if serr := c.scan.Write(p[:n]); serr != nil {
 		c.closed = true
-		reason := "stream"
-		switch {
-		case errors.Is(serr, ingress.ErrParams):
-			reason = ingress.DropParams
-		case errors.Is(serr, ingress.ErrHeaders):
-			reason = ingress.DropHeaders
-		}
-		c.count(reason)
+		c.count(scanReason(serr))
 		_ = c.Conn.Close()
 		// io.EOF: sipgo ends the connection quietly (the count above is
 		// the record of it).
 		return 0, io.EOF
 	}
 	return n, err
+}
+
+// Close closes the connection and forgets it in the accepted set.
+func (c *scanConn) Close() error {
+	if c.scans != nil {
+		c.scans.done(c.key)
+	}
+	return c.Conn.Close()
 }
 
 // skippedBySipgo reports a read sipgo's TCP loop does not parse: NULs

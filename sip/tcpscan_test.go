@@ -1,0 +1,86 @@
+package sip
+
+import (
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cpsguard/cpsguard/sip/internal/ingress"
+)
+
+// streamScans: a dialled connection's reads are scanned, one scanner per
+// pair of ends, forgotten when the connection is closed for a message over
+// the bounds; an accepted connection's are not (its scanConn scans them)
+// and it is forgotten when closed; past maxDialledScans, connections idle
+// beyond the idle timeout are forgotten, and a new one is refused while
+// none is.
+func TestStreamScans(t *testing.T) {
+	s := newStreamScans(ingress.DefaultBounds, time.Minute)
+	counted := map[string]int{}
+	count := func(r string) { counted[r]++ }
+	tcp := func(port int) net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port} }
+	local := tcp(40000)
+	good := "SIP/2.0 180 Ringing\r\nVia: SIP/2.0/TCP 127.0.0.1;branch=z9hG4bK-1\r\nContent-Length: 0\r\n\r\n"
+	hostile := strings.Replace(good, "branch=z9hG4bK-1", "branch=z9hG4bK-1"+strings.Repeat(";p", 5000), 1)
+
+	// In pieces: the scanner keeps its place between reads.
+	for i := 0; i < len(good); i += 10 {
+		if _, err := s.filter(local, tcp(5060), []byte(good[i:min(i+10, len(good))]), count); err != nil {
+			t.Fatalf("a plain answer in pieces: %v", err)
+		}
+	}
+	if _, d := s.sizes(); d != 1 {
+		t.Fatalf("dialled scanners = %d, want 1", d)
+	}
+	if _, err := s.filter(local, tcp(5060), []byte(hostile), count); !errors.Is(err, ingress.ErrParams) {
+		t.Fatalf("a hostile answer: %v, want ErrParams", err)
+	}
+	if counted[ingress.DropParams] != 1 {
+		t.Fatalf("counted %v, want params 1", counted)
+	}
+	if _, d := s.sizes(); d != 0 {
+		t.Fatalf("dialled scanners after the close = %d, want 0", d)
+	}
+
+	// An accepted connection is its scanConn's to scan.
+	c1, c2 := net.Pipe()
+	defer c2.Close()
+	k := connKey{"127.0.0.1:5060", "127.0.0.2:33000"}
+	sc := &scanConn{Conn: c1, scan: ingress.NewStreamScanner(ingress.DefaultBounds), count: count, scans: s, key: k}
+	s.accept(k)
+	if _, err := s.filter(tcp(5060), &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2), Port: 33000}, []byte(hostile), count); err != nil {
+		t.Fatalf("an accepted connection's read scanned twice: %v", err)
+	}
+	if a, d := s.sizes(); a != 1 || d != 0 {
+		t.Fatalf("accepted %d, dialled %d; want 1, 0", a, d)
+	}
+	_ = sc.Close()
+	if a, _ := s.sizes(); a != 0 {
+		t.Fatalf("accepted after the close = %d, want 0", a)
+	}
+
+	// The bound: full of live connections, a new one is refused; once they
+	// are idle past the timeout, they are forgotten and it is served.
+	now := time.Now()
+	for i := range maxDialledScans {
+		if _, err := s.filter(local, tcp(10000+i), []byte(good), count); err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+	}
+	if _, err := s.filter(local, tcp(9999), []byte(good), count); !errors.Is(err, errDialledLimit) || counted["tcp_limit"] != 1 {
+		t.Fatalf("one past the bound: %v (counted %v), want errDialledLimit counted as tcp_limit", err, counted)
+	}
+	s.mu.Lock()
+	for _, d := range s.dialled {
+		d.last = now.Add(-2 * time.Minute)
+	}
+	s.mu.Unlock()
+	if _, err := s.filter(local, tcp(9999), []byte(good), count); err != nil {
+		t.Fatalf("after the others went idle: %v", err)
+	}
+	if _, d := s.sizes(); d != 1 {
+		t.Fatalf("dialled scanners = %d, want 1 (the idle ones forgotten)", d)
+	}
+}
