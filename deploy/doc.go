@@ -5,6 +5,6 @@
 // Security namespace; docs/kubernetes.md)) and of the tests that keep them
 // consistent with each other, with the Dockerfile and with the
 // configuration schema. The tests that
-// tie the dashboard and alerts to the exported metric names live in package
-// metrics.
+// tie the dashboard and alerts to the exported metric names and labels live
+// in package metrics.
 package deploy

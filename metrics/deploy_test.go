@@ -63,8 +63,9 @@ type panel struct {
 	} `json:"datasource"`
 	GridPos struct{ H, W, X, Y int } `json:"gridPos"`
 	Targets []struct {
-		Expr  string `json:"expr"`
-		RefID string `json:"refId"`
+		Expr         string `json:"expr"`
+		RefID        string `json:"refId"`
+		LegendFormat string `json:"legendFormat"`
 	} `json:"targets"`
 	Panels []panel `json:"panels"` // collapsed rows
 }
@@ -200,6 +201,7 @@ func TestDashboardCoversOperations(t *testing.T) {
 	}
 
 	ids := map[int]string{}
+	cells := map[[2]int]string{} // grid cell (x, y) → the panel over it
 	var walk func([]panel)
 	walk = func(ps []panel) {
 		for _, p := range ps {
@@ -207,6 +209,18 @@ func TestDashboardCoversOperations(t *testing.T) {
 				t.Errorf("panel %q: id %d also used by %q", p.Title, p.ID, other)
 			}
 			ids[p.ID] = p.Title
+			overlap := ""
+			for x := p.GridPos.X; x < p.GridPos.X+p.GridPos.W; x++ {
+				for y := p.GridPos.Y; y < p.GridPos.Y+p.GridPos.H; y++ {
+					if other, taken := cells[[2]int{x, y}]; taken && overlap == "" {
+						overlap = other
+					}
+					cells[[2]int{x, y}] = p.Title
+				}
+			}
+			if overlap != "" {
+				t.Errorf("panel %q: gridPos %+v overlaps panel %q", p.Title, p.GridPos, overlap)
+			}
 			if p.Type != "row" {
 				if p.Datasource == nil || p.Datasource.UID != "${datasource}" {
 					t.Errorf("panel %q: datasource %+v, want uid ${datasource}", p.Title, p.Datasource)
@@ -323,5 +337,365 @@ func TestDashboardLintRules(t *testing.T) {
 	joined := strings.Join(dashboardExprs(d)["Peers: admitted vs rejected CPS"], "\n")
 	if !strings.Contains(joined, `cpsguard_calls_total{outcome=~"rejected_.*"`) {
 		t.Errorf("peer panel: the rejected line must count every refusal of the peer's calls (cpsguard_calls_total), got:\n%s", joined)
+	}
+}
+
+// familyLabels returns the label names of every family metrics.New
+// exports, as the code declares them (a gather after touchAll, which gives
+// every collector a series).
+func familyLabels(t *testing.T) map[string][]string {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	touchAll(New(reg))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	out := map[string][]string{}
+	for _, mf := range mfs {
+		labels := []string{}
+		if ms := mf.GetMetric(); len(ms) > 0 {
+			for _, lp := range ms[0].GetLabel() {
+				labels = append(labels, lp.GetName())
+			}
+		}
+		out[mf.GetName()] = labels
+	}
+	return out
+}
+
+// knownValues are the label values the code uses for each enum label of a
+// family, from the lists in metrics.go; names (peer, customer, carrier,
+// config_hash, …) come from the configuration and are not listed.
+func knownValues() map[string]map[string][]string {
+	limitScopes := []string{ScopePeer, ScopeCustomer, ScopeCarrier, ScopeDestination}
+	return map[string]map[string][]string{
+		"cpsguard_calls_total":             {"outcome": Outcomes},
+		"cpsguard_admission_total":         {"scope": {ScopePeer, ScopeCustomer, ScopeDestination, ScopeRepeatDial}, "result": AdmissionResults},
+		"cpsguard_limit_cps":               {"scope": limitScopes},
+		"cpsguard_limit_calls":             {"scope": limitScopes},
+		"cpsguard_active_calls":            {"scope": {ScopePeer, ScopeCustomer, ScopeCarrier}},
+		"cpsguard_priority_calls_total":    {"kind": PriorityKinds},
+		"cpsguard_pacing_total":            {"result": PacingResults},
+		"cpsguard_reroutes_total":          {"reason": RerouteReasons},
+		"cpsguard_carrier_responses_total": {"class": ResponseClasses},
+		"cpsguard_carrier_seizures_total":  {"result": SeizureResults},
+		"cpsguard_carrier_probes_total":    {"result": {ProbeOK, ProbeFailed}},
+		"cpsguard_records_written_total":   {"sink": RecordSinks},
+		"cpsguard_records_dropped_total":   {"sink": RecordSinks},
+		"cpsguard_config_reloads_total":    {"result": ReloadResults},
+		"cpsguard_sip_errors_total":        {"reason": SIPErrorReasons},
+		"cpsguard_panics_total":            {"where": PanicPlaces},
+		"cpsguard_store_errors_total":      {"script": StoreScripts},
+		"cpsguard_store_duration_seconds":  {"script": StoreScripts},
+	}
+}
+
+var (
+	selectorRe = regexp.MustCompile(`\b(cpsguard_[a-z_]+)(\{[^}]*\})?`)
+	matcherRe  = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"`)
+	groupingRe = regexp.MustCompile(`\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)`)
+	// label_replace(v, "dst", "replacement", "src", "regex"): its last four
+	// arguments.
+	labelReplaceRe = regexp.MustCompile(`"([a-zA-Z_]\w*)"\s*,\s*"[^"]*"\s*,\s*"([a-zA-Z_]\w*)"\s*,\s*"[^"]*"\s*\)`)
+	labelValuesRe  = regexp.MustCompile(`^label_values\((.*),\s*([a-zA-Z_]\w*)\)$`)
+	legendLabelRe  = regexp.MustCompile(`\{\{\s*(\w+)\s*\}\}`)
+)
+
+// matcher is one label matcher of a selector.
+type matcher struct{ label, op, value string }
+
+// selector is one cpsguard metric selector of a query.
+type selector struct {
+	family string // the metric family, histogram suffixes stripped
+	labels []string
+	match  []matcher
+}
+
+// admits reports whether the selector's matchers on label admit value.
+func (s selector) admits(label, value string) bool {
+	for _, m := range s.match {
+		if m.label != label {
+			continue
+		}
+		re, err := regexp.Compile(`^(?:` + m.value + `)$`)
+		ok := err == nil && re.MatchString(value)
+		switch m.op {
+		case "=":
+			ok = m.value == value
+		case "!=":
+			ok = m.value != value
+		case "!~":
+			ok = !ok
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// equal reports whether the selector picks label=value exactly.
+func (s selector) equal(label, value string) bool {
+	for _, m := range s.match {
+		if m.label == label && m.op == "=" && m.value == value {
+			return true
+		}
+	}
+	return false
+}
+
+// selectors parses the cpsguard selectors of a query; a selector of a
+// family the code does not export has no labels.
+func selectors(e string, families map[string][]string) []selector {
+	var out []selector
+	for _, sm := range selectorRe.FindAllStringSubmatch(e, -1) {
+		s := selector{family: sm[1]}
+		labels, ok := families[s.family]
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			if ok {
+				break
+			}
+			if base := strings.TrimSuffix(sm[1], suffix); base != sm[1] {
+				if labels, ok = families[base]; ok {
+					s.family = base
+					if suffix == "_bucket" {
+						labels = append(slices.Clone(labels), "le")
+					}
+				}
+			}
+		}
+		// Prometheus adds the target's job and instance to every series.
+		s.labels = append(slices.Clone(labels), "job", "instance")
+		for _, mm := range matcherRe.FindAllStringSubmatch(sm[2], -1) {
+			s.match = append(s.match, matcher{mm[1], mm[2], mm[3]})
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// groupingLabels lists the labels of every by, without, on, ignoring and
+// group_* clause of a query.
+func groupingLabels(e string) []string {
+	var out []string
+	for _, gm := range groupingRe.FindAllStringSubmatch(e, -1) {
+		for _, l := range strings.Split(gm[1], ",") {
+			if l = strings.TrimSpace(l); l != "" {
+				out = append(out, l)
+			}
+		}
+	}
+	return out
+}
+
+// checkQuery reports every label of query e that none of its metrics has,
+// and every enum value a matcher names that the code never uses. legend is
+// the panel target's legendFormat ("" for none).
+func checkQuery(e, legend string, families map[string][]string, known map[string]map[string][]string) []string {
+	var problems []string
+	sels := selectors(e, families)
+	var all []string // every label the query's series can carry
+	for _, s := range sels {
+		all = append(all, s.labels...)
+	}
+	for _, lm := range labelReplaceRe.FindAllStringSubmatch(e, -1) {
+		all = append(all, lm[1])
+		if !slices.Contains(all, lm[2]) {
+			problems = append(problems, fmt.Sprintf("label_replace reads label %q, which none of its metrics has", lm[2]))
+		}
+	}
+	for _, s := range sels {
+		if _, ok := families[s.family]; !ok {
+			problems = append(problems, fmt.Sprintf("%s: not a metric metrics.New exports", s.family))
+			continue
+		}
+		for _, m := range s.match {
+			if !slices.Contains(s.labels, m.label) {
+				problems = append(problems, fmt.Sprintf("%s has no label %q (its labels: %v)", s.family, m.label, s.labels))
+				continue
+			}
+			values, enum := known[s.family][m.label]
+			if !enum || strings.Contains(m.value, "$") {
+				continue
+			}
+			// Each alternative of a regex a|b must match a value of its
+			// own: "pause|late" would show late alone.
+			alts := []string{m.value}
+			if (m.op == "=~" || m.op == "!~") && !strings.ContainsAny(m.value, "()") {
+				alts = strings.Split(m.value, "|")
+			}
+			for _, alt := range alts {
+				pos := matcher{m.label, strings.Replace(strings.Replace(m.op, "!~", "=~", 1), "!=", "=", 1), alt}
+				matches := false
+				for _, v := range values {
+					matches = matches || (selector{match: []matcher{pos}}).admits(m.label, v)
+				}
+				if !matches {
+					problems = append(problems, fmt.Sprintf("%s{%s%s%q}: %q matches no value the code uses (values: %v)", s.family, m.label, m.op, m.value, alt, values))
+				}
+			}
+		}
+	}
+	for _, l := range groupingLabels(e) {
+		if !slices.Contains(all, l) {
+			problems = append(problems, fmt.Sprintf("groups by label %q, which none of its metrics has", l))
+		}
+	}
+	for _, lm := range legendLabelRe.FindAllStringSubmatch(legend, -1) {
+		if !slices.Contains(all, lm[1]) {
+			problems = append(problems, fmt.Sprintf("legend %q names label %q, which none of its metrics has", legend, lm[1]))
+		}
+	}
+	return problems
+}
+
+// Every dashboard query and alert names only labels its metrics really
+// have (as metrics.New declares them) and only label values the code
+// uses: a panel on a renamed label, or on result="pause" for "paused",
+// would read "No data" on a busy node, and promtool cannot tell.
+func TestDashboardAndAlertsUseRealLabels(t *testing.T) {
+	families := familyLabels(t)
+	known := knownValues()
+	for fam, labels := range known {
+		for l := range labels {
+			if !slices.Contains(families[fam], l) {
+				t.Errorf("knownValues: %s has no label %q (its labels: %v)", fam, l, families[fam])
+			}
+		}
+	}
+	checked := 0
+	var walk func([]panel)
+	walk = func(ps []panel) {
+		for _, p := range ps {
+			for _, tg := range p.Targets {
+				checked++
+				for _, pr := range checkQuery(tg.Expr, tg.LegendFormat, families, known) {
+					t.Errorf("panel %q, query %s: %s", p.Title, tg.RefID, pr)
+				}
+			}
+			walk(p.Panels)
+		}
+	}
+	d := readDashboard(t)
+	walk(d.Panels)
+	for _, v := range d.Templating.List {
+		if v.Definition == "" {
+			continue
+		}
+		m := labelValuesRe.FindStringSubmatch(v.Definition)
+		if m == nil {
+			t.Errorf("variable %s: %q is not label_values(selector, label)", v.Name, v.Definition)
+			continue
+		}
+		for _, pr := range checkQuery(m[1], "", families, known) {
+			t.Errorf("variable %s: %s", v.Name, pr)
+		}
+		for _, s := range selectors(m[1], families) {
+			if !slices.Contains(s.labels, m[2]) {
+				t.Errorf("variable %s: %s has no label %q", v.Name, s.family, m[2])
+			}
+		}
+	}
+	for _, g := range readAlerts(t).Groups {
+		for _, r := range g.Rules {
+			checked++
+			for _, pr := range checkQuery(r.Expr, "", families, known) {
+				t.Errorf("alert %s: %s", r.Alert, pr)
+			}
+		}
+	}
+	if checked < 40 {
+		t.Errorf("checked %d queries, want every panel target and alert", checked)
+	}
+}
+
+// The label check itself finds what it must: a made-up label, a made-up
+// value, a grouping or legend label no metric has.
+func TestCheckQueryFindsWrongLabels(t *testing.T) {
+	families := familyLabels(t)
+	known := knownValues()
+	for _, tc := range []struct {
+		name, expr, legend string
+		wantProblem        bool
+	}{
+		{"real", `sum by (carrier, result) (rate(cpsguard_pacing_total{result=~"paused|late",job=~"$job"}[1m]))`, "{{carrier}} {{result}}", false},
+		{"histogram le", `histogram_quantile(0.5, sum by (carrier, le) (rate(cpsguard_pacing_wait_seconds_bucket{carrier=~"$carrier"}[1m])))`, "{{carrier}}", false},
+		{"label_replace", `max by (carrier) (label_replace(cpsguard_limit_cps{scope="carrier"}, "carrier", "$1", "name", "(.*)"))`, "{{carrier}}", false},
+		{"no such label", `sum(cpsguard_pacing_total{peer="x"})`, "", true},
+		{"no such value", `sum(cpsguard_pacing_total{result="pause"})`, "", true},
+		{"regex matching nothing", `sum(cpsguard_calls_total{outcome=~"refused_.*"})`, "", true},
+		{"regex alternative matching nothing", `sum(cpsguard_pacing_total{result=~"pause|late"})`, "", true},
+		{"negative regex", `sum(cpsguard_calls_total{outcome!~"forwarded|canceled"})`, "", false},
+		{"negated value not used", `sum(cpsguard_calls_total{outcome!="admitted"})`, "", true},
+		{"grouping label", `sum by (reason) (cpsguard_pacing_total)`, "", true},
+		{"legend label", `sum by (carrier) (cpsguard_pacing_total)`, "{{peer}}", true},
+		{"label_replace source", `label_replace(cpsguard_pacing_queued, "name", "$1", "scope", "(.*)")`, "", true},
+		{"unknown metric", `cpsguard_pacing_paused_total`, "", true},
+	} {
+		got := checkQuery(tc.expr, tc.legend, families, known)
+		if (len(got) > 0) != tc.wantProblem {
+			t.Errorf("%s: %s: got problems %q, want a problem: %v", tc.name, tc.expr, got, tc.wantProblem)
+		}
+	}
+}
+
+// Every metric family metrics.New exports has a panel (a variable alone
+// does not count), and the values an operator must tell apart each have a
+// line of their own: every outcome of a call, every pacing result (paused:
+// a carrier's Retry-After), every kind of priority call (refused_claim: a
+// peer claiming priority it may not), every seizure result, reroute reason
+// and record sink. A metric added without a panel fails here.
+func TestDashboardShowsEveryMetric(t *testing.T) {
+	families := familyLabels(t)
+	type panelSelector struct {
+		sel      selector
+		grouping []string // the labels its query groups by
+	}
+	var sels []panelSelector
+	var walk func([]panel)
+	walk = func(ps []panel) {
+		for _, p := range ps {
+			for _, tg := range p.Targets {
+				g := groupingLabels(tg.Expr)
+				for _, s := range selectors(tg.Expr, families) {
+					sels = append(sels, panelSelector{s, g})
+				}
+			}
+			walk(p.Panels)
+		}
+	}
+	walk(readDashboard(t).Panels)
+	for fam := range families {
+		found := false
+		for _, s := range sels {
+			found = found || s.sel.family == fam
+		}
+		if !found {
+			t.Errorf("%s: no dashboard panel queries it", fam)
+		}
+	}
+	known := knownValues()
+	for _, fl := range [][2]string{
+		{"cpsguard_calls_total", "outcome"},
+		{"cpsguard_pacing_total", "result"},
+		{"cpsguard_priority_calls_total", "kind"},
+		{"cpsguard_carrier_seizures_total", "result"},
+		{"cpsguard_reroutes_total", "reason"},
+		{"cpsguard_records_written_total", "sink"},
+		{"cpsguard_records_dropped_total", "sink"},
+	} {
+		for _, v := range known[fl[0]][fl[1]] {
+			shown := false
+			for _, s := range sels {
+				if s.sel.family == fl[0] && s.sel.admits(fl[1], v) &&
+					(s.sel.equal(fl[1], v) || slices.Contains(s.grouping, fl[1])) {
+					shown = true
+				}
+			}
+			if !shown {
+				t.Errorf("%s{%s=%q}: no panel shows it on a line of its own (grouped by %s, or selected alone)", fl[0], fl[1], v, fl[1])
+			}
+		}
 	}
 }
