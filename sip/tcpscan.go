@@ -163,13 +163,14 @@ func (s *streamScans) sizes() (accepted, dialled int) {
 
 // scanReason is the sip_errors_total reason of a StreamScanner error.
 func scanReason(err error) string {
+	reason := "stream"
 	switch {
 	case errors.Is(err, ingress.ErrParams):
-		return ingress.DropParams
+		reason = ingress.DropParams
 	case errors.Is(err, ingress.ErrHeaders):
-		return ingress.DropHeaders
+		reason = ingress.DropHeaders
 	}
-	return "stream"
+	return reason
 }
 
 // scanListener wraps the connections a listener accepts in scanConns,
