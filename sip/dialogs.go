@@ -31,8 +31,12 @@ import (
 // check itself never waits on the network (the stateless relay runs in the
 // read loop). A request of an ended dialog gets 481 and is counted
 // dialog_ended, except a copy of the BYE that ended it, from the same
-// side, on the node that saw the end: it is relayed again, so that a
-// sender whose answer was lost or late gets it. An ended dialog is named by its call key and the callee's
+// side, on the node that saw the end, within byeTimeout of the end and at
+// most maxEndedByeCopies times: it is relayed again, so that a sender
+// whose answer was lost or late gets it (a real UAC retransmits a BYE no
+// more often and no longer: RFC 3261 17.1.2.2; past that bound a copy,
+// whose headers and body are its sender's choice, would be a relay that
+// outlives its call). An ended dialog is named by its call key and the callee's
 // tag (dialogKeyOf): a BYE naming a made-up callee tag ends nothing (the
 // far leg refuses it, 481, and the call goes on).
 //
@@ -112,13 +116,23 @@ type rateKey struct {
 // branch, and its direction; bye 0 when not known: a timeout, or an end
 // learned from the pool), whose retransmissions are still relayed so that
 // their sender gets the answer it is waiting for (RFC 3261 17.1.2: a UAC
-// retransmits a BYE until a final answer reaches it). A new BYE, even
-// with the same CSeq, is another transaction and is refused.
+// retransmits a BYE until a final answer reaches it), until copyUntil and
+// while copies (those relayed since the end) stays below
+// maxEndedByeCopies. A new BYE, even with the same CSeq, is another
+// transaction and is refused.
 type endedDialog struct {
-	exp time.Time
-	bye uint64
-	dir direction
+	exp       time.Time
+	copyUntil time.Time
+	bye       uint64
+	dir       direction
+	copies    uint8
 }
+
+// maxEndedByeCopies bounds the copies of a dialog's ending BYE relayed
+// after the end: a UAC sends a non-INVITE request at most 11 times within
+// Timer F (T1 doubling to T2: RFC 3261 17.1.2.2), the first of which went
+// before the end.
+const maxEndedByeCopies = 10
 
 // byeID identifies a BYE transaction of a dialog by its CSeq number seq
 // and the branch of its sender's Via (RFC 3261 17.2.3); never 0, so 0
@@ -177,12 +191,17 @@ const (
 // direction dir) at now: dialogEnded when its dialog ended, dialogOverRate
 // when its direction has no token left (and takes one otherwise). bye is
 // the request's byeID when it is a BYE, else 0: a copy of the BYE that
-// ended the dialog here, from the same side, is not refused.
+// ended the dialog here, from the same side, is not refused while the
+// sender may still be retransmitting it (endedDialog).
 func (g *dialogGuard) admit(d dialogKey, k callKey, dir direction, bye uint64, now time.Time) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if e, ok := g.ended[d]; ok && now.Before(e.exp) && (bye == 0 || e.bye != bye || e.dir != dir) {
-		return dialogEnded
+	if e, ok := g.ended[d]; ok && now.Before(e.exp) {
+		if bye == 0 || e.bye != bye || e.dir != dir || !now.Before(e.copyUntil) || e.copies >= maxEndedByeCopies {
+			return dialogEnded
+		}
+		e.copies++
+		g.ended[d] = e
 	}
 	rk := rateKey{k, dir}
 	b := g.rates[rk]
@@ -217,7 +236,11 @@ func (g *dialogGuard) end(d dialogKey, now, exp time.Time, bye uint64, dir direc
 	if len(g.ended) >= maxEndedDialogs {
 		g.evictLocked(time.Time{}, 1)
 	}
-	g.ended[d] = endedDialog{exp: exp, bye: bye, dir: dir}
+	e := endedDialog{exp: exp, bye: bye, dir: dir}
+	if bye != 0 {
+		e.copyUntil = now.Add(byeTimeout)
+	}
+	g.ended[d] = e
 	g.order = append(g.order, endedRef{d, exp})
 	if publish {
 		if len(g.pending) >= maxEndsPending {

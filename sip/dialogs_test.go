@@ -308,3 +308,29 @@ func TestDialogGuardBounds(t *testing.T) {
 		t.Fatalf("rate buckets after an idle hour = %d, want 0", n)
 	}
 }
+
+// TestEndedByeCopiesWindow: a copy of the ending BYE passes only within
+// byeTimeout of the end (a UAC stops retransmitting at Timer F), and only
+// maxEndedByeCopies times.
+func TestEndedByeCopiesWindow(t *testing.T) {
+	g := newDialogGuard()
+	now := time.Now()
+	d, k := dialogKey{9}, callKey{9}
+	g.end(d, now, now.Add(time.Hour), 77, fromPeer, false)
+	if r := g.admit(d, k, fromPeer, 77, now.Add(byeTimeout-time.Millisecond)); r != dialogPass {
+		t.Fatalf("copy of the ending BYE within Timer F: admit = %d, want pass", r)
+	}
+	if r := g.admit(d, k, fromPeer, 77, now.Add(byeTimeout)); r != dialogEnded {
+		t.Fatalf("copy of the ending BYE at Timer F after the end: admit = %d, want ended", r)
+	}
+	d2 := dialogKey{10}
+	g.end(d2, now, now.Add(time.Hour), 78, fromPeer, false)
+	for i := 0; i < maxEndedByeCopies; i++ {
+		if r := g.admit(d2, callKey{10}, fromPeer, 78, now); r != dialogPass {
+			t.Fatalf("copy %d of the ending BYE: admit = %d, want pass", i+1, r)
+		}
+	}
+	if r := g.admit(d2, callKey{10}, fromPeer, 78, now); r != dialogEnded {
+		t.Fatalf("copy %d of the ending BYE: admit = %d, want ended", maxEndedByeCopies+1, r)
+	}
+}

@@ -145,7 +145,9 @@
 // of the dialog was answered 2xx or 481 or timed out, the dialog's
 // requests get 481 (counted dialog_ended), on this node at once and, with
 // Options.DialogEnds (the pool's Redis), on the pool's other nodes within
-// about a second; the node remembers at most 262,144 ended dialogs, each
+// about a second (only copies of the ending BYE, same CSeq, branch and
+// side, are still relayed by the node that saw the end: within 32 s of
+// it, at most 10); the node remembers at most 262,144 ended dialogs, each
 // until its token expires. Each direction of a dialog may send at most 40
 // requests at once, refilled at 10 a second (per node): beyond, 503
 // (counted dialog_rate, logged at Warn at most every 10 s). A re-INVITE is

@@ -680,3 +680,35 @@ func TestStatelessLeavesMangledViaToStatefulRelay(t *testing.T) {
 		t.Errorf("stateless response errors = %v, want 0", n)
 	}
 }
+
+// TestEndedDialogByeCopiesBounded: after the BYE that ended a dialog was
+// answered, copies of it (same CSeq, same branch, same side) are relayed
+// only as many times as a real UAC retransmits one (RFC 3261 17.1.2.2);
+// past that the node answers 481 itself. Unbounded, the copies (whose
+// headers and body are the sender's choice) gave every ended dialog a
+// relay to the carrier at the in-dialog rate for hours after its call
+// and its max_calls place were gone.
+func TestEndedDialogByeCopiesBounded(t *testing.T) {
+	h, peer, car, ok := statelessSetup(t, nil)
+	bye := withVia(inDialogOf(t, peer.caller(), h.udp, ok, sipmsg.BYE), peer.addr(), "z9hG4bK.ended-copies")
+	peer.send(h.udp, bye)
+	waitFor(t, func() bool { return len(peer.responses()) == 1 }, "the BYE's 200")
+	const copies = 3 * maxEndedByeCopies
+	for i := 0; i < copies; i++ {
+		peer.send(h.udp, bye)
+		waitFor(t, func() bool { return len(peer.responses()) == 2+i }, "the answer to a copy of the BYE")
+	}
+	relayed := len(car.requests(sipmsg.BYE)) - 1
+	if relayed > maxEndedByeCopies {
+		t.Fatalf("copies of the ending BYE relayed after the end = %d of %d, want at most %d", relayed, copies, maxEndedByeCopies)
+	}
+	refused := 0
+	for _, r := range peer.responses()[1:] {
+		if r.StatusCode == 481 {
+			refused++
+		}
+	}
+	if refused != copies-relayed {
+		t.Fatalf("copies answered 481 by the node = %d, want %d", refused, copies-relayed)
+	}
+}
