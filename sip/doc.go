@@ -223,7 +223,8 @@
 // sip/internal/ingress): each socket is read in batches (recvmmsg), every
 // datagram's header section is scanned before anything parses it (over 32
 // parameters in a header element, 256 in the message or 200 header
-// fields: dropped, reason params or headers; TCP connections are held to
+// fields, each element of a Via, Route, Record-Route, Contact or
+// Refer-To list counted as one: dropped, reason params or headers; TCP connections are held to
 // the same bounds by a stream scanner, tcpscan.go), budgeted against its
 // party (a peer by name, a carrier by address, strangers together), and
 // handed to one of GOMAXPROCS workers by a hash of its Call-ID. A worker
