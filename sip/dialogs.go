@@ -38,7 +38,14 @@ import (
 // whose headers and body are its sender's choice, would be a relay that
 // outlives its call). An ended dialog is named by its call key and the callee's
 // tag (dialogKeyOf): a BYE naming a made-up callee tag ends nothing (the
-// far leg refuses it, 481, and the call goes on).
+// far leg refuses it, 481, and the call goes on). The call itself is over
+// once its answered dialog ended (its BYE), an operator ended it or it
+// reached max_call_duration (callOver, from the call places' end): then
+// every request of a token minted before that end is refused, whatever
+// callee tag it names (the token names the call by its Call-ID and
+// caller's tag only, so a made-up To tag would otherwise make a dialog
+// that never ended, relayed for the token's whole life), and the end is
+// shared with the pool as a dialog's is.
 //
 // In-dialog requests are also bounded per dialog and direction: a token
 // bucket of dialogBurst requests refilled at dialogRate a second, a rate
@@ -123,10 +130,19 @@ type rateKey struct {
 type endedDialog struct {
 	exp       time.Time
 	copyUntil time.Time
-	bye       uint64
-	dir       direction
-	copies    uint8
+	// before: for a call's end (callEndKey), the tokens minted at or
+	// before it (Unix seconds) are dead; a later call that reuses the
+	// Call-ID and tag has a token of its own.
+	before int64
+	bye    uint64
+	dir    direction
+	copies uint8
 }
+
+// callEndKey is the key of the end of the whole call k (callOver) in the
+// ended table: the call key itself, which no dialogKeyOf (a SHA-256 of it
+// and a tag) names but by a 64-bit chance.
+func callEndKey(k callKey) dialogKey { return dialogKey(k) }
 
 // maxEndedByeCopies bounds the copies of a dialog's ending BYE relayed
 // after the end: a UAC sends a non-INVITE request at most 11 times within
@@ -188,12 +204,13 @@ const (
 )
 
 // admit checks a verified in-dialog request of dialog d (call k,
-// direction dir) at now: dialogEnded when its dialog ended, dialogOverRate
-// when its direction has no token left (and takes one otherwise). bye is
-// the request's byeID when it is a BYE, else 0: a copy of the BYE that
-// ended the dialog here, from the same side, is not refused while the
-// sender may still be retransmitting it (endedDialog).
-func (g *dialogGuard) admit(d dialogKey, k callKey, dir direction, bye uint64, now time.Time) int {
+// direction dir, its token minted at minted, Unix seconds) at now:
+// dialogEnded when its dialog or its call ended, dialogOverRate when its
+// direction has no token left (and takes one otherwise). bye is the
+// request's byeID when it is a BYE, else 0: a copy of the BYE that ended
+// the dialog here, from the same side, is not refused while the sender
+// may still be retransmitting it (endedDialog).
+func (g *dialogGuard) admit(d dialogKey, k callKey, dir direction, bye uint64, minted int64, now time.Time) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if e, ok := g.ended[d]; ok && now.Before(e.exp) {
@@ -202,6 +219,8 @@ func (g *dialogGuard) admit(d dialogKey, k callKey, dir direction, bye uint64, n
 		}
 		e.copies++
 		g.ended[d] = e
+	} else if c, ok := g.ended[callEndKey(k)]; ok && now.Before(c.exp) && minted <= c.before {
+		return dialogEnded
 	}
 	rk := rateKey{k, dir}
 	b := g.rates[rk]
@@ -223,20 +242,24 @@ func (g *dialogGuard) admit(d dialogKey, k callKey, dir direction, bye uint64, n
 	return dialogPass
 }
 
-// end records at now that dialog d ended, until exp, by the BYE bye
-// (byeID) from dir (0: not known); publish queues it for the pool
-// store. A dialog known to have ended keeps its first record (the pool
-// store hands a node's own ends back to it).
+// end records at now that dialog d ended (or, with d a callEndKey, its
+// call), until exp, by the BYE bye (byeID) from dir (0: not known);
+// publish queues it for the pool store. A dialog known to have ended
+// keeps its first record (the pool store hands a node's own ends back to
+// it), but for its before, which moves to now: a call that reused the
+// key and ended again is over too.
 func (g *dialogGuard) end(d dialogKey, now, exp time.Time, bye uint64, dir direction, publish bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if old, ok := g.ended[d]; ok && now.Before(old.exp) {
+		old.before = max(old.before, now.Unix())
+		g.ended[d] = old
 		return
 	}
 	if len(g.ended) >= maxEndedDialogs {
 		g.evictLocked(time.Time{}, 1)
 	}
-	e := endedDialog{exp: exp, bye: bye, dir: dir}
+	e := endedDialog{exp: exp, before: now.Unix(), bye: bye, dir: dir}
 	if bye != 0 {
 		e.copyUntil = now.Add(byeTimeout)
 	}
@@ -346,6 +369,15 @@ func (p *Proxy) dialogEnded(k callKey, calleeTag string, bye uint64, dir directi
 	p.dialogs.end(dialogKeyOf(k, calleeTag), now, now.Add(endedTTL(p.cfg())), bye, dir, p.dialogEnds != nil)
 }
 
+// callOver records that call k is over (its answered dialog ended, an
+// operator ended it, or it reached max_call_duration): every request of a
+// token minted until now is refused, on this node at once, on the pool's
+// others at their next sync.
+func (p *Proxy) callOver(k callKey) {
+	now := time.Now()
+	p.dialogs.end(callEndKey(k), now, now.Add(endedTTL(p.cfg())), 0, 0, p.dialogEnds != nil)
+}
+
 // admitInDialog applies the guard to a request prepareInDialog verified,
 // once the caller is about to relay it, and returns 0, or the SIP code it
 // gets: 481 for an ended dialog, 503 over the rate (both counted when
@@ -359,7 +391,7 @@ func (p *Proxy) admitInDialog(hop *inDialogHop, count bool, req *sipmsg.Request)
 			bye = byeID(c.SeqNo, req.Via())
 		}
 	}
-	switch p.dialogs.admit(dialogKeyOf(hop.key, hop.callee), hop.key, hop.dir, bye, now) {
+	switch p.dialogs.admit(dialogKeyOf(hop.key, hop.callee), hop.key, hop.dir, bye, hop.minted, now) {
 	case dialogEnded:
 		if count {
 			p.m.SIPErrors.WithLabelValues("dialog_ended").Inc()

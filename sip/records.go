@@ -44,6 +44,8 @@ type liveCall struct {
 	cancel context.CancelCauseFunc
 
 	mu sync.Mutex
+	// key is the call's key (its dialog tokens'), set when it is bound.
+	key callKey
 	// answered: the 2xx was relayed; rec is the call's record as it stood
 	// then, dlg what a BYE of the node's own needs.
 	answered bool
@@ -105,7 +107,11 @@ func (c *call) track(carrier string) {
 		c.bound = true
 		src, _ := netip.ParseAddrPort(c.req.Source())
 		peerLeg := netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
-		c.p.calls.Bind(c.member, callKeyOf(callID(c.req), tagOf(c.req.From().Params), peerLeg).String())
+		k := callKeyOf(callID(c.req), tagOf(c.req.From().Params), peerLeg)
+		c.lc.mu.Lock()
+		c.lc.key = k
+		c.lc.mu.Unlock()
+		c.p.calls.Bind(c.member, k.String())
 	}
 }
 
@@ -232,15 +238,22 @@ func (lc *liveCall) unanswered() {
 }
 
 // callEnded is told by the Tracker of every call it ended: an answered
-// call's record is written now (an unanswered one's by its own goroutine).
+// call's tokens die with it but at shutdown (callOver), and its record
+// is written now (an unanswered one's by its own goroutine).
 func (p *Proxy) callEnded(e callplaces.Ended) {
 	lc, ok := e.Data.(*liveCall)
 	if !ok || lc == nil {
 		return
 	}
 	lc.mu.Lock()
-	answered, rec := lc.answered, lc.rec
+	answered, rec, key := lc.answered, lc.rec, lc.key
 	lc.mu.Unlock()
+	if answered && e.Reason != callplaces.ReasonShutdown {
+		// Over: no request of its tokens is relayed any more, whatever
+		// callee tag it names (dialogs.go). At shutdown the call may go on
+		// between its ends, no longer supervised.
+		p.callOver(key)
+	}
 	if !answered || p.records == nil {
 		return
 	}

@@ -1,6 +1,7 @@
 package sip
 
 import (
+	"context"
 	"net"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	sipmsg "github.com/emiago/sipgo/sip"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	callplaces "github.com/cpsguard/cpsguard/calls"
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/siptest"
 )
@@ -710,5 +712,56 @@ func TestEndedDialogByeCopiesBounded(t *testing.T) {
 	}
 	if refused != copies-relayed {
 		t.Fatalf("copies answered 481 by the node = %d, want %d", refused, copies-relayed)
+	}
+}
+
+// TestEndedCallRefusesEveryDialogOfIt: once an answered call is over (its
+// BYE answered 200, or an operator's end), no request of its dialog token
+// is relayed, whatever callee tag it names: the dialog token names the
+// call by its Call-ID and caller's tag only, and a made-up To tag made a
+// "dialog" that had not ended, so the peer kept a relay to the carrier
+// (at the in-dialog rate, any method and body) for the token's whole
+// life after its call and its max_calls place were gone.
+func TestEndedCallRefusesEveryDialogOfIt(t *testing.T) {
+	h, peer, car, ok := statelessSetup(t, nil)
+	bye := withVia(inDialogOf(t, peer.caller(), h.udp, ok, sipmsg.BYE), peer.addr(), "z9hG4bK.whole-call-bye")
+	peer.send(h.udp, bye)
+	waitFor(t, func() bool { return len(peer.responses()) == 1 }, "the BYE's 200")
+	waitFor(t, func() bool { return h.p.calls.(*callplaces.Tracker).Live() == 0 }, "the call's end")
+	madeUp := func(ok *sipmsg.Response, method sipmsg.RequestMethod, branch string) *sipmsg.Request {
+		r := withVia(inDialogOf(t, peer.caller(), h.udp, ok, method), peer.addr(), branch)
+		r.To().Params.Add("tag", "made-up-"+branch)
+		return r
+	}
+	for i, m := range []sipmsg.RequestMethod{sipmsg.INFO, sipmsg.BYE, sipmsg.MESSAGE} {
+		peer.send(h.udp, madeUp(ok, m, "z9hG4bK.after-end-"+strconv.Itoa(i)))
+		waitFor(t, func() bool { return len(peer.responses()) == 2+i }, "the answer to a request of the ended call")
+		if r := peer.responses()[1+i]; r.StatusCode != 481 {
+			t.Fatalf("%s with a made-up To tag after the call ended: %s, want 481", m, r.StartLine())
+		}
+	}
+	if n := len(car.requests(sipmsg.INFO)) + len(car.requests(sipmsg.MESSAGE)) + len(car.requests(sipmsg.BYE)); n != 1 {
+		t.Fatalf("requests at the carrier after the call ended = %d, want 1 (its BYE)", n)
+	}
+}
+
+// TestOperatorEndEndsTheDialog: after an operator ended an answered call
+// (the node's BYEs to both legs), the peer's requests of that call are
+// refused 481 and not relayed (an operator's end ended no dialog: the
+// peer's INFOs still reached the carrier).
+func TestOperatorEndEndsTheDialog(t *testing.T) {
+	h, peer, car, ok2 := statelessSetup(t, nil)
+	if n := h.p.EndCalls(context.Background(), ok2.CallID().Value()); n != 1 {
+		t.Fatalf("EndCalls = %d, want 1", n)
+	}
+	waitFor(t, func() bool { return len(car.requests(sipmsg.BYE)) == 1 }, "the node's BYE at the carrier")
+	info := withVia(inDialogOf(t, peer.caller(), h.udp, ok2, sipmsg.INFO), peer.addr(), "z9hG4bK.after-operator")
+	peer.send(h.udp, info)
+	waitFor(t, func() bool { return len(peer.responses()) == 1 }, "the answer to an INFO after the operator's end")
+	if r := peer.responses()[0]; r.StatusCode != 481 {
+		t.Fatalf("INFO after the operator ended the call: %s, want 481", r.StartLine())
+	}
+	if n := len(car.requests(sipmsg.INFO)); n != 0 {
+		t.Fatalf("INFOs at the carrier after the operator's end = %d, want 0", n)
 	}
 }
