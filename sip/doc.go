@@ -62,7 +62,11 @@
 // when the far leg answers a BYE that passed the dialog-token check with a
 // 2xx or 481, or gives it no final answer before Timer F (ends.go; either
 // direction), or by the Tracker at max_call_duration or the places'
-// expiry. Options.Calls nil keeps them in process, refreshed by Serve.
+// expiry. A call whose dialog had such a BYE before its answer (a
+// carrier's BYE racing its own 2xx, or sent before it answered) ends at
+// its answer: once the 2xx is relayed the node sends its own BYE to both
+// legs (Reason "Call ended before its answer"), so no call goes on
+// without its places. Options.Calls nil keeps them in process, refreshed by Serve.
 //
 // Every call that reached a decision leaves one record (records.go,
 // Options.Records, package records): a refused, failed or cancelled call's

@@ -321,17 +321,23 @@ func (p *Proxy) EndCalls(ctx context.Context, callID string) int {
 		if !p.calls.EndAs(ctx, f.Member, records.EndOperator, records.ByNode) {
 			continue // ended meanwhile (a BYE crossed)
 		}
-		p.byeLeg(d, true)
-		p.byeLeg(d, false)
+		p.byeLeg(d, true, byeReasonOperator)
+		p.byeLeg(d, false, byeReasonOperator)
 		n++
 	}
 	return n
 }
 
+// The Reason headers of the node's own BYEs (byeLeg).
+const (
+	byeReasonOperator = `SIP;cause=200;text="Ended by the operator"`
+	byeReasonEnded    = `SIP;cause=200;text="Call ended before its answer"`
+)
+
 // byeLeg sends the node's own BYE in dialog d to the caller (toCaller) or
-// to the callee, to that leg's address, and reads its answer in the
-// background.
-func (p *Proxy) byeLeg(d dialogState, toCaller bool) {
+// to the callee, to that leg's address, with a Reason header reason, and
+// reads its answer in the background.
+func (p *Proxy) byeLeg(d dialogState, toCaller bool, reason string) {
 	if d.callerFrom == nil || d.calleeTo == nil {
 		return
 	}
@@ -367,7 +373,7 @@ func (p *Proxy) byeLeg(d dialogState, toCaller bool) {
 	cid := sipmsg.CallIDHeader(d.callID)
 	bye.AppendHeader(&cid)
 	bye.AppendHeader(&sipmsg.CSeqHeader{SeqNo: seq, MethodName: sipmsg.BYE})
-	bye.AppendHeader(sipmsg.NewHeader("Reason", `SIP;cause=200;text="Ended by the operator"`))
+	bye.AppendHeader(sipmsg.NewHeader("Reason", reason))
 	bye.SetBody(nil)
 	bye.SetTransport(tp)
 	bye.SetDestination(dest.Addr.String())

@@ -765,3 +765,65 @@ func TestOperatorEndEndsTheDialog(t *testing.T) {
 		t.Fatalf("INFOs at the carrier after the operator's end = %d, want 0", n)
 	}
 }
+
+// TestCarrierByeBeforeItsAnswerEndsTheCall: a carrier that sends a BYE of
+// a dialog it has not answered yet (the caller answers it 481: it knows
+// no such dialog), then answers the call with that tag, made the node
+// take its answer for the end of the call (the pending end of a BYE that
+// raced its 2xx): the call's places were freed and its record closed at
+// once, while the caller, who got the 200, was in the call, so a carrier
+// could take calls past its max_calls (and the peer's). The node now ends
+// such a call on both legs with its own BYEs, as an operator's end does.
+func TestCarrierByeBeforeItsAnswerEndsTheCall(t *testing.T) {
+	car := startUDPEnd(t, "127.0.0.1", nil)
+	adm, pacer := newFakes()
+	h := startProxy(t, testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second}), adm, pacer)
+	peer := startUDPEnd(t, "127.0.0.2", func(req *sipmsg.Request) *sipmsg.Response {
+		if req.Method == sipmsg.BYE {
+			if len(req.GetHeaders("Reason")) > 0 {
+				return sipmsg.NewResponseFromRequest(req, 200, "OK", nil) // the node's own
+			}
+			return sipmsg.NewResponseFromRequest(req, 481, "Call/Transaction Does Not Exist", nil)
+		}
+		return nil
+	})
+	peer.send(h.udp, rawInviteFrom(peer, h.udp, "early-bye", "ftag-early"))
+	waitFor(t, func() bool { return len(car.requests(sipmsg.INVITE)) == 1 }, "the INVITE at the carrier")
+	inv := car.requests(sipmsg.INVITE)[0]
+
+	// The carrier's BYE of the dialog it is about to answer with tag evil.
+	bye := sipmsg.NewRequest(sipmsg.BYE, *inv.Contact().Address.Clone())
+	for _, rr := range inv.GetHeaders("Record-Route") {
+		bye.AppendHeader(sipmsg.NewHeader("Route", rr.Value()))
+	}
+	mf := sipmsg.MaxForwardsHeader(70)
+	bye.AppendHeader(&mf)
+	from := inv.To().AsFrom()
+	from.Params = sipmsg.NewParams()
+	from.Params.Add("tag", "evil")
+	bye.AppendHeader(&from)
+	to := inv.From().AsTo()
+	bye.AppendHeader(&to)
+	bye.AppendHeader(sipmsg.HeaderClone(inv.CallID()))
+	bye.AppendHeader(&sipmsg.CSeqHeader{SeqNo: 1, MethodName: sipmsg.BYE})
+	car.send(h.udp, withVia(bye, car.addr(), "z9hG4bK.evil-bye"))
+	waitFor(t, func() bool { return len(car.responses()) == 1 }, "the caller's 481 at the carrier")
+	if r := car.responses()[0]; r.StatusCode != 481 {
+		t.Fatalf("the carrier's early BYE: %s, want the caller's 481", r.StartLine())
+	}
+
+	ok := sipmsg.NewResponseFromRequest(inv, 200, "OK", nil)
+	ok.To().Params.Add("tag", "evil")
+	host, port, _ := net.SplitHostPort(car.addr())
+	p, _ := strconv.Atoi(port)
+	ok.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "callee", Host: host, Port: p}})
+	car.send(h.udp, ok)
+	if res := finalOfRaw(peer, "early-bye", sipmsg.INVITE, 0); res == nil || res.StatusCode != 200 {
+		t.Fatalf("the caller's final answer: %v, want the carrier's 200", res)
+	}
+	waitFor(t, func() bool { return h.p.calls.(*callplaces.Tracker).Live() == 0 }, "the call ended by the node's books")
+	// The node holds the call no longer: it must not be up at either leg.
+	waitFor(t, func() bool {
+		return len(peer.requests(sipmsg.BYE)) == 2 && len(car.requests(sipmsg.BYE)) == 1
+	}, "the node's BYEs to both legs of a call it counts as ended")
+}
