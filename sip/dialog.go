@@ -363,7 +363,7 @@ func (u *txUpstream) relay(r *sipmsg.Response) error {
 		if c := u.req.CSeq(); c != nil {
 			bye = byeID(c.SeqNo, u.req.Via())
 		}
-		u.p.dialogEnded(u.hop.key, u.hop.callee, bye, u.hop.dir)
+		u.p.dialogEnded(u.hop.key, u.hop.callee, r.StatusCode, bye, u.hop.dir)
 	}
 	out := relayResponse(r, u.dest, u.req.Transport())
 	if out.Via() == nil {

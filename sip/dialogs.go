@@ -360,13 +360,44 @@ func endedTTL(cfg *config.Config) time.Duration {
 }
 
 // dialogEnded records that the dialog of call k answered with calleeTag
-// is over (its BYE, byeID bye from dir, was answered or timed out;
-// bye 0 when not known): its token is refused from now on, on this node
-// at once, on the pool's others at their next sync, except to copies of
-// that BYE on this node.
-func (p *Proxy) dialogEnded(k callKey, calleeTag string, bye uint64, dir direction) {
+// is over (its BYE, byeID bye from dir, was answered code, 0 for no
+// answer in time; bye 0 when not known): its token is refused from now
+// on, on this node at once, on the pool's others at their next sync,
+// except to copies of that BYE on this node. A 481 or a timeout of a BYE
+// naming another callee tag than the answer of the call this node holds
+// records nothing: the far leg knows no such dialog, and the call goes
+// on (recorded, a flood of BYEs with made-up tags would fill the ended
+// table and push the ended calls' records out of it).
+func (p *Proxy) dialogEnded(k callKey, calleeTag string, code int, bye uint64, dir direction) {
+	if (code < 200 || code >= 300) && p.answeredOtherTag(k, calleeTag) {
+		return
+	}
 	now := time.Now()
 	p.dialogs.end(dialogKeyOf(k, calleeTag), now, now.Add(endedTTL(p.cfg())), bye, dir, p.dialogEnds != nil)
+}
+
+// answeredOtherTag reports whether this node holds an answered call of
+// key k, none of whose answers named calleeTag (no I/O: the read loop
+// asks it).
+func (p *Proxy) answeredOtherTag(k callKey, calleeTag string) bool {
+	other := false
+	for _, f := range p.calls.FindDialog(k.String()) {
+		lc, ok := f.Data.(*liveCall)
+		if !ok || lc == nil {
+			continue
+		}
+		lc.mu.Lock()
+		answered, to := lc.answered, lc.dlg.calleeTo
+		lc.mu.Unlock()
+		if !answered || to == nil {
+			continue
+		}
+		if tagOf(to.Params) == calleeTag {
+			return false
+		}
+		other = true
+	}
+	return other
 }
 
 // callOver records that call k is over (its answered dialog ended, an

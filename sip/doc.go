@@ -146,7 +146,9 @@
 // Request-URI says (403 otherwise, sent once); with fewer than 2 hops left
 // (Max-Forwards 0 or 1) it is answered 483 and not relayed, as is an
 // initial INVITE. A token also dies with its call (dialogs.go): once a BYE
-// of the dialog was answered 2xx or 481 or timed out, the dialog's
+// of the dialog was answered 2xx or 481 or timed out (a 481 or timeout
+// of a BYE naming another callee tag than the answer of a call the node
+// holds ends nothing, and is not remembered), the dialog's
 // requests get 481 (counted dialog_ended), on this node at once and, with
 // Options.DialogEnds (the pool's Redis), on the pool's other nodes within
 // about a second (only copies of the ending BYE, same CSeq, branch and

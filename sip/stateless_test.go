@@ -827,3 +827,48 @@ func TestCarrierByeBeforeItsAnswerEndsTheCall(t *testing.T) {
 		return len(peer.requests(sipmsg.BYE)) == 2 && len(car.requests(sipmsg.BYE)) == 1
 	}, "the node's BYEs to both legs of a call it counts as ended")
 }
+
+// TestMadeUpTagByesRecordNothing: BYEs of a live call that name made-up
+// callee tags (the carrier answers each 481: no such dialog) end nothing
+// and leave nothing in the node's ended table, so a flood of them cannot
+// push the ended calls' records out of it; the call goes on. Each such
+// 481 was recorded as an ended dialog (and published to the pool).
+func TestMadeUpTagByesRecordNothing(t *testing.T) {
+	car := startUDPEnd(t, "127.0.0.1", nil)
+	self := car.addr()
+	answer := rawAnswerer(func() string { return self }, nil)
+	car.mu.Lock()
+	car.answer = func(req *sipmsg.Request) *sipmsg.Response {
+		if req.Method == sipmsg.BYE && req.To().Params.GetOr("tag", "") != "raw-callee" {
+			return sipmsg.NewResponseFromRequest(req, 481, "Call/Transaction Does Not Exist", nil)
+		}
+		return answer(req)
+	}
+	car.mu.Unlock()
+	adm, pacer := newFakes()
+	h := startProxy(t, testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second}), adm, pacer)
+	peer := startUDPEnd(t, "127.0.0.2", nil)
+	ok := rawAnsweredCall(t, peer, h.udp, "made-up-byes")
+	waitFor(t, func() bool { return len(car.requests(sipmsg.ACK)) == 1 }, "the call's ACK at the carrier")
+	peer.reset()
+	car.reset()
+	const n = 5
+	for i := 0; i < n; i++ {
+		bye := withVia(inDialogOf(t, peer.caller(), h.udp, ok, sipmsg.BYE), peer.addr(), "z9hG4bK.made-up-"+strconv.Itoa(i))
+		bye.To().Params.Add("tag", "made-up-"+strconv.Itoa(i))
+		peer.send(h.udp, bye)
+		waitFor(t, func() bool { return len(peer.responses()) == 1+i }, "the carrier's 481 to a made-up BYE")
+	}
+	h.p.dialogs.mu.Lock()
+	ended := len(h.p.dialogs.ended)
+	h.p.dialogs.mu.Unlock()
+	if ended != 0 {
+		t.Fatalf("ended dialogs after %d BYEs with made-up tags = %d, want 0", n, ended)
+	}
+	if live := h.p.calls.(*callplaces.Tracker).Live(); live != 1 {
+		t.Fatalf("live calls = %d, want 1 (the call goes on)", live)
+	}
+	info := withVia(inDialogOf(t, peer.caller(), h.udp, ok, sipmsg.INFO), peer.addr(), "z9hG4bK.still-up")
+	peer.send(h.udp, info)
+	waitFor(t, func() bool { return len(car.requests(sipmsg.INFO)) == 1 }, "an INFO of the live call at the carrier")
+}
