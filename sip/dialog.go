@@ -91,6 +91,10 @@ type inDialogHop struct {
 	// request names it.
 	key    callKey
 	callee string
+	// minted is when the dialog token was minted (Unix seconds): a call
+	// over on this node refuses the tokens minted before its end
+	// (dialogGuard.callOver).
+	minted int64
 }
 
 // prepareInDialog checks an in-dialog request and builds the one it relays.
@@ -144,8 +148,10 @@ func (p *Proxy) prepareInDialog(req *sipmsg.Request, count bool) (inDialogHop, i
 	st := tokenBad
 	for _, tok := range tokens {
 		var s tokenStatus
-		if hop.legs, hop.dir, s = p.keys.verify(cfg, tok, id, fromTag, toTag); s == tokenOK {
+		var minted time.Time
+		if hop.legs, hop.dir, minted, s = p.keys.open(cfg, tok, id, fromTag, toTag); s == tokenOK {
 			st = s
+			hop.minted = minted.Unix()
 			break
 		}
 		st = max(st, s)
@@ -360,7 +366,7 @@ func (u *txUpstream) relay(r *sipmsg.Response) error {
 		if c := u.req.CSeq(); c != nil {
 			bye = byeID(c.SeqNo, u.req.Via())
 		}
-		u.p.dialogEnded(u.hop.key, u.hop.callee, bye, u.hop.dir)
+		u.p.dialogEnded(u.hop.key, u.hop.callee, r.StatusCode, bye, u.hop.dir)
 	}
 	out := relayResponse(r, u.dest, u.req.Transport())
 	if out.Via() == nil {

@@ -120,7 +120,7 @@ func BenchmarkInDialogPieces(b *testing.B) {
 		now := time.Now()
 		b.ReportAllocs()
 		for b.Loop() {
-			if g.admit(dialogKey{1}, callKey{1}, fromPeer, 0, now) != dialogPass {
+			if g.admit(dialogKey{1}, callKey{1}, fromPeer, 0, 0, now) != dialogPass {
 				b.Fatal("refused")
 			}
 		}

@@ -31,10 +31,21 @@ import (
 // check itself never waits on the network (the stateless relay runs in the
 // read loop). A request of an ended dialog gets 481 and is counted
 // dialog_ended, except a copy of the BYE that ended it, from the same
-// side, on the node that saw the end: it is relayed again, so that a
-// sender whose answer was lost or late gets it. An ended dialog is named by its call key and the callee's
+// side, on the node that saw the end, within byeTimeout of the end and at
+// most maxEndedByeCopies times: it is relayed again, so that a sender
+// whose answer was lost or late gets it (a real UAC retransmits a BYE no
+// more often and no longer: RFC 3261 17.1.2.2; past that bound a copy,
+// whose headers and body are its sender's choice, would be a relay that
+// outlives its call). An ended dialog is named by its call key and the callee's
 // tag (dialogKeyOf): a BYE naming a made-up callee tag ends nothing (the
-// far leg refuses it, 481, and the call goes on).
+// far leg refuses it, 481, and the call goes on). The call itself is over
+// once its answered dialog ended (its BYE), an operator ended it or it
+// reached max_call_duration (callOver, from the call places' end): then
+// every request of a token minted before that end is refused, whatever
+// callee tag it names (the token names the call by its Call-ID and
+// caller's tag only, so a made-up To tag would otherwise make a dialog
+// that never ended, relayed for the token's whole life), and the end is
+// shared with the pool as a dialog's is.
 //
 // In-dialog requests are also bounded per dialog and direction: a token
 // bucket of dialogBurst requests refilled at dialogRate a second, a rate
@@ -112,13 +123,32 @@ type rateKey struct {
 // branch, and its direction; bye 0 when not known: a timeout, or an end
 // learned from the pool), whose retransmissions are still relayed so that
 // their sender gets the answer it is waiting for (RFC 3261 17.1.2: a UAC
-// retransmits a BYE until a final answer reaches it). A new BYE, even
-// with the same CSeq, is another transaction and is refused.
+// retransmits a BYE until a final answer reaches it), until copyUntil and
+// while copies (those relayed since the end) stays below
+// maxEndedByeCopies. A new BYE, even with the same CSeq, is another
+// transaction and is refused.
 type endedDialog struct {
-	exp time.Time
-	bye uint64
-	dir direction
+	exp       time.Time
+	copyUntil time.Time
+	// before: for a call's end (callEndKey), the tokens minted at or
+	// before it (Unix seconds) are dead; a later call that reuses the
+	// Call-ID and tag has a token of its own.
+	before int64
+	bye    uint64
+	dir    direction
+	copies uint8
 }
+
+// callEndKey is the key of the end of the whole call k (callOver) in the
+// ended table: the call key itself, which no dialogKeyOf (a SHA-256 of it
+// and a tag) names but by a 64-bit chance.
+func callEndKey(k callKey) dialogKey { return dialogKey(k) }
+
+// maxEndedByeCopies bounds the copies of a dialog's ending BYE relayed
+// after the end: a UAC sends a non-INVITE request at most 11 times within
+// Timer F (T1 doubling to T2: RFC 3261 17.1.2.2), the first of which went
+// before the end.
+const maxEndedByeCopies = 10
 
 // byeID identifies a BYE transaction of a dialog by its CSeq number seq
 // and the branch of its sender's Via (RFC 3261 17.2.3); never 0, so 0
@@ -174,14 +204,22 @@ const (
 )
 
 // admit checks a verified in-dialog request of dialog d (call k,
-// direction dir) at now: dialogEnded when its dialog ended, dialogOverRate
-// when its direction has no token left (and takes one otherwise). bye is
-// the request's byeID when it is a BYE, else 0: a copy of the BYE that
-// ended the dialog here, from the same side, is not refused.
-func (g *dialogGuard) admit(d dialogKey, k callKey, dir direction, bye uint64, now time.Time) int {
+// direction dir, its token minted at minted, Unix seconds) at now:
+// dialogEnded when its dialog or its call ended, dialogOverRate when its
+// direction has no token left (and takes one otherwise). bye is the
+// request's byeID when it is a BYE, else 0: a copy of the BYE that ended
+// the dialog here, from the same side, is not refused while the sender
+// may still be retransmitting it (endedDialog).
+func (g *dialogGuard) admit(d dialogKey, k callKey, dir direction, bye uint64, minted int64, now time.Time) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if e, ok := g.ended[d]; ok && now.Before(e.exp) && (bye == 0 || e.bye != bye || e.dir != dir) {
+	if e, ok := g.ended[d]; ok && now.Before(e.exp) {
+		if bye == 0 || e.bye != bye || e.dir != dir || !now.Before(e.copyUntil) || e.copies >= maxEndedByeCopies {
+			return dialogEnded
+		}
+		e.copies++
+		g.ended[d] = e
+	} else if c, ok := g.ended[callEndKey(k)]; ok && now.Before(c.exp) && minted <= c.before {
 		return dialogEnded
 	}
 	rk := rateKey{k, dir}
@@ -204,20 +242,28 @@ func (g *dialogGuard) admit(d dialogKey, k callKey, dir direction, bye uint64, n
 	return dialogPass
 }
 
-// end records at now that dialog d ended, until exp, by the BYE bye
-// (byeID) from dir (0: not known); publish queues it for the pool
-// store. A dialog known to have ended keeps its first record (the pool
-// store hands a node's own ends back to it).
+// end records at now that dialog d ended (or, with d a callEndKey, its
+// call), until exp, by the BYE bye (byeID) from dir (0: not known);
+// publish queues it for the pool store. A dialog known to have ended
+// keeps its first record (the pool store hands a node's own ends back to
+// it), but for its before, which moves to now: a call that reused the
+// key and ended again is over too.
 func (g *dialogGuard) end(d dialogKey, now, exp time.Time, bye uint64, dir direction, publish bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if old, ok := g.ended[d]; ok && now.Before(old.exp) {
+		old.before = max(old.before, now.Unix())
+		g.ended[d] = old
 		return
 	}
 	if len(g.ended) >= maxEndedDialogs {
 		g.evictLocked(time.Time{}, 1)
 	}
-	g.ended[d] = endedDialog{exp: exp, bye: bye, dir: dir}
+	e := endedDialog{exp: exp, before: now.Unix(), bye: bye, dir: dir}
+	if bye != 0 {
+		e.copyUntil = now.Add(byeTimeout)
+	}
+	g.ended[d] = e
 	g.order = append(g.order, endedRef{d, exp})
 	if publish {
 		if len(g.pending) >= maxEndsPending {
@@ -314,13 +360,53 @@ func endedTTL(cfg *config.Config) time.Duration {
 }
 
 // dialogEnded records that the dialog of call k answered with calleeTag
-// is over (its BYE, byeID bye from dir, was answered or timed out;
-// bye 0 when not known): its token is refused from now on, on this node
-// at once, on the pool's others at their next sync, except to copies of
-// that BYE on this node.
-func (p *Proxy) dialogEnded(k callKey, calleeTag string, bye uint64, dir direction) {
+// is over (its BYE, byeID bye from dir, was answered code, 0 for no
+// answer in time; bye 0 when not known): its token is refused from now
+// on, on this node at once, on the pool's others at their next sync,
+// except to copies of that BYE on this node. A 481 or a timeout of a BYE
+// naming another callee tag than the answer of the call this node holds
+// records nothing: the far leg knows no such dialog, and the call goes
+// on (recorded, a flood of BYEs with made-up tags would fill the ended
+// table and push the ended calls' records out of it).
+func (p *Proxy) dialogEnded(k callKey, calleeTag string, code int, bye uint64, dir direction) {
+	if (code < 200 || code >= 300) && p.answeredOtherTag(k, calleeTag) {
+		return
+	}
 	now := time.Now()
 	p.dialogs.end(dialogKeyOf(k, calleeTag), now, now.Add(endedTTL(p.cfg())), bye, dir, p.dialogEnds != nil)
+}
+
+// answeredOtherTag reports whether this node holds an answered call of
+// key k, none of whose answers named calleeTag (no I/O: the read loop
+// asks it).
+func (p *Proxy) answeredOtherTag(k callKey, calleeTag string) bool {
+	other := false
+	for _, f := range p.calls.FindDialog(k.String()) {
+		lc, ok := f.Data.(*liveCall)
+		if !ok || lc == nil {
+			continue
+		}
+		lc.mu.Lock()
+		answered, to := lc.answered, lc.dlg.calleeTo
+		lc.mu.Unlock()
+		if !answered || to == nil {
+			continue
+		}
+		if tagOf(to.Params) == calleeTag {
+			return false
+		}
+		other = true
+	}
+	return other
+}
+
+// callOver records that call k is over (its answered dialog ended, an
+// operator ended it, or it reached max_call_duration): every request of a
+// token minted until now is refused, on this node at once, on the pool's
+// others at their next sync.
+func (p *Proxy) callOver(k callKey) {
+	now := time.Now()
+	p.dialogs.end(callEndKey(k), now, now.Add(endedTTL(p.cfg())), 0, 0, p.dialogEnds != nil)
 }
 
 // admitInDialog applies the guard to a request prepareInDialog verified,
@@ -336,7 +422,7 @@ func (p *Proxy) admitInDialog(hop *inDialogHop, count bool, req *sipmsg.Request)
 			bye = byeID(c.SeqNo, req.Via())
 		}
 	}
-	switch p.dialogs.admit(dialogKeyOf(hop.key, hop.callee), hop.key, hop.dir, bye, now) {
+	switch p.dialogs.admit(dialogKeyOf(hop.key, hop.callee), hop.key, hop.dir, bye, hop.minted, now) {
 	case dialogEnded:
 		if count {
 			p.m.SIPErrors.WithLabelValues("dialog_ended").Inc()

@@ -291,20 +291,72 @@ func TestDialogGuardBounds(t *testing.T) {
 		{7, "z9hG4bK-b", fromPeer, dialogEnded},    // a new BYE with the same CSeq
 		{8, "z9hG4bK-a", fromPeer, dialogEnded},
 	} {
-		if r := g.admit(key(2), callKey{2}, c.dir, byeID(c.seq, via(c.branch)), now); r != c.want {
+		if r := g.admit(key(2), callKey{2}, c.dir, byeID(c.seq, via(c.branch)), 0, now); r != c.want {
 			t.Fatalf("after the BYE CSeq 7 branch a from the peer ended it, BYE %d %s from %d: admit = %d, want %d", c.seq, c.branch, c.dir, r, c.want)
 		}
 	}
-	if r := g.admit(key(2), callKey{2}, fromPeer, 0, now); r != dialogEnded {
+	if r := g.admit(key(2), callKey{2}, fromPeer, 0, 0, now); r != dialogEnded {
 		t.Fatalf("after the dialog ended, a request that is no BYE: admit = %d, want ended", r)
 	}
 	g.sweep(now.Add(2 * time.Hour))
 	k := callKey{1}
-	if r := g.admit(key(1), k, fromPeer, 0, now); r != dialogPass {
+	if r := g.admit(key(1), k, fromPeer, 0, 0, now); r != dialogPass {
 		t.Fatalf("admit = %d, want pass", r)
 	}
 	g.sweep(now.Add(time.Hour))
 	if n := len(g.rates); n != 0 {
 		t.Fatalf("rate buckets after an idle hour = %d, want 0", n)
+	}
+}
+
+// TestEndedByeCopiesWindow: a copy of the ending BYE passes only within
+// byeTimeout of the end (a UAC stops retransmitting at Timer F), and only
+// maxEndedByeCopies times.
+func TestEndedByeCopiesWindow(t *testing.T) {
+	g := newDialogGuard()
+	now := time.Now()
+	d, k := dialogKey{9}, callKey{9}
+	g.end(d, now, now.Add(time.Hour), 77, fromPeer, false)
+	if r := g.admit(d, k, fromPeer, 77, 0, now.Add(byeTimeout-time.Millisecond)); r != dialogPass {
+		t.Fatalf("copy of the ending BYE within Timer F: admit = %d, want pass", r)
+	}
+	if r := g.admit(d, k, fromPeer, 77, 0, now.Add(byeTimeout)); r != dialogEnded {
+		t.Fatalf("copy of the ending BYE at Timer F after the end: admit = %d, want ended", r)
+	}
+	d2 := dialogKey{10}
+	g.end(d2, now, now.Add(time.Hour), 78, fromPeer, false)
+	for i := 0; i < maxEndedByeCopies; i++ {
+		if r := g.admit(d2, callKey{10}, fromPeer, 78, 0, now); r != dialogPass {
+			t.Fatalf("copy %d of the ending BYE: admit = %d, want pass", i+1, r)
+		}
+	}
+	if r := g.admit(d2, callKey{10}, fromPeer, 78, 0, now); r != dialogEnded {
+		t.Fatalf("copy %d of the ending BYE: admit = %d, want ended", maxEndedByeCopies+1, r)
+	}
+}
+
+// TestCallOverRefusesEveryTag: once a call is over (callOver), a request
+// of a token minted before the end is refused whatever callee tag it
+// names; a later call that reuses the Call-ID, tag and peer leg (a token
+// minted after the end) is not.
+func TestCallOverRefusesEveryTag(t *testing.T) {
+	g := newDialogGuard()
+	now := time.Now()
+	k := callKey{7}
+	tok := now.Unix() - 10
+	if r := g.admit(dialogKeyOf(k, "made-up"), k, fromPeer, 0, tok, now); r != dialogPass {
+		t.Fatalf("before the end: admit = %d, want pass", r)
+	}
+	g.end(callEndKey(k), now, now.Add(time.Hour), 0, 0, false)
+	for _, tag := range []string{"callee", "made-up", "other"} {
+		if r := g.admit(dialogKeyOf(k, tag), k, fromPeer, 0, tok, now); r != dialogEnded {
+			t.Fatalf("after the call's end, callee tag %q: admit = %d, want ended", tag, r)
+		}
+	}
+	if r := g.admit(dialogKeyOf(k, "new"), k, fromPeer, 0, now.Unix()+1, now.Add(2*time.Second)); r != dialogPass {
+		t.Fatalf("a later call's token: admit = %d, want pass", r)
+	}
+	if r := g.admit(dialogKeyOf(callKey{8}, "x"), callKey{8}, fromPeer, 0, tok, now); r != dialogPass {
+		t.Fatalf("another call: admit = %d, want pass", r)
 	}
 }

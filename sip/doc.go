@@ -62,7 +62,11 @@
 // when the far leg answers a BYE that passed the dialog-token check with a
 // 2xx or 481, or gives it no final answer before Timer F (ends.go; either
 // direction), or by the Tracker at max_call_duration or the places'
-// expiry. Options.Calls nil keeps them in process, refreshed by Serve.
+// expiry. A call whose dialog had such a BYE before its answer (a
+// carrier's BYE racing its own 2xx, or sent before it answered) ends at
+// its answer: once the 2xx is relayed the node sends its own BYE to both
+// legs (Reason "Call ended before its answer"), so no call goes on
+// without its places. Options.Calls nil keeps them in process, refreshed by Serve.
 //
 // Every call that reached a decision leaves one record (records.go,
 // Options.Records, package records): a refused, failed or cancelled call's
@@ -142,10 +146,16 @@
 // Request-URI says (403 otherwise, sent once); with fewer than 2 hops left
 // (Max-Forwards 0 or 1) it is answered 483 and not relayed, as is an
 // initial INVITE. A token also dies with its call (dialogs.go): once a BYE
-// of the dialog was answered 2xx or 481 or timed out, the dialog's
+// of the dialog was answered 2xx or 481 or timed out (a 481 or timeout
+// of a BYE naming another callee tag than the answer of a call the node
+// holds ends nothing, and is not remembered), the dialog's
 // requests get 481 (counted dialog_ended), on this node at once and, with
 // Options.DialogEnds (the pool's Redis), on the pool's other nodes within
-// about a second; the node remembers at most 262,144 ended dialogs, each
+// about a second (only copies of the ending BYE, same CSeq, branch and
+// side, are still relayed by the node that saw the end: within 32 s of
+// it, at most 10); once the call is over (that BYE, an operator's end,
+// max_call_duration) so are the requests of its tokens that name another
+// callee tag; the node remembers at most 262,144 ended dialogs, each
 // until its token expires. Each direction of a dialog may send at most 40
 // requests at once, refilled at 10 a second (per node): beyond, 503
 // (counted dialog_rate, logged at Warn at most every 10 s). A re-INVITE is
@@ -221,9 +231,10 @@
 // sip/internal/ingress): each socket is read in batches (recvmmsg), every
 // datagram's header section is scanned before anything parses it (over 32
 // parameters in a header element, 256 in the message or 200 header
-// fields: dropped, reason params or headers; TCP and TLS connections,
-// accepted or dialled, are held to the same bounds by a stream scanner,
-// tcpscan.go), budgeted against its
+// fields, each element of a Via, Route, Record-Route, Contact or
+// Refer-To list counted as one: dropped, reason params or headers; TCP and
+// TLS connections, accepted or dialled, are held to the same bounds by a
+// stream scanner, tcpscan.go), budgeted against its
 // party (a peer by name, a carrier by address, strangers together), and
 // handed to one of GOMAXPROCS workers by a hash of its Call-ID. A worker
 // takes peers' and carriers' responses and in-dialog requests before their

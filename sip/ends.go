@@ -163,7 +163,7 @@ func (p *Proxy) inDialogDone(method sipmsg.RequestMethod, k callKey, calleeTag s
 	if method != sipmsg.BYE || !endsCall(code) {
 		return
 	}
-	p.dialogEnded(k, calleeTag, 0, dir)
+	p.dialogEnded(k, calleeTag, code, 0, dir)
 	p.calls.EndDialog(p.base, k.String(), calleeTag, byOf(dir))
 }
 

@@ -748,6 +748,10 @@ type carrierHooks struct {
 	probe string
 	// settled: a verdict on this attempt was reported.
 	settled bool
+	// endedEarly: the answer's dialog had a BYE answered before it (the
+	// Tracker ended the call at the answer: Answer); relayed ends it on
+	// both legs.
+	endedEarly bool
 }
 
 // report tells the carriers o, with the call's peer and, the first time
@@ -851,8 +855,28 @@ func (h *carrierHooks) answering(r *sipmsg.Response) {
 		c.keepAnswered(r, h.dest)
 	}
 	if to := r.To(); to != nil {
-		c.p.calls.Answer(c.ctx, c.member, tagOf(to.Params))
+		h.endedEarly = c.p.calls.Answer(c.ctx, c.member, tagOf(to.Params)) && c.lc != nil
 	}
+}
+
+// relayed is told that the 2xx reached upstream. A call the Tracker ended
+// at its answer (a BYE of its dialog answered 2xx or 481 came first: a
+// carrier's BYE racing its own 2xx, or one a carrier sent before it
+// answered) is over on the node's books, its places free and its record
+// written, while the caller has just been told it is up: the node ends it
+// on both legs with its own BYEs, as an operator's end does, so that no
+// call goes on without its places.
+func (h *carrierHooks) relayed() {
+	if !h.endedEarly {
+		return
+	}
+	h.endedEarly = false
+	lc := h.c.lc
+	lc.mu.Lock()
+	d := lc.dlg
+	lc.mu.Unlock()
+	h.c.p.byeLeg(d, true, byeReasonEnded)
+	h.c.p.byeLeg(d, false, byeReasonEnded)
 }
 
 // lost undoes answering: the 2xx never reached the caller and the leg hung

@@ -41,9 +41,10 @@ type legCarrier interface {
 	timedOut()
 	// answering is told of a 2xx about to be relayed; lost, after that,
 	// that the relay failed (nobody upstream will ACK it, and the leg has
-	// hung the carrier's call up).
+	// hung the carrier's call up); relayed, that it went upstream.
 	answering(res *sipmsg.Response)
 	lost()
+	relayed()
 }
 
 // relayLeg is one request the proxy sends to a next hop over a sipgo client
@@ -275,6 +276,8 @@ func (l *relayLeg) response(r *sipmsg.Response) (res *sipmsg.Response, retry, en
 		// nobody upstream will ACK it, so end the carrier's call here too.
 		l.hungUp.Store(l.p.hangUp(l.out, r))
 		l.carrier.lost()
+	} else if err == nil && r.IsSuccess() && l.carrier != nil {
+		l.carrier.relayed()
 	}
 	return r, false, true
 }

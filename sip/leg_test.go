@@ -101,6 +101,7 @@ func (g *legLog) failed(r *sipmsg.Response) bool {
 func (g *legLog) timedOut()                    { g.add("timedOut") }
 func (g *legLog) answering(r *sipmsg.Response) { g.add("answering " + strconv.Itoa(r.StatusCode)) }
 func (g *legLog) lost()                        { g.add("lost") }
+func (g *legLog) relayed()                     {}
 
 // legEnv is one leg under test, running in its own goroutine, sending its
 // CANCELs, ACKs and BYEs through a real proxy to a raw carrier.

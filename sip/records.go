@@ -44,6 +44,8 @@ type liveCall struct {
 	cancel context.CancelCauseFunc
 
 	mu sync.Mutex
+	// key is the call's key (its dialog tokens'), set when it is bound.
+	key callKey
 	// answered: the 2xx was relayed; rec is the call's record as it stood
 	// then, dlg what a BYE of the node's own needs.
 	answered bool
@@ -105,7 +107,11 @@ func (c *call) track(carrier string) {
 		c.bound = true
 		src, _ := netip.ParseAddrPort(c.req.Source())
 		peerLeg := netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
-		c.p.calls.Bind(c.member, callKeyOf(callID(c.req), tagOf(c.req.From().Params), peerLeg).String())
+		k := callKeyOf(callID(c.req), tagOf(c.req.From().Params), peerLeg)
+		c.lc.mu.Lock()
+		c.lc.key = k
+		c.lc.mu.Unlock()
+		c.p.calls.Bind(c.member, k.String())
 	}
 }
 
@@ -232,15 +238,22 @@ func (lc *liveCall) unanswered() {
 }
 
 // callEnded is told by the Tracker of every call it ended: an answered
-// call's record is written now (an unanswered one's by its own goroutine).
+// call's tokens die with it but at shutdown (callOver), and its record
+// is written now (an unanswered one's by its own goroutine).
 func (p *Proxy) callEnded(e callplaces.Ended) {
 	lc, ok := e.Data.(*liveCall)
 	if !ok || lc == nil {
 		return
 	}
 	lc.mu.Lock()
-	answered, rec := lc.answered, lc.rec
+	answered, rec, key := lc.answered, lc.rec, lc.key
 	lc.mu.Unlock()
+	if answered && e.Reason != callplaces.ReasonShutdown {
+		// Over: no request of its tokens is relayed any more, whatever
+		// callee tag it names (dialogs.go). At shutdown the call may go on
+		// between its ends, no longer supervised.
+		p.callOver(key)
+	}
 	if !answered || p.records == nil {
 		return
 	}
@@ -308,17 +321,23 @@ func (p *Proxy) EndCalls(ctx context.Context, callID string) int {
 		if !p.calls.EndAs(ctx, f.Member, records.EndOperator, records.ByNode) {
 			continue // ended meanwhile (a BYE crossed)
 		}
-		p.byeLeg(d, true)
-		p.byeLeg(d, false)
+		p.byeLeg(d, true, byeReasonOperator)
+		p.byeLeg(d, false, byeReasonOperator)
 		n++
 	}
 	return n
 }
 
+// The Reason headers of the node's own BYEs (byeLeg).
+const (
+	byeReasonOperator = `SIP;cause=200;text="Ended by the operator"`
+	byeReasonEnded    = `SIP;cause=200;text="Call ended before its answer"`
+)
+
 // byeLeg sends the node's own BYE in dialog d to the caller (toCaller) or
-// to the callee, to that leg's address, and reads its answer in the
-// background.
-func (p *Proxy) byeLeg(d dialogState, toCaller bool) {
+// to the callee, to that leg's address, with a Reason header reason, and
+// reads its answer in the background.
+func (p *Proxy) byeLeg(d dialogState, toCaller bool, reason string) {
 	if d.callerFrom == nil || d.calleeTo == nil {
 		return
 	}
@@ -354,7 +373,7 @@ func (p *Proxy) byeLeg(d dialogState, toCaller bool) {
 	cid := sipmsg.CallIDHeader(d.callID)
 	bye.AppendHeader(&cid)
 	bye.AppendHeader(&sipmsg.CSeqHeader{SeqNo: seq, MethodName: sipmsg.BYE})
-	bye.AppendHeader(sipmsg.NewHeader("Reason", `SIP;cause=200;text="Ended by the operator"`))
+	bye.AppendHeader(sipmsg.NewHeader("Reason", reason))
 	bye.SetBody(nil)
 	bye.SetTransport(tp)
 	bye.SetDestination(dest.Addr.String())

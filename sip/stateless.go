@@ -427,7 +427,7 @@ func (p *Proxy) statelessDone(res *sipmsg.Response, up *sipmsg.ViaHeader, flags 
 	}
 	// Dead before the answer is relayed: the sender's next request of the
 	// dialog is refused (no I/O here; the places are freed below).
-	p.dialogEnded(key, callee, byeID(cseq.SeqNo, up), dir)
+	p.dialogEnded(key, callee, res.StatusCode, byeID(cseq.SeqNo, up), dir)
 	code := res.StatusCode
 	go func() {
 		defer p.panics.Recover("sip.bye_ends", nil)

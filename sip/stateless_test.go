@@ -1,6 +1,7 @@
 package sip
 
 import (
+	"context"
 	"net"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	sipmsg "github.com/emiago/sipgo/sip"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	callplaces "github.com/cpsguard/cpsguard/calls"
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/siptest"
 )
@@ -682,4 +684,194 @@ func TestStatelessLeavesMangledViaToStatefulRelay(t *testing.T) {
 	if n := sipErrors(h, "forged_response") + sipErrors(h, "stateless_response"); n != 0 {
 		t.Errorf("stateless response errors = %v, want 0", n)
 	}
+}
+
+// TestEndedDialogByeCopiesBounded: after the BYE that ended a dialog was
+// answered, copies of it (same CSeq, same branch, same side) are relayed
+// only as many times as a real UAC retransmits one (RFC 3261 17.1.2.2);
+// past that the node answers 481 itself. Unbounded, the copies (whose
+// headers and body are the sender's choice) gave every ended dialog a
+// relay to the carrier at the in-dialog rate for hours after its call
+// and its max_calls place were gone.
+func TestEndedDialogByeCopiesBounded(t *testing.T) {
+	h, peer, car, ok := statelessSetup(t, nil)
+	bye := withVia(inDialogOf(t, peer.caller(), h.udp, ok, sipmsg.BYE), peer.addr(), "z9hG4bK.ended-copies")
+	peer.send(h.udp, bye)
+	waitFor(t, func() bool { return len(peer.responses()) == 1 }, "the BYE's 200")
+	const copies = 3 * maxEndedByeCopies
+	for i := 0; i < copies; i++ {
+		peer.send(h.udp, bye)
+		waitFor(t, func() bool { return len(peer.responses()) == 2+i }, "the answer to a copy of the BYE")
+	}
+	relayed := len(car.requests(sipmsg.BYE)) - 1
+	if relayed > maxEndedByeCopies {
+		t.Fatalf("copies of the ending BYE relayed after the end = %d of %d, want at most %d", relayed, copies, maxEndedByeCopies)
+	}
+	refused := 0
+	for _, r := range peer.responses()[1:] {
+		if r.StatusCode == 481 {
+			refused++
+		}
+	}
+	if refused != copies-relayed {
+		t.Fatalf("copies answered 481 by the node = %d, want %d", refused, copies-relayed)
+	}
+}
+
+// TestEndedCallRefusesEveryDialogOfIt: once an answered call is over (its
+// BYE answered 200, or an operator's end), no request of its dialog token
+// is relayed, whatever callee tag it names: the dialog token names the
+// call by its Call-ID and caller's tag only, and a made-up To tag made a
+// "dialog" that had not ended, so the peer kept a relay to the carrier
+// (at the in-dialog rate, any method and body) for the token's whole
+// life after its call and its max_calls place were gone.
+func TestEndedCallRefusesEveryDialogOfIt(t *testing.T) {
+	h, peer, car, ok := statelessSetup(t, nil)
+	bye := withVia(inDialogOf(t, peer.caller(), h.udp, ok, sipmsg.BYE), peer.addr(), "z9hG4bK.whole-call-bye")
+	peer.send(h.udp, bye)
+	waitFor(t, func() bool { return len(peer.responses()) == 1 }, "the BYE's 200")
+	waitFor(t, func() bool { return h.p.calls.(*callplaces.Tracker).Live() == 0 }, "the call's end")
+	madeUp := func(ok *sipmsg.Response, method sipmsg.RequestMethod, branch string) *sipmsg.Request {
+		r := withVia(inDialogOf(t, peer.caller(), h.udp, ok, method), peer.addr(), branch)
+		r.To().Params.Add("tag", "made-up-"+branch)
+		return r
+	}
+	for i, m := range []sipmsg.RequestMethod{sipmsg.INFO, sipmsg.BYE, sipmsg.MESSAGE} {
+		peer.send(h.udp, madeUp(ok, m, "z9hG4bK.after-end-"+strconv.Itoa(i)))
+		waitFor(t, func() bool { return len(peer.responses()) == 2+i }, "the answer to a request of the ended call")
+		if r := peer.responses()[1+i]; r.StatusCode != 481 {
+			t.Fatalf("%s with a made-up To tag after the call ended: %s, want 481", m, r.StartLine())
+		}
+	}
+	if n := len(car.requests(sipmsg.INFO)) + len(car.requests(sipmsg.MESSAGE)) + len(car.requests(sipmsg.BYE)); n != 1 {
+		t.Fatalf("requests at the carrier after the call ended = %d, want 1 (its BYE)", n)
+	}
+}
+
+// TestOperatorEndEndsTheDialog: after an operator ended an answered call
+// (the node's BYEs to both legs), the peer's requests of that call are
+// refused 481 and not relayed (an operator's end ended no dialog: the
+// peer's INFOs still reached the carrier).
+func TestOperatorEndEndsTheDialog(t *testing.T) {
+	h, peer, car, ok2 := statelessSetup(t, nil)
+	if n := h.p.EndCalls(context.Background(), ok2.CallID().Value()); n != 1 {
+		t.Fatalf("EndCalls = %d, want 1", n)
+	}
+	waitFor(t, func() bool { return len(car.requests(sipmsg.BYE)) == 1 }, "the node's BYE at the carrier")
+	info := withVia(inDialogOf(t, peer.caller(), h.udp, ok2, sipmsg.INFO), peer.addr(), "z9hG4bK.after-operator")
+	peer.send(h.udp, info)
+	waitFor(t, func() bool { return len(peer.responses()) == 1 }, "the answer to an INFO after the operator's end")
+	if r := peer.responses()[0]; r.StatusCode != 481 {
+		t.Fatalf("INFO after the operator ended the call: %s, want 481", r.StartLine())
+	}
+	if n := len(car.requests(sipmsg.INFO)); n != 0 {
+		t.Fatalf("INFOs at the carrier after the operator's end = %d, want 0", n)
+	}
+}
+
+// TestCarrierByeBeforeItsAnswerEndsTheCall: a carrier that sends a BYE of
+// a dialog it has not answered yet (the caller answers it 481: it knows
+// no such dialog), then answers the call with that tag, made the node
+// take its answer for the end of the call (the pending end of a BYE that
+// raced its 2xx): the call's places were freed and its record closed at
+// once, while the caller, who got the 200, was in the call, so a carrier
+// could take calls past its max_calls (and the peer's). The node now ends
+// such a call on both legs with its own BYEs, as an operator's end does.
+func TestCarrierByeBeforeItsAnswerEndsTheCall(t *testing.T) {
+	car := startUDPEnd(t, "127.0.0.1", nil)
+	adm, pacer := newFakes()
+	h := startProxy(t, testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second}), adm, pacer)
+	peer := startUDPEnd(t, "127.0.0.2", func(req *sipmsg.Request) *sipmsg.Response {
+		if req.Method == sipmsg.BYE {
+			if len(req.GetHeaders("Reason")) > 0 {
+				return sipmsg.NewResponseFromRequest(req, 200, "OK", nil) // the node's own
+			}
+			return sipmsg.NewResponseFromRequest(req, 481, "Call/Transaction Does Not Exist", nil)
+		}
+		return nil
+	})
+	peer.send(h.udp, rawInviteFrom(peer, h.udp, "early-bye", "ftag-early"))
+	waitFor(t, func() bool { return len(car.requests(sipmsg.INVITE)) == 1 }, "the INVITE at the carrier")
+	inv := car.requests(sipmsg.INVITE)[0]
+
+	// The carrier's BYE of the dialog it is about to answer with tag evil.
+	bye := sipmsg.NewRequest(sipmsg.BYE, *inv.Contact().Address.Clone())
+	for _, rr := range inv.GetHeaders("Record-Route") {
+		bye.AppendHeader(sipmsg.NewHeader("Route", rr.Value()))
+	}
+	mf := sipmsg.MaxForwardsHeader(70)
+	bye.AppendHeader(&mf)
+	from := inv.To().AsFrom()
+	from.Params = sipmsg.NewParams()
+	from.Params.Add("tag", "evil")
+	bye.AppendHeader(&from)
+	to := inv.From().AsTo()
+	bye.AppendHeader(&to)
+	bye.AppendHeader(sipmsg.HeaderClone(inv.CallID()))
+	bye.AppendHeader(&sipmsg.CSeqHeader{SeqNo: 1, MethodName: sipmsg.BYE})
+	car.send(h.udp, withVia(bye, car.addr(), "z9hG4bK.evil-bye"))
+	waitFor(t, func() bool { return len(car.responses()) == 1 }, "the caller's 481 at the carrier")
+	if r := car.responses()[0]; r.StatusCode != 481 {
+		t.Fatalf("the carrier's early BYE: %s, want the caller's 481", r.StartLine())
+	}
+
+	ok := sipmsg.NewResponseFromRequest(inv, 200, "OK", nil)
+	ok.To().Params.Add("tag", "evil")
+	host, port, _ := net.SplitHostPort(car.addr())
+	p, _ := strconv.Atoi(port)
+	ok.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "callee", Host: host, Port: p}})
+	car.send(h.udp, ok)
+	if res := finalOfRaw(peer, "early-bye", sipmsg.INVITE, 0); res == nil || res.StatusCode != 200 {
+		t.Fatalf("the caller's final answer: %v, want the carrier's 200", res)
+	}
+	waitFor(t, func() bool { return h.p.calls.(*callplaces.Tracker).Live() == 0 }, "the call ended by the node's books")
+	// The node holds the call no longer: it must not be up at either leg.
+	waitFor(t, func() bool {
+		return len(peer.requests(sipmsg.BYE)) == 2 && len(car.requests(sipmsg.BYE)) == 1
+	}, "the node's BYEs to both legs of a call it counts as ended")
+}
+
+// TestMadeUpTagByesRecordNothing: BYEs of a live call that name made-up
+// callee tags (the carrier answers each 481: no such dialog) end nothing
+// and leave nothing in the node's ended table, so a flood of them cannot
+// push the ended calls' records out of it; the call goes on. Each such
+// 481 was recorded as an ended dialog (and published to the pool).
+func TestMadeUpTagByesRecordNothing(t *testing.T) {
+	car := startUDPEnd(t, "127.0.0.1", nil)
+	self := car.addr()
+	answer := rawAnswerer(func() string { return self }, nil)
+	car.mu.Lock()
+	car.answer = func(req *sipmsg.Request) *sipmsg.Response {
+		if req.Method == sipmsg.BYE && req.To().Params.GetOr("tag", "") != "raw-callee" {
+			return sipmsg.NewResponseFromRequest(req, 481, "Call/Transaction Does Not Exist", nil)
+		}
+		return answer(req)
+	}
+	car.mu.Unlock()
+	adm, pacer := newFakes()
+	h := startProxy(t, testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second}), adm, pacer)
+	peer := startUDPEnd(t, "127.0.0.2", nil)
+	ok := rawAnsweredCall(t, peer, h.udp, "made-up-byes")
+	waitFor(t, func() bool { return len(car.requests(sipmsg.ACK)) == 1 }, "the call's ACK at the carrier")
+	peer.reset()
+	car.reset()
+	const n = 5
+	for i := 0; i < n; i++ {
+		bye := withVia(inDialogOf(t, peer.caller(), h.udp, ok, sipmsg.BYE), peer.addr(), "z9hG4bK.made-up-"+strconv.Itoa(i))
+		bye.To().Params.Add("tag", "made-up-"+strconv.Itoa(i))
+		peer.send(h.udp, bye)
+		waitFor(t, func() bool { return len(peer.responses()) == 1+i }, "the carrier's 481 to a made-up BYE")
+	}
+	h.p.dialogs.mu.Lock()
+	ended := len(h.p.dialogs.ended)
+	h.p.dialogs.mu.Unlock()
+	if ended != 0 {
+		t.Fatalf("ended dialogs after %d BYEs with made-up tags = %d, want 0", n, ended)
+	}
+	if live := h.p.calls.(*callplaces.Tracker).Live(); live != 1 {
+		t.Fatalf("live calls = %d, want 1 (the call goes on)", live)
+	}
+	info := withVia(inDialogOf(t, peer.caller(), h.udp, ok, sipmsg.INFO), peer.addr(), "z9hG4bK.still-up")
+	peer.send(h.udp, info)
+	waitFor(t, func() bool { return len(car.requests(sipmsg.INFO)) == 1 }, "an INFO of the live call at the carrier")
 }

@@ -157,24 +157,31 @@ const (
 // cfg's max_call_duration and tokenGrace, is refused before any key is
 // derived (so a made-up mint time cannot make the proxy derive keys).
 func (d *dialogKeys) verify(cfg *config.Config, token, callID, fromTag, toTag string) (dialogLegs, direction, tokenStatus) {
+	legs, dir, _, st := d.open(cfg, token, callID, fromTag, toTag)
+	return legs, dir, st
+}
+
+// open is verify that also returns when the token was minted (whole
+// seconds; zero unless tokenOK or tokenExpired).
+func (d *dialogKeys) open(cfg *config.Config, token, callID, fromTag, toTag string) (dialogLegs, direction, time.Time, tokenStatus) {
 	if callID == "" {
-		return dialogLegs{}, 0, tokenBad
+		return dialogLegs{}, 0, time.Time{}, tokenBad
 	}
 	sealed, ok := dialogtoken.Decode(token)
 	if !ok {
-		return dialogLegs{}, 0, tokenBad
+		return dialogLegs{}, 0, time.Time{}, tokenBad
 	}
 	minted := sealed.Minted
 	now := d.clock()
 	if minted.After(now.Add(tokenSkew)) {
-		return dialogLegs{}, 0, tokenBad
+		return dialogLegs{}, 0, time.Time{}, tokenBad
 	}
 	maxAge := callplaces.DefaultMaxDuration
 	if cfg != nil && cfg.SIP.MaxCallDuration > 0 {
 		maxAge = cfg.SIP.MaxCallDuration
 	}
 	if now.Sub(minted) > maxAge+tokenGrace {
-		return dialogLegs{}, 0, tokenExpired
+		return dialogLegs{}, 0, minted, tokenExpired
 	}
 	s := d.keys(cfg)
 	for _, k := range []*tokenKey{s.cur, s.prev} {
@@ -182,15 +189,15 @@ func (d *dialogKeys) verify(cfg *config.Config, token, callID, fromTag, toTag st
 			continue
 		}
 		if legs, ok := k.Open(sealed, callID, fromTag); ok {
-			return legs, fromPeer, tokenOK
+			return legs, fromPeer, minted, tokenOK
 		}
 		if toTag != fromTag {
 			if legs, ok := k.Open(sealed, callID, toTag); ok {
-				return legs, fromCarrier, tokenOK
+				return legs, fromCarrier, minted, tokenOK
 			}
 		}
 	}
-	return dialogLegs{}, 0, tokenBad
+	return dialogLegs{}, 0, time.Time{}, tokenBad
 }
 
 // maxRouteTokens bounds how many of the proxy's own Route entries of one

@@ -31,7 +31,8 @@
 //     anything unrecognised; a slow head INVITE waits while Options.Hold
 //     says so: the node's inflight bound); strangers' datagrams last. It
 //     Scans each datagram's header section against the Bounds (parameters
-//     per header element and per message, header fields) before the
+//     per header element and per message, header fields, the elements of
+//     a list sipgo splits at commas counted) before the
 //     handler sees it: sipgo parses a parameter list in quadratic time.
 //     The scan reads lines as sipgo's parser does (only CRLF ends one), the
 //     start line's separators count (the Request-URI's parameters), and

@@ -21,7 +21,11 @@ type Bounds struct {
 	// MessageParams bounds the parameter separators of the whole header
 	// section.
 	MessageParams int
-	// Headers bounds the header fields (a folded field counts once).
+	// Headers bounds the header fields (a folded field counts once),
+	// every comma in the value of a header sipgo splits at commas (Via,
+	// Route, Record-Route, Contact, Refer-To: splitsAtCommas) counting
+	// one more: sipgo makes a header of each element, and stripping the
+	// Routes of a request costs their square.
 	Headers int
 }
 
@@ -70,8 +74,9 @@ type Info struct {
 	// CallID is the first Call-ID (or "i") header's value, trimmed; nil
 	// when there is none. The read path shards by it.
 	CallID []byte
-	// Headers is the number of header fields; Params the parameter
-	// separators in all; MaxElement the most in one element.
+	// Headers is the number of header fields (with the elements of the
+	// headers sipgo splits at commas: Bounds.Headers); Params the
+	// parameter separators in all; MaxElement the most in one element.
 	Headers, Params, MaxElement int
 }
 
@@ -163,8 +168,9 @@ func Scan(data []byte, b Bounds) (Info, error) {
 			}
 		}
 	}
-	list := false // the current field is a list header
-	elem := 0     // separators in the current element
+	list := false  // the current field is a list header
+	split := false // sipgo splits the current field at commas
+	elem := 0      // separators in the current element
 	// Quotes and angle brackets of the current field (a folded line goes
 	// on with them).
 	quoted, angle := false, 0
@@ -190,12 +196,13 @@ func Scan(data []byte, b Bounds) (Info, error) {
 			colon := indexByte(line, ':')
 			if colon < 0 {
 				i = next
-				elem, quoted, angle, list, skip = 0, false, 0, false, true
+				elem, quoted, angle, list, split, skip = 0, false, 0, false, false, true
 				continue
 			}
 			name := trimSpace(line[:colon])
 			value = line[colon+1:]
 			list = isListHeader(name)
+			split = splitsAtCommas(name)
 			elem, quoted, angle = 0, false, 0
 			if info.CallID == nil && (equalFold(name, "call-id") || equalFold(name, "i")) {
 				info.CallID = trimSpace(value)
@@ -222,6 +229,15 @@ func Scan(data []byte, b Bounds) (Info, error) {
 			case ',':
 				if list && !quoted && angle == 0 {
 					elem = 0
+				}
+				if split {
+					// Inside quotes and brackets too: sipgo's parsers
+					// split where their own reading of those says, so
+					// this is an upper bound.
+					info.Headers++
+					if b.Headers > 0 && info.Headers > b.Headers {
+						return info, ErrHeaders
+					}
 				}
 			case ';', '&':
 				// Counted inside quotes too: sipgo's parsers do not all
@@ -257,6 +273,12 @@ func isListHeader(name []byte) bool {
 		return equalFold(name, "record-route")
 	}
 	return false
+}
+
+// splitsAtCommas reports the headers sipgo (v1.7.2) parses as a list,
+// one header per comma-separated element: the list headers and Refer-To.
+func splitsAtCommas(name []byte) bool {
+	return isListHeader(name) || equalFold(name, "refer-to")
 }
 
 // nextLine returns the line that starts at from, without its CRLF, and

@@ -35,6 +35,7 @@ type StreamScanner struct {
 	nameOdd    bool // a blank inside the name (sipgo knows no such header)
 	skip       bool // a continuation of a line without a colon
 	list       bool
+	split      bool // sipgo splits the field at commas (splitsAtCommas)
 	isLength   bool
 	length     int64
 	lengthSeen bool
@@ -225,7 +226,7 @@ func (s *StreamScanner) newField() error {
 	}
 	s.nameLen, s.inName, s.skip = 0, true, false
 	s.nameGap, s.nameOdd = false, false
-	s.list, s.isLength = false, false
+	s.list, s.split, s.isLength = false, false, false
 	s.quoted, s.escaped, s.angle, s.elem = false, false, 0, 0
 	return nil
 }
@@ -237,6 +238,7 @@ func (s *StreamScanner) classify() {
 	}
 	name := s.name[:s.nameLen]
 	s.list = isListHeader(name)
+	s.split = splitsAtCommas(name)
 	if equalFold(name, "content-length") || equalFold(name, "l") {
 		s.isLength, s.lengthSeen, s.length = true, true, 0
 		s.lengthDigits, s.lengthDone = false, false
@@ -269,6 +271,13 @@ func (s *StreamScanner) value(c byte) error {
 	case ',':
 		if s.list && !s.quoted && s.angle == 0 {
 			s.elem = 0
+		}
+		if s.split {
+			// One more header to sipgo, counted as Scan counts it.
+			s.headers++
+			if s.b.Headers > 0 && s.headers > s.b.Headers {
+				return ErrHeaders
+			}
 		}
 	case ';', '&':
 		return s.count()

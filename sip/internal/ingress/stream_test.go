@@ -50,6 +50,8 @@ func TestStreamScanner(t *testing.T) {
 		{"headers counted per message", strings.Repeat("BYE sip:a SIP/2.0\r\n"+strings.Repeat("X:a\r\n", 150)+"\r\n", 3), nil},
 		{"folded field", "BYE sip:a SIP/2.0\r\nVia: a" + strings.Repeat(";p", 20) + "\r\n " + strings.Repeat(";p", 13) + "\r\n\r\n", ErrParams},
 		{"list elements", "BYE sip:a SIP/2.0\r\nVia: a" + strings.Repeat(";p", 30) + ", b" + strings.Repeat(";p", 30) + "\r\n\r\n", nil},
+		{"list elements are headers", "BYE sip:a SIP/2.0\r\nRecord-Route: " + strings.Repeat("<sip:a>,", 200) + "<sip:a>\r\n\r\n", ErrHeaders},
+		{"list elements at the bound", "BYE sip:a SIP/2.0\r\nRoute: " + strings.Repeat("<sip:a>,", 199) + "<sip:a>\r\n\r\n", nil},
 		{"bad content length", "BYE sip:a SIP/2.0\r\nContent-Length: x\r\n\r\n", ErrStream},
 		// What sipgo reads apart from what the scanner read: each would
 		// let the scanner skip, or not count, what sipgo parses.
