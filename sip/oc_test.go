@@ -186,33 +186,43 @@ func TestOverloadControlToPeersThatAsk(t *testing.T) {
 	asker := siptest.StartCaller(t, "127.0.0.2")
 	plain := siptest.StartCaller(t, "127.0.0.3")
 
-	// Not shedding: the 100 Trying and the relayed 200 say oc=0.
-	tx, err := asker.Transaction(ctxT(t, 10*time.Second), ocInvite(asker, h.udp, true))
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Not shedding: the 100 Trying and the relayed 200 say oc=0. sipgo's
+	// client handles each response in a goroutine of its own, so on a busy
+	// machine the 200 can end its transaction before the 100 is looked at
+	// (the 100 is then dropped by the client, not by the node): up to
+	// three calls, until one shows its 100.
 	var saw100 bool
 	var final *sipmsg.Response
-	for final == nil {
-		select {
-		case r := <-tx.Responses():
-			oc, _, ok := ocOf(t, r)
-			if !ok || oc != 0 {
-				t.Fatalf("%d to a peer that asks, node not shedding: oc %d (present %v), want 0", r.StatusCode, oc, ok)
+	for attempt := 0; attempt < 3 && !saw100; attempt++ {
+		tx, err := asker.Transaction(ctxT(t, 10*time.Second), ocInvite(asker, h.udp, true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		final = nil
+		for final == nil {
+			select {
+			case r := <-tx.Responses():
+				oc, _, ok := ocOf(t, r)
+				if !ok || oc != 0 {
+					t.Fatalf("%d to a peer that asks, node not shedding: oc %d (present %v), want 0", r.StatusCode, oc, ok)
+				}
+				if r.StatusCode == 100 {
+					saw100 = true
+				}
+				if !r.IsProvisional() {
+					final = r
+				}
+			case <-tx.Done():
+				t.Fatal("transaction ended without a final response")
 			}
-			if r.StatusCode == 100 {
-				saw100 = true
-			}
-			if !r.IsProvisional() {
-				final = r
-			}
-		case <-tx.Done():
-			t.Fatal("transaction ended without a final response")
+		}
+		tx.Terminate()
+		if final.StatusCode != 200 {
+			t.Fatalf("call of a peer that asks: final %d, want 200", final.StatusCode)
 		}
 	}
-	tx.Terminate()
-	if final.StatusCode != 200 || !saw100 {
-		t.Fatalf("call of a peer that asks: final %d, 100 seen %v", final.StatusCode, saw100)
+	if !saw100 {
+		t.Fatalf("calls of a peer that asks: no 100 Trying seen in 3 calls")
 	}
 	// OPTIONS asking for it: a peer's 200 carries the values, a carrier's
 	// does not.
