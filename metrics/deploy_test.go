@@ -262,6 +262,7 @@ func TestAlerts(t *testing.T) {
 		"CpsguardSustainedRejections", "CpsguardConfigReloadFailed", "CpsguardConfigDiffers", "CpsguardDuplicateNodeID",
 		"CpsguardCarrierDown", "CpsguardCarrierPushingBack", "CpsguardCarrierOutOfService", "CpsguardCarrierASRTrips",
 		"CpsguardOverloadShedding", "CpsguardMaxCallsRejections", "CpsguardPanics", "CpsguardStrangerFlood",
+		"CpsguardPriorityCallsSustained", "CpsguardPriorityClaimRefused",
 	} {
 		if !slices.Contains(names, want) {
 			t.Errorf("alert %s: missing (have %v)", want, names)
