@@ -44,11 +44,22 @@ type CallList struct {
 // call on another node waits up to 3 s for it).
 const callsTimeout = 10 * time.Second
 
+// callsList answers GET /api/v1/calls. It reads and copies the whole
+// list of the pool (and, with the store down, the node's own table under
+// its lock), so one runs at a time: a request while another runs gets 429
+// with Retry-After 1, and repeated requests (the API reads need no token)
+// cost the node and the store no more than one listing at once.
 func (s *server) callsList(w http.ResponseWriter, r *http.Request) {
 	if s.o.LiveCalls == nil {
 		writeError(w, &Error{Code: http.StatusNotImplemented, Message: "live calls are not available on this node"})
 		return
 	}
+	if !s.listing.TryLock() {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, &Error{Code: http.StatusTooManyRequests, Message: "another listing of the live calls is running: try again in a second"})
+		return
+	}
+	defer s.listing.Unlock()
 	ctx, cancel := context.WithTimeout(r.Context(), callsTimeout)
 	defer cancel()
 	q := r.URL.Query()

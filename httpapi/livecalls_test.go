@@ -113,3 +113,61 @@ func TestCallsAPINotWired(t *testing.T) {
 		t.Errorf("GET without LiveCalls: %d, want 501", rec.Code)
 	}
 }
+
+// blockingLive holds every List until release is closed.
+type blockingLive struct {
+	fakeLive
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingLive) List(ctx context.Context, f calls.Filter) calls.Listing {
+	b.entered <- struct{}{}
+	<-b.release
+	return b.fakeLive.List(ctx, f)
+}
+
+// One listing of the live calls runs at a time: a GET while another runs
+// gets 429 with Retry-After at once, and the next one after it is served.
+func TestCallsListOneAtATime(t *testing.T) {
+	bl := &blockingLive{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	cfg := testConfig()
+	srv := httptest.NewServer(New(Options{Config: func() *config.Config { return cfg }, LiveCalls: bl}))
+	defer srv.Close()
+	first := make(chan int, 1)
+	go func() {
+		res, err := http.Get(srv.URL + PathCalls)
+		if err != nil {
+			first <- 0
+			return
+		}
+		res.Body.Close()
+		first <- res.StatusCode
+	}()
+	select {
+	case <-bl.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first listing never started")
+	}
+	res, err := http.Get(srv.URL + PathCalls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusTooManyRequests || res.Header.Get("Retry-After") != "1" {
+		t.Fatalf("a listing while another runs: %d, Retry-After %q; want 429, 1", res.StatusCode, res.Header.Get("Retry-After"))
+	}
+	close(bl.release)
+	if code := <-first; code != http.StatusOK {
+		t.Fatalf("the first listing: %d, want 200", code)
+	}
+	go func() { <-bl.entered }()
+	res, err = http.Get(srv.URL + PathCalls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("a listing after the first ended: %d, want 200", res.StatusCode)
+	}
+}

@@ -202,6 +202,9 @@ type server struct {
 	// seen caches the hash and first-seen time of the last snapshot.
 	seen     atomic.Pointer[snapshot]
 	reloadMu sync.Mutex
+	// listing is held while GET /api/v1/calls runs: the pool's whole list
+	// is read and copied for each, so one runs at a time (livecalls.go).
+	listing sync.Mutex
 }
 
 type snapshot struct {
