@@ -141,6 +141,7 @@ func TestLateAckOfFailedReinviteNotRelayed(t *testing.T) {
 		return prev(req)
 	}
 	car.mu.Unlock()
+	acks0 := len(car.requests(sipmsg.ACK))
 	re := withVia(inDialogOf(t, caller, h.udp, ok, sipmsg.INVITE), peer.addr(), "z9hG4bK.reinv-1")
 	peer.send(h.udp, re)
 	waitFor(t, func() bool {
@@ -151,6 +152,10 @@ func TestLateAckOfFailedReinviteNotRelayed(t *testing.T) {
 		}
 		return false
 	}, "the 488")
+	// The node's own hop-by-hop ACK of the carrier's 488 (its client
+	// transaction's, RFC 3261 17.1.1.3) may reach the carrier after the
+	// 488 reached the caller: it is not the caller's ACK.
+	waitFor(t, func() bool { return len(car.requests(sipmsg.ACK)) > acks0 }, "the node's ACK of the carrier's 488")
 	acks := len(car.requests(sipmsg.ACK))
 	time.Sleep(tombstoneTTL + sweepEvery + 500*time.Millisecond) // past the sweep that would drop a 2 s tombstone
 	ack := withVia(inDialogOf(t, caller, h.udp, ok, sipmsg.ACK), peer.addr(), "z9hG4bK.reinv-1")
