@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs when it is missing: redis-server, SIPp
 # (Debian's sip-tester), Kamailio (the interop test runs it in front of a
-# node) and promtool (the alert rules, their unit tests and the dashboard's
+# node), openssl (a TLS client test) and promtool (the alert rules, their unit tests and the dashboard's
 # PromQL are checked with it). Safe to run repeatedly; does nothing when
 # all is there.
 #
@@ -25,6 +25,7 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 command -v sipp >/dev/null 2>&1 || need+=(sip-tester)
 command -v kamailio >/dev/null 2>&1 || need+=(kamailio)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
 want_promtool=0
 command -v promtool >/dev/null 2>&1 || want_promtool=1
 

@@ -94,7 +94,7 @@ func TestInstallDepsStartsNoService(t *testing.T) {
 			if install == "" {
 				t.Fatalf("no apt-get install in %q", log)
 			}
-			for _, pkg := range []string{"redis-server", "redis-tools", "sip-tester", "kamailio"} {
+			for _, pkg := range []string{"redis-server", "redis-tools", "sip-tester", "kamailio", "openssl"} {
 				if !slices.Contains(strings.Fields(install), pkg) {
 					t.Errorf("%q: %s not installed", install, pkg)
 				}
@@ -126,7 +126,7 @@ func TestInstallDepsStartsNoService(t *testing.T) {
 
 // With every tool present the script does nothing: no apt-get, no sudo.
 func TestInstallDepsNothingMissing(t *testing.T) {
-	log, _, _ := stubbed(t, "1000", "redis-server", "redis-cli", "sipp", "kamailio", "promtool")
+	log, _, _ := stubbed(t, "1000", "redis-server", "redis-cli", "sipp", "kamailio", "openssl", "promtool")
 	for _, line := range log {
 		if strings.HasPrefix(line, "apt-get") || strings.HasPrefix(line, "sudo") {
 			t.Errorf("ran %q with every tool present", line)

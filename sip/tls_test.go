@@ -350,10 +350,7 @@ func TestTLSConnectionBounds(t *testing.T) {
 // places a call through the tls:// listener (INVITE, 200, ACK, BYE, 200),
 // verifying the proxy's certificate against the test CA.
 func TestTLSOpenSSLClient(t *testing.T) {
-	bin, err := exec.LookPath("openssl")
-	if err != nil {
-		t.Skip("openssl not installed")
-	}
+	bin := redistest.Require(t, "openssl") // a missing openssl fails under CI=true
 	k := newTLSPKI(t)
 	car := siptest.StartCarrier(t, "127.0.0.1", nil)
 	adm, pacer := newFakes()
@@ -442,10 +439,16 @@ func TestTLSOpenSSLClient(t *testing.T) {
 	ruri := res.Contact().Address.String()
 	send("ACK " + ruri + " SIP/2.0\r\nVia: SIP/2.0/TLS 127.0.0.2:5061;branch=z9hG4bK-ossl-2;rport\r\n" + routes + common + to +
 		"CSeq: 1 ACK\r\nContent-Length: 0\r\n\r\n")
+	// The ACK reaches the carrier before the BYE is sent: over TLS each
+	// request runs in a goroutine of sipgo's, and an ACK that a quicker BYE
+	// overtook finds its dialog ended and is dropped (harmless, not what
+	// this test is about).
+	waitFor(t, func() bool { return car.Count("ACK") == 1 }, "the ACK at the carrier")
 	send("BYE " + ruri + " SIP/2.0\r\nVia: SIP/2.0/TLS 127.0.0.2:5061;branch=z9hG4bK-ossl-3;rport\r\n" + routes + common + to +
 		"CSeq: 2 BYE\r\nContent-Length: 0\r\n\r\n")
 	if bye := response("2 BYE"); !strings.HasPrefix(bye, "SIP/2.0 200") {
 		t.Fatalf("BYE over openssl: got\n%s\nwant 200", bye)
 	}
-	waitFor(t, func() bool { return car.Count("ACK") == 1 && car.Count("BYE") == 1 }, "the ACK and the BYE at the carrier")
+	// The BYE may be retransmitted to the carrier (UDP) before its 200.
+	waitFor(t, func() bool { return car.Count("ACK") == 1 && car.Count("BYE") >= 1 }, "the ACK and the BYE at the carrier")
 }
