@@ -175,53 +175,17 @@ func (p *Pacer) Acquire(ctx context.Context, c Carrier, member string, trace *Tr
 				p.releaseAfter(ctx, slot)
 				return Ticket{Wait: waited(slot)}, nil
 			}
-			if trace.Queued != nil {
-				trace.Queued(+1)
-			}
-			err = p.Wait(ctx, slot) // gives the booking back when ctx ends
-			if trace.Queued != nil {
-				trace.Queued(-1)
-			}
-			if err == nil && ctx.Err() != nil {
-				err = ctx.Err()
-				p.releaseAfter(ctx, slot)
-			}
-			if err != nil {
-				return Ticket{Wait: waited(slot)}, err
-			}
-			if p.pausedSince(slot) {
-				p.releaseAfter(ctx, slot)
-				if trace.Paused != nil {
-					trace.Paused(slot)
-				}
-				return Ticket{Paused: true, Wait: waited(slot)}, nil
+			// A booking is given back when ctx ends (Wait).
+			if paused, err := p.awaitSlot(ctx, slot, trace); err != nil || paused {
+				return Ticket{Paused: paused, Wait: waited(slot)}, err
 			}
 			tries-- // the turn has come: not a late wake
 			following = true
 			continue
 		}
 
-		if trace.Queued != nil {
-			trace.Queued(+1)
-		}
-		err = p.Wait(ctx, slot)
-		if trace.Queued != nil {
-			trace.Queued(-1)
-		}
-		if err == nil && ctx.Err() != nil {
-			// Cancelled as the slot came due: give the slot back, do not send.
-			err = ctx.Err()
-			p.releaseAfter(ctx, slot)
-		}
-		if err != nil {
-			return Ticket{Wait: waited(slot)}, err
-		}
-		if p.pausedSince(slot) {
-			p.releaseAfter(ctx, slot)
-			if trace.Paused != nil {
-				trace.Paused(slot)
-			}
-			return Ticket{Paused: true, Wait: waited(slot)}, nil
+		if paused, err := p.awaitSlot(ctx, slot, trace); err != nil || paused {
+			return Ticket{Paused: paused, Wait: waited(slot)}, err
 		}
 		// Slots are spaced so that a send up to MaxLate after its slot
 		// keeps the carrier within its cps in every rolling second; a node
@@ -304,4 +268,32 @@ func (p *Pacer) pausedSince(s Slot) bool {
 		return false
 	}
 	return !s.Probe || p.clock.Now().Before(v.Until)
+}
+
+// awaitSlot waits for slot to come due, counted in trace's queue. A slot
+// whose ctx ended as it came due is given back, and so is one whose
+// carrier was paused meanwhile (paused): the call is then not sent.
+func (p *Pacer) awaitSlot(ctx context.Context, slot Slot, trace *Trace) (paused bool, err error) {
+	if trace.Queued != nil {
+		trace.Queued(+1)
+	}
+	err = p.Wait(ctx, slot)
+	if trace.Queued != nil {
+		trace.Queued(-1)
+	}
+	if err == nil && ctx.Err() != nil {
+		err = ctx.Err()
+		p.releaseAfter(ctx, slot)
+	}
+	if err != nil {
+		return false, err
+	}
+	if p.pausedSince(slot) {
+		p.releaseAfter(ctx, slot)
+		if trace.Paused != nil {
+			trace.Paused(slot)
+		}
+		return true, nil
+	}
+	return false, nil
 }
