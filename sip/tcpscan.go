@@ -27,9 +27,12 @@ import (
 // The connections the node dials itself (to a carrier over TCP or TLS, or
 // to a party's TCP contact) are opened by sipgo and cannot be wrapped:
 // their bytes are scanned in sipgo's read filter instead (streamScans,
-// Proxy.readFilter), one scanner per connection, told apart by their
-// local and remote addresses; a message over the bounds closes the
-// connection the same way.
+// Proxy.readFilter), one scanner per connection, told apart by the
+// remote address the connection hands out (the same *net.TCPAddr on
+// every read of one connection, a new one for the next: no string is
+// built per read, and a new connection between the same ends is never
+// taken for an old one); a message over the bounds closes the connection
+// the same way.
 
 // maxDialledScans bounds the dialled connections scanned at once (a node
 // dials its carriers and the TCP contacts of calls' parties: far fewer);
@@ -39,8 +42,20 @@ const maxDialledScans = 4096
 // errDialledLimit ends a dialled connection past maxDialledScans.
 var errDialledLimit = errors.New("sip: too many dialled connections to scan")
 
-// connKey names a TCP connection by its two ends.
-type connKey struct{ local, remote string }
+// connKey names a TCP connection: by the *net.TCPAddr its RemoteAddr
+// returns (one per connection), else by both ends' text.
+type connKey struct {
+	addr *net.TCPAddr
+	ends string
+}
+
+// connKeyOf is the key of the connection with these ends.
+func connKeyOf(local, remote net.Addr) connKey {
+	if ta, ok := remote.(*net.TCPAddr); ok && ta != nil {
+		return connKey{addr: ta}
+	}
+	return connKey{ends: addrString(local) + " " + addrString(remote)}
+}
 
 // streamScans holds the scanners of the dialled connections and the set
 // of accepted ones (their scanConn scans them). Safe for concurrent use.
@@ -71,9 +86,7 @@ func newStreamScans(b ingress.Bounds, idle time.Duration) *streamScans {
 	return &streamScans{bounds: b, idle: idle, accepted: map[connKey]struct{}{}, dialled: map[connKey]*dialledScan{}}
 }
 
-func keyOfConn(c net.Conn) connKey {
-	return connKey{addrString(c.LocalAddr()), addrString(c.RemoteAddr())}
-}
+func keyOfConn(c net.Conn) connKey { return connKeyOf(c.LocalAddr(), c.RemoteAddr()) }
 
 func addrString(a net.Addr) string {
 	if a == nil {
@@ -87,7 +100,7 @@ func addrString(a net.Addr) string {
 // scanConn). It returns the error that makes sipgo close the connection
 // when the read takes its message over the bounds, counted by count.
 func (s *streamScans) filter(local, remote net.Addr, data []byte, count func(reason string)) ([]byte, error) {
-	k := connKey{addrString(local), addrString(remote)}
+	k := connKeyOf(local, remote)
 	now := time.Now()
 	s.mu.Lock()
 	if _, ok := s.accepted[k]; ok {
@@ -96,7 +109,7 @@ func (s *streamScans) filter(local, remote net.Addr, data []byte, count func(rea
 	}
 	d := s.dialled[k]
 	if d != nil && now.Sub(d.last) > s.idle {
-		d = nil // a connection closed by its idle timeout: these ends are a new one's
+		d = nil // idle past the timeout: sipgo closed it, and its scanner is stale
 	}
 	if d == nil {
 		if len(s.dialled) >= maxDialledScans {

@@ -20,7 +20,16 @@ func TestStreamScans(t *testing.T) {
 	s := newStreamScans(ingress.DefaultBounds, time.Minute)
 	counted := map[string]int{}
 	count := func(r string) { counted[r]++ }
-	tcp := func(port int) net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port} }
+	// A connection hands out one remote address value for all its reads.
+	conns := map[int]net.Addr{}
+	tcp := func(port int) net.Addr {
+		if a, ok := conns[port]; ok {
+			return a
+		}
+		a := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port}
+		conns[port] = a
+		return a
+	}
 	local := tcp(40000)
 	good := "SIP/2.0 180 Ringing\r\nVia: SIP/2.0/TCP 127.0.0.1;branch=z9hG4bK-1\r\nContent-Length: 0\r\n\r\n"
 	hostile := strings.Replace(good, "branch=z9hG4bK-1", "branch=z9hG4bK-1"+strings.Repeat(";p", 5000), 1)
@@ -47,10 +56,11 @@ func TestStreamScans(t *testing.T) {
 	// An accepted connection is its scanConn's to scan.
 	c1, c2 := net.Pipe()
 	defer c2.Close()
-	k := connKey{"127.0.0.1:5060", "127.0.0.2:33000"}
+	peer := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2), Port: 33000}
+	k := connKeyOf(tcp(5060), peer)
 	sc := &scanConn{Conn: c1, scan: ingress.NewStreamScanner(ingress.DefaultBounds), count: count, scans: s, key: k}
 	s.accept(k)
-	if _, err := s.filter(tcp(5060), &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2), Port: 33000}, []byte(hostile), count); err != nil {
+	if _, err := s.filter(tcp(5060), peer, []byte(hostile), count); err != nil {
 		t.Fatalf("an accepted connection's read scanned twice: %v", err)
 	}
 	if a, d := s.sizes(); a != 1 || d != 0 {
