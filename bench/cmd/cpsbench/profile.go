@@ -29,6 +29,12 @@ func profileCmd(fs *flag.FlagSet) func(*env) error {
 	queued := fs.Int("queued", 10000, "calls queued for the heap profile (0 = skip)")
 	bin := fs.String("prof-bin", "bench/out/bin/cpsguard-prof", "profiling build of the node (go build -tags cpsguardprof ./cmd/cpsguard)")
 	return func(e *env) error {
+		if 4+*window > *seconds {
+			// Per call means per call decided inside the window: a window
+			// that outlasts the load would divide its CPU among calls that
+			// were not there (session 9's figure was 1.6x too low so).
+			return fmt.Errorf("profile: -window %d from 4 s in outlasts -seconds %d of load", *window, *seconds)
+		}
 		pbin, _ := filepath.Abs(*bin)
 		dir := e.dir("profile")
 		uasPort := procs.FreeUDP()
@@ -56,11 +62,22 @@ func profileCmd(fs *flag.FlagSet) func(*env) error {
 		if err := fetch(e.ctx, base+"allocs", filepath.Join(dir, "allocs-0.pb.gz")); err != nil {
 			return err
 		}
-		cpu0 := treeCPU(sys)
+		cpu0, rcpu0 := treeCPU(sys), redisCPU(sys)
+		calls0, err := sys.guard.Metric(e.ctx, "cpsguard_calls_total", "")
+		if err != nil {
+			return err
+		}
+		resetRedisStats(e.ctx, sys)
 		if err := fetch(e.ctx, base+"profile?seconds="+strconv.Itoa(*window), filepath.Join(dir, "cpu.pb.gz")); err != nil {
 			return err
 		}
-		cpu := treeCPU(sys) - cpu0
+		cpu, rcpu := treeCPU(sys)-cpu0, redisCPU(sys)-rcpu0
+		calls1, err := sys.guard.Metric(e.ctx, "cpsguard_calls_total", "")
+		if err != nil {
+			return err
+		}
+		calls := calls1 - calls0 // new calls the node decided in the window
+		cmdstats := redisCommandStats(e.ctx, sys)
 		if err := fetch(e.ctx, base+"allocs", filepath.Join(dir, "allocs-1.pb.gz")); err != nil {
 			return err
 		}
@@ -68,8 +85,17 @@ func profileCmd(fs *flag.FlagSet) func(*env) error {
 		if r.err != nil {
 			return r.err
 		}
-		fmt.Printf("profile: %d CPS for %d s through cpsguard-prof (Redis); SIPp ok %d failed %d retrans %d; node+redis CPU %.2f s in the %d s window (%.0f µs per call)\n",
-			*rate, *seconds, r.uac.ok, r.uac.failed, r.uac.retrans, cpu, *window, cpu/float64(*rate**window)*1e6)
+		// The node's own view of the run (store latency, pacing waits,
+		// outcomes), for a step that was not clean.
+		if err := os.WriteFile(filepath.Join(dir, "metrics.txt"), []byte(sys.guard.Scrape()), 0o644); err != nil {
+			return err
+		}
+		fmt.Printf("profile: %d CPS for %d s through cpsguard-prof (Redis); SIPp ok %d failed %d retrans %d; node+redis CPU %.2f s in the %d s window, %.0f calls decided in it (%.0f µs per call)\n",
+			*rate, *seconds, r.uac.ok, r.uac.failed, r.uac.retrans, cpu, *window, calls, cpu/calls*1e6)
+		fmt.Printf("of which the node %.0f µs and redis-server %.0f µs per call; Redis commands in the window, per call:\n", (cpu-rcpu)/calls*1e6, rcpu/calls*1e6)
+		for _, c := range cmdstats {
+			fmt.Printf("  %-28s %6.2f calls  %6.1f µs inside Redis\n", c.name, float64(c.calls)/calls, c.usec/calls)
+		}
 		if err := pprofTop(dir, "cpu-top.txt", "-top", "-nodecount=35", pbin, filepath.Join(dir, "cpu.pb.gz")); err != nil {
 			return err
 		}
@@ -173,4 +199,49 @@ func queuedHeap(e *env, dir string, queued int) error {
 	first, _, _ := strings.Cut(string(b), "\n")
 	fmt.Printf("\nqueued: %d calls, RSS %.1f MiB, %s\n", queued, mib(rss), first)
 	return pprofTop(dir, "heap-queued-top.txt", "-top", "-nodecount=25", "-sample_index=inuse_space", e.cpsguard, filepath.Join(dir, "heap-queued.pb.gz"))
+}
+
+// redisStat is one line of Redis's INFO commandstats.
+type redisStat struct {
+	name  string
+	calls int64
+	usec  float64
+}
+
+func resetRedisStats(ctx context.Context, s *system) {
+	if s.redis == nil {
+		return
+	}
+	_ = exec.CommandContext(ctx, "redis-cli", "-u", "redis://"+s.redis.Addr, "CONFIG", "RESETSTAT").Run()
+}
+
+// redisCommandStats reads INFO commandstats of the system's Redis (nil
+// without one, or when redis-cli fails: the figure is a help, not a test).
+func redisCommandStats(ctx context.Context, s *system) []redisStat {
+	if s.redis == nil {
+		return nil
+	}
+	out, err := exec.CommandContext(ctx, "redis-cli", "-u", "redis://"+s.redis.Addr, "INFO", "commandstats").Output()
+	if err != nil {
+		return nil
+	}
+	var stats []redisStat
+	for _, line := range strings.Split(string(out), "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		st := redisStat{name: strings.TrimPrefix(name, "cmdstat_")}
+		for _, kv := range strings.Split(rest, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "calls":
+				st.calls, _ = strconv.ParseInt(v, 10, 64)
+			case "usec":
+				st.usec, _ = strconv.ParseFloat(v, 64)
+			}
+		}
+		stats = append(stats, st)
+	}
+	return stats
 }

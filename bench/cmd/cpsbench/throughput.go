@@ -98,9 +98,12 @@ func sippStepWith(e *env, dir string, target, uacScenario string, uasPort, rate,
 	uasStat, uacStat := filepath.Join(dir, "uas-stat.csv"), filepath.Join(dir, "uac-stat.csv")
 	os.Remove(uasStat)
 	os.Remove(uacStat)
+	os.Remove(filepath.Join(dir, "uac-errors.log"))
+	os.Remove(filepath.Join(dir, "uas-errors.log"))
 	us, err := procs.Start(sipp, filepath.Join(dir, "uas.log"), "-sf", filepath.Join(scen, "uas.xml"),
 		"-i", "127.0.0.1", "-p", strconv.Itoa(uasPort), "-buff_size", "4194304", "-nostdin",
-		"-trace_stat", "-stf", uasStat, "-fd", "1", "-timeout", timeout)
+		"-trace_stat", "-stf", uasStat, "-fd", "1", "-timeout", timeout,
+		"-trace_err", "-error_file", filepath.Join(dir, "uas-errors.log"))
 	if err != nil {
 		return uac, uas, err
 	}
@@ -109,6 +112,7 @@ func sippStepWith(e *env, dir string, target, uacScenario string, uasPort, rate,
 	uc, err := procs.Start(sipp, filepath.Join(dir, "uac.log"), "-sf", filepath.Join(scen, uacScenario),
 		"-i", "127.0.0.1", "-p", strconv.Itoa(procs.FreeUDP()), "-r", strconv.Itoa(rate), "-m", strconv.Itoa(rate*seconds),
 		"-buff_size", "4194304", "-nostdin", "-trace_stat", "-stf", uacStat, "-fd", "1",
+		"-trace_err", "-error_file", filepath.Join(dir, "uac-errors.log"),
 		"-timeout", timeout, target)
 	if err != nil {
 		return uac, uas, err
