@@ -490,7 +490,8 @@ func (s *server) destinationEntry(cfg *config.Config, d *policy.Destination, c c
 }
 
 // fillCounts reads the buckets of every entry (buckets[i] are entries[i]'s,
-// its first bucket then its extra windows) in one store call.
+// its first bucket then its extra windows; a destination without cps has
+// only its windows) in one store call.
 func (s *server) fillCounts(ctx context.Context, what string, entries []Entry, buckets [][]admission.Bucket) []string {
 	var all []admission.Bucket
 	for _, bs := range buckets {

@@ -12,11 +12,11 @@ import (
 )
 
 // streamScans: a dialled connection's reads are scanned, one scanner per
-// pair of ends, forgotten when the connection is closed for a message over
-// the bounds; an accepted connection's are not (its scanConn scans them)
-// and it is forgotten when closed; past maxDialledScans, connections idle
-// beyond the idle timeout are forgotten, and a new one is refused while
-// none is.
+// connection (its remote address value), forgotten when it is closed for
+// a message over the bounds; an accepted connection's are not (its
+// scanConn scans them) and it is forgotten when closed; past
+// maxDialledScans, connections idle beyond the idle timeout are
+// forgotten, and a new one is refused while none is.
 func TestStreamScans(t *testing.T) {
 	s := newStreamScans(ingress.DefaultBounds, time.Minute)
 	counted := map[string]int{}
