@@ -46,9 +46,11 @@ const callsTimeout = 10 * time.Second
 
 // callsList answers GET /api/v1/calls. It reads and copies the whole
 // list of the pool (and, with the store down, the node's own table under
-// its lock), so one runs at a time: a request while another runs gets 429
-// with Retry-After 1, and repeated requests (the API reads need no token)
-// cost the node and the store no more than one listing at once.
+// its lock) and encodes it, so one runs at a time: a request while another
+// runs gets 429 with Retry-After 1, and repeated requests (the API reads
+// need no token) cost the node and the store no more than one listing at
+// once. The answer is written after: a client slow to read it (up to the
+// server's WriteTimeout) holds no other listing up.
 func (s *server) callsList(w http.ResponseWriter, r *http.Request) {
 	if s.o.LiveCalls == nil {
 		writeError(w, &Error{Code: http.StatusNotImplemented, Message: "live calls are not available on this node"})
@@ -59,12 +61,15 @@ func (s *server) callsList(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &Error{Code: http.StatusTooManyRequests, Message: "another listing of the live calls is running: try again in a second"})
 		return
 	}
-	defer s.listing.Unlock()
-	ctx, cancel := context.WithTimeout(r.Context(), callsTimeout)
-	defer cancel()
-	q := r.URL.Query()
-	l := s.o.LiveCalls.List(ctx, calls.Filter{Peer: q.Get("peer"), Carrier: q.Get("carrier")})
-	writeJSON(w, http.StatusOK, CallList{Calls: l.Calls, Partial: l.Partial, Error: l.Error})
+	body := func() []byte {
+		defer s.listing.Unlock()
+		ctx, cancel := context.WithTimeout(r.Context(), callsTimeout)
+		defer cancel()
+		q := r.URL.Query()
+		l := s.o.LiveCalls.List(ctx, calls.Filter{Peer: q.Get("peer"), Carrier: q.Get("carrier")})
+		return encodeJSON(CallList{Calls: l.Calls, Partial: l.Partial, Error: l.Error})
+	}()
+	writeJSONBody(w, http.StatusOK, body)
 }
 
 func (s *server) callsEnd(w http.ResponseWriter, r *http.Request) {

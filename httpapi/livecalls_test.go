@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -169,5 +172,64 @@ func TestCallsListOneAtATime(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != http.StatusOK {
 		t.Fatalf("a listing after the first ended: %d, want 200", res.StatusCode)
+	}
+}
+
+// signalLive tells listed when each List has returned.
+type signalLive struct {
+	fakeLive
+	listed chan struct{}
+}
+
+func (s *signalLive) List(ctx context.Context, f calls.Filter) calls.Listing {
+	l := s.fakeLive.List(ctx, f)
+	s.listed <- struct{}{}
+	return l
+}
+
+// A client that asks for the list and does not read the answer does not
+// keep the other listings out: the one-at-a-time bound is on the listing
+// (the reads of the store and the copy), not on a write that lasts as
+// long as the client likes (up to the server's WriteTimeout, 30 s, and
+// again with its next request: the reads need no token).
+func TestCallsListNotHeldByASlowReader(t *testing.T) {
+	// An answer far larger than the sockets' buffers.
+	long := strings.Repeat("x", 8<<10)
+	sl := &signalLive{listed: make(chan struct{}, 16)}
+	for i := range 2000 {
+		sl.all = append(sl.all, calls.Live{ID: strconv.Itoa(i), CallID: long + strconv.Itoa(i), Peer: "p", Carrier: "c"})
+	}
+	cfg := testConfig()
+	srv := httptest.NewServer(New(Options{Config: func() *config.Config { return cfg }, LiveCalls: sl}))
+	defer srv.Close()
+	slow, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close() // first: the handler's write to it then fails
+	_ = slow.(*net.TCPConn).SetReadBuffer(4 << 10)
+	if _, err := slow.Write([]byte("GET " + PathCalls + " HTTP/1.1\r\nHost: cpsguard\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-sl.listed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the slow reader's listing never ran")
+	}
+	got := 0
+	for try := 0; try < 100 && got != http.StatusOK; try++ {
+		if try > 0 {
+			time.Sleep(100 * time.Millisecond)
+		}
+		res, err := http.Get(srv.URL + PathCalls)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		got = res.StatusCode
+	}
+	if got != http.StatusOK {
+		t.Fatalf("a listing while a client does not read its own: %d, want 200", got)
 	}
 }

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -490,7 +491,8 @@ func (s *server) destinationEntry(cfg *config.Config, d *policy.Destination, c c
 }
 
 // fillCounts reads the buckets of every entry (buckets[i] are entries[i]'s,
-// its first bucket then its extra windows) in one store call.
+// its first bucket then its extra windows; a destination without cps has
+// only its windows) in one store call.
 func (s *server) fillCounts(ctx context.Context, what string, entries []Entry, buckets [][]admission.Bucket) []string {
 	var all []admission.Bucket
 	for _, bs := range buckets {
@@ -619,15 +621,27 @@ func writeError(w http.ResponseWriter, e *Error) {
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
+	writeJSONBody(w, code, encodeJSON(v))
+}
+
+// encodeJSON is v as writeJSON writes it.
+func encodeJSON(v any) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // "cps: must be > 0", not "\u003e"
+	_ = enc.Encode(v)        // an error (none for the API's types) writes nothing
+	return b.Bytes()
+}
+
+// writeJSONBody writes body, JSON encodeJSON made, with code.
+func writeJSONBody(w http.ResponseWriter, code int, body []byte) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json; charset=utf-8")
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.SetEscapeHTML(false) // "cps: must be > 0", not "\u003e"
-	_ = enc.Encode(v)        // the client went away; nothing to do
+	_, _ = w.Write(body) // the client went away; nothing to do
 }
 
 // loopback reports whether listen ("host:port") binds only loopback.

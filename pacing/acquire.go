@@ -66,8 +66,9 @@ type Trace struct {
 	// Late is called when Acquire woke late, more than MaxLate after s was
 	// due, and gave s back to take the next slot.
 	Late func(s Slot, late time.Duration)
-	// Paused is called when Acquire gave s back, just before the send,
-	// because the carrier was paused meanwhile.
+	// Paused is called when Acquire gave s back, just before the send or
+	// at the booked turn it waited for, because the carrier was paused
+	// meanwhile.
 	Paused func(s Slot)
 }
 

@@ -259,3 +259,64 @@ func TestAcquireFollowsTheTurn(t *testing.T) {
 		t.Errorf("Queue = %+v, %v; want 1 queued: held-2's booking (nobody came back for it)", q, err)
 	}
 }
+
+// TestAcquirePausedAtTheWakeGivesBack: a carrier paused just as a call's
+// slot came due (the store keeps a slot that is due: only future ones go
+// with a pause) is not sent: the slot is given back and the pause
+// traced. At a booked turn paused alike, the call is not sent either and
+// does not reserve again (its wake is a little before the turn, so the
+// pause drops the booking itself). TestAcquireHerd pauses while the slot
+// is still in the future, where the pause itself drops it: it cannot tell
+// a slot given back from one the store dropped. These pin what cd6e064
+// (one awaitSlot for both waits) kept.
+func TestAcquirePausedAtTheWakeGivesBack(t *testing.T) {
+	for _, booked := range []bool{false, true} {
+		t.Run(fmt.Sprintf("booked=%v", booked), func(t *testing.T) {
+			p, store, clock := pacerOnLocal()
+			ctx := context.Background()
+			a := Share{Name: "customer:a", Weight: 1}
+			c := Carrier{Key: "t:{carrier:w}", CPS: 10, MaxWait: 5 * time.Second}
+			if booked {
+				c.Share = a
+			}
+			iv := Interval(c.CPS)
+			// Three calls ahead: a slot at +3 intervals, or (with the share)
+			// a booking of the share's turn at +3.
+			for i := range 3 {
+				reserveShare(t, store, c.Key, fmt.Sprintf("held-%d", i), c.Share, iv, c.MaxWait)
+			}
+			t0 := clock.Now()
+			var tr traced
+			trace := tr.trace()
+			queued := trace.Queued
+			var pauseErr error
+			waits, pausedAtWake := 0, 0
+			trace.Queued = func(d int) {
+				queued(d)
+				if d < 0 {
+					waits++
+					_, pauseErr = p.Pause(ctx, c, 2*time.Second, "Retry-After 2")
+				}
+			}
+			trace.Paused = func(Slot) { pausedAtWake++ }
+			tk, err := p.Acquire(ctx, c, "call", trace)
+			if pauseErr != nil {
+				t.Fatal(pauseErr)
+			}
+			if err != nil || tk.OK || !tk.Paused {
+				t.Fatalf("Acquire of a call whose carrier paused as it woke = %+v, %v; want paused, not sent", tk, err)
+			}
+			// The wait for the slot, or for the turn (woken a little before
+			// it), counted from the start.
+			if woke := clock.Now().Sub(t0); tk.Wait != woke || woke <= 2*iv || woke > 3*iv {
+				t.Errorf("woke at +%v with Wait %v; want a Wait of the wake, about +%v", woke, tk.Wait, 3*iv)
+			}
+			if pausedAtWake != 1 || waits != 1 || tr.reserved+tr.full != 1 {
+				t.Errorf("trace.Paused %d times, %d waits, %d reservations; want 1, 1, 1 (nothing reserved after the pause)", pausedAtWake, waits, tr.reserved+tr.full)
+			}
+			if heldIn(store, c.Key, "call") {
+				t.Error("the slot of a call not sent was not given back")
+			}
+		})
+	}
+}

@@ -91,9 +91,9 @@ type inDialogHop struct {
 	// request names it.
 	key    callKey
 	callee string
-	// minted is when the dialog token was minted (Unix seconds): a call
-	// over on this node refuses the tokens minted before its end
-	// (dialogGuard.callOver).
+	// minted is when the dialog token was minted (Unix seconds): once
+	// its call is over (Proxy.callOver) the tokens minted until its end,
+	// in that second too, are refused (dialogGuard.admit).
 	minted int64
 }
 

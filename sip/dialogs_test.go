@@ -359,4 +359,16 @@ func TestCallOverRefusesEveryTag(t *testing.T) {
 	if r := g.admit(dialogKeyOf(callKey{8}, "x"), callKey{8}, fromPeer, 0, tok, now); r != dialogPass {
 		t.Fatalf("another call: admit = %d, want pass", r)
 	}
+	// A token minted in the second the call ended (a call answered and
+	// over at once: tokens count whole seconds) is the call's.
+	if r := g.admit(dialogKeyOf(k, "same-second"), k, fromPeer, 0, now.Unix(), now); r != dialogEnded {
+		t.Fatalf("a token minted in the second of the end: admit = %d, want ended", r)
+	}
+	// The later call ends too, while the first end is still remembered:
+	// its tokens die with it.
+	later := now.Add(5 * time.Second)
+	g.end(callEndKey(k), later, later.Add(time.Hour), 0, 0, false)
+	if r := g.admit(dialogKeyOf(k, "new"), k, fromPeer, 0, now.Unix()+1, later); r != dialogEnded {
+		t.Fatalf("the later call's token after its own end: admit = %d, want ended", r)
+	}
 }

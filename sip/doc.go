@@ -155,10 +155,11 @@
 // side, are still relayed by the node that saw the end: within 32 s of
 // it, at most 10); once the call is over (that BYE, an operator's end,
 // max_call_duration) so are the requests of its tokens that name another
-// callee tag; the node remembers at most 262,144 ended dialogs, each
-// until its token expires. Each direction of a dialog may send at most 40
-// requests at once, refilled at 10 a second (per node): beyond, 503
-// (counted dialog_rate, logged at Warn at most every 10 s). A re-INVITE is
+// callee tag; the node remembers at most 262,144 ended dialogs and calls
+// (an answered call's end is two), each until its token expires. Each
+// direction of a dialog may send at most 40 requests at once, refilled
+// at 10 a second (per node): beyond, 503 (counted dialog_rate, logged at
+// Warn at most every 10 s). A re-INVITE is
 // also limited per dialog (6 a minute, pool-wide through the admission
 // store) and takes no pacing slot. In-dialog requests other than
 // INVITE, ACK and CANCEL (BYE, INFO, UPDATE, …) that arrive over UDP and go

@@ -54,7 +54,8 @@ type liveCall struct {
 }
 
 // dialogState is an answered call's dialog as the proxy sends requests in
-// it (an operator's BYEs): both legs, the caller's and the callee's
+// it (the node's own BYEs: an operator's end, a call ended before its
+// answer): both legs, the caller's and the callee's
 // identities, and the highest CSeq each side has used.
 type dialogState struct {
 	peer, carrier leg
@@ -382,7 +383,7 @@ func (p *Proxy) byeLeg(d dialogState, toCaller bool, reason string) {
 	defer cancel()
 	tx, err := p.tl.Request(ctx, bye)
 	if err != nil {
-		p.log.Debug("operator's BYE failed", "call_id", d.callID, "to_caller", toCaller, "error", err)
+		p.log.Debug("the node's own BYE failed", "call_id", d.callID, "to_caller", toCaller, "reason", reason, "error", err)
 		return
 	}
 	go drain(tx)

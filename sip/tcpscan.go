@@ -62,8 +62,10 @@ func connKeyOf(local, remote net.Addr) connKey {
 type streamScans struct {
 	bounds ingress.Bounds
 	// idle is the connections' idle timeout: a dialled connection not
-	// read from for longer has been closed by it, and its scanner is
-	// stale.
+	// read from for longer has (but at the edge: sipgo's deadline counts
+	// from after it parsed the last read) been closed by it. Its scanner
+	// is forgotten when the table is full (pruneLocked), or at its next
+	// read when the connection is named by its ends' text only.
 	idle time.Duration
 
 	mu       sync.Mutex
@@ -108,8 +110,15 @@ func (s *streamScans) filter(local, remote net.Addr, data []byte, count func(rea
 		return data, nil
 	}
 	d := s.dialled[k]
-	if d != nil && now.Sub(d.last) > s.idle {
-		d = nil // idle past the timeout: sipgo closed it, and its scanner is stale
+	if d != nil && k.addr == nil && now.Sub(d.last) > s.idle {
+		// Named by its ends' text, idle past the timeout: sipgo closed
+		// it, and this is a new connection between the same ends. A
+		// connection named by its address value is never another one:
+		// its scanner stays (a read may come a little more than the
+		// timeout after the last was stamped, sipgo's deadline counting
+		// from after it parsed that read), or a fresh one would start
+		// in the middle of a message.
+		d = nil
 	}
 	if d == nil {
 		if len(s.dialled) >= maxDialledScans {

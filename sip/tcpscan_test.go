@@ -2,6 +2,7 @@ package sip
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -11,11 +12,11 @@ import (
 )
 
 // streamScans: a dialled connection's reads are scanned, one scanner per
-// pair of ends, forgotten when the connection is closed for a message over
-// the bounds; an accepted connection's are not (its scanConn scans them)
-// and it is forgotten when closed; past maxDialledScans, connections idle
-// beyond the idle timeout are forgotten, and a new one is refused while
-// none is.
+// connection (its remote address value), forgotten when it is closed for
+// a message over the bounds; an accepted connection's are not (its
+// scanConn scans them) and it is forgotten when closed; past
+// maxDialledScans, connections idle beyond the idle timeout are
+// forgotten, and a new one is refused while none is.
 func TestStreamScans(t *testing.T) {
 	s := newStreamScans(ingress.DefaultBounds, time.Minute)
 	counted := map[string]int{}
@@ -92,5 +93,41 @@ func TestStreamScans(t *testing.T) {
 	}
 	if _, d := s.sizes(); d != 1 {
 		t.Fatalf("dialled scanners = %d, want 1 (the idle ones forgotten)", d)
+	}
+}
+
+// A dialled connection's scanner lives as long as the connection: a read
+// that comes more than the idle timeout after the last one (sipgo's read
+// deadline counts from after it parsed that read, the scanner's stamp
+// from before) goes on with the same scanner, mid-message. A fresh one
+// there would take the rest of a body for a new message and frame the
+// stream apart from sipgo: here it would skip, as that message's body,
+// the hostile message sipgo parses.
+func TestStreamScansKeepAConnectionsScanner(t *testing.T) {
+	const idle = time.Minute
+	s := newStreamScans(ingress.DefaultBounds, idle)
+	count := func(string) {}
+	local := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40000}
+	remote := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5060}
+	var params strings.Builder
+	for i := range 3000 {
+		fmt.Fprintf(&params, ";%x", i)
+	}
+	hostile := "SIP/2.0 180 Ringing\r\nVia: SIP/2.0/TCP 127.0.0.1;branch=z9hG4bK-2" + params.String() + "\r\nContent-Length: 0\r\n\r\n"
+	// The rest of the first message's body reads as a message whose body
+	// is the hostile one.
+	rest := fmt.Sprintf("X sip:a SIP/2.0\r\nl: %d\r\n\r\n", len(hostile))
+	const head = "0123456789"
+	first := fmt.Sprintf("SIP/2.0 200 OK\r\nVia: SIP/2.0/TCP 127.0.0.1;branch=z9hG4bK-1\r\nContent-Length: %d\r\n\r\n", len(head)+len(rest)) + head
+	if _, err := s.filter(local, remote, []byte(first), count); err != nil {
+		t.Fatalf("the first read: %v", err)
+	}
+	s.mu.Lock()
+	for _, d := range s.dialled {
+		d.last = d.last.Add(-idle - time.Millisecond)
+	}
+	s.mu.Unlock()
+	if _, err := s.filter(local, remote, []byte(rest+hostile), count); !errors.Is(err, ingress.ErrParams) {
+		t.Fatalf("the rest of the body, then a message over the bounds, read past the idle timeout: %v, want ErrParams", err)
 	}
 }

@@ -232,3 +232,33 @@ func FuzzStreamFramesAsSipgo(f *testing.F) {
 		}
 	})
 }
+
+// Idle is where sipgo takes a short read of CRs and LFs for a keepalive:
+// between messages with nothing of the next read. A CR read after a
+// message is in sipgo's buffer (the LF that follows is parsed, not
+// skipped): not idle, or the scanner would skip that LF, keep its CR,
+// and refuse the next message as a stream sipgo reads cleanly.
+func TestStreamScannerIdle(t *testing.T) {
+	s := NewStreamScanner(DefaultBounds)
+	if !s.Idle() {
+		t.Fatal("a new scanner is not idle")
+	}
+	msg := "OPTIONS sip:a SIP/2.0\r\nContent-Length: 2\r\n\r\nab"
+	for _, step := range []struct {
+		write string
+		idle  bool
+	}{
+		{msg[:10], false},
+		{msg[10:], true},
+		{"\r", false},
+		{"\n", true},
+		{msg, true},
+	} {
+		if err := s.Write([]byte(step.write)); err != nil {
+			t.Fatalf("after %q: %v", step.write, err)
+		}
+		if s.Idle() != step.idle {
+			t.Fatalf("after %q: Idle %v, want %v", step.write, s.Idle(), step.idle)
+		}
+	}
+}
