@@ -502,7 +502,9 @@ func NameAddr(v []byte) (tag int, value []byte, ok bool) {
 		return 0, nil, false
 	}
 	var u sipmsg.Uri
-	if sipmsg.ParseUri(string(uri), &u) != nil || u.Host == "" {
+	if sipmsg.ParseUri(string(uri), &u) != nil || u.Host == "" || u.Wildcard {
+		// sipgo refuses the wildcard URI "*" in From and To (the whole
+		// message fails to parse): no answer from the raw path either.
 		return 0, nil, false
 	}
 	params := v[gt+1:]
