@@ -155,7 +155,12 @@
 // side, are still relayed by the node that saw the end: within 32 s of
 // it, at most 10); once the call is over (that BYE, an operator's end,
 // max_call_duration) so are the requests of its tokens that name another
-// callee tag; the node remembers at most 262,144 ended dialogs, each
+// callee tag; a call that ends unanswered (refused, cancelled, timed out)
+// after a response carrying its Record-Route reached the caller refuses
+// every request of the tokens it minted (an INVITE of its early dialog
+// would reach the carrier with no admission, slot or place: a UAS may take
+// it for a new call), while a retry with the same Call-ID and From tag
+// has tokens of its own; the node remembers at most 262,144 ended dialogs, each
 // until its token expires. Each direction of a dialog may send at most 40
 // requests at once, refilled at 10 a second (per node): beyond, 503
 // (counted dialog_rate, logged at Warn at most every 10 s). A re-INVITE is
