@@ -125,10 +125,12 @@ func (p *Proxy) onInvite(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
 	// ends it): its copies go to sipgo, which absorbs them.
 	defer func() { done(c.forwarded) }()
 	c.run()
-	c.endCall()
 	if !c.answered && c.shown.Load() {
+		// Before the places are given back (store I/O): the caller has
+		// its final answer already.
 		p.tokensOver(c.tokens)
 	}
+	c.endCall()
 	if !c.answered {
 		// An answered call's record is written when it ends (callEnded).
 		c.writeRecord()
