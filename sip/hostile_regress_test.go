@@ -6,11 +6,13 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	sipmsg "github.com/emiago/sipgo/sip"
 
+	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/siptest"
 )
 
@@ -184,5 +186,135 @@ func TestRawShedNamesFoldASCIIOnly(t *testing.T) {
 		if raw && !parsed {
 			t.Errorf("%s: the raw path sheds, the parsed path would not", name)
 		}
+	}
+}
+
+// firstLengthFrames splits a SIP stream as a parser that takes the first
+// Content-Length of a message does (Kamailio's, for one), and returns the
+// start lines of the messages it finds.
+func firstLengthFrames(stream []byte) []string {
+	var starts []string
+	for len(stream) > 0 {
+		end := bytes.Index(stream, []byte("\r\n\r\n"))
+		if end < 0 {
+			break
+		}
+		head := string(stream[:end])
+		lines := strings.Split(head, "\r\n")
+		starts = append(starts, lines[0])
+		n := 0
+		for _, l := range lines[1:] {
+			name, v, ok := strings.Cut(l, ":")
+			if name = strings.ToLower(strings.TrimSpace(name)); ok && (name == "content-length" || name == "l") {
+				n, _ = strconv.Atoi(strings.TrimSpace(v))
+				break
+			}
+		}
+		stream = stream[min(len(stream), end+4+n):]
+	}
+	return starts
+}
+
+// TestDuplicateContentLengthNotRelayed: a peer's INVITE with two
+// Content-Length headers (0, then its body's length) whose body is a
+// second INVITE is refused 400 and never reaches the carrier. sipgo reads
+// the last of a header that may appear once (Content-Length, To, From,
+// Call-ID, CSeq, Max-Forwards) and writes them all back: a carrier over
+// TCP that reads the first Content-Length took the body for a message of
+// its own, an INVITE from the node's connection that no admission,
+// pacing slot or max_calls place granted.
+func TestDuplicateContentLengthNotRelayed(t *testing.T) {
+	l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	var mu sync.Mutex
+	var stream []byte
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+				buf := make([]byte, 8192)
+				for {
+					n, err := c.Read(buf)
+					mu.Lock()
+					stream = append(stream, buf[:n]...)
+					mu.Unlock()
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	adm, pacer := newFakes()
+	cfg := testConfig(config.Carrier{Name: "tcp", URI: "sip:" + l.Addr().String() + ";transport=tcp", CPS: 100, MaxWait: time.Second})
+	h := startProxy(t, cfg, adm, pacer)
+
+	peer := startUDPEnd(t, "127.0.0.2", nil)
+	smuggled := "INVITE sip:200@" + l.Addr().String() + ";transport=tcp SIP/2.0\r\n" +
+		"Via: SIP/2.0/TCP 127.0.0.1:5060;branch=z9hG4bK.smuggled\r\nMax-Forwards: 70\r\n" +
+		"From: <sip:x@127.0.0.1>;tag=smuggled\r\nTo: <sip:200@127.0.0.1>\r\nCall-ID: smuggled\r\n" +
+		"CSeq: 1 INVITE\r\nContent-Length: 0\r\n\r\n"
+	inv := rawInviteFrom(peer, h.udp, "two-lengths", "ftag-two-lengths")
+	inv.RemoveHeader("Content-Length")
+	raw := strings.TrimSuffix(inv.String(), "\r\n") // sipgo ends the header section with the blank line
+	raw = strings.TrimSuffix(raw, "\r\n") + "\r\nContent-Length: 0\r\nContent-Length: " + strconv.Itoa(len(smuggled)) + "\r\n\r\n" + smuggled
+	if _, err := sipmsg.ParseMessage([]byte(raw)); err != nil {
+		t.Fatalf("sipgo does not parse the test's INVITE: %v\n%s", err, raw)
+	}
+	ra, _ := net.ResolveUDPAddr("udp", h.udp)
+	if _, err := peer.conn.WriteToUDP([]byte(raw), ra); err != nil {
+		t.Fatal(err)
+	}
+	r := finalOfRaw(peer, "two-lengths", sipmsg.INVITE, 0)
+	// The node answers 400 at once; before the fix the INVITE went to the
+	// carrier (which never answers here) and the caller got the node's
+	// failure after the carrier's setup timeout.
+	mu.Lock()
+	starts := firstLengthFrames(stream)
+	mu.Unlock()
+	for _, s := range starts {
+		if strings.HasPrefix(s, "INVITE ") {
+			t.Fatalf("messages at the TCP carrier, framed by their first Content-Length: %q; want no INVITE", starts)
+		}
+	}
+	if r == nil || r.StatusCode != 400 {
+		t.Fatalf("INVITE with two Content-Length headers: %v, want 400", r)
+	}
+}
+
+// TestDuplicateToNotRelayed: a re-INVITE of an answered call that carries
+// a To without a tag first and the dialog's To (with the callee's tag)
+// last is refused 400 and not relayed: the node (sipgo, the last To) took
+// it for a request of the dialog, its token opened, and the carrier, had
+// it read the first To, got an INVITE without a To tag: a new call.
+func TestDuplicateToNotRelayed(t *testing.T) {
+	h, peer, car, ok := statelessSetup(t, nil)
+	re := inDialogOf(t, peer.caller(), h.udp, ok, sipmsg.INVITE)
+	re = withVia(re, peer.addr(), "z9hG4bK.two-tos")
+	raw := re.String()
+	firstTo := "To: " + (&sipmsg.ToHeader{Address: ok.To().Address}).Value() + "\r\n"
+	raw = strings.Replace(raw, "To: ", firstTo+"To: ", 1)
+	m, err := sipmsg.ParseMessage([]byte(raw))
+	if err != nil || tagOf(m.To().Params) == "" {
+		t.Fatalf("sipgo must read the test's re-INVITE with the To tag (err %v):\n%s", err, raw)
+	}
+	ra, _ := net.ResolveUDPAddr("udp", h.udp)
+	if _, err := peer.conn.WriteToUDP([]byte(raw), ra); err != nil {
+		t.Fatal(err)
+	}
+	r := finalOfRaw(peer, callID(ok), sipmsg.INVITE, 0)
+	if r == nil || r.StatusCode != 400 {
+		t.Fatalf("re-INVITE with two To headers: %v, want 400", r)
+	}
+	if n := len(car.requests(sipmsg.INVITE)); n != 0 {
+		t.Fatalf("INVITEs at the carrier after the call's = %d, want 0", n)
 	}
 }

@@ -26,8 +26,9 @@ import (
 //     nothing: with unknown_source drop they get silence, with reject one
 //     stateless 403 (requests other than ACK); their responses are dropped;
 //   - a request or response without Via, From, To, Call-ID or CSeq, with a
-//     CSeq method other than the request's, or with an empty tag, is never
-//     used: requests get a stateless 400, responses are dropped;
+//     CSeq method other than the request's, with an empty tag, or with two
+//     of a header that may appear once (oneEach), is never used: requests
+//     get a stateless 400, responses are dropped;
 //   - out-of-dialog requests other than INVITE, ACK and CANCEL from known
 //     parties are answered here, statelessly (OPTIONS 200, or 503 while
 //     draining or while the store cannot decide; anything else 405);
@@ -166,8 +167,9 @@ func (p *Proxy) screenResponse(res *sipmsg.Response) bool {
 // control character (RFC 3261 allows none: word and token characters) is
 // not well formed either: the dialog token's MAC takes them as separated
 // strings, and a NUL inside one would let two dialogs share an input.
+// Nor is a message with two of a header that may appear once (oneEach).
 func wellFormed(m sipmsg.Message) bool {
-	if m.Via() == nil || m.CSeq() == nil {
+	if m.Via() == nil || m.CSeq() == nil || !oneEach(m) {
 		return false
 	}
 	from, to, id := m.From(), m.To(), m.CallID()
@@ -181,6 +183,38 @@ func wellFormed(m sipmsg.Message) bool {
 		return false
 	}
 	return true
+}
+
+// oneEach reports whether m has at most one each of To, From, Call-ID,
+// CSeq, Content-Length and Max-Forwards (RFC 3261 7.3.1: none is a list).
+// sipgo reads the last of each and writes them all back when the message
+// is relayed, where the next hop may read the first: another dialog than
+// the one its token was checked for, or, over TCP, another framing (a
+// carrier that takes the first Content-Length 0 reads the body as a
+// message of its own: an INVITE no admission granted).
+func oneEach(m sipmsg.Message) bool {
+	hs, ok := m.(interface{ Headers() []sipmsg.Header })
+	if !ok {
+		return false
+	}
+	var to, from, id, cseq, length, mf int
+	for _, h := range hs.Headers() {
+		switch h.(type) {
+		case *sipmsg.ToHeader:
+			to++
+		case *sipmsg.FromHeader:
+			from++
+		case *sipmsg.CallIDHeader:
+			id++
+		case *sipmsg.CSeqHeader:
+			cseq++
+		case *sipmsg.ContentLengthHeader:
+			length++
+		case *sipmsg.MaxForwardsHeader:
+			mf++
+		}
+	}
+	return max(to, from, id, cseq, length, mf) <= 1
 }
 
 // goodTag is false for a tag parameter without a value (";tag" or ";tag=").

@@ -136,7 +136,7 @@ func ScanInvite(data []byte) (r Invite, ok bool) {
 		return r, false
 	}
 	var contentLength = -1
-	var fromSeen, toSeen, idSeen, cseqSeen bool
+	var fromSeen, toSeen, idSeen, cseqSeen, mfSeen bool
 	var scratch []sipmsg.Header
 	for {
 		line, rest, ok = CutLine(rest)
@@ -199,9 +199,10 @@ func ScanInvite(data []byte) (r Invite, ok bool) {
 				}
 			}
 		case IsName(name, "max-forwards", ""):
-			if _, err := strconv.ParseUint(string(value), 10, 32); err != nil {
-				return r, false
+			if _, err := strconv.ParseUint(string(value), 10, 32); err != nil || mfSeen {
+				return r, false // two: the screen answers 400
 			}
+			mfSeen = true
 		default:
 			if parsedBySipgo(name) {
 				var err error
