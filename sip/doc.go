@@ -116,13 +116,15 @@
 // Before any of that, the screen (screen.go) sees every parsed message
 // ahead of sipgo's transaction layer: strangers (neither a peer's source nor
 // a carrier's address) get silence or one stateless 403 and cost no state;
-// a message without Via, From, To, Call-ID or CSeq (or with an empty tag,
-// or with two of To, From, Call-ID, CSeq, Content-Length or Max-Forwards:
-// sipgo reads the last, the next hop may read the first; or with a CR or
-// LF outside a CRLF in its start line or headers: sipgo keeps it in the
-// value, a lenient next hop ends the line there, and over TCP or TLS the
-// connection is closed, counted stream) is never used
-// (stateless 400; responses dropped), nor is an initial
+// a message without Via, From, To, Call-ID or CSeq is never used
+// (stateless 400; responses dropped), nor is one that sipgo reads
+// otherwise than the next hop may: an empty tag, a From or To parameter
+// that is not a plain token (sipgo finds a tag inside a quoted value),
+// two of To, From, Call-ID, CSeq, Content-Length or Max-Forwards (sipgo
+// reads the last, the next hop may read the first), a CR or LF outside a
+// CRLF in the start line or headers (sipgo keeps it in the value, a
+// lenient next hop ends the line there; over TCP or TLS the connection is
+// closed, counted stream); nor is an initial
 // INVITE without a From tag (RFC 3261 8.1.1.3: 400, from the parsed path;
 // the raw path leaves it to it); out-of-dialog OPTIONS
 // are answered statelessly (503 while draining or while the store cannot

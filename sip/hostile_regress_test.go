@@ -428,3 +428,36 @@ func TestBareLineFeedOverTCPClosed(t *testing.T) {
 		t.Fatalf("messages at the TCP carrier, framed leniently: %q; want none", starts)
 	}
 }
+
+// TestQuotedToParamNotRelayed: a re-INVITE of an answered call whose To
+// is <...>;x="a;tag=raw-callee" is refused 400 and not relayed. sipgo's
+// parameter parser does not honour quotes: it read a tag (raw-callee")
+// and took the request for one of the dialog, and the carrier, reading
+// the quoted string as RFC 3261 does, got an INVITE without a To tag: a
+// new call. The same misreading of a From tag would let a BYE the carrier
+// answers 481 (not its dialog) end the node's call while the carrier's
+// goes on.
+func TestQuotedToParamNotRelayed(t *testing.T) {
+	h, peer, car, ok := statelessSetup(t, nil)
+	for i, to := range []string{`;x="a;tag=raw-callee"`, `;x="a;tag=raw-callee;y"`} {
+		re := inDialogOf(t, peer.caller(), h.udp, ok, sipmsg.INVITE)
+		re.CSeq().SeqNo = uint32(10 + i)
+		re = withVia(re, peer.addr(), "z9hG4bK.quoted-to-"+strconv.Itoa(i))
+		raw := strings.Replace(re.String(), ";tag=raw-callee", to, 1)
+		m, err := sipmsg.ParseMessage([]byte(raw))
+		if err != nil || !hasToTag(m.(*sipmsg.Request)) {
+			t.Fatalf("sipgo must read a To tag in the test's re-INVITE (err %v):\n%s", err, raw)
+		}
+		ra, _ := net.ResolveUDPAddr("udp", h.udp)
+		if _, err := peer.conn.WriteToUDP([]byte(raw), ra); err != nil {
+			t.Fatal(err)
+		}
+		r := finalOfRaw(peer, callID(ok), sipmsg.INVITE, i)
+		if r == nil || r.StatusCode != 400 {
+			t.Fatalf("re-INVITE with To %q: %v, want 400", to, r)
+		}
+	}
+	if n := len(car.requests(sipmsg.INVITE)); n != 0 {
+		t.Fatalf("INVITEs at the carrier after the call's = %d, want 0", n)
+	}
+}

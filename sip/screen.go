@@ -217,13 +217,56 @@ func oneEach(m sipmsg.Message) bool {
 	return max(to, from, id, cseq, length, mf) <= 1
 }
 
-// goodTag is false for a tag parameter without a value (";tag" or ";tag=").
+// goodTag is false for a tag parameter without a value (";tag" or
+// ";tag="), and for parameters sipgo may have read otherwise than the
+// next hop will (plainParams): the tag it found may be none, or another.
 func goodTag(ps sipmsg.HeaderParams) bool {
 	if ps == nil {
 		return true
 	}
+	if !plainParams(ps) {
+		return false
+	}
 	v, ok := ps.Get("tag")
 	return !ok || (v != "" && !hasControl(v))
+}
+
+// plainParams reports whether every parameter of a From or To is a token,
+// with no value or a token (or host) value. sipgo's parameter parser
+// (v1.7.2) knows no quoted strings: from ;x="a;tag=b" it reads a tag, and
+// writes the header back as it came, where the next hop reads none (a
+// re-INVITE that is a new call to the carrier, or a BYE of another dialog
+// whose 481 would end the node's call). RFC 3261 allows a quoted value
+// there; no user agent needs one in From or To. Blanks around a name or
+// value (RFC 3261's SWS, which sipgo keeps) are allowed, as is the blank
+// "parameter" sipgo makes of a blank before the first ';'.
+func plainParams(ps sipmsg.HeaderParams) bool {
+	for _, kv := range ps {
+		k, v := strings.TrimSpace(kv.K), strings.TrimSpace(kv.V)
+		if k == "" && v == "" {
+			continue
+		}
+		if k == "" || !paramText(k, false) || !paramText(v, true) {
+			return false
+		}
+	}
+	return true
+}
+
+// paramText reports whether s is made of RFC 3261 token characters (and,
+// for a value, the ':', '[' and ']' of a host).
+func paramText(s string, value bool) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("-.!%*_+`'~", c) >= 0:
+		case value && (c == ':' || c == '[' || c == ']'):
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // hasControl reports whether s holds an ASCII control character (NUL to
