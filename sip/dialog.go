@@ -95,6 +95,9 @@ type inDialogHop struct {
 	// its call is over (Proxy.callOver) the tokens minted until its end,
 	// in that second too, are refused (dialogGuard.admit).
 	minted int64
+	// token is the ID of the token that opened: a call attempt that
+	// ended unanswered refuses its tokens (tokensOver).
+	token tokenID
 }
 
 // prepareInDialog checks an in-dialog request and builds the one it relays.
@@ -149,7 +152,7 @@ func (p *Proxy) prepareInDialog(req *sipmsg.Request, count bool) (inDialogHop, i
 	for _, tok := range tokens {
 		var s tokenStatus
 		var minted time.Time
-		if hop.legs, hop.dir, minted, s = p.keys.open(cfg, tok, id, fromTag, toTag); s == tokenOK {
+		if hop.legs, hop.dir, minted, hop.token, s = p.keys.open(cfg, tok, id, fromTag, toTag); s == tokenOK {
 			st = s
 			hop.minted = minted.Unix()
 			break

@@ -312,3 +312,106 @@ func TestInitialInviteWithOneHopLeft(t *testing.T) {
 		t.Fatalf("too_many_hops counted = %v, want 1", n)
 	}
 }
+
+// TestFailedCallTokenRefused: a call that the carrier refused after its
+// Record-Route (and so the dialog token) reached the caller is over: an
+// INVITE of that "dialog" (a To tag, the token in its Route) is refused
+// 481 and never reaches the carrier. It was relayed as a re-INVITE for
+// the token's whole life (4 h by default): an INVITE at the carrier with
+// no admission, no pacing slot and no max_calls place (a UAS may take an
+// INVITE of a dialog it does not know for a new one: RFC 3261 12.2.2).
+// A retry of the call with the same Call-ID and From tag (after a 407,
+// say) mints a token of its own and goes through.
+func TestFailedCallTokenRefused(t *testing.T) {
+	car := startUDPEnd(t, "127.0.0.1", nil)
+	self := car.addr()
+	var busy atomic.Bool
+	busy.Store(true)
+	answer := rawAnswerer(func() string { return self }, nil)
+	early := func(req *sipmsg.Request, code int, reason string) *sipmsg.Response {
+		res := sipmsg.NewResponseFromRequest(req, code, reason, nil)
+		res.To().Params.Add("tag", "busy-callee")
+		host, port, _ := net.SplitHostPort(self)
+		p, _ := strconv.Atoi(port)
+		res.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "callee", Host: host, Port: p}})
+		return res
+	}
+	car.mu.Lock()
+	car.answer = func(req *sipmsg.Request) *sipmsg.Response {
+		if req.IsInvite() && !hasToTag(req) && busy.Load() {
+			return early(req, 180, "Ringing") // Record-Route copied; the 486 follows
+		}
+		if req.IsInvite() && hasToTag(req) {
+			return sipmsg.NewResponseFromRequest(req, 200, "OK", nil) // a UAS that takes it
+		}
+		return answer(req)
+	}
+	car.mu.Unlock()
+	_, pacer := newFakes()
+	h := startProxy(t, testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second}), admission.NewLocalStore(nil), pacer)
+	peer := startUDPEnd(t, "127.0.0.2", nil)
+	const id = "failed-call-token"
+	peer.send(h.udp, rawInviteFrom(peer, h.udp, id, "ftag-"+id))
+	var ringing *sipmsg.Response
+	waitFor(t, func() bool {
+		for _, r := range peer.responses() {
+			if r.StatusCode == 180 {
+				ringing = r
+				return true
+			}
+		}
+		return false
+	}, "the 180 at the caller")
+	if ringing.RecordRoute() == nil {
+		t.Fatalf("the 180 at the caller has no Record-Route:\n%s", ringing)
+	}
+	car.send(h.udp, early(car.requests(sipmsg.INVITE)[0], 486, "Busy Here"))
+	if r := finalOfRaw(peer, id, sipmsg.INVITE, 0); r == nil || r.StatusCode != 486 {
+		t.Fatalf("the call's final answer: %v, want the carrier's 486", r)
+	}
+	busyRes := ringing
+	waitFor(t, func() bool { return h.p.calls.(*callplaces.Tracker).Live() == 0 }, "the call's end")
+	as := &siptest.Caller{Addr: peer.addr()}
+	finalOfSeq := func(seq uint32) *sipmsg.Response {
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) {
+			for _, r := range peer.responses() {
+				if r.StatusCode >= 200 && callID(r) == id && r.CSeq().SeqNo == seq {
+					return r
+				}
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		return nil
+	}
+	for i, tag := range []string{"busy-callee", "made-up"} {
+		re := inDialogOf(t, as, h.udp, busyRes, sipmsg.INVITE)
+		re.CSeq().SeqNo = uint32(10 + i)
+		re.To().Params.Add("tag", tag)
+		peer.send(h.udp, withVia(re, peer.addr(), "z9hG4bK.after-fail-"+strconv.Itoa(i)))
+		r := finalOfSeq(uint32(10 + i))
+		if r == nil || r.StatusCode != 481 {
+			t.Fatalf("INVITE with To tag %q and the failed call's token: %v, want 481", tag, r)
+		}
+	}
+	if n := len(car.requests(sipmsg.INVITE)); n != 1 {
+		t.Fatalf("INVITEs at the carrier = %d, want 1 (the refused call's)", n)
+	}
+	// The caller retries the call (same Call-ID and From tag, new CSeq and
+	// branch) and the carrier takes it: its own token works.
+	busy.Store(false)
+	retry := rawInviteFrom(peer, h.udp, id, "ftag-"+id)
+	retry.CSeq().SeqNo = 20
+	retry.Via().Params.Add("branch", "z9hG4bK.retry-"+id)
+	peer.send(h.udp, retry)
+	ok := finalOfSeq(20)
+	if ok == nil || ok.StatusCode != 200 {
+		t.Fatalf("the retried call: %v, want 200", ok)
+	}
+	info := inDialogOf(t, as, h.udp, ok, sipmsg.INFO)
+	info.CSeq().SeqNo = 21
+	peer.send(h.udp, withVia(info, peer.addr(), "z9hG4bK.retry-info"))
+	if r := finalOfSeq(21); r == nil || r.StatusCode != 200 {
+		t.Fatalf("an INFO of the retried call: %v, want 200", r)
+	}
+}

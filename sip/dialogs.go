@@ -45,7 +45,10 @@ import (
 // callee tag it names (the token names the call by its Call-ID and
 // caller's tag only, so a made-up To tag would otherwise make a dialog
 // that never ended, relayed for the token's whole life), and the end is
-// shared with the pool as a dialog's is.
+// shared with the pool as a dialog's is. A call attempt that ended
+// unanswered after its Record-Route (a token) reached the caller ends its
+// tokens by their IDs (tokensOver), not its call key: a retry of the call
+// with the same Call-ID and tag passes.
 //
 // In-dialog requests are also bounded per dialog and direction: a token
 // bucket of dialogBurst requests refilled at dialogRate a second, a rate
@@ -275,7 +278,8 @@ func (g *dialogGuard) end(d dialogKey, now, exp time.Time, bye uint64, dir direc
 	}
 }
 
-// isEnded reports whether dialog d is known to have ended at now (tests).
+// isEnded reports whether dialog d (or what another key of the ended
+// table names) is known to have ended at now.
 func (g *dialogGuard) isEnded(d dialogKey, now time.Time) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -411,6 +415,29 @@ func (p *Proxy) callOver(k callKey) {
 	p.dialogs.end(callEndKey(k), now, now.Add(endedTTL(p.cfg())), 0, 0, p.dialogEnds != nil)
 }
 
+// tokenEndKey is the key of the end of the call attempt that minted the
+// token id (tokensOver) in the ended table: the token's ID itself (random,
+// where the other keys are hashes: they meet but by a 64-bit chance).
+func tokenEndKey(id tokenID) dialogKey { return dialogKey(id) }
+
+// tokensOver records that the call attempt that minted the tokens ids
+// ended unanswered, after a response carrying its Record-Route (and so a
+// token) reached the caller: no request of those tokens is relayed any
+// more, whatever tags it names, on this node at once, on the pool's
+// others at their next sync. The caller could otherwise send requests of
+// that dialog for the tokens' whole life, an INVITE among them, which a
+// carrier may take for a new call (RFC 3261 12.2.2) that no admission,
+// pacing slot or max_calls place granted. The call key is not what ends
+// (callOver): a caller retries a refused call with its Call-ID and From
+// tag (after a 407, say), and the retry's own tokens must pass.
+func (p *Proxy) tokensOver(ids []tokenID) {
+	now := time.Now()
+	exp := now.Add(endedTTL(p.cfg()))
+	for _, id := range ids {
+		p.dialogs.end(tokenEndKey(id), now, exp, 0, 0, p.dialogEnds != nil)
+	}
+}
+
 // admitInDialog applies the guard to a request prepareInDialog verified,
 // once the caller is about to relay it, and returns 0, or the SIP code it
 // gets: 481 for an ended dialog, 503 over the rate (both counted when
@@ -424,7 +451,13 @@ func (p *Proxy) admitInDialog(hop *inDialogHop, count bool, req *sipmsg.Request)
 			bye = byeID(c.SeqNo, req.Via())
 		}
 	}
-	switch p.dialogs.admit(dialogKeyOf(hop.key, hop.callee), hop.key, hop.dir, bye, hop.minted, now) {
+	r := dialogPass
+	if p.dialogs.isEnded(tokenEndKey(hop.token), now) {
+		r = dialogEnded // its call attempt ended unanswered (tokensOver)
+	} else {
+		r = p.dialogs.admit(dialogKeyOf(hop.key, hop.callee), hop.key, hop.dir, bye, hop.minted, now)
+	}
+	switch r {
 	case dialogEnded:
 		if count {
 			p.m.SIPErrors.WithLabelValues("dialog_ended").Inc()

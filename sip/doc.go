@@ -116,8 +116,15 @@
 // Before any of that, the screen (screen.go) sees every parsed message
 // ahead of sipgo's transaction layer: strangers (neither a peer's source nor
 // a carrier's address) get silence or one stateless 403 and cost no state;
-// a message without Via, From, To, Call-ID or CSeq (or with an empty tag)
-// is never used (stateless 400; responses dropped), nor is an initial
+// a message without Via, From, To, Call-ID or CSeq is never used
+// (stateless 400; responses dropped), nor is one that sipgo reads
+// otherwise than the next hop may: an empty tag, a From or To parameter
+// that is not a plain token (sipgo finds a tag inside a quoted value),
+// two of To, From, Call-ID, CSeq, Content-Length or Max-Forwards (sipgo
+// reads the last, the next hop may read the first), a CR or LF outside a
+// CRLF in the start line or headers (sipgo keeps it in the value, a
+// lenient next hop ends the line there; over TCP or TLS the connection is
+// closed, counted stream); nor is an initial
 // INVITE without a From tag (RFC 3261 8.1.1.3: 400, from the parsed path;
 // the raw path leaves it to it); out-of-dialog OPTIONS
 // are answered statelessly (503 while draining or while the store cannot
@@ -155,11 +162,17 @@
 // side, are still relayed by the node that saw the end: within 32 s of
 // it, at most 10); once the call is over (that BYE, an operator's end,
 // max_call_duration) so are the requests of its tokens that name another
-// callee tag; the node remembers at most 262,144 ended dialogs and calls
-// (an answered call's end is two), each until its token expires. Each
-// direction of a dialog may send at most 40 requests at once, refilled
-// at 10 a second (per node): beyond, 503 (counted dialog_rate, logged at
-// Warn at most every 10 s). A re-INVITE is
+// callee tag; a call that ends unanswered (refused, cancelled, timed out)
+// after a response carrying its Record-Route reached the caller refuses
+// every request of the tokens it minted (an INVITE of its early dialog
+// would reach the carrier with no admission, slot or place: a UAS may take
+// it for a new call), while a retry with the same Call-ID and From tag
+// has tokens of its own. The node remembers at most 262,144 ended
+// dialogs, calls and tokens of such calls (an answered call's end is two),
+// each until its token expires. Each direction of a dialog may send at
+// most 40 requests at once, refilled at 10 a second (per node): beyond,
+// 503 (counted dialog_rate, logged at Warn at most every 10 s). A
+// re-INVITE is
 // also limited per dialog (6 a minute, pool-wide through the admission
 // store) and takes no pacing slot. In-dialog requests other than
 // INVITE, ACK and CANCEL (BYE, INFO, UPDATE, …) that arrive over UDP and go

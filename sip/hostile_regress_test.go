@@ -6,11 +6,13 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	sipmsg "github.com/emiago/sipgo/sip"
 
+	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/siptest"
 )
 
@@ -184,5 +186,278 @@ func TestRawShedNamesFoldASCIIOnly(t *testing.T) {
 		if raw && !parsed {
 			t.Errorf("%s: the raw path sheds, the parsed path would not", name)
 		}
+	}
+}
+
+// firstLengthFrames splits a SIP stream as a lenient parser does: lines
+// end at LF (a CR before it dropped), the header section at the first
+// empty line, and a message's body is the first Content-Length's bytes
+// (Kamailio reads the first of a header that may appear once). It
+// returns the start lines of the messages it finds.
+func firstLengthFrames(stream []byte) []string {
+	var starts []string
+	for len(stream) > 0 {
+		n, first, off, seen := 0, true, 0, false
+		for {
+			j := bytes.IndexByte(stream[off:], '\n')
+			if j < 0 {
+				return starts
+			}
+			line := strings.TrimSuffix(string(stream[off:off+j]), "\r")
+			off += j + 1
+			if first {
+				starts = append(starts, line)
+				first = false
+				continue
+			}
+			if line == "" {
+				break
+			}
+			name, v, ok := strings.Cut(line, ":")
+			if name = strings.ToLower(strings.TrimSpace(name)); ok && !seen && (name == "content-length" || name == "l") {
+				n, _ = strconv.Atoi(strings.TrimSpace(v))
+				seen = true
+			}
+		}
+		stream = stream[min(len(stream), off+n):]
+	}
+	return starts
+}
+
+// tcpRecorder listens for the node's TCP connections on 127.0.0.1 and
+// keeps every byte the node writes (closed at the end of the test).
+func tcpRecorder(t *testing.T) (addr string, written func() []byte) {
+	t.Helper()
+	l, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	var mu sync.Mutex
+	var stream []byte
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+				buf := make([]byte, 8192)
+				for {
+					n, err := c.Read(buf)
+					mu.Lock()
+					stream = append(stream, buf[:n]...)
+					mu.Unlock()
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return l.Addr().String(), func() []byte {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]byte(nil), stream...)
+	}
+}
+
+// smuggledInvite is an INVITE a peer hides in the message it sends, to
+// reach the carrier as a message of its own.
+func smuggledInvite(carrier string) string {
+	return "INVITE sip:200@" + carrier + ";transport=tcp SIP/2.0\r\n" +
+		"Via: SIP/2.0/TCP 127.0.0.1:5060;branch=z9hG4bK.smuggled\r\nMax-Forwards: 70\r\n" +
+		"From: <sip:x@127.0.0.1>;tag=smuggled\r\nTo: <sip:200@127.0.0.1>\r\nCall-ID: smuggled\r\n" +
+		"CSeq: 1 INVITE\r\nContent-Length: 0\r\n\r\n"
+}
+
+// smuggleCheck sends raw from the peer to the node, waits for the node's
+// final answer to Call-ID id, and fails unless it is 400 and the carrier
+// over TCP read a single INVITE (none, when the call never reached it).
+func smuggleCheck(t *testing.T, h *harness, peer *udpEnd, written func() []byte, id, raw string) {
+	t.Helper()
+	if _, err := sipmsg.ParseMessage([]byte(raw)); err != nil {
+		t.Fatalf("sipgo does not parse the test's INVITE: %v\n%q", err, raw)
+	}
+	ra, _ := net.ResolveUDPAddr("udp", h.udp)
+	if _, err := peer.conn.WriteToUDP([]byte(raw), ra); err != nil {
+		t.Fatal(err)
+	}
+	// The node answers 400 at once; before the fixes the INVITE went to
+	// the carrier (which never answers here) and the caller got the
+	// node's failure after the carrier's setup timeout.
+	r := finalOfRaw(peer, id, sipmsg.INVITE, 0)
+	invites := 0
+	starts := firstLengthFrames(written())
+	for _, s := range starts {
+		if strings.HasPrefix(s, "INVITE ") {
+			invites++
+		}
+	}
+	if invites > 1 {
+		t.Fatalf("messages at the TCP carrier, framed leniently: %q; want one INVITE at most", starts)
+	}
+	if r == nil || r.StatusCode != 400 {
+		t.Fatalf("the peer's INVITE: %v, want 400", r)
+	}
+}
+
+// TestDuplicateContentLengthNotRelayed: a peer's INVITE with two
+// Content-Length headers (0, then its body's length) whose body is a
+// second INVITE is refused 400 and never reaches the carrier. sipgo reads
+// the last of a header that may appear once (Content-Length, To, From,
+// Call-ID, CSeq, Max-Forwards) and writes them all back: a carrier over
+// TCP that reads the first Content-Length took the body for a message of
+// its own, an INVITE from the node's connection that no admission,
+// pacing slot or max_calls place granted.
+func TestDuplicateContentLengthNotRelayed(t *testing.T) {
+	car, written := tcpRecorder(t)
+	adm, pacer := newFakes()
+	h := startProxy(t, testConfig(config.Carrier{Name: "tcp", URI: "sip:" + car + ";transport=tcp", CPS: 100, MaxWait: time.Second}), adm, pacer)
+	peer := startUDPEnd(t, "127.0.0.2", nil)
+	smuggled := smuggledInvite(car)
+	inv := rawInviteFrom(peer, h.udp, "two-lengths", "ftag-two-lengths")
+	inv.RemoveHeader("Content-Length")
+	raw := strings.TrimSuffix(inv.String(), "\r\n\r\n") + "\r\nContent-Length: 0\r\nContent-Length: " + strconv.Itoa(len(smuggled)) + "\r\n\r\n" + smuggled
+	smuggleCheck(t, h, peer, written, "two-lengths", raw)
+}
+
+// TestDuplicateToNotRelayed: a re-INVITE of an answered call that carries
+// a To without a tag first and the dialog's To (with the callee's tag)
+// last is refused 400 and not relayed: the node (sipgo, the last To) took
+// it for a request of the dialog, its token opened, and the carrier, had
+// it read the first To, got an INVITE without a To tag: a new call.
+func TestDuplicateToNotRelayed(t *testing.T) {
+	h, peer, car, ok := statelessSetup(t, nil)
+	re := inDialogOf(t, peer.caller(), h.udp, ok, sipmsg.INVITE)
+	re = withVia(re, peer.addr(), "z9hG4bK.two-tos")
+	raw := re.String()
+	firstTo := "To: " + (&sipmsg.ToHeader{Address: ok.To().Address}).Value() + "\r\n"
+	raw = strings.Replace(raw, "To: ", firstTo+"To: ", 1)
+	m, err := sipmsg.ParseMessage([]byte(raw))
+	if err != nil || tagOf(m.To().Params) == "" {
+		t.Fatalf("sipgo must read the test's re-INVITE with the To tag (err %v):\n%s", err, raw)
+	}
+	ra, _ := net.ResolveUDPAddr("udp", h.udp)
+	if _, err := peer.conn.WriteToUDP([]byte(raw), ra); err != nil {
+		t.Fatal(err)
+	}
+	r := finalOfRaw(peer, callID(ok), sipmsg.INVITE, 0)
+	if r == nil || r.StatusCode != 400 {
+		t.Fatalf("re-INVITE with two To headers: %v, want 400", r)
+	}
+	if n := len(car.requests(sipmsg.INVITE)); n != 0 {
+		t.Fatalf("INVITEs at the carrier after the call's = %d, want 0", n)
+	}
+}
+
+// TestBareLineFeedNotRelayed: a peer's INVITE with a bare LF in a header
+// value (sipgo ends lines at CRLF only, so "X-A: a<LF>Content-Length:
+// 0<LF><LF>INVITE ..." is one header to it) is refused and never reaches
+// the carrier. The node relayed the value as it came; a carrier over TCP
+// whose parser ends lines at LF (RFC 3261 7.5 asks parsers to be lenient;
+// Kamailio is) read a header section ended at the empty line and the rest
+// as a message of its own: an INVITE no admission granted. Over UDP the
+// same trick adds a header of the peer's choice before the node's view of
+// it (a To without a tag before the dialog's: a new call).
+func TestBareLineFeedNotRelayed(t *testing.T) {
+	car, written := tcpRecorder(t)
+	adm, pacer := newFakes()
+	h := startProxy(t, testConfig(config.Carrier{Name: "tcp", URI: "sip:" + car + ";transport=tcp", CPS: 100, MaxWait: time.Second}), adm, pacer)
+	peer := startUDPEnd(t, "127.0.0.2", nil)
+	hidden := strings.ReplaceAll(strings.TrimSuffix(smuggledInvite(car), "\r\n\r\n"), "\r\n", "\n")
+	inv := rawInviteFrom(peer, h.udp, "bare-lf", "ftag-bare-lf")
+	inv.AppendHeader(sipmsg.NewHeader("X-A", "a\nContent-Length: 0\n\n"+hidden))
+	smuggleCheck(t, h, peer, written, "bare-lf", inv.String())
+}
+
+// TestBareLineFeedOverTCPClosed: the same INVITE from a peer over TCP
+// closes its connection (counted stream) and nothing reaches the carrier.
+func TestBareLineFeedOverTCPClosed(t *testing.T) {
+	car, written := tcpRecorder(t)
+	adm, pacer := newFakes()
+	h := startProxy(t, testConfig(config.Carrier{Name: "tcp", URI: "sip:" + car + ";transport=tcp", CPS: 100, MaxWait: time.Second}), adm, pacer)
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}, Timeout: 5 * time.Second}
+	c, err := d.Dial("tcp", h.tcp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	host, port, _ := net.SplitHostPort(h.tcp)
+	p, _ := strconv.Atoi(port)
+	inv := sipmsg.NewRequest(sipmsg.INVITE, sipmsg.Uri{Scheme: "sip", User: "100", Host: host, Port: p})
+	lhost, lport, _ := net.SplitHostPort(c.LocalAddr().String())
+	lp, _ := strconv.Atoi(lport)
+	via := &sipmsg.ViaHeader{ProtocolName: "SIP", ProtocolVersion: "2.0", Transport: "TCP", Host: lhost, Port: lp, Params: sipmsg.NewParams()}
+	via.Params.Add("branch", "z9hG4bK.tcp-bare-lf")
+	inv.AppendHeader(via)
+	mf := sipmsg.MaxForwardsHeader(70)
+	inv.AppendHeader(&mf)
+	from := &sipmsg.FromHeader{Address: sipmsg.Uri{Scheme: "sip", User: "caller", Host: lhost}, Params: sipmsg.NewParams()}
+	from.Params.Add("tag", "ftag-tcp-bare-lf")
+	inv.AppendHeader(from)
+	inv.AppendHeader(&sipmsg.ToHeader{Address: sipmsg.Uri{Scheme: "sip", User: "100", Host: host}, Params: sipmsg.NewParams()})
+	cid := sipmsg.CallIDHeader("tcp-bare-lf")
+	inv.AppendHeader(&cid)
+	inv.AppendHeader(&sipmsg.CSeqHeader{SeqNo: 1, MethodName: sipmsg.INVITE})
+	hidden := strings.ReplaceAll(strings.TrimSuffix(smuggledInvite(car), "\r\n\r\n"), "\r\n", "\n")
+	inv.AppendHeader(sipmsg.NewHeader("X-A", "a\nContent-Length: 0\n\n"+hidden))
+	inv.SetBody(nil)
+	if _, err := c.Write([]byte(inv.String())); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 4096)
+	var got []byte
+	for {
+		n, err := c.Read(buf)
+		got = append(got, buf[:n]...)
+		if err != nil {
+			break
+		}
+	}
+	if len(got) > 0 {
+		t.Errorf("the node answered over the connection: %q", got)
+	}
+	if n := sipErrors(h, "stream"); n != 1 {
+		t.Errorf("sip_errors_total{stream} = %v, want 1", n)
+	}
+	if starts := firstLengthFrames(written()); len(starts) != 0 {
+		t.Fatalf("messages at the TCP carrier, framed leniently: %q; want none", starts)
+	}
+}
+
+// TestQuotedToParamNotRelayed: a re-INVITE of an answered call whose To
+// is <...>;x="a;tag=raw-callee" is refused 400 and not relayed. sipgo's
+// parameter parser does not honour quotes: it read a tag (raw-callee")
+// and took the request for one of the dialog, and the carrier, reading
+// the quoted string as RFC 3261 does, got an INVITE without a To tag: a
+// new call. The same misreading of a From tag would let a BYE the carrier
+// answers 481 (not its dialog) end the node's call while the carrier's
+// goes on.
+func TestQuotedToParamNotRelayed(t *testing.T) {
+	h, peer, car, ok := statelessSetup(t, nil)
+	for i, to := range []string{`;x="a;tag=raw-callee"`, `;x="a;tag=raw-callee;y"`} {
+		re := inDialogOf(t, peer.caller(), h.udp, ok, sipmsg.INVITE)
+		re.CSeq().SeqNo = uint32(10 + i)
+		re = withVia(re, peer.addr(), "z9hG4bK.quoted-to-"+strconv.Itoa(i))
+		raw := strings.Replace(re.String(), ";tag=raw-callee", to, 1)
+		m, err := sipmsg.ParseMessage([]byte(raw))
+		if err != nil || !hasToTag(m.(*sipmsg.Request)) {
+			t.Fatalf("sipgo must read a To tag in the test's re-INVITE (err %v):\n%s", err, raw)
+		}
+		ra, _ := net.ResolveUDPAddr("udp", h.udp)
+		if _, err := peer.conn.WriteToUDP([]byte(raw), ra); err != nil {
+			t.Fatal(err)
+		}
+		r := finalOfRaw(peer, callID(ok), sipmsg.INVITE, i)
+		if r == nil || r.StatusCode != 400 {
+			t.Fatalf("re-INVITE with To %q: %v, want 400", to, r)
+		}
+	}
+	if n := len(car.requests(sipmsg.INVITE)); n != 0 {
+		t.Fatalf("INVITEs at the carrier after the call's = %d, want 0", n)
 	}
 }

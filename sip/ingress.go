@@ -16,6 +16,7 @@ import (
 
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/sip/internal/ingress"
+	"github.com/cpsguard/cpsguard/sip/internal/rawsip"
 )
 
 // The UDP read path (package ingress) and what sits between it and sipgo.
@@ -328,6 +329,15 @@ func (p *Proxy) handleDatagram(d *ingress.Datagram) {
 	}
 	msg.SetTransport("UDP")
 	msg.SetSource(d.From.String())
+	if d.Known && rawsip.BareLineBreak(d.Data) {
+		// Relayed, its lines would not be the ones checked here
+		// (rawsip.BareLineBreak): malformed, as the screen refuses one.
+		p.m.SIPErrors.WithLabelValues("malformed").Inc()
+		if req, ok := msg.(*sipmsg.Request); ok && d.Known && !req.IsAck() && req.Via() != nil {
+			p.stateless(req, sipmsg.StatusBadRequest, "Bad Request")
+		}
+		return
+	}
 	p.deliver(msg, d.Conn, d.From, d.Known, d.At)
 }
 

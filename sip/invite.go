@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	sipmsg "github.com/emiago/sipgo/sip"
@@ -57,6 +58,12 @@ type call struct {
 	placed bool
 	// answered: a carrier's 2xx reached the caller; the call lives on.
 	answered bool
+	// tokens are the IDs of the dialog tokens minted for the call's
+	// forwards; shown is set once a response relayed to the caller
+	// carried a Record-Route (a token, maybe): a call that ends
+	// unanswered then refuses them (tokensOver).
+	tokens []tokenID
+	shown  atomic.Bool
 	// callsFull: a carrier was skipped because its max_calls was full.
 	callsFull bool
 	// priority is the call's kind of priority (metrics.PriorityNumber,
@@ -118,6 +125,11 @@ func (p *Proxy) onInvite(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
 	// ends it): its copies go to sipgo, which absorbs them.
 	defer func() { done(c.forwarded) }()
 	c.run()
+	if !c.answered && c.shown.Load() {
+		// Before the places are given back (store I/O): the caller has
+		// its final answer already.
+		p.tokensOver(c.tokens)
+	}
 	c.endCall()
 	if !c.answered {
 		// An answered call's record is written when it ends (callEnded).
@@ -649,6 +661,9 @@ func (c *call) relay(res *sipmsg.Response) error {
 	if out.Via() == nil {
 		return c.p.noVia(out)
 	}
+	if out.GetHeader("Record-Route") != nil {
+		c.shown.Store(true)
+	}
 	c.p.ocRelay(ocPeer(c.peer, c.oc), out.Via())
 	err := c.tx.Respond(out)
 	if err != nil {
@@ -690,6 +705,9 @@ func (c *call) forward(car *config.Carrier, ticket pacing.Ticket, probe string) 
 		if token, err = p.keys.mint(p.cfg(), legs, callID(c.req), tagOf(c.req.From().Params)); err != nil {
 			c.log.Debug("dialog token", "error", err)
 			return nil, true
+		}
+		if id, ok := tokenIDOf(token); ok {
+			c.tokens = append(c.tokens, id)
 		}
 	}
 	uriHost := strings.Trim(target.host, "[]")

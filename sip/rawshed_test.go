@@ -116,6 +116,7 @@ var rawShedSeeds = []struct {
 	{"bad Contact", "INVITE sip:x@h SIP/2.0\r\nVia: SIP/2.0/UDP h;branch=z9hG4bK1\r\nFrom: <sip:a@h>;tag=t\r\nTo: <sip:x@h>\r\nCall-ID: c1\r\nCSeq: 1 INVITE\r\nContact: <bad\r\n\r\n", false},
 	{"bad Content-Length", "INVITE sip:x@h SIP/2.0\r\nVia: SIP/2.0/UDP h;branch=z9hG4bK1\r\nFrom: <sip:a@h>;tag=t\r\nTo: <sip:x@h>\r\nCall-ID: c1\r\nCSeq: 1 INVITE\r\nContent-Length: x\r\n\r\n", false},
 	{"two To headers", "INVITE sip:x@h SIP/2.0\r\nVia: SIP/2.0/UDP h;branch=z9hG4bK1\r\nFrom: <sip:a@h>;tag=t\r\nTo: <sip:x@h>\r\nTo: <sip:y@h>\r\nCall-ID: c1\r\nCSeq: 1 INVITE\r\n\r\n", false},
+	{"two Max-Forwards", "INVITE sip:x@h SIP/2.0\r\nVia: SIP/2.0/UDP h;branch=z9hG4bK1\r\nMax-Forwards: 70\r\nFrom: <sip:a@h>;tag=t\r\nTo: <sip:x@h>\r\nCall-ID: c1\r\nCSeq: 1 INVITE\r\nMax-Forwards: 1\r\n\r\n", false},
 	{"Via port out of range", "INVITE sip:x@h SIP/2.0\r\nVia: SIP/2.0/UDP h:99999;branch=z9hG4bK1\r\nFrom: <sip:a@h>;tag=t\r\nTo: <sip:x@h>\r\nCall-ID: c1\r\nCSeq: 1 INVITE\r\n\r\n", false},
 	{"rport with received already", "INVITE sip:x@h SIP/2.0\r\nVia: SIP/2.0/UDP h;rport;received=1.2.3.4;branch=z9hG4bK1\r\nFrom: <sip:a@h>;tag=t\r\nTo: <sip:x@h>\r\nCall-ID: c1\r\nCSeq: 1 INVITE\r\n\r\n", false},
 }

@@ -26,8 +26,9 @@ import (
 //     nothing: with unknown_source drop they get silence, with reject one
 //     stateless 403 (requests other than ACK); their responses are dropped;
 //   - a request or response without Via, From, To, Call-ID or CSeq, with a
-//     CSeq method other than the request's, or with an empty tag, is never
-//     used: requests get a stateless 400, responses are dropped;
+//     CSeq method other than the request's, with an empty tag, or with two
+//     of a header that may appear once (oneEach), is never used: requests
+//     get a stateless 400, responses are dropped;
 //   - out-of-dialog requests other than INVITE, ACK and CANCEL from known
 //     parties are answered here, statelessly (OPTIONS 200, or 503 while
 //     draining or while the store cannot decide; anything else 405);
@@ -166,8 +167,9 @@ func (p *Proxy) screenResponse(res *sipmsg.Response) bool {
 // control character (RFC 3261 allows none: word and token characters) is
 // not well formed either: the dialog token's MAC takes them as separated
 // strings, and a NUL inside one would let two dialogs share an input.
+// Nor is a message with two of a header that may appear once (oneEach).
 func wellFormed(m sipmsg.Message) bool {
-	if m.Via() == nil || m.CSeq() == nil {
+	if m.Via() == nil || m.CSeq() == nil || !oneEach(m) {
 		return false
 	}
 	from, to, id := m.From(), m.To(), m.CallID()
@@ -183,13 +185,88 @@ func wellFormed(m sipmsg.Message) bool {
 	return true
 }
 
-// goodTag is false for a tag parameter without a value (";tag" or ";tag=").
+// oneEach reports whether m has at most one each of To, From, Call-ID,
+// CSeq, Content-Length and Max-Forwards (RFC 3261 7.3.1: none is a list).
+// sipgo reads the last of each and writes them all back when the message
+// is relayed, where the next hop may read the first: another dialog than
+// the one its token was checked for, or, over TCP, another framing (a
+// carrier that takes the first Content-Length 0 reads the body as a
+// message of its own: an INVITE no admission granted).
+func oneEach(m sipmsg.Message) bool {
+	hs, ok := m.(interface{ Headers() []sipmsg.Header })
+	if !ok {
+		return false
+	}
+	var to, from, id, cseq, length, mf int
+	for _, h := range hs.Headers() {
+		switch h.(type) {
+		case *sipmsg.ToHeader:
+			to++
+		case *sipmsg.FromHeader:
+			from++
+		case *sipmsg.CallIDHeader:
+			id++
+		case *sipmsg.CSeqHeader:
+			cseq++
+		case *sipmsg.ContentLengthHeader:
+			length++
+		case *sipmsg.MaxForwardsHeader:
+			mf++
+		}
+	}
+	return max(to, from, id, cseq, length, mf) <= 1
+}
+
+// goodTag is false for a tag parameter without a value (";tag" or
+// ";tag="), and for parameters sipgo may have read otherwise than the
+// next hop will (plainParams): the tag it found may be none, or another.
 func goodTag(ps sipmsg.HeaderParams) bool {
 	if ps == nil {
 		return true
 	}
+	if !plainParams(ps) {
+		return false
+	}
 	v, ok := ps.Get("tag")
 	return !ok || (v != "" && !hasControl(v))
+}
+
+// plainParams reports whether every parameter of a From or To is a token,
+// with no value or a token (or host) value. sipgo's parameter parser
+// (v1.7.2) knows no quoted strings: from ;x="a;tag=b" it reads a tag, and
+// writes the header back as it came, where the next hop reads none (a
+// re-INVITE that is a new call to the carrier, or a BYE of another dialog
+// whose 481 would end the node's call). RFC 3261 allows a quoted value
+// there; no user agent needs one in From or To. Blanks around a name or
+// value (RFC 3261's SWS, which sipgo keeps) are allowed, as is the blank
+// "parameter" sipgo makes of a blank before the first ';'.
+func plainParams(ps sipmsg.HeaderParams) bool {
+	for _, kv := range ps {
+		k, v := strings.TrimSpace(kv.K), strings.TrimSpace(kv.V)
+		if k == "" && v == "" {
+			continue
+		}
+		if k == "" || !paramText(k, false) || !paramText(v, true) {
+			return false
+		}
+	}
+	return true
+}
+
+// paramText reports whether s is made of RFC 3261 token characters (and,
+// for a value, the ':', '[' and ']' of a host).
+func paramText(s string, value bool) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("-.!%*_+`'~", c) >= 0:
+		case value && (c == ':' || c == '[' || c == ']'):
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // hasControl reports whether s holds an ASCII control character (NUL to

@@ -157,31 +157,44 @@ const (
 // cfg's max_call_duration and tokenGrace, is refused before any key is
 // derived (so a made-up mint time cannot make the proxy derive keys).
 func (d *dialogKeys) verify(cfg *config.Config, token, callID, fromTag, toTag string) (dialogLegs, direction, tokenStatus) {
-	legs, dir, _, st := d.open(cfg, token, callID, fromTag, toTag)
+	legs, dir, _, _, st := d.open(cfg, token, callID, fromTag, toTag)
 	return legs, dir, st
 }
 
+// tokenID names one dialog token (dialogtoken.Sealed.ID): the call
+// attempt that minted it (tokensOver).
+type tokenID = [dialogtoken.IDBytes]byte
+
+// tokenIDOf returns the ID of a token the proxy minted.
+func tokenIDOf(token string) (tokenID, bool) {
+	sealed, ok := dialogtoken.Decode(token)
+	if !ok {
+		return tokenID{}, false
+	}
+	return sealed.ID(), true
+}
+
 // open is verify that also returns when the token was minted (whole
-// seconds; zero unless tokenOK or tokenExpired).
-func (d *dialogKeys) open(cfg *config.Config, token, callID, fromTag, toTag string) (dialogLegs, direction, time.Time, tokenStatus) {
+// seconds; zero unless tokenOK or tokenExpired) and, with tokenOK, its ID.
+func (d *dialogKeys) open(cfg *config.Config, token, callID, fromTag, toTag string) (dialogLegs, direction, time.Time, tokenID, tokenStatus) {
 	if callID == "" {
-		return dialogLegs{}, 0, time.Time{}, tokenBad
+		return dialogLegs{}, 0, time.Time{}, tokenID{}, tokenBad
 	}
 	sealed, ok := dialogtoken.Decode(token)
 	if !ok {
-		return dialogLegs{}, 0, time.Time{}, tokenBad
+		return dialogLegs{}, 0, time.Time{}, tokenID{}, tokenBad
 	}
 	minted := sealed.Minted
 	now := d.clock()
 	if minted.After(now.Add(tokenSkew)) {
-		return dialogLegs{}, 0, time.Time{}, tokenBad
+		return dialogLegs{}, 0, time.Time{}, tokenID{}, tokenBad
 	}
 	maxAge := callplaces.DefaultMaxDuration
 	if cfg != nil && cfg.SIP.MaxCallDuration > 0 {
 		maxAge = cfg.SIP.MaxCallDuration
 	}
 	if now.Sub(minted) > maxAge+tokenGrace {
-		return dialogLegs{}, 0, minted, tokenExpired
+		return dialogLegs{}, 0, minted, tokenID{}, tokenExpired
 	}
 	s := d.keys(cfg)
 	for _, k := range []*tokenKey{s.cur, s.prev} {
@@ -189,15 +202,15 @@ func (d *dialogKeys) open(cfg *config.Config, token, callID, fromTag, toTag stri
 			continue
 		}
 		if legs, ok := k.Open(sealed, callID, fromTag); ok {
-			return legs, fromPeer, minted, tokenOK
+			return legs, fromPeer, minted, sealed.ID(), tokenOK
 		}
 		if toTag != fromTag {
 			if legs, ok := k.Open(sealed, callID, toTag); ok {
-				return legs, fromCarrier, minted, tokenOK
+				return legs, fromCarrier, minted, sealed.ID(), tokenOK
 			}
 		}
 	}
-	return dialogLegs{}, 0, time.Time{}, tokenBad
+	return dialogLegs{}, 0, time.Time{}, tokenID{}, tokenBad
 }
 
 // maxRouteTokens bounds how many of the proxy's own Route entries of one

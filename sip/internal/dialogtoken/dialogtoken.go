@@ -303,6 +303,17 @@ func Decode(token string) (Sealed, bool) {
 	return Sealed{header: raw[:headerBytes], body: raw[headerBytes:], Minted: minted}, true
 }
 
+// IDBytes is the length of a token's ID.
+const IDBytes = 8
+
+// ID names the token: the first IDBytes of its nonce, which Mint draws at
+// random for every token and the AEAD authenticates (once Open succeeded,
+// no other token has this ID but by a 64-bit chance).
+func (s Sealed) ID() (id [IDBytes]byte) {
+	copy(id[:], s.body)
+	return id
+}
+
 // Open opens a decoded token under k with callID and ftag; ok is false
 // when it does not authenticate or holds no legs.
 func (k *Key) Open(s Sealed, callID, ftag string) (Legs, bool) {

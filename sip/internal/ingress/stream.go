@@ -4,8 +4,9 @@ import "errors"
 
 // ErrStream is a stream whose framing the scanner cannot follow (a
 // Content-Length that is not a number, or a header line longer than any
-// message may be): the connection is closed, as sipgo closes one it
-// cannot frame.
+// message may be), or that a lenient next hop would frame otherwise than
+// sipgo (a bare LF in a start or header line): the connection is closed,
+// as sipgo closes one it cannot frame.
 var ErrStream = errors.New("ingress: unframeable SIP stream")
 
 // StreamScanner applies Bounds to the messages of a byte stream (SIP over
@@ -103,6 +104,13 @@ func (s *StreamScanner) Write(p []byte) error {
 		if c == '\r' {
 			s.crSeen = true
 			continue
+		}
+		if c == '\n' && s.state != stateStart {
+			// A bare LF in a line: sipgo keeps it in the value and the
+			// node would relay it as it came, where a lenient next hop
+			// ends the line (a header the node never saw, or, with an
+			// empty line after, a message of its own).
+			return ErrStream
 		}
 		if s.state == stateStart {
 			s.state = stateFirst

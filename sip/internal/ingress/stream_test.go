@@ -56,8 +56,13 @@ func TestStreamScanner(t *testing.T) {
 		// What sipgo reads apart from what the scanner read: each would
 		// let the scanner skip, or not count, what sipgo parses.
 		{"start line parameters", "INVITE sip:a" + strings.Repeat(";p", 33) + " SIP/2.0\r\nContent-Length: 0\r\n\r\n", ErrParams},
-		{"bare LF empty line does not end the headers", "BYE sip:a SIP/2.0\r\nX: y\n\n" + hostile[len("BYE sip:a SIP/2.0\r\n"):], ErrParams},
-		{"bare LF line without a colon", "BYE sip:a SIP/2.0\r\nVia: a\n" + strings.Repeat(";p", 33) + "\r\nContent-Length: 0\r\n\r\n", ErrParams},
+		// A bare LF is refused where it comes (a lenient next hop would
+		// end the line there): before the scanner could miss what follows.
+		{"bare LF empty line does not end the headers", "BYE sip:a SIP/2.0\r\nX: y\n\n" + hostile[len("BYE sip:a SIP/2.0\r\n"):], ErrStream},
+		{"bare LF line without a colon", "BYE sip:a SIP/2.0\r\nVia: a\n" + strings.Repeat(";p", 33) + "\r\nContent-Length: 0\r\n\r\n", ErrStream},
+		{"bare LF in a value", "BYE sip:a SIP/2.0\r\nX: a\nTo: <sip:b>\r\nContent-Length: 0\r\n\r\n", ErrStream},
+		{"bare LF in the start line", "BYE sip:a\nX: y SIP/2.0\r\nContent-Length: 0\r\n\r\n", ErrStream},
+		{"bare LF in a body", "BYE sip:a SIP/2.0\r\nContent-Length: 4\r\n\r\na\nb\n" + invite, nil},
 		{"a name sipgo trims", "BYE sip:a SIP/2.0\r\n\vContent-Length: 0\r\nContent -Length: 300\r\n\r\n" + hostile, ErrStream},
 		{"a blank inside a name", "BYE sip:a SIP/2.0\r\nl: 0\r\nContent -Length: 300\r\n\r\n" + hostile, ErrParams},
 		{"digits apart", "BYE sip:a SIP/2.0\r\nContent-Length: 1 0\r\n\r\n0123456789", ErrStream},

@@ -1,7 +1,8 @@
 // Package rawsip reads SIP messages from their raw bytes, without parsing
 // them into sipgo's types: enough of an INVITE to answer it statelessly
 // (ScanInvite, AppendShed, TxKey), whether an ACK answers one of those
-// answers (ShedAck), and the line and name helpers the sip package's raw
+// answers (ShedAck), whether a header section has a line break sipgo does
+// not see (BareLineBreak), and the line and name helpers the sip package's raw
 // paths share (CutLine, IsName, EqualFold, NameAddr, URIUser).
 //
 // It is conservative by design: ScanInvite accepts only the plain forms it

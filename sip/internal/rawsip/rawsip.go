@@ -132,11 +132,11 @@ var sipgoParsers = sipmsg.HeadersParser(sipmsg.DefaultHeadersParser())
 // sipgo and the screen.
 func ScanInvite(data []byte) (r Invite, ok bool) {
 	line, rest, ok := CutLine(data)
-	if !ok || !requestLineOK(line) {
+	if !ok || !requestLineOK(line) || bytes.IndexByte(line, '\n') >= 0 {
 		return r, false
 	}
 	var contentLength = -1
-	var fromSeen, toSeen, idSeen, cseqSeen bool
+	var fromSeen, toSeen, idSeen, cseqSeen, mfSeen bool
 	var scratch []sipmsg.Header
 	for {
 		line, rest, ok = CutLine(rest)
@@ -145,6 +145,9 @@ func ScanInvite(data []byte) (r Invite, ok bool) {
 		}
 		if len(line) == 0 {
 			break
+		}
+		if bytes.IndexByte(line, '\n') >= 0 {
+			return r, false // a bare LF: the worker refuses it (BareLineBreak)
 		}
 		if len(rest) > 0 && (rest[0] == ' ' || rest[0] == '\t') {
 			return r, false // folded: left to sipgo
@@ -199,9 +202,10 @@ func ScanInvite(data []byte) (r Invite, ok bool) {
 				}
 			}
 		case IsName(name, "max-forwards", ""):
-			if _, err := strconv.ParseUint(string(value), 10, 32); err != nil {
-				return r, false
+			if _, err := strconv.ParseUint(string(value), 10, 32); err != nil || mfSeen {
+				return r, false // two: the screen answers 400
 			}
+			mfSeen = true
 		default:
 			if parsedBySipgo(name) {
 				var err error
@@ -220,6 +224,30 @@ func ScanInvite(data []byte) (r Invite, ok bool) {
 		return r, false
 	}
 	return r, true
+}
+
+// BareLineBreak reports whether the start line or header section of data
+// (up to its first empty line) holds a CR or an LF that is not part of a
+// CRLF. sipgo ends lines at CRLF only and keeps such a byte in the value,
+// which the node relays as it came: a next hop whose parser ends lines at
+// LF (RFC 3261 7.5 asks parsers to be lenient) would read headers the
+// node never saw, or, over TCP, a message of its own.
+func BareLineBreak(data []byte) bool {
+	for i := 0; i < len(data); {
+		j := bytes.IndexAny(data[i:], "\r\n")
+		if j < 0 {
+			return false
+		}
+		k := i + j
+		if data[k] == '\n' || k+1 >= len(data) || data[k+1] != '\n' {
+			return true
+		}
+		if k+3 < len(data) && data[k+2] == '\r' && data[k+3] == '\n' {
+			return false // the empty line: the body follows
+		}
+		i = k + 2
+	}
+	return false
 }
 
 // CutLine splits data at its first CRLF; false when there is none, or a
@@ -502,7 +530,9 @@ func NameAddr(v []byte) (tag int, value []byte, ok bool) {
 		return 0, nil, false
 	}
 	var u sipmsg.Uri
-	if sipmsg.ParseUri(string(uri), &u) != nil || u.Host == "" {
+	if sipmsg.ParseUri(string(uri), &u) != nil || u.Host == "" || u.Wildcard {
+		// sipgo refuses the wildcard URI "*" in From and To (the whole
+		// message fails to parse): no answer from the raw path either.
 		return 0, nil, false
 	}
 	params := v[gt+1:]
