@@ -135,6 +135,7 @@ func TestBadFiles(t *testing.T) {
 		{"drain_grace", "sip.drain_grace: must be > 0 and <= 10m (got 1h0m0s)"},
 		{"yaml_indent", "invalid YAML: line 7: did not find expected '-' indicator"},
 		{"priority_number", "priority.numbers[1]: must be 1-32 digits, '*' or '#', with an optional leading '+' (separators - . ( ) are ignored) (got \"sos\")"},
+		{"priority_exact", "priority.numbers[1]: must be 1-32 digits, '*' or '#', with an optional leading '+' (separators - . ( ) are ignored) (got \"9$11\")"},
 		{"priority_number_duplicate", "priority.numbers[1]: duplicate of priority.numbers[0] (\"112\"): separators - . ( ) are ignored"},
 		{"priority_namespace", "priority.resource_priority[0]: must be an RFC 4412 namespace like esnet or ets: 1-32 letters, digits or '-' (got \"esnet.0\")"},
 		{"destination_prefix", "destinations[0].prefix: must be 1-32 digits, '*' or '#', with an optional leading '+' (separators - . ( ) are ignored) (got \"\")"},

@@ -19,7 +19,11 @@ type Priority struct {
 	// calls, e.g. 911, 112, 999. Whoever dials them, they are priority. A
 	// prefix matches the number as dialled: one without a leading '+'
 	// matches only numbers without one, so 911 does not match +91 1…
-	// (India); write +… to match numbers in international form.
+	// (India); write +… to match numbers in international form. A prefix
+	// also matches every longer number: 911 matches 9111234567 (an Indian
+	// mobile number in national form), and such calls pass every limit.
+	// An entry ending in '$' (911$) matches that number exactly and no
+	// longer one: the safer form where peers dial national numbers.
 	Numbers []string `cfg:"numbers"`
 	// ResourcePriority are RFC 4412 namespaces (esnet, ets, wps, …,
 	// case-insensitive): a call whose Resource-Priority header holds a
@@ -112,6 +116,19 @@ func DestinationNumber(n string) string { return strings.TrimPrefix(n, "+") }
 // room for access and tech prefixes).
 const MaxNumberPrefix = 32
 
+// PriorityExactMark ends an entry of priority.numbers that matches its
+// number exactly rather than as a prefix.
+const PriorityExactMark = "$"
+
+// PriorityExact splits an entry of priority.numbers into whether it
+// matches exactly (it ends in PriorityExactMark) and its number.
+func PriorityExact(entry string) (exact bool, number string) {
+	if n, ok := strings.CutSuffix(entry, PriorityExactMark); ok {
+		return true, n
+	}
+	return false, entry
+}
+
 // numberRe is a normalised number prefix: digits, '*' and '#', with an
 // optional leading '+'.
 var numberRe = regexp.MustCompile(`^\+?[0-9*#]{1,32}$`)
@@ -135,9 +152,13 @@ func (v *validator) priority() {
 	seen := map[string]int{}
 	for i, n := range pr.Numbers {
 		path := fmt.Sprintf("priority.numbers[%d]", i)
+		exact, n := PriorityExact(n)
 		norm, ok := v.numberPrefix(path, n)
 		if !ok {
 			continue
+		}
+		if exact {
+			norm += PriorityExactMark // 911$ and 911 are two entries
 		}
 		if j, dup := seen[norm]; dup {
 			v.errf(path, "duplicate of priority.numbers[%d] (%q): separators - . ( ) are ignored", j, pr.Numbers[j])

@@ -39,7 +39,14 @@ func (p *Policy) deriveDestinations() {
 	}
 	slices.SortFunc(p.destLens, func(a, b int) int { return b - a })
 	for _, n := range cfg.Priority.Numbers {
-		p.prioNums = append(p.prioNums, config.NormalizeNumber(n))
+		if exact, n := config.PriorityExact(n); exact {
+			if p.prioExact == nil {
+				p.prioExact = map[string]bool{}
+			}
+			p.prioExact[config.NormalizeNumber(n)] = true
+		} else {
+			p.prioNums = append(p.prioNums, config.NormalizeNumber(n))
+		}
 	}
 	p.prioSpace = make(map[string]bool, len(cfg.Priority.ResourcePriority))
 	for _, ns := range cfg.Priority.ResourcePriority {
@@ -68,8 +75,12 @@ func (p *Policy) Destination(number string) *Destination {
 }
 
 // PriorityNumber reports whether a called number (config.NormalizeNumber)
-// starts with one of priority.numbers, '+' significant: an emergency call.
+// starts with one of priority.numbers, or is one of those ending in '$'
+// (matched exactly), '+' significant: an emergency call.
 func (p *Policy) PriorityNumber(number string) bool {
+	if p.prioExact[number] {
+		return true
+	}
 	for _, pre := range p.prioNums {
 		if strings.HasPrefix(number, pre) {
 			return true

@@ -74,6 +74,24 @@ func TestPriorityNumber(t *testing.T) {
 	}
 }
 
+// An entry ending in '$' matches its number only: 112$ is not 1123…, the
+// way 911 (a prefix) is 9111234567, an Indian mobile number in national
+// form that would pass every limit.
+func TestPriorityNumberExact(t *testing.T) {
+	cfg := destConfig()
+	cfg.Priority.Numbers = []string{"911", "112$", "+44-999$"}
+	p := New(cfg)
+	for number, want := range map[string]bool{
+		"911": true, "9111234567": true,
+		"112": true, "1123456789": false, "11": false,
+		"+44999": true, "+449991": false, "44999": false,
+	} {
+		if got := p.PriorityNumber(number); got != want {
+			t.Errorf("PriorityNumber(%q) with %q: got %v, want %v", number, cfg.Priority.Numbers, got, want)
+		}
+	}
+}
+
 func TestResourcePriorityValues(t *testing.T) {
 	p := New(destConfig())
 	for value, want := range map[string]bool{

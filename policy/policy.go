@@ -25,9 +25,10 @@ type Policy struct {
 
 	// Destinations and priority (destinations.go).
 	dests     []Destination
-	destAt    map[string]int // by key name (the prefix without '+')
-	destLens  []int          // the prefixes' lengths, longest first
-	prioNums  []string       // priority.numbers, normalised
+	destAt    map[string]int  // by key name (the prefix without '+')
+	destLens  []int           // the prefixes' lengths, longest first
+	prioNums  []string        // priority.numbers matched as prefixes, normalised
+	prioExact map[string]bool // priority.numbers matched exactly (911$), normalised
 	prioSpace map[string]bool
 }
 

@@ -212,3 +212,25 @@ func TestE2EResourcePriorityClaimOfAPeerNotAllowed(t *testing.T) {
 }
 
 var _ = fmt.Sprint
+
+// An exact entry (911$) makes 911 a priority call and not 9111234567, an
+// Indian mobile number in national form, which a prefix entry would let
+// past every limit: 20 calls at once to each from a peer at 10 cps, the
+// carrier at 10 cps with 1 s of queue.
+func TestE2EPriorityExactNumber(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	yaml := strings.Replace(priorityYAML, `numbers: ["911", "112"]`, `numbers: ["911$", "112"]`, 1)
+	h := startRedisProxy(t, yaml, car)
+	caller := siptest.StartCaller(t, "127.0.0.3")
+
+	if got := countCodes(placeCalls(t, caller, h.udp, 20, "911")); got[200] != 20 {
+		t.Fatalf("answers to 20 calls to 911: %v, want 20 × 200", got)
+	}
+	got := countCodes(placeCalls(t, caller, h.udp, 20, "9111234567"))
+	if got[200] == 20 || got[200]+got[503] != 20 {
+		t.Errorf("answers to 20 calls to 9111234567: %v, want some 503 (a normal call at 10 cps, its window full of the 911 calls)", got)
+	}
+	if n := priorityCalls(h.harness, "dialer-2", metrics.PriorityNumber); n != 20 {
+		t.Errorf("priority_calls_total{dialer-2,number}: got %d, want 20 (911 only)", n)
+	}
+}
