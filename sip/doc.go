@@ -119,7 +119,8 @@
 // a message without Via, From, To, Call-ID or CSeq is never used
 // (stateless 400; responses dropped), nor is one that sipgo reads
 // otherwise than the next hop may: an empty tag, a From or To parameter
-// that is not a plain token (sipgo finds a tag inside a quoted value),
+// with a quote, backslash, '<', '>', ',' or blank inside it (sipgo finds
+// a tag inside a quoted value),
 // two of To, From, Call-ID, CSeq, Content-Length or Max-Forwards (sipgo
 // reads the last, the next hop may read the first), a CR or LF outside a
 // CRLF in the start line or headers (sipgo keeps it in the value, a

@@ -461,3 +461,35 @@ func TestQuotedToParamNotRelayed(t *testing.T) {
 		t.Fatalf("INVITEs at the carrier after the call's = %d, want 0", n)
 	}
 }
+
+// plainParams refuses only what parsers read differently (a quote, a
+// backslash, brackets, a comma, a blank inside): a tag outside RFC 3261's
+// token, as an '@' in it, is read alike everywhere and passes, as it did
+// before quoted values were refused (e2e's callers send tag=f-<call-id>,
+// Call-IDs with '@' among them).
+func TestPlainParamsRefusesOnlyWhatReadsOtherwise(t *testing.T) {
+	for params, want := range map[string]bool{
+		";tag=f-large@e2e":   true,
+		";tag=abc;x=sip:a@b": true,
+		" ;tag=abc ; x = y ": true,
+		";tag=a/b=c":         true,
+		`;x="a;tag=b"`:       false,
+		`;tag=a\b`:           false,
+		";tag=a<b":           false,
+		";tag=a,b":           false,
+		";tag=a b":           false,
+		";tag=abc;x=\x01":    false,
+	} {
+		m, err := sipmsg.ParseMessage([]byte("INVITE sip:1@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.2:5060;branch=z9hG4bK1\r\n" +
+			"From: <sip:a@127.0.0.2>" + params + "\r\nTo: <sip:1@127.0.0.1>\r\nCall-ID: p\r\nCSeq: 1 INVITE\r\nContent-Length: 0\r\n\r\n"))
+		if err != nil {
+			if want {
+				t.Errorf("From%s: sipgo refuses it: %v", params, err)
+			}
+			continue
+		}
+		if got := plainParams(m.(*sipmsg.Request).From().Params); got != want {
+			t.Errorf("plainParams(From%s) = %v, want %v", params, got, want)
+		}
+	}
+}

@@ -231,38 +231,37 @@ func goodTag(ps sipmsg.HeaderParams) bool {
 	return !ok || (v != "" && !hasControl(v))
 }
 
-// plainParams reports whether every parameter of a From or To is a token,
-// with no value or a token (or host) value. sipgo's parameter parser
-// (v1.7.2) knows no quoted strings: from ;x="a;tag=b" it reads a tag, and
-// writes the header back as it came, where the next hop reads none (a
+// plainParams reports whether no parameter of a From or To holds what
+// sipgo's parameter parser (v1.7.2) reads otherwise than the next hop: it
+// knows no quoted strings, so from ;x="a;tag=b" it reads a tag, and the
+// node writes the header back as it came, where the next hop reads none (a
 // re-INVITE that is a new call to the carrier, or a BYE of another dialog
 // whose 481 would end the node's call). RFC 3261 allows a quoted value
-// there; no user agent needs one in From or To. Blanks around a name or
-// value (RFC 3261's SWS, which sipgo keeps) are allowed, as is the blank
-// "parameter" sipgo makes of a blank before the first ';'.
+// there; no user agent needs one in From or To. So a name or value may not
+// hold a quote, a backslash, '<', '>', ',', a blank inside it or a
+// control character; other characters outside RFC 3261's token (an '@' in
+// a tag, say) are read alike by every parser and pass, as they did.
+// Blanks around a name or value (RFC 3261's SWS, which sipgo keeps) are
+// allowed, as is the blank "parameter" sipgo makes of a blank before the
+// first ';'.
 func plainParams(ps sipmsg.HeaderParams) bool {
 	for _, kv := range ps {
 		k, v := strings.TrimSpace(kv.K), strings.TrimSpace(kv.V)
 		if k == "" && v == "" {
 			continue
 		}
-		if k == "" || !paramText(k, false) || !paramText(v, true) {
+		if k == "" || !paramText(k) || !paramText(v) {
 			return false
 		}
 	}
 	return true
 }
 
-// paramText reports whether s is made of RFC 3261 token characters (and,
-// for a value, the ':', '[' and ']' of a host).
-func paramText(s string, value bool) bool {
+// paramText reports whether s holds none of the characters plainParams
+// refuses.
+func paramText(s string) bool {
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case strings.IndexByte("-.!%*_+`'~", c) >= 0:
-		case value && (c == ':' || c == '[' || c == ']'):
-		default:
+		if c := s[i]; c <= ' ' || c == 0x7f || strings.IndexByte("\"\\<>,", c) >= 0 {
 			return false
 		}
 	}
