@@ -98,6 +98,9 @@ type inDialogHop struct {
 	// token is the ID of the token that opened: a call attempt that
 	// ended unanswered refuses its tokens (tokensOver).
 	token tokenID
+	// own: this proxy minted that token (dialogKeys.minted), so it knows
+	// whether its call is live (Proxy.ownTokenOver).
+	own bool
 }
 
 // prepareInDialog checks an in-dialog request and builds the one it relays.
@@ -155,6 +158,7 @@ func (p *Proxy) prepareInDialog(req *sipmsg.Request, count bool) (inDialogHop, i
 		if hop.legs, hop.dir, minted, hop.token, s = p.keys.open(cfg, tok, id, fromTag, toTag); s == tokenOK {
 			st = s
 			hop.minted = minted.Unix()
+			hop.own = p.keys.minted(tok)
 			break
 		}
 		st = max(st, s)

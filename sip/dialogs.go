@@ -451,11 +451,15 @@ func (p *Proxy) admitInDialog(hop *inDialogHop, count bool, req *sipmsg.Request)
 			bye = byeID(c.SeqNo, req.Via())
 		}
 	}
+	d := dialogKeyOf(hop.key, hop.callee)
 	r := dialogPass
-	if p.dialogs.isEnded(tokenEndKey(hop.token), now) {
+	switch {
+	case p.dialogs.isEnded(tokenEndKey(hop.token), now):
 		r = dialogEnded // its call attempt ended unanswered (tokensOver)
-	} else {
-		r = p.dialogs.admit(dialogKeyOf(hop.key, hop.callee), hop.key, hop.dir, bye, hop.minted, now)
+	case p.ownTokenOver(hop, d, now):
+		r = dialogEnded
+	default:
+		r = p.dialogs.admit(d, hop.key, hop.dir, bye, hop.minted, now)
 	}
 	switch r {
 	case dialogEnded:
@@ -471,6 +475,23 @@ func (p *Proxy) admitInDialog(hop *inDialogHop, count bool, req *sipmsg.Request)
 		return sipmsg.StatusServiceUnavailable
 	}
 	return 0
+}
+
+// ownTokenOver reports whether hop's token, which this proxy minted, names
+// a call the proxy no longer holds (its Tracker has no live call of the
+// token's call key: the call ended, answered or not) while the ended table
+// knows nothing of dialog d. The table is bounded (maxEndedDialogs) and
+// forgets the oldest ends first, at a few answered calls a second before
+// their tokens expire (docs/security.md); a token of this process needs no
+// memory of the end: its call is live here or it is over. A copy of the
+// BYE that ended d is still judged by the table while it remembers d
+// (dialogGuard.admit). Tokens of the pool's other nodes, or of an earlier
+// process, keep the table's rule alone: this node never held their calls.
+func (p *Proxy) ownTokenOver(hop *inDialogHop, d dialogKey, now time.Time) bool {
+	if !hop.own || p.dialogs.isEnded(d, now) {
+		return false
+	}
+	return len(p.calls.FindDialog(hop.key.String())) == 0
 }
 
 // logOverRate logs a dialog over its rate at Warn, at most once every

@@ -170,7 +170,9 @@
 // it for a new call), while a retry with the same Call-ID and From tag
 // has tokens of its own. The node remembers at most 262,144 ended
 // dialogs, calls and tokens of such calls (an answered call's end is two),
-// each until its token expires. Each direction of a dialog may send at
+// each until its token expires; a token the node minted itself (its
+// nonce's instance part) whose call the node no longer holds is refused
+// even once the table forgot the end (ownTokenOver). Each direction of a dialog may send at
 // most 40 requests at once, refilled at 10 a second (per node): beyond,
 // 503 (counted dialog_rate, logged at Warn at most every 10 s). A
 // re-INVITE is

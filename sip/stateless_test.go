@@ -17,6 +17,7 @@ import (
 	callplaces "github.com/cpsguard/cpsguard/calls"
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/siptest"
+	"github.com/cpsguard/cpsguard/sip/internal/dialogtoken"
 )
 
 // udpEnd is a raw UDP end point: it records every message it reads and,
@@ -874,4 +875,74 @@ func TestMadeUpTagByesRecordNothing(t *testing.T) {
 	info := withVia(inDialogOf(t, peer.caller(), h.udp, ok, sipmsg.INFO), peer.addr(), "z9hG4bK.still-up")
 	peer.send(h.udp, info)
 	waitFor(t, func() bool { return len(car.requests(sipmsg.INFO)) == 1 }, "an INFO of the live call at the carrier")
+}
+
+// forgetEnds empties the node's ended-dialog table, as its bound
+// (maxEndedDialogs) does to the oldest ends at a few answered calls a
+// second, long before their tokens expire.
+func forgetEnds(g *dialogGuard) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.ended = make(map[dialogKey]endedDialog)
+	g.order, g.head = nil, 0
+}
+
+// TestForgottenEndOwnTokenRefused: once the ended table forgot a call's
+// end (it keeps 262,144 ends, about four minutes of a node at 1,000
+// answered calls a second, where tokens live 4 h), the call's tokens
+// passed again: a re-INVITE of the dialog reached the carrier, which may
+// take it for a new call that no admission, slot or place granted. A
+// token this node minted names a call its Tracker holds or one that is
+// over, so it is refused without the table. A token of another node of
+// the pool (same secret, another process) still follows the table alone:
+// this node never held its call.
+func TestForgottenEndOwnTokenRefused(t *testing.T) {
+	h, peer, car, ok := statelessSetup(t, nil)
+	bye := withVia(inDialogOf(t, peer.caller(), h.udp, ok, sipmsg.BYE), peer.addr(), "z9hG4bK.forgotten-bye")
+	peer.send(h.udp, bye)
+	waitFor(t, func() bool { return len(peer.responses()) == 1 }, "the BYE's 200")
+	waitFor(t, func() bool { return h.p.calls.(*callplaces.Tracker).Live() == 0 }, "the call's end")
+	forgetEnds(h.p.dialogs)
+
+	re := withVia(inDialogOf(t, peer.caller(), h.udp, ok, sipmsg.INVITE), peer.addr(), "z9hG4bK.forgotten-reinvite")
+	re.CSeq().SeqNo = 50
+	peer.send(h.udp, re)
+	waitFor(t, func() bool { return len(peer.responses()) >= 2 }, "the answer to the re-INVITE")
+	if r := finalOfRaw(peer, callID(ok), sipmsg.INVITE, 0); r == nil || r.CSeq().SeqNo != 50 || r.StatusCode != 481 {
+		t.Fatalf("re-INVITE of the ended call after its end was forgotten: %v, want 481", r)
+	}
+	if n := len(car.requests(sipmsg.INVITE)); n != 0 {
+		t.Fatalf("re-INVITEs at the carrier after the end = %d, want 0", n)
+	}
+
+	// The same dialog under a token another node of the pool minted (the
+	// node's key, another process's nonces): the table's rule only, which
+	// forgot the end, so it is relayed as before.
+	cfg := h.p.cfg()
+	legs, _, _, _, st := h.p.keys.open(cfg, tokenOf(t, ok), callID(ok), tagOf(ok.From().Params), tagOf(ok.To().Params))
+	if st != tokenOK {
+		t.Fatalf("the call's own token: status %v", st)
+	}
+	otherNonces, err := dialogtoken.NewNonces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if otherNonces.Instance() == h.p.keys.nonces.Instance() {
+		t.Fatal("two processes drew one instance")
+	}
+	tok, err := h.p.keys.keys(cfg).cur.MintNonce(legs, callID(ok), tagOf(ok.From().Params), time.Now(), otherNonces.Next())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.p.keys.minted(tok) {
+		t.Fatal("another process's token taken for this node's own")
+	}
+	m, err := sipmsg.ParseMessage([]byte(strings.Replace(ok.String(), tokenOf(t, ok), tok, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := withVia(inDialogOf(t, peer.caller(), h.udp, m.(*sipmsg.Response), sipmsg.INFO), peer.addr(), "z9hG4bK.other-node-info")
+	info.CSeq().SeqNo = 51
+	peer.send(h.udp, info)
+	waitFor(t, func() bool { return len(car.requests(sipmsg.INFO)) == 1 }, "the INFO under another node's token at the carrier")
 }

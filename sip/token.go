@@ -55,6 +55,9 @@ type keyState struct {
 type dialogKeys struct {
 	random *tokenKey // used while sip.dialog_secret is empty
 	state  atomic.Pointer[keyState]
+	// nonces makes the nonces of the tokens this proxy mints: their
+	// instance part tells its own tokens from a pool's others (minted).
+	nonces *dialogtoken.Nonces
 	log    *slog.Logger
 	// now is the clock tokens are minted and checked at (nil: time.Now;
 	// tests set it before use).
@@ -68,7 +71,11 @@ func newDialogKeys(cfg *config.Config, log *slog.Logger) (*dialogKeys, error) {
 	if _, err := rand.Read(rnd[:]); err != nil {
 		return nil, err
 	}
-	d := &dialogKeys{random: dialogtoken.NewKey(rnd[:]), log: log}
+	nonces, err := dialogtoken.NewNonces()
+	if err != nil {
+		return nil, err
+	}
+	d := &dialogKeys{random: dialogtoken.NewKey(rnd[:]), nonces: nonces, log: log}
 	secret := ""
 	if cfg != nil {
 		secret = cfg.SIP.DialogSecret
@@ -106,7 +113,14 @@ func (d *dialogKeys) keys(cfg *config.Config) *keyState {
 // mint returns the dialog token of a call forwarded over legs, with Call-ID
 // callID and the caller's From tag ftag, under cfg's secret, minted now.
 func (d *dialogKeys) mint(cfg *config.Config, legs dialogLegs, callID, ftag string) (string, error) {
-	return d.keys(cfg).cur.Mint(legs, callID, ftag, d.clock())
+	return d.keys(cfg).cur.MintNonce(legs, callID, ftag, d.clock(), d.nonces.Next())
+}
+
+// minted reports whether token (one that opened) was minted by this
+// proxy, not by another node of the pool or an earlier process.
+func (d *dialogKeys) minted(token string) bool {
+	sealed, ok := dialogtoken.Decode(token)
+	return ok && sealed.Instance() == d.nonces.Instance()
 }
 
 // clock is the time tokens are minted and checked at.

@@ -192,10 +192,17 @@ func TestRecordRouteOffRefusesReInvites(t *testing.T) {
 	}
 }
 
-// mustMint mints a token or fails tb.
+// mustMint mints a token under d's key or fails tb: a token of a call the
+// test makes up, as another node of the pool (same key, another process's
+// nonces) would mint it. Minted with d's own nonces, it would name a call
+// d's proxy never held, which the proxy refuses (ownTokenOver).
 func mustMint(tb testing.TB, d *dialogKeys, cfg *config.Config, legs dialogLegs, callID, ftag string) string {
 	tb.Helper()
-	tok, err := d.mint(cfg, legs, callID, ftag)
+	ns, err := dialogtoken.NewNonces()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tok, err := d.keys(cfg).cur.MintNonce(legs, callID, ftag, d.clock(), ns.Next())
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/cipher"
 	"crypto/hkdf"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
@@ -14,6 +15,7 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -140,7 +142,10 @@ func (k *Key) aead(day int64) (cipher.AEAD, error) {
 	if err != nil {
 		return nil, err
 	}
-	a, err := cipher.NewGCMWithRandomNonce(block)
+	// Plain GCM, its 12-byte nonce written ahead of the ciphertext as
+	// NewGCMWithRandomNonce does (the layout of the tokens minted before
+	// nonces had an instance part): Mint chooses the nonce.
+	a, err := cipher.NewGCM(block)
 	if err != nil {
 		return nil, err
 	}
@@ -259,8 +264,26 @@ func additionalData(header []byte, callID, ftag string) []byte {
 	return append(ad, ftag...)
 }
 
-// mint returns the token for legs, callID and ftag under k, minted at now.
+// Mint returns the token for legs, callID and ftag under k, minted at now,
+// with a random nonce.
 func (k *Key) Mint(legs Legs, callID, ftag string, now time.Time) (string, error) {
+	var nonce [NonceBytes]byte
+	if _, err := rand.Read(nonce[:]); err != nil {
+		return "", err
+	}
+	return k.MintNonce(legs, callID, ftag, now, nonce)
+}
+
+// NonceBytes is the length of a token's GCM nonce.
+const NonceBytes = 12
+
+// InstanceBytes is the length of the instance part of a nonce
+// (Nonces.Next): the first bytes, which name the minting process.
+const InstanceBytes = 4
+
+// MintNonce is Mint with the GCM nonce given: it must never repeat under
+// one key (Nonces makes such nonces).
+func (k *Key) MintNonce(legs Legs, callID, ftag string, now time.Time, nonce [NonceBytes]byte) (string, error) {
 	secs := now.Unix()
 	if secs < 0 || secs > math.MaxUint32 {
 		return "", errors.New("dialogtoken: clock out of range")
@@ -269,10 +292,42 @@ func (k *Key) Mint(legs Legs, callID, ftag string, now time.Time) (string, error
 	if err != nil {
 		return "", err
 	}
-	header := []byte{version, 0, 0, 0, 0}
-	binary.BigEndian.PutUint32(header[1:], uint32(secs))
-	raw := a.Seal(header, nil, Plaintext(legs), additionalData(header, callID, ftag))
+	raw := make([]byte, headerBytes, headerBytes+NonceBytes+64)
+	raw[0] = version
+	binary.BigEndian.PutUint32(raw[1:], uint32(secs))
+	raw = append(raw, nonce[:]...)
+	raw = a.Seal(raw, nonce[:], Plaintext(legs), additionalData(raw[:headerBytes], callID, ftag))
 	return base64.RawURLEncoding.EncodeToString(raw), nil
+}
+
+// Nonces makes the GCM nonces of one minting process: a random instance
+// part (InstanceBytes) drawn once, then a counter (NIST SP 800-38D 8.2.1,
+// the deterministic construction: no nonce repeats while the counter does
+// not wrap, where random 96-bit nonces are safe for 2^32 tokens a key).
+// The instance part tells the process its own tokens (Sealed.Instance).
+// Safe for concurrent use.
+type Nonces struct {
+	instance [InstanceBytes]byte
+	n        atomic.Uint64
+}
+
+// NewNonces draws an instance part.
+func NewNonces() (*Nonces, error) {
+	ns := &Nonces{}
+	if _, err := rand.Read(ns.instance[:]); err != nil {
+		return nil, err
+	}
+	return ns, nil
+}
+
+// Instance is the instance part of the nonces ns makes.
+func (ns *Nonces) Instance() [InstanceBytes]byte { return ns.instance }
+
+// Next returns a nonce never returned before by ns.
+func (ns *Nonces) Next() (nonce [NonceBytes]byte) {
+	copy(nonce[:], ns.instance[:])
+	binary.BigEndian.PutUint64(nonce[InstanceBytes:], ns.n.Add(1))
+	return nonce
 }
 
 // MaxChars bounds the token a request may carry (two IPv6 legs make
@@ -306,12 +361,22 @@ func Decode(token string) (Sealed, bool) {
 // IDBytes is the length of a token's ID.
 const IDBytes = 8
 
-// ID names the token: the first IDBytes of its nonce, which Mint draws at
-// random for every token and the AEAD authenticates (once Open succeeded,
-// no other token has this ID but by a 64-bit chance).
+// ID names the token: the first IDBytes of the SHA-256 of its nonce, which
+// no other token of a key shares (Mint draws it at random, Nonces counts)
+// and the AEAD authenticates (once Open succeeded, no other token has this
+// ID but by a 64-bit chance). Nonces of different processes differ in
+// their instance part, so IDs are unique across a pool too.
 func (s Sealed) ID() (id [IDBytes]byte) {
-	copy(id[:], s.body)
+	sum := sha256.Sum256(s.body[:min(len(s.body), NonceBytes)])
+	copy(id[:], sum[:])
 	return id
+}
+
+// Instance is the instance part of the token's nonce (Nonces): a process
+// that minted it with its Nonces finds its own Instance here.
+func (s Sealed) Instance() (in [InstanceBytes]byte) {
+	copy(in[:], s.body)
+	return in
 }
 
 // Open opens a decoded token under k with callID and ftag; ok is false
@@ -324,8 +389,11 @@ func (k *Key) Open(s Sealed, callID, ftag string) (Legs, bool) {
 	if err != nil {
 		return Legs{}, false
 	}
+	if len(s.body) < NonceBytes {
+		return Legs{}, false
+	}
 	var buf [64]byte
-	plain, err := a.Open(buf[:0], nil, s.body, additionalData(s.header, callID, ftag))
+	plain, err := a.Open(buf[:0], s.body[:NonceBytes], s.body[NonceBytes:], additionalData(s.header, callID, ftag))
 	if err != nil {
 		return Legs{}, false
 	}

@@ -1,7 +1,14 @@
 package dialogtoken
 
 import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hkdf"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
 	"net/netip"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -57,6 +64,76 @@ func TestRoundTrip(t *testing.T) {
 			}
 		}
 		raw[i] = c
+	}
+}
+
+// Tokens minted with a process's Nonces carry its instance part, never
+// share a nonce or an ID, and open as any token does; a token of another
+// process (or a random nonce) does not carry the instance.
+func TestNoncesInstance(t *testing.T) {
+	k := NewKey([]byte("secret-0123456789"))
+	now := time.Unix(1795670000, 0)
+	a, err := NewNonces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := NewNonces()
+	if a.Instance() == b.Instance() {
+		t.Fatalf("two processes drew the instance %x", a.Instance())
+	}
+	ids := map[[IDBytes]byte]bool{}
+	for i := range 1000 {
+		tok, err := k.MintNonce(legs, "call-"+strconv.Itoa(i), "ftag", now, a.Next())
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, ok := Decode(tok)
+		if !ok || s.Instance() != a.Instance() {
+			t.Fatalf("token %d: instance %x, want %x", i, s.Instance(), a.Instance())
+		}
+		if got, ok := k.Open(s, "call-"+strconv.Itoa(i), "ftag"); !ok || got != legs {
+			t.Fatalf("token %d: Open %+v, %v", i, got, ok)
+		}
+		if ids[s.ID()] {
+			t.Fatalf("token %d: ID %x seen before", i, s.ID())
+		}
+		ids[s.ID()] = true
+	}
+	tok, _ := k.MintNonce(legs, "call-b", "ftag", now, b.Next())
+	if s, _ := Decode(tok); s.Instance() == a.Instance() {
+		t.Errorf("another process's token carries this one's instance")
+	}
+	tok, _ = k.Mint(legs, "call-r", "ftag", now)
+	if s, _ := Decode(tok); s.Instance() == a.Instance() {
+		t.Errorf("a random nonce carries the instance (a 2^-32 chance)")
+	}
+}
+
+// A token minted before nonces had an instance part (GCM with a random
+// nonce written ahead, NewGCMWithRandomNonce) still opens: a rolling
+// upgrade keeps the calls it finds.
+func TestTokenOfTheRandomNonceLayoutOpens(t *testing.T) {
+	secret := []byte("secret-0123456789")
+	now := time.Unix(1795670000, 0)
+	day := now.Unix() / int64(Day/time.Second)
+	key, err := hkdf.Key(sha256.New, secret, nil, keyInfo+strconv.FormatInt(day, 10), 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := aes.NewCipher(key)
+	old, err := cipher.NewGCMWithRandomNonce(block)
+	if err != nil {
+		t.Fatal(err)
+	}
+	header := []byte{version, 0, 0, 0, 0}
+	binary.BigEndian.PutUint32(header[1:], uint32(now.Unix()))
+	tok := base64.RawURLEncoding.EncodeToString(old.Seal(header, nil, Plaintext(legs), additionalData(header, "call-1", "ftag")))
+	s, ok := Decode(tok)
+	if !ok {
+		t.Fatal("Decode refused the old layout")
+	}
+	if got, ok := NewKey(secret).Open(s, "call-1", "ftag"); !ok || got != legs {
+		t.Fatalf("Open of the old layout: %+v, %v; want %+v", got, ok, legs)
 	}
 }
 

@@ -34,8 +34,11 @@
 // token, not even which carrier address took its call (wholesale routes
 // are confidential, and a spoofed BYE needs that address). Layout, before
 // base64url without padding: a header of version (1 byte, 3) and the mint
-// time (4 bytes, Unix seconds, big endian), then the GCM nonce (12 random
-// bytes), the sealed plaintext and the tag (16 bytes). The plaintext is a
+// time (4 bytes, Unix seconds, big endian), then the GCM nonce (12
+// bytes: a process's random instance part of 4 bytes, drawn once, and a
+// 64-bit counter, Nonces; or 12 random bytes, Mint), the sealed plaintext
+// and the tag (16 bytes). A process tells its own tokens by the instance
+// part. The plaintext is a
 // flags byte (bit 0 peer over TCP, bit 1 carrier over TCP, bit 2 peer
 // over TLS, bit 3 carrier over TLS) and the peer
 // and carrier addresses (each: IP length 4 or 16, the IP, the port big
