@@ -195,7 +195,10 @@
 // response with no Via left below the proxy's is never relayed (RFC 3261
 // 16.7 step 3): it is counted (no_via) and logged at most every 10 s, and
 // instead of a final one the sender gets the proxy's own answer (the same
-// code for a failure, 502 for a 2xx, which is hung up: ACK and BYE). An
+// code for a failure, 502 for a 2xx, which is hung up: ACK and BYE). A
+// 2xx the node hangs up (this one, one that crossed the node's CANCEL)
+// gets its ACK and BYE at the address the INVITE went to, its Contact
+// only as their Request-URI: a carrier cannot point them elsewhere. An
 // initial INVITE loses every Route, the Request-URI's maddr and URI
 // headers, and the customer header. Carrier host names are resolved at
 // start and every 30 s (by the carriers.Set; resolve.go asks it where a

@@ -247,7 +247,7 @@ func (l *relayLeg) response(r *sipmsg.Response) (res *sipmsg.Response, retry, en
 		if r.IsSuccess() {
 			// The sender already has the proxy's final answer and will
 			// not ACK this one: end the next hop's call here.
-			l.hungUp.Store(l.p.hangUp(l.out, r))
+			l.hungUp.Store(l.p.hangUp(l.out, r, l.tlsNames))
 		}
 		return r, false, true
 	}
@@ -274,7 +274,7 @@ func (l *relayLeg) response(r *sipmsg.Response) (res *sipmsg.Response, retry, en
 		// The caller is unreachable (a TCP caller that hung up while its
 		// call waited for a slot), or the answer could not be relayed:
 		// nobody upstream will ACK it, so end the carrier's call here too.
-		l.hungUp.Store(l.p.hangUp(l.out, r))
+		l.hungUp.Store(l.p.hangUp(l.out, r, l.tlsNames))
 		l.carrier.lost()
 	} else if err == nil && r.IsSuccess() && l.carrier != nil {
 		l.carrier.relayed()
@@ -394,7 +394,7 @@ func (l *relayLeg) abandon() {
 			select {
 			case r := <-tx.Responses():
 				if r.IsSuccess() {
-					l.hungUp.Store(p.hangUp(inv, r))
+					l.hungUp.Store(p.hangUp(inv, r, l.tlsNames))
 					return
 				}
 				if !r.IsProvisional() {
@@ -411,28 +411,28 @@ func (l *relayLeg) abandon() {
 }
 
 // hangUp ends a call the carrier answered after the caller had gone: ACK
-// for the 2xx, then BYE, both sent to the carrier's Contact (RFC 3261
-// 15: a UAC receiving a 2xx after CANCEL must ACK it and send BYE). It
-// returns the ACK so 2xx retransmissions can be ACKed again.
-func (p *Proxy) hangUp(inv *sipmsg.Request, ok *sipmsg.Response) *sipmsg.Request {
-	next := inv.Recipient
+// for the 2xx, then BYE (RFC 3261 15: a UAC receiving a 2xx after CANCEL
+// must ACK it and send BYE), with the 2xx's Contact as Request-URI but
+// sent where the INVITE went, over its transport, as every in-dialog
+// request of the carrier's leg is: the carrier chose the Contact, and the
+// node sends nothing to an address the config did not grant. names are
+// the names a TLS next hop's certificate must carry (nil: its address's).
+// It returns the ACK so 2xx retransmissions can be ACKed again.
+func (p *Proxy) hangUp(inv *sipmsg.Request, ok *sipmsg.Response, names []string) *sipmsg.Request {
+	ruri := *inv.Recipient.Clone()
 	if ct := ok.Contact(); ct != nil && ct.Address.Host != "" {
-		next = *ct.Address.Clone()
+		ruri = *ct.Address.Clone()
 	}
-	t := targetOf(&next, inv.Transport())
-	to := hostAddr(t.host)
-	if !to.IsValid() {
-		// A Contact named by host name: its family is most likely the
-		// INVITE's own next hop's.
-		if ap, err := netip.ParseAddrPort(inv.Destination()); err == nil {
-			to = ap.Addr()
-		}
+	tp, dest := inv.Transport(), inv.Destination()
+	var to netip.Addr
+	if ap, err := netip.ParseAddrPort(dest); err == nil {
+		to = ap.Addr()
 	}
 	build := func(method sipmsg.RequestMethod, seq uint32) *sipmsg.Request {
-		r := requestOf(inv, method, *next.Clone(), false, ok.To(), seq)
-		lo := addVia(p, r, t.transport, to)
-		r.SetTransport(t.transport)
-		r.SetDestination(t.hostPort())
+		r := requestOf(inv, method, *ruri.Clone(), false, ok.To(), seq)
+		lo := addVia(p, r, tp, to)
+		r.SetTransport(tp)
+		r.SetDestination(dest)
 		r.Laddr = lo.laddr
 		return r
 	}
@@ -440,7 +440,7 @@ func (p *Proxy) hangUp(inv *sipmsg.Request, ok *sipmsg.Response) *sipmsg.Request
 	ack := build(sipmsg.ACK, seq)
 	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
 	defer cancel()
-	if err := p.tlsHop(ctx, ack, nil); err != nil {
+	if err := p.tlsHop(ctx, ack, names); err != nil {
 		p.log.Debug("ACK of a crossing 2xx failed", "call_id", callID(inv), "error", err)
 		return ack
 	}
