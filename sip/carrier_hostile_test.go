@@ -8,6 +8,7 @@ import (
 
 	sipmsg "github.com/emiago/sipgo/sip"
 
+	callplaces "github.com/cpsguard/cpsguard/calls"
 	"github.com/cpsguard/cpsguard/config"
 )
 
@@ -59,5 +60,80 @@ func TestHungUpAnswerGoesToCarrierNotContact(t *testing.T) {
 	}
 	if got := car.requests(sipmsg.BYE); len(got) > 0 && got[0].Recipient.Host != vhost {
 		t.Errorf("the BYE's Request-URI = %s, want the Contact's", got[0].Recipient.String())
+	}
+}
+
+// TestForkedSecondAnswerHungUp: a carrier that answers one INVITE twice
+// with different To tags (a forking carrier, or a broken one) opens two
+// dialogs for one admitted call and one max_calls place. The caller gets
+// the first answer only; the node ends the second at the carrier (ACK and
+// BYE to the address the INVITE went to), and does so once however often
+// the carrier retransmits it. Before, the second 2xx was relayed: a caller
+// that kept both ran two calls on one place, and once the first ended the
+// second's BYE was refused 481, so it stayed up at the carrier.
+func TestForkedSecondAnswerHungUp(t *testing.T) {
+	car := startUDPEnd(t, "127.0.0.1", nil)
+	self := car.addr()
+	first := rawAnswerer(func() string { return self }, nil)
+	car.mu.Lock()
+	car.answer = func(req *sipmsg.Request) *sipmsg.Response {
+		res := first(req)
+		if req.IsInvite() && !req.To().Params.Has("tag") {
+			fork := sipmsg.NewResponseFromRequest(req, 200, "OK", nil)
+			fork.To().Params.Add("tag", "fork-b")
+			fork.AppendHeader(res.Contact().Clone())
+			to := net.JoinHostPort(req.Via().Host, strconv.Itoa(req.Via().Port))
+			go func() {
+				time.Sleep(50 * time.Millisecond) // after the first answer
+				for range 3 {                     // and its retransmissions
+					car.send(to, fork)
+				}
+			}()
+		}
+		return res
+	}
+	car.mu.Unlock()
+	cfg := testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second})
+	cfg.Peers[0].MaxCalls = 5
+	adm, pacer := newFakes()
+	tr := callplaces.NewTracker(callplaces.NewLocalStore(nil), callplaces.TrackerOptions{TTL: time.Minute})
+	h := startProxyOpts(t, Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer, Calls: tr})
+	peer := startUDPEnd(t, "127.0.0.2", nil)
+	rawAnsweredCall(t, peer, h.udp, "forked")
+	waitFor(t, func() bool {
+		for _, r := range car.requests(sipmsg.BYE) {
+			if tagOf(r.To().Params) == "fork-b" {
+				return true
+			}
+		}
+		return false
+	}, "the node's BYE of the second answer at the carrier")
+	// Each copy of the second answer is ACKed again: once the third ACK is
+	// at the carrier, all three were handled.
+	waitFor(t, func() bool {
+		n := 0
+		for _, r := range car.requests(sipmsg.ACK) {
+			if tagOf(r.To().Params) == "fork-b" {
+				n++
+			}
+		}
+		return n == 3
+	}, "an ACK of each copy of the second answer")
+	for _, r := range peer.responses() {
+		if r.IsSuccess() && r.CSeq().MethodName == sipmsg.INVITE && tagOf(r.To().Params) != "raw-callee" {
+			t.Errorf("the caller got a second answer, To tag %q", tagOf(r.To().Params))
+		}
+	}
+	byes := 0
+	for _, r := range car.requests(sipmsg.BYE) {
+		if tagOf(r.To().Params) == "fork-b" {
+			byes++
+		}
+	}
+	if byes != 1 {
+		t.Errorf("the node sent %d BYEs of the second answer, want 1", byes)
+	}
+	if n := tr.Live(); n != 1 {
+		t.Errorf("tracked calls = %d, want the answered one", n)
 	}
 }

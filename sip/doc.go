@@ -33,7 +33,10 @@
 // (weight), or its peer's (share_by peer, or no customer), or on none
 // (share_by none: first come, first served); a call beyond its share may
 // wait for its share's turn, within the same max_wait. Responses are relayed
-// upstream; a 5xx, 408, timeout or transport error before any provisional
+// upstream (but a 2xx whose To tag is not the first 2xx's, a forking
+// carrier's second answer: the call, its admission and its places are one
+// dialog's, so the node ACKs and BYEs that one at the carrier, once, where
+// RFC 3261 16.7 would relay it); a 5xx, 408, timeout or transport error before any provisional
 // response above 100 moves the call to the next carrier (paced again). When
 // no carrier can take the call it is rejected with 503.
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -49,7 +50,9 @@ type legCarrier interface {
 
 // relayLeg is one request the proxy sends to a next hop over a sipgo client
 // transaction, relaying the answers upstream: provisional responses above
-// 100 and the final one, 2xx retransmissions included. It is the one relay
+// 100 and the final one, 2xx retransmissions included (for an initial
+// INVITE, those of its first 2xx's To tag: another tag's is hung up, fork).
+// It is the one relay
 // loop of initial INVITEs (call.forward) and in-dialog requests
 // (forwardInDialog) alike.
 //
@@ -108,7 +111,23 @@ type relayLeg struct {
 	// next carrier, its 2xx is never relayed.
 	hungUp    atomic.Pointer[sipmsg.Request]
 	abandoned atomic.Bool
+
+	// The leg of an initial INVITE keeps one dialog: its first 2xx's. A
+	// 2xx with another To tag (a forking carrier) is hung up here, never
+	// relayed. forkMu guards okTag (the first 2xx's To tag, once okKnown),
+	// early (2xx copies the retransmission hook saw before the first 2xx
+	// was read from Responses, handled once it was) and forks (the ACK of
+	// each other tag's 2xx the leg hung up, sent again for its copies).
+	forkMu  sync.Mutex
+	okKnown bool
+	okTag   string
+	early   []*sipmsg.Response
+	forks   map[string]*sipmsg.Request
 }
+
+// maxForks bounds the 2xx copies a leg holds until its first 2xx is read,
+// and the other To tags it hangs up: beyond, copies are dropped.
+const maxForks = 16
 
 // send opens the leg's client transaction: out to t.
 func (l *relayLeg) send(t target) error {
@@ -143,14 +162,94 @@ func (l *relayLeg) attach(tx sipmsg.ClientTransaction) {
 		if !r.IsSuccess() {
 			return
 		}
-		if ack := l.hungUp.Load(); ack != nil {
-			_ = l.p.tp.WriteMsg(ack)
+		if l.carrier != nil {
+			l.forkMu.Lock()
+			if !l.okKnown {
+				// The first 2xx is still on its way through Responses():
+				// this copy is handled once it was.
+				if len(l.early) < maxForks {
+					l.early = append(l.early, r)
+				}
+				l.forkMu.Unlock()
+				return
+			}
+			l.forkMu.Unlock()
+		}
+		l.again(r)
+	})
+}
+
+// again handles a copy of a 2xx of the leg's INVITE after the first: a
+// retransmission is relayed (or ACKed again when the leg hung the call
+// up, dropped when it abandoned it); for an initial INVITE, a 2xx with
+// another To tag than the first's is hung up (fork).
+func (l *relayLeg) again(r *sipmsg.Response) {
+	if l.carrier != nil {
+		l.forkMu.Lock()
+		first := l.okTag
+		l.forkMu.Unlock()
+		if to := r.To(); to == nil || tagOf(to.Params) != first {
+			l.fork(r)
 			return
 		}
-		if !l.abandoned.Load() {
-			_ = l.up.relay(r)
-		}
-	})
+	}
+	if ack := l.hungUp.Load(); ack != nil {
+		_ = l.p.tp.WriteMsg(ack)
+		return
+	}
+	if !l.abandoned.Load() {
+		_ = l.up.relay(r)
+	}
+}
+
+// answeredWith records the To tag of the first 2xx of an initial
+// INVITE's leg and handles the copies that came before it was read.
+func (l *relayLeg) answeredWith(r *sipmsg.Response) {
+	tag := ""
+	if to := r.To(); to != nil {
+		tag = tagOf(to.Params)
+	}
+	l.forkMu.Lock()
+	if l.okKnown {
+		l.forkMu.Unlock()
+		return
+	}
+	l.okKnown, l.okTag = true, tag
+	early := l.early
+	l.early = nil
+	l.forkMu.Unlock()
+	for _, e := range early {
+		l.again(e)
+	}
+}
+
+// fork hangs up a 2xx of the leg's initial INVITE whose To tag is not the
+// first 2xx's: the call, its admission and its places are the first
+// dialog's, and a second dialog through them would be a call the node
+// does not count (nor end: its BYE would be refused once the first
+// ended). It is ACKed and BYEd at the carrier once; its copies are ACKed
+// again.
+func (l *relayLeg) fork(r *sipmsg.Response) {
+	tag := ""
+	if to := r.To(); to != nil {
+		tag = tagOf(to.Params)
+	}
+	// Held across the hang-up, so a copy that comes meanwhile (sipgo
+	// passes copies up concurrently) finds its ACK.
+	l.forkMu.Lock()
+	defer l.forkMu.Unlock()
+	if ack, seen := l.forks[tag]; seen {
+		_ = l.p.tp.WriteMsg(ack)
+		return
+	}
+	if len(l.forks) >= maxForks {
+		return
+	}
+	l.p.log.Debug("a second answer with another To tag hung up", "call_id", callID(l.out))
+	if l.forks == nil {
+		l.forks = make(map[string]*sipmsg.Request)
+	}
+	l.forks[tag] = l.p.hangUp(l.out, r, l.tlsNames)
 }
 
 // run relays the next hop's answers until the leg ends. It returns the
@@ -234,6 +333,11 @@ func (l *relayLeg) response(r *sipmsg.Response) (res *sipmsg.Response, retry, en
 			}
 		}
 		return nil, false, false
+	}
+	if l.carrier != nil && r.IsSuccess() {
+		// After the answer is relayed (or hung up): the copies held till
+		// now follow it.
+		defer l.answeredWith(r)
 	}
 	if l.carrier != nil {
 		if !r.IsSuccess() && !l.ringing && !l.cancelSent && !l.cancelPending && l.carrier.failed(r) {
@@ -395,6 +499,7 @@ func (l *relayLeg) abandon() {
 			case r := <-tx.Responses():
 				if r.IsSuccess() {
 					l.hungUp.Store(p.hangUp(inv, r, l.tlsNames))
+					l.answeredWith(r)
 					return
 				}
 				if !r.IsProvisional() {
