@@ -137,3 +137,66 @@ func TestForkedSecondAnswerHungUp(t *testing.T) {
 		t.Errorf("tracked calls = %d, want the answered one", n)
 	}
 }
+
+// TestCarrierByeWithCallersTagEndsTheCall: a carrier that answers with
+// the caller's From tag as its own To tag (a broken UAS: RFC 3261 19.3
+// asks for a random one) sends in-dialog requests whose tags are equal,
+// so the tags alone do not say which leg sent them; from the carrier's
+// address they are the carrier's. Its BYE was taken for the caller's,
+// refused 403 (wrong_leg), and the call held its places until the
+// caller's own BYE or max_call_duration.
+func TestCarrierByeWithCallersTagEndsTheCall(t *testing.T) {
+	car := startUDPEnd(t, "127.0.0.1", nil)
+	car.mu.Lock()
+	car.answer = func(req *sipmsg.Request) *sipmsg.Response {
+		if req.IsInvite() {
+			res := sipmsg.NewResponseFromRequest(req, 200, "OK", nil)
+			res.To().Params.Add("tag", tagOf(req.From().Params))
+			host, port, _ := net.SplitHostPort(car.addr())
+			p, _ := strconv.Atoi(port)
+			res.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "callee", Host: host, Port: p}})
+			return res
+		}
+		return nil
+	}
+	car.mu.Unlock()
+	cfg := testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second})
+	cfg.Peers[0].MaxCalls = 5
+	adm, pacer := newFakes()
+	store := callplaces.NewLocalStore(nil)
+	tr := callplaces.NewTracker(store, callplaces.TrackerOptions{TTL: time.Minute})
+	h := startProxyOpts(t, Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer, Calls: tr})
+	live := peerPlaces(t, store)
+	peer := startUDPEnd(t, "127.0.0.2", func(req *sipmsg.Request) *sipmsg.Response {
+		if req.IsAck() {
+			return nil
+		}
+		return sipmsg.NewResponseFromRequest(req, 200, "OK", nil)
+	})
+	ok := rawAnsweredCall(t, peer, h.udp, "same-tag")
+	if live() != 1 {
+		t.Fatalf("places after the answer = %d, want 1", live())
+	}
+	// The carrier's BYE, as the callee: From its To, To the caller's From,
+	// Route the Record-Route in order.
+	bye := sipmsg.NewRequest(sipmsg.BYE, sipmsg.Uri{Scheme: "sip", User: "caller", Host: "127.0.0.2"})
+	for _, rr := range ok.GetHeaders("Record-Route") {
+		bye.AppendHeader(sipmsg.NewHeader("Route", rr.Value()))
+	}
+	mf := sipmsg.MaxForwardsHeader(70)
+	bye.AppendHeader(&mf)
+	f, to := ok.To().AsFrom(), ok.From().AsTo()
+	bye.AppendHeader(&f)
+	bye.AppendHeader(&to)
+	bye.AppendHeader(sipmsg.HeaderClone(ok.CallID()))
+	bye.AppendHeader(&sipmsg.CSeqHeader{SeqNo: 50, MethodName: sipmsg.BYE})
+	car.send(h.udp, withVia(bye, car.addr(), "z9hG4bK.car-bye"))
+	waitFor(t, func() bool { return len(car.responses()) > 0 }, "an answer to the carrier's BYE")
+	if got := car.responses()[0].StatusCode; got != 200 {
+		t.Fatalf("carrier's BYE answered %d, want the caller's 200", got)
+	}
+	if len(peer.requests(sipmsg.BYE)) != 1 {
+		t.Errorf("the caller got %d BYEs, want the carrier's", len(peer.requests(sipmsg.BYE)))
+	}
+	waitFor(t, func() bool { return live() == 0 && tr.Live() == 0 }, "the call's places given back")
+}

@@ -152,7 +152,8 @@
 // in-dialog requests; a request is relayed only when one of the proxy's
 // own Route entries carries a token that opens (one minted longer ago
 // than max_call_duration is dead: 481, counted dialog_ended), the tags say
-// which leg sent it, it comes from that leg's address (IP and port over
+// which leg sent it (equal tags, a callee that took the caller's tag for
+// its own: its source does), it comes from that leg's address (IP and port over
 // UDP, IP over a connection), and it goes to the other leg whatever its
 // Request-URI says (403 otherwise, sent once); with fewer than 2 hops left
 // (Max-Forwards 0 or 1) it is answered 483 and not relayed, as is an
