@@ -173,12 +173,20 @@ func (p *Proxy) prepareInDialog(req *sipmsg.Request, count bool) (inDialogHop, i
 		}
 		return inDialogHop{}, sipmsg.StatusCallTransactionDoesNotExists
 	}
+	sentBy := func(l leg) bool {
+		return src.Addr().Unmap() == l.Addr.Addr() && (req.Transport() != "UDP" || src.Port() == l.Addr.Port())
+	}
+	if fromTag == toTag && hop.dir == fromPeer && sentBy(hop.legs.Carrier) && !sentBy(hop.legs.Peer) {
+		// Equal tags (a callee that took the caller's tag for its own) do
+		// not say which leg sent the request: its source does.
+		hop.dir = fromCarrier
+	}
 	from := hop.legs.Peer
 	hop.to = hop.legs.Carrier
 	if hop.dir == fromCarrier {
 		from, hop.to = hop.legs.Carrier, hop.legs.Peer
 	}
-	if src.Addr().Unmap() != from.Addr.Addr() || (req.Transport() == "UDP" && src.Port() != from.Addr.Port()) {
+	if !sentBy(from) {
 		return refuse("wrong_leg")
 	}
 	if mf := req.MaxForwards(); mf != nil && mf.Val() < 2 {

@@ -33,7 +33,10 @@
 // (weight), or its peer's (share_by peer, or no customer), or on none
 // (share_by none: first come, first served); a call beyond its share may
 // wait for its share's turn, within the same max_wait. Responses are relayed
-// upstream; a 5xx, 408, timeout or transport error before any provisional
+// upstream (but a 2xx whose To tag is not the first 2xx's, a forking
+// carrier's second answer: the call, its admission and its places are one
+// dialog's, so the node ACKs and BYEs that one at the carrier, once, where
+// RFC 3261 16.7 would relay it); a 5xx, 408, timeout or transport error before any provisional
 // response above 100 moves the call to the next carrier (paced again). When
 // no carrier can take the call it is rejected with 503.
 //
@@ -149,7 +152,8 @@
 // in-dialog requests; a request is relayed only when one of the proxy's
 // own Route entries carries a token that opens (one minted longer ago
 // than max_call_duration is dead: 481, counted dialog_ended), the tags say
-// which leg sent it, it comes from that leg's address (IP and port over
+// which leg sent it (equal tags, a callee that took the caller's tag for
+// its own: its source does), it comes from that leg's address (IP and port over
 // UDP, IP over a connection), and it goes to the other leg whatever its
 // Request-URI says (403 otherwise, sent once); with fewer than 2 hops left
 // (Max-Forwards 0 or 1) it is answered 483 and not relayed, as is an
@@ -197,7 +201,10 @@
 // response with no Via left below the proxy's is never relayed (RFC 3261
 // 16.7 step 3): it is counted (no_via) and logged at most every 10 s, and
 // instead of a final one the sender gets the proxy's own answer (the same
-// code for a failure, 502 for a 2xx, which is hung up: ACK and BYE). An
+// code for a failure, 502 for a 2xx, which is hung up: ACK and BYE). A
+// 2xx the node hangs up (this one, one that crossed the node's CANCEL)
+// gets its ACK and BYE at the address the INVITE went to, its Contact
+// only as their Request-URI: a carrier cannot point them elsewhere. An
 // initial INVITE loses every Route, the Request-URI's maddr and URI
 // headers, and the customer header. Carrier host names are resolved at
 // start and every 30 s (by the carriers.Set; resolve.go asks it where a

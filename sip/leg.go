@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -49,7 +50,9 @@ type legCarrier interface {
 
 // relayLeg is one request the proxy sends to a next hop over a sipgo client
 // transaction, relaying the answers upstream: provisional responses above
-// 100 and the final one, 2xx retransmissions included. It is the one relay
+// 100 and the final one, 2xx retransmissions included (for an initial
+// INVITE, those of its first 2xx's To tag: another tag's is hung up, fork).
+// It is the one relay
 // loop of initial INVITEs (call.forward) and in-dialog requests
 // (forwardInDialog) alike.
 //
@@ -108,7 +111,23 @@ type relayLeg struct {
 	// next carrier, its 2xx is never relayed.
 	hungUp    atomic.Pointer[sipmsg.Request]
 	abandoned atomic.Bool
+
+	// The leg of an initial INVITE keeps one dialog: its first 2xx's. A
+	// 2xx with another To tag (a forking carrier) is hung up here, never
+	// relayed. forkMu guards okTag (the first 2xx's To tag, once okKnown),
+	// early (2xx copies the retransmission hook saw before the first 2xx
+	// was read from Responses, handled once it was) and forks (the ACK of
+	// each other tag's 2xx the leg hung up, sent again for its copies).
+	forkMu  sync.Mutex
+	okKnown bool
+	okTag   string
+	early   []*sipmsg.Response
+	forks   map[string]*sipmsg.Request
 }
+
+// maxForks bounds the 2xx copies a leg holds until its first 2xx is read,
+// and the other To tags it hangs up: beyond, copies are dropped.
+const maxForks = 16
 
 // send opens the leg's client transaction: out to t.
 func (l *relayLeg) send(t target) error {
@@ -143,14 +162,94 @@ func (l *relayLeg) attach(tx sipmsg.ClientTransaction) {
 		if !r.IsSuccess() {
 			return
 		}
-		if ack := l.hungUp.Load(); ack != nil {
-			_ = l.p.tp.WriteMsg(ack)
+		if l.carrier != nil {
+			l.forkMu.Lock()
+			if !l.okKnown {
+				// The first 2xx is still on its way through Responses():
+				// this copy is handled once it was.
+				if len(l.early) < maxForks {
+					l.early = append(l.early, r)
+				}
+				l.forkMu.Unlock()
+				return
+			}
+			l.forkMu.Unlock()
+		}
+		l.again(r)
+	})
+}
+
+// again handles a copy of a 2xx of the leg's INVITE after the first: a
+// retransmission is relayed (or ACKed again when the leg hung the call
+// up, dropped when it abandoned it); for an initial INVITE, a 2xx with
+// another To tag than the first's is hung up (fork).
+func (l *relayLeg) again(r *sipmsg.Response) {
+	if l.carrier != nil {
+		l.forkMu.Lock()
+		first := l.okTag
+		l.forkMu.Unlock()
+		if to := r.To(); to == nil || tagOf(to.Params) != first {
+			l.fork(r)
 			return
 		}
-		if !l.abandoned.Load() {
-			_ = l.up.relay(r)
-		}
-	})
+	}
+	if ack := l.hungUp.Load(); ack != nil {
+		_ = l.p.tp.WriteMsg(ack)
+		return
+	}
+	if !l.abandoned.Load() {
+		_ = l.up.relay(r)
+	}
+}
+
+// answeredWith records the To tag of the first 2xx of an initial
+// INVITE's leg and handles the copies that came before it was read.
+func (l *relayLeg) answeredWith(r *sipmsg.Response) {
+	tag := ""
+	if to := r.To(); to != nil {
+		tag = tagOf(to.Params)
+	}
+	l.forkMu.Lock()
+	if l.okKnown {
+		l.forkMu.Unlock()
+		return
+	}
+	l.okKnown, l.okTag = true, tag
+	early := l.early
+	l.early = nil
+	l.forkMu.Unlock()
+	for _, e := range early {
+		l.again(e)
+	}
+}
+
+// fork hangs up a 2xx of the leg's initial INVITE whose To tag is not the
+// first 2xx's: the call, its admission and its places are the first
+// dialog's, and a second dialog through them would be a call the node
+// does not count (nor end: its BYE would be refused once the first
+// ended). It is ACKed and BYEd at the carrier once; its copies are ACKed
+// again.
+func (l *relayLeg) fork(r *sipmsg.Response) {
+	tag := ""
+	if to := r.To(); to != nil {
+		tag = tagOf(to.Params)
+	}
+	// Held across the hang-up, so a copy that comes meanwhile (sipgo
+	// passes copies up concurrently) finds its ACK.
+	l.forkMu.Lock()
+	defer l.forkMu.Unlock()
+	if ack, seen := l.forks[tag]; seen {
+		_ = l.p.tp.WriteMsg(ack)
+		return
+	}
+	if len(l.forks) >= maxForks {
+		return
+	}
+	l.p.log.Debug("a second answer with another To tag hung up", "call_id", callID(l.out))
+	if l.forks == nil {
+		l.forks = make(map[string]*sipmsg.Request)
+	}
+	l.forks[tag] = l.p.hangUp(l.out, r, l.tlsNames)
 }
 
 // run relays the next hop's answers until the leg ends. It returns the
@@ -235,6 +334,11 @@ func (l *relayLeg) response(r *sipmsg.Response) (res *sipmsg.Response, retry, en
 		}
 		return nil, false, false
 	}
+	if l.carrier != nil && r.IsSuccess() {
+		// After the answer is relayed (or hung up): the copies held till
+		// now follow it.
+		defer l.answeredWith(r)
+	}
 	if l.carrier != nil {
 		if !r.IsSuccess() && !l.ringing && !l.cancelSent && !l.cancelPending && l.carrier.failed(r) {
 			return r, true, true
@@ -247,7 +351,7 @@ func (l *relayLeg) response(r *sipmsg.Response) (res *sipmsg.Response, retry, en
 		if r.IsSuccess() {
 			// The sender already has the proxy's final answer and will
 			// not ACK this one: end the next hop's call here.
-			l.hungUp.Store(l.p.hangUp(l.out, r))
+			l.hungUp.Store(l.p.hangUp(l.out, r, l.tlsNames))
 		}
 		return r, false, true
 	}
@@ -274,7 +378,7 @@ func (l *relayLeg) response(r *sipmsg.Response) (res *sipmsg.Response, retry, en
 		// The caller is unreachable (a TCP caller that hung up while its
 		// call waited for a slot), or the answer could not be relayed:
 		// nobody upstream will ACK it, so end the carrier's call here too.
-		l.hungUp.Store(l.p.hangUp(l.out, r))
+		l.hungUp.Store(l.p.hangUp(l.out, r, l.tlsNames))
 		l.carrier.lost()
 	} else if err == nil && r.IsSuccess() && l.carrier != nil {
 		l.carrier.relayed()
@@ -394,7 +498,8 @@ func (l *relayLeg) abandon() {
 			select {
 			case r := <-tx.Responses():
 				if r.IsSuccess() {
-					l.hungUp.Store(p.hangUp(inv, r))
+					l.hungUp.Store(p.hangUp(inv, r, l.tlsNames))
+					l.answeredWith(r)
 					return
 				}
 				if !r.IsProvisional() {
@@ -411,28 +516,28 @@ func (l *relayLeg) abandon() {
 }
 
 // hangUp ends a call the carrier answered after the caller had gone: ACK
-// for the 2xx, then BYE, both sent to the carrier's Contact (RFC 3261
-// 15: a UAC receiving a 2xx after CANCEL must ACK it and send BYE). It
-// returns the ACK so 2xx retransmissions can be ACKed again.
-func (p *Proxy) hangUp(inv *sipmsg.Request, ok *sipmsg.Response) *sipmsg.Request {
-	next := inv.Recipient
+// for the 2xx, then BYE (RFC 3261 15: a UAC receiving a 2xx after CANCEL
+// must ACK it and send BYE), with the 2xx's Contact as Request-URI but
+// sent where the INVITE went, over its transport, as every in-dialog
+// request of the carrier's leg is: the carrier chose the Contact, and the
+// node sends nothing to an address the config did not grant. names are
+// the names a TLS next hop's certificate must carry (nil: its address's).
+// It returns the ACK so 2xx retransmissions can be ACKed again.
+func (p *Proxy) hangUp(inv *sipmsg.Request, ok *sipmsg.Response, names []string) *sipmsg.Request {
+	ruri := *inv.Recipient.Clone()
 	if ct := ok.Contact(); ct != nil && ct.Address.Host != "" {
-		next = *ct.Address.Clone()
+		ruri = *ct.Address.Clone()
 	}
-	t := targetOf(&next, inv.Transport())
-	to := hostAddr(t.host)
-	if !to.IsValid() {
-		// A Contact named by host name: its family is most likely the
-		// INVITE's own next hop's.
-		if ap, err := netip.ParseAddrPort(inv.Destination()); err == nil {
-			to = ap.Addr()
-		}
+	tp, dest := inv.Transport(), inv.Destination()
+	var to netip.Addr
+	if ap, err := netip.ParseAddrPort(dest); err == nil {
+		to = ap.Addr()
 	}
 	build := func(method sipmsg.RequestMethod, seq uint32) *sipmsg.Request {
-		r := requestOf(inv, method, *next.Clone(), false, ok.To(), seq)
-		lo := addVia(p, r, t.transport, to)
-		r.SetTransport(t.transport)
-		r.SetDestination(t.hostPort())
+		r := requestOf(inv, method, *ruri.Clone(), false, ok.To(), seq)
+		lo := addVia(p, r, tp, to)
+		r.SetTransport(tp)
+		r.SetDestination(dest)
 		r.Laddr = lo.laddr
 		return r
 	}
@@ -440,7 +545,7 @@ func (p *Proxy) hangUp(inv *sipmsg.Request, ok *sipmsg.Response) *sipmsg.Request
 	ack := build(sipmsg.ACK, seq)
 	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
 	defer cancel()
-	if err := p.tlsHop(ctx, ack, nil); err != nil {
+	if err := p.tlsHop(ctx, ack, names); err != nil {
 		p.log.Debug("ACK of a crossing 2xx failed", "call_id", callID(inv), "error", err)
 		return ack
 	}

@@ -1,0 +1,202 @@
+package sip
+
+import (
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	sipmsg "github.com/emiago/sipgo/sip"
+
+	callplaces "github.com/cpsguard/cpsguard/calls"
+	"github.com/cpsguard/cpsguard/config"
+)
+
+// TestHungUpAnswerGoesToCarrierNotContact: a 2xx the node hangs up itself
+// (here one with no Via left for the caller: 502 upstream, ACK and BYE
+// downstream) is ended at the address the INVITE went to, never at the
+// Contact the carrier chose: a carrier's Contact naming another address
+// would turn the node's ACK and BYE (and the BYE's retransmissions, or a
+// TCP or TLS dial) on any host the config never granted.
+func TestHungUpAnswerGoesToCarrierNotContact(t *testing.T) {
+	victim := startUDPEnd(t, "127.0.0.3", nil)
+	car := startUDPEnd(t, "127.0.0.1", nil)
+	vhost, vport, _ := net.SplitHostPort(victim.addr())
+	vp, _ := strconv.Atoi(vport)
+	car.mu.Lock()
+	car.answer = func(req *sipmsg.Request) *sipmsg.Response {
+		switch {
+		case req.IsAck():
+			return nil
+		case req.IsInvite():
+			res := sipmsg.NewResponseFromRequest(req, 200, "OK", nil)
+			res.To().Params.Add("tag", "hostile")
+			// Only the node's own Via: nobody upstream to relay it to.
+			top := res.Via().Clone()
+			for res.RemoveHeader("Via") {
+			}
+			res.PrependHeader(top)
+			res.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "x", Host: vhost, Port: vp}})
+			return res
+		}
+		return sipmsg.NewResponseFromRequest(req, 200, "OK", nil)
+	}
+	car.mu.Unlock()
+	adm, pacer := newFakes()
+	h := startProxy(t, testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second}), adm, pacer)
+	peer := startUDPEnd(t, "127.0.0.2", nil)
+	peer.send(h.udp, rawInviteFrom(peer, h.udp, "hung-up-contact", "ftag-hc"))
+	res := finalOfRaw(peer, "hung-up-contact", sipmsg.INVITE, 0)
+	if res == nil || res.StatusCode != 502 {
+		t.Fatalf("caller's final answer = %v, want the node's 502", res)
+	}
+	waitFor(t, func() bool { return len(car.requests(sipmsg.BYE)) >= 1 || len(victim.requests(sipmsg.BYE)) >= 1 }, "the node's BYE of the 2xx")
+	if n, m := len(victim.requests(sipmsg.ACK)), len(victim.requests(sipmsg.BYE)); n+m > 0 {
+		t.Errorf("the Contact's address (no carrier's) got %d ACKs and %d BYEs from the node", n, m)
+	}
+	if len(car.requests(sipmsg.ACK)) == 0 || len(car.requests(sipmsg.BYE)) == 0 {
+		t.Errorf("the carrier got %d ACKs and %d BYEs, want the node's ACK and BYE of its 2xx",
+			len(car.requests(sipmsg.ACK)), len(car.requests(sipmsg.BYE)))
+	}
+	if got := car.requests(sipmsg.BYE); len(got) > 0 && got[0].Recipient.Host != vhost {
+		t.Errorf("the BYE's Request-URI = %s, want the Contact's", got[0].Recipient.String())
+	}
+}
+
+// TestForkedSecondAnswerHungUp: a carrier that answers one INVITE twice
+// with different To tags (a forking carrier, or a broken one) opens two
+// dialogs for one admitted call and one max_calls place. The caller gets
+// the first answer only; the node ends the second at the carrier (ACK and
+// BYE to the address the INVITE went to), and does so once however often
+// the carrier retransmits it. Before, the second 2xx was relayed: a caller
+// that kept both ran two calls on one place, and once the first ended the
+// second's BYE was refused 481, so it stayed up at the carrier.
+func TestForkedSecondAnswerHungUp(t *testing.T) {
+	car := startUDPEnd(t, "127.0.0.1", nil)
+	self := car.addr()
+	first := rawAnswerer(func() string { return self }, nil)
+	car.mu.Lock()
+	car.answer = func(req *sipmsg.Request) *sipmsg.Response {
+		res := first(req)
+		if req.IsInvite() && !req.To().Params.Has("tag") {
+			fork := sipmsg.NewResponseFromRequest(req, 200, "OK", nil)
+			fork.To().Params.Add("tag", "fork-b")
+			fork.AppendHeader(res.Contact().Clone())
+			to := net.JoinHostPort(req.Via().Host, strconv.Itoa(req.Via().Port))
+			go func() {
+				time.Sleep(50 * time.Millisecond) // after the first answer
+				for range 3 {                     // and its retransmissions
+					car.send(to, fork)
+				}
+			}()
+		}
+		return res
+	}
+	car.mu.Unlock()
+	cfg := testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second})
+	cfg.Peers[0].MaxCalls = 5
+	adm, pacer := newFakes()
+	tr := callplaces.NewTracker(callplaces.NewLocalStore(nil), callplaces.TrackerOptions{TTL: time.Minute})
+	h := startProxyOpts(t, Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer, Calls: tr})
+	peer := startUDPEnd(t, "127.0.0.2", nil)
+	rawAnsweredCall(t, peer, h.udp, "forked")
+	waitFor(t, func() bool {
+		for _, r := range car.requests(sipmsg.BYE) {
+			if tagOf(r.To().Params) == "fork-b" {
+				return true
+			}
+		}
+		return false
+	}, "the node's BYE of the second answer at the carrier")
+	// Each copy of the second answer is ACKed again: once the third ACK is
+	// at the carrier, all three were handled.
+	waitFor(t, func() bool {
+		n := 0
+		for _, r := range car.requests(sipmsg.ACK) {
+			if tagOf(r.To().Params) == "fork-b" {
+				n++
+			}
+		}
+		return n == 3
+	}, "an ACK of each copy of the second answer")
+	for _, r := range peer.responses() {
+		if r.IsSuccess() && r.CSeq().MethodName == sipmsg.INVITE && tagOf(r.To().Params) != "raw-callee" {
+			t.Errorf("the caller got a second answer, To tag %q", tagOf(r.To().Params))
+		}
+	}
+	byes := 0
+	for _, r := range car.requests(sipmsg.BYE) {
+		if tagOf(r.To().Params) == "fork-b" {
+			byes++
+		}
+	}
+	if byes != 1 {
+		t.Errorf("the node sent %d BYEs of the second answer, want 1", byes)
+	}
+	if n := tr.Live(); n != 1 {
+		t.Errorf("tracked calls = %d, want the answered one", n)
+	}
+}
+
+// TestCarrierByeWithCallersTagEndsTheCall: a carrier that answers with
+// the caller's From tag as its own To tag (a broken UAS: RFC 3261 19.3
+// asks for a random one) sends in-dialog requests whose tags are equal,
+// so the tags alone do not say which leg sent them; from the carrier's
+// address they are the carrier's. Its BYE was taken for the caller's,
+// refused 403 (wrong_leg), and the call held its places until the
+// caller's own BYE or max_call_duration.
+func TestCarrierByeWithCallersTagEndsTheCall(t *testing.T) {
+	car := startUDPEnd(t, "127.0.0.1", nil)
+	car.mu.Lock()
+	car.answer = func(req *sipmsg.Request) *sipmsg.Response {
+		if req.IsInvite() {
+			res := sipmsg.NewResponseFromRequest(req, 200, "OK", nil)
+			res.To().Params.Add("tag", tagOf(req.From().Params))
+			host, port, _ := net.SplitHostPort(car.addr())
+			p, _ := strconv.Atoi(port)
+			res.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "callee", Host: host, Port: p}})
+			return res
+		}
+		return nil
+	}
+	car.mu.Unlock()
+	cfg := testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second})
+	cfg.Peers[0].MaxCalls = 5
+	adm, pacer := newFakes()
+	store := callplaces.NewLocalStore(nil)
+	tr := callplaces.NewTracker(store, callplaces.TrackerOptions{TTL: time.Minute})
+	h := startProxyOpts(t, Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer, Calls: tr})
+	live := peerPlaces(t, store)
+	peer := startUDPEnd(t, "127.0.0.2", func(req *sipmsg.Request) *sipmsg.Response {
+		if req.IsAck() {
+			return nil
+		}
+		return sipmsg.NewResponseFromRequest(req, 200, "OK", nil)
+	})
+	ok := rawAnsweredCall(t, peer, h.udp, "same-tag")
+	if live() != 1 {
+		t.Fatalf("places after the answer = %d, want 1", live())
+	}
+	// The carrier's BYE, as the callee: From its To, To the caller's From,
+	// Route the Record-Route in order.
+	bye := sipmsg.NewRequest(sipmsg.BYE, sipmsg.Uri{Scheme: "sip", User: "caller", Host: "127.0.0.2"})
+	for _, rr := range ok.GetHeaders("Record-Route") {
+		bye.AppendHeader(sipmsg.NewHeader("Route", rr.Value()))
+	}
+	mf := sipmsg.MaxForwardsHeader(70)
+	bye.AppendHeader(&mf)
+	f, to := ok.To().AsFrom(), ok.From().AsTo()
+	bye.AppendHeader(&f)
+	bye.AppendHeader(&to)
+	bye.AppendHeader(sipmsg.HeaderClone(ok.CallID()))
+	bye.AppendHeader(&sipmsg.CSeqHeader{SeqNo: 50, MethodName: sipmsg.BYE})
+	car.send(h.udp, withVia(bye, car.addr(), "z9hG4bK.car-bye"))
+	waitFor(t, func() bool { return len(car.responses()) > 0 }, "an answer to the carrier's BYE")
+	if got := car.responses()[0].StatusCode; got != 200 {
+		t.Fatalf("carrier's BYE answered %d, want the caller's 200", got)
+	}
+	if len(peer.requests(sipmsg.BYE)) != 1 {
+		t.Errorf("the caller got %d BYEs, want the carrier's", len(peer.requests(sipmsg.BYE)))
+	}
+	waitFor(t, func() bool { return live() == 0 && tr.Live() == 0 }, "the call's places given back")
+}
