@@ -275,6 +275,16 @@ func smuggledInvite(carrier string) string {
 
 // smuggleCheck sends raw from the peer to the node, waits for the node's
 // final answer to Call-ID id, and fails unless it is 400 and the carrier
+// tcpCarrierProxy is a proxy whose one carrier is a tcpRecorder (its
+// address, and what it read).
+func tcpCarrierProxy(t *testing.T) (h *harness, car string, written func() []byte) {
+	t.Helper()
+	car, written = tcpRecorder(t)
+	adm, pacer := newFakes()
+	h = startProxy(t, testConfig(config.Carrier{Name: "tcp", URI: "sip:" + car + ";transport=tcp", CPS: 100, MaxWait: time.Second}), adm, pacer)
+	return h, car, written
+}
+
 // over TCP read a single INVITE (none, when the call never reached it).
 func smuggleCheck(t *testing.T, h *harness, peer *udpEnd, written func() []byte, id, raw string) {
 	t.Helper()
@@ -313,9 +323,7 @@ func smuggleCheck(t *testing.T, h *harness, peer *udpEnd, written func() []byte,
 // its own, an INVITE from the node's connection that no admission,
 // pacing slot or max_calls place granted.
 func TestDuplicateContentLengthNotRelayed(t *testing.T) {
-	car, written := tcpRecorder(t)
-	adm, pacer := newFakes()
-	h := startProxy(t, testConfig(config.Carrier{Name: "tcp", URI: "sip:" + car + ";transport=tcp", CPS: 100, MaxWait: time.Second}), adm, pacer)
+	h, car, written := tcpCarrierProxy(t)
 	peer := startUDPEnd(t, "127.0.0.2", nil)
 	smuggled := smuggledInvite(car)
 	inv := rawInviteFrom(peer, h.udp, "two-lengths", "ftag-two-lengths")
@@ -363,9 +371,7 @@ func TestDuplicateToNotRelayed(t *testing.T) {
 // same trick adds a header of the peer's choice before the node's view of
 // it (a To without a tag before the dialog's: a new call).
 func TestBareLineFeedNotRelayed(t *testing.T) {
-	car, written := tcpRecorder(t)
-	adm, pacer := newFakes()
-	h := startProxy(t, testConfig(config.Carrier{Name: "tcp", URI: "sip:" + car + ";transport=tcp", CPS: 100, MaxWait: time.Second}), adm, pacer)
+	h, car, written := tcpCarrierProxy(t)
 	peer := startUDPEnd(t, "127.0.0.2", nil)
 	hidden := strings.ReplaceAll(strings.TrimSuffix(smuggledInvite(car), "\r\n\r\n"), "\r\n", "\n")
 	inv := rawInviteFrom(peer, h.udp, "bare-lf", "ftag-bare-lf")
@@ -376,9 +382,7 @@ func TestBareLineFeedNotRelayed(t *testing.T) {
 // TestBareLineFeedOverTCPClosed: the same INVITE from a peer over TCP
 // closes its connection (counted stream) and nothing reaches the carrier.
 func TestBareLineFeedOverTCPClosed(t *testing.T) {
-	car, written := tcpRecorder(t)
-	adm, pacer := newFakes()
-	h := startProxy(t, testConfig(config.Carrier{Name: "tcp", URI: "sip:" + car + ";transport=tcp", CPS: 100, MaxWait: time.Second}), adm, pacer)
+	h, car, written := tcpCarrierProxy(t)
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}, Timeout: 5 * time.Second}
 	c, err := d.Dial("tcp", h.tcp)
 	if err != nil {
