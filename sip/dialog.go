@@ -95,12 +95,10 @@ type inDialogHop struct {
 	// its call is over (Proxy.callOver) the tokens minted until its end,
 	// in that second too, are refused (dialogGuard.admit).
 	minted int64
-	// token is the ID of the token that opened: a call attempt that
-	// ended unanswered refuses its tokens (tokensOver).
-	token tokenID
-	// own: this proxy minted that token (dialogKeys.minted), so it knows
-	// whether its call is live (Proxy.ownTokenOver).
-	own bool
+	// token is the token that opened: its ID (a call attempt that ended
+	// unanswered refuses its tokens, tokensOver) and whether this proxy
+	// minted it, so knows whether its call is live (ownTokenGone).
+	token tokenRef
 }
 
 // prepareInDialog checks an in-dialog request and builds the one it relays.
@@ -158,7 +156,6 @@ func (p *Proxy) prepareInDialog(req *sipmsg.Request, count bool) (inDialogHop, i
 		if hop.legs, hop.dir, minted, hop.token, s = p.keys.open(cfg, tok, id, fromTag, toTag); s == tokenOK {
 			st = s
 			hop.minted = minted.Unix()
-			hop.own = p.keys.minted(tok)
 			break
 		}
 		st = max(st, s)

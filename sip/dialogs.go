@@ -218,6 +218,28 @@ const (
 func (g *dialogGuard) admit(d dialogKey, k callKey, dir direction, bye uint64, minted int64, now time.Time) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	return g.admitLocked(d, k, dir, bye, minted, now)
+}
+
+// admitToken is admit for a request whose token is tok (tokenEndKey) under
+// one hold of g.mu: dialogEnded when the call attempt that minted tok ended
+// unanswered (tokensOver), or when gone (the token is this proxy's and its
+// call no longer live here, ownTokenGone) and the table knows nothing of
+// d's end; else admit's verdict.
+func (g *dialogGuard) admitToken(tok dialogKey, gone bool, d dialogKey, k callKey, dir direction, bye uint64, minted int64, now time.Time) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if e, ok := g.ended[tok]; ok && now.Before(e.exp) {
+		return dialogEnded
+	}
+	if e, ok := g.ended[d]; gone && (!ok || !now.Before(e.exp)) {
+		return dialogEnded
+	}
+	return g.admitLocked(d, k, dir, bye, minted, now)
+}
+
+// admitLocked is admit with g.mu held.
+func (g *dialogGuard) admitLocked(d dialogKey, k callKey, dir direction, bye uint64, minted int64, now time.Time) int {
 	if e, ok := g.ended[d]; ok && now.Before(e.exp) {
 		if bye == 0 || e.bye != bye || e.dir != dir || !now.Before(e.copyUntil) || e.copies >= maxEndedByeCopies {
 			return dialogEnded
@@ -279,7 +301,7 @@ func (g *dialogGuard) end(d dialogKey, now, exp time.Time, bye uint64, dir direc
 }
 
 // isEnded reports whether dialog d (or what another key of the ended
-// table names) is known to have ended at now.
+// table names) is known to have ended at now (tests).
 func (g *dialogGuard) isEnded(d dialogKey, now time.Time) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -451,16 +473,8 @@ func (p *Proxy) admitInDialog(hop *inDialogHop, count bool, req *sipmsg.Request)
 			bye = byeID(c.SeqNo, req.Via())
 		}
 	}
-	d := dialogKeyOf(hop.key, hop.callee)
-	r := dialogPass
-	switch {
-	case p.dialogs.isEnded(tokenEndKey(hop.token), now):
-		r = dialogEnded // its call attempt ended unanswered (tokensOver)
-	case p.ownTokenOver(hop, d, now):
-		r = dialogEnded
-	default:
-		r = p.dialogs.admit(d, hop.key, hop.dir, bye, hop.minted, now)
-	}
+	r := p.dialogs.admitToken(tokenEndKey(hop.token.id), p.ownTokenGone(hop),
+		dialogKeyOf(hop.key, hop.callee), hop.key, hop.dir, bye, hop.minted, now)
 	switch r {
 	case dialogEnded:
 		if count {
@@ -477,21 +491,18 @@ func (p *Proxy) admitInDialog(hop *inDialogHop, count bool, req *sipmsg.Request)
 	return 0
 }
 
-// ownTokenOver reports whether hop's token, which this proxy minted, names
-// a call the proxy no longer holds (its Tracker has no live call of the
-// token's call key: the call ended, answered or not) while the ended table
-// knows nothing of dialog d. The table is bounded (maxEndedDialogs) and
-// forgets the oldest ends first, at a few answered calls a second before
-// their tokens expire (docs/security.md); a token of this process needs no
-// memory of the end: its call is live here or it is over. A copy of the
-// BYE that ended d is still judged by the table while it remembers d
-// (dialogGuard.admit). Tokens of the pool's other nodes, or of an earlier
-// process, keep the table's rule alone: this node never held their calls.
-func (p *Proxy) ownTokenOver(hop *inDialogHop, d dialogKey, now time.Time) bool {
-	if !hop.own || p.dialogs.isEnded(d, now) {
-		return false
-	}
-	return len(p.calls.FindDialog(hop.key.String())) == 0
+// ownTokenGone reports whether hop's token is one this proxy minted for a
+// call it no longer holds (its Tracker has no live call of the token's
+// call key: the call ended, answered or not). Such a token is refused
+// unless the ended table still knows its dialog's end (admitToken: a copy
+// of the BYE that ended it is judged there). The table is bounded
+// (maxEndedDialogs) and forgets the oldest ends first, at a few answered
+// calls a second before their tokens expire (docs/security.md); a token of
+// this process needs no memory of the end: its call is live here or it is
+// over. Tokens of the pool's other nodes, or of an earlier process, keep
+// the table's rule alone: this node never held their calls.
+func (p *Proxy) ownTokenGone(hop *inDialogHop) bool {
+	return hop.token.own && len(p.calls.FindDialog(hop.key.String())) == 0
 }
 
 // logOverRate logs a dialog over its rate at Warn, at most once every

@@ -116,11 +116,15 @@ func (d *dialogKeys) mint(cfg *config.Config, legs dialogLegs, callID, ftag stri
 	return d.keys(cfg).cur.MintNonce(legs, callID, ftag, d.clock(), d.nonces.Next())
 }
 
-// minted reports whether token (one that opened) was minted by this
-// proxy, not by another node of the pool or an earlier process.
-func (d *dialogKeys) minted(token string) bool {
-	sealed, ok := dialogtoken.Decode(token)
-	return ok && sealed.Instance() == d.nonces.Instance()
+// own reports whether a decoded token was minted by this proxy, not by
+// another node of the pool or an earlier process.
+func (d *dialogKeys) own(s dialogtoken.Sealed) bool { return s.Instance() == d.nonces.Instance() }
+
+// tokenRef is what the proxy keeps of a token that opened: its ID
+// (tokensOver) and whether it minted it (ownTokenGone).
+type tokenRef struct {
+	id  tokenID
+	own bool
 }
 
 // clock is the time tokens are minted and checked at.
@@ -190,25 +194,25 @@ func tokenIDOf(token string) (tokenID, bool) {
 
 // open is verify that also returns when the token was minted (whole
 // seconds; zero unless tokenOK or tokenExpired) and, with tokenOK, its ID.
-func (d *dialogKeys) open(cfg *config.Config, token, callID, fromTag, toTag string) (dialogLegs, direction, time.Time, tokenID, tokenStatus) {
+func (d *dialogKeys) open(cfg *config.Config, token, callID, fromTag, toTag string) (dialogLegs, direction, time.Time, tokenRef, tokenStatus) {
 	if callID == "" {
-		return dialogLegs{}, 0, time.Time{}, tokenID{}, tokenBad
+		return dialogLegs{}, 0, time.Time{}, tokenRef{}, tokenBad
 	}
 	sealed, ok := dialogtoken.Decode(token)
 	if !ok {
-		return dialogLegs{}, 0, time.Time{}, tokenID{}, tokenBad
+		return dialogLegs{}, 0, time.Time{}, tokenRef{}, tokenBad
 	}
 	minted := sealed.Minted
 	now := d.clock()
 	if minted.After(now.Add(tokenSkew)) {
-		return dialogLegs{}, 0, time.Time{}, tokenID{}, tokenBad
+		return dialogLegs{}, 0, time.Time{}, tokenRef{}, tokenBad
 	}
 	maxAge := callplaces.DefaultMaxDuration
 	if cfg != nil && cfg.SIP.MaxCallDuration > 0 {
 		maxAge = cfg.SIP.MaxCallDuration
 	}
 	if now.Sub(minted) > maxAge+tokenGrace {
-		return dialogLegs{}, 0, minted, tokenID{}, tokenExpired
+		return dialogLegs{}, 0, minted, tokenRef{}, tokenExpired
 	}
 	s := d.keys(cfg)
 	for _, k := range []*tokenKey{s.cur, s.prev} {
@@ -216,15 +220,15 @@ func (d *dialogKeys) open(cfg *config.Config, token, callID, fromTag, toTag stri
 			continue
 		}
 		if legs, ok := k.Open(sealed, callID, fromTag); ok {
-			return legs, fromPeer, minted, sealed.ID(), tokenOK
+			return legs, fromPeer, minted, tokenRef{sealed.ID(), d.own(sealed)}, tokenOK
 		}
 		if toTag != fromTag {
 			if legs, ok := k.Open(sealed, callID, toTag); ok {
-				return legs, fromCarrier, minted, sealed.ID(), tokenOK
+				return legs, fromCarrier, minted, tokenRef{sealed.ID(), d.own(sealed)}, tokenOK
 			}
 		}
 	}
-	return dialogLegs{}, 0, time.Time{}, tokenID{}, tokenBad
+	return dialogLegs{}, 0, time.Time{}, tokenRef{}, tokenBad
 }
 
 // maxRouteTokens bounds how many of the proxy's own Route entries of one

@@ -195,7 +195,7 @@ func TestRecordRouteOffRefusesReInvites(t *testing.T) {
 // mustMint mints a token under d's key or fails tb: a token of a call the
 // test makes up, as another node of the pool (same key, another process's
 // nonces) would mint it. Minted with d's own nonces, it would name a call
-// d's proxy never held, which the proxy refuses (ownTokenOver).
+// d's proxy never held, which the proxy refuses (ownTokenGone).
 func mustMint(tb testing.TB, d *dialogKeys, cfg *config.Config, legs dialogLegs, callID, ftag string) string {
 	tb.Helper()
 	ns, err := dialogtoken.NewNonces()
