@@ -164,3 +164,44 @@ func TestKamailioInFront(t *testing.T) {
 		t.Errorf("calls forwarded = %v, want %d", v, calls)
 	}
 }
+
+// TestKamailioBehind: SIPp (transaction-aware, uac_txn.xml) → cpsguard →
+// Kamailio as the carrier (stateful, record-routing) → a SIPp UAS that
+// answers 200 without a 180 (uas.xml). Every call is answered, ACKed and
+// hung up end to end: cpsguard's ACK and BYE follow Kamailio's
+// Record-Route, Kamailio's answers reach cpsguard with cpsguard's Via on
+// top, and cpsguard relays them to the caller with the caller's.
+func TestKamailioBehind(t *testing.T) {
+	redistest.Require(t, "sipp")
+	uasPort := freeSIPPort(t)
+	uas := fmt.Sprintf("127.0.0.1:%d", uasPort)
+	k := startKamailio(t, "127.0.0.5", uas)
+	n := startNode(t, nodeConf{id: "before-kamailio",
+		peers:    []peerConf{{name: "sipp", sources: []string{"127.0.0.3/32"}, cps: 100}},
+		carriers: []carrierConf{{name: "kamailio", addr: k.addr, cps: 100, extra: "probe: {interval: 0s}"}}}, true)
+
+	const calls = 10
+	car := make(chan sippRun, 1)
+	go func() {
+		car <- runSIPp(t, 40*time.Second, "-sf", scenario(t, "uas.xml"), "-i", "127.0.0.1", "-p", strconv.Itoa(uasPort),
+			"-m", strconv.Itoa(calls))
+	}()
+	if !waitBoundUDP(uas, nil, 10*time.Second) {
+		t.Fatal("the SIPp carrier did not start")
+	}
+	caller := runSIPp(t, 30*time.Second, "-sf", scenario(t, "uac_txn.xml"), "-i", "127.0.0.3", "-s", "100",
+		"-r", "5", "-m", strconv.Itoa(calls), "-recv_timeout", "5000", n.sip)
+	carrier := <-car
+	if caller.code != 0 || caller.n("SuccessfulCall") != calls {
+		t.Errorf("caller through cpsguard and Kamailio: %s\ncpsguard:\n%s\nkamailio:\n%s", caller.failure(), n.logTail(), k.logTail())
+	}
+	if carrier.code != 0 || carrier.n("SuccessfulCall") != calls {
+		t.Errorf("SIPp UAS behind Kamailio: %s", carrier.failure())
+	}
+	if v := n.metric("cpsguard_sip_errors_total", `reason="no_via"`); v != 0 {
+		t.Errorf("sip_errors_total{no_via} = %v, want 0", v)
+	}
+	if v := n.metric("cpsguard_calls_total", `outcome="forwarded"`); v != calls {
+		t.Errorf("calls forwarded = %v, want %d", v, calls)
+	}
+}
