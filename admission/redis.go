@@ -51,6 +51,38 @@ func (s *RedisStore) admit(ctx context.Context, member string, lb []lua.AdmitBuc
 	return r, err
 }
 
+// AdmitPace decides like Admit and, for a call it admits (not a
+// duplicate), runs pc (pace.lua's reservation of the call's first carrier
+// slot) in the same script: one round trip for both (lua.AdmitPace).
+// paced reports that the reservation ran and r is its reply; it is false
+// for a call refused or a duplicate, and when the two cannot share a
+// script (on a Cluster, keys in different slots: the call is then only
+// admitted, as by Admit, and the caller reserves apart).
+func (s *RedisStore) AdmitPace(ctx context.Context, member string, buckets []Bucket, pc lua.PaceCall) (d Decision, r lua.PaceReply, paced bool, err error) {
+	if len(buckets) == 0 || (s.cluster && !sameSlotAs(buckets, pc.Key)) {
+		d, err = s.Admit(ctx, member, buckets)
+		return d, lua.PaceReply{}, false, err
+	}
+	lb, err := luaBuckets(buckets)
+	if err != nil {
+		return Decision{}, lua.PaceReply{}, false, err
+	}
+	var a lua.AdmitReply
+	err = s.run.Run(ctx, lua.ScriptAdmitPace, func(ctx context.Context, sc redis.Scripter) (err error) {
+		a, r, paced, err = lua.AdmitPace(ctx, sc, member, lb, pc)
+		return err
+	})
+	if err != nil {
+		return Decision{}, lua.PaceReply{}, false, fmt.Errorf("admission: bucket %q with slot set %q: %w", buckets[0].Key, pc.Key, err)
+	}
+	return decision(a), r, paced, nil
+}
+
+// sameSlotAs reports whether every bucket and key hash to one Cluster slot.
+func sameSlotAs(buckets []Bucket, key string) bool {
+	return sameSlot(buckets) && lua.HashSlot(buckets[0].Key) == lua.HashSlot(key)
+}
+
 func luaBuckets(buckets []Bucket) ([]lua.AdmitBucket, error) {
 	out := make([]lua.AdmitBucket, len(buckets))
 	for i, b := range buckets {

@@ -75,6 +75,7 @@ func Load(ctx context.Context, c redis.Scripter) error {
 		script *redis.Script
 	}{
 		{ScriptAdmit, admitScript},
+		{ScriptAdmitPace, admitPaceScript},
 		{ScriptCounts, countsScript},
 		{ScriptPace, paceScript},
 		{ScriptRelease, releaseScript},
@@ -107,6 +108,8 @@ func SHA(name string) string {
 	switch name {
 	case ScriptAdmit:
 		return admitScript.Hash()
+	case ScriptAdmitPace:
+		return admitPaceScript.Hash()
 	case ScriptCounts:
 		return countsScript.Hash()
 	case ScriptPace:
@@ -438,23 +441,49 @@ type PaceShare struct {
 // (sh.Name set) the carrier's slots are shared fairly (its state in
 // FairKeys(key)) and the reply may be a booking.
 func Pace(ctx context.Context, c redis.Scripter, key, member string, intervalUS, maxWaitUS, claimUS int64, sh PaceShare) (PaceReply, error) {
-	if intervalUS <= 0 || claimUS <= 0 {
-		return PaceReply{}, fmt.Errorf("%w: slot set %q: interval %dµs and claim %dµs must be > 0", ErrArgs, key, intervalUS, claimUS)
+	pc := PaceCall{Key: key, Member: member, IntervalUS: intervalUS, MaxWaitUS: maxWaitUS, ClaimUS: claimUS, Share: sh}
+	if err := pc.check(); err != nil {
+		return PaceReply{}, err
 	}
-	if sh.Name != "" && (sh.Weight < 1 || sh.Weight > 1000 || sh.LeadUS <= 0 || sh.KeepUS <= 0 || sh.SumCap <= 0) {
-		return PaceReply{}, fmt.Errorf("%w: slot set %q: share %q: weight %d must be 1-1000, lead %dµs, keep %dµs and cap %d > 0",
-			ErrArgs, key, sh.Name, sh.Weight, sh.LeadUS, sh.KeepUS, sh.SumCap)
-	}
-	if maxWaitUS < 0 {
-		maxWaitUS = 0
-	}
-	fair, exp := FairKeys(key)
-	v, err := paceScript.Run(ctx, c, []string{key, PauseKey(key), fair, exp}, member, intervalUS, maxWaitUS, claimUS,
-		sh.Name, sh.Weight, sh.LeadUS, sh.KeepUS, sh.SumCap).Result()
+	keys, args := pc.args()
+	v, err := paceScript.Run(ctx, c, keys, args...).Result()
 	if err != nil {
 		return PaceReply{}, err
 	}
 	return DecodePace(v)
+}
+
+// PaceCall is the arguments of one pace.lua call (see Pace): reserve the
+// next slot of Key for Member within MaxWaitUS.
+type PaceCall struct {
+	Key, Member string
+	// IntervalUS is the carrier's slot interval (> 0); MaxWaitUS the
+	// longest acceptable wait (a negative one is 0); ClaimUS how long a
+	// half-open probe claim lasts (> 0).
+	IntervalUS, MaxWaitUS, ClaimUS int64
+	// Share is the share of the carrier's slots the call draws on.
+	Share PaceShare
+}
+
+// check reports arguments pace.lua cannot run with.
+func (pc PaceCall) check() error {
+	sh := pc.Share
+	if pc.IntervalUS <= 0 || pc.ClaimUS <= 0 {
+		return fmt.Errorf("%w: slot set %q: interval %dµs and claim %dµs must be > 0", ErrArgs, pc.Key, pc.IntervalUS, pc.ClaimUS)
+	}
+	if sh.Name != "" && (sh.Weight < 1 || sh.Weight > 1000 || sh.LeadUS <= 0 || sh.KeepUS <= 0 || sh.SumCap <= 0) {
+		return fmt.Errorf("%w: slot set %q: share %q: weight %d must be 1-1000, lead %dµs, keep %dµs and cap %d > 0",
+			ErrArgs, pc.Key, sh.Name, sh.Weight, sh.LeadUS, sh.KeepUS, sh.SumCap)
+	}
+	return nil
+}
+
+// args builds pace.lua's KEYS and ARGV.
+func (pc PaceCall) args() ([]string, []any) {
+	fair, exp := FairKeys(pc.Key)
+	sh := pc.Share
+	return []string{pc.Key, PauseKey(pc.Key), fair, exp},
+		[]any{pc.Member, pc.IntervalUS, max(pc.MaxWaitUS, 0), pc.ClaimUS, sh.Name, sh.Weight, sh.LeadUS, sh.KeepUS, sh.SumCap}
 }
 
 // DecodePace decodes a pace.lua reply. It never panics.

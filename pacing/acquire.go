@@ -106,12 +106,20 @@ func (p *Pacer) Acquire(ctx context.Context, c Carrier, member string, trace *Tr
 	if trace == nil {
 		trace = &Trace{}
 	}
+	first := p.takeFirst(ctx, c, member)
+	c.First = nil
 	if IsPriority(ctx) {
+		p.dropFirst(ctx, first) // FirstAsk makes none for a priority call
 		return p.acquirePriority(ctx, c, member, trace, gate)
 	}
 	start := p.clock.Now()
-	if v := p.views.of(c.Key).pause; v.Paused && start.Before(v.Until) {
-		// Known paused: no store call, no slot.
+	if first != nil && first.Asked.Before(start) {
+		start = first.Asked // MaxWait counts from the reservation
+	}
+	if v := p.views.of(c.Key).pause; v.Paused && p.clock.Now().Before(v.Until) {
+		// Known paused: no store call, no slot (one made ahead is given back).
+		p.dropFirst(ctx, first)
+		start = p.clock.Now()
 		s := Slot{Paused: true, Wait: v.Until.Sub(start), Key: c.Key, Member: member}
 		if trace.Reserved != nil {
 			trace.Reserved(s, nil)
@@ -144,7 +152,12 @@ func (p *Pacer) Acquire(ctx context.Context, c Carrier, member string, trace *Tr
 		try.MaxWait = max(c.MaxWait-p.clock.Now().Sub(start), 0)
 		asked := p.clock.Now()
 		var err error
-		slot, err = p.Reserve(ctx, try, member)
+		if first != nil {
+			// The reservation made ahead is this first one's reply.
+			slot, asked, first = first.Slot, first.Asked, nil
+		} else {
+			slot, err = p.Reserve(ctx, try, member)
+		}
 		if trace.Reserved != nil && (!following || err != nil || !slot.OK) {
 			trace.Reserved(slot, err)
 		}

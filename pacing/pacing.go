@@ -38,6 +38,9 @@ type Carrier struct {
 	// Share is the share of the carrier's slots the call asking draws on
 	// (the zero Share: none, first come, first served).
 	Share Share
+	// First, when set, is the call's first reservation, made ahead of
+	// Acquire (see First); Acquire owns it from then on.
+	First *First
 }
 
 // Slot is the outcome of one reservation. A full queue is a Slot with OK

@@ -43,22 +43,39 @@ func (s *RedisSlots) Load(ctx context.Context) error {
 // Reserve runs pace.lua. The interval is rounded up and maxWait down to whole
 // microseconds, so neither conversion lets a call out early.
 func (s *RedisSlots) Reserve(ctx context.Context, key, member string, share Share, interval, maxWait time.Duration) (Slot, error) {
+	pc, err := PaceCall(key, member, share, interval, maxWait)
+	if err != nil {
+		return Slot{}, err
+	}
+	var r lua.PaceReply
+	err = s.run.Run(ctx, lua.ScriptPace, func(ctx context.Context, sc redis.Scripter) (err error) {
+		r, err = lua.Pace(ctx, sc, pc.Key, pc.Member, pc.IntervalUS, pc.MaxWaitUS, pc.ClaimUS, pc.Share)
+		return err
+	})
+	if err != nil {
+		return Slot{}, fmt.Errorf("pacing: slot set %q: %w", key, err)
+	}
+	return SlotOf(r, key, member), nil
+}
+
+// PaceCall is the pace.lua call RedisSlots.Reserve makes for these
+// arguments; the admission store runs it in the same script as a call's
+// admission (lua.AdmitPace) to save a round trip.
+func PaceCall(key, member string, share Share, interval, maxWait time.Duration) (lua.PaceCall, error) {
 	if interval <= 0 {
-		return Slot{}, errInterval(key, interval)
+		return lua.PaceCall{}, errInterval(key, interval)
 	}
 	var sh lua.PaceShare
 	if share.Name != "" {
 		sh = lua.PaceShare{Name: share.Name, Weight: share.weight(), LeadUS: lua.Micros(shareLead(interval)),
 			KeepUS: lua.Micros(recordKeep), SumCap: maxWeightSum}
 	}
-	var r lua.PaceReply
-	err := s.run.Run(ctx, lua.ScriptPace, func(ctx context.Context, sc redis.Scripter) (err error) {
-		r, err = lua.Pace(ctx, sc, key, member, lua.Micros(interval), lua.MicrosFloor(maxWait), lua.Micros(max(maxWait, 0)+ProbeClaim), sh)
-		return err
-	})
-	if err != nil {
-		return Slot{}, fmt.Errorf("pacing: slot set %q: %w", key, err)
-	}
+	return lua.PaceCall{Key: key, Member: member, IntervalUS: lua.Micros(interval), MaxWaitUS: lua.MicrosFloor(maxWait),
+		ClaimUS: lua.Micros(max(maxWait, 0) + ProbeClaim), Share: sh}, nil
+}
+
+// SlotOf is the Slot a pace.lua reply r grants member of key, reserved now.
+func SlotOf(r lua.PaceReply, key, member string) Slot {
 	return Slot{
 		OK:       r.OK,
 		Wait:     time.Duration(r.WaitUS) * time.Microsecond,
@@ -69,7 +86,7 @@ func (s *RedisSlots) Reserve(ctx context.Context, key, member string, share Shar
 		Paused:   r.Paused,
 		Probe:    r.Probe,
 		Booked:   r.Booked,
-	}, nil
+	}
 }
 
 // Release runs release.lua (the slot, or the booking and its share's turn).

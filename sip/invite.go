@@ -70,6 +70,15 @@ type call struct {
 	// metrics.PriorityResource) or "": a priority call is refused by no
 	// limit (priority.go).
 	priority string
+	// order is the route's carriers, worked out before the admission
+	// when ordered is set (first.go); ask the first slot reservation to
+	// make with the admission, on carrier askCarrier, and first the one
+	// made, until an attempt takes it (first.go).
+	order      []string
+	ordered    bool
+	ask        *pacing.Ask
+	askCarrier string
+	first      *pacing.First
 
 	// For the call's event line (events.go): the customer, the carrier
 	// tried last (or taken), why the call was refused or rerouted and the
@@ -244,6 +253,8 @@ func (c *call) run() {
 		c.respond(sipmsg.StatusServiceUnavailable, "No Carrier Available")
 		return
 	}
+	c.firstAsk(route)
+	defer c.dropFirst() // a first slot no attempt took
 	if !c.admit(peer, cu, dest, number) {
 		return
 	}
@@ -344,7 +355,7 @@ func (c *call) admit(peer *config.Peer, cu *config.Customer, dest *policy.Destin
 
 	sctx, cancel := c.storeCtx()
 	t0 := time.Now()
-	dec, err := p.adm.Admit(sctx, c.member, buckets)
+	dec, err := c.admitStore(sctx, buckets)
 	c.admissionWait += time.Since(t0)
 	cancel()
 	if err != nil {
@@ -445,8 +456,14 @@ func (c *call) sendReject(rej *config.Reject, def config.Reject, fallback string
 func (c *call) route(route string) {
 	p, cfg := c.p, c.cfg
 	var lastFail *sipmsg.Response
-	order := p.carriers.Order(c.ctx, cfg, route)
+	order := c.order
+	if !c.ordered {
+		order = p.carriers.Order(c.ctx, cfg, route)
+	}
 	for i, name := range order {
+		if i > 0 {
+			c.dropFirst() // the first attempt did not take it: give it back now
+		}
 		car := cfg.Carrier(name)
 		if car == nil {
 			continue
@@ -473,9 +490,9 @@ func (c *call) route(route string) {
 			c.skipped(name, "max_calls full")
 			continue
 		}
-		member := c.member + "#" + strconv.Itoa(i)
+		member := attemptMember(c.member, i)
 		t0 := time.Now()
-		ticket, state, wait, err := p.awaitCarrier(c.ctx, c.log, cfg, car, member, c.peer, c.customer, c.gateKeys)
+		ticket, state, wait, err := p.awaitCarrier(c.ctx, c.log, cfg, car, member, c.peer, c.customer, c.gateKeys, c.takeFirst(i, name))
 		if state != carrierPaused { // a pause's span is no slot wait
 			c.wait, c.waited = wait, true
 			c.pacingWait += time.Since(t0)

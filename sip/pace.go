@@ -39,7 +39,7 @@ const (
 // the one refused as too long. It updates the pacing metrics (names and
 // labels are sip's, from the Trace); log gets a debug line for a full or
 // paused carrier and for a late wake.
-func (p *Proxy) awaitCarrier(ctx context.Context, log *slog.Logger, cfg *config.Config, car *config.Carrier, member, peer, customer string, keys []pacing.GateKey) (ticket pacing.Ticket, state carrierState, wait time.Duration, err error) {
+func (p *Proxy) awaitCarrier(ctx context.Context, log *slog.Logger, cfg *config.Config, car *config.Carrier, member, peer, customer string, keys []pacing.GateKey, first *pacing.First) (ticket pacing.Ticket, state carrierState, wait time.Duration, err error) {
 	trace := &pacing.Trace{
 		Reserved: func(slot pacing.Slot, failed error) {
 			decided(ctx) // what remains is a timer and a send: no longer in flight
@@ -66,9 +66,9 @@ func (p *Proxy) awaitCarrier(ctx context.Context, log *slog.Logger, cfg *config.
 			log.Debug("carrier paused while the call waited: slot given back", "carrier", car.Name)
 		},
 	}
-	pc, gate := p.carriers.Pacing(cfg, car)
+	pc, gate := p.pacingOf(cfg, car, peer, customer)
 	keys = append(keys, gate)
-	pc.Share = shareOf(cfg, car, peer, customer)
+	pc.First = first
 	ticket, err = p.pacer.Acquire(ctx, pc, member, trace, keys...)
 	switch {
 	case err != nil && ctx.Err() != nil:
@@ -83,6 +83,14 @@ func (p *Proxy) awaitCarrier(ctx context.Context, log *slog.Logger, cfg *config.
 		return ticket, carrierFull, ticket.Wait, nil
 	}
 	return ticket, carrierReady, ticket.Wait, nil
+}
+
+// pacingOf is car's slot set as a call of peer and customer draws on it
+// (its share), and its send gate key.
+func (p *Proxy) pacingOf(cfg *config.Config, car *config.Carrier, peer, customer string) (pacing.Carrier, pacing.GateKey) {
+	pc, gate := p.carriers.Pacing(cfg, car)
+	pc.Share = shareOf(cfg, car, peer, customer)
+	return pc, gate
 }
 
 // shareOf is the share of car's slots a call of peer (and of customer, ""

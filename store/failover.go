@@ -12,6 +12,7 @@ import (
 
 	"github.com/cpsguard/cpsguard/admission"
 	"github.com/cpsguard/cpsguard/internal/panics"
+	"github.com/cpsguard/cpsguard/lua"
 	"github.com/cpsguard/cpsguard/pacing"
 )
 
@@ -232,6 +233,11 @@ func (f *Failover) Admit(ctx context.Context, member string, buckets []admission
 		}
 		f.fail("admit", err)
 	}
+	return f.admitFallback(ctx, member, buckets)
+}
+
+// admitFallback is Admit's decision without Redis: by Policy.
+func (f *Failover) admitFallback(ctx context.Context, member string, buckets []admission.Bucket) (admission.Decision, error) {
 	switch f.o.Policy {
 	case PolicyAdmit:
 		counts := make([]int, len(buckets))
@@ -245,6 +251,54 @@ func (f *Failover) Admit(ctx context.Context, member string, buckets []admission
 		}
 	}
 	return f.o.Local.Admit(ctx, member, f.share(buckets))
+}
+
+// AdmitReserve decides like Admit and, while the shared Redis store is in
+// use, makes the call's first slot reservation ask (what
+// pacing.Pacer.FirstAsk returns) in the same round trip when the call is
+// admitted (lua.AdmitPace; BENCHMARKS.md, F6). reserved reports that
+// first holds that reservation, as Reserve would have returned it, for
+// Acquire to take (pacing.Carrier.First). It is false for a call refused
+// or a duplicate, in the fallback, and where admission and the slot
+// cannot share a script (a Cluster with their keys in different slots):
+// the caller then reserves through the Pacer as before. The decision is
+// Admit's in every case: the same store, the same mirror into the
+// in-process windows, the same switch to the fallback when Redis fails.
+func (f *Failover) AdmitReserve(ctx context.Context, member string, buckets []admission.Bucket, ask pacing.Ask) (d admission.Decision, first pacing.First, reserved bool, err error) {
+	ap, ok := f.o.Redis.(admitPacer)
+	if !f.redisInUse() || !ok || len(buckets) == 0 {
+		d, err = f.Admit(ctx, member, buckets)
+		return d, pacing.First{}, false, err
+	}
+	pc, err := pacing.PaceCall(ask.Key, ask.Member, ask.Share, ask.Interval, ask.MaxWait)
+	if err != nil {
+		d, err = f.Admit(ctx, member, buckets)
+		return d, pacing.First{}, false, err
+	}
+	asked := time.Now()
+	d, r, paced, err := ap.AdmitPace(ctx, member, buckets, pc)
+	if err != nil {
+		if callerGaveUp(ctx) {
+			return d, pacing.First{}, false, err
+		}
+		f.fail("admit", err)
+		d, err = f.admitFallback(ctx, member, buckets) // as Admit does
+		return d, pacing.First{}, false, err
+	}
+	f.ok()
+	if d.Admit && !d.Duplicate {
+		_, _ = f.o.Local.Admit(ctx, member, buckets) // as Admit does
+	}
+	if !paced {
+		return d, pacing.First{}, false, nil
+	}
+	return d, pacing.First{Slot: pacing.SlotOf(r, ask.Key, ask.Member), Asked: asked}, true, nil
+}
+
+// admitPacer is the shared admission store's one-round-trip admission
+// and first reservation (admission.RedisStore).
+type admitPacer interface {
+	AdmitPace(ctx context.Context, member string, buckets []admission.Bucket, pc lua.PaceCall) (admission.Decision, lua.PaceReply, bool, error)
 }
 
 // Counts implements admission.Store; in fallback it reports this node's
