@@ -18,6 +18,11 @@
 //     sorted set of expiries beside the slot set, FairKeys): a call within
 //     its share's part takes a slot at once, one beyond it books its
 //     share's turn and asks again then;
+//   - admit_pace (admit_pace.go): admit.lua, then pace.lua for a call it
+//     admitted, in one script built from the two files (each runs as a
+//     local function with its own KEYS and ARGV): a call's admission and
+//     its first carrier slot in one round trip (AdmitPace), exactly as the
+//     two scripts one after the other;
 //   - release.lua: give a reserved slot or a booked turn back (the share
 //     gets the turn back);
 //   - queue.lua: calls waiting for a carrier (slots ahead and turns

@@ -26,6 +26,14 @@
 // waits on a Clock (SystemClock, or a fake one in tests). Pacing keeps no
 // metrics: a Trace tells the caller of each reservation, wait and late wake.
 //
+// A caller may make Acquire's first reservation ahead of it (FirstAsk says
+// what it would be; store.Failover.AdmitReserve makes it with the call's
+// admission, in one Redis round trip) and hand the reply to Acquire in
+// Carrier.First: Acquire then takes it as its own first reservation's
+// reply (same waits, late wakes, bookings, pauses, and MaxWait counted
+// from when it was asked), and gives back one it cannot use (another
+// call's, a priority call's, a carrier this node knows is paused).
+//
 // A priority call (its context marked by WithPriority: an emergency number
 // or an allowed Resource-Priority claim) goes to the front: Acquire sends
 // it at once, past the send gate (which records the send), and reserves

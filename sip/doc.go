@@ -28,7 +28,10 @@
 // woken late never puts limit+1 calls into one second at the carrier; the
 // slot and gate waits together stay within the carrier's max_wait (past
 // it the carrier counts as full). Both waits are pacing.Pacer.Acquire's;
-// this package counts and logs them (pace.go). A carrier's slots are shared
+// this package counts and logs them (pace.go). On the shared Redis store
+// the first carrier's slot is reserved in the admission's own script (one
+// round trip per call, first.go), and handed to Acquire as its first
+// reservation; one no attempt takes is given back at once. A carrier's slots are shared
 // by its share_by (pace.go shareOf): the call draws on its customer's share
 // (weight), or its peer's (share_by peer, or no customer), or on none
 // (share_by none: first come, first served); a call beyond its share may

@@ -8,6 +8,12 @@
 // answer. CallsFailover does the same for the max_calls places (package
 // calls), following the Failover's mode.
 //
+// Failover.AdmitReserve is Admit that, on Redis, also makes the call's
+// first carrier slot reservation in the same script when it admits the
+// call (lua's admit_pace: one round trip instead of two); in the fallback,
+// in process, or on a Cluster with the keys in different slots it is
+// Admit, and the caller reserves through the Pacer.
+//
 // Failure: a Redis error or timeout never reaches the SIP call path as a lost
 // call; the call that met the error is decided by the fallback at once. Under
 // on_error reject, ErrStoreDown is returned and the proxy refuses the call.
