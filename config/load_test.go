@@ -94,6 +94,8 @@ func TestBadFiles(t *testing.T) {
 		{"carrier_uri_transport", "carriers[1].uri: transport must be udp, tcp or tls (got \"sctp\" in \"sip:127.0.0.1:5071;transport=sctp\")"},
 		{"no_peers", "peers: must list at least one peer (without peers every call is refused)"},
 		{"carrier_uri_password", "carriers[0].uri: must not contain a password (RFC 3261 deprecates user:password in URIs)"},
+		{"carrier_uri_port", "carriers[1].uri: port must be 1-65535 (got 99999 in \"sip:127.0.0.1:99999\")"},
+		{"carrier_uri_host", "carriers[1].uri: host must be an IP address or a DNS name like carrier.example (got \"carrier b.example\" in \"sip:carrier b.example:5060\")"},
 		{"advertise", "sip.advertise: must be host or host:port (got \"udp://192.0.2.1:5060\")"},
 		{"dialog_secret_short", "sip.dialog_secret: must be empty or at least 16 characters (got 6)"},
 		{"tcp_idle", "sip.tcp.idle_timeout: must be > 0 (got 0s)"},
@@ -742,5 +744,36 @@ routes:
 	}
 	if !strings.Contains(c.Summary(), "split: weighted: a 70, b 30") || !strings.Contains(c.Summary(), "uk: least_wait: b, a") {
 		t.Errorf("Summary does not describe the routes:\n%s", c.Summary())
+	}
+}
+
+// A carrier URI that sipgo parses but no packet can reach is refused when
+// the file loads, not found out at the first call to the carrier.
+func TestCarrierURIHostAndPort(t *testing.T) {
+	for _, tc := range []struct {
+		uri string
+		ok  bool
+	}{
+		{"sip:192.0.2.10:5060", true},
+		{"sip:192.0.2.10", true},
+		{"sip:[2001:db8::1]:5060", true},
+		{"sips:carrier.example:5061", true},
+		{"sip:carrier-1.example.net;transport=tcp", true},
+		{"sip:localhost:5070", true},
+		{"sip:192.0.2.10:65535", true},
+		{"sip:192.0.2.10:65536", false},
+		{"sip:192.0.2.10:-1", false},
+		{"sip:999.1.1.1:5060", false},
+		{"sip:carrier b.example", false},
+		{"sip:-carrier.example", false},
+		{"sip:carrier..example", false},
+		{"sip:carrier_a.example", false},
+		{"sip:[2001:db8::zz]:5060", false},
+		{"sip:[192.0.2.10]:5060", false},
+	} {
+		err := checkCarrierURI(tc.uri)
+		if (err == nil) != tc.ok {
+			t.Errorf("checkCarrierURI(%q): got %v, want ok %v", tc.uri, err, tc.ok)
+		}
 	}
 }

@@ -590,6 +590,13 @@ func checkCarrierURI(uri string) error {
 	if u.Password != "" {
 		return fmt.Errorf("must not contain a password (RFC 3261 deprecates user:password in URIs)")
 	}
+	if !uriHostOK(u.Host) {
+		return fmt.Errorf("host must be an IP address or a DNS name like carrier.example (got %q in %q)", u.Host, uri)
+	}
+	// sipgo parses any integer; 0 is what it reports for no port at all.
+	if u.Port < 0 || u.Port > 65535 {
+		return fmt.Errorf("port must be 1-65535 (got %d in %q)", u.Port, uri)
+	}
 	t, ok := u.UriParams.Get("transport")
 	if ok && !oneOf(strings.ToLower(t), "udp", "tcp", "tls") {
 		return fmt.Errorf("transport must be udp, tcp or tls (got %q in %q)", t, uri)
@@ -598,6 +605,37 @@ func checkCarrierURI(uri string) error {
 		return fmt.Errorf("a sips: URI goes over TLS (got transport %q in %q)", t, uri)
 	}
 	return nil
+}
+
+// uriHostOK reports whether host, as sipgo parsed it out of a URI, is
+// somewhere a packet can go: an IPv4 address, an IPv6 address in brackets,
+// or a DNS host name (RFC 1123 labels, an optional trailing dot, a last
+// label that is not all digits, so 999.1.1.1 is neither).
+func uriHostOK(host string) bool {
+	if inner, ok := strings.CutPrefix(host, "["); ok {
+		inner, ok = strings.CutSuffix(inner, "]")
+		a, err := netip.ParseAddr(inner)
+		return ok && err == nil && a.Is6()
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		return a.Is4()
+	}
+	name := strings.TrimSuffix(host, ".")
+	if name == "" || len(name) > 253 {
+		return false
+	}
+	labels := strings.Split(name, ".")
+	for _, l := range labels {
+		if len(l) == 0 || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+			return false
+		}
+		for _, r := range l {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-') {
+				return false
+			}
+		}
+	}
+	return strings.Trim(labels[len(labels)-1], "0123456789") != ""
 }
 
 func (v *validator) routes() {
