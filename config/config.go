@@ -437,6 +437,7 @@ type Carrier struct {
 	CPS float64 `cfg:"cps"`
 	// MaxWait is the longest a call waits for a slot of this carrier;
 	// a call that would wait longer tries the next carrier of its route.
+	// At most 24h.
 	MaxWait time.Duration `cfg:"max_wait"`
 	// MaxCalls caps the live calls sent to this carrier, pool-wide (0 = no
 	// limit); a full carrier is skipped like a full pacing queue.
@@ -681,6 +682,12 @@ const (
 	DefaultRetryAfterMax = time.Minute
 	MaxRetryAfterMax     = time.Hour
 )
+
+// MaxMaxWait bounds a carrier's max_wait: a longer one is a typo rather
+// than a queue (no caller waits a day for its call to be sent), and the
+// stores add it to clock readings and TTLs, which a duration near its
+// int64 limit would overflow.
+const MaxMaxWait = 24 * time.Hour
 
 // RetryAfterCap returns the longest pause the carrier's Retry-After may
 // ask for (DefaultRetryAfterMax when unset).

@@ -44,6 +44,7 @@ func TestBadFiles(t *testing.T) {
 		{"cps_huge", "customers[0].cps: must be <= 100000 (got 1e+09)"},
 		{"cps_not_number", "customers[0].cps: must be a number (got \"fast\")"},
 		{"max_wait_negative", "carriers[0].max_wait: must be >= 0 (got -1s)"},
+		{"max_wait_huge", "carriers[0].max_wait: must be at most 24h0m0s (got 25h0m0s)"},
 		{"max_wait_no_unit", "carriers[0].max_wait: must be a duration like 2s or 500ms (got 2)"},
 		{"unknown_key", "carriers[0].max_wiat: unknown key (did you mean \"max_wait\"?)"},
 		{"unknown_section", "metrics: unknown key"},

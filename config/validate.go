@@ -506,6 +506,8 @@ func (v *validator) carriers() {
 		}
 		if ca.MaxWait < 0 {
 			v.errf(path+".max_wait", "must be >= 0 (got %s)", ca.MaxWait)
+		} else if ca.MaxWait > MaxMaxWait {
+			v.errf(path+".max_wait", "must be at most %s (got %s)", MaxMaxWait, ca.MaxWait)
 		}
 		v.enum(path+".share_by", ca.ShareBy, ShareByCustomer, ShareByPeer, ShareByNone)
 		if d := ca.RetryAfterMax; d < 0 || d > MaxRetryAfterMax {
