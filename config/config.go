@@ -243,7 +243,8 @@ type Redis struct {
 	Password string `cfg:"password"`
 	// DB is the database number (standalone and Sentinel only).
 	DB int `cfg:"db"`
-	// Timeout bounds every Redis call made for a SIP call.
+	// Timeout bounds every Redis call made for a SIP call. At most 10s
+	// (MaxRedisTimeout).
 	Timeout time.Duration `cfg:"timeout"`
 	// TLS encrypts the connections to Redis (and to sentinels).
 	TLS RedisTLS `cfg:"tls"`
@@ -682,6 +683,13 @@ const (
 	DefaultRetryAfterMax = time.Minute
 	MaxRetryAfterMax     = time.Hour
 )
+
+// MaxRedisTimeout bounds store.redis.timeout: a call waits that long for
+// Redis before its store.on_error policy decides it, and the store bounds
+// a whole call by twice it and a switch to the fallback by five times it,
+// which a duration near its int64 limit overflows (2 × 2562047h is
+// -1h34m: every such store call would find its context already expired).
+const MaxRedisTimeout = 10 * time.Second
 
 // MaxMaxWait bounds a carrier's max_wait: a longer one is a typo rather
 // than a queue (no caller waits a day for its call to be sent), and the

@@ -317,6 +317,8 @@ func (v *validator) store() {
 	}
 	if r.Timeout <= 0 {
 		v.errf("store.redis.timeout", "must be > 0 (got %s)", r.Timeout)
+	} else if r.Timeout > MaxRedisTimeout {
+		v.errf("store.redis.timeout", "must be at most %s: a call waits for Redis that long before its fallback (got %s)", MaxRedisTimeout, r.Timeout)
 	}
 	if t := r.TLS; !t.Enabled && (t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" || t.ServerName != "") {
 		v.errf("store.redis.tls.enabled", "must be true when other store.redis.tls settings are given (or remove them)")
