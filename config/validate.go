@@ -109,7 +109,8 @@ func (v *validator) enum(path, val string, allowed ...string) {
 }
 
 // hostPort checks "host:port" with a numeric port 0-65535 (0 = any free
-// port, useful in tests).
+// port, useful in tests) and a host that is an address or a name
+// ([hostOK]), or none (":9090").
 func hostPort(s string) error {
 	host, port, err := net.SplitHostPort(s)
 	if err != nil {
@@ -120,6 +121,9 @@ func hostPort(s string) error {
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
 		return fmt.Errorf("port must be 0-65535 (got %q)", s)
+	}
+	if host != "" && !hostOK(host) {
+		return fmt.Errorf("host must be an IP address or a DNS name (got %q in %q)", host, s)
 	}
 	return nil
 }
@@ -157,7 +161,11 @@ func (v *validator) sip() {
 			continue
 		}
 		if err := hostPort(u.Host); err != nil || u.Hostname() == "" {
-			v.errf(path, "must be udp://host:port, tcp://host:port or tls://host:port with a numeric port (got %q)", l)
+			if h := u.Hostname(); h != "" && !hostOK(h) {
+				v.errf(path, "host must be an IP address or a DNS name (got %q in %q)", h, l)
+			} else {
+				v.errf(path, "must be udp://host:port, tcp://host:port or tls://host:port with a numeric port (got %q)", l)
+			}
 			continue
 		}
 		if u.Scheme == "tls" && tlsListen == "" {
@@ -181,6 +189,8 @@ func (v *validator) sip() {
 			if err := hostPort(a); err != nil {
 				v.errf("sip.advertise", "must be host or host:port (got %q)", a)
 			}
+		} else if !hostOK(a) {
+			v.errf("sip.advertise", "must be host or host:port (got %q)", a)
 		}
 	}
 	v.enum("sip.unknown_source", s.UnknownSource, "reject", "drop")
@@ -613,16 +623,24 @@ func checkCarrierURI(uri string) error {
 
 // uriHostOK reports whether host, as sipgo parsed it out of a URI, is
 // somewhere a packet can go: an IPv4 address, an IPv6 address in brackets,
-// or a DNS host name (RFC 1123 labels, an optional trailing dot, a last
-// label that is not all digits, so 999.1.1.1 is neither).
+// or a host name ([hostOK]).
 func uriHostOK(host string) bool {
 	if inner, ok := strings.CutPrefix(host, "["); ok {
 		inner, ok = strings.CutSuffix(inner, "]")
 		a, err := netip.ParseAddr(inner)
 		return ok && err == nil && a.Is6()
 	}
-	if a, err := netip.ParseAddr(host); err == nil {
-		return a.Is4()
+	return !strings.Contains(host, ":") && hostOK(host)
+}
+
+// hostOK reports whether host (no brackets, no port) is an IP address or
+// a DNS host name: dot-separated labels of 1-63 letters, digits, '-' (not
+// first or last) or '_' (Docker's resolver answers such names), at most
+// 253 characters with an optional trailing dot, the last label not all
+// digits, so 300.0.0.1 and 10.0.0 are neither.
+func hostOK(host string) bool {
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true
 	}
 	name := strings.TrimSuffix(host, ".")
 	if name == "" || len(name) > 253 {
@@ -634,7 +652,7 @@ func uriHostOK(host string) bool {
 			return false
 		}
 		for _, r := range l {
-			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-') {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
 				return false
 			}
 		}
