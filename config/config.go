@@ -243,7 +243,8 @@ type Redis struct {
 	Password string `cfg:"password"`
 	// DB is the database number (standalone and Sentinel only).
 	DB int `cfg:"db"`
-	// Timeout bounds every Redis call made for a SIP call.
+	// Timeout bounds every Redis call made for a SIP call. At most 10s
+	// (MaxRedisTimeout).
 	Timeout time.Duration `cfg:"timeout"`
 	// TLS encrypts the connections to Redis (and to sentinels).
 	TLS RedisTLS `cfg:"tls"`
@@ -437,6 +438,7 @@ type Carrier struct {
 	CPS float64 `cfg:"cps"`
 	// MaxWait is the longest a call waits for a slot of this carrier;
 	// a call that would wait longer tries the next carrier of its route.
+	// At most 24h.
 	MaxWait time.Duration `cfg:"max_wait"`
 	// MaxCalls caps the live calls sent to this carrier, pool-wide (0 = no
 	// limit); a full carrier is skipped like a full pacing queue.
@@ -681,6 +683,19 @@ const (
 	DefaultRetryAfterMax = time.Minute
 	MaxRetryAfterMax     = time.Hour
 )
+
+// MaxRedisTimeout bounds store.redis.timeout: a call waits that long for
+// Redis before its store.on_error policy decides it, and the store bounds
+// a whole call by twice it and a switch to the fallback by five times it,
+// which a duration near its int64 limit overflows (2 × 2562047h is
+// -1h34m: every such store call would find its context already expired).
+const MaxRedisTimeout = 10 * time.Second
+
+// MaxMaxWait bounds a carrier's max_wait: a longer one is a typo rather
+// than a queue (no caller waits a day for its call to be sent), and the
+// stores add it to clock readings and TTLs, which a duration near its
+// int64 limit would overflow.
+const MaxMaxWait = 24 * time.Hour
 
 // RetryAfterCap returns the longest pause the carrier's Retry-After may
 // ask for (DefaultRetryAfterMax when unset).

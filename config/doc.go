@@ -9,7 +9,8 @@
 // key such as max_wiat is an error, with a suggestion) and validate every
 // rule, returning a *[ValidationError] that lists every problem at once,
 // each naming its path: "carriers[1].cps: must be > 0 (got -3)". A file that
-// cannot be read is a plain wrapped os error.
+// cannot be read is a plain wrapped os error; one larger than [MaxFileSize]
+// is refused unparsed.
 //
 // Every scalar setting can be overridden by CPSGUARD_ + its path in upper
 // case (CPSGUARD_STORE_REDIS_PASSWORD, CPSGUARD_HTTP_LISTEN,

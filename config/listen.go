@@ -18,9 +18,9 @@ func HTTPListen(path string) (string, error) {
 	if v := os.Getenv(EnvPrefix + "_HTTP_LISTEN"); v != "" {
 		return v, nil
 	}
-	data, err := os.ReadFile(path)
+	data, err := readFile(path)
 	if err != nil {
-		return "", fmt.Errorf("config: cannot read file: %w", err)
+		return "", err
 	}
 	var f map[string]any
 	if err := yaml.Unmarshal(data, &f); err != nil {

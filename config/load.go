@@ -3,7 +3,6 @@ package config
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"os"
 	"reflect"
 	"strings"
@@ -78,9 +77,9 @@ func setDefaults(p any) {
 // works); a file that can be read but is not a valid configuration gives a
 // *ValidationError listing every problem.
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := readFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("config: cannot read file: %w", err)
+		return nil, err
 	}
 	c, err := Parse(data)
 	var ve *ValidationError

@@ -44,6 +44,7 @@ func TestBadFiles(t *testing.T) {
 		{"cps_huge", "customers[0].cps: must be <= 100000 (got 1e+09)"},
 		{"cps_not_number", "customers[0].cps: must be a number (got \"fast\")"},
 		{"max_wait_negative", "carriers[0].max_wait: must be >= 0 (got -1s)"},
+		{"max_wait_huge", "carriers[0].max_wait: must be at most 24h0m0s (got 25h0m0s)"},
 		{"max_wait_no_unit", "carriers[0].max_wait: must be a duration like 2s or 500ms (got 2)"},
 		{"unknown_key", "carriers[0].max_wiat: unknown key (did you mean \"max_wait\"?)"},
 		{"unknown_section", "metrics: unknown key"},
@@ -80,11 +81,16 @@ func TestBadFiles(t *testing.T) {
 		{"tls_ca_missing", "sip.tls.client_ca_file: open does-not-exist-ca.crt: no such file or directory"},
 		{"carrier_sips_udp", "carriers[0].uri: a sips: URI goes over TLS (got transport \"udp\" in \"sips:127.0.0.1:5061;transport=udp\")"},
 		{"http_listen", "http.listen: must be host:port (got \"localhost\")"},
+		{"http_listen_host", "http.listen: host must be an IP address or a DNS name (got \"300.0.0.1\" in \"300.0.0.1:9090\")"},
+		{"advertise_host", "sip.advertise: must be host or host:port (got \"300.0.0.1\")"},
+		{"listen_host", "sip.listen[0]: host must be an IP address or a DNS name (got \"300.0.0.1\" in \"udp://300.0.0.1:5060\")"},
+		{"redis_addr_host", "store.redis.addrs[0]: host must be an IP address or a DNS name (got \"redis host\" in \"redis host:6379\")"},
 		{"reject_code", "sip.reject.code: must be a 4xx, 5xx or 6xx SIP status (got 200)"},
 		{"retry_after_fraction", "sip.reject.retry_after: must be whole seconds: Retry-After counts seconds (got 1.5s)"},
 		{"unknown_source", "sip.unknown_source: must be one of \"reject\", \"drop\" (got \"ignore\")"},
 		{"on_error", "store.on_error: must be one of \"local\", \"admit\", \"reject\" (got \"retry\")"},
 		{"redis_timeout", "store.redis.timeout: must be > 0 (got 0s)"},
+		{"redis_timeout_huge", "store.redis.timeout: must be at most 10s: a call waits for Redis that long before its fallback (got 1m0s)"},
 		{"redis_no_addrs", "store.redis.addrs: must list at least one address like 127.0.0.1:6379 (omit store.redis for the in-process store)"},
 		{"key_prefix", "store.key_prefix: must be 1-64 letters, digits, '.', '_', ':' or '-' (got \"cps{guard}\")"},
 		{"log_level", "log.level: must be one of \"debug\", \"info\", \"warn\", \"error\" (got \"verbose\")"},
@@ -94,6 +100,8 @@ func TestBadFiles(t *testing.T) {
 		{"carrier_uri_transport", "carriers[1].uri: transport must be udp, tcp or tls (got \"sctp\" in \"sip:127.0.0.1:5071;transport=sctp\")"},
 		{"no_peers", "peers: must list at least one peer (without peers every call is refused)"},
 		{"carrier_uri_password", "carriers[0].uri: must not contain a password (RFC 3261 deprecates user:password in URIs)"},
+		{"carrier_uri_port", "carriers[1].uri: port must be 1-65535 (got 99999 in \"sip:127.0.0.1:99999\")"},
+		{"carrier_uri_host", "carriers[1].uri: host must be an IP address or a DNS name like carrier.example (got \"carrier b.example\" in \"sip:carrier b.example:5060\")"},
 		{"advertise", "sip.advertise: must be host or host:port (got \"udp://192.0.2.1:5060\")"},
 		{"dialog_secret_short", "sip.dialog_secret: must be empty or at least 16 characters (got 6)"},
 		{"tcp_idle", "sip.tcp.idle_timeout: must be > 0 (got 0s)"},
@@ -742,5 +750,68 @@ routes:
 	}
 	if !strings.Contains(c.Summary(), "split: weighted: a 70, b 30") || !strings.Contains(c.Summary(), "uk: least_wait: b, a") {
 		t.Errorf("Summary does not describe the routes:\n%s", c.Summary())
+	}
+}
+
+// A carrier URI that sipgo parses but no packet can reach is refused when
+// the file loads, not found out at the first call to the carrier.
+func TestCarrierURIHostAndPort(t *testing.T) {
+	for _, tc := range []struct {
+		uri string
+		ok  bool
+	}{
+		{"sip:192.0.2.10:5060", true},
+		{"sip:192.0.2.10", true},
+		{"sip:[2001:db8::1]:5060", true},
+		{"sips:carrier.example:5061", true},
+		{"sip:carrier-1.example.net;transport=tcp", true},
+		{"sip:localhost:5070", true},
+		{"sip:192.0.2.10:65535", true},
+		{"sip:192.0.2.10:65536", false},
+		{"sip:192.0.2.10:-1", false},
+		{"sip:999.1.1.1:5060", false},
+		{"sip:carrier b.example", false},
+		{"sip:-carrier.example", false},
+		{"sip:carrier..example", false},
+		{"sip:carrier_a.example", true}, // not RFC 1123, but resolvers (Docker's) answer it
+		{"sip:[2001:db8::zz]:5060", false},
+		{"sip:[192.0.2.10]:5060", false},
+	} {
+		err := checkCarrierURI(tc.uri)
+		if (err == nil) != tc.ok {
+			t.Errorf("checkCarrierURI(%q): got %v, want ok %v", tc.uri, err, tc.ok)
+		}
+	}
+}
+
+// hostPort takes what net.Listen and net.Dial take: an IP address (IPv6
+// with or without a zone), a host name, or no host (":9090", every
+// interface); not an address no packet can reach.
+func TestHostPort(t *testing.T) {
+	for _, tc := range []struct {
+		s  string
+		ok bool
+	}{
+		{"127.0.0.1:9090", true},
+		{"0.0.0.0:9090", true},
+		{":9090", true},
+		{"[::1]:9090", true},
+		{"[fe80::1%eth0]:9090", true},
+		{"localhost:6379", true},
+		{"redis-sentinel-0.redis.svc:26379", true},
+		{"my_redis:6379", true},
+		{"redis.:6379", true},
+		{"300.0.0.1:9090", false},
+		{"10.0.0:6379", false},
+		{"redis host:6379", false},
+		{"redis..svc:6379", false},
+		{"-redis:6379", false},
+		{"[127.0.0.1]:9090", true}, // net.SplitHostPort strips the brackets; net.Dial takes it
+		{"127.0.0.1:65536", false},
+		{"localhost", false},
+	} {
+		if err := hostPort(tc.s); (err == nil) != tc.ok {
+			t.Errorf("hostPort(%q): got %v, want ok %v", tc.s, err, tc.ok)
+		}
 	}
 }

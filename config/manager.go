@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -139,9 +138,9 @@ func NewManager(path string, opts ...Option) (*Manager, error) {
 	for _, o := range opts {
 		o(m)
 	}
-	data, err := os.ReadFile(path)
+	data, err := readFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("config: cannot read file: %w", err)
+		return nil, err
 	}
 	c, err := parseFile(path, data)
 	if err != nil {
@@ -234,13 +233,12 @@ func (m *Manager) ReloadBy(trigger string) error {
 // a missing file is ignored: a rename-replace may be half done and the next
 // event will bring the new file.
 func (m *Manager) reload(trigger string, onlyIfChanged bool) error {
-	data, err := os.ReadFile(m.path)
+	data, err := readFile(m.path)
 	if err != nil {
 		if onlyIfChanged && errors.Is(err, fs.ErrNotExist) {
 			m.log().Debug("config file missing, waiting for it to reappear", "file", m.path)
 			return nil
 		}
-		err = fmt.Errorf("config: cannot read file: %w", err)
 		m.fail(trigger, err, [32]byte{})
 		return err
 	}

@@ -410,3 +410,43 @@ func TestWatchConfigMapSwap(t *testing.T) {
 		}
 	}
 }
+
+// A file larger than MaxFileSize is refused before it is parsed: a log or
+// a dump written to the configuration's path by mistake must not cost the
+// running node (viper holds some ten times a file's size while it parses,
+// seventy times for real peers) nor, at start, let it begin on it; the
+// last good configuration keeps running. So is a path that never ends
+// (/dev/zero).
+func TestFileLargerThanMaxRefused(t *testing.T) {
+	huge := versioned(4) + "#" + strings.Repeat("x", MaxFileSize) + "\n"
+	path := filepath.Join(t.TempDir(), "cpsguard.yaml")
+	writeFile(t, path, huge)
+	for name, load := range map[string]func(string) error{
+		"Load":       func(p string) error { _, err := Load(p); return err },
+		"NewManager": func(p string) error { _, err := NewManager(p); return err },
+		"HTTPListen": func(p string) error { _, err := HTTPListen(p); return err },
+	} {
+		for _, p := range []string{path, "/dev/zero"} {
+			if err := load(p); err == nil || !strings.Contains(err.Error(), "larger than") {
+				t.Errorf("%s(%s): got %v, want an error saying the file is too large", name, p, err)
+			}
+		}
+	}
+
+	m, path := newTestManager(t, versioned(3))
+	before := m.Current()
+	writeFile(t, path, huge)
+	if err := m.Reload(); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Fatalf("Reload: got %v, want an error saying the file is too large", err)
+	}
+	if m.Current() != before || m.Failures() != 1 {
+		t.Errorf("got current changed=%v failures=%d, want unchanged and 1", m.Current() != before, m.Failures())
+	}
+	// Exactly MaxFileSize is still read.
+	ok := versioned(5)
+	ok += "#" + strings.Repeat("x", MaxFileSize-len(ok)-2) + "\n"
+	writeFile(t, path, ok)
+	if err := m.Reload(); err != nil {
+		t.Fatalf("Reload of a file of exactly MaxFileSize bytes: %v", err)
+	}
+}

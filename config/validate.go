@@ -109,7 +109,8 @@ func (v *validator) enum(path, val string, allowed ...string) {
 }
 
 // hostPort checks "host:port" with a numeric port 0-65535 (0 = any free
-// port, useful in tests).
+// port, useful in tests) and a host that is an address or a name
+// ([hostOK]), or none (":9090").
 func hostPort(s string) error {
 	host, port, err := net.SplitHostPort(s)
 	if err != nil {
@@ -120,6 +121,9 @@ func hostPort(s string) error {
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
 		return fmt.Errorf("port must be 0-65535 (got %q)", s)
+	}
+	if host != "" && !hostOK(host) {
+		return fmt.Errorf("host must be an IP address or a DNS name (got %q in %q)", host, s)
 	}
 	return nil
 }
@@ -157,7 +161,11 @@ func (v *validator) sip() {
 			continue
 		}
 		if err := hostPort(u.Host); err != nil || u.Hostname() == "" {
-			v.errf(path, "must be udp://host:port, tcp://host:port or tls://host:port with a numeric port (got %q)", l)
+			if h := u.Hostname(); h != "" && !hostOK(h) {
+				v.errf(path, "host must be an IP address or a DNS name (got %q in %q)", h, l)
+			} else {
+				v.errf(path, "must be udp://host:port, tcp://host:port or tls://host:port with a numeric port (got %q)", l)
+			}
 			continue
 		}
 		if u.Scheme == "tls" && tlsListen == "" {
@@ -181,6 +189,8 @@ func (v *validator) sip() {
 			if err := hostPort(a); err != nil {
 				v.errf("sip.advertise", "must be host or host:port (got %q)", a)
 			}
+		} else if !hostOK(a) {
+			v.errf("sip.advertise", "must be host or host:port (got %q)", a)
 		}
 	}
 	v.enum("sip.unknown_source", s.UnknownSource, "reject", "drop")
@@ -317,6 +327,8 @@ func (v *validator) store() {
 	}
 	if r.Timeout <= 0 {
 		v.errf("store.redis.timeout", "must be > 0 (got %s)", r.Timeout)
+	} else if r.Timeout > MaxRedisTimeout {
+		v.errf("store.redis.timeout", "must be at most %s: a call waits for Redis that long before its fallback (got %s)", MaxRedisTimeout, r.Timeout)
 	}
 	if t := r.TLS; !t.Enabled && (t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" || t.ServerName != "") {
 		v.errf("store.redis.tls.enabled", "must be true when other store.redis.tls settings are given (or remove them)")
@@ -506,6 +518,8 @@ func (v *validator) carriers() {
 		}
 		if ca.MaxWait < 0 {
 			v.errf(path+".max_wait", "must be >= 0 (got %s)", ca.MaxWait)
+		} else if ca.MaxWait > MaxMaxWait {
+			v.errf(path+".max_wait", "must be at most %s (got %s)", MaxMaxWait, ca.MaxWait)
 		}
 		v.enum(path+".share_by", ca.ShareBy, ShareByCustomer, ShareByPeer, ShareByNone)
 		if d := ca.RetryAfterMax; d < 0 || d > MaxRetryAfterMax {
@@ -590,6 +604,13 @@ func checkCarrierURI(uri string) error {
 	if u.Password != "" {
 		return fmt.Errorf("must not contain a password (RFC 3261 deprecates user:password in URIs)")
 	}
+	if !uriHostOK(u.Host) {
+		return fmt.Errorf("host must be an IP address or a DNS name like carrier.example (got %q in %q)", u.Host, uri)
+	}
+	// sipgo parses any integer; 0 is what it reports for no port at all.
+	if u.Port < 0 || u.Port > 65535 {
+		return fmt.Errorf("port must be 1-65535 (got %d in %q)", u.Port, uri)
+	}
 	t, ok := u.UriParams.Get("transport")
 	if ok && !oneOf(strings.ToLower(t), "udp", "tcp", "tls") {
 		return fmt.Errorf("transport must be udp, tcp or tls (got %q in %q)", t, uri)
@@ -598,6 +619,45 @@ func checkCarrierURI(uri string) error {
 		return fmt.Errorf("a sips: URI goes over TLS (got transport %q in %q)", t, uri)
 	}
 	return nil
+}
+
+// uriHostOK reports whether host, as sipgo parsed it out of a URI, is
+// somewhere a packet can go: an IPv4 address, an IPv6 address in brackets,
+// or a host name ([hostOK]).
+func uriHostOK(host string) bool {
+	if inner, ok := strings.CutPrefix(host, "["); ok {
+		inner, ok = strings.CutSuffix(inner, "]")
+		a, err := netip.ParseAddr(inner)
+		return ok && err == nil && a.Is6()
+	}
+	return !strings.Contains(host, ":") && hostOK(host)
+}
+
+// hostOK reports whether host (no brackets, no port) is an IP address or
+// a DNS host name: dot-separated labels of 1-63 letters, digits, '-' (not
+// first or last) or '_' (Docker's resolver answers such names), at most
+// 253 characters with an optional trailing dot, the last label not all
+// digits, so 300.0.0.1 and 10.0.0 are neither.
+func hostOK(host string) bool {
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true
+	}
+	name := strings.TrimSuffix(host, ".")
+	if name == "" || len(name) > 253 {
+		return false
+	}
+	labels := strings.Split(name, ".")
+	for _, l := range labels {
+		if len(l) == 0 || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+			return false
+		}
+		for _, r := range l {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+				return false
+			}
+		}
+	}
+	return strings.Trim(labels[len(labels)-1], "0123456789") != ""
 }
 
 func (v *validator) routes() {

@@ -16,7 +16,11 @@ func TestAcquirePriorityGoesFirst(t *testing.T) {
 		clock := newTestClock()
 		p := NewPacerClock(b.store, clock)
 		ctx := context.Background()
-		c := Carrier{Key: key, CPS: 10, MaxWait: 600 * time.Millisecond} // 6 slots of 101 ms
+		// 6 slots of 101 ms: the sixth is due at +505 ms, the next at +606
+		// ms. A max_wait of 550 ms, not 600, so the seventh is refused
+		// whenever less than 56 ms (not 6) passes on Redis's clock between
+		// the first reservation and it: a loaded machine does not fill it.
+		c := Carrier{Key: key, CPS: 10, MaxWait: 550 * time.Millisecond}
 		iv := Interval(c.CPS)
 		for i := range 6 {
 			if s := reserve(t, b.store, key, fmt.Sprintf("call-%d", i), iv, c.MaxWait); !s.OK {

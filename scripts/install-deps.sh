@@ -20,14 +20,27 @@ set -euo pipefail
 policy=${POLICY_RC_D:-/usr/sbin/policy-rc.d}
 promdir=${PROMTOOL_DIR:-/usr/local/bin}
 
+# have NAME: on PATH, or in an sbin directory. Debian installs kamailio in
+# /usr/sbin, which an ordinary user's PATH lacks; the tests look there too
+# (internal/redistest.Require). SBIN_DIRS moves them (for the script's test).
+sbin_dirs=${SBIN_DIRS:-/usr/local/sbin /usr/sbin /sbin}
+have() {
+  command -v "$1" >/dev/null 2>&1 && return 0
+  local d
+  for d in $sbin_dirs; do
+    [ -x "$d/$1" ] && return 0
+  done
+  return 1
+}
+
 need=()
-command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
-command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
-command -v sipp >/dev/null 2>&1 || need+=(sip-tester)
-command -v kamailio >/dev/null 2>&1 || need+=(kamailio)
-command -v openssl >/dev/null 2>&1 || need+=(openssl)
+have redis-server || need+=(redis-server)
+have redis-cli || need+=(redis-tools)
+have sipp || need+=(sip-tester)
+have kamailio || need+=(kamailio)
+have openssl || need+=(openssl)
 want_promtool=0
-command -v promtool >/dev/null 2>&1 || want_promtool=1
+have promtool || want_promtool=1
 
 if [ ${#need[@]} -eq 0 ] && [ $want_promtool -eq 0 ]; then
   exit 0

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/cpsguard/cpsguard/internal/redistest"
 )
 
 // stubbed runs install-deps.sh with PATH holding only stubs of id, sudo,
@@ -16,21 +18,29 @@ import (
 // returns the log, one command per line.
 func stubbed(t *testing.T, uid string, present ...string) (log []string, policy, promdir string) {
 	t.Helper()
+	return stubbedSbin(t, uid, nil, present...)
+}
+
+// stubbedSbin is stubbed with the commands of sbin in a directory off PATH
+// that the script is told (SBIN_DIRS) holds system binaries, as /usr/sbin
+// is for an ordinary Debian user.
+func stubbedSbin(t *testing.T, uid string, sbin []string, present ...string) (log []string, policy, promdir string) {
+	t.Helper()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "bin")
 	promdir = filepath.Join(dir, "local-bin")
 	policy = filepath.Join(dir, "policy-rc.d")
 	logPath := filepath.Join(dir, "log")
-	for _, d := range []string{bin, promdir} {
+	sbinDir := filepath.Join(dir, "sbin")
+	for _, d := range []string{bin, promdir, sbinDir} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, tool := range []string{"bash", "mktemp", "rm", "ls", "tar", "install", "cat", "mkdir", "chmod", "env", "dirname"} {
-		p, err := exec.LookPath(tool)
-		if err != nil {
-			t.Skipf("%s: %v", tool, err)
-		}
+		// A skip under CI=true would pass make test without ever running
+		// the script that installs the other tools: Require fails there.
+		p := redistest.Require(t, tool)
 		if err := os.Symlink(p, filepath.Join(bin, tool)); err != nil {
 			t.Fatal(err)
 		}
@@ -58,9 +68,14 @@ tar -c -C "$d" ./usr/bin/promtool ./usr/bin/prometheus; rm -rf "$d"`)
 	for _, name := range present {
 		stub(name, "")
 	}
+	for _, name := range sbin {
+		if err := os.WriteFile(filepath.Join(sbinDir, name), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	cmd := exec.Command(filepath.Join(bin, "bash"), "install-deps.sh")
-	cmd.Env = []string{"PATH=" + bin, "POLICY_RC_D=" + policy, "PROMTOOL_DIR=" + promdir, "HOME=" + dir}
+	cmd.Env = []string{"PATH=" + bin, "POLICY_RC_D=" + policy, "PROMTOOL_DIR=" + promdir, "HOME=" + dir, "SBIN_DIRS=" + sbinDir}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("install-deps.sh: %v\n%s", err, out)
@@ -130,6 +145,18 @@ func TestInstallDepsNothingMissing(t *testing.T) {
 	for _, line := range log {
 		if strings.HasPrefix(line, "apt-get") || strings.HasPrefix(line, "sudo") {
 			t.Errorf("ran %q with every tool present", line)
+		}
+	}
+}
+
+// Debian installs kamailio in /usr/sbin, off an ordinary user's PATH: the
+// script finds it there and installs nothing, instead of running apt-get
+// (and asking for sudo) on every make test.
+func TestInstallDepsFindsSbinTools(t *testing.T) {
+	log, _, _ := stubbedSbin(t, "1000", []string{"kamailio"}, "redis-server", "redis-cli", "sipp", "openssl", "promtool")
+	for _, line := range log {
+		if strings.HasPrefix(line, "apt-get") || strings.HasPrefix(line, "sudo") {
+			t.Errorf("ran %q with kamailio installed in an sbin directory", line)
 		}
 	}
 }

@@ -37,13 +37,23 @@ type Server struct {
 	cmd *exec.Cmd
 }
 
-// Require returns the path of binary name, skipping the test when it is
-// missing, or failing it when CI=true.
+// sbinDirs are where Require looks when a tool is not on PATH: Debian
+// installs kamailio in /usr/sbin, which an ordinary user's PATH lacks.
+var sbinDirs = []string{"/usr/local/sbin", "/usr/sbin", "/sbin"}
+
+// Require returns the path of binary name, found on PATH or else in
+// sbinDirs, skipping the test when it is missing, or failing it when
+// CI=true.
 func Require(t testing.TB, name string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
 	if err == nil {
 		return p
+	}
+	for _, dir := range sbinDirs {
+		if p, err := exec.LookPath(filepath.Join(dir, name)); err == nil {
+			return p
+		}
 	}
 	if os.Getenv("CI") == "true" {
 		t.Fatalf("%s not found in PATH (CI=true: a missing component is a failure; run ./scripts/install-deps.sh)", name)

@@ -2,6 +2,8 @@ package redistest
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -48,5 +50,25 @@ func TestStartSentinel(t *testing.T) {
 	out, err := s.Sentinels[0].CLI(context.Background(), "SENTINEL", "get-master-addr-by-name", "cpsg")
 	if err != nil || !strings.Contains(out, strconv.Itoa(s.Master.Port())) {
 		t.Fatalf("sentinel master addr: %v %q, want port %d", err, out, s.Master.Port())
+	}
+}
+
+// Debian installs kamailio in /usr/sbin, which is not on an ordinary
+// user's PATH there: Require finds a tool in the sbin directories too, so
+// make test as a user with sudo neither skips the Kamailio tests nor, under
+// CI=true, fails them with the tool installed.
+func TestRequireLooksInSbin(t *testing.T) {
+	sbin := t.TempDir()
+	tool := filepath.Join(sbin, "cpsguard-sbin-tool")
+	if err := os.WriteFile(tool, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", t.TempDir())
+	t.Setenv("CI", "true") // not found must fail here, not skip
+	old := sbinDirs
+	sbinDirs = []string{filepath.Join(sbin, "missing"), sbin}
+	t.Cleanup(func() { sbinDirs = old })
+	if got := Require(t, "cpsguard-sbin-tool"); got != tool {
+		t.Fatalf("Require: got %q, want %q", got, tool)
 	}
 }
