@@ -182,8 +182,11 @@ func (p *Proxy) screenAck(req *sipmsg.Request) bool {
 
 // topVias returns the first two Via values of m (the proxy's own and the
 // upstream one on a forwarded request), nil when missing.
-func topVias(m sipmsg.Message) (first, second *sipmsg.ViaHeader) {
-	for _, h := range m.GetHeaders("Via") {
+func topVias(m headerList) (first, second *sipmsg.ViaHeader) {
+	for _, h := range m.Headers() {
+		if !isVia(h) {
+			continue
+		}
 		v, ok := h.(*sipmsg.ViaHeader)
 		if !ok {
 			return nil, nil
