@@ -24,7 +24,8 @@
 // really left (Ticket.Sent), so a timer woken late never puts limit+1 calls
 // into one second. It only delays, never past max_wait. A Pacer reads and
 // waits on a Clock (SystemClock, or a fake one in tests). Pacing keeps no
-// metrics: a Trace tells the caller of each reservation, wait and late wake.
+// metrics: a Tracer (Trace, a struct of funcs, is one) tells the caller of
+// each reservation, wait and late wake.
 //
 // A caller may make Acquire's first reservation ahead of it (FirstAsk says
 // what it would be; store.Failover.AdmitReserve makes it with the call's

@@ -53,13 +53,11 @@ const PriorityHorizon = 10 * time.Minute
 // now. The trace is told of the reservation with a Wait of 0 (the call's
 // own wait). A paused carrier is a Ticket with Paused; a store failure an
 // error, nothing held.
-func (p *Pacer) acquirePriority(ctx context.Context, c Carrier, member string, trace *Trace, gate []GateKey) (Ticket, error) {
+func (p *Pacer) acquirePriority(ctx context.Context, c Carrier, member string, trace Tracer, gate []GateKey) (Ticket, error) {
 	start := p.clock.Now()
 	if v := p.views.of(c.Key).pause; v.Paused && start.Before(v.Until) {
 		s := Slot{Paused: true, Wait: v.Until.Sub(start), Key: c.Key, Member: member}
-		if trace.Reserved != nil {
-			trace.Reserved(s, nil)
-		}
+		trace.TraceReserved(s, nil)
 		return Ticket{Paused: true, Wait: s.Wait}, nil
 	}
 	try := c
@@ -72,9 +70,7 @@ func (p *Pacer) acquirePriority(ctx context.Context, c Carrier, member string, t
 	try.Share = Share{}
 	slot, err := p.Reserve(ctx, try, member)
 	if err != nil {
-		if trace.Reserved != nil {
-			trace.Reserved(slot, err)
-		}
+		trace.TraceReserved(slot, err)
 		if ctx.Err() != nil {
 			return Ticket{}, ctx.Err()
 		}
@@ -87,9 +83,7 @@ func (p *Pacer) acquirePriority(ctx context.Context, c Carrier, member string, t
 		// the same.
 		told.OK, told.Wait = true, 0
 	}
-	if trace.Reserved != nil {
-		trace.Reserved(told, nil)
-	}
+	trace.TraceReserved(told, nil)
 	if slot.Paused {
 		return Ticket{Paused: true, Wait: slot.Wait}, nil
 	}

@@ -156,11 +156,16 @@ func prependVia(p *Proxy, req *sipmsg.Request, tp string, to netip.Addr, below [
 	} else {
 		// The received Vias move up with it, so every Via line stays
 		// together above the headers below (each a plain Via line: ack.go).
-		vias := req.GetHeaders("Via")
+		var buf [8]sipmsg.Header
+		hs := append(buf[:0], via)
+		for _, h := range req.Headers() {
+			if isVia(h) {
+				hs = append(hs, h)
+			}
+		}
 		for req.RemoveHeader("Via") {
 		}
-		var buf [8]sipmsg.Header
-		hs := append(append(append(buf[:0], via), vias...), below...)
+		hs = append(hs, below...)
 		req.PrependHeader(hs...)
 		// PrependHeader points req.Via() at the last Via it was given;
 		// replacing the first by itself points it back at the top one.
@@ -223,4 +228,17 @@ func hostAddr(host string) netip.Addr {
 		return netip.Addr{}
 	}
 	return a.Unmap().WithZone("")
+}
+
+// headerList is a SIP message's header list (*sipmsg.Request and
+// *sipmsg.Response): walked in place, where GetHeaders would allocate a
+// slice of the matches.
+type headerList interface {
+	Headers() []sipmsg.Header
+}
+
+// isVia reports a Via header, as GetHeaders("Via") matches one (its name
+// folded to lower case).
+func isVia(h sipmsg.Header) bool {
+	return sipmsg.HeaderToLower(h.Name()) == "via"
 }

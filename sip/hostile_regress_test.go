@@ -40,7 +40,7 @@ func TestStatelessInputSeparatesFields(t *testing.T) {
 	if d1 == d2 {
 		t.Fatalf("the two Vias go to one place (%v): the test proves nothing", d1)
 	}
-	if bytes.Equal(statelessInput(orig, cs, next), statelessInput(alt, cs, next)) {
+	if bytes.Equal(statelessInput(nil, orig, cs, next), statelessInput(nil, alt, cs, next)) {
 		t.Errorf("Vias to %v and %v give one MAC input", d1, d2)
 	}
 }

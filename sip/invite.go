@@ -295,13 +295,22 @@ func limitOf(scope string, s *policy.Scoped) limitRef {
 // It answers the call and returns false when the call must stop.
 func (c *call) admit(peer *config.Peer, cu *config.Customer, dest *policy.Destination, number string) bool {
 	p, cfg := c.p, c.cfg
+	// Sized for the usual call (a few limits of a bucket or two each), so
+	// that each list is allocated once at most: limits and owner stay on
+	// the stack; buckets goes to the store and gates to the pacer, and
+	// gates has room for the carrier's own key (awaitCarrier).
 	var buckets []admission.Bucket
-	var limits []limitRef
-	var owner []int // owner[i]: index in limits of buckets[i]'s limit
+	var limitsBuf [4]limitRef
+	limits := limitsBuf[:0]
+	var ownerBuf [8]int
+	owner := ownerBuf[:0] // owner[i]: index in limits of buckets[i]'s limit
 	var gates []pacing.GateKey
 	add := func(l limitRef, bs []admission.Bucket) {
 		if len(bs) == 0 {
 			return
+		}
+		if buckets == nil {
+			buckets = make([]admission.Bucket, 0, len(bs)+4)
 		}
 		buckets = append(buckets, bs...)
 		for range bs {
@@ -323,6 +332,9 @@ func (c *call) admit(peer *config.Peer, cu *config.Customer, dest *policy.Destin
 		}
 		bs := s.Buckets(cps, burst)
 		if burst <= 0 && cps > 0 && !s.Shadow {
+			if gates == nil {
+				gates = make([]pacing.GateKey, 0, 4)
+			}
 			gates = append(gates, pacing.GateKey{Key: s.ID, CPS: cps})
 		}
 		add(limitOf(scope, s), bs)
@@ -366,7 +378,9 @@ func (c *call) admit(peer *config.Peer, cu *config.Customer, dest *policy.Destin
 		c.absorbDuplicate()
 		return false
 	}
-	over := make([]bool, len(limits))
+	var overBuf [len(limitsBuf)]bool
+	over := overBuf[:0]
+	over = append(over, make([]bool, len(limits))...)
 	for i, o := range dec.Over {
 		if o && i < len(owner) {
 			over[owner[i]] = true

@@ -40,32 +40,7 @@ const (
 // labels are sip's, from the Trace); log gets a debug line for a full or
 // paused carrier and for a late wake.
 func (p *Proxy) awaitCarrier(ctx context.Context, log *slog.Logger, cfg *config.Config, car *config.Carrier, member, peer, customer string, keys []pacing.GateKey, first *pacing.First) (ticket pacing.Ticket, state carrierState, wait time.Duration, err error) {
-	trace := &pacing.Trace{
-		Reserved: func(slot pacing.Slot, failed error) {
-			decided(ctx) // what remains is a timer and a send: no longer in flight
-			switch {
-			case failed != nil:
-			case slot.Paused:
-				p.m.Pacing.WithLabelValues(car.Name, metrics.PacingPaused).Inc()
-				log.Debug("carrier paused", "carrier", car.Name, "left", slot.Wait)
-			case !slot.OK:
-				p.m.Pacing.WithLabelValues(car.Name, metrics.PacingFull).Inc()
-				log.Debug("carrier full", "carrier", car.Name, "wait", slot.Wait, "max_wait", car.MaxWait)
-			default:
-				p.m.Pacing.WithLabelValues(car.Name, metrics.PacingPaced).Inc()
-				p.m.PacingWait.WithLabelValues(car.Name).Observe(slot.Wait.Seconds())
-			}
-		},
-		Queued: func(delta int) { p.m.Queued.WithLabelValues(car.Name).Add(float64(delta)) },
-		Late: func(_ pacing.Slot, late time.Duration) {
-			p.m.Pacing.WithLabelValues(car.Name, metrics.PacingLate).Inc()
-			log.Debug("woke too late for the slot: taking the next", "carrier", car.Name, "late", late)
-		},
-		Paused: func(pacing.Slot) {
-			p.m.Pacing.WithLabelValues(car.Name, metrics.PacingPaused).Inc()
-			log.Debug("carrier paused while the call waited: slot given back", "carrier", car.Name)
-		},
-	}
+	trace := &paceTrace{ctx: ctx, log: log, p: p, car: car}
 	pc, gate := p.pacingOf(cfg, car, peer, customer)
 	keys = append(keys, gate)
 	pc.First = first
@@ -113,4 +88,47 @@ func shareOf(cfg *config.Config, car *config.Carrier, peer, customer string) pac
 		return pacing.Share{Name: pol.Peer(pe).ID, Weight: pe.ShareWeight()}
 	}
 	return pacing.Share{}
+}
+
+// paceTrace counts and logs one Acquire for awaitCarrier (the pacing
+// metrics, by carrier). One value per call attempt: a pacing.Trace of
+// closures cost five allocations.
+type paceTrace struct {
+	ctx context.Context
+	log *slog.Logger
+	p   *Proxy
+	car *config.Carrier
+}
+
+var _ pacing.Tracer = (*paceTrace)(nil)
+
+func (t *paceTrace) TraceReserved(slot pacing.Slot, failed error) {
+	p, car := t.p, t.car
+	decided(t.ctx) // what remains is a timer and a send: no longer in flight
+	switch {
+	case failed != nil:
+	case slot.Paused:
+		p.m.Pacing.WithLabelValues(car.Name, metrics.PacingPaused).Inc()
+		t.log.Debug("carrier paused", "carrier", car.Name, "left", slot.Wait)
+	case !slot.OK:
+		p.m.Pacing.WithLabelValues(car.Name, metrics.PacingFull).Inc()
+		t.log.Debug("carrier full", "carrier", car.Name, "wait", slot.Wait, "max_wait", car.MaxWait)
+	default:
+		p.m.Pacing.WithLabelValues(car.Name, metrics.PacingPaced).Inc()
+		p.m.PacingWait.WithLabelValues(car.Name).Observe(slot.Wait.Seconds())
+	}
+}
+
+func (t *paceTrace) TraceQueued(delta int) {
+	t.p.m.Queued.WithLabelValues(t.car.Name).Add(float64(delta))
+}
+
+func (t *paceTrace) TraceLate(_ pacing.Slot, late time.Duration) {
+	t.p.m.Pacing.WithLabelValues(t.car.Name, metrics.PacingLate).Inc()
+	t.log.Debug("woke too late for the slot: taking the next", "carrier", t.car.Name, "late", late)
+}
+
+func (t *paceTrace) TracePaused(pacing.Slot) {
+	t.p.m.Pacing.WithLabelValues(t.car.Name, metrics.PacingPaused).Inc()
+	t.log.Debug("carrier paused while the call waited: slot given back", "carrier", t.car.Name)
 }

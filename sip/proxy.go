@@ -46,7 +46,7 @@ type Pacer interface {
 	// false is a full or paused carrier. It returns ctx.Err() when ctx
 	// ends first; any other error is the store's. Unless the Ticket is OK,
 	// nothing is held. trace (may be nil) is told of each step.
-	Acquire(ctx context.Context, c pacing.Carrier, member string, trace *pacing.Trace, gate ...pacing.GateKey) (pacing.Ticket, error)
+	Acquire(ctx context.Context, c pacing.Carrier, member string, trace pacing.Tracer, gate ...pacing.GateKey) (pacing.Ticket, error)
 }
 
 // Carriers is what the proxy needs of its carriers: which to try for a

@@ -107,7 +107,7 @@ func (f *fakePacer) init() *pacing.Pacer {
 	return f.pacer
 }
 
-func (f *fakePacer) Acquire(ctx context.Context, c pacing.Carrier, member string, trace *pacing.Trace, gate ...pacing.GateKey) (pacing.Ticket, error) {
+func (f *fakePacer) Acquire(ctx context.Context, c pacing.Carrier, member string, trace pacing.Tracer, gate ...pacing.GateKey) (pacing.Ticket, error) {
 	f.init()
 	f.mu.Lock()
 	f.reservedCPS = append(f.reservedCPS, c.CPS)

@@ -389,9 +389,16 @@ func inviteKeyOf(req *sipmsg.Request) inviteKey {
 	if port <= 0 {
 		port = sipmsg.DefaultPort(v.Transport)
 	}
-	key := branch + "\x00" + v.Host + ":" + strconv.Itoa(port)
+	// Built in a stack buffer: one allocation, the key's.
+	var buf [128]byte
+	key := append(buf[:0], branch...)
+	key = append(key, 0)
+	key = append(key, v.Host...)
+	key = append(key, ':')
+	key = strconv.AppendInt(key, int64(port), 10)
 	if !strings.HasPrefix(branch, sipmsg.RFC3261BranchMagicCookie) || len(branch) == len(sipmsg.RFC3261BranchMagicCookie) {
-		key += "\x00" + callID(req)
+		key = append(key, 0)
+		key = append(key, callID(req)...)
 	}
 	return inviteKey(key)
 }

@@ -182,8 +182,11 @@ func (p *Proxy) screenAck(req *sipmsg.Request) bool {
 
 // topVias returns the first two Via values of m (the proxy's own and the
 // upstream one on a forwarded request), nil when missing.
-func topVias(m sipmsg.Message) (first, second *sipmsg.ViaHeader) {
-	for _, h := range m.GetHeaders("Via") {
+func topVias(m headerList) (first, second *sipmsg.ViaHeader) {
+	for _, h := range m.Headers() {
+		if !isVia(h) {
+			continue
+		}
 		v, ok := h.(*sipmsg.ViaHeader)
 		if !ok {
 			return nil, nil
@@ -269,9 +272,9 @@ func statelessDest(up *sipmsg.ViaHeader) (netip.AddrPort, bool) {
 // hop's IP. Every field is length-prefixed and taken byte for byte (no
 // case folding), so no two different Vias give one input: a Via whose
 // host or parameters hold a separator cannot pass for another that sends
-// the response elsewhere.
-func statelessInput(up *sipmsg.ViaHeader, cseq *sipmsg.CSeqHeader, next netip.Addr) []byte {
-	b := make([]byte, 0, 160)
+// the response elsewhere. It is appended to b (a caller's stack buffer:
+// statelessInputBytes covers the usual input) and returned.
+func statelessInput(b []byte, up *sipmsg.ViaHeader, cseq *sipmsg.CSeqHeader, next netip.Addr) []byte {
 	field := func(s string) {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
@@ -296,9 +299,21 @@ func statelessInput(up *sipmsg.ViaHeader, cseq *sipmsg.CSeqHeader, next netip.Ad
 	} else {
 		b = append(b, 0)
 	}
-	field(next.Unmap().WithZone("").String())
-	return b
+	next = next.Unmap().WithZone("")
+	if !next.IsValid() {
+		field(next.String()) // "invalid IP", as before; AppendTo writes nothing
+		return b
+	}
+	// Addr.AppendTo writes what Addr.String returns, without a string.
+	var ip [len("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")]byte
+	t := next.AppendTo(ip[:0])
+	b = binary.AppendUvarint(b, uint64(len(t)))
+	return append(b, t...)
 }
+
+// statelessInputBytes sizes the stack buffers statelessInput appends to:
+// enough for a Via of a usual length (a longer input grows onto the heap).
+const statelessInputBytes = 256
 
 // Flags of a stateless branch.
 const (
@@ -324,13 +339,23 @@ func statelessMACOf(k *tokenKey, in []byte, flags byte, key callKey, id string) 
 // flags and the call key in clear (the far leg's response brings them
 // back: ends.go), then the MAC over them and statelessInput.
 func (p *Proxy) statelessBranch(cfg *config.Config, up *sipmsg.ViaHeader, m sipmsg.Message, next netip.Addr, flags byte, key callKey) string {
-	sum := statelessMACOf(p.keys.keys(cfg).cur, statelessInput(up, m.CSeq(), next), flags, key, callID(m))
+	var in [statelessInputBytes]byte
+	sum := statelessMACOf(p.keys.keys(cfg).cur, statelessInput(in[:0], up, m.CSeq(), next), flags, key, callID(m))
 	var b [statelessBranchBytes]byte
 	b[0] = flags
 	copy(b[1:], key[:])
 	copy(b[1+len(key):], sum[:statelessMACBytes])
-	return statelessBranchPrefix + base64.RawURLEncoding.EncodeToString(b[:])
+	// The prefix and the encoding built in place: one allocation, the
+	// string's.
+	var out [len(statelessBranchPrefix) + statelessBranchChars]byte
+	copy(out[:], statelessBranchPrefix)
+	base64.RawURLEncoding.Encode(out[len(statelessBranchPrefix):], b[:])
+	return string(out[:])
 }
+
+// statelessBranchChars is a stateless branch's length after base64 (no
+// padding), without its prefix.
+const statelessBranchChars = (statelessBranchBytes*8 + 5) / 6
 
 // statelessBranchOf reports whether res's top Via is the proxy's on a
 // request it relayed statelessly.
@@ -362,8 +387,18 @@ func (p *Proxy) relayStatelessResponse(cfg *config.Config, res *sipmsg.Response,
 		return
 	}
 	branch, _ := own.Params.Get("branch")
-	raw, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(branch, statelessBranchPrefix))
-	if err != nil || len(raw) != statelessBranchBytes || raw[0]&^branchFromCarrier != 0 {
+	// Decoded into a stack buffer: only a branch of exactly
+	// statelessBranchChars can decode to statelessBranchBytes.
+	enc := strings.TrimPrefix(branch, statelessBranchPrefix)
+	var raw [statelessBranchBytes]byte
+	if len(enc) != statelessBranchChars {
+		drop("forged_response")
+		return
+	}
+	var encb [statelessBranchChars]byte
+	copy(encb[:], enc)
+	n, err := base64.RawURLEncoding.Decode(raw[:], encb[:])
+	if err != nil || n != statelessBranchBytes || raw[0]&^branchFromCarrier != 0 {
 		drop("forged_response")
 		return
 	}
@@ -371,7 +406,8 @@ func (p *Proxy) relayStatelessResponse(cfg *config.Config, res *sipmsg.Response,
 	var key callKey
 	copy(key[:], raw[1:])
 	mac := raw[1+len(key):]
-	in := statelessInput(up, res.CSeq(), src)
+	var inb [statelessInputBytes]byte
+	in := statelessInput(inb[:0], up, res.CSeq(), src)
 	s := p.keys.keys(cfg)
 	ok := false
 	for _, k := range []*tokenKey{s.cur, s.prev} {

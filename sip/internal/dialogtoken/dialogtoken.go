@@ -100,7 +100,7 @@ type Legs struct {
 // no state between calls).
 type Key struct {
 	secret []byte
-	pool   sync.Pool // of hash.Hash, keyed
+	pool   sync.Pool // of *macState, keyed
 
 	mu   sync.Mutex
 	days map[int64]cipher.AEAD
@@ -108,20 +108,33 @@ type Key struct {
 
 func NewKey(key []byte) *Key {
 	k := append([]byte(nil), key...)
-	return &Key{secret: k, pool: sync.Pool{New: func() any { return hmac.New(sha256.New, k) }}}
+	return &Key{secret: k, pool: sync.Pool{New: func() any { return &macState{mac: hmac.New(sha256.New, k)} }}}
 }
 
-// sum writes the MAC of payload, callID and ftag into dst.
+// macState is one pooled keyed hash with the scratch space Sum needs, so
+// that nothing it writes or sums escapes to the heap: bytes handed to a
+// hash.Hash (an interface) do, and each would cost an allocation.
+type macState struct {
+	mac hash.Hash
+	in  []byte
+	sum [sha256.Size]byte
+}
+
+// maxPooledInput bounds the scratch input a pooled macState keeps (a
+// longer one, from an oversized Call-ID, is dropped with its state).
+const maxPooledInput = 1024
+
+// Sum writes the MAC of payload, callID and ftag (each separated by a zero
+// byte) into dst.
 func (k *Key) Sum(dst *[sha256.Size]byte, payload []byte, callID, ftag string) {
-	mac := k.pool.Get().(hash.Hash)
-	mac.Reset()
-	_, _ = mac.Write(payload)
-	_, _ = mac.Write([]byte{0})
-	_, _ = mac.Write([]byte(callID))
-	_, _ = mac.Write([]byte{0})
-	_, _ = mac.Write([]byte(ftag))
-	mac.Sum(dst[:0])
-	k.pool.Put(mac)
+	s := k.pool.Get().(*macState)
+	s.mac.Reset()
+	s.in = append(append(append(append(append(s.in[:0], payload...), 0), callID...), 0), ftag...)
+	_, _ = s.mac.Write(s.in)
+	*dst = [sha256.Size]byte(s.mac.Sum(s.sum[:0]))
+	if cap(s.in) <= maxPooledInput {
+		k.pool.Put(s)
+	}
 }
 
 // aead returns the token AEAD of mint day day (Unix time / Day),

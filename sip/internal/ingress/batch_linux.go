@@ -23,13 +23,21 @@ type mmsghdr struct {
 	len uint32
 }
 
-// batchReader reads many datagrams per system call with recvmmsg(2).
+// batchReader reads many datagrams per system call with recvmmsg(2). It
+// is used by one goroutine at a time.
 type batchReader struct {
 	rc    syscall.RawConn
 	hdrs  []mmsghdr
 	iovs  []unix.Iovec
 	names []unix.RawSockaddrInet6
 	bufs  [][]byte
+
+	// recv is the RawConn.Read callback, made once (a closure made per
+	// read, with the results it sets, cost two allocations a read); it
+	// leaves its results in n and errno.
+	recv  func(fd uintptr) bool
+	n     int
+	errno syscall.Errno
 }
 
 func newBatchReader(conn *net.UDPConn, n, size int) (*batchReader, error) {
@@ -47,7 +55,25 @@ func newBatchReader(conn *net.UDPConn, n, size int) (*batchReader, error) {
 		r.hdrs[i].hdr.SetIovlen(1)
 		r.hdrs[i].hdr.Name = (*byte)(unsafe.Pointer(&r.names[i]))
 	}
+	r.recv = r.recvmmsg
 	return r, nil
+}
+
+// recvmmsg is the RawConn.Read callback of read: one recvmmsg(2) without
+// waiting, false (wait for the socket) when nothing is there.
+func (r *batchReader) recvmmsg(fd uintptr) bool {
+	for {
+		nn, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.hdrs[0])),
+			uintptr(len(r.hdrs)), unix.MSG_DONTWAIT, 0, 0)
+		switch e {
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false // wait until the socket is readable
+		}
+		r.n, r.errno = int(nn), e
+		return true
+	}
 }
 
 // read waits for datagrams and reads as many as are there, up to the
@@ -58,25 +84,11 @@ func (r *batchReader) read() (int, error) {
 		r.hdrs[i].hdr.Flags = 0
 		r.hdrs[i].len = 0
 	}
-	var n int
-	var errno syscall.Errno
-	err := r.rc.Read(func(fd uintptr) bool {
-		for {
-			nn, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.hdrs[0])),
-				uintptr(len(r.hdrs)), unix.MSG_DONTWAIT, 0, 0)
-			switch e {
-			case unix.EINTR:
-				continue
-			case unix.EAGAIN:
-				return false // wait until the socket is readable
-			}
-			n, errno = int(nn), e
-			return true
-		}
-	})
-	if err != nil {
+	r.n, r.errno = 0, 0
+	if err := r.rc.Read(r.recv); err != nil {
 		return 0, err
 	}
+	n, errno := r.n, r.errno
 	switch errno {
 	case 0:
 		return n, nil

@@ -1,0 +1,106 @@
+package sip
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	sipmsg "github.com/emiago/sipgo/sip"
+)
+
+func parseInvite(t *testing.T, raw string) *sipmsg.Request {
+	t.Helper()
+	m, err := sipmsg.ParseMessage([]byte(strings.ReplaceAll(raw, "\n", "\r\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.(*sipmsg.Request)
+}
+
+const twoViaInvite = "INVITE sip:100@127.0.0.1 SIP/2.0\n" +
+	"Via: SIP/2.0/UDP 127.0.0.2:5070;branch=z9hG4bK-top;rport\n" +
+	"Max-Forwards: 70\n" +
+	"v: SIP/2.0/UDP 10.0.0.1;branch=z9hG4bK-second\n" +
+	"From: <sip:a@x>;tag=1\nTo: <sip:100@127.0.0.1>\nCall-ID: c1\nCSeq: 1 INVITE\nContent-Length: 0\n\n"
+
+// TestInviteKeyBytes: the key of an INVITE's transaction is branch, a zero
+// byte, host, ':' and port (the transport's default when the Via names
+// none), and for an RFC 2543 branch a zero byte and the Call-ID (the
+// layout the CANCEL lookup and sipgo's key follow); it costs one
+// allocation, the key (two before: the port's text and the join).
+func TestInviteKeyBytes(t *testing.T) {
+	for _, tc := range []struct{ via, callID, want string }{
+		{"127.0.0.2:5070;branch=z9hG4bK-1", "one", "z9hG4bK-1\x00127.0.0.2:5070"},
+		{"127.0.0.2;branch=z9hG4bK-1", "one", "z9hG4bK-1\x00127.0.0.2:5060"},
+		{"127.0.0.2:5070;branch=legacy", "two", "legacy\x00127.0.0.2:5070\x00two"},
+		{"127.0.0.2:5070;branch=z9hG4bK", "three", "z9hG4bK\x00127.0.0.2:5070\x00three"},
+	} {
+		req := parseInvite(t, "INVITE sip:100@127.0.0.1 SIP/2.0\nVia: SIP/2.0/UDP "+tc.via+
+			"\nFrom: <sip:a@x>;tag=1\nTo: <sip:100@127.0.0.1>\nCall-ID: "+tc.callID+"\nCSeq: 1 INVITE\nContent-Length: 0\n\n")
+		if got := inviteKeyOf(req); string(got) != tc.want {
+			t.Errorf("Via %s: got %q, want %q", tc.via, got, tc.want)
+		}
+	}
+	if raceEnabled {
+		return
+	}
+	req := parseInvite(t, twoViaInvite)
+	if n := testing.AllocsPerRun(100, func() { _ = inviteKeyOf(req) }); n != 1 {
+		t.Errorf("got %v allocations per key, want 1", n)
+	}
+}
+
+// TestTopViasInPlace: topVias finds the top two Vias (a compact "v:" one
+// too) without allocating.
+func TestTopViasInPlace(t *testing.T) {
+	req := parseInvite(t, twoViaInvite)
+	first, second := topVias(req)
+	if first == nil || second == nil || first.Host != "127.0.0.2" || second.Host != "10.0.0.1" {
+		t.Fatalf("got %v and %v, want the Vias of 127.0.0.2 and 10.0.0.1", first, second)
+	}
+	if raceEnabled {
+		return
+	}
+	if n := testing.AllocsPerRun(100, func() { topVias(req) }); n != 0 {
+		t.Errorf("got %v allocations, want 0", n)
+	}
+}
+
+// TestPrependViaWithRecordRoute: the proxy's Via goes on top, the
+// received Vias follow in order, then the Record-Route, then the rest;
+// gathering the received Vias allocates no list of its own.
+func TestPrependViaWithRecordRoute(t *testing.T) {
+	p := &Proxy{}
+	lr := sipmsg.NewParams()
+	lr.Add("lr", "")
+	rr := &sipmsg.RecordRouteHeader{Address: sipmsg.Uri{Scheme: "sip", Host: "192.0.2.1", UriParams: lr}}
+	req := parseInvite(t, twoViaInvite)
+	prependVia(p, req, "UDP", netip.MustParseAddr("127.0.0.1"), []sipmsg.Header{rr})
+	var names []string
+	for _, h := range req.Headers() {
+		names = append(names, h.Name())
+	}
+	if got, want := strings.Join(names, ","), "Via,Via,Via,Record-Route,Max-Forwards,From,To,Call-ID,CSeq,Content-Length"; got != want {
+		t.Errorf("headers %s, want %s", got, want)
+	}
+	if req.Via() != req.Headers()[0] {
+		t.Error("req.Via() is not the top Via")
+	}
+	if v := req.Headers()[1].(*sipmsg.ViaHeader); v.Host != "127.0.0.2" {
+		t.Errorf("second Via %q, want the received top one", v.Value())
+	}
+	if raceEnabled {
+		return
+	}
+	base := testing.AllocsPerRun(50, func() {
+		r := parseInvite(t, twoViaInvite)
+		prependVia(p, r, "UDP", netip.MustParseAddr("127.0.0.1"), []sipmsg.Header{rr})
+	})
+	parse := testing.AllocsPerRun(50, func() { parseInvite(t, twoViaInvite) })
+	// The Via, its parameters, its branch, the received top Via's
+	// parameters grown by rport and received, and the new header list (7
+	// before, with GetHeaders' list of the received Vias).
+	if n := base - parse; n > 6 {
+		t.Errorf("got %v allocations per prepend, want at most 6", n)
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package dialogtoken
+
+const raceEnabled = false
