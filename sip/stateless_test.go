@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -468,97 +467,6 @@ func TestStatelessDest(t *testing.T) {
 			t.Errorf("%s: got %v %v, want %q", c.via, got, ok, c.want)
 		}
 	}
-}
-
-// BenchmarkByeRelay relays one BYE and its 200 per op between raw UDP end
-// points (a carrier answering every BYE, and one caller socket per
-// parallel goroutine, all in one dialog), statefully (sipgo transactions,
-// as before stateless.go) and statelessly. The ends are in this process and
-// cost the same in both cases; cpu-µs/op is the process's CPU time
-// (getrusage) per op, so the difference between the two is the proxy's:
-//
-//	go test ./sip/ -run '^$' -bench ByeRelay -benchtime 20000x -count 3
-func BenchmarkByeRelay(b *testing.B) {
-	for _, mode := range []string{"stateful", "stateless"} {
-		b.Run(mode, func(b *testing.B) {
-			statefulOnly.Store(mode == "stateful")
-			defer statefulOnly.Store(false)
-			benchByeRelay(b)
-		})
-	}
-}
-
-func benchByeRelay(b *testing.B) {
-	car := newBenchEnd(b, "127.0.0.1")
-	peer := newBenchEnd(b, "127.0.0.2")
-	adm, pacer := newFakes()
-	cfg := testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr, CPS: 100, MaxWait: time.Second})
-	udp := startProxyOpts(b, Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer}).udp
-	// Set up the dialog: INVITE from the peer, 200 from the carrier.
-	inv := "INVITE sip:100@" + udp + " SIP/2.0\r\nVia: SIP/2.0/UDP " + peer.addr + ";branch=z9hG4bK.binv;rport\r\n" +
-		"Max-Forwards: 70\r\nFrom: <sip:a@" + peer.addr + ">;tag=bf\r\nTo: <sip:100@" + udp + ">\r\nCall-ID: bench-bye\r\n" +
-		"CSeq: 1 INVITE\r\nContact: <sip:a@" + peer.addr + ">\r\nContent-Length: 0\r\n\r\n"
-	peer.write(b, udp, inv)
-	fwd := car.readRequest(b, sipmsg.INVITE)
-	ok := sipmsg.NewResponseFromRequest(fwd, 200, "OK", nil)
-	ok.To().Params.Add("tag", "bt")
-	ok.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "c", Host: "127.0.0.1", Port: mustPort(b, car.addr)}})
-	car.write(b, udp, ok.String())
-	res := peer.readResponse(b)
-	rr := res.RecordRoute()
-	if rr == nil {
-		b.Fatalf("200 without Record-Route")
-	}
-	route := "Route: " + rr.Value() + "\r\n"
-	// The carrier answers every BYE 200, back to where it came from.
-	go func() {
-		for {
-			n, from, err := car.conn.ReadFromUDP(car.buf)
-			if err != nil {
-				return
-			}
-			m, err := sipmsg.ParseMessage(append([]byte(nil), car.buf[:n]...))
-			if req, ok := m.(*sipmsg.Request); err == nil && ok && req.Method == sipmsg.BYE {
-				_, _ = car.conn.WriteToUDP([]byte(sipmsg.NewResponseFromRequest(req, 200, "OK", nil).String()), from)
-			}
-		}
-	}()
-	var workers atomic.Int64
-	var ru0, ru1 syscall.Rusage
-	b.ReportAllocs()
-	b.ResetTimer()
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
-	b.RunParallel(func(pb *testing.PB) {
-		w := strconv.FormatInt(workers.Add(1), 10)
-		conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP("127.0.0.2")})
-		if err != nil {
-			b.Error(err)
-			return
-		}
-		defer conn.Close()
-		me := &benchEnd{conn: conn, addr: conn.LocalAddr().String(), buf: make([]byte, 65535)}
-		for i := 0; pb.Next(); i++ {
-			n := strconv.Itoa(i)
-			bye := "BYE sip:c@" + car.addr + " SIP/2.0\r\nVia: SIP/2.0/UDP " + me.addr + ";branch=z9hG4bK.bye" + w + "x" + n + ";rport\r\n" +
-				route + "Max-Forwards: 70\r\nFrom: <sip:a@" + peer.addr + ">;tag=bf\r\nTo: <sip:100@" + udp + ">;tag=bt\r\n" +
-				"Call-ID: bench-bye\r\nCSeq: " + n + " BYE\r\nContent-Length: 0\r\n\r\n"
-			// Retransmitted every 500 ms until answered, as a UA does
-			// (Timer E): a datagram lost on a loaded box is not a failure.
-			var r *sipmsg.Response
-			for try := 0; r == nil && try < 10; try++ {
-				me.write(b, udp, bye)
-				r = me.readResponseWithin(b, 500*time.Millisecond)
-			}
-			if r == nil || r.StatusCode != 200 {
-				b.Errorf("BYE %d of worker %s: answer %v", i, w, r)
-				return
-			}
-		}
-	})
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
-	b.StopTimer()
-	cpu := time.Duration(syscall.TimevalToNsec(ru1.Utime) - syscall.TimevalToNsec(ru0.Utime) + syscall.TimevalToNsec(ru1.Stime) - syscall.TimevalToNsec(ru0.Stime))
-	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
 }
 
 // benchEnd is a raw UDP end point read synchronously by the benchmark.
