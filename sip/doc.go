@@ -215,7 +215,8 @@
 // weight), else its A and AAAA records. TCP connections are bounded per
 // source (an IPv4 address, an IPv6 /64) and in all, strangers' to a
 // quarter of the total so peers and carriers always find room, and idle
-// ones closed (tcp.go).
+// ones closed, as are ones whose party stops reading (a write blocked for
+// the idle timeout; tcp.go).
 //
 // IPv4 and IPv6 listeners may be listed together (each family binds its
 // own socket; a lone [::] stays dual-stack): the proxy names itself to
