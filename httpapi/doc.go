@@ -11,7 +11,9 @@
 //	                     from the store (the whole pool's figure on Redis),
 //	                     a token bucket's level (tokens of burst), the calls
 //	                     in each extra window, carrier queues and pauses,
-//	                     store mode, node id, config hash
+//	                     store mode, node id, config hash; one is built
+//	                     at a time, shared by the requests that arrive
+//	                     while it is (the reads need no token)
 //	POST /api/v1/reload  re-read the configuration file; needs
 //	                     "Authorization: Bearer <http.token>"; a bad file
 //	                     answers 422 with every error
