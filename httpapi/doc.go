@@ -45,6 +45,9 @@
 //	                     through its end queue (calls.EndResult says which);
 //	                     404 when no node lists one; token
 //
+// The listener is bounded (Listener): MaxConns connections at once,
+// MaxConnsPerSource from one source; more are closed at accept.
+//
 // Every error answer is JSON (type Error) with a 4xx or 5xx code: unknown path
 // 404, wrong method 405 (with Allow), missing or wrong token 401. Two things
 // on this server change limits, both needing the token: a reload of the
