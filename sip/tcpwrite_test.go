@@ -2,6 +2,7 @@ package sip
 
 import (
 	"bufio"
+	"crypto/tls"
 	"net"
 	"strconv"
 	"strings"
@@ -47,9 +48,34 @@ func TestTCPClientThatNeverReadsIsClosed(t *testing.T) {
 	cfg.SIP.TCP = config.TCP{IdleTimeout: 300 * time.Millisecond, MaxConnections: 10, MaxConnectionsPerSource: 1}
 	adm, pacer := newFakes()
 	h := startProxy(t, cfg, adm, pacer)
+	dial := func() (net.Conn, error) {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}, Timeout: 5 * time.Second, Control: smallReadBuffer}
+		return d.Dial("tcp", h.tcp)
+	}
+	neverReads(t, h.tcp, dial, func() bool { return servedOptions(t, h.tcp, nil) })
+}
 
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}, Timeout: 5 * time.Second, Control: smallReadBuffer}
-	c, err := d.Dial("tcp", h.tcp)
+// TestTLSClientThatNeverReadsIsClosed: the same over TLS.
+func TestTLSClientThatNeverReadsIsClosed(t *testing.T) {
+	k := newTLSPKI(t)
+	cfg := k.tlsConfig(false)
+	cfg.SIP.TCP = config.TCP{IdleTimeout: 300 * time.Millisecond, MaxConnections: 10, MaxConnectionsPerSource: 1}
+	adm, pacer := newFakes()
+	h := startProxy(t, cfg, adm, pacer)
+	addr := tlsAddr(t, h)
+	dial := func() (net.Conn, error) {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}, Timeout: 5 * time.Second, Control: smallReadBuffer}
+		return tls.DialWithDialer(d, "tcp", addr, k.clientTLS(t, "", ""))
+	}
+	neverReads(t, addr, dial, func() bool { return servedOptions(t, addr, k.clientTLS(t, "", "")) })
+}
+
+// neverReads writes requests over a connection from dial, never reading,
+// until the node stops reading them, then checks that a new connection
+// (the source's only allowed one) is served within a bounded time.
+func neverReads(t *testing.T, target string, dial func() (net.Conn, error), served func() bool) {
+	t.Helper()
+	c, err := dial()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,14 +87,12 @@ func TestTCPClientThatNeverReadsIsClosed(t *testing.T) {
 	blocked := false
 	batch := strings.Builder{}
 	for i := 0; i < 200000 && !blocked; i++ {
-		batch.WriteString(tcpOptions(local, h.tcp, i))
+		batch.WriteString(tcpOptions(local, target, i))
 		if batch.Len() < 32<<10 {
 			continue
 		}
 		_ = c.SetWriteDeadline(time.Now().Add(2 * time.Second))
 		if _, err := c.Write([]byte(batch.String())); err != nil {
-			// Timed out (the node stopped reading) or reset (the node
-			// closed the connection on its own write's timeout).
 			blocked = true
 		}
 		batch.Reset()
@@ -80,10 +104,7 @@ func TestTCPClientThatNeverReadsIsClosed(t *testing.T) {
 	// connection from the source (max_connections_per_source 1) must be
 	// served: the first one's place given back.
 	deadline := time.Now().Add(15 * time.Second)
-	for {
-		if servedOptions(t, h.tcp) {
-			return
-		}
+	for !served() {
 		if time.Now().After(deadline) {
 			t.Fatal("a connection that never reads is still held past idle_timeout: a new one from its source is refused")
 		}
@@ -91,12 +112,18 @@ func TestTCPClientThatNeverReadsIsClosed(t *testing.T) {
 	}
 }
 
-// servedOptions dials the node from 127.0.0.2 and reports whether an
-// OPTIONS over the new connection is answered.
-func servedOptions(t *testing.T, addr string) bool {
+// servedOptions dials the node at addr from 127.0.0.2 (over TLS with tc)
+// and reports whether an OPTIONS over the new connection is answered.
+func servedOptions(t *testing.T, addr string, tc *tls.Config) bool {
 	t.Helper()
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}, Timeout: 2 * time.Second}
-	c, err := d.Dial("tcp", addr)
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}, Timeout: 2 * time.Second}
+	var c net.Conn
+	var err error
+	if tc != nil {
+		c, err = tls.DialWithDialer(d, "tcp", addr, tc)
+	} else {
+		c, err = d.Dial("tcp", addr)
+	}
 	if err != nil {
 		return false
 	}
