@@ -200,3 +200,67 @@ func TestCarrierByeWithCallersTagEndsTheCall(t *testing.T) {
 	}
 	waitFor(t, func() bool { return live() == 0 && tr.Live() == 0 }, "the call's places given back")
 }
+
+// TestFailedCarrierTokenRefused: a call rerouted from carrier x (503
+// before ringing) to carrier y keeps going on y, but x still held a
+// dialog token: the Record-Route of the INVITE it refused. x could use it
+// for the call's whole life, from its own address (the token's carrier
+// leg), to reach the caller as the callee: requests the caller never had
+// a dialog for, taking the callee side's per-dialog rate (shared with y,
+// so y's own BYE and re-INVITEs were refused 503 while x kept the bucket
+// empty) and its re-INVITE budget (a session refresh refused ends the
+// call), or a BYE whose 481 set the call's pending end. A token of an
+// attempt the call has moved on from is refused: 481, never relayed.
+func TestFailedCarrierTokenRefused(t *testing.T) {
+	x := startUDPEnd(t, "127.0.0.1", func(req *sipmsg.Request) *sipmsg.Response {
+		if req.IsInvite() {
+			return sipmsg.NewResponseFromRequest(req, 503, "Service Unavailable", nil)
+		}
+		return nil
+	})
+	y := startUDPEnd(t, "127.0.0.1", nil)
+	self := y.addr()
+	y.mu.Lock()
+	y.answer = rawAnswerer(func() string { return self }, nil)
+	y.mu.Unlock()
+	cfg := testConfig(
+		config.Carrier{Name: "x", URI: "sip:" + x.addr(), CPS: 100, MaxWait: time.Second},
+		config.Carrier{Name: "y", URI: "sip:" + y.addr(), CPS: 100, MaxWait: time.Second})
+	adm, pacer := newFakes()
+	h := startProxy(t, cfg, adm, pacer)
+	peer := startUDPEnd(t, "127.0.0.2", func(req *sipmsg.Request) *sipmsg.Response {
+		if req.IsAck() {
+			return nil
+		}
+		return sipmsg.NewResponseFromRequest(req, 200, "OK", nil)
+	})
+	ok := rawAnsweredCall(t, peer, h.udp, "rerouted")
+	invs := x.requests(sipmsg.INVITE)
+	if len(invs) == 0 || len(y.requests(sipmsg.INVITE)) == 0 {
+		t.Fatalf("INVITEs at x %d, at y %d; want the call tried at x, then answered by y", len(invs), len(y.requests(sipmsg.INVITE)))
+	}
+	// x's INFO as a callee of the call: its own tag, the caller's From as
+	// To, the Route its INVITE's Record-Route gave it.
+	info := sipmsg.NewRequest(sipmsg.INFO, sipmsg.Uri{Scheme: "sip", User: "caller", Host: "127.0.0.2"})
+	for _, rr := range invs[0].GetHeaders("Record-Route") {
+		info.AppendHeader(sipmsg.NewHeader("Route", rr.Value()))
+	}
+	mf := sipmsg.MaxForwardsHeader(70)
+	info.AppendHeader(&mf)
+	from := &sipmsg.FromHeader{Address: sipmsg.Uri{Scheme: "sip", User: "x", Host: "127.0.0.1"}, Params: sipmsg.NewParams()}
+	from.Params.Add("tag", "x-made-up")
+	info.AppendHeader(from)
+	to := ok.From().AsTo()
+	info.AppendHeader(&to)
+	info.AppendHeader(sipmsg.HeaderClone(ok.CallID()))
+	info.AppendHeader(&sipmsg.CSeqHeader{SeqNo: 7, MethodName: sipmsg.INFO})
+	peer.reset()
+	x.send(h.udp, withVia(info, x.addr(), "z9hG4bK.x-info"))
+	waitFor(t, func() bool { return len(x.responses()) > 0 || len(peer.requests(sipmsg.INFO)) > 0 }, "the node's answer to x's INFO, or the INFO at the caller")
+	if n := len(peer.requests(sipmsg.INFO)); n != 0 {
+		t.Fatalf("the caller got %d INFO from carrier x, which the call moved on from; want none", n)
+	}
+	if got := x.responses()[0].StatusCode; got != 481 {
+		t.Errorf("x's INFO answered %d, want 481", got)
+	}
+}
