@@ -176,7 +176,9 @@
 // dialogs, calls and tokens of such calls (an answered call's end is two),
 // each until its token expires; a token the node minted itself (its
 // nonce's instance part) whose call the node no longer holds is refused
-// even once the table forgot the end (ownTokenGone). Each direction of a
+// even once the table forgot the end (ownTokenGone), and so is one of a
+// call it holds that is not the token of the call's current attempt (a
+// carrier the call moved on from is no leg of it). Each direction of a
 // dialog may send at most 40 requests at once, refilled at 10 a second
 // (per node): beyond,
 // 503 (counted dialog_rate, logged at Warn at most every 10 s). A
