@@ -183,8 +183,8 @@
 // (per node): beyond,
 // 503 (counted dialog_rate, logged at Warn at most every 10 s). A
 // re-INVITE is
-// also limited per dialog (6 a minute, pool-wide through the admission
-// store) and takes no pacing slot. In-dialog requests other than
+// also limited per dialog and carrier leg (6 a minute, pool-wide through
+// the admission store) and takes no pacing slot. In-dialog requests other than
 // INVITE, ACK and CANCEL (BYE, INFO, UPDATE, …) that arrive over UDP and go
 // to a UDP leg are relayed from the screen without a transaction
 // (stateless.go, RFC 3261 16.11): the proxy's Via branch is an HMAC under
