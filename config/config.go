@@ -138,7 +138,8 @@ func (s SIP) Inflight(procs int) int {
 // TCP bounds accepted SIP-over-TCP connections: a half-sent message must
 // not hold a goroutine and a descriptor for ever.
 type TCP struct {
-	// IdleTimeout closes a connection that sends nothing for that long.
+	// IdleTimeout closes a connection that sends nothing for that long,
+	// or does not read what the node writes to it for that long.
 	IdleTimeout time.Duration `cfg:"idle_timeout"`
 	// MaxConnections caps accepted connections open at once; strangers
 	// (neither a peer's source nor a carrier's address) hold at most a

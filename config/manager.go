@@ -35,6 +35,9 @@ var RestartOnly = []string{
 	"node_id", "sip.listen", "sip.advertise",
 	// The call tracker is built at start with these two.
 	"sip.max_call_duration", "sip.call_refresh_ttl",
+	// sipgo's TCP and TLS transports copy it at start (read and write
+	// timeouts).
+	"sip.tcp.idle_timeout",
 	"store", "http.listen", "log.format",
 }
 

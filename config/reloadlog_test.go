@@ -179,3 +179,26 @@ func TestRestartOnlyPaths(t *testing.T) {
 }
 
 func reflectConfig(c *Config) reflect.Value { return reflect.ValueOf(c).Elem() }
+
+// sip.tcp.idle_timeout is read once, when the SIP stack is built (sipgo
+// copies it into its TCP and TLS transports as their read and write
+// timeouts): a reload that changed it changed nothing on the wire, yet
+// reported no pending restart, so an operator who lowered it by reload to
+// shed a slow-connection attack saw it accepted and in force in the file
+// and in the API, and nothing happened. It is restart-only.
+func TestIdleTimeoutNeedsRestart(t *testing.T) {
+	running, err := Parse([]byte(versioned(1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := Parse([]byte("sip: {tcp: {idle_timeout: 5s}}\n" + versioned(1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := NeedsRestart(running, next); !slices.Contains(got, "sip.tcp.idle_timeout") {
+		t.Errorf("NeedsRestart after a change of sip.tcp.idle_timeout: %q, want it listed", got)
+	}
+	if kept := keepRunning(running, next); kept.SIP.TCP.IdleTimeout != running.SIP.TCP.IdleTimeout {
+		t.Errorf("a reload applied sip.tcp.idle_timeout %s; the running stack keeps %s", kept.SIP.TCP.IdleTimeout, running.SIP.TCP.IdleTimeout)
+	}
+}

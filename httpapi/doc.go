@@ -11,7 +11,9 @@
 //	                     from the store (the whole pool's figure on Redis),
 //	                     a token bucket's level (tokens of burst), the calls
 //	                     in each extra window, carrier queues and pauses,
-//	                     store mode, node id, config hash
+//	                     store mode, node id, config hash; one is built
+//	                     at a time, shared by the requests that arrive
+//	                     while it is (the reads need no token)
 //	POST /api/v1/reload  re-read the configuration file; needs
 //	                     "Authorization: Bearer <http.token>"; a bad file
 //	                     answers 422 with every error
@@ -42,6 +44,9 @@
 //	                     the answer); another node's are ended by that node
 //	                     through its end queue (calls.EndResult says which);
 //	                     404 when no node lists one; token
+//
+// The listener is bounded (Listener): MaxConns connections at once,
+// MaxConnsPerSource from one source; more are closed at accept.
 //
 // Every error answer is JSON (type Error) with a 4xx or 5xx code: unknown path
 // 404, wrong method 405 (with Allow), missing or wrong token 401. Two things

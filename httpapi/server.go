@@ -206,6 +206,10 @@ type server struct {
 	// listing is held while GET /api/v1/calls runs: the pool's whole list
 	// is read and copied for each, so one runs at a time (livecalls.go).
 	listing sync.Mutex
+	// statusFlight is the status being built, shared by the requests
+	// that arrive meanwhile (sharedStatus); guarded by statusMu.
+	statusMu     sync.Mutex
+	statusFlight *statusFlight
 }
 
 type snapshot struct {
@@ -252,9 +256,62 @@ func (s *server) status(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &Error{Code: http.StatusServiceUnavailable, Message: "no configuration loaded"})
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.o.StatusTimeout)
+	st, ok := s.sharedStatus(r.Context(), cfg)
+	if !ok {
+		return // the client went away while it waited
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// statusFlight is one status being built; the requests that arrive
+// meanwhile wait for it and answer with it.
+type statusFlight struct {
+	cfg  *config.Config
+	done chan struct{}
+	st   Status
+}
+
+// sharedStatus builds cfg's status, or waits for the one being built for
+// cfg: the reads need no token, and each build reads every window and
+// queue from the admission store, so one runs at a time however many
+// requests come (any number at once would slow the calls' own store
+// calls). The build has StatusTimeout and goes on when the request that
+// started it goes away; ok is false when ctx ends first.
+func (s *server) sharedStatus(ctx context.Context, cfg *config.Config) (st Status, ok bool) {
+	for {
+		s.statusMu.Lock()
+		f := s.statusFlight
+		if f == nil {
+			f = &statusFlight{cfg: cfg, done: make(chan struct{})}
+			s.statusFlight = f
+			s.statusMu.Unlock()
+			s.runStatus(ctx, f)
+			return f.st, true
+		}
+		s.statusMu.Unlock()
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return Status{}, false
+		}
+		if f.cfg == cfg {
+			return f.st, true
+		}
+		// Built for the configuration before a reload: build this one's.
+	}
+}
+
+// runStatus builds f's status and publishes it to its waiters.
+func (s *server) runStatus(ctx context.Context, f *statusFlight) {
+	defer func() {
+		s.statusMu.Lock()
+		s.statusFlight = nil
+		s.statusMu.Unlock()
+		close(f.done)
+	}()
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.o.StatusTimeout)
 	defer cancel()
-	writeJSON(w, http.StatusOK, s.buildStatus(ctx, cfg))
+	f.st = s.buildStatus(bctx, f.cfg)
 }
 
 func (s *server) storeMode(cfg *config.Config) string {

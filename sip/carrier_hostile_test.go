@@ -3,11 +3,13 @@ package sip
 import (
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	sipmsg "github.com/emiago/sipgo/sip"
 
+	"github.com/cpsguard/cpsguard/admission"
 	callplaces "github.com/cpsguard/cpsguard/calls"
 	"github.com/cpsguard/cpsguard/config"
 )
@@ -199,4 +201,180 @@ func TestCarrierByeWithCallersTagEndsTheCall(t *testing.T) {
 		t.Errorf("the caller got %d BYEs, want the carrier's", len(peer.requests(sipmsg.BYE)))
 	}
 	waitFor(t, func() bool { return live() == 0 && tr.Live() == 0 }, "the call's places given back")
+}
+
+// TestFailedCarrierTokenRefused: a call rerouted from carrier x (503
+// before ringing) to carrier y keeps going on y, but x still held a
+// dialog token: the Record-Route of the INVITE it refused. x could use it
+// for the call's whole life, from its own address (the token's carrier
+// leg), to reach the caller as the callee: requests the caller never had
+// a dialog for, taking the callee side's per-dialog rate (shared with y,
+// so y's own BYE and re-INVITEs were refused 503 while x kept the bucket
+// empty) and its re-INVITE budget (a session refresh refused ends the
+// call), or a BYE whose 481 set the call's pending end. A token of an
+// attempt the call has moved on from is refused: 481, never relayed.
+func TestFailedCarrierTokenRefused(t *testing.T) {
+	x := startUDPEnd(t, "127.0.0.1", func(req *sipmsg.Request) *sipmsg.Response {
+		if req.IsInvite() {
+			return sipmsg.NewResponseFromRequest(req, 503, "Service Unavailable", nil)
+		}
+		return nil
+	})
+	y := startUDPEnd(t, "127.0.0.1", nil)
+	self := y.addr()
+	y.mu.Lock()
+	y.answer = rawAnswerer(func() string { return self }, nil)
+	y.mu.Unlock()
+	cfg := testConfig(
+		config.Carrier{Name: "x", URI: "sip:" + x.addr(), CPS: 100, MaxWait: time.Second},
+		config.Carrier{Name: "y", URI: "sip:" + y.addr(), CPS: 100, MaxWait: time.Second})
+	adm, pacer := newFakes()
+	h := startProxy(t, cfg, adm, pacer)
+	peer := startUDPEnd(t, "127.0.0.2", func(req *sipmsg.Request) *sipmsg.Response {
+		if req.IsAck() {
+			return nil
+		}
+		return sipmsg.NewResponseFromRequest(req, 200, "OK", nil)
+	})
+	ok := rawAnsweredCall(t, peer, h.udp, "rerouted")
+	invs := x.requests(sipmsg.INVITE)
+	if len(invs) == 0 || len(y.requests(sipmsg.INVITE)) == 0 {
+		t.Fatalf("INVITEs at x %d, at y %d; want the call tried at x, then answered by y", len(invs), len(y.requests(sipmsg.INVITE)))
+	}
+	// x's INFO as a callee of the call: its own tag, the caller's From as
+	// To, the Route its INVITE's Record-Route gave it.
+	info := sipmsg.NewRequest(sipmsg.INFO, sipmsg.Uri{Scheme: "sip", User: "caller", Host: "127.0.0.2"})
+	for _, rr := range invs[0].GetHeaders("Record-Route") {
+		info.AppendHeader(sipmsg.NewHeader("Route", rr.Value()))
+	}
+	mf := sipmsg.MaxForwardsHeader(70)
+	info.AppendHeader(&mf)
+	from := &sipmsg.FromHeader{Address: sipmsg.Uri{Scheme: "sip", User: "x", Host: "127.0.0.1"}, Params: sipmsg.NewParams()}
+	from.Params.Add("tag", "x-made-up")
+	info.AppendHeader(from)
+	to := ok.From().AsTo()
+	info.AppendHeader(&to)
+	info.AppendHeader(sipmsg.HeaderClone(ok.CallID()))
+	info.AppendHeader(&sipmsg.CSeqHeader{SeqNo: 7, MethodName: sipmsg.INFO})
+	peer.reset()
+	x.send(h.udp, withVia(info, x.addr(), "z9hG4bK.x-info"))
+	waitFor(t, func() bool { return len(x.responses()) > 0 || len(peer.requests(sipmsg.INFO)) > 0 }, "the node's answer to x's INFO, or the INFO at the caller")
+	if n := len(peer.requests(sipmsg.INFO)); n != 0 {
+		t.Fatalf("the caller got %d INFO from carrier x, which the call moved on from; want none", n)
+	}
+	if got := x.responses()[0].StatusCode; got != 481 {
+		t.Errorf("x's INFO answered %d, want 481", got)
+	}
+}
+
+// calleeRequest is a request of carrier e as the callee of the call
+// answered ok: its own tag (tag) in From, the caller's From as To, Route
+// routes, CSeq seq; sent to the node at proxy.
+func calleeRequest(e *udpEnd, method sipmsg.RequestMethod, routes []string, ok *sipmsg.Response, tag string, seq uint32, branch string) *sipmsg.Request {
+	req := sipmsg.NewRequest(method, sipmsg.Uri{Scheme: "sip", User: "caller", Host: "127.0.0.2"})
+	for _, r := range routes {
+		req.AppendHeader(sipmsg.NewHeader("Route", r))
+	}
+	mf := sipmsg.MaxForwardsHeader(70)
+	req.AppendHeader(&mf)
+	from := &sipmsg.FromHeader{Address: sipmsg.Uri{Scheme: "sip", User: "callee", Host: "127.0.0.1"}, Params: sipmsg.NewParams()}
+	from.Params.Add("tag", tag)
+	req.AppendHeader(from)
+	to := ok.From().AsTo()
+	req.AppendHeader(&to)
+	req.AppendHeader(sipmsg.HeaderClone(ok.CallID()))
+	req.AppendHeader(&sipmsg.CSeqHeader{SeqNo: seq, MethodName: method})
+	host, port, _ := net.SplitHostPort(e.addr())
+	p, _ := strconv.Atoi(port)
+	req.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "callee", Host: host, Port: p}})
+	return withVia(req, e.addr(), branch)
+}
+
+// TestFailedCarrierCannotSpendTheReinviteBudget: the re-INVITE budget of
+// a dialog (6 a minute, pool-wide) was keyed by the Call-ID and the
+// caller's tag only. Carrier x, which failed the call before it moved on
+// to carrier y, still holds the token of its own attempt; the node that
+// set the call up refuses it (TestFailedCarrierTokenRefused), but another
+// node of the pool does not hold the call and knows no end of it, so x
+// could spend the budget through that node, and y's session refresh was
+// refused 503 (a refresh refused ends the call). The budget is now the
+// dialog's with its carrier leg: x's re-INVITEs count against x's.
+func TestFailedCarrierCannotSpendTheReinviteBudget(t *testing.T) {
+	x := startUDPEnd(t, "127.0.0.1", func(req *sipmsg.Request) *sipmsg.Response {
+		if req.IsInvite() && !hasToTag(req) {
+			return sipmsg.NewResponseFromRequest(req, 503, "Service Unavailable", nil)
+		}
+		return nil
+	})
+	y := startUDPEnd(t, "127.0.0.1", nil)
+	self := y.addr()
+	y.mu.Lock()
+	y.answer = rawAnswerer(func() string { return self }, nil)
+	y.mu.Unlock()
+	cfg := testConfig(
+		config.Carrier{Name: "x", URI: "sip:" + x.addr(), CPS: 100, MaxWait: time.Second},
+		config.Carrier{Name: "y", URI: "sip:" + y.addr(), CPS: 100, MaxWait: time.Second})
+	cfg.SIP.DialogSecret = "a-pool-secret-of-sixteen-chars"
+	store := admission.NewLocalStore(nil)
+	_, pacer1 := newFakes()
+	_, pacer2 := newFakes()
+	h1 := startProxy(t, cfg, store, pacer1)
+	h2 := startProxy(t, cfg, store, pacer2) // another node of the pool
+	peer := startUDPEnd(t, "127.0.0.2", func(req *sipmsg.Request) *sipmsg.Response {
+		if req.IsAck() {
+			return nil
+		}
+		res := sipmsg.NewResponseFromRequest(req, 200, "OK", nil)
+		if req.IsInvite() {
+			res.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "caller", Host: "127.0.0.2"}})
+		}
+		return res
+	})
+	ok := rawAnsweredCall(t, peer, h1.udp, "budget")
+	invs := x.requests(sipmsg.INVITE)
+	if len(invs) == 0 {
+		t.Fatal("the call was not tried at x first")
+	}
+	// x's route: its INVITE's Record-Route, naming the other node.
+	var xRoutes []string
+	for _, rr := range invs[0].GetHeaders("Record-Route") {
+		xRoutes = append(xRoutes, strings.Replace(rr.Value(), h1.udp, h2.udp, 1))
+	}
+	for i := range reinviteLimit {
+		id := "x-re-" + strconv.Itoa(i)
+		x.send(h2.udp, calleeRequest(x, sipmsg.INVITE, xRoutes, ok, "x-made-up", uint32(100+i), "z9hG4bK."+id))
+	}
+	waitFor(t, func() bool {
+		n := 0
+		for _, r := range x.responses() {
+			if r.StatusCode >= 200 && r.CSeq().MethodName == sipmsg.INVITE {
+				n++
+			}
+		}
+		return n >= reinviteLimit
+	}, "answers to x's re-INVITEs")
+	// y's session refresh, through the node that set the call up.
+	var yRoutes []string
+	for _, rr := range y.requests(sipmsg.INVITE)[0].GetHeaders("Record-Route") {
+		yRoutes = append(yRoutes, rr.Value())
+	}
+	calleeTag := tagOf(ok.To().Params)
+	before := len(peer.requests(sipmsg.INVITE))
+	y.send(h1.udp, calleeRequest(y, sipmsg.INVITE, yRoutes, ok, calleeTag, 200, "z9hG4bK.y-refresh"))
+	waitFor(t, func() bool {
+		for _, r := range y.responses() {
+			if r.StatusCode >= 200 && r.CSeq().MethodName == sipmsg.INVITE {
+				return true
+			}
+		}
+		return false
+	}, "an answer to y's re-INVITE")
+	for _, r := range y.responses() {
+		if r.StatusCode >= 200 && r.CSeq().MethodName == sipmsg.INVITE && r.StatusCode != 200 {
+			t.Fatalf("y's session refresh answered %d after x's re-INVITEs through another node; want it relayed (200)", r.StatusCode)
+		}
+	}
+	if len(peer.requests(sipmsg.INVITE)) <= before {
+		t.Fatal("y's session refresh did not reach the caller")
+	}
 }

@@ -236,8 +236,8 @@ func refusalReason(code int) string {
 
 // reinviteAllowed applies the per-dialog re-INVITE limit (see
 // reinviteLimit) through the admission store, pool-wide. The bucket is
-// named by a hash of the Call-ID and the caller's From tag (header values
-// never become key parts).
+// named by a hash of the Call-ID, the caller's From tag and the token's
+// carrier leg (header values never become key parts).
 //
 // The member is what makes the re-INVITE a new transaction to sipgo (the
 // invite table's key: top Via branch and sent-by, RFC 3261 17.2.3) with
@@ -255,7 +255,11 @@ func (p *Proxy) reinviteAllowed(cfg *config.Config, req *sipmsg.Request, hop inD
 	} else {
 		ftag = tagOf(req.To().Params)
 	}
-	sum := sha256.Sum256([]byte(callID(req) + "\x00" + ftag))
+	// The dialog with its carrier leg: a carrier the call moved on from
+	// still holds the token of its own attempt, which another node of the
+	// pool (not holding the call) lets through; its re-INVITEs count
+	// against that leg, never the budget of the carrier holding the call.
+	sum := sha256.Sum256([]byte(callID(req) + "\x00" + ftag + "\x00" + hop.legs.Carrier.Addr.String()))
 	b := admission.Bucket{Key: policy.DialogKey(cfg.Store.KeyPrefix, hex.EncodeToString(sum[:12])), Limit: reinviteLimit, Window: reinviteWindow}
 	tx := sha256.Sum256([]byte(callID(req) + "\x00" + string(inviteKeyOf(req)) + "\x00" + req.Source() + "\x00" + req.Transport()))
 	ctx, cancel := context.WithTimeout(p.base, storeBudget)

@@ -501,8 +501,35 @@ func (p *Proxy) admitInDialog(hop *inDialogHop, count bool, req *sipmsg.Request)
 // this process needs no memory of the end: its call is live here or it is
 // over. Tokens of the pool's other nodes, or of an earlier process, keep
 // the table's rule alone: this node never held their calls.
+//
+// A token of a call the node still holds is gone too when it is not the
+// token of the call's current attempt: the call moved on from that
+// token's carrier (it failed before ringing) to another, and the first
+// carrier, which still holds the token its INVITE carried, is no leg of
+// the call. Its requests would reach the caller as the callee's, taking
+// the callee side's per-dialog rate and re-INVITE budget from the carrier
+// that holds the call.
 func (p *Proxy) ownTokenGone(hop *inDialogHop) bool {
-	return hop.token.own && len(p.calls.FindDialog(hop.key.String())) == 0
+	if !hop.token.own {
+		return false
+	}
+	found := p.calls.FindDialog(hop.key.String())
+	if len(found) == 0 {
+		return true
+	}
+	for _, f := range found {
+		lc, ok := f.Data.(*liveCall)
+		if !ok || lc == nil {
+			return false // not a call of this package's: not judged here
+		}
+		lc.mu.Lock()
+		cur := lc.token
+		lc.mu.Unlock()
+		if cur == (tokenID{}) || cur == hop.token.id {
+			return false
+		}
+	}
+	return true
 }
 
 // logOverRate logs a dialog over its rate at Warn, at most once every

@@ -179,13 +179,15 @@
 // dialogs, calls and tokens of such calls (an answered call's end is two),
 // each until its token expires; a token the node minted itself (its
 // nonce's instance part) whose call the node no longer holds is refused
-// even once the table forgot the end (ownTokenGone). Each direction of a
+// even once the table forgot the end (ownTokenGone), and so is one of a
+// call it holds that is not the token of the call's current attempt (a
+// carrier the call moved on from is no leg of it). Each direction of a
 // dialog may send at most 40 requests at once, refilled at 10 a second
 // (per node): beyond,
 // 503 (counted dialog_rate, logged at Warn at most every 10 s). A
 // re-INVITE is
-// also limited per dialog (6 a minute, pool-wide through the admission
-// store) and takes no pacing slot. In-dialog requests other than
+// also limited per dialog and carrier leg (6 a minute, pool-wide through
+// the admission store) and takes no pacing slot. In-dialog requests other than
 // INVITE, ACK and CANCEL (BYE, INFO, UPDATE, …) that arrive over UDP and go
 // to a UDP leg are relayed from the screen without a transaction
 // (stateless.go, RFC 3261 16.11): the proxy's Via branch is an HMAC under
@@ -218,7 +220,8 @@
 // weight), else its A and AAAA records. TCP connections are bounded per
 // source (an IPv4 address, an IPv6 /64) and in all, strangers' to a
 // quarter of the total so peers and carriers always find room, and idle
-// ones closed (tcp.go).
+// ones closed, as are ones whose party stops reading (a write blocked for
+// the idle timeout; tcp.go).
 //
 // IPv4 and IPv6 listeners may be listed together (each family binds its
 // own socket; a lone [::] stays dual-stack): the proxy names itself to

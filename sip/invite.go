@@ -746,6 +746,12 @@ func (c *call) forward(car *config.Carrier, ticket pacing.Ticket, probe string) 
 	// Tracked and bound before the INVITE leaves: a BYE that races the
 	// 2xx (the carrier's, or a caller's right after it) finds the call.
 	c.track(car.Name)
+	if id, ok := tokenIDOf(token); ok {
+		// From now on only this attempt's token is the call's.
+		c.lc.mu.Lock()
+		c.lc.token = id
+		c.lc.mu.Unlock()
+	}
 	hooks.dest = leg{Addr: dest, Proto: legTransportOf(target.transport)}
 	// The carrier has car.Setup() to answer with a provisional response
 	// above 100 (a 100 Trying alone does not count: a carrier that takes

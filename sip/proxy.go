@@ -419,8 +419,12 @@ func New(opts Options) (*Proxy, error) {
 			sipmsg.WithTransportLayerReadFilter(p.readFilter),
 			// After the read filter: the transports copy it when set.
 			sipmsg.WithTransportLayerTransports(sipmsg.TransportsConfig{
-				TCP: &sipmsg.TransportTCP{ReadTimeout: idle},
-				TLS: &sipmsg.TransportTLS{TransportTCP: &sipmsg.TransportTCP{ReadTimeout: idle}},
+				// A write that cannot finish within the idle timeout
+				// (a party that does not read) fails, and on an accepted
+				// connection closes it (scanConn.Write): it ran in the
+				// connection's reader, or in a call's handler.
+				TCP: &sipmsg.TransportTCP{ReadTimeout: idle, WriteTimeout: idle},
+				TLS: &sipmsg.TransportTLS{TransportTCP: &sipmsg.TransportTCP{ReadTimeout: idle, WriteTimeout: idle}},
 			}),
 		),
 	)

@@ -46,6 +46,11 @@ type liveCall struct {
 	mu sync.Mutex
 	// key is the call's key (its dialog tokens'), set when it is bound.
 	key callKey
+	// token is the ID of the dialog token of the call's current attempt
+	// (the carrier it was last forwarded to, the one that answered once
+	// answered): zero while none was minted. A token of an earlier attempt
+	// (a carrier the call moved on from) is refused (ownTokenGone).
+	token tokenID
 	// answered: the 2xx was relayed; rec is the call's record as it stood
 	// then, dlg what a BYE of the node's own needs.
 	answered bool

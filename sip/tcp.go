@@ -16,7 +16,9 @@ import (
 //
 //   - sip.tcp.idle_timeout: a connection that sends nothing for that long is
 //     closed (sipgo's TCP read timeout; it also applies to the proxy's own
-//     connections to carriers, which are opened again when needed);
+//     connections to carriers, which are opened again when needed); a
+//     write blocked that long (a party that does not read) fails too, and
+//     closes an accepted connection (scanConn.Write);
 //   - sip.tcp.max_connections: accepted connections open at once, over all
 //     sources; strangers (neither a peer's source nor a carrier's address,
 //     served when unknown_source is reject, to get their 403) hold at most

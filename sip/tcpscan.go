@@ -252,6 +252,20 @@ func (c *scanConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Write writes to the connection; a write that fails (its deadline, the
+// idle timeout, passed: the party does not read) closes it. Part of a
+// message may have gone, so the stream is no longer framed; and the write
+// may have run in the connection's reader, which would otherwise read on
+// and block again on its next answer, the connection held past every
+// timeout.
+func (c *scanConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if err != nil {
+		_ = c.Conn.Close()
+	}
+	return n, err
+}
+
 // Close closes the connection and forgets it in the accepted set.
 func (c *scanConn) Close() error {
 	if c.scans != nil {

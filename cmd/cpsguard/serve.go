@@ -313,6 +313,7 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 	if err != nil {
 		return fmt.Errorf("http: listen on %s: %w", cfg.HTTP.Listen, err)
 	}
+	ln = httpapi.Listener(ln) // bounded: its descriptors are SIP's too
 	srv := httpapi.NewServer(cfg.HTTP.Listen, httpHandler(httpapi.New(httpapi.Options{
 		Config:          mgr.Current,
 		Counts:          stores,

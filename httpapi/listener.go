@@ -1,0 +1,99 @@
+package httpapi
+
+import (
+	"net"
+	"net/netip"
+	"sync"
+)
+
+// The bounds of Listener. A Prometheus server keeps one connection per
+// target, the clients of this package one per command, a load balancer's
+// health checks a few: far below either.
+const (
+	// MaxConns is how many connections the listener holds open at once.
+	MaxConns = 512
+	// MaxConnsPerSource is how many of them one source holds: an IPv4
+	// address, or an IPv6 /64.
+	MaxConnsPerSource = 32
+)
+
+// Listener bounds the connections l accepts: MaxConns at once and
+// MaxConnsPerSource from one source; a connection over a bound is closed
+// at accept, before anything is read from it. Every connection is a file
+// descriptor of the process, which the SIP listeners, the node's
+// connections to carriers and Redis share: without a bound, a client that
+// reaches http.listen (where a scraper must reach it) could hold all of
+// them, each for the server's idle timeout at a request now and then.
+func Listener(l net.Listener) net.Listener {
+	return &boundedListener{Listener: l, bySrc: map[netip.Addr]int{}}
+}
+
+type boundedListener struct {
+	net.Listener
+	mu    sync.Mutex
+	open  int
+	bySrc map[netip.Addr]int
+}
+
+// sourceOf is what the per-source bound counts a connection from a under:
+// its IPv4 address or its IPv6 /64; ok false for an address that is not
+// IP (counted in the total only).
+func sourceOf(a net.Addr) (netip.Addr, bool) {
+	ap, err := netip.ParseAddrPort(a.String())
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	ip := ap.Addr().Unmap().WithZone("")
+	if ip.Is6() {
+		ip = netip.PrefixFrom(ip, 64).Masked().Addr()
+	}
+	return ip, true
+}
+
+func (l *boundedListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err // http.Server retries a temporary one
+		}
+		src, keyed := sourceOf(c.RemoteAddr())
+		l.mu.Lock()
+		if l.open >= MaxConns || (keyed && l.bySrc[src] >= MaxConnsPerSource) {
+			l.mu.Unlock()
+			_ = c.Close()
+			continue
+		}
+		l.open++
+		if keyed {
+			l.bySrc[src]++
+		}
+		l.mu.Unlock()
+		return &boundedConn{Conn: c, l: l, src: src, keyed: keyed}, nil
+	}
+}
+
+func (l *boundedListener) release(src netip.Addr, keyed bool) {
+	l.mu.Lock()
+	l.open--
+	if keyed {
+		if l.bySrc[src]--; l.bySrc[src] <= 0 {
+			delete(l.bySrc, src)
+		}
+	}
+	l.mu.Unlock()
+}
+
+// boundedConn gives its place back when closed.
+type boundedConn struct {
+	net.Conn
+	l     *boundedListener
+	src   netip.Addr
+	keyed bool
+	once  sync.Once
+}
+
+func (c *boundedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { c.l.release(c.src, c.keyed) })
+	return err
+}
