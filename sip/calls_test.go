@@ -158,8 +158,9 @@ func calleeBye(t *testing.T, c *siptest.Caller, proxy string, ok *sipmsg.Respons
 
 func TestMaxCallsCarrierByeEndsTheCall(t *testing.T) {
 	car := siptest.StartCarrier(t, "127.0.0.1", nil)
-	h, tr, _ := startCallsProxy(t, car, 1, 0)
+	h, tr, store := startCallsProxy(t, car, 1, 0)
 	caller := siptest.StartCaller(t, "127.0.0.2")
+	live := peerPlaces(t, store)
 	ok := answeredCall(t, caller, h.udp)
 
 	// The callee's BYE from a stranger's address, and from the carrier's
@@ -182,6 +183,9 @@ func TestMaxCallsCarrierByeEndsTheCall(t *testing.T) {
 		t.Fatalf("callee BYE: got %v, want 200", res)
 	}
 	waitFor(t, func() bool { return tr.Live() == 0 }, "no tracked call after the callee's BYE")
+	// The Tracker forgets the call, then frees its places in the store:
+	// the next call needs the place itself free.
+	waitFor(t, func() bool { return live() == 0 }, "the peer's place free after the callee's BYE")
 	answeredCall(t, caller, h.udp)
 }
 

@@ -180,7 +180,7 @@ func TestInviteWithoutFromTagIsRefused(t *testing.T) {
 // places in a Tracker on an in-process store, and one carrier: the raw end
 // point car, which answers initial INVITEs 200 and BYEs with *byeCode (0:
 // no answer).
-func startRawCallsProxy(t *testing.T, peerMax int, byeCode *atomic.Int64) (*harness, *callplaces.Tracker, *udpEnd) {
+func startRawCallsProxy(t *testing.T, peerMax int, byeCode *atomic.Int64) (*harness, *callplaces.Tracker, *udpEnd, *callplaces.LocalStore) {
 	t.Helper()
 	car := startUDPEnd(t, "127.0.0.1", nil)
 	self := car.addr()
@@ -200,9 +200,10 @@ func startRawCallsProxy(t *testing.T, peerMax int, byeCode *atomic.Int64) (*harn
 	cfg := testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second})
 	cfg.Peers[0].MaxCalls = peerMax
 	cfg.SIP.RejectCalls.Code, cfg.SIP.RejectCalls.Reason = 503, "Call Limit Exceeded"
-	tr := callplaces.NewTracker(callplaces.NewLocalStore(nil), callplaces.TrackerOptions{TTL: time.Minute})
+	store := callplaces.NewLocalStore(nil)
+	tr := callplaces.NewTracker(store, callplaces.TrackerOptions{TTL: time.Minute})
 	h := startProxyOpts(t, Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer, Calls: tr})
-	return h, tr, car
+	return h, tr, car, store
 }
 
 // TestByeFreesPlacesOnItsAnswer: a call's max_calls places are freed when
@@ -235,7 +236,7 @@ func TestByeFreesPlacesOnItsAnswer(t *testing.T) {
 				defer statefulOnly.Store(false)
 				var byeCode atomic.Int64
 				byeCode.Store(int64(tc.carrier))
-				h, tr, car := startRawCallsProxy(t, 1, &byeCode)
+				h, tr, car, store := startRawCallsProxy(t, 1, &byeCode)
 				peer := startUDPEnd(t, "127.0.0.2", nil)
 				ok := rawAnsweredCall(t, peer, h.udp, "first")
 				from := peer
@@ -254,7 +255,10 @@ func TestByeFreesPlacesOnItsAnswer(t *testing.T) {
 					t.Fatalf("the refused BYE reached the carrier")
 				}
 				if tc.ends {
-					waitFor(t, func() bool { return tr.Live() == 0 }, "the call's places freed")
+					// Forgotten by the Tracker, then freed in the store: the
+					// second call needs the place itself.
+					live := peerPlaces(t, store)
+					waitFor(t, func() bool { return tr.Live() == 0 && live() == 0 }, "the call's places freed")
 					rawAnsweredCall(t, peer, h.udp, "second")
 					return
 				}
@@ -279,7 +283,7 @@ func TestStatelessByeTimeoutEndsTheCall(t *testing.T) {
 	byeTimeout = 300 * time.Millisecond
 	defer func() { byeTimeout = old }()
 	var byeCode atomic.Int64 // the carrier never answers a BYE
-	h, tr, car := startRawCallsProxy(t, 1, &byeCode)
+	h, tr, car, _ := startRawCallsProxy(t, 1, &byeCode)
 	peer := startUDPEnd(t, "127.0.0.2", nil)
 	ok := rawAnsweredCall(t, peer, h.udp, "silent")
 	peer.send(h.udp, withVia(inDialogOf(t, peer.caller(), h.udp, ok, sipmsg.BYE), peer.addr(), "z9hG4bK.bye-silent"))

@@ -33,7 +33,7 @@ func TestEndedDialogIsClosed(t *testing.T) {
 			defer statefulOnly.Store(false)
 			var byeCode atomic.Int64
 			byeCode.Store(200)
-			h, _, car := startRawCallsProxy(t, 0, &byeCode)
+			h, _, car, _ := startRawCallsProxy(t, 0, &byeCode)
 			car.mu.Lock()
 			inner := car.answer
 			car.answer = func(req *sipmsg.Request) *sipmsg.Response {
