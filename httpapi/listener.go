@@ -4,6 +4,8 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+
+	"github.com/cpsguard/cpsguard/internal/connlimit"
 )
 
 // The bounds of Listener. A Prometheus server keeps one connection per
@@ -43,11 +45,7 @@ func sourceOf(a net.Addr) (netip.Addr, bool) {
 	if err != nil {
 		return netip.Addr{}, false
 	}
-	ip := ap.Addr().Unmap().WithZone("")
-	if ip.Is6() {
-		ip = netip.PrefixFrom(ip, 64).Masked().Addr()
-	}
-	return ip, true
+	return connlimit.SourceKey(ap.Addr()), true
 }
 
 func (l *boundedListener) Accept() (net.Conn, error) {
@@ -68,7 +66,7 @@ func (l *boundedListener) Accept() (net.Conn, error) {
 			l.bySrc[src]++
 		}
 		l.mu.Unlock()
-		return &boundedConn{Conn: c, l: l, src: src, keyed: keyed}, nil
+		return connlimit.OnClose(c, func() { l.release(src, keyed) }), nil
 	}
 }
 
@@ -81,19 +79,4 @@ func (l *boundedListener) release(src netip.Addr, keyed bool) {
 		}
 	}
 	l.mu.Unlock()
-}
-
-// boundedConn gives its place back when closed.
-type boundedConn struct {
-	net.Conn
-	l     *boundedListener
-	src   netip.Addr
-	keyed bool
-	once  sync.Once
-}
-
-func (c *boundedConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(func() { c.l.release(c.src, c.keyed) })
-	return err
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/internal/connlimit"
 )
 
 // SIP over TCP is a stranger's cheapest way to hold a node's memory: a
@@ -74,16 +75,6 @@ const strangerShare = 4
 // is sip.tcp.max_connections.
 func strangerMax(total int) int { return max(1, total/strangerShare) }
 
-// sourceKey is what the per-source bound counts a connection from ip
-// under: the IPv4 address, or the IPv6 /64 it is in.
-func sourceKey(ip netip.Addr) netip.Addr {
-	ip = ip.Unmap().WithZone("")
-	if ip.Is6() {
-		return netip.PrefixFrom(ip, 64).Masked().Addr()
-	}
-	return ip
-}
-
 // guardedListener is a TCP listener that enforces tcpLimits and closes
 // strangers' connections at accept when classify says so. Safe for
 // concurrent use.
@@ -100,7 +91,7 @@ type guardedListener struct {
 	mu        sync.Mutex
 	open      int
 	strangers int
-	bySrc     map[netip.Addr]int // by sourceKey
+	bySrc     map[netip.Addr]int // by connlimit.SourceKey
 }
 
 func newGuardedListener(l net.Listener, limits func() tcpLimits, classify func(netip.Addr) (bool, bool), refused func(string)) *guardedListener {
@@ -141,7 +132,7 @@ func (l *guardedListener) Accept() (net.Conn, error) {
 			continue
 		}
 		lim := l.limits()
-		key := sourceKey(ip)
+		key := connlimit.SourceKey(ip)
 		l.mu.Lock()
 		if l.open >= lim.max || l.bySrc[key] >= lim.perSource || (!known && l.strangers >= strangerMax(lim.max)) {
 			l.mu.Unlock()
@@ -155,16 +146,16 @@ func (l *guardedListener) Accept() (net.Conn, error) {
 			l.strangers++
 		}
 		l.mu.Unlock()
-		return &guardedConn{Conn: c, l: l, key: key, stranger: !known}, nil
+		return connlimit.OnClose(c, func() { l.release(key, !known) }), nil
 	}
 }
 
 // counts returns the connections open in all, from strangers and from
-// ip's source (sourceKey) (tests).
+// ip's source (connlimit.SourceKey) (tests).
 func (l *guardedListener) counts(ip netip.Addr) (open, strangers, src int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.open, l.strangers, l.bySrc[sourceKey(ip)]
+	return l.open, l.strangers, l.bySrc[connlimit.SourceKey(ip)]
 }
 
 func (l *guardedListener) release(key netip.Addr, stranger bool) {
@@ -177,19 +168,4 @@ func (l *guardedListener) release(key netip.Addr, stranger bool) {
 		delete(l.bySrc, key)
 	}
 	l.mu.Unlock()
-}
-
-// guardedConn gives its place back when closed.
-type guardedConn struct {
-	net.Conn
-	l        *guardedListener
-	key      netip.Addr // sourceKey of its source
-	stranger bool       // counted in the strangers' share
-	once     sync.Once
-}
-
-func (c *guardedConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(func() { c.l.release(c.key, c.stranger) })
-	return err
 }

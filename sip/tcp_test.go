@@ -203,25 +203,3 @@ func TestStrangersHoldAQuarterOfTCP(t *testing.T) {
 		t.Error("a stranger was refused after another stranger's connection closed")
 	}
 }
-
-// TestSourceKeyIPv6Per64: the per-source bound counts an IPv6 source by
-// its /64 (one host holds a whole /64), an IPv4 one by its address.
-func TestSourceKeyIPv6Per64(t *testing.T) {
-	for _, tc := range []struct{ a, b string }{
-		{"2001:db8:1:2::1", "2001:db8:1:2:ffff:ffff:ffff:ffff"},
-		{"2001:db8:1:2:abcd::9", "2001:db8:1:2::"},
-		{"::ffff:192.0.2.1", "192.0.2.1"},
-	} {
-		if ka, kb := sourceKey(netip.MustParseAddr(tc.a)), sourceKey(netip.MustParseAddr(tc.b)); ka != kb {
-			t.Errorf("sourceKey(%s) = %s, sourceKey(%s) = %s: want one source", tc.a, ka, tc.b, kb)
-		}
-	}
-	for _, tc := range []struct{ a, b string }{
-		{"2001:db8:1:2::1", "2001:db8:1:3::1"},
-		{"192.0.2.1", "192.0.2.2"},
-	} {
-		if sourceKey(netip.MustParseAddr(tc.a)) == sourceKey(netip.MustParseAddr(tc.b)) {
-			t.Errorf("%s and %s: one source, want two", tc.a, tc.b)
-		}
-	}
-}
