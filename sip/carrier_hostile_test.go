@@ -203,6 +203,28 @@ func TestCarrierByeWithCallersTagEndsTheCall(t *testing.T) {
 	waitFor(t, func() bool { return live() == 0 && tr.Live() == 0 }, "the call's places given back")
 }
 
+// rerouteCarriers starts carrier x, which answers 503 to the requests
+// refuses picks (and nothing to the others), carrier y, which answers
+// every call, and a configuration whose route tries x, then y.
+func rerouteCarriers(t *testing.T, refuses func(*sipmsg.Request) bool) (x, y *udpEnd, cfg *config.Config) {
+	t.Helper()
+	x = startUDPEnd(t, "127.0.0.1", func(req *sipmsg.Request) *sipmsg.Response {
+		if refuses(req) {
+			return sipmsg.NewResponseFromRequest(req, 503, "Service Unavailable", nil)
+		}
+		return nil
+	})
+	y = startUDPEnd(t, "127.0.0.1", nil)
+	self := y.addr()
+	y.mu.Lock()
+	y.answer = rawAnswerer(func() string { return self }, nil)
+	y.mu.Unlock()
+	cfg = testConfig(
+		config.Carrier{Name: "x", URI: "sip:" + x.addr(), CPS: 100, MaxWait: time.Second},
+		config.Carrier{Name: "y", URI: "sip:" + y.addr(), CPS: 100, MaxWait: time.Second})
+	return x, y, cfg
+}
+
 // TestFailedCarrierTokenRefused: a call rerouted from carrier x (503
 // before ringing) to carrier y keeps going on y, but x still held a
 // dialog token: the Record-Route of the INVITE it refused. x could use it
@@ -214,20 +236,7 @@ func TestCarrierByeWithCallersTagEndsTheCall(t *testing.T) {
 // call), or a BYE whose 481 set the call's pending end. A token of an
 // attempt the call has moved on from is refused: 481, never relayed.
 func TestFailedCarrierTokenRefused(t *testing.T) {
-	x := startUDPEnd(t, "127.0.0.1", func(req *sipmsg.Request) *sipmsg.Response {
-		if req.IsInvite() {
-			return sipmsg.NewResponseFromRequest(req, 503, "Service Unavailable", nil)
-		}
-		return nil
-	})
-	y := startUDPEnd(t, "127.0.0.1", nil)
-	self := y.addr()
-	y.mu.Lock()
-	y.answer = rawAnswerer(func() string { return self }, nil)
-	y.mu.Unlock()
-	cfg := testConfig(
-		config.Carrier{Name: "x", URI: "sip:" + x.addr(), CPS: 100, MaxWait: time.Second},
-		config.Carrier{Name: "y", URI: "sip:" + y.addr(), CPS: 100, MaxWait: time.Second})
+	x, y, cfg := rerouteCarriers(t, (*sipmsg.Request).IsInvite)
 	adm, pacer := newFakes()
 	h := startProxy(t, cfg, adm, pacer)
 	peer := startUDPEnd(t, "127.0.0.2", func(req *sipmsg.Request) *sipmsg.Response {
@@ -300,20 +309,7 @@ func calleeRequest(e *udpEnd, method sipmsg.RequestMethod, routes []string, ok *
 // refused 503 (a refresh refused ends the call). The budget is now the
 // dialog's with its carrier leg: x's re-INVITEs count against x's.
 func TestFailedCarrierCannotSpendTheReinviteBudget(t *testing.T) {
-	x := startUDPEnd(t, "127.0.0.1", func(req *sipmsg.Request) *sipmsg.Response {
-		if req.IsInvite() && !hasToTag(req) {
-			return sipmsg.NewResponseFromRequest(req, 503, "Service Unavailable", nil)
-		}
-		return nil
-	})
-	y := startUDPEnd(t, "127.0.0.1", nil)
-	self := y.addr()
-	y.mu.Lock()
-	y.answer = rawAnswerer(func() string { return self }, nil)
-	y.mu.Unlock()
-	cfg := testConfig(
-		config.Carrier{Name: "x", URI: "sip:" + x.addr(), CPS: 100, MaxWait: time.Second},
-		config.Carrier{Name: "y", URI: "sip:" + y.addr(), CPS: 100, MaxWait: time.Second})
+	x, y, cfg := rerouteCarriers(t, func(req *sipmsg.Request) bool { return req.IsInvite() && !hasToTag(req) })
 	cfg.SIP.DialogSecret = "a-pool-secret-of-sixteen-chars"
 	store := admission.NewLocalStore(nil)
 	_, pacer1 := newFakes()
