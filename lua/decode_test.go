@@ -488,3 +488,31 @@ func TestDecodeService(t *testing.T) {
 		})
 	}
 }
+
+// FuzzDecodeAdmitPace: an admit_pace reply of any shape is decoded or
+// refused with ErrReply, never a panic; a decoded one has a pace reply
+// exactly when its admission admitted a call that is not a duplicate.
+func FuzzDecodeAdmitPace(f *testing.F) {
+	f.Add([]byte{2, 1, 6, 0, 7, 0, 7, 0}, []byte{2, 1, 0, 7, 0}, true)
+	f.Add([]byte{2, 0, 0, 0, 7, 7, 7, 7}, []byte{}, false)
+	f.Add([]byte{1, 'x'}, []byte{0}, true)
+	f.Fuzz(func(t *testing.T, admit, pace []byte, two bool) {
+		if _, _, _, err := lua.DecodeAdmitPace(build(admit), 1); err != nil && !errors.Is(err, lua.ErrReply) {
+			t.Fatalf("error %v does not wrap ErrReply", err)
+		}
+		v := []any{build(admit)}
+		if two {
+			v = append(v, build(pace))
+		}
+		a, _, paced, err := lua.DecodeAdmitPace(v, 1)
+		if err != nil {
+			if !errors.Is(err, lua.ErrReply) {
+				t.Fatalf("error %v does not wrap ErrReply", err)
+			}
+			return
+		}
+		if paced != (a.Admitted && !a.Duplicate) {
+			t.Fatalf("paced %v for admitted %v duplicate %v", paced, a.Admitted, a.Duplicate)
+		}
+	})
+}
