@@ -176,7 +176,10 @@ func TestKamailioBehind(t *testing.T) {
 	uasPort := freeSIPPort(t)
 	uas := fmt.Sprintf("127.0.0.1:%d", uasPort)
 	k := startKamailio(t, "127.0.0.5", uas)
-	n := startNode(t, nodeConf{id: "before-kamailio",
+	// On Redis: the production path, where a call's admission and its
+	// first carrier slot are one script (admit_pace).
+	srv := redistest.Start(t)
+	n := startNode(t, nodeConf{id: "before-kamailio", redis: srv.Addr(),
 		peers:    []peerConf{{name: "sipp", sources: []string{"127.0.0.3/32"}, cps: 100}},
 		carriers: []carrierConf{{name: "kamailio", addr: k.addr, cps: 100, extra: "probe: {interval: 0s}"}}}, true)
 
@@ -203,5 +206,8 @@ func TestKamailioBehind(t *testing.T) {
 	}
 	if v := n.metric("cpsguard_calls_total", `outcome="forwarded"`); v != calls {
 		t.Errorf("calls forwarded = %v, want %d", v, calls)
+	}
+	if v := n.metric("cpsguard_store_duration_seconds_count", `script="admit_pace"`); v != calls {
+		t.Errorf("admit_pace runs = %v, want one per call (%d)", v, calls)
 	}
 }
