@@ -160,3 +160,49 @@ func TestE2EUnusedFirstSlotGivenBack(t *testing.T) {
 		t.Fatalf("carrier's slot set %s holds %d (%v), want the 2 forwarded calls' slots", key, n, err)
 	}
 }
+
+// A caller that CANCELs calls queued on the slots reserved with their
+// admission (a peer's cheapest way to hold a carrier's capacity) holds
+// nothing: 8 calls admitted at once queue on the 5 cps carrier (slots up
+// to 1.4 s ahead, every one made by admit_pace), the 7 still queued are
+// cancelled, and their slots leave the carrier's set at once, so only the
+// call sent holds one.
+func TestE2ECancelledQueuedCallsGiveBackFirstSlots(t *testing.T) {
+	f := startFirst(t, 100)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	ctx := ctxT(t, 10*time.Second)
+	var txs []sipmsg.ClientTransaction
+	var invs []*sipmsg.Request
+	for range 8 {
+		inv := caller.Invite(f.udp)
+		tx, err := caller.Transaction(ctx, inv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Terminate()
+		txs, invs = append(txs, tx), append(invs, inv)
+	}
+	waitFor(t, func() bool { return f.scripts(t)["admit_pace"] == 8 }, "8 admissions with their slots")
+	waitQueued(t, f.harness, "a")
+	for _, inv := range invs[1:] {
+		if res := caller.Final(ctx, siptest.CancelFor(inv)); res == nil || res.StatusCode != 200 {
+			t.Fatalf("CANCEL answer = %v, want 200", res)
+		}
+	}
+	cancelled := 0
+	for _, tx := range txs {
+		if res := finalOf(ctx, tx); res != nil && res.StatusCode == 487 {
+			cancelled++
+		}
+	}
+	if cancelled < 6 {
+		t.Fatalf("%d of the 7 CANCELs ended their call 487, want at least 6 (one may have been sent first)", cancelled)
+	}
+	cfg := f.p.cfg()
+	pc, _ := f.p.carriers.Pacing(cfg, cfg.Carrier("a"))
+	sent := 8 - cancelled
+	waitFor(t, func() bool {
+		n, err := f.watch.ZCard(ctxT(t, 5*time.Second), pc.Key).Result()
+		return err == nil && int(n) == sent
+	}, "only the sent calls' slots left in the carrier's set")
+}
