@@ -121,8 +121,12 @@ func TestE2EOneRoundTripPerCall(t *testing.T) {
 	if codes[200] != 10 || codes[503] != 10 {
 		t.Fatalf("answers to 20 calls at once at 10 cps: %v, want 10 × 200 and 10 × 503", codes)
 	}
-	if got := f.scripts(t); got["admit_pace"] != 20 || got["admit"] != 0 || got["pace"] != 0 {
-		t.Fatalf("scripts run for 20 calls: %v; want 20 admit_pace (one round trip each), no admit, no pace", got)
+	// A call whose timer woke too late for its slot gives it back and
+	// takes another (pacing.Acquire: one release, one pace), as it did
+	// before F6; a loaded box does that now and then. Any other pace is a
+	// second round trip.
+	if got := f.scripts(t); got["admit_pace"] != 20 || got["admit"] != 0 || got["pace"] != got["release"] {
+		t.Fatalf("scripts run for 20 calls: %v; want 20 admit_pace (one round trip each), no admit, and a pace only after a release (a late wake)", got)
 	}
 	f.mu.Lock()
 	at := slices.Clone(f.at)
