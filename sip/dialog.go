@@ -281,11 +281,13 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 	// H, after a non-2xx), which absorbs its copies and the ACK of its
 	// failure: its tombstone stays as long (inviteTable, keptTTL), so a
 	// late ACK is not relayed as a 2xx ACK would be.
-	sent := false
+	// answered: its 2xx was relayed; copies of it are then absorbed by
+	// the tombstone itself (sipgo's transaction lasts answeredLinger).
+	sent, answered := false, false
 	if req.IsInvite() {
-		var done func(bool)
+		var done func(bool, bool)
 		entry, done = p.invites.claim(req)
-		defer func() { done(sent) }()
+		defer func() { done(sent, answered) }()
 	}
 	hop, code := p.prepareInDialog(req, true)
 	if code == 0 {
@@ -341,6 +343,7 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 		l.cancelled = ch
 	}
 	res, _ := l.run()
+	answered = res != nil && res.IsSuccess()
 	// The far leg's answer says whether a BYE ended the call (ends.go); a
 	// BYE that could not be sent ends nothing (the call is still up at the
 	// other leg: a peer could otherwise free its places with BYEs made too

@@ -132,7 +132,7 @@ func (p *Proxy) onInvite(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
 	c := &call{p: p, cfg: p.cfg(), req: req, tx: tx, ctx: ctx, log: p.log, trying: entry.trying, cancel: cancel, started: started}
 	// A forwarded call's transaction outlives the handler (send never
 	// ends it): its copies go to sipgo, which absorbs them.
-	defer func() { done(c.forwarded) }()
+	defer func() { done(c.forwarded, c.answered) }()
 	c.run()
 	if !c.answered && c.shown.Load() {
 		// Before the places are given back (store I/O): the caller has

@@ -125,6 +125,8 @@ func (p *Proxy) screenInvite(cfg *config.Config, req *sipmsg.Request, src netip.
 		return true
 	case regAnswered:
 		return true
+	case regAbsorbed:
+		return false
 	}
 	p.m.Calls.WithLabelValues(peer, metrics.OutcomeRejectedOverload).Inc()
 	p.noteShed(peer, time.Now(), true)

@@ -148,7 +148,7 @@ func TestInflightUnitOfAnAbsorbedInviteIsReturned(t *testing.T) {
 
 	// Claimed and finished: a tombstone for tombstoneTTL.
 	e, done := tb.claim(req)
-	done(false)
+	done(false, false)
 	if tb.lookup(inviteKeyOf(req)) != nil {
 		t.Error("lookup found a finished INVITE (a CANCEL must go to sipgo)")
 	}
@@ -171,11 +171,31 @@ func TestInflightUnitOfAnAbsorbedInviteIsReturned(t *testing.T) {
 		t.Fatalf("register of the next call: got %d, want regNew", got)
 	}
 	e, done = tb.claim(req)
-	done(true)
+	done(true, false)
 	for _, age := range []time.Duration{0, tombstoneTTL + time.Second, keptTTL - time.Second} {
 		tb.sweep(e.finished.Add(age))
 		if got := tb.register(req, func() bool { t.Errorf("a copy %v after a forwarded call's end asked for a unit", age); return false }, &ctr); got != regAnswered {
 			t.Fatalf("register of a copy %v after a forwarded call ended: got %d, want regAnswered (sipgo absorbs it)", age, got)
+		}
+	}
+	tb.sweep(e.finished.Add(keptTTL + time.Millisecond))
+	if got := tb.size(); got != 0 {
+		t.Errorf("entries after keptTTL: got %d, want 0", got)
+	}
+
+	// An answered call's transaction lasts answeredLinger only: copies of
+	// its INVITE are absorbed by the tombstone itself, at any age within
+	// keptTTL (before and after the linger), never passed to sipgo, which
+	// would make a new call of one once its transaction ended.
+	if got := tb.register(req, acquire, &ctr); got != regNew {
+		t.Fatalf("register of the next call: got %d, want regNew", got)
+	}
+	e, done = tb.claim(req)
+	done(true, true)
+	for _, age := range []time.Duration{0, answeredLinger + time.Second, keptTTL - time.Second} {
+		tb.sweep(e.finished.Add(age))
+		if got := tb.register(req, func() bool { t.Errorf("a copy %v after an answered call's end asked for a unit", age); return false }, &ctr); got != regAbsorbed {
+			t.Fatalf("register of a copy %v after an answered call ended: got %d, want regAbsorbed", age, got)
 		}
 	}
 	tb.sweep(e.finished.Add(keptTTL + time.Millisecond))

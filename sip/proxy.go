@@ -152,7 +152,32 @@ func init() {
 	// than 200 ms. So sipgo's is pushed beyond any transaction's life
 	// (the timer is stopped at the transaction's first answer or end).
 	sipmsg.Timer_1xx = noAutoTrying
+	// sipgo keeps an answered call's server and client INVITE
+	// transactions 64·T1 = 32 s after the 2xx (RFC 6026's Accepted state),
+	// each with the call's parsed messages and state: ~12 KB a call, a
+	// live heap of ~440 MB at 1,200 calls/s (BENCHMARKS.md, session 12),
+	// growing with the rate. What they are kept for: the carrier's 2xx
+	// retransmissions, sent at 0.5, 1.5, 3.5, 7.5 s while no ACK reached
+	// it, are relayed to the caller, whose ACK answers each; copies of
+	// the caller's INVITE are absorbed. answeredLinger (8 s) keeps the
+	// first four retransmissions, enough for a lost ACK to be sent again
+	// four times; the invite table's tombstone (keptTTL, 32 s) absorbs the
+	// INVITE's copies after it (screen.go); a later 2xx is a stray and
+	// dropped (onStrayResponse), as is a forking carrier's second answer
+	// coming that late (its UAS ends it without an ACK). Kamailio's tm
+	// keeps a transaction 5 s after its final reply (wt_timer). Timer D
+	// (a failed attempt's client transaction, absorbing the carrier's
+	// copies of its final answer) is cut likewise.
+	sipmsg.Timer_L = answeredLinger
+	sipmsg.Timer_M = answeredLinger
+	sipmsg.Timer_D = answeredLinger
 }
+
+// answeredLinger is how long an answered call's INVITE transactions last
+// after its 2xx (sipgo's Timers L and M, RFC 6026's 64·T1 = 32 s), and a
+// failed attempt's client transaction after its final answer (Timer D,
+// 32 s over UDP): set in init.
+const answeredLinger = 8 * time.Second
 
 // noAutoTrying is sipgo's Timer_1xx as the proxy sets it: never reached.
 const noAutoTrying = 24 * time.Hour

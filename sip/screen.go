@@ -421,6 +421,10 @@ type inviteEntry struct {
 	// and the tombstone lets them reach it for as long (keptTTL) instead of
 	// deciding or shedding them as new calls.
 	kept bool
+	// answered: the call was answered (a 2xx relayed); its copies are
+	// absorbed by the tombstone itself (register: regAbsorbed), since
+	// sipgo's transaction lasts answeredLinger only.
+	answered bool
 	// A new initial INVITE's unit of the inflight bound (overload.go).
 	inflightUnit
 	// trying: the screen answered this INVITE 100 Trying when it arrived
@@ -551,6 +555,7 @@ const (
 	regLive            // a retransmission of an INVITE being handled
 	regAnswered        // an INVITE just answered (its tombstone), or one no handler took
 	regShed            // new, and acquire failed: nothing recorded
+	regAbsorbed        // a copy of an answered INVITE: dropped, no answer
 )
 
 // register records req unless an entry for its key exists (a
@@ -570,6 +575,13 @@ func (t *inviteTable) register(req *sipmsg.Request, acquire func() bool, ctr *in
 		return regLive
 	}
 	if e, ok := t.tombs[k]; ok {
+		if e.answered {
+			// Answered: sipgo's transaction absorbs copies for
+			// answeredLinger only; after it this copy would make a new
+			// one, and a new call. Absorbed here, as RFC 6026's Accepted
+			// state does: no answer.
+			return regAbsorbed
+		}
 		if e.kept {
 			// Forwarded: sipgo's transaction absorbs the copy.
 			return regAnswered
@@ -598,7 +610,7 @@ func (t *inviteTable) register(req *sipmsg.Request, acquire func() bool, ctr *in
 // did not register it) and the function the handler calls when it
 // returns: the entry becomes a tombstone, kept keptTTL when kept (the
 // handler left the server transaction alive), else tombstoneTTL.
-func (t *inviteTable) claim(req *sipmsg.Request) (*inviteEntry, func(kept bool)) {
+func (t *inviteTable) claim(req *sipmsg.Request) (*inviteEntry, func(kept, answered bool)) {
 	k := inviteKeyOf(req)
 	t.mu.Lock()
 	e, ok := t.m[k]
@@ -608,7 +620,7 @@ func (t *inviteTable) claim(req *sipmsg.Request) (*inviteEntry, func(kept bool))
 	}
 	e.claimed = true
 	t.mu.Unlock()
-	return e, func(kept bool) {
+	return e, func(kept, answered bool) {
 		e.releaseInflight()
 		// A tombstone lives up to keptTTL: it keeps none of the call's
 		// state (the reaction closes over its context).
@@ -620,6 +632,7 @@ func (t *inviteTable) claim(req *sipmsg.Request) (*inviteEntry, func(kept bool))
 			delete(t.m, k)
 			e.finished = time.Now()
 			e.kept = kept
+			e.answered = answered
 			t.tombs[k] = e
 			if kept {
 				t.kept.push(k, e)
