@@ -81,6 +81,18 @@ func profileCmd(fs *flag.FlagSet) func(*env) error {
 		if err := fetch(e.ctx, base+"allocs", filepath.Join(dir, "allocs-1.pb.gz")); err != nil {
 			return err
 		}
+		// Memory under load, after the CPU window (the forced collection
+		// would distort it): the process's RSS, then the heap a collection
+		// leaves live (heap?gc=1): what the node holds per call at this
+		// rate, its answered calls' transactions included.
+		rssLoad, _ := procs.RSS(sys.pid)
+		if err := fetch(e.ctx, base+"heap?gc=1", filepath.Join(dir, "heap-load.pb.gz")); err != nil {
+			return err
+		}
+		live, err := sys.guard.Metric(e.ctx, "go_memstats_heap_alloc_bytes", "")
+		if err != nil {
+			return err
+		}
 		r := <-done
 		if r.err != nil {
 			return r.err
@@ -96,6 +108,11 @@ func profileCmd(fs *flag.FlagSet) func(*env) error {
 		for _, c := range cmdstats {
 			fmt.Printf("  %-28s %6.2f calls  %6.1f µs inside Redis\n", c.name, float64(c.calls)/calls, c.usec/calls)
 		}
+		// Calls of the last 32 s (sipgo's Timers L and M keep an answered
+		// call's transactions that long), about 4 s + the window in.
+		recent := float64(*rate * min(32, 4+*window))
+		fmt.Printf("memory at %d CPS, ~%d s in: node RSS %.0f MiB; Go heap live after a forced collection %.0f MiB (%.1f KB per call of the last 32 s); heap-load.pb.gz\n",
+			*rate, 4+*window, float64(rssLoad)/(1<<20), live/(1<<20), live/recent/1e3)
 		if err := pprofTop(dir, "cpu-top.txt", "-top", "-nodecount=35", pbin, filepath.Join(dir, "cpu.pb.gz")); err != nil {
 			return err
 		}
