@@ -211,6 +211,14 @@
 // 2xx the node hangs up (this one, one that crossed the node's CANCEL)
 // gets its ACK and BYE at the address the INVITE went to, its Contact
 // only as their Request-URI: a carrier cannot point them elsewhere. An
+// answered call's INVITE transactions (sipgo's server and client ones)
+// last answeredLinger (8 s) after its 2xx, not RFC 6026's 32 s, and a
+// failed attempt's client transaction as long after its final answer
+// (proxy.go init: each holds the call's messages, ~10 KB, and at
+// thousands of calls a second 32 s of them was most of the node's
+// memory): the carrier's 2xx retransmissions within it reach the caller,
+// later ones are strays (dropped), and copies of the INVITE are absorbed
+// by its tombstone in the invite table for 32 s (screen.go). An
 // initial INVITE loses every Route, the Request-URI's maddr and URI
 // headers, and the customer header. Carrier host names are resolved at
 // start and every 30 s (by the carriers.Set; resolve.go asks it where a
