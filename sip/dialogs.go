@@ -45,10 +45,12 @@ import (
 // callee tag it names (the token names the call by its Call-ID and
 // caller's tag only, so a made-up To tag would otherwise make a dialog
 // that never ended, relayed for the token's whole life), and the end is
-// shared with the pool as a dialog's is. A call attempt that ended
-// unanswered after its Record-Route (a token) reached the caller ends its
-// tokens by their IDs (tokensOver), not its call key: a retry of the call
-// with the same Call-ID and tag passes.
+// shared with the pool as a dialog's is. A call attempt's token, which its
+// carrier got in the INVITE's Record-Route (and the caller maybe in a
+// response), is ended by its ID (tokensOver), not the call key, when the
+// call moves on from that carrier and when the call ends unanswered: a
+// retry of the call with the same Call-ID and tag passes, and so do the
+// requests of the carrier that holds the call.
 //
 // In-dialog requests are also bounded per dialog and direction: a token
 // bucket of dialogBurst requests refilled at dialogRate a second, a rate
@@ -442,16 +444,22 @@ func (p *Proxy) callOver(k callKey) {
 // where the other keys are hashes: they meet but by a 64-bit chance).
 func tokenEndKey(id tokenID) dialogKey { return dialogKey(id) }
 
-// tokensOver records that the call attempt that minted the tokens ids
-// ended unanswered, after a response carrying its Record-Route (and so a
-// token) reached the caller: no request of those tokens is relayed any
-// more, whatever tags it names, on this node at once, on the pool's
-// others at their next sync. The caller could otherwise send requests of
-// that dialog for the tokens' whole life, an INVITE among them, which a
+// tokensOver records that the call attempts that minted the tokens ids
+// are over without an answer: the call moved on from their carrier, or
+// ended unanswered. No request of those tokens is relayed any more,
+// whatever tags it names, on this node at once, on the pool's others at
+// their next sync. Every carrier the INVITE reached holds its token (the
+// Record-Route), and the caller may (a provisional response): a carrier
+// the call moved on from could otherwise reach the caller as its callee
+// through another node of the pool (one that never held the call, so
+// ownTokenGone does not judge it), on the rate and re-INVITE budget of
+// the callee side; and the caller could send requests of an unanswered
+// call's dialog for the tokens' whole life, an INVITE among them, which a
 // carrier may take for a new call (RFC 3261 12.2.2) that no admission,
 // pacing slot or max_calls place granted. The call key is not what ends
-// (callOver): a caller retries a refused call with its Call-ID and From
-// tag (after a 407, say), and the retry's own tokens must pass.
+// (callOver): the carrier that holds the call has a token of its own, and
+// a caller retries a refused call with its Call-ID and From tag (after a
+// 407, say), and the retry's own tokens must pass.
 func (p *Proxy) tokensOver(ids []tokenID) {
 	now := time.Now()
 	exp := now.Add(endedTTL(p.cfg()))
@@ -508,7 +516,8 @@ func (p *Proxy) admitInDialog(hop *inDialogHop, count bool, req *sipmsg.Request)
 // carrier, which still holds the token its INVITE carried, is no leg of
 // the call. Its requests would reach the caller as the callee's, taking
 // the callee side's per-dialog rate and re-INVITE budget from the carrier
-// that holds the call.
+// that holds the call. The pool's other nodes, which never held the call,
+// learn it from the token's end (tokensOver, when the call moved on).
 func (p *Proxy) ownTokenGone(hop *inDialogHop) bool {
 	if !hop.token.own {
 		return false
