@@ -179,9 +179,12 @@
 // side's rate and re-INVITE budget; an INVITE of an unanswered call's
 // early dialog would reach the carrier with no admission, slot or place:
 // a UAS may take it for a new call), while a retry with the same Call-ID
-// and From tag has tokens of its own. The node remembers at most 262,144 ended
-// dialogs, calls and tokens of such calls (an answered call's end is two),
-// each until its token expires; a token the node minted itself (its
+// and From tag has tokens of its own. The node remembers at most 262,144
+// ended dialogs and calls (an answered call's end is two) and, apart,
+// 262,144 ended tokens (one per carrier tried that did not take its call:
+// a storm of reroutes forgets older tokens' ends, never a dialog's or a
+// call's), each until its token expires, the oldest forgotten first when
+// full; a token the node minted itself (its
 // nonce's instance part) whose call the node no longer holds is refused
 // even once the table forgot the end (ownTokenGone), and so is one of a
 // call it holds that is not the token of the call's current attempt (a
