@@ -257,8 +257,10 @@ func (p *Proxy) reinviteAllowed(cfg *config.Config, req *sipmsg.Request, hop inD
 	}
 	// The dialog with its carrier leg: a carrier the call moved on from
 	// still holds the token of its own attempt, which another node of the
-	// pool (not holding the call) lets through; its re-INVITEs count
-	// against that leg, never the budget of the carrier holding the call.
+	// pool (not holding the call) lets through until the token's end
+	// reaches it (tokensOver: about a second; never without
+	// Options.DialogEnds); its re-INVITEs count against that leg, never
+	// the budget of the carrier holding the call.
 	sum := sha256.Sum256([]byte(callID(req) + "\x00" + ftag + "\x00" + hop.legs.Carrier.Addr.String()))
 	b := admission.Bucket{Key: policy.DialogKey(cfg.Store.KeyPrefix, hex.EncodeToString(sum[:12])), Limit: reinviteLimit, Window: reinviteWindow}
 	tx := sha256.Sum256([]byte(callID(req) + "\x00" + string(inviteKeyOf(req)) + "\x00" + req.Source() + "\x00" + req.Transport()))

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"hash/fnv"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,7 +24,8 @@ import (
 // time, token.go), or when the call ended (a BYE answered 2xx or 481, or
 // not answered in time: ends.go). The second needs state: the dialogs that
 // ended, each kept until its token would have expired anyway, in a
-// node-local table (bounded: maxEndedDialogs, the oldest forgotten first)
+// node-local table (bounded: maxEndedDialogs, the oldest forgotten first;
+// the ends of call attempts' tokens in one of their own, maxEndedTokens)
 // that every in-dialog request is checked against. With a pool store
 // (Options.DialogEnds) each node publishes the ends it saw and takes in the
 // others' once every dialogSyncEvery, in one store call: a dialog ended
@@ -45,10 +47,12 @@ import (
 // callee tag it names (the token names the call by its Call-ID and
 // caller's tag only, so a made-up To tag would otherwise make a dialog
 // that never ended, relayed for the token's whole life), and the end is
-// shared with the pool as a dialog's is. A call attempt that ended
-// unanswered after its Record-Route (a token) reached the caller ends its
-// tokens by their IDs (tokensOver), not its call key: a retry of the call
-// with the same Call-ID and tag passes.
+// shared with the pool as a dialog's is. A call attempt's token, which its
+// carrier got in the INVITE's Record-Route (and the caller maybe in a
+// response), is ended by its ID (tokensOver), not the call key, when the
+// call moves on from that carrier and when the call ends unanswered: a
+// retry of the call with the same Call-ID and tag passes, and so do the
+// requests of the carrier that holds the call.
 //
 // In-dialog requests are also bounded per dialog and direction: a token
 // bucket of dialogBurst requests refilled at dialogRate a second, a rate
@@ -80,6 +84,12 @@ const (
 	// 220 bytes each with the map and the FIFO (endedDialog is 80): some
 	// 56 MB at the bound, measured.
 	maxEndedDialogs = 1 << 18
+	// maxEndedTokens bounds the ended call attempts' tokens
+	// (tokenEndKey) a node remembers, in a table of their own: one per
+	// carrier tried that did not take its call (a reroute, an unanswered
+	// call). The same 220 bytes each: some 56 MB more at the bound,
+	// measured.
+	maxEndedTokens = 1 << 18
 	// maxDialogRates bounds the dialogs whose rate is tracked at once.
 	maxDialogRates = 1 << 18
 	// dialogSyncEvery is how often a node exchanges ended dialogs with the
@@ -180,14 +190,70 @@ type endedRef struct {
 	exp time.Time
 }
 
-// dialogGuard is the node's per-dialog state: the ended dialogs and the
-// rate buckets. Safe for concurrent use.
-type dialogGuard struct {
-	mu    sync.Mutex
-	ended map[dialogKey]endedDialog
-	order []endedRef // FIFO of ended, for expiry and eviction
+// endedSet is a bounded table of ends, each kept until its expiry; when
+// full, the oldest recorded is forgotten first. Not safe for concurrent
+// use (dialogGuard.mu guards it).
+type endedSet struct {
+	m     map[dialogKey]endedDialog
+	order []endedRef // FIFO of m, for expiry and eviction
 	head  int
-	rates map[rateKey]*dialogRateBucket
+	max   int
+}
+
+func newEndedSet(max int) endedSet {
+	return endedSet{m: make(map[dialogKey]endedDialog), max: max}
+}
+
+// live returns k's end when it is known and not expired at now.
+func (s *endedSet) live(k dialogKey, now time.Time) (endedDialog, bool) {
+	e, ok := s.m[k]
+	return e, ok && now.Before(e.exp)
+}
+
+// add records e as k's end, forgetting the oldest end first when full.
+func (s *endedSet) add(k dialogKey, e endedDialog) {
+	if len(s.m) >= s.max {
+		s.evict(time.Time{}, 1)
+	}
+	s.m[k] = e
+	s.order = append(s.order, endedRef{k, e.exp})
+}
+
+// evict drops, from the oldest recorded, the ends expired at now, and at
+// least atLeast more.
+func (s *endedSet) evict(now time.Time, atLeast int) {
+	for s.head < len(s.order) {
+		r := s.order[s.head]
+		if atLeast <= 0 && now.Before(r.exp) {
+			break
+		}
+		if e, ok := s.m[r.key]; ok && e.exp.Equal(r.exp) {
+			delete(s.m, r.key)
+			atLeast--
+		}
+		s.order[s.head] = endedRef{}
+		s.head++
+	}
+	if s.head > 1024 && s.head*2 > len(s.order) {
+		s.order = append(s.order[:0], s.order[s.head:]...)
+		s.head = 0
+	}
+}
+
+// dialogGuard is the node's per-dialog state: the ended dialogs and
+// calls, the ended call attempts' tokens (apart, so that ends of tokens,
+// one per carrier tried that did not take its call, never push a
+// dialog's or a call's end out: each table forgets its own oldest) and
+// the rate buckets. Safe for concurrent use.
+type dialogGuard struct {
+	mu sync.Mutex
+	// ended holds the ends of dialogs (dialogKeyOf) and calls
+	// (callEndKey), at most maxEndedDialogs.
+	ended endedSet
+	// endedTokens holds the ends of call attempts' tokens (tokenEndKey),
+	// at most maxEndedTokens.
+	endedTokens endedSet
+	rates       map[rateKey]*dialogRateBucket
 
 	// pending are the ends to publish to the pool store.
 	pending []string
@@ -198,7 +264,8 @@ type dialogGuard struct {
 }
 
 func newDialogGuard() *dialogGuard {
-	return &dialogGuard{ended: make(map[dialogKey]endedDialog), rates: make(map[rateKey]*dialogRateBucket)}
+	return &dialogGuard{ended: newEndedSet(maxEndedDialogs), endedTokens: newEndedSet(maxEndedTokens),
+		rates: make(map[rateKey]*dialogRateBucket)}
 }
 
 // Outcomes of dialogGuard.admit.
@@ -229,10 +296,15 @@ func (g *dialogGuard) admit(d dialogKey, k callKey, dir direction, bye uint64, m
 func (g *dialogGuard) admitToken(tok dialogKey, gone bool, d dialogKey, k callKey, dir direction, bye uint64, minted int64, now time.Time) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if e, ok := g.ended[tok]; ok && now.Before(e.exp) {
+	if _, ok := g.endedTokens.live(tok, now); ok {
 		return dialogEnded
 	}
-	if e, ok := g.ended[d]; gone && (!ok || !now.Before(e.exp)) {
+	if _, ok := g.ended.live(tok, now); ok {
+		// A token's end published by a node of an earlier release, which
+		// sends it as a dialog's (syncDialogs).
+		return dialogEnded
+	}
+	if _, ok := g.ended.live(d, now); gone && !ok {
 		return dialogEnded
 	}
 	return g.admitLocked(d, k, dir, bye, minted, now)
@@ -240,13 +312,13 @@ func (g *dialogGuard) admitToken(tok dialogKey, gone bool, d dialogKey, k callKe
 
 // admitLocked is admit with g.mu held.
 func (g *dialogGuard) admitLocked(d dialogKey, k callKey, dir direction, bye uint64, minted int64, now time.Time) int {
-	if e, ok := g.ended[d]; ok && now.Before(e.exp) {
+	if e, ok := g.ended.live(d, now); ok {
 		if bye == 0 || e.bye != bye || e.dir != dir || !now.Before(e.copyUntil) || e.copies >= maxEndedByeCopies {
 			return dialogEnded
 		}
 		e.copies++
-		g.ended[d] = e
-	} else if c, ok := g.ended[callEndKey(k)]; ok && now.Before(c.exp) && minted <= c.before {
+		g.ended.m[d] = e
+	} else if c, ok := g.ended.live(callEndKey(k), now); ok && minted <= c.before {
 		return dialogEnded
 	}
 	rk := rateKey{k, dir}
@@ -278,26 +350,49 @@ func (g *dialogGuard) admitLocked(d dialogKey, k callKey, dir direction, bye uin
 func (g *dialogGuard) end(d dialogKey, now, exp time.Time, bye uint64, dir direction, publish bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if old, ok := g.ended[d]; ok && now.Before(old.exp) {
+	if old, ok := g.ended.live(d, now); ok {
 		old.before = max(old.before, now.Unix())
-		g.ended[d] = old
+		g.ended.m[d] = old
 		return
-	}
-	if len(g.ended) >= maxEndedDialogs {
-		g.evictLocked(time.Time{}, 1)
 	}
 	e := endedDialog{exp: exp, before: now.Unix(), bye: bye, dir: dir}
 	if bye != 0 {
 		e.copyUntil = now.Add(byeTimeout)
 	}
-	g.ended[d] = e
-	g.order = append(g.order, endedRef{d, exp})
+	g.ended.add(d, e)
 	if publish {
-		if len(g.pending) >= maxEndsPending {
-			g.pending = g.pending[1:]
-		}
-		g.pending = append(g.pending, hex.EncodeToString(d[:]))
+		g.publishLocked(hex.EncodeToString(d[:]))
 	}
+}
+
+// tokenEndPrefix marks a token's end (tokenEndKey) among the ends shared
+// with the pool, so that the other nodes keep it in their token table:
+// "t" and the key in hex, where a dialog's or a call's is the hex alone.
+const tokenEndPrefix = "t"
+
+// endToken records at now that the call attempt whose token's end key
+// is t is over, until exp; publish queues it for the pool store. It goes
+// in the token table (endedTokens): a storm of them forgets older token
+// ends, never a dialog's or a call's.
+func (g *dialogGuard) endToken(t dialogKey, now, exp time.Time, publish bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.endedTokens.live(t, now); ok {
+		return
+	}
+	g.endedTokens.add(t, endedDialog{exp: exp, before: now.Unix()})
+	if publish {
+		g.publishLocked(tokenEndPrefix + hex.EncodeToString(t[:]))
+	}
+}
+
+// publishLocked queues the end key for the pool store (the oldest go
+// first past maxEndsPending); g.mu held.
+func (g *dialogGuard) publishLocked(key string) {
+	if len(g.pending) >= maxEndsPending {
+		g.pending = g.pending[1:]
+	}
+	g.pending = append(g.pending, key)
 }
 
 // isEnded reports whether dialog d (or what another key of the ended
@@ -305,29 +400,11 @@ func (g *dialogGuard) end(d dialogKey, now, exp time.Time, bye uint64, dir direc
 func (g *dialogGuard) isEnded(d dialogKey, now time.Time) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	e, ok := g.ended[d]
-	return ok && now.Before(e.exp)
-}
-
-// evictLocked drops, from the oldest recorded, the ended dialogs expired
-// at now, and at least atLeast more; g.mu held.
-func (g *dialogGuard) evictLocked(now time.Time, atLeast int) {
-	for g.head < len(g.order) {
-		r := g.order[g.head]
-		if atLeast <= 0 && now.Before(r.exp) {
-			break
-		}
-		if e, ok := g.ended[r.key]; ok && e.exp.Equal(r.exp) {
-			delete(g.ended, r.key)
-			atLeast--
-		}
-		g.order[g.head] = endedRef{}
-		g.head++
+	if _, ok := g.ended.live(d, now); ok {
+		return true
 	}
-	if g.head > 1024 && g.head*2 > len(g.order) {
-		g.order = append(g.order[:0], g.order[g.head:]...)
-		g.head = 0
-	}
+	_, ok := g.endedTokens.live(d, now)
+	return ok
 }
 
 // sweep forgets the ended dialogs that expired and the rate buckets that
@@ -339,7 +416,8 @@ func (g *dialogGuard) sweep(now time.Time) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.evictLocked(now, 0)
+	g.ended.evict(now, 0)
+	g.endedTokens.evict(now, 0)
 	for k, b := range g.rates {
 		if now.Sub(b.last) >= full {
 			delete(g.rates, k)
@@ -442,21 +520,27 @@ func (p *Proxy) callOver(k callKey) {
 // where the other keys are hashes: they meet but by a 64-bit chance).
 func tokenEndKey(id tokenID) dialogKey { return dialogKey(id) }
 
-// tokensOver records that the call attempt that minted the tokens ids
-// ended unanswered, after a response carrying its Record-Route (and so a
-// token) reached the caller: no request of those tokens is relayed any
-// more, whatever tags it names, on this node at once, on the pool's
-// others at their next sync. The caller could otherwise send requests of
-// that dialog for the tokens' whole life, an INVITE among them, which a
+// tokensOver records that the call attempts that minted the tokens ids
+// are over without an answer: the call moved on from their carrier, or
+// ended unanswered. No request of those tokens is relayed any more,
+// whatever tags it names, on this node at once, on the pool's others at
+// their next sync. Every carrier the INVITE reached holds its token (the
+// Record-Route), and the caller may (a provisional response): a carrier
+// the call moved on from could otherwise reach the caller as its callee
+// through another node of the pool (one that never held the call, so
+// ownTokenGone does not judge it), on the rate and re-INVITE budget of
+// the callee side; and the caller could send requests of an unanswered
+// call's dialog for the tokens' whole life, an INVITE among them, which a
 // carrier may take for a new call (RFC 3261 12.2.2) that no admission,
 // pacing slot or max_calls place granted. The call key is not what ends
-// (callOver): a caller retries a refused call with its Call-ID and From
-// tag (after a 407, say), and the retry's own tokens must pass.
+// (callOver): the carrier that holds the call has a token of its own, and
+// a caller retries a refused call with its Call-ID and From tag (after a
+// 407, say), and the retry's own tokens must pass.
 func (p *Proxy) tokensOver(ids []tokenID) {
 	now := time.Now()
 	exp := now.Add(endedTTL(p.cfg()))
 	for _, id := range ids {
-		p.dialogs.end(tokenEndKey(id), now, exp, 0, 0, p.dialogEnds != nil)
+		p.dialogs.endToken(tokenEndKey(id), now, exp, p.dialogEnds != nil)
 	}
 }
 
@@ -508,7 +592,8 @@ func (p *Proxy) admitInDialog(hop *inDialogHop, count bool, req *sipmsg.Request)
 // carrier, which still holds the token its INVITE carried, is no leg of
 // the call. Its requests would reach the caller as the callee's, taking
 // the callee side's per-dialog rate and re-INVITE budget from the carrier
-// that holds the call.
+// that holds the call. The pool's other nodes, which never held the call,
+// learn it from the token's end (tokensOver, when the call moved on).
 func (p *Proxy) ownTokenGone(hop *inDialogHop) bool {
 	if !hop.token.own {
 		return false
@@ -595,9 +680,14 @@ func (p *Proxy) syncDialogs(ctx context.Context, cursor int64) int64 {
 		now := time.Now()
 		for _, k := range keys {
 			var d dialogKey
-			if b, err := hex.DecodeString(k); err == nil && len(b) == len(d) {
+			h, token := strings.CutPrefix(k, tokenEndPrefix)
+			if b, err := hex.DecodeString(h); err == nil && len(b) == len(d) {
 				copy(d[:], b)
-				p.dialogs.end(d, now, now.Add(ttl), 0, 0, false)
+				if token {
+					p.dialogs.endToken(d, now, now.Add(ttl), false)
+				} else {
+					p.dialogs.end(d, now, now.Add(ttl), 0, 0, false)
+				}
 			}
 		}
 		cursor = next

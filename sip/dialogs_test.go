@@ -264,14 +264,14 @@ func TestDialogGuardBounds(t *testing.T) {
 	for i := 0; i < maxEndedDialogs+10; i++ {
 		g.end(key(i), now, now.Add(time.Hour+time.Duration(i)), 0, 0, false)
 	}
-	if n := len(g.ended); n != maxEndedDialogs {
+	if n := len(g.ended.m); n != maxEndedDialogs {
 		t.Fatalf("ended dialogs held = %d, want the bound %d", n, maxEndedDialogs)
 	}
 	if g.isEnded(key(0), now) || !g.isEnded(key(maxEndedDialogs+9), now) {
 		t.Fatal("a full table forgot another dialog than the oldest")
 	}
 	g.sweep(now.Add(2 * time.Hour))
-	if n := len(g.ended); n != 0 {
+	if n := len(g.ended.m); n != 0 {
 		t.Fatalf("ended dialogs after they expired = %d, want 0", n)
 	}
 	via := func(branch string) *sipmsg.ViaHeader {
@@ -370,5 +370,47 @@ func TestCallOverRefusesEveryTag(t *testing.T) {
 	g.end(callEndKey(k), later, later.Add(time.Hour), 0, 0, false)
 	if r := g.admit(dialogKeyOf(k, "new"), k, fromPeer, 0, now.Unix()+1, later); r != dialogEnded {
 		t.Fatalf("the later call's token after its own end: admit = %d, want ended", r)
+	}
+}
+
+// TestTokenEndsKeepDialogEnds: every reroute and every unanswered call
+// ends tokens (tokensOver), one end per carrier tried. A storm of them
+// (a carrier failing every call) filled the one bounded ended table and
+// pushed out the oldest ends of answered dialogs and calls, which then
+// passed again on the nodes that did not mint their tokens. Token ends
+// have a table of their own, as bounded: at its bound the oldest token
+// end goes, never a dialog's or a call's.
+func TestTokenEndsKeepDialogEnds(t *testing.T) {
+	g := newDialogGuard()
+	now := time.Now()
+	exp := now.Add(time.Hour)
+	d, k := dialogKeyOf(callKey{1}, "callee"), callKey{2}
+	g.end(d, now, exp, 0, 0, false)
+	g.end(callEndKey(k), now, exp, 0, 0, false)
+	tok := func(i int) dialogKey { return tokenEndKey(tokenID{0xee, byte(i), byte(i >> 8), byte(i >> 16)}) }
+	for i := 0; i < maxEndedTokens+10; i++ {
+		g.endToken(tok(i), now, exp.Add(time.Duration(i)), false)
+	}
+	if !g.isEnded(d, now) || !g.isEnded(callEndKey(k), now) {
+		t.Fatal("a storm of token ends pushed an ended dialog or call out of the table")
+	}
+	if g.isEnded(tok(0), now) || !g.isEnded(tok(maxEndedTokens+9), now) {
+		t.Fatal("a full token table forgot another token end than the oldest")
+	}
+	if r := g.admitToken(tok(10), false, d, k, fromCarrier, 0, now.Unix(), now); r != dialogEnded {
+		t.Fatalf("a request of an ended token: admit = %d, want ended", r)
+	}
+	if r := g.admitToken(tok(5), false, dialogKeyOf(callKey{3}, "x"), callKey{3}, fromCarrier, 0, now.Unix(), now); r != dialogPass {
+		t.Fatalf("a request of a token whose end was forgotten (bound): admit = %d, want pass", r)
+	}
+	// A node of an earlier release publishes a token's end as a dialog's.
+	old := tokenEndKey(tokenID{0xef})
+	g.end(old, now, exp, 0, 0, false)
+	if r := g.admitToken(old, false, dialogKeyOf(callKey{4}, "x"), callKey{4}, fromCarrier, 0, now.Unix(), now); r != dialogEnded {
+		t.Fatalf("a request of a token ended by an earlier release's node: admit = %d, want ended", r)
+	}
+	g.sweep(exp.Add(time.Hour))
+	if g.isEnded(tok(maxEndedTokens+9), now) || g.isEnded(d, now) {
+		t.Fatal("ends kept past their expiry")
 	}
 }

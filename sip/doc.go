@@ -170,14 +170,21 @@
 // side, are still relayed by the node that saw the end: within 32 s of
 // it, at most 10); once the call is over (that BYE, an operator's end,
 // max_call_duration) so are the requests of its tokens that name another
-// callee tag; a call that ends unanswered (refused, cancelled, timed out)
-// after a response carrying its Record-Route reached the caller refuses
-// every request of the tokens it minted (an INVITE of its early dialog
-// would reach the carrier with no admission, slot or place: a UAS may take
-// it for a new call), while a retry with the same Call-ID and From tag
-// has tokens of its own. The node remembers at most 262,144 ended
-// dialogs, calls and tokens of such calls (an answered call's end is two),
-// each until its token expires; a token the node minted itself (its
+// callee tag; the token of an attempt the call moves on from (its carrier
+// failed it before ringing), and every token of a call that ends
+// unanswered (refused, cancelled, timed out), is refused the same way,
+// pool-wide: each went to a carrier in its INVITE's Record-Route, maybe
+// to the caller in a response, and is no leg of the call (a carrier the
+// call moved on from would reach the caller as its callee, on the callee
+// side's rate and re-INVITE budget; an INVITE of an unanswered call's
+// early dialog would reach the carrier with no admission, slot or place:
+// a UAS may take it for a new call), while a retry with the same Call-ID
+// and From tag has tokens of its own. The node remembers at most 262,144
+// ended dialogs and calls (an answered call's end is two) and, apart,
+// 262,144 ended tokens (one per carrier tried that did not take its call:
+// a storm of reroutes forgets older tokens' ends, never a dialog's or a
+// call's), each until its token expires, the oldest forgotten first when
+// full; a token the node minted itself (its
 // nonce's instance part) whose call the node no longer holds is refused
 // even once the table forgot the end (ownTokenGone), and so is one of a
 // call it holds that is not the token of the call's current attempt (a

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	sipmsg "github.com/emiago/sipgo/sip"
@@ -59,11 +58,10 @@ type call struct {
 	// answered: a carrier's 2xx reached the caller; the call lives on.
 	answered bool
 	// tokens are the IDs of the dialog tokens minted for the call's
-	// forwards; shown is set once a response relayed to the caller
-	// carried a Record-Route (a token, maybe): a call that ends
-	// unanswered then refuses them (tokensOver).
+	// forwards, each carried by an INVITE to a carrier: the attempt the
+	// call moves on from, and every one of a call that ends unanswered,
+	// has its token refused pool-wide (tokensOver).
 	tokens []tokenID
-	shown  atomic.Bool
 	// callsFull: a carrier was skipped because its max_calls was full.
 	callsFull bool
 	// priority is the call's kind of priority (metrics.PriorityNumber,
@@ -134,9 +132,10 @@ func (p *Proxy) onInvite(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
 	// ends it): its copies go to sipgo, which absorbs them.
 	defer func() { done(c.forwarded, c.answered) }()
 	c.run()
-	if !c.answered && c.shown.Load() {
+	if !c.answered {
 		// Before the places are given back (store I/O): the caller has
-		// its final answer already.
+		// its final answer already. Each token went to a carrier in its
+		// INVITE, and maybe to the caller in a response.
 		p.tokensOver(c.tokens)
 	}
 	c.endCall()
@@ -539,7 +538,15 @@ func (c *call) route(route string) {
 		if ticket.Probe {
 			probe = member
 		}
+		minted := len(c.tokens)
 		res, retry := c.forward(car, ticket, probe)
+		if retry {
+			// The call moves on: the carrier got the INVITE, and in it
+			// the Record-Route's token, but is no leg of the call. This
+			// node refuses the token as not the call's current one
+			// (ownTokenGone); the pool's other nodes learn its end.
+			p.tokensOver(c.tokens[minted:])
+		}
 		if !retry && res != nil && c.code == 0 {
 			// The callee's final answer, relayed (the proxy's own would
 			// have set the code already).
@@ -691,9 +698,6 @@ func (c *call) relay(res *sipmsg.Response) error {
 	out := relayResponse(res, c.upstream, c.req.Transport())
 	if out.Via() == nil {
 		return c.p.noVia(out)
-	}
-	if out.GetHeader("Record-Route") != nil {
-		c.shown.Store(true)
 	}
 	c.p.ocRelay(ocPeer(c.peer, c.oc), out.Via())
 	err := c.tx.Respond(out)

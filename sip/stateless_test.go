@@ -772,7 +772,7 @@ func TestMadeUpTagByesRecordNothing(t *testing.T) {
 		waitFor(t, func() bool { return len(peer.responses()) == 1+i }, "the carrier's 481 to a made-up BYE")
 	}
 	h.p.dialogs.mu.Lock()
-	ended := len(h.p.dialogs.ended)
+	ended := len(h.p.dialogs.ended.m) + len(h.p.dialogs.endedTokens.m)
 	h.p.dialogs.mu.Unlock()
 	if ended != 0 {
 		t.Fatalf("ended dialogs after %d BYEs with made-up tags = %d, want 0", n, ended)
@@ -791,8 +791,7 @@ func TestMadeUpTagByesRecordNothing(t *testing.T) {
 func forgetEnds(g *dialogGuard) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.ended = make(map[dialogKey]endedDialog)
-	g.order, g.head = nil, 0
+	g.ended, g.endedTokens = newEndedSet(maxEndedDialogs), newEndedSet(maxEndedTokens)
 }
 
 // TestForgottenEndOwnTokenRefused: once the ended table forgot a call's
