@@ -170,7 +170,18 @@ type SIPTLS struct {
 	// must name the host of its URI (RFC 5922), or the address the call
 	// goes to when the URI holds an IP address.
 	CAFile string `cfg:"ca_file"`
+	// StrangerHandshakesPerSecond caps the TLS handshakes the node starts
+	// for strangers (neither a peer's source nor a carrier's address), all
+	// tls:// listeners and stranger addresses together: a token bucket of
+	// that rate holding one second's worth. A stranger's connection beyond
+	// it is closed at accept, before the handshake (each costs the node a
+	// key exchange and a signature). Peers' and carriers' handshakes are
+	// not limited.
+	StrangerHandshakesPerSecond int `cfg:"stranger_handshakes_per_second"`
 }
+
+// MaxStrangerHandshakesPerSecond bounds sip.tls.stranger_handshakes_per_second.
+const MaxStrangerHandshakesPerSecond = 100000
 
 // anyMaxCalls reports whether a peer, customer, carrier or destination has
 // max_calls.

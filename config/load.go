@@ -43,6 +43,7 @@ func Default() *Config {
 			InflightWait:    100 * time.Millisecond,
 			DrainGrace:      5 * time.Second,
 			TCP:             TCP{IdleTimeout: 60 * time.Second, MaxConnections: 10000, MaxConnectionsPerSource: 200},
+			TLS:             SIPTLS{StrangerHandshakesPerSecond: 100},
 		},
 		Store:          Store{KeyPrefix: "cpsguard", OnError: "local"},
 		HTTP:           HTTP{Listen: "127.0.0.1:9090"},

@@ -154,6 +154,7 @@ func TestBadFiles(t *testing.T) {
 		{"repeat_dial_per", "repeat_dial.per: must be between 1s and 24h (got 100ms)"},
 		{"repeat_dial_calls", "repeat_dial.calls: must be >= 0 (0 = off) (got -2)"},
 		{"peer_reject", "peers[0].reject.reason: must be set"},
+		{"tls_stranger_handshakes", "sip.tls.stranger_handshakes_per_second: must be between 1 and 100000 (got 0)"},
 		{"max_calls_no_record_route", "sip.record_route: must be true when a peer, customer, carrier or destination has max_calls (a call's BYE is seen through Record-Route)"},
 	}
 	seen := map[string]bool{"bad_many.yaml": true, "bad_yaml_syntax.yaml": true}
@@ -281,6 +282,7 @@ func TestDefaults(t *testing.T) {
 		{"sip.unknown_source", c.SIP.UnknownSource, "reject"},
 		{"sip.dialog_secret", c.SIP.DialogSecret, ""},
 		{"sip.reject", c.SIP.Reject, Reject{Code: 503, Reason: "CPS Limit Exceeded"}},
+		{"sip.tls.stranger_handshakes_per_second", c.SIP.TLS.StrangerHandshakesPerSecond, 100},
 		{"store.redis", c.Store.Redis == nil, true},
 		{"store.key_prefix", c.Store.KeyPrefix, "cpsguard"},
 		{"store.on_error", c.Store.OnError, "local"},

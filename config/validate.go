@@ -268,6 +268,9 @@ func (v *validator) sipTLS(t SIPTLS, tlsListen string) {
 			v.errf("sip.tls.cert_file", "cannot load the certificate and key: %v", err)
 		}
 	}
+	if n := t.StrangerHandshakesPerSecond; n < 1 || n > MaxStrangerHandshakesPerSecond {
+		v.errf("sip.tls.stranger_handshakes_per_second", "must be between 1 and %d (got %d)", MaxStrangerHandshakesPerSecond, n)
+	}
 	for _, f := range []struct{ path, file string }{{"sip.tls.client_ca_file", t.ClientCAFile}, {"sip.tls.ca_file", t.CAFile}} {
 		if f.file == "" {
 			continue

@@ -234,9 +234,15 @@
 // URI's transport; each call to a target of the lowest priority, by
 // weight), else its A and AAAA records. TCP connections are bounded per
 // source (an IPv4 address, an IPv6 /64) and in all, strangers' to a
-// quarter of the total so peers and carriers always find room, and idle
-// ones closed, as are ones whose party stops reading (a write blocked for
-// the idle timeout; tcp.go).
+// quarter of the total so peers and carriers always find room, and each
+// known party's (a peer by name, all its sources together; a carrier by
+// address) to twice its even part of that room, never less than one
+// source's bound, with the room's last places kept for parties holding
+// less than one source's bound: a peer that owns a /24 cannot lock the
+// other peers out however many of its addresses it connects from. A
+// connection counts against the party its source had at accept until it
+// closes. Idle connections are closed, as are ones whose party stops
+// reading (a write blocked for the idle timeout; tcp.go).
 //
 // IPv4 and IPv6 listeners may be listed together (each family binds its
 // own socket; a lone [::] stays dual-stack): the proxy names itself to
@@ -248,7 +254,14 @@
 // sipgo opens (its Via names that socket) and `cpsguard check` warns.
 //
 // SIP over TLS (tlsconf.go): tls:// listeners sit behind the TCP guard
-// (same bounds, same idle timeout) and present sip.tls.cert_file, read
+// (same bounds, same idle timeout, which also bounds the handshake: it
+// runs in sipgo's first read, under its read deadline). Strangers'
+// handshakes, each a key exchange and a signature of the node's CPU, take
+// a token of one bucket for every tls:// listener
+// (sip.tls.stranger_handshakes_per_second, one second's worth) at
+// accept; without one the connection is closed before the handshake
+// starts (counted tls_handshake_rate); peers' and carriers' handshakes
+// take none. The listeners present sip.tls.cert_file, read
 // again from disk when it changes (at a handshake, at most once a second);
 // with sip.tls.client_ca_file a client certificate of those CAs is
 // required. Carriers with a sips: or ;transport=tls URI are dialled over
@@ -323,7 +336,8 @@
 // cancel_source, duplicate, params, headers, stream (a TCP stream that
 // cannot be framed), accept, tcp_limit, tcp_read (a TCP connection's read
 // failed other than by its idle timeout), tls_name (a TLS next hop whose
-// certificate does not name it), read_queue_full, no_via (a relayed
+// certificate does not name it), tls_handshake_rate (a stranger's TLS
+// connection over sip.tls.stranger_handshakes_per_second), read_queue_full, no_via (a relayed
 // response with no Via left for the sender), forged_response (a response
 // with the proxy's stateless Via whose branch does not verify) or
 // stateless_response (one that cannot be relayed statelessly: not over

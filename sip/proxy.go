@@ -566,6 +566,8 @@ func (p *Proxy) Serve(ctx context.Context) error {
 
 	var wg sync.WaitGroup
 	errc := make(chan error, len(p.listeners))
+	// One bucket of strangers' TLS handshakes for every tls:// listener.
+	strangerHandshakes := &handshakeBucket{}
 	for _, l := range p.listeners {
 		wg.Add(1)
 		go func() {
@@ -575,9 +577,13 @@ func (p *Proxy) Serve(ctx context.Context) error {
 				err = p.ingress.Read(l.udp)
 			} else {
 				count := func(reason string) { p.m.SIPErrors.WithLabelValues(reason).Inc() }
+				var handshakes *handshakeBucket
+				if l.tls != nil {
+					handshakes = strangerHandshakes
+				}
 				var ln net.Listener = newGuardedListener(l.tcp,
 					func() tcpLimits { return tcpLimitsOf(p.cfg()) },
-					p.admitTCP, count)
+					p.admitTCP, count, handshakes)
 				if l.tls != nil {
 					// The handshake runs in sipgo's reader of the
 					// connection, bounded by the idle timeout; the stream
@@ -1059,14 +1065,16 @@ func (p *Proxy) dropEarly(data []byte, from netip.AddrPort) bool {
 // a stranger's when unknown_source is drop (with reject, a stranger's
 // requests get their one 403 from the screen); and whether ip is a known
 // party's (known: a peer's source or a carrier's address), whose
-// connections strangers' cannot crowd out (tcp.go).
-func (p *Proxy) admitTCP(ip netip.Addr) (serve, known bool) {
+// connections strangers' cannot crowd out, and which party's (who: a
+// carrier by address, a peer by name, as partyOf), whose share of the
+// connections it counts against (tcp.go).
+func (p *Proxy) admitTCP(ip netip.Addr) (serve bool, who party, known bool) {
 	cfg := p.cfg()
 	if cfg == nil {
-		return true, false
+		return true, party{}, false
 	}
-	known = p.knownSource(cfg, ip)
-	return known || cfg.SIP.UnknownSource != "drop", known
+	who, known = p.partyOf(cfg, ip)
+	return known || cfg.SIP.UnknownSource != "drop", who, known
 }
 
 // onStrayResponse handles responses that match no client transaction

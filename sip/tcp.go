@@ -13,7 +13,7 @@ import (
 
 // SIP over TCP is a stranger's cheapest way to hold a node's memory: a
 // half-sent message keeps a goroutine, a descriptor and sipgo's read buffer
-// for as long as the connection stays open. Three bounds apply:
+// for as long as the connection stays open. These bounds apply:
 //
 //   - sip.tcp.idle_timeout: a connection that sends nothing for that long is
 //     closed (sipgo's TCP read timeout; it also applies to the proxy's own
@@ -24,15 +24,45 @@ import (
 //     sources; strangers (neither a peer's source nor a carrier's address,
 //     served when unknown_source is reject, to get their 403) hold at most
 //     a quarter of it (strangerShare), so peers and carriers always find
-//     the other three quarters, whatever the number of stranger addresses;
+//     the other three quarters (the known room), whatever the number of
+//     stranger addresses;
 //   - sip.tcp.max_connections_per_source: the same for one source: an IPv4
-//     address, or an IPv6 /64 (one host holds a whole /64).
+//     address, or an IPv6 /64 (one host holds a whole /64);
+//   - one known party's share of the known room (partyMax, partyReserve):
+//     a peer by name, all its source addresses together, or a carrier by
+//     address (the parties of the UDP read path's budgets, partyOf), so
+//     that a peer owning a /24 cannot open max_connections_per_source
+//     from each address and lock every other peer out. A party holds at
+//     most twice its even part of the known room (known room / parties,
+//     the parties being the configuration's peers and carriers), never
+//     less than max_connections_per_source: twice, so that a busy party
+//     may use what idle ones leave, and the sum of the shares is twice the
+//     room, so at least half the parties must be at their share before it
+//     fills. For the rest, the last partyReserve places of the known room
+//     are kept for parties holding fewer than max_connections_per_source
+//     (one source's worth, so a party with a single address is never held
+//     back by it): however the big parties fill the room, a party that
+//     holds little still connects;
+//   - sip.tls.stranger_handshakes_per_second (tls:// listeners only): a
+//     token bucket, one second's worth, over every tls:// listener and
+//     stranger address, that a stranger's connection takes from at accept
+//     (handshakeBucket): each handshake costs the node a key exchange and
+//     a signature, and a stranger that closes and opens again stays within
+//     the connection bounds while burning the node's cores. Beyond it the
+//     connection is closed before the handshake starts (counted as
+//     tls_handshake_rate); peers' and carriers' handshakes take no token.
 //
 // A connection over a bound, or from a stranger when unknown_source is
 // drop, is closed at accept, before sipgo reads a byte of it. Whether a
-// source is a stranger is decided at accept, by the configuration then. A
-// tls:// listener is guarded alike (its own counts, the same bounds),
-// before the TLS handshake, which then runs under the idle timeout.
+// source is a stranger, and whose party it is, is decided at accept, by
+// the configuration then, and the connection counts against that party
+// until it closes (connlimit.OnClose gives back exactly what was taken),
+// whatever a reload says of its source since; a reload changes the shares
+// of the connections accepted after it. A tls:// listener is guarded
+// alike (its own counts, the same bounds), before the TLS handshake,
+// which then runs in sipgo's first read of the connection, under the read
+// deadline sipgo sets for it (the idle timeout): a stranger that never
+// sends its ClientHello holds its place no longer than idle_timeout.
 
 // Defaults of sip.tcp (DESIGN.md), for configurations built by hand.
 const (
@@ -41,19 +71,32 @@ const (
 	defaultTCPPerSource = 200
 )
 
+// defaultTLSStrangerHandshakes is sip.tls.stranger_handshakes_per_second's
+// default (DESIGN.md), for configurations built by hand.
+const defaultTLSStrangerHandshakes = 100
+
 // tcpLimits are the bounds on accepted TCP connections.
 type tcpLimits struct {
 	idle      time.Duration
 	max       int
 	perSource int
+	// parties is how many known parties share the known room: the
+	// configuration's peers and carriers (at least 1).
+	parties int
+	// handshakes is sip.tls.stranger_handshakes_per_second.
+	handshakes int
 }
 
 // tcpLimitsOf returns cfg's TCP bounds (sip.tcp), with the defaults for
 // what a hand-built configuration leaves at zero.
 func tcpLimitsOf(cfg *config.Config) tcpLimits {
-	l := tcpLimits{idle: defaultTCPIdle, max: defaultTCPMax, perSource: defaultTCPPerSource}
+	l := tcpLimits{idle: defaultTCPIdle, max: defaultTCPMax, perSource: defaultTCPPerSource, parties: 1, handshakes: defaultTLSStrangerHandshakes}
 	if cfg == nil {
 		return l
+	}
+	l.parties = max(1, len(cfg.Peers)+len(cfg.Carriers))
+	if n := cfg.SIP.TLS.StrangerHandshakesPerSecond; n > 0 {
+		l.handshakes = n
 	}
 	if t := cfg.SIP.TCP; t.IdleTimeout > 0 {
 		l.idle = t.IdleTimeout
@@ -75,6 +118,59 @@ const strangerShare = 4
 // is sip.tcp.max_connections.
 func strangerMax(total int) int { return max(1, total/strangerShare) }
 
+// partyMultiple is how many times its even part of the known room one
+// known party may hold.
+const partyMultiple = 2
+
+// knownRoom is the part of sip.tcp.max_connections that strangers never
+// hold.
+func (l tcpLimits) knownRoom() int { return l.max - strangerMax(l.max) }
+
+// partyMax is how many connections one known party (a peer, all its
+// sources together, or a carrier's address) may hold: partyMultiple times
+// its even part of the known room, never less than one source's bound.
+func (l tcpLimits) partyMax() int {
+	return max(l.perSource, partyMultiple*l.knownRoom()/max(1, l.parties))
+}
+
+// partyReserve is how many of the known room's places are kept for the
+// parties holding fewer than perSource connections: an eighth of the
+// room, at least one source's worth, at most half the room.
+func (l tcpLimits) partyReserve() int {
+	room := l.knownRoom()
+	return max(0, min(room/2, max(l.perSource, room/8)))
+}
+
+// handshakeBucket bounds the TLS handshakes started for strangers: a token
+// bucket refilled at the configured rate, holding one second's worth.
+// Safe for concurrent use.
+type handshakeBucket struct {
+	mu     sync.Mutex
+	tokens float64
+	last   time.Time
+	ok     bool // tokens and last are set
+}
+
+// take takes a token at now with rate a second (and as many at most),
+// and reports whether there was one.
+func (b *handshakeBucket) take(now time.Time, rate int) bool {
+	r := float64(max(1, rate))
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.ok {
+		b.tokens, b.last, b.ok = r, now, true
+	} else if d := now.Sub(b.last); d > 0 {
+		b.tokens = min(r, b.tokens+d.Seconds()*r)
+		b.last = now
+	}
+	b.tokens = min(r, b.tokens) // a lower rate since a reload
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
 // guardedListener is a TCP listener that enforces tcpLimits and closes
 // strangers' connections at accept when classify says so. Safe for
 // concurrent use.
@@ -82,20 +178,26 @@ type guardedListener struct {
 	net.Listener
 	limits func() tcpLimits
 	// classify says whether a connection from ip may be served at all
-	// (serve) and whether ip is a known party's (known: a peer's source or
-	// a carrier's address); strangers hold at most strangerMax.
-	classify func(ip netip.Addr) (serve, known bool)
+	// (serve), whether ip is a known party's (known: a peer's source or a
+	// carrier's address) and which party's (who; strangers hold at most
+	// strangerMax together).
+	classify func(ip netip.Addr) (serve bool, who party, known bool)
 	// refused is told why a connection was closed at accept.
 	refused func(reason string)
+	// handshakes, set on a tls:// listener, is taken from by each
+	// stranger's connection before its handshake.
+	handshakes *handshakeBucket
 
 	mu        sync.Mutex
 	open      int
 	strangers int
 	bySrc     map[netip.Addr]int // by connlimit.SourceKey
+	byParty   map[party]int      // known parties' connections
 }
 
-func newGuardedListener(l net.Listener, limits func() tcpLimits, classify func(netip.Addr) (bool, bool), refused func(string)) *guardedListener {
-	return &guardedListener{Listener: l, limits: limits, classify: classify, refused: refused, bySrc: map[netip.Addr]int{}}
+func newGuardedListener(l net.Listener, limits func() tcpLimits, classify func(netip.Addr) (bool, party, bool), refused func(string), handshakes *handshakeBucket) *guardedListener {
+	return &guardedListener{Listener: l, limits: limits, classify: classify, refused: refused, handshakes: handshakes,
+		bySrc: map[netip.Addr]int{}, byParty: map[party]int{}}
 }
 
 // Accept returns the next connection within the bounds; the others are
@@ -125,7 +227,7 @@ func (l *guardedListener) Accept() (net.Conn, error) {
 			continue
 		}
 		ip := ap.Addr().Unmap()
-		serve, known := l.classify(ip)
+		serve, who, known := l.classify(ip)
 		if !serve {
 			l.refused("unknown_source") // counted before the close is seen
 			_ = c.Close()
@@ -134,20 +236,41 @@ func (l *guardedListener) Accept() (net.Conn, error) {
 		lim := l.limits()
 		key := connlimit.SourceKey(ip)
 		l.mu.Lock()
-		if l.open >= lim.max || l.bySrc[key] >= lim.perSource || (!known && l.strangers >= strangerMax(lim.max)) {
+		if reason := l.admit(lim, key, who, known); reason != "" {
 			l.mu.Unlock()
-			l.refused("tcp_limit") // counted before the close is seen
+			l.refused(reason) // counted before the close is seen
 			_ = c.Close()
 			continue
 		}
 		l.open++
 		l.bySrc[key]++
-		if !known {
+		if known {
+			l.byParty[who]++
+		} else {
 			l.strangers++
 		}
 		l.mu.Unlock()
-		return connlimit.OnClose(c, func() { l.release(key, !known) }), nil
+		return connlimit.OnClose(c, func() { l.release(key, who, known) }), nil
 	}
+}
+
+// admit says why a connection from the source key of party who (known or
+// a stranger) is refused now, "" if it is not. Called with l.mu held. A
+// stranger's handshake token is taken last: only by a connection served.
+func (l *guardedListener) admit(lim tcpLimits, key netip.Addr, who party, known bool) (reason string) {
+	switch {
+	case l.open >= lim.max || l.bySrc[key] >= lim.perSource:
+		reason = "tcp_limit"
+	case !known && l.strangers >= strangerMax(lim.max):
+		reason = "tcp_limit"
+	case !known && l.handshakes != nil && !l.handshakes.take(time.Now(), lim.handshakes):
+		reason = "tls_handshake_rate"
+	case known && l.byParty[who] >= lim.partyMax():
+		reason = "tcp_limit"
+	case known && l.byParty[who] >= lim.perSource && l.open-l.strangers >= lim.knownRoom()-lim.partyReserve():
+		reason = "tcp_limit" // the reserve is for parties holding little
+	}
+	return reason
 }
 
 // counts returns the connections open in all, from strangers and from
@@ -158,10 +281,29 @@ func (l *guardedListener) counts(ip netip.Addr) (open, strangers, src int) {
 	return l.open, l.strangers, l.bySrc[connlimit.SourceKey(ip)]
 }
 
-func (l *guardedListener) release(key netip.Addr, stranger bool) {
+// partyCounts returns the connections open per known party, and how many
+// sources hold some (tests).
+func (l *guardedListener) partyCounts() (map[party]int, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m := make(map[party]int, len(l.byParty))
+	for k, v := range l.byParty {
+		m[k] = v
+	}
+	return m, len(l.bySrc)
+}
+
+// release gives back the places a connection took at accept: its source
+// key's and its party's (who, or the strangers' when not known), as
+// classified then.
+func (l *guardedListener) release(key netip.Addr, who party, known bool) {
 	l.mu.Lock()
 	l.open--
-	if stranger {
+	if known {
+		if l.byParty[who]--; l.byParty[who] <= 0 {
+			delete(l.byParty, who)
+		}
+	} else {
 		l.strangers--
 	}
 	if l.bySrc[key]--; l.bySrc[key] <= 0 {

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -23,8 +24,8 @@ func TestGuardedListenerBounds(t *testing.T) {
 	)
 	stranger := netip.MustParseAddr("127.0.0.9")
 	l := newGuardedListener(inner, func() tcpLimits { return tcpLimits{idle: time.Minute, max: 3, perSource: 2} },
-		func(ip netip.Addr) (bool, bool) { return ip != stranger, true },
-		func(r string) { mu.Lock(); refused = append(refused, r); mu.Unlock() })
+		func(ip netip.Addr) (bool, party, bool) { return ip != stranger, party{ip: ip}, true },
+		func(r string) { mu.Lock(); refused = append(refused, r); mu.Unlock() }, nil)
 	defer l.Close()
 	accepted := make(chan net.Conn, 16)
 	go func() {
@@ -115,11 +116,11 @@ func TestGuardedListenerSurvivesAcceptErrors(t *testing.T) {
 	var accepts int
 	l := newGuardedListener(&failingListener{Listener: inner, fails: 3},
 		func() tcpLimits { return tcpLimits{idle: time.Minute, max: 10, perSource: 10} },
-		func(netip.Addr) (bool, bool) { return true, true }, func(r string) {
+		func(ip netip.Addr) (bool, party, bool) { return true, party{ip: ip}, true }, func(r string) {
 			if r == "accept" {
 				accepts++
 			}
-		})
+		}, nil)
 	go func() {
 		c, err := net.Dial("tcp", inner.Addr().String())
 		if err == nil {
@@ -152,7 +153,7 @@ func TestStrangersHoldAQuarterOfTCP(t *testing.T) {
 	}
 	peer := netip.MustParseAddr("127.0.0.2")
 	l := newGuardedListener(inner, func() tcpLimits { return tcpLimits{idle: time.Minute, max: 8, perSource: 2} },
-		func(ip netip.Addr) (bool, bool) { return true, ip == peer }, func(string) {})
+		func(ip netip.Addr) (bool, party, bool) { return true, party{ip: ip}, ip == peer }, func(string) {}, nil)
 	defer l.Close()
 	accepted := make(chan net.Conn, 32)
 	go func() {
@@ -201,5 +202,190 @@ func TestStrangersHoldAQuarterOfTCP(t *testing.T) {
 	(<-accepted).Close()
 	if closedByServer(dial("127.0.1.9")) {
 		t.Error("a stranger was refused after another stranger's connection closed")
+	}
+}
+
+// acceptHarness serves l, and tells each dial's fate: the connection
+// accepted, or the reason it was refused at accept.
+type acceptHarness struct {
+	t        *testing.T
+	l        *guardedListener
+	accepted chan net.Conn
+	refused  chan string
+}
+
+func newAcceptHarness(t *testing.T, limits tcpLimits, classify func(netip.Addr) (bool, party, bool)) *acceptHarness {
+	t.Helper()
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &acceptHarness{t: t, accepted: make(chan net.Conn, 256), refused: make(chan string, 256)}
+	h.l = newGuardedListener(inner, func() tcpLimits { return limits }, classify,
+		func(r string) { h.refused <- r }, nil)
+	t.Cleanup(func() { h.l.Close() })
+	go func() {
+		for {
+			c, err := h.l.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+			h.accepted <- c
+		}
+	}()
+	return h
+}
+
+// dial connects from ip and returns the server's side when it was
+// accepted, nil when it was refused.
+func (h *acceptHarness) dial(ip string) net.Conn {
+	h.t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 5 * time.Second}
+	c, err := d.Dial("tcp", h.l.Addr().String())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { c.Close() })
+	select {
+	case s := <-h.accepted:
+		return s
+	case <-h.refused:
+		return nil
+	case <-time.After(10 * time.Second):
+		h.t.Fatalf("connection from %s neither accepted nor refused", ip)
+		return nil
+	}
+}
+
+// TestTCPPartyShareAndReserve: a known party holds at most partyMax
+// connections however many sources it uses; once big parties have filled
+// the known room but its reserve, a second big party is held back while a
+// party holding fewer than max_connections_per_source still connects.
+func TestTCPPartyShareAndReserve(t *testing.T) {
+	lim := tcpLimits{idle: time.Minute, max: 20, perSource: 2, parties: 4}
+	// 20 - 5 for strangers = 15; 2 × 15 / 4 = 7 a party; reserve 2.
+	if lim.knownRoom() != 15 || lim.partyMax() != 7 || lim.partyReserve() != 2 {
+		t.Fatalf("known room %d, party max %d, reserve %d; want 15, 7, 2", lim.knownRoom(), lim.partyMax(), lim.partyReserve())
+	}
+	// 127.0.30.0/24 is peer a, 127.0.31.0/24 peer b, 127.0.32.x one
+	// address each of peers c and d.
+	h := newAcceptHarness(t, lim, func(ip netip.Addr) (bool, party, bool) {
+		b := ip.As4()
+		switch b[2] {
+		case 30:
+			return true, party{peer: "a"}, true
+		case 31:
+			return true, party{peer: "b"}, true
+		case 32:
+			return true, party{peer: "cd" + itoa(int(b[3]))}, true
+		}
+		return true, party{}, false
+	})
+	flood := func(net int) int {
+		n := 0
+		for i := 1; i <= 10; i++ {
+			for j := 0; j < 2; j++ {
+				if h.dial("127.0."+itoa(net)+"."+itoa(i)) != nil {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	if n := flood(30); n != 7 {
+		t.Errorf("peer a from 10 sources: %d connections, want its share 7", n)
+	}
+	// b stops where the known room's last 2 places begin: 7 + 6 = 13.
+	if n := flood(31); n != 6 {
+		t.Errorf("peer b from 10 sources: %d connections, want 6 (the reserve kept)", n)
+	}
+	for _, ip := range []string{"127.0.32.1", "127.0.32.2"} {
+		for j := 0; j < 2; j++ {
+			if h.dial(ip) == nil {
+				t.Errorf("quiet peer %s: connection %d refused with big peers at their shares", ip, j)
+			}
+		}
+	}
+	parties, _ := h.l.partyCounts()
+	if parties[party{peer: "a"}] != 7 || parties[party{peer: "b"}] != 6 || parties[party{peer: "cd1"}] != 2 || parties[party{peer: "cd2"}] != 2 {
+		t.Errorf("connections by party %v", parties)
+	}
+}
+
+// TestTCPPartyCountsAcrossReload: a connection counts against the party
+// its source had at accept until it closes, whatever a reload says of the
+// source since: the counts come back to zero, never below, and a second
+// Close gives back nothing more.
+func TestTCPPartyCountsAcrossReload(t *testing.T) {
+	var owner atomic.Value // "p", "r" or "" (a stranger)
+	owner.Store("p")
+	lim := tcpLimits{idle: time.Minute, max: 100, perSource: 4, parties: 2}
+	h := newAcceptHarness(t, lim, func(netip.Addr) (bool, party, bool) {
+		o := owner.Load().(string)
+		return true, party{peer: o}, o != ""
+	})
+	var before []net.Conn
+	for i := 1; i <= 4; i++ {
+		c := h.dial("127.0.40." + itoa(i))
+		if c == nil {
+			t.Fatalf("connection %d refused", i)
+		}
+		before = append(before, c)
+	}
+	owner.Store("r") // a reload gives the sources to another peer
+	moved := h.dial("127.0.40.1")
+	owner.Store("") // and then to nobody
+	stranger := h.dial("127.0.40.2")
+	if moved == nil || stranger == nil {
+		t.Fatal("a connection after the reloads was refused")
+	}
+	parties, _ := h.l.partyCounts()
+	if parties[party{peer: "p"}] != 4 || parties[party{peer: "r"}] != 1 || len(parties) != 2 {
+		t.Errorf("after the reloads: %v, want p 4, r 1", parties)
+	}
+	if open, strangers, _ := h.l.counts(netip.MustParseAddr("127.0.40.1")); open != 6 || strangers != 1 {
+		t.Errorf("after the reloads: open %d, strangers %d; want 6, 1", open, strangers)
+	}
+	for _, c := range append(before, moved, stranger) {
+		c.Close()
+		c.Close()
+	}
+	parties, sources := h.l.partyCounts()
+	open, strangers, _ := h.l.counts(netip.MustParseAddr("127.0.40.1"))
+	if len(parties) != 0 || sources != 0 || open != 0 || strangers != 0 {
+		t.Errorf("all closed: parties %v, sources %d, open %d, strangers %d; want none", parties, sources, open, strangers)
+	}
+}
+
+// TestHandshakeBucket: one second's worth in hand, refilled at the rate,
+// never more than a second's worth, and a rate lowered by a reload caps
+// what is in hand at once.
+func TestHandshakeBucket(t *testing.T) {
+	var b handshakeBucket
+	t0 := time.Unix(1000, 0)
+	takes := func(at time.Time, rate, n int) int {
+		got := 0
+		for i := 0; i < n; i++ {
+			if b.take(at, rate) {
+				got++
+			}
+		}
+		return got
+	}
+	if n := takes(t0, 2, 5); n != 2 {
+		t.Errorf("at start: %d tokens, want 2", n)
+	}
+	if n := takes(t0.Add(500*time.Millisecond), 2, 5); n != 1 {
+		t.Errorf("after 500ms at 2/s: %d tokens, want 1", n)
+	}
+	if n := takes(t0.Add(time.Hour), 2, 5); n != 2 {
+		t.Errorf("after an hour: %d tokens, want 2 (one second's worth)", n)
+	}
+	if n := takes(t0.Add(2*time.Hour), 1, 5); n != 1 {
+		t.Errorf("at a rate lowered to 1/s: %d tokens, want 1", n)
+	}
+	if n := takes(t0, 1, 5); n != 0 {
+		t.Errorf("a clock read earlier: %d tokens, want 0", n)
 	}
 }
