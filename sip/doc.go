@@ -139,7 +139,14 @@
 // methods 405; a CANCEL of a call in progress must come from its INVITE's
 // source: the screen answers it 200 and the call cancels the carrier's leg
 // and relays the carrier's 487 (its own 487 only while still queued). A
-// refused call's final answer is sent once and its transaction ended.
+// refused call's final answer is sent once and its transaction ended; a
+// peer's refused attempt (its answer: code, reason, To tag, Retry-After)
+// is remembered for 32 s (refused.go: at most 65,536, the oldest
+// forgotten first), so a copy of the INVITE (same top Via branch and
+// sent-by, Call-ID, CSeq, source and transport) gets that answer again,
+// statelessly, from the screen (or the shed lane), and is never decided,
+// counted, recorded nor forwarded (counted refused_copy); the overload
+// sheds' 503s included.
 //
 // In-dialog requests (To tag set, or one of the proxy's own Route entries
 // carrying a dialog token, whatever the tags say: ACK for 2xx, BYE,
@@ -333,7 +340,7 @@
 // transaction can be formed) and counted in cpsguard_sip_errors_total with
 // reason parse, oversized, malformed, transaction, source, unknown_source,
 // bad_dialog_token, wrong_leg, dialog_ended, dialog_rate, reinvite_limit,
-// cancel_source, duplicate, params, headers, stream (a TCP stream that
+// cancel_source, duplicate, refused_copy, params, headers, stream (a TCP stream that
 // cannot be framed), accept, tcp_limit, tcp_read (a TCP connection's read
 // failed other than by its idle timeout), tls_name (a TLS next hop whose
 // certificate does not name it), tls_handshake_rate (a stranger's TLS

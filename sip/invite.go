@@ -34,6 +34,8 @@ type call struct {
 	ctx  context.Context
 	log  *slog.Logger
 	peer string // metric label
+	// fromPeer: the INVITE came from a peer's source (c.peer names it).
+	fromPeer bool
 	// oc: the peer's INVITE asks for overload control (oc.go); its
 	// answers, the node's and the carrier's, carry the node's values.
 	oc bool
@@ -171,7 +173,7 @@ func (c *call) run() {
 		p.answerOnce(req, c.tx, sipmsg.StatusForbidden, "Forbidden")
 		return
 	}
-	c.peer = peer.Name
+	c.peer, c.fromPeer = peer.Name, true
 	c.oc = ocAsked(req.Via())
 	if !c.trying {
 		// Not answered 100 by the screen (a copy of an INVITE whose
@@ -668,8 +670,9 @@ func (c *call) respond(code int, reason string) {
 
 // send answers the INVITE. A final answer of the proxy's own to a call
 // never forwarded ends the transaction at once (sent once, no
-// retransmissions to a source that may be spoofed, no state kept); a
-// retransmitted INVITE is then decided again.
+// retransmissions to a source that may be spoofed, no timers); a peer's
+// refused attempt is remembered for 32 s (refused.go), so a copy of the
+// INVITE gets this answer again from the screen and is never decided.
 func (c *call) send(res *sipmsg.Response) {
 	if c.upstream == "" {
 		c.upstream = res.Destination()
@@ -678,6 +681,11 @@ func (c *call) send(res *sipmsg.Response) {
 		c.code = res.StatusCode
 	}
 	c.p.ocMark(ocPeer(c.peer, c.oc), res.Via())
+	if res.StatusCode >= 300 && !c.forwarded && c.fromPeer {
+		// Before it is sent: a copy the caller sends once it has the
+		// answer finds it remembered.
+		c.p.rememberRefusal(c.req, res)
+	}
 	if err := c.tx.Respond(res); err != nil {
 		c.log.Debug("respond failed", "status", res.StatusCode, "error", err)
 	}

@@ -82,7 +82,9 @@ func (p *Proxy) Inflight() int64 { return p.inflight.Load() }
 // caller that matches responses to transactions (SIPp's response_txn)
 // takes a second for a retransmission. For the same reason a
 // retransmission of an initial INVITE still being handled gets its 100
-// here and goes no further (sipgo would only absorb it).
+// here and goes no further (sipgo would only absorb it). A peer's copy of
+// an INVITE the proxy refused gets that refusal again and goes no further
+// (refused.go); a shed INVITE's 503 is remembered as such a refusal.
 func (p *Proxy) screenInvite(cfg *config.Config, req *sipmsg.Request, src netip.Addr) bool {
 	var acquire func() bool
 	peer := ""
@@ -90,6 +92,11 @@ func (p *Proxy) screenInvite(cfg *config.Config, req *sipmsg.Request, src netip.
 	if initial {
 		if pe := cfg.PeerByAddr(src); pe != nil {
 			peer = pe.Name
+			if p.answerRefusedCopy(req, peer) {
+				// A copy of an INVITE the proxy refused: its answer
+				// again, and no new decision (refused.go).
+				return false
+			}
 			limit := inflightLimit(cfg)
 			acquire = func() bool {
 				if !p.tryInflight(limit) {
@@ -130,7 +137,9 @@ func (p *Proxy) screenInvite(cfg *config.Config, req *sipmsg.Request, src netip.
 	}
 	p.m.Calls.WithLabelValues(peer, metrics.OutcomeRejectedOverload).Inc()
 	p.noteShed(peer, time.Now(), true)
-	answer(shedResponse(req, shedTag+strconv.FormatUint(rand.Uint64(), 36)))
+	res := shedResponse(req, shedTag+strconv.FormatUint(rand.Uint64(), 36))
+	p.rememberRefusal(req, res) // its copies get this answer again (only a peer's INVITE is shed here)
+	answer(res)
 	return false
 }
 

@@ -328,6 +328,9 @@ type Proxy struct {
 	keys *dialogKeys
 	// invites are the INVITEs in progress, as a CANCEL finds them.
 	invites *inviteTable
+	// refused are the proxy's own final answers to INVITEs it never
+	// forwarded, for their copies (refused.go).
+	refused *refusedTable
 	// byes are the BYEs relayed statelessly waiting for their answer
 	// (ends.go).
 	byes pendingByes
@@ -388,6 +391,7 @@ func New(opts Options) (*Proxy, error) {
 		ready: make(chan struct{}),
 
 		invites:     newInviteTable(),
+		refused:     newRefusedTable(refusedMax, refusedTTL),
 		dialogs:     newDialogGuard(),
 		dialogEnds:  opts.DialogEnds,
 		carriers:    opts.Carriers,
@@ -666,6 +670,7 @@ func (p *Proxy) sweepInvites(ctx context.Context) {
 func (p *Proxy) sweepOnce(now time.Time) {
 	defer p.panics.Recover("sip.sweep", nil)
 	p.invites.sweep(now)
+	p.refused.sweep(now)
 	p.sweepByes(now)
 	p.dialogs.sweep(now)
 }

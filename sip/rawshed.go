@@ -48,12 +48,16 @@ import (
 //     parameter: the screen's answer carries the node's values, oc.go),
 //   - and that is not a copy of an INVITE in the invite table (a
 //     retransmission of a call being decided, or one just answered, which
-//     the screen handles: 100 Trying, or a new decision),
+//     the screen handles: 100 Trying, or a new decision), nor of one whose
+//     transaction key the proxy refused in the last 32 s (refused.go: the
+//     screen, or shedParsed when the lane has no room, answers it with
+//     that refusal again),
 //
 // and its answer has exactly the screen's content (shedResponse's): the
 // request's Via headers (rport and received added to the top one as sipgo
 // does), From, To with a shed tag, Call-ID and CSeq, sent to the packet's
-// source from the socket it arrived on, counted rejected_overload.
+// source from the socket it arrived on, counted rejected_overload, and
+// remembered as a refusal, so that its copies get the same answer.
 // FuzzRawShed and TestRawShedMatchesScreen hold it to that.
 
 // inviteStart is how a datagram the raw path may shed begins.
@@ -111,20 +115,35 @@ func (p *Proxy) shedRawFrom(conn *net.UDPConn, from netip.AddrPort, data []byte,
 		return false
 	}
 	inv, ok := scanInvite(data)
-	if ok && p.invites.has(inviteKey(inv.TxKey())) {
-		return false
+	var txKey string
+	if ok {
+		txKey = inv.TxKey()
+		if p.invites.has(inviteKey(txKey)) {
+			return false
+		}
+		if p.refused.hasTx(p.refused.txHashString(txKey), time.Now()) {
+			// Maybe a copy of an INVITE the proxy refused: the screen
+			// answers it again (refused.go), or, when its lane has no
+			// room, shedParsed does within its budget.
+			return force && p.shedParsed(conn, from, data, peer.Name, bound, budget)
+		}
 	}
 	raddr := net.UDPAddrFromAddrPort(from)
 	bp := shedBufs.Get().(*[]byte)
 	defer shedBufs.Put(bp)
 	var out []byte
+	n := rand.Uint64()
 	if ok {
-		out, ok = inv.AppendShed((*bp)[:0], raddr.String(), shedTag+strconv.FormatUint(rand.Uint64(), 36))
+		out, ok = inv.AppendShed((*bp)[:0], raddr.String(), shedTag+strconv.FormatUint(n, 36))
 		*bp = out[:0]
 	}
 	if !ok || len(out) > maxUDPAnswer() {
 		return force && p.shedParsed(conn, from, data, peer.Name, bound, budget)
 	}
+	// Its copies get this answer again (refused.go).
+	p.refused.remember(p.refused.txHashString(txKey),
+		refusal{attempt: p.refused.attemptHash(inv.CallID(), inv.CSeqNo(), from, "UDP"),
+			code: sipmsg.StatusServiceUnavailable, reason: "Overloaded", shed: true, shedN: n}, time.Now())
 	p.m.Calls.WithLabelValues(peer.Name, metrics.OutcomeRejectedOverload).Inc()
 	p.noteShed(peer.Name, time.Now(), bound)
 	p.rawSheds.Add(1)
@@ -147,7 +166,8 @@ func (p *Proxy) shedRawFrom(conn *net.UDPConn, from netip.AddrPort, data []byte,
 // (noteShed).
 //
 // As in the raw path, it answers only a well-formed initial INVITE that
-// is not a copy of one in the invite table; anything else is dropped by
+// is not a copy of one in the invite table (a copy of one the proxy
+// refused gets that refusal again: refused.go); anything else is dropped by
 // the caller and counted read_queue_full. Like the raw path's, the
 // answer goes to the packet's source, from the socket the INVITE arrived
 // on (the screen's goes to the source IP and the Via's port when the Via
@@ -167,7 +187,13 @@ func (p *Proxy) shedParsed(conn *net.UDPConn, from netip.AddrPort, data []byte, 
 	}
 	req.SetTransport("UDP")
 	req.SetSource(from.String())
-	if !wellFormed(req) || !req.IsInvite() || p.inDialog(req) || tagOf(req.From().Params) == "" || p.invites.has(inviteKeyOf(req)) {
+	if !wellFormed(req) || !req.IsInvite() || p.inDialog(req) || tagOf(req.From().Params) == "" {
+		return false
+	}
+	if p.answerRefusedCopy(req, peer) {
+		return true // a copy of an INVITE the proxy refused, answered again
+	}
+	if p.invites.has(inviteKeyOf(req)) {
 		return false
 	}
 	if pe := p.cfg().PeerByAddr(from.Addr().Unmap()); pe != nil && isPriority(p.cfg(), pe, req) {
@@ -181,6 +207,7 @@ func (p *Proxy) shedParsed(conn *net.UDPConn, from netip.AddrPort, data []byte, 
 	if len(out) > maxUDPAnswer() {
 		return false
 	}
+	p.rememberRefusal(req, res) // its copies get this answer again
 	p.m.Calls.WithLabelValues(peer, metrics.OutcomeRejectedOverload).Inc()
 	p.noteShed(peer, time.Now(), bound)
 	if _, err := conn.WriteToUDPAddrPort(out, from); err != nil {

@@ -23,6 +23,13 @@ import (
 // real sink), on a Tracker that lists its calls in reg.
 func recordsProxy(t *testing.T, cfg *config.Config) (h *harness, read func() []records.Record, tr *callplaces.Tracker, reg *callplaces.LocalRegistry) {
 	t.Helper()
+	adm, _ := newFakes()
+	return recordsProxyOn(t, cfg, adm)
+}
+
+// recordsProxyOn is recordsProxy deciding admission with adm.
+func recordsProxyOn(t *testing.T, cfg *config.Config, adm Admitter) (h *harness, read func() []records.Record, tr *callplaces.Tracker, reg *callplaces.LocalRegistry) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "calls.jsonl")
 	w := records.New(records.Options{})
 	if err := w.Apply(config.Records{File: path, MaxSizeMB: 10, Buffer: 1024}); err != nil {
@@ -38,7 +45,7 @@ func recordsProxy(t *testing.T, cfg *config.Config) (h *harness, read func() []r
 	if cfg.NodeID == "" {
 		cfg.NodeID = "node-a"
 	}
-	adm, pacer := newFakes()
+	_, pacer := newFakes()
 	h = startProxyOpts(t, Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer, Calls: tr, Records: w})
 	read = func() []records.Record {
 		f, err := os.Open(path)

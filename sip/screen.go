@@ -380,18 +380,27 @@ func (p *Proxy) guarded(where string, h sipgo.RequestHandler) sipgo.RequestHandl
 type inviteKey string
 
 func inviteKeyOf(req *sipmsg.Request) inviteKey {
+	if req.Via() == nil {
+		return ""
+	}
+	// Built in a stack buffer: one allocation, the key's.
+	var buf [128]byte
+	return inviteKey(appendInviteKey(buf[:0], req))
+}
+
+// appendInviteKey appends req's inviteKey to dst (nothing when req has no
+// Via).
+func appendInviteKey(dst []byte, req *sipmsg.Request) []byte {
 	v := req.Via()
 	if v == nil {
-		return ""
+		return dst
 	}
 	branch, _ := v.Params.Get("branch")
 	port := v.Port
 	if port <= 0 {
 		port = sipmsg.DefaultPort(v.Transport)
 	}
-	// Built in a stack buffer: one allocation, the key's.
-	var buf [128]byte
-	key := append(buf[:0], branch...)
+	key := append(dst, branch...)
 	key = append(key, 0)
 	key = append(key, v.Host...)
 	key = append(key, ':')
@@ -400,7 +409,7 @@ func inviteKeyOf(req *sipmsg.Request) inviteKey {
 		key = append(key, 0)
 		key = append(key, callID(req)...)
 	}
-	return inviteKey(key)
+	return key
 }
 
 // inviteEntry is one INVITE the proxy is handling, as a CANCEL finds it.
@@ -587,10 +596,14 @@ func (t *inviteTable) register(req *sipmsg.Request, acquire func() bool, ctr *in
 			return regAnswered
 		}
 		// After its handler ended. The proxy ends the transactions of its
-		// own refusals at once, so sipgo makes a new one of this copy and
-		// a new decision follows: it takes a unit like any new INVITE
-		// (replaying refused INVITEs must not get past the bound). A copy
-		// sipgo absorbs gives its unit back as an orphan does.
+		// own refusals at once; a peer's copy of a refused attempt is
+		// answered from the refused table before it gets here
+		// (refused.go), so this is another attempt with the same key
+		// (another Call-ID, CSeq or source) or one the table forgot:
+		// sipgo makes a new transaction of it and a new decision follows.
+		// It takes a unit like any new INVITE (replaying refused INVITEs
+		// must not get past the bound). A copy sipgo absorbs gives its
+		// unit back as an orphan does.
 		delete(t.tombs, k)
 	}
 	e := &inviteEntry{src: req.Source(), transport: req.Transport(), created: time.Now()}

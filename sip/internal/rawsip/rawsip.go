@@ -76,6 +76,18 @@ func (r *Invite) TxKey() string {
 	return key
 }
 
+// CallID is the INVITE's Call-ID value (trimmed as sipgo trims it; the
+// caller must not change it).
+func (r *Invite) CallID() []byte { return r.callID }
+
+// CSeqNo is the number of the INVITE's CSeq (ScanInvite accepts only a
+// CSeq of a number sipgo accepts and "INVITE").
+func (r *Invite) CSeqNo() uint32 {
+	num, _, _ := bytes.Cut(r.cseq, []byte(" "))
+	n, _ := strconv.ParseUint(string(num), 10, 32)
+	return uint32(n)
+}
+
 // isRFC3261Branch reports whether a branch has RFC 3261's magic cookie and
 // more (TxKey keeps the Call-ID for the others).
 func isRFC3261Branch(b string) bool {
