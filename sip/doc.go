@@ -146,7 +146,9 @@
 // sent-by, Call-ID, CSeq, source and transport) gets that answer again,
 // statelessly, from the screen (or the shed lane), and is never decided,
 // counted, recorded nor forwarded (counted refused_copy); the overload
-// sheds' 503s included.
+// sheds' 503s included, and a forwarded call's final refusal (the
+// carrier's, relayed, or the node's own), whose sipgo transaction ends 5 s
+// after the caller's ACK.
 //
 // In-dialog requests (To tag set, or one of the proxy's own Route entries
 // carrying a dialog token, whatever the tags say: ACK for 2xx, BYE,

@@ -681,9 +681,10 @@ func (c *call) send(res *sipmsg.Response) {
 		c.code = res.StatusCode
 	}
 	c.p.ocMark(ocPeer(c.peer, c.oc), res.Via())
-	if res.StatusCode >= 300 && !c.forwarded && c.fromPeer {
+	if res.StatusCode >= 300 && c.fromPeer {
 		// Before it is sent: a copy the caller sends once it has the
-		// answer finds it remembered.
+		// answer finds it remembered. A forwarded call's too: sipgo's
+		// transaction absorbs copies only until the ACK and Timer I.
 		c.p.rememberRefusal(c.req, res)
 	}
 	if err := c.tx.Respond(res); err != nil {
@@ -708,6 +709,12 @@ func (c *call) relay(res *sipmsg.Response) error {
 		return c.p.noVia(out)
 	}
 	c.p.ocRelay(ocPeer(c.peer, c.oc), out.Via())
+	if status >= 300 && c.fromPeer {
+		// The carrier's refusal ends the call: copies of the INVITE get
+		// it again (refused.go) once sipgo's transaction has ended (the
+		// caller's ACK and Timer I, 5 s), never a second decision.
+		c.p.rememberRefusal(c.req, out)
+	}
 	err := c.tx.Respond(out)
 	if err != nil {
 		c.log.Debug("relay failed", "status", status, "error", err)

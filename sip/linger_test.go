@@ -70,3 +70,48 @@ func TestAnsweredCallLetsGoOfItsTransactions(t *testing.T) {
 		t.Errorf("the carrier got %d INVITEs, want 1", n)
 	}
 }
+
+// TestForwardedRefusalCopyAnsweredAgain: a call forwarded and refused by
+// its carrier (486 relayed) keeps sipgo's server transaction only until
+// the caller's ACK and Timer I (T4, 5 s) after it; a copy of the INVITE
+// after that was a new transaction and a new decision, forwarded to the
+// carrier again. It now gets the refusal again from the refused table
+// (refused.go), as a copy of the node's own refusal does, and the carrier
+// sees one INVITE.
+func TestForwardedRefusalCopyAnsweredAgain(t *testing.T) {
+	car := startUDPEnd(t, "127.0.0.1", func(req *sipmsg.Request) *sipmsg.Response {
+		if !req.IsInvite() {
+			return nil
+		}
+		res := sipmsg.NewResponseFromRequest(req, 486, "Busy Here", nil)
+		res.To().Params.Add("tag", "busy-callee")
+		return res
+	})
+	adm, pacer := newFakes()
+	h := startProxy(t, testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second}), adm, pacer)
+	peer := startUDPEnd(t, "127.0.0.2", nil)
+	const id = "busy-copy"
+	inv := rawInviteFrom(peer, h.udp, id, "ftag-"+id)
+	peer.send(h.udp, inv)
+	busy := finalOfRaw(peer, id, sipmsg.INVITE, 0)
+	if busy == nil || busy.StatusCode != 486 {
+		t.Fatalf("the call's final answer: %v, want the carrier's 486", busy)
+	}
+	// The ACK of the 486 (hop by hop: the INVITE's branch, its To tag).
+	ack := sipmsg.NewRequest(sipmsg.ACK, inv.Recipient)
+	for _, name := range []string{"Via", "From", "Call-ID", "Max-Forwards"} {
+		ack.AppendHeader(sipmsg.HeaderClone(inv.GetHeader(name)))
+	}
+	ack.AppendHeader(sipmsg.HeaderClone(busy.To()))
+	ack.AppendHeader(&sipmsg.CSeqHeader{SeqNo: inv.CSeq().SeqNo, MethodName: sipmsg.ACK})
+	peer.send(h.udp, ack)
+	time.Sleep(sipmsg.T4 + time.Second) // Timer I: the transaction is gone
+	peer.send(h.udp, rawInviteFrom(peer, h.udp, id, "ftag-"+id))
+	again := finalOfRaw(peer, id, sipmsg.INVITE, 1)
+	if again == nil || again.StatusCode != 486 || tagOf(again.To().Params) != "busy-callee" {
+		t.Errorf("the copy's answer: %v, want the same 486 (To tag busy-callee)", again)
+	}
+	if n := len(car.requests(sipmsg.INVITE)); n != 1 {
+		t.Errorf("the carrier got %d INVITEs, want 1: the copy was decided and forwarded again", n)
+	}
+}

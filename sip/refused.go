@@ -42,6 +42,13 @@ import (
 // first one's did. An INVITE that differs in any of them is another
 // attempt, decided as any.
 //
+// A forwarded call's final refusal (the carrier's, relayed, or the
+// node's own after the forward: all carriers failed) is remembered too:
+// sipgo's server transaction absorbs the INVITE's copies only until the
+// caller's ACK and Timer I (T4, 5 s) after it, and a copy after that was
+// decided and forwarded again. An answered call's copies are the invite
+// table's (its tombstone absorbs them, screen.go).
+//
 // The table is the bound on what this costs under a flood of refusals:
 // at most refusedMax attempts (the oldest go first when it is full), two
 // 64-bit hashes and the answer's few fields each (about 16 MB at the
