@@ -2,7 +2,8 @@
 #
 # cpsguard container: a static binary on distroless, running as non-root.
 #
-#   docker build --build-arg VERSION="$(scripts/version.sh)" -t cpsguard:"$(scripts/version.sh)" .
+#   docker build --build-arg VERSION="$(scripts/version.sh)" --build-arg REVISION="$(git rev-parse HEAD)" \
+#     -t cpsguard:"$(scripts/version.sh)" .
 #   docker run --rm -v $PWD/my.yaml:/etc/cpsguard/cpsguard.yaml:ro \
 #     -p 5060:5060/udp -p 5060:5060/tcp -p 127.0.0.1:9090:9090 cpsguard
 #
@@ -20,9 +21,12 @@ COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 ARG VERSION=dev
+# The commit, for `cpsguard version` and cpsguard_build_info{revision}: the
+# context has no .git (.dockerignore), so Go cannot stamp it itself.
+ARG REVISION=
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=linux go build -trimpath \
-      -ldflags "-s -w -X main.version=${VERSION}" \
+      -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${REVISION}" \
       -o /out/cpsguard ./cmd/cpsguard
 
 # distroless/static: no shell, no libc (the binary is static), CA certificates

@@ -13,6 +13,11 @@ import (
 // is used when there is one.
 var version = "dev"
 
+// commit is the source revision given at build time (-ldflags
+// "-X main.commit=<sha>"), for builds without VCS stamping: the container
+// build's context has no .git. Go's own vcs.revision wins when present.
+var commit = ""
+
 // buildInfo describes the running binary.
 type buildInfo struct {
 	Version, Commit, GoVersion string
@@ -20,6 +25,9 @@ type buildInfo struct {
 
 func readBuildInfo() buildInfo {
 	bi := buildInfo{Version: version, Commit: "unknown", GoVersion: runtime.Version()}
+	if commit != "" {
+		bi.Commit = commit
+	}
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
 		return bi
