@@ -1,6 +1,8 @@
 package sip
 
 import (
+	"net/netip"
+	"strings"
 	"testing"
 
 	sipmsg "github.com/emiago/sipgo/sip"
@@ -43,4 +45,62 @@ func TestE2ERefusedPoisonNeedsTheFromTag(t *testing.T) {
 	if got := sipErrors(h, "refused_copy"); got != 0 {
 		t.Errorf("sip_errors_total{refused_copy} = %v, want 0", got)
 	}
+}
+
+// FuzzRefusedKeys: whenever the raw shed path reads an INVITE (and the
+// screen would take sipgo's reading of it), both key it alike: a refusal
+// one remembers is found by the other (refused.go).
+func FuzzRefusedKeys(f *testing.F) {
+	base := strangerRequest("INVITE", "127.0.0.1:5060", "", "")("127.0.0.2:5062")
+	f.Add(base)
+	for _, r := range [][2]string{
+		{"Via: ", "v: "},
+		{"Via: ", "VIA:  "},
+		{"From: ", "f:"},
+		{"Call-ID: ", "i:\t"},
+		{"CSeq: 1 ", "CSeq:  0001 "},
+		{";branch=", ";Branch="},
+		{"127.0.0.2:5062;branch", "127.0.0.2:05062;branch"},
+		{"127.0.0.2:5062;branch", "Host.Example:5062;branch"},
+		{"127.0.0.2:5062;branch", "[::1]:5062;branch"},
+		{";rport\r\n", ";rport,SIP/2.0/UDP 127.0.0.3:5060;branch=z9hG4bK-2\r\n"},
+		{";rport\r\n", ";rport\r\nVia: SIP/2.0/UDP 127.0.0.3;branch=z9hG4bK-2\r\n"},
+		{";tag=f1", ";tag=F1;x=y"},
+		{"SIP/2.0/UDP", "SIP/2.0/udp"},
+		{"SIP/2.0/UDP", "SIP/2.0/TCP"},
+		{"branch=z9hG4bK-INVITE", "branch=z9hG4bK"},
+		{"branch=z9hG4bK-INVITE", "branch=Z9HG4BK-x"},
+	} {
+		f.Add(strings.Replace(base, r[0], r[1], 1))
+	}
+	from := netip.MustParseAddrPort("127.0.0.2:5062")
+	f.Fuzz(func(t *testing.T, msg string) {
+		tab := newRefusedTable(16, refusedTTL)
+		p := &Proxy{refused: tab}
+		inv, ok := scanInvite([]byte(msg))
+		if !ok {
+			return
+		}
+		m, err := sipmsg.ParseMessage([]byte(msg))
+		if err != nil {
+			t.Fatalf("raw path reads %q, sipgo does not: %v", msg, err)
+		}
+		req, ok := m.(*sipmsg.Request)
+		if !ok || !wellFormed(req) {
+			return
+		}
+		req.SetSource(from.String())
+		req.SetTransport("UDP")
+		tx, attempt, ok := p.refusedKeys(req)
+		if !ok {
+			t.Fatalf("no keys for the parsed INVITE %q", msg)
+		}
+		if raw := tab.txHashString(inv.TxKey()); raw != tx {
+			t.Errorf("%q: transaction key raw %q, parsed %q", msg, inv.TxKey(), inviteKeyOf(req))
+		}
+		if raw := tab.attemptHash(inv.CallID(), inv.FromTag(), inv.CSeqNo(), from, "UDP"); raw != attempt {
+			t.Errorf("%q: attempt raw (%q %q %d), parsed (%q %q %d)", msg, inv.CallID(), inv.FromTag(), inv.CSeqNo(),
+				callID(req), tagOf(req.From().Params), req.CSeq().SeqNo)
+		}
+	})
 }
