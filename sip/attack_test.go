@@ -4,9 +4,11 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	sipmsg "github.com/emiago/sipgo/sip"
 
+	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/siptest"
 )
 
@@ -103,4 +105,61 @@ func FuzzRefusedKeys(f *testing.F) {
 				callID(req), tagOf(req.From().Params), req.CSeq().SeqNo)
 		}
 	})
+}
+
+// TestForwardedRefusalKeepsLittleOfTheCarrier: a forwarded call's final
+// refusal is remembered for 32 s (refused.go), and its reason phrase and
+// To tag are the carrier's: a carrier (gone bad, or just verbose) that
+// answers with a reason phrase or a To tag of kilobytes must not make
+// each remembered refusal hold them (up to MaxMessageSize, 16 KB: a GB at
+// the table's bound, where refused.go counts some 16 MB). A long reason
+// is kept clipped; a refusal with a To tag too long to keep is not
+// remembered (its copies are left to sipgo's transaction, as before).
+func TestForwardedRefusalKeepsLittleOfTheCarrier(t *testing.T) {
+	const maxKept = 128 // refusedMaxText
+	for _, tc := range []struct {
+		name, reason, tag string
+		remembered        bool
+	}{
+		{"reason", strings.Repeat("Busy ", 2000), "busy-callee", true},
+		{"tag", "Busy Here", strings.Repeat("t", 4000), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			car := startUDPEnd(t, "127.0.0.1", func(req *sipmsg.Request) *sipmsg.Response {
+				if !req.IsInvite() {
+					return nil
+				}
+				res := sipmsg.NewResponseFromRequest(req, 486, tc.reason, nil)
+				res.To().Params.Add("tag", tc.tag)
+				return res
+			})
+			adm, pacer := newFakes()
+			h := startProxy(t, testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second}), adm, pacer)
+			peer := startUDPEnd(t, "127.0.0.2", nil)
+			id := "verbose-" + tc.name
+			inv := rawInviteFrom(peer, h.udp, id, "ftag-"+id)
+			peer.send(h.udp, inv)
+			busy := finalOfRaw(peer, id, sipmsg.INVITE, 0)
+			if busy == nil || busy.StatusCode != 486 {
+				t.Fatalf("the call's final answer: %v, want the carrier's 486", busy)
+			}
+			req := inv.Clone()
+			req.SetSource(peer.addr())
+			req.SetTransport("UDP")
+			tx, attempt, ok := h.p.refusedKeys(req)
+			if !ok {
+				t.Fatal("no keys for the INVITE")
+			}
+			r, ok := h.p.refused.lookup(tx, attempt, time.Now())
+			if ok != tc.remembered {
+				t.Fatalf("remembered = %v, want %v", ok, tc.remembered)
+			}
+			if len(r.reason) > maxKept || len(r.tag) > maxKept {
+				t.Errorf("the refusal keeps a reason of %d bytes and a To tag of %d, want at most %d each", len(r.reason), len(r.tag), maxKept)
+			}
+			if ok && r.tag != tc.tag {
+				t.Errorf("remembered To tag %q, want the carrier's %q", r.tag, tc.tag)
+			}
+		})
+	}
 }

@@ -53,9 +53,11 @@ import (
 // The table is the bound on what this costs under a flood of refusals:
 // at most refusedMax attempts (the oldest go first when it is full), two
 // 64-bit hashes and the answer's few fields each (about 16 MB at the
-// bound), nothing per source, no timer; remembering one is two hashes and
-// a map write under one of refusedStripes locks, with no allocation
-// (BenchmarkRefusedRemember). An attempt the table
+// bound; the reason phrase and To tag are copies of refusedMaxText bytes
+// at most, so a carrier's answers of kilobytes add no more than 16 MB),
+// nothing per source, no timer; the table's part of remembering one is
+// two hashes and a map write under one of refusedStripes locks, with no
+// allocation (BenchmarkRefusedRemember). An attempt the table
 // forgot (more than refusedMax refusals in refusedTTL) is decided again,
 // as every copy was before. Hashes are keyed with a random seed per
 // process, so a peer cannot make two of its attempts collide on purpose;
@@ -72,6 +74,13 @@ const refusedTTL = 32 * time.Second
 
 // refusedMax bounds the refusals remembered (all stripes together).
 const refusedMax = 1 << 16
+
+// refusedMaxText bounds the reason phrase and the To tag a refusal keeps
+// (bytes): a forwarded call's are the carrier's, up to MaxMessageSize.
+// A longer reason is kept clipped (it is for people); a refusal with a
+// longer To tag is not remembered (its copies are left to sipgo's
+// transaction while it lasts, then decided again).
+const refusedMaxText = 128
 
 // refusedStripes is the number of independently locked parts of the
 // table (a power of two).
@@ -294,9 +303,18 @@ func (p *Proxy) rememberRefusal(req *sipmsg.Request, res *sipmsg.Response) {
 	if !ok {
 		return
 	}
-	r := refusal{attempt: attempt, code: int32(res.StatusCode), reason: res.Reason}
+	// Copies, of refusedMaxText at most: not substrings of the response,
+	// whose strings (a carrier's, relayed) would be held with them.
+	r := refusal{attempt: attempt, code: int32(res.StatusCode), reason: strings.Clone(res.Reason)}
+	if len(r.reason) > refusedMaxText {
+		r.reason = strings.ToValidUTF8(r.reason[:refusedMaxText], "")
+	}
 	if to := res.To(); to != nil {
-		r.tag = tagOf(to.Params)
+		tag := tagOf(to.Params)
+		if len(tag) > refusedMaxText {
+			return
+		}
+		r.tag = strings.Clone(tag)
 	}
 	for _, h := range res.Headers() {
 		// Not GetHeader: it lowers the name into a new string each time.
