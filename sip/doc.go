@@ -143,7 +143,7 @@
 // peer's refused attempt (its answer: code, reason, To tag, Retry-After)
 // is remembered for 32 s (refused.go: at most 65,536, the oldest
 // forgotten first), so a copy of the INVITE (same top Via branch and
-// sent-by, Call-ID, CSeq, source and transport) gets that answer again,
+// sent-by, Call-ID, From tag, CSeq, source and transport) gets that answer again,
 // statelessly, from the screen (or the shed lane), and is never decided,
 // counted, recorded nor forwarded (counted refused_copy); the overload
 // sheds' 503s included, and a forwarded call's final refusal (the

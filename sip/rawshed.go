@@ -142,7 +142,7 @@ func (p *Proxy) shedRawFrom(conn *net.UDPConn, from netip.AddrPort, data []byte,
 	}
 	// Its copies get this answer again (refused.go).
 	p.refused.remember(p.refused.txHashString(txKey),
-		refusal{attempt: p.refused.attemptHash(inv.CallID(), inv.CSeqNo(), from, "UDP"),
+		refusal{attempt: p.refused.attemptHash(inv.CallID(), inv.FromTag(), inv.CSeqNo(), from, "UDP"),
 			code: sipmsg.StatusServiceUnavailable, reason: "Overloaded", shed: true, shedN: n}, time.Now())
 	p.m.Calls.WithLabelValues(peer.Name, metrics.OutcomeRejectedOverload).Inc()
 	p.noteShed(peer.Name, time.Now(), bound)

@@ -32,7 +32,8 @@ import (
 // So every such refusal is remembered for refusedTTL in refusedTable: the
 // attempt (its transaction key as sipgo and the invite table form it: top
 // Via branch and sent-by; and, as the admission member adds them, its
-// Call-ID, CSeq number, packet source and transport) and the answer
+// Call-ID, CSeq number, packet source and transport; and its From tag,
+// which a spoofer of the peer's source cannot guess: attemptHash) and the answer
 // (code, reason, To tag, Retry-After). A copy that matches all of them
 // gets the same final answer again from the screen, statelessly and built
 // from the copy (one answer per datagram received: no amplification), and
@@ -52,9 +53,11 @@ import (
 // The table is the bound on what this costs under a flood of refusals:
 // at most refusedMax attempts (the oldest go first when it is full), two
 // 64-bit hashes and the answer's few fields each (about 16 MB at the
-// bound), nothing per source, no timer; remembering one is two hashes and
-// a map write under one of refusedStripes locks, with no allocation
-// (BenchmarkRefusedRemember). An attempt the table
+// bound; the reason phrase and To tag are copies of refusedMaxText bytes
+// at most, so a carrier's answers of kilobytes add no more than 16 MB),
+// nothing per source, no timer; the table's part of remembering one is
+// two hashes and a map write under one of refusedStripes locks, with no
+// allocation (BenchmarkRefusedRemember). An attempt the table
 // forgot (more than refusedMax refusals in refusedTTL) is decided again,
 // as every copy was before. Hashes are keyed with a random seed per
 // process, so a peer cannot make two of its attempts collide on purpose;
@@ -71,6 +74,13 @@ const refusedTTL = 32 * time.Second
 
 // refusedMax bounds the refusals remembered (all stripes together).
 const refusedMax = 1 << 16
+
+// refusedMaxText bounds the reason phrase and the To tag a refusal keeps
+// (bytes): a forwarded call's are the carrier's, up to MaxMessageSize.
+// A longer reason is kept clipped (it is for people); a refusal with a
+// longer To tag is not remembered (its copies are left to sipgo's
+// transaction while it lasts, then decided again).
+const refusedMaxText = 128
 
 // refusedStripes is the number of independently locked parts of the
 // table (a power of two).
@@ -143,14 +153,23 @@ func (t *refusedTable) txHash(key []byte) uint64 { return maphash.Bytes(t.seed, 
 func (t *refusedTable) txHashString(key string) uint64 { return maphash.String(t.seed, key) }
 
 // attemptHash hashes what makes two INVITEs of one transaction key two
-// attempts: the Call-ID, the CSeq number, the packet source and transport.
-func (t *refusedTable) attemptHash(callID []byte, cseq uint32, src netip.AddrPort, transport string) uint64 {
+// attempts: the Call-ID, the From tag, the CSeq number, the packet source
+// and transport. The From tag is what a stranger who can send with a
+// peer's source cannot guess (RFC 3261 19.3: cryptographically random),
+// where a branch and Call-ID often can be (SIPp's count calls): without
+// it, an INVITE forced to a refusal (Max-Forwards 0, a forbidden
+// customer) under a peer's next branch and Call-ID would have that
+// peer's INVITE refused as its copy for refusedTTL.
+func (t *refusedTable) attemptHash(callID, fromTag []byte, cseq uint32, src netip.AddrPort, transport string) uint64 {
 	var h maphash.Hash
 	h.SetSeed(t.seed)
 	var buf [32]byte
 	b := binary.BigEndian.AppendUint32(buf[:0], uint32(len(callID)))
 	h.Write(b)
 	h.Write(callID)
+	b = binary.BigEndian.AppendUint32(buf[:0], uint32(len(fromTag)))
+	h.Write(b)
+	h.Write(fromTag)
 	a := src.Addr().Unmap().As16()
 	b = binary.BigEndian.AppendUint32(buf[:0], cseq)
 	b = append(b, a[:]...)
@@ -264,14 +283,17 @@ func (t *refusedTable) len() int {
 func (p *Proxy) refusedKeys(req *sipmsg.Request) (tx, attempt uint64, ok bool) {
 	src, err := netip.ParseAddrPort(req.Source())
 	cseq := req.CSeq()
-	if err != nil || cseq == nil || req.Via() == nil {
+	from := req.From()
+	if err != nil || cseq == nil || from == nil || req.Via() == nil {
 		return 0, 0, false
 	}
 	var buf [128]byte
 	tx = p.refused.txHash(appendInviteKey(buf[:0], req))
 	var idBuf [128]byte
 	id := append(idBuf[:0], callID(req)...)
-	return tx, p.refused.attemptHash(id, cseq.SeqNo, src, req.Transport()), true
+	var tagBuf [64]byte
+	tag := append(tagBuf[:0], tagOf(from.Params)...)
+	return tx, p.refused.attemptHash(id, tag, cseq.SeqNo, src, req.Transport()), true
 }
 
 // rememberRefusal records res, the proxy's own final answer to the
@@ -281,9 +303,18 @@ func (p *Proxy) rememberRefusal(req *sipmsg.Request, res *sipmsg.Response) {
 	if !ok {
 		return
 	}
-	r := refusal{attempt: attempt, code: int32(res.StatusCode), reason: res.Reason}
+	// Copies, of refusedMaxText at most: not substrings of the response,
+	// whose strings (a carrier's, relayed) would be held with them.
+	r := refusal{attempt: attempt, code: int32(res.StatusCode), reason: strings.Clone(res.Reason)}
+	if len(r.reason) > refusedMaxText {
+		r.reason = strings.ToValidUTF8(r.reason[:refusedMaxText], "")
+	}
 	if to := res.To(); to != nil {
-		r.tag = tagOf(to.Params)
+		tag := tagOf(to.Params)
+		if len(tag) > refusedMaxText {
+			return
+		}
+		r.tag = strings.Clone(tag)
 	}
 	for _, h := range res.Headers() {
 		// Not GetHeader: it lowers the name into a new string each time.

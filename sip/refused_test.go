@@ -297,7 +297,7 @@ func TestRefusedKeysRawMatchParsed(t *testing.T) {
 		if raw := tab.txHashString(inv.TxKey()); raw != tx {
 			t.Errorf("Via%q: transaction hash raw %x, parsed %x", via, raw, tx)
 		}
-		if raw := tab.attemptHash(inv.CallID(), inv.CSeqNo(), from, "UDP"); raw != attempt {
+		if raw := tab.attemptHash(inv.CallID(), inv.FromTag(), inv.CSeqNo(), from, "UDP"); raw != attempt {
 			t.Errorf("Via%q: attempt hash raw %x, parsed %x", via, raw, attempt)
 		}
 	}

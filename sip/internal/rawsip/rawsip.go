@@ -80,6 +80,13 @@ func (r *Invite) TxKey() string {
 // caller must not change it).
 func (r *Invite) CallID() []byte { return r.callID }
 
+// FromTag is the value of the INVITE's From tag (ScanInvite accepts only
+// a From with one plain "tag" parameter, whose value sipgo reads alike).
+func (r *Invite) FromTag() []byte {
+	_, tag, _ := NameAddr(r.from)
+	return tag
+}
+
 // CSeqNo is the number of the INVITE's CSeq (ScanInvite accepts only a
 // CSeq of a number sipgo accepts and "INVITE").
 func (r *Invite) CSeqNo() uint32 {
