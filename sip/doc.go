@@ -251,7 +251,7 @@
 // other peers out however many of its addresses it connects from. A
 // connection counts against the party its source had at accept until it
 // closes. Idle connections are closed, as are ones whose party stops
-// reading (a write blocked for the idle timeout; tcp.go).
+// reading (a write blocked for the idle timeout; package sip/internal/conns).
 //
 // IPv4 and IPv6 listeners may be listed together (each family binds its
 // own socket; a lone [::] stays dual-stack): the proxy names itself to
@@ -302,7 +302,7 @@
 // fields, each element of a Via, Route, Record-Route, Contact or
 // Refer-To list counted as one: dropped, reason params or headers; TCP and
 // TLS connections, accepted or dialled, are held to the same bounds by a
-// stream scanner, tcpscan.go), budgeted against its
+// stream scanner, package sip/internal/conns), budgeted against its
 // party (a peer by name, a carrier by address, strangers together), and
 // handed to one of GOMAXPROCS workers by a hash of its Call-ID. A worker
 // takes peers' and carriers' responses and in-dialog requests before their
