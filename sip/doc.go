@@ -141,7 +141,8 @@
 // and relays the carrier's 487 (its own 487 only while still queued). A
 // refused call's final answer is sent once and its transaction ended; a
 // peer's refused attempt (its answer: code, reason, To tag, Retry-After)
-// is remembered for 32 s (refused.go: at most 65,536, the oldest
+// is remembered for 32 s (refused.go, package sip/internal/refusals: at
+// most 65,536, the oldest
 // forgotten first), so a copy of the INVITE (same top Via branch and
 // sent-by, Call-ID, CSeq, source and transport) gets that answer again,
 // statelessly, from the screen (or the shed lane), and is never decided,

@@ -31,6 +31,7 @@ import (
 	"github.com/cpsguard/cpsguard/policy"
 	"github.com/cpsguard/cpsguard/sip/internal/conns"
 	"github.com/cpsguard/cpsguard/sip/internal/ingress"
+	"github.com/cpsguard/cpsguard/sip/internal/refusals"
 )
 
 // Admitter decides admissions atomically over several rolling-window buckets.
@@ -332,7 +333,7 @@ type Proxy struct {
 	invites *inviteTable
 	// refused are the proxy's own final answers to INVITEs it never
 	// forwarded, for their copies (refused.go).
-	refused *refusedTable
+	refused *refusals.Table
 	// byes are the BYEs relayed statelessly waiting for their answer
 	// (ends.go).
 	byes pendingByes
@@ -393,7 +394,7 @@ func New(opts Options) (*Proxy, error) {
 		ready: make(chan struct{}),
 
 		invites:     newInviteTable(),
-		refused:     newRefusedTable(refusedMax, refusedTTL),
+		refused:     refusals.New(refusals.Max, refusals.TTL),
 		dialogs:     newDialogGuard(),
 		dialogEnds:  opts.DialogEnds,
 		carriers:    opts.Carriers,
@@ -672,7 +673,7 @@ func (p *Proxy) sweepInvites(ctx context.Context) {
 func (p *Proxy) sweepOnce(now time.Time) {
 	defer p.panics.Recover("sip.sweep", nil)
 	p.invites.sweep(now)
-	p.refused.sweep(now)
+	p.refused.Sweep(now)
 	p.sweepByes(now)
 	p.dialogs.sweep(now)
 }
