@@ -235,7 +235,8 @@
 // thousands of calls a second 32 s of them was most of the node's
 // memory): the carrier's 2xx retransmissions within it reach the caller,
 // later ones are strays (dropped), and copies of the INVITE are absorbed
-// by its tombstone in the invite table for 32 s (screen.go). An
+// by its tombstone in the invite table for 32 s (package
+// sip/internal/invites). An
 // initial INVITE loses every Route, the Request-URI's maddr and URI
 // headers, and the customer header. Carrier host names are resolved at
 // start and every 30 s (by the carriers.Set; resolve.go asks it where a

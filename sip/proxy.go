@@ -31,6 +31,7 @@ import (
 	"github.com/cpsguard/cpsguard/policy"
 	"github.com/cpsguard/cpsguard/sip/internal/conns"
 	"github.com/cpsguard/cpsguard/sip/internal/ingress"
+	"github.com/cpsguard/cpsguard/sip/internal/invites"
 	"github.com/cpsguard/cpsguard/sip/internal/refusals"
 )
 
@@ -163,7 +164,7 @@ func init() {
 	// it, are relayed to the caller, whose ACK answers each; copies of
 	// the caller's INVITE are absorbed. answeredLinger (8 s) keeps the
 	// first four retransmissions, enough for a lost ACK to be sent again
-	// four times; the invite table's tombstone (keptTTL, 32 s) absorbs the
+	// four times; the invite table's tombstone (invites' keptTTL, 32 s) absorbs the
 	// INVITE's copies after it (screen.go); a later 2xx is a stray and
 	// dropped (onStrayResponse), as is a forking carrier's second answer
 	// coming that late (its UAS ends it without an ACK). Kamailio's tm
@@ -330,7 +331,7 @@ type Proxy struct {
 	// keys mint and check the dialog tokens of Record-Route and Route.
 	keys *dialogKeys
 	// invites are the INVITEs in progress, as a CANCEL finds them.
-	invites *inviteTable
+	invites *invites.Table
 	// refused are the proxy's own final answers to INVITEs it never
 	// forwarded, for their copies (refused.go).
 	refused *refusals.Table
@@ -393,7 +394,7 @@ func New(opts Options) (*Proxy, error) {
 		log:   opts.Logger.With("component", "sip"),
 		ready: make(chan struct{}),
 
-		invites:     newInviteTable(),
+		invites:     invites.New(),
 		refused:     refusals.New(refusals.Max, refusals.TTL),
 		dialogs:     newDialogGuard(),
 		dialogEnds:  opts.DialogEnds,
@@ -672,7 +673,7 @@ func (p *Proxy) sweepInvites(ctx context.Context) {
 // up shedding every call.
 func (p *Proxy) sweepOnce(now time.Time) {
 	defer p.panics.Recover("sip.sweep", nil)
-	p.invites.sweep(now)
+	p.invites.Sweep(now)
 	p.refused.Sweep(now)
 	p.sweepByes(now)
 	p.dialogs.sweep(now)

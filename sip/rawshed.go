@@ -12,6 +12,7 @@ import (
 	sipmsg "github.com/emiago/sipgo/sip"
 
 	"github.com/cpsguard/cpsguard/metrics"
+	"github.com/cpsguard/cpsguard/sip/internal/invites"
 	"github.com/cpsguard/cpsguard/sip/internal/rawsip"
 	"github.com/cpsguard/cpsguard/sip/internal/refusals"
 )
@@ -119,7 +120,7 @@ func (p *Proxy) shedRawFrom(conn *net.UDPConn, from netip.AddrPort, data []byte,
 	var txKey string
 	if ok {
 		txKey = inv.TxKey()
-		if p.invites.has(inviteKey(txKey)) {
+		if p.invites.Has(invites.Key(txKey)) {
 			return false
 		}
 		if p.refused.HasTx(p.refused.TxHashString(txKey), time.Now()) {
@@ -194,7 +195,7 @@ func (p *Proxy) shedParsed(conn *net.UDPConn, from netip.AddrPort, data []byte, 
 	if p.answerRefusedCopy(req, peer) {
 		return true // a copy of an INVITE the proxy refused, answered again
 	}
-	if p.invites.has(inviteKeyOf(req)) {
+	if p.invites.Has(invites.KeyOf(req)) {
 		return false
 	}
 	if pe := p.cfg().PeerByAddr(from.Addr().Unmap()); pe != nil && isPriority(p.cfg(), pe, req) {

@@ -8,6 +8,7 @@ import (
 
 	sipmsg "github.com/emiago/sipgo/sip"
 
+	"github.com/cpsguard/cpsguard/sip/internal/invites"
 	"github.com/cpsguard/cpsguard/sip/internal/refusals"
 )
 
@@ -81,7 +82,7 @@ func (p *Proxy) refusedKeys(req *sipmsg.Request) (tx, attempt uint64, ok bool) {
 		return 0, 0, false
 	}
 	var buf [128]byte
-	tx = p.refused.TxHash(appendInviteKey(buf[:0], req))
+	tx = p.refused.TxHash(invites.AppendKey(buf[:0], req))
 	var idBuf [128]byte
 	id := append(idBuf[:0], callID(req)...)
 	return tx, p.refused.AttemptHash(id, cseq.SeqNo, src, req.Transport()), true
