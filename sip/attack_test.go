@@ -10,6 +10,8 @@ import (
 
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/siptest"
+	"github.com/cpsguard/cpsguard/sip/internal/invites"
+	"github.com/cpsguard/cpsguard/sip/internal/refusals"
 )
 
 // TestE2ERefusedPoisonNeedsTheFromTag: the refused table must not let
@@ -77,7 +79,7 @@ func FuzzRefusedKeys(f *testing.F) {
 	}
 	from := netip.MustParseAddrPort("127.0.0.2:5062")
 	f.Fuzz(func(t *testing.T, msg string) {
-		tab := newRefusedTable(16, refusedTTL)
+		tab := refusals.New(16, refusals.TTL)
 		p := &Proxy{refused: tab}
 		inv, ok := scanInvite([]byte(msg))
 		if !ok {
@@ -97,10 +99,10 @@ func FuzzRefusedKeys(f *testing.F) {
 		if !ok {
 			t.Fatalf("no keys for the parsed INVITE %q", msg)
 		}
-		if raw := tab.txHashString(inv.TxKey()); raw != tx {
-			t.Errorf("%q: transaction key raw %q, parsed %q", msg, inv.TxKey(), inviteKeyOf(req))
+		if raw := tab.TxHashString(inv.TxKey()); raw != tx {
+			t.Errorf("%q: transaction key raw %q, parsed %q", msg, inv.TxKey(), invites.KeyOf(req))
 		}
-		if raw := tab.attemptHash(inv.CallID(), inv.FromTag(), inv.CSeqNo(), from, "UDP"); raw != attempt {
+		if raw := tab.AttemptHash(inv.CallID(), inv.FromTag(), inv.CSeqNo(), from, "UDP"); raw != attempt {
 			t.Errorf("%q: attempt raw (%q %q %d), parsed (%q %q %d)", msg, inv.CallID(), inv.FromTag(), inv.CSeqNo(),
 				callID(req), tagOf(req.From().Params), req.CSeq().SeqNo)
 		}
@@ -150,15 +152,15 @@ func TestForwardedRefusalKeepsLittleOfTheCarrier(t *testing.T) {
 			if !ok {
 				t.Fatal("no keys for the INVITE")
 			}
-			r, ok := h.p.refused.lookup(tx, attempt, time.Now())
+			r, ok := h.p.refused.Lookup(tx, attempt, time.Now())
 			if ok != tc.remembered {
 				t.Fatalf("remembered = %v, want %v", ok, tc.remembered)
 			}
-			if len(r.reason) > maxKept || len(r.tag) > maxKept {
-				t.Errorf("the refusal keeps a reason of %d bytes and a To tag of %d, want at most %d each", len(r.reason), len(r.tag), maxKept)
+			if len(r.Reason) > maxKept || len(r.Tag) > maxKept {
+				t.Errorf("the refusal keeps a reason of %d bytes and a To tag of %d, want at most %d each", len(r.Reason), len(r.Tag), maxKept)
 			}
-			if ok && r.tag != tc.tag {
-				t.Errorf("remembered To tag %q, want the carrier's %q", r.tag, tc.tag)
+			if ok && r.Tag != tc.tag {
+				t.Errorf("remembered To tag %q, want the carrier's %q", r.Tag, tc.tag)
 			}
 		})
 	}

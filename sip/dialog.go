@@ -13,6 +13,7 @@ import (
 	"github.com/cpsguard/cpsguard/admission"
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/policy"
+	"github.com/cpsguard/cpsguard/sip/internal/invites"
 )
 
 // allowed is the Allow header of the proxy's own answers.
@@ -263,7 +264,7 @@ func (p *Proxy) reinviteAllowed(cfg *config.Config, req *sipmsg.Request, hop inD
 	// the budget of the carrier holding the call.
 	sum := sha256.Sum256([]byte(callID(req) + "\x00" + ftag + "\x00" + hop.legs.Carrier.Addr.String()))
 	b := admission.Bucket{Key: policy.DialogKey(cfg.Store.KeyPrefix, hex.EncodeToString(sum[:12])), Limit: reinviteLimit, Window: reinviteWindow}
-	tx := sha256.Sum256([]byte(callID(req) + "\x00" + string(inviteKeyOf(req)) + "\x00" + req.Source() + "\x00" + req.Transport()))
+	tx := sha256.Sum256([]byte(callID(req) + "\x00" + string(invites.KeyOf(req)) + "\x00" + req.Source() + "\x00" + req.Transport()))
 	ctx, cancel := context.WithTimeout(p.base, storeBudget)
 	defer cancel()
 	dec, err := p.adm.Admit(ctx, "reinvite/"+hex.EncodeToString(tx[:16]), []admission.Bucket{b})
@@ -277,18 +278,18 @@ func (p *Proxy) reinviteAllowed(cfg *config.Config, req *sipmsg.Request, hop inD
 // INFO, …) statefully between the dialog's two legs (prepareInDialog).
 // A re-INVITE is limited per dialog (reinviteAllowed); nothing else is.
 func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
-	var entry *inviteEntry
+	var entry *invites.Entry
 	// sent: the request left for the other leg; a re-INVITE's server
 	// transaction then outlives this handler in sipgo (Completed, Timer
 	// H, after a non-2xx), which absorbs its copies and the ACK of its
-	// failure: its tombstone stays as long (inviteTable, keptTTL), so a
+	// failure: its tombstone stays as long (invites.Table, keptTTL), so a
 	// late ACK is not relayed as a 2xx ACK would be.
 	// answered: its 2xx was relayed; copies of it are then absorbed by
 	// the tombstone itself (sipgo's transaction lasts answeredLinger).
 	sent, answered := false, false
 	if req.IsInvite() {
 		var done func(bool, bool)
-		entry, done = p.invites.claim(req)
+		entry, done = p.invites.Claim(req)
 		defer func() { done(sent, answered) }()
 	}
 	hop, code := p.prepareInDialog(req, true)
@@ -341,7 +342,7 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 		// the screen; the leg cancels the re-INVITE downstream and relays
 		// the carrier's answer (487, or a 2xx that crossed).
 		ch := make(chan struct{})
-		entry.onCancel(func() { close(ch) })
+		entry.OnCancel(func() { close(ch) })
 		l.cancelled = ch
 	}
 	res, _ := l.run()

@@ -141,7 +141,8 @@
 // and relays the carrier's 487 (its own 487 only while still queued). A
 // refused call's final answer is sent once and its transaction ended; a
 // peer's refused attempt (its answer: code, reason, To tag, Retry-After)
-// is remembered for 32 s (refused.go: at most 65,536, the oldest
+// is remembered for 32 s (refused.go, package sip/internal/refusals: at
+// most 65,536, the oldest
 // forgotten first), so a copy of the INVITE (same top Via branch and
 // sent-by, Call-ID, From tag, CSeq, source and transport) gets that answer again,
 // statelessly, from the screen (or the shed lane), and is never decided,
@@ -234,7 +235,8 @@
 // thousands of calls a second 32 s of them was most of the node's
 // memory): the carrier's 2xx retransmissions within it reach the caller,
 // later ones are strays (dropped), and copies of the INVITE are absorbed
-// by its tombstone in the invite table for 32 s (screen.go). An
+// by its tombstone in the invite table for 32 s (package
+// sip/internal/invites). An
 // initial INVITE loses every Route, the Request-URI's maddr and URI
 // headers, and the customer header. Carrier host names are resolved at
 // start and every 30 s (by the carriers.Set; resolve.go asks it where a
@@ -251,7 +253,7 @@
 // other peers out however many of its addresses it connects from. A
 // connection counts against the party its source had at accept until it
 // closes. Idle connections are closed, as are ones whose party stops
-// reading (a write blocked for the idle timeout; tcp.go).
+// reading (a write blocked for the idle timeout; package sip/internal/conns).
 //
 // IPv4 and IPv6 listeners may be listed together (each family binds its
 // own socket; a lone [::] stays dual-stack): the proxy names itself to
@@ -302,7 +304,7 @@
 // fields, each element of a Via, Route, Record-Route, Contact or
 // Refer-To list counted as one: dropped, reason params or headers; TCP and
 // TLS connections, accepted or dialled, are held to the same bounds by a
-// stream scanner, tcpscan.go), budgeted against its
+// stream scanner, package sip/internal/conns), budgeted against its
 // party (a peer by name, a carrier by address, strangers together), and
 // handed to one of GOMAXPROCS workers by a hash of its Call-ID. A worker
 // takes peers' and carriers' responses and in-dialog requests before their

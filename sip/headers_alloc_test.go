@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	sipmsg "github.com/emiago/sipgo/sip"
+
+	"github.com/cpsguard/cpsguard/sip/internal/invites"
 )
 
 func parseInvite(t *testing.T, raw string) *sipmsg.Request {
@@ -37,7 +39,7 @@ func TestInviteKeyBytes(t *testing.T) {
 	} {
 		req := parseInvite(t, "INVITE sip:100@127.0.0.1 SIP/2.0\nVia: SIP/2.0/UDP "+tc.via+
 			"\nFrom: <sip:a@x>;tag=1\nTo: <sip:100@127.0.0.1>\nCall-ID: "+tc.callID+"\nCSeq: 1 INVITE\nContent-Length: 0\n\n")
-		if got := inviteKeyOf(req); string(got) != tc.want {
+		if got := invites.KeyOf(req); string(got) != tc.want {
 			t.Errorf("Via %s: got %q, want %q", tc.via, got, tc.want)
 		}
 	}
@@ -45,7 +47,7 @@ func TestInviteKeyBytes(t *testing.T) {
 		return
 	}
 	req := parseInvite(t, twoViaInvite)
-	if n := testing.AllocsPerRun(100, func() { _ = inviteKeyOf(req) }); n != 1 {
+	if n := testing.AllocsPerRun(100, func() { _ = invites.KeyOf(req) }); n != 1 {
 		t.Errorf("got %v allocations per key, want 1", n)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/siptest"
+	"github.com/cpsguard/cpsguard/sip/internal/invites"
 )
 
 // Regression tests of the session-5 attack review of the stateless relay
@@ -159,7 +160,7 @@ func TestLateAckOfFailedReinviteNotRelayed(t *testing.T) {
 	// 488 reached the caller: it is not the caller's ACK.
 	waitFor(t, func() bool { return len(car.requests(sipmsg.ACK)) > acks0 }, "the node's ACK of the carrier's 488")
 	acks := len(car.requests(sipmsg.ACK))
-	time.Sleep(tombstoneTTL + sweepEvery + 500*time.Millisecond) // past the sweep that would drop a 2 s tombstone
+	time.Sleep(invites.TombstoneTTL + sweepEvery + 500*time.Millisecond) // past the sweep that would drop a 2 s tombstone
 	ack := withVia(inDialogOf(t, caller, h.udp, ok, sipmsg.ACK), peer.addr(), "z9hG4bK.reinv-1")
 	ack.CSeq().SeqNo = re.CSeq().SeqNo
 	peer.send(h.udp, ack)

@@ -17,6 +17,7 @@ import (
 	"github.com/cpsguard/cpsguard/internal/siptest"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/sip/internal/ingress"
+	"github.com/cpsguard/cpsguard/sip/internal/invites"
 )
 
 // peerSocket is a socket on a peer's address (127.0.0.2 is dialer-1's).
@@ -95,7 +96,7 @@ func TestShedDatagramAnswersWhatTheRawPathLeaves(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.(*sipmsg.Request).SetSource(la)
-	if h.p.invites.register(m.(*sipmsg.Request), nil, &h.p.inflight) != regNew {
+	if h.p.invites.Register(m.(*sipmsg.Request), nil, &h.p.inflight) != invites.RegNew {
 		t.Fatal("could not register the live INVITE")
 	}
 	h.p.parsed = parseBudget{start: time.Now(), bytes: parsedBytes}

@@ -124,12 +124,12 @@ func (p *Proxy) onInvite(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
 	defer cancel(nil)
 	// A CANCEL from the INVITE's own source is answered 200 by the screen,
 	// which then tells the call through its entry.
-	entry, done := p.invites.claim(req)
+	entry, done := p.invites.Claim(req)
 	ctx = withDeciding(ctx, entry)
-	entry.onCancel(func() { cancel(errCallCanceled) })
+	entry.OnCancel(func() { cancel(errCallCanceled) })
 	tx.OnTerminate(func(string, error) { cancel(errTxTerminated) })
 
-	c := &call{p: p, cfg: p.cfg(), req: req, tx: tx, ctx: ctx, log: p.log, trying: entry.trying, cancel: cancel, started: started}
+	c := &call{p: p, cfg: p.cfg(), req: req, tx: tx, ctx: ctx, log: p.log, trying: entry.Trying, cancel: cancel, started: started}
 	// A forwarded call's transaction outlives the handler (send never
 	// ends it): its copies go to sipgo, which absorbs them.
 	defer func() { done(c.forwarded, c.answered) }()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/metrics"
+	"github.com/cpsguard/cpsguard/sip/internal/invites"
 )
 
 // Overload: the node sheds its own excess before it reaches the store.
@@ -41,10 +42,10 @@ import (
 // keep priority. Retransmissions of an INVITE being handled find its entry
 // in the invite table and pass without taking a unit.
 //
-// The unit lives in the INVITE's inviteEntry: the handler that claims the
+// The unit lives in the INVITE's invites.Entry: the handler that claims the
 // entry releases it; an entry no handler claims (sipgo absorbed the INVITE
 // as a retransmission of a transaction whose handler had ended) gives it
-// back when the sweep finds it older than inflightOrphan.
+// back when the sweep finds it older than inflightOrphan (5 s).
 
 // shedTag prefixes the To tag of the proxy's stateless overload answers,
 // so the screen can drop the ACKs they draw without handing them to sipgo.
@@ -78,7 +79,7 @@ func (p *Proxy) Inflight() int64 { return p.inflight.Load() }
 // and statelessly: a handler's 100 would come when sipgo runs it, which
 // under load is later than the callers' first retransmission (Timer A,
 // 500 ms), and every retransmission costs the node a goroutine. Its
-// handler then sends none (inviteEntry.trying): one 100 per INVITE, as a
+// handler then sends none (invites.Entry.Trying): one 100 per INVITE, as a
 // caller that matches responses to transactions (SIPp's response_txn)
 // takes a second for a retransmission. For the same reason a
 // retransmission of an initial INVITE still being handled gets its 100
@@ -118,21 +119,21 @@ func (p *Proxy) screenInvite(cfg *config.Config, req *sipmsg.Request, src netip.
 		p.ocMarkOwn(peer, res)
 		p.writeStateless(res)
 	}
-	switch p.invites.register(req, acquire, &p.inflight) {
-	case regNew:
+	switch p.invites.Register(req, acquire, &p.inflight) {
+	case invites.RegNew:
 		if acquire != nil {
 			answer(sipmsg.NewResponseFromRequest(req, sipmsg.StatusTrying, "Trying", nil))
 		}
 		return true
-	case regLive:
+	case invites.RegLive:
 		if initial {
 			answer(sipmsg.NewResponseFromRequest(req, sipmsg.StatusTrying, "Trying", nil))
 			return false
 		}
 		return true
-	case regAnswered:
+	case invites.RegAnswered:
 		return true
-	case regAbsorbed:
+	case invites.RegAbsorbed:
 		return false
 	}
 	p.m.Calls.WithLabelValues(peer, metrics.OutcomeRejectedOverload).Inc()
@@ -160,11 +161,11 @@ func shedAck(req *sipmsg.Request) bool {
 	return to != nil && strings.HasPrefix(tagOf(to.Params), shedTag)
 }
 
-// decidingKey carries a call's inviteEntry in its context, so the pacing
+// decidingKey carries a call's invites.Entry in its context, so the pacing
 // code can say when the decision is made (decided).
 type decidingKey struct{}
 
-func withDeciding(ctx context.Context, e *inviteEntry) context.Context {
+func withDeciding(ctx context.Context, e *invites.Entry) context.Context {
 	return context.WithValue(ctx, decidingKey{}, e)
 }
 
@@ -172,8 +173,8 @@ func withDeciding(ctx context.Context, e *inviteEntry) context.Context {
 // one: its first pacing slot is reserved (or refused), and what remains is
 // a timer and a forward. Safe to call more than once.
 func decided(ctx context.Context) {
-	if e, _ := ctx.Value(decidingKey{}).(*inviteEntry); e != nil {
-		e.releaseInflight()
+	if e, _ := ctx.Value(decidingKey{}).(*invites.Entry); e != nil {
+		e.ReleaseInflight()
 	}
 }
 
@@ -201,8 +202,8 @@ func (c *inflightCount) watch(w chan struct{}) {
 	}
 }
 
-// release gives one unit back.
-func (c *inflightCount) release() {
+// Release gives one unit back (invites.Bound).
+func (c *inflightCount) Release() {
 	c.Add(-1)
 	if ws := c.wakes.Load(); ws != nil {
 		for _, w := range *ws {
@@ -211,19 +212,6 @@ func (c *inflightCount) release() {
 			default:
 			}
 		}
-	}
-}
-
-// inflightUnit is an inviteEntry's unit of the bound.
-type inflightUnit struct {
-	held atomic.Bool
-	ctr  *inflightCount
-}
-
-// releaseInflight gives the unit back once.
-func (u *inflightUnit) releaseInflight() {
-	if u.held.CompareAndSwap(true, false) {
-		u.ctr.release()
 	}
 }
 

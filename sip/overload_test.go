@@ -109,101 +109,6 @@ func TestOverloadShedsNewCallsNotDialogs(t *testing.T) {
 	answeredCall(t, caller, h.udp)
 }
 
-// TestInflightUnitOfAnAbsorbedInviteIsReturned: an INVITE sipgo absorbs
-// (no handler claims its entry) gives its unit back on the sweep, and a
-// finished INVITE's tombstone lets its late retransmission pass without a
-// unit.
-func TestInflightUnitOfAnAbsorbedInviteIsReturned(t *testing.T) {
-	var ctr inflightCount
-	tb := newInviteTable()
-	req := sipmsg.NewRequest(sipmsg.INVITE, sipmsg.Uri{Scheme: "sip", User: "100", Host: "127.0.0.1", Port: 5060})
-	via := &sipmsg.ViaHeader{ProtocolName: "SIP", ProtocolVersion: "2.0", Transport: "UDP",
-		Host: "127.0.0.2", Port: 5062, Params: sipmsg.NewParams()}
-	via.Params.Add("branch", "z9hG4bK-1")
-	req.AppendHeader(via)
-	cid := sipmsg.CallIDHeader("absorbed")
-	req.AppendHeader(&cid)
-	req.SetSource("127.0.0.2:5062")
-	acquire := func() bool { ctr.Add(1); return true }
-	if got := tb.register(req, acquire, &ctr); got != regNew {
-		t.Fatalf("register of a new INVITE with a unit to spare: got %d, want regNew", got)
-	}
-	if got := tb.register(req, func() bool { t.Error("a retransmission took a unit"); return false }, &ctr); got != regLive {
-		t.Fatalf("register of a retransmission: got %d, want regLive", got)
-	}
-	now := time.Now()
-	tb.sweep(now)
-	if got := ctr.Load(); got != 1 {
-		t.Fatalf("units after a sweep at once: got %d, want 1", got)
-	}
-	tb.sweep(now.Add(inflightOrphan + time.Millisecond))
-	if got := ctr.Load(); got != 0 {
-		t.Fatalf("units after the orphan age: got %d, want 0", got)
-	}
-	// A retransmission of an INVITE no handler took goes to sipgo again.
-	tb.m[inviteKeyOf(req)].created = now.Add(-inflightOrphan - time.Millisecond)
-	if got := tb.register(req, nil, &ctr); got != regAnswered {
-		t.Fatalf("register of a retransmission of an orphan: got %d, want regAnswered (passed to sipgo)", got)
-	}
-
-	// Claimed and finished: a tombstone for tombstoneTTL.
-	e, done := tb.claim(req)
-	done(false, false)
-	if tb.lookup(inviteKeyOf(req)) != nil {
-		t.Error("lookup found a finished INVITE (a CANCEL must go to sipgo)")
-	}
-	// A copy after the handler ended is decided again (the proxy ended
-	// its refusals' transactions), so it asks for a unit like any new
-	// INVITE: replaying refused INVITEs does not get past the bound.
-	asked := false
-	if got := tb.register(req, func() bool { asked = true; return false }, &ctr); got != regShed || !asked {
-		t.Fatalf("register of a copy after the answer with no unit to spare: got %d (unit asked %v), want regShed", got, asked)
-	}
-	tb.sweep(e.finished.Add(tombstoneTTL + time.Millisecond))
-	if got := tb.size(); got != 0 {
-		t.Errorf("entries after the tombstone age: got %d, want 0", got)
-	}
-
-	// A forwarded call's handler leaves the transaction to sipgo: copies
-	// of its INVITE, however late within Timer L, go to sipgo (which
-	// absorbs them) and never take a unit or get shed as new calls.
-	if got := tb.register(req, acquire, &ctr); got != regNew {
-		t.Fatalf("register of the next call: got %d, want regNew", got)
-	}
-	e, done = tb.claim(req)
-	done(true, false)
-	for _, age := range []time.Duration{0, tombstoneTTL + time.Second, keptTTL - time.Second} {
-		tb.sweep(e.finished.Add(age))
-		if got := tb.register(req, func() bool { t.Errorf("a copy %v after a forwarded call's end asked for a unit", age); return false }, &ctr); got != regAnswered {
-			t.Fatalf("register of a copy %v after a forwarded call ended: got %d, want regAnswered (sipgo absorbs it)", age, got)
-		}
-	}
-	tb.sweep(e.finished.Add(keptTTL + time.Millisecond))
-	if got := tb.size(); got != 0 {
-		t.Errorf("entries after keptTTL: got %d, want 0", got)
-	}
-
-	// An answered call's transaction lasts answeredLinger only: copies of
-	// its INVITE are absorbed by the tombstone itself, at any age within
-	// keptTTL (before and after the linger), never passed to sipgo, which
-	// would make a new call of one once its transaction ended.
-	if got := tb.register(req, acquire, &ctr); got != regNew {
-		t.Fatalf("register of the next call: got %d, want regNew", got)
-	}
-	e, done = tb.claim(req)
-	done(true, true)
-	for _, age := range []time.Duration{0, answeredLinger + time.Second, keptTTL - time.Second} {
-		tb.sweep(e.finished.Add(age))
-		if got := tb.register(req, func() bool { t.Errorf("a copy %v after an answered call's end asked for a unit", age); return false }, &ctr); got != regAbsorbed {
-			t.Fatalf("register of a copy %v after an answered call ended: got %d, want regAbsorbed", age, got)
-		}
-	}
-	tb.sweep(e.finished.Add(keptTTL + time.Millisecond))
-	if got := tb.size(); got != 0 {
-		t.Errorf("entries after keptTTL: got %d, want 0", got)
-	}
-}
-
 // TestCarrierTimeoutWhileBehindIsNotCounted: a call the carrier did not
 // ring in time, while the node is behind on its own queue, is not held
 // against the carrier (the answer may have waited in the node's own
@@ -236,35 +141,6 @@ func TestCarrierTimeoutWhileBehindIsNotCounted(t *testing.T) {
 func timedOut(p *Proxy, cfg *config.Config) {
 	h := &carrierHooks{c: &call{p: p, cfg: cfg, peer: "dialer-1", ctx: context.Background()}, car: &cfg.Carriers[0]}
 	h.timedOut()
-}
-
-// An INVITE that reuses a live INVITE's branch and sent-by with a new
-// Call-ID is one transaction to sipgo (absorbed as a retransmission), so
-// it is one entry here: it takes no unit of the inflight bound that no
-// handler would give back (review finding: a peer could pin the bound).
-func TestInviteKeyFollowsSipgo(t *testing.T) {
-	parse := func(raw string) *sipmsg.Request {
-		t.Helper()
-		m, err := sipmsg.ParseMessage([]byte(strings.ReplaceAll(raw, "\n", "\r\n")))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m.(*sipmsg.Request)
-	}
-	invite := func(branch, port, callID string) *sipmsg.Request {
-		return parse("INVITE sip:100@127.0.0.1 SIP/2.0\nVia: SIP/2.0/UDP 127.0.0.2" + port + ";branch=" + branch +
-			"\nFrom: <sip:a@x>;tag=1\nTo: <sip:100@127.0.0.1>\nCall-ID: " + callID + "\nCSeq: 1 INVITE\nContent-Length: 0\n\n")
-	}
-	a := inviteKeyOf(invite("z9hG4bK-1", ":5060", "one"))
-	if b := inviteKeyOf(invite("z9hG4bK-1", "", "two")); a != b {
-		t.Errorf("same branch and sent-by (default port), new Call-ID: keys %q and %q differ", a, b)
-	}
-	if b := inviteKeyOf(invite("z9hG4bK-2", ":5060", "one")); a == b {
-		t.Error("another branch: same key")
-	}
-	if x, y := inviteKeyOf(invite("legacy", ":5060", "one")), inviteKeyOf(invite("legacy", ":5060", "two")); x == y {
-		t.Error("RFC 2543 branch: the Call-ID must stay in the key, as in sipgo's")
-	}
 }
 
 // TestShedsDoNotMaskCarrierTimeouts (issue 22, item C10): a shed, whether
@@ -310,7 +186,7 @@ func TestE2EOnePeersShedsDoNotKeepADeadCarrierUp(t *testing.T) {
 	if !h.p.tryInflight(1) {
 		t.Fatal("the unit is taken already")
 	}
-	t.Cleanup(h.p.inflight.release)
+	t.Cleanup(h.p.inflight.Release)
 	stop := make(chan struct{})
 	shedding := make(chan struct{})
 	go func() {

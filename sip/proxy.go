@@ -29,7 +29,10 @@ import (
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/pacing"
 	"github.com/cpsguard/cpsguard/policy"
+	"github.com/cpsguard/cpsguard/sip/internal/conns"
 	"github.com/cpsguard/cpsguard/sip/internal/ingress"
+	"github.com/cpsguard/cpsguard/sip/internal/invites"
+	"github.com/cpsguard/cpsguard/sip/internal/refusals"
 )
 
 // Admitter decides admissions atomically over several rolling-window buckets.
@@ -161,7 +164,7 @@ func init() {
 	// it, are relayed to the caller, whose ACK answers each; copies of
 	// the caller's INVITE are absorbed. answeredLinger (8 s) keeps the
 	// first four retransmissions, enough for a lost ACK to be sent again
-	// four times; the invite table's tombstone (keptTTL, 32 s) absorbs the
+	// four times; the invite table's tombstone (invites' keptTTL, 32 s) absorbs the
 	// INVITE's copies after it (screen.go); a later 2xx is a stray and
 	// dropped (onStrayResponse), as is a forking carrier's second answer
 	// coming that late (its UAS ends it without an ACK). Kamailio's tm
@@ -315,8 +318,9 @@ type Proxy struct {
 	// ingress reads the UDP listeners (ingress.go); set in Serve.
 	ingress *ingress.Ingress
 	// streams applies the stream bounds to the TCP and TLS connections
-	// the node dials, and knows those it accepted (tcpscan.go).
-	streams *streamScans
+	// the node dials, and knows those it accepted (package
+	// sip/internal/conns).
+	streams *conns.StreamScans
 	// udpConns are the UDP listeners as sipgo's pool holds them; set in
 	// Serve before ready is closed, read-only afterwards.
 	udpConns map[*net.UDPConn]*sipmsg.UDPConnection
@@ -327,10 +331,10 @@ type Proxy struct {
 	// keys mint and check the dialog tokens of Record-Route and Route.
 	keys *dialogKeys
 	// invites are the INVITEs in progress, as a CANCEL finds them.
-	invites *inviteTable
+	invites *invites.Table
 	// refused are the proxy's own final answers to INVITEs it never
 	// forwarded, for their copies (refused.go).
-	refused *refusedTable
+	refused *refusals.Table
 	// byes are the BYEs relayed statelessly waiting for their answer
 	// (ends.go).
 	byes pendingByes
@@ -390,8 +394,8 @@ func New(opts Options) (*Proxy, error) {
 		log:   opts.Logger.With("component", "sip"),
 		ready: make(chan struct{}),
 
-		invites:     newInviteTable(),
-		refused:     newRefusedTable(refusedMax, refusedTTL),
+		invites:     invites.New(),
+		refused:     refusals.New(refusals.Max, refusals.TTL),
 		dialogs:     newDialogGuard(),
 		dialogEnds:  opts.DialogEnds,
 		carriers:    opts.Carriers,
@@ -433,8 +437,8 @@ func New(opts Options) (*Proxy, error) {
 	parser := sipmsg.NewParser()
 	parser.MaxMessageLength = MaxMessageSize
 	p.parser = parser
-	idle := tcpLimitsOf(opts.Config()).idle
-	p.streams = newStreamScans(ingress.DefaultBounds, idle)
+	idle := tcpLimitsOf(opts.Config()).Idle
+	p.streams = conns.NewStreamScans(ingress.DefaultBounds, idle)
 	ua, err := sipgo.NewUA(
 		sipgo.WithUserAgent("cpsguard"),
 		sipgo.WithUserAgentParser(parser),
@@ -450,7 +454,7 @@ func New(opts Options) (*Proxy, error) {
 			sipmsg.WithTransportLayerTransports(sipmsg.TransportsConfig{
 				// A write that cannot finish within the idle timeout
 				// (a party that does not read) fails, and on an accepted
-				// connection closes it (scanConn.Write): it ran in the
+				// connection closes it (conns, scanConn.Write): it ran in the
 				// connection's reader, or in a call's handler.
 				TCP: &sipmsg.TransportTCP{ReadTimeout: idle, WriteTimeout: idle},
 				TLS: &sipmsg.TransportTLS{TransportTCP: &sipmsg.TransportTCP{ReadTimeout: idle, WriteTimeout: idle}},
@@ -571,7 +575,7 @@ func (p *Proxy) Serve(ctx context.Context) error {
 	var wg sync.WaitGroup
 	errc := make(chan error, len(p.listeners))
 	// One bucket of strangers' TLS handshakes for every tls:// listener.
-	strangerHandshakes := &handshakeBucket{}
+	strangerHandshakes := &conns.HandshakeBucket{}
 	for _, l := range p.listeners {
 		wg.Add(1)
 		go func() {
@@ -581,12 +585,12 @@ func (p *Proxy) Serve(ctx context.Context) error {
 				err = p.ingress.Read(l.udp)
 			} else {
 				count := func(reason string) { p.m.SIPErrors.WithLabelValues(reason).Inc() }
-				var handshakes *handshakeBucket
+				var handshakes *conns.HandshakeBucket
 				if l.tls != nil {
 					handshakes = strangerHandshakes
 				}
-				var ln net.Listener = newGuardedListener(l.tcp,
-					func() tcpLimits { return tcpLimitsOf(p.cfg()) },
+				var ln net.Listener = conns.NewGuardedListener(l.tcp,
+					func() conns.Limits { return tcpLimitsOf(p.cfg()) },
 					p.admitTCP, count, handshakes)
 				if l.tls != nil {
 					// The handshake runs in sipgo's reader of the
@@ -594,7 +598,7 @@ func (p *Proxy) Serve(ctx context.Context) error {
 					// bounds apply to the plaintext, above TLS.
 					ln = tls.NewListener(ln, l.tls)
 				}
-				ln = &scanListener{Listener: ln, bounds: ingress.DefaultBounds, count: count, scans: p.streams}
+				ln = &conns.ScanListener{Listener: ln, Bounds: ingress.DefaultBounds, Count: count, Scans: p.streams}
 				if l.tls != nil {
 					err = p.srv.ServeTLS(ln)
 				} else {
@@ -669,8 +673,8 @@ func (p *Proxy) sweepInvites(ctx context.Context) {
 // up shedding every call.
 func (p *Proxy) sweepOnce(now time.Time) {
 	defer p.panics.Recover("sip.sweep", nil)
-	p.invites.sweep(now)
-	p.refused.sweep(now)
+	p.invites.Sweep(now)
+	p.refused.Sweep(now)
 	p.sweepByes(now)
 	p.dialogs.sweep(now)
 }
@@ -1014,14 +1018,14 @@ func (p *Proxy) listensOn(port int) bool {
 // datagram before it is parsed: it drops what the ingress would drop
 // before any other work (dropEarly, the parameter bounds). On a TCP or
 // TLS connection the node dialled it applies the same bounds to the
-// stream (streamScans, tcpscan.go): an error closes the connection. A
+// stream (conns.StreamScans): an error closes the connection. A
 // panic in it drops the read (counted in
 // cpsguard_panics_total{where="sip.read_filter"}): it runs in sipgo's read
 // loop, where an unrecovered one would end the node.
 func (p *Proxy) readFilter(props sipmsg.TransportReadProps, data []byte) (out []byte, err error) {
 	defer p.panics.Recover("sip.read_filter", func(error) { out, err = nil, nil })
 	if props.Transport == "TCP" || props.Transport == "TLS" {
-		return p.streams.filter(props.LocalAddr, props.RemoteAddr, data, func(reason string) { p.m.SIPErrors.WithLabelValues(reason).Inc() })
+		return p.streams.Filter(props.LocalAddr, props.RemoteAddr, data, func(reason string) { p.m.SIPErrors.WithLabelValues(reason).Inc() })
 	}
 	if props.Transport != "UDP" {
 		return data, nil
@@ -1066,20 +1070,43 @@ func (p *Proxy) dropEarly(data []byte, from netip.AddrPort) bool {
 	return shedAckRaw(data) && p.knownSource(cfg, ip)
 }
 
+// tcpLimitsOf returns cfg's TCP bounds (sip.tcp), with the defaults for
+// what a hand-built configuration leaves at zero.
+func tcpLimitsOf(cfg *config.Config) conns.Limits {
+	l := conns.Limits{Idle: conns.DefaultTCPIdle, Max: conns.DefaultTCPMax, PerSource: conns.DefaultTCPPerSource, Parties: 1, Handshakes: conns.DefaultTLSStrangerHandshakes}
+	if cfg == nil {
+		return l
+	}
+	l.Parties = max(1, len(cfg.Peers)+len(cfg.Carriers))
+	if n := cfg.SIP.TLS.StrangerHandshakesPerSecond; n > 0 {
+		l.Handshakes = n
+	}
+	if t := cfg.SIP.TCP; t.IdleTimeout > 0 {
+		l.Idle = t.IdleTimeout
+	}
+	if t := cfg.SIP.TCP; t.MaxConnections > 0 {
+		l.Max = t.MaxConnections
+	}
+	if t := cfg.SIP.TCP; t.MaxConnectionsPerSource > 0 {
+		l.PerSource = t.MaxConnectionsPerSource
+	}
+	return l
+}
+
 // admitTCP reports whether a TCP connection from ip is served (serve): not
 // a stranger's when unknown_source is drop (with reject, a stranger's
 // requests get their one 403 from the screen); and whether ip is a known
 // party's (known: a peer's source or a carrier's address), whose
 // connections strangers' cannot crowd out, and which party's (who: a
 // carrier by address, a peer by name, as partyOf), whose share of the
-// connections it counts against (tcp.go).
-func (p *Proxy) admitTCP(ip netip.Addr) (serve bool, who party, known bool) {
+// connections it counts against (package sip/internal/conns).
+func (p *Proxy) admitTCP(ip netip.Addr) (serve bool, who ingress.Party, known bool) {
 	cfg := p.cfg()
 	if cfg == nil {
-		return true, party{}, false
+		return true, ingress.Party{}, false
 	}
-	who, known = p.partyOf(cfg, ip)
-	return known || cfg.SIP.UnknownSource != "drop", who, known
+	pt, known := p.partyOf(cfg, ip)
+	return known || cfg.SIP.UnknownSource != "drop", ingress.Party{Name: pt.peer, Addr: pt.ip}, known
 }
 
 // onStrayResponse handles responses that match no client transaction

@@ -12,7 +12,9 @@ import (
 	sipmsg "github.com/emiago/sipgo/sip"
 
 	"github.com/cpsguard/cpsguard/metrics"
+	"github.com/cpsguard/cpsguard/sip/internal/invites"
 	"github.com/cpsguard/cpsguard/sip/internal/rawsip"
+	"github.com/cpsguard/cpsguard/sip/internal/refusals"
 )
 
 // Shedding from raw bytes.
@@ -118,10 +120,10 @@ func (p *Proxy) shedRawFrom(conn *net.UDPConn, from netip.AddrPort, data []byte,
 	var txKey string
 	if ok {
 		txKey = inv.TxKey()
-		if p.invites.has(inviteKey(txKey)) {
+		if p.invites.Has(invites.Key(txKey)) {
 			return false
 		}
-		if p.refused.hasTx(p.refused.txHashString(txKey), time.Now()) {
+		if p.refused.HasTx(p.refused.TxHashString(txKey), time.Now()) {
 			// Maybe a copy of an INVITE the proxy refused: the screen
 			// answers it again (refused.go), or, when its lane has no
 			// room, shedParsed does within its budget.
@@ -141,9 +143,9 @@ func (p *Proxy) shedRawFrom(conn *net.UDPConn, from netip.AddrPort, data []byte,
 		return force && p.shedParsed(conn, from, data, peer.Name, bound, budget)
 	}
 	// Its copies get this answer again (refused.go).
-	p.refused.remember(p.refused.txHashString(txKey),
-		refusal{attempt: p.refused.attemptHash(inv.CallID(), inv.FromTag(), inv.CSeqNo(), from, "UDP"),
-			code: sipmsg.StatusServiceUnavailable, reason: "Overloaded", shed: true, shedN: n}, time.Now())
+	p.refused.Remember(p.refused.TxHashString(txKey),
+		refusals.Refusal{Attempt: p.refused.AttemptHash(inv.CallID(), inv.FromTag(), inv.CSeqNo(), from, "UDP"),
+			Code: sipmsg.StatusServiceUnavailable, Reason: "Overloaded", Shed: true, ShedN: n}, time.Now())
 	p.m.Calls.WithLabelValues(peer.Name, metrics.OutcomeRejectedOverload).Inc()
 	p.noteShed(peer.Name, time.Now(), bound)
 	p.rawSheds.Add(1)
@@ -193,7 +195,7 @@ func (p *Proxy) shedParsed(conn *net.UDPConn, from netip.AddrPort, data []byte, 
 	if p.answerRefusedCopy(req, peer) {
 		return true // a copy of an INVITE the proxy refused, answered again
 	}
-	if p.invites.has(inviteKeyOf(req)) {
+	if p.invites.Has(invites.KeyOf(req)) {
 		return false
 	}
 	if pe := p.cfg().PeerByAddr(from.Addr().Unmap()); pe != nil && isPriority(p.cfg(), pe, req) {

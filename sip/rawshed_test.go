@@ -12,13 +12,14 @@ import (
 
 	"github.com/cpsguard/cpsguard/internal/siptest"
 	"github.com/cpsguard/cpsguard/metrics"
+	"github.com/cpsguard/cpsguard/sip/internal/invites"
 )
 
 // parsedShed is what the screen's path makes of data from src while the
 // inflight bound is taken and no entry has its key: sipgo parses it, the
 // screen finds it well formed, an INVITE without a To tag, and sheds it
 // with shedResponse. ok is false when that path would not shed it.
-func parsedShed(data []byte, src, tag string) (res *sipmsg.Response, key inviteKey, ok bool) {
+func parsedShed(data []byte, src, tag string) (res *sipmsg.Response, key invites.Key, ok bool) {
 	parser := sipmsg.NewParser()
 	parser.MaxMessageLength = MaxMessageSize
 	m, err := parser.ParseSIP(data)
@@ -39,7 +40,7 @@ func parsedShed(data []byte, src, tag string) (res *sipmsg.Response, key inviteK
 			return nil, "", false // may be the proxy's dialog token: in a dialog
 		}
 	}
-	return shedResponse(req, tag), inviteKeyOf(req), true
+	return shedResponse(req, tag), invites.KeyOf(req), true
 }
 
 // headerLines are a message's start line and headers as sipgo parses and
@@ -80,7 +81,7 @@ func checkRawShed(t testing.TB, data []byte) {
 	if !shed {
 		t.Fatalf("the raw path answers a message the screen would not shed:\n%q", data)
 	}
-	if got := inviteKey(inv.TxKey()); got != key {
+	if got := invites.Key(inv.TxKey()); got != key {
 		t.Fatalf("invite key: raw %q, parsed %q\n%q", got, key, data)
 	}
 	if d := want.Destination(); d != src {
@@ -269,7 +270,7 @@ func benchShedParsed(b *testing.B, data []byte) {
 		if !wellFormed(req) {
 			b.Fatal("not well formed")
 		}
-		_ = inviteKeyOf(req)
+		_ = invites.KeyOf(req)
 		_ = shedResponse(req, "cgshed.x").String()
 	}
 }

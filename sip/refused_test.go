@@ -17,6 +17,7 @@ import (
 	"github.com/cpsguard/cpsguard/internal/siptest"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/sip/internal/ingress"
+	"github.com/cpsguard/cpsguard/sip/internal/refusals"
 )
 
 // skewedClock is a clock for the admission store that a test moves on by
@@ -268,7 +269,7 @@ func TestE2EShedCopyAnsweredAgain(t *testing.T) {
 // The raw path and the parsed one key an INVITE alike: a refusal the raw
 // shedder remembers is found from the parsed copy, and the other way.
 func TestRefusedKeysRawMatchParsed(t *testing.T) {
-	tab := newRefusedTable(refusedMax, refusedTTL)
+	tab := refusals.New(refusals.Max, refusals.TTL)
 	p := &Proxy{refused: tab}
 	from := netip.MustParseAddrPort("127.0.0.2:5062")
 	for _, via := range [][2]string{
@@ -294,76 +295,11 @@ func TestRefusedKeysRawMatchParsed(t *testing.T) {
 		if !ok {
 			t.Fatal("no keys for the parsed INVITE")
 		}
-		if raw := tab.txHashString(inv.TxKey()); raw != tx {
+		if raw := tab.TxHashString(inv.TxKey()); raw != tx {
 			t.Errorf("Via%q: transaction hash raw %x, parsed %x", via, raw, tx)
 		}
-		if raw := tab.attemptHash(inv.CallID(), inv.FromTag(), inv.CSeqNo(), from, "UDP"); raw != attempt {
+		if raw := tab.AttemptHash(inv.CallID(), inv.FromTag(), inv.CSeqNo(), from, "UDP"); raw != attempt {
 			t.Errorf("Via%q: attempt hash raw %x, parsed %x", via, raw, attempt)
-		}
-	}
-}
-
-// The table: an attempt is found with all its fields, not with another
-// attempt of the same transaction key, nor once its time is over; it
-// never holds more than its bound, oldest out first, and an idle table
-// gives its memory back at the sweep.
-func TestRefusedTable(t *testing.T) {
-	now := time.Now()
-	tab := newRefusedTable(64, refusedTTL)
-	tab.remember(1, refusal{attempt: 10, code: 503, reason: "CPS Limit Exceeded", tag: "t1", retryAfter: 2}, now)
-	if r, ok := tab.lookup(1, 10, now); !ok || r.code != 503 || r.reason != "CPS Limit Exceeded" || r.tag != "t1" || r.retryAfter != 2 {
-		t.Fatalf("lookup = %+v, %v; want the refusal", r, ok)
-	}
-	if _, ok := tab.lookup(1, 11, now); ok {
-		t.Error("another attempt of the same transaction key found")
-	}
-	if _, ok := tab.lookup(2, 10, now); ok {
-		t.Error("another transaction found")
-	}
-	if _, ok := tab.lookup(1, 10, now.Add(refusedTTL+time.Millisecond)); ok {
-		t.Error("found after its time")
-	}
-	if !tab.hasTx(1, now) || tab.hasTx(1, now.Add(refusedTTL+time.Millisecond)) {
-		t.Error("hasTx wrong")
-	}
-	// A later refusal of the same transaction replaces it, and the older
-	// one's eviction leaves it.
-	tab.remember(1, refusal{attempt: 12, code: 486}, now.Add(time.Millisecond))
-	if r, ok := tab.lookup(1, 12, now.Add(time.Millisecond)); !ok || r.code != 486 {
-		t.Fatalf("replaced refusal: %+v, %v", r, ok)
-	}
-
-	// Far more refusals than the bound: never more than it, the newest
-	// kept, the oldest gone.
-	const n = 100 * 64
-	for i := uint64(0); i < n; i++ {
-		tab.remember(1000+i, refusal{attempt: i}, now.Add(2*time.Millisecond))
-		if got := tab.len(); got > 64 {
-			t.Fatalf("after %d refusals the table holds %d, over its bound 64", i+1, got)
-		}
-	}
-	if got := tab.len(); got != 64 {
-		t.Errorf("table holds %d, want its bound 64", got)
-	}
-	last := now.Add(2 * time.Millisecond)
-	if _, ok := tab.lookup(1000+n-1, n-1, last); !ok {
-		t.Error("the newest refusal was dropped")
-	}
-	if _, ok := tab.lookup(1000, 0, last); ok {
-		t.Error("the oldest refusal was kept past the bound")
-	}
-	for i := range tab.stripes {
-		if s := &tab.stripes[i]; len(s.q) > tab.max || s.n > tab.max {
-			t.Errorf("stripe %d queue holds %d (%d live), over %d", i, len(s.q), s.n, tab.max)
-		}
-	}
-	tab.sweep(last.Add(refusedTTL + time.Second))
-	if got := tab.len(); got != 0 {
-		t.Errorf("after the sweep the table holds %d, want 0", got)
-	}
-	for i := range tab.stripes {
-		if s := &tab.stripes[i]; len(s.q) != 0 {
-			t.Errorf("stripe %d keeps a queue of %d after the sweep", i, len(s.q))
 		}
 	}
 }
@@ -374,7 +310,7 @@ func TestRefusedTable(t *testing.T) {
 //
 //	go test ./sip/ -run '^$' -bench 'Refused' -benchmem
 func BenchmarkRefusedRemember(b *testing.B) {
-	p := &Proxy{refused: newRefusedTable(refusedMax, refusedTTL)}
+	p := &Proxy{refused: refusals.New(refusals.Max, refusals.TTL)}
 	msg := strangerRequest("INVITE", "127.0.0.1:5060", "", "")("127.0.0.2:5062")
 	m, err := sipmsg.ParseMessage([]byte(msg))
 	if err != nil {
@@ -395,7 +331,7 @@ func BenchmarkRefusedRemember(b *testing.B) {
 // BenchmarkRefusedLookup is what every peer's initial INVITE now costs
 // the screen when it is no copy (the refusal table looked up).
 func BenchmarkRefusedLookup(b *testing.B) {
-	p := &Proxy{refused: newRefusedTable(refusedMax, refusedTTL)}
+	p := &Proxy{refused: refusals.New(refusals.Max, refusals.TTL)}
 	msg := strangerRequest("INVITE", "127.0.0.1:5060", "", "")("127.0.0.2:5062")
 	m, err := sipmsg.ParseMessage([]byte(msg))
 	if err != nil {

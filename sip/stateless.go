@@ -16,6 +16,7 @@ import (
 	sipmsg "github.com/emiago/sipgo/sip"
 
 	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/sip/internal/invites"
 )
 
 // Stateless relay of in-dialog non-INVITE requests (RFC 3261 16.11).
@@ -154,7 +155,7 @@ func (p *Proxy) screenInDialog(cfg *config.Config, req *sipmsg.Request) bool {
 // the call. It returns false to leave the ACK to sipgo, as before:
 //
 //   - an ACK whose top Via names an INVITE the proxy is handling or just
-//     answered (its inviteTable entry): possibly the ACK of a non-2xx,
+//     answered (its invites.Table entry): possibly the ACK of a non-2xx,
 //     which sipgo's INVITE server transaction must absorb;
 //   - an ACK that fails prepareInDialog (the ACK of the proxy's own or a
 //     relayed non-2xx carries no valid token of the proxy): sipgo absorbs
@@ -164,7 +165,7 @@ func (p *Proxy) screenAck(req *sipmsg.Request) bool {
 	if req.Transport() != "UDP" || statefulOnly.Load() || !p.inDialog(req) {
 		return false
 	}
-	if p.invites.has(inviteKeyOf(req)) {
+	if p.invites.Has(invites.KeyOf(req)) {
 		return false
 	}
 	hop, code := p.prepareInDialog(req, false)

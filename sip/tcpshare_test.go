@@ -13,7 +13,13 @@ import (
 
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/siptest"
+	"github.com/cpsguard/cpsguard/sip/internal/conns"
 )
+
+func isTimeout(err error) bool {
+	ne, ok := err.(net.Error)
+	return ok && ne.Timeout()
+}
 
 // optionsServed reports whether the node answers an OPTIONS written on
 // c: false when it closed c at accept (or at all) before answering.
@@ -90,7 +96,7 @@ func TestTCPPeerWithManySourcesLeavesRoom(t *testing.T) {
 	if served < cfg.SIP.TCP.MaxConnectionsPerSource {
 		t.Errorf("the wide peer was served %d connections, want at least max_connections_per_source (%d)", served, cfg.SIP.TCP.MaxConnectionsPerSource)
 	}
-	if served >= cfg.SIP.TCP.MaxConnections-strangerMax(cfg.SIP.TCP.MaxConnections) {
+	if served >= cfg.SIP.TCP.MaxConnections-conns.StrangerMax(cfg.SIP.TCP.MaxConnections) {
 		t.Errorf("the wide peer holds %d connections: all the room of known parties", served)
 	}
 

@@ -22,7 +22,7 @@ import (
 // SIP over TLS (sip.tls).
 //
 // The tls:// listeners are TCP listeners behind the same guard as
-// tcp:// ones (tcp.go: per-source and total bounds, strangers closed at
+// tcp:// ones (package sip/internal/conns: per-source and total bounds, strangers closed at
 // accept when unknown_source is drop, sipgo's idle timeout), wrapped in
 // crypto/tls and served by sipgo's TLS transport. Each handshake takes its
 // configuration from the current snapshot (GetConfigForClient): the

@@ -165,7 +165,7 @@ func countSeparators(s string) int { return strings.Count(s, ";") + strings.Coun
 // The scanner and sipgo's stream parser frame a stream alike: whatever
 // bytes come before a message over the bounds, and whatever the chunks,
 // sipgo never parses a message over the bounds that the scanner let
-// through. The chunks reach each as scanConn hands them on (sip/tcpscan.go)
+// through. The chunks reach each as scanConn hands them on (sip/internal/conns/scan.go)
 // and as sipgo's TCP loop reads them (it skips reads of NULs only and, idle,
 // short keepalives; it stops at its first parse error).
 func FuzzStreamFramesAsSipgo(f *testing.F) {

@@ -1,4 +1,4 @@
-package sip
+package conns
 
 import (
 	"errors"
@@ -11,14 +11,14 @@ import (
 	"github.com/cpsguard/cpsguard/sip/internal/ingress"
 )
 
-// streamScans: a dialled connection's reads are scanned, one scanner per
+// StreamScans: a dialled connection's reads are scanned, one scanner per
 // connection (its remote address value), forgotten when it is closed for
 // a message over the bounds; an accepted connection's are not (its
 // scanConn scans them) and it is forgotten when closed; past
 // maxDialledScans, connections idle beyond the idle timeout are
 // forgotten, and a new one is refused while none is.
 func TestStreamScans(t *testing.T) {
-	s := newStreamScans(ingress.DefaultBounds, time.Minute)
+	s := NewStreamScans(ingress.DefaultBounds, time.Minute)
 	counted := map[string]int{}
 	count := func(r string) { counted[r]++ }
 	// A connection hands out one remote address value for all its reads.
@@ -37,14 +37,14 @@ func TestStreamScans(t *testing.T) {
 
 	// In pieces: the scanner keeps its place between reads.
 	for i := 0; i < len(good); i += 10 {
-		if _, err := s.filter(local, tcp(5060), []byte(good[i:min(i+10, len(good))]), count); err != nil {
+		if _, err := s.Filter(local, tcp(5060), []byte(good[i:min(i+10, len(good))]), count); err != nil {
 			t.Fatalf("a plain answer in pieces: %v", err)
 		}
 	}
 	if _, d := s.sizes(); d != 1 {
 		t.Fatalf("dialled scanners = %d, want 1", d)
 	}
-	if _, err := s.filter(local, tcp(5060), []byte(hostile), count); !errors.Is(err, ingress.ErrParams) {
+	if _, err := s.Filter(local, tcp(5060), []byte(hostile), count); !errors.Is(err, ingress.ErrParams) {
 		t.Fatalf("a hostile answer: %v, want ErrParams", err)
 	}
 	if counted[ingress.DropParams] != 1 {
@@ -61,7 +61,7 @@ func TestStreamScans(t *testing.T) {
 	k := connKeyOf(tcp(5060), peer)
 	sc := &scanConn{Conn: c1, scan: ingress.NewStreamScanner(ingress.DefaultBounds), count: count, scans: s, key: k}
 	s.accept(k)
-	if _, err := s.filter(tcp(5060), peer, []byte(hostile), count); err != nil {
+	if _, err := s.Filter(tcp(5060), peer, []byte(hostile), count); err != nil {
 		t.Fatalf("an accepted connection's read scanned twice: %v", err)
 	}
 	if a, d := s.sizes(); a != 1 || d != 0 {
@@ -76,11 +76,11 @@ func TestStreamScans(t *testing.T) {
 	// are idle past the timeout, they are forgotten and it is served.
 	now := time.Now()
 	for i := range maxDialledScans {
-		if _, err := s.filter(local, tcp(10000+i), []byte(good), count); err != nil {
+		if _, err := s.Filter(local, tcp(10000+i), []byte(good), count); err != nil {
 			t.Fatalf("connection %d: %v", i, err)
 		}
 	}
-	if _, err := s.filter(local, tcp(9999), []byte(good), count); !errors.Is(err, errDialledLimit) || counted["tcp_limit"] != 1 {
+	if _, err := s.Filter(local, tcp(9999), []byte(good), count); !errors.Is(err, errDialledLimit) || counted["tcp_limit"] != 1 {
 		t.Fatalf("one past the bound: %v (counted %v), want errDialledLimit counted as tcp_limit", err, counted)
 	}
 	s.mu.Lock()
@@ -88,7 +88,7 @@ func TestStreamScans(t *testing.T) {
 		d.last = now.Add(-2 * time.Minute)
 	}
 	s.mu.Unlock()
-	if _, err := s.filter(local, tcp(9999), []byte(good), count); err != nil {
+	if _, err := s.Filter(local, tcp(9999), []byte(good), count); err != nil {
 		t.Fatalf("after the others went idle: %v", err)
 	}
 	if _, d := s.sizes(); d != 1 {
@@ -105,7 +105,7 @@ func TestStreamScans(t *testing.T) {
 // the hostile message sipgo parses.
 func TestStreamScansKeepAConnectionsScanner(t *testing.T) {
 	const idle = time.Minute
-	s := newStreamScans(ingress.DefaultBounds, idle)
+	s := NewStreamScans(ingress.DefaultBounds, idle)
 	count := func(string) {}
 	local := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40000}
 	remote := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5060}
@@ -119,7 +119,7 @@ func TestStreamScansKeepAConnectionsScanner(t *testing.T) {
 	rest := fmt.Sprintf("X sip:a SIP/2.0\r\nl: %d\r\n\r\n", len(hostile))
 	const head = "0123456789"
 	first := fmt.Sprintf("SIP/2.0 200 OK\r\nVia: SIP/2.0/TCP 127.0.0.1;branch=z9hG4bK-1\r\nContent-Length: %d\r\n\r\n", len(head)+len(rest)) + head
-	if _, err := s.filter(local, remote, []byte(first), count); err != nil {
+	if _, err := s.Filter(local, remote, []byte(first), count); err != nil {
 		t.Fatalf("the first read: %v", err)
 	}
 	s.mu.Lock()
@@ -127,7 +127,7 @@ func TestStreamScansKeepAConnectionsScanner(t *testing.T) {
 		d.last = d.last.Add(-idle - time.Millisecond)
 	}
 	s.mu.Unlock()
-	if _, err := s.filter(local, remote, []byte(rest+hostile), count); !errors.Is(err, ingress.ErrParams) {
+	if _, err := s.Filter(local, remote, []byte(rest+hostile), count); !errors.Is(err, ingress.ErrParams) {
 		t.Fatalf("the rest of the body, then a message over the bounds, read past the idle timeout: %v, want ErrParams", err)
 	}
 }

@@ -1,13 +1,16 @@
-package sip
+package conns
 
 import (
 	"errors"
 	"net"
 	"net/netip"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cpsguard/cpsguard/sip/internal/ingress"
 )
 
 // TestGuardedListenerBounds: connections over the per-source or total
@@ -23,8 +26,8 @@ func TestGuardedListenerBounds(t *testing.T) {
 		refused []string
 	)
 	stranger := netip.MustParseAddr("127.0.0.9")
-	l := newGuardedListener(inner, func() tcpLimits { return tcpLimits{idle: time.Minute, max: 3, perSource: 2} },
-		func(ip netip.Addr) (bool, party, bool) { return ip != stranger, party{ip: ip}, true },
+	l := NewGuardedListener(inner, func() Limits { return Limits{Idle: time.Minute, Max: 3, PerSource: 2} },
+		func(ip netip.Addr) (bool, ingress.Party, bool) { return ip != stranger, ingress.Party{Addr: ip}, true },
 		func(r string) { mu.Lock(); refused = append(refused, r); mu.Unlock() }, nil)
 	defer l.Close()
 	accepted := make(chan net.Conn, 16)
@@ -114,9 +117,9 @@ func TestGuardedListenerSurvivesAcceptErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	var accepts int
-	l := newGuardedListener(&failingListener{Listener: inner, fails: 3},
-		func() tcpLimits { return tcpLimits{idle: time.Minute, max: 10, perSource: 10} },
-		func(ip netip.Addr) (bool, party, bool) { return true, party{ip: ip}, true }, func(r string) {
+	l := NewGuardedListener(&failingListener{Listener: inner, fails: 3},
+		func() Limits { return Limits{Idle: time.Minute, Max: 10, PerSource: 10} },
+		func(ip netip.Addr) (bool, ingress.Party, bool) { return true, ingress.Party{Addr: ip}, true }, func(r string) {
 			if r == "accept" {
 				accepts++
 			}
@@ -152,8 +155,8 @@ func TestStrangersHoldAQuarterOfTCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	peer := netip.MustParseAddr("127.0.0.2")
-	l := newGuardedListener(inner, func() tcpLimits { return tcpLimits{idle: time.Minute, max: 8, perSource: 2} },
-		func(ip netip.Addr) (bool, party, bool) { return true, party{ip: ip}, ip == peer }, func(string) {}, nil)
+	l := NewGuardedListener(inner, func() Limits { return Limits{Idle: time.Minute, Max: 8, PerSource: 2} },
+		func(ip netip.Addr) (bool, ingress.Party, bool) { return true, ingress.Party{Addr: ip}, ip == peer }, func(string) {}, nil)
 	defer l.Close()
 	accepted := make(chan net.Conn, 32)
 	go func() {
@@ -209,19 +212,19 @@ func TestStrangersHoldAQuarterOfTCP(t *testing.T) {
 // accepted, or the reason it was refused at accept.
 type acceptHarness struct {
 	t        *testing.T
-	l        *guardedListener
+	l        *GuardedListener
 	accepted chan net.Conn
 	refused  chan string
 }
 
-func newAcceptHarness(t *testing.T, limits tcpLimits, classify func(netip.Addr) (bool, party, bool)) *acceptHarness {
+func newAcceptHarness(t *testing.T, limits Limits, classify func(netip.Addr) (bool, ingress.Party, bool)) *acceptHarness {
 	t.Helper()
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := &acceptHarness{t: t, accepted: make(chan net.Conn, 256), refused: make(chan string, 256)}
-	h.l = newGuardedListener(inner, func() tcpLimits { return limits }, classify,
+	h.l = NewGuardedListener(inner, func() Limits { return limits }, classify,
 		func(r string) { h.refused <- r }, nil)
 	t.Cleanup(func() { h.l.Close() })
 	go func() {
@@ -263,24 +266,24 @@ func (h *acceptHarness) dial(ip string) net.Conn {
 // the known room but its reserve, a second big party is held back while a
 // party holding fewer than max_connections_per_source still connects.
 func TestTCPPartyShareAndReserve(t *testing.T) {
-	lim := tcpLimits{idle: time.Minute, max: 20, perSource: 2, parties: 4}
+	lim := Limits{Idle: time.Minute, Max: 20, PerSource: 2, Parties: 4}
 	// 20 - 5 for strangers = 15; 2 × 15 / 4 = 7 a party; reserve 2.
 	if lim.knownRoom() != 15 || lim.partyMax() != 7 || lim.partyReserve() != 2 {
 		t.Fatalf("known room %d, party max %d, reserve %d; want 15, 7, 2", lim.knownRoom(), lim.partyMax(), lim.partyReserve())
 	}
 	// 127.0.30.0/24 is peer a, 127.0.31.0/24 peer b, 127.0.32.x one
 	// address each of peers c and d.
-	h := newAcceptHarness(t, lim, func(ip netip.Addr) (bool, party, bool) {
+	h := newAcceptHarness(t, lim, func(ip netip.Addr) (bool, ingress.Party, bool) {
 		b := ip.As4()
 		switch b[2] {
 		case 30:
-			return true, party{peer: "a"}, true
+			return true, ingress.Party{Name: "a"}, true
 		case 31:
-			return true, party{peer: "b"}, true
+			return true, ingress.Party{Name: "b"}, true
 		case 32:
-			return true, party{peer: "cd" + itoa(int(b[3]))}, true
+			return true, ingress.Party{Name: "cd" + itoa(int(b[3]))}, true
 		}
-		return true, party{}, false
+		return true, ingress.Party{}, false
 	})
 	flood := func(net int) int {
 		n := 0
@@ -308,7 +311,7 @@ func TestTCPPartyShareAndReserve(t *testing.T) {
 		}
 	}
 	parties, _ := h.l.partyCounts()
-	if parties[party{peer: "a"}] != 7 || parties[party{peer: "b"}] != 6 || parties[party{peer: "cd1"}] != 2 || parties[party{peer: "cd2"}] != 2 {
+	if parties[ingress.Party{Name: "a"}] != 7 || parties[ingress.Party{Name: "b"}] != 6 || parties[ingress.Party{Name: "cd1"}] != 2 || parties[ingress.Party{Name: "cd2"}] != 2 {
 		t.Errorf("connections by party %v", parties)
 	}
 }
@@ -320,10 +323,10 @@ func TestTCPPartyShareAndReserve(t *testing.T) {
 func TestTCPPartyCountsAcrossReload(t *testing.T) {
 	var owner atomic.Value // "p", "r" or "" (a stranger)
 	owner.Store("p")
-	lim := tcpLimits{idle: time.Minute, max: 100, perSource: 4, parties: 2}
-	h := newAcceptHarness(t, lim, func(netip.Addr) (bool, party, bool) {
+	lim := Limits{Idle: time.Minute, Max: 100, PerSource: 4, Parties: 2}
+	h := newAcceptHarness(t, lim, func(netip.Addr) (bool, ingress.Party, bool) {
 		o := owner.Load().(string)
-		return true, party{peer: o}, o != ""
+		return true, ingress.Party{Name: o}, o != ""
 	})
 	var before []net.Conn
 	for i := 1; i <= 4; i++ {
@@ -341,7 +344,7 @@ func TestTCPPartyCountsAcrossReload(t *testing.T) {
 		t.Fatal("a connection after the reloads was refused")
 	}
 	parties, _ := h.l.partyCounts()
-	if parties[party{peer: "p"}] != 4 || parties[party{peer: "r"}] != 1 || len(parties) != 2 {
+	if parties[ingress.Party{Name: "p"}] != 4 || parties[ingress.Party{Name: "r"}] != 1 || len(parties) != 2 {
 		t.Errorf("after the reloads: %v, want p 4, r 1", parties)
 	}
 	if open, strangers, _ := h.l.counts(netip.MustParseAddr("127.0.40.1")); open != 6 || strangers != 1 {
@@ -362,7 +365,7 @@ func TestTCPPartyCountsAcrossReload(t *testing.T) {
 // never more than a second's worth, and a rate lowered by a reload caps
 // what is in hand at once.
 func TestHandshakeBucket(t *testing.T) {
-	var b handshakeBucket
+	var b HandshakeBucket
 	t0 := time.Unix(1000, 0)
 	takes := func(at time.Time, rate, n int) int {
 		got := 0
@@ -389,3 +392,5 @@ func TestHandshakeBucket(t *testing.T) {
 		t.Errorf("a clock read earlier: %d tokens, want 0", n)
 	}
 }
+
+func itoa(i int) string { return strconv.Itoa(i) }

@@ -1,4 +1,4 @@
-package sip
+package conns
 
 import (
 	"errors"
@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/connlimit"
+	"github.com/cpsguard/cpsguard/sip/internal/ingress"
 )
 
 // SIP over TCP is a stranger's cheapest way to hold a node's memory: a
@@ -30,7 +30,7 @@ import (
 //     address, or an IPv6 /64 (one host holds a whole /64);
 //   - one known party's share of the known room (partyMax, partyReserve):
 //     a peer by name, all its source addresses together, or a carrier by
-//     address (the parties of the UDP read path's budgets, partyOf), so
+//     address (the parties of the UDP read path's budgets, sip's partyOf), so
 //     that a peer owning a /24 cannot open max_connections_per_source
 //     from each address and lock every other peer out. A party holds at
 //     most twice its even part of the known room (known room / parties,
@@ -46,7 +46,7 @@ import (
 //   - sip.tls.stranger_handshakes_per_second (tls:// listeners only): a
 //     token bucket, one second's worth, over every tls:// listener and
 //     stranger address, that a stranger's connection takes from at accept
-//     (handshakeBucket): each handshake costs the node a key exchange and
+//     (HandshakeBucket): each handshake costs the node a key exchange and
 //     a signature, and a stranger that closes and opens again stays within
 //     the connection bounds while burning the node's cores. Beyond it the
 //     connection is closed before the handshake starts (counted as
@@ -66,57 +66,37 @@ import (
 
 // Defaults of sip.tcp (DESIGN.md), for configurations built by hand.
 const (
-	defaultTCPIdle      = 60 * time.Second
-	defaultTCPMax       = 10000
-	defaultTCPPerSource = 200
+	DefaultTCPIdle      = 60 * time.Second
+	DefaultTCPMax       = 10000
+	DefaultTCPPerSource = 200
 )
 
-// defaultTLSStrangerHandshakes is sip.tls.stranger_handshakes_per_second's
+// DefaultTLSStrangerHandshakes is sip.tls.stranger_handshakes_per_second's
 // default (DESIGN.md), for configurations built by hand.
-const defaultTLSStrangerHandshakes = 100
+const DefaultTLSStrangerHandshakes = 100
 
-// tcpLimits are the bounds on accepted TCP connections.
-type tcpLimits struct {
-	idle      time.Duration
-	max       int
-	perSource int
-	// parties is how many known parties share the known room: the
+// Limits are the bounds on accepted TCP connections.
+type Limits struct {
+	// Idle is sip.tcp.idle_timeout.
+	Idle time.Duration
+	// Max is sip.tcp.max_connections.
+	Max int
+	// PerSource is sip.tcp.max_connections_per_source.
+	PerSource int
+	// Parties is how many known parties share the known room: the
 	// configuration's peers and carriers (at least 1).
-	parties int
-	// handshakes is sip.tls.stranger_handshakes_per_second.
-	handshakes int
-}
-
-// tcpLimitsOf returns cfg's TCP bounds (sip.tcp), with the defaults for
-// what a hand-built configuration leaves at zero.
-func tcpLimitsOf(cfg *config.Config) tcpLimits {
-	l := tcpLimits{idle: defaultTCPIdle, max: defaultTCPMax, perSource: defaultTCPPerSource, parties: 1, handshakes: defaultTLSStrangerHandshakes}
-	if cfg == nil {
-		return l
-	}
-	l.parties = max(1, len(cfg.Peers)+len(cfg.Carriers))
-	if n := cfg.SIP.TLS.StrangerHandshakesPerSecond; n > 0 {
-		l.handshakes = n
-	}
-	if t := cfg.SIP.TCP; t.IdleTimeout > 0 {
-		l.idle = t.IdleTimeout
-	}
-	if t := cfg.SIP.TCP; t.MaxConnections > 0 {
-		l.max = t.MaxConnections
-	}
-	if t := cfg.SIP.TCP; t.MaxConnectionsPerSource > 0 {
-		l.perSource = t.MaxConnectionsPerSource
-	}
-	return l
+	Parties int
+	// Handshakes is sip.tls.stranger_handshakes_per_second.
+	Handshakes int
 }
 
 // strangerShare is the part of sip.tcp.max_connections strangers may hold
 // (max / strangerShare, at least one).
 const strangerShare = 4
 
-// strangerMax is how many connections strangers may hold in all when total
+// StrangerMax is how many connections strangers may hold in all when total
 // is sip.tcp.max_connections.
-func strangerMax(total int) int { return max(1, total/strangerShare) }
+func StrangerMax(total int) int { return max(1, total/strangerShare) }
 
 // partyMultiple is how many times its even part of the known room one
 // known party may hold.
@@ -124,27 +104,27 @@ const partyMultiple = 2
 
 // knownRoom is the part of sip.tcp.max_connections that strangers never
 // hold.
-func (l tcpLimits) knownRoom() int { return l.max - strangerMax(l.max) }
+func (l Limits) knownRoom() int { return l.Max - StrangerMax(l.Max) }
 
 // partyMax is how many connections one known party (a peer, all its
 // sources together, or a carrier's address) may hold: partyMultiple times
 // its even part of the known room, never less than one source's bound.
-func (l tcpLimits) partyMax() int {
-	return max(l.perSource, partyMultiple*l.knownRoom()/max(1, l.parties))
+func (l Limits) partyMax() int {
+	return max(l.PerSource, partyMultiple*l.knownRoom()/max(1, l.Parties))
 }
 
 // partyReserve is how many of the known room's places are kept for the
 // parties holding fewer than perSource connections: an eighth of the
 // room, at least one source's worth, at most half the room.
-func (l tcpLimits) partyReserve() int {
+func (l Limits) partyReserve() int {
 	room := l.knownRoom()
-	return max(0, min(room/2, max(l.perSource, room/8)))
+	return max(0, min(room/2, max(l.PerSource, room/8)))
 }
 
-// handshakeBucket bounds the TLS handshakes started for strangers: a token
+// HandshakeBucket bounds the TLS handshakes started for strangers: a token
 // bucket refilled at the configured rate, holding one second's worth.
 // Safe for concurrent use.
-type handshakeBucket struct {
+type HandshakeBucket struct {
 	mu     sync.Mutex
 	tokens float64
 	last   time.Time
@@ -153,7 +133,7 @@ type handshakeBucket struct {
 
 // take takes a token at now with rate a second (and as many at most),
 // and reports whether there was one.
-func (b *handshakeBucket) take(now time.Time, rate int) bool {
+func (b *HandshakeBucket) take(now time.Time, rate int) bool {
 	r := float64(max(1, rate))
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -171,33 +151,38 @@ func (b *handshakeBucket) take(now time.Time, rate int) bool {
 	return true
 }
 
-// guardedListener is a TCP listener that enforces tcpLimits and closes
+// GuardedListener is a TCP listener that enforces Limits and closes
 // strangers' connections at accept when classify says so. Safe for
 // concurrent use.
-type guardedListener struct {
+type GuardedListener struct {
 	net.Listener
-	limits func() tcpLimits
+	limits func() Limits
 	// classify says whether a connection from ip may be served at all
 	// (serve), whether ip is a known party's (known: a peer's source or a
 	// carrier's address) and which party's (who; strangers hold at most
-	// strangerMax together).
-	classify func(ip netip.Addr) (serve bool, who party, known bool)
+	// StrangerMax together).
+	classify func(ip netip.Addr) (serve bool, who ingress.Party, known bool)
 	// refused is told why a connection was closed at accept.
 	refused func(reason string)
 	// handshakes, set on a tls:// listener, is taken from by each
 	// stranger's connection before its handshake.
-	handshakes *handshakeBucket
+	handshakes *HandshakeBucket
 
 	mu        sync.Mutex
 	open      int
 	strangers int
-	bySrc     map[netip.Addr]int // by connlimit.SourceKey
-	byParty   map[party]int      // known parties' connections
+	bySrc     map[netip.Addr]int    // by connlimit.SourceKey
+	byParty   map[ingress.Party]int // known parties' connections
 }
 
-func newGuardedListener(l net.Listener, limits func() tcpLimits, classify func(netip.Addr) (bool, party, bool), refused func(string), handshakes *handshakeBucket) *guardedListener {
-	return &guardedListener{Listener: l, limits: limits, classify: classify, refused: refused, handshakes: handshakes,
-		bySrc: map[netip.Addr]int{}, byParty: map[party]int{}}
+// NewGuardedListener guards l: limits gives the bounds at each accept,
+// classify says whether a source is served and whose party it is, refused
+// is told the reason of each connection closed at accept (a reason of
+// cpsguard_sip_errors_total), and handshakes, set on a tls:// listener
+// only, is the strangers' handshake bucket.
+func NewGuardedListener(l net.Listener, limits func() Limits, classify func(netip.Addr) (bool, ingress.Party, bool), refused func(string), handshakes *HandshakeBucket) *GuardedListener {
+	return &GuardedListener{Listener: l, limits: limits, classify: classify, refused: refused, handshakes: handshakes,
+		bySrc: map[netip.Addr]int{}, byParty: map[ingress.Party]int{}}
 }
 
 // Accept returns the next connection within the bounds; the others are
@@ -207,7 +192,7 @@ func newGuardedListener(l net.Listener, limits func() tcpLimits, classify func(n
 // ECONNABORTED) is retried after a pause doubling from 5 ms to 1 s, as
 // net/http does: sipgo stops serving TCP on any error Accept returns, and
 // the node would stop with it.
-func (l *guardedListener) Accept() (net.Conn, error) {
+func (l *GuardedListener) Accept() (net.Conn, error) {
 	var pause time.Duration
 	for {
 		c, err := l.Listener.Accept()
@@ -257,17 +242,17 @@ func (l *guardedListener) Accept() (net.Conn, error) {
 // admit says why a connection from the source key of party who (known or
 // a stranger) is refused now, "" if it is not. Called with l.mu held. A
 // stranger's handshake token is taken last: only by a connection served.
-func (l *guardedListener) admit(lim tcpLimits, key netip.Addr, who party, known bool) (reason string) {
+func (l *GuardedListener) admit(lim Limits, key netip.Addr, who ingress.Party, known bool) (reason string) {
 	switch {
-	case l.open >= lim.max || l.bySrc[key] >= lim.perSource:
+	case l.open >= lim.Max || l.bySrc[key] >= lim.PerSource:
 		reason = "tcp_limit"
-	case !known && l.strangers >= strangerMax(lim.max):
+	case !known && l.strangers >= StrangerMax(lim.Max):
 		reason = "tcp_limit"
-	case !known && l.handshakes != nil && !l.handshakes.take(time.Now(), lim.handshakes):
+	case !known && l.handshakes != nil && !l.handshakes.take(time.Now(), lim.Handshakes):
 		reason = "tls_handshake_rate"
 	case known && l.byParty[who] >= lim.partyMax():
 		reason = "tcp_limit"
-	case known && l.byParty[who] >= lim.perSource && l.open-l.strangers >= lim.knownRoom()-lim.partyReserve():
+	case known && l.byParty[who] >= lim.PerSource && l.open-l.strangers >= lim.knownRoom()-lim.partyReserve():
 		reason = "tcp_limit" // the reserve is for parties holding little
 	}
 	return reason
@@ -275,7 +260,7 @@ func (l *guardedListener) admit(lim tcpLimits, key netip.Addr, who party, known 
 
 // counts returns the connections open in all, from strangers and from
 // ip's source (connlimit.SourceKey) (tests).
-func (l *guardedListener) counts(ip netip.Addr) (open, strangers, src int) {
+func (l *GuardedListener) counts(ip netip.Addr) (open, strangers, src int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.open, l.strangers, l.bySrc[connlimit.SourceKey(ip)]
@@ -283,10 +268,10 @@ func (l *guardedListener) counts(ip netip.Addr) (open, strangers, src int) {
 
 // partyCounts returns the connections open per known party, and how many
 // sources hold some (tests).
-func (l *guardedListener) partyCounts() (map[party]int, int) {
+func (l *GuardedListener) partyCounts() (map[ingress.Party]int, int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	m := make(map[party]int, len(l.byParty))
+	m := make(map[ingress.Party]int, len(l.byParty))
 	for k, v := range l.byParty {
 		m[k] = v
 	}
@@ -296,7 +281,7 @@ func (l *guardedListener) partyCounts() (map[party]int, int) {
 // release gives back the places a connection took at accept: its source
 // key's and its party's (who, or the strangers' when not known), as
 // classified then.
-func (l *guardedListener) release(key netip.Addr, who party, known bool) {
+func (l *GuardedListener) release(key netip.Addr, who ingress.Party, known bool) {
 	l.mu.Lock()
 	l.open--
 	if known {

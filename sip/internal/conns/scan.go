@@ -1,4 +1,4 @@
-package sip
+package conns
 
 import (
 	"bytes"
@@ -26,7 +26,7 @@ import (
 //
 // The connections the node dials itself (to a carrier over TCP or TLS, or
 // to a party's TCP contact) are opened by sipgo and cannot be wrapped:
-// their bytes are scanned in sipgo's read filter instead (streamScans,
+// their bytes are scanned in sipgo's read filter instead (StreamScans,
 // Proxy.readFilter), one scanner per connection, told apart by the
 // remote address the connection hands out (the same *net.TCPAddr on
 // every read of one connection, a new one for the next: no string is
@@ -57,9 +57,9 @@ func connKeyOf(local, remote net.Addr) connKey {
 	return connKey{ends: addrString(local) + " " + addrString(remote)}
 }
 
-// streamScans holds the scanners of the dialled connections and the set
+// StreamScans holds the scanners of the dialled connections and the set
 // of accepted ones (their scanConn scans them). Safe for concurrent use.
-type streamScans struct {
+type StreamScans struct {
 	bounds ingress.Bounds
 	// idle is the connections' idle timeout: a dialled connection not
 	// read from for longer has (but at the edge: sipgo's deadline counts
@@ -79,13 +79,13 @@ type dialledScan struct {
 	last time.Time
 }
 
-// newStreamScans scans with b; idle is the connections' idle timeout
-// (<= 0: defaultTCPIdle).
-func newStreamScans(b ingress.Bounds, idle time.Duration) *streamScans {
+// NewStreamScans scans with b; idle is the connections' idle timeout
+// (<= 0: DefaultTCPIdle).
+func NewStreamScans(b ingress.Bounds, idle time.Duration) *StreamScans {
 	if idle <= 0 {
-		idle = defaultTCPIdle
+		idle = DefaultTCPIdle
 	}
-	return &streamScans{bounds: b, idle: idle, accepted: map[connKey]struct{}{}, dialled: map[connKey]*dialledScan{}}
+	return &StreamScans{bounds: b, idle: idle, accepted: map[connKey]struct{}{}, dialled: map[connKey]*dialledScan{}}
 }
 
 func keyOfConn(c net.Conn) connKey { return connKeyOf(c.LocalAddr(), c.RemoteAddr()) }
@@ -97,11 +97,11 @@ func addrString(a net.Addr) string {
 	return a.String()
 }
 
-// filter scans a read of a TCP or TLS connection sipgo reads (local and
+// Filter scans a read of a TCP or TLS connection sipgo reads (local and
 // remote its ends) unless the connection was accepted (scanned by its
 // scanConn). It returns the error that makes sipgo close the connection
 // when the read takes its message over the bounds, counted by count.
-func (s *streamScans) filter(local, remote net.Addr, data []byte, count func(reason string)) ([]byte, error) {
+func (s *StreamScans) Filter(local, remote net.Addr, data []byte, count func(reason string)) ([]byte, error) {
 	k := connKeyOf(local, remote)
 	now := time.Now()
 	s.mu.Lock()
@@ -153,7 +153,7 @@ func (s *streamScans) filter(local, remote net.Addr, data []byte, count func(rea
 
 // pruneLocked forgets the dialled connections idle past the idle timeout
 // (sipgo closed them); s.mu held.
-func (s *streamScans) pruneLocked(now time.Time) {
+func (s *StreamScans) pruneLocked(now time.Time) {
 	for k, d := range s.dialled {
 		if now.Sub(d.last) > s.idle {
 			delete(s.dialled, k)
@@ -163,21 +163,21 @@ func (s *streamScans) pruneLocked(now time.Time) {
 
 // accept records an accepted connection (scanned by its scanConn) until
 // done forgets it.
-func (s *streamScans) accept(k connKey) {
+func (s *StreamScans) accept(k connKey) {
 	s.mu.Lock()
 	s.accepted[k] = struct{}{}
 	delete(s.dialled, k)
 	s.mu.Unlock()
 }
 
-func (s *streamScans) done(k connKey) {
+func (s *StreamScans) done(k connKey) {
 	s.mu.Lock()
 	delete(s.accepted, k)
 	s.mu.Unlock()
 }
 
 // sizes are the accepted and dialled connections known (tests).
-func (s *streamScans) sizes() (accepted, dialled int) {
+func (s *StreamScans) sizes() (accepted, dialled int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.accepted), len(s.dialled)
@@ -195,23 +195,27 @@ func scanReason(err error) string {
 	return reason
 }
 
-// scanListener wraps the connections a listener accepts in scanConns,
-// recorded in scans (nil: not recorded).
-type scanListener struct {
+// ScanListener wraps the connections a listener accepts in scanConns,
+// recorded in Scans (nil: not recorded).
+type ScanListener struct {
 	net.Listener
-	bounds ingress.Bounds
-	count  func(reason string)
-	scans  *streamScans
+	// Bounds are the bounds each connection's stream is scanned against.
+	Bounds ingress.Bounds
+	// Count is told the reason of each connection closed by its scan.
+	Count func(reason string)
+	// Scans records the accepted connections (nil: not recorded).
+	Scans *StreamScans
 }
 
-func (l *scanListener) Accept() (net.Conn, error) {
+// Accept returns the next connection, its reads scanned.
+func (l *ScanListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
 	}
-	sc := &scanConn{Conn: c, scan: ingress.NewStreamScanner(l.bounds), count: l.count, scans: l.scans, key: keyOfConn(c)}
-	if l.scans != nil {
-		l.scans.accept(sc.key)
+	sc := &scanConn{Conn: c, scan: ingress.NewStreamScanner(l.Bounds), count: l.Count, scans: l.Scans, key: keyOfConn(c)}
+	if l.Scans != nil {
+		l.Scans.accept(sc.key)
 	}
 	return sc, nil
 }
@@ -220,7 +224,7 @@ func (l *scanListener) Accept() (net.Conn, error) {
 type scanConn struct {
 	net.Conn
 	count func(reason string)
-	scans *streamScans
+	scans *StreamScans
 	key   connKey
 
 	mu     sync.Mutex // Read is sipgo's loop alone; mu guards against a second reader

@@ -1,0 +1,30 @@
+// Package invites holds the INVITEs the proxy is handling, by their
+// server transaction's Key (top Via branch and sent-by, as sipgo keys the
+// transaction and as a CANCEL names it), and the tombstones of those that
+// finished: the screen Registers each new INVITE as it arrives, so a
+// CANCEL right behind it finds it (Lookup) and a retransmission is known
+// as one; its handler Claims the entry, learns of a CANCEL through
+// OnCancel, and finishes it. The sip package owns the policy around it:
+// what to do with each Register result, when a call is decided, the
+// inflight bound itself.
+//
+// Each new initial INVITE may hold one unit of the sip package's inflight
+// bound, taken by the acquire function given to Register and given back
+// through the Bound (ReleaseInflight: once, when its handler finishes, its
+// call is decided, or the sweep finds it unclaimed after inflightOrphan,
+// 5 s).
+//
+// # Failure
+//
+// Nothing here fails or blocks. The table is bounded by time, not count:
+// an entry no handler claims is dropped after unclaimedTTL (32 s), a
+// tombstone after TombstoneTTL (2 s), or keptTTL (32 s) when sipgo's
+// transaction lives on (a forwarded call). Sweep walks the INVITEs in
+// progress only; tombstones leave from FIFO queues in expiry order.
+// Nothing panics on any input.
+//
+// # Concurrency
+//
+// A Table and its Entries are safe for concurrent use; Bound.Release may
+// be called from any goroutine.
+package invites

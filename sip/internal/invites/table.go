@@ -1,0 +1,377 @@
+package invites
+
+import (
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	sipmsg "github.com/emiago/sipgo/sip"
+)
+
+// Key identifies an INVITE server transaction as a CANCEL names it
+// and as sipgo keys it (RFC 3261 9.2, 17.2.3): top Via branch and sent-by
+// (the transport's default port when the Via names none). Two INVITEs that
+// differ only in their Call-ID are one transaction to sipgo — the second
+// is absorbed as a retransmission — so they must be one entry here too: a
+// peer reusing a branch with new Call-IDs would otherwise take a unit of
+// the inflight bound per INVITE that no handler ever gives back (review
+// finding). A branch without RFC 3261's magic cookie (RFC 2543) keeps the
+// Call-ID, as sipgo's key for it does.
+type Key string
+
+// KeyOf returns req's Key ("" when req has no Via).
+func KeyOf(req *sipmsg.Request) Key {
+	if req.Via() == nil {
+		return ""
+	}
+	// Built in a stack buffer: one allocation, the key's.
+	var buf [128]byte
+	return Key(AppendKey(buf[:0], req))
+}
+
+// AppendKey appends req's Key to dst (nothing when req has no
+// Via).
+func AppendKey(dst []byte, req *sipmsg.Request) []byte {
+	v := req.Via()
+	if v == nil {
+		return dst
+	}
+	branch, _ := v.Params.Get("branch")
+	port := v.Port
+	if port <= 0 {
+		port = sipmsg.DefaultPort(v.Transport)
+	}
+	key := append(dst, branch...)
+	key = append(key, 0)
+	key = append(key, v.Host...)
+	key = append(key, ':')
+	key = strconv.AppendInt(key, int64(port), 10)
+	if !strings.HasPrefix(branch, sipmsg.RFC3261BranchMagicCookie) || len(branch) == len(sipmsg.RFC3261BranchMagicCookie) {
+		key = append(key, 0)
+		key = append(key, callID(req)...)
+	}
+	return key
+}
+
+// Entry is one INVITE the proxy is handling, as a CANCEL finds it.
+type Entry struct {
+	Src       string // packet source ip:port of the INVITE
+	Transport string // its transport
+	created   time.Time
+	claimed   bool // a handler owns the entry (and removes it when done)
+
+	// finished is when the handler returned (zero while it runs): the
+	// entry stays a while as a tombstone, so a retransmission of the
+	// INVITE that arrives just after its answer is known as one (it passes
+	// without a unit of the inflight bound, and sipgo absorbs it).
+	finished time.Time
+	// kept: the handler left sipgo's server transaction alive (the call
+	// was forwarded, so its final answer is the carrier's): sipgo absorbs
+	// copies of the INVITE until Timer L or H (RFC 6026, RFC 3261 17.2.1),
+	// and the tombstone lets them reach it for as long (keptTTL) instead of
+	// deciding or shedding them as new calls.
+	kept bool
+	// answered: the call was answered (a 2xx relayed); its copies are
+	// absorbed by the tombstone itself (Register: RegAbsorbed), since
+	// sipgo's transaction lasts answeredLinger only.
+	answered bool
+	// A new initial INVITE's unit of the inflight bound (the sip
+	// package's overload.go).
+	inflightUnit
+	// Trying: the screen answered this INVITE 100 Trying when it arrived
+	// (set before the entry is published, read by its handler through
+	// Claim), so the handler sends none: one 100 per INVITE transaction.
+	Trying bool
+
+	mu    sync.Mutex
+	fired bool   // a CANCEL from src arrived
+	fn    func() // the handler's reaction, called once
+}
+
+// cancel records a CANCEL and tells the handler, once.
+func (e *Entry) Cancel() {
+	e.mu.Lock()
+	if e.fired {
+		e.mu.Unlock()
+		return
+	}
+	e.fired = true
+	fn := e.fn
+	e.mu.Unlock()
+	if fn != nil {
+		fn()
+	}
+}
+
+// onCancel sets the handler's reaction to a CANCEL; it runs at once when
+// the CANCEL came first. fn runs at most once.
+func (e *Entry) OnCancel(fn func()) {
+	e.mu.Lock()
+	e.fn = fn
+	fired := e.fired
+	e.mu.Unlock()
+	if fired {
+		fn()
+	}
+}
+
+// Table holds the INVITEs in progress, registered by the screen as
+// they arrive (so a CANCEL that follows at once finds them) and claimed by
+// their handler. Entries no handler claims (an INVITE sipgo absorbed as a
+// retransmission after its handler ended) are swept after unclaimedTTL.
+// A finished INVITE leaves a tombstone (TombstoneTTL, keptTTL when its
+// transaction lives on in sipgo). Tombstones are kept apart from the
+// INVITEs in progress, in queues ordered by expiry, so the sweep pops the
+// expired ones instead of walking tens of thousands of them under the lock
+// the read loop takes for every INVITE. Safe for concurrent use.
+type Table struct {
+	mu    sync.Mutex
+	m     map[Key]*Entry // in progress (handler running, or not yet claimed)
+	tombs map[Key]*Entry // finished
+	short tombQueue      // tombstones of TombstoneTTL, in the order they finished
+	kept  tombQueue      // tombstones of keptTTL, likewise
+}
+
+// tombQueue is a FIFO of tombstones (the time each finished is in the
+// entry; entries are appended as they finish, so in expiry order).
+type tombQueue struct {
+	q    []tombRef
+	head int
+}
+
+type tombRef struct {
+	k Key
+	e *Entry
+}
+
+func (q *tombQueue) push(k Key, e *Entry) { q.q = append(q.q, tombRef{k, e}) }
+
+// popExpired removes from tombs the queued tombstones finished more than
+// ttl before now (a key since reused by a newer entry is left alone).
+func (q *tombQueue) popExpired(tombs map[Key]*Entry, now time.Time, ttl time.Duration) {
+	for q.head < len(q.q) {
+		r := q.q[q.head]
+		if now.Sub(r.e.finished) <= ttl {
+			break
+		}
+		if tombs[r.k] == r.e {
+			delete(tombs, r.k)
+		}
+		q.q[q.head] = tombRef{}
+		q.head++
+	}
+	if q.head > 1024 && q.head*2 > len(q.q) {
+		q.q = append(q.q[:0], q.q[q.head:]...)
+		q.head = 0
+	}
+}
+
+func (q *tombQueue) len() int { return len(q.q) - q.head }
+
+// unclaimedTTL is how long an entry no handler claimed is kept (RFC 3261
+// Timer H, the longest an INVITE server transaction absorbs retransmissions).
+const unclaimedTTL = 32 * time.Second
+
+// TombstoneTTL is how long the entry of a finished INVITE is kept: the
+// callers' retransmissions sent before they saw the 100 Trying (Timer A:
+// 0.5, 1, 2 s) then pass as such.
+const TombstoneTTL = 2 * time.Second
+
+// keptTTL is how long the tombstone of a forwarded INVITE is kept: sipgo's
+// server transaction absorbs its copies that long (Timer L = Timer H =
+// 64·T1 = 32 s). Copies read late (a socket buffer seconds deep under
+// overload, a caller's retransmissions crossing its 100 Trying) would
+// otherwise be new calls: a 503 to a caller whose call is up, or a second
+// decision. It costs one small entry per forwarded call for 32 s.
+const keptTTL = 32 * time.Second
+
+// inflightOrphan is how long an unclaimed entry keeps its unit of the
+// inflight bound: a handler usually claims its entry within milliseconds,
+// but under heavy overload sipgo's goroutines wait seconds to run (the
+// overload run saw INVITEs unread for 5 s), and giving units back early
+// would loosen the bound exactly then. An entry still unclaimed after
+// that belongs to an INVITE sipgo absorbed, whose unit would be lost.
+const inflightOrphan = 5 * time.Second
+
+// New returns an empty table.
+func New() *Table {
+	return &Table{m: map[Key]*Entry{}, tombs: map[Key]*Entry{}}
+}
+
+// Results of Table.Register.
+const (
+	RegNew      = iota // a new entry (with its unit, when one was asked)
+	RegLive            // a retransmission of an INVITE being handled
+	RegAnswered        // an INVITE just answered (its tombstone), or one no handler took
+	RegShed            // new, and acquire failed: nothing recorded
+	RegAbsorbed        // a copy of an answered INVITE: dropped, no answer
+)
+
+// Register records req unless an entry for its key exists (a
+// retransmission, or an INVITE just answered). For a new entry it first
+// calls acquire, when not nil (a unit of the inflight bound, released
+// through ctr): when that fails nothing is recorded (RegShed).
+func (t *Table) Register(req *sipmsg.Request, acquire func() bool, ctr Bound) int {
+	k := KeyOf(req)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e, ok := t.m[k]; ok {
+		if !e.claimed && time.Since(e.created) > inflightOrphan {
+			// No handler took it in time: sipgo may never have made a
+			// transaction of it (or absorbed it); let sipgo see this copy.
+			return RegAnswered
+		}
+		return RegLive
+	}
+	if e, ok := t.tombs[k]; ok {
+		if e.answered {
+			// Answered: sipgo's transaction absorbs copies for
+			// answeredLinger only; after it this copy would make a new
+			// one, and a new call. Absorbed here, as RFC 6026's Accepted
+			// state does: no answer.
+			return RegAbsorbed
+		}
+		if e.kept {
+			// Forwarded: sipgo's transaction absorbs the copy.
+			return RegAnswered
+		}
+		// After its handler ended. The proxy ends the transactions of its
+		// own refusals at once; a peer's copy of a refused attempt is
+		// answered from the refused table before it gets here
+		// (refused.go), so this is another attempt with the same key
+		// (another Call-ID, CSeq or source) or one the table forgot:
+		// sipgo makes a new transaction of it and a new decision follows.
+		// It takes a unit like any new INVITE (replaying refused INVITEs
+		// must not get past the bound). A copy sipgo absorbs gives its
+		// unit back as an orphan does.
+		delete(t.tombs, k)
+	}
+	e := &Entry{Src: req.Source(), Transport: req.Transport(), created: time.Now()}
+	if acquire != nil {
+		if !acquire() {
+			return RegShed
+		}
+		e.ctr = ctr
+		e.held.Store(true)
+		e.Trying = true // screenInvite answers 100 Trying to it now
+	}
+	t.m[k] = e
+	return RegNew
+}
+
+// Claim returns req's entry for its handler (creating it when the screen
+// did not register it) and the function the handler calls when it
+// returns: the entry becomes a tombstone, kept keptTTL when kept (the
+// handler left the server transaction alive), else TombstoneTTL.
+func (t *Table) Claim(req *sipmsg.Request) (*Entry, func(kept, answered bool)) {
+	k := KeyOf(req)
+	t.mu.Lock()
+	e, ok := t.m[k]
+	if !ok || e.claimed {
+		e = &Entry{Src: req.Source(), Transport: req.Transport(), created: time.Now()}
+		t.m[k] = e
+	}
+	e.claimed = true
+	t.mu.Unlock()
+	return e, func(kept, answered bool) {
+		e.ReleaseInflight()
+		// A tombstone lives up to keptTTL: it keeps none of the call's
+		// state (the reaction closes over its context).
+		e.mu.Lock()
+		e.fn = nil
+		e.mu.Unlock()
+		t.mu.Lock()
+		if t.m[k] == e {
+			delete(t.m, k)
+			e.finished = time.Now()
+			e.kept = kept
+			e.answered = answered
+			t.tombs[k] = e
+			if kept {
+				t.kept.push(k, e)
+			} else {
+				t.short.push(k, e)
+			}
+		}
+		t.mu.Unlock()
+	}
+}
+
+// Lookup returns the entry of an INVITE being handled (not a tombstone).
+func (t *Table) Lookup(k Key) *Entry {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e := t.m[k]; e != nil && e.finished.IsZero() {
+		return e
+	}
+	return nil
+}
+
+// Sweep removes unclaimed entries older than unclaimedTTL and tombstones
+// older than TombstoneTTL (keptTTL when kept), and gives back the inflight
+// units of unclaimed entries older than inflightOrphan. It walks only the
+// INVITEs in progress; expired tombstones are popped from their queues.
+func (t *Table) Sweep(now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k, e := range t.m {
+		if e.claimed {
+			continue
+		}
+		if age := now.Sub(e.created); age > unclaimedTTL {
+			e.ReleaseInflight()
+			delete(t.m, k)
+		} else if age > inflightOrphan {
+			e.ReleaseInflight()
+		}
+	}
+	t.short.popExpired(t.tombs, now, TombstoneTTL)
+	t.kept.popExpired(t.tombs, now, keptTTL)
+}
+
+// Has reports whether k names an INVITE in progress or a tombstone.
+func (t *Table) Has(k Key) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.m[k]; ok {
+		return true
+	}
+	_, ok := t.tombs[k]
+	return ok
+}
+
+// size returns the number of entries, tombstones included (tests).
+func (t *Table) size() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.m) + len(t.tombs)
+}
+
+// Bound is the bound a new INVITE's unit is taken from (the sip
+// package's inflight count): Release gives one unit back.
+type Bound interface {
+	Release()
+}
+
+// inflightUnit is an Entry's unit of the bound.
+type inflightUnit struct {
+	held atomic.Bool
+	ctr  Bound
+}
+
+// ReleaseInflight gives the unit back once.
+func (u *inflightUnit) ReleaseInflight() {
+	if u.held.CompareAndSwap(true, false) {
+		u.ctr.Release()
+	}
+}
+
+// callID is m's Call-ID, "" without one.
+func callID(m sipmsg.Message) string {
+	if h := m.CallID(); h != nil {
+		return h.Value()
+	}
+	return ""
+}
