@@ -14,6 +14,12 @@
 // call is decided, or the sweep finds it unclaimed after inflightOrphan,
 // 5 s).
 //
+// A tombstone answers for its own attempt only (the INVITE's Call-ID,
+// From tag and CSeq, hashed): a copy of an answered INVITE is absorbed
+// (RegAbsorbed: sipgo's transaction lasts 8 s, the tombstone 32 s), a
+// copy of a forwarded one passes to sipgo (RegAnswered), and another
+// attempt reusing the transaction key is a new INVITE, with its unit.
+//
 // # Failure
 //
 // Nothing here fails or blocks. The table is bounded by time, not count:

@@ -1,6 +1,8 @@
 package invites
 
 import (
+	"encoding/binary"
+	"hash/maphash"
 	"strconv"
 	"strings"
 	"sync"
@@ -77,6 +79,10 @@ type Entry struct {
 	// absorbed by the tombstone itself (Register: RegAbsorbed), since
 	// sipgo's transaction lasts answeredLinger only.
 	answered bool
+	// attempt: attemptOf the INVITE (its Call-ID, From tag and CSeq). A
+	// tombstone's key is the transaction's, which a caller may reuse for
+	// another call; only an INVITE of the same attempt is its copy.
+	attempt uint64
 	// A new initial INVITE's unit of the inflight bound (the sip
 	// package's overload.go).
 	inflightUnit
@@ -225,7 +231,14 @@ func (t *Table) Register(req *sipmsg.Request, acquire func() bool, ctr Bound) in
 		}
 		return RegLive
 	}
-	if e, ok := t.tombs[k]; ok {
+	if e, ok := t.tombs[k]; ok && e.attempt != attemptOf(req) {
+		// Another attempt on a finished INVITE's transaction key (a
+		// caller reusing a branch): a new INVITE, with its unit of the
+		// inflight bound, not a copy to absorb or to pass without one.
+		// (sipgo may still take it for a copy while the old transaction
+		// lasts: its unit then comes back as an orphan's does.)
+		delete(t.tombs, k)
+	} else if ok {
 		if e.answered {
 			// Answered: sipgo's transaction absorbs copies for
 			// answeredLinger only; after it this copy would make a new
@@ -248,7 +261,7 @@ func (t *Table) Register(req *sipmsg.Request, acquire func() bool, ctr Bound) in
 		// unit back as an orphan does.
 		delete(t.tombs, k)
 	}
-	e := &Entry{Src: req.Source(), Transport: req.Transport(), created: time.Now()}
+	e := &Entry{Src: req.Source(), Transport: req.Transport(), created: time.Now(), attempt: attemptOf(req)}
 	if acquire != nil {
 		if !acquire() {
 			return RegShed
@@ -270,7 +283,7 @@ func (t *Table) Claim(req *sipmsg.Request) (*Entry, func(kept, answered bool)) {
 	t.mu.Lock()
 	e, ok := t.m[k]
 	if !ok || e.claimed {
-		e = &Entry{Src: req.Source(), Transport: req.Transport(), created: time.Now()}
+		e = &Entry{Src: req.Source(), Transport: req.Transport(), created: time.Now(), attempt: attemptOf(req)}
 		t.m[k] = e
 	}
 	e.claimed = true
@@ -374,4 +387,31 @@ func callID(m sipmsg.Message) string {
 		return h.Value()
 	}
 	return ""
+}
+
+// attemptSeed keys attemptOf's hash, per process.
+var attemptSeed = maphash.MakeSeed()
+
+// attemptOf hashes what tells two INVITEs of one transaction key apart as
+// two attempts: the Call-ID, the From tag and the CSeq number (no
+// allocation). A chance collision makes a new attempt look like a copy,
+// as every attempt reusing a branch did before.
+func attemptOf(req *sipmsg.Request) uint64 {
+	var h maphash.Hash
+	h.SetSeed(attemptSeed)
+	var buf [8]byte
+	if id := req.CallID(); id != nil {
+		v := id.Value()
+		h.Write(binary.BigEndian.AppendUint32(buf[:0], uint32(len(v))))
+		h.WriteString(v)
+	}
+	if f := req.From(); f != nil {
+		tag, _ := f.Params.Get("tag")
+		h.Write(binary.BigEndian.AppendUint32(buf[:0], uint32(len(tag))))
+		h.WriteString(tag)
+	}
+	if c := req.CSeq(); c != nil {
+		h.Write(binary.BigEndian.AppendUint32(buf[:0], c.SeqNo))
+	}
+	return h.Sum64()
 }

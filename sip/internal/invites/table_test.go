@@ -142,3 +142,62 @@ func TestInviteKeyFollowsSipgo(t *testing.T) {
 		t.Error("RFC 2543 branch: the Call-ID must stay in the key, as in sipgo's")
 	}
 }
+
+// TestTombstoneTellsCopiesFromOtherAttempts: a tombstone's key is the
+// transaction's (top Via branch and sent-by, as sipgo matches them); an
+// INVITE with that key but another Call-ID, From tag or CSeq is not a copy
+// but another attempt reusing the branch. Before, a forwarded call's
+// tombstone passed such an attempt to sipgo without a unit of the
+// inflight bound (a peer reusing branches skipped the bound), and an
+// answered call's absorbed it silently (the caller's new call never got an
+// answer). Now it is registered as a new INVITE, with its unit; a real
+// copy is still absorbed (answered) or passed to sipgo (forwarded).
+func TestTombstoneTellsCopiesFromOtherAttempts(t *testing.T) {
+	build := func(id, ftag string, cseq uint32) *sipmsg.Request {
+		req := sipmsg.NewRequest(sipmsg.INVITE, sipmsg.Uri{Scheme: "sip", User: "100", Host: "127.0.0.1", Port: 5060})
+		via := &sipmsg.ViaHeader{ProtocolName: "SIP", ProtocolVersion: "2.0", Transport: "UDP",
+			Host: "127.0.0.2", Port: 5062, Params: sipmsg.NewParams()}
+		via.Params.Add("branch", "z9hG4bK-reused")
+		req.AppendHeader(via)
+		from := &sipmsg.FromHeader{Address: sipmsg.Uri{Scheme: "sip", User: "caller", Host: "127.0.0.2"}, Params: sipmsg.NewParams()}
+		from.Params.Add("tag", ftag)
+		req.AppendHeader(from)
+		cid := sipmsg.CallIDHeader(id)
+		req.AppendHeader(&cid)
+		req.AppendHeader(&sipmsg.CSeqHeader{SeqNo: cseq, MethodName: sipmsg.INVITE})
+		req.SetSource("127.0.0.2:5062")
+		return req
+	}
+	for _, tc := range []struct {
+		name     string
+		answered bool
+		copyGets int
+	}{
+		{"answered", true, RegAbsorbed},
+		{"forwarded, refused", false, RegAnswered},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var ctr count
+			tb := New()
+			first := build("call-1", "f1", 1)
+			acquire := func() bool { ctr.Add(1); return true }
+			if got := tb.Register(first, acquire, &ctr); got != RegNew {
+				t.Fatalf("register of the first INVITE: got %d, want RegNew", got)
+			}
+			_, done := tb.Claim(first)
+			done(true, tc.answered)
+			if got := tb.Register(build("call-1", "f1", 1), func() bool { t.Error("a copy took a unit"); return false }, &ctr); got != tc.copyGets {
+				t.Fatalf("register of a copy: got %d, want %d", got, tc.copyGets)
+			}
+			for _, other := range []*sipmsg.Request{build("call-2", "f1", 1), build("call-1", "f2", 1), build("call-1", "f1", 2)} {
+				asked := false
+				if got := tb.Register(other, func() bool { asked = true; return true }, &ctr); got != RegNew || !asked {
+					t.Fatalf("register of another attempt on the branch (%s): got %d (unit asked %v), want RegNew with a unit",
+						other.CallID().Value()+"/"+other.From().Params.GetOr("tag", "")+"/"+other.CSeq().Value(), got, asked)
+				}
+				_, done := tb.Claim(other)
+				done(true, tc.answered)
+			}
+		})
+	}
+}
