@@ -685,7 +685,7 @@ func (c *call) send(res *sipmsg.Response) {
 		// Before it is sent: a copy the caller sends once it has the
 		// answer finds it remembered. A forwarded call's too: sipgo's
 		// transaction absorbs copies only until the ACK and Timer I.
-		c.p.rememberRefusal(c.req, res)
+		c.p.rememberRefusal(c.req, res, false)
 	}
 	if err := c.tx.Respond(res); err != nil {
 		c.log.Debug("respond failed", "status", res.StatusCode, "error", err)
@@ -713,7 +713,7 @@ func (c *call) relay(res *sipmsg.Response) error {
 		// The carrier's refusal ends the call: copies of the INVITE get
 		// it again (refused.go) once sipgo's transaction has ended (the
 		// caller's ACK and Timer I, 5 s), never a second decision.
-		c.p.rememberRefusal(c.req, out)
+		c.p.rememberRefusal(c.req, out, true)
 	}
 	err := c.tx.Respond(out)
 	if err != nil {

@@ -139,7 +139,7 @@ func (p *Proxy) screenInvite(cfg *config.Config, req *sipmsg.Request, src netip.
 	p.m.Calls.WithLabelValues(peer, metrics.OutcomeRejectedOverload).Inc()
 	p.noteShed(peer, time.Now(), true)
 	res := shedResponse(req, shedTag+strconv.FormatUint(rand.Uint64(), 36))
-	p.rememberRefusal(req, res) // its copies get this answer again (only a peer's INVITE is shed here)
+	p.rememberRefusal(req, res, false) // its copies get this answer again (only a peer's INVITE is shed here)
 	answer(res)
 	return false
 }

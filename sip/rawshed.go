@@ -209,7 +209,7 @@ func (p *Proxy) shedParsed(conn *net.UDPConn, from netip.AddrPort, data []byte, 
 	if len(out) > maxUDPAnswer() {
 		return false
 	}
-	p.rememberRefusal(req, res) // its copies get this answer again
+	p.rememberRefusal(req, res, false) // its copies get this answer again
 	p.m.Calls.WithLabelValues(peer, metrics.OutcomeRejectedOverload).Inc()
 	p.noteShed(peer, time.Now(), bound)
 	if _, err := conn.WriteToUDPAddrPort(out, from); err != nil {

@@ -53,11 +53,13 @@ import (
 // The table is the bound on what this costs under a flood of refusals:
 // at most refusals.Max attempts (the oldest go first when it is full), two
 // 64-bit hashes and the answer's few fields each (about 16 MB at the
-// bound; the reason phrase and To tag are copies of refusedMaxText bytes
-// at most, so a carrier's answers of kilobytes add no more than 16 MB),
-// nothing per source, no timer; the table's part of remembering one is
-// two hashes and a map write under one of the table's 16 locks, with no
-// allocation (BenchmarkRefusedRemember). An attempt the table
+// bound; a carrier's reason phrase and To tag are copies of
+// refusedMaxText bytes at most, so its answers of kilobytes add no more
+// than 16 MB), nothing per source, no timer; remembering one of the
+// proxy's own is two hashes and a map write under one of the table's 16
+// locks, with no allocation (TestRememberOwnRefusalAllocatesNothing,
+// BenchmarkRefusedRemember), and a carrier's costs the two copies more.
+// An attempt the table
 // forgot (more than refusals.Max refusals in refusals.TTL) is decided again,
 // as every copy was before. Hashes are keyed with a random seed per
 // process, so a peer cannot make two of its attempts collide on purpose;
@@ -101,16 +103,14 @@ func (p *Proxy) refusedKeys(req *sipmsg.Request) (tx, attempt uint64, ok bool) {
 	return tx, p.refused.AttemptHash(id, tag, cseq.SeqNo, src, req.Transport()), true
 }
 
-// rememberRefusal records res, the proxy's own final answer to the
-// initial INVITE req that it ends req's transaction with (refused.go).
-func (p *Proxy) rememberRefusal(req *sipmsg.Request, res *sipmsg.Response) {
+// rememberRefusal records res, the final refusal of the initial INVITE
+// req (refused.go): the proxy's own, or a carrier's when relayed is set.
+func (p *Proxy) rememberRefusal(req *sipmsg.Request, res *sipmsg.Response, relayed bool) {
 	tx, attempt, ok := p.refusedKeys(req)
 	if !ok {
 		return
 	}
-	// Copies, of refusedMaxText at most: not substrings of the response,
-	// whose strings (a carrier's, relayed) would be held with them.
-	r := refusals.Refusal{Attempt: attempt, Code: int32(res.StatusCode), Reason: strings.Clone(res.Reason)}
+	r := refusals.Refusal{Attempt: attempt, Code: int32(res.StatusCode), Reason: res.Reason}
 	if len(r.Reason) > refusedMaxText {
 		r.Reason = strings.ToValidUTF8(r.Reason[:refusedMaxText], "")
 	}
@@ -119,7 +119,14 @@ func (p *Proxy) rememberRefusal(req *sipmsg.Request, res *sipmsg.Response) {
 		if len(tag) > refusedMaxText {
 			return
 		}
-		r.Tag = strings.Clone(tag)
+		r.Tag = tag
+	}
+	if relayed {
+		// Copies, of refusedMaxText at most: a carrier's strings are
+		// substrings of its message, which would be held with them. The
+		// proxy's own (a constant or configured reason, a To tag made for
+		// the answer) are held as they are: no allocation.
+		r.Reason, r.Tag = strings.Clone(r.Reason), strings.Clone(r.Tag)
 	}
 	for _, h := range res.Headers() {
 		// Not GetHeader: it lowers the name into a new string each time.

@@ -3,6 +3,7 @@ package sip
 import (
 	"net"
 	"net/netip"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -304,6 +305,64 @@ func TestRefusedKeysRawMatchParsed(t *testing.T) {
 	}
 }
 
+// TestRememberOwnRefusalAllocatesNothing: remembering one of the proxy's
+// own refusals (a limit's, a shed's) costs no allocation once the table
+// is at its bound: its reason and To tag are the proxy's own strings, held
+// as they are; only a relayed refusal's are copied (they point into the
+// carrier's message).
+func TestRememberOwnRefusalAllocatesNothing(t *testing.T) {
+	p := &Proxy{refused: refusals.New(refusals.Max, refusals.TTL)}
+	msg := strangerRequest("INVITE", "127.0.0.1:5060", "", "")("127.0.0.2:5062")
+	m, err := sipmsg.ParseMessage([]byte(msg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := m.(*sipmsg.Request)
+	req.SetSource("127.0.0.2:5062")
+	req.SetTransport("UDP")
+	res := shedResponse(req, shedTag+"x")
+	for range refusals.Max / 8 { // the stripe's ring at its length: no growth left
+		p.rememberRefusal(req, res, false)
+	}
+	if n := testing.AllocsPerRun(100, func() { p.rememberRefusal(req, res, false) }); n != 0 {
+		t.Errorf("allocations per own refusal remembered: %v, want 0", n)
+	}
+}
+
+// TestRememberRelayedRefusalKeepsAClippedCopy: a carrier's refusal with a
+// reason phrase of kilobytes is remembered with refusedMaxText bytes of
+// it, copied: not a copy of the whole phrase cut short afterwards (the
+// cut would hold the whole copy, up to MaxMessageSize for each of
+// refusals.Max refusals).
+func TestRememberRelayedRefusalKeepsAClippedCopy(t *testing.T) {
+	p := &Proxy{refused: refusals.New(refusals.Max, refusals.TTL)}
+	msg := strangerRequest("INVITE", "127.0.0.1:5060", "", "")("127.0.0.2:5062")
+	m, err := sipmsg.ParseMessage([]byte(msg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := m.(*sipmsg.Request)
+	req.SetSource("127.0.0.2:5062")
+	req.SetTransport("UDP")
+	const long = 8 << 10
+	res := sipmsg.NewResponseFromRequest(req, sipmsg.StatusBusyHere, strings.Repeat("b", long), nil)
+	const n = 64
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for i := range n {
+		req.CSeq().SeqNo = uint32(i + 1) // a new attempt each time
+		p.rememberRefusal(req, res, true)
+	}
+	runtime.ReadMemStats(&after)
+	if per := (after.TotalAlloc - before.TotalAlloc) / n; per >= long/2 {
+		t.Errorf("bytes allocated per relayed refusal with a %d-byte reason: %d, want a clipped copy (%d bytes)", long, per, refusedMaxText)
+	}
+	tx, attempt, _ := p.refusedKeys(req)
+	if r, ok := p.refused.Lookup(tx, attempt, time.Now()); !ok || len(r.Reason) != refusedMaxText {
+		t.Errorf("remembered reason: %d bytes (found %v), want %d", len(r.Reason), ok, refusedMaxText)
+	}
+}
+
 // BenchmarkRefusedRemember is what a refusal costs the table: the hashes
 // of a parsed INVITE's keys and the write (the refusal path of every
 // refused call and every parsed shed), with the table at its bound.
@@ -324,7 +383,7 @@ func BenchmarkRefusedRemember(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		req.CSeq().SeqNo = uint32(i) // a new attempt each time
-		p.rememberRefusal(req, res)
+		p.rememberRefusal(req, res, false)
 	}
 }
 
