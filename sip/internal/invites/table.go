@@ -96,7 +96,7 @@ type Entry struct {
 	fn    func() // the handler's reaction, called once
 }
 
-// cancel records a CANCEL and tells the handler, once.
+// Cancel records a CANCEL and tells the handler, once.
 func (e *Entry) Cancel() {
 	e.mu.Lock()
 	if e.fired {
@@ -111,7 +111,7 @@ func (e *Entry) Cancel() {
 	}
 }
 
-// onCancel sets the handler's reaction to a CANCEL; it runs at once when
+// OnCancel sets the handler's reaction to a CANCEL; it runs at once when
 // the CANCEL came first. fn runs at most once.
 func (e *Entry) OnCancel(fn func()) {
 	e.mu.Lock()

@@ -7,8 +7,8 @@
 //
 // A Table is keyed by two 64-bit hashes of the caller's choosing: the
 // transaction (TxHash, TxHashString: the same hash of the same key bytes)
-// and the attempt (AttemptHash: Call-ID, CSeq number, source and
-// transport), hashed with a random seed per process, so a sender cannot
+// and the attempt (AttemptHash: Call-ID, From tag, CSeq number, source
+// and transport), hashed with a random seed per process, so a sender cannot
 // make two of its attempts collide on purpose. It holds each Refusal (code,
 // reason, To tag, Retry-After) for its ttl (TTL, Timer H) in one of 16
 // independently locked stripes, each a map and a FIFO ring of its
