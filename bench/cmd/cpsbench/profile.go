@@ -22,6 +22,11 @@ import (
 // see bench/profile.sh) on Redis, SIPp at
 // a fixed rate with non-binding limits; CPU and allocation profiles over
 // the middle of the run; then a heap profile with calls queued for slots.
+// answeredLinger is how long, in seconds, the node keeps an answered
+// call's INVITE transactions after its 2xx (sip/proxy.go's answeredLinger:
+// sipgo's Timers L and M), the calls whose messages the live heap holds.
+const answeredLinger = 8
+
 func profileCmd(fs *flag.FlagSet) func(*env) error {
 	rate := fs.Int("rate", 2000, "CPS offered (SIPp)")
 	seconds := fs.Int("seconds", 20, "seconds of load")
@@ -108,11 +113,13 @@ func profileCmd(fs *flag.FlagSet) func(*env) error {
 		for _, c := range cmdstats {
 			fmt.Printf("  %-28s %6.2f calls  %6.1f µs inside Redis\n", c.name, float64(c.calls)/calls, c.usec/calls)
 		}
-		// Calls of the last 32 s (sipgo's Timers L and M keep an answered
-		// call's transactions that long), about 4 s + the window in.
-		recent := float64(*rate * min(32, 4+*window))
-		fmt.Printf("memory at %d CPS, ~%d s in: node RSS %.0f MiB; Go heap live after a forced collection %.0f MiB (%.1f KB per call of the last 32 s); heap-load.pb.gz\n",
-			*rate, 4+*window, float64(rssLoad)/(1<<20), live/(1<<20), live/recent/1e3)
+		// Calls of the last answeredLinger s (sipgo's Timers L and M keep
+		// an answered call's transactions that long, sip/proxy.go), about
+		// 4 s + the window in.
+		held := min(answeredLinger, 4+*window)
+		recent := float64(*rate * held)
+		fmt.Printf("memory at %d CPS, ~%d s in: node RSS %.0f MiB; Go heap live after a forced collection %.0f MiB (%.1f KB per call of the last %d s); heap-load.pb.gz\n",
+			*rate, 4+*window, float64(rssLoad)/(1<<20), live/(1<<20), live/recent/1e3, held)
 		if err := pprofTop(dir, "cpu-top.txt", "-top", "-nodecount=35", pbin, filepath.Join(dir, "cpu.pb.gz")); err != nil {
 			return err
 		}
