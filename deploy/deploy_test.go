@@ -204,6 +204,11 @@ func TestDockerfile(t *testing.T) {
 		"CGO_ENABLED=0",
 		"-trimpath",
 		"./cmd/cpsguard",
+		// The build arguments the docs' docker build commands pass.
+		"ARG VERSION=",
+		"-X main.version=${VERSION}",
+		"ARG REVISION=",
+		"-X main.commit=${REVISION}",
 		"FROM gcr.io/distroless/static",
 		"USER 65532:65532",
 		"EXPOSE 5060/udp 5060/tcp 9090",

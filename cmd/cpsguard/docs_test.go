@@ -107,7 +107,7 @@ var exercised = []struct{ cmd, by string }{
 	{"install -D -m 0644 cpsguard.yaml /etc/cpsguard/cpsguard.yaml", "checks TestSystemdUnit"},
 	{`printf 'CPSGUARD_HTTP_TOKEN=%s\nCPSGUARD_SIP_DIALOG_SECRET=%s\n' "$(openssl rand -hex 16)" "$(openssl rand -hex 16)" > /etc/cpsguard/cpsguard.env && chmod 600 /etc/cpsguard/cpsguard.env`, "checks TestSystemdUnit"},
 	{"install -m 0644 deploy/cpsguard.service /etc/systemd/system/ && systemctl daemon-reload && systemctl enable --now cpsguard", "checks TestSystemdUnit"},
-	{"docker build -t cpsguard --build-arg VERSION=$(scripts/version.sh) .", "checks TestDockerfile"},
+	{"docker build -t cpsguard --build-arg VERSION=$(scripts/version.sh) --build-arg REVISION=$(git rev-parse HEAD) .", "checks TestDockerfile"},
 	{"docker run --rm -v $PWD/cpsguard.yaml:/etc/cpsguard/cpsguard.yaml:ro -p 5060:5060/udp -p 5060:5060/tcp -p 127.0.0.1:9090:9090 cpsguard", "checks TestDockerfile"},
 	{"cd deploy && CPSGUARD_HTTP_TOKEN=$(openssl rand -hex 16) CPSGUARD_SIP_DIALOG_SECRET=$(openssl rand -hex 16) docker compose up --build", "checks TestCompose"},
 	{"cpsguard status --addr http://127.0.0.1:9091", "TestProbeAndStatusFindTheNode"},
@@ -119,7 +119,7 @@ var exercised = []struct{ cmd, by string }{
 	// docs/releasing.md
 	{"git tag -a vX.Y.Z -m \"cpsguard vX.Y.Z\"", "TestVersionScript"},
 	{"git push origin vX.Y.Z", "checks TestVersionScript"},
-	{`docker build --build-arg VERSION="$(scripts/version.sh)" -t REGISTRY/cpsguard:vX.Y.Z .`, "checks TestDockerfile"},
+	{`docker build --build-arg VERSION="$(scripts/version.sh)" --build-arg REVISION="$(git rev-parse HEAD)" -t REGISTRY/cpsguard:vX.Y.Z .`, "checks TestDockerfile"},
 	{"docker push REGISTRY/cpsguard:vX.Y.Z", "checks TestKubernetesImageAndDrain"},
 }
 
