@@ -223,22 +223,10 @@ func (t *Table) Register(req *sipmsg.Request, acquire func() bool, ctr Bound) in
 	k := KeyOf(req)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if e, ok := t.m[k]; ok {
-		if !e.claimed && time.Since(e.created) > inflightOrphan {
-			// No handler took it in time: sipgo may never have made a
-			// transaction of it (or absorbed it); let sipgo see this copy.
-			return RegAnswered
-		}
-		return RegLive
-	}
-	if e, ok := t.tombs[k]; ok && e.attempt != attemptOf(req) {
-		// Another attempt on a finished INVITE's transaction key (a
-		// caller reusing a branch): a new INVITE, with its unit of the
-		// inflight bound, not a copy to absorb or to pass without one.
-		// (sipgo may still take it for a copy while the old transaction
-		// lasts: its unit then comes back as an orphan's does.)
-		delete(t.tombs, k)
-	} else if ok {
+	attempt := attemptOf(req)
+	if e, ok := t.tombs[k]; ok && e.attempt == attempt {
+		// A copy of a finished INVITE, looked at first: another attempt
+		// reusing its key (below) must not open the way to its copies.
 		if e.answered {
 			// Answered: sipgo's transaction absorbs copies for
 			// answeredLinger only; after it this copy would make a new
@@ -253,15 +241,29 @@ func (t *Table) Register(req *sipmsg.Request, acquire func() bool, ctr Bound) in
 		// After its handler ended. The proxy ends the transactions of its
 		// own refusals at once; a peer's copy of a refused attempt is
 		// answered from the refused table before it gets here
-		// (refused.go), so this is another attempt with the same key
-		// (another Call-ID, CSeq or source) or one the table forgot:
-		// sipgo makes a new transaction of it and a new decision follows.
-		// It takes a unit like any new INVITE (replaying refused INVITEs
-		// must not get past the bound). A copy sipgo absorbs gives its
-		// unit back as an orphan does.
+		// (refused.go), so this is a copy the table forgot (or a
+		// stranger's): sipgo makes a new transaction of it and a new
+		// decision follows. It takes a unit like any new INVITE
+		// (replaying refused INVITEs must not get past the bound). A copy
+		// sipgo absorbs gives its unit back as an orphan does.
 		delete(t.tombs, k)
 	}
-	e := &Entry{Src: req.Source(), Transport: req.Transport(), created: time.Now(), attempt: attemptOf(req)}
+	if e, ok := t.m[k]; ok {
+		if !e.claimed && time.Since(e.created) > inflightOrphan {
+			// No handler took it in time: sipgo may never have made a
+			// transaction of it (or absorbed it); let sipgo see this copy.
+			return RegAnswered
+		}
+		return RegLive
+	}
+	// Another attempt on a finished INVITE's transaction key (a caller
+	// reusing a branch) is a new INVITE, with its unit of the inflight
+	// bound, not a copy to absorb or to pass without one; the finished
+	// one's tombstone stays for its own copies until this one finishes
+	// (its tombstone then takes the key). sipgo may still take it for a
+	// copy while the old transaction lasts: its unit then comes back as
+	// an orphan's does.
+	e := &Entry{Src: req.Source(), Transport: req.Transport(), created: time.Now(), attempt: attempt}
 	if acquire != nil {
 		if !acquire() {
 			return RegShed

@@ -198,6 +198,25 @@ func TestTombstoneTellsCopiesFromOtherAttempts(t *testing.T) {
 				_, done := tb.Claim(other)
 				done(true, tc.answered)
 			}
+
+			// Another attempt that no handler claims (sipgo took it for a
+			// copy of the old transaction) must not open the way to the
+			// first call's copies once it is an orphan.
+			tb = New()
+			first = build("call-3", "f3", 1)
+			if got := tb.Register(first, acquire, &ctr); got != RegNew {
+				t.Fatalf("register of the first INVITE: got %d, want RegNew", got)
+			}
+			_, done = tb.Claim(first)
+			done(true, tc.answered)
+			reuse := build("call-4", "f4", 1)
+			if got := tb.Register(reuse, acquire, &ctr); got != RegNew {
+				t.Fatalf("register of another attempt on the branch: got %d, want RegNew", got)
+			}
+			tb.m[KeyOf(reuse)].created = time.Now().Add(-inflightOrphan - time.Second)
+			if got := tb.Register(build("call-3", "f3", 1), func() bool { t.Error("a copy took a unit"); return false }, &ctr); got != tc.copyGets {
+				t.Fatalf("register of a copy of the first after an orphan reused its branch: got %d, want %d", got, tc.copyGets)
+			}
 		})
 	}
 }
