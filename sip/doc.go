@@ -231,7 +231,7 @@
 // answered call's INVITE transactions (sipgo's server and client ones)
 // last answeredLinger (8 s) after its 2xx, not RFC 6026's 32 s, and a
 // failed attempt's client transaction as long after its final answer
-// (proxy.go init: each holds the call's messages, ~10 KB, and at
+// (proxy.go init: each holds the call's messages, ~13 KB, and at
 // thousands of calls a second 32 s of them was most of the node's
 // memory): the carrier's 2xx retransmissions within it reach the caller,
 // later ones are strays (dropped), and copies of the INVITE are absorbed

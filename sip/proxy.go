@@ -157,7 +157,7 @@ func init() {
 	sipmsg.Timer_1xx = noAutoTrying
 	// sipgo keeps an answered call's server and client INVITE
 	// transactions 64·T1 = 32 s after the 2xx (RFC 6026's Accepted state),
-	// each with the call's parsed messages and state: ~12 KB a call, a
+	// each with the call's parsed messages and state: ~13 KB a call, a
 	// live heap of ~440 MB at 1,200 calls/s (BENCHMARKS.md, session 12),
 	// growing with the rate. What they are kept for: the carrier's 2xx
 	// retransmissions, sent at 0.5, 1.5, 3.5, 7.5 s while no ACK reached
