@@ -6,7 +6,9 @@ import (
 
 	sipmsg "github.com/emiago/sipgo/sip"
 
+	"github.com/cpsguard/cpsguard/admission"
 	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/internal/siptest"
 )
 
 // TestAnsweredCallLetsGoOfItsTransactions: an answered call's INVITE
@@ -113,5 +115,44 @@ func TestForwardedRefusalCopyAnsweredAgain(t *testing.T) {
 	}
 	if n := len(car.requests(sipmsg.INVITE)); n != 1 {
 		t.Errorf("the carrier got %d INVITEs, want 1: the copy was decided and forwarded again", n)
+	}
+}
+
+// TestReInviteCopyAfterLingerAbsorbed: a re-INVITE's copy arriving after
+// sipgo's transaction of it ended (the 8 s linger after its 2xx) is not
+// relayed to the carrier a second time. Two things stop it: its
+// tombstone (answered: RegAbsorbed), and behind it the re-INVITE limit's
+// store member (Call-ID and branch), which takes a copy for a duplicate
+// (TestReInviteDuplicateIsNoAdmission); with the first disabled by hand
+// the second still holds, so this test guards the whole, not either.
+func TestReInviteCopyAfterLingerAbsorbed(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	_, pacer := newFakes()
+	h := startProxy(t, testConfig(carrierCfg("a", car)), admission.NewLocalStore(nil), pacer)
+	peer := startUDPEnd(t, "127.0.0.2", nil)
+	const id = "reinvite-linger"
+	ok := rawAnsweredCall(t, peer, h.udp, id)
+	re := inDialogOf(t, peer.caller(), h.udp, ok, sipmsg.INVITE)
+	re.CSeq().SeqNo = 5
+	re = withVia(re, peer.addr(), "z9hG4bK.re-"+id)
+	peer.send(h.udp, re)
+	if r := finalOfRaw(peer, id, sipmsg.INVITE, 1); r == nil || r.StatusCode != 200 {
+		t.Fatalf("the re-INVITE's answer: %v, want 200", r)
+	}
+	answered := time.Now()
+	if n := car.Count("INVITE"); n != 2 {
+		t.Fatalf("INVITEs at the carrier = %d, want 2", n)
+	}
+	time.Sleep(time.Until(answered.Add(answeredLinger + time.Second)))
+	peer.send(h.udp, re)
+	// The caller's BYE passes the same worker after the copy.
+	bye := inDialogOf(t, peer.caller(), h.udp, ok, sipmsg.BYE)
+	bye.CSeq().SeqNo = 6
+	peer.send(h.udp, withVia(bye, peer.addr(), "z9hG4bK.bye-"+id))
+	if r := finalOfRaw(peer, id, sipmsg.BYE, 0); r == nil || r.StatusCode != 200 {
+		t.Fatalf("the caller's BYE: final %v, want 200", r)
+	}
+	if n := car.Count("INVITE"); n != 2 {
+		t.Errorf("INVITEs at the carrier = %d, want 2: the re-INVITE's copy after the linger was relayed again", n)
 	}
 }
