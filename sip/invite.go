@@ -131,7 +131,9 @@ func (p *Proxy) onInvite(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
 
 	c := &call{p: p, cfg: p.cfg(), req: req, tx: tx, ctx: ctx, log: p.log, trying: entry.Trying, cancel: cancel, started: started}
 	// A forwarded call's transaction outlives the handler (send never
-	// ends it): its copies go to sipgo, which absorbs them.
+	// ends it), for answeredLinger after a 2xx: its tombstone absorbs an
+	// answered call's copies for 32 s; a refused one's are answered from
+	// the refused table (refused.go).
 	defer func() { done(c.forwarded, c.answered) }()
 	c.run()
 	if !c.answered {
@@ -711,8 +713,9 @@ func (c *call) relay(res *sipmsg.Response) error {
 	c.p.ocRelay(ocPeer(c.peer, c.oc), out.Via())
 	if status >= 300 && c.fromPeer {
 		// The carrier's refusal ends the call: copies of the INVITE get
-		// it again (refused.go) once sipgo's transaction has ended (the
-		// caller's ACK and Timer I, 5 s), never a second decision.
+		// it again from the screen (refused.go), also after sipgo's
+		// transaction has ended (the caller's ACK and Timer I, 5 s),
+		// never a second decision.
 		c.p.rememberRefusal(c.req, out, true)
 	}
 	err := c.tx.Respond(out)
