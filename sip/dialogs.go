@@ -16,6 +16,7 @@ import (
 
 	callplaces "github.com/cpsguard/cpsguard/calls"
 	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/internal/fifo"
 )
 
 // What a dialog may still do, per node.
@@ -195,8 +196,7 @@ type endedRef struct {
 // use (dialogGuard.mu guards it).
 type endedSet struct {
 	m     map[dialogKey]endedDialog
-	order []endedRef // FIFO of m, for expiry and eviction
-	head  int
+	order fifo.Queue[endedRef] // of m, for expiry and eviction
 	max   int
 }
 
@@ -216,27 +216,18 @@ func (s *endedSet) add(k dialogKey, e endedDialog) {
 		s.evict(time.Time{}, 1)
 	}
 	s.m[k] = e
-	s.order = append(s.order, endedRef{k, e.exp})
+	s.order.Push(endedRef{k, e.exp})
 }
 
 // evict drops, from the oldest recorded, the ends expired at now, and at
 // least atLeast more.
 func (s *endedSet) evict(now time.Time, atLeast int) {
-	for s.head < len(s.order) {
-		r := s.order[s.head]
-		if atLeast <= 0 && now.Before(r.exp) {
-			break
-		}
+	for r, ok := s.order.Front(); ok && (atLeast > 0 || !now.Before(r.exp)); r, ok = s.order.Front() {
 		if e, ok := s.m[r.key]; ok && e.exp.Equal(r.exp) {
 			delete(s.m, r.key)
 			atLeast--
 		}
-		s.order[s.head] = endedRef{}
-		s.head++
-	}
-	if s.head > 1024 && s.head*2 > len(s.order) {
-		s.order = append(s.order[:0], s.order[s.head:]...)
-		s.head = 0
+		s.order.Pop()
 	}
 }
 

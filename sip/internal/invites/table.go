@@ -10,6 +10,8 @@ import (
 	"time"
 
 	sipmsg "github.com/emiago/sipgo/sip"
+
+	"github.com/cpsguard/cpsguard/internal/fifo"
 )
 
 // Key identifies an INVITE server transaction as a CANCEL names it
@@ -142,39 +144,27 @@ type Table struct {
 
 // tombQueue is a FIFO of tombstones (the time each finished is in the
 // entry; entries are appended as they finish, so in expiry order).
-type tombQueue struct {
-	q    []tombRef
-	head int
-}
+type tombQueue struct{ fifo.Queue[tombRef] }
 
 type tombRef struct {
 	k Key
 	e *Entry
 }
 
-func (q *tombQueue) push(k Key, e *Entry) { q.q = append(q.q, tombRef{k, e}) }
+func (q *tombQueue) push(k Key, e *Entry) { q.Push(tombRef{k, e}) }
 
 // popExpired removes from tombs the queued tombstones finished more than
 // ttl before now (a key since reused by a newer entry is left alone).
 func (q *tombQueue) popExpired(tombs map[Key]*Entry, now time.Time, ttl time.Duration) {
-	for q.head < len(q.q) {
-		r := q.q[q.head]
-		if now.Sub(r.e.finished) <= ttl {
-			break
-		}
+	for r, ok := q.Front(); ok && now.Sub(r.e.finished) > ttl; r, ok = q.Front() {
 		if tombs[r.k] == r.e {
 			delete(tombs, r.k)
 		}
-		q.q[q.head] = tombRef{}
-		q.head++
-	}
-	if q.head > 1024 && q.head*2 > len(q.q) {
-		q.q = append(q.q[:0], q.q[q.head:]...)
-		q.head = 0
+		q.Pop()
 	}
 }
 
-func (q *tombQueue) len() int { return len(q.q) - q.head }
+func (q *tombQueue) len() int { return q.Len() }
 
 // unclaimedTTL is how long an entry no handler claimed is kept (RFC 3261
 // Timer H, the longest an INVITE server transaction absorbs retransmissions).
