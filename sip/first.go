@@ -23,17 +23,20 @@ import (
 // slot, the same waits, late wakes, bookings and pauses as before.
 //
 // Nothing else changes. The reservation is made only for a call the
-// store admits, on Redis (not in the fallback, nor in process), for a
-// call that is not a priority call, and on a Cluster only when the keys
-// share a slot. A reservation the call does not use (max_calls full, the
+// store admits, on Redis (not in the fallback, nor in process: there the
+// call asks for none, Reserves), for a call that is not a priority call, and on a Cluster only when the keys
+// share a slot. The first carrier's pacing firstAsk works out is the
+// one its first attempt waits on (pacingFor), not worked out again. A reservation the call does not use (max_calls full, the
 // carrier became unusable, the caller cancelled before the route) is
 // given back when the call's handler ends (dropFirst): a slot it held
 // only ever delays other calls, never lets one out early.
 
 // admitReserver is an admission store that can reserve a call's first
-// slot with its admission (store.Failover).
+// slot with its admission (store.Failover), when Reserves says it can now
+// (on Redis, not in process nor in the fallback).
 type admitReserver interface {
 	AdmitReserve(ctx context.Context, member string, buckets []admission.Bucket, ask pacing.Ask) (admission.Decision, pacing.First, bool, error)
+	Reserves() bool
 }
 
 // firstPacer is a Pacer that says what its first reservation for a call
@@ -53,7 +56,7 @@ func (c *call) firstAsk(route string) {
 	if !ok || c.priority != "" {
 		return
 	}
-	if _, ok := p.adm.(admitReserver); !ok {
+	if ar, ok := p.adm.(admitReserver); !ok || !ar.Reserves() {
 		return
 	}
 	if r, ok := cfg.Routes[route]; !ok || r.PolicyName() == config.RouteLeastWait {
@@ -67,12 +70,22 @@ func (c *call) firstAsk(route string) {
 	if car == nil || p.carriers.Usable(cfg, car) != "" {
 		return
 	}
-	pc, _ := p.pacingOf(cfg, car, c.peer, c.customer)
+	pc, gate := p.pacingOf(cfg, car, c.peer, c.customer)
 	ask, ok := fp.FirstAsk(c.ctx, pc, attemptMember(c.member, 0))
 	if !ok {
 		return
 	}
-	c.ask, c.askCarrier = &ask, car.Name
+	c.ask, c.askCarrier, c.askPacing, c.askGate = &ask, car.Name, pc, gate
+}
+
+// pacingFor is car's pacing for the call's i-th attempt: the one firstAsk
+// worked out for the first (the same call configuration gives the same
+// answer), else pacingOf's.
+func (c *call) pacingFor(i int, car *config.Carrier) (pacing.Carrier, pacing.GateKey) {
+	if i == 0 && c.ask != nil && car.Name == c.askCarrier {
+		return c.askPacing, c.askGate
+	}
+	return c.p.pacingOf(c.cfg, car, c.peer, c.customer)
 }
 
 // admitStore runs the call's admission, with its first reservation when

@@ -79,6 +79,10 @@ type call struct {
 	ask        *pacing.Ask
 	askCarrier string
 	first      *pacing.First
+	// askPacing and askGate are askCarrier's pacing as firstAsk worked
+	// it out (pacingOf), for its first attempt (pacingFor).
+	askPacing pacing.Carrier
+	askGate   pacing.GateKey
 
 	// For the call's event line (events.go): the customer, the carrier
 	// tried last (or taken), why the call was refused or rerouted and the
@@ -509,7 +513,8 @@ func (c *call) route(route string) {
 		}
 		member := attemptMember(c.member, i)
 		t0 := time.Now()
-		ticket, state, wait, err := p.awaitCarrier(c.ctx, c.log, cfg, car, member, c.peer, c.customer, c.gateKeys, c.takeFirst(i, name))
+		pc, gate := c.pacingFor(i, car)
+		ticket, state, wait, err := p.awaitCarrier(c.ctx, c.log, car, pc, gate, member, c.gateKeys, c.takeFirst(i, name))
 		if state != carrierPaused { // a pause's span is no slot wait
 			c.wait, c.waited = wait, true
 			c.pacingWait += time.Since(t0)

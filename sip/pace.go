@@ -30,18 +30,17 @@ const (
 )
 
 // awaitCarrier waits until a send to car may go (pacing.Pacer.Acquire: the
-// carrier's slot within max_wait, on the share of its slots of the call's
-// peer or customer (shareOf), then the send gate for the carrier and
-// for keys, the call's admission limits); a paused carrier is
+// carrier's slot within max_wait, on pc, car's slots as the call draws on
+// them (pacingOf: the share of its peer or customer), then the send gate
+// for the carrier, gate, and for keys, the call's admission limits); a paused carrier is
 // carrierPaused, at once or when it paused while the call waited. On
 // carrierReady the returned ticket is stamped once the request has left;
 // err is set with carrierStoreFailed. wait is the slot's wait: granted, or
 // the one refused as too long. It updates the pacing metrics (names and
 // labels are sip's, from the Trace); log gets a debug line for a full or
 // paused carrier and for a late wake.
-func (p *Proxy) awaitCarrier(ctx context.Context, log *slog.Logger, cfg *config.Config, car *config.Carrier, member, peer, customer string, keys []pacing.GateKey, first *pacing.First) (ticket pacing.Ticket, state carrierState, wait time.Duration, err error) {
+func (p *Proxy) awaitCarrier(ctx context.Context, log *slog.Logger, car *config.Carrier, pc pacing.Carrier, gate pacing.GateKey, member string, keys []pacing.GateKey, first *pacing.First) (ticket pacing.Ticket, state carrierState, wait time.Duration, err error) {
 	trace := &paceTrace{ctx: ctx, log: log, p: p, car: car}
-	pc, gate := p.pacingOf(cfg, car, peer, customer)
 	keys = append(keys, gate)
 	pc.First = first
 	ticket, err = p.pacer.Acquire(ctx, pc, member, trace, keys...)

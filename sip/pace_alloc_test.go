@@ -49,7 +49,8 @@ func TestAwaitCarrierAllocations(t *testing.T) {
 	car := &cfg.Carriers[0]
 	keys := make([]pacing.GateKey, 0, 4)
 	wait := func() {
-		_, state, _, err := p.awaitCarrier(context.Background(), p.log, cfg, car, "m#0", "dialer-1", "acme", keys, nil)
+		pc, gate := p.pacingOf(cfg, car, "dialer-1", "acme")
+		_, state, _, err := p.awaitCarrier(context.Background(), p.log, car, pc, gate, "m#0", keys, nil)
 		if err != nil || state != carrierReady {
 			t.Fatalf("got state %v, error %v; want ready", state, err)
 		}

@@ -23,6 +23,9 @@ import (
 func TestAdmitReserveOnRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	s, _ := open(t, redisConfig(srv.Addr(), PolicyLocal))
+	if !s.Reserves() {
+		t.Fatal("Reserves() = false on Redis, want true")
+	}
 	ctx := context.Background()
 	slots := lua.Key("fo", "carrier", "ar")
 	ask := func(m string) pacing.Ask {
@@ -85,6 +88,9 @@ func TestAdmitReserveFallsBack(t *testing.T) {
 				}
 			}
 			waitMode(t, s, ModeFallback)
+			if s.Reserves() {
+				t.Error("Reserves() = true in the fallback, want false")
+			}
 		})
 	}
 }
@@ -93,6 +99,9 @@ func TestAdmitReserveFallsBack(t *testing.T) {
 // Admit, and reserves nothing.
 func TestAdmitReserveInProcess(t *testing.T) {
 	s, _ := open(t, &config.Config{NodeID: "solo", Store: config.Store{KeyPrefix: "fo"}})
+	if s.Reserves() {
+		t.Fatal("Reserves() = true in process, want false")
+	}
 	d, _, reserved, err := s.AdmitReserve(context.Background(), "m", bucket,
 		pacing.Ask{Key: lua.Key("fo", "carrier", "ip"), Member: "m", Interval: time.Millisecond, MaxWait: time.Second})
 	if err != nil || !d.Admit || reserved {

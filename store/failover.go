@@ -295,6 +295,14 @@ func (f *Failover) AdmitReserve(ctx context.Context, member string, buckets []ad
 	return d, pacing.First{Slot: pacing.SlotOf(r, ask.Key, ask.Member), Asked: asked}, true, nil
 }
 
+// Reserves reports whether AdmitReserve can make a reservation now: the
+// shared store is one that can (admission.RedisStore) and in use. A node
+// in process or in its fallback asks for none (sip's firstAsk).
+func (f *Failover) Reserves() bool {
+	_, ok := f.o.Redis.(admitPacer)
+	return ok && f.redisInUse()
+}
+
 // admitPacer is the shared admission store's one-round-trip admission
 // and first reservation (admission.RedisStore).
 type admitPacer interface {
