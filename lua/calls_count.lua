@@ -8,6 +8,6 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local reply = {now}
 for i = 1, #KEYS do
-  reply[1 + i] = redis.call('ZCOUNT', KEYS[i], '(' .. now, '+inf')
+  reply[1 + i] = redis.call('ZCOUNT', KEYS[i], string.format('(%d', now), '+inf')
 end
 return reply

@@ -27,12 +27,12 @@ local callers_us = tonumber(ARGV[3])
 local overload_us = tonumber(ARGV[4])
 
 redis.call('ZADD', KEYS[1], now, peer)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. (now - callers_us))
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('(%d', now - callers_us))
 redis.call('PEXPIRE', KEYS[1], math.ceil(callers_us / 1000) + 1000)
 if ARGV[2] == '1' then
   redis.call('ZADD', KEYS[2], now, peer)
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. (now - overload_us))
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', string.format('(%d', now - overload_us))
 if redis.call('EXISTS', KEYS[2]) == 1 then
   redis.call('PEXPIRE', KEYS[2], math.ceil(overload_us / 1000) + 1000)
 end

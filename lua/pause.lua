@@ -53,7 +53,7 @@ if op == 'set' then
   local span = tonumber(ARGV[2])
   local keep = tonumber(ARGV[4])
   local new_until = now + span
-  redis.call('ZREMRANGEBYSCORE', key, '(' .. now, '+inf')
+  redis.call('ZREMRANGEBYSCORE', key, string.format('(%d', now), '+inf')
   if exists and until_us >= new_until then
     return reply(1, 0)
   end

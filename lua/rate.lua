@@ -63,7 +63,7 @@ if overload == 1 and now - last_cut >= hold then
   r = math.floor(r * dec / 1000)
   if r < min_m then r = min_m end
   last_cut, since, cut = now, now, 1
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '(' .. now, '+inf')
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], string.format('(%d', now), '+inf')
 end
 
 if r >= max_m and now - last_cut >= hold then
