@@ -15,8 +15,10 @@ const (
 	// MaxEnded is the most ended dialogs a pool's set keeps (the oldest go
 	// first): about 100 bytes of Redis memory each.
 	MaxEnded = 1 << 18
-	// EndedPage is the most ends one Sync returns.
-	EndedPage = 10000
+	// EndedPage is the most ends one Sync returns (more than
+	// lua.MaxEndsPerCall): Redis serves nothing else while the script
+	// reads them.
+	EndedPage = 400
 )
 
 // RedisEnded is a pool's record of the dialogs that ended: each node
@@ -37,8 +39,9 @@ func NewRedisEnded(c redis.UniversalClient, key string, opt RedisOptions) *Redis
 
 // Sync records ended (at most lua.MaxEndsPerCall), each kept for ttl, and
 // returns up to EndedPage ends recorded at or after cursor (Redis µs, 0 for
-// the oldest kept), the cursor to pass next, and whether more follow. A
-// node reads its own ends back too.
+// the oldest kept), the cursor to pass next, and whether more follow. The
+// ends recorded by this call are not returned (a node still paging reads
+// them on a later page).
 func (e *RedisEnded) Sync(ctx context.Context, cursor int64, ended []string, ttl time.Duration) ([]string, int64, bool, error) {
 	if len(ended) > lua.MaxEndsPerCall {
 		return nil, cursor, false, fmt.Errorf("calls: %d ends in one sync, at most %d", len(ended), lua.MaxEndsPerCall)

@@ -20,7 +20,10 @@ var (
 const ScriptDialogsEnded = "dialogs_ended"
 
 // MaxEndsPerCall is the most ends one dialogs_ended.lua call records.
-const MaxEndsPerCall = 1000
+// Each is a ZADD inside the script, during which Redis serves nothing
+// else; a page must be larger (the ends of one call share a score, and a
+// reader moves on from a full page's last score).
+const MaxEndsPerCall = 200
 
 // EndedReply is the decoded reply of dialogs_ended.lua.
 type EndedReply struct {
@@ -36,9 +39,10 @@ type EndedReply struct {
 
 // DialogsEnded runs dialogs_ended.lua on the set at key: it records ends
 // (at most MaxEndsPerCall), keeps the set to ttlUS and limit entries, and
-// reads at most page ends recorded at or after cursorUS.
+// reads at most page ends (more than MaxEndsPerCall) recorded at or after
+// cursorUS and before this call.
 func DialogsEnded(ctx context.Context, c redis.Scripter, key string, ttlUS, limit, cursorUS, page int64, ends []string) (EndedReply, error) {
-	if ttlUS <= 0 || limit <= 0 || page <= 0 || cursorUS < 0 || len(ends) > MaxEndsPerCall {
+	if ttlUS <= 0 || limit <= 0 || page <= MaxEndsPerCall || cursorUS < 0 || len(ends) > MaxEndsPerCall {
 		return EndedReply{}, fmt.Errorf("%w: dialogs_ended: ttl %dµs, limit %d, page %d, cursor %d, %d ends", ErrArgs, ttlUS, limit, page, cursorUS, len(ends))
 	}
 	args := make([]any, 4, 4+len(ends))

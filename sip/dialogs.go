@@ -17,6 +17,7 @@ import (
 	callplaces "github.com/cpsguard/cpsguard/calls"
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/fifo"
+	"github.com/cpsguard/cpsguard/lua"
 )
 
 // What a dialog may still do, per node.
@@ -29,10 +30,12 @@ import (
 // the ends of call attempts' tokens in one of their own, maxEndedTokens)
 // that every in-dialog request is checked against. With a pool store
 // (Options.DialogEnds) each node publishes the ends it saw and takes in the
-// others' once every dialogSyncEvery, in one store call: a dialog ended
-// through one node is dead on all of them within about a second, and the
-// check itself never waits on the network (the stateless relay runs in the
-// read loop). A request of an ended dialog gets 481 and is counted
+// others' once every dialogSyncEvery, in store calls of a few hundred
+// ends each (a call of a thousand held Redis, and every admission behind
+// it, for milliseconds: BENCHMARKS.md, session 13): a dialog ended
+// through one node is dead on all of them within a fraction of a second,
+// and the check itself never waits on the network (the stateless relay
+// runs in the read loop). A request of an ended dialog gets 481 and is counted
 // dialog_ended, except a copy of the BYE that ended it, from the same
 // side, on the node that saw the end, within byeTimeout of the end and at
 // most maxEndedByeCopies times: it is relayed again, so that a sender
@@ -94,8 +97,9 @@ const (
 	// maxDialogRates bounds the dialogs whose rate is tracked at once.
 	maxDialogRates = 1 << 18
 	// dialogSyncEvery is how often a node exchanges ended dialogs with the
-	// pool store.
-	dialogSyncEvery = time.Second
+	// pool store: often enough that one exchange moves a few hundred ends
+	// at a thousand calls a second, not a thousand.
+	dialogSyncEvery = 100 * time.Millisecond
 	// maxEndsPending bounds the ends waiting to be published (a store
 	// that is down loses the oldest).
 	maxEndsPending = 1 << 16
@@ -117,7 +121,8 @@ type DialogEnds interface {
 	// Sync records ended (keys of dialogs that ended on this node), each
 	// for ttl, and returns the keys any node recorded at or after cursor
 	// (at most a page of them; more reports there are others), with the
-	// cursor to pass next. Cursor 0 reads from the oldest kept.
+	// cursor to pass next. Cursor 0 reads from the oldest kept. The keys
+	// recorded by this call may be left out (the node has them).
 	Sync(ctx context.Context, cursor int64, ended []string, ttl time.Duration) (keys []string, next int64, more bool, err error)
 }
 
@@ -643,12 +648,15 @@ func (p *Proxy) runDialogs(ctx context.Context) {
 	}
 }
 
-// maxSyncPages bounds the pages one sync reads (a node that starts reads
-// the ended dialogs the pool keeps over its first few syncs).
-const maxSyncPages = 16
+// maxSyncPages bounds the store calls of one sync (a node that starts
+// reads the ended dialogs the pool keeps over its first syncs: 64 pages
+// of calls.EndedPage a tick, some 256,000 ends a second).
+const maxSyncPages = 64
 
-// endsPublishBatch bounds the ends one store call publishes.
-const endsPublishBatch = 1000
+// endsPublishBatch bounds the ends one store call publishes (at most
+// lua.MaxEndsPerCall): each is a ZADD inside one script, during which
+// Redis serves nothing else.
+const endsPublishBatch = lua.MaxEndsPerCall
 
 // syncDialogs is one exchange with the pool store; it returns the next
 // cursor. A failed call keeps the ends for the next one.
