@@ -139,6 +139,13 @@ type rateKey struct {
 	dir direction
 }
 
+// rateAt is a queued rate bucket's key and the time it was queued at (the
+// bucket's last use then).
+type rateAt struct {
+	k  rateKey
+	at time.Time
+}
+
 // endedDialog is what a node keeps of an ended dialog: until when, and
 // the BYE that ended it here (byeID of its CSeq number and its sender's
 // branch, and its direction; bye 0 when not known: a timeout, or an end
@@ -250,6 +257,12 @@ type dialogGuard struct {
 	// at most maxEndedTokens.
 	endedTokens endedSet
 	rates       map[rateKey]*dialogRateBucket
+	// rateQ holds the key of each bucket in rates, in the order they were
+	// made (or found in use by the sweep), with that time: the sweep pops
+	// the ones idle long enough instead of walking the whole map under mu
+	// (at 1,000 calls a second that walk held mu, and every in-dialog
+	// request behind it, for milliseconds each second).
+	rateQ fifo.Queue[rateAt]
 
 	// pending are the ends to publish to the pool store.
 	pending []string
@@ -325,6 +338,7 @@ func (g *dialogGuard) admitLocked(d dialogKey, k callKey, dir direction, bye uin
 		}
 		b = &dialogRateBucket{tokens: dialogBurst, last: now}
 		g.rates[rk] = b
+		g.rateQ.Push(rateAt{rk, now})
 	}
 	if el := now.Sub(b.last).Seconds(); el > 0 {
 		b.tokens = min(dialogBurst, b.tokens+el*dialogRate)
@@ -414,9 +428,22 @@ func (g *dialogGuard) sweep(now time.Time) {
 	defer g.mu.Unlock()
 	g.ended.evict(now, 0)
 	g.endedTokens.evict(now, 0)
-	for k, b := range g.rates {
-		if now.Sub(b.last) >= full {
-			delete(g.rates, k)
+	// Each key queued before this sweep is looked at once: one in use
+	// since it was queued goes to the back with its last use, which is
+	// later than now-full, so the loop stops when it comes round.
+	for {
+		e, ok := g.rateQ.Front()
+		if !ok || now.Sub(e.at) < full {
+			return
+		}
+		g.rateQ.Pop()
+		b := g.rates[e.k]
+		switch {
+		case b == nil:
+		case now.Sub(b.last) >= full:
+			delete(g.rates, e.k)
+		default:
+			g.rateQ.Push(rateAt{e.k, b.last})
 		}
 	}
 }

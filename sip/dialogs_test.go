@@ -414,3 +414,41 @@ func TestTokenEndsKeepDialogEnds(t *testing.T) {
 		t.Fatal("ends kept past their expiry")
 	}
 }
+
+// TestDialogRatesSweptInOrder: the sweep forgets a rate bucket once it has
+// been idle long enough to have refilled, whatever order the buckets were
+// made in, keeps one touched since (even if it was made first), and keeps
+// no more queued keys than buckets: it pops expired keys from a queue
+// instead of walking every bucket under the guard's lock.
+func TestDialogRatesSweptInOrder(t *testing.T) {
+	g := newDialogGuard()
+	now := time.Unix(1_700_000_000, 0)
+	full := time.Duration(dialogBurst / dialogRate * float64(time.Second))
+	for i := range 100 {
+		k := callKey{byte(i), byte(i >> 8)}
+		if r := g.admit(dialogKeyOf(k, "t"), k, fromPeer, 0, 0, now); r != dialogPass {
+			t.Fatalf("call %d: admit = %d, want pass", i, r)
+		}
+	}
+	// The first bucket made is used again halfway; the rest stay idle.
+	first := callKey{0, 0}
+	later := now.Add(full / 2)
+	if r := g.admit(dialogKeyOf(first, "t"), first, fromPeer, 0, 0, later); r != dialogPass {
+		t.Fatalf("first call again: admit = %d, want pass", r)
+	}
+	g.sweep(now.Add(full - time.Millisecond))
+	if n := len(g.rates); n != 100 {
+		t.Fatalf("buckets before any has refilled = %d, want 100", n)
+	}
+	g.sweep(now.Add(full))
+	if n := len(g.rates); n != 1 || g.rates[rateKey{first, fromPeer}] == nil {
+		t.Fatalf("buckets once the idle ones refilled = %d, want only the one used since", n)
+	}
+	if n := g.rateQ.Len(); n != 1 {
+		t.Fatalf("queued bucket keys = %d, want 1 (one per bucket)", n)
+	}
+	g.sweep(later.Add(full))
+	if n, q := len(g.rates), g.rateQ.Len(); n != 0 || q != 0 {
+		t.Fatalf("after the last one refilled: %d buckets, %d queued; want none", n, q)
+	}
+}
