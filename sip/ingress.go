@@ -207,9 +207,7 @@ func (p *Proxy) newIngress() (*ingress.Ingress, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, w := range g.Wakes() {
-		p.inflight.watch(w)
-	}
+	p.inflight.onRelease(g.WakeHeld)
 	return g, nil
 }
 

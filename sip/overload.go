@@ -178,40 +178,22 @@ func decided(ctx context.Context) {
 	}
 }
 
-// inflightCount is the number of new calls being decided, with the wake
-// channels of the read path's workers that hold INVITEs back while the
-// bound is taken (ingress.go): a unit given back wakes them.
+// inflightCount is the number of new calls being decided, with the read
+// path's hook that wakes the workers holding INVITEs back while the bound
+// is taken (ingress.go): a unit given back wakes them, and only them.
 type inflightCount struct {
 	atomic.Int64
-	wakes atomic.Pointer[[]chan struct{}]
+	wake atomic.Pointer[func()]
 }
 
-// watch adds a channel woken (one token, never blocking) whenever a unit
-// is given back.
-func (c *inflightCount) watch(w chan struct{}) {
-	for {
-		old := c.wakes.Load()
-		var next []chan struct{}
-		if old != nil {
-			next = append(next, *old...)
-		}
-		next = append(next, w)
-		if c.wakes.CompareAndSwap(old, &next) {
-			return
-		}
-	}
-}
+// onRelease sets the hook called whenever a unit is given back.
+func (c *inflightCount) onRelease(f func()) { c.wake.Store(&f) }
 
 // Release gives one unit back (invites.Bound).
 func (c *inflightCount) Release() {
 	c.Add(-1)
-	if ws := c.wakes.Load(); ws != nil {
-		for _, w := range *ws {
-			select {
-			case w <- struct{}{}:
-			default:
-			}
-		}
+	if f := c.wake.Load(); f != nil {
+		(*f)()
 	}
 }
 

@@ -139,14 +139,18 @@ func New(o Options) (*Ingress, error) {
 	return g, nil
 }
 
-// Wakes returns every worker's wake channel: a send (never blocking) makes
-// a worker holding an INVITE back ask Hold again.
-func (g *Ingress) Wakes() []chan struct{} {
-	out := make([]chan struct{}, len(g.shards))
-	for i, s := range g.shards {
-		out[i] = s.wake
+// WakeHeld makes every worker holding an INVITE back (Hold said wait) ask
+// Hold again; the others are left asleep. Call it after whatever Hold
+// reads changed (a unit of the inflight bound given back): a worker that
+// is about to ask Hold either sees the change or is woken (held is set
+// before Hold is asked, and the caller changed Hold's input before
+// calling WakeHeld). Never blocks.
+func (g *Ingress) WakeHeld() {
+	for _, s := range g.shards {
+		if s.held.Load() {
+			s.signal()
+		}
 	}
-	return out
 }
 
 // Workers is the number of workers.
@@ -353,6 +357,9 @@ type shard struct {
 	// sums counts the slow lane's datagrams by hash of bytes and source.
 	sums map[uint64]int
 	wake chan struct{}
+	// held is set while the slow lane's head INVITE is held back by Hold
+	// (and just before Hold is asked): WakeHeld wakes only such workers.
+	held atomic.Bool
 }
 
 // push queues d; false when it is a copy of a slow datagram still
@@ -443,10 +450,13 @@ func (s *shard) next(now time.Time) (d Datagram, ok bool, wait time.Duration) {
 // sets *wait to how much longer it is held (s.mu held).
 func (s *shard) release(d *Datagram, now time.Time, wait *time.Duration) bool {
 	if s.g.o.Hold == nil || d.Info.Kind != KindInvite {
+		s.held.Store(false)
 		return true
 	}
+	s.held.Store(true)
 	h := s.g.o.Hold(d, now)
 	if h <= 0 {
+		s.held.Store(false)
 		return true
 	}
 	*wait = h

@@ -408,9 +408,7 @@ func TestLaneOrderAndHold(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 	hold.Store(false)
-	for _, w := range g.Wakes() {
-		w <- struct{}{}
-	}
+	g.WakeHeld()
 	if got := <-order; got != "inv" {
 		t.Fatalf("after the wake: %s, want inv", got)
 	}
@@ -568,5 +566,44 @@ func TestCongested(t *testing.T) {
 	}
 	if congested.Load() == 0 {
 		t.Fatalf("the fast lane full for everyone (%d queued): congested never told", g.Queued(LaneFast))
+	}
+}
+
+// WakeHeld wakes only the workers holding a new call back: a unit of the
+// inflight bound given back (once per call) would otherwise wake every
+// worker, on a node with many cores many times per call, for nothing.
+func TestWakeHeldWakesOnlyHolders(t *testing.T) {
+	g, err := New(Options{
+		Workers: 3,
+		Party:   func(netip.Addr) (Party, bool) { return Party{Name: "a"}, true },
+		Handle:  func(d *Datagram) {},
+		Hold:    func(d *Datagram, now time.Time) time.Duration { return time.Hour },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.take(nil, []byte(inviteOf("inv", "")), peerA, time.Now())
+	var d Datagram
+	d.Info.CallID = []byte("inv")
+	holder := g.shardOf(&d)
+	deadline := time.Now().Add(10 * time.Second)
+	for !holder.held.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("the worker given the INVITE never held it")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	g.Close() // the workers are gone: what WakeHeld sends stays queued
+	for _, s := range g.shards {
+		select {
+		case <-s.wake:
+		default:
+		}
+	}
+	g.WakeHeld()
+	for _, s := range g.shards {
+		if got, want := len(s.wake), map[bool]int{true: 1}[s == holder]; got != want {
+			t.Errorf("worker %d (holding: %v): %d wakes queued, want %d", s.id, s == holder, got, want)
+		}
 	}
 }
