@@ -27,6 +27,7 @@ func latencyCmd(fs *flag.FlagSet) func(*env) error {
 	rate := fs.Int("rate", 1000, "CPS offered")
 	seconds := fs.Int("seconds", 5, "seconds per run")
 	systems := fs.String("systems", "direct,cpsguard,kamailio", "systems (direct = caller straight to the sink: the harness floor)")
+	traced := fs.Bool("trace", false, "take cpsguard's execution trace during each measured run (needs the cpsguardprof build) and say what the node ran during each stall (stalls.txt)")
 	return func(e *env) error {
 		fmt.Printf("latency: %d CPS for %d s; INVITE->100 Trying at the caller and INVITE->forwarded INVITE at the sink (kernel receive stamps, one clock)\n", *rate, *seconds)
 		var all []latResult
@@ -35,7 +36,7 @@ func latencyCmd(fs *flag.FlagSet) func(*env) error {
 				if e.ctx.Err() != nil {
 					return e.ctx.Err()
 				}
-				r, err := latencyOnce(e, name, run, *rate, *seconds)
+				r, err := latencyOnce(e, name, run, *rate, *seconds, *traced)
 				if err != nil {
 					return fmt.Errorf("%s run %d: %w", name, run, err)
 				}
@@ -68,7 +69,7 @@ func latencyCmd(fs *flag.FlagSet) func(*env) error {
 	}
 }
 
-func latencyOnce(e *env, name string, run, rate, seconds int) (latResult, error) {
+func latencyOnce(e *env, name string, run, rate, seconds int, traced bool) (latResult, error) {
 	dir := e.dir("latency", fmt.Sprintf("%s-%d", name, run))
 	sk, err := startSink(e.ctx)
 	if err != nil {
@@ -76,6 +77,7 @@ func latencyOnce(e *env, name string, run, rate, seconds int) (latResult, error)
 	}
 	defer sk.stop()
 	target := sk.Addr()
+	var guard *procs.Cpsguard
 	switch name {
 	case "direct":
 	case "cpsguard":
@@ -86,7 +88,7 @@ func latencyOnce(e *env, name string, run, rate, seconds int) (latResult, error)
 			return latResult{}, err
 		}
 		defer sys.stop()
-		target = sys.addr
+		target, guard = sys.addr, sys.guard
 	case "kamailio":
 		sys, err := startKamailio(e, dir, sk.Addr(), 0)
 		if err != nil {
@@ -101,11 +103,22 @@ func latencyOnce(e *env, name string, run, rate, seconds int) (latResult, error)
 	if _, _, err := sipbench.RunCaller(e.ctx, sipbench.CallerOptions{Target: target, Rate: float64(rate), Count: rate / 2, Prefix: fmt.Sprintf("warm-%s-%d", name, run)}); err != nil {
 		return latResult{}, err
 	}
+	var traceDone chan error
+	tracePath := filepath.Join(dir, "trace.out")
+	if traced && guard != nil {
+		traceDone = make(chan error, 1)
+		url := fmt.Sprintf("http://%s/debug/pprof/trace?seconds=%d", guard.HTTP, seconds+1)
+		go func() { traceDone <- fetch(e.ctx, url, tracePath) }()
+	}
 	recs, _, err := sipbench.RunCaller(e.ctx, sipbench.CallerOptions{
 		Target: target, Rate: float64(rate), Count: rate * seconds, Prefix: fmt.Sprintf("lat-%s-%d", name, run),
 	})
 	if err != nil {
 		return latResult{}, err
+	}
+	var traceErr error
+	if traceDone != nil {
+		traceErr = <-traceDone
 	}
 	arr := map[string]time.Time{}
 	for _, a := range sk.Arrivals() {
@@ -127,7 +140,33 @@ func latencyOnce(e *env, name string, run, rate, seconds int) (latResult, error)
 	if err := stats.WriteCSV(filepath.Join(dir, "calls.csv"), []string{"call_id", "sent_unix_ns", "trying_ns", "forwarded_ns"}, rows); err != nil {
 		return r, err
 	}
+	if traceDone != nil {
+		if err := writeStalls(tracePath, traceErr, recs, arr, filepath.Join(dir, "stalls.txt")); err != nil {
+			return r, err
+		}
+	}
 	r.p50T, r.p99T, r.maxT = stats.Pct(r.trying, 50), stats.Pct(r.trying, 99), stats.Max(r.trying)
 	r.p50F, r.p99F, r.maxF = stats.Pct(r.forward, 50), stats.Pct(r.forward, 99), stats.Max(r.forward)
 	return r, nil
+}
+
+// writeStalls writes stallReport of the measured calls to out and prints
+// its summary line.
+func writeStalls(tracePath string, traceErr error, recs []sipbench.CallRecord, arr map[string]time.Time, out string) error {
+	if traceErr != nil {
+		return fmt.Errorf("trace: %w (is -cpsguard the cpsguardprof build?)", traceErr)
+	}
+	nt, err := readNodeTrace(tracePath)
+	if err != nil {
+		return err
+	}
+	var calls []sentCall
+	for _, c := range recs {
+		if at, ok := arr[c.CallID]; ok {
+			calls = append(calls, sentCall{sent: c.Sent, forward: at.Sub(c.Sent)})
+		}
+	}
+	rep := stallReport(nt, calls)
+	fmt.Print("    ", rep[:strings.IndexByte(rep, '\n')+1])
+	return os.WriteFile(out, []byte(rep), 0o644)
 }
