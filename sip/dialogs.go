@@ -516,12 +516,15 @@ func (p *Proxy) answeredOtherTag(k callKey, calleeTag string) bool {
 			continue
 		}
 		lc.mu.Lock()
-		answered, to := lc.answered, lc.dlg.calleeTo
+		var to, tag string
+		if lc.answered && lc.dlg != nil {
+			to, tag = lc.dlg.calleeTo, lc.dlg.calleeTag
+		}
 		lc.mu.Unlock()
-		if !answered || to == nil {
+		if to == "" {
 			continue
 		}
-		if tagOf(to.Params) == calleeTag {
+		if tag == calleeTag {
 			return false
 		}
 		other = true

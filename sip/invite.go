@@ -140,6 +140,10 @@ func (p *Proxy) onInvite(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
 	// the refused table (refused.go).
 	defer func() { done(c.forwarded, c.answered) }()
 	c.run()
+	// The context ends when this handler returns: a live call's list entry
+	// no longer needs its cancel (nor keeps the context for the call's
+	// whole life).
+	defer c.lc.dropCancel()
 	if !c.answered {
 		// Before the places are given back (store I/O): the caller has
 		// its final answer already. Each token went to a carrier in its
@@ -955,7 +959,7 @@ func (h *carrierHooks) relayed() {
 	h.endedEarly = false
 	lc := h.c.lc
 	lc.mu.Lock()
-	d := lc.dlg
+	d := lc.dialog()
 	lc.mu.Unlock()
 	h.c.p.byeLeg(d, true, byeReasonEnded)
 	h.c.p.byeLeg(d, false, byeReasonEnded)

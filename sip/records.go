@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -40,7 +41,8 @@ const maxRecordCallID = 256
 // operator ends it (EndCalls). It is shared by the call's goroutine, the
 // BYE relays and the operations API.
 type liveCall struct {
-	// cancel ends the call's context (an operator's end before the answer).
+	// cancel ends the call's context (an operator's end before the
+	// answer); nil once the call's handler has returned (mu).
 	cancel context.CancelCauseFunc
 
 	mu sync.Mutex
@@ -55,24 +57,28 @@ type liveCall struct {
 	// then, dlg what a BYE of the node's own needs.
 	answered bool
 	rec      records.Record
-	dlg      dialogState
+	dlg      *dialogState
 }
 
 // dialogState is an answered call's dialog as the proxy sends requests in
 // it (the node's own BYEs: an operator's end, a call ended before its
 // answer): both legs, the caller's and the callee's
-// identities, and the highest CSeq each side has used.
+// identities, and the highest CSeq each side has used. A node holds one
+// per answered call for the call's whole life, so the identities are kept
+// as the text of their headers and URIs, parsed again only for the node's
+// own BYE: parsed clones cost an answered call ~1 KB more, and the
+// collector's work with it (BENCHMARKS.md, session 13).
 type dialogState struct {
 	peer, carrier leg
 	callID        string
-	// callerFrom is the caller's From (its tag); calleeTo the 2xx's To
-	// (the callee's tag).
-	callerFrom *sipmsg.FromHeader
-	calleeTo   *sipmsg.ToHeader
+	// callerFrom is the value of the caller's From (with its tag);
+	// calleeTo that of the 2xx's To (the callee's tag), which is
+	// calleeTag.
+	callerFrom, calleeTo, calleeTag string
 	// callerURI is the caller's Contact (else its From URI), calleeURI the
 	// 2xx's Contact (else the forwarded Request-URI): each BYE's
 	// Request-URI.
-	callerURI, calleeURI sipmsg.Uri
+	callerURI, calleeURI string
 	// toCaller and toCallee are the Route sets of a request to each side:
 	// the Record-Route entries of the proxies between the node and it.
 	toCaller, toCallee []string
@@ -201,20 +207,7 @@ func (c *call) keepAnswered(ok *sipmsg.Response, dest leg) {
 		carrier: dest,
 		callID:  callID(c.req),
 	}
-	if f := c.req.From(); f != nil {
-		d.callerFrom, _ = sipmsg.HeaderClone(f).(*sipmsg.FromHeader)
-		d.callerURI = *f.Address.Clone()
-	}
-	if ct := c.req.Contact(); ct != nil && ct.Address.Host != "" {
-		d.callerURI = *ct.Address.Clone()
-	}
-	if to := ok.To(); to != nil {
-		d.calleeTo, _ = sipmsg.HeaderClone(to).(*sipmsg.ToHeader)
-	}
-	d.calleeURI = *c.req.Recipient.Clone()
-	if ct := ok.Contact(); ct != nil && ct.Address.Host != "" {
-		d.calleeURI = *ct.Address.Clone()
-	}
+	d.keepIdentities(c.req, ok)
 	// The received INVITE's Record-Routes are the proxies between the
 	// caller and the node, nearest first: a request to the caller takes
 	// them in that order. The 2xx's entries above the node's own are the
@@ -232,8 +225,38 @@ func (c *call) keepAnswered(ok *sipmsg.Response, dest leg) {
 		d.callerSeq = cs.SeqNo
 	}
 	c.lc.mu.Lock()
-	c.lc.answered, c.lc.rec, c.lc.dlg = true, rec, d
+	c.lc.answered, c.lc.rec, c.lc.dlg = true, rec, &d
 	c.lc.mu.Unlock()
+}
+
+// cancelCall ends the call's context with cause, while its handler runs.
+func (lc *liveCall) cancelCall(cause error) {
+	lc.mu.Lock()
+	cancel := lc.cancel
+	lc.mu.Unlock()
+	if cancel != nil {
+		cancel(cause)
+	}
+}
+
+// dropCancel forgets the call's cancel once its handler has returned (nil
+// lc: the call was never listed).
+func (lc *liveCall) dropCancel() {
+	if lc == nil {
+		return
+	}
+	lc.mu.Lock()
+	lc.cancel = nil
+	lc.mu.Unlock()
+}
+
+// dialog returns a copy of the call's dialog state (the zero state before
+// the answer); lc.mu must be held.
+func (lc *liveCall) dialog() dialogState {
+	if lc.dlg == nil {
+		return dialogState{}
+	}
+	return *lc.dlg
 }
 
 // unanswered undoes keepAnswered: the 2xx never reached the caller.
@@ -292,8 +315,7 @@ func (p *Proxy) sawInDialog(req *sipmsg.Request, hop inDialogHop) {
 			continue
 		}
 		lc.mu.Lock()
-		d := &lc.dlg
-		if lc.answered {
+		if d := lc.dlg; lc.answered && d != nil {
 			if hop.dir == fromCarrier {
 				d.calleeSeq = max(d.calleeSeq, cs.SeqNo)
 			} else {
@@ -317,10 +339,10 @@ func (p *Proxy) EndCalls(ctx context.Context, callID string) int {
 			continue
 		}
 		lc.mu.Lock()
-		answered, d := lc.answered, lc.dlg
+		answered, d := lc.answered, lc.dialog()
 		lc.mu.Unlock()
 		if !answered {
-			lc.cancel(errOperatorEnd)
+			lc.cancelCall(errOperatorEnd)
 			n++
 			continue
 		}
@@ -344,7 +366,11 @@ const (
 // to the callee, to that leg's address, with a Reason header reason, and
 // reads its answer in the background.
 func (p *Proxy) byeLeg(d dialogState, toCaller bool, reason string) {
-	if d.callerFrom == nil || d.calleeTo == nil {
+	callerFrom, calleeTo, callerURI, calleeURI, err := d.parse()
+	if err != nil {
+		if d.callerFrom != "" {
+			p.log.Warn("the node's own BYE not sent: the dialog's identities do not parse again", "call_id", clip(d.callID), "error", err)
+		}
 		return
 	}
 	var (
@@ -357,16 +383,16 @@ func (p *Proxy) byeLeg(d dialogState, toCaller bool, reason string) {
 	)
 	if toCaller {
 		// As the callee: From is the callee's (its tag), To the caller's.
-		ruri, routes, dest = d.callerURI, d.toCaller, d.peer
-		f, t := d.calleeTo.AsFrom(), d.callerFrom.AsTo()
-		from, to = sipmsg.HeaderClone(&f), sipmsg.HeaderClone(&t)
+		ruri, routes, dest = callerURI, d.toCaller, d.peer
+		f, t := calleeTo.AsFrom(), callerFrom.AsTo()
+		from, to = &f, &t
 		seq = d.calleeSeq + 1
 	} else {
-		ruri, routes, dest = d.calleeURI, d.toCallee, d.carrier
-		from, to = sipmsg.HeaderClone(d.callerFrom), sipmsg.HeaderClone(d.calleeTo)
+		ruri, routes, dest = calleeURI, d.toCallee, d.carrier
+		from, to = callerFrom, calleeTo
 		seq = d.callerSeq + 1
 	}
-	bye := sipmsg.NewRequest(sipmsg.BYE, *ruri.Clone())
+	bye := sipmsg.NewRequest(sipmsg.BYE, ruri)
 	tp := dest.Name()
 	addVia(p, bye, tp, dest.Addr.Addr())
 	for _, r := range routes {
@@ -392,4 +418,49 @@ func (p *Proxy) byeLeg(d dialogState, toCaller bool, reason string) {
 		return
 	}
 	go drain(tx)
+}
+
+// keepIdentities keeps, as text, the identities of the dialog that inv's
+// answer ok set up: the caller's From and URI (its Contact, else its
+// From's), the callee's To, tag and URI (the 2xx's Contact, else inv's
+// Request-URI).
+func (d *dialogState) keepIdentities(inv *sipmsg.Request, ok *sipmsg.Response) {
+	if f := inv.From(); f != nil {
+		d.callerFrom = f.Value()
+		d.callerURI = f.Address.String()
+	}
+	if ct := inv.Contact(); ct != nil && ct.Address.Host != "" {
+		d.callerURI = ct.Address.String()
+	}
+	if to := ok.To(); to != nil {
+		d.calleeTo, d.calleeTag = to.Value(), tagOf(to.Params)
+	}
+	d.calleeURI = inv.Recipient.String()
+	if ct := ok.Contact(); ct != nil && ct.Address.Host != "" {
+		d.calleeURI = ct.Address.String()
+	}
+}
+
+// parse parses the dialog's identities again (keepAnswered kept their
+// text): the caller's From, the callee's To, and each side's URI. Each
+// call returns new values, free to change.
+func (d *dialogState) parse() (callerFrom *sipmsg.FromHeader, calleeTo *sipmsg.ToHeader, callerURI, calleeURI sipmsg.Uri, err error) {
+	if d.callerFrom == "" || d.calleeTo == "" {
+		return nil, nil, callerURI, calleeURI, errors.New("no From or To kept")
+	}
+	callerFrom = &sipmsg.FromHeader{Params: sipmsg.NewParams()}
+	if callerFrom.DisplayName, err = sipmsg.ParseAddressValue(d.callerFrom, &callerFrom.Address, &callerFrom.Params); err != nil {
+		return nil, nil, callerURI, calleeURI, fmt.Errorf("From: %w", err)
+	}
+	calleeTo = &sipmsg.ToHeader{Params: sipmsg.NewParams()}
+	if calleeTo.DisplayName, err = sipmsg.ParseAddressValue(d.calleeTo, &calleeTo.Address, &calleeTo.Params); err != nil {
+		return nil, nil, callerURI, calleeURI, fmt.Errorf("To: %w", err)
+	}
+	if err = sipmsg.ParseUri(d.callerURI, &callerURI); err != nil {
+		return nil, nil, callerURI, calleeURI, fmt.Errorf("caller's URI: %w", err)
+	}
+	if err = sipmsg.ParseUri(d.calleeURI, &calleeURI); err != nil {
+		return nil, nil, callerURI, calleeURI, fmt.Errorf("callee's URI: %w", err)
+	}
+	return callerFrom, calleeTo, callerURI, calleeURI, nil
 }
