@@ -15,10 +15,13 @@ const (
 	// MaxEnded is the most ended dialogs a pool's set keeps (the oldest go
 	// first): about 100 bytes of Redis memory each.
 	MaxEnded = 1 << 18
-	// EndedPage is the most ends one Sync returns (more than
-	// lua.MaxEndsPerCall): Redis serves nothing else while the script
-	// reads them.
-	EndedPage = 400
+	// EndedPage is the most ends one Sync returns: Redis serves nothing
+	// else while the script reads them. A reader moves on from a full
+	// page's last score, which all the ends of one call share, so a page
+	// is larger than one call's ends: lua.MaxEndsPerCall, and the 1,000
+	// of the releases before it, which a pool upgraded node by node
+	// still runs.
+	EndedPage = 1024
 )
 
 // RedisEnded is a pool's record of the dialogs that ended: each node

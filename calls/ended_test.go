@@ -95,3 +95,57 @@ func TestRedisEndedShared(t *testing.T) {
 		t.Fatal("more than lua.MaxEndsPerCall ends in one sync accepted")
 	}
 }
+
+// TestRedisEndedReadsAnEarlierReleasesEnds: a node of the release before
+// (which recorded up to 1,000 ends in one call, all at that call's score)
+// shares a pool with this one while the pool is upgraded node by node. A
+// reader moves on from a full page's last score, so a page no larger than
+// such a call's ends never moved on: the same page again on every sync,
+// no later end ever read.
+func TestRedisEndedReadsAnEarlierReleasesEnds(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	if err := lua.Load(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	const key = "t:{ended:dialogs}"
+	now, err := c.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One call of an earlier node: 1,000 ends at one score.
+	score := float64(now.UnixMicro() - 1000)
+	members := make([]redis.Z, 1000)
+	want := map[string]bool{}
+	for i := range members {
+		k := fmt.Sprintf("ee%04d", i)
+		members[i] = redis.Z{Score: score, Member: k}
+		want[k] = true
+	}
+	if err := c.ZAdd(ctx, key, members...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	a := NewRedisEnded(c, key, RedisOptions{Timeout: time.Second})
+	b := NewRedisEnded(c, key, RedisOptions{Timeout: time.Second})
+	// A later end of this release's node.
+	if _, _, _, err := a.Sync(ctx, 0, []string{"ff01"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	want["ff01"] = true
+	cursor := int64(0)
+	for page := 0; page < 10 && len(want) > 0; page++ {
+		got, next, _, err := b.Sync(ctx, cursor, nil, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range got {
+			delete(want, k)
+		}
+		cursor = next
+	}
+	if len(want) > 0 {
+		t.Fatalf("%d ends never read in 10 syncs (cursor stuck at %d)", len(want), cursor)
+	}
+}

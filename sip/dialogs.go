@@ -680,7 +680,7 @@ func (p *Proxy) runDialogs(ctx context.Context) {
 
 // maxSyncPages bounds the store calls of one sync (a node that starts
 // reads the ended dialogs the pool keeps over its first syncs: 64 pages
-// of calls.EndedPage a tick, some 256,000 ends a second).
+// of calls.EndedPage a tick, some 650,000 ends a second).
 const maxSyncPages = 64
 
 // endsPublishBatch bounds the ends one store call publishes (at most

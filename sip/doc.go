@@ -374,7 +374,8 @@
 // runs on its UDP worker; a BYE's max_calls release in a goroutine of its
 // own, as it may wait on the store); a call waiting for a slot costs that goroutine and one timer.
 // With Options.DialogEnds one goroutine exchanges ended dialogs with the
-// store every second; the per-dialog state is one mutex-guarded table.
+// store every dialogSyncEvery (100 ms); the per-dialog state is one
+// mutex-guarded table.
 // The configuration is read once per call through Options.Config, so a
 // reload applies to the next call; the listen addresses are read once by
 // Serve.

@@ -65,8 +65,9 @@ type liveCall struct {
 // answer): both legs, the caller's and the callee's
 // identities, and the highest CSeq each side has used. A node holds one
 // per answered call for the call's whole life, so the identities are kept
-// as the text of their headers and URIs, parsed again only for the node's
-// own BYE: parsed clones cost an answered call ~1 KB more, and the
+// as the text of their headers and URIs (at most maxIdentityText each):
+// the node's own BYE sends the From and To as kept and parses the URIs
+// again. Parsed clones cost an answered call ~1 KB more, and the
 // collector's work with it (BENCHMARKS.md, session 13).
 type dialogState struct {
 	peer, carrier leg
@@ -366,10 +367,10 @@ const (
 // to the callee, to that leg's address, with a Reason header reason, and
 // reads its answer in the background.
 func (p *Proxy) byeLeg(d dialogState, toCaller bool, reason string) {
-	callerFrom, calleeTo, callerURI, calleeURI, err := d.parse()
+	callerURI, calleeURI, err := d.targets()
 	if err != nil {
 		if d.callerFrom != "" {
-			p.log.Warn("the node's own BYE not sent: the dialog's identities do not parse again", "call_id", clip(d.callID), "error", err)
+			p.log.Warn("the node's own BYE not sent: the dialog's URIs do not parse again", "call_id", clip(d.callID), "error", err)
 		}
 		return
 	}
@@ -381,15 +382,17 @@ func (p *Proxy) byeLeg(d dialogState, toCaller bool, reason string) {
 		routes []string
 		dest   leg
 	)
+	// From and To go out as kept, the text sipgo wrote of them: parsed
+	// again, some come back otherwise (a display name ending in a
+	// backslash does not parse; a quoted tag is quoted once more).
 	if toCaller {
 		// As the callee: From is the callee's (its tag), To the caller's.
 		ruri, routes, dest = callerURI, d.toCaller, d.peer
-		f, t := calleeTo.AsFrom(), callerFrom.AsTo()
-		from, to = &f, &t
+		from, to = sipmsg.NewHeader("From", d.calleeTo), sipmsg.NewHeader("To", d.callerFrom)
 		seq = d.calleeSeq + 1
 	} else {
 		ruri, routes, dest = calleeURI, d.toCallee, d.carrier
-		from, to = callerFrom, calleeTo
+		from, to = sipmsg.NewHeader("From", d.callerFrom), sipmsg.NewHeader("To", d.calleeTo)
 		seq = d.callerSeq + 1
 	}
 	bye := sipmsg.NewRequest(sipmsg.BYE, ruri)
@@ -420,47 +423,90 @@ func (p *Proxy) byeLeg(d dialogState, toCaller bool, reason string) {
 	go drain(tx)
 }
 
+// maxIdentityText bounds each identity an answered call keeps as text
+// (keepIdentities). Real From, To and Contact values are a few hundred
+// bytes; sipgo writes some URI parameters (quoted values) out longer than
+// it read them, a few hundred bytes of them into hundreds of KB.
+const maxIdentityText = 1024
+
 // keepIdentities keeps, as text, the identities of the dialog that inv's
 // answer ok set up: the caller's From and URI (its Contact, else its
 // From's), the callee's To, tag and URI (the 2xx's Contact, else inv's
-// Request-URI).
+// Request-URI). Each is kept as sipgo writes it, or, past
+// maxIdentityText, without its URI's parameters (and a From or To with
+// its tag alone, which the far end matches the dialog by): what a call up
+// holds is bounded by what its messages carried.
 func (d *dialogState) keepIdentities(inv *sipmsg.Request, ok *sipmsg.Response) {
 	if f := inv.From(); f != nil {
-		d.callerFrom = f.Value()
-		d.callerURI = f.Address.String()
+		d.callerFrom = addrText(f.Value(), f.Address, f.Params)
+		d.callerURI = uriText(f.Address)
 	}
 	if ct := inv.Contact(); ct != nil && ct.Address.Host != "" {
-		d.callerURI = ct.Address.String()
+		d.callerURI = uriText(ct.Address)
 	}
 	if to := ok.To(); to != nil {
-		d.calleeTo, d.calleeTag = to.Value(), tagOf(to.Params)
+		d.calleeTo, d.calleeTag = addrText(to.Value(), to.Address, to.Params), tagOf(to.Params)
 	}
-	d.calleeURI = inv.Recipient.String()
+	d.calleeURI = uriText(inv.Recipient)
 	if ct := ok.Contact(); ct != nil && ct.Address.Host != "" {
-		d.calleeURI = ct.Address.String()
+		d.calleeURI = uriText(ct.Address)
 	}
 }
 
-// parse parses the dialog's identities again (keepAnswered kept their
-// text): the caller's From, the callee's To, and each side's URI. Each
-// call returns new values, free to change.
-func (d *dialogState) parse() (callerFrom *sipmsg.FromHeader, calleeTo *sipmsg.ToHeader, callerURI, calleeURI sipmsg.Uri, err error) {
+// addrText is a From or To value kept for the node's own BYE: value, or
+// past maxIdentityText the URI without parameters and the tag alone.
+func addrText(value string, u sipmsg.Uri, params sipmsg.HeaderParams) string {
+	if len(value) <= maxIdentityText {
+		return value
+	}
+	h := sipmsg.FromHeader{Address: bareURI(u), Params: sipmsg.NewParams()}
+	if tag, ok := params.Get("tag"); ok {
+		h.Params.Add("tag", tag)
+	}
+	return h.Value()
+}
+
+// uriText is a URI kept for the node's own BYE: as sipgo writes it, or
+// past maxIdentityText without its parameters.
+func uriText(u sipmsg.Uri) string {
+	if s := u.String(); len(s) <= maxIdentityText {
+		return s
+	}
+	b := bareURI(u)
+	return b.String()
+}
+
+// bareURI is u without its parameters and headers.
+func bareURI(u sipmsg.Uri) sipmsg.Uri {
+	u.UriParams, u.Headers = nil, nil
+	return u
+}
+
+// targets parses the dialog's URIs again (keepIdentities kept their
+// text): each side's, a BYE's Request-URI. One that sipgo would not write
+// out as kept (it writes some quoted parameters out longer each time it
+// reads them) goes without its parameters.
+func (d *dialogState) targets() (callerURI, calleeURI sipmsg.Uri, err error) {
 	if d.callerFrom == "" || d.calleeTo == "" {
-		return nil, nil, callerURI, calleeURI, errors.New("no From or To kept")
+		return callerURI, calleeURI, errors.New("no From or To kept")
 	}
-	callerFrom = &sipmsg.FromHeader{Params: sipmsg.NewParams()}
-	if callerFrom.DisplayName, err = sipmsg.ParseAddressValue(d.callerFrom, &callerFrom.Address, &callerFrom.Params); err != nil {
-		return nil, nil, callerURI, calleeURI, fmt.Errorf("From: %w", err)
+	if callerURI, err = targetURI(d.callerURI); err != nil {
+		return callerURI, calleeURI, fmt.Errorf("caller's URI: %w", err)
 	}
-	calleeTo = &sipmsg.ToHeader{Params: sipmsg.NewParams()}
-	if calleeTo.DisplayName, err = sipmsg.ParseAddressValue(d.calleeTo, &calleeTo.Address, &calleeTo.Params); err != nil {
-		return nil, nil, callerURI, calleeURI, fmt.Errorf("To: %w", err)
+	if calleeURI, err = targetURI(d.calleeURI); err != nil {
+		return callerURI, calleeURI, fmt.Errorf("callee's URI: %w", err)
 	}
-	if err = sipmsg.ParseUri(d.callerURI, &callerURI); err != nil {
-		return nil, nil, callerURI, calleeURI, fmt.Errorf("caller's URI: %w", err)
+	return callerURI, calleeURI, nil
+}
+
+// targetURI parses s, a kept URI (at most maxIdentityText).
+func targetURI(s string) (sipmsg.Uri, error) {
+	var u sipmsg.Uri
+	if err := sipmsg.ParseUri(s, &u); err != nil {
+		return u, err
 	}
-	if err = sipmsg.ParseUri(d.calleeURI, &calleeURI); err != nil {
-		return nil, nil, callerURI, calleeURI, fmt.Errorf("callee's URI: %w", err)
+	if u.String() != s {
+		u = bareURI(u)
 	}
-	return callerFrom, calleeTo, callerURI, calleeURI, nil
+	return u, nil
 }
