@@ -231,19 +231,25 @@ func TestContract(t *testing.T) {
 		t.Run("expiry and refresh", func(t *testing.T) {
 			s := b.open()
 			ps := places(t, 2, 2, 2)
-			const short = 400 * time.Millisecond
+			// kept must be refreshed before its ttl ends, and live on
+			// through the checks after lost's expiry: on Redis's clock
+			// each is a step of a few round trips (more on a 3-master
+			// cluster) plus one sleep. With a 400 ms ttl and 250 ms sleeps
+			// a stall of 150 ms expired it; now 400 ms, and the two sleeps
+			// still outlast the ttl.
+			const short, step = time.Second, 600 * time.Millisecond
 			for _, m := range []string{"kept", "lost"} {
 				if d, err := s.Occupy(ctx, m, short, ps); err != nil || !d.Admit {
 					t.Fatalf("occupy %s: %+v %v", m, d, err)
 				}
 			}
-			b.advance(250 * time.Millisecond)
+			b.advance(step)
 			for _, k := range keysOf(ps) {
 				if n, err := s.Refresh(ctx, k, short, []string{"kept"}); err != nil || n != 0 {
 					t.Fatalf("refresh %s: got %d added back, %v; want 0 (kept is there)", k, n, err)
 				}
 			}
-			b.advance(250 * time.Millisecond) // lost expired, kept lives
+			b.advance(step) // lost expired, kept lives
 			if got, want := fmt.Sprint(counts(t, s, ps)), "[1 1 1]"; got != want {
 				t.Fatalf("counts after lost's expiry: got %s, want %s", got, want)
 			}

@@ -110,10 +110,14 @@ func TestPoolLimitOverride(t *testing.T) {
 
 	// TTL: the override ends by itself on every node.
 	time.Sleep(1200 * time.Millisecond)
+	// Before the PUT: the override is written after this, so it may not
+	// end before set + 2 s. Taken after the PUT returned, the time the
+	// answer took on its way back (a loaded machine) was counted against
+	// the TTL, and an override that ended exactly on time failed.
+	set := time.Now()
 	if _, err := httpapi.SetLimit(ctx, a.http, token, "peer", "dialer", httpapi.LimitRequest{CPS: 1, TTL: "2s"}); err != nil {
 		t.Fatal(err)
 	}
-	set := time.Now()
 	waitLimit(t, b, "dialer", 1, time.Second)
 	if ok, refused := burst(t, peer, b, "ttl", 3); ok != 1 || refused != 2 {
 		t.Errorf("under the 2 s override node B admitted %d and refused %d of 3, want 1 and 2", ok, refused)

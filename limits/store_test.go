@@ -51,11 +51,15 @@ func TestStoreContract(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			s := b.store
-			prev, err := s.Set(ctx, limits.Override{Scope: "peer", Name: "dialer-1", CPS: 20, SetBy: "127.0.0.1:1"}, 300*time.Millisecond)
+			// The peer's override must outlive the next three round trips
+			// on Redis's clock (a 300 ms ttl was all the room a stall of
+			// the test or of Redis had), and be gone once passed.
+			const peerTTL = time.Second
+			prev, err := s.Set(ctx, limits.Override{Scope: "peer", Name: "dialer-1", CPS: 20, SetBy: "127.0.0.1:1"}, peerTTL)
 			if err != nil || prev != nil {
 				t.Fatalf("first Set = %v, %v; want nil, nil", prev, err)
 			}
-			prev, err = s.Set(ctx, limits.Override{Scope: "peer", Name: "dialer-1", CPS: 15, Burst: intp(30)}, 300*time.Millisecond)
+			prev, err = s.Set(ctx, limits.Override{Scope: "peer", Name: "dialer-1", CPS: 15, Burst: intp(30)}, peerTTL)
 			if err != nil || prev == nil || prev.CPS != 20 || prev.SetBy != "127.0.0.1:1" {
 				t.Fatalf("second Set returned previous %+v, %v; want the cps 20 one", prev, err)
 			}
@@ -74,7 +78,7 @@ func TestStoreContract(t *testing.T) {
 				t.Errorf("carrier/c1 has %v left, want about 1h", left)
 			}
 
-			b.pass(400 * time.Millisecond)
+			b.pass(peerTTL + 100*time.Millisecond)
 			list, err = s.List(ctx)
 			if err != nil || len(list) != 1 || list[0].Field() != "carrier/c1" {
 				t.Fatalf("List after the peer's ttl = %+v, %v; want only carrier/c1", list, err)
@@ -138,10 +142,15 @@ func TestOverridesKeepLastOnStoreFailure(t *testing.T) {
 	var told [][]limits.Override
 	x := limits.New(store, limits.Options{OnChange: func(os []limits.Override) { mu.Lock(); told = append(told, os); mu.Unlock() }})
 	ctx := context.Background()
+	// The override must outlive two refreshes, killing Redis and a failed
+	// Set (a 700 ms ttl was all the room for a loaded machine), and the
+	// test then waits until just past it.
+	const ttl = 2 * time.Second
 	// Set on "another node": this view sees it on refresh.
-	if _, err := store.Set(ctx, limits.Override{Scope: "peer", Name: "d", CPS: 3}, 700*time.Millisecond); err != nil {
+	if _, err := store.Set(ctx, limits.Override{Scope: "peer", Name: "d", CPS: 3}, ttl); err != nil {
 		t.Fatal(err)
 	}
+	set := time.Now() // after the Set: its expiry is before set + ttl
 	if _, ok := x.Lookup("peer", "d"); ok {
 		t.Fatal("Lookup before any refresh found the override")
 	}
@@ -161,7 +170,7 @@ func TestOverridesKeepLastOnStoreFailure(t *testing.T) {
 	if _, err := x.Set(ctx, limits.Override{Scope: "peer", Name: "d", CPS: 1}, time.Hour); err == nil {
 		t.Error("Set with Redis down succeeded")
 	}
-	time.Sleep(800 * time.Millisecond)
+	time.Sleep(time.Until(set.Add(ttl + 100*time.Millisecond)))
 	if _, ok := x.Lookup("peer", "d"); ok {
 		t.Error("Lookup after the TTL still finds the override (Redis down)")
 	}

@@ -17,8 +17,11 @@ func TestHeartbeatCountsLiveNodes(t *testing.T) {
 	defer c.Close()
 	ctx := context.Background()
 	key := Key("hbtest", "nodes", "all")
+	// b's beat must still be live at c's, two round trips later: with a
+	// 300 ms ttl a stall of the test or of Redis in between expired it.
+	const ttl = time.Second
 	for i, node := range []string{"a", "b", "a", "c"} {
-		r, err := Heartbeat(ctx, c, key, Beat{Node: node, TTL: 300 * time.Millisecond})
+		r, err := Heartbeat(ctx, c, key, Beat{Node: node, TTL: ttl})
 		if err != nil {
 			t.Fatalf("beat %d: %v", i, err)
 		}
@@ -27,8 +30,8 @@ func TestHeartbeatCountsLiveNodes(t *testing.T) {
 			t.Fatalf("beat %d (%s): got %d live, others %v; want %d, none", i, node, r.Live, r.Others, want)
 		}
 	}
-	time.Sleep(400 * time.Millisecond) // every beat is now older than the ttl
-	r, err := Heartbeat(ctx, c, key, Beat{Node: "b", TTL: 300 * time.Millisecond})
+	time.Sleep(ttl + 100*time.Millisecond) // every beat is now older than the ttl
+	r, err := Heartbeat(ctx, c, key, Beat{Node: "b", TTL: ttl})
 	if err != nil || r.Live != 1 {
 		t.Fatalf("after ttl: got %+v, %v; want 1 live", r, err)
 	}

@@ -54,12 +54,15 @@ func TestPacer(t *testing.T) {
 			// Wait returns early on cancel and releases the slot. A 1 CPS
 			// carrier makes the wait long enough that no stall hides it.
 			slow := Carrier{Key: lua.Key("test", "carrier", t.Name()+"/slow"), CPS: 1, MaxWait: 5 * time.Second}
-			if s, err := p.Reserve(ctx, slow, "slow-0"); err != nil || !s.OK {
-				t.Fatalf("Reserve slow-0 = %+v, %v", s, err)
+			s0, err := p.Reserve(ctx, slow, "slow-0")
+			if err != nil || !s0.OK {
+				t.Fatalf("Reserve slow-0 = %+v, %v", s0, err)
 			}
+			// One interval after slow-0 on the store's clock, exactly (its
+			// wait alone shrinks by the time between the two calls).
 			third, err := p.Reserve(ctx, slow, "slow-1")
-			if err != nil || !third.OK || third.Wait < 500*time.Millisecond {
-				t.Fatalf("Reserve slow-1 = %+v, %v; want OK with a wait near 1.01s", third, err)
+			if err != nil || !third.OK || third.At.Add(third.Wait).Sub(s0.At.Add(s0.Wait)) != Interval(slow.CPS) || third.Wait <= 0 {
+				t.Fatalf("Reserve slow-1 = %+v, %v; want OK, one interval (%v) after slow-0", third, err, Interval(slow.CPS))
 			}
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Millisecond)
 			defer cancel()

@@ -16,11 +16,12 @@ func TestAcquirePriorityGoesFirst(t *testing.T) {
 		clock := newTestClock()
 		p := NewPacerClock(b.store, clock)
 		ctx := context.Background()
-		// 6 slots of 101 ms: the sixth is due at +505 ms, the next at +606
-		// ms. A max_wait of 550 ms, not 600, so the seventh is refused
-		// whenever less than 56 ms (not 6) passes on Redis's clock between
-		// the first reservation and it: a loaded machine does not fill it.
-		c := Carrier{Key: key, CPS: 10, MaxWait: 550 * time.Millisecond}
+		// 6 slots of 1.01 s: the sixth is due at +5.05 s, the next at
+		// +6.06 s. A max_wait of 5.5 s, not 6, so the seventh is refused
+		// whenever less than 560 ms passes on Redis's clock between the
+		// first reservation and it. (At 10 CPS the margin was 56 ms, for
+		// seven round trips under -race on a loaded machine.)
+		c := Carrier{Key: key, CPS: 1, MaxWait: 5500 * time.Millisecond}
 		iv := Interval(c.CPS)
 		for i := range 6 {
 			if s := reserve(t, b.store, key, fmt.Sprintf("call-%d", i), iv, c.MaxWait); !s.OK {

@@ -45,8 +45,12 @@ func TestDuplicateNodeIDIsDetected(t *testing.T) {
 	}
 	start := func(instance string) *node {
 		n := &node{log: &syncBuffer{}, dups: make(chan bool, 8)}
+		// A beat counts for three intervals: at 50 ms a 150 ms stall of
+		// one process's beats (its goroutine under -race on a loaded
+		// machine, or Redis) let the other clear the duplicate in the
+		// middle of the test. 200 ms gives 600 ms, for 0.6 s more run.
 		s, err := Open(context.Background(), cfg, OpenOptions{
-			HeartbeatInterval: 50 * time.Millisecond,
+			HeartbeatInterval: 200 * time.Millisecond,
 			Instance:          instance,
 			OnDuplicateNodeID: func(d bool) { n.dups <- d },
 			Logger:            slog.New(slog.NewJSONHandler(n.log, nil)),
@@ -78,7 +82,7 @@ func TestDuplicateNodeIDIsDetected(t *testing.T) {
 	}
 
 	a := start("aaaaaaaaaaaaaaaa")
-	time.Sleep(150 * time.Millisecond) // a beats alone: no duplicate
+	time.Sleep(300 * time.Millisecond) // a beats alone: no duplicate
 	if a.s.DuplicateNodeID() || a.s.LiveNodes() != 1 {
 		t.Fatalf("one process: duplicate %v, live %d; want false, 1", a.s.DuplicateNodeID(), a.s.LiveNodes())
 	}
