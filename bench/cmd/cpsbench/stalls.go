@@ -222,12 +222,12 @@ func stallReport(nt *nodeTrace, calls []sentCall) string {
 	for _, s := range stalls {
 		first, last := s[0].sent, s[len(s)-1].sent
 		var worst time.Duration
+		gc := ""
 		for _, c := range s {
 			worst = max(worst, c.forward)
-		}
-		gc := ""
-		if nt.inMark(first) || nt.inMark(last) {
-			gc = " [GC mark]"
+			if nt.inMark(c.sent) {
+				gc = " [GC mark]"
+			}
 		}
 		fmt.Fprintf(&b, "stall at +%v: %d calls over %v, worst %v%s; node CPU:%s\n",
 			first.Sub(t0).Round(time.Millisecond), len(s), last.Sub(first).Round(time.Millisecond),
