@@ -59,13 +59,7 @@ func inflightLimit(cfg *config.Config) int64 {
 
 // tryInflight takes one unit of the bound, or reports false when the node
 // already decides limit calls.
-func (p *Proxy) tryInflight(limit int64) bool {
-	if p.inflight.Add(1) > limit {
-		p.inflight.Add(-1)
-		return false
-	}
-	return true
-}
+func (p *Proxy) tryInflight(limit int64) bool { return p.inflight.tryTake(limit) }
 
 // Inflight returns the number of new calls being decided now (tests,
 // status).
@@ -184,6 +178,22 @@ func decided(ctx context.Context) {
 type inflightCount struct {
 	atomic.Int64
 	wake atomic.Pointer[func()]
+}
+
+// tryTake takes a unit when fewer than limit are taken. The count never
+// goes over limit, not even for an instant: a worker holding an INVITE
+// back reads it (holdInvite), and an overshoot given back without a wake
+// would keep it holding until inflight_wait.
+func (c *inflightCount) tryTake(limit int64) bool {
+	for {
+		n := c.Load()
+		if n >= limit {
+			return false
+		}
+		if c.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
 }
 
 // onRelease sets the hook called whenever a unit is given back.

@@ -3,8 +3,10 @@ package sip
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -214,5 +216,65 @@ func TestE2EOnePeersShedsDoNotKeepADeadCarrierUp(t *testing.T) {
 	}
 	if sheds < 2 {
 		t.Fatalf("%v calls shed: the test did not shed", sheds)
+	}
+}
+
+// The count of new calls being decided never goes over the bound, not even
+// for an instant: a worker holding an INVITE back reads it (holdInvite), and
+// a take that failed after overshooting, then gave its unit back without a
+// wake, could leave that worker holding until inflight_wait (h30).
+func TestInflightTakeNeverOvershoots(t *testing.T) {
+	var c inflightCount
+	const limit = 4
+	var over atomic.Int64
+	stop := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if c.Load() > limit {
+				over.Add(1)
+			}
+		}
+	}()
+	// Half the time the bound is full (every take must fail), half the
+	// time units come and go.
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 50000 {
+				if c.tryTake(limit) {
+					c.Release()
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for range 200 {
+			var held int
+			for c.tryTake(limit) {
+				held++
+			}
+			for range 1000 {
+				runtime.Gosched()
+			}
+			for range held {
+				c.Release()
+			}
+		}
+	})
+	wg.Wait()
+	close(stop)
+	<-watched
+	if n := over.Load(); n > 0 {
+		t.Fatalf("the count was seen over the bound of %d %d times", limit, n)
+	}
+	if n := c.Load(); n != 0 {
+		t.Fatalf("count after every unit came back = %d, want 0", n)
 	}
 }
