@@ -29,7 +29,9 @@
 //     the others after every FastRun of those while they have one ready;
 //     the shed and slow lanes alternately (new INVITEs, CANCELs, OPTIONS,
 //     anything unrecognised; a slow head INVITE waits while Options.Hold
-//     says so: the node's inflight bound); strangers' datagrams last. It
+//     says so: the node's inflight bound, and WakeHeld wakes only the
+//     workers so held when it may have changed); strangers' datagrams
+//     last. It
 //     Scans each datagram's header section against the Bounds (parameters
 //     per header element and per message, header fields, the elements of
 //     a list sipgo splits at commas counted) before the
