@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -352,5 +353,46 @@ func TestWithTimeoutBoundsRoundTripAndWholeCall(t *testing.T) {
 	}
 	if _, ok := roundTrip(context.Background()); ok {
 		t.Errorf("round trip bound without WithTimeout")
+	}
+}
+
+// The round trip bound is the socket's: a lone caller on a paused Redis
+// fails when its round trip bound from the send has passed, with the
+// socket's timeout, not at the whole call's bound (twice it) with its
+// context's error; sendCtx adds a deadline and no timer of its own.
+func TestRoundTripBoundIsTheSockets(t *testing.T) {
+	srv := redistest.Start(t)
+	c := newPipeClient(t, srv.Addr())
+	p := NewPipeliner(c, PipelineOptions{})
+	defer p.Close()
+	bg := context.Background()
+	if err := Load(bg, p); err != nil {
+		t.Fatal(err)
+	}
+	// A second of round trip, two of whole call: the check after the
+	// failure has a second to spare.
+	ctx, cancel := WithTimeout(bg, time.Second)
+	defer cancel()
+	sctx, scancel := sendCtx(ctx)
+	defer scancel()
+	dl, ok := sctx.Deadline()
+	whole, _ := ctx.Deadline()
+	if !ok || !dl.Before(whole) {
+		t.Fatalf("send deadline %v (%v), want one before the whole call's %v", dl, ok, whole)
+	}
+	if sctx.Done() != ctx.Done() {
+		t.Error("the send context has a Done of its own (a timer per call)")
+	}
+
+	b := AdmitBucket{Key: Key("pipetest", "peer", "rt"), Limit: 1000, WindowUS: 60_000_000}
+	srv.Pause()
+	defer srv.Resume()
+	_, err := Admit(ctx, p, "lone", []AdmitBucket{b})
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("lone call on a paused Redis: %v, want the socket's timeout", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("the whole call's bound had passed when the call failed (%v): the round trip was not bounded", ctx.Err())
 	}
 }
