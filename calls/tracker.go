@@ -24,10 +24,21 @@ const (
 	// last round are sent: a call shorter than that (put and removed in
 	// one round) costs the registry nothing.
 	registryEvery = 200 * time.Millisecond
-	// maxPending bounds the registry writes queued between two rounds;
-	// past it new entries wait for the next refresh.
-	maxPending = 100000
+	// refreshChunk bounds the calls a refresh round walks under one hold
+	// of the Tracker's lock: every call's setup and end takes that lock,
+	// and a walk of 200,000 calls up held it 30 ms (and the listing of
+	// them 200-300 ms more) every TTL/3.
+	refreshChunk = 1024
 )
+
+// refreshChunkDone, when set (tests), is called after each chunk of a
+// refresh round, with the Tracker's lock let go.
+var refreshChunkDone func()
+
+// maxPending bounds the registry writes queued between two flushes; past
+// it new entries wait for the next refresh, which flushes as it goes
+// (a variable: tests lower it).
+var maxPending = 100000
 
 // Reasons a Tracker ends a call (Ended.Reason).
 const (
@@ -85,9 +96,13 @@ type TrackerOptions struct {
 
 // live is one call this node set up that holds places.
 type live struct {
-	keys   []string
-	start  time.Time
-	dialog string // "" until the call is forwarded (Bind)
+	// round is the last refresh round that looked at the call (a member
+	// queued twice in order is looked at once a round); kept, the last
+	// compaction of order that kept it.
+	round, kept uint64
+	keys        []string
+	start       time.Time
+	dialog      string // "" until the call is forwarded (Bind)
 	// callee is the callee's tag of the answer (Answer): a BYE ends the
 	// call only when it names this tag, so a BYE with a made-up tag (which
 	// the carrier refuses, 481, the call going on) frees nothing.
@@ -115,6 +130,12 @@ type Tracker struct {
 	mu      sync.Mutex
 	calls   map[string]*live    // member -> call
 	dialogs map[string][]string // dialog id -> members, oldest first
+	// order holds the members of calls in the order they were first
+	// tracked, for the refresh rounds, which walk it a chunk at a time;
+	// forgotten members stay until Refresh compacts it.
+	order       []string
+	round       uint64 // the refresh rounds begun
+	compactions uint64 // the compactions of order
 
 	kick chan struct{} // Kick asks Run for a refresh round now
 
@@ -164,6 +185,7 @@ func (t *Tracker) Track(member string, info Live, data any) {
 	if c == nil {
 		c = &live{start: t.o.Now()}
 		t.calls[member] = c
+		t.order = append(t.order, member)
 	}
 	if info.ID != "" {
 		c.info = info
@@ -279,6 +301,7 @@ func (t *Tracker) Occupy(ctx context.Context, member string, places []Place) (De
 	if c == nil {
 		c = &live{start: t.o.Now()}
 		t.calls[member] = c
+		t.order = append(t.order, member)
 	}
 	for _, p := range places {
 		if !slices.Contains(c.keys, p.Key) {
@@ -487,26 +510,69 @@ func (t *Tracker) Kick() {
 // back (Store.Refresh): the call lives, so the limit must count it. A
 // call that ended while its place was being refreshed is freed again
 // there, so a refresh racing a call's end never leaves its place behind.
+//
+// The round walks the calls refreshChunk at a time, letting go of the
+// Tracker's lock between chunks, so calls set up and ended meanwhile wait
+// for one chunk at most; a call tracked during the round may be looked
+// at in it or in the next. The listings it queues for the Registry are
+// flushed as the queue fills, so every call is listed again each round
+// however many there are. Run is its only caller: two rounds at once
+// would be safe but could each miss a few calls.
 func (t *Tracker) Refresh(ctx context.Context) {
 	now := t.o.Now()
 	byKey := make(map[string][]string)
 	var expired []string
 	t.mu.Lock()
-	for m, c := range t.calls {
-		if now.Sub(c.start) >= t.o.MaxDuration {
-			expired = append(expired, m)
-			continue
+	t.round++
+	round := t.round
+	t.compactOrder()
+	t.mu.Unlock()
+	for i := 0; ; {
+		flushed, progressed := false, 0
+		if t.o.Registry != nil && t.pendingLen() >= maxPending/2 {
+			t.flushRegistry(ctx)
+			flushed = true
 		}
-		for _, k := range c.keys {
-			byKey[k] = append(byKey[k], m)
+		t.mu.Lock()
+		if i >= len(t.order) {
+			t.mu.Unlock()
+			break
+		}
+		for end := min(i+refreshChunk, len(t.order)); i < end; i++ {
+			c := t.calls[t.order[i]]
+			if c == nil || c.round == round {
+				continue
+			}
+			// A full queue ends the chunk here: flushed, the round goes
+			// on from this call. Only when the queue was just flushed and
+			// is full again before this round queued anything (calls set
+			// up meanwhile filled it) does this listing wait for the next
+			// round, so the round always moves on.
+			if !t.regRelist(c) {
+				if !flushed || progressed > 0 {
+					break
+				}
+			} else {
+				progressed++
+			}
+			c.round = round
+			if now.Sub(c.start) >= t.o.MaxDuration {
+				expired = append(expired, t.order[i])
+				continue
+			}
+			for _, k := range c.keys {
+				byKey[k] = append(byKey[k], t.order[i])
+			}
+		}
+		t.mu.Unlock()
+		if refreshChunkDone != nil {
+			refreshChunkDone()
 		}
 	}
-	t.mu.Unlock()
 	for _, m := range expired {
 		t.o.Logger.Debug("call reached max_call_duration; places freed", "member", m)
 		t.EndAs(ctx, m, ReasonMaxDuration, "")
 	}
-	t.regRefresh()
 	for k, ms := range byKey {
 		for len(ms) > 0 {
 			n := min(len(ms), refreshBatch)
@@ -571,26 +637,50 @@ func (t *Tracker) regDel(id string) {
 	t.pending[id] = nil
 }
 
-// regRefresh queues the listings of every live call, unless a newer
-// write of theirs is queued already.
-func (t *Tracker) regRefresh() {
-	if t.o.Registry == nil {
-		return
+// regRelist queues c's listing, unless a newer write of it is queued
+// already; false when the queue is full (t.mu held).
+func (t *Tracker) regRelist(c *live) bool {
+	if t.o.Registry == nil || c.info.ID == "" {
+		return true
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	t.regMu.Lock()
 	defer t.regMu.Unlock()
-	for _, c := range t.calls {
-		if c.info.ID == "" {
-			continue
-		}
-		if _, queued := t.pending[c.info.ID]; queued || len(t.pending) >= maxPending {
-			continue
-		}
-		l := c.info
-		t.pending[l.ID] = &l
+	if _, queued := t.pending[c.info.ID]; queued {
+		return true
 	}
+	if len(t.pending) >= maxPending {
+		return false
+	}
+	l := c.info
+	t.pending[l.ID] = &l
+	return true
+}
+
+// pendingLen is the number of registry writes queued.
+func (t *Tracker) pendingLen() int {
+	t.regMu.Lock()
+	defer t.regMu.Unlock()
+	return len(t.pending)
+}
+
+// compactOrder drops the forgotten members from t.order once they are
+// more than the live ones (t.mu held): a copy of the live members' names,
+// a few ms at 200,000 calls up, once in several rounds at most.
+func (t *Tracker) compactOrder() {
+	if len(t.order) <= 2*len(t.calls)+refreshChunk {
+		return
+	}
+	t.compactions++
+	keep := make([]string, 0, len(t.calls)+refreshChunk)
+	for _, m := range t.order {
+		// kept marks the members kept, so one queued twice (tracked again
+		// after it was forgotten) is kept once.
+		if c := t.calls[m]; c != nil && c.kept != t.compactions {
+			c.kept = t.compactions
+			keep = append(keep, m)
+		}
+	}
+	t.order = keep
 }
 
 // runRegistry sends the queued Registry writes every registryEvery until

@@ -3,6 +3,7 @@ package calls
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 )
@@ -275,5 +276,73 @@ func TestTrackerListsAndEndsCalls(t *testing.T) {
 	}
 	if tr.EndAs(ctx, "m7", "operator", "node") {
 		t.Fatal("EndAs of an unknown call reported true")
+	}
+}
+
+// countingRegistry is a LocalRegistry that counts the listings put.
+type countingRegistry struct {
+	*LocalRegistry
+	mu   sync.Mutex
+	puts map[string]int
+}
+
+func (r *countingRegistry) Put(ctx context.Context, ttl time.Duration, calls []Live) error {
+	r.mu.Lock()
+	for _, l := range calls {
+		r.puts[l.ID]++
+	}
+	r.mu.Unlock()
+	return r.LocalRegistry.Put(ctx, ttl, calls)
+}
+
+// A refresh round walks the calls a chunk at a time, letting go of the
+// Tracker's lock between chunks (every call's setup and end takes it),
+// and lists every call again however many there are: the queue of
+// registry writes is flushed as it fills, where a round used to queue
+// what fit (maxPending) and leave the rest unlisted until a later round.
+func TestRefreshInChunksListsEveryCall(t *testing.T) {
+	ctx := context.Background()
+	oldMax := maxPending
+	maxPending = 100
+	t.Cleanup(func() { maxPending = oldMax })
+	reg := &countingRegistry{LocalRegistry: NewLocalRegistry(nil), puts: map[string]int{}}
+	tr := NewTracker(NewLocalStore(nil), TrackerOptions{TTL: time.Minute, MaxDuration: time.Hour, Registry: reg})
+	n := 3*refreshChunk + 5
+	for i := range n {
+		tr.Track(fmt.Sprint("m", i), Live{ID: fmt.Sprint("id", i), CallID: fmt.Sprint("c", i), Node: "n1"}, nil)
+	}
+	tr.flushRegistry(ctx)
+	// Some calls end and one is tracked again: neither is listed twice in
+	// a round, and the ended ones not at all.
+	for i := range 10 {
+		tr.End(ctx, fmt.Sprint("m", i))
+	}
+	tr.Track("m0", Live{ID: "id0", CallID: "c0", Node: "n1"}, nil)
+	tr.flushRegistry(ctx)
+	clear(reg.puts)
+
+	chunks := 0
+	refreshChunkDone = func() {
+		chunks++
+		if !tr.mu.TryLock() {
+			t.Error("the Tracker's lock is held between chunks")
+			return
+		}
+		tr.mu.Unlock()
+	}
+	t.Cleanup(func() { refreshChunkDone = nil })
+	tr.Refresh(ctx)
+	tr.flushRegistry(ctx)
+	if chunks < 3 {
+		t.Errorf("a round of %d calls in %d chunks, want at least 3 (chunks of %d)", n, chunks, refreshChunk)
+	}
+	for i := range n {
+		id, want := fmt.Sprint("id", i), 1
+		if i >= 1 && i < 10 {
+			want = 0 // ended
+		}
+		if got := reg.puts[id]; got != want {
+			t.Fatalf("%s listed %d times in a round, want %d (%d listings in all)", id, got, want, len(reg.puts))
+		}
 	}
 }
