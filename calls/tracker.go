@@ -543,6 +543,14 @@ func (t *Tracker) Refresh(ctx context.Context) {
 			if c == nil || c.round == round {
 				continue
 			}
+			// A call past MaxDuration is ended after the walk, not listed
+			// again first: its removal may find the queue full and be
+			// dropped, and a listing just put would then stay a whole TTL.
+			if now.Sub(c.start) >= t.o.MaxDuration {
+				c.round = round
+				expired = append(expired, t.order[i])
+				continue
+			}
 			// A full queue ends the chunk here: flushed, the round goes
 			// on from this call. Only when the queue was just flushed and
 			// is full again before this round queued anything (calls set
@@ -556,10 +564,6 @@ func (t *Tracker) Refresh(ctx context.Context) {
 				progressed++
 			}
 			c.round = round
-			if now.Sub(c.start) >= t.o.MaxDuration {
-				expired = append(expired, t.order[i])
-				continue
-			}
 			for _, k := range c.keys {
 				byKey[k] = append(byKey[k], t.order[i])
 			}
