@@ -514,9 +514,10 @@ func (t *Tracker) Kick() {
 // The round walks the calls refreshChunk at a time, letting go of the
 // Tracker's lock between chunks, so calls set up and ended meanwhile wait
 // for one chunk at most; a call tracked during the round may be looked
-// at in it or in the next. The listings it queues for the Registry are
-// flushed as the queue fills, so every call is listed again each round
-// however many there are. Run is its only caller: two rounds at once
+// at in it (through an older entry of its member) or in the next (it has
+// just taken its places and queued its listing). The listings it queues
+// for the Registry are flushed as the queue fills, so every call is
+// listed again each round however many there are. Run is its only caller: two rounds at once
 // would be safe but could each miss a few calls.
 func (t *Tracker) Refresh(ctx context.Context) {
 	now := t.o.Now()
@@ -526,6 +527,12 @@ func (t *Tracker) Refresh(ctx context.Context) {
 	t.round++
 	round := t.round
 	t.compactOrder()
+	// The round walks the calls tracked before it began: one set up
+	// meanwhile has just taken its places and queued its listing. Were the
+	// end the live length of order, a call set up between every two chunks
+	// would keep the round from ending, and its places from being
+	// refreshed (they are, after the walk).
+	last := len(t.order)
 	t.mu.Unlock()
 	for i := 0; ; {
 		flushed, progressed := false, 0
@@ -534,13 +541,21 @@ func (t *Tracker) Refresh(ctx context.Context) {
 			flushed = true
 		}
 		t.mu.Lock()
-		if i >= len(t.order) {
+		if i >= last {
 			t.mu.Unlock()
 			break
 		}
-		for end := min(i+refreshChunk, len(t.order)); i < end; i++ {
+		for end := min(i+refreshChunk, last); i < end; i++ {
 			c := t.calls[t.order[i]]
 			if c == nil || c.round == round {
+				continue
+			}
+			// A call past MaxDuration is ended after the walk, not listed
+			// again first: its removal may find the queue full and be
+			// dropped, and a listing just put would then stay a whole TTL.
+			if now.Sub(c.start) >= t.o.MaxDuration {
+				c.round = round
+				expired = append(expired, t.order[i])
 				continue
 			}
 			// A full queue ends the chunk here: flushed, the round goes
@@ -556,10 +571,6 @@ func (t *Tracker) Refresh(ctx context.Context) {
 				progressed++
 			}
 			c.round = round
-			if now.Sub(c.start) >= t.o.MaxDuration {
-				expired = append(expired, t.order[i])
-				continue
-			}
 			for _, k := range c.keys {
 				byKey[k] = append(byKey[k], t.order[i])
 			}

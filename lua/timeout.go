@@ -38,34 +38,17 @@ func roundTrip(ctx context.Context) (time.Duration, bool) {
 }
 
 // sendCtx bounds a command sent now by its caller's round trip bound (and
-// the caller's own deadline). The bound is a deadline only, with no timer
-// of its own (sendDeadline): go-redis turns a context's deadline into the
-// socket's (ContextTimeoutEnabled), which is all that bounds the write and
-// the read; a timer and a cancel per call (~400 B and two timer-heap
-// operations) bought nothing more.
+// the caller's own deadline). The bound needs a Done of its own, not only
+// a deadline: go-redis turns the deadline into the socket's
+// (ContextTimeoutEnabled), but it waits for a new connection (a dial, in
+// the background) on the context's Done alone, so with the parent's Done
+// a lone call, or a flusher sending one, would wait for a connect that
+// hangs until the whole call's bound (twice the round trip's).
 func sendCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	d, ok := roundTrip(ctx)
-	if !ok {
-		return ctx, noCancel
+	if d, ok := roundTrip(ctx); ok {
+		return context.WithTimeout(ctx, d)
 	}
-	dl := time.Now().Add(d)
-	if pd, ok := ctx.Deadline(); ok && !pd.After(dl) {
-		return ctx, noCancel
-	}
-	return sendDeadline{Context: ctx, dl: dl}, noCancel
+	return ctx, noCancel
 }
-
-// sendDeadline is its parent with an earlier deadline and nothing else:
-// Done and Err stay the parent's, so a wait for a pooled connection
-// (before the send) is bounded by the parent's deadline (WithTimeout's
-// twice the timeout) and go-redis's PoolTimeout, while the write and the
-// read are bounded by dl through the socket.
-type sendDeadline struct {
-	context.Context
-	dl time.Time
-}
-
-// Deadline implements context.Context.
-func (c sendDeadline) Deadline() (time.Time, bool) { return c.dl, true }
 
 func noCancel() {}
