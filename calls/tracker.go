@@ -517,8 +517,9 @@ func (t *Tracker) Kick() {
 // at in it (through an older entry of its member) or in the next (it has
 // just taken its places and queued its listing). The listings it queues
 // for the Registry are flushed as the queue fills, so every call is
-// listed again each round however many there are. Run is its only caller: two rounds at once
-// would be safe but could each miss a few calls.
+// listed again each round however many there are. Run is its only
+// caller: two rounds at once would be safe but could each miss a few
+// calls.
 func (t *Tracker) Refresh(ctx context.Context) {
 	now := t.o.Now()
 	byKey := make(map[string][]string)

@@ -67,7 +67,7 @@ type liveCall struct {
 // per answered call for the call's whole life, so the identities are kept
 // as the text of their headers and URIs (at most maxIdentityText each):
 // the node's own BYE sends the From and To as kept and parses the URIs
-// again. Parsed clones cost an answered call ~1 KB more, and the
+// again. Parsed clones cost an answered call ~0.6 KB more, and the
 // collector's work with it (BENCHMARKS.md, session 13).
 type dialogState struct {
 	peer, carrier leg
