@@ -311,15 +311,7 @@ func TestRefusedKeysRawMatchParsed(t *testing.T) {
 // as they are; only a relayed refusal's are copied (they point into the
 // carrier's message).
 func TestRememberOwnRefusalAllocatesNothing(t *testing.T) {
-	p := &Proxy{refused: refusals.New(refusals.Max, refusals.TTL)}
-	msg := strangerRequest("INVITE", "127.0.0.1:5060", "", "")("127.0.0.2:5062")
-	m, err := sipmsg.ParseMessage([]byte(msg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := m.(*sipmsg.Request)
-	req.SetSource("127.0.0.2:5062")
-	req.SetTransport("UDP")
+	p, req := refusedFixture(t)
 	res := shedResponse(req, shedTag+"x")
 	for range refusals.Max / 8 { // the stripe's ring at its length: no growth left
 		p.rememberRefusal(req, res, false)
@@ -335,15 +327,7 @@ func TestRememberOwnRefusalAllocatesNothing(t *testing.T) {
 // cut would hold the whole copy, up to MaxMessageSize for each of
 // refusals.Max refusals).
 func TestRememberRelayedRefusalKeepsAClippedCopy(t *testing.T) {
-	p := &Proxy{refused: refusals.New(refusals.Max, refusals.TTL)}
-	msg := strangerRequest("INVITE", "127.0.0.1:5060", "", "")("127.0.0.2:5062")
-	m, err := sipmsg.ParseMessage([]byte(msg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := m.(*sipmsg.Request)
-	req.SetSource("127.0.0.2:5062")
-	req.SetTransport("UDP")
+	p, req := refusedFixture(t)
 	const long = 8 << 10
 	res := sipmsg.NewResponseFromRequest(req, sipmsg.StatusBusyHere, strings.Repeat("b", long), nil)
 	const n = 64
@@ -369,15 +353,7 @@ func TestRememberRelayedRefusalKeepsAClippedCopy(t *testing.T) {
 //
 //	go test ./sip/ -run '^$' -bench 'Refused' -benchmem
 func BenchmarkRefusedRemember(b *testing.B) {
-	p := &Proxy{refused: refusals.New(refusals.Max, refusals.TTL)}
-	msg := strangerRequest("INVITE", "127.0.0.1:5060", "", "")("127.0.0.2:5062")
-	m, err := sipmsg.ParseMessage([]byte(msg))
-	if err != nil {
-		b.Fatal(err)
-	}
-	req := m.(*sipmsg.Request)
-	req.SetSource("127.0.0.2:5062")
-	req.SetTransport("UDP")
+	p, req := refusedFixture(b)
 	res := shedResponse(req, shedTag+"x")
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -390,15 +366,7 @@ func BenchmarkRefusedRemember(b *testing.B) {
 // BenchmarkRefusedLookup is what every peer's initial INVITE now costs
 // the screen when it is no copy (the refusal table looked up).
 func BenchmarkRefusedLookup(b *testing.B) {
-	p := &Proxy{refused: refusals.New(refusals.Max, refusals.TTL)}
-	msg := strangerRequest("INVITE", "127.0.0.1:5060", "", "")("127.0.0.2:5062")
-	m, err := sipmsg.ParseMessage([]byte(msg))
-	if err != nil {
-		b.Fatal(err)
-	}
-	req := m.(*sipmsg.Request)
-	req.SetSource("127.0.0.2:5062")
-	req.SetTransport("UDP")
+	p, req := refusedFixture(b)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -406,4 +374,20 @@ func BenchmarkRefusedLookup(b *testing.B) {
 			b.Fatal("answered")
 		}
 	}
+}
+
+// refusedFixture is a proxy with only a refusal table at its bounds, and a
+// peer's parsed INVITE over UDP from 127.0.0.2:5062.
+func refusedFixture(tb testing.TB) (*Proxy, *sipmsg.Request) {
+	tb.Helper()
+	p := &Proxy{refused: refusals.New(refusals.Max, refusals.TTL)}
+	msg := strangerRequest("INVITE", "127.0.0.1:5060", "", "")("127.0.0.2:5062")
+	m, err := sipmsg.ParseMessage([]byte(msg))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	req := m.(*sipmsg.Request)
+	req.SetSource("127.0.0.2:5062")
+	req.SetTransport("UDP")
+	return p, req
 }

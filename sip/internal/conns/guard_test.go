@@ -30,27 +30,8 @@ func TestGuardedListenerBounds(t *testing.T) {
 		func(ip netip.Addr) (bool, ingress.Party, bool) { return ip != stranger, ingress.Party{Addr: ip}, true },
 		func(r string) { mu.Lock(); refused = append(refused, r); mu.Unlock() }, nil)
 	defer l.Close()
-	accepted := make(chan net.Conn, 16)
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				close(accepted)
-				return
-			}
-			accepted <- c
-		}
-	}()
-	dial := func(ip string) net.Conn {
-		t.Helper()
-		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
-		c, err := d.Dial("tcp", inner.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
+	accepted := acceptAll(l, 16)
+	dial := dialFrom(t, inner.Addr().String())
 	// closedByServer reports whether the server closed c at once: within
 	// 300 ms when it should not (silence is the answer), within 10 s when
 	// it should (a close ends the wait at once; 300 ms was all the accept
@@ -165,27 +146,8 @@ func TestStrangersHoldAQuarterOfTCP(t *testing.T) {
 	l := NewGuardedListener(inner, func() Limits { return Limits{Idle: time.Minute, Max: 8, PerSource: 2} },
 		func(ip netip.Addr) (bool, ingress.Party, bool) { return true, ingress.Party{Addr: ip}, ip == peer }, func(string) {}, nil)
 	defer l.Close()
-	accepted := make(chan net.Conn, 32)
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				close(accepted)
-				return
-			}
-			accepted <- c
-		}
-	}()
-	dial := func(ip string) net.Conn {
-		t.Helper()
-		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
-		c, err := d.Dial("tcp", inner.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
+	accepted := acceptAll(l, 32)
+	dial := dialFrom(t, inner.Addr().String())
 	closedByServer := func(c net.Conn) bool {
 		_ = c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
 		_, err := c.Read(make([]byte, 1))
@@ -401,3 +363,35 @@ func TestHandshakeBucket(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// acceptAll accepts l's connections into a channel of capacity n, closed
+// when Accept fails.
+func acceptAll(l net.Listener, n int) chan net.Conn {
+	accepted := make(chan net.Conn, n)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+	return accepted
+}
+
+// dialFrom returns a dialer of TCP connections to addr from a given
+// loopback address, each closed when the test ends.
+func dialFrom(t *testing.T, addr string) func(ip string) net.Conn {
+	return func(ip string) net.Conn {
+		t.Helper()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+}
