@@ -788,7 +788,7 @@ func (c *call) forward(car *config.Carrier, ticket pacing.Ticket, probe string) 
 	// above 100 (a 100 Trying alone does not count: a carrier that takes
 	// calls and never rings them is as good as down), then the ring timer.
 	l := &relayLeg{p: p, up: c, out: p.outboundInvite(c.cfg, c.req, target, token), ctx: c.ctx,
-		setup: car.Setup(), ring: ringTimeout, carrier: hooks}
+		setup: car.Setup(), ring: ringTimeout, carrier: hooks, fk: &forkSet{}}
 	if target.transport == "TLS" {
 		// RFC 5922: the certificate names the URI's host (or address).
 		l.tlsNames = []string{uriHost}

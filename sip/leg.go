@@ -112,17 +112,60 @@ type relayLeg struct {
 	hungUp    atomic.Pointer[sipmsg.Request]
 	abandoned atomic.Bool
 
-	// The leg of an initial INVITE keeps one dialog: its first 2xx's. A
-	// 2xx with another To tag (a forking carrier) is hung up here, never
-	// relayed. forkMu guards okTag (the first 2xx's To tag, once okKnown),
-	// early (2xx copies the retransmission hook saw before the first 2xx
-	// was read from Responses, handled once it was) and forks (the ACK of
-	// each other tag's 2xx the leg hung up, sent again for its copies).
-	forkMu  sync.Mutex
+	// fk is an initial INVITE's leg's one dialog (nil for an in-dialog
+	// leg): its first 2xx's To tag, and the other tags it hung up (fork).
+	// Apart from the leg, so that what an answered call keeps once its
+	// transactions ended (acked.go) shares it without the leg.
+	fk *forkSet
+}
+
+// forkSet is the one dialog an initial INVITE's leg keeps: its first
+// 2xx's. A 2xx with another To tag (a forking carrier) is hung up, never
+// relayed. mu guards okTag (the first 2xx's To tag, once okKnown), early
+// (2xx copies the retransmission hook saw before the first 2xx was read
+// from Responses, handled once it was) and acks (the ACK of each other
+// tag's 2xx the node hung up, sent again for its copies).
+type forkSet struct {
+	mu      sync.Mutex
 	okKnown bool
 	okTag   string
 	early   []*sipmsg.Response
-	forks   map[string]*sipmsg.Request
+	acks    map[string]*sipmsg.Request
+}
+
+// first returns the first 2xx's To tag ("" while none was read).
+func (f *forkSet) first() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.okTag
+}
+
+// hangUp ACKs and BYEs r, a 2xx of inv with another To tag than the
+// first's, once per tag (at most maxForks tags); a copy of one gets its
+// ACK again. The call, its admission and its places are the first
+// dialog's, and a second dialog through them would be a call the node
+// does not count (nor end: its BYE would be refused once the first
+// ended). Held across the hang-up, so a copy that comes meanwhile
+// (sipgo passes copies up concurrently) finds its ACK.
+func (f *forkSet) hangUp(p *Proxy, inv *sipmsg.Request, r *sipmsg.Response, names []string) {
+	tag := ""
+	if to := r.To(); to != nil {
+		tag = tagOf(to.Params)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if ack, seen := f.acks[tag]; seen {
+		_ = p.tp.WriteMsg(ack)
+		return
+	}
+	if len(f.acks) >= maxForks {
+		return
+	}
+	p.log.Debug("a second answer with another To tag hung up", "call_id", callID(inv))
+	if f.acks == nil {
+		f.acks = make(map[string]*sipmsg.Request)
+	}
+	f.acks[tag] = p.hangUp(inv, r, names)
 }
 
 // maxForks bounds the 2xx copies a leg holds until its first 2xx is read,
@@ -163,17 +206,18 @@ func (l *relayLeg) attach(tx sipmsg.ClientTransaction) {
 			return
 		}
 		if l.carrier != nil {
-			l.forkMu.Lock()
-			if !l.okKnown {
+			f := l.fk
+			f.mu.Lock()
+			if !f.okKnown {
 				// The first 2xx is still on its way through Responses():
 				// this copy is handled once it was.
-				if len(l.early) < maxForks {
-					l.early = append(l.early, r)
+				if len(f.early) < maxForks {
+					f.early = append(f.early, r)
 				}
-				l.forkMu.Unlock()
+				f.mu.Unlock()
 				return
 			}
-			l.forkMu.Unlock()
+			f.mu.Unlock()
 		}
 		l.again(r)
 	})
@@ -185,11 +229,8 @@ func (l *relayLeg) attach(tx sipmsg.ClientTransaction) {
 // another To tag than the first's is hung up (fork).
 func (l *relayLeg) again(r *sipmsg.Response) {
 	if l.carrier != nil {
-		l.forkMu.Lock()
-		first := l.okTag
-		l.forkMu.Unlock()
-		if to := r.To(); to == nil || tagOf(to.Params) != first {
-			l.fork(r)
+		if to := r.To(); to == nil || tagOf(to.Params) != l.fk.first() {
+			l.fk.hangUp(l.p, l.out, r, l.tlsNames)
 			return
 		}
 	}
@@ -209,47 +250,19 @@ func (l *relayLeg) answeredWith(r *sipmsg.Response) {
 	if to := r.To(); to != nil {
 		tag = tagOf(to.Params)
 	}
-	l.forkMu.Lock()
-	if l.okKnown {
-		l.forkMu.Unlock()
+	f := l.fk
+	f.mu.Lock()
+	if f.okKnown {
+		f.mu.Unlock()
 		return
 	}
-	l.okKnown, l.okTag = true, tag
-	early := l.early
-	l.early = nil
-	l.forkMu.Unlock()
+	f.okKnown, f.okTag = true, tag
+	early := f.early
+	f.early = nil
+	f.mu.Unlock()
 	for _, e := range early {
 		l.again(e)
 	}
-}
-
-// fork hangs up a 2xx of the leg's initial INVITE whose To tag is not the
-// first 2xx's: the call, its admission and its places are the first
-// dialog's, and a second dialog through them would be a call the node
-// does not count (nor end: its BYE would be refused once the first
-// ended). It is ACKed and BYEd at the carrier once; its copies are ACKed
-// again.
-func (l *relayLeg) fork(r *sipmsg.Response) {
-	tag := ""
-	if to := r.To(); to != nil {
-		tag = tagOf(to.Params)
-	}
-	// Held across the hang-up, so a copy that comes meanwhile (sipgo
-	// passes copies up concurrently) finds its ACK.
-	l.forkMu.Lock()
-	defer l.forkMu.Unlock()
-	if ack, seen := l.forks[tag]; seen {
-		_ = l.p.tp.WriteMsg(ack)
-		return
-	}
-	if len(l.forks) >= maxForks {
-		return
-	}
-	l.p.log.Debug("a second answer with another To tag hung up", "call_id", callID(l.out))
-	if l.forks == nil {
-		l.forks = make(map[string]*sipmsg.Request)
-	}
-	l.forks[tag] = l.p.hangUp(l.out, r, l.tlsNames)
 }
 
 // run relays the next hop's answers until the leg ends. It returns the

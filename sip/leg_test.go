@@ -334,7 +334,7 @@ func TestRelayLeg(t *testing.T) {
 			if tc.call {
 				ctx, stop := context.WithCancelCause(context.Background())
 				defer stop(nil)
-				l.ctx, l.carrier, e.stop = ctx, e.log, stop
+				l.ctx, l.carrier, l.fk, e.stop = ctx, e.log, &forkSet{}, stop
 			} else {
 				l.ctx, l.shutdown = context.Background(), e.down
 				if tc.invite {
