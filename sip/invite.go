@@ -111,6 +111,9 @@ type call struct {
 	answeredAt                time.Time
 	lc                        *liveCall
 	bound                     bool
+	// ackLeg is the leg whose 2xx reached the caller, both legs UDP: its
+	// transactions end at the caller's ACK (holdAnswered).
+	ackLeg *relayLeg
 }
 
 // onInvite handles every INVITE: initial ones go through admission and
@@ -144,6 +147,9 @@ func (p *Proxy) onInvite(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
 	// no longer needs its cancel (nor keeps the context for the call's
 	// whole life).
 	defer c.lc.dropCancel()
+	if c.answered {
+		p.holdAnswered(c)
+	}
 	if !c.answered {
 		// Before the places are given back (store I/O): the caller has
 		// its final answer already. Each token went to a carrier in its
@@ -816,6 +822,9 @@ func (c *call) forward(car *config.Carrier, ticket pacing.Ticket, probe string) 
 		c.log.With("carrier", car.Name).Debug("call forwarded")
 	}
 	res, retry = l.run()
+	if hooks.relayedOK && c.answered && target.transport == "UDP" && c.req.Transport() == "UDP" {
+		c.ackLeg = l
+	}
 	return res, retry
 }
 
@@ -838,6 +847,8 @@ type carrierHooks struct {
 	// Tracker ended the call at the answer: Answer); relayed ends it on
 	// both legs.
 	endedEarly bool
+	// relayedOK: the 2xx reached the caller.
+	relayedOK bool
 }
 
 // report tells the carriers o, with the call's peer and, the first time
@@ -953,6 +964,7 @@ func (h *carrierHooks) answering(r *sipmsg.Response) {
 // on both legs with its own BYEs, as an operator's end does, so that no
 // call goes on without its places.
 func (h *carrierHooks) relayed() {
+	h.relayedOK = true
 	if !h.endedEarly {
 		return
 	}

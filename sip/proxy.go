@@ -170,7 +170,10 @@ func init() {
 	// coming that late (its UAS ends it without an ACK). Kamailio's tm
 	// keeps a transaction 5 s after its final reply (wt_timer). Timer D
 	// (a failed attempt's client transaction, absorbing the carrier's
-	// copies of its final answer) is cut likewise.
+	// copies of its final answer) is cut likewise. A call whose legs are
+	// both UDP ends both transactions at its caller's ACK instead, and
+	// answers the rest of the linger's retransmissions with that ACK
+	// (acked.go).
 	sipmsg.Timer_L = answeredLinger
 	sipmsg.Timer_M = answeredLinger
 	sipmsg.Timer_D = answeredLinger
@@ -332,6 +335,9 @@ type Proxy struct {
 	keys *dialogKeys
 	// invites are the INVITEs in progress, as a CANCEL finds them.
 	invites *invites.Table
+	// acked keeps what answered calls whose transactions ended at their
+	// caller's ACK need for the rest of their linger (acked.go).
+	acked ackedTable
 	// refused are the proxy's own final answers to INVITEs it never
 	// forwarded, for their copies (refused.go).
 	refused *refusals.Table
@@ -1110,8 +1116,14 @@ func (p *Proxy) admitTCP(ip netip.Addr) (serve bool, who ingress.Party, known bo
 }
 
 // onStrayResponse handles responses that match no client transaction
-// (late retransmissions): they are dropped.
+// (late retransmissions): a 2xx of a call whose transactions ended at its
+// caller's ACK is ACKed again at its carrier (ackedAnswer, acked.go); the
+// rest are dropped.
 func (p *Proxy) onStrayResponse(res *sipmsg.Response) {
+	defer p.panics.Recover("sip.stray_response", nil)
+	if p.ackedAnswer(res) {
+		return
+	}
 	if p.log.Enabled(context.Background(), slog.LevelDebug) {
 		p.log.Debug("stray response dropped", "status", res.StatusCode, "call_id", callID(res))
 	}

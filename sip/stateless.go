@@ -177,7 +177,9 @@ func (p *Proxy) screenAck(req *sipmsg.Request) bool {
 	}
 	if err := p.tp.WriteMsg(hop.out); err != nil {
 		p.log.Debug("ACK forward failed", "call_id", callID(req), "error", err)
+		return true
 	}
+	p.ackPassed(&hop, hop.out)
 	return true
 }
 

@@ -1,0 +1,287 @@
+package sip
+
+import (
+	"net/netip"
+	"sync"
+	"time"
+
+	sipmsg "github.com/emiago/sipgo/sip"
+
+	"github.com/cpsguard/cpsguard/internal/fifo"
+)
+
+// An answered call's INVITE transactions (sipgo's server transaction of
+// the caller's INVITE and client transaction of the INVITE sent to the
+// carrier) last answeredLinger after the 2xx, so that the carrier's 2xx
+// retransmissions reach the caller, whose ACK answers each. They hold
+// every parsed message of the call (~13 KB): at a high rate of short
+// calls, most of the node's live heap, and so of the collector's marking
+// (BENCHMARKS.md, session 14).
+//
+// Once the caller's ACK of that 2xx passed the node, the caller has its
+// answer: a later 2xx retransmission only says that the ACK did not reach
+// the carrier. For a call whose legs are both UDP (the ACK relayed
+// statelessly, screenAck), the node then ends both transactions and keeps,
+// until the linger would have ended, what the client transaction was kept
+// for (ackedCall): the ACK as it was relayed, sent again to the carrier
+// for each retransmission of the 2xx (from the carrier's address, with the
+// answer's To tag), and the INVITE's identity, so that a forking
+// carrier's 2xx of another To tag is still ACKed and BYEd at the carrier
+// once per tag (forkSet). A copy of the caller's INVITE is absorbed by its
+// tombstone (invites.Table) as after the linger. A call with a TCP or TLS
+// leg, and one whose caller never ACKs, keeps its transactions for the
+// linger as before.
+
+// answeredTxs is what an answered call's handler leaves behind for the
+// caller's ACK to end (liveCall.txs): the call's two INVITE transactions
+// and what outlives them.
+type answeredTxs struct {
+	server sipmsg.ServerTransaction
+	client sipmsg.ClientTransaction
+	call   *ackedCall
+}
+
+// ackedCall is what an answered call keeps once its INVITE transactions
+// ended at the caller's ACK, until its linger would have ended (exp).
+// Everything but fk is set before it is shared and never changed.
+type ackedCall struct {
+	// inv is the INVITE sent to the carrier, slimmed to what the node's
+	// own ACK and BYE of a fork take from it (hangUp): its Request-URI,
+	// From, Call-ID and CSeq, its transport and destination.
+	inv *sipmsg.Request
+	// ack is the caller's ACK as the node relayed it.
+	ack *sipmsg.Request
+	// carrier is the address the INVITE went to: a 2xx from elsewhere is
+	// no retransmission of the call's.
+	carrier netip.AddrPort
+	callID  string
+	fk      *forkSet
+	exp     time.Time
+}
+
+// ackedKey is one entry of the ackedTable's expiry queue.
+type ackedKey struct {
+	branch string
+	call   *ackedCall
+}
+
+// maxAcked bounds the calls an ackedTable keeps: 8,192 ACKed calls a
+// second for answeredLinger. Beyond, the oldest are forgotten first: a 2xx
+// retransmission of one is then a stray, dropped, as after its linger.
+const maxAcked = 1 << 16
+
+// ackedTable holds ackedCalls by the branch of the INVITE's Via (the
+// node's own, on top of every answer of the carrier's), each until its
+// exp, the oldest forgotten first when full. Safe for concurrent use.
+type ackedTable struct {
+	mu sync.Mutex
+	m  map[string]*ackedCall
+	q  fifo.Queue[ackedKey]
+}
+
+// add keeps a under branch; entries past their expiry (or beyond
+// maxAcked, oldest first) are forgotten.
+func (t *ackedTable) add(branch string, a *ackedCall, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil {
+		t.m = make(map[string]*ackedCall)
+	}
+	for {
+		k, ok := t.q.Front()
+		if !ok || (k.call.exp.After(now) && t.q.Len() < maxAcked) {
+			break
+		}
+		t.q.Pop()
+		if t.m[k.branch] == k.call {
+			delete(t.m, k.branch)
+		}
+	}
+	t.m[branch] = a
+	t.q.Push(ackedKey{branch: branch, call: a})
+}
+
+// get returns the call kept under branch, nil when none is, or it expired.
+func (t *ackedTable) get(branch string, now time.Time) *ackedCall {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	a := t.m[branch]
+	if a == nil || !a.exp.After(now) {
+		return nil
+	}
+	return a
+}
+
+// len returns the number of calls kept (tests).
+func (t *ackedTable) len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.m)
+}
+
+// slimInvite is the part of the INVITE sent to the carrier that the
+// node's own ACK and BYE of a 2xx take from it (hangUp).
+func slimInvite(out *sipmsg.Request) *sipmsg.Request {
+	seq := uint32(0)
+	if cs := out.CSeq(); cs != nil {
+		seq = cs.SeqNo
+	}
+	r := requestOf(out, sipmsg.INVITE, *out.Recipient.Clone(), false, nil, seq)
+	r.SetTransport(out.Transport())
+	r.SetDestination(out.Destination())
+	r.Laddr = out.Laddr
+	return r
+}
+
+// holdAnswered runs when an answered call's handler returns: it leaves
+// the call's transactions for its caller's ACK to end, or ends them now
+// when that ACK came while the handler ran. Only a call whose legs are
+// both UDP and whose answer reached the caller (c.ackLeg is its leg then)
+// is held; any other keeps its transactions for the linger.
+func (p *Proxy) holdAnswered(c *call) {
+	lc := c.lc
+	if lc == nil {
+		return
+	}
+	txs, branch := answeredOf(c)
+	if txs != nil && !txs.client.OnTerminate(func(string, error) { lc.dropTxs(txs) }) {
+		txs = nil // ended already (Timer M, shutdown)
+	}
+	lc.mu.Lock()
+	ack := lc.ackFirst
+	lc.ackFirst = nil
+	if txs == nil || ack != nil {
+		// No ACK is waited for from now on.
+		lc.ackDone = true
+	} else {
+		lc.txs, lc.txsBranch = txs, branch
+	}
+	lc.mu.Unlock()
+	if txs != nil && ack != nil {
+		p.endAnswered(txs, branch, ack)
+	}
+}
+
+// answeredOf returns what the caller's ACK ends for the answered call c,
+// and the branch of the INVITE sent to the carrier; nil when c is not to
+// be held (holdAnswered).
+func answeredOf(c *call) (*answeredTxs, string) {
+	l := c.ackLeg
+	if l == nil || l.tx == nil || l.fk == nil || c.tx == nil {
+		return nil, ""
+	}
+	branch := ""
+	if v := l.out.Via(); v != nil {
+		branch, _ = v.Params.Get("branch")
+	}
+	carrier, err := netip.ParseAddrPort(l.out.Destination())
+	if branch == "" || err != nil {
+		return nil, ""
+	}
+	return &answeredTxs{server: c.tx, client: l.tx, call: &ackedCall{
+		inv:     slimInvite(l.out),
+		carrier: netip.AddrPortFrom(carrier.Addr().Unmap(), carrier.Port()),
+		callID:  callID(l.out), fk: l.fk,
+		exp: c.answeredAt.Add(answeredLinger),
+	}}, branch
+}
+
+// dropTxs forgets txs, the call's transactions, once they ended (their
+// linger, or the caller's ACK): a call up keeps none of its messages.
+func (lc *liveCall) dropTxs(txs *answeredTxs) {
+	lc.mu.Lock()
+	if lc.txs == txs {
+		lc.txs, lc.txsBranch = nil, ""
+		lc.ackDone = true
+	}
+	lc.mu.Unlock()
+}
+
+// ackPassed is told that out, the ACK of a call's dialog from its caller,
+// was relayed to the carrier over UDP (screenAck). When it acknowledges
+// the call's answer (the INVITE's CSeq, the answer's To tag), the call's
+// transactions end (endAnswered); when the call's handler has not
+// returned yet, it is left for it (holdAnswered).
+func (p *Proxy) ackPassed(hop *inDialogHop, out *sipmsg.Request) {
+	if hop.dir != fromPeer || !hop.token.own || hop.callee == "" {
+		return
+	}
+	for _, f := range p.calls.FindDialog(hop.key.String()) {
+		lc, ok := f.Data.(*liveCall)
+		if !ok || lc == nil {
+			continue
+		}
+		lc.mu.Lock()
+		if lc.token != hop.token.id || !lc.answered {
+			lc.mu.Unlock()
+			continue
+		}
+		txs, branch := lc.txs, lc.txsBranch
+		if txs == nil {
+			if lc.ackFirst == nil && !lc.ackDone {
+				lc.ackFirst = out
+			}
+			lc.mu.Unlock()
+			return
+		}
+		if !acknowledges(out, txs.call) {
+			lc.mu.Unlock()
+			return
+		}
+		lc.txs, lc.txsBranch, lc.ackDone = nil, "", true
+		lc.mu.Unlock()
+		p.endAnswered(txs, branch, out)
+		return
+	}
+}
+
+// acknowledges reports whether ack is the ACK of a's answer: its CSeq is
+// the INVITE's and its To tag the answer's.
+func acknowledges(ack *sipmsg.Request, a *ackedCall) bool {
+	cs, inv, to := ack.CSeq(), a.inv.CSeq(), ack.To()
+	return cs != nil && inv != nil && to != nil && cs.SeqNo == inv.SeqNo && tagOf(to.Params) == a.fk.first()
+}
+
+// endAnswered ends an answered call's INVITE transactions at its caller's
+// ACK, keeping what outlives them under branch (ackedTable). An ACK that
+// does not acknowledge the answer (another CSeq or To tag) ends nothing.
+func (p *Proxy) endAnswered(txs *answeredTxs, branch string, ack *sipmsg.Request) {
+	if !acknowledges(ack, txs.call) {
+		return
+	}
+	txs.call.ack = ack
+	// Kept before the client transaction ends: a retransmission that
+	// comes right after finds it.
+	p.acked.add(branch, txs.call, time.Now())
+	txs.client.Terminate()
+	txs.server.Terminate()
+}
+
+// ackedAnswer handles a 2xx of an INVITE that matched no client
+// transaction (sipgo's stray): one of a call whose transactions ended at
+// its caller's ACK, from its carrier, gets the caller's ACK again (the
+// ACK did not reach the carrier) or, with another To tag, the node's own
+// ACK and BYE (a fork, forkSet). It reports whether res was one.
+func (p *Proxy) ackedAnswer(res *sipmsg.Response) bool {
+	cs, v := res.CSeq(), res.Via()
+	if !res.IsSuccess() || cs == nil || cs.MethodName != sipmsg.INVITE || v == nil {
+		return false
+	}
+	branch, _ := v.Params.Get("branch")
+	a := p.acked.get(branch, time.Now())
+	if a == nil {
+		return false
+	}
+	src, err := netip.ParseAddrPort(res.Source())
+	if err != nil || netip.AddrPortFrom(src.Addr().Unmap(), src.Port()) != a.carrier || callID(res) != a.callID {
+		return false
+	}
+	if to := res.To(); to != nil && tagOf(to.Params) == a.fk.first() {
+		if err := p.tp.WriteMsg(a.ack); err != nil {
+			p.log.Debug("ACK sent again failed", "call_id", clip(a.callID), "error", err)
+		}
+		return true
+	}
+	a.fk.hangUp(p, a.inv, res, nil)
+	return true
+}

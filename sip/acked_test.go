@@ -1,0 +1,231 @@
+package sip
+
+import (
+	"net/netip"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	sipmsg "github.com/emiago/sipgo/sip"
+
+	"github.com/cpsguard/cpsguard/config"
+)
+
+// TestAckedCallEndsItsTransactions: once the caller's ACK of an answered
+// call passed the node (both legs UDP), the call's INVITE transactions
+// end; they held every parsed message of the call for the 8 s linger.
+// What they were kept for still works from what the node keeps instead:
+// a 2xx retransmission of the carrier (its ACK was lost) gets the
+// caller's ACK again, as it was relayed, and is not relayed to the caller
+// (the client transaction, which relays it, is gone); a forking carrier's
+// 2xx of another To tag is ACKed and BYEd at the carrier once, its copy
+// ACKed again; the same 2xx from another source is nobody's answer; a
+// copy of the caller's INVITE is absorbed by its tombstone; and after
+// the linger, a retransmission is a stray, dropped.
+func TestAckedCallEndsItsTransactions(t *testing.T) {
+	car := startUDPEnd(t, "127.0.0.1", nil)
+	self := car.addr()
+	answer := rawAnswerer(func() string { return self }, nil)
+	car.mu.Lock()
+	car.answer = answer
+	car.mu.Unlock()
+	adm, pacer := newFakes()
+	h := startProxy(t, testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second}), adm, pacer)
+	peer := startUDPEnd(t, "127.0.0.2", nil)
+	const id = "acked"
+	rawAnsweredCall(t, peer, h.udp, id)
+	answered := time.Now()
+	invites := car.requests(sipmsg.INVITE)
+	if len(invites) != 1 {
+		t.Fatalf("the carrier got %d INVITEs, want 1", len(invites))
+	}
+	inv := invites[0]
+	acks := func(tag string) []*sipmsg.Request {
+		var out []*sipmsg.Request
+		for _, r := range car.requests(sipmsg.ACK) {
+			if tagOf(r.To().Params) == tag {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	waitFor(t, func() bool { return len(acks("raw-callee")) == 1 && h.p.acked.len() == 1 },
+		"the caller's ACK at the carrier, and the call's transactions ended")
+	count := func(code int) int {
+		n := 0
+		for _, r := range peer.responses() {
+			if r.StatusCode == code && callID(r) == id && r.CSeq().MethodName == sipmsg.INVITE {
+				n++
+			}
+		}
+		return n
+	}
+
+	// The carrier did not get the ACK: its 2xx again.
+	car.send(h.udp, answer(inv))
+	waitFor(t, func() bool { return len(acks("raw-callee")) == 2 }, "the caller's ACK sent again for the carrier's 2xx retransmission")
+	first, again := acks("raw-callee")[0], acks("raw-callee")[1]
+	if first.String() != again.String() {
+		t.Errorf("the ACK sent again differs from the one relayed:\n%s\nvs\n%s", first, again)
+	}
+
+	// The same 2xx from the caller's address: nobody's answer.
+	peer.send(h.udp, answer(inv))
+
+	// A fork: another To tag.
+	fork := answer(inv)
+	fork.To().Params.Remove("tag")
+	fork.To().Params.Add("tag", "fork-callee")
+	car.send(h.udp, fork)
+	waitFor(t, func() bool { return len(acks("fork-callee")) == 1 }, "the fork's 2xx ACKed at the carrier")
+	car.send(h.udp, fork)
+	waitFor(t, func() bool { return len(acks("fork-callee")) == 2 }, "the fork's copy ACKed again")
+	byes := func() int {
+		n := 0
+		for _, r := range car.requests(sipmsg.BYE) {
+			if tagOf(r.To().Params) == "fork-callee" {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor(t, func() bool { return byes() >= 1 }, "the fork's BYE at the carrier")
+
+	// A copy of the caller's INVITE.
+	peer.send(h.udp, rawInviteFrom(peer, h.udp, id, "ftag-"+id))
+
+	// After the linger: the 2xx again is a stray.
+	time.Sleep(time.Until(answered.Add(answeredLinger + time.Second)))
+	car.send(h.udp, answer(inv))
+	// The caller's BYE passes the same worker (one Call-ID) after all of
+	// them, in order: once its answer is back, all were handled.
+	ok := finalOfRaw(peer, id, sipmsg.INVITE, 0)
+	bye := inDialogOf(t, peer.caller(), h.udp, ok, sipmsg.BYE)
+	peer.send(h.udp, withVia(bye, peer.addr(), "z9hG4bK.bye-"+id))
+	if r := finalOfRaw(peer, id, sipmsg.BYE, 0); r == nil || r.StatusCode != 200 {
+		t.Fatalf("the caller's BYE: final %v, want 200", r)
+	}
+	if n := count(200); n != 1 {
+		t.Errorf("the caller got %d 2xx of its INVITE, want 1: a retransmission or fork was relayed", n)
+	}
+	if n := count(100); n != 1 {
+		t.Errorf("the caller got %d 100 Trying, want 1: the INVITE's copy was taken for a new call", n)
+	}
+	if n := len(car.requests(sipmsg.INVITE)); n != 1 {
+		t.Errorf("the carrier got %d INVITEs, want 1", n)
+	}
+	if n := len(acks("raw-callee")); n != 2 {
+		t.Errorf("the carrier got %d ACKs of the answer, want 2: the caller's and one for the retransmission within the linger", n)
+	}
+	if n := byes(); n != 1 {
+		t.Errorf("the carrier got %d BYEs of the fork, want 1", n)
+	}
+}
+
+// fakeServerTx is a server transaction that records its end.
+type fakeServerTx struct {
+	mu         sync.Mutex
+	terminated bool
+	done       chan struct{}
+}
+
+func (f *fakeServerTx) Terminate() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.terminated {
+		f.terminated = true
+		close(f.done)
+	}
+}
+func (f *fakeServerTx) OnTerminate(sipmsg.FnTxTerminate) bool { return true }
+func (f *fakeServerTx) Done() <-chan struct{}                 { return f.done }
+func (f *fakeServerTx) Err() error                            { return nil }
+func (f *fakeServerTx) Respond(*sipmsg.Response) error        { return nil }
+func (f *fakeServerTx) Acks() <-chan *sipmsg.Request          { return nil }
+func (f *fakeServerTx) OnCancel(sipmsg.FnTxCancel) bool       { return true }
+func (f *fakeServerTx) wasTerminated() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.terminated
+}
+
+// TestAckBeforeHandlerReturns: the caller's ACK may pass the node before
+// the call's handler returned (holdAnswered not run yet); the handler
+// then ends the transactions itself. An ACK that does not acknowledge
+// the answer (another To tag, another CSeq) ends nothing, and nothing of
+// it is kept.
+func TestAckBeforeHandlerReturns(t *testing.T) {
+	adm, pacer := newFakes()
+	h := startProxy(t, testConfig(config.Carrier{Name: "a", URI: "sip:127.0.0.1:5999", CPS: 100, MaxWait: time.Second}), adm, pacer)
+	setup := func(tag string, seq uint32) (*call, *fakeServerTx, *fakeClientTx, string) {
+		out := sipmsg.NewRequest(sipmsg.INVITE, sipmsg.Uri{Scheme: "sip", User: "100", Host: "127.0.0.1", Port: 5999})
+		branch := "z9hG4bK.out-" + tag + "-" + strconv.Itoa(int(seq))
+		out = withVia(out, "127.0.0.9:5060", branch)
+		from := &sipmsg.FromHeader{Address: sipmsg.Uri{Scheme: "sip", User: "caller", Host: "127.0.0.2"}, Params: sipmsg.NewParams()}
+		from.Params.Add("tag", "ftag")
+		out.AppendHeader(from)
+		cid := sipmsg.CallIDHeader("early-ack-" + tag)
+		out.AppendHeader(&cid)
+		out.AppendHeader(&sipmsg.CSeqHeader{SeqNo: 1, MethodName: sipmsg.INVITE})
+		out.SetTransport("UDP")
+		out.SetDestination("127.0.0.1:5999")
+		to := &sipmsg.ToHeader{Address: out.Recipient, Params: sipmsg.NewParams()}
+		to.Params.Add("tag", tag)
+		ack := requestOf(out, sipmsg.ACK, out.Recipient, false, to, seq)
+		stx, ctx := &fakeServerTx{done: make(chan struct{})}, newFakeClientTx()
+		lc := &liveCall{answered: true, ackFirst: ack}
+		c := &call{p: h.p, tx: stx, lc: lc, answered: true, answeredAt: time.Now(),
+			ackLeg: &relayLeg{p: h.p, out: out, tx: ctx, fk: &forkSet{okKnown: true, okTag: "callee"}}}
+		return c, stx, ctx, branch
+	}
+
+	c, stx, ctx, branch := setup("callee", 1)
+	h.p.holdAnswered(c)
+	if !stx.wasTerminated() || !ctx.wasTerminated() {
+		t.Errorf("an ACK before the handler returned: server ended %v, client ended %v; want both", stx.wasTerminated(), ctx.wasTerminated())
+	}
+	if h.p.acked.get(branch, time.Now()) == nil {
+		t.Errorf("nothing kept for the call's retransmissions")
+	}
+
+	for _, bad := range []struct {
+		tag string
+		seq uint32
+	}{{"other", 1}, {"callee", 2}} {
+		c, stx, ctx, branch := setup(bad.tag, bad.seq)
+		c.ackLeg.fk.okTag = "callee"
+		h.p.holdAnswered(c)
+		if stx.wasTerminated() || ctx.wasTerminated() || h.p.acked.get(branch, time.Now()) != nil {
+			t.Errorf("an ACK with To tag %q and CSeq %d ended the call's transactions", bad.tag, bad.seq)
+		}
+		c.lc.mu.Lock()
+		kept := c.lc.ackFirst != nil || c.lc.txs != nil || !c.lc.ackDone
+		c.lc.mu.Unlock()
+		if kept {
+			t.Errorf("an ACK with To tag %q and CSeq %d: the call still keeps its ACK or transactions, or waits for another", bad.tag, bad.seq)
+		}
+	}
+}
+
+// TestAckedTableBounds: the table forgets calls past their expiry, and
+// the oldest first beyond maxAcked.
+func TestAckedTableBounds(t *testing.T) {
+	var tab ackedTable
+	now := time.Now()
+	a := &ackedCall{exp: now.Add(time.Second)}
+	tab.add("a", a, now)
+	if tab.get("a", now) != a || tab.get("a", now.Add(2*time.Second)) != nil {
+		t.Fatalf("get: a kept call is found until its expiry only")
+	}
+	tab.add("b", &ackedCall{exp: now.Add(3 * time.Second)}, now.Add(2*time.Second))
+	if n := tab.len(); n != 1 {
+		t.Errorf("after a's expiry: %d kept, want 1", n)
+	}
+	for i := 0; i < maxAcked+10; i++ {
+		tab.add(netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, byte(i >> 8), byte(i)}), uint16(i)).String(), &ackedCall{exp: now.Add(time.Hour)}, now)
+	}
+	if n := tab.len(); n > maxAcked {
+		t.Errorf("%d kept, want at most %d", n, maxAcked)
+	}
+}
