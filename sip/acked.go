@@ -1,9 +1,12 @@
 package sip
 
 import (
+	"errors"
 	"net/netip"
+	"reflect"
 	"sync"
 	"time"
+	"unsafe"
 
 	sipmsg "github.com/emiago/sipgo/sip"
 
@@ -31,6 +34,66 @@ import (
 // tombstone (invites.Table) as after the linger. A call with a TCP or TLS
 // leg, and one whose caller never ACKs, keeps its transactions for the
 // linger as before.
+
+// Ending sipgo's transactions: Terminate removes a transaction from
+// sipgo's tables, but leaves the Accepted state's timer armed (v1.7.2:
+// ServerTx.delete stops every timer but timer_l, ClientTx.delete every
+// one but timer_m), and that timer's function holds the transaction, and
+// so every message of the call, until it fires at the end of the linger:
+// ending a transaction early would free nothing. endAnswered stops the
+// two timers itself, through their unexported fields (stopTxTimer), as
+// ack.go wraps a transaction's connection. If a sipgo upgrade renames or
+// retypes them, New fails (checkTxTimers) and TestAckedCallFreesItsTransactions
+// fails, never silently.
+
+// serverTxTimerL and clientTxTimerM are the index paths of sipgo's
+// ServerTx.timer_l and ClientTx.timer_m (nil when missing).
+var (
+	serverTxTimerL = txTimerField(reflect.TypeFor[sipmsg.ServerTx](), "timer_l")
+	clientTxTimerM = txTimerField(reflect.TypeFor[sipmsg.ClientTx](), "timer_m")
+)
+
+// txTimerField returns the index path of t's *time.Timer field name.
+func txTimerField(t reflect.Type, name string) []int {
+	f, ok := t.FieldByName(name)
+	if !ok || f.Type != reflect.TypeFor[*time.Timer]() {
+		return nil
+	}
+	return f.Index
+}
+
+// errNoTxTimers: sipgo's transactions have no linger timer fields to stop.
+var errNoTxTimers = errors.New("sip: sipgo's INVITE transactions have no timer_l / timer_m to stop (sipgo changed?)")
+
+// checkTxTimers reports whether endAnswered can stop the transactions'
+// linger timers (New fails otherwise).
+func checkTxTimers() error {
+	if serverTxTimerL == nil || clientTxTimerM == nil {
+		return errNoTxTimers
+	}
+	return nil
+}
+
+// stopTxTimer stops the timer at index in tx, a *sipmsg.ServerTx or
+// *sipmsg.ClientTx that was terminated by this goroutine (its Terminate
+// took the transaction's lock, after the timer was set under it); other
+// types are left alone.
+func stopTxTimer(tx any, index []int) {
+	v := reflect.ValueOf(tx)
+	switch tx.(type) {
+	case *sipmsg.ServerTx, *sipmsg.ClientTx:
+	default:
+		return
+	}
+	if index == nil || v.IsNil() {
+		return
+	}
+	f := v.Elem().FieldByIndex(index)
+	f = reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem()
+	if t, _ := f.Interface().(*time.Timer); t != nil {
+		t.Stop()
+	}
+}
 
 // answeredTxs is what an answered call's handler leaves behind for the
 // caller's ACK to end (liveCall.txs): the call's two INVITE transactions
@@ -255,6 +318,8 @@ func (p *Proxy) endAnswered(txs *answeredTxs, branch string, ack *sipmsg.Request
 	p.acked.add(branch, txs.call, time.Now())
 	txs.client.Terminate()
 	txs.server.Terminate()
+	stopTxTimer(txs.client, clientTxTimerM)
+	stopTxTimer(txs.server, serverTxTimerL)
 }
 
 // ackedAnswer handles a 2xx of an INVITE that matched no client

@@ -2,10 +2,12 @@ package sip
 
 import (
 	"net/netip"
+	"runtime"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
+	"weak"
 
 	sipmsg "github.com/emiago/sipgo/sip"
 
@@ -227,5 +229,68 @@ func TestAckedTableBounds(t *testing.T) {
 	}
 	if n := tab.len(); n > maxAcked {
 		t.Errorf("%d kept, want at most %d", n, maxAcked)
+	}
+}
+
+// TestAckedCallFreesItsTransactions: at the caller's ACK the call's two
+// INVITE transactions are not only ended but unreachable, so the
+// collector frees the call's messages then, not at the end of the linger
+// (sipgo's Terminate leaves the Accepted state's timer armed, and its
+// function holds the transaction: stopTxTimer). A call whose caller has
+// not ACKed yet keeps them.
+func TestAckedCallFreesItsTransactions(t *testing.T) {
+	car := startUDPEnd(t, "127.0.0.1", nil)
+	self := car.addr()
+	car.mu.Lock()
+	car.answer = rawAnswerer(func() string { return self }, nil)
+	car.mu.Unlock()
+	adm, pacer := newFakes()
+	h := startProxy(t, testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second}), adm, pacer)
+	peer := startUDPEnd(t, "127.0.0.2", nil)
+	const id = "acked-free"
+	peer.send(h.udp, rawInviteFrom(peer, h.udp, id, "ftag-"+id))
+	ok := finalOfRaw(peer, id, sipmsg.INVITE, 0)
+	if ok == nil || ok.StatusCode != 200 {
+		t.Fatalf("call %s: final %v, want 200", id, ok)
+	}
+	// The handler leaves the transactions on the call for the ACK.
+	var txs *answeredTxs
+	waitFor(t, func() bool {
+		for _, f := range h.p.calls.Find(id) {
+			if lc, isLive := f.Data.(*liveCall); isLive {
+				lc.mu.Lock()
+				txs = lc.txs
+				lc.mu.Unlock()
+			}
+		}
+		return txs != nil
+	}, "the answered call's transactions held for its caller's ACK")
+	server, isServer := txs.server.(*sipmsg.ServerTx)
+	client, isClient := txs.client.(*sipmsg.ClientTx)
+	if !isServer || !isClient {
+		t.Fatalf("the call's transactions are %T and %T, want sipgo's", txs.server, txs.client)
+	}
+	ws, wc := weak.Make(server), weak.Make(client)
+	txs, server, client = nil, nil, nil
+	gone := func() bool {
+		runtime.GC()
+		return ws.Value() == nil && wc.Value() == nil
+	}
+	if gone() {
+		t.Fatalf("the transactions were freed before the caller's ACK")
+	}
+
+	ack := inDialogOf(t, peer.caller(), h.udp, ok, sipmsg.ACK)
+	ack.CSeq().SeqNo = ok.CSeq().SeqNo
+	peer.send(h.udp, withVia(ack, peer.addr(), "z9hG4bK.ack-"+id))
+	waitFor(t, func() bool { return h.p.acked.len() == 1 }, "the call's transactions ended at the ACK")
+	// Well within the 8 s linger.
+	deadline := time.Now().Add(2 * time.Second)
+	for !gone() && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if ws.Value() != nil || wc.Value() != nil {
+		t.Errorf("after the ACK, server transaction reachable %v, client transaction reachable %v; want neither (a linger timer still holds one)",
+			ws.Value() != nil, wc.Value() != nil)
 	}
 }

@@ -488,6 +488,10 @@ func New(opts Options) (*Proxy, error) {
 		_ = ua.Close()
 		return nil, err
 	}
+	if err := checkTxTimers(); err != nil {
+		_ = ua.Close()
+		return nil, err
+	}
 
 	srv.OnInvite(p.guarded("sip.invite", p.onInvite))
 	srv.OnAck(p.guarded("sip.ack", p.onAck))
