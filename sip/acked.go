@@ -102,6 +102,9 @@ type answeredTxs struct {
 	server sipmsg.ServerTransaction
 	client sipmsg.ClientTransaction
 	call   *ackedCall
+	// branch is the branch of the INVITE sent to the carrier (the key of
+	// the ackedTable).
+	branch string
 }
 
 // ackedCall is what an answered call keeps once its INVITE transactions
@@ -206,7 +209,7 @@ func (p *Proxy) holdAnswered(c *call) {
 	if lc == nil {
 		return
 	}
-	txs, branch := answeredOf(c)
+	txs := answeredOf(c)
 	if txs != nil && !txs.client.OnTerminate(func(string, error) { lc.dropTxs(txs) }) {
 		txs = nil // ended already (Timer M, shutdown)
 	}
@@ -217,21 +220,20 @@ func (p *Proxy) holdAnswered(c *call) {
 		// No ACK is waited for from now on.
 		lc.ackDone = true
 	} else {
-		lc.txs, lc.txsBranch = txs, branch
+		lc.txs = txs
 	}
 	lc.mu.Unlock()
 	if txs != nil && ack != nil {
-		p.endAnswered(txs, branch, ack)
+		p.endAnswered(txs, ack)
 	}
 }
 
-// answeredOf returns what the caller's ACK ends for the answered call c,
-// and the branch of the INVITE sent to the carrier; nil when c is not to
-// be held (holdAnswered).
-func answeredOf(c *call) (*answeredTxs, string) {
+// answeredOf returns what the caller's ACK ends for the answered call c;
+// nil when c is not to be held (holdAnswered).
+func answeredOf(c *call) *answeredTxs {
 	l := c.ackLeg
 	if l == nil || l.tx == nil || l.fk == nil || c.tx == nil {
-		return nil, ""
+		return nil
 	}
 	branch := ""
 	if v := l.out.Via(); v != nil {
@@ -239,14 +241,14 @@ func answeredOf(c *call) (*answeredTxs, string) {
 	}
 	carrier, err := netip.ParseAddrPort(l.out.Destination())
 	if branch == "" || err != nil {
-		return nil, ""
+		return nil
 	}
-	return &answeredTxs{server: c.tx, client: l.tx, call: &ackedCall{
+	return &answeredTxs{server: c.tx, client: l.tx, branch: branch, call: &ackedCall{
 		inv:     slimInvite(l.out),
 		carrier: netip.AddrPortFrom(carrier.Addr().Unmap(), carrier.Port()),
 		callID:  callID(l.out), fk: l.fk,
 		exp: c.answeredAt.Add(answeredLinger),
-	}}, branch
+	}}
 }
 
 // dropTxs forgets txs, the call's transactions, once they ended (their
@@ -254,8 +256,7 @@ func answeredOf(c *call) (*answeredTxs, string) {
 func (lc *liveCall) dropTxs(txs *answeredTxs) {
 	lc.mu.Lock()
 	if lc.txs == txs {
-		lc.txs, lc.txsBranch = nil, ""
-		lc.ackDone = true
+		lc.txs, lc.ackDone = nil, true
 	}
 	lc.mu.Unlock()
 }
@@ -279,7 +280,7 @@ func (p *Proxy) ackPassed(hop *inDialogHop, out *sipmsg.Request) {
 			lc.mu.Unlock()
 			continue
 		}
-		txs, branch := lc.txs, lc.txsBranch
+		txs := lc.txs
 		if txs == nil {
 			if lc.ackFirst == nil && !lc.ackDone {
 				lc.ackFirst = out
@@ -291,9 +292,9 @@ func (p *Proxy) ackPassed(hop *inDialogHop, out *sipmsg.Request) {
 			lc.mu.Unlock()
 			return
 		}
-		lc.txs, lc.txsBranch, lc.ackDone = nil, "", true
+		lc.txs, lc.ackDone = nil, true
 		lc.mu.Unlock()
-		p.endAnswered(txs, branch, out)
+		p.endAnswered(txs, out)
 		return
 	}
 }
@@ -306,16 +307,16 @@ func acknowledges(ack *sipmsg.Request, a *ackedCall) bool {
 }
 
 // endAnswered ends an answered call's INVITE transactions at its caller's
-// ACK, keeping what outlives them under branch (ackedTable). An ACK that
-// does not acknowledge the answer (another CSeq or To tag) ends nothing.
-func (p *Proxy) endAnswered(txs *answeredTxs, branch string, ack *sipmsg.Request) {
+// ACK, keeping what outlives them (ackedTable). An ACK that does not
+// acknowledge the answer (another CSeq or To tag) ends nothing.
+func (p *Proxy) endAnswered(txs *answeredTxs, ack *sipmsg.Request) {
 	if !acknowledges(ack, txs.call) {
 		return
 	}
 	txs.call.ack = ack
 	// Kept before the client transaction ends: a retransmission that
 	// comes right after finds it.
-	p.acked.add(branch, txs.call, time.Now())
+	p.acked.add(txs.branch, txs.call, time.Now())
 	txs.client.Terminate()
 	txs.server.Terminate()
 	stopTxTimer(txs.client, clientTxTimerM)

@@ -59,14 +59,12 @@ type liveCall struct {
 	rec      records.Record
 	dlg      *dialogState
 	// txs are the answered call's INVITE transactions while the node waits
-	// for its caller's ACK to end them (acked.go; txsBranch: the INVITE's
-	// branch towards the carrier); ackFirst is that ACK when it came
-	// before the call's handler returned; ackDone: none is waited for any
-	// more.
-	txs       *answeredTxs
-	txsBranch string
-	ackFirst  *sipmsg.Request
-	ackDone   bool
+	// for its caller's ACK to end them (acked.go); ackFirst is that ACK
+	// when it came before the call's handler returned; ackDone: none is
+	// waited for any more.
+	txs      *answeredTxs
+	ackFirst *sipmsg.Request
+	ackDone  bool
 }
 
 // dialogState is an answered call's dialog as the proxy sends requests in
