@@ -71,8 +71,11 @@ local function level(h, cap, rate)
   return tokens, last
 end
 
-local limit, window, rate, mode, state = {}, {}, {}, {}, {}
-local counts, levels, lasts, over = {}, {}, {}, {}
+-- Each per-bucket table is built with room for 4 buckets: filled one
+-- by one from empty, each would be rehashed at every power of two.
+local limit, window, rate, mode = {nil, nil, nil, nil}, {nil, nil, nil, nil}, {nil, nil, nil, nil}, {nil, nil, nil, nil}
+local counts, over = {nil, nil, nil, nil}, {nil, nil, nil, nil}
+local state, levels, lasts = {}, {}, {}
 local duplicate = false
 local tb = 0
 for i = 1, n do
@@ -97,7 +100,7 @@ if #KEYS ~= n + tb then
   return redis.error_reply('admit.lua: KEYS must be one per bucket and one hash per token bucket')
 end
 
-local reply = {1, -1, 0, now, 0}
+local reply = {1, -1, 0, now, 0, nil, nil, nil, nil, nil, nil, nil, nil}
 for i = 1, n do
   if rate[i] > 0 then
     over[i] = levels[i] < U
