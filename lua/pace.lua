@@ -16,8 +16,9 @@
 -- ARGV[2]      interval between slots (integer µs, > 0)
 -- ARGV[3]      max_wait: longest acceptable wait (integer µs, >= 0)
 -- ARGV[4]      claim_us: how long a half-open probe claim lasts (integer µs, > 0)
--- ARGV[5]      share: '' = none (first come, first served; KEYS[3] and KEYS[4]
---              are not touched), else the share's name
+-- ARGV[5]      share: '' or absent = none (first come, first served; KEYS[3] and KEYS[4]
+--              are not touched, ARGV[6..9] not read and may be left off), else
+--              the share's name
 -- ARGV[6]      the share's weight (integer, 1-1000)
 -- ARGV[7]      lead (integer µs, > 0): how far from its turn a fair call's slot may be
 -- ARGV[8]      record keep (integer µs): how long past max_wait a fair record lives
