@@ -303,20 +303,25 @@ if rec then
 end
 
 local wkey, vkey = 'w:' .. share, 'v:' .. share
-local old = tonumber(redis.call('HGET', fkey, wkey))
+-- The share's weight, the sum, its turn and slip in one read (the weight
+-- and the sum are the only fields written before they are used: the sum
+-- is then HINCRBY's reply).
+local h = redis.call('HMGET', fkey, wkey, 'sum', vkey, 'd:' .. share)
+local old = tonumber(h[1])
+local sum = tonumber(h[2])
 if not old then
-  redis.call('HINCRBY', fkey, 'sum', fmt('%d', weight))
+  sum = redis.call('HINCRBY', fkey, 'sum', fmt('%d', weight))
   redis.call('HSET', fkey, wkey, fmt('%d', weight))
 elseif old ~= weight then
-  redis.call('HINCRBY', fkey, 'sum', fmt('%d', weight - old))
+  sum = redis.call('HINCRBY', fkey, 'sum', fmt('%d', weight - old))
   redis.call('HSET', fkey, wkey, fmt('%d', weight))
 end
-local sum = tonumber(redis.call('HGET', fkey, 'sum')) or weight
+sum = sum or weight
 if sum > sumcap then sum = sumcap end
 if sum < weight then sum = weight end
 local period = math.floor(interval * sum / weight)
-local v = tonumber(redis.call('HGET', fkey, vkey)) or 0
-local slip = tonumber(redis.call('HGET', fkey, 'd:' .. share)) or 0
+local v = tonumber(h[3]) or 0
+local slip = tonumber(h[4]) or 0
 local start = now
 if v > start then start = v end
 
