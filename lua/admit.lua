@@ -26,7 +26,8 @@
 -- bucket's level at now is min(capacity, tokens + floor((now - last) ×
 -- rate / 1e6)), computed in integers that stay below 2^53 (rate split into
 -- whole µtokens per µs and a remainder); an absent hash is a full bucket,
--- and a level above a lowered capacity is clamped, never reset.
+-- and a level above a lowered capacity is clamped, never reset. Every
+-- number handed to Redis is an integer formatted with %d (as pace.lua).
 --
 -- Reply (array of integers):
 --   [1] admitted      1 = admitted (and counted in every bucket but a
@@ -43,8 +44,10 @@
 if redis.replicate_commands then redis.replicate_commands() end
 
 local U = 1000000
+local fmt = string.format
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * U + tonumber(t[2])
+-- TIME's two strings, converted by the arithmetic (tonumber converts twice).
+local now = t[1] * U + t[2]
 local member = ARGV[1]
 local n = (#ARGV - 1) / 4
 if n < 1 or n ~= math.floor(n) then
@@ -68,8 +71,11 @@ local function level(h, cap, rate)
   return tokens, last
 end
 
-local limit, window, rate, mode, state = {}, {}, {}, {}, {}
-local counts, levels, lasts, over = {}, {}, {}, {}
+-- Each per-bucket table is built with room for 4 buckets: filled one
+-- by one from empty, each would be rehashed at every power of two.
+local limit, window, rate, mode = {nil, nil, nil, nil}, {nil, nil, nil, nil}, {nil, nil, nil, nil}, {nil, nil, nil, nil}
+local counts, over = {nil, nil, nil, nil}, {nil, nil, nil, nil}
+local state, levels, lasts = {}, {}, {}
 local duplicate = false
 local tb = 0
 for i = 1, n do
@@ -77,7 +83,7 @@ for i = 1, n do
   window[i] = tonumber(ARGV[4 * i - 1])
   rate[i] = tonumber(ARGV[4 * i])
   mode[i] = tonumber(ARGV[4 * i + 1])
-  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now - window[i])
+  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', fmt('%d', now - window[i]))
   if not duplicate and redis.call('ZSCORE', KEYS[i], member) then
     duplicate = true
   end
@@ -94,7 +100,7 @@ if #KEYS ~= n + tb then
   return redis.error_reply('admit.lua: KEYS must be one per bucket and one hash per token bucket')
 end
 
-local reply = {1, -1, 0, now, 0}
+local reply = {1, -1, 0, now, 0, nil, nil, nil, nil, nil, nil, nil, nil}
 for i = 1, n do
   if rate[i] > 0 then
     over[i] = levels[i] < U
@@ -121,7 +127,8 @@ for i = 1, n do
       -- The entry that must leave before there is room: the (count-limit+1)-th oldest.
       retry = window[i]
       if limit[i] > 0 then
-        local e = redis.call('ZRANGE', KEYS[i], counts[i] - limit[i], counts[i] - limit[i], 'WITHSCORES')
+        local r = fmt('%d', counts[i] - limit[i])
+        local e = redis.call('ZRANGE', KEYS[i], r, r, 'WITHSCORES')
         if e[2] then retry = tonumber(e[2]) + window[i] - now end
       end
       if retry < 0 then retry = 0 end
@@ -134,20 +141,21 @@ for i = 1, n do
   end
 end
 
+local nows = fmt('%d', now)
 for i = 1, n do
   if over[i] and mode[i] == 1 then
     -- Shadowed: the call goes on, this bucket does not count it.
     reply[5 + i] = counts[i]
   else
-    redis.call('ZADD', KEYS[i], now, member)
-    redis.call('PEXPIRE', KEYS[i], math.ceil(window[i] / 1000) + 1000)
+    redis.call('ZADD', KEYS[i], nows, member)
+    redis.call('PEXPIRE', KEYS[i], fmt('%d', math.ceil(window[i] / 1000) + 1000))
     if rate[i] > 0 then
       local cap = limit[i] * U
       local tokens = levels[i]
       if tokens >= U then tokens = tokens - U end
-      redis.call('HSET', state[i], 'tokens', tokens, 'last', lasts[i])
+      redis.call('HSET', state[i], 'tokens', fmt('%d', tokens), 'last', fmt('%d', lasts[i]))
       -- Idle until full, the hash says nothing an absent one would not.
-      redis.call('PEXPIRE', state[i], math.ceil((cap - tokens) * 1000 / rate[i]) + 1000)
+      redis.call('PEXPIRE', state[i], fmt('%d', math.ceil((cap - tokens) * 1000 / rate[i]) + 1000))
       reply[5 + i] = limit[i] - math.floor(tokens / U)
     else
       reply[5 + i] = counts[i] + 1

@@ -28,7 +28,10 @@ const ScriptAdmitPace = "admit_pace"
 // reservation is exactly what pace.lua alone would have made right after
 // the admission: the same slots, the same pause and fair-share rules.
 //
-// Built from the two files at start, so it never drifts from them.
+// Built from the two files at start, so it never drifts from them. Each
+// function's KEYS and ARGV are cut from the script's with unpack, one
+// table of the right size each: filled element by element they were
+// rehashed at every power of two (and pace.lua's only when it runs).
 var admitPaceSrc = "-- admit_pace: admit.lua, then pace.lua for an admitted call (lua/admit_pace.go).\n" +
 	"local function admit_lua(KEYS, ARGV)\n" + admitSrc + "\nend\n" +
 	"local function pace_lua(KEYS, ARGV)\n" + paceSrc + "\nend\n" + `
@@ -36,15 +39,10 @@ local nk, na = tonumber(ARGV[1]), tonumber(ARGV[2])
 if not nk or not na or nk < 1 or na < 1 or #KEYS ~= nk + 4 or #ARGV <= 2 + na then
   return redis.error_reply('admit_pace: ARGV must be the key and argument counts of admit.lua, its arguments, then those of pace.lua')
 end
-local ak, aa, pk, pa = {}, {}, {}, {}
-for i = 1, nk do ak[i] = KEYS[i] end
-for i = 1, 4 do pk[i] = KEYS[nk + i] end
-for i = 1, na do aa[i] = ARGV[2 + i] end
-for i = 3 + na, #ARGV do pa[#pa + 1] = ARGV[i] end
-local a = admit_lua(ak, aa)
+local a = admit_lua({unpack(KEYS, 1, nk)}, {unpack(ARGV, 3, 2 + na)})
 if type(a) ~= 'table' or a.err then return a end
 if a[1] ~= 1 or a[3] == 1 then return {a} end
-local s = pace_lua(pk, pa)
+local s = pace_lua({unpack(KEYS, nk + 1, nk + 4)}, {unpack(ARGV, 3 + na)})
 if type(s) ~= 'table' or s.err then return s end
 return {a, s}
 `

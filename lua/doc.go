@@ -48,8 +48,11 @@
 // microseconds and every fraction travels as an integer of microseconds (or
 // of micro-tokens, milli-cps), never as a Lua float; products stay below 2^53
 // so Lua's doubles hold them exactly. A time written into a string goes
-// through string.format('%d'): Lua's tostring keeps 14 digits. Keys carry a Redis Cluster hash tag (Key); a script
-// call must only name keys of one slot (HashSlot).
+// through string.format('%d'): Lua's tostring keeps 14 digits; admit.lua
+// and pace.lua hand every number to redis.call that way too, as Redis 7.0
+// formats a Lua number with %.17g at several times the cost. Keys carry a
+// Redis Cluster hash tag (Key); a script call must only name keys of one
+// slot (HashSlot).
 //
 // Failure: a wrapper returns the go-redis error as is (network, timeout,
 // script error) and a reply of the wrong shape as an error wrapping ErrReply;

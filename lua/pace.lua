@@ -16,8 +16,9 @@
 -- ARGV[2]      interval between slots (integer µs, > 0)
 -- ARGV[3]      max_wait: longest acceptable wait (integer µs, >= 0)
 -- ARGV[4]      claim_us: how long a half-open probe claim lasts (integer µs, > 0)
--- ARGV[5]      share: '' = none (first come, first served; KEYS[3] and KEYS[4]
---              are not touched), else the share's name
+-- ARGV[5]      share: '' or absent = none (first come, first served; KEYS[3] and KEYS[4]
+--              are not touched, ARGV[6..9] not read and may be left off), else
+--              the share's name
 -- ARGV[6]      the share's weight (integer, 1-1000)
 -- ARGV[7]      lead (integer µs, > 0): how far from its turn a fair call's slot may be
 -- ARGV[8]      record keep (integer µs): how long past max_wait a fair record lives
@@ -72,8 +73,10 @@
 -- + record keep after the call, so release.lua can give the turn back; a
 -- booking whose caller never came back is given back when its record
 -- expires. Each call forgets at most 64 expired entries (amortised: each is
--- added once). Numbers are formatted with %d: Lua's tostring keeps only 14
--- digits.
+-- added once). Every number handed to Redis (a command's argument, a field
+-- written) is an integer formatted with %d: Lua's tostring keeps only 14
+-- digits, and a Lua number given to redis.call is formatted with %.17g,
+-- several times the cost of %d (the same string for an integer below 2^53).
 --
 -- Reply (array of integers):
 --   [1] ok        1 = slot reserved (or already held) or turn booked, 0 = refused, nothing reserved
@@ -86,7 +89,9 @@
 if redis.replicate_commands then redis.replicate_commands() end
 
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+-- TIME's two strings, converted by the arithmetic (tonumber converts twice).
+local now = t[1] * 1000000 + t[2]
+local fmt = string.format
 local key = KEYS[1]
 local pkey = KEYS[2]
 local fkey = KEYS[3]
@@ -94,12 +99,7 @@ local xkey = KEYS[4]
 local member = ARGV[1]
 local interval = tonumber(ARGV[2])
 local max_wait = tonumber(ARGV[3])
-local claim = tonumber(ARGV[4])
 local share = ARGV[5] or ''
-local weight = tonumber(ARGV[6]) or 1
-local lead = tonumber(ARGV[7]) or 0
-local rkeep = tonumber(ARGV[8]) or 0
-local sumcap = tonumber(ARGV[9]) or 1000000
 
 local half_open = false
 local pz = redis.call('HMGET', pkey, 'u', 'p', 'pc')
@@ -116,15 +116,16 @@ if pz[1] then
 end
 
 local function take_probe()
-  redis.call('HSET', pkey, 'p', member, 'pc', now + claim)
+  local claim = tonumber(ARGV[4])
+  redis.call('HSET', pkey, 'p', member, 'pc', fmt('%d', now + claim))
   local ttl = redis.call('PTTL', pkey)
   local want = math.ceil(claim / 1000) + 600000
-  if ttl < want then redis.call('PEXPIRE', pkey, want) end
+  if ttl < want then redis.call('PEXPIRE', pkey, fmt('%d', want)) end
 end
 
 local keep = interval
 if keep < 1000000 then keep = 1000000 end
-redis.call('ZREMRANGEBYSCORE', key, '-inf', now - keep)
+redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt('%d', now - keep))
 
 local held = redis.call('ZSCORE', key, member)
 if held then
@@ -150,9 +151,9 @@ end
 local function forget(m, rec, refund)
   if refund then
     local v = tonumber(redis.call('HGET', fkey, 'v:' .. rec.share))
-    if v then redis.call('HSET', fkey, 'v:' .. rec.share, v - rec.charge) end
+    if v then redis.call('HSET', fkey, 'v:' .. rec.share, fmt('%d', v - rec.charge)) end
   end
-  if rec.state == 'b' then redis.call('HINCRBY', fkey, 'booked', -1) end
+  if rec.state == 'b' then redis.call('HINCRBY', fkey, 'booked', '-1') end
   redis.call('HDEL', fkey, 'm:' .. m)
   redis.call('ZREM', xkey, 'm:' .. m)
 end
@@ -165,7 +166,7 @@ end
 
 if share == '' then
   local slot = now
-  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  local last = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
   if last[2] then
     local next_slot = tonumber(last[2]) + interval
     if next_slot > slot then slot = next_slot end
@@ -175,8 +176,8 @@ if share == '' then
   if wait > max_wait then
     return {0, wait, now, 0}
   end
-  redis.call('ZADD', key, slot, member)
-  redis.call('PEXPIRE', key, math.ceil((wait + keep) / 1000) + 1000)
+  redis.call('ZADD', key, fmt('%d', slot), member)
+  redis.call('PEXPIRE', key, fmt('%d', math.ceil((wait + keep) / 1000) + 1000))
   if half_open then
     take_probe()
     return {1, wait, now, 2}
@@ -184,18 +185,23 @@ if share == '' then
   return {1, wait, now, 0}
 end
 
--- Fair share.
+-- Fair share. (Its arguments are read only here: each tonumber costs.)
+
+local weight = tonumber(ARGV[6]) or 1
+local lead = tonumber(ARGV[7]) or 0
+local rkeep = tonumber(ARGV[8]) or 0
+local sumcap = tonumber(ARGV[9]) or 1000000
 
 local function extend(k, ms)
   local ttl = redis.call('PTTL', k)
-  if ttl < ms then redis.call('PEXPIRE', k, ms) end
+  if ttl < ms then redis.call('PEXPIRE', k, fmt('%d', ms)) end
 end
 
 -- The first time from `from` at least interval from every slot. It reads
 -- at most 16 slots past from, then goes after the last slot.
 local function first_free(from)
   local c = from
-  local xs = redis.call('ZRANGEBYSCORE', key, string.format('(%d', from - interval), '+inf', 'WITHSCORES', 'LIMIT', 0, 16)
+  local xs = redis.call('ZRANGEBYSCORE', key, fmt('(%d', from - interval), '+inf', 'WITHSCORES', 'LIMIT', '0', '16')
   local n = #xs / 2
   for i = 1, n do
     local x = tonumber(xs[2 * i])
@@ -208,7 +214,7 @@ local function first_free(from)
     end
   end
   if n == 16 then
-    local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    local last = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
     local after = tonumber(last[2]) + interval
     if after > c then c = after end
   end
@@ -216,18 +222,18 @@ local function first_free(from)
 end
 
 local function take(p)
-  redis.call('ZADD', key, p, member)
+  redis.call('ZADD', key, fmt('%d', p), member)
   extend(key, math.ceil((p - now + keep) / 1000) + 1000)
 end
 
 -- Forget what has expired: shares no longer waiting, records past their
 -- keep (a booking whose caller never came back gives its turn back).
-local due = redis.call('ZRANGEBYSCORE', xkey, '-inf', now, 'LIMIT', 0, 64)
+local due = redis.call('ZRANGEBYSCORE', xkey, '-inf', fmt('%d', now), 'LIMIT', '0', '64')
 for _, e in ipairs(due) do
   local kind, name = string.sub(e, 1, 2), string.sub(e, 3)
   if kind == 's:' then
     local w = tonumber(redis.call('HGET', fkey, 'w:' .. name))
-    if w then redis.call('HINCRBY', fkey, 'sum', -w) end
+    if w then redis.call('HINCRBY', fkey, 'sum', fmt('%d', -w)) end
     redis.call('HDEL', fkey, 'w:' .. name, 'v:' .. name, 'd:' .. name)
     redis.call('ZREM', xkey, e)
   else
@@ -245,7 +251,7 @@ end
 local function waiting(name, till, period)
   local cur = redis.call('ZSCORE', xkey, 's:' .. name)
   if not cur or tonumber(cur) < till then
-    redis.call('ZADD', xkey, till, 's:' .. name)
+    redis.call('ZADD', xkey, fmt('%d', till), 's:' .. name)
   end
   local ms = math.ceil((max_wait + math.max(rkeep, 2 * period)) / 1000) + 1000
   extend(fkey, ms)
@@ -270,8 +276,8 @@ local function turn(rec)
   if p - from <= lead then
     take(p)
     if rec.state == 'b' then
-      redis.call('HINCRBY', fkey, 'booked', -1)
-      redis.call('HSET', fkey, 'm:' .. member, string.format('%d %d %d r %s', rec.charge, rec.start, rec.d0, rec.share))
+      redis.call('HINCRBY', fkey, 'booked', '-1')
+      redis.call('HSET', fkey, 'm:' .. member, fmt('%d %d %d r %s', rec.charge, rec.start, rec.d0, rec.share))
     end
     return {1, p - now, now, 0}
   end
@@ -282,10 +288,10 @@ local function turn(rec)
   -- The slot at the turn is taken (by calls within their share): the
   -- share's turns slip.
   local by = p - from
-  redis.call('HSET', fkey, 'd:' .. rec.share, d + by)
+  redis.call('HSET', fkey, 'd:' .. rec.share, fmt('%d', d + by))
   local v = tonumber(redis.call('HGET', fkey, 'v:' .. rec.share))
   if v then
-    redis.call('HSET', fkey, 'v:' .. rec.share, v + by)
+    redis.call('HSET', fkey, 'v:' .. rec.share, fmt('%d', v + by))
     waiting(rec.share, v + by + rec.charge, rec.charge)
   end
   return {1, p - lead - now, now, 3}
@@ -297,29 +303,34 @@ if rec then
 end
 
 local wkey, vkey = 'w:' .. share, 'v:' .. share
-local old = tonumber(redis.call('HGET', fkey, wkey))
+-- The share's weight, the sum, its turn and slip in one read (the weight
+-- and the sum are the only fields written before they are used: the sum
+-- is then HINCRBY's reply).
+local h = redis.call('HMGET', fkey, wkey, 'sum', vkey, 'd:' .. share)
+local old = tonumber(h[1])
+local sum = tonumber(h[2])
 if not old then
-  redis.call('HINCRBY', fkey, 'sum', weight)
-  redis.call('HSET', fkey, wkey, weight)
+  sum = redis.call('HINCRBY', fkey, 'sum', fmt('%d', weight))
+  redis.call('HSET', fkey, wkey, fmt('%d', weight))
 elseif old ~= weight then
-  redis.call('HINCRBY', fkey, 'sum', weight - old)
-  redis.call('HSET', fkey, wkey, weight)
+  sum = redis.call('HINCRBY', fkey, 'sum', fmt('%d', weight - old))
+  redis.call('HSET', fkey, wkey, fmt('%d', weight))
 end
-local sum = tonumber(redis.call('HGET', fkey, 'sum')) or weight
+sum = sum or weight
 if sum > sumcap then sum = sumcap end
 if sum < weight then sum = weight end
 local period = math.floor(interval * sum / weight)
-local v = tonumber(redis.call('HGET', fkey, vkey)) or 0
-local slip = tonumber(redis.call('HGET', fkey, 'd:' .. share)) or 0
+local v = tonumber(h[3]) or 0
+local slip = tonumber(h[4]) or 0
 local start = now
 if v > start then start = v end
 
 -- Charge the call one period of its share's turns, and record it.
 local function charge(state)
   local vn = start + period
-  redis.call('HSET', fkey, vkey, vn, 'm:' .. member, string.format('%d %d %d %s %s', period, start, slip, state, share))
-  redis.call('ZADD', xkey, now + max_wait + rkeep, 'm:' .. member)
-  if state == 'b' then redis.call('HINCRBY', fkey, 'booked', 1) end
+  redis.call('HSET', fkey, vkey, fmt('%d', vn), 'm:' .. member, fmt('%d %d %d %s %s', period, start, slip, state, share))
+  redis.call('ZADD', xkey, fmt('%d', now + max_wait + rkeep), 'm:' .. member)
+  if state == 'b' then redis.call('HINCRBY', fkey, 'booked', '1') end
   waiting(share, vn + period, period)
   return {charge = period, start = start, d0 = slip, state = state, share = share}
 end

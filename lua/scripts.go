@@ -478,12 +478,17 @@ func (pc PaceCall) check() error {
 	return nil
 }
 
-// args builds pace.lua's KEYS and ARGV.
+// args builds pace.lua's KEYS and ARGV. Without a share the share's
+// five arguments are left off (pace.lua reads an absent ARGV[5] as none):
+// every argument costs the script a string to intern.
 func (pc PaceCall) args() ([]string, []any) {
 	fair, exp := FairKeys(pc.Key)
+	keys := []string{pc.Key, PauseKey(pc.Key), fair, exp}
 	sh := pc.Share
-	return []string{pc.Key, PauseKey(pc.Key), fair, exp},
-		[]any{pc.Member, pc.IntervalUS, max(pc.MaxWaitUS, 0), pc.ClaimUS, sh.Name, sh.Weight, sh.LeadUS, sh.KeepUS, sh.SumCap}
+	if sh.Name == "" {
+		return keys, []any{pc.Member, pc.IntervalUS, max(pc.MaxWaitUS, 0), pc.ClaimUS}
+	}
+	return keys, []any{pc.Member, pc.IntervalUS, max(pc.MaxWaitUS, 0), pc.ClaimUS, sh.Name, sh.Weight, sh.LeadUS, sh.KeepUS, sh.SumCap}
 }
 
 // DecodePace decodes a pace.lua reply. It never panics.
