@@ -117,9 +117,12 @@ type ackedCall struct {
 	inv *sipmsg.Request
 	// ack is the caller's ACK as the node relayed it.
 	ack *sipmsg.Request
-	// carrier is the address the INVITE went to: a 2xx from elsewhere is
-	// no retransmission of the call's.
-	carrier netip.AddrPort
+	// carrier is the address the INVITE went to: a 2xx from another
+	// address is no retransmission of the call's. Any port of it: a UDP
+	// response may leave from another socket than the request reached,
+	// and the node takes a carrier's responses by its address alone
+	// (screenResponse), the call's first 2xx too.
+	carrier netip.Addr
 	callID  string
 	fk      *forkSet
 	exp     time.Time
@@ -245,7 +248,7 @@ func answeredOf(c *call) *answeredTxs {
 	}
 	return &answeredTxs{server: c.tx, client: l.tx, branch: branch, call: &ackedCall{
 		inv:     slimInvite(l.out),
-		carrier: netip.AddrPortFrom(carrier.Addr().Unmap(), carrier.Port()),
+		carrier: carrier.Addr().Unmap(),
 		callID:  callID(l.out), fk: l.fk,
 		exp: c.answeredAt.Add(answeredLinger),
 	}}
@@ -339,7 +342,7 @@ func (p *Proxy) ackedAnswer(res *sipmsg.Response) bool {
 		return false
 	}
 	src, err := netip.ParseAddrPort(res.Source())
-	if err != nil || netip.AddrPortFrom(src.Addr().Unmap(), src.Port()) != a.carrier || callID(res) != a.callID {
+	if err != nil || src.Addr().Unmap() != a.carrier || callID(res) != a.callID {
 		return false
 	}
 	if to := res.To(); to != nil && tagOf(to.Params) == a.fk.first() {
