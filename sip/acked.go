@@ -213,9 +213,6 @@ func (p *Proxy) holdAnswered(c *call) {
 		return
 	}
 	txs := answeredOf(c)
-	if txs != nil && !txs.client.OnTerminate(func(string, error) { lc.dropTxs(txs) }) {
-		txs = nil // ended already (Timer M, shutdown)
-	}
 	lc.mu.Lock()
 	ack := lc.ackFirst
 	lc.ackFirst = nil
@@ -226,8 +223,15 @@ func (p *Proxy) holdAnswered(c *call) {
 		lc.txs = txs
 	}
 	lc.mu.Unlock()
-	if txs != nil && ack != nil {
+	switch {
+	case txs == nil:
+	case ack != nil:
 		p.endAnswered(txs, ack)
+	case !txs.client.OnTerminate(func(string, error) { lc.dropTxs(txs) }):
+		// Ended already (Timer M, shutdown). Told only once they are on
+		// the call: a transaction that ends between the two would leave
+		// them there for the call's whole life.
+		lc.dropTxs(txs)
 	}
 }
 

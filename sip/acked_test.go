@@ -332,3 +332,39 @@ func TestAckedCallCarrierAnswersFromAnotherPort(t *testing.T) {
 		t.Errorf("the caller got %d responses, want 2 (100, 200): the retransmission was relayed", n)
 	}
 }
+
+// endingClientTx is a client transaction that ends right as its end is
+// asked to be told (OnTerminate), before its caller does anything else.
+type endingClientTx struct{ *fakeClientTx }
+
+func (e endingClientTx) OnTerminate(f sipmsg.FnTxTerminate) bool {
+	e.end()
+	f("", nil)
+	return true
+}
+
+// TestHoldAnsweredTxEndsMeanwhile: a call's client transaction that ends
+// (Timer M, shutdown) while holdAnswered leaves its transactions on the
+// call must not leave them there: liveCall lives as long as the call, and
+// the transactions hold every message of it.
+func TestHoldAnsweredTxEndsMeanwhile(t *testing.T) {
+	adm, pacer := newFakes()
+	h := startProxy(t, testConfig(config.Carrier{Name: "a", URI: "sip:127.0.0.1:5999", CPS: 100, MaxWait: time.Second}), adm, pacer)
+	out := sipmsg.NewRequest(sipmsg.INVITE, sipmsg.Uri{Scheme: "sip", User: "100", Host: "127.0.0.1", Port: 5999})
+	out = withVia(out, "127.0.0.9:5060", "z9hG4bK.out-ends")
+	cid := sipmsg.CallIDHeader("ends-meanwhile")
+	out.AppendHeader(&cid)
+	out.AppendHeader(&sipmsg.CSeqHeader{SeqNo: 1, MethodName: sipmsg.INVITE})
+	out.SetTransport("UDP")
+	out.SetDestination("127.0.0.1:5999")
+	lc := &liveCall{answered: true}
+	c := &call{p: h.p, tx: &fakeServerTx{done: make(chan struct{})}, lc: lc, answered: true, answeredAt: time.Now(),
+		ackLeg: &relayLeg{p: h.p, out: out, tx: endingClientTx{newFakeClientTx()}, fk: &forkSet{okKnown: true, okTag: "callee"}}}
+	h.p.holdAnswered(c)
+	lc.mu.Lock()
+	kept, done := lc.txs != nil, lc.ackDone
+	lc.mu.Unlock()
+	if kept || !done {
+		t.Errorf("the client transaction ended while the handler held it: the call keeps its transactions %v, waits for an ACK %v; want neither", kept, !done)
+	}
+}
