@@ -41,7 +41,8 @@ import (
 // one but timer_m), and that timer's function holds the transaction, and
 // so every message of the call, until it fires at the end of the linger:
 // ending a transaction early would free nothing. endAnswered stops the
-// two timers itself, through their unexported fields (stopTxTimer), as
+// two timers itself (they fire at once: a stopped one would hold the
+// transaction as long), through their unexported fields (stopTxTimer), as
 // ack.go wraps a transaction's connection. If a sipgo upgrade renames or
 // retypes them, New fails (checkTxTimers) and TestAckedCallFreesItsTransactions
 // fails, never silently.
@@ -74,10 +75,16 @@ func checkTxTimers() error {
 	return nil
 }
 
-// stopTxTimer stops the timer at index in tx, a *sipmsg.ServerTx or
-// *sipmsg.ClientTx that was terminated by this goroutine (its Terminate
-// took the transaction's lock, after the timer was set under it); other
-// types are left alone.
+// stopTxTimer ends the linger of the timer at index in tx, a
+// *sipmsg.ServerTx or *sipmsg.ClientTx that was terminated by this
+// goroutine (its Terminate took the transaction's lock, after the timer
+// was set under it); other types are left alone. The timer fires at once
+// rather than being stopped: a stopped timer stays in the runtime's timer
+// heap, its function and so the transaction with it, until its deadline
+// reaches the heap's head or stopped timers are a quarter of the heap
+// (Go 1.23 on), often the whole linger. Fired, it is taken out, and its
+// function finds the transaction terminated (sipgo's delete of a
+// terminated transaction does nothing).
 func stopTxTimer(tx any, index []int) {
 	v := reflect.ValueOf(tx)
 	switch tx.(type) {
@@ -91,7 +98,7 @@ func stopTxTimer(tx any, index []int) {
 	f := v.Elem().FieldByIndex(index)
 	f = reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem()
 	if t, _ := f.Interface().(*time.Timer); t != nil {
-		t.Stop()
+		t.Reset(0)
 	}
 }
 
