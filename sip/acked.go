@@ -41,7 +41,8 @@ import (
 // one but timer_m), and that timer's function holds the transaction, and
 // so every message of the call, until it fires at the end of the linger:
 // ending a transaction early would free nothing. endAnswered stops the
-// two timers itself, through their unexported fields (stopTxTimer), as
+// two timers itself (they fire at once: a stopped one would hold the
+// transaction as long), through their unexported fields (stopTxTimer), as
 // ack.go wraps a transaction's connection. If a sipgo upgrade renames or
 // retypes them, New fails (checkTxTimers) and TestAckedCallFreesItsTransactions
 // fails, never silently.
@@ -74,10 +75,16 @@ func checkTxTimers() error {
 	return nil
 }
 
-// stopTxTimer stops the timer at index in tx, a *sipmsg.ServerTx or
-// *sipmsg.ClientTx that was terminated by this goroutine (its Terminate
-// took the transaction's lock, after the timer was set under it); other
-// types are left alone.
+// stopTxTimer ends the linger of the timer at index in tx, a
+// *sipmsg.ServerTx or *sipmsg.ClientTx that was terminated by this
+// goroutine (its Terminate took the transaction's lock, after the timer
+// was set under it); other types are left alone. The timer fires at once
+// rather than being stopped: a stopped timer stays in the runtime's timer
+// heap, its function and so the transaction with it, until its deadline
+// reaches the heap's head or stopped timers are a quarter of the heap
+// (Go 1.23 on), often the whole linger. Fired, it is taken out, and its
+// function finds the transaction terminated (sipgo's delete of a
+// terminated transaction does nothing).
 func stopTxTimer(tx any, index []int) {
 	v := reflect.ValueOf(tx)
 	switch tx.(type) {
@@ -91,7 +98,7 @@ func stopTxTimer(tx any, index []int) {
 	f := v.Elem().FieldByIndex(index)
 	f = reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem()
 	if t, _ := f.Interface().(*time.Timer); t != nil {
-		t.Stop()
+		t.Reset(0)
 	}
 }
 
@@ -117,9 +124,12 @@ type ackedCall struct {
 	inv *sipmsg.Request
 	// ack is the caller's ACK as the node relayed it.
 	ack *sipmsg.Request
-	// carrier is the address the INVITE went to: a 2xx from elsewhere is
-	// no retransmission of the call's.
-	carrier netip.AddrPort
+	// carrier is the address the INVITE went to: a 2xx from another
+	// address is no retransmission of the call's. Any port of it: a UDP
+	// response may leave from another socket than the request reached,
+	// and the node takes a carrier's responses by its address alone
+	// (screenResponse), the call's first 2xx too.
+	carrier netip.Addr
 	callID  string
 	fk      *forkSet
 	exp     time.Time
@@ -210,9 +220,6 @@ func (p *Proxy) holdAnswered(c *call) {
 		return
 	}
 	txs := answeredOf(c)
-	if txs != nil && !txs.client.OnTerminate(func(string, error) { lc.dropTxs(txs) }) {
-		txs = nil // ended already (Timer M, shutdown)
-	}
 	lc.mu.Lock()
 	ack := lc.ackFirst
 	lc.ackFirst = nil
@@ -223,8 +230,15 @@ func (p *Proxy) holdAnswered(c *call) {
 		lc.txs = txs
 	}
 	lc.mu.Unlock()
-	if txs != nil && ack != nil {
+	switch {
+	case txs == nil:
+	case ack != nil:
 		p.endAnswered(txs, ack)
+	case !txs.client.OnTerminate(func(string, error) { lc.dropTxs(txs) }):
+		// Ended already (Timer M, shutdown). Told only once they are on
+		// the call: a transaction that ends between the two would leave
+		// them there for the call's whole life.
+		lc.dropTxs(txs)
 	}
 }
 
@@ -245,7 +259,7 @@ func answeredOf(c *call) *answeredTxs {
 	}
 	return &answeredTxs{server: c.tx, client: l.tx, branch: branch, call: &ackedCall{
 		inv:     slimInvite(l.out),
-		carrier: netip.AddrPortFrom(carrier.Addr().Unmap(), carrier.Port()),
+		carrier: carrier.Addr().Unmap(),
 		callID:  callID(l.out), fk: l.fk,
 		exp: c.answeredAt.Add(answeredLinger),
 	}}
@@ -339,7 +353,7 @@ func (p *Proxy) ackedAnswer(res *sipmsg.Response) bool {
 		return false
 	}
 	src, err := netip.ParseAddrPort(res.Source())
-	if err != nil || netip.AddrPortFrom(src.Addr().Unmap(), src.Port()) != a.carrier || callID(res) != a.callID {
+	if err != nil || src.Addr().Unmap() != a.carrier || callID(res) != a.callID {
 		return false
 	}
 	if to := res.To(); to != nil && tagOf(to.Params) == a.fk.first() {

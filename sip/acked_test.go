@@ -294,3 +294,77 @@ func TestAckedCallFreesItsTransactions(t *testing.T) {
 			ws.Value() != nil, wc.Value() != nil)
 	}
 }
+
+// TestAckedCallCarrierAnswersFromAnotherPort: a carrier may answer from
+// another port of its address than the one the INVITE went to (a UDP
+// response may leave from any socket; the node takes a carrier's
+// responses by its address, screenResponse). Its 2xx retransmission
+// after the caller's ACK is the call's, and gets that ACK again, as the
+// client transaction's linger relayed it to the caller for a new ACK.
+func TestAckedCallCarrierAnswersFromAnotherPort(t *testing.T) {
+	car := startUDPEnd(t, "127.0.0.1", nil)
+	alt := startUDPEnd(t, "127.0.0.1", nil)
+	self := car.addr()
+	answer := rawAnswerer(func() string { return self }, nil)
+	adm, pacer := newFakes()
+	h := startProxy(t, testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second}), adm, pacer)
+	car.mu.Lock()
+	car.answer = func(req *sipmsg.Request) *sipmsg.Response {
+		if res := answer(req); res != nil && req.IsInvite() {
+			alt.send(h.udp, res) // from the carrier's other socket
+		}
+		return nil
+	}
+	car.mu.Unlock()
+	peer := startUDPEnd(t, "127.0.0.2", nil)
+	const id = "acked-alt-port"
+	rawAnsweredCall(t, peer, h.udp, id)
+	invites := car.requests(sipmsg.INVITE)
+	if len(invites) != 1 {
+		t.Fatalf("the carrier got %d INVITEs, want 1", len(invites))
+	}
+	waitFor(t, func() bool { return len(car.requests(sipmsg.ACK)) == 1 && h.p.acked.len() == 1 },
+		"the caller's ACK at the carrier, and the call's transactions ended")
+	alt.send(h.udp, answer(invites[0]))
+	waitFor(t, func() bool { return len(car.requests(sipmsg.ACK)) == 2 },
+		"the caller's ACK sent again for the 2xx retransmission from the carrier's other port")
+	if n := len(peer.responses()); n != 2 {
+		t.Errorf("the caller got %d responses, want 2 (100, 200): the retransmission was relayed", n)
+	}
+}
+
+// endingClientTx is a client transaction that ends right as its end is
+// asked to be told (OnTerminate), before its caller does anything else.
+type endingClientTx struct{ *fakeClientTx }
+
+func (e endingClientTx) OnTerminate(f sipmsg.FnTxTerminate) bool {
+	e.end()
+	f("", nil)
+	return true
+}
+
+// TestHoldAnsweredTxEndsMeanwhile: a call's client transaction that ends
+// (Timer M, shutdown) while holdAnswered leaves its transactions on the
+// call must not leave them there: liveCall lives as long as the call, and
+// the transactions hold every message of it.
+func TestHoldAnsweredTxEndsMeanwhile(t *testing.T) {
+	adm, pacer := newFakes()
+	h := startProxy(t, testConfig(config.Carrier{Name: "a", URI: "sip:127.0.0.1:5999", CPS: 100, MaxWait: time.Second}), adm, pacer)
+	out := sipmsg.NewRequest(sipmsg.INVITE, sipmsg.Uri{Scheme: "sip", User: "100", Host: "127.0.0.1", Port: 5999})
+	out = withVia(out, "127.0.0.9:5060", "z9hG4bK.out-ends")
+	cid := sipmsg.CallIDHeader("ends-meanwhile")
+	out.AppendHeader(&cid)
+	out.AppendHeader(&sipmsg.CSeqHeader{SeqNo: 1, MethodName: sipmsg.INVITE})
+	out.SetTransport("UDP")
+	out.SetDestination("127.0.0.1:5999")
+	lc := &liveCall{answered: true}
+	c := &call{p: h.p, tx: &fakeServerTx{done: make(chan struct{})}, lc: lc, answered: true, answeredAt: time.Now(),
+		ackLeg: &relayLeg{p: h.p, out: out, tx: endingClientTx{newFakeClientTx()}, fk: &forkSet{okKnown: true, okTag: "callee"}}}
+	h.p.holdAnswered(c)
+	lc.mu.Lock()
+	kept, done := lc.txs != nil, lc.ackDone
+	lc.mu.Unlock()
+	if kept || !done {
+		t.Errorf("the client transaction ended while the handler held it: the call keeps its transactions %v, waits for an ACK %v; want neither", kept, !done)
+	}
+}
