@@ -118,10 +118,16 @@ type answeredTxs struct {
 // ended at the caller's ACK, until its linger would have ended (exp).
 // Everything but fk is set before it is shared and never changed.
 type ackedCall struct {
-	// inv is the INVITE sent to the carrier, slimmed to what the node's
-	// own ACK and BYE of a fork take from it (hangUp): its Request-URI,
-	// From, Call-ID and CSeq, its transport and destination.
-	inv *sipmsg.Request
+	// The INVITE sent to the carrier, what the node's own ACK and BYE of
+	// a fork take from it (hangUp, through invite): its Request-URI, From
+	// (the header object the INVITE carried, never changed once it was
+	// answered), CSeq number, transport, destination and local address,
+	// and callID. Built into a request only for a fork, which is rare.
+	ruri     sipmsg.Uri
+	from     *sipmsg.FromHeader
+	seq      uint32
+	tp, dest string
+	laddr    sipmsg.Addr
 	// ack is the caller's ACK as the node relayed it.
 	ack *sipmsg.Request
 	// carrier is the address the INVITE went to: a 2xx from another
@@ -195,17 +201,19 @@ func (t *ackedTable) len() int {
 	return len(t.m)
 }
 
-// slimInvite is the part of the INVITE sent to the carrier that the
-// node's own ACK and BYE of a 2xx take from it (hangUp).
-func slimInvite(out *sipmsg.Request) *sipmsg.Request {
-	seq := uint32(0)
-	if cs := out.CSeq(); cs != nil {
-		seq = cs.SeqNo
+// invite builds the part of the INVITE sent to the carrier that the
+// node's own ACK and BYE of a fork's 2xx take from it (hangUp).
+func (a *ackedCall) invite() *sipmsg.Request {
+	r := sipmsg.NewRequest(sipmsg.INVITE, *a.ruri.Clone())
+	if a.from != nil {
+		r.AppendHeader(sipmsg.HeaderClone(a.from))
 	}
-	r := requestOf(out, sipmsg.INVITE, *out.Recipient.Clone(), false, nil, seq)
-	r.SetTransport(out.Transport())
-	r.SetDestination(out.Destination())
-	r.Laddr = out.Laddr
+	cid := sipmsg.CallIDHeader(a.callID)
+	r.AppendHeader(&cid)
+	r.AppendHeader(&sipmsg.CSeqHeader{SeqNo: a.seq, MethodName: sipmsg.INVITE})
+	r.SetTransport(a.tp)
+	r.SetDestination(a.dest)
+	r.Laddr = a.laddr
 	return r
 }
 
@@ -257,8 +265,13 @@ func answeredOf(c *call) *answeredTxs {
 	if branch == "" || err != nil {
 		return nil
 	}
+	cs := l.out.CSeq()
+	if cs == nil {
+		return nil
+	}
 	return &answeredTxs{server: c.tx, client: l.tx, branch: branch, call: &ackedCall{
-		inv:     slimInvite(l.out),
+		ruri: l.out.Recipient, from: l.out.From(), seq: cs.SeqNo,
+		tp: l.out.Transport(), dest: l.out.Destination(), laddr: l.out.Laddr,
 		carrier: carrier.Addr().Unmap(),
 		callID:  callID(l.out), fk: l.fk,
 		exp: c.answeredAt.Add(answeredLinger),
@@ -316,8 +329,8 @@ func (p *Proxy) ackPassed(hop *inDialogHop, out *sipmsg.Request) {
 // acknowledges reports whether ack is the ACK of a's answer: its CSeq is
 // the INVITE's and its To tag the answer's.
 func acknowledges(ack *sipmsg.Request, a *ackedCall) bool {
-	cs, inv, to := ack.CSeq(), a.inv.CSeq(), ack.To()
-	return cs != nil && inv != nil && to != nil && cs.SeqNo == inv.SeqNo && tagOf(to.Params) == a.fk.first()
+	cs, to := ack.CSeq(), ack.To()
+	return cs != nil && to != nil && cs.SeqNo == a.seq && tagOf(to.Params) == a.fk.first()
 }
 
 // endAnswered ends an answered call's INVITE transactions at its caller's
@@ -362,6 +375,6 @@ func (p *Proxy) ackedAnswer(res *sipmsg.Response) bool {
 		}
 		return true
 	}
-	a.fk.hangUp(p, a.inv, res, nil)
+	a.fk.hangUp(p, a.invite(), res, nil)
 	return true
 }
