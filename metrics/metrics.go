@@ -175,7 +175,7 @@ var (
 		"sip.read_filter", "sip.ingress.take", "sip.ingress.handle",
 		"sip.invite_retransmission", "sip.indialog_retransmission",
 		"sip.abandon", "sip.bye_ends", "sip.bye_timeout", "sip.events",
-		"sip.dialog_sync", "sip.family_gaps", "sip.sweep",
+		"sip.dialog_sync", "sip.family_gaps", "sip.sweep", "sip.stray_response",
 		"carriers.probe", "carriers.prober", "carriers.confirm", "carriers.probe_done",
 		"carriers.back_pressure", "carriers.evidence", "carriers.refresh", "carriers.resolver",
 		"carriers.least_wait",

@@ -142,14 +142,18 @@ func (p *Proxy) onInvite(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
 	// answered call's copies for 32 s; a refused one's are answered from
 	// the refused table (refused.go).
 	defer func() { done(c.forwarded, c.answered) }()
+	// Also when the call's path panics (guarded recovers): an ACK the
+	// call holds for this handler is let go then.
+	defer func() {
+		if c.answered {
+			p.holdAnswered(c)
+		}
+	}()
 	c.run()
 	// The context ends when this handler returns: a live call's list entry
 	// no longer needs its cancel (nor keeps the context for the call's
 	// whole life).
 	defer c.lc.dropCancel()
-	if c.answered {
-		p.holdAnswered(c)
-	}
 	if !c.answered {
 		// Before the places are given back (store I/O): the caller has
 		// its final answer already. Each token went to a carrier in its
