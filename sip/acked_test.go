@@ -26,15 +26,7 @@ import (
 // copy of the caller's INVITE is absorbed by its tombstone; and after
 // the linger, a retransmission is a stray, dropped.
 func TestAckedCallEndsItsTransactions(t *testing.T) {
-	car := startUDPEnd(t, "127.0.0.1", nil)
-	self := car.addr()
-	answer := rawAnswerer(func() string { return self }, nil)
-	car.mu.Lock()
-	car.answer = answer
-	car.mu.Unlock()
-	adm, pacer := newFakes()
-	h := startProxy(t, testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second}), adm, pacer)
-	peer := startUDPEnd(t, "127.0.0.2", nil)
+	h, car, peer, answer := rawAnsweringSetup(t)
 	const id = "acked"
 	rawAnsweredCall(t, peer, h.udp, id)
 	answered := time.Now()
@@ -239,14 +231,7 @@ func TestAckedTableBounds(t *testing.T) {
 // function holds the transaction: stopTxTimer). A call whose caller has
 // not ACKed yet keeps them.
 func TestAckedCallFreesItsTransactions(t *testing.T) {
-	car := startUDPEnd(t, "127.0.0.1", nil)
-	self := car.addr()
-	car.mu.Lock()
-	car.answer = rawAnswerer(func() string { return self }, nil)
-	car.mu.Unlock()
-	adm, pacer := newFakes()
-	h := startProxy(t, testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second}), adm, pacer)
-	peer := startUDPEnd(t, "127.0.0.2", nil)
+	h, _, peer, _ := rawAnsweringSetup(t)
 	const id = "acked-free"
 	peer.send(h.udp, rawInviteFrom(peer, h.udp, id, "ftag-"+id))
 	ok := finalOfRaw(peer, id, sipmsg.INVITE, 0)

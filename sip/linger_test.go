@@ -11,6 +11,23 @@ import (
 	"github.com/cpsguard/cpsguard/internal/siptest"
 )
 
+// rawAnsweringSetup starts a raw carrier on 127.0.0.1 that answers every
+// initial INVITE 200 (rawAnswerer: To tag "raw-callee") and every other
+// request but ACK 200, a node routing to it, and a raw peer on 127.0.0.2;
+// answer builds the carrier's 200 again (a retransmission).
+func rawAnsweringSetup(t *testing.T) (h *harness, car, peer *udpEnd, answer func(*sipmsg.Request) *sipmsg.Response) {
+	t.Helper()
+	car = startUDPEnd(t, "127.0.0.1", nil)
+	self := car.addr()
+	answer = rawAnswerer(func() string { return self }, nil)
+	car.mu.Lock()
+	car.answer = answer
+	car.mu.Unlock()
+	adm, pacer := newFakes()
+	h = startProxy(t, testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second}), adm, pacer)
+	return h, car, startUDPEnd(t, "127.0.0.2", nil), answer
+}
+
 // TestAnsweredCallLetsGoOfItsTransactions: an answered call whose caller
 // never ACKs keeps its INVITE transactions (sipgo's server and client
 // ones) answeredLinger after the 2xx, not RFC 6026's 32 s. sipgo's
@@ -22,15 +39,7 @@ import (
 // tombstone, never decided again. (A call whose caller ACKs ends them at
 // the ACK: TestAckedCallEndsItsTransactions.)
 func TestAnsweredCallLetsGoOfItsTransactions(t *testing.T) {
-	car := startUDPEnd(t, "127.0.0.1", nil)
-	self := car.addr()
-	answer := rawAnswerer(func() string { return self }, nil)
-	car.mu.Lock()
-	car.answer = answer
-	car.mu.Unlock()
-	adm, pacer := newFakes()
-	h := startProxy(t, testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second}), adm, pacer)
-	peer := startUDPEnd(t, "127.0.0.2", nil)
+	h, car, peer, answer := rawAnsweringSetup(t)
 	const id = "linger"
 	peer.send(h.udp, rawInviteFrom(peer, h.udp, id, "ftag-"+id))
 	if ok := finalOfRaw(peer, id, sipmsg.INVITE, 0); ok == nil || ok.StatusCode != 200 {
