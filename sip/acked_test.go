@@ -46,15 +46,7 @@ func TestAckedCallEndsItsTransactions(t *testing.T) {
 	}
 	waitFor(t, func() bool { return len(acks("raw-callee")) == 1 && h.p.acked.len() == 1 },
 		"the caller's ACK at the carrier, and the call's transactions ended")
-	count := func(code int) int {
-		n := 0
-		for _, r := range peer.responses() {
-			if r.StatusCode == code && callID(r) == id && r.CSeq().MethodName == sipmsg.INVITE {
-				n++
-			}
-		}
-		return n
-	}
+	count := func(code int) int { return inviteAnswers(peer, id, code) }
 
 	// The carrier did not get the ACK: its 2xx again.
 	car.send(h.udp, answer(inv))

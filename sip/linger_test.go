@@ -28,6 +28,18 @@ func rawAnsweringSetup(t *testing.T) (h *harness, car, peer *udpEnd, answer func
 	return h, car, startUDPEnd(t, "127.0.0.2", nil), answer
 }
 
+// inviteAnswers counts the responses of code e got to its INVITE of
+// Call-ID id.
+func inviteAnswers(e *udpEnd, id string, code int) int {
+	n := 0
+	for _, r := range e.responses() {
+		if r.StatusCode == code && callID(r) == id && r.CSeq().MethodName == sipmsg.INVITE {
+			n++
+		}
+	}
+	return n
+}
+
 // TestAnsweredCallLetsGoOfItsTransactions: an answered call whose caller
 // never ACKs keeps its INVITE transactions (sipgo's server and client
 // ones) answeredLinger after the 2xx, not RFC 6026's 32 s. sipgo's
@@ -51,15 +63,7 @@ func TestAnsweredCallLetsGoOfItsTransactions(t *testing.T) {
 		t.Fatalf("the carrier got %d INVITEs, want 1", len(invites))
 	}
 	inv := invites[0]
-	count := func(code int) int {
-		n := 0
-		for _, r := range peer.responses() {
-			if r.StatusCode == code && callID(r) == id && r.CSeq().MethodName == sipmsg.INVITE {
-				n++
-			}
-		}
-		return n
-	}
+	count := func(code int) int { return inviteAnswers(peer, id, code) }
 
 	// Within the linger: relayed.
 	car.send(h.udp, answer(inv))
