@@ -297,7 +297,7 @@ func (p *Proxy) ackPassed(hop *inDialogHop, out *sipmsg.Request) {
 	if hop.dir != fromPeer || !hop.token.own || hop.callee == "" {
 		return
 	}
-	for _, f := range p.calls.FindDialog(hop.key.String()) {
+	for _, f := range hop.liveCalls(p) {
 		lc, ok := f.Data.(*liveCall)
 		if !ok || lc == nil {
 			continue

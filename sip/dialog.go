@@ -11,6 +11,7 @@ import (
 	sipmsg "github.com/emiago/sipgo/sip"
 
 	"github.com/cpsguard/cpsguard/admission"
+	callplaces "github.com/cpsguard/cpsguard/calls"
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/policy"
 	"github.com/cpsguard/cpsguard/sip/internal/invites"
@@ -100,6 +101,11 @@ type inDialogHop struct {
 	// unanswered refuses its tokens, tokensOver) and whether this proxy
 	// minted it, so knows whether its call is live (ownTokenGone).
 	token tokenRef
+	// live are the calls this node holds bound to the dialog, as
+	// ownTokenGone found them (looked up once: ackPassed reads them too);
+	// looked: they were looked up.
+	live   []callplaces.Found
+	looked bool
 }
 
 // prepareInDialog checks an in-dialog request and builds the one it relays.

@@ -624,7 +624,7 @@ func (p *Proxy) ownTokenGone(hop *inDialogHop) bool {
 	if !hop.token.own {
 		return false
 	}
-	found := p.calls.FindDialog(hop.key.String())
+	found := hop.liveCalls(p)
 	if len(found) == 0 {
 		return true
 	}
@@ -641,6 +641,15 @@ func (p *Proxy) ownTokenGone(hop *inDialogHop) bool {
 		}
 	}
 	return true
+}
+
+// liveCalls returns the calls this node holds bound to hop's dialog,
+// looked up in the Tracker once per hop.
+func (hop *inDialogHop) liveCalls(p *Proxy) []callplaces.Found {
+	if !hop.looked {
+		hop.live, hop.looked = p.calls.FindDialog(hop.key.String()), true
+	}
+	return hop.live
 }
 
 // logOverRate logs a dialog over its rate at Warn, at most once every
