@@ -106,3 +106,49 @@ func TestPrependViaWithRecordRoute(t *testing.T) {
 		t.Errorf("got %v allocations per prepend, want at most 6", n)
 	}
 }
+
+// TestKeepIdentitiesAllocations: an answered call's identities (the
+// caller's From and URI, the callee's To, tag and URI) are written into
+// one buffer and kept as parts of one string. sipgo's String and Value
+// build each piece in a builder of their own: 42 allocations for this
+// call's values before, on every answered call. What is left (14) is the
+// buffer, the string and what sipgo's URI writer allocates inside (a
+// port's digits, a parameter list's text).
+func TestKeepIdentitiesAllocations(t *testing.T) {
+	inv := parseInvite(t, "INVITE sip:100@127.0.0.1:5060 SIP/2.0\n"+
+		"Via: SIP/2.0/UDP 127.0.0.2:5070;branch=z9hG4bK-a\n"+
+		"From: \"Caller\" <sip:caller@127.0.0.2:5070;user=phone>;tag=ftag-1\n"+
+		"To: <sip:100@127.0.0.1>\nCall-ID: keep-1\nCSeq: 1 INVITE\n"+
+		"Contact: <sip:caller@127.0.0.2:5070;transport=udp>\nContent-Length: 0\n\n")
+	m, err := sipmsg.ParseMessage([]byte(strings.ReplaceAll("SIP/2.0 200 OK\n"+
+		"Via: SIP/2.0/UDP 127.0.0.2:5070;branch=z9hG4bK-a\n"+
+		"From: \"Caller\" <sip:caller@127.0.0.2:5070;user=phone>;tag=ftag-1\n"+
+		"To: <sip:100@127.0.0.1>;tag=callee-1\nCall-ID: keep-1\nCSeq: 1 INVITE\n"+
+		"Contact: <sip:callee@127.0.0.3:5080;transport=udp>\nContent-Length: 0\n\n", "\n", "\r\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := m.(*sipmsg.Response)
+	var d dialogState
+	d.keepIdentities(inv, ok)
+	for _, c := range []struct{ name, got, want string }{
+		{"caller's From", d.callerFrom, inv.From().Value()},
+		{"caller's URI", d.callerURI, inv.Contact().Address.String()},
+		{"callee's To", d.calleeTo, ok.To().Value()},
+		{"callee's tag", d.calleeTag, "callee-1"},
+		{"callee's URI", d.calleeURI, ok.Contact().Address.String()},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: %q, want %q", c.name, c.got, c.want)
+		}
+	}
+	if raceEnabled {
+		return
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		var d dialogState
+		d.keepIdentities(inv, ok)
+	}); n > 14 {
+		t.Errorf("got %v allocations to keep a dialog's identities, want at most 14", n)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"slices"
 	"strings"
@@ -442,45 +443,82 @@ const maxIdentityText = 1024
 // Request-URI). Each is kept as sipgo writes it, or, past
 // maxIdentityText, without its URI's parameters (and a From or To with
 // its tag alone, which the far end matches the dialog by): what a call up
-// holds is bounded by what its messages carried.
+// holds is bounded by what its messages carried. The four are written
+// into one buffer and kept as parts of one string: sipgo's String and
+// Value build each piece in a growing builder of its own (42 allocations
+// for a plain call's values, 14 now).
 func (d *dialogState) keepIdentities(inv *sipmsg.Request, ok *sipmsg.Response) {
-	if f := inv.From(); f != nil {
-		d.callerFrom = addrText(f.Value(), f.Address, f.Params)
-		d.callerURI = uriText(f.Address)
+	b := identityText{buf: make([]byte, 0, 512)}
+	var from, to, callerURI, calleeURI textSpan
+	f := inv.From()
+	if f != nil {
+		from = b.header(f, len("From: "), f.Address, f.Params)
 	}
 	if ct := inv.Contact(); ct != nil && ct.Address.Host != "" {
-		d.callerURI = uriText(ct.Address)
+		callerURI = b.uri(&ct.Address)
+	} else if f != nil {
+		callerURI = b.uri(&f.Address)
 	}
-	if to := ok.To(); to != nil {
-		d.calleeTo, d.calleeTag = addrText(to.Value(), to.Address, to.Params), tagOf(to.Params)
+	if t := ok.To(); t != nil {
+		to = b.header(t, len("To: "), t.Address, t.Params)
+		d.calleeTag = tagOf(t.Params)
 	}
-	d.calleeURI = uriText(inv.Recipient)
 	if ct := ok.Contact(); ct != nil && ct.Address.Host != "" {
-		d.calleeURI = uriText(ct.Address)
+		calleeURI = b.uri(&ct.Address)
+	} else {
+		calleeURI = b.uri(&inv.Recipient)
 	}
+	s := string(b.buf)
+	d.callerFrom, d.callerURI = from.of(s), callerURI.of(s)
+	d.calleeTo, d.calleeURI = to.of(s), calleeURI.of(s)
 }
 
-// addrText is a From or To value kept for the node's own BYE: value, or
-// past maxIdentityText the URI without parameters and the tag alone.
-func addrText(value string, u sipmsg.Uri, params sipmsg.HeaderParams) string {
-	if len(value) <= maxIdentityText {
-		return value
+// identityText is the buffer keepIdentities writes a dialog's identities
+// into (an io.StringWriter for sipgo's StringWrite methods).
+type identityText struct{ buf []byte }
+
+// textSpan is a part of identityText's buffer: [start, end).
+type textSpan struct{ start, end int }
+
+// of is the span's text in s, the buffer as a string.
+func (t textSpan) of(s string) string { return s[t.start:t.end] }
+
+// WriteString appends s.
+func (b *identityText) WriteString(s string) (int, error) {
+	b.buf = append(b.buf, s...)
+	return len(s), nil
+}
+
+// header writes h (a From or To) and spans its value (past the name and
+// ": ", skip bytes): as sipgo writes it, or past maxIdentityText its URI
+// without parameters and its tag alone.
+func (b *identityText) header(h interface{ StringWrite(io.StringWriter) }, skip int, u sipmsg.Uri, params sipmsg.HeaderParams) textSpan {
+	start := len(b.buf)
+	h.StringWrite(b)
+	if len(b.buf)-start-skip <= maxIdentityText {
+		return textSpan{start + skip, len(b.buf)}
 	}
-	h := sipmsg.FromHeader{Address: bareURI(u), Params: sipmsg.NewParams()}
+	b.buf = b.buf[:start]
+	bare := sipmsg.FromHeader{Address: bareURI(u), Params: sipmsg.NewParams()}
 	if tag, ok := params.Get("tag"); ok {
-		h.Params.Add("tag", tag)
+		bare.Params.Add("tag", tag)
 	}
-	return h.Value()
+	bare.StringWrite(b)
+	return textSpan{start + len("From: "), len(b.buf)}
 }
 
-// uriText is a URI kept for the node's own BYE: as sipgo writes it, or
-// past maxIdentityText without its parameters.
-func uriText(u sipmsg.Uri) string {
-	if s := u.String(); len(s) <= maxIdentityText {
-		return s
+// uri writes u and spans it: as sipgo writes it, or past maxIdentityText
+// without its parameters.
+func (b *identityText) uri(u *sipmsg.Uri) textSpan {
+	start := len(b.buf)
+	u.StringWrite(b)
+	if len(b.buf)-start <= maxIdentityText {
+		return textSpan{start, len(b.buf)}
 	}
-	b := bareURI(u)
-	return b.String()
+	b.buf = b.buf[:start]
+	bare := bareURI(*u)
+	bare.StringWrite(b)
+	return textSpan{start, len(b.buf)}
 }
 
 // bareURI is u without its parameters and headers.
