@@ -1,8 +1,10 @@
 package sip
 
 import (
+	"encoding/binary"
 	"log/slog"
 	"net/netip"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"syscall"
@@ -125,4 +127,35 @@ func BenchmarkInDialogPieces(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkCollectFullEndedTables is a full collection of a heap that
+// holds a node's ended-dialog and ended-token tables at their bound
+// (2×262,144 ends, what a node at a few hundred answered CPS keeps for
+// the tokens' lifetime): the share of every mark phase these tables cost.
+// Their entries hold no pointer, so the collector skips them; with
+// time.Time fields (a Location pointer each) it scanned all of them on
+// every cycle.
+//
+//	go test ./sip/ -run '^$' -bench CollectFullEndedTables -benchtime 20x -count 3
+func BenchmarkCollectFullEndedTables(b *testing.B) {
+	g := newDialogGuard()
+	now := time.Now()
+	exp := now.Add(4 * time.Hour)
+	var k dialogKey
+	for i := range maxEndedDialogs {
+		binary.BigEndian.PutUint64(k[:], uint64(i))
+		g.end(k, now, exp, uint64(i), fromPeer, false)
+	}
+	for i := range maxEndedTokens {
+		binary.BigEndian.PutUint64(k[:], uint64(i)|1<<63)
+		g.endToken(k, now, exp, false)
+	}
+	runtime.GC()
+	b.ResetTimer()
+	for range b.N {
+		runtime.GC()
+	}
+	b.StopTimer()
+	runtime.KeepAlive(g)
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"hash/fnv"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -155,9 +156,13 @@ type rateAt struct {
 // while copies (those relayed since the end) stays below
 // maxEndedByeCopies. A new BYE, even with the same CSeq, is another
 // transaction and is refused.
+//
+// Its times are Unix nanoseconds (wall clock, as the token's mint times):
+// with no pointer in it (a time.Time holds its Location's), the tables
+// of up to 2×262,144 ends are memory the collector never scans.
 type endedDialog struct {
-	exp       time.Time
-	copyUntil time.Time
+	exp       int64
+	copyUntil int64
 	// before: for a call's end (callEndKey), the tokens minted at or
 	// before it (Unix seconds) are dead; a later call that reuses the
 	// Call-ID and tag has a token of its own.
@@ -200,7 +205,7 @@ func byeID(seq uint32, via *sipmsg.ViaHeader) uint64 {
 // endedRef is an ended dialog in the order it was recorded.
 type endedRef struct {
 	key dialogKey
-	exp time.Time
+	exp int64 // Unix nanoseconds
 }
 
 // endedSet is a bounded table of ends, each kept until its expiry; when
@@ -219,13 +224,13 @@ func newEndedSet(max int) endedSet {
 // live returns k's end when it is known and not expired at now.
 func (s *endedSet) live(k dialogKey, now time.Time) (endedDialog, bool) {
 	e, ok := s.m[k]
-	return e, ok && now.Before(e.exp)
+	return e, ok && now.UnixNano() < e.exp
 }
 
 // add records e as k's end, forgetting the oldest end first when full.
 func (s *endedSet) add(k dialogKey, e endedDialog) {
 	if len(s.m) >= s.max {
-		s.evict(time.Time{}, 1)
+		s.evictAt(math.MinInt64, 1)
 	}
 	s.m[k] = e
 	s.order.Push(endedRef{k, e.exp})
@@ -233,9 +238,13 @@ func (s *endedSet) add(k dialogKey, e endedDialog) {
 
 // evict drops, from the oldest recorded, the ends expired at now, and at
 // least atLeast more.
-func (s *endedSet) evict(now time.Time, atLeast int) {
-	for r, ok := s.order.Front(); ok && (atLeast > 0 || !now.Before(r.exp)); r, ok = s.order.Front() {
-		if e, ok := s.m[r.key]; ok && e.exp.Equal(r.exp) {
+func (s *endedSet) evict(now time.Time, atLeast int) { s.evictAt(now.UnixNano(), atLeast) }
+
+// evictAt is evict at now in Unix nanoseconds (math.MinInt64: only the
+// atLeast oldest).
+func (s *endedSet) evictAt(now int64, atLeast int) {
+	for r, ok := s.order.Front(); ok && (atLeast > 0 || now >= r.exp); r, ok = s.order.Front() {
+		if e, ok := s.m[r.key]; ok && e.exp == r.exp {
 			delete(s.m, r.key)
 			atLeast--
 		}
@@ -322,7 +331,7 @@ func (g *dialogGuard) admitToken(tok dialogKey, gone bool, d dialogKey, k callKe
 // admitLocked is admit with g.mu held.
 func (g *dialogGuard) admitLocked(d dialogKey, k callKey, dir direction, bye uint64, minted int64, now time.Time) int {
 	if e, ok := g.ended.live(d, now); ok {
-		if bye == 0 || e.bye != bye || e.dir != dir || !now.Before(e.copyUntil) || e.copies >= maxEndedByeCopies {
+		if bye == 0 || e.bye != bye || e.dir != dir || now.UnixNano() >= e.copyUntil || e.copies >= maxEndedByeCopies {
 			return dialogEnded
 		}
 		e.copies++
@@ -365,9 +374,9 @@ func (g *dialogGuard) end(d dialogKey, now, exp time.Time, bye uint64, dir direc
 		g.ended.m[d] = old
 		return
 	}
-	e := endedDialog{exp: exp, before: now.Unix(), bye: bye, dir: dir}
+	e := endedDialog{exp: exp.UnixNano(), before: now.Unix(), bye: bye, dir: dir}
 	if bye != 0 {
-		e.copyUntil = now.Add(byeTimeout)
+		e.copyUntil = now.Add(byeTimeout).UnixNano()
 	}
 	g.ended.add(d, e)
 	if publish {
@@ -390,7 +399,7 @@ func (g *dialogGuard) endToken(t dialogKey, now, exp time.Time, publish bool) {
 	if _, ok := g.endedTokens.live(t, now); ok {
 		return
 	}
-	g.endedTokens.add(t, endedDialog{exp: exp, before: now.Unix()})
+	g.endedTokens.add(t, endedDialog{exp: exp.UnixNano(), before: now.Unix()})
 	if publish {
 		g.publishLocked(tokenEndPrefix + hex.EncodeToString(t[:]))
 	}
