@@ -129,16 +129,17 @@ func BenchmarkInDialogPieces(b *testing.B) {
 	})
 }
 
-// BenchmarkCollectFullEndedTables is a full collection of a heap that
-// holds a node's ended-dialog and ended-token tables at their bound
-// (2×262,144 ends, what a node at a few hundred answered CPS keeps for
-// the tokens' lifetime): the share of every mark phase these tables cost.
-// Their entries hold no pointer, so the collector skips them; with
-// time.Time fields (a Location pointer each) it scanned all of them on
-// every cycle.
+// BenchmarkCollectFullDialogTables is a full collection of a heap that
+// holds a node's per-dialog tables at their bound: the ended dialogs and
+// the ended tokens (2×262,144 ends, what a node at a few hundred answered
+// CPS keeps for the tokens' lifetime) and the dialogs' rate buckets
+// (262,144): the share of every mark phase these tables cost. Their
+// entries hold no pointer, so the collector skips them; with time.Time
+// fields (a Location pointer each) and a pointer per bucket it scanned
+// all of them on every cycle.
 //
-//	go test ./sip/ -run '^$' -bench CollectFullEndedTables -benchtime 20x -count 3
-func BenchmarkCollectFullEndedTables(b *testing.B) {
+//	go test ./sip/ -run '^$' -bench CollectFullDialogTables -benchtime 20x -count 3
+func BenchmarkCollectFullDialogTables(b *testing.B) {
 	g := newDialogGuard()
 	now := time.Now()
 	exp := now.Add(4 * time.Hour)
@@ -150,6 +151,16 @@ func BenchmarkCollectFullEndedTables(b *testing.B) {
 	for i := range maxEndedTokens {
 		binary.BigEndian.PutUint64(k[:], uint64(i)|1<<63)
 		g.endToken(k, now, exp, false)
+	}
+	var ck callKey
+	g.mu.Lock()
+	for i := range maxDialogRates {
+		binary.BigEndian.PutUint64(ck[:], uint64(i)|1<<62)
+		g.admitLocked(dialogKey(ck), ck, fromPeer, 0, 0, now)
+	}
+	g.mu.Unlock()
+	if n := len(g.rates); n != maxDialogRates {
+		b.Fatalf("%d rate buckets, want %d", n, maxDialogRates)
 	}
 	runtime.GC()
 	b.ResetTimer()

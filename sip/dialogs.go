@@ -127,10 +127,12 @@ type DialogEnds interface {
 	Sync(ctx context.Context, cursor int64, ended []string, ttl time.Duration) (keys []string, next int64, more bool, err error)
 }
 
-// dialogRateBucket is one dialog direction's token bucket.
+// dialogRateBucket is one dialog direction's token bucket, kept by value
+// with its last use in Unix nanoseconds: the map of up to 262,144 holds
+// no pointer for the collector to scan, and a new dialog allocates none.
 type dialogRateBucket struct {
 	tokens float64
-	last   time.Time
+	last   int64
 }
 
 // rateKey is a dialog direction (the call key is the dialog's caller side,
@@ -144,7 +146,7 @@ type rateKey struct {
 // bucket's last use then).
 type rateAt struct {
 	k  rateKey
-	at time.Time
+	at int64 // Unix nanoseconds
 }
 
 // endedDialog is what a node keeps of an ended dialog: until when, and
@@ -265,7 +267,7 @@ type dialogGuard struct {
 	// endedTokens holds the ends of call attempts' tokens (tokenEndKey),
 	// at most maxEndedTokens.
 	endedTokens endedSet
-	rates       map[rateKey]*dialogRateBucket
+	rates       map[rateKey]dialogRateBucket
 	// rateQ holds the key of each bucket in rates, in the order they were
 	// made (or found in use by the sweep), with that time: the sweep pops
 	// the ones idle long enough instead of walking the whole map under mu
@@ -283,7 +285,7 @@ type dialogGuard struct {
 
 func newDialogGuard() *dialogGuard {
 	return &dialogGuard{ended: newEndedSet(maxEndedDialogs), endedTokens: newEndedSet(maxEndedTokens),
-		rates: make(map[rateKey]*dialogRateBucket)}
+		rates: make(map[rateKey]dialogRateBucket)}
 }
 
 // Outcomes of dialogGuard.admit.
@@ -339,25 +341,26 @@ func (g *dialogGuard) admitLocked(d dialogKey, k callKey, dir direction, bye uin
 	} else if c, ok := g.ended.live(callEndKey(k), now); ok && minted <= c.before {
 		return dialogEnded
 	}
-	rk := rateKey{k, dir}
-	b := g.rates[rk]
-	if b == nil {
+	rk, at := rateKey{k, dir}, now.UnixNano()
+	b, ok := g.rates[rk]
+	if !ok {
 		if len(g.rates) >= maxDialogRates {
 			return dialogPass
 		}
-		b = &dialogRateBucket{tokens: dialogBurst, last: now}
-		g.rates[rk] = b
-		g.rateQ.Push(rateAt{rk, now})
+		b = dialogRateBucket{tokens: dialogBurst, last: at}
+		g.rateQ.Push(rateAt{rk, at})
 	}
-	if el := now.Sub(b.last).Seconds(); el > 0 {
+	if el := float64(at-b.last) / float64(time.Second); el > 0 {
 		b.tokens = min(dialogBurst, b.tokens+el*dialogRate)
-		b.last = now
+		b.last = at
 	}
-	if b.tokens < 1 {
-		return dialogOverRate
+	verdict := dialogOverRate
+	if b.tokens >= 1 {
+		b.tokens--
+		verdict = dialogPass
 	}
-	b.tokens--
-	return dialogPass
+	g.rates[rk] = b
+	return verdict
 }
 
 // end records at now that dialog d ended (or, with d a callEndKey, its
@@ -440,16 +443,17 @@ func (g *dialogGuard) sweep(now time.Time) {
 	// Each key queued before this sweep is looked at once: one in use
 	// since it was queued goes to the back with its last use, which is
 	// later than now-full, so the loop stops when it comes round.
+	at := now.UnixNano()
 	for {
 		e, ok := g.rateQ.Front()
-		if !ok || now.Sub(e.at) < full {
+		if !ok || at-e.at < int64(full) {
 			return
 		}
 		g.rateQ.Pop()
-		b := g.rates[e.k]
+		b, ok := g.rates[e.k]
 		switch {
-		case b == nil:
-		case now.Sub(b.last) >= full:
+		case !ok:
+		case at-b.last >= int64(full):
 			delete(g.rates, e.k)
 		default:
 			g.rateQ.Push(rateAt{e.k, b.last})
