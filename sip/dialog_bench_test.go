@@ -133,13 +133,16 @@ func BenchmarkInDialogPieces(b *testing.B) {
 // holds a node's per-dialog tables at their bound: the ended dialogs and
 // the ended tokens (2×262,144 ends, what a node at a few hundred answered
 // CPS keeps for the tokens' lifetime) and the dialogs' rate buckets
-// (262,144): the share of every mark phase these tables cost. Their
-// entries hold no pointer, so the collector skips them; with time.Time
+// (262,144): the share of every mark phase these tables cost (and, as
+// tables-MiB, the heap they take). Their entries hold no pointer, so the collector skips them; with time.Time
 // fields (a Location pointer each) and a pointer per bucket it scanned
 // all of them on every cycle.
 //
 //	go test ./sip/ -run '^$' -bench CollectFullDialogTables -benchtime 20x -count 3
 func BenchmarkCollectFullDialogTables(b *testing.B) {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
 	g := newDialogGuard()
 	now := time.Now()
 	exp := now.Add(4 * time.Hour)
@@ -163,10 +166,12 @@ func BenchmarkCollectFullDialogTables(b *testing.B) {
 		b.Fatalf("%d rate buckets, want %d", n, maxDialogRates)
 	}
 	runtime.GC()
+	runtime.ReadMemStats(&after)
 	b.ResetTimer()
 	for range b.N {
 		runtime.GC()
 	}
 	b.StopTimer()
+	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/(1<<20), "tables-MiB")
 	runtime.KeepAlive(g)
 }
