@@ -1,6 +1,7 @@
 package sip
 
 import (
+	"context"
 	"errors"
 	"net/netip"
 	"reflect"
@@ -23,17 +24,18 @@ import (
 //
 // Once the caller's ACK of that 2xx passed the node, the caller has its
 // answer: a later 2xx retransmission only says that the ACK did not reach
-// the carrier. For a call whose legs are both UDP (the ACK relayed
-// statelessly, screenAck), the node then ends both transactions and keeps,
-// until the linger would have ended, what the client transaction was kept
-// for (ackedCall): the ACK as it was relayed, sent again to the carrier
-// for each retransmission of the 2xx (from the carrier's address, with the
-// answer's To tag), and the INVITE's identity, so that a forking
-// carrier's 2xx of another To tag is still ACKed and BYEd at the carrier
-// once per tag (forkSet). A copy of the caller's INVITE is absorbed by its
-// tombstone (invites.Table) as after the linger. A call with a TCP or TLS
-// leg, and one whose caller never ACKs, keeps its transactions for the
-// linger as before.
+// the carrier. Once the node relayed that ACK (statelessly between UDP
+// legs, screenAck; through onAck when a leg is TCP or TLS), it ends both
+// transactions and keeps, until the linger would have ended, what the
+// client transaction was kept for (ackedCall): the ACK as it was relayed,
+// sent again to the carrier for each retransmission of the 2xx (from the
+// carrier's address, with the answer's To tag; over TLS on a connection
+// whose certificate names the carrier, ackAgain), and the INVITE's
+// identity, so that a forking carrier's 2xx of another To tag is still
+// ACKed and BYEd at the carrier once per tag (forkSet). A copy of the
+// caller's INVITE is absorbed by its tombstone (invites.Table) as after
+// the linger. A call whose caller never ACKs (or whose ACK the node did
+// not relay) keeps its transactions for the linger as before.
 
 // Ending sipgo's transactions: Terminate removes a transaction from
 // sipgo's tables, but leaves the Accepted state's timer armed (v1.7.2:
@@ -219,9 +221,9 @@ func (a *ackedCall) invite() *sipmsg.Request {
 
 // holdAnswered runs when an answered call's handler returns: it leaves
 // the call's transactions for its caller's ACK to end, or ends them now
-// when that ACK came while the handler ran. Only a call whose legs are
-// both UDP and whose answer reached the caller (c.ackLeg is its leg then)
-// is held; any other keeps its transactions for the linger.
+// when that ACK came while the handler ran. Only a call whose answer
+// reached the caller (c.ackLeg is its leg then) is held; any other keeps
+// its transactions for the linger.
 func (p *Proxy) holdAnswered(c *call) {
 	lc := c.lc
 	if lc == nil {
@@ -289,7 +291,8 @@ func (lc *liveCall) dropTxs(txs *answeredTxs) {
 }
 
 // ackPassed is told that out, the ACK of a call's dialog from its caller,
-// was relayed to the carrier over UDP (screenAck). When it acknowledges
+// was relayed to the carrier (screenAck over UDP, onAck over TCP or TLS,
+// or with a leg of either). When it acknowledges
 // the call's answer (the INVITE's CSeq, the answer's To tag), the call's
 // transactions end (endAnswered); when the call's handler has not
 // returned yet, it is left for it (holdAnswered).
@@ -370,11 +373,24 @@ func (p *Proxy) ackedAnswer(res *sipmsg.Response) bool {
 		return false
 	}
 	if to := res.To(); to != nil && tagOf(to.Params) == a.fk.first() {
-		if err := p.tp.WriteMsg(a.ack); err != nil {
-			p.log.Debug("ACK sent again failed", "call_id", clip(a.callID), "error", err)
-		}
+		p.ackAgain(a)
 		return true
 	}
 	a.fk.hangUp(p, a.invite(), res, nil)
 	return true
+}
+
+// ackAgain sends the caller's ACK of a's answer to the carrier again, as
+// it was relayed; over TLS on a connection whose certificate names the
+// carrier (tlsHop: the one the ACK went on, unless it was closed since).
+func (p *Proxy) ackAgain(a *ackedCall) {
+	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
+	defer cancel()
+	err := p.tlsHop(ctx, a.ack, nil)
+	if err == nil {
+		err = p.tp.WriteMsg(a.ack)
+	}
+	if err != nil {
+		p.log.Debug("ACK sent again failed", "call_id", clip(a.callID), "error", err)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	sipmsg "github.com/emiago/sipgo/sip"
 
 	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/internal/siptest"
 )
 
 // TestAckedCallEndsItsTransactions: once the caller's ACK of an answered
@@ -230,7 +232,20 @@ func TestAckedCallFreesItsTransactions(t *testing.T) {
 	if ok == nil || ok.StatusCode != 200 {
 		t.Fatalf("call %s: final %v, want 200", id, ok)
 	}
-	// The handler leaves the transactions on the call for the ACK.
+	gone := heldTxs(t, h, id)
+
+	ack := inDialogOf(t, peer.caller(), h.udp, ok, sipmsg.ACK)
+	ack.CSeq().SeqNo = ok.CSeq().SeqNo
+	peer.send(h.udp, withVia(ack, peer.addr(), "z9hG4bK.ack-"+id))
+	waitFor(t, func() bool { return h.p.acked.len() == 1 }, "the call's transactions ended at the ACK")
+	txsFreed(t, gone)
+}
+
+// heldTxs waits until the answered call id's handler left its INVITE
+// transactions on the call for the caller's ACK, and returns a check that
+// both are unreachable (after a collection); they must not be yet.
+func heldTxs(t *testing.T, h *harness, id string) (gone func() bool) {
+	t.Helper()
 	var txs *answeredTxs
 	waitFor(t, func() bool {
 		for _, f := range h.p.calls.Find(id) {
@@ -248,27 +263,91 @@ func TestAckedCallFreesItsTransactions(t *testing.T) {
 		t.Fatalf("the call's transactions are %T and %T, want sipgo's", txs.server, txs.client)
 	}
 	ws, wc := weak.Make(server), weak.Make(client)
-	txs, server, client = nil, nil, nil
-	gone := func() bool {
+	gone = func() bool {
 		runtime.GC()
 		return ws.Value() == nil && wc.Value() == nil
 	}
 	if gone() {
 		t.Fatalf("the transactions were freed before the caller's ACK")
 	}
+	return gone
+}
 
-	ack := inDialogOf(t, peer.caller(), h.udp, ok, sipmsg.ACK)
-	ack.CSeq().SeqNo = ok.CSeq().SeqNo
-	peer.send(h.udp, withVia(ack, peer.addr(), "z9hG4bK.ack-"+id))
-	waitFor(t, func() bool { return h.p.acked.len() == 1 }, "the call's transactions ended at the ACK")
-	// Well within the 8 s linger.
+// txsFreed fails unless gone (heldTxs) turns true well within the 8 s
+// linger.
+func txsFreed(t *testing.T, gone func() bool) {
+	t.Helper()
 	deadline := time.Now().Add(2 * time.Second)
 	for !gone() && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	if ws.Value() != nil || wc.Value() != nil {
-		t.Errorf("after the ACK, server transaction reachable %v, client transaction reachable %v; want neither (a linger timer still holds one)",
-			ws.Value() != nil, wc.Value() != nil)
+	if !gone() {
+		t.Errorf("after the ACK, the call's transactions are still reachable; want neither (a linger timer still holds one)")
+	}
+}
+
+// TestAckedStreamCallEndsItsTransactions: a call with a TCP or TLS leg
+// ends its INVITE transactions at its caller's ACK as a UDP one does
+// (they held every message of the call for the 8 s linger, ~0.1 MB per
+// answered call per second), and a 2xx retransmission from its carrier
+// within the linger gets that ACK again, over the carrier's transport
+// (over TLS on a connection whose certificate names the carrier).
+func TestAckedStreamCallEndsItsTransactions(t *testing.T) {
+	k := newTLSPKI(t)
+	for _, tc := range []struct{ name, caller, carrier string }{
+		{"udp caller, tcp carrier", "udp", "tcp"},
+		{"tls caller, tls carrier", "tls", "tls"},
+		{"tls caller, udp carrier", "tls", "udp"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			car := siptest.StartCarrierTLS(t, "127.0.0.1", k.carrierTLS(t), nil)
+			cc := carrierCfg("a", car)
+			switch tc.carrier {
+			case "tcp":
+				cc.URI = "sip:" + car.Addr + ";transport=tcp"
+			case "tls":
+				cc.URI = "sip:" + car.TLSAddr + ";transport=tls"
+			}
+			adm, pacer := newFakes()
+			h := startProxy(t, k.tlsConfig(false, cc), adm, pacer)
+			proxy := h.udp
+			caller := siptest.StartCaller(t, "127.0.0.2")
+			if tc.caller == "tls" {
+				proxy = tlsAddr(t, h)
+				caller = siptest.StartTLSCaller(t, "127.0.0.2", k.clientTLS(t, "", ""))
+			}
+			ok := answeredCall(t, caller, proxy)
+			id := callID(ok)
+			gone := heldTxs(t, h, id)
+
+			ack := inDialogOf(t, caller, proxy, ok, sipmsg.ACK)
+			if tc.caller == "tls" {
+				ack = overTLS(ack, proxy)
+			}
+			ack.CSeq().SeqNo = ok.CSeq().SeqNo
+			if err := caller.Client().WriteRequest(ack); err != nil {
+				t.Fatalf("caller's ACK: %v", err)
+			}
+			waitFor(t, func() bool { return car.Count("ACK") == 1 && h.p.acked.len() == 1 },
+				"the caller's ACK at the carrier, and the call's transactions ended")
+			txsFreed(t, gone)
+
+			// The carrier's 2xx again, as sipgo hands the node a 2xx that
+			// matches no transaction.
+			inv := car.Invites()
+			if len(inv) != 1 {
+				t.Fatalf("the carrier got %d INVITEs, want 1", len(inv))
+			}
+			again := sipmsg.NewResponseFromRequest(inv[0], 200, "OK", nil)
+			again.To().Params.Remove("tag")
+			again.To().Params.Add("tag", tagOf(ok.To().Params))
+			again.SetSource(car.Addr)
+			again.SetTransport(strings.ToUpper(tc.carrier))
+			if !h.p.ackedAnswer(again) {
+				t.Fatal("the carrier's 2xx retransmission was not taken for the call's")
+			}
+			waitFor(t, func() bool { return car.Count("ACK") == 2 }, "the caller's ACK sent again to the carrier")
+		})
 	}
 }
 

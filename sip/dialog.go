@@ -470,7 +470,9 @@ func (p *Proxy) onAck(req *sipmsg.Request, _ sipmsg.ServerTransaction) {
 	}
 	if err := p.tp.WriteMsg(hop.out); err != nil {
 		p.log.Debug("ACK forward failed", "call_id", callID(req), "error", err)
+		return
 	}
+	p.ackPassed(&hop, hop.out)
 }
 
 // onCancel answers a CANCEL that matches no INVITE in progress (the screen

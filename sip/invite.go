@@ -111,8 +111,8 @@ type call struct {
 	answeredAt                time.Time
 	lc                        *liveCall
 	bound                     bool
-	// ackLeg is the leg whose 2xx reached the caller, both legs UDP: its
-	// transactions end at the caller's ACK (holdAnswered).
+	// ackLeg is the leg whose 2xx reached the caller: its transactions
+	// end at the caller's ACK (holdAnswered).
 	ackLeg *relayLeg
 }
 
@@ -826,7 +826,7 @@ func (c *call) forward(car *config.Carrier, ticket pacing.Ticket, probe string) 
 		c.log.With("carrier", car.Name).Debug("call forwarded")
 	}
 	res, retry = l.run()
-	if hooks.relayedOK && c.answered && target.transport == "UDP" && c.req.Transport() == "UDP" {
+	if hooks.relayedOK && c.answered {
 		c.ackLeg = l
 	}
 	return res, retry
