@@ -50,7 +50,6 @@ func install(t *testing.T, src, dst string, mod time.Time) {
 	}
 }
 
-
 // TestServerCertificateReloadedOnChange: the listeners' certificate is
 // read again when its files change, looked at no more than once a
 // checkEvery; files that change but do not load leave the last good
