@@ -382,11 +382,12 @@ func (p *Proxy) ackedAnswer(res *sipmsg.Response) bool {
 
 // ackAgain sends the caller's ACK of a's answer to the carrier again, as
 // it was relayed; over TLS on a connection whose certificate names the
-// carrier (tlsHop: the one the ACK went on, unless it was closed since).
+// carrier (tlspolicy.Policy.CheckHop: the one the ACK went on, unless it was
+// closed since).
 func (p *Proxy) ackAgain(a *ackedCall) {
 	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
 	defer cancel()
-	err := p.tlsHop(ctx, a.ack, nil)
+	err := p.tls.CheckHop(ctx, a.ack, nil)
 	if err == nil {
 		err = p.tp.WriteMsg(a.ack)
 	}

@@ -464,7 +464,7 @@ func (p *Proxy) onAck(req *sipmsg.Request, _ sipmsg.ServerTransaction) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
 	defer cancel()
-	if err := p.tlsHop(ctx, hop.out, nil); err != nil {
+	if err := p.tls.CheckHop(ctx, hop.out, nil); err != nil {
 		p.log.Debug("ACK forward failed", "call_id", callID(req), "error", err)
 		return
 	}

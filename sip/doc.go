@@ -270,21 +270,22 @@
 // per side. Without a listener of a hop's family, UDP leaves from a socket
 // sipgo opens (its Via names that socket) and `cpsguard check` warns.
 //
-// SIP over TLS (tlsconf.go): tls:// listeners sit behind the TCP guard
-// (same bounds, same idle timeout, which also bounds the handshake: it
-// runs in sipgo's first read, under its read deadline). Strangers'
-// handshakes, each a key exchange and a signature of the node's CPU, take
-// a token of one bucket for every tls:// listener
+// SIP over TLS (package sip/internal/tlspolicy, which says how it
+// fails): tls:// listeners sit behind the TCP guard (same bounds, same
+// idle timeout, which also bounds the handshake: it runs in sipgo's
+// first read, under its read deadline). Strangers' handshakes, each a
+// key exchange and a signature of the node's CPU, take a token of one
+// bucket for every tls:// listener
 // (sip.tls.stranger_handshakes_per_second, one second's worth) at
 // accept; without one the connection is closed before the handshake
 // starts (counted tls_handshake_rate); peers' and carriers' handshakes
-// take none. The listeners present sip.tls.cert_file, read
-// again from disk when it changes (at a handshake, at most once a second);
-// with sip.tls.client_ca_file a client certificate of those CAs is
-// required. Carriers with a sips: or ;transport=tls URI are dialled over
-// TLS: the chain is verified against sip.tls.ca_file (else the system
-// roots) in the handshake, and the certificate must name the URI's host
-// (or address) before a request is written on the connection (else it is
+// take none. The listeners present sip.tls.cert_file, read again from
+// disk when it changes (at a handshake, at most once a second); with
+// sip.tls.client_ca_file a client certificate of those CAs is required.
+// Carriers with a sips: or ;transport=tls URI are dialled over TLS: the
+// chain is verified against sip.tls.ca_file (else the system roots) in
+// the handshake, and the certificate must name the URI's host (or
+// address) before a request is written on the connection (else it is
 // closed, counted as tls_name, and the call moves on). TLS legs are
 // recorded as such in the dialog token, so in-dialog requests go back
 // over TLS.

@@ -94,8 +94,8 @@ type relayLeg struct {
 	setup, ring, cancelWait time.Duration
 	carrier                 legCarrier
 	// tlsNames are the names the next hop's certificate must carry when
-	// out goes over TLS (the carrier's URI host); nil: tlsNames of its
-	// address (tlsHop).
+	// out goes over TLS (the carrier's URI host); nil: the names of its
+	// address (tlspolicy.Policy.CheckHop).
 	tlsNames []string
 
 	timer *time.Timer
@@ -175,7 +175,7 @@ const maxForks = 16
 // send opens the leg's client transaction: out to t.
 func (l *relayLeg) send(t target) error {
 	cctx, cancel := requestCtx(t)
-	if err := l.p.tlsHop(cctx, l.out, l.tlsNames); err != nil {
+	if err := l.p.tls.CheckHop(cctx, l.out, l.tlsNames); err != nil {
 		cancel()
 		return err
 	}
@@ -558,7 +558,7 @@ func (p *Proxy) hangUp(inv *sipmsg.Request, ok *sipmsg.Response, names []string)
 	ack := build(sipmsg.ACK, seq)
 	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
 	defer cancel()
-	if err := p.tlsHop(ctx, ack, names); err != nil {
+	if err := p.tls.CheckHop(ctx, ack, names); err != nil {
 		p.log.Debug("ACK of a crossing 2xx failed", "call_id", callID(inv), "error", err)
 		return ack
 	}
@@ -607,7 +607,7 @@ func (p *Proxy) cancelUpstream(inv *sipmsg.Request) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
 	defer cancel()
-	if err := p.tlsHop(ctx, cr, nil); err != nil {
+	if err := p.tls.CheckHop(ctx, cr, nil); err != nil {
 		p.log.Debug("send CANCEL failed", "call_id", callID(inv), "error", err)
 		return
 	}

@@ -52,7 +52,7 @@ func (p *Proxy) probeOnce(ctx context.Context, uri string, timeout time.Duration
 
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if err := p.tlsHop(ctx, req, []string{strings.Trim(t.host, "[]")}); err != nil {
+	if err := p.tls.CheckHop(ctx, req, []string{strings.Trim(t.host, "[]")}); err != nil {
 		return false, "send: " + err.Error()
 	}
 	tx, err := p.tl.Request(ctx, req)

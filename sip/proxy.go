@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -33,6 +34,7 @@ import (
 	"github.com/cpsguard/cpsguard/sip/internal/ingress"
 	"github.com/cpsguard/cpsguard/sip/internal/invites"
 	"github.com/cpsguard/cpsguard/sip/internal/refusals"
+	"github.com/cpsguard/cpsguard/sip/internal/tlspolicy"
 )
 
 // Admitter decides admissions atomically over several rolling-window buckets.
@@ -224,7 +226,7 @@ type listener struct {
 	addr    netip.AddrPort
 	udp     *net.UDPConn
 	tcp     *net.TCPListener // tcp and tls
-	// tls is a tls listener's server configuration (tlsconf.go).
+	// tls is a tls listener's server configuration (p.tls.Server).
 	tls *tls.Config
 	// dual: an IPv6 wildcard socket that takes IPv4 too (bound without
 	// IPV6_V6ONLY: no IPv4 listener of its transport is beside it).
@@ -350,8 +352,10 @@ type Proxy struct {
 	dialogEnds DialogEnds
 	// carriers is Options.Carriers (or the Set New built).
 	carriers Carriers
-	// tls is the TLS material of sip.tls, read from its files (tlsconf.go).
-	tls *tlsState
+	// tls is SIP over TLS: sip.tls's files, the listeners' and dialled
+	// connections' configurations, the name check of each TLS hop
+	// (package sip/internal/tlspolicy).
+	tls *tlspolicy.Policy
 	// lastGaps are the carrier host names last logged by warnFamilyGaps.
 	lastGaps []string
 	// panics logs and counts panics recovered in handlers and goroutines.
@@ -405,7 +409,6 @@ func New(opts Options) (*Proxy, error) {
 		dialogs:     newDialogGuard(),
 		dialogEnds:  opts.DialogEnds,
 		carriers:    opts.Carriers,
-		tls:         newTLSState(),
 		storeUsable: opts.Usable,
 		overrides:   opts.Overrides,
 		calls:       opts.Calls,
@@ -417,6 +420,33 @@ func New(opts Options) (*Proxy, error) {
 	}
 	p.calls.SetOnEnd(p.callEnded)
 	p.panics = &panics.Reporter{Log: p.log, Count: p.m.Panics}
+	p.tls = tlspolicy.New(tlspolicy.Options{
+		Config: p.cfg,
+		Logger: p.log,
+		// p.tp, p.listeners and p.carriers are read when called: set
+		// below and in Serve.
+		Conn: func(ctx context.Context, req *sipmsg.Request) (sipmsg.Connection, error) {
+			return p.tp.ClientRequestConnection(ctx, req)
+		},
+		TLSListeners: func(yield func(netip.AddrPort) bool) {
+			for _, l := range p.listeners {
+				if l.network == "tls" && !yield(l.addr) {
+					return
+				}
+			}
+		},
+		CarrierHosts: func(cfg *config.Config) iter.Seq[string] {
+			return func(yield func(string) bool) {
+				for _, c := range carrierTargets(cfg) {
+					if c.Err == nil && c.Target.Transport == "TLS" && !yield(c.Target.Host) {
+						return
+					}
+				}
+			}
+		},
+		ResolvesTo: func(host string, a netip.Addr) bool { return p.carriers.ResolvesTo(host, a) },
+		NameFailed: p.m.SIPErrors.WithLabelValues("tls_name").Inc,
+	})
 	p.events = &eventLog{log: opts.Logger.With("component", "events")}
 	p.prioLog = &eventLog{log: opts.Logger.With("component", "priority")}
 	if p.carriers == nil {
@@ -448,7 +478,7 @@ func New(opts Options) (*Proxy, error) {
 	ua, err := sipgo.NewUA(
 		sipgo.WithUserAgent("cpsguard"),
 		sipgo.WithUserAgentParser(parser),
-		sipgo.WithUserAgenTLSConfig(p.clientTLS()),
+		sipgo.WithUserAgenTLSConfig(p.tls.Client()),
 		sipgo.WithUserAgentTransactionLayerOptions(
 			sipmsg.WithTransactionLayerLogger(sipLog),
 			sipmsg.WithTransactionLayerUnhandledResponseHandler(p.onStrayResponse),
@@ -798,7 +828,7 @@ func (p *Proxy) listen(cfg *config.Config) error {
 			p.listeners = append(p.listeners, listener{network: "udp", addr: unmap(ap), udp: c, dual: dual})
 		default:
 			if s.network == "tls" && tlsConf == nil {
-				c, err := p.serverTLS(cfg)
+				c, err := p.tls.Server(cfg)
 				if err != nil {
 					closeAll()
 					return fmt.Errorf("sip: listen %q: %w", s.raw, err)
