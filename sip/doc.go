@@ -236,8 +236,8 @@
 // memory): the carrier's 2xx retransmissions within it reach the caller,
 // later ones are strays (dropped), and copies of the INVITE are absorbed
 // by its tombstone in the invite table for 32 s (package
-// sip/internal/invites). A call whose legs are both UDP ends them
-// earlier, once its caller's ACK of the 2xx passed the node (acked.go):
+// sip/internal/invites). A call ends them earlier, once its caller's
+// ACK of the 2xx passed the node (acked.go, any transports):
 // until its linger would have ended, a 2xx retransmission from its
 // carrier gets the caller's ACK again (not relayed: the caller has its
 // answer), and another To tag's 2xx is ACKed and BYEd at the carrier as
