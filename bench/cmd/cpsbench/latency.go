@@ -27,6 +27,7 @@ func latencyCmd(fs *flag.FlagSet) func(*env) error {
 	rate := fs.Int("rate", 1000, "CPS offered")
 	seconds := fs.Int("seconds", 5, "seconds per run")
 	systems := fs.String("systems", "direct,cpsguard,kamailio", "systems (direct = caller straight to the sink: the harness floor)")
+	warmup := fs.Int("warmup", 0, "seconds of calls at -rate before each measured run (0: half a second's); a few minutes fill the node's bounded tables (ended dialogs: 262,144 ends, two per answered call), as on a node that has run a while")
 	traced := fs.Bool("trace", false, "take cpsguard's execution trace during each measured run (needs the cpsguardprof build) and say what the node ran during each stall (stalls.txt)")
 	return func(e *env) error {
 		fmt.Printf("latency: %d CPS for %d s; INVITE->100 Trying at the caller and INVITE->forwarded INVITE at the sink (kernel receive stamps, one clock)\n", *rate, *seconds)
@@ -36,7 +37,7 @@ func latencyCmd(fs *flag.FlagSet) func(*env) error {
 				if e.ctx.Err() != nil {
 					return e.ctx.Err()
 				}
-				r, err := latencyOnce(e, name, run, *rate, *seconds, *traced)
+				r, err := latencyOnce(e, name, run, *rate, *seconds, *warmup, *traced)
 				if err != nil {
 					return fmt.Errorf("%s run %d: %w", name, run, err)
 				}
@@ -69,7 +70,7 @@ func latencyCmd(fs *flag.FlagSet) func(*env) error {
 	}
 }
 
-func latencyOnce(e *env, name string, run, rate, seconds int, traced bool) (latResult, error) {
+func latencyOnce(e *env, name string, run, rate, seconds, warmup int, traced bool) (latResult, error) {
 	dir := e.dir("latency", fmt.Sprintf("%s-%d", name, run))
 	sk, err := startSink(e.ctx)
 	if err != nil {
@@ -99,8 +100,13 @@ func latencyOnce(e *env, name string, run, rate, seconds int, traced bool) (latR
 	default:
 		return latResult{}, fmt.Errorf("unknown system %q", name)
 	}
-	// Warm up (connections, JIT-less but caches, Redis script cache).
-	if _, _, err := sipbench.RunCaller(e.ctx, sipbench.CallerOptions{Target: target, Rate: float64(rate), Count: rate / 2, Prefix: fmt.Sprintf("warm-%s-%d", name, run)}); err != nil {
+	// Warm up (connections, JIT-less but caches, Redis script cache; with
+	// -warmup, the node's bounded tables).
+	warm := rate / 2
+	if warmup > 0 {
+		warm = rate * warmup
+	}
+	if _, _, err := sipbench.RunCaller(e.ctx, sipbench.CallerOptions{Target: target, Rate: float64(rate), Count: warm, Prefix: fmt.Sprintf("warm-%s-%d", name, run)}); err != nil {
 		return latResult{}, err
 	}
 	var traceDone chan error
