@@ -172,8 +172,8 @@ func init() {
 	// coming that late (its UAS ends it without an ACK). Kamailio's tm
 	// keeps a transaction 5 s after its final reply (wt_timer). Timer D
 	// (a failed attempt's client transaction, absorbing the carrier's
-	// copies of its final answer) is cut likewise. A call whose legs are
-	// both UDP ends both transactions at its caller's ACK instead, and
+	// copies of its final answer) is cut likewise. An answered call ends
+	// both transactions at its caller's ACK instead (any transport), and
 	// answers the rest of the linger's retransmissions with that ACK
 	// (acked.go).
 	sipmsg.Timer_L = answeredLinger
