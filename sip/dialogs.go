@@ -353,6 +353,10 @@ func (g *dialogGuard) admitLocked(d dialogKey, k callKey, dir direction, bye uin
 	if el := float64(at-b.last) / float64(time.Second); el > 0 {
 		b.tokens = min(dialogBurst, b.tokens+el*dialogRate)
 		b.last = at
+	} else if el < 0 {
+		// The wall clock stepped back: it refills from now on, not from
+		// when the clock is back at its last use.
+		b.last = at
 	}
 	verdict := dialogOverRate
 	if b.tokens >= 1 {
@@ -443,16 +447,23 @@ func (g *dialogGuard) sweep(now time.Time) {
 	// Each key queued before this sweep is looked at once: one in use
 	// since it was queued goes to the back with its last use, which is
 	// later than now-full, so the loop stops when it comes round.
+	// A key queued, or a bucket last used, after now (the wall clock
+	// stepped back since) is taken as used now: the sweep goes on past it,
+	// and forgets it once idle for full from now.
 	at := now.UnixNano()
 	for {
 		e, ok := g.rateQ.Front()
-		if !ok || at-e.at < int64(full) {
+		if !ok || (e.at <= at && at-e.at < int64(full)) {
 			return
 		}
 		g.rateQ.Pop()
 		b, ok := g.rates[e.k]
 		switch {
 		case !ok:
+		case b.last > at:
+			b.last = at
+			g.rates[e.k] = b
+			g.rateQ.Push(rateAt{e.k, at})
 		case at-b.last >= int64(full):
 			delete(g.rates, e.k)
 		default:

@@ -458,3 +458,42 @@ func hasRate(g *dialogGuard, k rateKey) bool {
 	_, ok := g.rates[k]
 	return ok
 }
+
+// TestDialogRateWallClockStepBack: the rate buckets keep wall-clock times
+// (Unix nanoseconds); when the wall clock steps back (NTP), a bucket used
+// just before still refills at dialogRate from the step on, instead of
+// staying empty until the clock is back where it was, and the sweep still
+// forgets idle buckets, instead of stopping at the first one queued before
+// the step (while the table fills to maxDialogRates, past which new
+// dialogs get no bucket at all).
+func TestDialogRateWallClockStepBack(t *testing.T) {
+	t0 := time.Now().Round(0) // wall clock only, as the buckets keep it
+	step := t0.Add(-time.Hour)
+	t.Run("refill", func(t *testing.T) {
+		g := newDialogGuard()
+		d, k := dialogKey{1}, callKey{1}
+		for i := 0; i < int(dialogBurst); i++ {
+			if r := g.admit(d, k, fromPeer, 0, 0, t0); r != dialogPass {
+				t.Fatalf("request %d of the burst: admit = %d, want pass", i+1, r)
+			}
+		}
+		if r := g.admit(d, k, fromPeer, 0, 0, t0); r != dialogOverRate {
+			t.Fatalf("past the burst: admit = %d, want over rate", r)
+		}
+		g.admit(d, k, fromPeer, 0, 0, step) // right after the step: no time passed
+		if r := g.admit(d, k, fromPeer, 0, 0, step.Add(time.Second)); r != dialogPass {
+			t.Fatalf("a second after the wall clock stepped back: admit = %d, want pass (refilled at %v a second)", r, dialogRate)
+		}
+	})
+	t.Run("sweep", func(t *testing.T) {
+		g := newDialogGuard()
+		g.admit(dialogKey{1}, callKey{1}, fromPeer, 0, 0, t0)
+		g.admit(dialogKey{2}, callKey{2}, fromPeer, 0, 0, step) // a dialog of after the step
+		for i := 1; i <= 3; i++ {
+			g.sweep(step.Add(time.Duration(i) * time.Hour / 8))
+		}
+		if n := len(g.rates); n != 0 {
+			t.Fatalf("rate buckets idle for %v since the wall clock stepped back = %d, want 0", 3*time.Hour/8, n)
+		}
+	})
+}

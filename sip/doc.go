@@ -236,11 +236,11 @@
 // memory): the carrier's 2xx retransmissions within it reach the caller,
 // later ones are strays (dropped), and copies of the INVITE are absorbed
 // by its tombstone in the invite table for 32 s (package
-// sip/internal/invites). A call ends them earlier, once its caller's
-// ACK of the 2xx passed the node (acked.go, any transports):
-// until its linger would have ended, a 2xx retransmission from its
-// carrier gets the caller's ACK again (not relayed: the caller has its
-// answer), and another To tag's 2xx is ACKed and BYEd at the carrier as
+// sip/internal/invites). An answered call (over UDP, TCP or TLS) ends
+// them earlier, once the node relayed its caller's ACK of the 2xx
+// (acked.go): until its linger would have ended, a 2xx retransmission
+// from its carrier gets the caller's ACK again (not relayed: the caller
+// has its answer), and another To tag's 2xx is ACKed and BYEd at the carrier as
 // above (at most 65,536 such calls are kept, the oldest forgotten
 // first). An
 // initial INVITE loses every Route, the Request-URI's maddr and URI

@@ -173,8 +173,9 @@ func init() {
 	// keeps a transaction 5 s after its final reply (wt_timer). Timer D
 	// (a failed attempt's client transaction, absorbing the carrier's
 	// copies of its final answer) is cut likewise. An answered call ends
-	// both transactions at its caller's ACK instead, and answers the rest
-	// of the linger's retransmissions with that ACK (acked.go).
+	// both transactions at its caller's ACK instead (any transport), and
+	// answers the rest of the linger's retransmissions with that ACK
+	// (acked.go).
 	sipmsg.Timer_L = answeredLinger
 	sipmsg.Timer_M = answeredLinger
 	sipmsg.Timer_D = answeredLinger
