@@ -383,15 +383,29 @@ func (p *Proxy) ackedAnswer(res *sipmsg.Response) bool {
 // ackAgain sends the caller's ACK of a's answer to the carrier again, as
 // it was relayed; over TLS on a connection whose certificate names the
 // carrier (tlspolicy.Policy.CheckHop: the one the ACK went on, unless it was
-// closed since).
+// closed since), a connection opened again within connectTimeout
+// (writeRequest).
 func (p *Proxy) ackAgain(a *ackedCall) {
 	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
 	defer cancel()
 	err := p.tls.CheckHop(ctx, a.ack, nil)
 	if err == nil {
-		err = p.tp.WriteMsg(a.ack)
+		err = p.writeRequest(ctx, a.ack)
 	}
 	if err != nil {
 		p.log.Debug("ACK sent again failed", "call_id", clip(a.callID), "error", err)
 	}
+}
+
+// writeRequest sends req outside any transaction, as sipgo's WriteMsg
+// does, on the connection sipgo would use, but opens a missing TCP or TLS
+// one within ctx: WriteMsg dials under no deadline but its dialer's
+// minute, so a carrier that drops SYNs would hold the goroutine that long.
+func (p *Proxy) writeRequest(ctx context.Context, req *sipmsg.Request) error {
+	c, err := p.tp.ClientRequestConnection(ctx, req)
+	if err != nil {
+		return err
+	}
+	defer func() { _, _ = c.TryClose() }()
+	return c.WriteMsg(req)
 }

@@ -91,65 +91,7 @@ func readSIP(t *testing.T, r *bufio.Reader) sipmsg.Message {
 // other message of that worker, the Call-ID's OPTIONS here, would wait
 // with it. Linux: the kernel drops SYNs past a listener's backlog.
 func TestStrayAnswerOverUDPDoesNotStallTheWorker(t *testing.T) {
-	ln, carAddr := blackholeListener(t, "127.0.0.1")
-	cc := config.Carrier{Name: "a", URI: "sip:" + carAddr + ";transport=tcp", CPS: 100, MaxWait: time.Second}
-	adm, pacer := newFakes()
-	h := startProxy(t, testConfig(cc), adm, pacer)
-	caller := siptest.StartCaller(t, "127.0.0.2")
-
-	okc := make(chan *sipmsg.Response, 1)
-	go func() {
-		okc <- caller.Final(ctxT(t, 10*time.Second), caller.Invite(h.udp))
-	}()
-	ln.SetDeadline(time.Now().Add(5 * time.Second))
-	conn, err := ln.Accept()
-	if err != nil {
-		t.Fatalf("accept: %v", err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(10 * time.Second))
-	r := bufio.NewReader(conn)
-	inv, isReq := readSIP(t, r).(*sipmsg.Request)
-	if !isReq || inv.Method != sipmsg.INVITE {
-		t.Fatalf("carrier got %v, want the INVITE", inv)
-	}
-	res := sipmsg.NewResponseFromRequest(inv, 200, "OK", nil)
-	res.To().Params.Add("tag", "car-tag")
-	up := sipmsg.NewParams()
-	up.Add("transport", "tcp")
-	res.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "callee", Host: "127.0.0.1", Port: ln.Addr().(*net.TCPAddr).Port,
-		UriParams: up}})
-	wire := []byte(res.String())
-	if _, err := conn.Write(wire); err != nil {
-		t.Fatalf("write 200: %v", err)
-	}
-	ok := <-okc
-	if ok == nil || ok.StatusCode != 200 {
-		t.Fatalf("caller's final %v, want 200", ok)
-	}
-	ack := inDialogOf(t, caller, h.udp, ok, sipmsg.ACK)
-	ack.CSeq().SeqNo = ok.CSeq().SeqNo
-	if err := caller.Client().WriteRequest(ack); err != nil {
-		t.Fatalf("caller's ACK: %v", err)
-	}
-	if got, isReq := readSIP(t, r).(*sipmsg.Request); !isReq || got.Method != sipmsg.ACK {
-		t.Fatalf("carrier got %v, want the ACK", got)
-	}
-	waitFor(t, func() bool { return h.p.acked.len() == 1 }, "the call's transactions ended at the ACK")
-
-	// The carrier hangs up its connection and takes no new one.
-	conn.Close()
-	waitFor(t, func() bool { _, err := h.p.tp.GetConnection("tcp", carAddr); return err != nil },
-		"the node to drop the carrier's closed connection")
-	filler, err := net.DialTimeout("tcp", carAddr, 2*time.Second)
-	if err != nil {
-		t.Fatalf("filler: %v", err)
-	}
-	defer filler.Close()
-	if c, err := net.DialTimeout("tcp", carAddr, 300*time.Millisecond); err == nil {
-		c.Close()
-		t.Skip("the kernel did not drop SYNs past the backlog")
-	}
+	h, ok, wire := ackedCallToBlackhole(t)
 
 	// The 2xx again, over UDP from the carrier's address.
 	siptest.WriteRaw(t, "127.0.0.1", h.udp, wire)
@@ -177,4 +119,104 @@ func TestStrayAnswerOverUDPDoesNotStallTheWorker(t *testing.T) {
 		t.Fatalf("the OPTIONS after the carrier's UDP 2xx got no answer (%v): the worker that read the 2xx is dialling the carrier", err)
 	}
 	t.Logf("answer: %q", strings.SplitN(string(buf[:n]), "\r\n", 2)[0])
+}
+
+// TestAckAgainDialBounded: the ACK sent again for a carrier's 2xx
+// retransmission (ackAgain) opens the carrier's TCP connection, when it is
+// gone, within connectTimeout; sipgo's WriteMsg dials under no deadline
+// but its dialer's minute, so each such 2xx held a goroutine that long
+// against a carrier that drops SYNs. Linux: the kernel drops SYNs past a
+// listener's backlog.
+func TestAckAgainDialBounded(t *testing.T) {
+	h, ok, _ := ackedCallToBlackhole(t)
+	var a *ackedCall
+	h.p.acked.mu.Lock()
+	for _, c := range h.p.acked.m {
+		if c.callID == callID(ok) {
+			a = c
+		}
+	}
+	h.p.acked.mu.Unlock()
+	if a == nil {
+		t.Fatal("the ACKed call is not kept")
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.p.ackAgain(a)
+	}()
+	select {
+	case <-done:
+	case <-time.After(6 * connectTimeout):
+		t.Fatalf("the ACK sent again still dials the carrier after %v (connectTimeout %v)", 6*connectTimeout, connectTimeout)
+	}
+}
+
+// ackedCallToBlackhole places a call through a node to a raw TCP carrier
+// on a blackholeListener, answered 200 (wire: the 200 as the carrier
+// wrote it) and ACKed by the caller, the call's transactions ended at the
+// ACK; then the carrier closes its connection and takes no new one (the
+// node's dial to it hangs). It skips when the kernel does not drop SYNs.
+func ackedCallToBlackhole(t *testing.T) (h *harness, ok *sipmsg.Response, wire []byte) {
+	t.Helper()
+	ln, carAddr := blackholeListener(t, "127.0.0.1")
+	cc := config.Carrier{Name: "a", URI: "sip:" + carAddr + ";transport=tcp", CPS: 100, MaxWait: time.Second}
+	adm, pacer := newFakes()
+	h = startProxy(t, testConfig(cc), adm, pacer)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+
+	okc := make(chan *sipmsg.Response, 1)
+	go func() {
+		okc <- caller.Final(ctxT(t, 10*time.Second), caller.Invite(h.udp))
+	}()
+	ln.SetDeadline(time.Now().Add(5 * time.Second))
+	conn, err := ln.Accept()
+	if err != nil {
+		t.Fatalf("accept: %v", err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	r := bufio.NewReader(conn)
+	inv, isReq := readSIP(t, r).(*sipmsg.Request)
+	if !isReq || inv.Method != sipmsg.INVITE {
+		t.Fatalf("carrier got %v, want the INVITE", inv)
+	}
+	res := sipmsg.NewResponseFromRequest(inv, 200, "OK", nil)
+	res.To().Params.Add("tag", "car-tag")
+	up := sipmsg.NewParams()
+	up.Add("transport", "tcp")
+	res.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "callee", Host: "127.0.0.1", Port: ln.Addr().(*net.TCPAddr).Port,
+		UriParams: up}})
+	wire = []byte(res.String())
+	if _, err := conn.Write(wire); err != nil {
+		t.Fatalf("write 200: %v", err)
+	}
+	ok = <-okc
+	if ok == nil || ok.StatusCode != 200 {
+		t.Fatalf("caller's final %v, want 200", ok)
+	}
+	ack := inDialogOf(t, caller, h.udp, ok, sipmsg.ACK)
+	ack.CSeq().SeqNo = ok.CSeq().SeqNo
+	if err := caller.Client().WriteRequest(ack); err != nil {
+		t.Fatalf("caller's ACK: %v", err)
+	}
+	if got, isReq := readSIP(t, r).(*sipmsg.Request); !isReq || got.Method != sipmsg.ACK {
+		t.Fatalf("carrier got %v, want the ACK", got)
+	}
+	waitFor(t, func() bool { return h.p.acked.len() == 1 }, "the call's transactions ended at the ACK")
+
+	// The carrier hangs up its connection and takes no new one.
+	conn.Close()
+	waitFor(t, func() bool { _, err := h.p.tp.GetConnection("tcp", carAddr); return err != nil },
+		"the node to drop the carrier's closed connection")
+	filler, err := net.DialTimeout("tcp", carAddr, 2*time.Second)
+	if err != nil {
+		t.Fatalf("filler: %v", err)
+	}
+	t.Cleanup(func() { filler.Close() })
+	if c, err := net.DialTimeout("tcp", carAddr, 300*time.Millisecond); err == nil {
+		c.Close()
+		t.Skip("the kernel did not drop SYNs past the backlog")
+	}
+	return h, ok, wire
 }

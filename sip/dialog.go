@@ -468,7 +468,7 @@ func (p *Proxy) onAck(req *sipmsg.Request, _ sipmsg.ServerTransaction) {
 		p.log.Debug("ACK forward failed", "call_id", callID(req), "error", err)
 		return
 	}
-	if err := p.tp.WriteMsg(hop.out); err != nil {
+	if err := p.writeRequest(ctx, hop.out); err != nil {
 		p.log.Debug("ACK forward failed", "call_id", callID(req), "error", err)
 		return
 	}
