@@ -84,7 +84,8 @@ type SIP struct {
 	// place (peer, customer or carrier) is full.
 	RejectCalls Reject `cfg:"reject_calls"`
 	// MaxCallDuration caps how long a call holds its max_calls places:
-	// the node that set it up frees them then, BYE or not.
+	// the node that set it up frees them then, BYE or not. At most
+	// MaxMaxCallDuration (30 days).
 	MaxCallDuration time.Duration `cfg:"max_call_duration"`
 	// CallRefreshTTL is how long a call's places live unless the node that
 	// set it up refreshes them (it does every third of it): the places of
@@ -118,6 +119,11 @@ type SIP struct {
 
 // MaxDrainGrace bounds sip.drain_grace.
 const MaxDrainGrace = 10 * time.Minute
+
+// MaxMaxCallDuration bounds sip.max_call_duration: a dialog token lives
+// that long, and its end is kept until its expiry as Unix nanoseconds
+// (an int64), which a duration of a few hundred years overflows.
+const MaxMaxCallDuration = 30 * 24 * time.Hour
 
 // MaxInflightWait bounds sip.inflight_wait.
 const MaxInflightWait = 400 * time.Millisecond

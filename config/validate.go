@@ -237,8 +237,8 @@ func (v *validator) sip() {
 		// max_call_duration.
 		v.errf("sip.record_route", "must be true when a peer, customer, carrier or destination has max_calls (a call's BYE is seen through Record-Route)")
 	}
-	if d := s.MaxCallDuration; d < time.Second {
-		v.errf("sip.max_call_duration", "must be >= 1s (got %s)", d)
+	if d := s.MaxCallDuration; d < time.Second || d > MaxMaxCallDuration {
+		v.errf("sip.max_call_duration", "must be >= 1s and <= %s (got %s)", fmtPer(MaxMaxCallDuration), d)
 	}
 	if d := s.CallRefreshTTL; d < time.Second || d > time.Hour {
 		v.errf("sip.call_refresh_ttl", "must be between 1s and 1h (got %s)", d)
