@@ -1,8 +1,11 @@
 package sip
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"net/netip"
 	"reflect"
 	"sync"
@@ -130,8 +133,15 @@ type ackedCall struct {
 	seq      uint32
 	tp, dest string
 	laddr    sipmsg.Addr
-	// ack is the caller's ACK as the node relayed it.
-	ack *sipmsg.Request
+	// The caller's ACK as the node relayed it: over UDP its bytes (wire),
+	// sent again from the listener it left (wireFrom, sipgo's pool's key
+	// for it) to wireTo; else, over TCP or TLS, the parsed request (ack).
+	// Parsed, an ACK is some 30 heap objects pinned for the 8 s, most of
+	// what an ACKed call keeps, for the collector to mark.
+	wire     []byte
+	wireTo   netip.AddrPort
+	wireFrom string
+	ack      *sipmsg.Request
 	// carrier is the address the INVITE went to: a 2xx from another
 	// address is no retransmission of the call's. Any port of it: a UDP
 	// response may leave from another socket than the request reached,
@@ -343,7 +353,7 @@ func (p *Proxy) endAnswered(txs *answeredTxs, ack *sipmsg.Request) {
 	if !acknowledges(ack, txs.call) {
 		return
 	}
-	txs.call.ack = ack
+	txs.call.keepAck(ack)
 	// Kept before the client transaction ends: a retransmission that
 	// comes right after finds it.
 	p.acked.add(txs.branch, txs.call, time.Now())
@@ -380,12 +390,34 @@ func (p *Proxy) ackedAnswer(res *sipmsg.Response) bool {
 	return true
 }
 
+// keepAck keeps ack, the caller's ACK as the node relayed it (ackedCall):
+// over UDP from a listener's address, as the bytes it was sent as.
+func (a *ackedCall) keepAck(ack *sipmsg.Request) {
+	if ack.Transport() == "UDP" && ack.Laddr.IP != nil && ack.Laddr.Port > 0 {
+		if to, err := netip.ParseAddrPort(ack.Destination()); err == nil {
+			var b bytes.Buffer
+			ack.StringWrite(&b)
+			a.wire = bytes.Clone(b.Bytes())
+			a.wireTo, a.wireFrom = to, ack.Laddr.String()
+			return
+		}
+	}
+	a.ack = ack
+}
+
 // ackAgain sends the caller's ACK of a's answer to the carrier again, as
-// it was relayed; over TLS on a connection whose certificate names the
-// carrier (tlspolicy.Policy.CheckHop: the one the ACK went on, unless it was
-// closed since), a connection opened again within connectTimeout
+// it was relayed: over UDP its bytes from the listener it left
+// (ackWireAgain); over TLS on a connection whose certificate names the
+// carrier (tlspolicy.Policy.CheckHop: the one the ACK went on, unless it
+// was closed since), a connection opened again within connectTimeout
 // (writeRequest).
 func (p *Proxy) ackAgain(a *ackedCall) {
+	if a.wire != nil {
+		if err := p.ackWireAgain(a); err != nil {
+			p.log.Debug("ACK sent again failed", "call_id", clip(a.callID), "error", err)
+		}
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
 	defer cancel()
 	err := p.tls.CheckHop(ctx, a.ack, nil)
@@ -395,6 +427,25 @@ func (p *Proxy) ackAgain(a *ackedCall) {
 	if err != nil {
 		p.log.Debug("ACK sent again failed", "call_id", clip(a.callID), "error", err)
 	}
+}
+
+// ackWireAgain sends a's ACK bytes again from the UDP listener the ACK
+// left (sipgo's pool holds it under its address, where WriteMsg found it;
+// else the listener of the carrier's address family, as sendUDP).
+func (p *Proxy) ackWireAgain(a *ackedCall) error {
+	var conn sipmsg.Connection
+	if c, err := p.tp.GetConnection("udp", a.wireFrom); err == nil && c != nil {
+		conn = c
+		defer func() { _, _ = c.TryClose() }()
+	} else {
+		conn = p.udpListenerFor(a.wireTo.String())
+	}
+	uc, ok := conn.(*sipmsg.UDPConnection)
+	if !ok {
+		return fmt.Errorf("sip: no UDP listener to send to %s from (%T)", a.wireTo, conn)
+	}
+	_, err := uc.WriteTo(a.wire, net.UDPAddrFromAddrPort(a.wireTo))
+	return err
 }
 
 // writeRequest sends req outside any transaction, as sipgo's WriteMsg

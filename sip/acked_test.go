@@ -50,6 +50,20 @@ func TestAckedCallEndsItsTransactions(t *testing.T) {
 		"the caller's ACK at the carrier, and the call's transactions ended")
 	count := func(code int) int { return inviteAnswers(peer, id, code) }
 
+	// What the call keeps of its ACK is the bytes it was sent as, not the
+	// parsed request (some 30 objects for every mark phase of the 8 s).
+	var kept *ackedCall
+	h.p.acked.mu.Lock()
+	for _, a := range h.p.acked.m {
+		kept = a
+	}
+	h.p.acked.mu.Unlock()
+	if kept.ack != nil || len(kept.wire) == 0 {
+		t.Errorf("the ACKed call keeps its ACK parsed (%v) or no bytes of it (%d)", kept.ack != nil, len(kept.wire))
+	} else if m, err := sipmsg.ParseMessage(kept.wire); err != nil || m.String() != acks("raw-callee")[0].String() {
+		t.Errorf("the ACK kept (%v) is not the one relayed:\n%s\nvs\n%s", err, kept.wire, acks("raw-callee")[0])
+	}
+
 	// The carrier did not get the ACK: its 2xx again.
 	car.send(h.udp, answer(inv))
 	waitFor(t, func() bool { return len(acks("raw-callee")) == 2 }, "the caller's ACK sent again for the carrier's 2xx retransmission")
