@@ -1,6 +1,8 @@
 package sip
 
 import (
+	"bytes"
+	"net"
 	"net/netip"
 	"runtime"
 	"strconv"
@@ -13,6 +15,7 @@ import (
 	sipmsg "github.com/emiago/sipgo/sip"
 
 	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/internal/redistest"
 	"github.com/cpsguard/cpsguard/internal/siptest"
 )
 
@@ -436,5 +439,90 @@ func TestHoldAnsweredTxEndsMeanwhile(t *testing.T) {
 	lc.mu.Unlock()
 	if kept || !done {
 		t.Errorf("the client transaction ended while the handler held it: the call keeps its transactions %v, waits for an ACK %v; want neither", kept, !done)
+	}
+}
+
+// TestAckedCallSendsItsAckAgainAsRelayed: the caller's ACK that an ACKed
+// call sends again for its carrier's 2xx retransmission (over UDP, from
+// the bytes it keeps) is, byte for byte, the datagram the carrier got the
+// first time, from the same address and port (a carrier may take a
+// request only from the node's SIP socket): to an IPv4 or IPv6 carrier,
+// from a node on one address per family or on both families' wildcards.
+func TestAckedCallSendsItsAckAgainAsRelayed(t *testing.T) {
+	requireIPv6(t)
+	for _, tc := range []struct {
+		name, carIP string
+		wildcard    bool
+	}{
+		{"v4 carrier, node on 127.0.0.1 and ::1", "127.0.0.1", false},
+		{"v6 carrier, node on 127.0.0.1 and ::1", "::1", false},
+		{"v4 carrier, node on 0.0.0.0 and ::", "127.0.0.1", true},
+		{"v6 carrier, node on 0.0.0.0 and ::", "::1", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			car := startUDPEnd(t, tc.carIP, nil)
+			self := car.addr()
+			answer := rawAnswerer(func() string { return self }, nil)
+			car.mu.Lock()
+			car.answer = answer
+			car.mu.Unlock()
+			cfg := dualStackConfig(false, config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second, Probe: &config.Probe{}})
+			cfg.SIP.Listen = []string{"udp://127.0.0.1:0", "udp://[::1]:0"}
+			port := ""
+			if tc.wildcard {
+				port = itoa(redistest.FreePort(t))
+				cfg.SIP.Listen = []string{"udp://0.0.0.0:" + port, "udp://[::]:" + port}
+			}
+			adm, pacer := newFakes()
+			h := startProxy(t, cfg, adm, pacer)
+			in, out := "", ""
+			if tc.wildcard {
+				in = "127.0.0.1:" + port
+				out = net.JoinHostPort(tc.carIP, port)
+			} else {
+				addrs := dualStackAddrs(t, h)
+				in = addrs["udp4"]
+				out = addrs["udp4"]
+				if tc.carIP == "::1" {
+					out = addrs["udp6"]
+				}
+			}
+			peer := startUDPEnd(t, "127.0.0.2", nil)
+			const id = "acked-wire"
+			rawAnsweredCall(t, peer, in, id)
+			invites := car.requests(sipmsg.INVITE)
+			if len(invites) != 1 {
+				t.Fatalf("the carrier got %d INVITEs, want 1", len(invites))
+			}
+			acks := func() []rawDatagram {
+				car.mu.Lock()
+				defer car.mu.Unlock()
+				var got []rawDatagram
+				for _, d := range car.wire {
+					if bytes.HasPrefix(d.b, []byte("ACK ")) {
+						got = append(got, d)
+					}
+				}
+				return got
+			}
+			waitFor(t, func() bool { return len(acks()) == 1 && h.p.acked.len() == 1 },
+				"the caller's ACK at the carrier, and the call's transactions ended")
+			h.p.acked.mu.Lock()
+			for _, a := range h.p.acked.m {
+				if a.wire == nil {
+					t.Errorf("the ACKed call keeps its ACK parsed, not as the bytes it was sent as")
+				}
+			}
+			h.p.acked.mu.Unlock()
+			car.send(out, answer(invites[0]))
+			waitFor(t, func() bool { return len(acks()) == 2 }, "the caller's ACK sent again for the carrier's 2xx retransmission")
+			first, again := acks()[0], acks()[1]
+			if !bytes.Equal(first.b, again.b) {
+				t.Errorf("the ACK sent again is not the datagram relayed:\n%q\nvs\n%q", first.b, again.b)
+			}
+			if first.from.String() != again.from.String() {
+				t.Errorf("the ACK sent again left from %s, the first from %s", again.from, first.from)
+			}
+		})
 	}
 }

@@ -31,6 +31,14 @@ type udpEnd struct {
 	reqs []*sipmsg.Request
 	ress []*sipmsg.Response
 	from []*net.UDPAddr // source of each response, index-aligned with ress
+	// wire holds every request as it arrived, with its source.
+	wire []rawDatagram
+}
+
+// rawDatagram is one datagram as a udpEnd read it, and its source.
+type rawDatagram struct {
+	b    []byte
+	from *net.UDPAddr
 }
 
 func startUDPEnd(t *testing.T, ip string, answer func(*sipmsg.Request) *sipmsg.Response) *udpEnd {
@@ -56,6 +64,7 @@ func startUDPEnd(t *testing.T, ip string, answer func(*sipmsg.Request) *sipmsg.R
 			case *sipmsg.Request:
 				e.mu.Lock()
 				e.reqs = append(e.reqs, m)
+				e.wire = append(e.wire, rawDatagram{b: append([]byte(nil), buf[:n]...), from: from})
 				fn := e.answer
 				e.mu.Unlock()
 				if fn != nil {
@@ -148,7 +157,7 @@ func (e *udpEnd) caller() *siptest.Caller { return &siptest.Caller{Addr: e.addr(
 // reset forgets what e received so far.
 func (e *udpEnd) reset() {
 	e.mu.Lock()
-	e.reqs, e.ress, e.from = nil, nil, nil
+	e.reqs, e.ress, e.from, e.wire = nil, nil, nil, nil
 	e.mu.Unlock()
 }
 
