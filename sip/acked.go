@@ -30,8 +30,10 @@ import (
 // the carrier. Once the node relayed that ACK (statelessly between UDP
 // legs, screenAck; through onAck when a leg is TCP or TLS), it ends both
 // transactions and keeps, until the linger would have ended, what the
-// client transaction was kept for (ackedCall): the ACK as it was relayed,
-// sent again to the carrier for each retransmission of the 2xx (from the
+// client transaction was kept for (ackedCall): the ACK as it was relayed
+// (over UDP as its bytes, ~0.5 KB, at most the 16 KiB of the largest UDP
+// message the node sends; else parsed), sent again to the carrier for
+// each retransmission of the 2xx (from the
 // carrier's address, with the answer's To tag; over TLS on a connection
 // whose certificate names the carrier, ackAgain), and the INVITE's
 // identity, so that a forking carrier's 2xx of another To tag is still
