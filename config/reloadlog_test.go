@@ -1,37 +1,26 @@
 package config
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/cpsguard/cpsguard/internal/testlog"
 )
 
 // lockedBuffer is a bytes.Buffer safe for the watcher's goroutine and the
 // test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
+type lockedBuffer struct{ testlog.Buffer }
 
 // reloaded returns the "config reloaded" records logged so far, decoded.
 func (l *lockedBuffer) reloaded(t *testing.T) []map[string]any {
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(l.b.String()), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(l.String()), "\n") {
 		var rec map[string]any
 		if err := json.Unmarshal([]byte(line), &rec); err != nil {
 			t.Fatalf("log line %q: %v", line, err)
@@ -41,12 +30,6 @@ func (l *lockedBuffer) reloaded(t *testing.T) []map[string]any {
 		}
 	}
 	return out
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func strs(v any) []string {

@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,25 +19,16 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/redistest"
 	"github.com/cpsguard/cpsguard/limits"
+
+	"github.com/cpsguard/cpsguard/internal/testlog"
 )
 
 // logSink is a log sink safe for the server's goroutines.
-type logSink struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *logSink) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
+type logSink struct{ testlog.Buffer }
 
 func (s *logSink) lines() []map[string]any {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(s.b.String()), "\n") {
+	for _, l := range strings.Split(strings.TrimSpace(s.String()), "\n") {
 		var m map[string]any
 		if json.Unmarshal([]byte(l), &m) == nil {
 			out = append(out, m)

@@ -6,29 +6,15 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cpsguard/cpsguard/internal/testlog"
 )
 
-// syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+// syncBuffer is a buffer safe for a writer and a reader goroutine.
+type syncBuffer = testlog.Buffer
 
 func TestWatchRefreshesAndSurvivesErrors(t *testing.T) {
 	api := New(Options{Config: testConfig, Counts: newFake(), Queue: newFake()})

@@ -1,11 +1,9 @@
 package sip
 
 import (
-	"bytes"
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,27 +12,18 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/siptest"
 	"github.com/cpsguard/cpsguard/policy"
+
+	"github.com/cpsguard/cpsguard/internal/testlog"
 )
 
 // lockedBuffer is a bytes.Buffer safe for the proxy's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
+type lockedBuffer struct{ testlog.Buffer }
 
 // events returns the JSON lines whose msg starts with "call ".
 func (l *lockedBuffer) events(t *testing.T) []map[string]any {
 	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var out []map[string]any
-	for _, line := range strings.Split(l.b.String(), "\n") {
+	for _, line := range strings.Split(l.String(), "\n") {
 		if line == "" {
 			continue
 		}
@@ -169,8 +158,8 @@ func TestEventRateLimit(t *testing.T) {
 	e.allow(now.Add(600*time.Millisecond), 2)
 	e.allow(now.Add(600*time.Millisecond), 2)
 	e.flush()
-	if !strings.Contains(buf.b.String(), `"msg":"call events suppressed","count":2`) {
-		t.Errorf("flush wrote %q, want a count of 2 (0.2 token left after the 600 ms refill)", buf.b.String())
+	if !strings.Contains(buf.String(), `"msg":"call events suppressed","count":2`) {
+		t.Errorf("flush wrote %q, want a count of 2 (0.2 token left after the 600 ms refill)", buf.String())
 	}
 }
 
@@ -220,9 +209,7 @@ func TestLogsEscapeUntrustedText(t *testing.T) {
 	if !strings.Contains(d, `Over\u202edaol`) {
 		t.Errorf("rerouted line: detail %q, want the carrier's reason with its override escaped", d)
 	}
-	buf.mu.Lock()
-	raw := buf.b.String()
-	buf.mu.Unlock()
+	raw := buf.String()
 	if strings.Contains(raw, "\u202e") {
 		t.Errorf("a raw U+202E reached the log:\n%s", raw)
 	}

@@ -21,6 +21,8 @@ import (
 	"github.com/cpsguard/cpsguard/internal/siptest"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/sip/internal/dialogtoken"
+
+	"github.com/cpsguard/cpsguard/internal/testlog"
 )
 
 // tokenOf returns the dialog token in the proxy's Record-Route of res.
@@ -381,29 +383,8 @@ func TestNoSecretWarnsOnce(t *testing.T) {
 	}
 }
 
-// syncBuffer is a strings.Builder safe for the logger's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func (s *syncBuffer) Reset() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.b.Reset()
-}
+// syncBuffer is a buffer safe for the logger's goroutines.
+type syncBuffer = testlog.Buffer
 
 // TestReInviteLimitedPerDialogNotPaced: a re-INVITE takes no pacing slot
 // (hold and resume must not wait behind new calls), but one dialog gets at

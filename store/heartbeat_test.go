@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
@@ -10,25 +9,12 @@ import (
 	"time"
 
 	"github.com/cpsguard/cpsguard/internal/redistest"
+
+	"github.com/cpsguard/cpsguard/internal/testlog"
 )
 
-// syncBuffer is a bytes.Buffer safe for the heartbeat goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a buffer safe for the heartbeat goroutine and the test.
+type syncBuffer = testlog.Buffer
 
 // Two processes started with one node_id on one Redis find each other
 // through the heartbeat: each logs it at Error, reports it and counts the

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cpsguard/cpsguard/internal/testlog"
 )
 
 const testVersion = "v0.0.0-test"
@@ -289,23 +291,8 @@ func freePort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// syncBuffer is a bytes.Buffer safe for the process's writer and the test.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+// syncBuffer is a buffer safe for the process's writer and the test.
+type syncBuffer = testlog.Buffer
 
 // waitFor polls cond every 50ms for at most 10s.
 func waitFor(t *testing.T, what string, cond func() bool) {

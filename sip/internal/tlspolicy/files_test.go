@@ -1,38 +1,25 @@
 package tlspolicy
 
 import (
-	"bytes"
 	"crypto/x509"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/redistest"
+
+	"github.com/cpsguard/cpsguard/internal/testlog"
 )
 
 // logBuf is a concurrency-safe buffer for a test's log lines.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
+type logBuf struct{ testlog.Buffer }
 
 // count is the number of log lines holding s.
-func (l *logBuf) count(s string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.b.String(), s)
-}
+func (l *logBuf) count(s string) int { return strings.Count(l.String(), s) }
 
 // install copies src onto dst and gives dst the modification time mod,
 // so that a change shows whatever the file system's time resolution.
