@@ -453,7 +453,10 @@ func (p *Proxy) ackWireAgain(a *ackedCall) error {
 // writeRequest sends req outside any transaction, as sipgo's WriteMsg
 // does, on the connection sipgo would use, but opens a missing TCP or TLS
 // one within ctx: WriteMsg dials under no deadline but its dialer's
-// minute, so a carrier that drops SYNs would hold the goroutine that long.
+// minute, so a carrier that drops SYNs would hold the goroutine that long
+// (and a fork's ACK sent again, forkSet.hangUp, its lock). Every ACK the
+// node sends outside a transaction goes through it but the stateless UDP
+// relays' (screenAck, screenInDialog), which never dial.
 func (p *Proxy) writeRequest(ctx context.Context, req *sipmsg.Request) error {
 	c, err := p.tp.ClientRequestConnection(ctx, req)
 	if err != nil {

@@ -155,7 +155,9 @@ func (f *forkSet) hangUp(p *Proxy, inv *sipmsg.Request, r *sipmsg.Response, name
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if ack, seen := f.acks[tag]; seen {
-		_ = p.tp.WriteMsg(ack)
+		ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
+		_ = p.writeRequest(ctx, ack)
+		cancel()
 		return
 	}
 	if len(f.acks) >= maxForks {
@@ -235,7 +237,9 @@ func (l *relayLeg) again(r *sipmsg.Response) {
 		}
 	}
 	if ack := l.hungUp.Load(); ack != nil {
-		_ = l.p.tp.WriteMsg(ack)
+		ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
+		_ = l.p.writeRequest(ctx, ack)
+		cancel()
 		return
 	}
 	if !l.abandoned.Load() {
@@ -562,7 +566,7 @@ func (p *Proxy) hangUp(inv *sipmsg.Request, ok *sipmsg.Response, names []string)
 		p.log.Debug("ACK of a crossing 2xx failed", "call_id", callID(inv), "error", err)
 		return ack
 	}
-	if err := p.tp.WriteMsg(ack); err != nil {
+	if err := p.writeRequest(ctx, ack); err != nil {
 		p.log.Debug("ACK of a crossing 2xx failed", "call_id", callID(inv), "error", err)
 	}
 	bye := build(sipmsg.BYE, seq+1)
