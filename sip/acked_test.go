@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"weak"
@@ -261,8 +262,17 @@ func TestAckedCallFreesItsTransactions(t *testing.T) {
 // heldTxs waits until the answered call id's handler left its INVITE
 // transactions on the call for the caller's ACK, and returns a check that
 // both are unreachable (after a collection); they must not be yet.
+//
+// It first arms live timers on every P (liveTimerBallast), as a busy
+// node has them: the runtime then never sweeps the timers sipgo stopped
+// for being a quarter of a P's heap, only when another timer of that
+// heap is moved earlier (txtimers.go). Before staleTimers ran them, a
+// transaction such a timer held stayed reachable past the check in 8 of
+// 120 runs of TestAckedStreamCallEndsItsTransactions's cases (4 of 60
+// without the ballast); CI failed on one.
 func heldTxs(t *testing.T, h *harness, id string) (gone func() bool) {
 	t.Helper()
+	liveTimerBallast(t)
 	var txs *answeredTxs
 	waitFor(t, func() bool {
 		for _, f := range h.p.calls.Find(id) {
@@ -288,6 +298,40 @@ func heldTxs(t *testing.T, h *harness, id string) (gone func() bool) {
 		t.Fatalf("the transactions were freed before the caller's ACK")
 	}
 	return gone
+}
+
+// liveTimerBallast arms live timers on every P's timer heap, as a busy
+// node has them, for the rest of the test: GOMAXPROCS goroutines that
+// spin until all of them run (so each on its own P) arm them.
+func liveTimerBallast(t *testing.T) {
+	const each = 1024
+	procs := runtime.GOMAXPROCS(0)
+	var (
+		running atomic.Int32
+		mu      sync.Mutex
+		all     []*time.Timer
+		wg      sync.WaitGroup
+	)
+	for range procs {
+		wg.Go(func() {
+			running.Add(1)
+			for running.Load() < int32(procs) {
+			}
+			mine := make([]*time.Timer, 0, each)
+			for range each {
+				mine = append(mine, time.AfterFunc(time.Hour, func() {}))
+			}
+			mu.Lock()
+			all = append(all, mine...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		for _, tm := range all {
+			tm.Stop()
+		}
+	})
 }
 
 // txsFreed fails unless gone (heldTxs) turns true well within the 8 s
