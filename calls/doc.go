@@ -33,7 +33,8 @@
 // (Track): it ends an answered call on its BYE, at its maximum duration or
 // at the node's shutdown and tells its owner (SetOnEnd: the call's record
 // is written then), finds a call by Call-ID to be ended by hand (Find,
-// EndAs), and lists its calls for the pool in a Registry: a hash of live
+// through an index of the listed calls by Call-ID, not a walk of every
+// call under the lock their setups take; EndAs), and lists its calls for the pool in a Registry: a hash of live
 // calls in Redis (RedisRegistry, live.lua, with a queue per node of calls
 // another node was asked to end) or in process (LocalRegistry), one
 // contract suite for both. Listings are written in batches every 200 ms

@@ -130,6 +130,9 @@ type Tracker struct {
 	mu      sync.Mutex
 	calls   map[string]*live    // member -> call
 	dialogs map[string][]string // dialog id -> members, oldest first
+	// byCallID: Live.CallID -> the members listed with it (Find), so an
+	// operator's end of a call does not walk every call under mu.
+	byCallID map[string][]string
 	// order holds the members of calls in the order they were first
 	// tracked, for the refresh rounds, which walk it a chunk at a time;
 	// forgotten members stay until Refresh compacts it.
@@ -161,7 +164,7 @@ func NewTracker(store Store, o TrackerOptions) *Tracker {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Tracker{store: store, o: o, calls: make(map[string]*live), dialogs: make(map[string][]string),
-		kick: make(chan struct{}, 1), pending: make(map[string]*Live)}
+		byCallID: make(map[string][]string), kick: make(chan struct{}, 1), pending: make(map[string]*Live)}
 }
 
 // SetOnEnd sets f to be told of every call the Tracker ends by itself or
@@ -188,6 +191,12 @@ func (t *Tracker) Track(member string, info Live, data any) {
 		t.order = append(t.order, member)
 	}
 	if info.ID != "" {
+		if c.info.ID == "" || c.info.CallID != info.CallID {
+			if c.info.ID != "" {
+				t.unindex(c.info.CallID, member)
+			}
+			t.byCallID[info.CallID] = append(t.byCallID[info.CallID], member)
+		}
 		c.info = info
 		// Under t.mu: an end that follows queues its removal after this.
 		t.regPut(info)
@@ -201,12 +210,22 @@ func (t *Tracker) Find(callID string) []Found {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var out []Found
-	for m, c := range t.calls {
-		if c.info.ID != "" && c.info.CallID == callID {
+	for _, m := range t.byCallID[callID] {
+		if c := t.calls[m]; c != nil && c.info.ID != "" && c.info.CallID == callID {
 			out = append(out, Found{Member: m, Data: c.data, Info: c.info})
 		}
 	}
 	return out
+}
+
+// unindex removes member from byCallID's members of callID.
+func (t *Tracker) unindex(callID, member string) {
+	ms := slices.DeleteFunc(t.byCallID[callID], func(m string) bool { return m == member })
+	if len(ms) == 0 {
+		delete(t.byCallID, callID)
+	} else {
+		t.byCallID[callID] = ms
+	}
 }
 
 // FindDialog returns the live calls bound to dialog (Bind).
@@ -432,6 +451,7 @@ func (t *Tracker) forget(member string) *live {
 	delete(t.calls, member)
 	if c.info.ID != "" {
 		t.regDel(c.info.ID)
+		t.unindex(c.info.CallID, member)
 	}
 	if c.dialog != "" {
 		ms := slices.DeleteFunc(t.dialogs[c.dialog], func(m string) bool { return m == member })

@@ -3,6 +3,9 @@ package calls
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -344,5 +347,88 @@ func TestRefreshInChunksListsEveryCall(t *testing.T) {
 		if got := reg.puts[id]; got != want {
 			t.Fatalf("%s listed %d times in a round, want %d (%d listings in all)", id, got, want, len(reg.puts))
 		}
+	}
+}
+
+// BenchmarkFind: an operator's end of a call (EndCalls) finds it by its
+// Call-ID among the calls a node holds, under the lock every call's setup
+// and end takes.
+func BenchmarkFind(b *testing.B) {
+	for _, n := range []int{1000, 200000} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			tr := NewTracker(NewLocalStore(nil), TrackerOptions{TTL: time.Minute, MaxDuration: time.Hour})
+			for i := range n {
+				m := "m" + strconv.Itoa(i)
+				tr.Track(m, Live{ID: "id" + strconv.Itoa(i), CallID: "call-" + strconv.Itoa(i)}, nil)
+			}
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				if len(tr.Find("call-"+strconv.Itoa(i%n))) != 1 {
+					b.Fatal("not found")
+				}
+			}
+		})
+	}
+}
+
+// TestFindByCallID: Find returns exactly the listed calls of a Call-ID,
+// through a call tracked again with another Call-ID, calls sharing one,
+// calls tracked without a listing, and every way a call ends; checked
+// against a walk of every call after each step of a seeded random run.
+func TestFindByCallID(t *testing.T) {
+	ctx := context.Background()
+	tr := NewTracker(NewLocalStore(nil), TrackerOptions{TTL: time.Minute, MaxDuration: time.Hour})
+	type want struct {
+		listed bool
+		callID string
+	}
+	model := map[string]want{}
+	check := func(step int) {
+		t.Helper()
+		for _, id := range []string{"c0", "c1", "c2", "c3", "c4"} {
+			var exp []string
+			for m, w := range model {
+				if w.listed && w.callID == id {
+					exp = append(exp, m)
+				}
+			}
+			var got []string
+			for _, f := range tr.Find(id) {
+				got = append(got, f.Member)
+				if f.Info.CallID != id {
+					t.Fatalf("step %d: Find(%s) returned %s with Call-ID %s", step, id, f.Member, f.Info.CallID)
+				}
+			}
+			slices.Sort(exp)
+			slices.Sort(got)
+			if !slices.Equal(exp, got) {
+				t.Fatalf("step %d: Find(%s) = %v, want %v", step, id, got, exp)
+			}
+		}
+	}
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for step := range 3000 {
+		m := "m" + strconv.Itoa(rnd.IntN(40))
+		switch op := rnd.IntN(10); {
+		case op < 5:
+			callID := "c" + strconv.Itoa(rnd.IntN(5))
+			if rnd.IntN(4) == 0 {
+				// Tracked without a listing: the old one, if any, stays.
+				tr.Track(m, Live{}, nil)
+				if _, ok := model[m]; !ok {
+					model[m] = want{}
+				}
+			} else {
+				tr.Track(m, Live{ID: "id-" + m, CallID: callID}, nil)
+				model[m] = want{listed: true, callID: callID}
+			}
+		case op < 8:
+			tr.End(ctx, m)
+			delete(model, m)
+		default:
+			tr.EndAs(ctx, m, "operator", "node")
+			delete(model, m)
+		}
+		check(step)
 	}
 }
