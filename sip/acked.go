@@ -3,11 +3,14 @@ package sip
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"reflect"
 	"sync"
 	"time"
+	"unsafe"
 
 	sipmsg "github.com/emiago/sipgo/sip"
 
@@ -38,6 +41,77 @@ import (
 // caller's INVITE is absorbed by its tombstone (invites.Table) as after
 // the linger. A call whose caller never ACKs (or whose ACK the node did
 // not relay) keeps its transactions for the linger as before.
+
+// Ending sipgo's transactions: Terminate removes a transaction from
+// sipgo's tables, but leaves the Accepted state's timer armed (v1.7.2:
+// ServerTx.delete stops every timer but timer_l, ClientTx.delete every
+// one but timer_m), and that timer's function holds the transaction, and
+// so every message of the call, until it fires at the end of the linger:
+// ending a transaction early would free nothing. endAnswered stops the
+// two timers itself (they fire at once: a stopped one would hold the
+// transaction as long), through their unexported fields (stopTxTimer), as
+// ack.go wraps a transaction's connection. If a sipgo upgrade renames or
+// retypes them, New fails (checkTxTimers) and TestAckedCallFreesItsTransactions
+// fails, never silently.
+
+// serverTxTimerL and clientTxTimerM are the index paths of sipgo's
+// ServerTx.timer_l and ClientTx.timer_m (nil when missing).
+var (
+	serverTxTimerL = txTimerField(reflect.TypeFor[sipmsg.ServerTx](), "timer_l")
+	clientTxTimerM = txTimerField(reflect.TypeFor[sipmsg.ClientTx](), "timer_m")
+)
+
+// txTimerField returns the index path of t's *time.Timer field name.
+func txTimerField(t reflect.Type, name string) []int {
+	f, ok := t.FieldByName(name)
+	if !ok || f.Type != reflect.TypeFor[*time.Timer]() {
+		return nil
+	}
+	return f.Index
+}
+
+// errNoTxTimers: sipgo's transactions have no linger timer fields to stop.
+var errNoTxTimers = errors.New("sip: sipgo's INVITE transactions have no timer_l / timer_m to stop (sipgo changed?)")
+
+// checkTxTimers reports whether endAnswered can stop the transactions'
+// linger timers (New fails otherwise).
+func checkTxTimers() error {
+	if serverTxTimerL == nil || clientTxTimerM == nil {
+		return errNoTxTimers
+	}
+	return nil
+}
+
+// stopTxTimer ends the linger of the timer at index in tx, a
+// *sipmsg.ServerTx or *sipmsg.ClientTx that was terminated by this
+// goroutine (its Terminate took the transaction's lock, after the timer
+// was set under it); other types are left alone. The timer fires at once
+// rather than being stopped: a stopped timer stays in the runtime's timer
+// heap, its function and so the transaction with it, until its deadline
+// reaches the heap's head or stopped timers are a quarter of the heap
+// (Go 1.23 on), often the whole linger. Fired, it is taken out, and its
+// function finds the transaction terminated (sipgo's delete of a
+// terminated transaction does nothing). The timers sipgo stopped itself
+// (a client transaction's Timers A and B, a server transaction's 1xx
+// timer) are left to the runtime, which sweeps a heap whenever one of its
+// timers is moved earlier, as these two are: at once under load. Firing
+// those too cost 2-4 % of the node's CPU per call (sweepTimerHeaps).
+func stopTxTimer(tx any, index []int) {
+	v := reflect.ValueOf(tx)
+	switch tx.(type) {
+	case *sipmsg.ServerTx, *sipmsg.ClientTx:
+	default:
+		return
+	}
+	if index == nil || v.IsNil() {
+		return
+	}
+	f := v.Elem().FieldByIndex(index)
+	f = reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem()
+	if t, _ := f.Interface().(*time.Timer); t != nil {
+		t.Reset(0)
+	}
+}
 
 // answeredTxs is what an answered call's handler leaves behind for the
 // caller's ACK to end (liveCall.txs): the call's two INVITE transactions

@@ -77,9 +77,6 @@ type relayLeg struct {
 	up  legUpstream
 	out *sipmsg.Request // the request sent (never the received one)
 	tx  sipmsg.ClientTransaction
-	// stale are tx's Timers A and B, run at its final answer
-	// (txtimers.go).
-	stale staleTimers
 
 	// ctx is an initial INVITE's call: it ends when the caller cancels
 	// the call (cause errCallCanceled) or the proxy stops waiting for the
@@ -198,7 +195,6 @@ func (l *relayLeg) send(t target) error {
 // or the proxy's own ACK repeated when it hung the call up.
 func (l *relayLeg) attach(tx sipmsg.ClientTransaction) {
 	l.tx = tx
-	l.stale.take(tx)
 	if !l.out.IsInvite() {
 		return
 	}
@@ -331,12 +327,6 @@ func (l *relayLeg) run() (res *sipmsg.Response, retry bool) {
 // leg is over.
 func (l *relayLeg) response(r *sipmsg.Response) (res *sipmsg.Response, retry, end bool) {
 	l.gotAny = true
-	if !r.IsProvisional() {
-		// The transaction is Accepted or Completed now (sipgo passes a
-		// final answer up after its state changed): its Timers A and B
-		// would do nothing.
-		l.stale.fire()
-	}
 	if l.carrier != nil {
 		l.carrier.response(r.StatusCode)
 	}
