@@ -95,7 +95,7 @@ func checkTxTimers() error {
 // (a client transaction's Timers A and B, a server transaction's 1xx
 // timer) are left to the runtime, which sweeps a heap whenever one of its
 // timers is moved earlier, as these two are: at once under load. Firing
-// those too cost 2-4 % of the node's CPU per call (sweepTimerHeaps).
+// those too cost ~4 % of the node's CPU per call (sweepTimerHeaps).
 func stopTxTimer(tx any, index []int) {
 	v := reflect.ValueOf(tx)
 	switch tx.(type) {

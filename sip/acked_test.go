@@ -326,7 +326,7 @@ func txsFreed(t *testing.T, gone func() bool) {
 // TestAckedStreamCallEndsItsTransactions's cases) showed allp → a P's
 // timer heap → Timer B's function → the ClientTx, and the server
 // transaction through the client's end callback (holdAnswered). Running
-// those timers in the node instead cost 2-4 % of its CPU per call (each
+// those timers in the node instead cost ~4 % of its CPU per call (each
 // timer moved makes the runtime walk that P's whole heap), for memory a
 // loaded node frees anyway (live heap at 1,200 CPS unchanged, BENCHMARKS.md
 // session 16).
