@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -412,6 +413,11 @@ func TestFindByCallID(t *testing.T) {
 				t.Fatalf("step %d: index of %s = %v, want %v", step, id, got, ms)
 			}
 		}
+		for m, c := range tr.calls {
+			if ms := tr.byCallID[c.info.CallID]; c.info.ID != "" && (c.at >= len(ms) || ms[c.at] != m) {
+				t.Fatalf("step %d: %s is at %d of %s's index %v", step, m, c.at, c.info.CallID, ms)
+			}
+		}
 	}
 	check := func(step int) {
 		t.Helper()
@@ -492,4 +498,53 @@ func TestFindByCallID(t *testing.T) {
 	tr.Shutdown(ctx)
 	clear(model)
 	check(-1)
+}
+
+// BenchmarkEndSharedCallID: the end of one of n live calls that share a
+// listed Call-ID (a peer may send any number of calls with one Call-ID,
+// or with Call-IDs longer than the 256 bytes the listing keeps that share
+// those) must not cost the n others under the Tracker's lock.
+func BenchmarkEndSharedCallID(b *testing.B) {
+	ctx := context.Background()
+	for _, n := range []int{100, 10000} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			tr := NewTracker(NewLocalStore(nil), TrackerOptions{TTL: time.Minute, MaxDuration: time.Hour})
+			prefix := strings.Repeat("x", 256)
+			for i := range n {
+				m := prefix + "-" + strconv.Itoa(i)
+				tr.Track(m, Live{ID: "id" + strconv.Itoa(i), CallID: prefix}, nil)
+			}
+			for i := 0; b.Loop(); i++ {
+				// End one (a member from the middle of the index) and
+				// set up another, so n stay live.
+				m := prefix + "-" + strconv.Itoa(i%n)
+				tr.End(ctx, m)
+				tr.Track(m, Live{ID: "id" + strconv.Itoa(i%n), CallID: prefix}, nil)
+			}
+		})
+	}
+}
+
+// TestCallIDIndexShrinks: a burst of calls sharing one Call-ID (a peer
+// may send any number) leaves no index of that size behind once most of
+// them end.
+func TestCallIDIndexShrinks(t *testing.T) {
+	ctx := context.Background()
+	tr := NewTracker(NewLocalStore(nil), TrackerOptions{TTL: time.Minute, MaxDuration: time.Hour})
+	const n = 4096
+	for i := range n {
+		tr.Track("m"+strconv.Itoa(i), Live{ID: "id" + strconv.Itoa(i), CallID: "shared"}, nil)
+	}
+	for i := range n - 1 {
+		tr.End(ctx, "m"+strconv.Itoa(i))
+	}
+	if f := tr.Find("shared"); len(f) != 1 || f[0].Member != "m"+strconv.Itoa(n-1) {
+		t.Fatalf("Find(shared) = %v, want the one call left", f)
+	}
+	tr.mu.Lock()
+	c := cap(tr.byCallID["shared"])
+	tr.mu.Unlock()
+	if c > 64 {
+		t.Errorf("the index of a Call-ID with 1 call left holds room for %d", c)
+	}
 }
