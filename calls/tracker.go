@@ -113,6 +113,10 @@ type live struct {
 	pendingEnd, pendingBy string
 	// info is the call as the registry lists it (ID "": not listed).
 	info Live
+	// at is the call's place in the Tracker's byCallID[info.CallID]
+	// (listed calls only), so its end takes it out without a walk of the
+	// others that share its Call-ID.
+	at int
 	// data is the owner's, handed back in Ended and Found.
 	data any
 }
@@ -131,7 +135,11 @@ type Tracker struct {
 	calls   map[string]*live    // member -> call
 	dialogs map[string][]string // dialog id -> members, oldest first
 	// byCallID: Live.CallID -> the members listed with it (Find), so an
-	// operator's end of a call does not walk every call under mu.
+	// operator's end of a call does not walk every call under mu. Unordered:
+	// a member leaves by a swap with the last (live.at), as a peer may set
+	// up any number of calls that share a Call-ID (or the 256 bytes of one
+	// that the listing keeps), and each of their ends must not walk the
+	// others.
 	byCallID map[string][]string
 	// order holds the members of calls in the order they were first
 	// tracked, for the refresh rounds, which walk it a chunk at a time;
@@ -193,8 +201,9 @@ func (t *Tracker) Track(member string, info Live, data any) {
 	if info.ID != "" {
 		if c.info.ID == "" || c.info.CallID != info.CallID {
 			if c.info.ID != "" {
-				t.unindex(c.info.CallID, member)
+				t.unindex(c)
 			}
+			c.at = len(t.byCallID[info.CallID])
 			t.byCallID[info.CallID] = append(t.byCallID[info.CallID], member)
 		}
 		c.info = info
@@ -218,13 +227,32 @@ func (t *Tracker) Find(callID string) []Found {
 	return out
 }
 
-// unindex removes member from byCallID's members of callID.
-func (t *Tracker) unindex(callID, member string) {
-	ms := slices.DeleteFunc(t.byCallID[callID], func(m string) bool { return m == member })
-	if len(ms) == 0 {
-		delete(t.byCallID, callID)
-	} else {
-		t.byCallID[callID] = ms
+// unindex takes c, a listed call, out of byCallID (t.mu held): the last
+// member of its Call-ID takes its place. A Call-ID's slice is copied
+// smaller once a quarter of it is used, so a burst of calls sharing one
+// does not keep its size.
+func (t *Tracker) unindex(c *live) {
+	id := c.info.CallID
+	ms := t.byCallID[id]
+	if c.at >= len(ms) {
+		return // not indexed: cannot happen
+	}
+	last := len(ms) - 1
+	if c.at != last {
+		ms[c.at] = ms[last]
+		if mc := t.calls[ms[c.at]]; mc != nil {
+			mc.at = c.at
+		}
+	}
+	ms[last] = ""
+	ms = ms[:last]
+	switch {
+	case len(ms) == 0:
+		delete(t.byCallID, id)
+	case cap(ms) > 16 && len(ms) < cap(ms)/4:
+		t.byCallID[id] = slices.Clone(ms)
+	default:
+		t.byCallID[id] = ms
 	}
 }
 
@@ -451,7 +479,7 @@ func (t *Tracker) forget(member string) *live {
 	delete(t.calls, member)
 	if c.info.ID != "" {
 		t.regDel(c.info.ID)
-		t.unindex(c.info.CallID, member)
+		t.unindex(c)
 	}
 	if c.dialog != "" {
 		ms := slices.DeleteFunc(t.dialogs[c.dialog], func(m string) bool { return m == member })

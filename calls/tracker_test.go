@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -373,16 +374,51 @@ func BenchmarkFind(b *testing.B) {
 
 // TestFindByCallID: Find returns exactly the listed calls of a Call-ID,
 // through a call tracked again with another Call-ID, calls sharing one,
-// calls tracked without a listing, and every way a call ends; checked
-// against a walk of every call after each step of a seeded random run.
+// calls tracked without a listing, and every way a call ends (End, EndAs,
+// a BYE before and after the answer, MaxDuration in a refresh round,
+// Shutdown); checked against a walk of every call after each step of a
+// seeded random run. The index itself must hold each listed call once,
+// under its Call-ID, and nothing else: Find skips a stale member, so a
+// leak (a Call-ID's entry left behind, a member listed twice) shows only
+// there.
 func TestFindByCallID(t *testing.T) {
 	ctx := context.Background()
-	tr := NewTracker(NewLocalStore(nil), TrackerOptions{TTL: time.Minute, MaxDuration: time.Hour})
+	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	const maxDur = 200 * time.Second
+	tr := NewTracker(NewLocalStore(clock.Now), TrackerOptions{TTL: time.Hour, MaxDuration: maxDur, Now: clock.Now})
 	type want struct {
 		listed bool
 		callID string
+		start  time.Time
 	}
 	model := map[string]want{}
+	checkIndex := func(step int) {
+		t.Helper()
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		exp := map[string][]string{}
+		for m, c := range tr.calls {
+			if c.info.ID != "" {
+				exp[c.info.CallID] = append(exp[c.info.CallID], m)
+			}
+		}
+		if len(tr.byCallID) != len(exp) {
+			t.Fatalf("step %d: index has %d Call-IDs, want %d (%v)", step, len(tr.byCallID), len(exp), tr.byCallID)
+		}
+		for id, ms := range exp {
+			got := slices.Clone(tr.byCallID[id])
+			slices.Sort(got)
+			slices.Sort(ms)
+			if !slices.Equal(got, ms) {
+				t.Fatalf("step %d: index of %s = %v, want %v", step, id, got, ms)
+			}
+		}
+		for m, c := range tr.calls {
+			if ms := tr.byCallID[c.info.CallID]; c.info.ID != "" && (c.at >= len(ms) || ms[c.at] != m) {
+				t.Fatalf("step %d: %s is at %d of %s's index %v", step, m, c.at, c.info.CallID, ms)
+			}
+		}
+	}
 	check := func(step int) {
 		t.Helper()
 		for _, id := range []string{"c0", "c1", "c2", "c3", "c4"} {
@@ -405,30 +441,110 @@ func TestFindByCallID(t *testing.T) {
 				t.Fatalf("step %d: Find(%s) = %v, want %v", step, id, got, exp)
 			}
 		}
+		checkIndex(step)
 	}
 	rnd := rand.New(rand.NewPCG(1, 2))
-	for step := range 3000 {
+	for step := range 4000 {
+		clock.Advance(time.Second)
 		m := "m" + strconv.Itoa(rnd.IntN(40))
-		switch op := rnd.IntN(10); {
-		case op < 5:
+		w, held := model[m]
+		if !held {
+			w.start = clock.Now()
+		}
+		switch op := rnd.IntN(14); {
+		case op < 6:
 			callID := "c" + strconv.Itoa(rnd.IntN(5))
 			if rnd.IntN(4) == 0 {
 				// Tracked without a listing: the old one, if any, stays.
 				tr.Track(m, Live{}, nil)
-				if _, ok := model[m]; !ok {
-					model[m] = want{}
-				}
 			} else {
 				tr.Track(m, Live{ID: "id-" + m, CallID: callID}, nil)
-				model[m] = want{listed: true, callID: callID}
+				w.listed, w.callID = true, callID
 			}
+			model[m] = w
 		case op < 8:
 			tr.End(ctx, m)
 			delete(model, m)
-		default:
+		case op < 9:
 			tr.EndAs(ctx, m, "operator", "node")
 			delete(model, m)
+		case op < 11:
+			// A BYE after the answer, or one before it that the answer
+			// carries out.
+			if !held {
+				continue
+			}
+			tr.Bind(m, "d-"+m)
+			if rnd.IntN(2) == 0 {
+				tr.Answer(ctx, m, "tag")
+				tr.EndDialog(ctx, "d-"+m, "tag", "peer")
+			} else {
+				tr.EndDialog(ctx, "d-"+m, "tag", "peer")
+				tr.Answer(ctx, m, "tag")
+			}
+			delete(model, m)
+		default:
+			// A refresh round ends the calls past MaxDuration (and
+			// compacts order as calls come and go).
+			tr.Refresh(ctx)
+			for m, w := range model {
+				if clock.Now().Sub(w.start) >= maxDur {
+					delete(model, m)
+				}
+			}
 		}
 		check(step)
+	}
+	tr.Shutdown(ctx)
+	clear(model)
+	check(-1)
+}
+
+// BenchmarkEndSharedCallID: the end of one of n live calls that share a
+// listed Call-ID (a peer may send any number of calls with one Call-ID,
+// or with Call-IDs longer than the 256 bytes the listing keeps that share
+// those) must not cost the n others under the Tracker's lock.
+func BenchmarkEndSharedCallID(b *testing.B) {
+	ctx := context.Background()
+	for _, n := range []int{100, 10000} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			tr := NewTracker(NewLocalStore(nil), TrackerOptions{TTL: time.Minute, MaxDuration: time.Hour})
+			prefix := strings.Repeat("x", 256)
+			for i := range n {
+				m := prefix + "-" + strconv.Itoa(i)
+				tr.Track(m, Live{ID: "id" + strconv.Itoa(i), CallID: prefix}, nil)
+			}
+			for i := 0; b.Loop(); i++ {
+				// End one (a member from the middle of the index) and
+				// set up another, so n stay live.
+				m := prefix + "-" + strconv.Itoa(i%n)
+				tr.End(ctx, m)
+				tr.Track(m, Live{ID: "id" + strconv.Itoa(i%n), CallID: prefix}, nil)
+			}
+		})
+	}
+}
+
+// TestCallIDIndexShrinks: a burst of calls sharing one Call-ID (a peer
+// may send any number) leaves no index of that size behind once most of
+// them end.
+func TestCallIDIndexShrinks(t *testing.T) {
+	ctx := context.Background()
+	tr := NewTracker(NewLocalStore(nil), TrackerOptions{TTL: time.Minute, MaxDuration: time.Hour})
+	const n = 4096
+	for i := range n {
+		tr.Track("m"+strconv.Itoa(i), Live{ID: "id" + strconv.Itoa(i), CallID: "shared"}, nil)
+	}
+	for i := range n - 1 {
+		tr.End(ctx, "m"+strconv.Itoa(i))
+	}
+	if f := tr.Find("shared"); len(f) != 1 || f[0].Member != "m"+strconv.Itoa(n-1) {
+		t.Fatalf("Find(shared) = %v, want the one call left", f)
+	}
+	tr.mu.Lock()
+	c := cap(tr.byCallID["shared"])
+	tr.mu.Unlock()
+	if c > 64 {
+		t.Errorf("the index of a Call-ID with 1 call left holds room for %d", c)
 	}
 }

@@ -93,9 +93,10 @@ func checkTxTimers() error {
 // function finds the transaction terminated (sipgo's delete of a
 // terminated transaction does nothing). The timers sipgo stopped itself
 // (a client transaction's Timers A and B, a server transaction's 1xx
-// timer) are left to the runtime, which sweeps a heap whenever one of its
-// timers is moved earlier, as these two are: at once under load. Firing
-// those too cost ~4 % of the node's CPU per call (sweepTimerHeaps).
+// timer) are left to the runtime, which sweeps a heap once a timer reset
+// in it comes due, as these two are (reset to now): at once under load.
+// Firing those too cost ~4 % of the node's CPU per call
+// (sweepTimerHeaps).
 func stopTxTimer(tx any, index []int) {
 	v := reflect.ValueOf(tx)
 	switch tx.(type) {

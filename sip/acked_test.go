@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"net"
 	"net/netip"
+	"reflect"
 	"runtime"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 	"weak"
 
 	sipmsg "github.com/emiago/sipgo/sip"
@@ -318,8 +320,10 @@ func txsFreed(t *testing.T, gone func() bool) {
 // transaction's 1xx timer at its first answer; a stopped timer stays in
 // its P's heap, its function (and so the transaction) with it, until the
 // runtime sweeps the heap: when its deadline reaches the head, when
-// stopped timers are a quarter of it, or when another timer of that heap
-// is moved earlier (Go 1.23 on, runtime/time.go). On a node under load
+// stopped timers are a quarter of it (looked at by its own P), or once a
+// timer reset while in that heap comes due (Go 1.23 on, runtime/time.go:
+// timers.check runs adjust, a scan of the whole heap, before it runs a
+// timer when minWhenModified has passed). On a node under load
 // the last comes at once (endAnswered's own timers are moved to now at
 // every ACK), but in a quiet test it can come after the check: a heap
 // dump of a failing run (CI, and 8 of 120 local runs of
@@ -331,9 +335,14 @@ func txsFreed(t *testing.T, gone func() bool) {
 // loaded node frees anyway (live heap at 1,200 CPS unchanged, BENCHMARKS.md
 // session 16).
 //
-// GOMAXPROCS goroutines, spinning until all of them run (each on its own
-// P), each arm a timer on their P and move it earlier: the next look at
-// that heap sweeps it, and the timer fires.
+// GOMAXPROCS goroutines, spinning until all of them have started (so
+// most likely each on its own P), each arm a timer on their P and reset
+// it to 1 ms: that heap is swept before the timer fires. Nothing pins a
+// goroutine to a P (one preempted while it spins may go on on another's
+// P), so a look may leave a heap unswept: txsFreed looks again, and a
+// miss can only fail the test, never pass it. It sweeps stopped timers
+// only, the node's as well as sipgo's: TestStopTxTimerFires checks that
+// endAnswered fires its linger timers rather than stopping them.
 func sweepTimerHeaps(t *testing.T) {
 	t.Helper()
 	procs := runtime.GOMAXPROCS(0)
@@ -576,6 +585,39 @@ func TestAckedCallSendsItsAckAgainAsRelayed(t *testing.T) {
 			}
 			if first.from.String() != again.from.String() {
 				t.Errorf("the ACK sent again left from %s, the first from %s", again.from, first.from)
+			}
+		})
+	}
+}
+
+// TestStopTxTimerFires: endAnswered's linger timers (Timers L and M) are
+// fired, not stopped. txsFreed has the runtime sweep stopped timers from
+// its heaps before it looks, so a Stop there would free the transactions
+// in the tests and hold them for the whole linger on a quiet node; this
+// is the check that tells the two apart.
+func TestStopTxTimerFires(t *testing.T) {
+	if err := checkTxTimers(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		tx    any
+		index []int
+	}{
+		{"server tx, timer L", &sipmsg.ServerTx{}, serverTxTimerL},
+		{"client tx, timer M", &sipmsg.ClientTx{}, clientTxTimerM},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fired := make(chan struct{})
+			tm := time.AfterFunc(time.Hour, func() { close(fired) })
+			defer tm.Stop()
+			f := reflect.ValueOf(tc.tx).Elem().FieldByIndex(tc.index)
+			reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Set(reflect.ValueOf(tm))
+			stopTxTimer(tc.tx, tc.index)
+			select {
+			case <-fired:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the linger timer did not fire within 10 s of stopTxTimer")
 			}
 		})
 	}
