@@ -117,6 +117,10 @@ type live struct {
 	// (listed calls only), so its end takes it out without a walk of the
 	// others that share its Call-ID.
 	at int
+	// dat is the call's place in the Tracker's dialogs[dialog] (bound
+	// calls only), so its end takes it out without a walk of the others
+	// bound to its dialog.
+	dat int
 	// data is the owner's, handed back in Ended and Found.
 	data any
 }
@@ -131,9 +135,14 @@ type Tracker struct {
 	store Store
 	o     TrackerOptions
 
-	mu      sync.Mutex
-	calls   map[string]*live    // member -> call
-	dialogs map[string][]string // dialog id -> members, oldest first
+	mu    sync.Mutex
+	calls map[string]*live // member -> call
+	// dialogs: dialog id -> the members bound to it (Bind). Unordered, as
+	// byCallID: a member leaves by a swap with the last (live.dat), as a
+	// peer may set up any number of calls in one dialog id (same Call-ID,
+	// From tag and leg, another Via branch each) and each of their ends
+	// must not walk the others.
+	dialogs map[string][]string
 	// byCallID: Live.CallID -> the members listed with it (Find), so an
 	// operator's end of a call does not walk every call under mu. Unordered:
 	// a member leaves by a swap with the last (live.at), as a peer may set
@@ -228,40 +237,69 @@ func (t *Tracker) Find(callID string) []Found {
 }
 
 // unindex takes c, a listed call, out of byCallID (t.mu held): the last
-// member of its Call-ID takes its place. A Call-ID's slice is copied
-// smaller once a quarter of it is used, so a burst of calls sharing one
-// does not keep its size.
+// member of its Call-ID takes its place.
 func (t *Tracker) unindex(c *live) {
 	id := c.info.CallID
-	ms := t.byCallID[id]
-	if c.at >= len(ms) {
-		return // not indexed: cannot happen
+	ms, moved := swapOut(t.byCallID[id], c.at)
+	if mc := t.calls[moved]; moved != "" && mc != nil {
+		mc.at = c.at
 	}
-	last := len(ms) - 1
-	if c.at != last {
-		ms[c.at] = ms[last]
-		if mc := t.calls[ms[c.at]]; mc != nil {
-			mc.at = c.at
-		}
-	}
-	ms[last] = ""
-	ms = ms[:last]
-	switch {
-	case len(ms) == 0:
+	if len(ms) == 0 {
 		delete(t.byCallID, id)
-	case cap(ms) > 16 && len(ms) < cap(ms)/4:
-		t.byCallID[id] = slices.Clone(ms)
-	default:
+	} else {
 		t.byCallID[id] = ms
 	}
 }
 
-// FindDialog returns the live calls bound to dialog (Bind).
+// undial takes c, a bound call, out of dialogs (t.mu held): the last
+// member of its dialog takes its place.
+func (t *Tracker) undial(c *live) {
+	ms, moved := swapOut(t.dialogs[c.dialog], c.dat)
+	if mc := t.calls[moved]; moved != "" && mc != nil {
+		mc.dat = c.dat
+	}
+	if len(ms) == 0 {
+		delete(t.dialogs, c.dialog)
+	} else {
+		t.dialogs[c.dialog] = ms
+	}
+}
+
+// swapOut removes ms[at] by moving the last member into its place, and
+// returns what is left and the member moved ("": none). The slice is
+// copied smaller once a quarter of it is used, so a burst of calls that
+// share a key does not keep its size. An at out of range (cannot happen)
+// changes nothing.
+func swapOut(ms []string, at int) (rest []string, moved string) {
+	if at < 0 || at >= len(ms) {
+		return ms, ""
+	}
+	last := len(ms) - 1
+	if at != last {
+		ms[at] = ms[last]
+		moved = ms[at]
+	}
+	ms[last] = ""
+	ms = ms[:last]
+	if len(ms) > 0 && cap(ms) > 16 && len(ms) < cap(ms)/4 {
+		ms = slices.Clone(ms)
+	}
+	return ms, moved
+}
+
+// FindDialog returns the live calls bound to dialog (Bind), in no
+// particular order.
 func (t *Tracker) FindDialog(dialog string) []Found {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var out []Found
-	for _, m := range t.dialogs[dialog] {
+	ms := t.dialogs[dialog]
+	if len(ms) == 0 {
+		return nil
+	}
+	// Sized once: a peer may bind many calls to one dialog id, and this
+	// runs under mu for each in-dialog request.
+	out := make([]Found, 0, len(ms))
+	for _, m := range ms {
 		if c := t.calls[m]; c != nil {
 			out = append(out, Found{Member: m, Data: c.data, Info: c.info})
 		}
@@ -389,6 +427,7 @@ func (t *Tracker) Bind(member, dialog string) {
 		return
 	}
 	c.dialog = dialog
+	c.dat = len(t.dialogs[dialog])
 	t.dialogs[dialog] = append(t.dialogs[dialog], member)
 }
 
@@ -434,27 +473,29 @@ func (t *Tracker) Answer(ctx context.Context, member, calleeTag string) bool {
 // EndDialog ends the live call of dialog whose answer named calleeTag (a
 // verified BYE: its Call-ID, caller's tag and peer leg make dialog, its
 // other tag is the callee's) and reports whether there was one; by says
-// who sent the BYE (OnEnd is told). A BYE for a call this node does not
-// hold, or naming another callee tag, frees nothing; one that comes before
-// the call's answer was recorded is kept as a pending end that the
-// matching Answer carries out.
+// who sent the BYE (OnEnd is told). Of several such calls it ends the
+// oldest (first tracked). A BYE for a call this node does not hold, or
+// naming another callee tag, frees nothing; one that comes before the
+// call's answer was recorded is kept as a pending end that the matching
+// Answer carries out (on each call of dialog not answered yet, older than
+// the call it ended, if any).
 func (t *Tracker) EndDialog(ctx context.Context, dialog, calleeTag, by string) bool {
 	if calleeTag == "" {
 		return false
 	}
 	t.mu.Lock()
+	// dialogs keeps no order: the oldest match is looked for in all.
 	var member string
+	var match *live
+	for _, m := range t.dialogs[dialog] {
+		if c := t.calls[m]; c != nil && c.callee == calleeTag && (match == nil || c.start.Before(match.start)) {
+			member, match = m, c
+		}
+	}
 	for _, m := range t.dialogs[dialog] {
 		c := t.calls[m]
-		switch {
-		case c == nil:
-		case c.callee == calleeTag:
-			member = m
-		case c.callee == "" && c.pendingEnd == "":
+		if c != nil && c.callee == "" && c.pendingEnd == "" && (match == nil || c.start.Before(match.start)) {
 			c.pendingEnd, c.pendingBy = calleeTag, by
-		}
-		if member != "" {
-			break
 		}
 	}
 	if member == "" {
@@ -482,12 +523,7 @@ func (t *Tracker) forget(member string) *live {
 		t.unindex(c)
 	}
 	if c.dialog != "" {
-		ms := slices.DeleteFunc(t.dialogs[c.dialog], func(m string) bool { return m == member })
-		if len(ms) == 0 {
-			delete(t.dialogs, c.dialog)
-		} else {
-			t.dialogs[c.dialog] = ms
-		}
+		t.undial(c)
 	}
 	return c
 }

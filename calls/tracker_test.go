@@ -548,3 +548,171 @@ func TestCallIDIndexShrinks(t *testing.T) {
 		t.Errorf("the index of a Call-ID with 1 call left holds room for %d", c)
 	}
 }
+
+// BenchmarkEndSharedDialog: the end of one of n live calls bound to one
+// dialog id (a peer may set up any number: the same Call-ID, From tag and
+// leg, another Via branch each) must not cost the n others under the
+// Tracker's lock.
+func BenchmarkEndSharedDialog(b *testing.B) {
+	ctx := context.Background()
+	for _, n := range []int{100, 10000} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			tr := NewTracker(NewLocalStore(nil), TrackerOptions{TTL: time.Minute, MaxDuration: time.Hour})
+			for i := range n {
+				m := "shared/branch-" + strconv.Itoa(i)
+				tr.Track(m, Live{}, nil)
+				tr.Bind(m, "dlg")
+			}
+			for i := 0; b.Loop(); i++ {
+				// End one (from the middle of the dialog's members) and
+				// set up another, so n stay live.
+				m := "shared/branch-" + strconv.Itoa(i%n)
+				tr.End(ctx, m)
+				tr.Track(m, Live{}, nil)
+				tr.Bind(m, "dlg")
+			}
+		})
+	}
+}
+
+// TestDialogIndexShrinks: a burst of calls bound to one dialog id (a peer
+// may set up any number) leaves no index of that size behind once most of
+// them end.
+func TestDialogIndexShrinks(t *testing.T) {
+	ctx := context.Background()
+	tr := NewTracker(NewLocalStore(nil), TrackerOptions{TTL: time.Minute, MaxDuration: time.Hour})
+	const n = 4096
+	for i := range n {
+		tr.Track("m"+strconv.Itoa(i), Live{}, nil)
+		tr.Bind("m"+strconv.Itoa(i), "dlg")
+	}
+	for i := range n - 1 {
+		tr.End(ctx, "m"+strconv.Itoa(i))
+	}
+	if f := tr.FindDialog("dlg"); len(f) != 1 || f[0].Member != "m"+strconv.Itoa(n-1) {
+		t.Fatalf("FindDialog(dlg) = %v, want the one call left", f)
+	}
+	tr.mu.Lock()
+	c := cap(tr.dialogs["dlg"])
+	tr.mu.Unlock()
+	if c > 64 {
+		t.Errorf("the index of a dialog with 1 call left holds room for %d", c)
+	}
+}
+
+// TestEndDialogOldest: of the calls of one dialog answered with the same
+// callee tag, a BYE ends the oldest, however the ends of others moved
+// them in the dialog's index; a call of the dialog not answered yet and
+// older than it keeps the BYE as its pending end, a younger one does not.
+func TestEndDialogOldest(t *testing.T) {
+	ctx := context.Background()
+	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	tr := NewTracker(NewLocalStore(clock.Now), TrackerOptions{TTL: time.Hour, MaxDuration: time.Hour, Now: clock.Now})
+	for _, m := range []string{"gone", "pending", "old", "young", "late"} {
+		clock.Advance(time.Second)
+		tr.Track(m, Live{}, nil)
+		tr.Bind(m, "dlg")
+	}
+	tr.End(ctx, "gone") // the last ("late") takes its place
+	tr.Answer(ctx, "old", "t")
+	tr.Answer(ctx, "young", "t")
+	if !tr.EndDialog(ctx, "dlg", "t", "peer") {
+		t.Fatal("EndDialog found no call")
+	}
+	var left []string
+	for _, f := range tr.FindDialog("dlg") {
+		left = append(left, f.Member)
+	}
+	slices.Sort(left)
+	if want := []string{"late", "pending", "young"}; !slices.Equal(left, want) {
+		t.Fatalf("calls left in the dialog = %v, want %v (the oldest answered ended)", left, want)
+	}
+	if tr.Answer(ctx, "late", "t") {
+		t.Error("a call younger than the one the BYE ended took it as its pending end")
+	}
+	if !tr.Answer(ctx, "pending", "t") {
+		t.Error("an older call not answered yet did not keep the BYE as its pending end")
+	}
+}
+
+// TestFindDialogIndex: with calls of several dialog ids coming and
+// going, FindDialog returns the calls bound to each, and every bound
+// call's place in its dialog's index is right.
+func TestFindDialogIndex(t *testing.T) {
+	ctx := context.Background()
+	tr := NewTracker(NewLocalStore(nil), TrackerOptions{TTL: time.Hour, MaxDuration: time.Hour})
+	model := map[string]string{} // bound member -> dialog
+	rnd := rand.New(rand.NewPCG(3, 4))
+	for step := range 4000 {
+		m := "m" + strconv.Itoa(rnd.IntN(60))
+		d := "d" + strconv.Itoa(rnd.IntN(4))
+		switch op := rnd.IntN(10); {
+		case op < 5:
+			tr.Track(m, Live{}, nil)
+			tr.Bind(m, d)
+			if _, ok := model[m]; !ok {
+				model[m] = d // binding twice keeps the first
+			}
+		case op < 8:
+			tr.End(ctx, m)
+			delete(model, m)
+		default:
+			if md, ok := model[m]; ok {
+				tr.Answer(ctx, m, "tag-"+m)
+				if !tr.EndDialog(ctx, md, "tag-"+m, "peer") {
+					t.Fatalf("step %d: EndDialog of %s found nothing", step, m)
+				}
+				delete(model, m)
+			}
+		}
+		for i := range 4 {
+			d := "d" + strconv.Itoa(i)
+			var exp, got []string
+			for m, md := range model {
+				if md == d {
+					exp = append(exp, m)
+				}
+			}
+			for _, f := range tr.FindDialog(d) {
+				got = append(got, f.Member)
+			}
+			slices.Sort(exp)
+			slices.Sort(got)
+			if !slices.Equal(exp, got) {
+				t.Fatalf("step %d: FindDialog(%s) = %v, want %v", step, d, got, exp)
+			}
+		}
+		tr.mu.Lock()
+		for m, c := range tr.calls {
+			if ms := tr.dialogs[c.dialog]; c.dialog != "" && (c.dat >= len(ms) || ms[c.dat] != m) {
+				tr.mu.Unlock()
+				t.Fatalf("step %d: %s is at %d of %s's index %v", step, m, c.dat, c.dialog, ms)
+			}
+		}
+		if len(tr.dialogs) > 4 {
+			t.Errorf("step %d: %d dialogs indexed", step, len(tr.dialogs))
+		}
+		tr.mu.Unlock()
+	}
+}
+
+// BenchmarkFindDialog: what each in-dialog request costs the Tracker's
+// lock (sip's ownTokenGone asks before the per-dialog rate) when n calls
+// share its dialog id.
+func BenchmarkFindDialog(b *testing.B) {
+	for _, n := range []int{1, 100, 10000} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			tr := NewTracker(NewLocalStore(nil), TrackerOptions{TTL: time.Minute, MaxDuration: time.Hour})
+			for i := range n {
+				m := "shared/branch-" + strconv.Itoa(i)
+				tr.Track(m, Live{ID: "id" + strconv.Itoa(i), CallID: "shared"}, nil)
+				tr.Bind(m, "dlg")
+			}
+			for b.Loop() {
+				if len(tr.FindDialog("dlg")) != n {
+					b.Fatal("calls missing")
+				}
+			}
+		})
+	}
+}
