@@ -287,6 +287,14 @@ func swapOut(ms []string, at int) (rest []string, moved string) {
 	return ms, moved
 }
 
+// DialogCalls returns how many live calls are bound to dialog (Bind),
+// without copying them.
+func (t *Tracker) DialogCalls(dialog string) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.dialogs[dialog])
+}
+
 // FindDialog returns the live calls bound to dialog (Bind), in no
 // particular order.
 func (t *Tracker) FindDialog(dialog string) []Found {

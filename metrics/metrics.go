@@ -163,7 +163,7 @@ var (
 		"source", "unknown_source", "bad_dialog_token", "wrong_leg", "reinvite_limit",
 		"cancel_source", "duplicate", "accept", "tcp_limit", "tcp_read", "read_queue_full",
 		"forged_response", "stateless_response", "stream", "no_via", "tls_name",
-		"dialog_ended", "dialog_rate", "too_many_hops", "tls_handshake_rate", "refused_copy",
+		"dialog_ended", "dialog_rate", "too_many_hops", "merged_request", "tls_handshake_rate", "refused_copy",
 	}
 
 	// PanicPlaces are the where labels of cpsguard_panics_total: every

@@ -26,6 +26,8 @@ type CallPlaces interface {
 	// the callee's tag, which only the answer gives, is matched by the
 	// tracker (Answer, EndDialog).
 	Bind(member, dialog string)
+	// DialogCalls counts the live calls bound to dialog.
+	DialogCalls(dialog string) int
 	// End frees every place of member.
 	End(ctx context.Context, member string)
 	// Answer records the callee's tag of member's answer; true when an

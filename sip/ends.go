@@ -49,6 +49,13 @@ func callKeyOf(callID, callerTag string, peer netip.AddrPort) callKey {
 	return callKey(sum[:8])
 }
 
+// peerCallKey is the call key of a peer's initial INVITE: its Call-ID,
+// From tag (From must be there) and source leg.
+func peerCallKey(req *sipmsg.Request) callKey {
+	src, _ := netip.ParseAddrPort(req.Source())
+	return callKeyOf(callID(req), tagOf(req.From().Params), netip.AddrPortFrom(src.Addr().Unmap(), src.Port()))
+}
+
 // String is the key as the call places tracker names the dialog (Bind,
 // EndDialog).
 func (k callKey) String() string { return hex.EncodeToString(k[:]) }

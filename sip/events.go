@@ -19,6 +19,7 @@ const (
 	reasonUnknownCustomer  = "unknown_customer"
 	reasonMalformed        = "malformed"
 	reasonTooManyHops      = "too_many_hops"
+	reasonMergedRequest    = "merged_request"
 	reasonDraining         = "draining"
 	reasonRouteDown        = "route_down"
 	reasonPeerCPS          = "peer_cps"

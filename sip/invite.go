@@ -218,6 +218,17 @@ func (c *call) run() {
 		c.respond(sipmsg.StatusTooManyHops, "Too Many Hops")
 		return
 	}
+	if p.calls.DialogCalls(peerCallKey(req).String()) >= maxCallsPerDialog {
+		// RFC 3261 8.2.2.2's merged requests: the same Call-ID and From
+		// tag from the same peer leg, another branch each. Each is a call
+		// of its own, and every in-dialog request and end of any of them
+		// looks at all of them under the lock every call's setup takes:
+		// a peer could make that walk as long as its admission allows.
+		p.m.SIPErrors.WithLabelValues("merged_request").Inc()
+		c.reason = reasonMergedRequest
+		c.respond(sipmsg.StatusLoopDetected, "Loop Detected")
+		return
+	}
 	if p.draining.Load() {
 		c.refuse(metrics.OutcomeRejectedDrain, reasonDraining)
 		c.respond(sipmsg.StatusServiceUnavailable, "Service Unavailable")
@@ -688,6 +699,11 @@ func (c *call) storeCtx() (context.Context, context.CancelFunc) {
 func (c *call) respond(code int, reason string) {
 	c.send(sipmsg.NewResponseFromRequest(c.req, code, reason, nil))
 }
+
+// maxCallsPerDialog bounds the live calls of one dialog id (Call-ID,
+// From tag, peer leg): an upstream proxy that forks one call to the node
+// over several branches sends a few; more are answered 482.
+const maxCallsPerDialog = 16
 
 // send answers the INVITE. A final answer of the proxy's own to a call
 // never forwarded ends the transaction at once (sent once, no

@@ -126,9 +126,7 @@ func (c *call) track(carrier string) {
 	c.p.calls.Track(c.member, info, c.lc)
 	if !c.bound {
 		c.bound = true
-		src, _ := netip.ParseAddrPort(c.req.Source())
-		peerLeg := netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
-		k := callKeyOf(callID(c.req), tagOf(c.req.From().Params), peerLeg)
+		k := peerCallKey(c.req)
 		c.lc.mu.Lock()
 		c.lc.key = k
 		c.lc.mu.Unlock()
