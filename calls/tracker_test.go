@@ -525,27 +525,47 @@ func BenchmarkEndSharedCallID(b *testing.B) {
 	}
 }
 
-// TestCallIDIndexShrinks: a burst of calls sharing one Call-ID (a peer
-// may send any number) leaves no index of that size behind once most of
-// them end.
-func TestCallIDIndexShrinks(t *testing.T) {
-	ctx := context.Background()
-	tr := NewTracker(NewLocalStore(nil), TrackerOptions{TTL: time.Minute, MaxDuration: time.Hour})
-	const n = 4096
-	for i := range n {
-		tr.Track("m"+strconv.Itoa(i), Live{ID: "id" + strconv.Itoa(i), CallID: "shared"}, nil)
-	}
-	for i := range n - 1 {
-		tr.End(ctx, "m"+strconv.Itoa(i))
-	}
-	if f := tr.Find("shared"); len(f) != 1 || f[0].Member != "m"+strconv.Itoa(n-1) {
-		t.Fatalf("Find(shared) = %v, want the one call left", f)
-	}
-	tr.mu.Lock()
-	c := cap(tr.byCallID["shared"])
-	tr.mu.Unlock()
-	if c > 64 {
-		t.Errorf("the index of a Call-ID with 1 call left holds room for %d", c)
+// TestIndexesShrink: a burst of calls sharing one Call-ID, or bound to
+// one dialog id (a peer may send any number), leaves no index of that
+// size behind once most of them end.
+func TestIndexesShrink(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		track func(tr *Tracker, m string, i int)
+		find  func(tr *Tracker) []Found
+		room  func(tr *Tracker) int
+	}{
+		{"Call-ID",
+			func(tr *Tracker, m string, i int) {
+				tr.Track(m, Live{ID: "id" + strconv.Itoa(i), CallID: "shared"}, nil)
+			},
+			func(tr *Tracker) []Found { return tr.Find("shared") },
+			func(tr *Tracker) int { return cap(tr.byCallID["shared"]) }},
+		{"dialog",
+			func(tr *Tracker, m string, _ int) { tr.Track(m, Live{}, nil); tr.Bind(m, "dlg") },
+			func(tr *Tracker) []Found { return tr.FindDialog("dlg") },
+			func(tr *Tracker) int { return cap(tr.dialogs["dlg"]) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			tr := NewTracker(NewLocalStore(nil), TrackerOptions{TTL: time.Minute, MaxDuration: time.Hour})
+			const n = 4096
+			for i := range n {
+				tc.track(tr, "m"+strconv.Itoa(i), i)
+			}
+			for i := range n - 1 {
+				tr.End(ctx, "m"+strconv.Itoa(i))
+			}
+			if f := tc.find(tr); len(f) != 1 || f[0].Member != "m"+strconv.Itoa(n-1) {
+				t.Fatalf("found %v, want the one call left", f)
+			}
+			tr.mu.Lock()
+			c := tc.room(tr)
+			tr.mu.Unlock()
+			if c > 64 {
+				t.Errorf("the index with 1 call left holds room for %d", c)
+			}
+		})
 	}
 }
 
@@ -572,31 +592,6 @@ func BenchmarkEndSharedDialog(b *testing.B) {
 				tr.Bind(m, "dlg")
 			}
 		})
-	}
-}
-
-// TestDialogIndexShrinks: a burst of calls bound to one dialog id (a peer
-// may set up any number) leaves no index of that size behind once most of
-// them end.
-func TestDialogIndexShrinks(t *testing.T) {
-	ctx := context.Background()
-	tr := NewTracker(NewLocalStore(nil), TrackerOptions{TTL: time.Minute, MaxDuration: time.Hour})
-	const n = 4096
-	for i := range n {
-		tr.Track("m"+strconv.Itoa(i), Live{}, nil)
-		tr.Bind("m"+strconv.Itoa(i), "dlg")
-	}
-	for i := range n - 1 {
-		tr.End(ctx, "m"+strconv.Itoa(i))
-	}
-	if f := tr.FindDialog("dlg"); len(f) != 1 || f[0].Member != "m"+strconv.Itoa(n-1) {
-		t.Fatalf("FindDialog(dlg) = %v, want the one call left", f)
-	}
-	tr.mu.Lock()
-	c := cap(tr.dialogs["dlg"])
-	tr.mu.Unlock()
-	if c > 64 {
-		t.Errorf("the index of a dialog with 1 call left holds room for %d", c)
 	}
 }
 
