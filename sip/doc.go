@@ -173,7 +173,8 @@
 // initial INVITE. An initial INVITE of a dialog id (Call-ID, From tag,
 // peer leg) that has maxCallsPerDialog calls live already (merged
 // requests, another Via branch each) is answered 482 before admission:
-// each in-dialog request and end of one of them looks at all of them. A token also dies with its call (dialogs.go): once a BYE
+// each in-dialog request and end of one of them looks at all of them.
+// A token also dies with its call (dialogs.go): once a BYE
 // of the dialog was answered 2xx or 481 or timed out (a 481 or timeout
 // of a BYE naming another callee tag than the answer of a call the node
 // holds ends nothing, and is not remembered), the dialog's

@@ -114,6 +114,8 @@ type call struct {
 	// ackLeg is the leg whose 2xx reached the caller: its transactions
 	// end at the caller's ACK (holdAnswered).
 	ackLeg *relayLeg
+	// key is the call's dialog id (peerCallKey), set before admission.
+	key callKey
 }
 
 // onInvite handles every INVITE: initial ones go through admission and
@@ -218,7 +220,8 @@ func (c *call) run() {
 		c.respond(sipmsg.StatusTooManyHops, "Too Many Hops")
 		return
 	}
-	if p.calls.DialogCalls(peerCallKey(req).String()) >= maxCallsPerDialog {
+	c.key = peerCallKey(req)
+	if p.calls.DialogCalls(c.key.String()) >= maxCallsPerDialog {
 		// RFC 3261 8.2.2.2's merged requests: the same Call-ID and From
 		// tag from the same peer leg, another branch each. Each is a call
 		// of its own, and every in-dialog request and end of any of them

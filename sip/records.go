@@ -126,11 +126,10 @@ func (c *call) track(carrier string) {
 	c.p.calls.Track(c.member, info, c.lc)
 	if !c.bound {
 		c.bound = true
-		k := peerCallKey(c.req)
 		c.lc.mu.Lock()
-		c.lc.key = k
+		c.lc.key = c.key
 		c.lc.mu.Unlock()
-		c.p.calls.Bind(c.member, k.String())
+		c.p.calls.Bind(c.member, c.key.String())
 	}
 }
 
