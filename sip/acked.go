@@ -425,13 +425,7 @@ func (p *Proxy) ackAgain(a *ackedCall) {
 		}
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
-	defer cancel()
-	err := p.tls.CheckHop(ctx, a.ack, nil)
-	if err == nil {
-		err = p.writeRequest(ctx, a.ack)
-	}
-	if err != nil {
+	if err := p.sendAck(a.ack, nil); err != nil {
 		p.log.Debug("ACK sent again failed", "call_id", clip(a.callID), "error", err)
 	}
 }
@@ -453,6 +447,21 @@ func (p *Proxy) ackWireAgain(a *ackedCall) error {
 	}
 	_, err := uc.WriteTo(a.wire, net.UDPAddrFromAddrPort(a.wireTo))
 	return err
+}
+
+// sendAck sends ack outside any transaction within connectTimeout: over
+// TLS on a connection whose certificate carries names (nil: the names of
+// its address; tlspolicy.Policy.CheckHop), a missing TCP or TLS one
+// opened within that time (writeRequest). Every ACK the node sends again
+// goes through it: a connection closed since the first would otherwise be
+// opened again unchecked.
+func (p *Proxy) sendAck(ack *sipmsg.Request, names []string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
+	defer cancel()
+	if err := p.tls.CheckHop(ctx, ack, names); err != nil {
+		return err
+	}
+	return p.writeRequest(ctx, ack)
 }
 
 // writeRequest sends req outside any transaction, as sipgo's WriteMsg

@@ -462,13 +462,7 @@ func (p *Proxy) onAck(req *sipmsg.Request, _ sipmsg.ServerTransaction) {
 	if code != 0 || p.admitInDialog(&hop, false, req) != 0 {
 		return // refused, no hops left, ended or over its rate (an ACK is never answered)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
-	defer cancel()
-	if err := p.tls.CheckHop(ctx, hop.out, nil); err != nil {
-		p.log.Debug("ACK forward failed", "call_id", callID(req), "error", err)
-		return
-	}
-	if err := p.writeRequest(ctx, hop.out); err != nil {
+	if err := p.sendAck(hop.out, nil); err != nil {
 		p.log.Debug("ACK forward failed", "call_id", callID(req), "error", err)
 		return
 	}

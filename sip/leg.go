@@ -155,9 +155,7 @@ func (f *forkSet) hangUp(p *Proxy, inv *sipmsg.Request, r *sipmsg.Response, name
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if ack, seen := f.acks[tag]; seen {
-		ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
-		_ = p.writeRequest(ctx, ack)
-		cancel()
+		_ = p.sendAck(ack, names)
 		return
 	}
 	if len(f.acks) >= maxForks {
@@ -237,9 +235,7 @@ func (l *relayLeg) again(r *sipmsg.Response) {
 		}
 	}
 	if ack := l.hungUp.Load(); ack != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), connectTimeout)
-		_ = l.p.writeRequest(ctx, ack)
-		cancel()
+		_ = l.p.sendAck(ack, l.tlsNames)
 		return
 	}
 	if !l.abandoned.Load() {
