@@ -114,8 +114,10 @@ type call struct {
 	// ackLeg is the leg whose 2xx reached the caller: its transactions
 	// end at the caller's ACK (holdAnswered).
 	ackLeg *relayLeg
-	// key is the call's dialog id (peerCallKey), set before admission.
-	key callKey
+	// key is the call's dialog id (peerCallKey), dialog its text (the
+	// Tracker's name for it), both set before admission.
+	key    callKey
+	dialog string
 }
 
 // onInvite handles every INVITE: initial ones go through admission and
@@ -221,7 +223,8 @@ func (c *call) run() {
 		return
 	}
 	c.key = peerCallKey(req)
-	if p.calls.DialogCalls(c.key.String()) >= maxCallsPerDialog {
+	c.dialog = c.key.String()
+	if p.calls.DialogCalls(c.dialog) >= maxCallsPerDialog {
 		// RFC 3261 8.2.2.2's merged requests: the same Call-ID and From
 		// tag from the same peer leg, another branch each. Each is a call
 		// of its own, and every in-dialog request and end of any of them

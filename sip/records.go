@@ -129,7 +129,7 @@ func (c *call) track(carrier string) {
 		c.lc.mu.Lock()
 		c.lc.key = c.key
 		c.lc.mu.Unlock()
-		c.p.calls.Bind(c.member, c.key.String())
+		c.p.calls.Bind(c.member, c.dialog)
 	}
 }
 
