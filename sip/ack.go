@@ -3,10 +3,13 @@ package sip
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"reflect"
 	"unsafe"
 
 	sipmsg "github.com/emiago/sipgo/sip"
+
+	"github.com/cpsguard/cpsguard/sip/internal/udpout"
 )
 
 // The ACK of a non-2xx answer to a forwarded INVITE.
@@ -70,7 +73,7 @@ func openInviteTx(ctx context.Context, tl *sipmsg.TransactionLayer, req *sipmsg.
 	if err != nil {
 		return nil, err
 	}
-	if err := wrapTxConn(tx); err != nil {
+	if err := wrapTxConn(tx, req); err != nil {
 		tx.Terminate()
 		return nil, err
 	}
@@ -81,8 +84,10 @@ func openInviteTx(ctx context.Context, tl *sipmsg.TransactionLayer, req *sipmsg.
 	return tx, nil
 }
 
-// wrapTxConn replaces tx's connection by an ackConn around it.
-func wrapTxConn(tx *sipmsg.ClientTx) error {
+// wrapTxConn replaces tx's connection by an ackConn around it; req is
+// the request tx was created for (its Destination, parsed once: where
+// sipgo's transport layer resolved it to).
+func wrapTxConn(tx *sipmsg.ClientTx, req *sipmsg.Request) error {
 	if clientTxConn == nil {
 		return errNoTxConn
 	}
@@ -95,14 +100,25 @@ func wrapTxConn(tx *sipmsg.ClientTx) error {
 	if _, done := conn.(ackConn); done {
 		return nil
 	}
-	f.Set(reflect.ValueOf(ackConn{conn}))
+	ac := ackConn{Connection: conn}
+	if u, ok := conn.(*udpout.Conn); ok && req != nil {
+		if to, ok := udpout.Destination(req); ok {
+			ac.udp, ac.to = u, to
+		}
+	}
+	f.Set(reflect.ValueOf(ac))
 	return nil
 }
 
 // ackConn is a transaction's connection that writes every ACK with its
-// top Via only; everything else passes unchanged.
+// top Via only; everything else passes unchanged. On one of the node's
+// UDP listeners (udp set) every message goes to to, the address of the
+// transaction's request, where sipgo sends the request, its
+// retransmissions and the ACK of a non-2xx answer (RFC 3261 17.1.1.3).
 type ackConn struct {
 	sipmsg.Connection
+	udp *udpout.Conn
+	to  netip.AddrPort
 }
 
 // WriteMsg writes m; an ACK loses every Via but its first. The ACK is the
@@ -111,6 +127,10 @@ type ackConn struct {
 func (c ackConn) WriteMsg(m sipmsg.Message) error {
 	if r, ok := m.(*sipmsg.Request); ok && r.IsAck() {
 		keepTopVia(r)
+	}
+	if c.udp != nil {
+		_, err := c.udp.Send(m, c.to, false)
+		return err
 	}
 	return c.Connection.WriteMsg(m)
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"reflect"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	sipmsg "github.com/emiago/sipgo/sip"
 
 	"github.com/cpsguard/cpsguard/internal/fifo"
+	"github.com/cpsguard/cpsguard/sip/internal/udpout"
 )
 
 // An answered call's INVITE transactions (sipgo's server transaction of
@@ -260,7 +260,7 @@ func (p *Proxy) holdAnswered(c *call) {
 	switch {
 	case txs == nil:
 	case ack != nil:
-		p.endAnswered(txs, ack)
+		p.endAnswered(txs, ack, nil)
 	case !txs.client.OnTerminate(func(string, error) { lc.dropTxs(txs) }):
 		// Ended already (Timer M, shutdown). Told only once they are on
 		// the call: a transaction that ends between the two would leave
@@ -313,7 +313,10 @@ func (lc *liveCall) dropTxs(txs *answeredTxs) {
 // the call's answer (the INVITE's CSeq, the answer's To tag), the call's
 // transactions end (endAnswered); when the call's handler has not
 // returned yet, it is left for it (holdAnswered).
-func (p *Proxy) ackPassed(hop *inDialogHop, out *sipmsg.Request) {
+//
+// wire is out as sent over UDP (sendUDPRequest), nil when it went another
+// way: the call keeps it for a retransmitted answer (keepAck).
+func (p *Proxy) ackPassed(hop *inDialogHop, out *sipmsg.Request, wire []byte) {
 	if hop.dir != fromPeer || !hop.token.own || hop.callee == "" {
 		return
 	}
@@ -341,7 +344,7 @@ func (p *Proxy) ackPassed(hop *inDialogHop, out *sipmsg.Request) {
 		}
 		lc.txs, lc.ackDone = nil, true
 		lc.mu.Unlock()
-		p.endAnswered(txs, out)
+		p.endAnswered(txs, out, wire)
 		return
 	}
 }
@@ -355,12 +358,13 @@ func acknowledges(ack *sipmsg.Request, a *ackedCall) bool {
 
 // endAnswered ends an answered call's INVITE transactions at its caller's
 // ACK, keeping what outlives them (ackedTable). An ACK that does not
-// acknowledge the answer (another CSeq or To tag) ends nothing.
-func (p *Proxy) endAnswered(txs *answeredTxs, ack *sipmsg.Request) {
+// acknowledge the answer (another CSeq or To tag) ends nothing. wire is
+// ack as sent over UDP, or nil (keepAck).
+func (p *Proxy) endAnswered(txs *answeredTxs, ack *sipmsg.Request, wire []byte) {
 	if !acknowledges(ack, txs.call) {
 		return
 	}
-	txs.call.keepAck(ack)
+	txs.call.keepAck(ack, wire)
 	// Kept before the client transaction ends: a retransmission that
 	// comes right after finds it.
 	p.acked.add(txs.branch, txs.call, time.Now())
@@ -398,13 +402,17 @@ func (p *Proxy) ackedAnswer(res *sipmsg.Response) bool {
 }
 
 // keepAck keeps ack, the caller's ACK as the node relayed it (ackedCall):
-// over UDP from a listener's address, as the bytes it was sent as.
-func (a *ackedCall) keepAck(ack *sipmsg.Request) {
+// over UDP from a listener's address, as the bytes it was sent as (wire,
+// when the send kept them; else serialized here).
+func (a *ackedCall) keepAck(ack *sipmsg.Request, wire []byte) {
 	if ack.Transport() == "UDP" && ack.Laddr.IP != nil && ack.Laddr.Port > 0 {
 		if to, err := netip.ParseAddrPort(ack.Destination()); err == nil {
-			var b bytes.Buffer
-			ack.StringWrite(&b)
-			a.wire = bytes.Clone(b.Bytes())
+			if wire == nil {
+				var b bytes.Buffer
+				ack.StringWrite(&b)
+				wire = bytes.Clone(b.Bytes())
+			}
+			a.wire = wire
 			a.wireTo, a.wireFrom = to, ack.Laddr.String()
 			return
 		}
@@ -441,12 +449,11 @@ func (p *Proxy) ackWireAgain(a *ackedCall) error {
 	} else {
 		conn = p.udpListenerFor(a.wireTo.String())
 	}
-	uc, ok := conn.(*sipmsg.UDPConnection)
+	uc, ok := conn.(*udpout.Conn)
 	if !ok {
 		return fmt.Errorf("sip: no UDP listener to send to %s from (%T)", a.wireTo, conn)
 	}
-	_, err := uc.WriteTo(a.wire, net.UDPAddrFromAddrPort(a.wireTo))
-	return err
+	return uc.WriteBytes(a.wire, a.wireTo)
 }
 
 // sendAck sends ack outside any transaction within connectTimeout: over

@@ -334,6 +334,10 @@
 // (read_queue_full). The screen also answers 100
 // Trying to every INVITE it lets in, and to its retransmissions while it is
 // handled, so a handler that sipgo runs late draws no retransmission storm.
+// Everything the node sends from a UDP listener (sipgo's transactions'
+// answers and INVITEs, the stateless relays, the node's own answers)
+// leaves through package sip/internal/udpout: serialized once into a
+// pooled buffer, written to the address the message is for.
 // While the node is behind on its own read queues, and for 5 s after, a
 // carrier that did not ring a call in time or did not answer a probe is
 // not held against it: the answer may be waiting in the node's own queue.

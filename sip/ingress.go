@@ -17,6 +17,7 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/sip/internal/ingress"
 	"github.com/cpsguard/cpsguard/sip/internal/rawsip"
+	"github.com/cpsguard/cpsguard/sip/internal/udpout"
 )
 
 // The UDP read path (package ingress) and what sits between it and sipgo.
@@ -405,8 +406,28 @@ func (p *Proxy) udpListenerFor(dest string) sipmsg.Connection {
 	return first
 }
 
-// udpConnection is how sipgo's pool holds one of the proxy's UDP
-// listeners.
-func udpConnection(c *net.UDPConn) *sipmsg.UDPConnection {
-	return &sipmsg.UDPConnection{PacketConn: c, PacketAddr: c.LocalAddr().String(), Listener: true}
+// sendUDPRequest sends req, a request the node relays outside any
+// transaction, over UDP from the listener its Laddr names to its
+// Destination, and returns the bytes it sent when keep is set. Without
+// such a listener (none of the destination's family: sipgo opens a
+// socket) or an IP destination it goes through sipgo's WriteMsg, and
+// keeps nothing.
+func (p *Proxy) sendUDPRequest(req *sipmsg.Request, keep bool) ([]byte, error) {
+	if from, ok := laddrOf(req.Laddr); ok {
+		if c := p.udpByAddr[from]; c != nil {
+			if to, ok := udpout.Destination(req); ok {
+				return c.Send(req, to, keep)
+			}
+		}
+	}
+	return nil, p.tp.WriteMsg(req)
+}
+
+// laddrOf is a as an address and port.
+func laddrOf(a sipmsg.Addr) (netip.AddrPort, bool) {
+	ip, ok := netip.AddrFromSlice(a.IP)
+	if !ok || a.Port <= 0 || a.Port > 65535 {
+		return netip.AddrPort{}, false
+	}
+	return netip.AddrPortFrom(ip.Unmap().WithZone(a.Zone), uint16(a.Port)), true
 }

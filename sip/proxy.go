@@ -35,6 +35,7 @@ import (
 	"github.com/cpsguard/cpsguard/sip/internal/invites"
 	"github.com/cpsguard/cpsguard/sip/internal/refusals"
 	"github.com/cpsguard/cpsguard/sip/internal/tlspolicy"
+	"github.com/cpsguard/cpsguard/sip/internal/udpout"
 )
 
 // Admitter decides admissions atomically over several rolling-window buckets.
@@ -328,7 +329,9 @@ type Proxy struct {
 	streams *conns.StreamScans
 	// udpConns are the UDP listeners as sipgo's pool holds them; set in
 	// Serve before ready is closed, read-only afterwards.
-	udpConns map[*net.UDPConn]*sipmsg.UDPConnection
+	udpConns map[*net.UDPConn]*udpout.Conn
+	// udpByAddr are the same by local address (a request's Laddr).
+	udpByAddr map[netip.AddrPort]*udpout.Conn
 	// sources are the known parties' UDP source addresses registered in
 	// sipgo's pool (ingress.go).
 	sources *sources
@@ -580,12 +583,17 @@ func (p *Proxy) Serve(ctx context.Context) error {
 		return err
 	}
 	p.ingress = g
-	p.udpConns = make(map[*net.UDPConn]*sipmsg.UDPConnection)
+	p.udpConns = make(map[*net.UDPConn]*udpout.Conn)
+	p.udpByAddr = make(map[netip.AddrPort]*udpout.Conn)
 	pool := p.tp.Pool("udp")
 	for _, l := range p.listeners {
 		if l.udp != nil {
-			c := udpConnection(l.udp)
+			c := udpout.New(l.udp)
 			p.udpConns[l.udp] = c
+			if la, ok := l.udp.LocalAddr().(*net.UDPAddr); ok {
+				ap := la.AddrPort()
+				p.udpByAddr[netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())] = c
+			}
 			// Requests the proxy sends from this listener (Laddr set) find
 			// it here.
 			pool.Add(c.PacketAddr, c)

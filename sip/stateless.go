@@ -132,7 +132,7 @@ func (p *Proxy) screenInDialog(cfg *config.Config, req *sipmsg.Request) bool {
 		flags |= branchFromCarrier
 	}
 	own.Params.Add("branch", p.statelessBranch(cfg, up, out, hop.to.Addr.Addr(), flags, hop.key))
-	err = p.tp.WriteMsg(out)
+	_, err = p.sendUDPRequest(out, false)
 	if req.Method == sipmsg.BYE && err == nil {
 		// The call ends on the far leg's answer (relayStatelessResponse)
 		// or when none comes in time (sweepByes); a BYE that could not be
@@ -175,11 +175,12 @@ func (p *Proxy) screenAck(req *sipmsg.Request) bool {
 	if p.admitInDialog(&hop, false, req) != 0 {
 		return true // ended, or over its rate: dropped
 	}
-	if err := p.tp.WriteMsg(hop.out); err != nil {
+	wire, err := p.sendUDPRequest(hop.out, true)
+	if err != nil {
 		p.log.Debug("ACK forward failed", "call_id", callID(req), "error", err)
 		return true
 	}
-	p.ackPassed(&hop, hop.out)
+	p.ackPassed(&hop, hop.out, wire)
 	return true
 }
 
