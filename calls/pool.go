@@ -103,11 +103,15 @@ var (
 // another node's by asking it, and waits up to 3 s for those to leave the
 // list. It returns ErrNoCall when no node lists a call of callID; another
 // error when the Registry failed and this node had no such call.
+//
+// callID may be given in full or as the list shows it (ClipCallID): the
+// calls of the same clipped Call-ID are ended.
 func (p *Pool) EndCall(ctx context.Context, callID string) (EndResult, error) {
 	res := EndResult{CallID: callID}
 	if callID == "" {
 		return res, ErrNoCall
 	}
+	callID = ClipCallID(callID)
 	if p.End != nil {
 		res.Ended = p.End(ctx, callID)
 	}

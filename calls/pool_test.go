@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // failingRegistry fails every call.
@@ -147,5 +149,41 @@ func TestPoolRegistryDown(t *testing.T) {
 	}
 	if _, err := n.pool.EndCall(ctx, "cid-2"); !errors.Is(err, errDown) {
 		t.Fatalf("end of an unknown call with the registry down: %v, want the registry's error", err)
+	}
+}
+
+// TestPoolEndsLongCallID: a Call-ID longer than the list keeps (MaxCallID
+// bytes) is listed clipped; ending it by its full text, or by the clipped
+// text the list shows, reaches the node that holds it (the list compared
+// the full text with the clipped one and found no call).
+func TestPoolEndsLongCallID(t *testing.T) {
+	defer func(d time.Duration) { endQueuePoll = d }(endQueuePoll)
+	endQueuePoll = 10 * time.Millisecond
+	ctx := context.Background()
+	reg := NewLocalRegistry(nil)
+	a, b := newPoolNode(reg, "a"), newPoolNode(reg, "b")
+	full := strings.Repeat("é", MaxCallID) // 2 bytes each: clipped inside a rune
+	clipped := ClipCallID(full)
+	if len(clipped) > MaxCallID+len("…") || !strings.HasSuffix(clipped, "…") || !utf8.ValidString(clipped) {
+		t.Fatalf("ClipCallID = %q (%d bytes)", clipped, len(clipped))
+	}
+	if ClipCallID(clipped) != clipped {
+		t.Fatalf("ClipCallID of the clipped form changed it: %q", ClipCallID(clipped))
+	}
+	for i, asked := range []string{full, clipped} {
+		id := fmt.Sprint("long-", i)
+		b.add(t, Live{ID: id, CallID: clipped, Node: "b"})
+		runCtx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); b.pool.Run(runCtx) }()
+		res, err := a.pool.EndCall(ctx, asked)
+		stop()
+		<-done
+		if err != nil || !slices.Equal(res.Requested, []string{"b"}) || len(res.Pending) != 0 {
+			t.Fatalf("EndCall by the %s Call-ID: %+v, %v", []string{"full", "clipped"}[i], res, err)
+		}
+		if !slices.Contains(b.ended, id) {
+			t.Fatalf("b ended %v, want %s", b.ended, id)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,13 +15,27 @@ import (
 	"github.com/cpsguard/cpsguard/policy"
 )
 
+// MaxCallID bounds the Call-ID a listed call (Live) and a call record
+// keep: a peer chooses its Call-IDs, and every node lists every call.
+const MaxCallID = 256
+
+// ClipCallID is s as a listed call keeps it: its first MaxCallID bytes
+// (less a rune cut in two) and "…" when longer. Clipping the clipped
+// form changes nothing, so an operator may name a call by either.
+func ClipCallID(s string) string {
+	if len(s) <= MaxCallID {
+		return s
+	}
+	return strings.ToValidUTF8(s[:MaxCallID], "") + "…"
+}
+
 // Live is one live call as the pool lists it (GET /api/v1/calls): a call
 // forwarded to a carrier and not ended yet.
 type Live struct {
 	// ID names the call attempt in the registry (a hash of its Call-ID,
 	// Via branch and source: two calls may share a Call-ID).
 	ID string `json:"id"`
-	// CallID is the call's SIP Call-ID (at most 256 bytes).
+	// CallID is the call's SIP Call-ID, clipped (ClipCallID).
 	CallID   string `json:"call_id"`
 	Peer     string `json:"peer"`
 	Customer string `json:"customer"`

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/netip"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -33,9 +32,6 @@ type Recorder interface {
 // (DELETE /api/v1/calls/{call_id}) before it was answered.
 var errOperatorEnd = errors.New("sip: call ended by an operator")
 
-// maxRecordCallID bounds the Call-ID copied into records and the live
-// calls' list.
-const maxRecordCallID = 256
 
 // liveCall is what the proxy keeps of a forwarded call while it lives:
 // what the Tracker hands back when the call ends (callEnded) or an
@@ -103,13 +99,9 @@ func liveID(member string) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// clipCallID bounds a Call-ID for records and the live calls' list.
-func clipCallID(s string) string {
-	if len(s) <= maxRecordCallID {
-		return s
-	}
-	return strings.ToValidUTF8(s[:maxRecordCallID], "") + "…"
-}
+// clipCallID bounds a Call-ID for records and the live calls' list
+// (callplaces.ClipCallID: a peer chooses its Call-IDs).
+func clipCallID(s string) string { return callplaces.ClipCallID(s) }
 
 // track lists the call as live (in the Tracker, and through it in the
 // pool's registry) on its way to carrier, and binds it to its dialog: a
@@ -337,9 +329,12 @@ func (p *Proxy) sawInDialog(req *sipmsg.Request, hop inDialogHop) {
 // call's dialog, and its places are freed at once (record: ended_by node,
 // end_reason operator); one not answered yet is stopped as at shutdown
 // (503 to the caller, CANCEL to the carrier).
+//
+// callID may be given in full or clipped as the list shows it: the calls
+// of the same clipped Call-ID are ended.
 func (p *Proxy) EndCalls(ctx context.Context, callID string) int {
 	n := 0
-	for _, f := range p.calls.Find(callID) {
+	for _, f := range p.calls.Find(clipCallID(callID)) {
 		lc, ok := f.Data.(*liveCall)
 		if !ok || lc == nil {
 			continue

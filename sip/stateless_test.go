@@ -862,3 +862,32 @@ func TestForgottenEndOwnTokenRefused(t *testing.T) {
 	peer.send(h.udp, info)
 	waitFor(t, func() bool { return len(car.requests(sipmsg.INFO)) == 1 }, "the INFO under another node's token at the carrier")
 }
+
+// TestOperatorEndsLongCallID: a call whose Call-ID is longer than the list
+// keeps is ended by its full Call-ID and by the clipped one the list shows
+// (EndCalls compared the full text with the clipped one: no call).
+func TestOperatorEndsLongCallID(t *testing.T) {
+	for _, clipped := range []bool{false, true} {
+		car := startUDPEnd(t, "127.0.0.1", nil)
+		self := car.addr()
+		car.mu.Lock()
+		car.answer = rawAnswerer(func() string { return self }, nil)
+		car.mu.Unlock()
+		adm, pacer := newFakes()
+		h := startProxy(t, testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second}), adm, pacer)
+		peer := startUDPEnd(t, "127.0.0.2", nil)
+		ok := rawAnsweredCall(t, peer, h.udp, strings.Repeat("long-call-id.", 30))
+		waitFor(t, func() bool { return len(car.requests(sipmsg.ACK)) == 1 }, "the call's ACK at the carrier")
+		id := ok.CallID().Value()
+		if len(id) <= callplaces.MaxCallID {
+			t.Fatalf("Call-ID of %d bytes: the test needs a longer one", len(id))
+		}
+		if clipped {
+			id = clipCallID(id)
+		}
+		if n := h.p.EndCalls(context.Background(), id); n != 1 {
+			t.Fatalf("EndCalls by the %s Call-ID = %d, want 1", map[bool]string{false: "full", true: "clipped"}[clipped], n)
+		}
+		waitFor(t, func() bool { return len(car.requests(sipmsg.BYE)) == 1 }, "the node's BYE at the carrier")
+	}
+}
