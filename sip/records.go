@@ -32,7 +32,6 @@ type Recorder interface {
 // (DELETE /api/v1/calls/{call_id}) before it was answered.
 var errOperatorEnd = errors.New("sip: call ended by an operator")
 
-
 // liveCall is what the proxy keeps of a forwarded call while it lives:
 // what the Tracker hands back when the call ends (callEnded) or an
 // operator ends it (EndCalls). It is shared by the call's goroutine, the
