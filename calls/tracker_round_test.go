@@ -208,3 +208,55 @@ func TestRefreshDoesNotListExpiredCalls(t *testing.T) {
 		}
 	}
 }
+
+// TestListLetsGoBetweenChunks: an operator's listing of the node's own
+// calls (the pool's fallback when the Registry cannot be read) copied
+// every call under the lock each call's setup and end takes (~70 ms with
+// 200,000 calls up). It now walks them a chunk at a time, letting go in
+// between; calls set up and ended meanwhile are listed or not, but no
+// call is listed twice and every call up through the listing is in it.
+func TestListLetsGoBetweenChunks(t *testing.T) {
+	ctx := context.Background()
+	tr := NewTracker(NewLocalStore(nil), TrackerOptions{TTL: time.Minute, MaxDuration: time.Hour})
+	n := 3*refreshChunk + 17
+	track := func(m string) {
+		tr.Track(m, Live{ID: "id-" + m, CallID: "c-" + m, Node: "n1"}, nil)
+	}
+	for i := range n {
+		track(fmt.Sprint("m", i))
+	}
+	// m1 ends and comes back: queued twice in order.
+	tr.End(ctx, "m1")
+	track("m1")
+	chunks := 0
+	listChunkDone = func() {
+		chunks++
+		if !tr.mu.TryLock() {
+			t.Fatal("List holds the Tracker's lock between chunks")
+		}
+		tr.mu.Unlock()
+		// Setups and ends go on during the listing.
+		track(fmt.Sprint("during", chunks))
+		tr.End(ctx, fmt.Sprint("m", n-chunks))
+	}
+	t.Cleanup(func() { listChunkDone = nil })
+	got := tr.List()
+	listChunkDone = nil
+	if chunks < 3 {
+		t.Fatalf("%d calls listed in %d chunks, want at least 3 (chunks of %d)", n, chunks, refreshChunk)
+	}
+	seen := map[string]int{}
+	for _, l := range got {
+		seen[l.ID]++
+	}
+	for id, k := range seen {
+		if k != 1 {
+			t.Errorf("%s listed %d times", id, k)
+		}
+	}
+	for i := range n - chunks {
+		if id := fmt.Sprint("id-m", i); seen[id] != 1 {
+			t.Errorf("%s, up through the listing, listed %d times", id, seen[id])
+		}
+	}
+}
