@@ -218,9 +218,11 @@
 // gets the same branch and a response is relayed only when its branch
 // verifies (forged ones are dropped); a TCP leg, and
 // a request whose top Via holds a quoted parameter (sipgo would read it
-// back differently in the response), keep the stateful relay. ACKs of 2xx (always relayed without a transaction)
-// leave from the screen too, so a BYE sent right after its ACK cannot
-// overtake it. Every Via of a forwarded request stays a plain Via line
+// back differently in the response), keep the stateful relay. ACKs of 2xx
+// (always relayed without a transaction) to a carrier over UDP leave from
+// the screen too, whatever the caller's transport, so a BYE sent right
+// after its ACK cannot overtake it (to a carrier over TCP or TLS it still
+// may: the write could wait, and the screen must not). Every Via of a forwarded request stays a plain Via line
 // (a carrier that copies the lines named Via, as SIPp does, returns them
 // all); the ACK of a non-2xx answer to a forwarded INVITE carries only the
 // proxy's Via (RFC 3261 17.1.1.3: sipgo's client transaction builds it

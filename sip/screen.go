@@ -127,7 +127,7 @@ func (p *Proxy) screenRequest(req *sipmsg.Request) bool {
 	case req.IsAck() && shedAck(req):
 		return false
 	case req.IsAck():
-		// An ACK of a 2xx over UDP: relayed from here, in order with the
+		// An ACK of a 2xx to a carrier over UDP: relayed from here, in order with the
 		// BYE that may follow (stateless.go).
 		return !p.screenAck(req)
 	case p.inDialog(req):

@@ -150,9 +150,13 @@ func (p *Proxy) screenInDialog(cfg *config.Config, req *sipmsg.Request) bool {
 // screenAck forwards an ACK of a 2xx from the screen, as onAck does
 // (same checks, no transaction either), so that it leaves in the order it
 // arrived relative to the BYE that may follow at once: relayed from a
-// handler goroutine, the ACK was overtaken by the BYE relayed from the
-// read loop, and a UAS waiting for the ACK (SIPp's, some carriers') failed
-// the call. It returns false to leave the ACK to sipgo, as before:
+// handler goroutine, the ACK was overtaken by the BYE (relayed from the
+// read loop over UDP; over TCP or TLS from another goroutine of sipgo's,
+// which hands every message read on a stream to one of its own), and a
+// UAS waiting for the ACK (SIPp's, some carriers') failed the call. The
+// screen runs in the UDP worker or the stream connection's read loop;
+// the ACK leaves over UDP, which never waits. It returns false to leave
+// the ACK to sipgo, as before:
 //
 //   - an ACK whose top Via names an INVITE the proxy is handling or just
 //     answered (its invites.Table entry): possibly the ACK of a non-2xx,
@@ -160,9 +164,11 @@ func (p *Proxy) screenInDialog(cfg *config.Config, req *sipmsg.Request) bool {
 //   - an ACK that fails prepareInDialog (the ACK of the proxy's own or a
 //     relayed non-2xx carries no valid token of the proxy): sipgo absorbs
 //     it or onAck drops it;
-//   - a TCP leg, fewer than 2 hops left (onAck drops it), not over UDP.
+//   - a carrier over TCP or TLS (a write that may wait: onAck sends it,
+//     and a BYE right behind it may still overtake it), fewer than 2 hops
+//     left (onAck drops it).
 func (p *Proxy) screenAck(req *sipmsg.Request) bool {
-	if req.Transport() != "UDP" || statefulOnly.Load() || !p.inDialog(req) {
+	if statefulOnly.Load() || !p.inDialog(req) {
 		return false
 	}
 	if p.invites.Has(invites.KeyOf(req)) {
