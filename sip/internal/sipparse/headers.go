@@ -90,7 +90,7 @@ func kindOf(name string) kind {
 
 // parseHeader is sipgo's HeadersParser.ParseHeader (parse_header.go) with
 // the default parsers: the header's values are appended to out.
-func parseHeader(out []sipmsg.Header, line string) ([]sipmsg.Header, error) {
+func (b *builder) parseHeader(out []sipmsg.Header, line string) ([]sipmsg.Header, error) {
 	colonIdx := strings.IndexByte(line, ':')
 	if colonIdx == -1 {
 		return out, fmt.Errorf("field name with no value in header: %q", line)
@@ -103,7 +103,7 @@ func parseHeader(out []sipmsg.Header, line string) ([]sipmsg.Header, error) {
 	}
 	fieldText := fieldValue
 	for {
-		h, err := parseValue(k, fieldText)
+		h, err := b.parseValue(k, fieldText)
 		if err == nil {
 			return append(out, h), nil
 		}
@@ -116,37 +116,152 @@ func parseHeader(out []sipmsg.Header, line string) ([]sipmsg.Header, error) {
 	}
 }
 
+// slab holds one of each header a message almost always has, and room
+// for their parameters, in one allocation: a message's first header of
+// each of these kinds points into it (sipgo allocates each on its own).
+// Parameters are handed out as slices capped at their room, so that an
+// append to one never reaches the next.
+type slab struct {
+	via     sipmsg.ViaHeader
+	from    sipmsg.FromHeader
+	to      sipmsg.ToHeader
+	contact sipmsg.ContactHeader
+	cseq    sipmsg.CSeqHeader
+	callID  sipmsg.CallIDHeader
+	ctype   sipmsg.ContentTypeHeader
+	maxFwd  sipmsg.MaxForwardsHeader
+	clen    sipmsg.ContentLengthHeader
+	used    uint16
+	nkv     uint8
+	kv      [10]sipmsg.HeaderKV
+}
+
+// builder is one message's parse: its slab, allocated at the first header
+// that uses it.
+type builder struct {
+	s *slab
+}
+
+// take reports whether the slab's header of kind k is still free, and
+// marks it taken.
+func (b *builder) take(k kind) bool {
+	if b.s == nil {
+		b.s = new(slab)
+	}
+	if b.s.used&(1<<k) != 0 {
+		return false
+	}
+	b.s.used |= 1 << k
+	return true
+}
+
+// params is an empty parameter list with room for n, from the slab while
+// it has room.
+func (b *builder) params(n int) sipmsg.HeaderParams {
+	if s := b.s; s != nil && int(s.nkv)+n <= len(s.kv) {
+		i := int(s.nkv)
+		s.nkv += uint8(n)
+		return s.kv[i : i : i+n]
+	}
+	return make(sipmsg.HeaderParams, 0, n)
+}
+
+// addressParamsHint is how many header parameters an address value
+// likely has: its semicolons after the URI's closing bracket, or all of
+// them without one (a room too small only costs an allocation).
+func addressParamsHint(text string) int {
+	if i := strings.LastIndexByte(text, '>'); i >= 0 {
+		text = text[i:]
+	}
+	return max(1, strings.Count(text, ";"))
+}
+
 // parseValue is sipgo's header parser of kind k on one value (or the
 // first of several, with a commaAt error).
-func parseValue(k kind, text string) (sipmsg.Header, error) {
+func (b *builder) parseValue(k kind, text string) (sipmsg.Header, error) {
 	switch k {
 	case kindContentType:
-		var h sipmsg.ContentTypeHeader
-		return &h, parseContentTypeHeader(text, &h)
+		var h *sipmsg.ContentTypeHeader
+		if b.take(k) {
+			h = &b.s.ctype
+		} else {
+			h = new(sipmsg.ContentTypeHeader)
+		}
+		return h, parseContentTypeHeader(text, h)
 	case kindFrom:
-		h := &sipmsg.FromHeader{}
-		return h, parseFromHeader(text, h)
+		var h *sipmsg.FromHeader
+		if b.take(k) {
+			h = &b.s.from
+		} else {
+			h = &sipmsg.FromHeader{}
+		}
+		h.Params = b.params(addressParamsHint(text))
+		err := parseFromHeader(text, h)
+		if len(h.Params) == 0 {
+			h.Params = nil
+		}
+		return h, err
 	case kindTo:
-		h := &sipmsg.ToHeader{}
-		return h, parseToHeader(text, h)
+		var h *sipmsg.ToHeader
+		if b.take(k) {
+			h = &b.s.to
+		} else {
+			h = &sipmsg.ToHeader{}
+		}
+		h.Params = b.params(addressParamsHint(text))
+		err := parseToHeader(text, h)
+		if len(h.Params) == 0 {
+			h.Params = nil
+		}
+		return h, err
 	case kindContact:
-		h := &sipmsg.ContactHeader{}
-		return h, parseContactHeader(text, h)
+		var h *sipmsg.ContactHeader
+		if b.take(k) {
+			h = &b.s.contact
+		} else {
+			h = &sipmsg.ContactHeader{}
+		}
+		return h, b.parseContactHeader(text, h)
 	case kindCallID:
-		var h sipmsg.CallIDHeader
-		return &h, parseCallIDHeader(text, &h)
+		var h *sipmsg.CallIDHeader
+		if b.take(k) {
+			h = &b.s.callID
+		} else {
+			h = new(sipmsg.CallIDHeader)
+		}
+		return h, parseCallIDHeader(text, h)
 	case kindCSeq:
-		h := &sipmsg.CSeqHeader{}
+		var h *sipmsg.CSeqHeader
+		if b.take(k) {
+			h = &b.s.cseq
+		} else {
+			h = &sipmsg.CSeqHeader{}
+		}
 		return h, parseCSeqHeader(text, h)
 	case kindVia:
-		h := &sipmsg.ViaHeader{}
-		return h, parseViaHeader(text, h)
+		var h *sipmsg.ViaHeader
+		if b.take(k) {
+			h = &b.s.via
+		} else {
+			h = &sipmsg.ViaHeader{}
+		}
+		return h, b.parseViaHeader(text, h)
 	case kindMaxForwards:
-		var h sipmsg.MaxForwardsHeader
-		return &h, parseMaxForwardsHeader(text, &h)
+		var h *sipmsg.MaxForwardsHeader
+		if b.take(k) {
+			h = &b.s.maxFwd
+		} else {
+			h = new(sipmsg.MaxForwardsHeader)
+		}
+		return h, parseMaxForwardsHeader(text, h)
 	case kindContentLength:
-		var h sipmsg.ContentLengthHeader
-		return &h, parseContentLengthHeader(text, &h)
+		var h *sipmsg.ContentLengthHeader
+		if b.take(k) {
+			h = &b.s.clen
+		} else {
+			h = new(sipmsg.ContentLengthHeader)
+		}
+		return h, parseContentLengthHeader(text, h)
 	case kindRoute:
 		h := &sipmsg.RouteHeader{}
 		return h, parseRouteAddress(text, &h.Address)
@@ -211,11 +326,11 @@ func parseContentTypeHeader(headerText string, contentType *sipmsg.ContentTypeHe
 }
 
 // parseToHeader, parseFromHeader and parseReferredByHeader are sipgo's
-// (parse_address.go); all three say "to:" in the wildcard error.
+// (parse_address.go); all three say "to:" in the wildcard error. The
+// first two take h.Params empty (sipgo sets it nil), with room.
 func parseToHeader(headerText string, h *sipmsg.ToHeader) error {
 	var err error
-	h.Params = nil
-	h.DisplayName, err = sipmsg.ParseAddressValue(headerText, &h.Address, &h.Params)
+	h.DisplayName, err = parseAddressValue(headerText, &h.Address, &h.Params)
 	if err != nil {
 		return err
 	}
@@ -227,8 +342,7 @@ func parseToHeader(headerText string, h *sipmsg.ToHeader) error {
 
 func parseFromHeader(headerText string, h *sipmsg.FromHeader) error {
 	var err error
-	h.Params = nil
-	h.DisplayName, err = sipmsg.ParseAddressValue(headerText, &h.Address, &h.Params)
+	h.DisplayName, err = parseAddressValue(headerText, &h.Address, &h.Params)
 	if err != nil {
 		return err
 	}
@@ -241,7 +355,7 @@ func parseFromHeader(headerText string, h *sipmsg.FromHeader) error {
 func parseReferredByHeader(headerText string, h *sipmsg.ReferredByHeader) error {
 	var err error
 	h.Params = nil
-	h.DisplayName, err = sipmsg.ParseAddressValue(headerText, &h.Address, &h.Params)
+	h.DisplayName, err = parseAddressValue(headerText, &h.Address, &h.Params)
 	if err != nil {
 		return err
 	}
@@ -253,7 +367,7 @@ func parseReferredByHeader(headerText string, h *sipmsg.ReferredByHeader) error 
 
 // parseContactHeader is sipgo's: one value, up to a comma outside quotes
 // and angle brackets.
-func parseContactHeader(headerText string, h *sipmsg.ContactHeader) error {
+func (b *builder) parseContactHeader(headerText string, h *sipmsg.ContactHeader) error {
 	inBrackets := false
 	inQuotes := false
 	endInd := len(headerText)
@@ -280,8 +394,11 @@ func parseContactHeader(headerText string, h *sipmsg.ContactHeader) error {
 		}
 	}
 	var e error
-	h.Params = nil
-	h.DisplayName, e = sipmsg.ParseAddressValue(headerText[:endInd], &h.Address, &h.Params)
+	h.Params = b.params(addressParamsHint(headerText[:endInd]))
+	h.DisplayName, e = parseAddressValue(headerText[:endInd], &h.Address, &h.Params)
+	if len(h.Params) == 0 {
+		h.Params = nil
+	}
 	if e != nil {
 		return e
 	}
@@ -312,7 +429,7 @@ func parseRouteAddress(headerText string, address *sipmsg.Uri) (err error) {
 			default:
 				continue
 			}
-			_, e := sipmsg.ParseAddressValue(headerText[:idx], address, nil)
+			_, e := parseAddressValue(headerText[:idx], address, nil)
 			if e != nil {
 				return e
 			}

@@ -129,9 +129,10 @@ func parseHeadersOnly(msg sipmsg.Message, s string) (*sipmsg.ContentLengthHeader
 		err           error
 		buf           [4]sipmsg.Header
 		headers       []sipmsg.Header
+		b             builder
 	)
 	for {
-		headers, n, err = parseNextHeader(buf[:0], s)
+		headers, n, err = b.parseNextHeader(buf[:0], s)
 		s = s[n:]
 		total += n
 		for _, h := range headers {
@@ -150,7 +151,7 @@ func parseHeadersOnly(msg sipmsg.Message, s string) (*sipmsg.ContentLengthHeader
 }
 
 // parseNextHeader is sipgo's Parser.parseNextHeader.
-func parseNextHeader(out []sipmsg.Header, s string) ([]sipmsg.Header, int, error) {
+func (b *builder) parseNextHeader(out []sipmsg.Header, s string) ([]sipmsg.Header, int, error) {
 	line, n, err := nextLine(s)
 	if err != nil {
 		if err == io.EOF {
@@ -167,7 +168,7 @@ func parseNextHeader(out []sipmsg.Header, s string) ([]sipmsg.Header, int, error
 			return out, 0, err
 		}
 	}
-	out, err = parseHeader(out, line)
+	out, err = b.parseHeader(out, line)
 	if err != nil {
 		return out, n, err
 	}
@@ -228,15 +229,15 @@ func trimRightHeaderWhitespaceLen(line string) int {
 func parseLine(startLine string) (sipmsg.Message, error) {
 	if parts, ok := split3(startLine); ok {
 		if isRequest(parts) {
-			var recipient sipmsg.Uri
-			method, sipVersion, err := parseRequestLine(parts, &recipient)
+			// The URI is parsed into the request's own (sipgo parses it
+			// into a Uri of its own and has sipmsg.NewRequest clone its
+			// parameters).
+			m := sipmsg.NewRequest("", sipmsg.Uri{})
+			method, sipVersion, err := parseRequestLine(parts, &m.Recipient)
 			if err != nil {
 				return nil, err
 			}
-			// sipmsg.NewRequest would clone the URI's parameters; they are
-			// this message's own already.
-			m := sipmsg.NewRequest(method, sipmsg.Uri{})
-			m.Recipient = recipient
+			m.Method = method
 			m.SipVersion = sipVersion
 			return m, nil
 		}

@@ -23,14 +23,14 @@ const (
 
 // parseViaHeader is sipgo's: one value, or the first of several with a
 // commaAt error at the comma's offset.
-func parseViaHeader(headerText string, h *sipmsg.ViaHeader) error {
+func (b *builder) parseViaHeader(headerText string, h *sipmsg.ViaHeader) error {
 	h.Params = nil
 	state := viaProtocol
 	str := headerText
 	var ind, nextInd int
 	var err error
 	for state != viaDone {
-		state, nextInd, err = viaStep(state, h, str[ind:])
+		state, nextInd, err = b.viaStep(state, h, str[ind:])
 		if err != nil {
 			if _, ok := err.(commaAt); ok {
 				err = commaAt(ind + nextInd)
@@ -42,7 +42,7 @@ func parseViaHeader(headerText string, h *sipmsg.ViaHeader) error {
 	return nil
 }
 
-func viaStep(state viaState, h *sipmsg.ViaHeader, s string) (viaState, int, error) {
+func (b *builder) viaStep(state viaState, h *sipmsg.ViaHeader, s string) (viaState, int, error) {
 	switch state {
 	case viaProtocol:
 		ind := strings.IndexRune(s, '/')
@@ -68,7 +68,7 @@ func viaStep(state viaState, h *sipmsg.ViaHeader, s string) (viaState, int, erro
 	case viaHost:
 		return viaStateHost(h, s)
 	case viaParams:
-		return viaStateParams(h, s)
+		return b.viaStateParams(h, s)
 	}
 	return viaDone, 0, nil
 }
@@ -137,14 +137,14 @@ loop:
 	return viaParams, endIndex + 1, nil
 }
 
-// viaStateParams is sipgo's; the parameters are allocated once at their
-// count's upper bound (sipgo appends to nil), and stay nil when none is
+// viaStateParams is sipgo's; the parameters get room for their count's
+// upper bound at once (sipgo appends to nil), and stay nil when none is
 // added.
-func viaStateParams(h *sipmsg.ViaHeader, s string) (viaState, int, error) {
+func (b *builder) viaStateParams(h *sipmsg.ViaHeader, s string) (viaState, int, error) {
 	var err error
 	coma := strings.IndexRune(s, ',')
 	if coma > 0 {
-		h.Params = make(sipmsg.HeaderParams, 0, strings.Count(s[:coma], ";")+1)
+		h.Params = b.params(strings.Count(s[:coma], ";") + 1)
 		_, err = sipmsg.UnmarshalHeaderParams(s[:coma], ';', ',', &h.Params)
 		if len(h.Params) == 0 {
 			h.Params = nil
@@ -154,7 +154,7 @@ func viaStateParams(h *sipmsg.ViaHeader, s string) (viaState, int, error) {
 		}
 		return viaProtocol, coma, commaAt(coma)
 	}
-	h.Params = make(sipmsg.HeaderParams, 0, strings.Count(s, ";")+1)
+	h.Params = b.params(strings.Count(s, ";") + 1)
 	_, err = sipmsg.UnmarshalHeaderParams(s, ';', '\r', &h.Params)
 	if len(h.Params) == 0 {
 		h.Params = nil
