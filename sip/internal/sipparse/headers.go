@@ -133,7 +133,7 @@ type slab struct {
 	clen    sipmsg.ContentLengthHeader
 	used    uint16
 	nkv     uint8
-	kv      [10]sipmsg.HeaderKV
+	kv      [8]sipmsg.HeaderKV
 }
 
 // builder is one message's parse: its slab, allocated at the first header
@@ -158,6 +158,9 @@ func (b *builder) take(k kind) bool {
 // params is an empty parameter list with room for n, from the slab while
 // it has room.
 func (b *builder) params(n int) sipmsg.HeaderParams {
+	if n == 0 {
+		return nil
+	}
 	if s := b.s; s != nil && int(s.nkv)+n <= len(s.kv) {
 		i := int(s.nkv)
 		s.nkv += uint8(n)
@@ -168,12 +171,13 @@ func (b *builder) params(n int) sipmsg.HeaderParams {
 
 // addressParamsHint is how many header parameters an address value
 // likely has: its semicolons after the URI's closing bracket, or all of
-// them without one (a room too small only costs an allocation).
+// them without one (a room too small, as in ">x;tag=1", only costs an
+// allocation in Add).
 func addressParamsHint(text string) int {
 	if i := strings.LastIndexByte(text, '>'); i >= 0 {
 		text = text[i:]
 	}
-	return max(1, strings.Count(text, ";"))
+	return strings.Count(text, ";")
 }
 
 // parseValue is sipgo's header parser of kind k on one value (or the
