@@ -19,22 +19,27 @@
 //
 // How: the header section is converted to one string once and every start
 // line part, header name, value, URI part and parameter is a substring of
-// it; headers are built with sipgo's exported types and functions
-// (sipmsg.NewRequest, sipmsg.NewResponse, sipmsg.NewHeader,
-// sipmsg.ParseUri, sipmsg.ParseAddressValue,
-// sipmsg.UnmarshalHeaderParams); what sipgo keeps unexported (the line
-// reader, line folding, the header dispatch and its comma splitting, the
-// Via, CSeq, Call-ID, Max-Forwards, Content-Length, Content-Type, Contact
-// and Route parsers) is ported from sipgo v1.7.2's parser.go,
-// parse_header.go, parse_via.go and parse_address.go line by line. A
-// differential test and fuzz target (FuzzParseSameAsSipgo) hold the two
-// equal; a sipgo upgrade must rerun them.
+// it; a message's first Via, From, To, Contact, CSeq, Call-ID,
+// Content-Type, Max-Forwards and Content-Length headers and up to eight
+// header parameters share one allocation (each a separate value, with its
+// parameters capped at their room, so that nothing aliases). Headers are
+// sipgo's exported types, built with sipmsg.NewRequest,
+// sipmsg.NewResponse, sipmsg.NewHeader, sipmsg.ParseUri and
+// sipmsg.UnmarshalHeaderParams; what sipgo keeps unexported or allocates
+// in (the line reader, line folding, the header dispatch and its comma
+// splitting, the Via, CSeq, Call-ID, Max-Forwards, Content-Length,
+// Content-Type, Contact and Route parsers, and ParseAddressValue's state
+// machine) is ported from sipgo v1.7.2's parser.go, parse_header.go,
+// parse_via.go and parse_address.go line by line. A differential test and
+// fuzz target (FuzzParseSameAsSipgo) hold the two equal; a sipgo upgrade
+// must rerun them.
 //
-// The cost of the substrings: every string in the message shares the one
+// The cost of sharing: every string in the message shares the one
 // allocation of the header section, so a header value kept after the
-// message is dropped keeps the whole header section (at most the node's
-// size bound, typically about 1 KB) alive. Clone a value that outlives the
-// message (strings.Clone) when that matters.
+// message is dropped keeps the whole header section (at most the size
+// bound, typically under 1 KB) alive, and a header pointer kept keeps the
+// shared header allocation (about 900 bytes) alive. Clone what outlives
+// the message (strings.Clone) when that matters.
 //
 // Failure: malformed input is an error, never a panic; the message-size
 // bound (sipmsg.ErrMessageTooLarge) is checked first, before any
