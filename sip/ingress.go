@@ -17,6 +17,7 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/sip/internal/ingress"
 	"github.com/cpsguard/cpsguard/sip/internal/rawsip"
+	"github.com/cpsguard/cpsguard/sip/internal/sipparse"
 	"github.com/cpsguard/cpsguard/sip/internal/udpout"
 )
 
@@ -314,7 +315,7 @@ func (p *Proxy) handleDatagram(d *ingress.Datagram) {
 	if d.Info.Kind == ingress.KindInvite && d.Known && p.shedRawFrom(d.Conn, d.From, d.Data, false, nil) {
 		return
 	}
-	msg, err := p.parser.ParseSIP(d.Data)
+	msg, err := p.parse(d.Data)
 	if err != nil {
 		reason := "parse"
 		if errors.Is(err, sipmsg.ErrMessageTooLarge) {
@@ -404,6 +405,13 @@ func (p *Proxy) udpListenerFor(dest string) sipmsg.Connection {
 		}
 	}
 	return first
+}
+
+// parse parses a datagram as sipgo's parser would (p.parser's bound),
+// into messages whose strings share one copy of the header section
+// (package sipparse: ~4x fewer allocations per call).
+func (p *Proxy) parse(data []byte) (sipmsg.Message, error) {
+	return sipparse.ParseMax(data, p.parser.MaxMessageLength)
 }
 
 // sendUDPRequest sends req, a request the node relays outside any
