@@ -340,8 +340,7 @@
 // through package sip/internal/udpout: serialized once into a pooled
 // buffer, written to the address the message is for; other requests
 // sipgo addresses itself (CANCEL, BYE, OPTIONS, an ACK sent through
-// writeRequest) through
-// sipgo's own write. A request whose source is one of the node's own
+// writeRequest) through sipgo's own write. A request whose source is one of the node's own
 // listeners never registers that address: the listener's entry in
 // sipgo's pool stays the listener's.
 // While the node is behind on its own read queues, and for 5 s after, a
