@@ -356,8 +356,14 @@ func (p *Proxy) deliver(msg sipmsg.Message, conn *net.UDPConn, from netip.AddrPo
 	}
 	if _, ok := msg.(*sipmsg.Request); ok && known {
 		// sipgo's server transaction answers through its source's entry
-		// in the pool.
-		if c := p.udpConns[conn]; c != nil {
+		// in the pool. A source that is one of the node's own listeners
+		// (spoofed, or a peer's prefix around the node) already has its
+		// entry, the listener's: registered, it would replace it, and its
+		// expiry would delete it, and every request sent from that
+		// listener (Laddr) would then fail, or sipgo's UDP transport,
+		// finding the node's udpout.Conn where it looks for one it
+		// created, would panic (transport_udp.go, createConnection).
+		if c := p.udpConns[conn]; c != nil && p.udpByAddr[from] == nil {
 			p.sources.touch(from, c, at)
 		}
 	}

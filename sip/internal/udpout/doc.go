@@ -1,18 +1,21 @@
 // Package udpout owns the node's UDP sends: each UDP listener as sipgo's
-// connection pool holds it (Conn), so that everything sent from a
-// listener, whether by sipgo's transactions (a server transaction's
-// answers, a client transaction's INVITE and ACK), by the transport
-// layer (a request with its Laddr set) or by the sip package itself (the
-// stateless relays, the node's own answers, an ACK sent again), leaves
-// through one path: the message is serialized once into a pooled buffer
-// and written with WriteToUDPAddrPort to the address its Destination
-// names.
+// connection pool holds it (Conn). What leaves through Conn's own path
+// (the message serialized once into a pooled buffer and written with
+// WriteToUDPAddrPort to the address its Destination names) is every
+// response sent from a listener (a server transaction's answers, the
+// stateless relays' and the node's own), the stateless relays' requests
+// and an INVITE client transaction's INVITE, retransmissions and ACK
+// (the sip package's Send), and an ACK sent again (WriteBytes). Other
+// requests sipgo's transport layer addresses itself (non-INVITE client
+// transactions such as CANCEL, BYE and OPTIONS, an ACK of a 2xx sent on
+// the connection sipgo picks) still go through sipgo's own
+// UDPConnection.WriteMsg, to the address sipgo resolved into them.
 //
 // sipgo's own UDPConnection.WriteMsg did the same write through a
 // net.UDPAddr built per message (and an address lookup in the transport
 // layer before it), and the node serialized a relayed ACK a second time
 // to keep its bytes for a carrier's retransmitted 2xx; Send returns
-// those bytes instead (BENCHMARKS.md, "Session 17").
+// those bytes instead.
 //
 // # Failure
 //
