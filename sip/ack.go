@@ -60,7 +60,7 @@ func (p *Proxy) openTx(ctx context.Context, req *sipmsg.Request) (sipmsg.ClientT
 	if !req.IsInvite() {
 		return p.tl.Request(ctx, req)
 	}
-	return openInviteTx(ctx, p.tl, req)
+	return openInviteTx(ctx, p.tl, req, p.udpOut)
 }
 
 // openInviteTx is sipgo's TransactionLayer.Request for an INVITE (create
@@ -68,12 +68,12 @@ func (p *Proxy) openTx(ctx context.Context, req *sipmsg.Request) (sipmsg.ClientT
 // run), with the transaction's connection wrapped in between, before
 // anything is written on it or read from it, so that its ACK of a non-2xx
 // answer carries one Via.
-func openInviteTx(ctx context.Context, tl *sipmsg.TransactionLayer, req *sipmsg.Request) (*sipmsg.ClientTx, error) {
+func openInviteTx(ctx context.Context, tl *sipmsg.TransactionLayer, req *sipmsg.Request, udpOut func(sipmsg.Connection) *udpout.Conn) (*sipmsg.ClientTx, error) {
 	tx, err := tl.NewClientTransaction(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	if err := wrapTxConn(tx, req); err != nil {
+	if err := wrapTxConn(tx, req, udpOut); err != nil {
 		tx.Terminate()
 		return nil, err
 	}
@@ -86,8 +86,9 @@ func openInviteTx(ctx context.Context, tl *sipmsg.TransactionLayer, req *sipmsg.
 
 // wrapTxConn replaces tx's connection by an ackConn around it; req is
 // the request tx was created for (its Destination, parsed once: where
-// sipgo's transport layer resolved it to).
-func wrapTxConn(tx *sipmsg.ClientTx, req *sipmsg.Request) error {
+// sipgo's transport layer resolved it to), udpOut finds the node's send
+// path of a connection of sipgo's pool (nil: none).
+func wrapTxConn(tx *sipmsg.ClientTx, req *sipmsg.Request, udpOut func(sipmsg.Connection) *udpout.Conn) error {
 	if clientTxConn == nil {
 		return errNoTxConn
 	}
@@ -101,7 +102,7 @@ func wrapTxConn(tx *sipmsg.ClientTx, req *sipmsg.Request) error {
 		return nil
 	}
 	ac := ackConn{Connection: conn}
-	if u, ok := conn.(*udpout.Conn); ok && req != nil {
+	if u := udpOut(conn); u != nil && req != nil {
 		if to, ok := udpout.Destination(req); ok {
 			ac.udp, ac.to = u, to
 		}

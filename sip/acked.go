@@ -14,7 +14,6 @@ import (
 	sipmsg "github.com/emiago/sipgo/sip"
 
 	"github.com/cpsguard/cpsguard/internal/fifo"
-	"github.com/cpsguard/cpsguard/sip/internal/udpout"
 )
 
 // An answered call's INVITE transactions (sipgo's server transaction of
@@ -442,16 +441,9 @@ func (p *Proxy) ackAgain(a *ackedCall) {
 // left (sipgo's pool holds it under its address, where WriteMsg found it;
 // else the listener of the carrier's address family, as sendUDP).
 func (p *Proxy) ackWireAgain(a *ackedCall) error {
-	var conn sipmsg.Connection
-	if c, err := p.tp.GetConnection("udp", a.wireFrom); err == nil && c != nil {
-		conn = c
-		defer func() { _, _ = c.TryClose() }()
-	} else {
-		conn = p.udpListenerFor(a.wireTo.String())
-	}
-	uc, ok := conn.(*udpout.Conn)
-	if !ok {
-		return fmt.Errorf("sip: no UDP listener to send to %s from (%T)", a.wireTo, conn)
+	uc := p.udpFrom(a.wireFrom, a.wireTo.String())
+	if uc == nil {
+		return fmt.Errorf("sip: no UDP listener to send to %s from", a.wireTo)
 	}
 	return uc.WriteBytes(a.wire, a.wireTo)
 }

@@ -336,15 +336,17 @@
 // (read_queue_full). The screen also answers 100
 // Trying to every INVITE it lets in, and to its retransmissions while it is
 // handled, so a handler that sipgo runs late draws no retransmission storm.
-// What the node sends from a UDP listener (sipgo's server transactions'
-// answers, a forwarded INVITE with its retransmissions and the ACK of a
-// non-2xx answer, the stateless relays, the node's own answers) leaves
-// through package sip/internal/udpout: serialized once into a pooled
-// buffer, written to the address the message is for; other requests
-// sipgo addresses itself (CANCEL, BYE, OPTIONS, an ACK sent through
-// writeRequest) through sipgo's own write. A request whose source is one of the node's own
-// listeners never registers that address: the listener's entry in
-// sipgo's pool stays the listener's.
+// What the node sends from a UDP listener itself (a forwarded INVITE with
+// its retransmissions and the ACK of a non-2xx answer, the stateless
+// relays, the node's own answers, an ACK sent again) leaves through
+// package sip/internal/udpout: serialized once into a pooled buffer,
+// written to the address the message is for. What sipgo sends on its
+// own (its server transactions' answers, CANCEL, BYE, OPTIONS, an ACK
+// sent through writeRequest) goes through sipgo's write: sipgo's pool
+// holds only sipgo's own connection type, which its UDP transport
+// asserts. A request whose source is one of the node's own listeners
+// never registers that address: the listener's entry in sipgo's pool
+// stays the listener's.
 // While the node is behind on its own read queues, and for 5 s after, a
 // carrier that did not ring a call in time or did not answer a probe is
 // not held against it: the answer may be waiting in the node's own queue.

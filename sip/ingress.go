@@ -360,11 +360,9 @@ func (p *Proxy) deliver(msg sipmsg.Message, conn *net.UDPConn, from netip.AddrPo
 		// (spoofed, or a peer's prefix around the node) already has its
 		// entry, the listener's: registered, it would replace it, and its
 		// expiry would delete it, and every request sent from that
-		// listener (Laddr) would then fail, or sipgo's UDP transport,
-		// finding the node's udpout.Conn where it looks for one it
-		// created, would panic (transport_udp.go, createConnection).
+		// listener (Laddr) would then fail.
 		if c := p.udpConns[conn]; c != nil && p.udpByAddr[from] == nil {
-			p.sources.touch(from, c, at)
+			p.sources.touch(from, c.UDPConnection, at)
 		}
 	}
 	pprof.SetGoroutineLabels(labelTx)
@@ -374,30 +372,51 @@ func (p *Proxy) deliver(msg sipmsg.Message, conn *net.UDPConn, from netip.AddrPo
 	pprof.SetGoroutineLabels(labelWorker)
 }
 
-// sendUDP sends m over UDP to its destination: through the connection
-// sipgo's pool has for that address (a known party's source), or else
-// from the UDP listener of the destination's address family.
+// sendUDP sends m over UDP to its destination: from the listener whose
+// connection sipgo's pool has for that address (a known party's source),
+// or else from the UDP listener of the destination's address family.
 func (p *Proxy) sendUDP(m sipmsg.Message) error {
-	dest := m.Destination()
-	var conn sipmsg.Connection
-	if c, err := p.tp.GetConnection("udp", dest); err == nil && c != nil {
-		conn = c
-		defer c.TryClose()
-	} else {
-		conn = p.udpListenerFor(dest)
-	}
+	conn := p.udpFrom(m.Destination(), m.Destination())
 	if conn == nil {
 		return errors.New("sip: no UDP listener")
 	}
 	return conn.WriteMsg(m)
 }
 
+// udpFrom is the listener a message to dest leaves from: the one sipgo's
+// pool holds under key (a known party's source, a listener's own
+// address), else the one of dest's address family (udpListenerFor).
+func (p *Proxy) udpFrom(key, dest string) *udpout.Conn {
+	if c, err := p.tp.GetConnection("udp", key); err == nil && c != nil {
+		defer func() { _, _ = c.TryClose() }()
+		if u := p.udpOut(c); u != nil {
+			return u
+		}
+	}
+	return p.udpListenerFor(dest)
+}
+
+// udpOut is the send path of the listener behind conn, a connection of
+// sipgo's pool (nil for one the node did not register: a socket sipgo
+// opened itself).
+func (p *Proxy) udpOut(conn sipmsg.Connection) *udpout.Conn {
+	uc, ok := conn.(*sipmsg.UDPConnection)
+	if !ok {
+		return nil
+	}
+	pc, ok := uc.PacketConn.(*net.UDPConn)
+	if !ok {
+		return nil
+	}
+	return p.udpConns[pc]
+}
+
 // udpListenerFor is the UDP listener a message to dest leaves from: the
 // first that reaches dest's address family, else the first.
-func (p *Proxy) udpListenerFor(dest string) sipmsg.Connection {
+func (p *Proxy) udpListenerFor(dest string) *udpout.Conn {
 	ap, err := netip.ParseAddrPort(dest)
 	v6 := err == nil && !ap.Addr().Unmap().Is4()
-	var first sipmsg.Connection
+	var first *udpout.Conn
 	for _, l := range p.listeners {
 		if l.udp == nil {
 			continue

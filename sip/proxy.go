@@ -327,7 +327,8 @@ type Proxy struct {
 	// the node dials, and knows those it accepted (package
 	// sip/internal/conns).
 	streams *conns.StreamScans
-	// udpConns are the UDP listeners as sipgo's pool holds them; set in
+	// udpConns are the UDP listeners' send paths (their sipgo connections
+	// are what sipgo's pool holds: udpOut finds one from the other); set in
 	// Serve before ready is closed, read-only afterwards.
 	udpConns map[*net.UDPConn]*udpout.Conn
 	// udpByAddr are the same by local address (a request's Laddr).
@@ -595,8 +596,11 @@ func (p *Proxy) Serve(ctx context.Context) error {
 				p.udpByAddr[netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())] = c
 			}
 			// Requests the proxy sends from this listener (Laddr set) find
-			// it here.
-			pool.Add(c.PacketAddr, c)
+			// it here. The pool holds sipgo's own connection, never the
+			// node's udpout.Conn: sipgo's UDP transport asserts its own
+			// type on what its pool hands it (createConnection), which a
+			// lookup racing an eviction can reach.
+			pool.Add(c.PacketAddr, c.UDPConnection)
 		}
 	}
 	for _, err := range p.carriers.Resolve(ctx) {

@@ -63,8 +63,8 @@ func TestOwnListenerAddressNotASource(t *testing.T) {
 
 	if c := pool.Get(own.String()); c == nil {
 		t.Errorf("the listener %s is no longer in sipgo's pool", own)
-	} else if _, _ = c.TryClose(); c != h.p.udpConns[ln] {
-		t.Errorf("sipgo's pool holds %T %p for the listener %s, want its own %p", c, c, own, h.p.udpConns[ln])
+	} else if _, _ = c.TryClose(); c != h.p.udpConns[ln].UDPConnection {
+		t.Errorf("sipgo's pool holds %T %p for the listener %s, want its own %p", c, c, own, h.p.udpConns[ln].UDPConnection)
 	}
 
 	// A call from the peer still leaves from the listener.
@@ -77,5 +77,28 @@ func TestOwnListenerAddressNotASource(t *testing.T) {
 	}
 	if v := inv[len(inv)-1].Via(); net.JoinHostPort(v.Host, strconv.Itoa(v.Port)) != own.String() {
 		t.Errorf("carrier's top Via = %s, want %s", v.Value(), own)
+	}
+}
+
+// TestPoolHoldsSipgoConnections: sipgo's UDP transport asserts its own
+// connection type on what its pool hands it (createConnection), so the
+// pool holds sipgo's *UDPConnection for the node's listeners and for the
+// sources it registers, never the node's udpout.Conn (a lookup racing an
+// eviction reached that assertion: a panic in a sipgo goroutine).
+func TestPoolHoldsSipgoConnections(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	adm, pacer := newFakes()
+	h := startProxy(t, testConfig(carrierCfg("a", car)), adm, pacer)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	answeredCall(t, caller, h.udp)
+	for _, key := range []string{h.udp, caller.Addr} {
+		c, err := h.p.tp.GetConnection("udp", key)
+		if err != nil || c == nil {
+			t.Fatalf("sipgo's pool has nothing under %s: %v", key, err)
+		}
+		if _, ok := c.(*sipmsg.UDPConnection); !ok {
+			t.Errorf("sipgo's pool holds a %T under %s, want *sip.UDPConnection", c, key)
+		}
+		_, _ = c.TryClose()
 	}
 }

@@ -10,9 +10,10 @@ import (
 	sipmsg "github.com/emiago/sipgo/sip"
 )
 
-// Conn is one of the node's UDP listeners as sipgo's connection pool
-// holds it: sipgo's UDPConnection (references, local address, closing,
-// the fallback send) with a WriteMsg of the node's own.
+// Conn is the node's send path of one of its UDP listeners. It embeds
+// the listener's sipgo UDPConnection (references, local address, the
+// fallback send), which is what sipgo's connection pool must hold (see
+// the package doc), with a WriteMsg of the node's own.
 type Conn struct {
 	*sipmsg.UDPConnection
 	udp *net.UDPConn

@@ -1,15 +1,19 @@
-// Package udpout owns the node's UDP sends: each UDP listener as sipgo's
-// connection pool holds it (Conn). What leaves through Conn's own path
-// (the message serialized once into a pooled buffer and written with
-// WriteToUDPAddrPort to the address its Destination names) is every
-// response sent from a listener (a server transaction's answers, the
-// stateless relays' and the node's own), the stateless relays' requests
-// and an INVITE client transaction's INVITE, retransmissions and ACK
-// (the sip package's Send), and an ACK sent again (WriteBytes). Other
-// requests sipgo's transport layer addresses itself (non-INVITE client
-// transactions such as CANCEL, BYE and OPTIONS, an ACK of a 2xx sent on
-// the connection sipgo picks) still go through sipgo's own
-// UDPConnection.WriteMsg, to the address sipgo resolved into them.
+// Package udpout owns the node's own UDP sends: each UDP listener's Conn
+// serializes a message once into a pooled buffer and writes it with
+// WriteToUDPAddrPort to the address it is for. The sip package sends
+// through it the stateless relays' requests and responses, its own
+// answers, an INVITE client transaction's INVITE, retransmissions and
+// ACK of a non-2xx answer (Send, to the address the INVITE was for), and
+// an ACK sent again (WriteBytes, the bytes Send kept).
+//
+// sipgo's connection pool holds each listener's embedded
+// sipgo.UDPConnection, never the Conn: sipgo's UDP transport asserts its
+// own connection type on what its pool hands it (transport_udp.go,
+// createConnection), which a lookup racing an eviction can reach. So what
+// sipgo sends on its own (a server transaction's answers, a non-INVITE
+// client transaction's request, an ACK sent on the connection sipgo
+// picks) goes through sipgo's UDPConnection.WriteMsg, to the address
+// sipgo resolved into it.
 //
 // sipgo's own UDPConnection.WriteMsg did the same write through a
 // net.UDPAddr built per message (and an address lookup in the transport
