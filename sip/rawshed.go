@@ -179,7 +179,7 @@ func (p *Proxy) shedParsed(conn *net.UDPConn, from netip.AddrPort, data []byte, 
 		!budget.take(time.Now(), len(data)) {
 		return false
 	}
-	m, err := p.parse(data)
+	m, err := p.parser.ParseSIP(data)
 	if err != nil {
 		return false
 	}
