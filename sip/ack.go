@@ -3,13 +3,10 @@ package sip
 import (
 	"context"
 	"errors"
-	"net/netip"
 	"reflect"
 	"unsafe"
 
 	sipmsg "github.com/emiago/sipgo/sip"
-
-	"github.com/cpsguard/cpsguard/sip/internal/udpout"
 )
 
 // The ACK of a non-2xx answer to a forwarded INVITE.
@@ -60,7 +57,7 @@ func (p *Proxy) openTx(ctx context.Context, req *sipmsg.Request) (sipmsg.ClientT
 	if !req.IsInvite() {
 		return p.tl.Request(ctx, req)
 	}
-	return openInviteTx(ctx, p.tl, req, p.udpOut)
+	return openInviteTx(ctx, p.tl, req)
 }
 
 // openInviteTx is sipgo's TransactionLayer.Request for an INVITE (create
@@ -68,12 +65,12 @@ func (p *Proxy) openTx(ctx context.Context, req *sipmsg.Request) (sipmsg.ClientT
 // run), with the transaction's connection wrapped in between, before
 // anything is written on it or read from it, so that its ACK of a non-2xx
 // answer carries one Via.
-func openInviteTx(ctx context.Context, tl *sipmsg.TransactionLayer, req *sipmsg.Request, udpOut func(sipmsg.Connection) *udpout.Conn) (*sipmsg.ClientTx, error) {
+func openInviteTx(ctx context.Context, tl *sipmsg.TransactionLayer, req *sipmsg.Request) (*sipmsg.ClientTx, error) {
 	tx, err := tl.NewClientTransaction(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	if err := wrapTxConn(tx, req, udpOut); err != nil {
+	if err := wrapTxConn(tx); err != nil {
 		tx.Terminate()
 		return nil, err
 	}
@@ -84,11 +81,8 @@ func openInviteTx(ctx context.Context, tl *sipmsg.TransactionLayer, req *sipmsg.
 	return tx, nil
 }
 
-// wrapTxConn replaces tx's connection by an ackConn around it; req is
-// the request tx was created for (its Destination, parsed once: where
-// sipgo's transport layer resolved it to), udpOut finds the node's send
-// path of a connection of sipgo's pool (nil: none).
-func wrapTxConn(tx *sipmsg.ClientTx, req *sipmsg.Request, udpOut func(sipmsg.Connection) *udpout.Conn) error {
+// wrapTxConn replaces tx's connection by an ackConn around it.
+func wrapTxConn(tx *sipmsg.ClientTx) error {
 	if clientTxConn == nil {
 		return errNoTxConn
 	}
@@ -101,25 +95,14 @@ func wrapTxConn(tx *sipmsg.ClientTx, req *sipmsg.Request, udpOut func(sipmsg.Con
 	if _, done := conn.(ackConn); done {
 		return nil
 	}
-	ac := ackConn{Connection: conn}
-	if u := udpOut(conn); u != nil && req != nil {
-		if to, ok := udpout.Destination(req); ok {
-			ac.udp, ac.to = u, to
-		}
-	}
-	f.Set(reflect.ValueOf(ac))
+	f.Set(reflect.ValueOf(ackConn{conn}))
 	return nil
 }
 
 // ackConn is a transaction's connection that writes every ACK with its
-// top Via only; everything else passes unchanged. On one of the node's
-// UDP listeners (udp set) every message goes to to, the address of the
-// transaction's request, where sipgo sends the request, its
-// retransmissions and the ACK of a non-2xx answer (RFC 3261 17.1.1.3).
+// top Via only; everything else passes unchanged.
 type ackConn struct {
 	sipmsg.Connection
-	udp *udpout.Conn
-	to  netip.AddrPort
 }
 
 // WriteMsg writes m; an ACK loses every Via but its first. The ACK is the
@@ -128,10 +111,6 @@ type ackConn struct {
 func (c ackConn) WriteMsg(m sipmsg.Message) error {
 	if r, ok := m.(*sipmsg.Request); ok && r.IsAck() {
 		keepTopVia(r)
-	}
-	if c.udp != nil {
-		_, err := c.udp.Send(m, c.to, false)
-		return err
 	}
 	return c.Connection.WriteMsg(m)
 }

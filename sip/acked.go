@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"reflect"
 	"sync"
@@ -259,7 +260,7 @@ func (p *Proxy) holdAnswered(c *call) {
 	switch {
 	case txs == nil:
 	case ack != nil:
-		p.endAnswered(txs, ack, nil)
+		p.endAnswered(txs, ack)
 	case !txs.client.OnTerminate(func(string, error) { lc.dropTxs(txs) }):
 		// Ended already (Timer M, shutdown). Told only once they are on
 		// the call: a transaction that ends between the two would leave
@@ -312,10 +313,7 @@ func (lc *liveCall) dropTxs(txs *answeredTxs) {
 // the call's answer (the INVITE's CSeq, the answer's To tag), the call's
 // transactions end (endAnswered); when the call's handler has not
 // returned yet, it is left for it (holdAnswered).
-//
-// wire is out as sent over UDP (sendUDPRequest), nil when it went another
-// way: the call keeps it for a retransmitted answer (keepAck).
-func (p *Proxy) ackPassed(hop *inDialogHop, out *sipmsg.Request, wire []byte) {
+func (p *Proxy) ackPassed(hop *inDialogHop, out *sipmsg.Request) {
 	if hop.dir != fromPeer || !hop.token.own || hop.callee == "" {
 		return
 	}
@@ -343,7 +341,7 @@ func (p *Proxy) ackPassed(hop *inDialogHop, out *sipmsg.Request, wire []byte) {
 		}
 		lc.txs, lc.ackDone = nil, true
 		lc.mu.Unlock()
-		p.endAnswered(txs, out, wire)
+		p.endAnswered(txs, out)
 		return
 	}
 }
@@ -357,13 +355,12 @@ func acknowledges(ack *sipmsg.Request, a *ackedCall) bool {
 
 // endAnswered ends an answered call's INVITE transactions at its caller's
 // ACK, keeping what outlives them (ackedTable). An ACK that does not
-// acknowledge the answer (another CSeq or To tag) ends nothing. wire is
-// ack as sent over UDP, or nil (keepAck).
-func (p *Proxy) endAnswered(txs *answeredTxs, ack *sipmsg.Request, wire []byte) {
+// acknowledge the answer (another CSeq or To tag) ends nothing.
+func (p *Proxy) endAnswered(txs *answeredTxs, ack *sipmsg.Request) {
 	if !acknowledges(ack, txs.call) {
 		return
 	}
-	txs.call.keepAck(ack, wire)
+	txs.call.keepAck(ack)
 	// Kept before the client transaction ends: a retransmission that
 	// comes right after finds it.
 	p.acked.add(txs.branch, txs.call, time.Now())
@@ -401,17 +398,13 @@ func (p *Proxy) ackedAnswer(res *sipmsg.Response) bool {
 }
 
 // keepAck keeps ack, the caller's ACK as the node relayed it (ackedCall):
-// over UDP from a listener's address, as the bytes it was sent as (wire,
-// when the send kept them; else serialized here).
-func (a *ackedCall) keepAck(ack *sipmsg.Request, wire []byte) {
+// over UDP from a listener's address, as the bytes it was sent as.
+func (a *ackedCall) keepAck(ack *sipmsg.Request) {
 	if ack.Transport() == "UDP" && ack.Laddr.IP != nil && ack.Laddr.Port > 0 {
 		if to, err := netip.ParseAddrPort(ack.Destination()); err == nil {
-			if wire == nil {
-				var b bytes.Buffer
-				ack.StringWrite(&b)
-				wire = bytes.Clone(b.Bytes())
-			}
-			a.wire = wire
+			var b bytes.Buffer
+			ack.StringWrite(&b)
+			a.wire = bytes.Clone(b.Bytes())
 			a.wireTo, a.wireFrom = to, ack.Laddr.String()
 			return
 		}
@@ -441,11 +434,19 @@ func (p *Proxy) ackAgain(a *ackedCall) {
 // left (sipgo's pool holds it under its address, where WriteMsg found it;
 // else the listener of the carrier's address family, as sendUDP).
 func (p *Proxy) ackWireAgain(a *ackedCall) error {
-	uc := p.udpFrom(a.wireFrom, a.wireTo.String())
-	if uc == nil {
-		return fmt.Errorf("sip: no UDP listener to send to %s from", a.wireTo)
+	var conn sipmsg.Connection
+	if c, err := p.tp.GetConnection("udp", a.wireFrom); err == nil && c != nil {
+		conn = c
+		defer func() { _, _ = c.TryClose() }()
+	} else {
+		conn = p.udpListenerFor(a.wireTo.String())
 	}
-	return uc.WriteBytes(a.wire, a.wireTo)
+	uc, ok := conn.(*sipmsg.UDPConnection)
+	if !ok {
+		return fmt.Errorf("sip: no UDP listener to send to %s from (%T)", a.wireTo, conn)
+	}
+	_, err := uc.WriteTo(a.wire, net.UDPAddrFromAddrPort(a.wireTo))
+	return err
 }
 
 // sendAck sends ack outside any transaction within connectTimeout: over

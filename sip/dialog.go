@@ -466,7 +466,7 @@ func (p *Proxy) onAck(req *sipmsg.Request, _ sipmsg.ServerTransaction) {
 		p.log.Debug("ACK forward failed", "call_id", callID(req), "error", err)
 		return
 	}
-	p.ackPassed(&hop, hop.out, nil)
+	p.ackPassed(&hop, hop.out)
 }
 
 // onCancel answers a CANCEL that matches no INVITE in progress (the screen

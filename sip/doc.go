@@ -222,7 +222,8 @@
 // (always relayed without a transaction) to a carrier over UDP leave from
 // the screen too, whatever the caller's transport, so a BYE sent right
 // after its ACK cannot overtake it (to a carrier over TCP or TLS it still
-// may: the write could wait, and the screen must not). Every Via of a forwarded request stays a plain Via line
+// may: the write could wait, and the screen must not). Every Via of a
+// forwarded request stays a plain Via line
 // (a carrier that copies the lines named Via, as SIPp does, returns them
 // all); the ACK of a non-2xx answer to a forwarded INVITE carries only the
 // proxy's Via (RFC 3261 17.1.1.3: sipgo's client transaction builds it
@@ -336,15 +337,7 @@
 // (read_queue_full). The screen also answers 100
 // Trying to every INVITE it lets in, and to its retransmissions while it is
 // handled, so a handler that sipgo runs late draws no retransmission storm.
-// What the node sends from a UDP listener itself (a forwarded INVITE with
-// its retransmissions and the ACK of a non-2xx answer, the stateless
-// relays, the node's own answers, an ACK sent again) leaves through
-// package sip/internal/udpout: serialized once into a pooled buffer,
-// written to the address the message is for. What sipgo sends on its
-// own (its server transactions' answers, CANCEL, BYE, OPTIONS, an ACK
-// sent through writeRequest) goes through sipgo's write: sipgo's pool
-// holds only sipgo's own connection type, which its UDP transport
-// asserts. A request whose source is one of the node's own listeners
+// A request whose source is one of the node's own listeners
 // never registers that address: the listener's entry in sipgo's pool
 // stays the listener's.
 // While the node is behind on its own read queues, and for 5 s after, a

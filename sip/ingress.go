@@ -17,7 +17,6 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/sip/internal/ingress"
 	"github.com/cpsguard/cpsguard/sip/internal/rawsip"
-	"github.com/cpsguard/cpsguard/sip/internal/udpout"
 )
 
 // The UDP read path (package ingress) and what sits between it and sipgo.
@@ -360,8 +359,8 @@ func (p *Proxy) deliver(msg sipmsg.Message, conn *net.UDPConn, from netip.AddrPo
 		// entry, the listener's: registered, it would replace it, and its
 		// expiry would delete it, and every request sent from that
 		// listener (Laddr) would then fail.
-		if c := p.udpConns[conn]; c != nil && p.udpByAddr[from] == nil {
-			p.sources.touch(from, c.UDPConnection, at)
+		if c := p.udpConns[conn]; c != nil && !p.udpAddrs[netip.AddrPortFrom(from.Addr().Unmap(), from.Port())] {
+			p.sources.touch(from, c, at)
 		}
 	}
 	pprof.SetGoroutineLabels(labelTx)
@@ -371,51 +370,30 @@ func (p *Proxy) deliver(msg sipmsg.Message, conn *net.UDPConn, from netip.AddrPo
 	pprof.SetGoroutineLabels(labelWorker)
 }
 
-// sendUDP sends m over UDP to its destination: from the listener whose
-// connection sipgo's pool has for that address (a known party's source),
-// or else from the UDP listener of the destination's address family.
+// sendUDP sends m over UDP to its destination: through the connection
+// sipgo's pool has for that address (a known party's source), or else
+// from the UDP listener of the destination's address family.
 func (p *Proxy) sendUDP(m sipmsg.Message) error {
-	conn := p.udpFrom(m.Destination(), m.Destination())
+	dest := m.Destination()
+	var conn sipmsg.Connection
+	if c, err := p.tp.GetConnection("udp", dest); err == nil && c != nil {
+		conn = c
+		defer c.TryClose()
+	} else {
+		conn = p.udpListenerFor(dest)
+	}
 	if conn == nil {
 		return errors.New("sip: no UDP listener")
 	}
 	return conn.WriteMsg(m)
 }
 
-// udpFrom is the listener a message to dest leaves from: the one sipgo's
-// pool holds under key (a known party's source, a listener's own
-// address), else the one of dest's address family (udpListenerFor).
-func (p *Proxy) udpFrom(key, dest string) *udpout.Conn {
-	if c, err := p.tp.GetConnection("udp", key); err == nil && c != nil {
-		defer func() { _, _ = c.TryClose() }()
-		if u := p.udpOut(c); u != nil {
-			return u
-		}
-	}
-	return p.udpListenerFor(dest)
-}
-
-// udpOut is the send path of the listener behind conn, a connection of
-// sipgo's pool (nil for one the node did not register: a socket sipgo
-// opened itself).
-func (p *Proxy) udpOut(conn sipmsg.Connection) *udpout.Conn {
-	uc, ok := conn.(*sipmsg.UDPConnection)
-	if !ok {
-		return nil
-	}
-	pc, ok := uc.PacketConn.(*net.UDPConn)
-	if !ok {
-		return nil
-	}
-	return p.udpConns[pc]
-}
-
 // udpListenerFor is the UDP listener a message to dest leaves from: the
 // first that reaches dest's address family, else the first.
-func (p *Proxy) udpListenerFor(dest string) *udpout.Conn {
+func (p *Proxy) udpListenerFor(dest string) sipmsg.Connection {
 	ap, err := netip.ParseAddrPort(dest)
 	v6 := err == nil && !ap.Addr().Unmap().Is4()
-	var first *udpout.Conn
+	var first sipmsg.Connection
 	for _, l := range p.listeners {
 		if l.udp == nil {
 			continue
@@ -431,28 +409,8 @@ func (p *Proxy) udpListenerFor(dest string) *udpout.Conn {
 	return first
 }
 
-// sendUDPRequest sends req, a request the node relays outside any
-// transaction, over UDP from the listener its Laddr names to its
-// Destination, and returns the bytes it sent when keep is set. Without
-// such a listener (none of the destination's family: sipgo opens a
-// socket) or an IP destination it goes through sipgo's WriteMsg, and
-// keeps nothing.
-func (p *Proxy) sendUDPRequest(req *sipmsg.Request, keep bool) ([]byte, error) {
-	if from, ok := laddrOf(req.Laddr); ok {
-		if c := p.udpByAddr[from]; c != nil {
-			if to, ok := udpout.Destination(req); ok {
-				return c.Send(req, to, keep)
-			}
-		}
-	}
-	return nil, p.tp.WriteMsg(req)
-}
-
-// laddrOf is a as an address and port.
-func laddrOf(a sipmsg.Addr) (netip.AddrPort, bool) {
-	ip, ok := netip.AddrFromSlice(a.IP)
-	if !ok || a.Port <= 0 || a.Port > 65535 {
-		return netip.AddrPort{}, false
-	}
-	return netip.AddrPortFrom(ip.Unmap().WithZone(a.Zone), uint16(a.Port)), true
+// udpConnection is how sipgo's pool holds one of the proxy's UDP
+// listeners.
+func udpConnection(c *net.UDPConn) *sipmsg.UDPConnection {
+	return &sipmsg.UDPConnection{PacketConn: c, PacketAddr: c.LocalAddr().String(), Listener: true}
 }

@@ -35,7 +35,6 @@ import (
 	"github.com/cpsguard/cpsguard/sip/internal/invites"
 	"github.com/cpsguard/cpsguard/sip/internal/refusals"
 	"github.com/cpsguard/cpsguard/sip/internal/tlspolicy"
-	"github.com/cpsguard/cpsguard/sip/internal/udpout"
 )
 
 // Admitter decides admissions atomically over several rolling-window buckets.
@@ -327,12 +326,12 @@ type Proxy struct {
 	// the node dials, and knows those it accepted (package
 	// sip/internal/conns).
 	streams *conns.StreamScans
-	// udpConns are the UDP listeners' send paths (their sipgo connections
-	// are what sipgo's pool holds: udpOut finds one from the other); set in
+	// udpConns are the UDP listeners as sipgo's pool holds them; set in
 	// Serve before ready is closed, read-only afterwards.
-	udpConns map[*net.UDPConn]*udpout.Conn
-	// udpByAddr are the same by local address (a request's Laddr).
-	udpByAddr map[netip.AddrPort]*udpout.Conn
+	udpConns map[*net.UDPConn]*sipmsg.UDPConnection
+	// udpAddrs are the UDP listeners' own addresses (unmapped): never
+	// registered as a source (deliver).
+	udpAddrs map[netip.AddrPort]bool
 	// sources are the known parties' UDP source addresses registered in
 	// sipgo's pool (ingress.go).
 	sources *sources
@@ -584,23 +583,20 @@ func (p *Proxy) Serve(ctx context.Context) error {
 		return err
 	}
 	p.ingress = g
-	p.udpConns = make(map[*net.UDPConn]*udpout.Conn)
-	p.udpByAddr = make(map[netip.AddrPort]*udpout.Conn)
+	p.udpConns = make(map[*net.UDPConn]*sipmsg.UDPConnection)
+	p.udpAddrs = make(map[netip.AddrPort]bool)
 	pool := p.tp.Pool("udp")
 	for _, l := range p.listeners {
 		if l.udp != nil {
-			c := udpout.New(l.udp)
+			c := udpConnection(l.udp)
 			p.udpConns[l.udp] = c
 			if la, ok := l.udp.LocalAddr().(*net.UDPAddr); ok {
 				ap := la.AddrPort()
-				p.udpByAddr[netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())] = c
+				p.udpAddrs[netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())] = true
 			}
 			// Requests the proxy sends from this listener (Laddr set) find
-			// it here. The pool holds sipgo's own connection, never the
-			// node's udpout.Conn: sipgo's UDP transport asserts its own
-			// type on what its pool hands it (createConnection), which a
-			// lookup racing an eviction can reach.
-			pool.Add(c.PacketAddr, c.UDPConnection)
+			// it here.
+			pool.Add(c.PacketAddr, c)
 		}
 	}
 	for _, err := range p.carriers.Resolve(ctx) {

@@ -132,7 +132,7 @@ func (p *Proxy) screenInDialog(cfg *config.Config, req *sipmsg.Request) bool {
 		flags |= branchFromCarrier
 	}
 	own.Params.Add("branch", p.statelessBranch(cfg, up, out, hop.to.Addr.Addr(), flags, hop.key))
-	_, err = p.sendUDPRequest(out, false)
+	err = p.tp.WriteMsg(out)
 	if req.Method == sipmsg.BYE && err == nil {
 		// The call ends on the far leg's answer (relayStatelessResponse)
 		// or when none comes in time (sweepByes); a BYE that could not be
@@ -181,12 +181,11 @@ func (p *Proxy) screenAck(req *sipmsg.Request) bool {
 	if p.admitInDialog(&hop, false, req) != 0 {
 		return true // ended, or over its rate: dropped
 	}
-	wire, err := p.sendUDPRequest(hop.out, true)
-	if err != nil {
+	if err := p.tp.WriteMsg(hop.out); err != nil {
 		p.log.Debug("ACK forward failed", "call_id", callID(req), "error", err)
 		return true
 	}
-	p.ackPassed(&hop, hop.out, wire)
+	p.ackPassed(&hop, hop.out)
 	return true
 }
 

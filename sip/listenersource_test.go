@@ -18,10 +18,8 @@ import (
 // listener (Laddr) still find it there, also once the source is forgotten.
 // Before the fix the source registry replaced the entry and, at its
 // expiry, deleted it: every INVITE forwarded from that listener then
-// failed (sipgo tried to bind a new socket to the listener's address),
-// and a source registered again while sipgo looked for the listener made
-// sipgo's UDP transport assert its own connection type on the node's
-// (udpout.Conn): a panic.
+// failed (sipgo tried to bind a new socket to the listener's address):
+// calls 503.
 func TestOwnListenerAddressNotASource(t *testing.T) {
 	car := siptest.StartCarrier(t, "127.0.0.3", nil)
 	cfg := testConfig(carrierCfg("a", car))
@@ -63,8 +61,8 @@ func TestOwnListenerAddressNotASource(t *testing.T) {
 
 	if c := pool.Get(own.String()); c == nil {
 		t.Errorf("the listener %s is no longer in sipgo's pool", own)
-	} else if _, _ = c.TryClose(); c != h.p.udpConns[ln].UDPConnection {
-		t.Errorf("sipgo's pool holds %T %p for the listener %s, want its own %p", c, c, own, h.p.udpConns[ln].UDPConnection)
+	} else if _, _ = c.TryClose(); c != h.p.udpConns[ln] {
+		t.Errorf("sipgo's pool holds %T %p for the listener %s, want its own %p", c, c, own, h.p.udpConns[ln])
 	}
 
 	// A call from the peer still leaves from the listener.
@@ -81,10 +79,11 @@ func TestOwnListenerAddressNotASource(t *testing.T) {
 }
 
 // TestPoolHoldsSipgoConnections: sipgo's UDP transport asserts its own
-// connection type on what its pool hands it (createConnection), so the
-// pool holds sipgo's *UDPConnection for the node's listeners and for the
-// sources it registers, never the node's udpout.Conn (a lookup racing an
-// eviction reached that assertion: a panic in a sipgo goroutine).
+// connection type on what its pool hands it (createConnection, reached
+// when a lookup races a source's eviction), so the pool must hold sipgo's
+// *UDPConnection for the node's listeners and the sources it registers,
+// never a wrapper of the node's (a panic in a sipgo goroutine: h39's
+// review of a send path of the node's own, since reverted).
 func TestPoolHoldsSipgoConnections(t *testing.T) {
 	car := siptest.StartCarrier(t, "127.0.0.1", nil)
 	adm, pacer := newFakes()
