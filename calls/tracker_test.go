@@ -372,6 +372,25 @@ func BenchmarkFind(b *testing.B) {
 	}
 }
 
+// BenchmarkList: a node's own listing of its calls (the pool's list when
+// the Registry cannot be read) with 200,000 calls up. It holds the
+// Tracker's lock, which every call's setup and end takes, for one chunk
+// of refreshChunk calls at a time (TestListLetsGoBetweenChunks).
+func BenchmarkList(b *testing.B) {
+	const n = 200000
+	tr := NewTracker(NewLocalStore(nil), TrackerOptions{TTL: time.Minute, MaxDuration: time.Hour})
+	for i := range n {
+		m := "m" + strconv.Itoa(i)
+		tr.Track(m, Live{ID: "id" + strconv.Itoa(i), CallID: "call-" + strconv.Itoa(i), Peer: "peer", Customer: "cust", Carrier: "car", Node: "n1"}, nil)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		if len(tr.List()) != n {
+			b.Fatal("calls missing from the listing")
+		}
+	}
+}
+
 // TestFindByCallID: Find returns exactly the listed calls of a Call-ID,
 // through a call tracked again with another Call-ID, calls sharing one,
 // calls tracked without a listing, and every way a call ends (End, EndAs,
