@@ -165,11 +165,7 @@ func TestTokenExpiresWithMaxCallDuration(t *testing.T) {
 	old := tokenGrace
 	tokenGrace = 0
 	t.Cleanup(func() { tokenGrace = old })
-	car := startUDPEnd(t, "127.0.0.1", nil)
-	self := car.addr()
-	car.mu.Lock()
-	car.answer = rawAnswerer(func() string { return self }, nil)
-	car.mu.Unlock()
+	car := startAnsweringEnd(t, nil)
 	adm, pacer := newFakes()
 	cfg := testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second})
 	cfg.SIP.MaxCallDuration = time.Second

@@ -137,6 +137,19 @@ func rawAnswerer(self func() string, bye func() bool) func(*sipmsg.Request) *sip
 	}
 }
 
+// startAnsweringEnd starts a raw UDP carrier on 127.0.0.1 that answers
+// INVITEs 200 (rawAnswerer) and BYEs 200 while answerBye says so (nil:
+// always).
+func startAnsweringEnd(t *testing.T, answerBye func() bool) *udpEnd {
+	t.Helper()
+	car := startUDPEnd(t, "127.0.0.1", nil)
+	self := car.addr()
+	car.mu.Lock()
+	car.answer = rawAnswerer(func() string { return self }, answerBye)
+	car.mu.Unlock()
+	return car
+}
+
 // withVia puts a Via for the raw end point at addr with branch on req and
 // addresses it to proxy.
 func withVia(req *sipmsg.Request, addr, branch string) *sipmsg.Request {
@@ -166,11 +179,7 @@ func (e *udpEnd) reset() {
 // carrier's records start empty, after the call's INVITE and ACK).
 func statelessSetup(t *testing.T, answerBye func() bool) (*harness, *udpEnd, *udpEnd, *sipmsg.Response) {
 	t.Helper()
-	car := startUDPEnd(t, "127.0.0.1", nil)
-	self := car.addr()
-	car.mu.Lock()
-	car.answer = rawAnswerer(func() string { return self }, answerBye)
-	car.mu.Unlock()
+	car := startAnsweringEnd(t, answerBye)
 	adm, pacer := newFakes()
 	h := startProxy(t, testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second}), adm, pacer)
 	peer := startUDPEnd(t, "127.0.0.2", nil)
@@ -868,11 +877,7 @@ func TestForgottenEndOwnTokenRefused(t *testing.T) {
 // (EndCalls compared the full text with the clipped one: no call).
 func TestOperatorEndsLongCallID(t *testing.T) {
 	for _, clipped := range []bool{false, true} {
-		car := startUDPEnd(t, "127.0.0.1", nil)
-		self := car.addr()
-		car.mu.Lock()
-		car.answer = rawAnswerer(func() string { return self }, nil)
-		car.mu.Unlock()
+		car := startAnsweringEnd(t, nil)
 		adm, pacer := newFakes()
 		h := startProxy(t, testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second}), adm, pacer)
 		peer := startUDPEnd(t, "127.0.0.2", nil)

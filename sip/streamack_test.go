@@ -58,11 +58,7 @@ func readStreamResponse(t *testing.T, r *bufio.Reader) *sipmsg.Response {
 // connection's read loop, as it does over UDP: the carrier gets every
 // call's ACK before its BYE.
 func TestStreamCallerAckBeforeBye(t *testing.T) {
-	car := startUDPEnd(t, "127.0.0.1", nil)
-	self := car.addr()
-	car.mu.Lock()
-	car.answer = rawAnswerer(func() string { return self }, nil)
-	car.mu.Unlock()
+	car := startAnsweringEnd(t, nil)
 	adm, pacer := newFakes()
 	cfg := testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 1000, MaxWait: time.Second})
 	cfg.SIP.TCP = config.TCP{IdleTimeout: time.Minute, MaxConnections: 8, MaxConnectionsPerSource: 2}
