@@ -58,49 +58,16 @@ func readStreamResponse(t *testing.T, r *bufio.Reader) *sipmsg.Response {
 // connection's read loop, as it does over UDP: the carrier gets every
 // call's ACK before its BYE.
 func TestStreamCallerAckBeforeBye(t *testing.T) {
-	car := startAnsweringEnd(t, nil)
-	adm, pacer := newFakes()
-	cfg := testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 1000, MaxWait: time.Second})
-	cfg.SIP.TCP = config.TCP{IdleTimeout: time.Minute, MaxConnections: 8, MaxConnectionsPerSource: 2}
-	h := startProxy(t, cfg, adm, pacer)
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}, Timeout: 5 * time.Second}
-	c, err := d.Dial("tcp", h.tcp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	h, car, c := streamCallerSetup(t, "127.0.0.2")
 	local := c.LocalAddr().String()
 	r := bufio.NewReader(c)
 	const calls = 30
 	for i := range calls {
 		id := fmt.Sprint("stream-ack-", i)
-		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-		if _, err := c.Write([]byte(tcpInvite(local, h.tcp, id))); err != nil {
-			t.Fatal(err)
-		}
-		var ok *sipmsg.Response
-		for range 10 {
-			if res := readStreamResponse(t, r); res.StatusCode >= 200 {
-				ok = res
-				break
-			}
-		}
-		if ok == nil || ok.StatusCode != 200 {
-			t.Fatalf("call %d: final %v, want 200", i, ok)
-		}
+		ok := streamAnsweredCall(t, c, r, h.tcp, id)
 		var out []byte
 		for j, m := range []sipmsg.RequestMethod{sipmsg.ACK, sipmsg.BYE} {
-			req := inDialogOf(t, &siptest.Caller{Addr: local}, h.tcp, ok, m)
-			if m == sipmsg.ACK {
-				req.CSeq().SeqNo = ok.CSeq().SeqNo
-			}
-			host, port, _ := net.SplitHostPort(local)
-			p, _ := strconv.Atoi(port)
-			v := &sipmsg.ViaHeader{ProtocolName: "SIP", ProtocolVersion: "2.0", Transport: "TCP", Host: host, Port: p, Params: sipmsg.NewParams()}
-			v.Params.Add("branch", fmt.Sprint("z9hG4bK-", id, "-", j))
-			req.PrependHeader(v)
-			req.SetBody(nil)
-			out = append(out, req.String()...)
+			out = append(out, streamInDialog(t, local, h.tcp, ok, m, fmt.Sprint("z9hG4bK-", id, "-", j)).String()...)
 		}
 		if _, err := c.Write(out); err != nil {
 			t.Fatal(err)
@@ -127,5 +94,137 @@ func TestStreamCallerAckBeforeBye(t *testing.T) {
 	}
 	if byes != calls || len(acked) != calls {
 		t.Fatalf("the carrier got %d ACKs and %d BYEs, want %d each", len(acked), byes, calls)
+	}
+}
+
+// streamCallerSetup starts a raw UDP carrier, a node with TCP, and a TCP
+// connection to it from ip (a peer of testConfig's, or a stranger).
+func streamCallerSetup(t *testing.T, ip string) (*harness, *udpEnd, net.Conn) {
+	t.Helper()
+	car := startAnsweringEnd(t, nil)
+	adm, pacer := newFakes()
+	cfg := testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 1000, MaxWait: time.Second})
+	cfg.SIP.TCP = config.TCP{IdleTimeout: time.Minute, MaxConnections: 8, MaxConnectionsPerSource: 2}
+	h := startProxy(t, cfg, adm, pacer)
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 5 * time.Second}
+	c, err := d.Dial("tcp", h.tcp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return h, car, c
+}
+
+// streamAnsweredCall places call id over c and returns its 200.
+func streamAnsweredCall(t *testing.T, c net.Conn, r *bufio.Reader, proxy, id string) *sipmsg.Response {
+	t.Helper()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write([]byte(tcpInvite(c.LocalAddr().String(), proxy, id))); err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		if res := readStreamResponse(t, r); res.StatusCode >= 200 {
+			if res.StatusCode != 200 {
+				t.Fatalf("call %s: final %d, want 200", id, res.StatusCode)
+			}
+			return res
+		}
+	}
+	t.Fatalf("call %s: no final answer", id)
+	return nil
+}
+
+// streamInDialog is the caller's request of ok's dialog over TCP from
+// local (an ACK with the INVITE's CSeq), with a Via of branch.
+func streamInDialog(t *testing.T, local, proxy string, ok *sipmsg.Response, m sipmsg.RequestMethod, branch string) *sipmsg.Request {
+	t.Helper()
+	req := inDialogOf(t, &siptest.Caller{Addr: local}, proxy, ok, m)
+	if m == sipmsg.ACK {
+		req.CSeq().SeqNo = ok.CSeq().SeqNo
+	}
+	host, port, _ := net.SplitHostPort(local)
+	p, _ := strconv.Atoi(port)
+	v := &sipmsg.ViaHeader{ProtocolName: "SIP", ProtocolVersion: "2.0", Transport: "TCP", Host: host, Port: p, Params: sipmsg.NewParams()}
+	v.Params.Add("branch", branch)
+	req.PrependHeader(v)
+	req.SetBody(nil)
+	return req
+}
+
+// TestStreamCallerForgedAcksNotRelayed: the ACK a TCP caller's read loop
+// now relays passes the same checks as before. A peer's ACK with its
+// dialog token changed, another From tag, another Call-ID, no Route, or
+// no hop left, and a stranger's copy of a valid ACK, reach the carrier
+// not at all; the valid ACK reaches it once.
+func TestStreamCallerForgedAcksNotRelayed(t *testing.T) {
+	h, car, c := streamCallerSetup(t, "127.0.0.2")
+	local := c.LocalAddr().String()
+	r := bufio.NewReader(c)
+	ok := streamAnsweredCall(t, c, r, h.tcp, "stream-forged")
+	waitFor(t, func() bool { return len(car.requests(sipmsg.INVITE)) == 1 }, "the INVITE at the carrier")
+	valid := func(branch string) *sipmsg.Request {
+		return streamInDialog(t, local, h.tcp, ok, sipmsg.ACK, branch)
+	}
+	forged := map[string]func(*sipmsg.Request){
+		// Every Route of the node's (two: the legs' transports differ)
+		// carries the token; each is changed.
+		"token changed": func(a *sipmsg.Request) {
+			var routes []string
+			for _, rt := range a.GetHeaders("Route") {
+				b := []byte(rt.Value())
+				if i := strings.Index(string(b), "cg="); i >= 0 && i+5 < len(b) {
+					b[i+5] ^= 1
+				}
+				routes = append(routes, string(b))
+			}
+			for a.RemoveHeader("Route") {
+			}
+			for _, v := range routes {
+				a.AppendHeader(sipmsg.NewHeader("Route", v))
+			}
+		},
+		"From tag changed": func(a *sipmsg.Request) { a.From().Params.Add("tag", "not-the-callers") },
+		"Call-ID changed":  func(a *sipmsg.Request) { a.ReplaceHeader(sipmsg.NewHeader("Call-ID", "another-call")) },
+		"no Route": func(a *sipmsg.Request) {
+			for a.RemoveHeader("Route") {
+			}
+		},
+		"no hop left": func(a *sipmsg.Request) {
+			mf := sipmsg.MaxForwardsHeader(0)
+			a.ReplaceHeader(&mf)
+		},
+	}
+	if n := len(valid("z9hG4bK-x").GetHeaders("Route")); n != 2 {
+		t.Fatalf("the caller's ACK has %d Routes, want the node's two (TCP in, UDP out)", n)
+	}
+	for name, f := range forged {
+		a := valid("z9hG4bK-forged-" + strings.ReplaceAll(name, " ", "-"))
+		f(a)
+		if _, err := c.Write([]byte(a.String())); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	// A stranger's copy of the valid ACK, on its own connection.
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.99")}, Timeout: 5 * time.Second}
+	if sc, err := d.Dial("tcp", h.tcp); err == nil {
+		defer sc.Close()
+		_, _ = sc.Write([]byte(valid("z9hG4bK-stranger").String()))
+	}
+	// The valid ACK last, on the caller's connection: in order behind
+	// the forged ones.
+	if _, err := c.Write([]byte(valid("z9hG4bK-valid").String())); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return len(car.requests(sipmsg.ACK)) >= 1 }, "the valid ACK at the carrier")
+	time.Sleep(200 * time.Millisecond) // a stranger's copy would be on its way
+	acks := car.requests(sipmsg.ACK)
+	if len(acks) != 1 {
+		for _, a := range acks {
+			t.Logf("ACK at the carrier: Vias %v, Call-ID %s, From %s", a.GetHeaders("Via"), a.CallID().Value(), a.From().Value())
+		}
+		t.Fatalf("the carrier got %d ACKs, want only the valid one", len(acks))
+	}
+	if b := acks[0].GetHeaders("Via")[1].Value(); !strings.Contains(b, "z9hG4bK-valid") {
+		t.Fatalf("the ACK at the carrier came from Via %q, want the valid one", b)
 	}
 }
