@@ -71,6 +71,12 @@ const (
 type sources struct {
 	pool    *sipmsg.ConnectionPool
 	stripes [sourcesStripes]sourceStripe
+	// own are the node's UDP listeners' addresses (unmapped), set before
+	// any is read: their entries in the pool are the listeners', and a
+	// request from one of them (spoofed, or a peer's prefix around the
+	// node) must not replace it (its expiry would delete it, and every
+	// request sent from that listener would then fail).
+	own map[netip.AddrPort]bool
 }
 
 type sourceStripe struct {
@@ -103,8 +109,12 @@ func (s *sources) stripe(a netip.AddrPort) *sourceStripe {
 	return &s.stripes[h%sourcesStripes]
 }
 
-// touch registers a as served by conn (or refreshes it).
+// touch registers a as served by conn (or refreshes it); never one of
+// the node's own addresses.
 func (s *sources) touch(a netip.AddrPort, conn sipmsg.Connection, now time.Time) {
+	if s.own[netip.AddrPortFrom(a.Addr().Unmap(), a.Port())] {
+		return
+	}
 	st := s.stripe(a)
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -354,12 +364,8 @@ func (p *Proxy) deliver(msg sipmsg.Message, conn *net.UDPConn, from netip.AddrPo
 	}
 	if _, ok := msg.(*sipmsg.Request); ok && known {
 		// sipgo's server transaction answers through its source's entry
-		// in the pool. A source that is one of the node's own listeners
-		// (spoofed, or a peer's prefix around the node) already has its
-		// entry, the listener's: registered, it would replace it, and its
-		// expiry would delete it, and every request sent from that
-		// listener (Laddr) would then fail.
-		if c := p.udpConns[conn]; c != nil && !p.udpAddrs[netip.AddrPortFrom(from.Addr().Unmap(), from.Port())] {
+		// in the pool (never one of the node's own addresses: sources).
+		if c := p.udpConns[conn]; c != nil {
 			p.sources.touch(from, c, at)
 		}
 	}

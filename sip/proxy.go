@@ -329,9 +329,6 @@ type Proxy struct {
 	// udpConns are the UDP listeners as sipgo's pool holds them; set in
 	// Serve before ready is closed, read-only afterwards.
 	udpConns map[*net.UDPConn]*sipmsg.UDPConnection
-	// udpAddrs are the UDP listeners' own addresses (unmapped): never
-	// registered as a source (deliver).
-	udpAddrs map[netip.AddrPort]bool
 	// sources are the known parties' UDP source addresses registered in
 	// sipgo's pool (ingress.go).
 	sources *sources
@@ -584,7 +581,7 @@ func (p *Proxy) Serve(ctx context.Context) error {
 	}
 	p.ingress = g
 	p.udpConns = make(map[*net.UDPConn]*sipmsg.UDPConnection)
-	p.udpAddrs = make(map[netip.AddrPort]bool)
+	own := make(map[netip.AddrPort]bool)
 	pool := p.tp.Pool("udp")
 	for _, l := range p.listeners {
 		if l.udp != nil {
@@ -592,13 +589,14 @@ func (p *Proxy) Serve(ctx context.Context) error {
 			p.udpConns[l.udp] = c
 			if la, ok := l.udp.LocalAddr().(*net.UDPAddr); ok {
 				ap := la.AddrPort()
-				p.udpAddrs[netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())] = true
+				own[netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())] = true
 			}
 			// Requests the proxy sends from this listener (Laddr set) find
 			// it here.
 			pool.Add(c.PacketAddr, c)
 		}
 	}
+	p.sources.own = own // before any listener is read
 	for _, err := range p.carriers.Resolve(ctx) {
 		p.log.Warn("carrier host name does not resolve; calls skip that carrier until it does", "error", err)
 	}
