@@ -67,6 +67,18 @@ func (n *poolNode) add(t *testing.T, l Live) {
 	}
 }
 
+// endCallWhileRunning ends callID from a while b polls its end queue
+// (b's Run), and stops b's Run once EndCall returned.
+func endCallWhileRunning(ctx context.Context, a, b *poolNode, callID string) (EndResult, error) {
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); b.pool.Run(runCtx) }()
+	res, err := a.pool.EndCall(ctx, callID)
+	stop()
+	<-done
+	return res, err
+}
+
 func TestPoolListsAndEndsAcrossNodes(t *testing.T) {
 	defer func(d time.Duration) { endQueuePoll = d }(endQueuePoll)
 	endQueuePoll = 10 * time.Millisecond
@@ -108,12 +120,7 @@ func TestPoolListsAndEndsAcrossNodes(t *testing.T) {
 		t.Fatalf("EndCall of a's call on a: %+v, %v", res, err)
 	}
 	// Another node's call: asked through its queue, ended by its Run.
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); b.pool.Run(runCtx) }()
-	res, err = a.pool.EndCall(ctx, "cid-3")
-	stop()
-	<-done
+	res, err = endCallWhileRunning(ctx, a, b, "cid-3")
 	if err != nil || res.Ended != 0 || !slices.Equal(res.Requested, []string{"b"}) || len(res.Pending) != 0 {
 		t.Fatalf("EndCall of b's call on a: %+v, %v", res, err)
 	}
@@ -173,12 +180,7 @@ func TestPoolEndsLongCallID(t *testing.T) {
 	for i, asked := range []string{full, clipped} {
 		id := fmt.Sprint("long-", i)
 		b.add(t, Live{ID: id, CallID: clipped, Node: "b"})
-		runCtx, stop := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { defer close(done); b.pool.Run(runCtx) }()
-		res, err := a.pool.EndCall(ctx, asked)
-		stop()
-		<-done
+		res, err := endCallWhileRunning(ctx, a, b, asked)
 		if err != nil || !slices.Equal(res.Requested, []string{"b"}) || len(res.Pending) != 0 {
 			t.Fatalf("EndCall by the %s Call-ID: %+v, %v", []string{"full", "clipped"}[i], res, err)
 		}

@@ -98,10 +98,6 @@ func liveID(member string) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// clipCallID bounds a Call-ID for records and the live calls' list
-// (callplaces.ClipCallID: a peer chooses its Call-IDs).
-func clipCallID(s string) string { return callplaces.ClipCallID(s) }
-
 // track lists the call as live (in the Tracker, and through it in the
 // pool's registry) on its way to carrier, and binds it to its dialog: a
 // BYE that races the 2xx finds it. Called before each forward.
@@ -110,7 +106,7 @@ func (c *call) track(carrier string) {
 		c.lc = &liveCall{cancel: c.cancel}
 	}
 	info := callplaces.Live{
-		ID: liveID(c.member), CallID: clipCallID(callID(c.req)),
+		ID: liveID(c.member), CallID: callplaces.ClipCallID(callID(c.req)),
 		Peer: c.peer, Customer: c.customer, Carrier: carrier,
 		Node: c.cfg.NodeID, StartedAt: records.Stamp(c.started),
 	}
@@ -127,7 +123,7 @@ func (c *call) track(carrier string) {
 // record is the call's record as it stands: everything but its end.
 func (c *call) record() records.Record {
 	r := records.Record{
-		CallID: clipCallID(callID(c.req)), Peer: c.peer, Customer: c.customer,
+		CallID: callplaces.ClipCallID(callID(c.req)), Peer: c.peer, Customer: c.customer,
 		Source: c.req.Source(), CarriersTried: slices.Clone(c.tried), Code: c.code, Outcome: c.outcome,
 		Reason: c.reason, Detail: c.detail,
 		AdmissionWaitMS: c.admissionWait.Milliseconds(), PacingWaitMS: c.pacingWait.Milliseconds(),
@@ -333,7 +329,7 @@ func (p *Proxy) sawInDialog(req *sipmsg.Request, hop inDialogHop) {
 // of the same clipped Call-ID are ended.
 func (p *Proxy) EndCalls(ctx context.Context, callID string) int {
 	n := 0
-	for _, f := range p.calls.Find(clipCallID(callID)) {
+	for _, f := range p.calls.Find(callplaces.ClipCallID(callID)) {
 		lc, ok := f.Data.(*liveCall)
 		if !ok || lc == nil {
 			continue

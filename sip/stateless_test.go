@@ -888,7 +888,7 @@ func TestOperatorEndsLongCallID(t *testing.T) {
 			t.Fatalf("Call-ID of %d bytes: the test needs a longer one", len(id))
 		}
 		if clipped {
-			id = clipCallID(id)
+			id = callplaces.ClipCallID(id)
 		}
 		if n := h.p.EndCalls(context.Background(), id); n != 1 {
 			t.Fatalf("EndCalls by the %s Call-ID = %d, want 1", map[bool]string{false: "full", true: "clipped"}[clipped], n)
