@@ -19,9 +19,16 @@
 // second and drops on DELETE and at its TTL (override_test.go), and real
 // clients around a node: Kamailio (testdata/kamailio/kamailio.cfg) in front
 // of it, a transaction-aware SIPp caller behind Kamailio and a SIPp carrier
-// that copies Vias with [last_Via:] (interop_test.go).
+// that copies Vias with [last_Via:] (interop_test.go); and baresip, a
+// softphone that keeps real dialog state, calling through a node to a
+// second baresip as its carrier: calls hung up by either end, held and
+// resumed (re-INVITEs), cancelled while ringing, refused busy, refused over
+// the peer's CPS, and a call over TCP on both sides, each checked in the
+// node's call records and in both phones' SIP traces (baresip_test.go).
+// baresip's media (a generated tone, a few seconds) go to the address it
+// picks on the host; the kernel keeps them on the box.
 //
-// The tests need redis-server, redis-cli, sipp and kamailio; without them
+// The tests need redis-server, redis-cli, sipp, kamailio and baresip; without them
 // they skip, except under CI=true, where they fail. Linux only (/proc, SO_TIMESTAMPNS).
 // Every load is bounded in calls and time and uses 127.0.0.0/8 only; the
 // package runs in about a minute and a half.

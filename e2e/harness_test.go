@@ -113,6 +113,8 @@ type nodeConf struct {
 	carriers      []carrierConf
 	// callRefreshTTL is sip.call_refresh_ttl; 0 = the default.
 	callRefreshTTL time.Duration
+	// records is the call records' file (records.file); empty = none.
+	records string
 }
 
 func num(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
@@ -157,6 +159,9 @@ func (c nodeConf) yaml(sipPort, httpPort int) string {
 		lvl = "info"
 	}
 	fmt.Fprintf(&b, "log: {level: %s, format: json}\n", lvl)
+	if c.records != "" {
+		fmt.Fprintf(&b, "records: {file: %q}\n", c.records)
+	}
 	b.WriteString("customers:\n  - {name: any, cps: 100000}\n")
 	b.WriteString("peers:\n")
 	for _, p := range c.peers {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs when it is missing: redis-server, SIPp
 # (Debian's sip-tester), Kamailio (the interop test runs it in front of a
-# node), openssl (a TLS client test) and promtool (the alert rules, their unit tests and the dashboard's
+# node), baresip (Debian's baresip-core: a softphone calling through a node
+# and one answering as its carrier), openssl (a TLS client test) and promtool (the alert rules, their unit tests and the dashboard's
 # PromQL are checked with it). Safe to run repeatedly; does nothing when
 # all is there.
 #
@@ -38,6 +39,7 @@ have redis-server || need+=(redis-server)
 have redis-cli || need+=(redis-tools)
 have sipp || need+=(sip-tester)
 have kamailio || need+=(kamailio)
+have baresip || need+=(baresip-core)
 have openssl || need+=(openssl)
 want_promtool=0
 have promtool || want_promtool=1

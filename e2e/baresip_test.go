@@ -1,0 +1,526 @@
+//go:build linux
+
+package e2e
+
+// Interop with a real user agent: baresip (Debian's baresip-core), a
+// softphone as operators' customers run them, places calls through a node
+// to a second baresip that answers them as the carrier. Unlike SIPp it
+// keeps real dialog state: it sends its ACK and BYE along the Route set the
+// node recorded, to the Contact the far end gave, and it checks the answers
+// it gets to them.
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cpsguard/cpsguard/internal/redistest"
+)
+
+// baresip is one baresip process: a single account without registration,
+// its SIP trace and log in logPath, driven through its UDP console (the
+// cons module: one command a datagram, the answer in the reply).
+type baresip struct {
+	t       *testing.T
+	addr    string // ip:port of its SIP socket (UDP)
+	cons    string // ip:port of its console
+	logPath string
+	cmd     *exec.Cmd
+	exited  chan struct{}
+}
+
+// startBaresip runs baresip on ip as sip:user@ip:port (a free port),
+// answering calls at once when answer is set. Audio is a generated tone
+// (ausine) in Opus, played to /dev/null: no sound device is needed. Its
+// media go to the address baresip picks on the host (the kernel keeps
+// them on the box). Without baresip in PATH the test skips, except under
+// CI=true, where it fails.
+func startBaresip(t *testing.T, name, ip, user string, answer bool) *baresip {
+	t.Helper()
+	bin := redistest.Require(t, "baresip")
+	dir := filepath.Join(t.TempDir(), name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	mode := "manual"
+	if answer {
+		mode = "auto"
+	}
+	var last string
+	for attempt := 0; attempt < 3; attempt++ {
+		port, consPort := freeSIPPort(t), redistest.FreePort(t)
+		b := &baresip{t: t, addr: net.JoinHostPort(ip, strconv.Itoa(port)), cons: net.JoinHostPort(ip, strconv.Itoa(consPort)),
+			logPath: filepath.Join(dir, fmt.Sprintf("baresip-%d.log", attempt)), exited: make(chan struct{})}
+		conf := strings.Join([]string{
+			"poll_method epoll",
+			"sip_listen " + b.addr,
+			"audio_player aufile,/dev/null",
+			"audio_source ausine,440",
+			"audio_alert aufile,/dev/null",
+			"module_path " + baresipModules(t),
+			"module opus.so",
+			"module ausine.so",
+			"module aufile.so",
+			"module cons.so",
+			"module_app account.so",
+			"module_app menu.so",
+			"cons_listen " + b.cons,
+			"",
+		}, "\n")
+		account := fmt.Sprintf("<sip:%s@%s>;regint=0;answermode=%s;audio_codecs=opus/48000/2\n", user, b.addr, mode)
+		if err := os.WriteFile(filepath.Join(dir, "config"), []byte(conf), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "accounts"), []byte(account), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		logf, err := os.Create(b.logPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.cmd = exec.Command(bin, "-f", dir, "-s")
+		b.cmd.Dir = dir
+		b.cmd.Stdout, b.cmd.Stderr = logf, logf
+		b.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := b.cmd.Start(); err != nil {
+			t.Fatalf("start baresip: %v", err)
+		}
+		go func() {
+			_ = b.cmd.Wait()
+			logf.Close()
+			close(b.exited)
+		}()
+		if waitBoundUDP(b.addr, b.exited, 10*time.Second) && waitBoundUDP(b.cons, b.exited, 5*time.Second) {
+			t.Cleanup(b.stop)
+			return b
+		}
+		last = b.logTail()
+		b.kill()
+	}
+	// baresip 1.0 opens its SIP sockets only when the host has a network
+	// address besides loopback (its "Local network address"), whatever
+	// sip_listen says.
+	t.Fatalf("baresip %s did not start (its SIP socket needs an address of the host besides loopback):\n%s", name, last)
+	return nil
+}
+
+// baresipModules is the directory of baresip's modules.
+func baresipModules(t *testing.T) string {
+	for _, d := range []string{"/usr/lib/baresip/modules", "/usr/local/lib/baresip/modules"} {
+		if _, err := os.Stat(filepath.Join(d, "cons.so")); err == nil {
+			return d
+		}
+	}
+	t.Fatal("baresip's modules (cons.so) not found")
+	return ""
+}
+
+// do sends one console command ("/dial sip:…", "/hangup") and returns
+// baresip's reply.
+func (b *baresip) do(command string) string {
+	b.t.Helper()
+	c, err := net.Dial("udp", b.cons)
+	if err != nil {
+		b.t.Fatalf("baresip console: %v", err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte(command + "\n")); err != nil {
+		b.t.Fatalf("baresip console: %v", err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	buf := make([]byte, 4096)
+	n, err := c.Read(buf)
+	if err != nil {
+		b.t.Fatalf("baresip %s: no answer to %q: %v\n%s", b.addr, command, err, b.logTail())
+	}
+	return string(buf[:n])
+}
+
+// stop quits baresip (hanging up its calls), killing it if it lingers.
+func (b *baresip) stop() {
+	if c, err := net.Dial("udp", b.cons); err == nil {
+		_, _ = c.Write([]byte("/quit\n"))
+		c.Close()
+	}
+	select {
+	case <-b.exited:
+	case <-time.After(3 * time.Second):
+		b.kill()
+	}
+}
+
+func (b *baresip) kill() {
+	_ = b.cmd.Process.Kill()
+	<-b.exited
+}
+
+// logTail is the end of baresip's log (its SIP trace), for failure
+// messages.
+func (b *baresip) logTail() string {
+	data, _ := os.ReadFile(b.logPath)
+	if len(data) > 6000 {
+		data = data[len(data)-6000:]
+	}
+	return string(data)
+}
+
+// received counts the requests of method baresip's SIP trace shows it
+// received, and how many of them came through via (a Via of that
+// sent-by on the request, over any transport). The trace puts "UDP from
+// -> to" (TCP, TLS) before each message, sent and received.
+func (b *baresip) received(method, via string) (all, through int) {
+	data, _ := os.ReadFile(b.logPath)
+	sc := bufio.NewScanner(strings.NewReader(strings.ReplaceAll(string(data), "\r\n", "\n")))
+	sc.Buffer(make([]byte, 1<<16), 1<<20)
+	in, start, seen := false, false, false
+	for sc.Scan() {
+		l := sc.Text()
+		switch {
+		case (strings.HasPrefix(l, "UDP ") || strings.HasPrefix(l, "TCP ") || strings.HasPrefix(l, "TLS ")) && strings.Contains(l, " -> "):
+			in, start, seen = strings.HasSuffix(l, " -> "+b.addr), true, false
+		case start:
+			start = false
+			if in && strings.HasPrefix(l, method+" sip:") {
+				all++
+				seen = true
+			}
+		case seen && l == "":
+			seen = false
+		case seen && strings.HasPrefix(l, "Via: SIP/2.0/") && strings.Contains(l, " "+via+";"):
+			through++
+			seen = false
+		}
+	}
+	return all, through
+}
+
+// traced reports whether baresip's SIP trace shows a message over proto
+// (UDP, TCP, TLS) to the address to.
+func (b *baresip) traced(proto, to string) bool {
+	data, _ := os.ReadFile(b.logPath)
+	for _, l := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(l, proto+" ") && strings.HasSuffix(strings.TrimSpace(l), " -> "+to) {
+			return true
+		}
+	}
+	return false
+}
+
+// callsListed is GET /api/v1/calls: the calls up on the node.
+type callsListed struct {
+	Calls []struct {
+		CallID     string `json:"call_id"`
+		Peer       string `json:"peer"`
+		Carrier    string `json:"carrier"`
+		AnsweredAt string `json:"answered_at"`
+	} `json:"calls"`
+}
+
+// listedCalls returns the calls the node lists, and of them the answered
+// ones.
+func (n *node) listedCalls() (all, answered []string) {
+	n.t.Helper()
+	code, body, err := n.get("/api/v1/calls")
+	if err != nil || code != 200 {
+		n.t.Fatalf("GET /api/v1/calls: %d %v %s", code, err, body)
+	}
+	var l callsListed
+	if err := json.Unmarshal([]byte(body), &l); err != nil {
+		n.t.Fatalf("GET /api/v1/calls: %v: %s", err, body)
+	}
+	for _, c := range l.Calls {
+		all = append(all, c.CallID)
+		if c.AnsweredAt != "" {
+			answered = append(answered, c.CallID)
+		}
+	}
+	return all, answered
+}
+
+// answeredCalls returns the calls the node lists as answered.
+func (n *node) answeredCalls() []string {
+	n.t.Helper()
+	_, answered := n.listedCalls()
+	return answered
+}
+
+// callRecord is what the test reads of a call record (records.Record).
+type callRecord struct {
+	CallID    string `json:"call_id"`
+	Peer      string `json:"peer"`
+	Carrier   string `json:"carrier"`
+	Code      int    `json:"code"`
+	Outcome   string `json:"outcome"`
+	EndedBy   string `json:"ended_by"`
+	EndReason string `json:"end_reason"`
+}
+
+// readRecords reads the call records in path.
+func readRecords(t *testing.T, path string) []callRecord {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	var out []callRecord
+	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		if l == "" {
+			continue
+		}
+		var r callRecord
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatalf("call record %q: %v", l, err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// waitFor polls cond every 50 ms until it holds or limit passes.
+func waitFor(limit time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return true
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return cond()
+}
+
+// TestBaresipThroughNode: baresip (a customer's softphone) → cpsguard on
+// Redis → baresip as the carrier, answering at once. A call hung up by the
+// carrier, then one hung up by the caller, each with its ACK and BYE
+// through the node and each recorded as such, and a call over the peer's
+// 1 CPS refused 503 before it reaches the carrier.
+func TestBaresipThroughNode(t *testing.T) {
+	srv := redistest.Start(t)
+	records := filepath.Join(t.TempDir(), "calls.jsonl")
+	callee := startBaresip(t, "carrier", "127.0.0.41", "100", true)
+	n := startNode(t, nodeConf{id: "baresip", redis: srv.Addr(), records: records,
+		peers:    []peerConf{{name: "phone", sources: []string{"127.0.0.31/32"}, cps: 1}},
+		carriers: []carrierConf{{name: "baresip", addr: callee.addr, cps: 100, extra: "probe: {interval: 0s}"}}}, true)
+	caller := startBaresip(t, "phone", "127.0.0.31", "alice", false)
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Fatalf(format+"\ncaller:\n%s\ncarrier:\n%s\ncpsguard:\n%s", append(args, caller.logTail(), callee.logTail(), n.logTail())...)
+	}
+	dial := "/dial sip:100@" + n.sip
+	answered := func(k int) {
+		t.Helper()
+		if !waitFor(10*time.Second, func() bool { return len(n.answeredCalls()) == k }) {
+			fail("the node lists %d answered calls, want %d", len(n.answeredCalls()), k)
+		}
+	}
+	recorded := func(k int) []callRecord {
+		t.Helper()
+		if !waitFor(10*time.Second, func() bool { return len(readRecords(t, records)) >= k }) {
+			fail("%d call records, want %d", len(readRecords(t, records)), k)
+		}
+		return readRecords(t, records)
+	}
+
+	// 1. The carrier hangs up: its BYE goes back through the node.
+	caller.do(dial)
+	answered(1)
+	callee.do("/hangup")
+	recs := recorded(1)
+	if r := recs[0]; r.Outcome != "forwarded" || r.Code != 200 || r.Peer != "phone" || r.Carrier != "baresip" ||
+		r.EndedBy != "callee" || r.EndReason != "bye" {
+		fail("call hung up by the carrier recorded as %+v", r)
+	}
+	answered(0)
+
+	// 2. Two calls in the same second: the second is over the peer's
+	// 1 CPS and refused; the first is answered, and the caller hangs up.
+	time.Sleep(1100 * time.Millisecond) // past the first call's second
+	caller.do(dial)
+	caller.do(dial)
+	answered(1)
+	recs = recorded(2)
+	var refused callRecord
+	for _, r := range recs[1:] {
+		if r.Outcome == "rejected_cps" {
+			refused = r
+		}
+	}
+	if refused.Code != 503 || refused.Carrier != "" {
+		fail("the call over 1 CPS recorded as %+v, want refused 503 before any carrier (records %+v)", refused, recs)
+	}
+	caller.do("/hangup")
+	recs = recorded(3)
+	last := recs[2]
+	if last.Outcome != "forwarded" || last.Code != 200 || last.EndedBy != "caller" || last.EndReason != "bye" {
+		fail("call hung up by the caller recorded as %+v", last)
+	}
+	answered(0)
+
+	// Every in-dialog request went through the node (its Via on top of
+	// the caller's), as the Record-Route told both ends.
+	if all, through := callee.received("INVITE", n.sip); all != 2 || through != 2 {
+		fail("the carrier got %d INVITEs, %d through the node; want 2 and 2", all, through)
+	}
+	if all, through := callee.received("ACK", n.sip); all != 2 || through != 2 {
+		fail("the carrier got %d ACKs, %d through the node; want 2 and 2", all, through)
+	}
+	if all, through := callee.received("BYE", n.sip); all != 1 || through != 1 {
+		fail("the carrier got %d BYEs, %d through the node; want the caller's one", all, through)
+	}
+	if all, through := caller.received("BYE", n.sip); all != 1 || through != 1 {
+		fail("the caller got %d BYEs, %d through the node; want the carrier's one", all, through)
+	}
+	if v := n.metric("cpsguard_sip_errors_total"); v != 0 {
+		m, _ := n.metrics()
+		var errs []string
+		for k, v := range m {
+			if strings.HasPrefix(k, "cpsguard_sip_errors_total") && v != 0 {
+				errs = append(errs, fmt.Sprintf("%s %v", k, v))
+			}
+		}
+		fail("sip_errors_total = %v: %v", v, errs)
+	}
+}
+
+// TestBaresipHoldCancelBusy: baresip → cpsguard (in-process store) →
+// baresip as a carrier whose user answers by hand. A call put on hold and
+// resumed (two re-INVITEs, each ACKed, through the node), a call the
+// caller cancels while it rings (the CANCEL through the node, 487 to the
+// caller), and a call the carrier refuses busy (486 to the caller).
+func TestBaresipHoldCancelBusy(t *testing.T) {
+	records := filepath.Join(t.TempDir(), "calls.jsonl")
+	callee := startBaresip(t, "carrier", "127.0.0.42", "100", false)
+	n := startNode(t, nodeConf{id: "baresip-hold", records: records,
+		peers:    []peerConf{{name: "phone", sources: []string{"127.0.0.32/32"}, cps: 10}},
+		carriers: []carrierConf{{name: "baresip", addr: callee.addr, cps: 100, extra: "probe: {interval: 0s}"}}}, true)
+	caller := startBaresip(t, "phone", "127.0.0.32", "bob", false)
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Fatalf(format+"\ncaller:\n%s\ncarrier:\n%s\ncpsguard:\n%s", append(args, caller.logTail(), callee.logTail(), n.logTail())...)
+	}
+	dial := "/dial sip:100@" + n.sip
+	listed := func(all, answered int) {
+		t.Helper()
+		if !waitFor(10*time.Second, func() bool { a, b := n.listedCalls(); return len(a) == all && len(b) == answered }) {
+			a, b := n.listedCalls()
+			fail("the node lists %d calls, %d answered; want %d and %d", len(a), len(b), all, answered)
+		}
+	}
+	recorded := func(k int) callRecord {
+		t.Helper()
+		if !waitFor(10*time.Second, func() bool { return len(readRecords(t, records)) >= k }) {
+			fail("%d call records, want %d", len(readRecords(t, records)), k)
+		}
+		return readRecords(t, records)[k-1]
+	}
+	count := func(b *baresip, method string, want int) {
+		t.Helper()
+		if all, through := b.received(method, n.sip); all != want || through != want {
+			fail("%s got %d %s requests, %d through the node; want %d, all through it", b.addr, all, method, through, want)
+		}
+	}
+
+	// 1. Answered, held, resumed, hung up by the caller.
+	caller.do(dial)
+	listed(1, 0)
+	callee.do("/accept")
+	listed(1, 1)
+	caller.do("/hold")
+	if !waitFor(5*time.Second, func() bool { all, _ := callee.received("ACK", n.sip); return all == 2 }) {
+		fail("the hold's re-INVITE was not answered and ACKed")
+	}
+	caller.do("/resume")
+	if !waitFor(5*time.Second, func() bool { all, _ := callee.received("ACK", n.sip); return all == 3 }) {
+		fail("the resume's re-INVITE was not answered and ACKed")
+	}
+	count(callee, "INVITE", 3)
+	count(callee, "ACK", 3)
+	caller.do("/hangup")
+	if r := recorded(1); r.Outcome != "forwarded" || r.Code != 200 || r.EndedBy != "caller" || r.EndReason != "bye" {
+		fail("the held call recorded as %+v", r)
+	}
+	count(callee, "BYE", 1)
+	listed(0, 0)
+
+	// 2. Cancelled while it rings.
+	caller.do(dial)
+	listed(1, 0)
+	caller.do("/hangup")
+	// Forwarded (the outcome of a call that reached its carrier), ended
+	// by the caller's CANCEL.
+	if r := recorded(2); r.Outcome != "forwarded" || r.Code != 487 || r.EndedBy != "caller" || r.EndReason != "cancel" {
+		fail("the cancelled call recorded as %+v", r)
+	}
+	count(callee, "CANCEL", 1)
+	listed(0, 0)
+
+	// 3. Refused busy by the carrier's user.
+	caller.do(dial)
+	listed(1, 0)
+	callee.do("/hangup")
+	if r := recorded(3); r.Code != 486 || r.Carrier != "baresip" || r.EndReason != "final_answer" {
+		fail("the busy call recorded as %+v", r)
+	}
+	listed(0, 0)
+	count(callee, "INVITE", 5)
+	count(callee, "ACK", 5) // and the 487's and the 486's ACKs, hop by hop from the node
+	if v := n.metric("cpsguard_sip_errors_total"); v != 0 {
+		fail("sip_errors_total = %v", v)
+	}
+}
+
+// TestBaresipOverTCP: the caller's baresip reaches the node over TCP and
+// the node reaches the carrier's over TCP: a call answered, ACKed and hung
+// up by the caller, every request of it on a stream.
+func TestBaresipOverTCP(t *testing.T) {
+	records := filepath.Join(t.TempDir(), "calls.jsonl")
+	callee := startBaresip(t, "carrier", "127.0.0.43", "100", true)
+	// baresip binds its listener, not its outgoing connections: those
+	// leave from the address the kernel picks for 127.0.0.1, which is
+	// where the node knows the peer from (by source address, as ever).
+	n := startNode(t, nodeConf{id: "baresip-tcp", records: records,
+		peers:    []peerConf{{name: "phone", sources: []string{"127.0.0.1/32"}, cps: 10}},
+		carriers: []carrierConf{{name: "baresip", addr: callee.addr + ";transport=tcp", cps: 100, extra: "probe: {interval: 0s}"}}}, true)
+	caller := startBaresip(t, "phone", "127.0.0.33", "carol", false)
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Fatalf(format+"\ncaller:\n%s\ncarrier:\n%s\ncpsguard:\n%s", append(args, caller.logTail(), callee.logTail(), n.logTail())...)
+	}
+	caller.do("/dial sip:100@" + n.sip + ";transport=tcp")
+	if !waitFor(10*time.Second, func() bool { return len(n.answeredCalls()) == 1 }) {
+		fail("the call was not answered")
+	}
+	caller.do("/hangup")
+	if !waitFor(10*time.Second, func() bool { return len(readRecords(t, records)) == 1 }) {
+		fail("no call record")
+	}
+	if r := readRecords(t, records)[0]; r.Outcome != "forwarded" || r.Code != 200 || r.EndedBy != "caller" || r.EndReason != "bye" {
+		fail("the call recorded as %+v", r)
+	}
+	for _, m := range []string{"INVITE", "ACK", "BYE"} {
+		if all, through := callee.received(m, n.sip); all != 1 || through != 1 {
+			fail("the carrier got %d %s, %d through the node; want 1", all, m, through)
+		}
+	}
+	if !callee.traced("TCP", callee.addr) {
+		fail("the node did not reach the carrier over TCP")
+	}
+	if !caller.traced("TCP", n.sip) {
+		fail("the caller did not reach the node over TCP")
+	}
+	if caller.traced("UDP", n.sip) || callee.traced("UDP", callee.addr) {
+		fail("a message of the call went over UDP")
+	}
+	if v := n.metric("cpsguard_sip_errors_total"); v != 0 {
+		fail("sip_errors_total = %v", v)
+	}
+}
