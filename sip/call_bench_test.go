@@ -2,6 +2,7 @@ package sip
 
 import (
 	"net"
+	"runtime/metrics"
 	"strconv"
 	"sync/atomic"
 	"syscall"
@@ -19,7 +20,9 @@ import (
 // goroutine on its own socket, admission and pacing faked (no store I/O).
 // allocs/op and B/op are the whole process's: the proxy's plus the raw
 // ends' (the same before and after a change of the proxy); cpu-µs/op is
-// the process's CPU time (getrusage) per call.
+// the process's CPU time (getrusage) per call; goroutines/op the
+// goroutines the process started per call (the raw ends start none per
+// call: every one is the proxy's or sipgo's, each a scheduler hand-off).
 //
 //	go test ./sip/ -run '^$' -bench 'Call$' -benchtime 5000x -count 3 -benchmem
 func BenchmarkCall(b *testing.B) {
@@ -56,9 +59,12 @@ func BenchmarkCall(b *testing.B) {
 	}()
 	var workers atomic.Int64
 	var ru0, ru1 syscall.Rusage
+	created := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
 	b.ReportAllocs()
 	b.ResetTimer()
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	metrics.Read(created)
+	g0 := created[0].Value.Uint64()
 	b.RunParallel(func(pb *testing.PB) {
 		w := strconv.FormatInt(workers.Add(1), 10)
 		conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP("127.0.0.2")})
@@ -111,7 +117,9 @@ func BenchmarkCall(b *testing.B) {
 		}
 	})
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	metrics.Read(created)
 	b.StopTimer()
+	b.ReportMetric(float64(created[0].Value.Uint64()-g0)/float64(b.N), "goroutines/op")
 	cpu := time.Duration(syscall.TimevalToNsec(ru1.Utime) - syscall.TimevalToNsec(ru0.Utime) + syscall.TimevalToNsec(ru1.Stime) - syscall.TimevalToNsec(ru0.Stime))
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
 }
