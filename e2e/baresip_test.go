@@ -524,3 +524,54 @@ func TestBaresipOverTCP(t *testing.T) {
 		fail("sip_errors_total = %v", v)
 	}
 }
+
+// TestBaresipTransferNotAdmitted: the caller transfers an answered call
+// (REFER) to a number behind the node. The REFER reaches the carrier's
+// baresip and its NOTIFYs come back, in the dialog, through the node; the
+// INVITE the transfer makes the carrier send is refused 403: a carrier is
+// not a peer, and a transfer does not make it one.
+func TestBaresipTransferNotAdmitted(t *testing.T) {
+	records := filepath.Join(t.TempDir(), "calls.jsonl")
+	callee := startBaresip(t, "carrier", "127.0.0.44", "100", true)
+	n := startNode(t, nodeConf{id: "baresip-refer", records: records,
+		peers:    []peerConf{{name: "phone", sources: []string{"127.0.0.34/32"}, cps: 10}},
+		carriers: []carrierConf{{name: "baresip", addr: callee.addr, cps: 100, extra: "probe: {interval: 0s}"}}}, true)
+	caller := startBaresip(t, "phone", "127.0.0.34", "dave", false)
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Fatalf(format+"\ncaller:\n%s\ncarrier:\n%s\ncpsguard:\n%s", append(args, caller.logTail(), callee.logTail(), n.logTail())...)
+	}
+	caller.do("/dial sip:100@" + n.sip)
+	if !waitFor(10*time.Second, func() bool { return len(n.answeredCalls()) == 1 }) {
+		fail("the call was not answered")
+	}
+	caller.do("/transfer sip:200@" + n.sip)
+	// The transfer's last NOTIFY carries the 403 of the carrier's INVITE;
+	// baresip then hangs up. Two records: that refusal and the call.
+	if !waitFor(10*time.Second, func() bool { return len(readRecords(t, records)) == 2 }) {
+		fail("%d call records, want the refused transfer and the call: %+v", len(readRecords(t, records)), readRecords(t, records))
+	}
+	recs := readRecords(t, records)
+	if all, through := callee.received("REFER", n.sip); all != 1 || through != 1 {
+		fail("the carrier got %d REFERs, %d through the node; want 1", all, through)
+	}
+	if all, through := caller.received("NOTIFY", n.sip); all < 1 || through != all {
+		fail("the caller got %d NOTIFYs, %d through the node; want them all through it", all, through)
+	}
+	data, _ := os.ReadFile(callee.logPath)
+	if !strings.Contains(string(data), " -> "+n.sip+"\nINVITE sip:200@") || !strings.Contains(string(data), "SIP/2.0 403 ") {
+		fail("the carrier's INVITE of the transfer was not sent to the node and refused 403")
+	}
+	if r := recs[0]; r.Outcome != "rejected_forbidden" || r.Code != 403 || r.Carrier != "" {
+		fail("the carrier's INVITE of the transfer recorded as %+v, want refused 403 before any carrier", r)
+	}
+	if r := recs[1]; r.Outcome != "forwarded" || r.Code != 200 || r.Peer != "phone" || r.EndedBy != "caller" || r.EndReason != "bye" {
+		fail("the transferred call recorded as %+v", r)
+	}
+	if v := n.metric("cpsguard_calls_total", `outcome="forwarded"`); v != 1 {
+		fail("calls forwarded = %v, want only the caller's", v)
+	}
+	if all, _ := callee.received("INVITE", n.sip); all != 1 {
+		fail("the carrier got %d INVITEs, want the caller's one", all)
+	}
+}
