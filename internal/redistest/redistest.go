@@ -1,11 +1,3 @@
-// Package redistest starts private redis-server processes for tests.
-//
-// Every server listens on a free loopback port, keeps nothing on disk and is
-// stopped when the test ends. Tests never talk to a Redis they did not start.
-// When redis-server is missing the test is skipped, except under CI=true,
-// where a missing component is a failure.
-//
-// The helpers are safe for concurrent use by parallel tests.
 package redistest
 
 import (

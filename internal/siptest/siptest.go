@@ -1,14 +1,3 @@
-// Package siptest provides real SIP endpoints for tests of the call path: a
-// measuring carrier (UAS) that records when each INVITE arrives, and a
-// small caller (UAC). Both are built on sipgo and listen on loopback.
-//
-// It is also the one home of what every measurement of the call path
-// needs, shared by the product's tests (sip, e2e) and the benchmark suite
-// (bench/, a module of its own in this repository): kernel receive
-// timestamps of UDP datagrams (EnableTimestamps, ReadStamped) and "at most
-// N in any rolling window" (MaxInWindow).
-//
-// A Carrier is safe for concurrent use; it stops when the test ends.
 package siptest
 
 import (

@@ -1,7 +1,3 @@
-// Package testlog is a sink for the logs of code under test: a buffer its
-// goroutines write while the test reads what was written so far. Tests
-// only; it never fails (a bytes.Buffer's Write returns no error but on
-// running out of memory, when it panics).
 package testlog
 
 import (

@@ -1,17 +1,3 @@
-// Command sink is the measuring carrier of the benchmark suite, on its own:
-// a UDP UAS that answers every INVITE with 100 and 200 (no 180), takes the
-// ACK, answers BYE, and records the kernel arrival time of every new INVITE.
-//
-//	(cd bench && go build -o out/bin/sink ./cmd/sink)   # bench/ is its own module
-//	bench/out/bin/sink -listen 127.0.0.1:5070 -for 30s -out bench/out/sink.csv
-//	bench/out/bin/sink -analyze bench/out/sink.csv [-cps 50]
-//
-// Paths are relative to the repository root, where the bench scripts run.
-//
-// On exit (after -for, or on SIGINT) it writes one row per INVITE
-// (call_id, unix_ns) to -out and prints the analysis: calls, the most calls
-// in any sliding 1 s window, calls per second, and inter-arrival times
-// (compared with 1/cps when -cps is given).
 package main
 
 import (

@@ -1,6 +1,3 @@
-// Package procs starts and stops the processes of a benchmark run
-// (redis-server, kamailio, cpsguard, SIPp) on free loopback ports, each one
-// owned by the run and stopped by its own pid, never by name.
 package procs
 
 import (

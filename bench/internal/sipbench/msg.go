@@ -1,11 +1,3 @@
-// Package sipbench holds the SIP endpoints of the benchmark suite: a
-// measuring carrier (Sink, a UDP UAS) and a paced caller (Caller, a UDP
-// UAC). Both speak just enough SIP over UDP to complete calls through a
-// proxy (INVITE, 100, 200, ACK, BYE; non-2xx finals are ACKed) and record
-// kernel receive timestamps, so a run measures the proxy and not the tools.
-//
-// They are benchmark tools, not SIP stacks: no TCP, no authentication, no
-// SDP; loopback only. Both are safe for concurrent use once started.
 package sipbench
 
 import (

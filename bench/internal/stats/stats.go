@@ -1,8 +1,3 @@
-// Package stats turns timestamps into the figures of the benchmark suite:
-// sliding-window counts, per-second counts, percentiles, and CSV/table
-// output. Pure functions, deterministic. The most events in any sliding
-// window, the figure the product's tests assert too, is
-// siptest.MaxInWindowAt (internal/siptest of the product module).
 package stats
 
 import (
