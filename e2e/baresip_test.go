@@ -44,8 +44,9 @@ type baresip struct {
 // (ausine) in Opus, played to /dev/null: no sound device is needed. Its
 // media go to the address baresip picks on the host (the kernel keeps
 // them on the box). Without baresip in PATH the test skips, except under
-// CI=true, where it fails.
-func startBaresip(t *testing.T, name, ip, user string, answer bool) *baresip {
+// CI=true, where it fails. extra are more lines of its configuration
+// ("sip_certificate FILE": it then serves TLS on its port + 1).
+func startBaresip(t *testing.T, name, ip, user string, answer bool, extra ...string) *baresip {
 	t.Helper()
 	bin := redistest.Require(t, "baresip")
 	dir := filepath.Join(t.TempDir(), name)
@@ -75,8 +76,7 @@ func startBaresip(t *testing.T, name, ip, user string, answer bool) *baresip {
 			"module_app account.so",
 			"module_app menu.so",
 			"cons_listen " + b.cons,
-			"",
-		}, "\n")
+		}, "\n") + "\n" + strings.Join(extra, "\n") + "\n"
 		account := fmt.Sprintf("<sip:%s@%s>;regint=0;answermode=%s;audio_codecs=opus/48000/2\n", user, b.addr, mode)
 		if err := os.WriteFile(filepath.Join(dir, "config"), []byte(conf), 0o600); err != nil {
 			t.Fatal(err)
@@ -100,7 +100,8 @@ func startBaresip(t *testing.T, name, ip, user string, answer bool) *baresip {
 			logf.Close()
 			close(b.exited)
 		}()
-		if waitBoundUDP(b.addr, b.exited, 10*time.Second) && waitBoundUDP(b.cons, b.exited, 5*time.Second) {
+		if waitBoundUDP(b.addr, b.exited, 10*time.Second) && waitBoundUDP(b.cons, b.exited, 5*time.Second) &&
+			(!strings.Contains(conf, "sip_certificate") || waitListening(b.tlsAddr(), 5*time.Second)) {
 			t.Cleanup(b.stop)
 			return b
 		}
@@ -112,6 +113,28 @@ func startBaresip(t *testing.T, name, ip, user string, answer bool) *baresip {
 	// sip_listen says.
 	t.Fatalf("baresip %s did not start (its SIP socket needs an address of the host besides loopback):\n%s", name, last)
 	return nil
+}
+
+// tlsAddr is where baresip serves SIP over TLS (with sip_certificate):
+// its SIP port + 1.
+func (b *baresip) tlsAddr() string {
+	host, port, _ := net.SplitHostPort(b.addr)
+	p, _ := strconv.Atoi(port)
+	return net.JoinHostPort(host, strconv.Itoa(p+1))
+}
+
+// waitListening reports whether a TCP connection to addr succeeds within
+// limit.
+func waitListening(addr string, limit time.Duration) bool {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			c.Close()
+			return true
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return false
 }
 
 // baresipModules is the directory of baresip's modules.
@@ -187,7 +210,7 @@ func (b *baresip) received(method, via string) (all, through int) {
 		l := sc.Text()
 		switch {
 		case (strings.HasPrefix(l, "UDP ") || strings.HasPrefix(l, "TCP ") || strings.HasPrefix(l, "TLS ")) && strings.Contains(l, " -> "):
-			in, start, seen = strings.HasSuffix(l, " -> "+b.addr), true, false
+			in, start, seen = strings.HasSuffix(l, " -> "+b.addr) || strings.HasSuffix(l, " -> "+b.tlsAddr()), true, false
 		case start:
 			start = false
 			if in && strings.HasPrefix(l, method+" sip:") {
@@ -573,5 +596,107 @@ func TestBaresipTransferNotAdmitted(t *testing.T) {
 	}
 	if all, _ := callee.received("INVITE", n.sip); all != 1 {
 		fail("the carrier got %d INVITEs, want the caller's one", all)
+	}
+}
+
+// certAndKey issues a server certificate naming ip from pki's CA and
+// writes it with its key in one PEM file, as baresip's sip_certificate
+// takes them.
+func certAndKey(t *testing.T, pki redistest.TLSFiles, ip net.IP) string {
+	t.Helper()
+	cert, key := pki.Leaf(t, "carrier", nil, []net.IP{ip}, false)
+	var pem []byte
+	for _, f := range []string{cert, key} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pem = append(pem, b...)
+	}
+	both := filepath.Join(t.TempDir(), "carrier.pem")
+	if err := os.WriteFile(both, pem, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return both
+}
+
+// TestBaresipOverTLS: the caller's baresip reaches the node over TLS
+// (verifying the node's certificate against the test CA) and the node
+// reaches the carrier's baresip over TLS (verifying the carrier's
+// certificate, which names its IP address): a call answered, ACKed and
+// hung up by the caller, every request of it on TLS.
+func TestBaresipOverTLS(t *testing.T) {
+	pki := redistest.NewTLSFiles(t)
+	both := certAndKey(t, pki, net.IPv4(127, 0, 0, 45))
+	records := filepath.Join(t.TempDir(), "calls.jsonl")
+	callee := startBaresip(t, "carrier", "127.0.0.45", "100", true, "sip_certificate "+both)
+	// As over TCP, baresip's connection leaves from 127.0.0.1.
+	n := startNode(t, nodeConf{id: "baresip-tls", records: records, tlsCert: pki.ServerCert, tlsKey: pki.ServerKey, tlsCA: pki.CA,
+		peers:    []peerConf{{name: "phone", sources: []string{"127.0.0.1/32"}, cps: 10}},
+		carriers: []carrierConf{{name: "baresip", addr: callee.tlsAddr() + ";transport=tls", cps: 100, extra: "probe: {interval: 0s}"}}}, true)
+	caller := startBaresip(t, "phone", "127.0.0.35", "erin", false, "sip_cafile "+pki.CA)
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Fatalf(format+"\ncaller:\n%s\ncarrier:\n%s\ncpsguard:\n%s", append(args, caller.logTail(), callee.logTail(), n.logTail())...)
+	}
+	caller.do("/dial sip:100@" + n.sipTLS + ";transport=tls")
+	if !waitFor(10*time.Second, func() bool { return len(n.answeredCalls()) == 1 }) {
+		fail("the call was not answered")
+	}
+	caller.do("/hangup")
+	if !waitFor(10*time.Second, func() bool { return len(readRecords(t, records)) == 1 }) {
+		fail("no call record")
+	}
+	if r := readRecords(t, records)[0]; r.Outcome != "forwarded" || r.Code != 200 || r.EndedBy != "caller" || r.EndReason != "bye" {
+		fail("the call recorded as %+v", r)
+	}
+	for _, m := range []string{"INVITE", "ACK", "BYE"} {
+		if all, through := callee.received(m, n.sipTLS); all != 1 || through != 1 {
+			fail("the carrier got %d %s, %d through the node's TLS listener; want 1", all, m, through)
+		}
+	}
+	if !callee.traced("TLS", callee.tlsAddr()) {
+		fail("the node did not reach the carrier over TLS")
+	}
+	if !caller.traced("TLS", n.sipTLS) {
+		fail("the caller did not reach the node over TLS")
+	}
+	if caller.traced("UDP", n.sip) || callee.traced("UDP", callee.addr) || callee.traced("TCP", callee.addr) {
+		fail("a message of the call went over UDP or TCP")
+	}
+	if v := n.metric("cpsguard_sip_errors_total"); v != 0 {
+		fail("sip_errors_total = %v", v)
+	}
+}
+
+// TestBaresipTLSCarrierNotNamed: a TLS carrier whose certificate, from
+// the trusted CA, names another address than the one the call goes to
+// gets nothing: the node's handshake fails its name check (RFC 5922), no
+// INVITE reaches the carrier's baresip, and the caller gets the node's
+// failure.
+func TestBaresipTLSCarrierNotNamed(t *testing.T) {
+	pki := redistest.NewTLSFiles(t)
+	records := filepath.Join(t.TempDir(), "calls.jsonl")
+	callee := startBaresip(t, "carrier", "127.0.0.47", "100", true, "sip_certificate "+certAndKey(t, pki, net.IPv4(127, 0, 0, 46)))
+	n := startNode(t, nodeConf{id: "baresip-tls-name", records: records, tlsCert: pki.ServerCert, tlsKey: pki.ServerKey, tlsCA: pki.CA,
+		peers:    []peerConf{{name: "phone", sources: []string{"127.0.0.37/32"}, cps: 10}},
+		carriers: []carrierConf{{name: "baresip", addr: callee.tlsAddr() + ";transport=tls", cps: 100, extra: "probe: {interval: 0s}"}}}, true)
+	caller := startBaresip(t, "phone", "127.0.0.37", "frank", false)
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Fatalf(format+"\ncaller:\n%s\ncarrier:\n%s\ncpsguard:\n%s", append(args, caller.logTail(), callee.logTail(), n.logTail())...)
+	}
+	caller.do("/dial sip:100@" + n.sip)
+	if !waitFor(15*time.Second, func() bool { return len(readRecords(t, records)) == 1 }) {
+		fail("no call record")
+	}
+	if r := readRecords(t, records)[0]; r.Code < 500 || r.Code == 200 {
+		fail("the call recorded as %+v, want the node's failure (5xx)", r)
+	}
+	if all, _ := callee.received("INVITE", n.sipTLS); all != 0 {
+		fail("the carrier whose certificate names another address got %d INVITEs", all)
+	}
+	if len(n.answeredCalls()) != 0 {
+		fail("a call is up")
 	}
 }

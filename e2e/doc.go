@@ -24,8 +24,9 @@
 // second baresip as its carrier: calls hung up by either end, held and
 // resumed (re-INVITEs), cancelled while ringing, refused busy, refused over
 // the peer's CPS, transferred (REFER and NOTIFY through the node, the
-// carrier's INVITE of the transfer refused 403), and a call over TCP on
-// both sides, each checked in the
+// carrier's INVITE of the transfer refused 403), a call over TCP and one
+// over TLS on both sides, and a TLS carrier whose certificate names
+// another address getting nothing, each checked in the
 // node's call records and in both phones' SIP traces (baresip_test.go).
 // baresip's media (a generated tone, a few seconds) go to the address it
 // picks on the host; the kernel keeps them on the box.

@@ -115,16 +115,26 @@ type nodeConf struct {
 	callRefreshTTL time.Duration
 	// records is the call records' file (records.file); empty = none.
 	records string
+	// tlsCert and tlsKey, when set, add a tls:// listener (node.sipTLS)
+	// presenting them; tlsCA verifies TLS carriers (sip.tls.ca_file).
+	tlsCert, tlsKey, tlsCA string
 }
 
 func num(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 
 // yaml renders the configuration for a node listening on sipPort and
 // httpPort.
-func (c nodeConf) yaml(sipPort, httpPort int) string {
+func (c nodeConf) yaml(sipPort, httpPort, tlsPort int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "node_id: %s\n", c.id)
-	fmt.Fprintf(&b, "sip:\n  listen: [udp://127.0.0.1:%d, tcp://127.0.0.1:%d]\n  record_route: true\n", sipPort, sipPort)
+	tls := ""
+	if c.tlsCert != "" {
+		tls = fmt.Sprintf(", tls://127.0.0.1:%d", tlsPort)
+	}
+	fmt.Fprintf(&b, "sip:\n  listen: [udp://127.0.0.1:%d, tcp://127.0.0.1:%d%s]\n  record_route: true\n", sipPort, sipPort, tls)
+	if c.tlsCert != "" {
+		fmt.Fprintf(&b, "  tls: {cert_file: %q, key_file: %q, ca_file: %q}\n", c.tlsCert, c.tlsKey, c.tlsCA)
+	}
 	us := c.unknownSource
 	if us == "" {
 		us = "reject"
@@ -191,6 +201,7 @@ type node struct {
 	t       testing.TB
 	id      string
 	sip     string // 127.0.0.1:port (UDP and TCP)
+	sipTLS  string // 127.0.0.1:port of the tls:// listener (nodeConf.tlsCert)
 	http    string // http://127.0.0.1:port
 	cfgPath string
 	logPath string
@@ -211,11 +222,11 @@ func startNode(t testing.TB, c nodeConf, ready bool) *node {
 	dir := t.TempDir()
 	var last string
 	for attempt := 0; attempt < 3; attempt++ {
-		sipPort, httpPort := freeSIPPort(t), redistest.FreePort(t)
-		n := &node{t: t, id: c.id, sip: fmt.Sprintf("127.0.0.1:%d", sipPort),
+		sipPort, httpPort, tlsPort := freeSIPPort(t), redistest.FreePort(t), redistest.FreePort(t)
+		n := &node{t: t, id: c.id, sip: fmt.Sprintf("127.0.0.1:%d", sipPort), sipTLS: fmt.Sprintf("127.0.0.1:%d", tlsPort),
 			http: fmt.Sprintf("http://127.0.0.1:%d", httpPort), exited: make(chan struct{}),
 			cfgPath: filepath.Join(dir, c.id+".yaml"), logPath: filepath.Join(dir, fmt.Sprintf("%s-%d.log", c.id, attempt))}
-		if err := os.WriteFile(n.cfgPath, []byte(c.yaml(sipPort, httpPort)), 0o600); err != nil {
+		if err := os.WriteFile(n.cfgPath, []byte(c.yaml(sipPort, httpPort, tlsPort)), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		logf, err := os.Create(n.logPath)
