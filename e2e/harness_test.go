@@ -123,7 +123,7 @@ type nodeConf struct {
 func num(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 
 // yaml renders the configuration for a node listening on sipPort and
-// httpPort.
+// httpPort (and tlsPort, with tlsCert).
 func (c nodeConf) yaml(sipPort, httpPort, tlsPort int) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "node_id: %s\n", c.id)
