@@ -416,7 +416,8 @@ func TestBaresipThroughNode(t *testing.T) {
 
 // TestBaresipHoldCancelBusy: baresip → cpsguard (in-process store) →
 // baresip as a carrier whose user answers by hand. A call put on hold and
-// resumed (two re-INVITEs, each ACKed, through the node), a call the
+// resumed by each end in turn (four re-INVITEs, each ACKed, through the
+// node both ways), a call the
 // caller cancels while it rings (the CANCEL through the node, 487 to the
 // caller), and a call the carrier refuses busy (486 to the caller).
 func TestBaresipHoldCancelBusy(t *testing.T) {
@@ -467,6 +468,18 @@ func TestBaresipHoldCancelBusy(t *testing.T) {
 	}
 	count(callee, "INVITE", 3)
 	count(callee, "ACK", 3)
+	// The carrier's user holds and resumes too: its re-INVITEs come the
+	// other way, each answered by the caller and ACKed, through the node.
+	callee.do("/hold")
+	if !waitFor(5*time.Second, func() bool { all, _ := caller.received("ACK", n.sip); return all == 1 }) {
+		fail("the carrier's hold re-INVITE was not answered and ACKed")
+	}
+	callee.do("/resume")
+	if !waitFor(5*time.Second, func() bool { all, _ := caller.received("ACK", n.sip); return all == 2 }) {
+		fail("the carrier's resume re-INVITE was not answered and ACKed")
+	}
+	count(caller, "INVITE", 2)
+	count(caller, "ACK", 2)
 	caller.do("/hangup")
 	if r := recorded(1); r.Outcome != "forwarded" || r.Code != 200 || r.EndedBy != "caller" || r.EndReason != "bye" {
 		fail("the held call recorded as %+v", r)
