@@ -14,7 +14,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -225,6 +228,32 @@ func (b *baresip) received(method, via string) (all, through int) {
 		}
 	}
 	return all, through
+}
+
+// answers returns the status codes of the responses to method baresip's
+// SIP trace shows it sent, in order.
+func (b *baresip) answers(method string) []int {
+	data, _ := os.ReadFile(b.logPath)
+	var codes []int
+	out, start, code := false, false, 0
+	for _, l := range strings.Split(strings.ReplaceAll(string(data), "\r\n", "\n"), "\n") {
+		switch {
+		case (strings.HasPrefix(l, "UDP ") || strings.HasPrefix(l, "TCP ") || strings.HasPrefix(l, "TLS ")) && strings.Contains(l, " -> "):
+			out = strings.HasPrefix(l[4:], b.addr+" ") || strings.HasPrefix(l[4:], b.tlsAddr()+" ")
+			start, code = true, 0
+		case start:
+			start = false
+			if f := strings.Fields(l); out && len(f) > 1 && f[0] == "SIP/2.0" {
+				code, _ = strconv.Atoi(f[1])
+			}
+		case code != 0 && strings.HasPrefix(l, "CSeq: "):
+			if f := strings.Fields(l); len(f) == 3 && f[2] == method {
+				codes = append(codes, code)
+			}
+			code = 0
+		}
+	}
+	return codes
 }
 
 // traced reports whether baresip's SIP trace shows a message over proto
@@ -711,5 +740,63 @@ func TestBaresipTLSCarrierNotNamed(t *testing.T) {
 	}
 	if len(n.answeredCalls()) != 0 {
 		fail("a call is up")
+	}
+}
+
+// TestBaresipOperatorEndsCall: an operator ends a live call through the
+// API. The node's own BYEs, built from what it kept of the dialog (tags,
+// URIs, route sets, CSeq), are taken by both baresips, which keep real
+// dialog state and would answer 481 to one that does not match: each
+// answers 200, and the call is recorded as ended by the node.
+func TestBaresipOperatorEndsCall(t *testing.T) {
+	const token = "e2e-operator-token"
+	records := filepath.Join(t.TempDir(), "calls.jsonl")
+	callee := startBaresip(t, "carrier", "127.0.0.48", "100", true)
+	n := startNode(t, nodeConf{id: "baresip-end", records: records, token: token,
+		peers:    []peerConf{{name: "phone", sources: []string{"127.0.0.38/32"}, cps: 10}},
+		carriers: []carrierConf{{name: "baresip", addr: callee.addr, cps: 100, extra: "probe: {interval: 0s}"}}}, true)
+	caller := startBaresip(t, "phone", "127.0.0.38", "grace", false)
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Fatalf(format+"\ncaller:\n%s\ncarrier:\n%s\ncpsguard:\n%s", append(args, caller.logTail(), callee.logTail(), n.logTail())...)
+	}
+	caller.do("/dial sip:100@" + n.sip)
+	var ids []string
+	if !waitFor(10*time.Second, func() bool { ids = n.answeredCalls(); return len(ids) == 1 }) {
+		fail("the call was not answered")
+	}
+	req, err := http.NewRequest(http.MethodDelete, n.http+"/api/v1/calls/"+url.PathEscape(ids[0]), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	res, err := httpClient.Do(req)
+	if err != nil {
+		fail("DELETE /api/v1/calls: %v", err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 {
+		fail("DELETE /api/v1/calls: %d %s", res.StatusCode, body)
+	}
+	if !waitFor(10*time.Second, func() bool { return len(readRecords(t, records)) == 1 }) {
+		fail("no call record after the operator's end (%s)", body)
+	}
+	if r := readRecords(t, records)[0]; r.Outcome != "forwarded" || r.Code != 200 || r.EndedBy != "node" || r.EndReason != "operator" {
+		fail("the call recorded as %+v", r)
+	}
+	for _, b := range []*baresip{caller, callee} {
+		if !waitFor(5*time.Second, func() bool { return len(b.answers("BYE")) == 1 }) {
+			fail("%s answered the node's BYE %v times, want once", b.addr, b.answers("BYE"))
+		}
+		if got := b.answers("BYE"); got[0] != 200 {
+			fail("%s answered the node's BYE %d, want 200 (it matched no dialog)", b.addr, got[0])
+		}
+		if all, through := b.received("BYE", n.sip); all != 1 || through != 1 {
+			fail("%s got %d BYEs, %d from the node; want 1", b.addr, all, through)
+		}
+	}
+	if !waitFor(5*time.Second, func() bool { all, _ := n.listedCalls(); return len(all) == 0 }) {
+		fail("the call is still listed")
 	}
 }

@@ -21,18 +21,19 @@
 // of it, a transaction-aware SIPp caller behind Kamailio and a SIPp carrier
 // that copies Vias with [last_Via:] (interop_test.go); and baresip, a
 // softphone that keeps real dialog state, calling through a node to a
-// second baresip as its carrier: calls hung up by either end, held and
-// resumed (re-INVITEs), cancelled while ringing, refused busy, refused over
-// the peer's CPS, transferred (REFER and NOTIFY through the node, the
-// carrier's INVITE of the transfer refused 403), a call over TCP and one
-// over TLS on both sides, and a TLS carrier whose certificate names
-// another address getting nothing, each checked in the
-// node's call records and in both phones' SIP traces (baresip_test.go).
-// baresip's media (a generated tone, a few seconds) go to the address it
-// picks on the host; the kernel keeps them on the box.
+// second baresip as its carrier (baresip_test.go): calls hung up by either
+// end; held and resumed by either end (re-INVITEs both ways); cancelled
+// while ringing; refused busy; refused over the peer's CPS; transferred
+// (REFER and NOTIFY through the node, the carrier's INVITE of the transfer
+// refused 403); ended by an operator through the API (the node's own BYEs
+// answered 200 by both phones); over TCP and over TLS on both sides; and a
+// TLS carrier whose certificate names another address getting nothing.
+// Each is checked in the node's call records and in both phones' SIP
+// traces. baresip's media (a generated tone, a few seconds) go to the
+// address it picks on the host; the kernel keeps them on the box.
 //
-// The tests need redis-server, redis-cli, sipp, kamailio and baresip; without them
-// they skip, except under CI=true, where they fail. Linux only (/proc, SO_TIMESTAMPNS).
+// The tests need redis-server, redis-cli, sipp, kamailio and baresip;
+// without them they skip, except under CI=true, where they fail. Linux only (/proc, SO_TIMESTAMPNS).
 // Every load is bounded in calls and time and uses 127.0.0.0/8 only; the
 // package runs in about a minute and a half.
 //
