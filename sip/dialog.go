@@ -323,6 +323,9 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 		// noAutoTrying); its answer may take a while to come.
 		p.answer(req, tx, sipmsg.StatusTrying, "Trying")
 	}
+	// Not ahead of the dialog's ACK that arrived before it, still being
+	// sent in another goroutine (ackorder.go).
+	p.ackOrder.wait(hop.key, hop.dir)
 	d := &dialogLeg{
 		relayLeg: relayLeg{p: p, out: hop.out, ctx: context.Background(), shutdown: p.base.Done()},
 		server:   txUpstream{p: p, req: req, tx: tx, dest: upstreamOf(req), oc: p.dialogOCPeer(req, &hop), hop: &hop},
@@ -459,6 +462,9 @@ func isNilHeader(h sipmsg.Header) bool {
 // here (they carry no Route of the proxy).
 func (p *Proxy) onAck(req *sipmsg.Request, _ sipmsg.ServerTransaction) {
 	hop, code := p.prepareInDialog(req, false)
+	if code == 0 {
+		defer p.ackOrder.end(hop.key, hop.dir) // as screenAck noted it
+	}
 	if code != 0 || p.admitInDialog(&hop, false, req) != 0 {
 		return // refused, no hops left, ended or over its rate (an ACK is never answered)
 	}

@@ -221,8 +221,9 @@
 // back differently in the response), keep the stateful relay. ACKs of 2xx
 // (always relayed without a transaction) to a carrier over UDP leave from
 // the screen too, whatever the caller's transport, so a BYE sent right
-// after its ACK cannot overtake it (to a carrier over TCP or TLS it still
-// may: the write could wait, and the screen must not). Every Via of a
+// after its ACK cannot overtake it; to a carrier over TCP or TLS the ACK
+// leaves from a goroutine (the write could wait, and the screen must not)
+// and the dialog's next request waits for it (ackorder.go). Every Via of a
 // forwarded request stays a plain Via line
 // (a carrier that copies the lines named Via, as SIPp does, returns them
 // all); the ACK of a non-2xx answer to a forwarded INVITE carries only the

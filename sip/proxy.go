@@ -340,6 +340,9 @@ type Proxy struct {
 	// acked keeps what answered calls whose transactions ended at their
 	// caller's ACK need for the rest of their linger (acked.go).
 	acked ackedTable
+	// ackOrder holds a dialog's requests to a stream leg behind the ACK
+	// just ahead of them (ackorder.go).
+	ackOrder ackOrder
 	// refused are the proxy's own final answers to INVITEs it never
 	// forwarded, for their copies (refused.go).
 	refused *refusals.Table

@@ -165,8 +165,8 @@ func (p *Proxy) screenInDialog(cfg *config.Config, req *sipmsg.Request) bool {
 //     relayed non-2xx carries no valid token of the proxy): sipgo absorbs
 //     it or onAck drops it;
 //   - a carrier over TCP or TLS (a write that may wait: onAck sends it,
-//     and a BYE right behind it may still overtake it), fewer than 2 hops
-//     left (onAck drops it).
+//     and the dialog's next requests wait for that, ackorder.go), fewer
+//     than 2 hops left (onAck drops it).
 func (p *Proxy) screenAck(req *sipmsg.Request) bool {
 	if statefulOnly.Load() || !p.inDialog(req) {
 		return false
@@ -175,7 +175,13 @@ func (p *Proxy) screenAck(req *sipmsg.Request) bool {
 		return false
 	}
 	hop, code := p.prepareInDialog(req, false)
-	if code != 0 || hop.to.Stream() || !hop.to.Addr.Addr().IsValid() {
+	if code != 0 {
+		return false
+	}
+	if hop.to.Stream() || !hop.to.Addr.Addr().IsValid() {
+		// onAck sends it, in a goroutine of sipgo's: the dialog's next
+		// requests, right behind it, wait for that (ackorder.go).
+		p.ackOrder.begin(hop.key, hop.dir, time.Now())
 		return false
 	}
 	if p.admitInDialog(&hop, false, req) != 0 {

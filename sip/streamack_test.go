@@ -228,3 +228,51 @@ func TestStreamCallerForgedAcksNotRelayed(t *testing.T) {
 		t.Fatalf("the ACK at the carrier came from Via %q, want the valid one", b)
 	}
 }
+
+// TestAckBeforeByeToStreamCarrier: a caller over UDP sends its ACK and
+// BYE back to back to a carrier over TCP. The UDP worker hands both to
+// sipgo (a stream write may wait, so neither is relayed from the worker),
+// and sipgo runs each in a goroutine of its own: the BYE could be written
+// to the carrier's connection before the ACK (a UAS waiting for the ACK
+// fails the call). The carrier must get every call's ACK before its BYE.
+func TestAckBeforeByeToStreamCarrier(t *testing.T) {
+	car := startCopyCarrier(t, true, viaLines, 200, 0)
+	h := interopProxy(t, car)
+	c := startLineCaller(t)
+	const calls = 30
+	for i := range calls {
+		id := fmt.Sprint("tcp-car-ack-", i)
+		c.send(h.udp, c.invite(h.udp, id))
+		ok := c.final(id, "1 INVITE", 5*time.Second)
+		if statusOf(ok) != 200 {
+			t.Fatalf("call %s: final %q, want 200", id, ok)
+		}
+		c.send(h.udp, c.ackOf2xx(ok, 1))
+		c.send(h.udp, c.inDialog(ok, "BYE", "bye-"+id, 2))
+	}
+	waitFor(t, func() bool { return len(car.requests("BYE")) == calls }, "every BYE at the carrier")
+	car.mu.Lock()
+	got := append([]string(nil), car.got...)
+	car.mu.Unlock()
+	order := map[string][]string{}
+	for _, m := range got {
+		method, _, _ := strings.Cut(m, " ")
+		for _, l := range rawHeaderLines(m) {
+			if n := lineName(l); n == "call-id" || n == "i" {
+				_, v, _ := strings.Cut(l, ":")
+				order[strings.TrimSpace(v)] = append(order[strings.TrimSpace(v)], method)
+			}
+		}
+	}
+	overtaken := 0
+	for i := range calls {
+		id := fmt.Sprint("tcp-car-ack-", i)
+		if o := strings.Join(order[id], ","); o != "INVITE,ACK,BYE" {
+			overtaken++
+			t.Logf("call %s: the carrier got %s", id, o)
+		}
+	}
+	if overtaken > 0 {
+		t.Errorf("%d of %d calls: the carrier did not get INVITE, ACK, BYE in that order", overtaken, calls)
+	}
+}
