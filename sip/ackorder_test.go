@@ -13,7 +13,7 @@ func TestAckOrderWaitsForTheAckAhead(t *testing.T) {
 	a, b := callKey{1}, callKey{2}
 	now := time.Now()
 	o.begin(a, fromPeer, now)
-	o.begin(a, fromPeer, now) // a second ACK of the call (a 2xx retransmission's)
+	o.begin(a, fromPeer, now) // a copy of the ACK (the caller's again, for the 2xx sent again)
 	done := make(chan struct{})
 	go func() { o.wait(a, fromPeer); close(done) }()
 
@@ -40,13 +40,12 @@ func TestAckOrderWaitsForTheAckAhead(t *testing.T) {
 	}
 }
 
-// TestAckOrderBounded: a note nobody ends (an ACK sipgo absorbed) holds
-// its call's requests at most connectTimeout; the table takes at most
-// ackOrderMax notes, sweeps the stale ones when full, and past that takes
-// none (the requests are then not held back at all).
+// TestAckOrderBounded: a note nobody ends holds its call's requests at
+// most its bound, and the call's next ACK replaces it; the table takes at
+// most ackOrderMax notes, sweeps the stale ones when full (not again
+// within ackOrderSweep), and past that takes none (the requests are then
+// not held back at all).
 func TestAckOrderBounded(t *testing.T) {
-	saved := connectTimeout
-	t.Cleanup(func() { connectTimeout = saved })
 	returns := func(o *ackOrder, k callKey) bool {
 		done := make(chan struct{})
 		go func() { o.wait(k, fromPeer); close(done) }()
@@ -57,26 +56,37 @@ func TestAckOrderBounded(t *testing.T) {
 			return false
 		}
 	}
-
-	// A note never ended: the wait ends at connectTimeout.
-	connectTimeout = 100 * time.Millisecond
-	var o ackOrder
-	o.begin(callKey{1}, fromPeer, time.Now())
-	if !returns(&o, callKey{1}) {
-		t.Fatal("a request still waits for an ACK never sent, past connectTimeout")
+	noted := func(o *ackOrder, k callKey) *ackFlight {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		return o.m[ackOrderKey{k, fromPeer}]
 	}
 
-	// A stale note is not waited for, however long connectTimeout is now.
-	connectTimeout = time.Hour
-	var stale ackOrder
-	stale.begin(callKey{5}, fromPeer, time.Now().Add(-2*time.Hour))
-	if !returns(&stale, callKey{5}) {
+	// A note never ended: the wait ends at the bound.
+	o := ackOrder{limit: 100 * time.Millisecond}
+	o.begin(callKey{1}, fromPeer, time.Now())
+	if !returns(&o, callKey{1}) {
+		t.Fatal("a request still waits for an ACK never sent, past the bound")
+	}
+
+	// A stale note is not waited for, however long the bound is, and the
+	// call's next ACK replaces it: its requests wait for that one again.
+	long := ackOrder{limit: time.Hour}
+	long.begin(callKey{5}, fromPeer, time.Now().Add(-2*time.Hour))
+	if !returns(&long, callKey{5}) {
 		t.Fatal("a request waits for a stale note")
+	}
+	long.begin(callKey{5}, fromPeer, time.Now())
+	if f := noted(&long, callKey{5}); f == nil || f.n != 1 || time.Since(f.at) > time.Minute {
+		t.Fatalf("the call's next ACK after a stale note: note %+v, want a fresh one", f)
+	}
+	long.end(callKey{5}, fromPeer)
+	if n := long.len(); n != 0 {
+		t.Errorf("%d notes after the fresh ACK was sent, want 0", n)
 	}
 
 	// The table's bound, and its sweep of the stale notes.
-	connectTimeout = 100 * time.Millisecond
-	var full ackOrder
+	full := ackOrder{limit: 100 * time.Millisecond}
 	old := time.Now().Add(-time.Second)
 	for i := range ackOrderMax {
 		full.begin(callKey{byte(i), byte(i >> 8), 1}, fromPeer, old)
@@ -84,21 +94,28 @@ func TestAckOrderBounded(t *testing.T) {
 	if n := full.len(); n != ackOrderMax {
 		t.Fatalf("%d notes, want %d", n, ackOrderMax)
 	}
-	full.begin(callKey{9, 9, 9}, fromPeer, time.Now())
+	now := time.Now()
+	full.begin(callKey{9, 9, 9}, fromPeer, now)
 	if n := full.len(); n != 1 {
 		t.Errorf("%d notes after a full table of stale ones took a new one, want 1 (the stale swept)", n)
 	}
 	for i := range ackOrderMax - 1 {
-		full.begin(callKey{byte(i), byte(i >> 8), 2}, fromPeer, time.Now())
+		full.begin(callKey{byte(i), byte(i >> 8), 2}, fromPeer, now)
 	}
-	full.begin(callKey{7, 7, 7}, fromPeer, time.Now())
+	full.begin(callKey{7, 7, 7}, fromPeer, now)
 	if n := full.len(); n != ackOrderMax {
 		t.Errorf("%d notes, want at most %d", n, ackOrderMax)
 	}
-	full.mu.Lock()
-	noted := full.m[ackOrderKey{callKey{7, 7, 7}, fromPeer}] != nil
-	full.mu.Unlock()
-	if noted {
+	if noted(&full, callKey{7, 7, 7}) != nil {
 		t.Error("a full table of live notes took one more")
+	}
+	// Stale now, but swept less than ackOrderSweep ago: not swept again.
+	full.begin(callKey{8, 8, 8}, fromPeer, now.Add(ackOrderSweep/2))
+	if noted(&full, callKey{8, 8, 8}) != nil || full.len() != ackOrderMax {
+		t.Error("a full table swept again within ackOrderSweep")
+	}
+	full.begin(callKey{8, 8, 8}, fromPeer, now.Add(time.Second))
+	if noted(&full, callKey{8, 8, 8}) == nil || full.len() != 1 {
+		t.Errorf("a full table of stale notes, past ackOrderSweep: %d notes, want the new one alone", full.len())
 	}
 }

@@ -462,9 +462,6 @@ func isNilHeader(h sipmsg.Header) bool {
 // here (they carry no Route of the proxy).
 func (p *Proxy) onAck(req *sipmsg.Request, _ sipmsg.ServerTransaction) {
 	hop, code := p.prepareInDialog(req, false)
-	if code == 0 {
-		defer p.ackOrder.end(hop.key, hop.dir) // as screenAck noted it
-	}
 	if code != 0 || p.admitInDialog(&hop, false, req) != 0 {
 		return // refused, no hops left, ended or over its rate (an ACK is never answered)
 	}

@@ -164,9 +164,11 @@ func (p *Proxy) screenInDialog(cfg *config.Config, req *sipmsg.Request) bool {
 //   - an ACK that fails prepareInDialog (the ACK of the proxy's own or a
 //     relayed non-2xx carries no valid token of the proxy): sipgo absorbs
 //     it or onAck drops it;
-//   - a carrier over TCP or TLS (a write that may wait: onAck sends it,
-//     and the dialog's next requests wait for that, ackorder.go), fewer
-//     than 2 hops left (onAck drops it).
+//   - fewer than 2 hops left (onAck drops it).
+//
+// To a carrier over TCP or TLS (a write that may wait) it is sent from a
+// goroutine of the node's (ackToStream), with the same checks, and the
+// dialog's next requests wait for that (ackorder.go).
 func (p *Proxy) screenAck(req *sipmsg.Request) bool {
 	if statefulOnly.Load() || !p.inDialog(req) {
 		return false
@@ -179,10 +181,12 @@ func (p *Proxy) screenAck(req *sipmsg.Request) bool {
 		return false
 	}
 	if hop.to.Stream() || !hop.to.Addr.Addr().IsValid() {
-		// onAck sends it, in a goroutine of sipgo's: the dialog's next
-		// requests, right behind it, wait for that (ackorder.go).
+		// A write that may wait: sent from a goroutine of the node's, and
+		// the dialog's next requests, right behind it, wait for that
+		// (ackorder.go).
 		p.ackOrder.begin(hop.key, hop.dir, time.Now())
-		return false
+		go p.ackToStream(hop, req)
+		return true
 	}
 	if p.admitInDialog(&hop, false, req) != 0 {
 		return true // ended, or over its rate: dropped
@@ -193,6 +197,25 @@ func (p *Proxy) screenAck(req *sipmsg.Request) bool {
 	}
 	p.ackPassed(&hop, hop.out)
 	return true
+}
+
+// ackToStream does for an ACK screenAck let pass to a stream leg (or a
+// leg named by host) what onAck does, from a goroutine of its own, and
+// ends its ackOrder note: every note the screen takes is ended once, a
+// copy of the ACK too (sipgo would absorb a copy with the same branch,
+// its note never ended, and the dialog's next request would wait out
+// connectTimeout).
+func (p *Proxy) ackToStream(hop inDialogHop, req *sipmsg.Request) {
+	defer p.panics.Recover("sip.ack", nil)
+	defer p.ackOrder.end(hop.key, hop.dir)
+	if p.admitInDialog(&hop, false, req) != 0 {
+		return // ended, or over its rate: dropped
+	}
+	if err := p.sendAck(hop.out, nil); err != nil {
+		p.log.Debug("ACK forward failed", "call_id", callID(req), "error", err)
+		return
+	}
+	p.ackPassed(&hop, hop.out)
 }
 
 // topVias returns the first two Via values of m (the proxy's own and the
