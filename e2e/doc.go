@@ -29,8 +29,10 @@
 // answered 200 by both phones); over TCP and over TLS on both sides; and a
 // TLS carrier whose certificate names another address getting nothing.
 // Each is checked in the node's call records and in both phones' SIP
-// traces. baresip's media (a generated tone, a few seconds) go to the
-// address it picks on the host; the kernel keeps them on the box.
+// traces. baresip 1.0 opens its SIP sockets only when the host has an
+// IPv4 address besides loopback, and sends its media (a generated tone, a
+// few seconds) there; the kernel keeps them on the box. Without such an
+// address the baresip tests skip, except under CI=true, where they fail.
 //
 // The tests need redis-server, redis-cli, sipp, kamailio and baresip;
 // without them they skip, except under CI=true, where they fail. Linux only (/proc, SO_TIMESTAMPNS).
