@@ -465,6 +465,8 @@ type phoneSetup struct {
 	cps float64
 }
 
+// startPhones starts the carrier's phone, then the node, then the
+// customer's phone, as c says; each is stopped when the test ends.
 func startPhones(t *testing.T, c phoneSetup) *phones {
 	t.Helper()
 	ph := &phones{t: t, records: filepath.Join(t.TempDir(), "calls.jsonl")}
