@@ -859,3 +859,36 @@ func TestBaresipOperatorEndsCall(t *testing.T) {
 	}
 	ph.listed(0, 0)
 }
+
+// TestBaresipBehindKamailio: baresip → Kamailio (stateful,
+// record-routing) → cpsguard → baresip as the carrier. The phones' route
+// sets hold both proxies' Record-Routes: the ACK, a re-INVITE (hold) and
+// the BYE of a real UA pass Kamailio and the node in order, both ways.
+func TestBaresipBehindKamailio(t *testing.T) {
+	ph := &phones{t: t, records: filepath.Join(t.TempDir(), "calls.jsonl")}
+	ph.callee = startBaresip(t, "carrier", "127.0.0.49", "100", true)
+	ph.n = startNode(t, nodeConf{id: "baresip-kamailio", records: ph.records,
+		peers:    []peerConf{{name: "kamailio", sources: []string{"127.0.0.6/32"}, cps: 10}},
+		carriers: []carrierConf{{name: "baresip", addr: ph.callee.addr, cps: 100, extra: "probe: {interval: 0s}"}}}, true)
+	k := startKamailio(t, "127.0.0.6", ph.n.sip)
+	ph.caller = startBaresip(t, "phone", "127.0.0.39", "caller", false)
+	n := ph.n
+	ph.dial(k.addr)
+	ph.listed(1, 1)
+	ph.caller.do("/hold")
+	if !waitFor(5*time.Second, func() bool { all, _ := ph.callee.received("ACK", n.sip); return all == 2 }) {
+		ph.fail("the hold's re-INVITE was not answered and ACKed\nkamailio:\n%s", k.logTail())
+	}
+	ph.callee.do("/hangup")
+	ph.endedAs(1, callRecord{Outcome: "forwarded", Code: 200, Peer: "kamailio", EndedBy: "callee", EndReason: "bye"}, "the call through Kamailio")
+	ph.got(ph.callee, "INVITE", n.sip, 2)
+	ph.got(ph.callee, "ACK", n.sip, 2)
+	// The carrier's BYE reaches the caller through the node and Kamailio
+	// (Kamailio's Via on top).
+	ph.got(ph.caller, "BYE", k.addr, 1)
+	if all, through := ph.caller.received("BYE", n.sip); all != 1 || through != 1 {
+		ph.fail("the caller's BYE did not come through the node too (%d, %d)", all, through)
+	}
+	ph.listed(0, 0)
+	ph.noErrors()
+}

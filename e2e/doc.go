@@ -26,8 +26,9 @@
 // while ringing; refused busy; refused over the peer's CPS; transferred
 // (REFER and NOTIFY through the node, the carrier's INVITE of the transfer
 // refused 403); ended by an operator through the API (the node's own BYEs
-// answered 200 by both phones); over TCP and over TLS on both sides; and a
-// TLS carrier whose certificate names another address getting nothing.
+// answered 200 by both phones); over TCP and over TLS on both sides;
+// behind Kamailio (both proxies in the phones' route sets); and a TLS
+// carrier whose certificate names another address getting nothing.
 // Each is checked in the node's call records and in both phones' SIP
 // traces. baresip 1.0 opens its SIP sockets only when the host has an
 // IPv4 address besides loopback, and sends its media (a generated tone, a
