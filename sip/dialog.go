@@ -461,15 +461,25 @@ func isNilHeader(h sipmsg.Header) bool {
 // handler; those for a rejection already ended (answered once) are dropped
 // here (they carry no Route of the proxy).
 func (p *Proxy) onAck(req *sipmsg.Request, _ sipmsg.ServerTransaction) {
-	hop, code := p.prepareInDialog(req, false)
-	if code != 0 || p.admitInDialog(&hop, false, req) != 0 {
-		return // refused, no hops left, ended or over its rate (an ACK is never answered)
+	if hop, code := p.prepareInDialog(req, false); code == 0 {
+		p.relayAck(&hop, req)
+	} // else refused or no hops left (an ACK is never answered)
+}
+
+// relayAck sends req, an ACK whose hop prepareInDialog built, to the other
+// leg outside any transaction (sendAck: it may open a connection, so never
+// from the screen), unless its call ended or it is over its rate; an ACK
+// of the call's answer then ends the call's INVITE transactions
+// (ackPassed).
+func (p *Proxy) relayAck(hop *inDialogHop, req *sipmsg.Request) {
+	if p.admitInDialog(hop, false, req) != 0 {
+		return // ended, or over its rate: dropped
 	}
 	if err := p.sendAck(hop.out, nil); err != nil {
 		p.log.Debug("ACK forward failed", "call_id", callID(req), "error", err)
 		return
 	}
-	p.ackPassed(&hop, hop.out)
+	p.ackPassed(hop, hop.out)
 }
 
 // onCancel answers a CANCEL that matches no INVITE in progress (the screen

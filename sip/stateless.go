@@ -199,23 +199,16 @@ func (p *Proxy) screenAck(req *sipmsg.Request) bool {
 	return true
 }
 
-// ackToStream does for an ACK screenAck let pass to a stream leg (or a
-// leg named by host) what onAck does, from a goroutine of its own, and
-// ends its ackOrder note: every note the screen takes is ended once, a
-// copy of the ACK too (sipgo would absorb a copy with the same branch,
-// its note never ended, and the dialog's next request would wait out
-// connectTimeout).
+// ackToStream relays an ACK screenAck let pass to a stream leg (or a leg
+// named by host) as onAck does (relayAck), from a goroutine of its own,
+// and ends its ackOrder note: every note the screen takes is ended once,
+// a copy of the ACK's too (sipgo would absorb a copy with the same
+// branch, its note never ended, and the dialog's next request would wait
+// out connectTimeout).
 func (p *Proxy) ackToStream(hop inDialogHop, req *sipmsg.Request) {
 	defer p.panics.Recover("sip.ack", nil)
 	defer p.ackOrder.end(hop.key, hop.dir)
-	if p.admitInDialog(&hop, false, req) != 0 {
-		return // ended, or over its rate: dropped
-	}
-	if err := p.sendAck(hop.out, nil); err != nil {
-		p.log.Debug("ACK forward failed", "call_id", callID(req), "error", err)
-		return
-	}
-	p.ackPassed(&hop, hop.out)
+	p.relayAck(&hop, req)
 }
 
 // topVias returns the first two Via values of m (the proxy's own and the
