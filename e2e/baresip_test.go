@@ -277,13 +277,7 @@ func (b *baresip) kill() {
 
 // logTail is the end of baresip's log (its SIP trace), for failure
 // messages.
-func (b *baresip) logTail() string {
-	data, _ := os.ReadFile(b.logPath)
-	if len(data) > 6000 {
-		data = data[len(data)-6000:]
-	}
-	return string(data)
-}
+func (b *baresip) logTail() string { return fileTail(b.logPath, 6000) }
 
 // received counts the requests of method baresip's SIP trace shows it
 // received, and how many of them came through via (a Via of that

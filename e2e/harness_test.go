@@ -510,10 +510,14 @@ func (n *node) kill() {
 }
 
 // logTail returns the end of the node's log.
-func (n *node) logTail() string {
-	b, _ := os.ReadFile(n.logPath)
-	if len(b) > 4000 {
-		b = b[len(b)-4000:]
+func (n *node) logTail() string { return fileTail(n.logPath, 4000) }
+
+// fileTail is the last max bytes of the file at path ("" if unreadable),
+// for failure messages.
+func fileTail(path string, max int) string {
+	b, _ := os.ReadFile(path)
+	if len(b) > max {
+		b = b[len(b)-max:]
 	}
 	return string(b)
 }

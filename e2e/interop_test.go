@@ -114,13 +114,7 @@ func waitBoundUDP(addr string, exited <-chan struct{}, limit time.Duration) bool
 }
 
 // logTail is the end of Kamailio's log, for failure messages.
-func (k *kamailio) logTail() string {
-	b, _ := os.ReadFile(k.logPath)
-	if len(b) > 3000 {
-		b = b[len(b)-3000:]
-	}
-	return string(b)
-}
+func (k *kamailio) logTail() string { return fileTail(k.logPath, 3000) }
 
 // TestKamailioInFront: SIPp (transaction-aware, uac_txn.xml) → Kamailio
 // (stateful, record-routing) → cpsguard → a SIPp carrier copying Vias with
