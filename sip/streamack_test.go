@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	sipmsg "github.com/emiago/sipgo/sip"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/siptest"
@@ -288,5 +290,117 @@ func TestAckBeforeByeToStreamCarrier(t *testing.T) {
 	}
 	if overtaken > 0 {
 		t.Errorf("%d of %d calls: the carrier did not get INVITE, ACK (and its copy), BYE in that order", overtaken, calls)
+	}
+}
+
+// TestStreamCarrierAckPathAttacked: the ACK path to a carrier over TCP
+// (ackToStream, ackOrder) under attack from the peer's address and a
+// stranger's. ACKs with the dialog token changed, another From tag,
+// another Call-ID, no Route or no hop left, and a stranger's copy of the
+// valid ACK, are not relayed and leave no note; a flood of copies of the
+// valid ACK is relayed only within the dialog's rate and leaves no note
+// and no goroutine behind, and the call's BYE still reaches the carrier
+// after its ACK. Nothing panics.
+func TestStreamCarrierAckPathAttacked(t *testing.T) {
+	car := startCopyCarrier(t, true, viaLines, 200, 0)
+	h := interopProxy(t, car)
+	c := startLineCaller(t)
+	const id = "tcp-car-attack"
+	c.send(h.udp, c.invite(h.udp, id))
+	ok := c.final(id, "1 INVITE", 5*time.Second)
+	if statusOf(ok) != 200 {
+		t.Fatalf("final %q, want 200", ok)
+	}
+	base := runtime.NumGoroutine()
+	valid := c.ackOf2xx(ok, 1)
+	if !strings.Contains(valid, ";cg=") {
+		t.Fatalf("the caller's ACK carries no dialog token: %s", valid)
+	}
+	lines := func(msg string, f func(l string) (string, bool)) string {
+		var out []string
+		for _, l := range strings.Split(msg, "\r\n") {
+			if nl, keep := f(l); keep {
+				out = append(out, nl)
+			}
+		}
+		return strings.Join(out, "\r\n")
+	}
+	forged := map[string]string{
+		"token changed": lines(valid, func(l string) (string, bool) {
+			if i := strings.Index(l, ";cg="); strings.HasPrefix(l, "Route:") && i >= 0 && i+6 < len(l) {
+				b := []byte(l)
+				b[i+6] ^= 1
+				return string(b), true
+			}
+			return l, true
+		}),
+		"From tag changed": strings.Replace(valid, ";tag=f-"+id, ";tag=not-the-callers", 1),
+		"Call-ID changed":  strings.Replace(valid, "Call-ID: "+id, "Call-ID: another-call", 1),
+		"no Route":         lines(valid, func(l string) (string, bool) { return l, !strings.HasPrefix(l, "Route:") }),
+		"no hop left":      strings.Replace(valid, "Max-Forwards: 70", "Max-Forwards: 0", 1),
+	}
+	for name, msg := range forged {
+		if msg == valid {
+			t.Fatalf("%s: the forged ACK is the valid one", name)
+		}
+		c.send(h.udp, strings.Replace(msg, "branch=z9hG4bK-", "branch=z9hG4bK-forged-"+strings.ReplaceAll(name, " ", "-")+"-", 1))
+	}
+	stranger, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 9)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stranger.Close()
+	ra, err := net.ResolveUDPAddr("udp", h.udp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stranger.WriteToUDP([]byte(valid), ra); err != nil {
+		t.Fatal(err)
+	}
+	// A flood of copies of the valid ACK. It spends the dialog's in-dialog
+	// rate: a BYE right behind it gets 503 (dialog_rate), and the caller
+	// hangs up again a little later, with a new transaction, until the
+	// carrier has it (at most 20 tries).
+	const copies = 300
+	for range copies {
+		c.send(h.udp, valid)
+	}
+	for seq := 2; seq < 22 && len(car.requests("BYE")) == 0; seq++ {
+		c.send(h.udp, c.inDialog(ok, "BYE", "bye-"+id+"-"+strconv.Itoa(seq), seq))
+		deadline := time.Now().Add(500 * time.Millisecond)
+		for time.Now().Before(deadline) && len(car.requests("BYE")) == 0 {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if n := len(car.requests("BYE")); n != 1 {
+		t.Fatalf("the carrier got %d BYEs after 20 tries, want 1", n)
+	}
+	waitFor(t, func() bool { return h.p.ackOrder.len() == 0 }, "no ACK noted in flight")
+	waitFor(t, func() bool { return runtime.NumGoroutine() <= base+10 }, "the ACK goroutines gone")
+
+	car.mu.Lock()
+	got := append([]string(nil), car.got...)
+	car.mu.Unlock()
+	var acks int
+	for _, m := range got {
+		method, _, _ := strings.Cut(m, " ")
+		switch method {
+		case "ACK":
+			acks++
+			vias := linesNamed(m, "via")
+			if len(vias) < 2 || !strings.Contains(vias[1], "branch=z9hG4bK-ack-1-") || !strings.Contains(m, "Call-ID: "+id) {
+				t.Errorf("an ACK at the carrier other than the valid one's copies: %q", vias)
+			}
+		case "BYE":
+			if acks == 0 {
+				t.Error("the BYE reached the carrier before any ACK")
+			}
+		}
+	}
+	if acks == 0 || acks > copies/2 {
+		t.Errorf("the carrier got %d of %d copies of the ACK, want at least one and no more than the dialog's rate lets through", acks, copies+1)
+	}
+	if v := testutil.ToFloat64(h.m.Panics.WithLabelValues("sip.ack")); v != 0 {
+		t.Errorf("%v panics on the ACK path", v)
 	}
 }
