@@ -40,8 +40,9 @@ import (
 //     carrier's: the screen takes a unit only for peers' INVITEs),
 //   - while the inflight bound is taken,
 //   - that is an INVITE without a To tag, with a From tag, and without a
-//     Route value that may carry a dialog token (";cg=": the screen takes
-//     such a request for one inside a dialog, whatever its tags), of the
+//     Route value that may carry a dialog token (any "cg", in any case:
+//     the screen takes a request with a cg parameter, valued or not, for
+//     one inside a dialog, whatever its tags), of the
 //     plain form scanInvite accepts, which sipgo would parse (every header
 //     sipgo parses with a parser of its own is parsed here too, with
 //     sipgo's parser, or by a stricter grammar) and the screen would find

@@ -13,8 +13,8 @@ import (
 // InviteStart is how an INVITE datagram begins.
 var InviteStart = []byte("INVITE ")
 
-// tokenParamEq is how a dialog token parameter begins in a Route value.
-var tokenParamEq = []byte(dialogtoken.Param + "=")
+// tokenParam is the name of the dialog token's parameter in a Route value.
+const tokenParam = dialogtoken.Param
 
 // ackStart is how an ACK datagram begins.
 var ackStart = []byte("ACK ")
@@ -211,8 +211,12 @@ func ScanInvite(data []byte) (r Invite, ok bool) {
 			}
 			contentLength = int(n)
 		case IsName(name, "route", ""):
-			if bytes.Contains(value, tokenParamEq) {
-				return r, false // may carry the proxy's dialog token: in a dialog, never shed
+			if containsFold(value, tokenParam) {
+				// May carry the proxy's dialog token: in a dialog, never
+				// shed. The screen takes the parameter with a value or
+				// without one (";cg", ";cg="); any "cg" in any case goes
+				// on to it, so no form it reads as a token is shed here.
+				return r, false
 			}
 			if parsedBySipgo(name) {
 				var err error
@@ -307,6 +311,16 @@ func requestLineOK(line []byte) bool {
 // sipgo), so the comparison is ASCII only.
 func IsName(name []byte, long, compact string) bool {
 	return EqualFold(name, long) || (compact != "" && EqualFold(name, compact))
+}
+
+// containsFold reports whether s occurs in b, folding ASCII letters only.
+func containsFold(b []byte, s string) bool {
+	for i := 0; i+len(s) <= len(b); i++ {
+		if EqualFold(b[i:i+len(s)], s) {
+			return true
+		}
+	}
+	return false
 }
 
 // EqualFold reports whether b equals s, folding ASCII letters only.
