@@ -1,0 +1,23 @@
+// Package opaque is the text form of the opaque values the proxy writes
+// into messages: dialog tokens (the ";cg=" of its Record-Route), the
+// branches of its Via and its stateless branches, the tags and Call-IDs of
+// its own requests (Text).
+//
+// The values are random or sealed bytes, and other parties read the
+// messages that carry them, some with parsers that search the whole
+// message for a header name as a bare substring. SIPp 3.6 does: it takes
+// the method of a response's CSeq from the first "CSeq" anywhere in the
+// message (call.cpp, extract_cseq_method), so a Record-Route token in
+// base64url that happened to hold those four letters made it abort a good
+// call on an "unexpected" 200 (about once in 275,000 calls: 61
+// places in 64 characters, each 64^-4). The text
+// form here cannot spell any SIP header name, in any case: its 32
+// characters are the digits, the lowercase consonants and '_' (Alphabet),
+// and every header name holds a vowel or a capital (TestNoHeaderName
+// checks the registered names). No ':', ';', '=', ',', '<', '>' or
+// whitespace either, so a value never ends a parameter or a header.
+//
+// Failure: Encoding's decoder reports an error for a character outside
+// the alphabet; Valid tells such text before decoding. Nothing here
+// panics on any input.
+package opaque
