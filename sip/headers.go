@@ -10,6 +10,7 @@ import (
 
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/policy"
+	"github.com/cpsguard/cpsguard/sip/internal/opaque"
 )
 
 // target is where a request goes next: host, port and transport.
@@ -141,7 +142,9 @@ func prependVia(p *Proxy, req *sipmsg.Request, tp string, to netip.Addr, below [
 	if tp == "UDP" && !lo.exact {
 		via.Host, via.Port = "", 0
 	}
-	via.Params.Add("branch", sipmsg.GenerateBranchN(16))
+	// Not sipgo's GenerateBranchN: its letters can spell a header name,
+	// and some parsers search a message for those (opaque).
+	via.Params.Add("branch", opaque.Branch())
 	// RFC 3581: fill received/rport of the previous hop when it asked.
 	if prev := req.Via(); prev != nil && prev.Params.Has("rport") {
 		if h, port, err := net.SplitHostPort(req.MessageData.Source()); err == nil {

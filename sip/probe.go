@@ -11,6 +11,7 @@ import (
 
 	"github.com/cpsguard/cpsguard/carriers"
 	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/sip/internal/opaque"
 )
 
 // prober sends the carriers' OPTIONS probes through the proxy's SIP
@@ -95,9 +96,9 @@ func (p *Proxy) optionsRequest(ruri sipmsg.Uri, transport string, dest netip.Add
 		Address: sipmsg.Uri{Scheme: "sip", User: "cpsguard", Host: lo.host, Port: lo.port},
 		Params:  sipmsg.NewParams(),
 	}
-	from.Params.Add("tag", sipmsg.GenerateTagN(16))
+	from.Params.Add("tag", opaque.Text(16)) // not sipgo's GenerateTagN: see opaque
 	to := &sipmsg.ToHeader{Address: sipmsg.Uri{Scheme: "sip", User: ruri.User, Host: ruri.Host, Port: ruri.Port}, Params: sipmsg.NewParams()}
-	callID := sipmsg.CallIDHeader("probe-" + sipmsg.GenerateTagN(24))
+	callID := sipmsg.CallIDHeader("probe-" + opaque.Text(24))
 	mf := sipmsg.MaxForwardsHeader(70)
 	req.AppendHeader(&mf)
 	req.AppendHeader(from)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/sip/internal/invites"
+	"github.com/cpsguard/cpsguard/sip/internal/opaque"
 )
 
 // Stateless relay of in-dialog non-INVITE requests (RFC 3261 16.11).
@@ -36,7 +37,8 @@ import (
 // The proxy keeps nothing per relayed request (but a BYE's wait for its
 // answer, bounded). Its Via on the forwarded request carries everything a
 // response needs, authenticated: the branch is statelessBranchPrefix
-// followed by, base64url, a flags byte (the direction), the call's key
+// followed by, in opaque.Encoding (which cannot spell a header name), a
+// flags byte (the direction), the call's key
 // (ends.go) and the first statelessMACBytes bytes of an HMAC-SHA256 (under
 // the dialog-token key, token.go) over
 //
@@ -59,9 +61,9 @@ import (
 // forged proxy Via is thus never relayed anywhere.
 
 // statelessBranchPrefix begins the branch of the proxy's Via on a request
-// relayed statelessly. sipgo's own branches are the magic cookie and a '.'
-// then letters and digits (GenerateBranchN), so none of the proxy's
-// stateful branches starts with it.
+// relayed statelessly. The proxy's stateful branches are the magic cookie
+// and a '.' (opaque.Branch, as sipgo's GenerateBranchN), so none of them
+// starts with it.
 const statelessBranchPrefix = sipmsg.RFC3261BranchMagicCookie + "-cgs-"
 
 // statelessMACBytes is how much of the HMAC a stateless branch keeps (96 bits).
@@ -353,7 +355,7 @@ const (
 	branchFromCarrier = 1 << 0
 )
 
-// statelessBranchBytes is a stateless branch's length before base64:
+// statelessBranchBytes is a stateless branch's length before encoding:
 // flags, the call key, the MAC.
 const statelessBranchBytes = 1 + len(callKey{}) + statelessMACBytes
 
@@ -380,13 +382,46 @@ func (p *Proxy) statelessBranch(cfg *config.Config, up *sipmsg.ViaHeader, m sipm
 	// string's.
 	var out [len(statelessBranchPrefix) + statelessBranchChars]byte
 	copy(out[:], statelessBranchPrefix)
-	base64.RawURLEncoding.Encode(out[len(statelessBranchPrefix):], b[:])
+	opaque.Encoding.Encode(out[len(statelessBranchPrefix):], b[:])
 	return string(out[:])
 }
 
-// statelessBranchChars is a stateless branch's length after base64 (no
-// padding), without its prefix.
-const statelessBranchChars = (statelessBranchBytes*8 + 5) / 6
+// statelessBranchChars is a stateless branch's length in opaque.Encoding
+// (no padding), without its prefix.
+const statelessBranchChars = (statelessBranchBytes*8 + 4) / 5
+
+// statelessBranchChars64 is the length of a stateless branch of an
+// earlier release, in base64url: a pool's nodes of both releases relay
+// each other's answers during an upgrade.
+const statelessBranchChars64 = (statelessBranchBytes*8 + 5) / 6
+
+// base64Strict is base64url that refuses a second text of the same bytes.
+var base64Strict = base64.RawURLEncoding.Strict()
+
+// decodeStatelessBranch decodes the part of a stateless branch after its
+// prefix, into a stack buffer: exactly statelessBranchChars of
+// opaque.Encoding, or statelessBranchChars64 of base64url (an earlier
+// release's), decode to statelessBranchBytes.
+func decodeStatelessBranch(enc string) (raw [statelessBranchBytes]byte, ok bool) {
+	var n int
+	var err error
+	switch len(enc) {
+	case statelessBranchChars:
+		if !opaque.Canonical(enc) {
+			return raw, false
+		}
+		var b [statelessBranchChars]byte
+		copy(b[:], enc)
+		n, err = opaque.Encoding.Decode(raw[:], b[:])
+	case statelessBranchChars64:
+		var b [statelessBranchChars64]byte
+		copy(b[:], enc)
+		n, err = base64Strict.Decode(raw[:], b[:])
+	default:
+		return raw, false
+	}
+	return raw, err == nil && n == statelessBranchBytes
+}
 
 // statelessBranchOf reports whether res's top Via is the proxy's on a
 // request it relayed statelessly.
@@ -418,18 +453,8 @@ func (p *Proxy) relayStatelessResponse(cfg *config.Config, res *sipmsg.Response,
 		return
 	}
 	branch, _ := own.Params.Get("branch")
-	// Decoded into a stack buffer: only a branch of exactly
-	// statelessBranchChars can decode to statelessBranchBytes.
-	enc := strings.TrimPrefix(branch, statelessBranchPrefix)
-	var raw [statelessBranchBytes]byte
-	if len(enc) != statelessBranchChars {
-		drop("forged_response")
-		return
-	}
-	var encb [statelessBranchChars]byte
-	copy(encb[:], enc)
-	n, err := base64.RawURLEncoding.Decode(raw[:], encb[:])
-	if err != nil || n != statelessBranchBytes || raw[0]&^branchFromCarrier != 0 {
+	raw, decoded := decodeStatelessBranch(strings.TrimPrefix(branch, statelessBranchPrefix))
+	if !decoded || raw[0]&^branchFromCarrier != 0 {
 		drop("forged_response")
 		return
 	}

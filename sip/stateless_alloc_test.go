@@ -31,9 +31,11 @@ func statelessBranchFixture(t *testing.T) (*Proxy, *config.Config, *sipmsg.Reque
 }
 
 // TestStatelessBranchUnchanged: the stateless branch of a fixed request
-// under a fixed secret is the one the node computed before its MAC input
-// moved onto the stack (the values were printed by the code at 563c2e8):
-// nodes of a pool, old and new, verify each other's branches.
+// under a fixed secret holds the bytes the node computed before its MAC
+// input moved onto the stack (printed by the code at 563c2e8, then in
+// base64url), now in opaque.Encoding; and the base64url text of an
+// earlier release still decodes to them: nodes of a pool, old and new,
+// verify each other's branches.
 func TestStatelessBranchUnchanged(t *testing.T) {
 	p, cfg, req := statelessBranchFixture(t)
 	key := callKey{1, 2, 3, 4, 5, 6, 7, 8}
@@ -41,19 +43,31 @@ func TestStatelessBranchUnchanged(t *testing.T) {
 		name  string
 		next  netip.Addr
 		flags byte
+		was   string // base64url, as 563c2e8 printed it
 		want  string
 	}{
-		{"ipv4", netip.MustParseAddr("10.0.0.9"), 0, "z9hG4bK-cgs-AAECAwQFBgcIs87BspeHSRQznUyh"},
-		{"ipv4 mapped, from carrier", netip.MustParseAddr("::ffff:10.0.0.9"), branchFromCarrier, "z9hG4bK-cgs-AQECAwQFBgcIhDqLxofdfE9LpxPF"},
-		{"ipv6", netip.MustParseAddr("2001:db8::1:2"), 0, "z9hG4bK-cgs-AAECAwQFBgcIk5McGGqp9Vb9FNvY"},
-		{"invalid", netip.Addr{}, 0, "z9hG4bK-cgs-AAECAwQFBgcIJhe4lCeoVBw2s4h9"},
+		{"ipv4", netip.MustParseAddr("10.0.0.9"), 0, "AAECAwQFBgcIs87BspeHSRQznUyh", "000j40s40n30g25mtw0w55x794b377bdn4"},
+		{"ipv4 mapped, from carrier", netip.MustParseAddr("::ffff:10.0.0.9"), branchFromCarrier, "AQECAwQFBgcIhDqLxofdfE9LpxPF", "040j40s40n30g2447b5xf1zyhk7nr9smsn"},
+		{"ipv6", netip.MustParseAddr("2001:db8::1:2"), 0, "AAECAwQFBgcIk5McGGqp9Vb9FNvY", "000j40s40n30g24mldg1jvp9zpchv56ww0"},
+		{"invalid", netip.Addr{}, 0, "AAECAwQFBgcIJhe4lCeoVBw2s4h9", "000j40s40n30g2162zx989y8bjg3fdx8hn"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := p.statelessBranch(cfg, req.Via(), req, tc.next, tc.flags, key)
-			if got != tc.want {
-				t.Errorf("got %q, want %q", got, tc.want)
+			if got != statelessBranchPrefix+tc.want {
+				t.Errorf("got %q, want %q", got, statelessBranchPrefix+tc.want)
+			}
+			old, ok1 := decodeStatelessBranch(tc.was)
+			now, ok2 := decodeStatelessBranch(tc.want)
+			if !ok1 || !ok2 || old != now {
+				t.Errorf("the base64url branch decodes to %x (%v), the new one to %x (%v): want the same bytes", old, ok1, now, ok2)
 			}
 		})
+	}
+	for _, bad := range []string{"", "!!", "000j40s40n30g25mtw0w55x794b377bdn5", // a spare bit set
+		"000j40s40n30g25mtw0w55x794b377bdnA", "AAECAwQFBgcIs87BspeHSRQznUy!", "000j40s40n30g25mtw0w55x794b377bdn"} {
+		if raw, ok := decodeStatelessBranch(bad); ok {
+			t.Errorf("decodeStatelessBranch(%q) = %x", bad, raw)
+		}
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/cpsguard/cpsguard/internal/siptest"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/sip/internal/dialogtoken"
+	"github.com/cpsguard/cpsguard/sip/internal/opaque"
 
 	"github.com/cpsguard/cpsguard/internal/testlog"
 )
@@ -100,8 +101,8 @@ func TestReInviteWithRecordRouteIsRelayed(t *testing.T) {
 	h := startProxy(t, testConfig(carrierCfg("a", car)), adm, pacer)
 	caller := siptest.StartCaller(t, "127.0.0.2")
 	ok := answeredCall(t, caller, h.udp)
-	if tok := tokenOf(t, ok); len(tok) != 64 {
-		t.Errorf("token %q: want 64 base64url characters (48 bytes for two IPv4 legs)", tok)
+	if tok := tokenOf(t, ok); len(tok) != 77 || !opaque.Canonical(tok) {
+		t.Errorf("token %q: want 77 characters of opaque.Alphabet (48 bytes for two IPv4 legs)", tok)
 	}
 	if res := caller.Final(ctxT(t, 5*time.Second), inDialogOf(t, caller, h.udp, ok, sipmsg.INVITE)); res == nil || res.StatusCode != 200 {
 		t.Fatalf("re-INVITE final = %v, want 200", res)
@@ -246,11 +247,11 @@ func TestDialogTokensSharedSecret(t *testing.T) {
 		}
 	}
 	// Any byte changed (header, nonce, sealed legs, tag) breaks it.
-	raw, _ := base64.RawURLEncoding.DecodeString(tok)
+	raw, _ := opaque.Encoding.DecodeString(tok)
 	for i := range raw {
 		bad := append([]byte(nil), raw...)
 		bad[i] ^= 1
-		if _, _, st := b.verify(shared, base64.RawURLEncoding.EncodeToString(bad), "call-1@host", "ftag", "ttag"); st == tokenOK {
+		if _, _, st := b.verify(shared, opaque.Encoding.EncodeToString(bad), "call-1@host", "ftag", "ttag"); st == tokenOK {
 			t.Errorf("a token with byte %d changed is accepted", i)
 		}
 	}
@@ -290,7 +291,7 @@ func TestTokenIsSealed(t *testing.T) {
 	caller := siptest.StartCaller(t, "127.0.0.2")
 	ok := answeredCall(t, caller, h.udp)
 	tok := tokenOf(t, ok)
-	raw, err := base64.RawURLEncoding.DecodeString(tok)
+	raw, err := opaque.Encoding.DecodeString(tok)
 	if err != nil {
 		t.Fatalf("token %q: %v", tok, err)
 	}

@@ -17,13 +17,20 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cpsguard/cpsguard/sip/internal/opaque"
 )
 
 // Param is the Record-Route URI parameter carrying the dialog token.
 const Param = "cg"
 
-// version is the first byte of a token.
-const version = 3
+// version is the first byte of a token: its text is opaque.Encoding.
+const version = 4
+
+// versionBase64 is the first byte of a token of an earlier release, the
+// same layout in base64url; such tokens still open (calls set up before an
+// upgrade), none is minted.
+const versionBase64 = 3
 
 // headerBytes is the clear header of a token: version and mint time.
 const headerBytes = 1 + 4
@@ -310,7 +317,7 @@ func (k *Key) MintNonce(legs Legs, callID, ftag string, now time.Time, nonce [No
 	binary.BigEndian.PutUint32(raw[1:], uint32(secs))
 	raw = append(raw, nonce[:]...)
 	raw = a.Seal(raw, nonce[:], Plaintext(legs), additionalData(raw[:headerBytes], callID, ftag))
-	return base64.RawURLEncoding.EncodeToString(raw), nil
+	return opaque.Encoding.EncodeToString(raw), nil
 }
 
 // Nonces makes the GCM nonces of one minting process: a random instance
@@ -344,7 +351,7 @@ func (ns *Nonces) Next() (nonce [NonceBytes]byte) {
 }
 
 // MaxChars bounds the token a request may carry (two IPv6 legs make
-// 96 characters).
+// 116 characters).
 const MaxChars = 128
 
 // Sealed is a decoded token not yet opened: its clear header, with the
@@ -356,19 +363,43 @@ type Sealed struct {
 }
 
 // Decode splits a token into its header and sealed part and reads its
-// mint time; ok is false for anything that is not a version-3 token of a
-// possible size. Nothing is checked cryptographically: check Minted
-// before Open, so a made-up mint time cannot make a Key derive day keys.
+// mint time; ok is false for anything that is not a token of a possible
+// size: version 4 in opaque.Encoding, or version 3 (an earlier release's)
+// in base64url. Nothing is checked cryptographically: check Minted before
+// Open, so a made-up mint time cannot make a Key derive day keys.
 func Decode(token string) (Sealed, bool) {
 	if len(token) > MaxChars {
 		return Sealed{}, false
 	}
-	raw, err := base64.RawURLEncoding.DecodeString(token)
-	if err != nil || len(raw) < headerBytes+28+1+2*7 || raw[0] != version {
-		return Sealed{}, false
+	raw, ok := decodeAs(token, version)
+	if !ok {
+		// An earlier release's token whose base64url happens to use
+		// only opaque's characters is tried this way too.
+		if raw, ok = decodeAs(token, versionBase64); !ok {
+			return Sealed{}, false
+		}
 	}
 	minted := time.Unix(int64(binary.BigEndian.Uint32(raw[1:headerBytes])), 0)
 	return Sealed{header: raw[:headerBytes], body: raw[headerBytes:], Minted: minted}, true
+}
+
+// base64Strict is base64url that refuses a second text of the same bytes.
+var base64Strict = base64.RawURLEncoding.Strict()
+
+// decodeAs decodes token as a token of version v (4: opaque.Encoding, 3:
+// base64url) of a possible size.
+func decodeAs(token string, v byte) ([]byte, bool) {
+	var raw []byte
+	var err error
+	if v == version {
+		if !opaque.Canonical(token) {
+			return nil, false
+		}
+		raw, err = opaque.Encoding.DecodeString(token)
+	} else {
+		raw, err = base64Strict.DecodeString(token)
+	}
+	return raw, err == nil && len(raw) >= headerBytes+28+1+2*7 && raw[0] == v
 }
 
 // IDBytes is the length of a token's ID.

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/cpsguard/cpsguard/sip/internal/opaque"
 )
 
 var legs = Legs{
@@ -50,20 +52,61 @@ func TestRoundTrip(t *testing.T) {
 			t.Errorf("%s: opened", name)
 		}
 	}
-	// One byte changed anywhere: refused.
+	// One character changed anywhere, to any other of the alphabet:
+	// refused (the last one's spare bit included: one token, one text).
 	raw := []byte(tok)
 	for i := range raw {
 		c := raw[i]
-		raw[i] = 'A' + (c+1)%26
-		if raw[i] == c {
-			raw[i] = 'z'
-		}
-		if s, ok := Decode(string(raw)); ok {
-			if _, ok := k.Open(s, "call-1", "ftag"); ok {
-				t.Fatalf("token changed at %d opened", i)
+		for j := 0; j < len(opaque.Alphabet); j++ {
+			if raw[i] = opaque.Alphabet[j]; raw[i] == c {
+				continue
+			}
+			if s, ok := Decode(string(raw)); ok {
+				if _, ok := k.Open(s, "call-1", "ftag"); ok {
+					t.Fatalf("token changed at %d to %q opened", i, raw)
+				}
 			}
 		}
 		raw[i] = c
+	}
+}
+
+// A token is written in opaque.Encoding, which cannot spell a SIP header
+// name (SIPp took a "CSeq" inside a base64url token for the response's
+// CSeq and failed the call): two IPv4 legs make 77 characters, two IPv6
+// legs stay under MaxChars.
+func TestTokenText(t *testing.T) {
+	k := NewKey([]byte("secret-0123456789"))
+	now := time.Unix(1795670000, 0)
+	v4 := Legs{Peer: Leg{Addr: netip.MustParseAddrPort("127.0.0.2:5061")}, Carrier: Leg{Addr: netip.MustParseAddrPort("127.0.0.1:5070")}}
+	v6 := Legs{Peer: Leg{Addr: netip.MustParseAddrPort("[2001:db8::1]:5061")}, Carrier: Leg{Addr: netip.MustParseAddrPort("[2001:db8::5]:5070")}}
+	for _, c := range []struct {
+		legs  Legs
+		chars int
+	}{{v4, 77}, {v6, 116}} {
+		for i := 0; i < 200; i++ {
+			tok, err := k.Mint(c.legs, "call-1", "ftag", now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !opaque.Canonical(tok) || len(tok) != c.chars || len(tok) > MaxChars {
+				t.Fatalf("token %q: want %d characters of opaque.Alphabet", tok, c.chars)
+			}
+		}
+	}
+	// The version tells the text: version-4 bytes in base64url, or
+	// version-3 bytes in opaque.Encoding, are nobody's token.
+	tok, _ := k.Mint(v4, "call-1", "ftag", now)
+	raw, err := opaque.Encoding.DecodeString(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := Decode(base64.RawURLEncoding.EncodeToString(raw)); ok {
+		t.Error("a version-4 token in base64url decoded")
+	}
+	raw[0] = versionBase64
+	if _, ok := Decode(opaque.Encoding.EncodeToString(raw)); ok {
+		t.Error("a version-3 token in opaque.Encoding decoded")
 	}
 }
 
@@ -110,8 +153,9 @@ func TestNoncesInstance(t *testing.T) {
 }
 
 // A token minted before nonces had an instance part (GCM with a random
-// nonce written ahead, NewGCMWithRandomNonce) still opens: a rolling
-// upgrade keeps the calls it finds.
+// nonce written ahead, NewGCMWithRandomNonce), and before tokens were
+// written in opaque.Encoding (version 3, base64url), still opens: a
+// rolling upgrade keeps the calls it finds.
 func TestTokenOfTheRandomNonceLayoutOpens(t *testing.T) {
 	secret := []byte("secret-0123456789")
 	now := time.Unix(1795670000, 0)
@@ -125,7 +169,7 @@ func TestTokenOfTheRandomNonceLayoutOpens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	header := []byte{version, 0, 0, 0, 0}
+	header := []byte{versionBase64, 0, 0, 0, 0}
 	binary.BigEndian.PutUint32(header[1:], uint32(now.Unix()))
 	tok := base64.RawURLEncoding.EncodeToString(old.Seal(header, nil, Plaintext(legs), additionalData(header, "call-1", "ftag")))
 	s, ok := Decode(tok)

@@ -33,7 +33,9 @@
 // The legs are encrypted (AES-256-GCM): a peer learns nothing from its
 // token, not even which carrier address took its call (wholesale routes
 // are confidential, and a spoofed BYE needs that address). Layout, before
-// base64url without padding: a header of version (1 byte, 3) and the mint
+// opaque.Encoding (base32 in digits, lowercase consonants and '_', which
+// cannot spell a SIP header name: SIPp took a "CSeq" inside a base64url
+// token for the response's CSeq): a header of version (1 byte, 4) and the mint
 // time (4 bytes, Unix seconds, big endian), then the GCM nonce (12
 // bytes: a process's random instance part of 4 bytes, drawn once, and a
 // 64-bit counter, Nonces; or 12 random bytes, Mint), the sealed plaintext
@@ -45,13 +47,16 @@
 // endian). The additional data is the header, then 0, the Call-ID, 0 and
 // the caller's From tag (neither holds a NUL: the sip package refuses such
 // messages). Two IPv4 legs
-// make 48 bytes, 64 characters.
+// make 48 bytes, 77 characters; two IPv6 legs 72 bytes, 116 characters.
 //
 // The AES key is derived from the secret and the mint day (HKDF-SHA256,
 // info keyInfo and the day number): random 96-bit nonces are safe for
 // 2^32 tokens per key (NIST SP 800-38D), and one key per day keeps a pool
-// far below that (49,000 calls a second). Tokens of another version, an
-// unsealed version-2 token of an older release included, are refused.
+// far below that (49,000 calls a second). A version-3 token (the same
+// layout in base64url, minted by the releases before) still opens; tokens
+// of another version, an unsealed version-2 token of an older release
+// included, are refused. Decode takes one text per token: the spare bits
+// of its last character must be zero.
 //
 // Failure: Decode and Open report false for anything that is not a token
 // of this format under this key; they never panic on any input (FuzzToken).
