@@ -37,7 +37,7 @@ import (
 // The proxy keeps nothing per relayed request (but a BYE's wait for its
 // answer, bounded). Its Via on the forwarded request carries everything a
 // response needs, authenticated: the branch is statelessBranchPrefix
-// followed by, in opaque.Encoding (which cannot spell a header name), a
+// followed by, in opaque's text (which cannot spell a header name), a
 // flags byte (the direction), the call's key
 // (ends.go) and the first statelessMACBytes bytes of an HMAC-SHA256 (under
 // the dialog-token key, token.go) over
@@ -382,11 +382,11 @@ func (p *Proxy) statelessBranch(cfg *config.Config, up *sipmsg.ViaHeader, m sipm
 	// string's.
 	var out [len(statelessBranchPrefix) + statelessBranchChars]byte
 	copy(out[:], statelessBranchPrefix)
-	opaque.Encoding.Encode(out[len(statelessBranchPrefix):], b[:])
+	opaque.Encode(out[len(statelessBranchPrefix):], b[:])
 	return string(out[:])
 }
 
-// statelessBranchChars is a stateless branch's length in opaque.Encoding
+// statelessBranchChars is a stateless branch's length in opaque's text
 // (no padding), without its prefix.
 const statelessBranchChars = (statelessBranchBytes*8 + 4) / 5
 
@@ -400,19 +400,15 @@ var base64Strict = base64.RawURLEncoding.Strict()
 
 // decodeStatelessBranch decodes the part of a stateless branch after its
 // prefix, into a stack buffer: exactly statelessBranchChars of
-// opaque.Encoding, or statelessBranchChars64 of base64url (an earlier
+// opaque's text, or statelessBranchChars64 of base64url (an earlier
 // release's), decode to statelessBranchBytes.
 func decodeStatelessBranch(enc string) (raw [statelessBranchBytes]byte, ok bool) {
 	var n int
 	var err error
 	switch len(enc) {
 	case statelessBranchChars:
-		if !opaque.Canonical(enc) {
-			return raw, false
-		}
-		var b [statelessBranchChars]byte
-		copy(b[:], enc)
-		n, err = opaque.Encoding.Decode(raw[:], b[:])
+		n, ok = opaque.Decode(raw[:], enc)
+		return raw, ok && n == statelessBranchBytes
 	case statelessBranchChars64:
 		var b [statelessBranchChars64]byte
 		copy(b[:], enc)

@@ -24,7 +24,7 @@ import (
 // Param is the Record-Route URI parameter carrying the dialog token.
 const Param = "cg"
 
-// version is the first byte of a token: its text is opaque.Encoding.
+// version is the first byte of a token: its text is opaque's.
 const version = 4
 
 // versionBase64 is the first byte of a token of an earlier release, the
@@ -317,7 +317,7 @@ func (k *Key) MintNonce(legs Legs, callID, ftag string, now time.Time, nonce [No
 	binary.BigEndian.PutUint32(raw[1:], uint32(secs))
 	raw = append(raw, nonce[:]...)
 	raw = a.Seal(raw, nonce[:], Plaintext(legs), additionalData(raw[:headerBytes], callID, ftag))
-	return opaque.Encoding.EncodeToString(raw), nil
+	return opaque.EncodeToString(raw), nil
 }
 
 // Nonces makes the GCM nonces of one minting process: a random instance
@@ -364,7 +364,7 @@ type Sealed struct {
 
 // Decode splits a token into its header and sealed part and reads its
 // mint time; ok is false for anything that is not a token of a possible
-// size: version 4 in opaque.Encoding, or version 3 (an earlier release's)
+// size: version 4 in opaque's text, or version 3 (an earlier release's)
 // in base64url. Nothing is checked cryptographically: check Minted before
 // Open, so a made-up mint time cannot make a Key derive day keys.
 func Decode(token string) (Sealed, bool) {
@@ -386,20 +386,19 @@ func Decode(token string) (Sealed, bool) {
 // base64Strict is base64url that refuses a second text of the same bytes.
 var base64Strict = base64.RawURLEncoding.Strict()
 
-// decodeAs decodes token as a token of version v (4: opaque.Encoding, 3:
+// decodeAs decodes token as a token of version v (4: opaque's text, 3:
 // base64url) of a possible size.
 func decodeAs(token string, v byte) ([]byte, bool) {
 	var raw []byte
-	var err error
+	ok := false
 	if v == version {
-		if !opaque.Canonical(token) {
-			return nil, false
-		}
-		raw, err = opaque.Encoding.DecodeString(token)
+		raw, ok = opaque.DecodeString(token)
 	} else {
+		var err error
 		raw, err = base64Strict.DecodeString(token)
+		ok = err == nil
 	}
-	return raw, err == nil && len(raw) >= headerBytes+28+1+2*7 && raw[0] == v
+	return raw, ok && len(raw) >= headerBytes+28+1+2*7 && raw[0] == v
 }
 
 // IDBytes is the length of a token's ID.

@@ -33,7 +33,7 @@
 // The legs are encrypted (AES-256-GCM): a peer learns nothing from its
 // token, not even which carrier address took its call (wholesale routes
 // are confidential, and a spoofed BYE needs that address). Layout, before
-// opaque.Encoding (base32 in digits, lowercase consonants and '_', which
+// opaque's text (base32 in digits, lowercase consonants and '_', which
 // cannot spell a SIP header name: SIPp took a "CSeq" inside a base64url
 // token for the response's CSeq): a header of version (1 byte, 4) and the mint
 // time (4 bytes, Unix seconds, big endian), then the GCM nonce (12

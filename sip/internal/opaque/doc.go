@@ -17,7 +17,7 @@
 // checks the registered names). No ':', ';', '=', ',', '<', '>' or
 // whitespace either, so a value never ends a parameter or a header.
 //
-// Failure: Encoding's decoder reports an error for a character outside
-// the alphabet; Valid tells such text before decoding. Nothing here
-// panics on any input.
+// Failure: Decode reports false for a character outside the alphabet, a
+// length no byte count encodes to, or a second text of the same bytes (a
+// spare bit set). Nothing here panics on any input (FuzzDecode).
 package opaque

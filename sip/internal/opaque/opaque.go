@@ -1,57 +1,99 @@
 package opaque
 
 import (
-	"encoding/base32"
 	"math/rand/v2"
 	"strings"
 )
 
-// Alphabet is the 32 characters of Encoding: the digits, the lowercase
-// consonants and '_'. No vowel and no capital: no SIP header name can be
-// spelled with it, in any case.
+// Alphabet is the 32 characters of the text form: the digits, the
+// lowercase consonants and '_'. No vowel and no capital: no SIP header name
+// can be spelled with it, in any case.
 const Alphabet = "0123456789bcdfghjklmnpqrstvwxyz_"
 
-// Encoding is base32 over Alphabet, without padding.
-var Encoding = base32.NewEncoding(Alphabet).WithPadding(base32.NoPadding)
+// The text form is base32 (RFC 4648: five bits a character, most
+// significant first, no padding) over Alphabet. encoding/base32 with this
+// alphabet writes the same text, but decodes at half the speed of
+// base64url, skips CR and LF and ignores the spare bits of the last
+// character: Decode is strict and runs once per in-dialog request.
 
-// valid[c] reports whether c is in Alphabet.
-var valid = func() (t [256]bool) {
-	for i := 0; i < len(Alphabet); i++ {
-		t[Alphabet[i]] = true
+// invalid marks a byte outside Alphabet in decodeMap.
+const invalid = 0xff
+
+// decodeMap maps a character to its five bits, or invalid.
+var decodeMap = func() (m [256]byte) {
+	for i := range m {
+		m[i] = invalid
 	}
-	return t
+	for i := 0; i < len(Alphabet); i++ {
+		m[Alphabet[i]] = byte(i)
+	}
+	return m
 }()
 
-// Valid reports whether s is made of Alphabet's characters only (Encoding's
-// decoder would skip a CR or LF, so a value is checked first: one value has
-// one text).
-func Valid(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if !valid[s[i]] {
-			return false
+// EncodedLen is the length of the text of n bytes.
+func EncodedLen(n int) int { return (n*8 + 4) / 5 }
+
+// DecodedLen is the most bytes a text of n characters holds.
+func DecodedLen(n int) int { return n * 5 / 8 }
+
+// Encode writes the text of src to dst, which must hold
+// EncodedLen(len(src)) bytes.
+func Encode(dst, src []byte) {
+	var acc uint64
+	bits, j := 0, 0
+	for _, b := range src {
+		acc = acc<<8 | uint64(b)
+		bits += 8
+		for bits >= 5 {
+			bits -= 5
+			dst[j] = Alphabet[acc>>bits&31]
+			j++
 		}
 	}
-	return true
+	if bits > 0 {
+		dst[j] = Alphabet[acc<<(5-bits)&31]
+	}
 }
 
-// Canonical reports whether s is Valid and the one text of the bytes it
-// decodes to: the bits of its last character past the last byte are zero
-// (Encoding's decoder ignores them, so two texts would name one value).
-func Canonical(s string) bool {
-	if !Valid(s) {
-		return false
-	}
-	spare := len(s) * 5 % 8 // bits past the last whole byte
-	if spare == 0 || spare >= 5 {
-		// No spare bit, or a length no byte count encodes to (the
-		// decoder refuses it).
-		return true
-	}
-	return strings.IndexByte(Alphabet, s[len(s)-1])&(1<<spare-1) == 0
+// EncodeToString returns the text of src.
+func EncodeToString(src []byte) string {
+	buf := make([]byte, EncodedLen(len(src)))
+	Encode(buf, src)
+	return string(buf)
 }
 
-// EncodedLen is the length of n bytes in Encoding.
-func EncodedLen(n int) int { return Encoding.EncodedLen(n) }
+// Decode writes the bytes of the text src to dst, which must hold
+// DecodedLen(len(src)) bytes, and returns how many. ok is false for a
+// character outside Alphabet, a length no byte count encodes to, or a
+// spare bit of the last character set: each value has one text.
+func Decode(dst []byte, src string) (n int, ok bool) {
+	var acc uint64
+	bits := 0
+	for i := 0; i < len(src); i++ {
+		v := decodeMap[src[i]]
+		if v == invalid {
+			return 0, false
+		}
+		acc = acc<<5 | uint64(v)
+		bits += 5
+		if bits >= 8 {
+			bits -= 8
+			dst[n] = byte(acc >> bits)
+			n++
+		}
+	}
+	if bits >= 5 || acc&(1<<bits-1) != 0 {
+		return 0, false
+	}
+	return n, true
+}
+
+// DecodeString returns the bytes of the text s (Decode).
+func DecodeString(s string) ([]byte, bool) {
+	buf := make([]byte, DecodedLen(len(s)))
+	n, ok := Decode(buf, s)
+	return buf[:n], ok
+}
 
 // BranchMagicCookie begins every RFC 3261 branch.
 const BranchMagicCookie = "z9hG4bK"

@@ -3,6 +3,7 @@ package opaque
 import (
 	"bytes"
 	"crypto/rand"
+	"encoding/base32"
 	"strings"
 	"testing"
 )
@@ -61,17 +62,31 @@ func TestNoHeaderName(t *testing.T) {
 	}
 }
 
-func TestEncodingRoundTrip(t *testing.T) {
+// reference is encoding/base32 over Alphabet: the text form is standard
+// base32 in another alphabet.
+var reference = base32.NewEncoding(Alphabet).WithPadding(base32.NoPadding)
+
+// valid reports whether s holds Alphabet's characters only.
+func valid(s string) bool {
+	for _, c := range []byte(s) {
+		if strings.IndexByte(Alphabet, c) < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func TestRoundTrip(t *testing.T) {
 	for n := 0; n <= 80; n++ {
 		b := make([]byte, n)
 		_, _ = rand.Read(b)
-		s := Encoding.EncodeToString(b)
-		if len(s) != EncodedLen(n) || !Valid(s) {
-			t.Fatalf("%d bytes: %q (len %d, want %d), valid %v", n, s, len(s), EncodedLen(n), Valid(s))
+		s := EncodeToString(b)
+		if want := reference.EncodeToString(b); s != want || len(s) != EncodedLen(n) || !valid(s) {
+			t.Fatalf("%d bytes: %q (len %d, want %d), encoding/base32 writes %q", n, s, len(s), EncodedLen(n), want)
 		}
-		got, err := Encoding.DecodeString(s)
-		if err != nil || !bytes.Equal(got, b) {
-			t.Fatalf("%d bytes: decoded %x, %v; want %x", n, got, err, b)
+		got, ok := DecodeString(s)
+		if !ok || !bytes.Equal(got, b) {
+			t.Fatalf("%d bytes: decoded %x, %v; want %x", n, got, ok, b)
 		}
 	}
 	if EncodedLen(48) != 77 {
@@ -79,44 +94,50 @@ func TestEncodingRoundTrip(t *testing.T) {
 	}
 }
 
-// Canonical accepts what Encoding writes and nothing that decodes to the
-// same bytes with a spare bit set.
-func TestCanonical(t *testing.T) {
+// Decode takes what Encode writes and nothing else: no other character,
+// no length no byte count encodes to, no second text of the same bytes.
+func TestDecodeStrict(t *testing.T) {
 	for n := 1; n <= 80; n++ {
 		b := make([]byte, n)
 		_, _ = rand.Read(b)
-		s := Encoding.EncodeToString(b)
-		if !Canonical(s) {
-			t.Fatalf("%d bytes: Canonical(%q) = false", n, s)
-		}
+		s := EncodeToString(b)
 		last := strings.IndexByte(Alphabet, s[len(s)-1])
 		for j := 0; j < len(Alphabet); j++ {
 			if j == last {
 				continue
 			}
 			other := s[:len(s)-1] + Alphabet[j:j+1]
-			got, err := Encoding.DecodeString(other)
-			if err == nil && bytes.Equal(got, b) && Canonical(other) {
-				t.Fatalf("%d bytes: %q and %q both canonical", n, s, other)
+			if got, err := reference.DecodeString(other); err == nil && bytes.Equal(got, b) {
+				if _, ok := DecodeString(other); ok {
+					t.Fatalf("%d bytes: %q and %q both decode", n, s, other)
+				}
 			}
 		}
 	}
-	if Canonical("bc\ndf") {
-		t.Error("Canonical took a newline")
+	for _, s := range []string{"b", "bcd", "bcdfghk", "bc\ndf", "bc\rdf", "BCDF", "bcdfghjk=", "bcdfghjka", "\x00\x00"} {
+		if got, ok := DecodeString(s); ok {
+			t.Errorf("DecodeString(%q) = %x", s, got)
+		}
+	}
+	if got, ok := DecodeString(""); !ok || len(got) != 0 {
+		t.Errorf("DecodeString(\"\") = %x, %v", got, ok)
 	}
 }
 
-func TestValid(t *testing.T) {
-	for _, s := range []string{"", "0123", Alphabet} {
-		if !Valid(s) {
-			t.Errorf("Valid(%q) = false", s)
+// Decode never panics and takes only Encode's texts.
+func FuzzDecode(f *testing.F) {
+	f.Add("0kpjln_4c92xxd80")
+	f.Add("")
+	f.Add("b")
+	f.Fuzz(func(t *testing.T, s string) {
+		b, ok := DecodeString(s)
+		if !ok {
+			return
 		}
-	}
-	for _, s := range []string{"abc", "B", "bc\r\ndf", "bc df", "bc-d", "é", "\x00"} {
-		if Valid(s) {
-			t.Errorf("Valid(%q) = true", s)
+		if EncodeToString(b) != s {
+			t.Fatalf("%q decoded to %x, which is written %q", s, b, EncodeToString(b))
 		}
-	}
+	})
 }
 
 func TestBranch(t *testing.T) {
@@ -124,7 +145,7 @@ func TestBranch(t *testing.T) {
 	for i := 0; i < 1000; i++ {
 		b := Branch()
 		rest, ok := strings.CutPrefix(b, BranchMagicCookie+".")
-		if !ok || len(rest) != branchChars || !Valid(rest) {
+		if !ok || len(rest) != branchChars || !valid(rest) {
 			t.Fatalf("Branch() = %q: want the cookie, '.' and %d characters of Alphabet", b, branchChars)
 		}
 		if seen[b] {
@@ -137,7 +158,7 @@ func TestBranch(t *testing.T) {
 func TestText(t *testing.T) {
 	for _, n := range []int{0, 1, 12, 13, 24, 100} {
 		s := Text(n)
-		if len(s) != n || !Valid(s) {
+		if len(s) != n || !valid(s) {
 			t.Fatalf("Text(%d) = %q", n, s)
 		}
 	}
