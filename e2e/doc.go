@@ -28,7 +28,10 @@
 // refused 403); ended by an operator through the API (the node's own BYEs
 // answered 200 by both phones); over TCP and over TLS on both sides;
 // behind Kamailio (both proxies in the phones' route sets); and a TLS
-// carrier whose certificate names another address getting nothing.
+// carrier whose certificate names another address getting nothing; and a
+// rolling upgrade (upgrade_test.go): while a node of an older release
+// beats in the pool's Redis, a node writes base64url dialog tokens, then
+// opaque text once it is gone, SIPp's calls completing with both.
 // Each is checked in the node's call records and in both phones' SIP
 // traces. baresip 1.0 opens its SIP sockets only when the host has an
 // IPv4 address besides loopback, and sends its media (a generated tone, a

@@ -34,8 +34,9 @@
 //     overload answers, lately (two sorted sets beside its slot set);
 //   - rate.lua: an adaptive carrier's effective rate (AIMD), in milli-cps;
 //     a decrease removes the slots still in the future;
-//   - heartbeat.lua: node liveness, to count the live pool, and other
-//     processes beating under the same node id (heartbeat.go);
+//   - heartbeat.lua: node liveness, to count the live pool, the live
+//     nodes of a release that cannot read dialog tokens in opaque text,
+//     and other processes beating under the same node id (heartbeat.go);
 //   - calls_occupy.lua, calls_free.lua, calls_refresh.lua, calls_count.lua:
 //     concurrent-call places (max_calls), sorted sets of live calls scored
 //     by their expiry, taken all-or-none, freed, refreshed in batches and

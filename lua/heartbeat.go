@@ -40,6 +40,11 @@ type BeatReply struct {
 	Live int
 	// Now is Redis's clock in ms when the beat was recorded.
 	Now int64
+	// Older is the number of live nodes of a release that cannot read
+	// dialog tokens in opaque text (they beat without declaring it, into
+	// the node set only): while it is not 0, nodes mint the tokens those
+	// read.
+	Older int
 	// Others are the instance ids of the other live processes beating under
 	// Beat.Node since Beat.Since.
 	Others []string
@@ -49,13 +54,18 @@ type BeatReply struct {
 // nodes, in the same Cluster hash slot.
 func InstancesKey(nodes string) string { return nodes + ":instances" }
 
+// OpaqueReadersKey is the set of the nodes that read dialog tokens in
+// opaque text, which heartbeat.lua keeps beside the node set nodes, in the
+// same Cluster hash slot.
+func OpaqueReadersKey(nodes string) string { return nodes + ":opaque" }
+
 // Heartbeat records b in the node set key (and its InstancesKey) and returns
 // how many nodes beat within b.TTL and which other processes beat as b.Node.
 func Heartbeat(ctx context.Context, c redis.Scripter, key string, b Beat) (BeatReply, error) {
 	if b.Node == "" || b.TTL < time.Millisecond {
 		return BeatReply{}, fmt.Errorf("%w: heartbeat needs a node id and a ttl >= 1ms", ErrArgs)
 	}
-	v, err := heartbeatScript.Run(ctx, c, []string{key, InstancesKey(key)},
+	v, err := heartbeatScript.Run(ctx, c, []string{key, InstancesKey(key), OpaqueReadersKey(key)},
 		b.Node, b.TTL.Milliseconds(), b.Instance, b.Since).Result()
 	if err != nil {
 		return BeatReply{}, fmt.Errorf("lua: run heartbeat.lua for %q: %w", key, err)
@@ -66,16 +76,17 @@ func Heartbeat(ctx context.Context, c redis.Scripter, key string, b Beat) (BeatR
 // DecodeHeartbeat decodes heartbeat.lua's reply.
 func DecodeHeartbeat(v any) (BeatReply, error) {
 	a, ok := v.([]any)
-	if !ok || len(a) < 2 {
-		return BeatReply{}, fmt.Errorf("%w: heartbeat: want an array {live, now, other...}, got %T %v", ErrReply, v, v)
+	if !ok || len(a) < 3 {
+		return BeatReply{}, fmt.Errorf("%w: heartbeat: want an array {live, now, older, other...}, got %T %v", ErrReply, v, v)
 	}
 	live, ok1 := a[0].(int64)
 	now, ok2 := a[1].(int64)
-	if !ok1 || !ok2 || live < 1 || now < 0 {
-		return BeatReply{}, fmt.Errorf("%w: heartbeat: want a positive live count and a time, got %v %v", ErrReply, a[0], a[1])
+	older, ok3 := a[2].(int64)
+	if !ok1 || !ok2 || !ok3 || live < 1 || now < 0 || older < 0 || older >= live {
+		return BeatReply{}, fmt.Errorf("%w: heartbeat: want a positive live count, a time and fewer older nodes, got %v %v %v", ErrReply, a[0], a[1], a[2])
 	}
-	r := BeatReply{Live: int(live), Now: now}
-	for _, o := range a[2:] {
+	r := BeatReply{Live: int(live), Now: now, Older: int(older)}
+	for _, o := range a[3:] {
 		s, ok := o.(string)
 		if !ok || s == "" {
 			return BeatReply{}, fmt.Errorf("%w: heartbeat: want instance ids, got %T %v", ErrReply, o, o)
@@ -100,13 +111,13 @@ type Heartbeater struct {
 	since atomic.Int64
 }
 
-// Beat implements store.Beater: it returns the live nodes and the instance
-// ids of other processes beating under node.
-func (h *Heartbeater) Beat(ctx context.Context, node string, ttl time.Duration) (int, []string, error) {
+// Beat implements store.Beater: it returns the live nodes, the older ones
+// among them and the instance ids of other processes beating under node.
+func (h *Heartbeater) Beat(ctx context.Context, node string, ttl time.Duration) (BeatReply, error) {
 	r, err := Heartbeat(ctx, h.Client, h.Key, Beat{Node: node, Instance: h.Instance, TTL: ttl, Since: h.since.Load()})
 	if err != nil {
-		return 0, nil, err
+		return BeatReply{}, err
 	}
 	h.since.CompareAndSwap(0, r.Now)
-	return r.Live, r.Others, nil
+	return r, nil
 }

@@ -4,15 +4,20 @@
 -- KEYS[1]   sorted set of nodes: member = node id, score = last beat (integer ms, Redis TIME)
 -- KEYS[2]   sorted set of processes: member = node id .. " " .. instance id, score = last beat
 --           (same hash tag as KEYS[1])
+-- KEYS[3]   sorted set of the nodes that read dialog tokens in opaque text (version 4,
+--           sip/internal/opaque): member = node id, score = last beat (same hash tag).
+--           Older releases beat into KEYS[1] only.
 -- ARGV[1]   node id (letters, digits, '.', '_', '-': never a space)
 -- ARGV[2]   ttl in ms (> 0): a node or process whose last beat is older is not live
 -- ARGV[3]   instance id of this process ("" = do not track processes)
 -- ARGV[4]   Redis time in ms of this process's first beat ("0" on the first beat)
 --
--- Reply: array {live, now, other...}: live = the live nodes including this
--- one (the live processes when more: two processes under one node id are two
--- deciders), now = Redis TIME in ms, then the instance ids of the other live
--- processes of this node id that beat after ARGV[4]. A process restarted
+-- Reply: array {live, now, older, other...}: live = the live nodes including
+-- this one (the live processes when more: two processes under one node id are
+-- two deciders), now = Redis TIME in ms, older = the live nodes that are not
+-- in KEYS[3] (a release that cannot read version-4 dialog tokens), then the
+-- instance ids of the other live processes of this node id that beat after
+-- ARGV[4]. A process restarted
 -- under its node id does not see its dead predecessor, whose last beat came
 -- before the new one's first; two processes running at once see each other.
 if redis.replicate_commands then redis.replicate_commands() end
@@ -24,8 +29,13 @@ redis.call('ZADD', KEYS[1], now, ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - ttl)
 redis.call('PEXPIRE', KEYS[1], ttl * 2)
 local live = redis.call('ZCARD', KEYS[1])
+redis.call('ZADD', KEYS[3], now, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - ttl)
+redis.call('PEXPIRE', KEYS[3], ttl * 2)
+local older = live - redis.call('ZCARD', KEYS[3])
+if older < 0 then older = 0 end
 
-local reply = {0, now}
+local reply = {0, now, older}
 if ARGV[3] ~= '' then
   local since = tonumber(ARGV[4])
   if since == nil or since <= 0 then since = now end

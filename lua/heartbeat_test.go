@@ -69,10 +69,11 @@ func TestHeartbeatFindsTwoProcessesOfOneNode(t *testing.T) {
 		{b, "edge-1", 3, []string{"aaaa"}},
 		{other, "edge-2", 3, nil},
 	} {
-		live, others, err := s.who.Beat(ctx, s.node, ttl)
+		r, err := s.who.Beat(ctx, s.node, ttl)
 		if err != nil {
 			t.Fatalf("beat %d: %v", i, err)
 		}
+		live, others := r.Live, r.Others
 		if live != s.wantLive || !slices.Equal(others, s.wantOthers) {
 			t.Errorf("beat %d (%s %s): got %d live, others %v; want %d, %v", i, s.node, s.who.Instance, live, others, s.wantLive, s.wantOthers)
 		}
@@ -86,9 +87,9 @@ func TestHeartbeatFindsTwoProcessesOfOneNode(t *testing.T) {
 	}
 	d := &Heartbeater{Client: c, Key: key, Instance: "dddd"}
 	for i := range 3 {
-		_, others, err := d.Beat(ctx, "edge-1", ttl)
-		if err != nil || len(others) != 0 {
-			t.Fatalf("restarted node, beat %d: others %v, %v; want none", i, others, err)
+		r, err := d.Beat(ctx, "edge-1", ttl)
+		if err != nil || len(r.Others) != 0 {
+			t.Fatalf("restarted node, beat %d: others %v, %v; want none", i, r.Others, err)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
@@ -97,23 +98,63 @@ func TestHeartbeatFindsTwoProcessesOfOneNode(t *testing.T) {
 	}
 }
 
+// A node of an older release beats into the node set only: the others
+// count it as older until its beat expires, and mint base64url tokens
+// meanwhile (store.Heartbeat.OpaqueTokens).
+func TestHeartbeatCountsOlderNodes(t *testing.T) {
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer c.Close()
+	ctx := context.Background()
+	key := Key("hbold", "nodes", "all")
+	const ttl = time.Second
+	r, err := Heartbeat(ctx, c, key, Beat{Node: "new-1", TTL: ttl})
+	if err != nil || r.Live != 1 || r.Older != 0 {
+		t.Fatalf("one new node: %+v, %v; want 1 live, 0 older", r, err)
+	}
+	// What heartbeat.lua of the release before does: ZADD into KEYS[1].
+	tm, err := c.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ZAdd(ctx, key, redis.Z{Score: float64(tm.UnixMilli()), Member: "old-1"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, node := range []string{"new-1", "new-2"} {
+		r, err := Heartbeat(ctx, c, key, Beat{Node: node, TTL: ttl})
+		if err != nil || r.Older != 1 || r.Live != map[string]int{"new-1": 2, "new-2": 3}[node] {
+			t.Fatalf("%s with an older node live: %+v, %v; want 1 older", node, r, err)
+		}
+	}
+	time.Sleep(ttl + 100*time.Millisecond) // old-1 stopped beating
+	r, err = Heartbeat(ctx, c, key, Beat{Node: "new-1", TTL: ttl})
+	if err != nil || r.Live != 1 || r.Older != 0 {
+		t.Fatalf("after the older node left: %+v, %v; want 1 live, 0 older", r, err)
+	}
+	if ttl := c.PTTL(ctx, OpaqueReadersKey(key)).Val(); ttl <= 0 {
+		t.Fatalf("reader set has no TTL (%v)", ttl)
+	}
+}
+
 func FuzzDecodeHeartbeat(f *testing.F) {
-	f.Add(int64(1), int64(1700000000000), "")
-	f.Add(int64(0), int64(5), "x")
-	f.Add(int64(-5), int64(-1), "abcd")
-	f.Fuzz(func(t *testing.T, n, now int64, other string) {
-		reply := []any{n, now}
+	f.Add(int64(1), int64(1700000000000), int64(0), "")
+	f.Add(int64(0), int64(5), int64(0), "x")
+	f.Add(int64(-5), int64(-1), int64(-1), "abcd")
+	f.Add(int64(3), int64(5), int64(2), "x")
+	f.Add(int64(3), int64(5), int64(3), "")
+	f.Fuzz(func(t *testing.T, n, now, older int64, other string) {
+		reply := []any{n, now, older}
 		if other != "" {
 			reply = append(reply, other)
 		}
 		got, err := DecodeHeartbeat(reply)
-		if ok := n >= 1 && now >= 0; (err == nil) != ok {
+		if ok := n >= 1 && now >= 0 && older >= 0 && older < n; (err == nil) != ok {
 			t.Fatalf("DecodeHeartbeat(%v) = %+v, %v", reply, got, err)
 		}
-		if err == nil && (got.Live != int(n) || got.Now != now || (other != "") != (len(got.Others) == 1)) {
+		if err == nil && (got.Live != int(n) || got.Now != now || got.Older != int(older) || (other != "") != (len(got.Others) == 1)) {
 			t.Fatalf("DecodeHeartbeat(%v) = %+v", reply, got)
 		}
-		for _, bad := range []any{n, "x", []any{n}, []any{n, now, int64(3)}, []any{"1", now}} {
+		for _, bad := range []any{n, "x", []any{n}, []any{n, now}, []any{n, now, older, int64(3)}, []any{"1", now, older}} {
 			if _, err := DecodeHeartbeat(bad); err == nil {
 				t.Fatalf("DecodeHeartbeat(%#v) accepted", bad)
 			}

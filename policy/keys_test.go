@@ -44,6 +44,7 @@ func TestKeysArePinned(t *testing.T) {
 		{"token level", lua.TokenKey(admission.TokenBucket(policy.Key("cpsguard", policy.ScopePeer, "dialer-1"), 10, 30).Key), "cpsguard:{peer:dialer-1}:tb:tokens"},
 		{"override expiries", lua.OverridesExpiryKey(policy.OverridesKey("cpsguard")), "cpsguard:{overrides:all}:expiry"},
 		{"node instances", lua.InstancesKey(policy.NodesKey("cpsguard")), "cpsguard:{nodes:all}:instances"},
+		{"opaque readers", lua.OpaqueReadersKey(policy.NodesKey("cpsguard")), "cpsguard:{nodes:all}:opaque"},
 		{"carrier rate", lua.RateKey(policy.Key("cpsguard", policy.ScopeCarrier, "carrier-a")), "cpsguard:{carrier:carrier-a}:rate"},
 	} {
 		if tc.got != tc.want {

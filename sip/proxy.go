@@ -131,6 +131,11 @@ type Options struct {
 	// Redis is down under store.on_error: reject); out-of-dialog OPTIONS get
 	// 503 then, so upstream dispatchers route around the node. nil: always.
 	Usable func() bool
+	// OpaqueTokens reports whether every node of the pool reads dialog
+	// tokens and stateless branches in opaque text (store.Stores does,
+	// from the heartbeat); while one does not, the proxy writes them in
+	// base64url, which releases before read. nil: always (one node).
+	OpaqueTokens func() bool
 }
 
 // MaxMessageSize is the largest SIP message the proxy parses. Larger
@@ -469,6 +474,7 @@ func New(opts Options) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sip: dialog token key: %w", err)
 	}
+	keys.opaque = opts.OpaqueTokens
 	p.keys = keys
 
 	sipLog := slog.New(&sipgoHandler{inner: opts.Logger.Handler(), errs: p.m.SIPErrors}).With("component", "sipgo")

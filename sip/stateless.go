@@ -16,6 +16,7 @@ import (
 	sipmsg "github.com/emiago/sipgo/sip"
 
 	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/sip/internal/dialogtoken"
 	"github.com/cpsguard/cpsguard/sip/internal/invites"
 	"github.com/cpsguard/cpsguard/sip/internal/opaque"
 )
@@ -382,6 +383,11 @@ func (p *Proxy) statelessBranch(cfg *config.Config, up *sipmsg.ViaHeader, m sipm
 	// string's.
 	var out [len(statelessBranchPrefix) + statelessBranchChars]byte
 	copy(out[:], statelessBranchPrefix)
+	if p.keys.text() == dialogtoken.Base64URL {
+		// A node of an older release in the pool reads only this.
+		base64.RawURLEncoding.Encode(out[len(statelessBranchPrefix):], b[:])
+		return string(out[:len(statelessBranchPrefix)+statelessBranchChars64])
+	}
 	opaque.Encode(out[len(statelessBranchPrefix):], b[:])
 	return string(out[:])
 }
@@ -395,28 +401,21 @@ const statelessBranchChars = (statelessBranchBytes*8 + 4) / 5
 // each other's answers during an upgrade.
 const statelessBranchChars64 = (statelessBranchBytes*8 + 5) / 6
 
-// base64Strict is base64url that refuses a second text of the same bytes.
-var base64Strict = base64.RawURLEncoding.Strict()
-
 // decodeStatelessBranch decodes the part of a stateless branch after its
-// prefix, into a stack buffer: exactly statelessBranchChars of
-// opaque's text, or statelessBranchChars64 of base64url (an earlier
-// release's), decode to statelessBranchBytes.
+// prefix, into a stack buffer: exactly statelessBranchChars of opaque's
+// text, or statelessBranchChars64 of base64url (an earlier release's, and
+// this one's while such a node is in the pool), decode to
+// statelessBranchBytes. The two texts of one branch both decode: the MAC
+// binds the bytes, and the proxy's Via never leaves it.
 func decodeStatelessBranch(enc string) (raw [statelessBranchBytes]byte, ok bool) {
 	var n int
-	var err error
 	switch len(enc) {
 	case statelessBranchChars:
 		n, ok = opaque.Decode(raw[:], enc)
-		return raw, ok && n == statelessBranchBytes
 	case statelessBranchChars64:
-		var b [statelessBranchChars64]byte
-		copy(b[:], enc)
-		n, err = base64Strict.Decode(raw[:], b[:])
-	default:
-		return raw, false
+		n, ok = dialogtoken.DecodeBase64URL(raw[:], enc)
 	}
-	return raw, err == nil && n == statelessBranchBytes
+	return raw, ok && n == statelessBranchBytes
 }
 
 // statelessBranchOf reports whether res's top Via is the proxy's on a

@@ -17,6 +17,7 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/siptest"
 	"github.com/cpsguard/cpsguard/sip/internal/dialogtoken"
+	"github.com/cpsguard/cpsguard/sip/internal/opaque"
 )
 
 // udpEnd is a raw UDP end point: it records every message it reads and,
@@ -335,14 +336,16 @@ func TestStatelessForgedResponsesDropped(t *testing.T) {
 	genuine := func() *sipmsg.Response { return sipmsg.NewResponseFromRequest(fwd, 200, "OK", nil) }
 	forged := sipErrors(h, "forged_response")
 
-	// A bad MAC (one character of the branch changed), from the carrier.
+	// A bad MAC (one character of the branch's MAC changed to another of
+	// opaque's alphabet: it still decodes), from the carrier.
 	r := genuine()
 	b, _ := r.Via().Params.Get("branch")
-	last := byte('A')
-	if b[len(b)-1] == 'A' {
-		last = 'B'
+	pos := len(b) - 5
+	next := opaque.Alphabet[(strings.IndexByte(opaque.Alphabet, b[pos])+1)%len(opaque.Alphabet)]
+	if _, ok := decodeStatelessBranch(strings.TrimPrefix(b[:pos]+string(next)+b[pos+1:], statelessBranchPrefix)); !ok {
+		t.Fatalf("the changed branch does not decode: the case would not reach the MAC")
 	}
-	r.Via().Params.Add("branch", b[:len(b)-1]+string(last))
+	r.Via().Params.Add("branch", b[:pos]+string(next)+b[pos+1:])
 	car.send(h.udp, r)
 	// The genuine response from the wrong IP: the caller's own (a known
 	// source, so the screen reads it).
@@ -357,7 +360,7 @@ func TestStatelessForgedResponsesDropped(t *testing.T) {
 	r = genuine()
 	r.CSeq().SeqNo++
 	car.send(h.udp, r)
-	// A branch that is not even base64.
+	// A branch in no alphabet at all.
 	r = genuine()
 	r.Via().Params.Add("branch", statelessBranchPrefix+"!!")
 	car.send(h.udp, r)

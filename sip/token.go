@@ -62,6 +62,18 @@ type dialogKeys struct {
 	// now is the clock tokens are minted and checked at (nil: time.Now;
 	// tests set it before use).
 	now func() time.Time
+	// opaque reports whether the pool reads tokens and stateless branches
+	// in opaque text (Options.OpaqueTokens; nil: always). Set before use.
+	opaque func() bool
+}
+
+// text is how the proxy writes a token or a stateless branch now: opaque
+// text, or base64url while a node of an older release is in the pool.
+func (d *dialogKeys) text() dialogtoken.Text {
+	if d.opaque == nil || d.opaque() {
+		return dialogtoken.Opaque
+	}
+	return dialogtoken.Base64URL
 }
 
 // newDialogKeys builds the keys with a fresh random key for an empty secret,
@@ -113,7 +125,7 @@ func (d *dialogKeys) keys(cfg *config.Config) *keyState {
 // mint returns the dialog token of a call forwarded over legs, with Call-ID
 // callID and the caller's From tag ftag, under cfg's secret, minted now.
 func (d *dialogKeys) mint(cfg *config.Config, legs dialogLegs, callID, ftag string) (string, error) {
-	return d.keys(cfg).cur.MintNonce(legs, callID, ftag, d.clock(), d.nonces.Next())
+	return d.keys(cfg).cur.MintNonceAs(d.text(), legs, callID, ftag, d.clock(), d.nonces.Next())
 }
 
 // own reports whether a decoded token was minted by this proxy, not by

@@ -63,7 +63,7 @@ func TestForgedReInviteIsRefused(t *testing.T) {
 		{"empty token", ";" + tokenParam + "="},
 		{"wrong token", ";" + tokenParam + "=AAAAAAAAAAAAAAAA"},
 		{"not base64", ";" + tokenParam + "=!!!!!!!!!!!!!!!!"},
-		{"too long", ";" + tokenParam + "=" + real + "AAAA"},
+		{"too long", ";" + tokenParam + "=" + real + strings.Repeat("b", 64)}, // opaque's alphabet, over dialogtoken.MaxChars
 		{"token of another Call-ID", ";" + tokenParam + "=" + real},
 		{"old version-1 token", ";" + tokenParam + "=AAAAAAAAAAAAAAAA"},
 	}

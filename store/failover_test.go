@@ -90,8 +90,8 @@ func TestFallbackAndBack(t *testing.T) {
 	}
 	// A second node beats into the pool: the fallback must halve the limits.
 	other := &lua.Heartbeater{Client: s.client, Key: lua.Key("fo", "nodes", "all")}
-	if n, _, err := other.Beat(ctx, "node-b", 10*time.Second); err != nil || n != 2 {
-		t.Fatalf("second node beat: %d, %v; want 2", n, err)
+	if r, err := other.Beat(ctx, "node-b", 10*time.Second); err != nil || r.Live != 2 {
+		t.Fatalf("second node beat: %d, %v; want 2", r.Live, err)
 	}
 	if err := s.heartbeat.Beat(ctx, time.Second); err != nil || s.LiveNodes() != 2 {
 		t.Fatalf("live nodes: got %d, %v; want 2", s.LiveNodes(), err)

@@ -7,14 +7,16 @@ import (
 	"time"
 
 	"github.com/cpsguard/cpsguard/internal/panics"
+	"github.com/cpsguard/cpsguard/lua"
 )
 
 // Beater records one process's heartbeat under its node id in the shared
-// store and returns how many nodes beat within ttl and the instance ids of
-// the other processes beating under the same node id (lua.Heartbeater on
-// Redis).
+// store and returns how many nodes beat within ttl, how many of them are of
+// a release that cannot read dialog tokens in opaque text, and the instance
+// ids of the other processes beating under the same node id
+// (lua.Heartbeater on Redis).
 type Beater interface {
-	Beat(ctx context.Context, node string, ttl time.Duration) (live int, others []string, err error)
+	Beat(ctx context.Context, node string, ttl time.Duration) (lua.BeatReply, error)
 }
 
 // Heartbeat announces this node in Redis every Interval and remembers how
@@ -40,11 +42,14 @@ type Heartbeat struct {
 	ttl      time.Duration
 	minNodes int
 	live     atomic.Int64
-	dup      atomic.Bool
-	onError  func(error)
-	onDup    func(bool)
-	log      *slog.Logger
-	panics   *panics.Reporter
+	// older is the live nodes of a release that cannot read dialog tokens
+	// in opaque text at the last beat; -1 before the first.
+	older   atomic.Int64
+	dup     atomic.Bool
+	onError func(error)
+	onDup   func(bool)
+	log     *slog.Logger
+	panics  *panics.Reporter
 }
 
 // HeartbeatOptions configures NewHeartbeat.
@@ -78,7 +83,17 @@ func NewHeartbeat(b Beater, o HeartbeatOptions) *Heartbeat {
 	h := &Heartbeat{beater: b, node: o.Node, interval: o.Interval, ttl: 3 * o.Interval,
 		minNodes: o.MinNodes, onError: o.OnError, onDup: o.OnDuplicate, log: o.Logger, panics: o.Panics}
 	h.live.Store(int64(o.MinNodes))
+	h.older.Store(-1)
 	return h
+}
+
+// OpaqueTokens reports whether every live node read dialog tokens in
+// opaque text at the last successful beat (true without a shared store;
+// false before the first beat, and from then on the last figure seen while
+// Redis answered): until then the sip package mints the tokens older
+// releases read.
+func (h *Heartbeat) OpaqueTokens() bool {
+	return h == nil || h.older.Load() == 0
 }
 
 // Live is the number of live nodes last seen (at least 1).
@@ -93,17 +108,27 @@ func (h *Heartbeat) Live() int {
 func (h *Heartbeat) Beat(ctx context.Context, timeout time.Duration) error {
 	bctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	n, others, err := h.beater.Beat(bctx, h.node, h.ttl)
+	r, err := h.beater.Beat(bctx, h.node, h.ttl)
 	if err != nil {
 		if h.onError != nil && ctx.Err() == nil {
 			h.onError(err)
 		}
 		return err
 	}
+	n := r.Live
 	if old := h.live.Swap(int64(max(n, 1))); old != int64(max(n, 1)) {
 		h.log.Info("live nodes changed", "live_nodes", n, "was", old)
 	}
-	h.setDuplicate(others)
+	if old := h.older.Swap(int64(r.Older)); old != int64(r.Older) {
+		switch {
+		case r.Older > 0:
+			h.log.Warn("nodes of an older release are live: dialog tokens are minted in base64url, which they read, until they leave",
+				"older_nodes", r.Older, "live_nodes", n)
+		case old > 0:
+			h.log.Info("every live node reads dialog tokens in opaque text: minting them so", "live_nodes", n)
+		}
+	}
+	h.setDuplicate(r.Others)
 	return nil
 }
 

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cpsguard/cpsguard/internal/redistest"
+	"github.com/cpsguard/cpsguard/lua"
 
 	"github.com/cpsguard/cpsguard/internal/testlog"
 )
@@ -91,4 +93,52 @@ func TestDuplicateNodeIDIsDetected(t *testing.T) {
 
 	b.stop() // the other beats no more; a clears once b's last beat is past the TTL
 	want(a, "first process after the second stopped", false)
+}
+
+// A node mints dialog tokens in opaque text only once a beat showed no
+// node of an older release live (lua.TestHeartbeatCountsOlderNodes counts
+// them): not before its first beat, not while one is live; a failed beat
+// keeps the last figure; without a shared store, always.
+func TestOpaqueTokensFollowTheBeat(t *testing.T) {
+	var nilHB *Heartbeat
+	if !nilHB.OpaqueTokens() {
+		t.Error("without a shared store: OpaqueTokens() = false")
+	}
+	b := &scriptedBeater{}
+	log := &syncBuffer{}
+	h := NewHeartbeat(b, HeartbeatOptions{Node: "n", Logger: slog.New(slog.NewJSONHandler(log, nil))})
+	if h.OpaqueTokens() {
+		t.Error("before the first beat: OpaqueTokens() = true")
+	}
+	ctx := context.Background()
+	for i, step := range []struct {
+		reply lua.BeatReply
+		err   error
+		want  bool
+	}{
+		{lua.BeatReply{Live: 3, Older: 1}, nil, false},
+		{lua.BeatReply{Live: 2}, nil, true},
+		{lua.BeatReply{}, errors.New("redis down"), true},
+		{lua.BeatReply{Live: 3, Older: 1}, nil, false},
+		{lua.BeatReply{}, errors.New("redis down"), false},
+	} {
+		b.reply, b.err = step.reply, step.err
+		_ = h.Beat(ctx, time.Second)
+		if got := h.OpaqueTokens(); got != step.want {
+			t.Errorf("beat %d (%+v, %v): OpaqueTokens() = %v, want %v", i, step.reply, step.err, got, step.want)
+		}
+	}
+	if n := strings.Count(log.String(), "nodes of an older release are live"); n != 2 {
+		t.Errorf("older nodes logged %d times, want 2 (once each time they appear):\n%s", n, log.String())
+	}
+}
+
+// scriptedBeater answers each Beat with reply and err.
+type scriptedBeater struct {
+	reply lua.BeatReply
+	err   error
+}
+
+func (b *scriptedBeater) Beat(context.Context, string, time.Duration) (lua.BeatReply, error) {
+	return b.reply, b.err
 }

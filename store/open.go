@@ -140,6 +140,10 @@ func (s *Stores) RedisClient() redis.UniversalClient { return s.client }
 // LiveNodes is the pool size last seen in Redis (1 without Redis).
 func (s *Stores) LiveNodes() int { return s.heartbeat.Live() }
 
+// OpaqueTokens reports whether the pool's live nodes all read dialog
+// tokens in opaque text (Heartbeat.OpaqueTokens; true without Redis).
+func (s *Stores) OpaqueTokens() bool { return s.heartbeat.OpaqueTokens() }
+
 // DuplicateNodeID reports whether another process beat in Redis under this
 // node's node_id at the last heartbeat (false without Redis).
 func (s *Stores) DuplicateNodeID() bool { return s.heartbeat.Duplicate() }

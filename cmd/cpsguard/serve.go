@@ -274,8 +274,9 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 		Logger:    logger,
 		Usable:    stores.Usable,
 
-		DialogEnds: dialogEnds,
-		Records:    recs,
+		OpaqueTokens: stores.OpaqueTokens,
+		DialogEnds:   dialogEnds,
+		Records:      recs,
 	})
 	if err != nil {
 		return err

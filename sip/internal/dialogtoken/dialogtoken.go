@@ -14,6 +14,7 @@ import (
 	"math"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -304,6 +305,23 @@ const InstanceBytes = 4
 // MintNonce is Mint with the GCM nonce given: it must never repeat under
 // one key (Nonces makes such nonces).
 func (k *Key) MintNonce(legs Legs, callID, ftag string, now time.Time, nonce [NonceBytes]byte) (string, error) {
+	return k.MintNonceAs(Opaque, legs, callID, ftag, now, nonce)
+}
+
+// Text is how a token is written.
+type Text uint8
+
+const (
+	// Opaque is version 4 in opaque's text: no header name inside.
+	Opaque Text = iota
+	// Base64URL is version 3 in base64url, the only form releases before
+	// Opaque read: for a pool where such a node still runs. Its text can
+	// hold a header name (SIPp fails about one call in 275,000 on it).
+	Base64URL
+)
+
+// MintNonceAs is MintNonce written as t.
+func (k *Key) MintNonceAs(t Text, legs Legs, callID, ftag string, now time.Time, nonce [NonceBytes]byte) (string, error) {
 	secs := now.Unix()
 	if secs < 0 || secs > math.MaxUint32 {
 		return "", errors.New("dialogtoken: clock out of range")
@@ -314,9 +332,15 @@ func (k *Key) MintNonce(legs Legs, callID, ftag string, now time.Time, nonce [No
 	}
 	raw := make([]byte, headerBytes, headerBytes+NonceBytes+64)
 	raw[0] = version
+	if t == Base64URL {
+		raw[0] = versionBase64
+	}
 	binary.BigEndian.PutUint32(raw[1:], uint32(secs))
 	raw = append(raw, nonce[:]...)
 	raw = a.Seal(raw, nonce[:], Plaintext(legs), additionalData(raw[:headerBytes], callID, ftag))
+	if t == Base64URL {
+		return base64.RawURLEncoding.EncodeToString(raw), nil
+	}
 	return opaque.EncodeToString(raw), nil
 }
 
@@ -373,8 +397,9 @@ func Decode(token string) (Sealed, bool) {
 	}
 	raw, ok := decodeAs(token, version)
 	if !ok {
-		// An earlier release's token whose base64url happens to use
-		// only opaque's characters is tried this way too.
+		// Not version 4 in opaque's text: perhaps an earlier release's
+		// (every version-3 token starts with 'A', outside opaque's
+		// alphabet).
 		if raw, ok = decodeAs(token, versionBase64); !ok {
 			return Sealed{}, false
 		}
@@ -383,8 +408,22 @@ func Decode(token string) (Sealed, bool) {
 	return Sealed{header: raw[:headerBytes], body: raw[headerBytes:], Minted: minted}, true
 }
 
-// base64Strict is base64url that refuses a second text of the same bytes.
+// base64Strict is base64url that refuses spare bits set (but skips CR and
+// LF: DecodeBase64URL refuses those first).
 var base64Strict = base64.RawURLEncoding.Strict()
+
+// DecodeBase64URL decodes src, base64url without padding as earlier
+// releases wrote tokens and stateless branches, into dst (at least
+// base64.RawURLEncoding.DecodedLen(len(src)) bytes), refusing what
+// encoding/base64 would let through: spare bits set, CR or LF anywhere.
+// Each value has one text.
+func DecodeBase64URL(dst []byte, src string) (int, bool) {
+	if strings.ContainsAny(src, "\r\n") {
+		return 0, false
+	}
+	n, err := base64Strict.Decode(dst, []byte(src))
+	return n, err == nil
+}
 
 // decodeAs decodes token as a token of version v (4: opaque's text, 3:
 // base64url) of a possible size.
@@ -394,9 +433,10 @@ func decodeAs(token string, v byte) ([]byte, bool) {
 	if v == version {
 		raw, ok = opaque.DecodeString(token)
 	} else {
-		var err error
-		raw, err = base64Strict.DecodeString(token)
-		ok = err == nil
+		raw = make([]byte, base64.RawURLEncoding.DecodedLen(len(token)))
+		var n int
+		n, ok = DecodeBase64URL(raw, token)
+		raw = raw[:n]
 	}
 	return raw, ok && len(raw) >= headerBytes+28+1+2*7 && raw[0] == v
 }

@@ -108,6 +108,32 @@ func TestTokenText(t *testing.T) {
 	if _, ok := Decode(opaque.EncodeToString(raw)); ok {
 		t.Error("a version-3 token in opaque's text decoded")
 	}
+	// Minted as Base64URL (a pool with older nodes): version 3 in
+	// base64url, which opens as any token does.
+	old, err := k.MintNonceAs(Base64URL, v4, "call-1", "ftag", now, testNonces(t).Next())
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw64, err := base64.RawURLEncoding.DecodeString(old)
+	if err != nil || raw64[0] != versionBase64 || len(old) != 64 {
+		t.Fatalf("Base64URL token %q: %v, want 64 characters of base64url, version 3", old, err)
+	}
+	s, ok := Decode(old)
+	if !ok {
+		t.Fatal("Decode refused a Base64URL token")
+	}
+	if got, ok := k.Open(s, "call-1", "ftag"); !ok || got != v4 {
+		t.Fatalf("Open of a Base64URL token: %+v, %v; want %+v", got, ok, v4)
+	}
+}
+
+// testNonces is NewNonces for a test.
+func testNonces(t *testing.T) *Nonces {
+	ns, err := NewNonces()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns
 }
 
 // Tokens minted with a process's Nonces carry its instance part, never
@@ -181,11 +207,18 @@ func TestTokenOfTheRandomNonceLayoutOpens(t *testing.T) {
 	}
 }
 
-// Decode and Open never panic, and open nothing but what Mint made.
+// Decode and Open never panic, and open nothing but what Mint made: the
+// two tokens minted (one per text), with their Call-ID and From tag.
 func FuzzToken(f *testing.F) {
 	k := NewKey([]byte("fuzz"))
-	tok, _ := k.Mint(legs, "c", "f", time.Unix(1795670000, 0))
+	now := time.Unix(1795670000, 0)
+	// Fixed nonces: the fuzzing workers mint the same tokens as the
+	// process that wrote the seeds.
+	tok, _ := k.MintNonceAs(Opaque, legs, "c", "f", now, [NonceBytes]byte{1})
+	tok3, _ := k.MintNonceAs(Base64URL, legs, "c", "f", now, [NonceBytes]byte{2})
 	f.Add(tok, "c", "f")
+	f.Add(tok3, "c", "f")
+	f.Add(tok3[:10]+"\n"+tok3[10:], "c", "f")
 	f.Add("", "", "")
 	f.Add("AwAAAAA", "c", "f")
 	f.Fuzz(func(t *testing.T, token, callID, ftag string) {
@@ -193,10 +226,28 @@ func FuzzToken(f *testing.F) {
 		if !ok {
 			return
 		}
-		if got, ok := k.Open(s, callID, ftag); ok && string(Plaintext(got)) == "" {
-			t.Fatalf("opened %q to no legs", token)
+		if got, ok := k.Open(s, callID, ftag); ok && (got != legs || token != tok && token != tok3 || callID != "c" || ftag != "f") {
+			t.Fatalf("opened %q (Call-ID %q, tag %q) to %+v: not a token minted", token, callID, ftag, got)
 		}
 	})
+}
+
+// A version-3 token with a CR or LF inside is refused (encoding/base64
+// skips them): one token, one text.
+func TestBase64TokenWithLineBreakRefused(t *testing.T) {
+	k := NewKey([]byte("secret-0123456789"))
+	tok, err := k.MintNonceAs(Base64URL, legs, "call-1", "ftag", time.Unix(1795670000, 0), testNonces(t).Next())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := Decode(tok); !ok {
+		t.Fatal("the genuine version-3 token is refused")
+	}
+	for _, ins := range []string{"\n", "\r\n", "\r\r\r\r\r\r\r\r"} {
+		if _, ok := Decode(tok[:20] + ins + tok[20:]); ok {
+			t.Errorf("a version-3 token with %q inside decoded", ins)
+		}
+	}
 }
 
 // BenchmarkDecode prices Decode of a token of two IPv4 legs in opaque's

@@ -1,0 +1,83 @@
+package sip
+
+import (
+	"encoding/base64"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	sipmsg "github.com/emiago/sipgo/sip"
+
+	"github.com/cpsguard/cpsguard/config"
+)
+
+// TestOlderNodesInPoolGetBase64Text: while Options.OpaqueTokens says a node
+// of an older release is in the pool, the proxy mints version-3 tokens and
+// stateless branches in base64url (what such a node reads); once it says
+// every node reads opaque text, new calls get opaque tokens and branches,
+// and a call set up before keeps working.
+func TestOlderNodesInPoolGetBase64Text(t *testing.T) {
+	var opaqueOK atomic.Bool
+	car := startAnsweringEnd(t, func() bool { return true })
+	adm, pacer := newFakes()
+	cfg := testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second})
+	h := startProxyOpts(t, Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer, OpaqueTokens: opaqueOK.Load})
+	peer := startUDPEnd(t, "127.0.0.2", nil)
+	caller := peer.caller()
+
+	// bye ends the call answered ok and returns the branch the carrier's
+	// BYE carried after the stateless prefix.
+	bye := func(name string, ok *sipmsg.Response) string {
+		t.Helper()
+		peer.reset()
+		car.reset()
+		peer.send(h.udp, withVia(inDialogOf(t, caller, h.udp, ok, sipmsg.BYE), peer.addr(), "z9hG4bK.bye-"+name))
+		waitFor(t, func() bool { return len(peer.responses()) == 1 }, "the 200 of "+name+"'s BYE at the caller")
+		if res := peer.responses()[0]; res.StatusCode != 200 {
+			t.Fatalf("%s: BYE answered %s, want 200", name, res.StartLine())
+		}
+		fwd := car.requests(sipmsg.BYE)
+		if len(fwd) != 1 {
+			t.Fatalf("%s: %d BYEs at the carrier, want 1", name, len(fwd))
+		}
+		branch, _ := fwd[0].Via().Params.Get("branch")
+		rest, found := strings.CutPrefix(branch, statelessBranchPrefix)
+		if !found {
+			t.Fatalf("%s: BYE branch %q, want the stateless prefix", name, branch)
+		}
+		return rest
+	}
+	call := func(id string) *sipmsg.Response {
+		t.Helper()
+		car.reset()
+		ok := rawAnsweredCall(t, peer, h.udp, id)
+		waitFor(t, func() bool { return len(car.requests(sipmsg.ACK)) == 1 }, id+"'s ACK at the carrier")
+		return ok
+	}
+	isBase64V3 := func(tok string) bool {
+		raw, err := base64.RawURLEncoding.DecodeString(tok)
+		return err == nil && len(tok) == 64 && raw[0] == 3
+	}
+
+	a1, a2 := call("older-a1"), call("older-a2")
+	for _, ok := range []*sipmsg.Response{a1, a2} {
+		if tok := tokenOf(t, ok); !isBase64V3(tok) {
+			t.Errorf("token %q with an older node in the pool: want version 3 in base64url (64 characters)", tok)
+		}
+	}
+	if b := bye("a1", a1); len(b) != statelessBranchChars64 || isOpaque(b) {
+		t.Errorf("stateless branch %q with an older node in the pool: want %d characters of base64url", b, statelessBranchChars64)
+	}
+
+	opaqueOK.Store(true) // the older node left
+	b1 := call("older-b1")
+	if tok := tokenOf(t, b1); len(tok) != 77 || !isOpaque(tok) {
+		t.Errorf("token %q once every node reads opaque text: want 77 characters of it", tok)
+	}
+	for name, ok := range map[string]*sipmsg.Response{"a2": a2, "b1": b1} { // a2 holds a base64url token
+		if b := bye(name, ok); len(b) != statelessBranchChars || !isOpaque(b) {
+			t.Errorf("%s: stateless branch %q, want %d characters of opaque text", name, b, statelessBranchChars)
+		}
+	}
+}
