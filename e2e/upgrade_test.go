@@ -56,7 +56,8 @@ func TestRollingUpgradeTokenText(t *testing.T) {
 		carriers: []carrierConf{{name: "carrier", addr: car.addr, cps: 1000}}}, true)
 
 	// The older node: what heartbeat.lua of the release before does, a
-	// ZADD of its id into the node set on Redis's clock, every 300 ms.
+	// ZADD of its id into the node set and of its process into the
+	// process set, on Redis's clock, every 300 ms.
 	rc := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer rc.Close()
 	ctx, stopOld := context.WithCancel(context.Background())
@@ -67,6 +68,7 @@ func TestRollingUpgradeTokenText(t *testing.T) {
 		for {
 			if now, err := rc.Time(ctx).Result(); err == nil {
 				rc.ZAdd(ctx, "e2e:{nodes:all}", redis.Z{Score: float64(now.UnixMilli()), Member: "old-1"})
+				rc.ZAdd(ctx, "e2e:{nodes:all}:instances", redis.Z{Score: float64(now.UnixMilli()), Member: "old-1 0123456789abcdef"})
 			}
 			select {
 			case <-ctx.Done():

@@ -40,10 +40,10 @@ type BeatReply struct {
 	Live int
 	// Now is Redis's clock in ms when the beat was recorded.
 	Now int64
-	// Older is the number of live nodes of a release that cannot read
-	// dialog tokens in opaque text (they beat without declaring it, into
-	// the node set only): while it is not 0, nodes mint the tokens those
-	// read.
+	// Older is the number of live nodes, or of live processes when more,
+	// of a release that cannot read dialog tokens in opaque text (they beat
+	// without declaring it in OpaqueReadersKey): while it is not 0, nodes
+	// mint the tokens and stateless branches those read.
 	Older int
 	// Others are the instance ids of the other live processes beating under
 	// Beat.Node since Beat.Since.
@@ -54,13 +54,15 @@ type BeatReply struct {
 // nodes, in the same Cluster hash slot.
 func InstancesKey(nodes string) string { return nodes + ":instances" }
 
-// OpaqueReadersKey is the set of the nodes that read dialog tokens in
+// OpaqueReadersKey is the set of the processes that read dialog tokens in
 // opaque text, which heartbeat.lua keeps beside the node set nodes, in the
 // same Cluster hash slot.
 func OpaqueReadersKey(nodes string) string { return nodes + ":opaque" }
 
-// Heartbeat records b in the node set key (and its InstancesKey) and returns
-// how many nodes beat within b.TTL and which other processes beat as b.Node.
+// Heartbeat records b in the node set key (and its InstancesKey and
+// OpaqueReadersKey) and returns how many nodes beat within b.TTL, how many
+// of them (or of their processes) cannot read dialog tokens in opaque text,
+// and which other processes beat as b.Node.
 func Heartbeat(ctx context.Context, c redis.Scripter, key string, b Beat) (BeatReply, error) {
 	if b.Node == "" || b.TTL < time.Millisecond {
 		return BeatReply{}, fmt.Errorf("%w: heartbeat needs a node id and a ttl >= 1ms", ErrArgs)

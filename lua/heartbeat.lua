@@ -4,9 +4,9 @@
 -- KEYS[1]   sorted set of nodes: member = node id, score = last beat (integer ms, Redis TIME)
 -- KEYS[2]   sorted set of processes: member = node id .. " " .. instance id, score = last beat
 --           (same hash tag as KEYS[1])
--- KEYS[3]   sorted set of the nodes that read dialog tokens in opaque text (version 4,
---           sip/internal/opaque): member = node id, score = last beat (same hash tag).
---           Older releases beat into KEYS[1] only.
+-- KEYS[3]   sorted set of the processes that read dialog tokens in opaque text (version 4,
+--           sip/internal/opaque): member = as in KEYS[2] (node id alone when ARGV[3] is ""),
+--           score = last beat (same hash tag). Older releases never write it.
 -- ARGV[1]   node id (letters, digits, '.', '_', '-': never a space)
 -- ARGV[2]   ttl in ms (> 0): a node or process whose last beat is older is not live
 -- ARGV[3]   instance id of this process ("" = do not track processes)
@@ -14,12 +14,14 @@
 --
 -- Reply: array {live, now, older, other...}: live = the live nodes including
 -- this one (the live processes when more: two processes under one node id are
--- two deciders), now = Redis TIME in ms, older = the live nodes that are not
--- in KEYS[3] (a release that cannot read version-4 dialog tokens), then the
--- instance ids of the other live processes of this node id that beat after
--- ARGV[4]. A process restarted
--- under its node id does not see its dead predecessor, whose last beat came
--- before the new one's first; two processes running at once see each other.
+-- two deciders), now = Redis TIME in ms, older = the live nodes or processes
+-- (whichever are more) of a release that cannot read version-4 dialog tokens:
+-- a live node id with no live reader process, a live process not in KEYS[3]
+-- (an older process under a node id a newer one uses too, a node rolled back
+-- under its id), then the instance ids of the other live processes of this
+-- node id that beat after ARGV[4]. A process restarted under its node id does
+-- not see its dead predecessor, whose last beat came before the new one's
+-- first; two processes running at once see each other.
 if redis.replicate_commands then redis.replicate_commands() end
 
 local t = redis.call('TIME')
@@ -29,13 +31,13 @@ redis.call('ZADD', KEYS[1], now, ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - ttl)
 redis.call('PEXPIRE', KEYS[1], ttl * 2)
 local live = redis.call('ZCARD', KEYS[1])
-redis.call('ZADD', KEYS[3], now, ARGV[1])
+local reader = ARGV[1]
+if ARGV[3] ~= '' then reader = ARGV[1] .. ' ' .. ARGV[3] end
+redis.call('ZADD', KEYS[3], now, reader)
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - ttl)
 redis.call('PEXPIRE', KEYS[3], ttl * 2)
-local older = live - redis.call('ZCARD', KEYS[3])
-if older < 0 then older = 0 end
 
-local reply = {0, now, older}
+local reply = {0, now, 0}
 if ARGV[3] ~= '' then
   local since = tonumber(ARGV[4])
   if since == nil or since <= 0 then since = now end
@@ -52,5 +54,23 @@ if ARGV[3] ~= '' then
     end
   end
 end
+-- The older ones: live node ids without a live reader process, and live
+-- processes that are not readers.
+local readers, readerNodes = {}, {}
+for _, m in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
+  readers[m] = true
+  local sp = string.find(m, ' ', 1, true)
+  readerNodes[sp and string.sub(m, 1, sp - 1) or m] = true
+end
+local olderNodes, olderProcs = 0, 0
+for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+  if not readerNodes[m] then olderNodes = olderNodes + 1 end
+end
+if ARGV[3] ~= '' then
+  for _, m in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+    if not readers[m] then olderProcs = olderProcs + 1 end
+  end
+end
+reply[3] = math.max(olderNodes, olderProcs)
 reply[1] = live
 return reply

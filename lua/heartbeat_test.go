@@ -98,9 +98,12 @@ func TestHeartbeatFindsTwoProcessesOfOneNode(t *testing.T) {
 	}
 }
 
-// A node of an older release beats into the node set only: the others
-// count it as older until its beat expires, and mint base64url tokens
-// meanwhile (store.Heartbeat.OpaqueTokens).
+// A node of an older release beats into the node set and the process set,
+// never into the readers: the others count it as older until its beat
+// expires, and mint base64url tokens meanwhile
+// (store.Heartbeat.OpaqueTokens). So is an older process under a node id
+// that a newer one beats under too (two processes, or a node rolled back
+// under its id while its newer process's beat is still live).
 func TestHeartbeatCountsOlderNodes(t *testing.T) {
 	srv := redistest.Start(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
@@ -108,28 +111,49 @@ func TestHeartbeatCountsOlderNodes(t *testing.T) {
 	ctx := context.Background()
 	key := Key("hbold", "nodes", "all")
 	const ttl = time.Second
-	r, err := Heartbeat(ctx, c, key, Beat{Node: "new-1", TTL: ttl})
-	if err != nil || r.Live != 1 || r.Older != 0 {
-		t.Fatalf("one new node: %+v, %v; want 1 live, 0 older", r, err)
-	}
-	// What heartbeat.lua of the release before does: ZADD into KEYS[1].
-	tm, err := c.Time(ctx).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.ZAdd(ctx, key, redis.Z{Score: float64(tm.UnixMilli()), Member: "old-1"}).Err(); err != nil {
-		t.Fatal(err)
-	}
-	for _, node := range []string{"new-1", "new-2"} {
-		r, err := Heartbeat(ctx, c, key, Beat{Node: node, TTL: ttl})
-		if err != nil || r.Older != 1 || r.Live != map[string]int{"new-1": 2, "new-2": 3}[node] {
-			t.Fatalf("%s with an older node live: %+v, %v; want 1 older", node, r, err)
+	newA := &Heartbeater{Client: c, Key: key, Instance: "aaaa"}
+	newB := &Heartbeater{Client: c, Key: key, Instance: "bbbb"}
+	// oldBeat is what heartbeat.lua of the release before does for node
+	// id under instance: a ZADD into KEYS[1] and KEYS[2].
+	oldBeat := func(node, instance string) {
+		t.Helper()
+		tm, err := c.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.ZAdd(ctx, key, redis.Z{Score: float64(tm.UnixMilli()), Member: node}).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.ZAdd(ctx, InstancesKey(key), redis.Z{Score: float64(tm.UnixMilli()), Member: node + " " + instance}).Err(); err != nil {
+			t.Fatal(err)
 		}
 	}
-	time.Sleep(ttl + 100*time.Millisecond) // old-1 stopped beating
-	r, err = Heartbeat(ctx, c, key, Beat{Node: "new-1", TTL: ttl})
-	if err != nil || r.Live != 1 || r.Older != 0 {
-		t.Fatalf("after the older node left: %+v, %v; want 1 live, 0 older", r, err)
+	beat := func(h *Heartbeater, node string, wantLive, wantOlder int) {
+		t.Helper()
+		r, err := h.Beat(ctx, node, ttl)
+		if err != nil || r.Live != wantLive || r.Older != wantOlder {
+			t.Fatalf("%s (%s): %+v, %v; want %d live, %d older", node, h.Instance, r, err, wantLive, wantOlder)
+		}
+	}
+	beat(newA, "new-1", 1, 0)
+	oldBeat("old-1", "1111")
+	beat(newA, "new-1", 2, 1)
+	beat(newB, "new-2", 3, 1)
+
+	time.Sleep(ttl + 100*time.Millisecond) // every beat is now older than the ttl
+	// old-1 beats again: the readers that stopped beating (new-2) must
+	// not hide it.
+	oldBeat("old-1", "1111")
+	beat(newA, "new-1", 2, 1)
+
+	time.Sleep(ttl + 100*time.Millisecond)
+	beat(newA, "new-1", 1, 0) // the older node left
+	// An older process under new-1's own node id (rolled back next to
+	// it, or started twice): one node id, two processes, one older.
+	oldBeat("new-1", "2222")
+	r, err := newA.Beat(ctx, "new-1", ttl)
+	if err != nil || r.Older != 1 {
+		t.Fatalf("an older process under this node id: %+v, %v; want 1 older", r, err)
 	}
 	if ttl := c.PTTL(ctx, OpaqueReadersKey(key)).Val(); ttl <= 0 {
 		t.Fatalf("reader set has no TTL (%v)", ttl)

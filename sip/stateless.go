@@ -406,7 +406,7 @@ const statelessBranchChars64 = (statelessBranchBytes*8 + 5) / 6
 // text, or statelessBranchChars64 of base64url (an earlier release's, and
 // this one's while such a node is in the pool), decode to
 // statelessBranchBytes. The two texts of one branch both decode: the MAC
-// binds the bytes, and the proxy's Via never leaves it.
+// binds the bytes, and nothing keys on the text.
 func decodeStatelessBranch(enc string) (raw [statelessBranchBytes]byte, ok bool) {
 	var n int
 	switch len(enc) {

@@ -119,12 +119,12 @@ func (h *Heartbeat) Beat(ctx context.Context, timeout time.Duration) error {
 	if old := h.live.Swap(int64(max(n, 1))); old != int64(max(n, 1)) {
 		h.log.Info("live nodes changed", "live_nodes", n, "was", old)
 	}
-	if old := h.older.Swap(int64(r.Older)); old != int64(r.Older) {
-		switch {
-		case r.Older > 0:
+	// Logged when the text changes, not at every change of the count.
+	if old := h.older.Swap(int64(r.Older)); (old > 0) != (r.Older > 0) {
+		if r.Older > 0 {
 			h.log.Warn("nodes of an older release are live: dialog tokens are minted in base64url, which they read, until they leave",
 				"older_nodes", r.Older, "live_nodes", n)
-		case old > 0:
+		} else if old > 0 {
 			h.log.Info("every live node reads dialog tokens in opaque text: minting them so", "live_nodes", n)
 		}
 	}

@@ -116,6 +116,7 @@ func TestOpaqueTokensFollowTheBeat(t *testing.T) {
 		err   error
 		want  bool
 	}{
+		{lua.BeatReply{Live: 4, Older: 2}, nil, false},
 		{lua.BeatReply{Live: 3, Older: 1}, nil, false},
 		{lua.BeatReply{Live: 2}, nil, true},
 		{lua.BeatReply{}, errors.New("redis down"), true},
@@ -129,7 +130,10 @@ func TestOpaqueTokensFollowTheBeat(t *testing.T) {
 		}
 	}
 	if n := strings.Count(log.String(), "nodes of an older release are live"); n != 2 {
-		t.Errorf("older nodes logged %d times, want 2 (once each time they appear):\n%s", n, log.String())
+		t.Errorf("older nodes logged %d times, want 2 (once each time they appear, not as their count changes):\n%s", n, log.String())
+	}
+	if n := strings.Count(log.String(), "every live node reads dialog tokens in opaque text"); n != 1 {
+		t.Errorf("their leaving logged %d times, want 1:\n%s", n, log.String())
 	}
 }
 
