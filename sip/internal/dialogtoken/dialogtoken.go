@@ -28,9 +28,9 @@ const Param = "cg"
 // version is the first byte of a token: its text is opaque's.
 const version = 4
 
-// versionBase64 is the first byte of a token of an earlier release, the
-// same layout in base64url; such tokens still open (calls set up before an
-// upgrade), none is minted.
+// versionBase64 is the first byte of a token in base64url, the same
+// layout: earlier releases' (calls set up before an upgrade still open),
+// and this one's while such a release runs in the pool (Base64URL).
 const versionBase64 = 3
 
 // headerBytes is the clear header of a token: version and mint time.

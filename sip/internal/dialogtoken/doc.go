@@ -53,7 +53,8 @@
 // info keyInfo and the day number): random 96-bit nonces are safe for
 // 2^32 tokens per key (NIST SP 800-38D), and one key per day keeps a pool
 // far below that (49,000 calls a second). A version-3 token (the same
-// layout in base64url, minted by the releases before) still opens; tokens
+// layout in base64url, minted by the releases before, and by this one as
+// Base64URL while such a release runs in the pool) still opens; tokens
 // of another version, an unsealed version-2 token of an older release
 // included, are refused. Decode takes one text per token: the spare bits
 // of its last character must be zero.
