@@ -73,6 +73,14 @@ type SIP struct {
 	// are then refused). A secret: set it with CPSGUARD_SIP_DIALOG_SECRET,
 	// never shown.
 	DialogSecret string `cfg:"dialog_secret"`
+	// DialogTokenText is how the proxy writes its dialog tokens and
+	// stateless branches: "auto" (the default) writes opaque text (digits,
+	// lowercase consonants and '_', which no parser takes for a header
+	// name) unless the heartbeat shows a node of an older release in the
+	// pool, then base64url, which such releases read; "base64url" always
+	// writes base64url, for the calls that may outlive a planned rollback
+	// to such a release. Both are always read.
+	DialogTokenText string `cfg:"dialog_token_text"`
 	// TCP bounds the TCP connections the proxy accepts (tls:// listeners'
 	// too).
 	TCP TCP `cfg:"tcp"`

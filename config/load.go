@@ -32,11 +32,12 @@ func Default() *Config {
 	c := &Config{
 		NodeID: host,
 		SIP: SIP{
-			Listen:        []string{"udp://127.0.0.1:5060", "tcp://127.0.0.1:5060"},
-			RecordRoute:   true,
-			UnknownSource: "reject",
-			Reject:        Reject{Code: 503, Reason: "CPS Limit Exceeded"},
-			RejectCalls:   Reject{Code: 503, Reason: "Call Limit Exceeded"},
+			Listen:          []string{"udp://127.0.0.1:5060", "tcp://127.0.0.1:5060"},
+			RecordRoute:     true,
+			UnknownSource:   "reject",
+			DialogTokenText: "auto",
+			Reject:          Reject{Code: 503, Reason: "CPS Limit Exceeded"},
+			RejectCalls:     Reject{Code: 503, Reason: "Call Limit Exceeded"},
 			// A day-long call is rare; four hours bounds a lost BYE.
 			MaxCallDuration: 4 * time.Hour,
 			CallRefreshTTL:  60 * time.Second,

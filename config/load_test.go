@@ -142,6 +142,7 @@ func TestBadFiles(t *testing.T) {
 		{"reject_calls_code", "sip.reject_calls.code: must be a 4xx, 5xx or 6xx SIP status (got 200)"},
 		{"call_refresh_ttl", "sip.call_refresh_ttl: must be between 1s and 1h (got 100ms)"},
 		{"drain_grace", "sip.drain_grace: must be > 0 and <= 10m (got 1h0m0s)"},
+		{"dialog_token_text", "sip.dialog_token_text: must be one of \"auto\", \"base64url\" (got \"base32\")"},
 		{"yaml_indent", "invalid YAML: line 7: did not find expected '-' indicator"},
 		{"priority_number", "priority.numbers[1]: must be 1-32 digits, '*' or '#', with an optional leading '+' (separators - . ( ) are ignored) (got \"sos\")"},
 		{"priority_exact", "priority.numbers[1]: must be 1-32 digits, '*' or '#', with an optional leading '+' (separators - . ( ) are ignored) (got \"9$11\")"},

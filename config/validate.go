@@ -194,6 +194,7 @@ func (v *validator) sip() {
 		}
 	}
 	v.enum("sip.unknown_source", s.UnknownSource, "reject", "drop")
+	v.enum("sip.dialog_token_text", s.DialogTokenText, "auto", "base64url")
 	if c := s.Reject.Code; c < 400 || c > 699 {
 		v.errf("sip.reject.code", "must be a 4xx, 5xx or 6xx SIP status (got %d)", c)
 	}

@@ -81,3 +81,25 @@ func TestOlderNodesInPoolGetBase64Text(t *testing.T) {
 		}
 	}
 }
+
+// sip.dialog_token_text: base64url writes base64url tokens and branches
+// whatever the pool, and a reload back to auto writes opaque text again.
+func TestDialogTokenTextBase64URL(t *testing.T) {
+	car := startAnsweringEnd(t, func() bool { return true })
+	adm, pacer := newFakes()
+	var cur atomic.Pointer[config.Config]
+	cfg := testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second})
+	cfg.SIP.DialogTokenText = "base64url"
+	cur.Store(cfg)
+	h := startProxyOpts(t, Options{Config: cur.Load, Admission: adm, Pacer: pacer}) // a pool of new nodes only
+	peer := startUDPEnd(t, "127.0.0.2", nil)
+	if tok := tokenOf(t, rawAnsweredCall(t, peer, h.udp, "text-1")); len(tok) != 64 || isOpaque(tok) {
+		t.Errorf("token %q under dialog_token_text base64url: want 64 characters of base64url", tok)
+	}
+	auto := *cfg
+	auto.SIP.DialogTokenText = "auto"
+	cur.Store(&auto)
+	if tok := tokenOf(t, rawAnsweredCall(t, peer, h.udp, "text-2")); len(tok) != 77 || !isOpaque(tok) {
+		t.Errorf("token %q after a reload to auto: want 77 characters of opaque text", tok)
+	}
+}

@@ -383,7 +383,7 @@ func (p *Proxy) statelessBranch(cfg *config.Config, up *sipmsg.ViaHeader, m sipm
 	// string's.
 	var out [len(statelessBranchPrefix) + statelessBranchChars]byte
 	copy(out[:], statelessBranchPrefix)
-	if p.keys.text() == dialogtoken.Base64URL {
+	if p.keys.text(cfg) == dialogtoken.Base64URL {
 		// A node of an older release in the pool reads only this.
 		base64.RawURLEncoding.Encode(out[len(statelessBranchPrefix):], b[:])
 		return string(out[:len(statelessBranchPrefix)+statelessBranchChars64])

@@ -67,9 +67,13 @@ type dialogKeys struct {
 	opaque func() bool
 }
 
-// text is how the proxy writes a token or a stateless branch now: opaque
-// text, or base64url while a node of an older release is in the pool.
-func (d *dialogKeys) text() dialogtoken.Text {
+// text is how the proxy writes a token or a stateless branch now under
+// cfg: opaque text, or base64url while a node of an older release is in
+// the pool or when sip.dialog_token_text says so.
+func (d *dialogKeys) text(cfg *config.Config) dialogtoken.Text {
+	if cfg != nil && cfg.SIP.DialogTokenText == "base64url" {
+		return dialogtoken.Base64URL
+	}
 	if d.opaque == nil || d.opaque() {
 		return dialogtoken.Opaque
 	}
@@ -125,7 +129,7 @@ func (d *dialogKeys) keys(cfg *config.Config) *keyState {
 // mint returns the dialog token of a call forwarded over legs, with Call-ID
 // callID and the caller's From tag ftag, under cfg's secret, minted now.
 func (d *dialogKeys) mint(cfg *config.Config, legs dialogLegs, callID, ftag string) (string, error) {
-	return d.keys(cfg).cur.MintNonceAs(d.text(), legs, callID, ftag, d.clock(), d.nonces.Next())
+	return d.keys(cfg).cur.MintNonceAs(d.text(cfg), legs, callID, ftag, d.clock(), d.nonces.Next())
 }
 
 // own reports whether a decoded token was minted by this proxy, not by
