@@ -79,7 +79,8 @@ type SIP struct {
 	// name) unless the heartbeat shows a node of an older release in the
 	// pool, then base64url, which such releases read; "base64url" always
 	// writes base64url, for the calls that may outlive a planned rollback
-	// to such a release. Both are always read.
+	// to such a release (which refuses this key: remove it as the node
+	// restarts on it). Both are always read.
 	DialogTokenText string `cfg:"dialog_token_text"`
 	// TCP bounds the TCP connections the proxy accepts (tls:// listeners'
 	// too).

@@ -93,13 +93,48 @@ func TestDialogTokenTextBase64URL(t *testing.T) {
 	cur.Store(cfg)
 	h := startProxyOpts(t, Options{Config: cur.Load, Admission: adm, Pacer: pacer}) // a pool of new nodes only
 	peer := startUDPEnd(t, "127.0.0.2", nil)
-	if tok := tokenOf(t, rawAnsweredCall(t, peer, h.udp, "text-1")); len(tok) != 64 || isOpaque(tok) {
-		t.Errorf("token %q under dialog_token_text base64url: want 64 characters of base64url", tok)
+	caller := peer.caller()
+	call := func(id string) *sipmsg.Response {
+		t.Helper()
+		car.reset()
+		ok := rawAnsweredCall(t, peer, h.udp, id)
+		waitFor(t, func() bool { return len(car.requests(sipmsg.ACK)) == 1 }, id+"'s ACK at the carrier")
+		return ok
+	}
+	// byeBranch ends the call and returns its stateless branch at the
+	// carrier, after the prefix.
+	byeBranch := func(id string, ok *sipmsg.Response) string {
+		t.Helper()
+		peer.reset()
+		car.reset()
+		peer.send(h.udp, withVia(inDialogOf(t, caller, h.udp, ok, sipmsg.BYE), peer.addr(), "z9hG4bK.bye-"+id))
+		waitFor(t, func() bool { return len(peer.responses()) == 1 }, "the 200 of "+id+"'s BYE")
+		fwd := car.requests(sipmsg.BYE)
+		if len(fwd) != 1 {
+			t.Fatalf("%s: %d BYEs at the carrier, want 1", id, len(fwd))
+		}
+		branch, _ := fwd[0].Via().Params.Get("branch")
+		rest, found := strings.CutPrefix(branch, statelessBranchPrefix)
+		if !found {
+			t.Fatalf("%s: BYE branch %q, want the stateless prefix", id, branch)
+		}
+		return rest
+	}
+	ok := call("text-1")
+	if tok := tokenOf(t, ok); len(tok) != 64 || isOpaque(tok) || !strings.HasPrefix(tok, "A") { // version 3 in base64url
+		t.Errorf("token %q under dialog_token_text base64url: want version 3 in base64url (64 characters)", tok)
+	}
+	if b := byeBranch("text-1", ok); len(b) != statelessBranchChars64 || isOpaque(b) {
+		t.Errorf("stateless branch %q under dialog_token_text base64url: want %d characters of base64url", b, statelessBranchChars64)
 	}
 	auto := *cfg
 	auto.SIP.DialogTokenText = "auto"
 	cur.Store(&auto)
-	if tok := tokenOf(t, rawAnsweredCall(t, peer, h.udp, "text-2")); len(tok) != 77 || !isOpaque(tok) {
+	ok = call("text-2")
+	if tok := tokenOf(t, ok); len(tok) != 77 || !isOpaque(tok) {
 		t.Errorf("token %q after a reload to auto: want 77 characters of opaque text", tok)
+	}
+	if b := byeBranch("text-2", ok); len(b) != statelessBranchChars || !isOpaque(b) {
+		t.Errorf("stateless branch %q after a reload to auto: want %d characters of opaque text", b, statelessBranchChars)
 	}
 }
