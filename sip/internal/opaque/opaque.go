@@ -6,15 +6,16 @@ import (
 )
 
 // Alphabet is the 32 characters of the text form: the digits, the
-// lowercase consonants and '_'. No vowel and no capital: no SIP header name
-// can be spelled with it, in any case.
+// lowercase consonants and '_'. No vowel, no capital and no '-': no full
+// SIP header name can be spelled with it, in any case.
 const Alphabet = "0123456789bcdfghjklmnpqrstvwxyz_"
 
 // The text form is base32 (RFC 4648: five bits a character, most
 // significant first, no padding) over Alphabet. encoding/base32 with this
-// alphabet writes the same text, but decodes at half the speed of
-// base64url, skips CR and LF and ignores the spare bits of the last
-// character: Decode is strict and runs once per in-dialog request.
+// alphabet writes the same text, but its decoder made a token's check
+// slower than base64url's (BENCHMARKS.md, session 19), skips CR and LF and
+// ignores the spare bits of the last character: Decode is strict and runs
+// once per in-dialog request.
 
 // invalid marks a byte outside Alphabet in decodeMap.
 const invalid = 0xff
