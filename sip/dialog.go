@@ -15,6 +15,7 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/policy"
 	"github.com/cpsguard/cpsguard/sip/internal/invites"
+	"github.com/cpsguard/cpsguard/sip/internal/oc"
 )
 
 // allowed is the Allow header of the proxy's own answers.
@@ -325,7 +326,7 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 	}
 	// Not ahead of the dialog's ACK that arrived before it, still being
 	// sent in another goroutine (ackorder.go).
-	p.ackOrder.wait(hop.key, hop.dir)
+	p.ackOrder.Wait(ackOrderKey{hop.key, hop.dir})
 	d := &dialogLeg{
 		relayLeg: relayLeg{p: p, out: hop.out, ctx: context.Background(), shutdown: p.base.Done()},
 		server:   txUpstream{p: p, req: req, tx: tx, dest: upstreamOf(req), oc: p.dialogOCPeer(req, &hop), hop: &hop},
@@ -532,7 +533,7 @@ func (p *Proxy) answer(req *sipmsg.Request, tx sipmsg.ServerTransaction, code in
 // when it asks for overload control (its answers carry that peer's
 // values), else "".
 func (p *Proxy) dialogOCPeer(req *sipmsg.Request, hop *inDialogHop) string {
-	if hop.dir != fromPeer || !ocAsked(req.Via()) {
+	if hop.dir != fromPeer || !oc.Asked(req.Via()) {
 		return ""
 	}
 	src, ok := sourceAddr(req)

@@ -351,8 +351,9 @@
 // A peer whose requests ask for overload control (RFC 7339: "oc" in the top
 // Via) gets the node's loss-based reduction (oc, oc-validity, oc-seq,
 // oc-algo="loss") in the responses to its INVITEs, relayed or the node's
-// own, and to the requests the node answers itself (oc.go); the reduction
-// follows the share of new calls the node shed at its inflight bound.
+// own, and to the requests the node answers itself (oc.go, package
+// sip/internal/oc); the reduction follows the share of new calls the node
+// shed at its inflight bound.
 // Strangers, carriers and peers that do not ask see no change, and oc
 // values written downstream are removed from relayed responses.
 // Every string the proxy logs (Call-IDs, reason phrases, sipgo's errors)

@@ -122,7 +122,7 @@ func TestShedDatagramAnswersWhatTheRawPathLeaves(t *testing.T) {
 	}
 	// The bound was free all along: these sheds were one peer's flood,
 	// not the node's overload, and ask no one to back off.
-	if got := h.p.oc.shed(); got != 0 {
+	if got := h.p.ocMeters.ShedTotal(); got != 0 {
 		t.Errorf("sheds counted as overload for overload control: %d, want 0", got)
 	}
 }

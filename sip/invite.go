@@ -19,6 +19,7 @@ import (
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/pacing"
 	"github.com/cpsguard/cpsguard/policy"
+	"github.com/cpsguard/cpsguard/sip/internal/oc"
 )
 
 // PeerUnknown is the peer label of calls from a source no peer owns.
@@ -198,7 +199,7 @@ func (c *call) run() {
 		return
 	}
 	c.peer, c.fromPeer = peer.Name, true
-	c.oc = ocAsked(req.Via())
+	c.oc = oc.Asked(req.Via())
 	if !c.trying {
 		// Not answered 100 by the screen (a copy of an INVITE whose
 		// handler ended, let in again): one 100 per transaction.

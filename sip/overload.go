@@ -102,7 +102,7 @@ func (p *Proxy) screenInvite(cfg *config.Config, req *sipmsg.Request, src netip.
 					// the bound, so it still counts in flight.
 					p.inflight.Add(1)
 				}
-				p.oc.of(peer).taken.Add(1)
+				p.ocMeters.Of(peer).AddTaken()
 				return true
 			}
 		}
@@ -247,10 +247,6 @@ func (p *Proxy) noteBehind(now time.Time) { p.behindAt.Store(now.UnixNano()) }
 // count as behind (nodeBehind).
 func (p *Proxy) noteShed(peer string, now time.Time, bound bool) {
 	if bound && peer != "" {
-		// Recompute first: once a period is over, this shed belongs to
-		// the next one, not to the period (or quiet gap) that ended.
-		m := p.oc.of(peer)
-		m.current(now)
-		m.shed.Add(1)
+		p.ocMeters.Of(peer).AddShed(now)
 	}
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/cpsguard/cpsguard/sip/internal/conns"
 	"github.com/cpsguard/cpsguard/sip/internal/ingress"
 	"github.com/cpsguard/cpsguard/sip/internal/invites"
+	"github.com/cpsguard/cpsguard/sip/internal/oc"
 	"github.com/cpsguard/cpsguard/sip/internal/refusals"
 	"github.com/cpsguard/cpsguard/sip/internal/tlspolicy"
 )
@@ -311,8 +312,9 @@ type Proxy struct {
 	// behindAt is when the node was last seen behind reading its own
 	// queues (Unix ns, overload.go: nodeBehind).
 	behindAt atomic.Int64
-	// oc are the reductions asked of overload-control clients, per peer (oc.go).
-	oc ocMeters
+	// ocMeters are the reductions asked of overload-control clients, per
+	// peer (oc.go).
+	ocMeters oc.Meters
 	// rawSheds counts the calls the UDP workers shed from raw bytes
 	// (rawshed.go; tests).
 	rawSheds atomic.Int64
@@ -421,6 +423,8 @@ func New(opts Options) (*Proxy, error) {
 		overrides:   opts.Overrides,
 		calls:       opts.Calls,
 		records:     opts.Records,
+
+		ackOrder: ackOrder{Limit: connectTimeout},
 	}
 	if p.calls == nil {
 		p.ownCalls = callplaces.NewTracker(callplaces.NewLocalStore(nil), callplaces.TrackerOptions{Logger: p.log})

@@ -18,6 +18,7 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/sip/internal/dialogtoken"
 	"github.com/cpsguard/cpsguard/sip/internal/invites"
+	"github.com/cpsguard/cpsguard/sip/internal/oc"
 	"github.com/cpsguard/cpsguard/sip/internal/opaque"
 )
 
@@ -187,7 +188,7 @@ func (p *Proxy) screenAck(req *sipmsg.Request) bool {
 		// A write that may wait: sent from a goroutine of the node's, and
 		// the dialog's next requests, right behind it, wait for that
 		// (ackorder.go).
-		p.ackOrder.begin(hop.key, hop.dir, time.Now())
+		p.ackOrder.Begin(ackOrderKey{hop.key, hop.dir}, time.Now())
 		go p.ackToStream(hop, req)
 		return true
 	}
@@ -210,7 +211,7 @@ func (p *Proxy) screenAck(req *sipmsg.Request) bool {
 // out connectTimeout).
 func (p *Proxy) ackToStream(hop inDialogHop, req *sipmsg.Request) {
 	defer p.panics.Recover("sip.ack", nil)
-	defer p.ackOrder.end(hop.key, hop.dir)
+	defer p.ackOrder.End(ackOrderKey{hop.key, hop.dir})
 	p.relayAck(&hop, req)
 }
 
@@ -236,19 +237,12 @@ func topVias(m headerList) (first, second *sipmsg.ViaHeader) {
 
 // viaMangled reports a Via whose parameters sipgo's parser (v1.7.2)
 // mangled: a quoted value makes the rest of the header one key, and the
-// next key start with ';' (oc.go: ocParamName). Such a Via, forwarded,
+// next key start with ';' (oc.Mangled). Such a Via, forwarded,
 // comes back in the response parsed differently again (a received set
 // after the quoted value is no longer a parameter of its own), so the
 // MAC of the stateless relay could not verify it: it is left to the
 // stateful relay, whose transaction matches the response instead.
-func viaMangled(v *sipmsg.ViaHeader) bool {
-	for _, kv := range v.Params {
-		if _, _, repaired := ocParamName(kv); repaired {
-			return true
-		}
-	}
-	return false
-}
+func viaMangled(v *sipmsg.ViaHeader) bool { return oc.Mangled(v) }
 
 // setReceived makes up, the top Via of a request received from src over
 // UDP, name where its responses go, as sipgo's stateful path would send
@@ -487,7 +481,7 @@ func (p *Proxy) relayStatelessResponse(cfg *config.Config, res *sipmsg.Response,
 		p.statelessDone(res, up, flags, key)
 	}
 	res.RemoveHeader("Via")
-	ocStrip(res.Via()) // the party below does not speak for the node (oc.go)
+	oc.Strip(res.Via()) // the party below does not speak for the node (oc.go)
 	res.SetDestination(dest.String())
 	res.SetTransport("UDP")
 	p.sendUDPResponse(res)

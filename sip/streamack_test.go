@@ -262,7 +262,7 @@ func TestAckBeforeByeToStreamCarrier(t *testing.T) {
 	// Every note was ended, the copies' too: none holds a later request
 	// of its call back (a copy sipgo absorbed kept its note, and the
 	// call's BYE waited out connectTimeout).
-	waitFor(t, func() bool { return h.p.ackOrder.len() == 0 }, "no ACK noted in flight")
+	waitFor(t, func() bool { return h.p.ackOrder.Len() == 0 }, "no ACK noted in flight")
 	car.mu.Lock()
 	got := append([]string(nil), car.got...)
 	car.mu.Unlock()
@@ -375,7 +375,7 @@ func TestStreamCarrierAckPathAttacked(t *testing.T) {
 	if n := len(car.requests("BYE")); n != 1 {
 		t.Fatalf("the carrier got %d BYEs after 20 tries, want 1", n)
 	}
-	waitFor(t, func() bool { return h.p.ackOrder.len() == 0 }, "no ACK noted in flight")
+	waitFor(t, func() bool { return h.p.ackOrder.Len() == 0 }, "no ACK noted in flight")
 	waitFor(t, func() bool { return runtime.NumGoroutine() <= base+10 }, "the ACK goroutines gone")
 
 	car.mu.Lock()
