@@ -2,9 +2,11 @@
 # Installs what the test suite needs when it is missing: redis-server, SIPp
 # (Debian's sip-tester), Kamailio (the interop test runs it in front of a
 # node), baresip (Debian's baresip-core: a softphone calling through a node
-# and one answering as its carrier), openssl (a TLS client test) and promtool (the alert rules, their unit tests and the dashboard's
-# PromQL are checked with it). Safe to run repeatedly; does nothing when
-# all is there.
+# and one answering as its carrier), openssl (a TLS client test), gcc and
+# the C library's headers (go test -race needs cgo, which Go turns off
+# without a C compiler) and promtool (the alert rules, their unit tests and
+# the dashboard's PromQL are checked with it). Safe to run repeatedly; does
+# nothing when all is there.
 #
 # It never starts a service: Debian starts a package's service when it
 # installs it (redis-server on :6379, prometheus on :9090, cpsguard's
@@ -41,6 +43,7 @@ have sipp || need+=(sip-tester)
 have kamailio || need+=(kamailio)
 have baresip || need+=(baresip-core)
 have openssl || need+=(openssl)
+have gcc || need+=(gcc libc6-dev)
 want_promtool=0
 have promtool || want_promtool=1
 

@@ -109,7 +109,7 @@ func TestInstallDepsStartsNoService(t *testing.T) {
 			if install == "" {
 				t.Fatalf("no apt-get install in %q", log)
 			}
-			for _, pkg := range []string{"redis-server", "redis-tools", "sip-tester", "kamailio", "baresip-core", "openssl"} {
+			for _, pkg := range []string{"redis-server", "redis-tools", "sip-tester", "kamailio", "baresip-core", "openssl", "gcc", "libc6-dev"} {
 				if !slices.Contains(strings.Fields(install), pkg) {
 					t.Errorf("%q: %s not installed", install, pkg)
 				}
@@ -141,7 +141,7 @@ func TestInstallDepsStartsNoService(t *testing.T) {
 
 // With every tool present the script does nothing: no apt-get, no sudo.
 func TestInstallDepsNothingMissing(t *testing.T) {
-	log, _, _ := stubbed(t, "1000", "redis-server", "redis-cli", "sipp", "kamailio", "baresip", "openssl", "promtool")
+	log, _, _ := stubbed(t, "1000", "redis-server", "redis-cli", "sipp", "kamailio", "baresip", "openssl", "gcc", "promtool")
 	for _, line := range log {
 		if strings.HasPrefix(line, "apt-get") || strings.HasPrefix(line, "sudo") {
 			t.Errorf("ran %q with every tool present", line)
@@ -153,7 +153,7 @@ func TestInstallDepsNothingMissing(t *testing.T) {
 // script finds it there and installs nothing, instead of running apt-get
 // (and asking for sudo) on every make test.
 func TestInstallDepsFindsSbinTools(t *testing.T) {
-	log, _, _ := stubbedSbin(t, "1000", []string{"kamailio"}, "redis-server", "redis-cli", "sipp", "baresip", "openssl", "promtool")
+	log, _, _ := stubbedSbin(t, "1000", []string{"kamailio"}, "redis-server", "redis-cli", "sipp", "baresip", "openssl", "gcc", "promtool")
 	for _, line := range log {
 		if strings.HasPrefix(line, "apt-get") || strings.HasPrefix(line, "sudo") {
 			t.Errorf("ran %q with kamailio installed in an sbin directory", line)
