@@ -264,12 +264,14 @@ func TestSystemdUnit(t *testing.T) {
 		"Service.ExecReload": "/bin/kill -HUP $MAINPID",
 		// Started means listening: cpsguard sends READY=1 once its SIP and
 		// HTTP listeners are bound, STOPPING=1 when SIGTERM starts the drain.
-		"Service.Type":                  "notify",
-		"Service.NotifyAccess":          "main",
-		"Service.Restart":               "on-failure",
-		"Service.DynamicUser":           "yes",
-		"Service.NoNewPrivileges":       "yes",
-		"Service.ProtectSystem":         "strict",
+		"Service.Type":            "notify",
+		"Service.NotifyAccess":    "main",
+		"Service.Restart":         "on-failure",
+		"Service.DynamicUser":     "yes",
+		"Service.NoNewPrivileges": "yes",
+		"Service.ProtectSystem":   "strict",
+		// The one writable place, for records.file under ProtectSystem.
+		"Service.LogsDirectory":         "cpsguard",
 		"Service.ProtectHome":           "yes",
 		"Service.PrivateTmp":            "yes",
 		"Service.CapabilityBoundingSet": "CAP_NET_BIND_SERVICE",
