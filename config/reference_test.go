@@ -44,6 +44,7 @@ var defaultNotes = map[string]string{
 	"carriers[].uri":                "required",
 	"carriers[].cps":                "required",
 	"carriers[].setup_timeout":      fmtDefault(reflect.ValueOf(DefaultSetupTimeout)),
+	"carriers[].retry_after_max":    fmtDefault(reflect.ValueOf(DefaultRetryAfterMax)),
 	"carriers[].probe":              "on, as below",
 	"carriers[].overload":           "as below",
 	"carriers[].overload.codes":     "`[503]`",
@@ -236,6 +237,10 @@ func referenceRows(t *testing.T) []refRow {
 			}
 			if note, ok := defaultNotes[path]; ok {
 				row.def = note
+			}
+			if strings.Contains(desc, "0 means Default") && fv.IsZero() && defaultNotes[path] == "" {
+				// The zero stands for a Default…: that is the default to show.
+				t.Errorf("%s: its doc says 0 means a Default… but the reference would show %s: add it to defaultNotes", path, row.def)
 			}
 			rows = append(rows, row)
 			switch {
