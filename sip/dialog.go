@@ -194,7 +194,7 @@ func (p *Proxy) prepareInDialog(req *sipmsg.Request, count bool) (inDialogHop, i
 	if !sentBy(from) {
 		return refuse("wrong_leg")
 	}
-	if mf := req.MaxForwards(); mf != nil && mf.Val() < 2 {
+	if mf := req.MaxForwards(); mf != nil && mf.Val() == 0 {
 		if count {
 			p.m.SIPErrors.WithLabelValues("too_many_hops").Inc()
 		}

@@ -208,9 +208,8 @@ func startRawCallsProxy(t *testing.T, peerMax int, byeCode *atomic.Int64) (*harn
 
 // TestByeFreesPlacesOnItsAnswer: a call's max_calls places are freed when
 // the far leg answers its BYE 2xx or 481, never on another 3xx-6xx (the
-// call goes on), nor for a BYE that is not relayed: Max-Forwards 1 (483
-// here; relayed as 0, a carrier's edge proxy refused it) or one from the
-// peer's IP on another port (403). They were freed when the BYE was sent,
+// call goes on), nor for a BYE that is not relayed: Max-Forwards 0 (483
+// here) or one from the peer's IP on another port (403). They were freed when the BYE was sent,
 // so a peer with max_calls 1 held two live calls. Both relays.
 func TestByeFreesPlacesOnItsAnswer(t *testing.T) {
 	for _, stateful := range []bool{false, true} {
@@ -227,7 +226,9 @@ func TestByeFreesPlacesOnItsAnswer(t *testing.T) {
 			{name: "500 stale CSeq", carrier: 500, want: 500},
 			{name: "420 unknown Require", carrier: 420, want: 420,
 				mutate: func(r *sipmsg.Request) { r.AppendHeader(sipmsg.NewHeader("Require", "x-unknown")) }},
-			{name: "Max-Forwards 1", carrier: 200, want: 483,
+			{name: "Max-Forwards 0", carrier: 200, want: 483,
+				mutate: func(r *sipmsg.Request) { mf := sipmsg.MaxForwardsHeader(0); r.ReplaceHeader(&mf) }},
+			{name: "Max-Forwards 1", carrier: 200, want: 200, ends: true,
 				mutate: func(r *sipmsg.Request) { mf := sipmsg.MaxForwardsHeader(1); r.ReplaceHeader(&mf) }},
 			{name: "peer's IP, another port", carrier: 200, want: 403, otherPort: true},
 		} {
@@ -294,26 +295,45 @@ func TestStatelessByeTimeoutEndsTheCall(t *testing.T) {
 	waitFor(t, func() bool { return tr.Live() == 0 && h.p.byes.size() == 0 }, "the call ended by the BYE's timeout")
 }
 
-// TestInitialInviteWithOneHopLeft: an initial INVITE with Max-Forwards 1
-// is answered 483 and not forwarded (it left with 0, which a carrier's
-// edge proxy refuses), and counted as a SIP error (too_many_hops).
-func TestInitialInviteWithOneHopLeft(t *testing.T) {
+// TestInitialInviteHops: an initial INVITE with no hop left (Max-Forwards
+// 0) is answered 483, not forwarded, and counted as a SIP error
+// (too_many_hops); one with a hop left (1) is forwarded with 0, as RFC
+// 3261 16.3 has a proxy do (a carrier's B2BUA takes it).
+func TestInitialInviteHops(t *testing.T) {
 	car := siptest.StartCarrier(t, "127.0.0.1", nil)
 	adm, pacer := newFakes()
 	h := startProxy(t, testConfig(carrierCfg("a", car)), adm, pacer)
 	peer := startUDPEnd(t, "127.0.0.2", nil)
-	inv := rawInviteFrom(peer, h.udp, "one-hop", "ftag-one-hop")
-	mf := sipmsg.MaxForwardsHeader(1)
+	inv := rawInviteFrom(peer, h.udp, "no-hop", "ftag-no-hop")
+	mf := sipmsg.MaxForwardsHeader(0)
 	inv.ReplaceHeader(&mf)
 	peer.send(h.udp, inv)
-	if r := finalOfRaw(peer, "one-hop", sipmsg.INVITE, 0); r == nil || r.StatusCode != 483 {
-		t.Fatalf("INVITE with Max-Forwards 1: final %v, want 483", r)
+	if r := finalOfRaw(peer, "no-hop", sipmsg.INVITE, 0); r == nil || r.StatusCode != 483 {
+		t.Fatalf("INVITE with Max-Forwards 0: final %v, want 483", r)
 	}
 	if n := car.Count("INVITE"); n != 0 {
 		t.Fatalf("carrier INVITEs = %d, want 0", n)
 	}
 	if n := sipErrors(h, "too_many_hops"); n != 1 {
 		t.Fatalf("too_many_hops counted = %v, want 1", n)
+	}
+
+	inv = rawInviteFrom(peer, h.udp, "one-hop", "ftag-one-hop")
+	mf = sipmsg.MaxForwardsHeader(1)
+	inv.ReplaceHeader(&mf)
+	peer.send(h.udp, inv)
+	if r := finalOfRaw(peer, "one-hop", sipmsg.INVITE, 0); r == nil || r.StatusCode != 200 {
+		t.Fatalf("INVITE with Max-Forwards 1: final %v, want 200", r)
+	}
+	got := car.Invites()
+	if len(got) != 1 {
+		t.Fatalf("carrier INVITEs = %d, want 1", len(got))
+	}
+	if mf := got[0].MaxForwards(); mf == nil || mf.Val() != 0 {
+		t.Fatalf("forwarded Max-Forwards %v, want 0", mf)
+	}
+	if n := sipErrors(h, "too_many_hops"); n != 1 {
+		t.Fatalf("too_many_hops counted = %v after the forwarded INVITE, want still 1", n)
 	}
 }
 

@@ -168,9 +168,9 @@
 // which leg sent it (equal tags, a callee that took the caller's tag for
 // its own: its source does), it comes from that leg's address (IP and port over
 // UDP, IP over a connection), and it goes to the other leg whatever its
-// Request-URI says (403 otherwise, sent once); with fewer than 2 hops left
-// (Max-Forwards 0 or 1) it is answered 483 and not relayed, as is an
-// initial INVITE. An initial INVITE of a dialog id (Call-ID, From tag,
+// Request-URI says (403 otherwise, sent once); with no hop left
+// (Max-Forwards 0) it is answered 483 and not relayed, as is an initial
+// INVITE (RFC 3261 16.3; one hop left is forwarded with 0). An initial INVITE of a dialog id (Call-ID, From tag,
 // peer leg) that has maxCallsPerDialog calls live already (merged
 // requests, another Via branch each) is answered 482 before admission:
 // each in-dialog request and end of one of them looks at all of them.

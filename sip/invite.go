@@ -215,9 +215,10 @@ func (c *call) run() {
 		c.respond(sipmsg.StatusBadRequest, "Bad Request")
 		return
 	}
-	if mf := req.MaxForwards(); mf != nil && mf.Val() < 2 {
-		// Forwarded with Max-Forwards 0, it would be refused by the
-		// carrier's edge proxy: no hop is left for it.
+	if mf := req.MaxForwards(); mf != nil && mf.Val() == 0 {
+		// No hop left (RFC 3261 16.3): a loop ends here. One left is
+		// forwarded with 0, which a carrier's B2BUA (a UAS) accepts and
+		// an edge proxy answers 483 itself.
 		p.m.SIPErrors.WithLabelValues("too_many_hops").Inc()
 		c.reason = reasonTooManyHops
 		c.respond(sipmsg.StatusTooManyHops, "Too Many Hops")
