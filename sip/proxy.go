@@ -670,10 +670,12 @@ func (p *Proxy) Serve(ctx context.Context) error {
 		}()
 	}
 	p.log.Info("sip listening", "addrs", strings.Join(p.Addrs(), ","))
-	if cfg.SIP.DialogSecret == "" {
+	if cfg.SIP.DialogSecret == "" && cfg.Store.Redis == nil {
+		// With store.redis the configuration's warnings say it, for the
+		// pool (config.Warnings): once is enough.
 		p.log.Warn("sip.dialog_secret is not set: dialog tokens use a random key of this process, " +
-			"so in-dialog requests (BYE, re-INVITE, …) of calls set up before a restart, or through another node of the pool, " +
-			"will be refused with 403 until sip.dialog_secret is set, the same on every node")
+			"so in-dialog requests (BYE, re-INVITE, …) of calls set up before a restart " +
+			"will be refused with 403 until sip.dialog_secret is set")
 	}
 
 	var serveErr error

@@ -355,14 +355,22 @@ func FuzzDecodeToken(f *testing.F) {
 }
 
 // TestNoSecretWarnsOnce: an empty sip.dialog_secret is logged once, at
-// start, as a warning.
+// start, as a warning; with store.redis the configuration's warnings say
+// it for the pool (config.Warnings), and the proxy does not again.
 func TestNoSecretWarnsOnce(t *testing.T) {
 	var buf syncBuffer
 	logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	for _, secret := range []string{"", "set-secret-0123456789"} {
+	for _, tc := range []struct {
+		secret string
+		redis  bool
+		want   int
+	}{{"", false, 1}, {"set-secret-0123456789", false, 0}, {"", true, 0}} {
 		buf.Reset()
 		cfg := testConfig()
-		cfg.SIP.DialogSecret = secret
+		cfg.SIP.DialogSecret = tc.secret
+		if tc.redis {
+			cfg.Store.Redis = &config.Redis{Addrs: []string{"127.0.0.1:1"}}
+		}
 		adm, pacer := newFakes()
 		p, err := New(Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer,
 			Metrics: metrics.New(prometheus.NewRegistry()), Logger: logger})
@@ -378,8 +386,8 @@ func TestNoSecretWarnsOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		n := strings.Count(buf.String(), "sip.dialog_secret is not set")
-		if want := map[bool]int{true: 1, false: 0}[secret == ""]; n != want {
-			t.Errorf("secret %q: %d warnings, want %d:\n%s", secret, n, want, buf.String())
+		if n != tc.want {
+			t.Errorf("secret %q, redis %v: %d warnings, want %d:\n%s", tc.secret, tc.redis, n, tc.want, buf.String())
 		}
 	}
 }

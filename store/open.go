@@ -116,7 +116,7 @@ func Open(ctx context.Context, cfg *config.Config, o OpenOptions) (*Stores, erro
 	lctx, cancel := context.WithTimeout(ctx, max(time.Second, rc.Timeout))
 	defer cancel()
 	if err := lua.Load(lctx, client); err != nil {
-		o.Logger.Warn("redis not usable at start, starting in fallback", "error", err, "policy", cfg.Store.OnError)
+		// fail logs the switch, once (op "start").
 		s.fail("start", err)
 	} else if err := hb.Beat(ctx, max(time.Second, rc.Timeout)); err != nil {
 		o.Logger.Warn("redis heartbeat failed at start", "error", err)

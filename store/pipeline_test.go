@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -63,5 +65,25 @@ func TestOpenPipelinesAndCloseStopsIt(t *testing.T) {
 	closed = true
 	if err := s.pipeline.EvalSha(ctx, lua.SHA(lua.ScriptAdmit), nil).Err(); !errors.Is(err, lua.ErrClosed) {
 		t.Fatalf("Pipeliner after Stores.Close: got %v, want lua.ErrClosed", err)
+	}
+}
+
+// Open with Redis unreachable starts in fallback and logs that switch
+// once (operations.md: each switch is logged once), naming the start.
+func TestOpenRedisDownLogsTheSwitchOnce(t *testing.T) {
+	var buf syncBuffer
+	logger := slog.New(slog.NewTextHandler(&buf, nil))
+	cfg := redisConfig("127.0.0.1:1", "local") // nothing listens on port 1
+	s, err := Open(context.Background(), cfg, OpenOptions{Logger: logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.Mode() != ModeFallback {
+		t.Fatal("Open with Redis unreachable: not in fallback")
+	}
+	out := buf.String()
+	if n := strings.Count(out, "level=WARN"); n != 1 || !strings.Contains(out, "switching to fallback") || !strings.Contains(out, "op=start") {
+		t.Fatalf("%d warnings at start, want the one switch (op=start):\n%s", n, out)
 	}
 }
