@@ -202,6 +202,17 @@ func TestCheckExitCodes(t *testing.T) {
 	}
 }
 
+// TestEveryCommandHelp: every subcommand's -h exits 0 and says how to
+// call it, under its own name (version said only "Usage of version:").
+func TestEveryCommandHelp(t *testing.T) {
+	for name := range commands {
+		r := cpsguard(t, nil, name, "-h")
+		if r.code != 0 || !strings.Contains(r.stdout+r.stderr, "cpsguard "+name) {
+			t.Errorf("%s -h: exit %d, want 0 and a usage naming \"cpsguard %s\":\n%s%s", name, r.code, name, r.stdout, r.stderr)
+		}
+	}
+}
+
 func TestCheckHidesSecrets(t *testing.T) {
 	r := cpsguard(t, []string{
 		"CPSGUARD_STORE_REDIS_ADDRS=127.0.0.1:6379",

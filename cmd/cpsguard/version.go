@@ -58,6 +58,11 @@ func readBuildInfo() buildInfo {
 
 func runVersion(args []string) int {
 	fs := flag.NewFlagSet("version", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "usage: cpsguard version\n\n"+
+			"Print the release (git describe), the commit and the Go version the\n"+
+			"binary was built from; `cpsguard --version` prints the same.\n")
+	}
 	if err := fs.Parse(args); err != nil {
 		return flagExit(err)
 	}
