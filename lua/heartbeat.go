@@ -75,6 +75,25 @@ func Heartbeat(ctx context.Context, c redis.Scripter, key string, b Beat) (BeatR
 	return DecodeHeartbeat(v)
 }
 
+// LeaveHeartbeat takes b's process out of the node set key's InstancesKey
+// and OpaqueReadersKey, as it stops: a process restarted under b.Node is
+// then not counted beside its predecessor until the predecessor's last
+// beat ages out. The node id stays in key until b.TTL after its last beat
+// (another process may share it). Without b.Instance it does nothing.
+func LeaveHeartbeat(ctx context.Context, c redis.Scripter, key string, b Beat) error {
+	if b.Node == "" {
+		return fmt.Errorf("%w: heartbeat leave needs a node id", ErrArgs)
+	}
+	if b.Instance == "" {
+		return nil
+	}
+	if err := heartbeatScript.Run(ctx, c, []string{key, InstancesKey(key), OpaqueReadersKey(key)},
+		b.Node, 1, b.Instance, 0, "leave").Err(); err != nil {
+		return fmt.Errorf("lua: run heartbeat.lua (leave) for %q: %w", key, err)
+	}
+	return nil
+}
+
 // DecodeHeartbeat decodes heartbeat.lua's reply.
 func DecodeHeartbeat(v any) (BeatReply, error) {
 	a, ok := v.([]any)
@@ -122,4 +141,10 @@ func (h *Heartbeater) Beat(ctx context.Context, node string, ttl time.Duration) 
 	}
 	h.since.CompareAndSwap(0, r.Now)
 	return r, nil
+}
+
+// Leave implements store.Leaver: it takes this process's entries out of
+// the process sets (LeaveHeartbeat) as it stops.
+func (h *Heartbeater) Leave(ctx context.Context, node string) error {
+	return LeaveHeartbeat(ctx, h.Client, h.Key, Beat{Node: node, Instance: h.Instance})
 }

@@ -11,6 +11,10 @@
 -- ARGV[2]   ttl in ms (> 0): a node or process whose last beat is older is not live
 -- ARGV[3]   instance id of this process ("" = do not track processes)
 -- ARGV[4]   Redis time in ms of this process's first beat ("0" on the first beat)
+-- ARGV[5]   "leave" (optional): the process stops; its entries in KEYS[2] and KEYS[3] go
+--           (not the node id's in KEYS[1], which another process may share: it ages out
+--           after ttl), nothing is recorded, and the reply is {0, now, 0}. A node restarted
+--           under its node id is then not counted twice for a ttl.
 --
 -- Reply: array {live, now, older, other...}: live = the live nodes including
 -- this one (the live processes when more: two processes under one node id are
@@ -26,6 +30,14 @@ if redis.replicate_commands then redis.replicate_commands() end
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if ARGV[5] == 'leave' then
+  if ARGV[3] ~= '' then
+    local me = ARGV[1] .. ' ' .. ARGV[3]
+    redis.call('ZREM', KEYS[2], me)
+    redis.call('ZREM', KEYS[3], me)
+  end
+  return {0, now, 0}
+end
 local ttl = tonumber(ARGV[2])
 redis.call('ZADD', KEYS[1], now, ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - ttl)

@@ -98,6 +98,60 @@ func TestHeartbeatFindsTwoProcessesOfOneNode(t *testing.T) {
 	}
 }
 
+// A process that leaves as it stops takes its own entries out of the
+// process and reader sets, not the node id nor another process's: a node
+// restarted under its node id is counted once from its first beat (it was
+// counted twice until the predecessor's beat aged out), and a duplicate
+// process still sees the other.
+func TestHeartbeatLeave(t *testing.T) {
+	srv := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer c.Close()
+	ctx := context.Background()
+	key := Key("hbleave", "nodes", "all")
+	const ttl = time.Minute
+	old := &Heartbeater{Client: c, Key: key, Instance: "old1"}
+	peer := &Heartbeater{Client: c, Key: key, Instance: "peer"}
+	if _, err := old.Beat(ctx, "edge-1", ttl); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := peer.Beat(ctx, "edge-2", ttl); err != nil {
+		t.Fatal(err)
+	}
+	// Without the leave, a restart under edge-1 counts 3 for a ttl.
+	ghost := &Heartbeater{Client: c, Key: key, Instance: "new0"}
+	if r, err := ghost.Beat(ctx, "edge-1", ttl); err != nil || r.Live != 3 {
+		t.Fatalf("restart without leaving: %+v, %v; want 3 live (the predecessor's beat still counts)", r, err)
+	}
+	if err := ghost.Leave(ctx, "edge-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Leave(ctx, "edge-1"); err != nil {
+		t.Fatal(err)
+	}
+	for _, set := range []string{InstancesKey(key), OpaqueReadersKey(key)} {
+		if got := c.ZRange(ctx, set, 0, -1).Val(); !slices.Equal(got, []string{"edge-2 peer"}) {
+			t.Fatalf("%s after both edge-1 processes left: %q, want edge-2's alone", set, got)
+		}
+	}
+	got := c.ZRange(ctx, key, 0, -1).Val()
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"edge-1", "edge-2"}) {
+		t.Fatalf("node set after the leave: %q, want both node ids (edge-1's ages out)", got)
+	}
+	restarted := &Heartbeater{Client: c, Key: key, Instance: "new1"}
+	if r, err := restarted.Beat(ctx, "edge-1", ttl); err != nil || r.Live != 2 || len(r.Others) != 0 {
+		t.Fatalf("restart after the predecessor left: %+v, %v; want 2 live, no other", r, err)
+	}
+	// A process without an instance id has nothing of its own to take out.
+	if err := (&Heartbeater{Client: c, Key: key}).Leave(ctx, "edge-2"); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := peer.Beat(ctx, "edge-2", ttl); err != nil || r.Live != 2 {
+		t.Fatalf("edge-2 after an anonymous leave: %+v, %v; want 2 live", r, err)
+	}
+}
+
 // A node of an older release beats into the node set and the process set,
 // never into the readers: the others count it as older until its beat
 // expires, and mint base64url tokens meanwhile

@@ -19,6 +19,13 @@ type Beater interface {
 	Beat(ctx context.Context, node string, ttl time.Duration) (lua.BeatReply, error)
 }
 
+// Leaver is a Beater that can take its process out of the shared store as
+// it stops (lua.Heartbeater), so that a process restarted under the same
+// node id is not counted beside it until its last beat ages out.
+type Leaver interface {
+	Leave(ctx context.Context, node string) error
+}
+
 // Heartbeat announces this node in Redis every Interval and remembers how
 // many nodes were alive at the last successful beat. The fallback divides
 // every limit by that figure: n nodes that each allow limit/n stay within the
@@ -156,7 +163,8 @@ func (h *Heartbeat) Duplicate() bool {
 	return h != nil && h.dup.Load()
 }
 
-// Run beats every interval until ctx is done.
+// Run beats every interval until ctx is done, then leaves (Leaver, within
+// timeout) when its Beater can.
 func (h *Heartbeat) Run(ctx context.Context, timeout time.Duration) {
 	t := time.NewTicker(h.interval)
 	defer t.Stop()
@@ -164,10 +172,27 @@ func (h *Heartbeat) Run(ctx context.Context, timeout time.Duration) {
 	for {
 		select {
 		case <-ctx.Done():
+			h.leave(ctx, timeout)
 			return
 		case <-t.C:
 			h.beatSafe(ctx, timeout)
 		}
+	}
+}
+
+// leave takes the process out of the shared store as it stops (a Leaver's
+// Leave, within timeout, past ctx's end). A failure only means the others
+// count it until its last beat ages out: logged at Debug.
+func (h *Heartbeat) leave(ctx context.Context, timeout time.Duration) {
+	l, ok := h.beater.(Leaver)
+	if !ok {
+		return
+	}
+	defer h.panics.Recover("store.heartbeat", nil)
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(timeout, 100*time.Millisecond))
+	defer cancel()
+	if err := l.Leave(lctx, h.node); err != nil {
+		h.log.Debug("heartbeat: leaving the node set failed; the others count this process until its last beat ages out", "error", err)
 	}
 }
 

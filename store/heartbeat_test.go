@@ -91,8 +91,17 @@ func TestDuplicateNodeIDIsDetected(t *testing.T) {
 		t.Errorf("first process log does not name the other instance:\n%s", a.log.String())
 	}
 
-	b.stop() // the other beats no more; a clears once b's last beat is past the TTL
+	b.stop() // the other beats no more, and left the process set as it stopped
 	want(a, "first process after the second stopped", false)
+
+	// A restart under the node id: the stopped process left the process
+	// set, so its successor counts one live node from its first beat (two
+	// until the predecessor's last beat aged out, before the leave).
+	a.stop()
+	c := start("cccccccccccccccc")
+	if c.s.LiveNodes() != 1 || c.s.DuplicateNodeID() {
+		t.Errorf("restarted process: live %d, duplicate %v; want 1, false", c.s.LiveNodes(), c.s.DuplicateNodeID())
+	}
 }
 
 // A node mints dialog tokens in opaque text only once a beat showed no
