@@ -16,6 +16,7 @@ import (
 	"github.com/cpsguard/cpsguard/admission"
 	"github.com/cpsguard/cpsguard/carriers"
 	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/internal/storescope"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/pacing"
 	"github.com/cpsguard/cpsguard/policy"
@@ -134,6 +135,9 @@ func (p *Proxy) onInvite(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
 
 	ctx, cancel := context.WithCancelCause(p.base)
 	defer cancel(nil)
+	// The call meets at most one store timeout: once Redis failed it, its
+	// other store operations go to the fallback (package storescope).
+	ctx = storescope.New(ctx)
 	// A CANCEL from the INVITE's own source is answered 200 by the screen,
 	// which then tells the call through its entry.
 	entry, done := p.invites.Claim(req)

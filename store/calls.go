@@ -33,7 +33,7 @@ func (c *CallsFailover) redisInUse() bool { return c.redis != nil && c.f.redisIn
 
 // Occupy implements calls.Store.
 func (c *CallsFailover) Occupy(ctx context.Context, member string, ttl time.Duration, places []calls.Place) (calls.Decision, error) {
-	if c.redisInUse() {
+	if c.redis != nil && c.f.redisFor(ctx) {
 		d, err := c.redis.Occupy(ctx, member, ttl, places)
 		if err == nil {
 			if d.Admit && !d.Duplicate {
@@ -45,7 +45,7 @@ func (c *CallsFailover) Occupy(ctx context.Context, member string, ttl time.Dura
 		if callerGaveUp(ctx) {
 			return d, err
 		}
-		c.f.fail("calls_occupy", err)
+		c.f.failCall(ctx, "calls_occupy", err)
 	}
 	switch c.f.o.Policy {
 	case PolicyAdmit:

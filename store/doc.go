@@ -15,7 +15,9 @@
 // Admit, and the caller reserves through the Pacer.
 //
 // Failure: a Redis error or timeout never reaches the SIP call path as a lost
-// call; the call that met the error is decided by the fallback at once. Under
+// call; the call that met the error is decided by the fallback at once, and
+// so are that call's later operations (package internal/storescope: a call
+// made with a scope meets at most one Redis failure). Under
 // on_error reject, ErrStoreDown is returned and the proxy refuses the call.
 // The timeout measures Redis, not this node: the round trip counts from when
 // the command is sent (lua.WithTimeout), and a timeout while Redis answered

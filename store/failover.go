@@ -12,6 +12,7 @@ import (
 
 	"github.com/cpsguard/cpsguard/admission"
 	"github.com/cpsguard/cpsguard/internal/panics"
+	"github.com/cpsguard/cpsguard/internal/storescope"
 	"github.com/cpsguard/cpsguard/lua"
 	"github.com/cpsguard/cpsguard/pacing"
 )
@@ -145,6 +146,20 @@ func (f *Failover) Usable() bool {
 
 func (f *Failover) redisInUse() bool { return f.o.Redis != nil && !f.down.Load() }
 
+// redisFor reports whether an operation on ctx goes to Redis: Redis is in
+// use and has not failed ctx's call already (storescope: a call meets at
+// most one Redis timeout, not one per operation of its setup).
+func (f *Failover) redisFor(ctx context.Context) bool {
+	return f.redisInUse() && !storescope.Failed(ctx)
+}
+
+// failCall is fail for an operation of ctx's call, whose later operations
+// then go to the fallback (storescope).
+func (f *Failover) failCall(ctx context.Context, op string, err error) {
+	storescope.Fail(ctx)
+	f.fail(op, err)
+}
+
 // ok records that Redis answered a call.
 func (f *Failover) ok() { f.lastOK.Store(time.Now().UnixNano()) }
 
@@ -215,7 +230,7 @@ func (f *Failover) nodes() int {
 
 // Admit implements admission.Store.
 func (f *Failover) Admit(ctx context.Context, member string, buckets []admission.Bucket) (admission.Decision, error) {
-	if f.redisInUse() {
+	if f.redisFor(ctx) {
 		d, err := f.o.Redis.Admit(ctx, member, buckets)
 		if err == nil {
 			f.ok()
@@ -231,7 +246,7 @@ func (f *Failover) Admit(ctx context.Context, member string, buckets []admission
 		if callerGaveUp(ctx) {
 			return d, err // the caller gave up (CANCEL); Redis is not to blame
 		}
-		f.fail("admit", err)
+		f.failCall(ctx, "admit", err)
 	}
 	return f.admitFallback(ctx, member, buckets)
 }
@@ -266,7 +281,7 @@ func (f *Failover) admitFallback(ctx context.Context, member string, buckets []a
 // in-process windows, the same switch to the fallback when Redis fails.
 func (f *Failover) AdmitReserve(ctx context.Context, member string, buckets []admission.Bucket, ask pacing.Ask) (d admission.Decision, first pacing.First, reserved bool, err error) {
 	ap, ok := f.o.Redis.(admitPacer)
-	if !f.redisInUse() || !ok || len(buckets) == 0 {
+	if !f.redisFor(ctx) || !ok || len(buckets) == 0 {
 		d, err = f.Admit(ctx, member, buckets)
 		return d, pacing.First{}, false, err
 	}
@@ -281,7 +296,7 @@ func (f *Failover) AdmitReserve(ctx context.Context, member string, buckets []ad
 		if callerGaveUp(ctx) {
 			return d, pacing.First{}, false, err
 		}
-		f.fail("admit", err)
+		f.failCall(ctx, "admit", err)
 		d, err = f.admitFallback(ctx, member, buckets) // as Admit does
 		return d, pacing.First{}, false, err
 	}
@@ -358,7 +373,7 @@ func (f *Failover) share(buckets []admission.Bucket) []admission.Bucket {
 // share's booking made on one store and asked again on the other (a switch
 // meanwhile) is a new call there: it shares that store's slots.
 func (f *Failover) Reserve(ctx context.Context, key, member string, share pacing.Share, interval, maxWait time.Duration) (pacing.Slot, error) {
-	if f.redisInUse() {
+	if f.redisFor(ctx) {
 		s, err := f.o.RedisSlots.Reserve(ctx, key, member, share, interval, maxWait)
 		if err == nil {
 			f.ok()
@@ -367,7 +382,7 @@ func (f *Failover) Reserve(ctx context.Context, key, member string, share pacing
 		if callerGaveUp(ctx) {
 			return s, err
 		}
-		f.fail("reserve", err)
+		f.failCall(ctx, "reserve", err)
 	}
 	if f.o.Policy == PolicyReject && f.o.Redis != nil {
 		return pacing.Slot{Key: key, Member: member}, ErrStoreDown
@@ -435,7 +450,7 @@ func (f *Failover) both(ctx context.Context, op, key string, run func(pacing.Slo
 // Paused implements pacing.SlotStore. Like Queue it is a read and never
 // switches the mode.
 func (f *Failover) Paused(ctx context.Context, key string) (pacing.Pause, error) {
-	if f.redisInUse() {
+	if f.redisFor(ctx) {
 		return f.o.RedisSlots.Paused(ctx, key)
 	}
 	return f.o.LocalSlots.Paused(ctx, key)
@@ -444,7 +459,7 @@ func (f *Failover) Paused(ctx context.Context, key string) (pacing.Pause, error)
 // Evidence implements pacing.SlotStore: the pool's on Redis; in fallback,
 // this node's own.
 func (f *Failover) Evidence(ctx context.Context, key, peer string, overload bool, w pacing.EvidenceWindows) (pacing.Evidence, error) {
-	if f.redisInUse() {
+	if f.redisFor(ctx) {
 		e, err := f.o.RedisSlots.Evidence(ctx, key, peer, overload, w)
 		if err == nil {
 			f.ok()
@@ -453,7 +468,7 @@ func (f *Failover) Evidence(ctx context.Context, key, peer string, overload bool
 		if callerGaveUp(ctx) {
 			return e, err
 		}
-		f.fail("evidence", err)
+		f.failCall(ctx, "evidence", err)
 	}
 	if f.o.Policy == PolicyReject && f.o.Redis != nil {
 		return pacing.Evidence{}, ErrStoreDown
@@ -465,7 +480,7 @@ func (f *Failover) Evidence(ctx context.Context, key, peer string, overload bool
 // fallback, this node's own (Reserve then shares the resulting interval
 // among the live nodes, as it does every carrier's).
 func (f *Failover) Adapt(ctx context.Context, key string, a pacing.AIMD, overload bool) (pacing.Rate, error) {
-	if f.redisInUse() {
+	if f.redisFor(ctx) {
 		r, err := f.o.RedisSlots.Adapt(ctx, key, a, overload)
 		if err == nil {
 			f.ok()
@@ -474,7 +489,7 @@ func (f *Failover) Adapt(ctx context.Context, key string, a pacing.AIMD, overloa
 		if callerGaveUp(ctx) {
 			return r, err
 		}
-		f.fail("adapt", err)
+		f.failCall(ctx, "adapt", err)
 	}
 	if f.o.Policy == PolicyReject && f.o.Redis != nil {
 		return pacing.Rate{}, ErrStoreDown
@@ -485,7 +500,7 @@ func (f *Failover) Adapt(ctx context.Context, key string, a pacing.AIMD, overloa
 // Queue implements pacing.SlotStore. Like Counts it is a read for
 // operators and never switches the mode.
 func (f *Failover) Queue(ctx context.Context, key string, interval time.Duration) (pacing.QueueState, error) {
-	if f.redisInUse() {
+	if f.redisFor(ctx) {
 		return f.o.RedisSlots.Queue(ctx, key, interval)
 	}
 	return f.o.LocalSlots.Queue(ctx, key, f.shareInterval(interval))

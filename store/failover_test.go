@@ -11,6 +11,7 @@ import (
 	"github.com/cpsguard/cpsguard/admission"
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/redistest"
+	"github.com/cpsguard/cpsguard/internal/storescope"
 	"github.com/cpsguard/cpsguard/lua"
 	"github.com/cpsguard/cpsguard/pacing"
 )
@@ -406,5 +407,64 @@ func TestPauseGoesToBothStores(t *testing.T) {
 	}
 	if st, err := s.Paused(ctx, key); err != nil || st.Paused {
 		t.Fatalf("Paused after Unpause in fallback: %+v, %v", st, err)
+	}
+}
+
+// countingSlots counts the reservations that reach it.
+type countingSlots struct {
+	pacing.SlotStore
+	mu       sync.Mutex
+	reserves int
+}
+
+func (s *countingSlots) Reserve(ctx context.Context, key, member string, share pacing.Share, interval, maxWait time.Duration) (pacing.Slot, error) {
+	s.mu.Lock()
+	s.reserves++
+	s.mu.Unlock()
+	return s.SlotStore.Reserve(ctx, key, member, share, interval, maxWait)
+}
+
+func (s *countingSlots) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reserves
+}
+
+// TestCallMeetsOneRedisTimeout: once Redis timed out a call's admission
+// (while answering others, so the node stays on Redis), the call's own
+// later store operations go to the fallback at once instead of waiting out
+// the timeout again (storescope); another call, or an operation outside
+// any call, still asks Redis.
+func TestCallMeetsOneRedisTimeout(t *testing.T) {
+	timeoutErr := fmt.Errorf("admission: run admit.lua: %w", context.DeadlineExceeded)
+	rs := &errStore{Store: admission.NewLocalStore(nil), err: timeoutErr, ok: 1}
+	slots := &countingSlots{SlotStore: pacing.NewLocalSlots(nil)}
+	f := NewFailover(Options{Redis: rs, RedisSlots: slots, Local: admission.NewLocalStore(nil),
+		LocalSlots: pacing.NewLocalSlots(nil), Policy: PolicyLocal, Quiet: time.Hour})
+	if _, err := f.Admit(context.Background(), "ok", bucket); err != nil {
+		t.Fatalf("first admit: %v", err)
+	}
+	call := storescope.New(context.Background())
+	if d, err := f.Admit(call, "late", bucket); err != nil || !d.Admit {
+		t.Fatalf("admit meeting a timeout: %+v, %v; want admitted by the fallback", d, err)
+	}
+	if got := f.Mode(); got != ModeRedis {
+		t.Fatalf("mode %s after a timeout while Redis answers, want redis", got)
+	}
+	if _, err := f.Reserve(call, "car", "late", pacing.Share{}, 100*time.Millisecond, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if n := slots.count(); n != 0 {
+		t.Fatalf("the timed-out call's reservation reached Redis (%d), want the fallback", n)
+	}
+	other := storescope.New(context.Background())
+	if _, err := f.Reserve(other, "car", "other", pacing.Share{}, 100*time.Millisecond, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Reserve(context.Background(), "car", "bare", pacing.Share{}, 100*time.Millisecond, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if n := slots.count(); n != 2 {
+		t.Fatalf("reservations at Redis: %d, want 2 (another call's, and one outside any call)", n)
 	}
 }

@@ -1,0 +1,56 @@
+// Package storescope remembers, for one call, that the shared store
+// (Redis) has already failed it: the call's later store operations then go
+// to the fallback at once instead of waiting out the timeout again.
+//
+// A call's setup asks the store several times (admission, the carrier
+// slot, the max_calls places, a pause or a queue read): with Redis hung
+// and the node not yet switched to its fallback (store.Failover switches
+// only when Redis answered nothing for 5 × store.redis.timeout), each of
+// those waited for the timeout in turn, and a call was held twice the
+// timeout or more. With a scope on the call's context, the first failure
+// marks it, and package store decides the call's remaining operations on
+// the fallback: a call meets at most one Redis timeout.
+//
+// # Failure
+//
+// Nothing here fails. A context without a scope (one that New did not
+// make: an operator's read, a background refresh) is never marked, and
+// its operations behave as before. A marked scope only moves that call's
+// operations to the fallback, which is what the node does for every call
+// once it has switched.
+//
+// # Concurrency
+//
+// A scope is safe for concurrent use: the mark is an atomic.
+package storescope
+
+import (
+	"context"
+	"sync/atomic"
+)
+
+// key is the context key of a call's scope.
+type key struct{}
+
+// scope is one call's mark.
+type scope struct{ failed atomic.Bool }
+
+// New returns ctx with a fresh scope for one call.
+func New(ctx context.Context) context.Context {
+	return context.WithValue(ctx, key{}, new(scope))
+}
+
+// Failed reports whether the shared store already failed the call of
+// ctx's scope; false without a scope.
+func Failed(ctx context.Context) bool {
+	s, _ := ctx.Value(key{}).(*scope)
+	return s != nil && s.failed.Load()
+}
+
+// Fail marks ctx's scope: the shared store failed its call. Without a
+// scope it does nothing.
+func Fail(ctx context.Context) {
+	if s, _ := ctx.Value(key{}).(*scope); s != nil {
+		s.failed.Store(true)
+	}
+}
