@@ -440,15 +440,18 @@ func (l *relayLeg) expired() (retry, end bool) {
 	}
 	if !l.gotAny {
 		// Silent carrier: no CANCEL without a provisional response (RFC
-		// 3261 9.1); drop the transaction and move on.
-		l.tx.Terminate()
+		// 3261 9.1). Move on, and leave the transaction to cancel the
+		// INVITE at its first provisional response, and to hang up a 2xx:
+		// a carrier that answers late must not ring a callee nobody waits
+		// for, nor bill a call nobody ends.
+		l.abandon(false)
 		return true, true
 	}
 	if !l.ringing {
 		// A 100 Trying but no ringing within setup_timeout: cancel this
 		// carrier's INVITE and move on; a 2xx that crosses the CANCEL is
 		// hung up, never relayed.
-		l.abandon()
+		l.abandon(true)
 		return true, true
 	}
 	// Rang too long (Timer C): cancel downstream, 408 upstream.
@@ -495,18 +498,29 @@ func (l *relayLeg) arm(d time.Duration) {
 	l.timer.Reset(d)
 }
 
-// abandon cancels the leg's INVITE, which its call no longer waits for
-// (the next carrier of the route is tried) and, in the background, hangs
-// up a 2xx that crosses the CANCEL (ACK and BYE); the transaction is then
-// left to end.
-func (l *relayLeg) abandon() {
+// abandon gives up the leg's INVITE, which its call no longer waits for
+// (the next carrier of the route is tried): it cancels the INVITE, at once
+// when the next hop has answered (now), else at its first provisional
+// response (RFC 3261 9.1: never before one). In the background it hangs
+// up a 2xx that crosses the CANCEL or comes late (ACK and BYE); the
+// transaction is then left to end, within the CANCEL's bound once one was
+// sent, else by its own Timer B (the INVITE's retransmissions go on until
+// then, as any UAC's do).
+func (l *relayLeg) abandon(now bool) {
 	l.abandoned.Store(true)
 	p, tx, inv := l.p, l.tx, l.out
-	p.cancelUpstream(inv)
+	if now {
+		p.cancelUpstream(inv)
+	}
 	go func() {
 		defer p.panics.Recover("sip.abandon", nil)
-		t := time.NewTimer(l.cancelBound())
-		defer t.Stop()
+		var expired <-chan time.Time
+		if now {
+			t := time.NewTimer(l.cancelBound())
+			defer t.Stop()
+			expired = t.C
+		}
+		cancelled := now
 		for {
 			select {
 			case r := <-tx.Responses():
@@ -518,9 +532,16 @@ func (l *relayLeg) abandon() {
 				if !r.IsProvisional() {
 					return
 				}
+				if !cancelled {
+					cancelled = true
+					p.cancelUpstream(inv)
+					t := time.NewTimer(l.cancelBound())
+					defer t.Stop()
+					expired = t.C
+				}
 			case <-tx.Done():
 				return
-			case <-t.C:
+			case <-expired:
 				tx.Terminate()
 				return
 			}

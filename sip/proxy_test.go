@@ -3,6 +3,7 @@ package sip
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -1737,6 +1738,103 @@ func TestTryingOnlyCarrierIsCancelledAfterSetupTimeout(t *testing.T) {
 	}
 	if n := testutil.CollectAndCount(h.m.CarrierSetup); n < 1 {
 		t.Errorf("carrier_setup_seconds has %d series, want the second carrier's", n)
+	}
+}
+
+// TestSilentCarrierLateAnswerIsCancelledAndHungUp: a carrier silent past
+// its setup_timeout is left for the next carrier, but not forgotten: when
+// it answers late, its first provisional response gets a CANCEL (never
+// one before it: RFC 3261 9.1) and a 2xx an ACK and a BYE, never relayed.
+// It was left with neither (h46: calls that rang a callee nobody waited
+// for, billed until the carrier's own timers ended them).
+func TestSilentCarrierLateAnswerIsCancelledAndHungUp(t *testing.T) {
+	for _, ring := range []bool{true, false} {
+		t.Run(fmt.Sprintf("ring=%v", ring), func(t *testing.T) {
+			conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			var mu sync.Mutex
+			got := map[sipmsg.RequestMethod]int{}
+			var cancelBeforeRing bool
+			rang := false
+			go func() {
+				buf := make([]byte, 65535)
+				for {
+					n, from, err := conn.ReadFromUDP(buf)
+					if err != nil {
+						return
+					}
+					msg, err := sipmsg.ParseMessage(append([]byte(nil), buf[:n]...))
+					if err != nil {
+						continue
+					}
+					req, ok := msg.(*sipmsg.Request)
+					if !ok {
+						continue
+					}
+					mu.Lock()
+					got[req.Method]++
+					first := got[req.Method] == 1
+					if req.Method == sipmsg.CANCEL && !rang {
+						cancelBeforeRing = true
+					}
+					mu.Unlock()
+					send := func(res *sipmsg.Response) { _, _ = conn.WriteToUDP([]byte(res.String()), from) }
+					switch req.Method {
+					case sipmsg.INVITE:
+						if !first {
+							continue // a retransmission
+						}
+						// Silent past the setup timeout, then a late answer.
+						ringing := sipmsg.NewResponseFromRequest(req, 180, "Ringing", nil)
+						ringing.To().Params.Add("tag", "late")
+						late := sipmsg.NewResponseFromRequest(req, 200, "OK", nil)
+						late.To().Params.Add("tag", "late")
+						late.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", Host: "127.0.0.1", Port: conn.LocalAddr().(*net.UDPAddr).Port}})
+						if ring {
+							time.AfterFunc(600*time.Millisecond, func() {
+								mu.Lock()
+								rang = true
+								mu.Unlock()
+								send(ringing)
+							})
+						}
+						time.AfterFunc(800*time.Millisecond, func() { send(late) })
+					case sipmsg.CANCEL, sipmsg.BYE:
+						send(sipmsg.NewResponseFromRequest(req, 200, "OK", nil))
+					}
+				}
+			}()
+			second := siptest.StartCarrier(t, "127.0.0.1", nil)
+			adm, pacer := newFakes()
+			first := config.Carrier{Name: "silent", URI: "sip:" + conn.LocalAddr().String(), CPS: 100, MaxWait: time.Second,
+				SetupTimeout: 300 * time.Millisecond}
+			h := startProxy(t, testConfig(first, carrierCfg("b", second)), adm, pacer)
+			caller := siptest.StartCaller(t, "127.0.0.2")
+			res := caller.Final(ctxT(t, 20*time.Second), caller.Invite(h.udp))
+			if res == nil || res.StatusCode != 200 || second.Count("INVITE") != 1 {
+				t.Fatalf("final = %v, second carrier INVITEs %d; want the second carrier's 200", res, second.Count("INVITE"))
+			}
+			if tag, _ := res.To().Params.Get("tag"); tag == "late" {
+				t.Fatal("the abandoned carrier's 200 was relayed")
+			}
+			wantCancel := 0
+			if ring {
+				wantCancel = 1
+			}
+			waitFor(t, func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return got[sipmsg.CANCEL] == wantCancel && got[sipmsg.ACK] >= 1 && got[sipmsg.BYE] == 1
+			}, "the late answer cancelled or hung up at the silent carrier")
+			mu.Lock()
+			defer mu.Unlock()
+			if cancelBeforeRing {
+				t.Error("a CANCEL reached the silent carrier before any provisional response")
+			}
+		})
 	}
 }
 
