@@ -203,6 +203,48 @@ func TestCarrierByeWithCallersTagEndsTheCall(t *testing.T) {
 	waitFor(t, func() bool { return live() == 0 && tr.Live() == 0 }, "the call's places given back")
 }
 
+// TestUntaggedAnswerIsNotRelayed: a carrier's 2xx without a To tag forms
+// no dialog: relayed, its caller could neither ACK nor end it, and the call
+// held its max_calls places until max_call_duration (h46). The caller gets
+// 502, the carrier an ACK and a BYE, and the call holds nothing.
+func TestUntaggedAnswerIsNotRelayed(t *testing.T) {
+	car := startUDPEnd(t, "127.0.0.1", nil)
+	car.mu.Lock()
+	car.answer = func(req *sipmsg.Request) *sipmsg.Response {
+		switch {
+		case req.IsInvite():
+			res := sipmsg.NewResponseFromRequest(req, 200, "OK", nil)
+			res.To().Params.Remove("tag") // sipgo adds one
+			host, port, _ := net.SplitHostPort(car.addr())
+			p, _ := strconv.Atoi(port)
+			res.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "callee", Host: host, Port: p}})
+			return res
+		case req.Method == sipmsg.BYE:
+			return sipmsg.NewResponseFromRequest(req, 200, "OK", nil)
+		}
+		return nil
+	}
+	car.mu.Unlock()
+	cfg := testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second})
+	cfg.Peers[0].MaxCalls = 5
+	adm, pacer := newFakes()
+	store := callplaces.NewLocalStore(nil)
+	tr := callplaces.NewTracker(store, callplaces.TrackerOptions{TTL: time.Minute})
+	h := startProxyOpts(t, Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer, Calls: tr})
+	live := peerPlaces(t, store)
+	peer := startUDPEnd(t, "127.0.0.2", nil)
+	peer.send(h.udp, rawInviteFrom(peer, h.udp, "untagged", "ftag-untagged"))
+	if r := finalOfRaw(peer, "untagged", sipmsg.INVITE, 0); r == nil || r.StatusCode != 502 {
+		t.Fatalf("caller's final %v, want 502", r)
+	}
+	waitFor(t, func() bool { return len(car.requests(sipmsg.ACK)) >= 1 && len(car.requests(sipmsg.BYE)) == 1 },
+		"the untagged answer ACKed and hung up at the carrier")
+	waitFor(t, func() bool { return live() == 0 && tr.Live() == 0 }, "the call holding nothing")
+	if n := sipErrors(h, "malformed"); n < 1 {
+		t.Errorf("sip_errors_total{malformed} = %v, want the untagged answer counted", n)
+	}
+}
+
 // rerouteCarriers starts carrier x, which answers 503 to the requests
 // refuses picks (and nothing to the others), carrier y, which answers
 // every call, and a configuration whose route tries x, then y.

@@ -48,6 +48,12 @@ type legCarrier interface {
 	relayed()
 }
 
+// toTagged reports whether r's To header carries a tag.
+func toTagged(r *sipmsg.Response) bool {
+	to := r.To()
+	return to != nil && tagOf(to.Params) != ""
+}
+
 // relayLeg is one request the proxy sends to a next hop over a sipgo client
 // transaction, relaying the answers upstream: provisional responses above
 // 100 and the final one, 2xx retransmissions included (for an initial
@@ -366,6 +372,18 @@ func (l *relayLeg) response(r *sipmsg.Response) (res *sipmsg.Response, retry, en
 			// not ACK this one: end the next hop's call here.
 			l.hungUp.Store(l.p.hangUp(l.out, r, l.tlsNames))
 		}
+		return r, false, true
+	}
+	if r.IsSuccess() && l.carrier != nil && !toTagged(r) {
+		// A UAS tags the To of its 2xx (RFC 3261 8.2.6.2); without the
+		// tag no dialog can be formed, so the caller could neither ACK
+		// nor end the call, and it would hold its places until
+		// max_call_duration (h46). The caller gets 502, as for an answer
+		// that names nobody upstream; the carrier's call is hung up here.
+		l.p.m.SIPErrors.WithLabelValues("malformed").Inc()
+		l.hungUp.Store(l.p.hangUp(l.out, r, l.tlsNames))
+		l.answered = true
+		l.up.respond(sipmsg.StatusBadGateway, "Bad Gateway")
 		return r, false, true
 	}
 	// Relayed, also after the sender's CANCEL: the next hop's 487 (RFC
