@@ -101,7 +101,7 @@ type SIP struct {
 	// a node that died are free again within this time. Read at start.
 	CallRefreshTTL time.Duration `cfg:"call_refresh_ttl"`
 	// StripHeaders are removed from initial INVITEs before they are
-	// forwarded. Unset (nil) means the customer header; an empty list
+	// forwarded, whatever the case the sender wrote their names in. Unset (nil) means the customer header; an empty list
 	// strips nothing.
 	StripHeaders []string `cfg:"strip_headers"`
 	// MaxInflight bounds the initial INVITEs being decided at once on this

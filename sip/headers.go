@@ -3,6 +3,7 @@ package sip
 import (
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -184,6 +185,27 @@ func prependVia(p *Proxy, req *sipmsg.Request, tp string, to netip.Addr, below [
 // INVITE before it is forwarded (sip.strip_headers; by default the
 // customer header).
 func stripHeaders(cfg *config.Config) []string { return cfg.Stripped() }
+
+// removeHeaders removes every header of m named name, in any case: header
+// names are case-insensitive (RFC 3261 7.3.1), but sipgo's RemoveHeader
+// matches a name exactly as the sender wrote it, and keeps the sender's
+// spelling of the headers it does not know (x-customer stayed in a
+// forwarded INVITE that sip.strip_headers said to strip as X-Customer).
+func removeHeaders(m interface {
+	Headers() []sipmsg.Header
+	RemoveHeader(string) bool
+}, name string) {
+	var spellings []string
+	for _, h := range m.Headers() {
+		if n := h.Name(); strings.EqualFold(n, name) && !slices.Contains(spellings, n) {
+			spellings = append(spellings, n)
+		}
+	}
+	for _, n := range spellings {
+		for m.RemoveHeader(n) {
+		}
+	}
+}
 
 // legSide is one side of a forwarded request, as the proxy's
 // Record-Route names itself to it: its transport and address.

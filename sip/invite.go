@@ -72,6 +72,10 @@ type call struct {
 	// metrics.PriorityResource) or "": a priority call is refused by no
 	// limit (priority.go).
 	priority string
+	// refusedClaim: the INVITE carries a Resource-Priority header its peer
+	// may not claim (allow_resource_priority false); the header is not
+	// forwarded.
+	refusedClaim bool
 	// order is the route's carriers, worked out before the admission
 	// when ordered is set (first.go); ask the first slot reservation to
 	// make with the admission, on carrier askCarrier, and first the one
@@ -279,6 +283,7 @@ func (c *call) run() {
 	number := calledNumber(req)
 	kind, refused := priorityOf(pol, peer, number, req)
 	c.notePriority(kind, refused)
+	c.refusedClaim = !peer.AllowResourcePriority && req.GetHeader("Resource-Priority") != nil
 	if kind != "" {
 		c.priority = kind
 		c.ctx = pacing.WithPriority(c.ctx) // to the front of the carrier's queue
@@ -825,7 +830,13 @@ func (c *call) forward(car *config.Carrier, ticket pacing.Ticket, probe string) 
 	// The carrier has car.Setup() to answer with a provisional response
 	// above 100 (a 100 Trying alone does not count: a carrier that takes
 	// calls and never rings them is as good as down), then the ring timer.
-	l := &relayLeg{p: p, up: c, out: p.outboundInvite(c.cfg, c.req, target, token), ctx: c.ctx,
+	out := p.outboundInvite(c.cfg, c.req, target, token)
+	if c.refusedClaim {
+		// The peer may not claim priority: a carrier that honours the
+		// header must not learn the claim either (h46).
+		removeHeaders(out, "Resource-Priority")
+	}
+	l := &relayLeg{p: p, up: c, out: out, ctx: c.ctx,
 		setup: car.Setup(), ring: ringTimeout, carrier: hooks, fk: &forkSet{}}
 	if target.transport == "TLS" {
 		// RFC 5922: the certificate names the URI's host (or address).
@@ -1066,8 +1077,7 @@ func (p *Proxy) outboundInvite(cfg *config.Config, req *sipmsg.Request, target t
 	for out.RemoveHeader("Route") {
 	}
 	for _, name := range stripHeaders(cfg) {
-		for out.RemoveHeader(name) {
-		}
+		removeHeaders(out, name)
 	}
 	out.Recipient.Host = target.host
 	out.Recipient.Port = target.port

@@ -140,6 +140,11 @@ func TestE2EPriorityCallsAreNeverRefused(t *testing.T) {
 	if n := len(car.Invites()); n != 60 {
 		t.Errorf("INVITEs at the carrier: got %d, want 60", n)
 	}
+	for _, inv := range car.Invites() {
+		if len(inv.GetHeaders("Resource-Priority")) != 1 {
+			t.Fatalf("an allowed peer's INVITE at the carrier without its Resource-Priority:\n%s", inv)
+		}
+	}
 	waitFor(t, func() bool { return calls(h.harness, "dialer-1", metrics.OutcomeForwarded) == 60 }, "60 calls counted forwarded")
 	if got := priorityCalls(h.harness, "dialer-1", metrics.PriorityNumber); got != 30 {
 		t.Errorf("priority_calls_total{kind=number}: got %d, want 30", got)
@@ -169,15 +174,15 @@ func TestE2EPriorityCallsAreNeverRefused(t *testing.T) {
 }
 
 // A peer without allow_resource_priority: its Resource-Priority header is
-// ignored (normal treatment: its minute window of 30 holds) and every
-// claim is counted refused_claim; its calls to an emergency number are
-// priority all the same.
+// ignored (normal treatment: its minute window of 30 holds), every claim
+// is counted refused_claim, and the header is not forwarded; its calls to
+// an emergency number are priority all the same.
 func TestE2EResourcePriorityClaimOfAPeerNotAllowed(t *testing.T) {
 	car := siptest.StartCarrier(t, "127.0.0.1", nil)
 	h := startRedisProxy(t, priorityYAML, car)
 	caller := siptest.StartCaller(t, "127.0.0.3")
 
-	codes := placeCalls(t, caller, h.udp, 60, "5550100", "Resource-Priority: esnet.0, ets.1")
+	codes := placeCalls(t, caller, h.udp, 60, "5550100", "resource-PRIORITY: esnet.0, ets.1")
 	got := countCodes(codes)
 	if got[200] > 30 || got[200]+got[503] != 60 {
 		t.Errorf("answers to 60 claims of a peer not allowed: %v, want at most 30 × 200 (its window), the rest 503", got)
@@ -208,6 +213,13 @@ func TestE2EResourcePriorityClaimOfAPeerNotAllowed(t *testing.T) {
 	}
 	if n := priorityCalls(h.harness, "dialer-2", metrics.PriorityRefusedClaim); n != 60 {
 		t.Errorf("priority_calls_total{kind=refused_claim} after a dsn header: got %d, want still 60", n)
+	}
+	// Nor does the carrier learn a claim the peer may not make (h46),
+	// whatever the header name's case.
+	for _, inv := range car.Invites() {
+		if hs := inv.GetHeaders("Resource-Priority"); len(hs) != 0 {
+			t.Fatalf("a refused claim reached the carrier: %v", hs)
+		}
 	}
 }
 
