@@ -94,6 +94,9 @@ func (p *Proxy) screenRequest(req *sipmsg.Request) bool {
 		return false
 	}
 	if !p.knownSource(cfg, src) {
+		if p.screenFormerParty(cfg, req) {
+			return false
+		}
 		p.m.SIPErrors.WithLabelValues("unknown_source").Inc()
 		if req.IsInvite() && !hasToTag(req) {
 			p.m.Calls.WithLabelValues(PeerUnknown, metrics.OutcomeRejectedForbidden).Inc()
@@ -142,8 +145,36 @@ func (p *Proxy) screenRequest(req *sipmsg.Request) bool {
 	return false
 }
 
+// screenFormerParty relays an in-dialog request over UDP from an address
+// the configuration no longer names (a peer or a carrier that a reload
+// removed while its calls were up): the stateless relay's own checks, a
+// dialog token of the node's that opens and a request sent from that
+// leg's address and port, are its grant, so the party can still end the
+// calls the configuration let it set up, and they free their places (h46:
+// the calls stayed up, holding them, until max_call_duration). It reports
+// whether it took req; anything else from a stranger (an INVITE, a request
+// without a dialog token of the node's, one the stateless relay leaves to
+// sipgo) is refused as any stranger's.
+func (p *Proxy) screenFormerParty(cfg *config.Config, req *sipmsg.Request) bool {
+	if req.IsInvite() || req.IsCancel() || req.Via() == nil || !hasToTag(req) || !p.routesOwnToken(req) || !wellFormed(req) {
+		return false
+	}
+	if req.IsAck() {
+		return p.screenAck(req)
+	}
+	return p.canRelayStateless(req) && p.screenInDialog(cfg, req)
+}
+
 func (p *Proxy) screenResponse(res *sipmsg.Response) bool {
 	src, err := netip.ParseAddrPort(res.Source())
+	if err == nil && !p.knownSource(p.cfg(), src.Addr().Unmap()) && wellFormed(res) && statelessBranchOf(res) {
+		// The answer to an in-dialog request relayed statelessly to a
+		// party a reload removed (screenFormerParty): the branch's MAC
+		// names the address the request went to, so only that party's
+		// answer is relayed.
+		p.relayStatelessResponse(p.cfg(), res, src.Addr().Unmap())
+		return false
+	}
 	if err != nil || !p.knownSource(p.cfg(), src.Addr().Unmap()) {
 		p.m.SIPErrors.WithLabelValues("unknown_source").Inc()
 		return false
