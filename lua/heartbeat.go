@@ -76,19 +76,20 @@ func Heartbeat(ctx context.Context, c redis.Scripter, key string, b Beat) (BeatR
 }
 
 // LeaveHeartbeat takes b's process out of the node set key's InstancesKey
-// and OpaqueReadersKey, as it stops: a process restarted under b.Node is
-// then not counted beside its predecessor until the predecessor's last
-// beat ages out. The node id stays in key until b.TTL after its last beat
-// (another process may share it). Without b.Instance it does nothing.
+// and OpaqueReadersKey, as it stops, and b.Node out of key unless another
+// process of it beat within b.TTL (a duplicate still running): a process
+// restarted under b.Node is then not counted beside its predecessor, nor
+// its node id, left without a reader, taken for an older release's, until
+// the predecessor's last beat ages out. Without b.Instance it does nothing.
 func LeaveHeartbeat(ctx context.Context, c redis.Scripter, key string, b Beat) error {
-	if b.Node == "" {
-		return fmt.Errorf("%w: heartbeat leave needs a node id", ErrArgs)
+	if b.Node == "" || b.TTL < time.Millisecond {
+		return fmt.Errorf("%w: heartbeat leave needs a node id and a ttl >= 1ms", ErrArgs)
 	}
 	if b.Instance == "" {
 		return nil
 	}
 	if err := heartbeatScript.Run(ctx, c, []string{key, InstancesKey(key), OpaqueReadersKey(key)},
-		b.Node, 1, b.Instance, 0, "leave").Err(); err != nil {
+		b.Node, b.TTL.Milliseconds(), b.Instance, 0, "leave").Err(); err != nil {
 		return fmt.Errorf("lua: run heartbeat.lua (leave) for %q: %w", key, err)
 	}
 	return nil
@@ -143,8 +144,8 @@ func (h *Heartbeater) Beat(ctx context.Context, node string, ttl time.Duration) 
 	return r, nil
 }
 
-// Leave implements store.Leaver: it takes this process's entries out of
-// the process sets (LeaveHeartbeat) as it stops.
-func (h *Heartbeater) Leave(ctx context.Context, node string) error {
-	return LeaveHeartbeat(ctx, h.Client, h.Key, Beat{Node: node, Instance: h.Instance})
+// Leave implements store.Leaver: it takes this process out of the node
+// sets (LeaveHeartbeat) as it stops.
+func (h *Heartbeater) Leave(ctx context.Context, node string, ttl time.Duration) error {
+	return LeaveHeartbeat(ctx, h.Client, h.Key, Beat{Node: node, Instance: h.Instance, TTL: ttl})
 }

@@ -11,10 +11,11 @@
 -- ARGV[2]   ttl in ms (> 0): a node or process whose last beat is older is not live
 -- ARGV[3]   instance id of this process ("" = do not track processes)
 -- ARGV[4]   Redis time in ms of this process's first beat ("0" on the first beat)
--- ARGV[5]   "leave" (optional): the process stops; its entries in KEYS[2] and KEYS[3] go
---           (not the node id's in KEYS[1], which another process may share: it ages out
---           after ttl), nothing is recorded, and the reply is {0, now, 0}. A node restarted
---           under its node id is then not counted twice for a ttl.
+-- ARGV[5]   "leave" (optional): the process stops; its entries in KEYS[2] and KEYS[3] go,
+--           and the node id's in KEYS[1] too unless another process of that node id beat
+--           within ttl (a duplicate still running); nothing is recorded, and the reply is
+--           {0, now, 0}. A node restarted under its node id is then not counted twice for
+--           a ttl, nor its node id, left without a reader, taken for an older release's.
 --
 -- Reply: array {live, now, older, other...}: live = the live nodes including
 -- this one (the live processes when more: two processes under one node id are
@@ -32,9 +33,16 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if ARGV[5] == 'leave' then
   if ARGV[3] ~= '' then
-    local me = ARGV[1] .. ' ' .. ARGV[3]
+    local prefix = ARGV[1] .. ' '
+    local me = prefix .. ARGV[3]
     redis.call('ZREM', KEYS[2], me)
     redis.call('ZREM', KEYS[3], me)
+    local others = false
+    local ttl = tonumber(ARGV[2])
+    for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], string.format('(%d', now - ttl), '+inf')) do
+      if string.sub(m, 1, #prefix) == prefix then others = true break end
+    end
+    if not others then redis.call('ZREM', KEYS[1], ARGV[1]) end
   end
   return {0, now, 0}
 end

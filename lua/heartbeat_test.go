@@ -99,10 +99,11 @@ func TestHeartbeatFindsTwoProcessesOfOneNode(t *testing.T) {
 }
 
 // A process that leaves as it stops takes its own entries out of the
-// process and reader sets, not the node id nor another process's: a node
-// restarted under its node id is counted once from its first beat (it was
-// counted twice until the predecessor's beat aged out), and a duplicate
-// process still sees the other.
+// process and reader sets, and its node id out of the node set unless
+// another process of that id is live: a node restarted under its node id
+// is counted once from its first beat (it was counted twice until the
+// predecessor's beat aged out), and is not taken for an older release's
+// meanwhile (h49); a duplicate process still counts.
 func TestHeartbeatLeave(t *testing.T) {
 	srv := redistest.Start(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
@@ -123,10 +124,14 @@ func TestHeartbeatLeave(t *testing.T) {
 	if r, err := ghost.Beat(ctx, "edge-1", ttl); err != nil || r.Live != 3 {
 		t.Fatalf("restart without leaving: %+v, %v; want 3 live (the predecessor's beat still counts)", r, err)
 	}
-	if err := ghost.Leave(ctx, "edge-1"); err != nil {
+	if err := ghost.Leave(ctx, "edge-1", ttl); err != nil {
 		t.Fatal(err)
 	}
-	if err := old.Leave(ctx, "edge-1"); err != nil {
+	// old1 still beats under edge-1 (a duplicate): the node id stays.
+	if got := c.ZScore(ctx, key, "edge-1").Err(); got != nil {
+		t.Fatalf("edge-1 left the node set while another of its processes is live: %v", got)
+	}
+	if err := old.Leave(ctx, "edge-1", ttl); err != nil {
 		t.Fatal(err)
 	}
 	for _, set := range []string{InstancesKey(key), OpaqueReadersKey(key)} {
@@ -134,17 +139,20 @@ func TestHeartbeatLeave(t *testing.T) {
 			t.Fatalf("%s after both edge-1 processes left: %q, want edge-2's alone", set, got)
 		}
 	}
-	got := c.ZRange(ctx, key, 0, -1).Val()
-	slices.Sort(got)
-	if !slices.Equal(got, []string{"edge-1", "edge-2"}) {
-		t.Fatalf("node set after the leave: %q, want both node ids (edge-1's ages out)", got)
+	if got := c.ZRange(ctx, key, 0, -1).Val(); !slices.Equal(got, []string{"edge-2"}) {
+		t.Fatalf("node set after every edge-1 process left: %q, want edge-2's alone", got)
+	}
+	// Nor is edge-1, without a reader for the gap, taken for an older
+	// release's by the others.
+	if r, err := peer.Beat(ctx, "edge-2", ttl); err != nil || r.Live != 1 || r.Older != 0 {
+		t.Fatalf("edge-2 while edge-1 restarts: %+v, %v; want 1 live, none older", r, err)
 	}
 	restarted := &Heartbeater{Client: c, Key: key, Instance: "new1"}
-	if r, err := restarted.Beat(ctx, "edge-1", ttl); err != nil || r.Live != 2 || len(r.Others) != 0 {
-		t.Fatalf("restart after the predecessor left: %+v, %v; want 2 live, no other", r, err)
+	if r, err := restarted.Beat(ctx, "edge-1", ttl); err != nil || r.Live != 2 || len(r.Others) != 0 || r.Older != 0 {
+		t.Fatalf("restart after the predecessor left: %+v, %v; want 2 live, no other, none older", r, err)
 	}
 	// A process without an instance id has nothing of its own to take out.
-	if err := (&Heartbeater{Client: c, Key: key}).Leave(ctx, "edge-2"); err != nil {
+	if err := (&Heartbeater{Client: c, Key: key}).Leave(ctx, "edge-2", ttl); err != nil {
 		t.Fatal(err)
 	}
 	if r, err := peer.Beat(ctx, "edge-2", ttl); err != nil || r.Live != 2 {

@@ -23,7 +23,7 @@ type Beater interface {
 // it stops (lua.Heartbeater), so that a process restarted under the same
 // node id is not counted beside it until its last beat ages out.
 type Leaver interface {
-	Leave(ctx context.Context, node string) error
+	Leave(ctx context.Context, node string, ttl time.Duration) error
 }
 
 // Heartbeat announces this node in Redis every Interval and remembers how
@@ -191,7 +191,7 @@ func (h *Heartbeat) leave(ctx context.Context, timeout time.Duration) {
 	defer h.panics.Recover("store.heartbeat", nil)
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(timeout, 100*time.Millisecond))
 	defer cancel()
-	if err := l.Leave(lctx, h.node); err != nil {
+	if err := l.Leave(lctx, h.node, h.ttl); err != nil {
 		h.log.Debug("heartbeat: leaving the node set failed; the others count this process until its last beat ages out", "error", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -124,12 +125,16 @@ func Open(ctx context.Context, cfg *config.Config, o OpenOptions) (*Stores, erro
 	return s, nil
 }
 
-// Run keeps the heartbeat and the fallback probe going until ctx is done.
+// Run keeps the heartbeat and the fallback probe going until ctx is done,
+// and returns once both have stopped (the heartbeat's leave included, so
+// that Close comes after it).
 func (s *Stores) Run(ctx context.Context) {
+	var wg sync.WaitGroup
 	if s.heartbeat != nil {
-		go s.heartbeat.Run(ctx, s.timeout)
+		wg.Go(func() { s.heartbeat.Run(ctx, s.timeout) })
 	}
 	s.Failover.Run(ctx)
+	wg.Wait()
 }
 
 // RedisClient is the client of the configured Redis, for the stores of
