@@ -275,7 +275,17 @@ type Redis struct {
 	Timeout time.Duration `cfg:"timeout"`
 	// TLS encrypts the connections to Redis (and to sentinels).
 	TLS RedisTLS `cfg:"tls"`
+	// ExpectedNodes is the pool's size that the fallback assumes until
+	// this node has counted the live nodes in Redis: a node that starts
+	// while Redis is down divides every limit by it (0 means 1, a node
+	// alone). Set it to the number of nodes sharing this Redis, or a pool
+	// started during an outage admits that many times its limits. At most
+	// MaxExpectedNodes. Read at start.
+	ExpectedNodes int `cfg:"expected_nodes"`
 }
+
+// MaxExpectedNodes bounds store.redis.expected_nodes.
+const MaxExpectedNodes = 1000
 
 // RedisTLS configures TLS to Redis. With Enabled and no CAFile the system
 // roots verify the server; CertFile and KeyFile (both or neither) are the

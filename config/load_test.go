@@ -91,6 +91,7 @@ func TestBadFiles(t *testing.T) {
 		{"on_error", "store.on_error: must be one of \"local\", \"admit\", \"reject\" (got \"retry\")"},
 		{"redis_timeout", "store.redis.timeout: must be > 0 (got 0s)"},
 		{"redis_timeout_huge", "store.redis.timeout: must be at most 10s: a call waits for Redis that long before its fallback (got 1m0s)"},
+		{"redis_expected_nodes", "store.redis.expected_nodes: must be 0 to 1000: the nodes sharing this Redis (got -2)"},
 		{"redis_no_addrs", "store.redis.addrs: must list at least one address like 127.0.0.1:6379 (omit store.redis for the in-process store)"},
 		{"key_prefix", "store.key_prefix: must be 1-64 letters, digits, '.', '_', ':' or '-' (got \"cps{guard}\")"},
 		{"log_level", "log.level: must be one of \"debug\", \"info\", \"warn\", \"error\" (got \"verbose\")"},

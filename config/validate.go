@@ -334,6 +334,9 @@ func (v *validator) store() {
 	} else if r.Timeout > MaxRedisTimeout {
 		v.errf("store.redis.timeout", "must be at most %s: a call waits for Redis that long before its fallback (got %s)", MaxRedisTimeout, r.Timeout)
 	}
+	if r.ExpectedNodes < 0 || r.ExpectedNodes > MaxExpectedNodes {
+		v.errf("store.redis.expected_nodes", "must be 0 to %d: the nodes sharing this Redis (got %d)", MaxExpectedNodes, r.ExpectedNodes)
+	}
 	if t := r.TLS; !t.Enabled && (t.CAFile != "" || t.CertFile != "" || t.KeyFile != "" || t.ServerName != "") {
 		v.errf("store.redis.tls.enabled", "must be true when other store.redis.tls settings are given (or remove them)")
 	} else if _, err := t.ClientConfig(); err != nil {

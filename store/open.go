@@ -91,6 +91,7 @@ func Open(ctx context.Context, cfg *config.Config, o OpenOptions) (*Stores, erro
 		HeartbeatOptions{
 			Node:        cfg.NodeID,
 			Interval:    o.HeartbeatInterval,
+			MinNodes:    rc.ExpectedNodes,
 			OnError:     func(err error) { s.fail("heartbeat", err) },
 			OnDuplicate: o.OnDuplicateNodeID,
 			Logger:      o.Logger,
@@ -176,7 +177,15 @@ func (s *Stores) Close() error {
 // but loading them here keeps that off the call path).
 type pinger struct{ client redis.UniversalClient }
 
-func (p pinger) Ping(ctx context.Context) error {
+func (p pinger) Ping(ctx context.Context) (err error) {
+	defer func() {
+		if cc, ok := p.client.(*redis.ClusterClient); ok && err != nil {
+			// A master died and a replica took over: go-redis learns the
+			// new map only at its next reload (h49: the node stayed on the
+			// fallback ~10 s after the new master served), so ask for one.
+			cc.ReloadState(ctx)
+		}
+	}()
 	if err := p.client.Ping(ctx).Err(); err != nil {
 		return err
 	}

@@ -87,3 +87,29 @@ func TestOpenRedisDownLogsTheSwitchOnce(t *testing.T) {
 		t.Fatalf("%d warnings at start, want the one switch (op=start):\n%s", n, out)
 	}
 }
+
+// A node that starts while Redis is down shares the limits among
+// store.redis.expected_nodes until it has counted the pool in Redis (h49:
+// with 1, a pool started during an outage admitted N × its limits).
+func TestStartWithRedisDownSharesAmongExpectedNodes(t *testing.T) {
+	cfg := redisConfig("127.0.0.1:1", "local") // nothing listens on port 1
+	cfg.Store.Redis.ExpectedNodes = 3
+	s, err := Open(context.Background(), cfg, OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if n := s.LiveNodes(); n != 3 {
+		t.Fatalf("live nodes before any beat: %d, want store.redis.expected_nodes (3)", n)
+	}
+	admitted := 0
+	bk := []admission.Bucket{{Key: lua.Key("fo", "peer", "expected"), Limit: 9, Window: time.Minute}}
+	for i := range 9 {
+		if d, err := s.Admit(context.Background(), fmt.Sprint("call-", i), bk); err == nil && d.Admit {
+			admitted++
+		}
+	}
+	if admitted != 3 {
+		t.Fatalf("fallback admitted %d of a limit of 9, want 3 (9 shared among 3 nodes)", admitted)
+	}
+}
