@@ -341,7 +341,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}, []string{"carrier"}),
 		Reroutes: f.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "reroutes_total",
-			Help: "Calls moved past a carrier to the next of their route, by reason: " + strings.Join(RerouteReasons, ", ") + ".",
+			Help: "Calls that passed over a carrier (to the next of their route, or to a refusal past the last), by reason: " + strings.Join(RerouteReasons, ", ") + ".",
 		}, []string{"carrier", "reason"}),
 		LimitCPS: f.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "limit_cps",
