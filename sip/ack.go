@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"strings"
+	"time"
 	"unsafe"
 
 	sipmsg "github.com/emiago/sipgo/sip"
@@ -108,12 +110,29 @@ type ackConn struct {
 // WriteMsg writes m; an ACK loses every Via but its first. The ACK is the
 // transaction's own, built for this write (sipgo builds a new one for each
 // retransmitted final answer), so it is changed in place.
+//
+// Over TCP or TLS a write that has not finished within streamWriteBound
+// closes the connection: the next hop does not read (its socket is full),
+// and sipgo's write deadline never ends such a write while others queue
+// behind it (each sets the socket's deadline again), so calls waited for
+// the connection to die, a minute and more, with no setup timeout and no
+// next carrier (h46). Closed, the writes fail at once, the calls move on,
+// and the next INVITE dials a new connection.
 func (c ackConn) WriteMsg(m sipmsg.Message) error {
 	if r, ok := m.(*sipmsg.Request); ok && r.IsAck() {
 		keepTopVia(r)
 	}
+	if !strings.EqualFold(m.Transport(), "UDP") {
+		conn := c.Connection
+		t := time.AfterFunc(streamWriteBound, func() { _ = conn.Close() })
+		defer t.Stop()
+	}
 	return c.Connection.WriteMsg(m)
 }
+
+// streamWriteBound is how long a write of an INVITE's transaction over TCP
+// or TLS may block before its connection is closed (a var for tests).
+var streamWriteBound = 4 * time.Second
 
 // keepTopVia removes every Via of r but the first, which stays on top.
 func keepTopVia(r *sipmsg.Request) {

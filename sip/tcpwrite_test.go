@@ -6,11 +6,14 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/internal/siptest"
 )
 
 // smallReadBuffer dials with a receive buffer as small as the kernel
@@ -134,4 +137,87 @@ func servedOptions(t *testing.T, addr string, tc *tls.Config) bool {
 	}
 	line, err := bufio.NewReader(c).ReadString('\n')
 	return err == nil && strings.HasPrefix(line, "SIP/2.0 200")
+}
+
+// TestCarrierThatNeverReadsIsLeftBehind: a TCP carrier that accepts and
+// never reads fills its connection until the node's INVITE writes block.
+// Those writes ran in the calls' handlers before any setup timer, and
+// sipgo's write deadline never ended them while others queued behind (each
+// set the socket's deadline again): calls waited until the connection died
+// (sip.tcp.idle_timeout, a minute and more) with no next carrier (h46).
+// A write blocked past streamWriteBound now closes the connection, and the
+// calls go to the route's next carrier.
+func TestCarrierThatNeverReadsIsLeftBehind(t *testing.T) {
+	old := streamWriteBound
+	streamWriteBound = 500 * time.Millisecond
+	t.Cleanup(func() { streamWriteBound = old })     // after the proxy's own cleanup (registered later, run first)
+	lc := net.ListenConfig{Control: smallReadBuffer} // accepted sockets inherit it
+	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.5:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c) // accepted, never read
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		for _, c := range held {
+			c.Close()
+		}
+		mu.Unlock()
+	}()
+	ok := siptest.StartCarrier(t, "127.0.0.1", nil)
+	black := config.Carrier{Name: "blackhole", URI: "sip:" + ln.Addr().String() + ";transport=tcp", CPS: 5000, MaxWait: time.Second,
+		SetupTimeout: 300 * time.Millisecond}
+	cfg := testConfig(black, carrierCfg("ok", ok))
+	cfg.Peers[0].CPS = 5000
+	cfg.Customers[0].CPS = 5000
+	cfg.SIP.TCP = config.TCP{IdleTimeout: 10 * time.Minute, MaxConnections: 100, MaxConnectionsPerSource: 100}
+	adm, pacer := newFakes()
+	h := startProxy(t, cfg, adm, pacer)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	body := strings.Repeat("a=x-fill:"+strings.Repeat("0", 90)+"\r\n", 120) // ~12 KB of SDP
+	const calls = 400
+	var wg sync.WaitGroup
+	var answered atomic.Int64
+	var cmu sync.Mutex
+	codes := map[int]int{}
+	for i := range calls {
+		if i%25 == 0 {
+			wg.Wait() // batches: the node's inflight bound would shed a burst of 400
+			if n := answered.Load(); n != int64(i) {
+				t.Fatalf("%d of the first %d calls answered by the next carrier, want all (the blackhole held them); answers %v", n, i, codes)
+			}
+		}
+		wg.Go(func() {
+			req := caller.Invite(h.udp, "Content-Type: application/sdp")
+			req.SetBody([]byte(body))
+			res := caller.Final(ctxT(t, 20*time.Second), req)
+			code := 0
+			if res != nil {
+				code = res.StatusCode
+			}
+			cmu.Lock()
+			codes[code]++
+			cmu.Unlock()
+			if code == 200 {
+				answered.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if n := answered.Load(); n != calls {
+		t.Fatalf("%d of %d calls answered by the next carrier, want all (the blackhole held them); answers %v", n, calls, codes)
+	}
 }
