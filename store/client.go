@@ -47,5 +47,11 @@ func NewClient(cfg *config.Redis) (redis.UniversalClient, error) {
 		MinIdleConns: 2,
 		// One connection per in-flight script keeps latency flat under load.
 		PoolSize: 64,
+		// Nor is a failed dial tried again within a call's bound: go-redis's
+		// five tries 100 ms apart outlast it, and after a Cluster master
+		// died the probe kept dialling the dead address first, each time,
+		// for ~7 s after a replica had taken over (h50). The probe and the
+		// next call dial again.
+		DialerRetries: 1,
 	}), nil
 }
