@@ -17,11 +17,22 @@ const (
 	// MaxConnsPerSource is how many of them one source holds: an IPv4
 	// address, or an IPv6 /64.
 	MaxConnsPerSource = 32
+	// ReservedConns of MaxConns are kept for sources that hold fewer than
+	// SmallSource connections: a kubelet's probes, a Prometheus, an
+	// operator's CLI. Sixteen sources idling 32 keep-alive connections
+	// each took every place, and /healthz failed (h46: a pod killed by
+	// its liveness probe); now that takes 16 more sources, at most 3
+	// connections each, on top of them.
+	ReservedConns = 64
+	// SmallSource is the holding below which a source may take a
+	// reserved place.
+	SmallSource = 4
 )
 
 // Listener bounds the connections l accepts: MaxConns at once and
-// MaxConnsPerSource from one source; a connection over a bound is closed
-// at accept, before anything is read from it. Every connection is a file
+// MaxConnsPerSource from one source, the last ReservedConns only for
+// sources that hold fewer than SmallSource; a connection over a bound is
+// closed at accept, before anything is read from it. Every connection is a file
 // descriptor of the process, which the SIP listeners, the node's
 // connections to carriers and Redis share: without a bound, a client that
 // reaches http.listen (where a scraper must reach it) could hold all of
@@ -56,7 +67,9 @@ func (l *boundedListener) Accept() (net.Conn, error) {
 		}
 		src, keyed := sourceOf(c.RemoteAddr())
 		l.mu.Lock()
-		if l.open >= MaxConns || (keyed && l.bySrc[src] >= MaxConnsPerSource) {
+		held := l.bySrc[src]
+		reserved := l.open >= MaxConns-ReservedConns && (!keyed || held >= SmallSource)
+		if l.open >= MaxConns || (keyed && held >= MaxConnsPerSource) || reserved {
 			l.mu.Unlock()
 			_ = c.Close()
 			continue

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"net"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -88,5 +89,73 @@ func TestListenerBoundsConnectionsPerSource(t *testing.T) {
 			t.Fatal("a source's place was not given back when its connection closed")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestListenerKeepsPlacesForSmallSources: sources idling their whole share
+// of keep-alive connections took every place, and /healthz failed for
+// everyone else (h46). The last ReservedConns places are kept for sources
+// that hold fewer than SmallSource: a new source is still served once the
+// big ones hold all the rest, and a middling one gets none of them.
+func TestListenerKeepsPlacesForSmallSources(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer("", New(Options{Config: func() *config.Config { return testConfig() }}), nil)
+	go func() { _ = srv.Serve(Listener(inner)) }()
+	defer srv.Close()
+	addr := inner.Addr().String()
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	// A middling source (SmallSource+1), then big ones fill everything
+	// but the reserve.
+	open := 0
+	for range SmallSource + 1 {
+		c, ok := served(t, "127.0.7.1", addr)
+		if !ok {
+			t.Fatal("a middling source refused with the listener empty")
+		}
+		held = append(held, c)
+		open++
+	}
+	for s := 0; open < MaxConns-ReservedConns; s++ {
+		ip := "127.0.9." + strconv.Itoa(10+s)
+		for range MaxConnsPerSource {
+			if open == MaxConns-ReservedConns {
+				break
+			}
+			c, ok := served(t, ip, addr)
+			if !ok {
+				t.Fatalf("source %s refused at %d connections open, before the reserve", ip, open)
+			}
+			held = append(held, c)
+			open++
+		}
+	}
+	if c, ok := served(t, "127.0.7.1", addr); ok {
+		c.Close()
+		t.Fatalf("a source holding %d connections took a reserved place", SmallSource+1)
+	}
+	// A small source takes a reserved place, up to SmallSource.
+	for i := range SmallSource {
+		c, ok := served(t, "127.0.8.1", addr)
+		if !ok {
+			t.Fatalf("a small source refused its connection %d while places are reserved for it", i+1)
+		}
+		held = append(held, c)
+	}
+	if c, ok := served(t, "127.0.8.1", addr); ok {
+		c.Close()
+		t.Fatalf("a source holding %d took one more reserved place", SmallSource)
+	}
+	if c, ok := served(t, "127.0.8.2", addr); !ok {
+		t.Fatal("another small source refused")
+	} else {
+		c.Close()
 	}
 }
