@@ -35,6 +35,20 @@ func served(t *testing.T, ip, addr string) (net.Conn, bool) {
 	return c, res.StatusCode == http.StatusOK
 }
 
+// serveBounded serves the API on a bounded Listener of a free loopback
+// port until the test ends, and returns its address.
+func serveBounded(t *testing.T) string {
+	t.Helper()
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer("", New(Options{Config: func() *config.Config { return testConfig() }}), nil)
+	go func() { _ = srv.Serve(Listener(inner)) }()
+	t.Cleanup(func() { srv.Close() })
+	return inner.Addr().String()
+}
+
 // TestListenerBoundsConnectionsPerSource: the HTTP listener kept every
 // connection it accepted (each a descriptor, held up to the idle
 // timeout by a client that sends a request now and then), however many
@@ -45,14 +59,7 @@ func served(t *testing.T, ip, addr string) (net.Conn, bool) {
 // connections and the listener MaxConns; the others are closed at accept,
 // and another source is still served.
 func TestListenerBoundsConnectionsPerSource(t *testing.T) {
-	inner, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := NewServer("", New(Options{Config: func() *config.Config { return testConfig() }}), nil)
-	go func() { _ = srv.Serve(Listener(inner)) }()
-	defer srv.Close()
-	addr := inner.Addr().String()
+	addr := serveBounded(t)
 	var held []net.Conn
 	defer func() {
 		for _, c := range held {
@@ -98,14 +105,7 @@ func TestListenerBoundsConnectionsPerSource(t *testing.T) {
 // that hold fewer than SmallSource: a new source is still served once the
 // big ones hold all the rest, and a middling one gets none of them.
 func TestListenerKeepsPlacesForSmallSources(t *testing.T) {
-	inner, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := NewServer("", New(Options{Config: func() *config.Config { return testConfig() }}), nil)
-	go func() { _ = srv.Serve(Listener(inner)) }()
-	defer srv.Close()
-	addr := inner.Addr().String()
+	addr := serveBounded(t)
 	var held []net.Conn
 	defer func() {
 		for _, c := range held {

@@ -1665,17 +1665,17 @@ func TestFailOpenAdmissionIsNotGated(t *testing.T) {
 	}
 }
 
-// TestTryingOnlyCarrierIsCancelledAfterSetupTimeout: a carrier that answers
-// 100 Trying and never rings gets a CANCEL after its setup_timeout and the
-// call goes to the next carrier (before, a 100 held the call for the 3 min
-// ring timer); the first carrier's late 200 is ACKed and hung up, never
-// relayed.
-func TestTryingOnlyCarrierIsCancelledAfterSetupTimeout(t *testing.T) {
+// rawUDPCarrier is a carrier on a UDP socket of its own: it counts the
+// requests it gets by method, and answer answers each (nth: the how-manyth
+// of its method; self: the carrier's address) through send. It returns its
+// address and the count.
+func rawUDPCarrier(t *testing.T, answer func(req *sipmsg.Request, nth int, self string, send func(*sipmsg.Response))) (string, func(sipmsg.RequestMethod) int) {
+	t.Helper()
 	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
 	var mu sync.Mutex
 	got := map[sipmsg.RequestMethod]int{}
 	go func() {
@@ -1695,25 +1695,36 @@ func TestTryingOnlyCarrierIsCancelledAfterSetupTimeout(t *testing.T) {
 			}
 			mu.Lock()
 			got[req.Method]++
+			nth := got[req.Method]
 			mu.Unlock()
-			send := func(res *sipmsg.Response) { _, _ = conn.WriteToUDP([]byte(res.String()), from) }
-			switch req.Method {
-			case sipmsg.INVITE:
-				send(sipmsg.NewResponseFromRequest(req, 100, "Trying", nil))
-				// A late answer, after the proxy has moved on.
-				late := sipmsg.NewResponseFromRequest(req, 200, "OK", nil)
-				late.To().Params.Add("tag", "late")
-				late.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", Host: "127.0.0.1", Port: conn.LocalAddr().(*net.UDPAddr).Port}})
-				time.AfterFunc(600*time.Millisecond, func() { send(late) })
-			case sipmsg.CANCEL, sipmsg.BYE:
-				send(sipmsg.NewResponseFromRequest(req, 200, "OK", nil))
-			}
+			answer(req, nth, conn.LocalAddr().String(), func(res *sipmsg.Response) { _, _ = conn.WriteToUDP([]byte(res.String()), from) })
 		}
 	}()
+	return conn.LocalAddr().String(), func(m sipmsg.RequestMethod) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return got[m]
+	}
+}
+
+// lateAnswer is a 2xx with To tag "late" and the carrier's Contact.
+func lateAnswer(req *sipmsg.Request, addr string) *sipmsg.Response {
+	late := sipmsg.NewResponseFromRequest(req, 200, "OK", nil)
+	late.To().Params.Add("tag", "late")
+	host, port, _ := net.SplitHostPort(addr)
+	p, _ := strconv.Atoi(port)
+	late.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", Host: host, Port: p}})
+	return late
+}
+
+// callPastFirst places a call on a route of the carrier at addr (setup
+// timeout 300 ms), then a good one: the good one must answer it, and the
+// first's late answer must not reach the caller.
+func callPastFirst(t *testing.T, name, addr string) *harness {
+	t.Helper()
 	second := siptest.StartCarrier(t, "127.0.0.1", nil)
 	adm, pacer := newFakes()
-	first := config.Carrier{Name: "trying-only", URI: "sip:" + conn.LocalAddr().String(), CPS: 100, MaxWait: time.Second,
-		SetupTimeout: 300 * time.Millisecond}
+	first := config.Carrier{Name: name, URI: "sip:" + addr, CPS: 100, MaxWait: time.Second, SetupTimeout: 300 * time.Millisecond}
 	h := startProxy(t, testConfig(first, carrierCfg("b", second)), adm, pacer)
 	caller := siptest.StartCaller(t, "127.0.0.2")
 	res := caller.Final(ctxT(t, 20*time.Second), caller.Invite(h.udp))
@@ -1723,10 +1734,29 @@ func TestTryingOnlyCarrierIsCancelledAfterSetupTimeout(t *testing.T) {
 	if tag, _ := res.To().Params.Get("tag"); tag == "late" {
 		t.Fatal("the abandoned carrier's 200 was relayed")
 	}
+	return h
+}
+
+// TestTryingOnlyCarrierIsCancelledAfterSetupTimeout: a carrier that answers
+// 100 Trying and never rings gets a CANCEL after its setup_timeout and the
+// call goes to the next carrier (before, a 100 held the call for the 3 min
+// ring timer); the first carrier's late 200 is ACKed and hung up, never
+// relayed.
+func TestTryingOnlyCarrierIsCancelledAfterSetupTimeout(t *testing.T) {
+	addr, got := rawUDPCarrier(t, func(req *sipmsg.Request, _ int, self string, send func(*sipmsg.Response)) {
+		switch req.Method {
+		case sipmsg.INVITE:
+			send(sipmsg.NewResponseFromRequest(req, 100, "Trying", nil))
+			// A late answer, after the proxy has moved on.
+			late := lateAnswer(req, self)
+			time.AfterFunc(600*time.Millisecond, func() { send(late) })
+		case sipmsg.CANCEL, sipmsg.BYE:
+			send(sipmsg.NewResponseFromRequest(req, 200, "OK", nil))
+		}
+	})
+	h := callPastFirst(t, "trying-only", addr)
 	waitFor(t, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return got[sipmsg.CANCEL] == 1 && got[sipmsg.ACK] >= 1 && got[sipmsg.BYE] == 1
+		return got(sipmsg.CANCEL) == 1 && got(sipmsg.ACK) >= 1 && got(sipmsg.BYE) == 1
 	}, "CANCEL, then ACK and BYE of the late 200, at the first carrier")
 	// The operator sees which carrier failed: a timeout for the first, a
 	// 2xx (and a setup time) for the second.
@@ -1750,88 +1780,39 @@ func TestTryingOnlyCarrierIsCancelledAfterSetupTimeout(t *testing.T) {
 func TestSilentCarrierLateAnswerIsCancelledAndHungUp(t *testing.T) {
 	for _, ring := range []bool{true, false} {
 		t.Run(fmt.Sprintf("ring=%v", ring), func(t *testing.T) {
-			conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			var mu sync.Mutex
-			got := map[sipmsg.RequestMethod]int{}
-			var cancelBeforeRing bool
-			rang := false
-			go func() {
-				buf := make([]byte, 65535)
-				for {
-					n, from, err := conn.ReadFromUDP(buf)
-					if err != nil {
-						return
+			var rang, cancelBeforeRing atomic.Bool
+			addr, got := rawUDPCarrier(t, func(req *sipmsg.Request, nth int, self string, send func(*sipmsg.Response)) {
+				switch req.Method {
+				case sipmsg.INVITE:
+					if nth > 1 {
+						return // a retransmission
 					}
-					msg, err := sipmsg.ParseMessage(append([]byte(nil), buf[:n]...))
-					if err != nil {
-						continue
-					}
-					req, ok := msg.(*sipmsg.Request)
-					if !ok {
-						continue
-					}
-					mu.Lock()
-					got[req.Method]++
-					first := got[req.Method] == 1
-					if req.Method == sipmsg.CANCEL && !rang {
-						cancelBeforeRing = true
-					}
-					mu.Unlock()
-					send := func(res *sipmsg.Response) { _, _ = conn.WriteToUDP([]byte(res.String()), from) }
-					switch req.Method {
-					case sipmsg.INVITE:
-						if !first {
-							continue // a retransmission
-						}
-						// Silent past the setup timeout, then a late answer.
+					// Silent past the setup timeout, then a late answer.
+					late := lateAnswer(req, self)
+					if ring {
 						ringing := sipmsg.NewResponseFromRequest(req, 180, "Ringing", nil)
 						ringing.To().Params.Add("tag", "late")
-						late := sipmsg.NewResponseFromRequest(req, 200, "OK", nil)
-						late.To().Params.Add("tag", "late")
-						late.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", Host: "127.0.0.1", Port: conn.LocalAddr().(*net.UDPAddr).Port}})
-						if ring {
-							time.AfterFunc(600*time.Millisecond, func() {
-								mu.Lock()
-								rang = true
-								mu.Unlock()
-								send(ringing)
-							})
-						}
-						time.AfterFunc(800*time.Millisecond, func() { send(late) })
-					case sipmsg.CANCEL, sipmsg.BYE:
-						send(sipmsg.NewResponseFromRequest(req, 200, "OK", nil))
+						time.AfterFunc(600*time.Millisecond, func() { rang.Store(true); send(ringing) })
 					}
+					time.AfterFunc(800*time.Millisecond, func() { send(late) })
+				case sipmsg.CANCEL:
+					if !rang.Load() {
+						cancelBeforeRing.Store(true)
+					}
+					send(sipmsg.NewResponseFromRequest(req, 200, "OK", nil))
+				case sipmsg.BYE:
+					send(sipmsg.NewResponseFromRequest(req, 200, "OK", nil))
 				}
-			}()
-			second := siptest.StartCarrier(t, "127.0.0.1", nil)
-			adm, pacer := newFakes()
-			first := config.Carrier{Name: "silent", URI: "sip:" + conn.LocalAddr().String(), CPS: 100, MaxWait: time.Second,
-				SetupTimeout: 300 * time.Millisecond}
-			h := startProxy(t, testConfig(first, carrierCfg("b", second)), adm, pacer)
-			caller := siptest.StartCaller(t, "127.0.0.2")
-			res := caller.Final(ctxT(t, 20*time.Second), caller.Invite(h.udp))
-			if res == nil || res.StatusCode != 200 || second.Count("INVITE") != 1 {
-				t.Fatalf("final = %v, second carrier INVITEs %d; want the second carrier's 200", res, second.Count("INVITE"))
-			}
-			if tag, _ := res.To().Params.Get("tag"); tag == "late" {
-				t.Fatal("the abandoned carrier's 200 was relayed")
-			}
+			})
+			callPastFirst(t, "silent", addr)
 			wantCancel := 0
 			if ring {
 				wantCancel = 1
 			}
 			waitFor(t, func() bool {
-				mu.Lock()
-				defer mu.Unlock()
-				return got[sipmsg.CANCEL] == wantCancel && got[sipmsg.ACK] >= 1 && got[sipmsg.BYE] == 1
+				return got(sipmsg.CANCEL) == wantCancel && got(sipmsg.ACK) >= 1 && got(sipmsg.BYE) == 1
 			}, "the late answer cancelled or hung up at the silent carrier")
-			mu.Lock()
-			defer mu.Unlock()
-			if cancelBeforeRing {
+			if cancelBeforeRing.Load() {
 				t.Error("a CANCEL reached the silent carrier before any provisional response")
 			}
 		})
