@@ -45,6 +45,7 @@ var defaultNotes = map[string]string{
 	"carriers[].cps":                "required",
 	"carriers[].setup_timeout":      fmtDefault(reflect.ValueOf(DefaultSetupTimeout)),
 	"carriers[].retry_after_max":    fmtDefault(reflect.ValueOf(DefaultRetryAfterMax)),
+	"store.redis.expected_nodes":    "`0` (one node)",
 	"carriers[].probe":              "on, as below",
 	"carriers[].overload":           "as below",
 	"carriers[].overload.codes":     "`[503]`",

@@ -21,8 +21,8 @@ const (
 	// SmallSource connections: a kubelet's probes, a Prometheus, an
 	// operator's CLI. Sixteen sources idling 32 keep-alive connections
 	// each took every place, and /healthz failed (h46: a pod killed by
-	// its liveness probe); now that takes 16 more sources, at most 3
-	// connections each, on top of them.
+	// its liveness probe); now the big ones stop at 448, and the last 64
+	// take 22 more sources, at most 3 connections each.
 	ReservedConns = 64
 	// SmallSource is the holding below which a source may take a
 	// reserved place.

@@ -116,8 +116,8 @@ type inDialogHop struct {
 // refuseDialog): from its address, IP and port, when it arrived over UDP
 // (where a source is easily forged), from its IP over a connection (whose
 // source port is the sender's own choice, and whose source cannot be
-// forged off-path). With less than 2 hops left it is not relayed (483): a
-// next hop that is a proxy would refuse it, and the call go on. It then
+// forged off-path). With no hop left (Max-Forwards 0) it is not relayed
+// (483, RFC 3261 16.3). It then
 // goes to the other leg, whatever its Request-URI
 // and remaining Route entries say (they travel on unchanged): the request
 // never reaches a host:port that is neither leg of its dialog. Refusals

@@ -1,6 +1,7 @@
 package sip
 
 import (
+	"bytes"
 	"container/list"
 	"context"
 	"errors"
@@ -275,10 +276,15 @@ func (p *Proxy) partyOf(cfg *config.Config, ip netip.Addr) (party, bool) {
 
 // ingressEarly drops, in the reader, what costs nothing to recognise and
 // nothing to lose: a stranger's datagram when unknown_source is drop, and
-// the ACK of one of the proxy's shed answers from a known source.
+// the ACK of one of the proxy's shed answers from a known source. A
+// stranger's in-dialog request that routes a dialog token (";cg="), or
+// response on a stateless branch of the node's, goes on to the screen:
+// it may be a party a reload removed ending its calls (screenFormerParty),
+// and the screen stays silent to it under drop when it is not.
 func (p *Proxy) ingressEarly(d *ingress.Datagram) bool {
 	if !d.Known {
-		if cfg := p.cfg(); cfg == nil || cfg.SIP.UnknownSource == "drop" {
+		cfg := p.cfg()
+		if cfg == nil || (cfg.SIP.UnknownSource == "drop" && !formerPartyRaw(d)) {
 			p.m.SIPErrors.WithLabelValues("unknown_source").Inc()
 			return true
 		}
@@ -286,6 +292,24 @@ func (p *Proxy) ingressEarly(d *ingress.Datagram) bool {
 	}
 	return shedAckRaw(d.Data)
 }
+
+// formerPartyRaw reports whether a stranger's datagram may be a removed
+// party's (screenFormerParty), from its raw bytes: an in-dialog request
+// that routes a dialog token, or a response on a stateless branch.
+func formerPartyRaw(d *ingress.Datagram) bool {
+	switch d.Info.Kind {
+	case ingress.KindInDialog:
+		return bytes.Contains(d.Data, formerTokenMark)
+	case ingress.KindResponse:
+		return bytes.Contains(d.Data, formerBranchMark)
+	}
+	return false
+}
+
+var (
+	formerTokenMark  = []byte(";" + tokenParam + "=")
+	formerBranchMark = []byte(statelessBranchPrefix)
+)
 
 // holdInvite is how much longer a worker holds a new INVITE back: while
 // every unit of the inflight bound is taken, up to sip.inflight_wait from

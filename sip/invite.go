@@ -72,9 +72,11 @@ type call struct {
 	// metrics.PriorityResource) or "": a priority call is refused by no
 	// limit (priority.go).
 	priority string
-	// refusedClaim: the INVITE carries a Resource-Priority header its peer
-	// may not claim (allow_resource_priority false); the header is not
-	// forwarded.
+	// refusedClaim: the INVITE claims priority with a Resource-Priority
+	// namespace of priority.resource_priority that its peer may not claim
+	// (allow_resource_priority false; counted refused_claim): the header
+	// is not forwarded. A namespace the configuration does not name is no
+	// claim, and its header passes as any other.
 	refusedClaim bool
 	// order is the route's carriers, worked out before the admission
 	// when ordered is set (first.go); ask the first slot reservation to
@@ -283,7 +285,7 @@ func (c *call) run() {
 	number := calledNumber(req)
 	kind, refused := priorityOf(pol, peer, number, req)
 	c.notePriority(kind, refused)
-	c.refusedClaim = !peer.AllowResourcePriority && req.GetHeader("Resource-Priority") != nil
+	c.refusedClaim = refused
 	if kind != "" {
 		c.priority = kind
 		c.ctx = pacing.WithPriority(c.ctx) // to the front of the carrier's queue

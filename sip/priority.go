@@ -42,7 +42,7 @@ import (
 // a second; the rest are counted and the count logged).
 //
 // What still stops a priority call: an unknown source, a malformed
-// INVITE (or Max-Forwards below 2), a customer the peer may not name, a
+// INVITE (or Max-Forwards 0), a customer the peer may not name, a
 // node draining, every carrier of its route down, paused or out of
 // service (by hand or by ASR), and a store failure under
 // store.on_error: reject.

@@ -215,11 +215,19 @@ func TestE2EResourcePriorityClaimOfAPeerNotAllowed(t *testing.T) {
 		t.Errorf("priority_calls_total{kind=refused_claim} after a dsn header: got %d, want still 60", n)
 	}
 	// Nor does the carrier learn a claim the peer may not make (h46),
-	// whatever the header name's case.
+	// whatever the header name's case; a namespace the configuration does
+	// not name is no claim, and passes (h51).
+	passed := 0
 	for _, inv := range car.Invites() {
-		if hs := inv.GetHeaders("Resource-Priority"); len(hs) != 0 {
-			t.Fatalf("a refused claim reached the carrier: %v", hs)
+		for _, h := range inv.GetHeaders("Resource-Priority") {
+			if h.Value() != "dsn.flash" {
+				t.Fatalf("a refused claim reached the carrier: %v", h)
+			}
+			passed++
 		}
+	}
+	if passed > 1 {
+		t.Errorf("%d dsn.flash headers at the carrier, want at most the one call's", passed)
 	}
 }
 
@@ -244,5 +252,22 @@ func TestE2EPriorityExactNumber(t *testing.T) {
 	}
 	if n := priorityCalls(h.harness, "dialer-2", metrics.PriorityNumber); n != 20 {
 		t.Errorf("priority_calls_total{dialer-2,number}: got %d, want 20 (911 only)", n)
+	}
+}
+
+// Without priority.resource_priority a peer's Resource-Priority header is
+// no claim of the node's at all: it is forwarded as any other header
+// (h51: it was stripped from every peer without allow_resource_priority).
+func TestResourcePriorityPassesWithoutPriorityConfig(t *testing.T) {
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	adm, pacer := newFakes()
+	h := startProxy(t, testConfig(carrierCfg("c", car)), adm, pacer)
+	caller := siptest.StartCaller(t, "127.0.0.2")
+	if res := caller.Final(ctxT(t, 5*time.Second), caller.Invite(h.udp, "Resource-Priority: wps.1")); res == nil || res.StatusCode != 200 {
+		t.Fatalf("answer %v, want 200", res)
+	}
+	invs := car.Invites()
+	if len(invs) != 1 || len(invs[0].GetHeaders("Resource-Priority")) != 1 {
+		t.Fatalf("the carrier got %d INVITEs, the first without its Resource-Priority", len(invs))
 	}
 }

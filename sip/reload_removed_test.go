@@ -19,11 +19,16 @@ import (
 // have: the removed party's BYE, carrying its dialog token from its leg's
 // address, is relayed, and so is the other leg's answer to it, and the
 // call frees its places. Both were refused as a stranger's (h46), and the
-// calls held their places until max_call_duration. A stranger's request
-// with a token that does not open is still refused.
+// calls held their places until max_call_duration; under unknown_source
+// drop they were dropped before the screen (h51). A stranger's request
+// with a token that does not open is refused as any stranger's: 403, or
+// silence under drop, counted unknown_source.
 func TestRemovedPartiesEndTheirCalls(t *testing.T) {
-	for _, removed := range []string{"peer", "carrier"} {
-		t.Run(removed, func(t *testing.T) {
+	for _, tc := range []struct{ removed, unknown string }{
+		{"peer", "reject"}, {"carrier", "reject"}, {"peer", "drop"}, {"carrier", "drop"},
+	} {
+		removed := tc.removed
+		t.Run(removed+"/unknown_source="+tc.unknown, func(t *testing.T) {
 			answerBye := func(req *sipmsg.Request) *sipmsg.Response {
 				if req.Method == sipmsg.BYE {
 					return sipmsg.NewResponseFromRequest(req, 200, "OK", nil)
@@ -64,6 +69,7 @@ func TestRemovedPartiesEndTheirCalls(t *testing.T) {
 			if live() != 1 {
 				t.Fatalf("places after the answer = %d, want 1", live())
 			}
+			after.SIP.UnknownSource = tc.unknown
 			cur.Store(after) // the reload
 
 			// A stranger's BYE with a token that does not open: refused.
@@ -71,9 +77,15 @@ func TestRemovedPartiesEndTheirCalls(t *testing.T) {
 			forged := calleeRequest(stranger, sipmsg.BYE, nil, ok, "x", 9, "z9hG4bK.forged")
 			forged.AppendHeader(sipmsg.NewHeader("Route", "<sip:"+h.udp+";lr;"+tokenParam+"=0000>"))
 			stranger.send(h.udp, forged)
-			waitFor(t, func() bool { return len(stranger.responses()) == 1 }, "the stranger's answer")
-			if c := stranger.responses()[0].StatusCode; c != 403 {
-				t.Fatalf("a stranger's BYE with a forged token: %d, want 403", c)
+			if tc.unknown == "reject" {
+				waitFor(t, func() bool { return len(stranger.responses()) == 1 }, "the stranger's answer")
+				if c := stranger.responses()[0].StatusCode; c != 403 {
+					t.Fatalf("a stranger's BYE with a forged token: %d, want 403", c)
+				}
+			}
+			waitFor(t, func() bool { return sipErrors(h, "unknown_source") >= 1 }, "the stranger counted as one")
+			if n := sipErrors(h, "bad_dialog_token"); n != 0 {
+				t.Errorf("a stranger's forged token counted bad_dialog_token (%v): it is a stranger's request", n)
 			}
 
 			if removed == "peer" {
@@ -98,6 +110,9 @@ func TestRemovedPartiesEndTheirCalls(t *testing.T) {
 				}
 			}
 			waitFor(t, func() bool { return live() == 0 && tr.Live() == 0 }, "the call's places given back")
+			if tc.unknown == "drop" && len(stranger.responses()) != 0 {
+				t.Errorf("a stranger got %d answers under unknown_source drop, want none", len(stranger.responses()))
+			}
 		})
 	}
 }

@@ -23,7 +23,13 @@ import (
 //
 //   - strangers (a source that is neither a peer's nor a carrier's) cost
 //     nothing: with unknown_source drop they get silence, with reject one
-//     stateless 403 (requests other than ACK); their responses are dropped;
+//     stateless 403 (requests other than ACK); their responses are dropped.
+//     The one exception is a party a reload removed ending its calls
+//     (screenFormerParty): an in-dialog request over UDP that routes a
+//     dialog token of the node's, or a response on a stateless branch,
+//     goes through the stateless relay's checks (the token must open and
+//     name the sender's address; the branch's MAC must hold), at the cost
+//     of those checks; what fails them is refused as any stranger's;
 //   - a request or response without Via, From, To, Call-ID or CSeq, with a
 //     CSeq method other than the request's, with an empty tag, or with two
 //     of a header that may appear once (oneEach), is never used: requests
@@ -135,7 +141,7 @@ func (p *Proxy) screenRequest(req *sipmsg.Request) bool {
 		return !p.screenAck(req)
 	case p.inDialog(req):
 		// In-dialog non-INVITE over UDP: relayed from here (stateless.go).
-		return !p.screenInDialog(cfg, req)
+		return !p.screenInDialog(cfg, req, false)
 	}
 	peer := ""
 	if pe := cfg.PeerByAddr(src); pe != nil && !p.isCarrierAddr(cfg, src) {
@@ -156,13 +162,14 @@ func (p *Proxy) screenRequest(req *sipmsg.Request) bool {
 // without a dialog token of the node's, one the stateless relay leaves to
 // sipgo) is refused as any stranger's.
 func (p *Proxy) screenFormerParty(cfg *config.Config, req *sipmsg.Request) bool {
-	if req.IsInvite() || req.IsCancel() || req.Via() == nil || !hasToTag(req) || !p.routesOwnToken(req) || !wellFormed(req) {
+	if req.Transport() != "UDP" || req.IsInvite() || req.IsCancel() || req.Via() == nil || !hasToTag(req) ||
+		!p.routesOwnToken(req) || !wellFormed(req) {
 		return false
 	}
 	if req.IsAck() {
 		return p.screenAck(req)
 	}
-	return p.canRelayStateless(req) && p.screenInDialog(cfg, req)
+	return p.canRelayStateless(req) && p.screenInDialog(cfg, req, true)
 }
 
 func (p *Proxy) screenResponse(res *sipmsg.Response) bool {

@@ -96,8 +96,12 @@ func (p *Proxy) canRelayStateless(req *sipmsg.Request) bool {
 // screenInDialog relays (or refuses) an in-dialog non-INVITE request that
 // arrived over UDP statelessly, from the screen. It returns false when req
 // must go on to sipgo instead (another method or transport, or a TCP leg):
-// the stateful path then checks it again.
-func (p *Proxy) screenInDialog(cfg *config.Config, req *sipmsg.Request) bool {
+// the stateful path then checks it again. From a stranger (screenFormerParty)
+// a request whose dialog token does not open, or that does not come from
+// its leg, is not answered here either (false: the screen refuses it as
+// any stranger's, and counts it so), nor counted as a token's failure: it
+// learns nothing of the token.
+func (p *Proxy) screenInDialog(cfg *config.Config, req *sipmsg.Request, stranger bool) bool {
 	if !p.canRelayStateless(req) {
 		return false
 	}
@@ -105,7 +109,10 @@ func (p *Proxy) screenInDialog(cfg *config.Config, req *sipmsg.Request) bool {
 	if err != nil {
 		return false // the stateful path counts it
 	}
-	hop, code := p.prepareInDialog(req, true)
+	hop, code := p.prepareInDialog(req, !stranger)
+	if code != 0 && stranger {
+		return false
+	}
 	if code != 0 {
 		if code == refuseDialog {
 			if p.log.Enabled(context.Background(), slog.LevelDebug) {
@@ -168,7 +175,7 @@ func (p *Proxy) screenInDialog(cfg *config.Config, req *sipmsg.Request) bool {
 //   - an ACK that fails prepareInDialog (the ACK of the proxy's own or a
 //     relayed non-2xx carries no valid token of the proxy): sipgo absorbs
 //     it or onAck drops it;
-//   - fewer than 2 hops left (onAck drops it).
+//   - no hop left, Max-Forwards 0 (onAck drops it).
 //
 // To a carrier over TCP or TLS (a write that may wait) it is sent from a
 // goroutine of the node's (ackToStream), with the same checks, and the
