@@ -254,8 +254,21 @@ func TestRelayLeg(t *testing.T) {
 			want:   []string{"reached", "relay 180", "relay 183", "answering 200", "relay 200"}, code: 200,
 		},
 		{
+			// Left to its own Timer B, not terminated: a late answer is
+			// still cancelled or hung up (the next case).
 			name: "call: a silent carrier times out for the next", call: true, setup: short,
-			want: []string{"timedOut"}, retry: true, term: true,
+			want: []string{"timedOut"}, retry: true,
+		},
+		{
+			name: "call: a silent carrier's late 180 gets a CANCEL, its late 2xx is hung up", call: true, setup: short, cwait: long,
+			script: func(e *legEnv) {
+				e.wait() // the leg gave up: silent past setup
+				e.send(180)
+				e.send(200)
+				waitFor(e.t, func() bool { return e.leg.hungUp.Load() != nil }, "the late 2xx hung up")
+				e.retransmit()
+			},
+			want: []string{"timedOut"}, retry: true, cancels: 1, byes: 1,
 		},
 		{
 			name: "call: a 100 alone past setup is cancelled and its late 2xx hung up", call: true, setup: short, cwait: long,
