@@ -109,11 +109,7 @@ func (s *Set) EffectiveCPS(name string) float64 {
 // carrier at the rate it is held to (LimitCPS).
 func (s *Set) Pacing(cfg *config.Config, car *config.Carrier) (pacing.Carrier, pacing.GateKey) {
 	pc := policy.Of(cfg).Carrier(car)
-	c := pc.Pacing(s.effectiveCPS(car))
-	// A call that waits for a slot checks the rate in force before its
-	// send (a reload or an override may lower it meanwhile).
-	c.Name, c.Rates = car.Name, s
-	return c, pacing.GateKey{Key: pc.ID, CPS: s.LimitCPS(car)}
+	return pc.Pacing(s.effectiveCPS(car)), pacing.GateKey{Key: pc.ID, CPS: s.LimitCPS(car)}
 }
 
 // OverloadAnswer reports whether a final answer of car (its status code

@@ -166,7 +166,6 @@ func (p *Pacer) Acquire(ctx context.Context, c Carrier, member string, trace Tra
 		return Ticket{Paused: true, Wait: s.Wait}, nil
 	}
 	var slot Slot
-	spaced := c.CPS       // the rate slot was reserved at
 	var retaken time.Time // the decrease a slot was last taken again for
 	bookings := 0         // bookings followed
 	following := false    // this reservation asks again at a booked turn
@@ -190,7 +189,6 @@ func (p *Pacer) Acquire(ctx context.Context, c Carrier, member string, trace Tra
 			try.CPS = min(c.CPS, r)
 		}
 		try.MaxWait = max(c.MaxWait-p.clock.Now().Sub(start), 0)
-		spaced = try.CPS
 		asked := p.clock.Now()
 		var err error
 		if first != nil {
@@ -255,16 +253,6 @@ func (p *Pacer) Acquire(ctx context.Context, c Carrier, member string, trace Tra
 		// it is. Taken again once per decrease.
 		cutAt := p.views.of(c.Key).cutAt
 		stale := !cutAt.IsZero() && !slot.At.After(cutAt) && !cutAt.Equal(retaken)
-		// Spaced for a rate that a reload or an override lowered since:
-		// the store kept the slot, so it is given back and one taken at
-		// the rate in force (h48: the carrier saw its old cps for up to
-		// max_wait after its cps was lowered).
-		lowered := false
-		if c.Rates != nil {
-			if now := c.Rates.EffectiveCPS(c.Name); now > 0 && now < spaced {
-				lowered, c.CPS = true, now
-			}
-		}
 		switch {
 		case lateBy > MaxLate:
 			p.releaseAfter(ctx, slot)
@@ -274,11 +262,9 @@ func (p *Pacer) Acquire(ctx context.Context, c Carrier, member string, trace Tra
 			if tries == maxLateWakes-1 {
 				p.releaseAfter(ctx, slot)
 			}
-		case lowered:
-			p.releaseAfter(ctx, slot)
 		default:
 		}
-		if lateBy <= MaxLate && !stale && !lowered {
+		if lateBy <= MaxLate && !stale {
 			break
 		}
 		if tries == maxLateWakes-1 {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -195,55 +194,6 @@ func TestAcquireRetakesASlotAfterACut(t *testing.T) {
 	// the cut, and is taken again one 1/5 s interval after the first.
 	if got, want := clock.Now().Sub(start), Interval(5); got != want {
 		t.Errorf("the call went %v after it started, want %v (one interval at the new rate)", got, want)
-	}
-}
-
-// fixedRates is a Rates whose answer a test sets.
-type fixedRates struct{ cps atomic.Value }
-
-func (r *fixedRates) EffectiveCPS(string) float64 { v, _ := r.cps.Load().(float64); return v }
-
-// TestAcquireRetakesASlotAfterTheRateWasLowered: calls hold slots spaced
-// for 10 CPS when a reload (or an override) lowers the carrier to 4; a
-// call waking on such a slot gives it back and takes one at the rate in
-// force before its send (h48: the carrier saw 10 a second for up to
-// max_wait after its cps was lowered to 4).
-func TestAcquireRetakesASlotAfterTheRateWasLowered(t *testing.T) {
-	p, store, clock := pacerOnLocal()
-	ctx := context.Background()
-	rates := &fixedRates{}
-	rates.cps.Store(10.0)
-	c := Carrier{Key: "t:{carrier:l}", CPS: 10, MaxWait: 5 * time.Second, Name: "l", Rates: rates}
-	if _, err := store.Reserve(ctx, c.Key, "first", Share{}, Interval(c.CPS), c.MaxWait); err != nil {
-		t.Fatal(err)
-	}
-	start := clock.Now()
-	lowered := false
-	trace := &Trace{Queued: func(d int) {
-		if d > 0 && !lowered {
-			lowered = true
-			rates.cps.Store(4.0) // the reload, while the call waits
-		}
-	}}
-	tk, err := p.Acquire(ctx, c, "second", trace)
-	if err != nil || !tk.OK {
-		t.Fatalf("Acquire = %+v, %v; want sent", tk, err)
-	}
-	// Its slot at +1/10 s is given back, the next one taken after the
-	// store's last slot (still its own, given back: the first's, now) at
-	// the new rate's interval.
-	if got := clock.Now().Sub(start); got < Interval(4) {
-		t.Errorf("the call went %v after it started, want at least %v (an interval at the lowered rate)", got, Interval(4))
-	}
-	// A rate that did not drop changes nothing.
-	rates.cps.Store(4.0)
-	c.CPS = 4
-	begin := clock.Now()
-	if tk, err := p.Acquire(ctx, c, "third", nil); err != nil || !tk.OK {
-		t.Fatalf("Acquire at the lowered rate = %+v, %v", tk, err)
-	}
-	if got := clock.Now().Sub(begin); got > 2*Interval(4) {
-		t.Errorf("a call at the rate in force waited %v, want at most two intervals", got)
 	}
 }
 

@@ -41,19 +41,6 @@ type Carrier struct {
 	// First, when set, is the call's first reservation, made ahead of
 	// Acquire (see First); Acquire owns it from then on.
 	First *First
-	// Name and Rates, when Rates is set, say the carrier's rate in force
-	// now (Rates.EffectiveCPS(Name)): a call whose slot was spaced for a
-	// higher rate (a reload or an override lowered the carrier's cps while
-	// it waited) takes a slot again at the rate in force before its send.
-	Name  string
-	Rates Rates
-}
-
-// Rates is what Acquire asks for a carrier's rate in force now: its
-// configured cps, a live override's, an adaptive decrease (carriers.Set);
-// 0 when unknown.
-type Rates interface {
-	EffectiveCPS(name string) float64
 }
 
 // Slot is the outcome of one reservation. A full queue is a Slot with OK
