@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"reflect"
-	"strings"
 	"time"
 	"unsafe"
 
@@ -122,8 +121,9 @@ func (c ackConn) WriteMsg(m sipmsg.Message) error {
 	if r, ok := m.(*sipmsg.Request); ok && r.IsAck() {
 		keepTopVia(r)
 	}
-	if !strings.EqualFold(m.Transport(), "UDP") {
-		conn := c.Connection
+	if conn, stream := c.Connection.(*sipmsg.TCPConnection); stream {
+		// TCP and TLS alike (sipgo's TLS connection is a TCPConnection);
+		// never a UDP listener, whose close would end the node's reads.
 		t := time.AfterFunc(streamWriteBound, func() { _ = conn.Close() })
 		defer t.Stop()
 	}
