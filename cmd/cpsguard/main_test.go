@@ -305,13 +305,16 @@ func freePort(t *testing.T) int {
 // syncBuffer is a buffer safe for the process's writer and the test.
 type syncBuffer = testlog.Buffer
 
-// waitFor polls cond every 50ms for at most 10s.
+// waitFor polls cond every 50ms for at most 30s: a bound on a hang, not
+// on speed (a node starting while make test builds and runs the other
+// packages with -race once took more than 10s to answer its first probe,
+// TestWalkthrough in a fresh-clone CI run).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after 10s waiting for %s", what)
+			t.Fatalf("timed out after 30s waiting for %s", what)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
