@@ -3,6 +3,7 @@ package sip
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"reflect"
 	"time"
 	"unsafe"
@@ -58,7 +59,7 @@ func (p *Proxy) openTx(ctx context.Context, req *sipmsg.Request) (sipmsg.ClientT
 	if !req.IsInvite() {
 		return p.tl.Request(ctx, req)
 	}
-	return openInviteTx(ctx, p.tl, req)
+	return openInviteTx(ctx, p.tl, req, p.log)
 }
 
 // openInviteTx is sipgo's TransactionLayer.Request for an INVITE (create
@@ -66,12 +67,12 @@ func (p *Proxy) openTx(ctx context.Context, req *sipmsg.Request) (sipmsg.ClientT
 // run), with the transaction's connection wrapped in between, before
 // anything is written on it or read from it, so that its ACK of a non-2xx
 // answer carries one Via.
-func openInviteTx(ctx context.Context, tl *sipmsg.TransactionLayer, req *sipmsg.Request) (*sipmsg.ClientTx, error) {
+func openInviteTx(ctx context.Context, tl *sipmsg.TransactionLayer, req *sipmsg.Request, log *slog.Logger) (*sipmsg.ClientTx, error) {
 	tx, err := tl.NewClientTransaction(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	if err := wrapTxConn(tx); err != nil {
+	if err := wrapTxConn(tx, log); err != nil {
 		tx.Terminate()
 		return nil, err
 	}
@@ -82,8 +83,9 @@ func openInviteTx(ctx context.Context, tl *sipmsg.TransactionLayer, req *sipmsg.
 	return tx, nil
 }
 
-// wrapTxConn replaces tx's connection by an ackConn around it.
-func wrapTxConn(tx *sipmsg.ClientTx) error {
+// wrapTxConn replaces tx's connection by an ackConn around it, which logs
+// to log.
+func wrapTxConn(tx *sipmsg.ClientTx, log *slog.Logger) error {
 	if clientTxConn == nil {
 		return errNoTxConn
 	}
@@ -96,7 +98,7 @@ func wrapTxConn(tx *sipmsg.ClientTx) error {
 	if _, done := conn.(ackConn); done {
 		return nil
 	}
-	f.Set(reflect.ValueOf(ackConn{conn}))
+	f.Set(reflect.ValueOf(ackConn{Connection: conn, log: log}))
 	return nil
 }
 
@@ -104,6 +106,8 @@ func wrapTxConn(tx *sipmsg.ClientTx) error {
 // top Via only; everything else passes unchanged.
 type ackConn struct {
 	sipmsg.Connection
+	// log is told of a connection closed for a blocked write (nil: not).
+	log *slog.Logger
 }
 
 // WriteMsg writes m; an ACK loses every Via but its first. The ACK is the
@@ -124,7 +128,16 @@ func (c ackConn) WriteMsg(m sipmsg.Message) error {
 	if conn, stream := c.Connection.(*sipmsg.TCPConnection); stream {
 		// TCP and TLS alike (sipgo's TLS connection is a TCPConnection);
 		// never a UDP listener, whose close would end the node's reads.
-		t := time.AfterFunc(streamWriteBound, func() { _ = conn.Close() })
+		log := c.log
+		t := time.AfterFunc(streamWriteBound, func() {
+			_ = conn.Close()
+			if log != nil {
+				// Once per connection closed: its calls show as reroutes
+				// "failed" (no answer), this says why.
+				log.Warn("a next hop stopped reading: its connection is closed after a write blocked past the bound, and its calls move on",
+					"remote", conn.RemoteAddr().String(), "bound", streamWriteBound.String())
+			}
+		})
 		defer t.Stop()
 	}
 	return c.Connection.WriteMsg(m)

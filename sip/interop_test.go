@@ -633,7 +633,7 @@ func TestClientTxConnHook(t *testing.T) {
 			t.Fatal(err)
 		}
 		var w recordConn
-		if err := (ackConn{&w}).WriteMsg(msg); err != nil {
+		if err := (ackConn{Connection: &w}).WriteMsg(msg); err != nil {
 			t.Fatal(err)
 		}
 		req := w.last.(*sipmsg.Request)

@@ -3,6 +3,7 @@ package sip
 import (
 	"bufio"
 	"crypto/tls"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -185,7 +186,9 @@ func TestCarrierThatNeverReadsIsLeftBehind(t *testing.T) {
 	cfg.Customers[0].CPS = 5000
 	cfg.SIP.TCP = config.TCP{IdleTimeout: 10 * time.Minute, MaxConnections: 100, MaxConnectionsPerSource: 100}
 	adm, pacer := newFakes()
-	h := startProxy(t, cfg, adm, pacer)
+	var logs syncBuffer
+	h := startProxyOpts(t, Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	caller := siptest.StartCaller(t, "127.0.0.2")
 	body := strings.Repeat("a=x-fill:"+strings.Repeat("0", 90)+"\r\n", 120) // ~12 KB of SDP
 	const calls = 400
@@ -219,5 +222,9 @@ func TestCarrierThatNeverReadsIsLeftBehind(t *testing.T) {
 	wg.Wait()
 	if n := answered.Load(); n != calls {
 		t.Fatalf("%d of %d calls answered by the next carrier, want all (the blackhole held them); answers %v", n, calls, codes)
+	}
+	// The operator learns why the carrier's calls moved on (h52).
+	if !strings.Contains(logs.String(), "a next hop stopped reading") {
+		t.Errorf("no log line for the connection closed on a blocked write:\n%s", logs.String())
 	}
 }
