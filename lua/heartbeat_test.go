@@ -11,12 +11,19 @@ import (
 	"github.com/cpsguard/cpsguard/internal/redistest"
 )
 
-func TestHeartbeatCountsLiveNodes(t *testing.T) {
+// nodeSet is a client of a redis-server of the test's own and the node
+// set key of prefix on it.
+func nodeSet(t *testing.T, prefix string) (*redis.Client, string) {
+	t.Helper()
 	srv := redistest.Start(t)
 	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
+	return c, Key(prefix, "nodes", "all")
+}
+
+func TestHeartbeatCountsLiveNodes(t *testing.T) {
+	c, key := nodeSet(t, "hbtest")
 	ctx := context.Background()
-	key := Key("hbtest", "nodes", "all")
 	// b's beat must still be live at c's, two round trips later: with a
 	// 300 ms ttl a stall of the test or of Redis in between expired it.
 	const ttl = time.Second
@@ -44,11 +51,8 @@ func TestHeartbeatCountsLiveNodes(t *testing.T) {
 // beat on, and count as two deciders; a process restarted under its node id
 // does not take its dead predecessor for a second one.
 func TestHeartbeatFindsTwoProcessesOfOneNode(t *testing.T) {
-	srv := redistest.Start(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	defer c.Close()
+	c, key := nodeSet(t, "hbdup")
 	ctx := context.Background()
-	key := Key("hbdup", "nodes", "all")
 	const ttl = 2 * time.Second
 
 	type beat struct {
@@ -105,11 +109,8 @@ func TestHeartbeatFindsTwoProcessesOfOneNode(t *testing.T) {
 // predecessor's beat aged out), and is not taken for an older release's
 // meanwhile (h49); a duplicate process still counts.
 func TestHeartbeatLeave(t *testing.T) {
-	srv := redistest.Start(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	defer c.Close()
+	c, key := nodeSet(t, "hbleave")
 	ctx := context.Background()
-	key := Key("hbleave", "nodes", "all")
 	const ttl = time.Minute
 	old := &Heartbeater{Client: c, Key: key, Instance: "old1"}
 	peer := &Heartbeater{Client: c, Key: key, Instance: "peer"}
@@ -167,11 +168,8 @@ func TestHeartbeatLeave(t *testing.T) {
 // that a newer one beats under too (two processes, or a node rolled back
 // under its id while its newer process's beat is still live).
 func TestHeartbeatCountsOlderNodes(t *testing.T) {
-	srv := redistest.Start(t)
-	c := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	defer c.Close()
+	c, key := nodeSet(t, "hbold")
 	ctx := context.Background()
-	key := Key("hbold", "nodes", "all")
 	const ttl = time.Second
 	newA := &Heartbeater{Client: c, Key: key, Instance: "aaaa"}
 	newB := &Heartbeater{Client: c, Key: key, Instance: "bbbb"}

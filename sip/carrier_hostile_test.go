@@ -140,6 +140,20 @@ func TestForkedSecondAnswerHungUp(t *testing.T) {
 	}
 }
 
+// startRawCarrierProxy starts a proxy whose one carrier is car, with a
+// Tracker on an in-process store and a peer max_calls of 5, and returns
+// it, the Tracker and the peer's places in use.
+func startRawCarrierProxy(t *testing.T, car *udpEnd) (*harness, *callplaces.Tracker, func() int) {
+	t.Helper()
+	cfg := testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second})
+	cfg.Peers[0].MaxCalls = 5
+	adm, pacer := newFakes()
+	store := callplaces.NewLocalStore(nil)
+	tr := callplaces.NewTracker(store, callplaces.TrackerOptions{TTL: time.Minute})
+	h := startProxyOpts(t, Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer, Calls: tr})
+	return h, tr, peerPlaces(t, store)
+}
+
 // TestCarrierByeWithCallersTagEndsTheCall: a carrier that answers with
 // the caller's From tag as its own To tag (a broken UAS: RFC 3261 19.3
 // asks for a random one) sends in-dialog requests whose tags are equal,
@@ -154,21 +168,13 @@ func TestCarrierByeWithCallersTagEndsTheCall(t *testing.T) {
 		if req.IsInvite() {
 			res := sipmsg.NewResponseFromRequest(req, 200, "OK", nil)
 			res.To().Params.Add("tag", tagOf(req.From().Params))
-			host, port, _ := net.SplitHostPort(car.addr())
-			p, _ := strconv.Atoi(port)
-			res.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "callee", Host: host, Port: p}})
+			res.AppendHeader(car.contact())
 			return res
 		}
 		return nil
 	}
 	car.mu.Unlock()
-	cfg := testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second})
-	cfg.Peers[0].MaxCalls = 5
-	adm, pacer := newFakes()
-	store := callplaces.NewLocalStore(nil)
-	tr := callplaces.NewTracker(store, callplaces.TrackerOptions{TTL: time.Minute})
-	h := startProxyOpts(t, Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer, Calls: tr})
-	live := peerPlaces(t, store)
+	h, tr, live := startRawCarrierProxy(t, car)
 	peer := startUDPEnd(t, "127.0.0.2", func(req *sipmsg.Request) *sipmsg.Response {
 		if req.IsAck() {
 			return nil
@@ -215,9 +221,7 @@ func TestUntaggedAnswerIsNotRelayed(t *testing.T) {
 		case req.IsInvite():
 			res := sipmsg.NewResponseFromRequest(req, 200, "OK", nil)
 			res.To().Params.Remove("tag") // sipgo adds one
-			host, port, _ := net.SplitHostPort(car.addr())
-			p, _ := strconv.Atoi(port)
-			res.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "callee", Host: host, Port: p}})
+			res.AppendHeader(car.contact())
 			return res
 		case req.Method == sipmsg.BYE:
 			return sipmsg.NewResponseFromRequest(req, 200, "OK", nil)
@@ -225,13 +229,7 @@ func TestUntaggedAnswerIsNotRelayed(t *testing.T) {
 		return nil
 	}
 	car.mu.Unlock()
-	cfg := testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second})
-	cfg.Peers[0].MaxCalls = 5
-	adm, pacer := newFakes()
-	store := callplaces.NewLocalStore(nil)
-	tr := callplaces.NewTracker(store, callplaces.TrackerOptions{TTL: time.Minute})
-	h := startProxyOpts(t, Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer, Calls: tr})
-	live := peerPlaces(t, store)
+	h, tr, live := startRawCarrierProxy(t, car)
 	peer := startUDPEnd(t, "127.0.0.2", nil)
 	peer.send(h.udp, rawInviteFrom(peer, h.udp, "untagged", "ftag-untagged"))
 	if r := finalOfRaw(peer, "untagged", sipmsg.INVITE, 0); r == nil || r.StatusCode != 502 {
@@ -335,9 +333,7 @@ func calleeRequest(e *udpEnd, method sipmsg.RequestMethod, routes []string, ok *
 	req.AppendHeader(&to)
 	req.AppendHeader(sipmsg.HeaderClone(ok.CallID()))
 	req.AppendHeader(&sipmsg.CSeqHeader{SeqNo: seq, MethodName: method})
-	host, port, _ := net.SplitHostPort(e.addr())
-	p, _ := strconv.Atoi(port)
-	req.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "callee", Host: host, Port: p}})
+	req.AppendHeader(e.contact())
 	return withVia(req, e.addr(), branch)
 }
 

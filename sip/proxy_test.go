@@ -1665,48 +1665,6 @@ func TestFailOpenAdmissionIsNotGated(t *testing.T) {
 	}
 }
 
-// rawUDPCarrier is a carrier on a UDP socket of its own: it counts the
-// requests it gets by method, and answer answers each (nth: the how-manyth
-// of its method; self: the carrier's address) through send. It returns its
-// address and the count.
-func rawUDPCarrier(t *testing.T, answer func(req *sipmsg.Request, nth int, self string, send func(*sipmsg.Response))) (string, func(sipmsg.RequestMethod) int) {
-	t.Helper()
-	conn, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	var mu sync.Mutex
-	got := map[sipmsg.RequestMethod]int{}
-	go func() {
-		buf := make([]byte, 65535)
-		for {
-			n, from, err := conn.ReadFromUDP(buf)
-			if err != nil {
-				return
-			}
-			msg, err := sipmsg.ParseMessage(append([]byte(nil), buf[:n]...))
-			if err != nil {
-				continue
-			}
-			req, ok := msg.(*sipmsg.Request)
-			if !ok {
-				continue
-			}
-			mu.Lock()
-			got[req.Method]++
-			nth := got[req.Method]
-			mu.Unlock()
-			answer(req, nth, conn.LocalAddr().String(), func(res *sipmsg.Response) { _, _ = conn.WriteToUDP([]byte(res.String()), from) })
-		}
-	}()
-	return conn.LocalAddr().String(), func(m sipmsg.RequestMethod) int {
-		mu.Lock()
-		defer mu.Unlock()
-		return got[m]
-	}
-}
-
 // lateAnswer is a 2xx with To tag "late" and the carrier's Contact.
 func lateAnswer(req *sipmsg.Request, addr string) *sipmsg.Response {
 	late := sipmsg.NewResponseFromRequest(req, 200, "OK", nil)
@@ -1743,17 +1701,22 @@ func callPastFirst(t *testing.T, name, addr string) *harness {
 // ring timer); the first carrier's late 200 is ACKed and hung up, never
 // relayed.
 func TestTryingOnlyCarrierIsCancelledAfterSetupTimeout(t *testing.T) {
-	addr, got := rawUDPCarrier(t, func(req *sipmsg.Request, _ int, self string, send func(*sipmsg.Response)) {
+	car := startUDPEnd(t, "127.0.0.1", nil)
+	car.mu.Lock()
+	car.answer = func(req *sipmsg.Request) *sipmsg.Response {
 		switch req.Method {
 		case sipmsg.INVITE:
-			send(sipmsg.NewResponseFromRequest(req, 100, "Trying", nil))
 			// A late answer, after the proxy has moved on.
-			late := lateAnswer(req, self)
-			time.AfterFunc(600*time.Millisecond, func() { send(late) })
+			car.later(600*time.Millisecond, req, lateAnswer(req, car.addr()))
+			return sipmsg.NewResponseFromRequest(req, 100, "Trying", nil)
 		case sipmsg.CANCEL, sipmsg.BYE:
-			send(sipmsg.NewResponseFromRequest(req, 200, "OK", nil))
+			return sipmsg.NewResponseFromRequest(req, 200, "OK", nil)
 		}
-	})
+		return nil
+	}
+	car.mu.Unlock()
+	got := func(m sipmsg.RequestMethod) int { return len(car.requests(m)) }
+	addr := car.addr()
 	h := callPastFirst(t, "trying-only", addr)
 	waitFor(t, func() bool {
 		return got(sipmsg.CANCEL) == 1 && got(sipmsg.ACK) >= 1 && got(sipmsg.BYE) == 1
@@ -1781,29 +1744,34 @@ func TestSilentCarrierLateAnswerIsCancelledAndHungUp(t *testing.T) {
 	for _, ring := range []bool{true, false} {
 		t.Run(fmt.Sprintf("ring=%v", ring), func(t *testing.T) {
 			var rang, cancelBeforeRing atomic.Bool
-			addr, got := rawUDPCarrier(t, func(req *sipmsg.Request, nth int, self string, send func(*sipmsg.Response)) {
+			car := startUDPEnd(t, "127.0.0.1", nil)
+			car.mu.Lock()
+			car.answer = func(req *sipmsg.Request) *sipmsg.Response {
 				switch req.Method {
 				case sipmsg.INVITE:
-					if nth > 1 {
-						return // a retransmission
+					if len(car.requests(sipmsg.INVITE)) > 1 {
+						return nil // a retransmission
 					}
 					// Silent past the setup timeout, then a late answer.
-					late := lateAnswer(req, self)
 					if ring {
 						ringing := sipmsg.NewResponseFromRequest(req, 180, "Ringing", nil)
 						ringing.To().Params.Add("tag", "late")
-						time.AfterFunc(600*time.Millisecond, func() { rang.Store(true); send(ringing) })
+						car.later(600*time.Millisecond, req, ringing, func() { rang.Store(true) })
 					}
-					time.AfterFunc(800*time.Millisecond, func() { send(late) })
+					car.later(800*time.Millisecond, req, lateAnswer(req, car.addr()))
 				case sipmsg.CANCEL:
 					if !rang.Load() {
 						cancelBeforeRing.Store(true)
 					}
-					send(sipmsg.NewResponseFromRequest(req, 200, "OK", nil))
+					return sipmsg.NewResponseFromRequest(req, 200, "OK", nil)
 				case sipmsg.BYE:
-					send(sipmsg.NewResponseFromRequest(req, 200, "OK", nil))
+					return sipmsg.NewResponseFromRequest(req, 200, "OK", nil)
 				}
-			})
+				return nil
+			}
+			car.mu.Unlock()
+			got := func(m sipmsg.RequestMethod) int { return len(car.requests(m)) }
+			addr := car.addr()
 			callPastFirst(t, "silent", addr)
 			wantCancel := 0
 			if ring {

@@ -1,9 +1,7 @@
 package sip
 
 import (
-	"net"
 	"net/netip"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -40,9 +38,7 @@ func TestRemovedPartiesEndTheirCalls(t *testing.T) {
 			car.answer = func(req *sipmsg.Request) *sipmsg.Response {
 				if req.IsInvite() {
 					res := sipmsg.NewResponseFromRequest(req, 200, "OK", nil)
-					host, port, _ := net.SplitHostPort(car.addr())
-					p, _ := strconv.Atoi(port)
-					res.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "callee", Host: host, Port: p}})
+					res.AppendHeader(car.contact())
 					return res
 				}
 				return answerBye(req)

@@ -86,6 +86,26 @@ func startUDPEnd(t *testing.T, ip string, answer func(*sipmsg.Request) *sipmsg.R
 
 func (e *udpEnd) addr() string { return e.conn.LocalAddr().String() }
 
+// contact is a callee's Contact at e's address (sip:callee@host:port).
+func (e *udpEnd) contact() *sipmsg.ContactHeader {
+	ua := e.conn.LocalAddr().(*net.UDPAddr)
+	return &sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "callee", Host: ua.IP.String(), Port: ua.Port}}
+}
+
+// later sends res, an answer to req, to req's top Via after d (a late
+// answer), once first (if any) has run; a write after the end is dropped,
+// as a closed socket's.
+func (e *udpEnd) later(d time.Duration, req *sipmsg.Request, res *sipmsg.Response, first ...func()) {
+	via := req.Via()
+	to := &net.UDPAddr{IP: net.ParseIP(via.Host), Port: via.Port}
+	time.AfterFunc(d, func() {
+		for _, f := range first {
+			f()
+		}
+		_, _ = e.conn.WriteToUDP([]byte(res.String()), to)
+	})
+}
+
 func (e *udpEnd) send(to string, m sipmsg.Message) {
 	e.t.Helper()
 	ra, err := net.ResolveUDPAddr("udp", to)
@@ -747,9 +767,7 @@ func TestCarrierByeBeforeItsAnswerEndsTheCall(t *testing.T) {
 
 	ok := sipmsg.NewResponseFromRequest(inv, 200, "OK", nil)
 	ok.To().Params.Add("tag", "evil")
-	host, port, _ := net.SplitHostPort(car.addr())
-	p, _ := strconv.Atoi(port)
-	ok.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "callee", Host: host, Port: p}})
+	ok.AppendHeader(car.contact())
 	car.send(h.udp, ok)
 	if res := finalOfRaw(peer, "early-bye", sipmsg.INVITE, 0); res == nil || res.StatusCode != 200 {
 		t.Fatalf("the caller's final answer: %v, want the carrier's 200", res)
