@@ -109,7 +109,9 @@ func (s *Set) EffectiveCPS(name string) float64 {
 // carrier at the rate it is held to (LimitCPS).
 func (s *Set) Pacing(cfg *config.Config, car *config.Carrier) (pacing.Carrier, pacing.GateKey) {
 	pc := policy.Of(cfg).Carrier(car)
-	return pc.Pacing(s.effectiveCPS(car)), pacing.GateKey{Key: pc.ID, CPS: s.LimitCPS(car)}
+	limit := s.LimitCPS(car)
+	s.limits.saw(car.Name, limit)
+	return pc.Pacing(s.effectiveCPS(car)), pacing.GateKey{Key: pc.ID, CPS: limit}
 }
 
 // OverloadAnswer reports whether a final answer of car (its status code
@@ -139,21 +141,33 @@ func OverloadAnswer(car *config.Carrier, code int, reason string) bool {
 
 // runRefresh keeps this node's view of the adaptive carriers' effective
 // rates (and cpsguard_carrier_effective_cps), of every carrier's pause and
-// of the carriers out of service up to date, until ctx ends.
+// of the carriers out of service up to date, and respaces the queue of a
+// carrier whose limit changed (applyLimits: at once when a call sees the
+// change, else at the next tick), until ctx ends.
 func (s *Set) runRefresh(ctx context.Context) {
 	defer s.panics.Recover("carriers.refresh", nil)
 	t := time.NewTicker(RefreshEvery)
 	defer t.Stop()
 	for {
 		if cfg := s.cfg(); cfg != nil {
+			s.applyLimits(ctx, cfg)
 			s.refresh(ctx, cfg)
 			s.refreshService(ctx)
 			s.expireASR(cfg)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+		for kicked := true; kicked; {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				kicked = false
+			case <-s.limits.kick:
+				// A call saw a carrier's limit change: its queue now,
+				// not at the next tick.
+				if cfg := s.cfg(); cfg != nil {
+					s.applyLimits(ctx, cfg)
+				}
+			}
 		}
 	}
 }

@@ -45,6 +45,9 @@ type Pacer interface {
 	// Adapt returns adaptive carrier c's effective rate, first decreasing
 	// it when overload (AIMD, pool-wide).
 	Adapt(ctx context.Context, c pacing.Carrier, a pacing.AIMD, overload bool) (pacing.Rate, error)
+	// Respace paces c at c.CPS from now on, its limit changed on this
+	// node; lowered, the calls already waiting take a slot again at it.
+	Respace(ctx context.Context, c pacing.Carrier, lowered bool) error
 	// Queue reads c's slots: the calls waiting, the slots of the last
 	// second and the least wait of a call reserving now (least_wait
 	// routes).
@@ -120,6 +123,9 @@ type Set struct {
 	intN func(n int) int
 	// routes are the routes of the last snapshot asked for (routeOf).
 	routes atomic.Pointer[routeTable]
+	// limits are the carriers' limits this node's queues are spaced for
+	// (respace.go).
+	limits *limitWatch
 }
 
 // New builds a Set. It starts no goroutine; Run does.
@@ -147,11 +153,13 @@ func New(o Options) (*Set, error) {
 		log:      o.Logger.With("component", "carriers"),
 		resolver: newResolver(o.Resolver),
 		intN:     rand.IntN,
+		limits:   newLimitWatch(),
 	}
 	s.panics = &panics.Reporter{Log: s.log, Count: s.m.Panics}
 	s.health = newHealthTracker(o.Clock, s.onHealthChange)
 	if cfg := o.Config(); cfg != nil {
 		s.syncHealth(cfg)
+		s.applyLimits(context.Background(), cfg) // remembers them: nothing has a queue yet
 		for i := range cfg.Carriers {
 			s.setInService(cfg.Carriers[i].Name)
 		}

@@ -516,3 +516,20 @@ func FuzzDecodeAdmitPace(f *testing.F) {
 		}
 	})
 }
+
+func FuzzDecodeRespace(f *testing.F) {
+	f.Add([]byte{2, 40, 40, 4})
+	f.Add([]byte{3, 3, 40, 3})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := lua.DecodeRespace(build(data))
+		if err != nil {
+			if !errors.Is(err, lua.ErrReply) {
+				t.Fatalf("error %v does not wrap ErrReply", err)
+			}
+			return
+		}
+		if r.CutUS < 0 || r.NowUS < r.CutUS || (r.Cut && r.CutUS != r.NowUS) {
+			t.Fatalf("accepted %+v", r)
+		}
+	})
+}

@@ -29,6 +29,8 @@ var (
 	refundSrc string
 	//go:embed rate.lua
 	rateSrc string
+	//go:embed respace.lua
+	respaceSrc string
 )
 
 // The scripts, hashed once. Run sends EVALSHA and falls back to EVAL when the
@@ -43,6 +45,7 @@ var (
 	evidenceScript = redis.NewScript(evidenceSrc)
 	refundScript   = redis.NewScript(refundSrc)
 	rateScript     = redis.NewScript(rateSrc)
+	respaceScript  = redis.NewScript(respaceSrc)
 )
 
 // Script names, as passed to observers and used in metrics labels.
@@ -56,6 +59,7 @@ const (
 	ScriptEvidence = "evidence"
 	ScriptRefund   = "refund"
 	ScriptRate     = "rate"
+	ScriptRespace  = "respace"
 )
 
 // ErrReply reports a script reply whose shape or values are not what the
@@ -84,6 +88,7 @@ func Load(ctx context.Context, c redis.Scripter) error {
 		{ScriptEvidence, evidenceScript},
 		{ScriptRefund, refundScript},
 		{ScriptRate, rateScript},
+		{ScriptRespace, respaceScript},
 		{ScriptHeartbeat, heartbeatScript},
 		{ScriptCallsOccupy, callsOccupyScript},
 		{ScriptCallsFree, callsFreeScript},
@@ -126,6 +131,8 @@ func SHA(name string) string {
 		return refundScript.Hash()
 	case ScriptRate:
 		return rateScript.Hash()
+	case ScriptRespace:
+		return respaceScript.Hash()
 	case ScriptHeartbeat:
 		return heartbeatScript.Hash()
 	case ScriptCallsOccupy:
@@ -726,6 +733,54 @@ func DecodeRate(v any, minM, maxM int64) (RateReply, error) {
 		return RateReply{}, fmt.Errorf("%w: rate: got %v, want a rate in [%d, %d], a time, a 0/1 flag and a time of cut", ErrReply, a, minM, maxM)
 	}
 	return RateReply{RateM: a[0], NowUS: a[1], Cut: a[2] == 1, CutUS: a[3]}, nil
+}
+
+// RespaceKey is the hash respace.lua keeps a carrier's last respace in,
+// beside the carrier's slot set (same hash tag, so same Cluster slot).
+func RespaceKey(slotKey string) string { return slotKey + ":respace" }
+
+// RespaceReply is the decoded reply of respace.lua.
+type RespaceReply struct {
+	// CutUS is Redis TIME of the last respace, in µs (0: none
+	// remembered): a slot decided before it was spaced for another limit.
+	CutUS int64
+	// NowUS is Redis TIME at the call, in µs.
+	NowUS int64
+	// Cut reports that this call removed the future slots.
+	Cut bool
+}
+
+// Respace runs respace.lua on the carrier whose slot set is slotKey: its
+// limit changed on this node, and its slots are intervalUS apart from now
+// on. A lowered limit removes the slots still in the future, unless a node
+// of the pool already respaced them for this interval; a raised one only
+// records the interval. keepUS is how long the record lives.
+func Respace(ctx context.Context, c redis.Scripter, slotKey string, intervalUS int64, lowered bool, keepUS int64) (RespaceReply, error) {
+	key := RespaceKey(slotKey)
+	if intervalUS <= 0 || keepUS <= 0 {
+		return RespaceReply{}, fmt.Errorf("%w: respace %q: interval %dµs and keep %dµs must be > 0", ErrArgs, key, intervalUS, keepUS)
+	}
+	low := 0
+	if lowered {
+		low = 1
+	}
+	v, err := respaceScript.Run(ctx, c, []string{slotKey, key}, intervalUS, low, keepUS).Result()
+	if err != nil {
+		return RespaceReply{}, err
+	}
+	return DecodeRespace(v)
+}
+
+// DecodeRespace decodes a respace.lua reply. It never panics.
+func DecodeRespace(v any) (RespaceReply, error) {
+	a, err := ints(v, 3, ScriptRespace)
+	if err != nil {
+		return RespaceReply{}, err
+	}
+	if a[0] < 0 || a[1] < 0 || a[0] > a[1] || (a[2] != 0 && a[2] != 1) || (a[2] == 1 && a[0] != a[1]) {
+		return RespaceReply{}, fmt.Errorf("%w: respace: got %v, want a time of respace, a time and a 0/1 flag", ErrReply, a)
+	}
+	return RespaceReply{CutUS: a[0], NowUS: a[1], Cut: a[2] == 1}, nil
 }
 
 // DecodeRelease decodes a release.lua reply. It never panics.

@@ -27,7 +27,7 @@ func TestLoadAndRunEveryScript(t *testing.T) {
 	if err := lua.Load(ctx, c); err != nil {
 		t.Fatalf("Load: %v", err)
 	}
-	for _, name := range []string{lua.ScriptAdmit, lua.ScriptAdmitPace, lua.ScriptCounts, lua.ScriptPace, lua.ScriptRelease, lua.ScriptQueue, lua.ScriptPause, lua.ScriptEvidence, lua.ScriptRate, lua.ScriptHeartbeat, lua.ScriptRefund, lua.ScriptOverrides, lua.ScriptCallsOccupy, lua.ScriptCallsFree, lua.ScriptCallsRefresh, lua.ScriptCallsCount, lua.ScriptDialogsEnded, lua.ScriptLive, lua.ScriptService} {
+	for _, name := range []string{lua.ScriptAdmit, lua.ScriptAdmitPace, lua.ScriptCounts, lua.ScriptPace, lua.ScriptRelease, lua.ScriptQueue, lua.ScriptPause, lua.ScriptEvidence, lua.ScriptRate, lua.ScriptRespace, lua.ScriptHeartbeat, lua.ScriptRefund, lua.ScriptOverrides, lua.ScriptCallsOccupy, lua.ScriptCallsFree, lua.ScriptCallsRefresh, lua.ScriptCallsCount, lua.ScriptDialogsEnded, lua.ScriptLive, lua.ScriptService} {
 		ok, err := c.ScriptExists(ctx, lua.SHA(name)).Result()
 		if err != nil || len(ok) != 1 || !ok[0] {
 			t.Errorf("script %s (sha %s) not loaded: %v %v", name, lua.SHA(name), ok, err)

@@ -174,7 +174,7 @@ var (
 	// the Lua scripts' names (lua.Script*; TestKnownLabelValuesMatchTheCode
 	// checks). New starts each at 0 errors.
 	StoreScripts = []string{
-		"admit", "admit_pace", "counts", "refund", "pace", "release", "queue", "pause", "evidence", "rate",
+		"admit", "admit_pace", "counts", "refund", "pace", "release", "queue", "pause", "evidence", "rate", "respace",
 		"heartbeat", "calls_occupy", "calls_free", "calls_refresh", "calls_count", "overrides",
 		"dialogs_ended", "live", "service",
 	}

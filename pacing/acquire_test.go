@@ -68,6 +68,10 @@ func (s *stubSlots) Evidence(context.Context, string, string, bool, EvidenceWind
 
 func (s *stubSlots) Adapt(context.Context, string, AIMD, bool) (Rate, error) { return Rate{}, nil }
 
+func (s *stubSlots) Respace(context.Context, string, time.Duration, bool) (time.Time, error) {
+	return time.Time{}, nil
+}
+
 func (s *stubSlots) Queue(context.Context, string, time.Duration) (QueueState, error) {
 	return QueueState{}, nil
 }

@@ -74,6 +74,10 @@
 // same integer arithmetic in LocalSlots). The caller paces at that rate.
 // A decrease removes the slots still in the future; a call holding one
 // takes a slot again at the new rate before it sends (Acquire).
+// A carrier's limit lowered by a reload or a live override does the same
+// (Respace, respace.lua): the first node of the pool to apply the change
+// removes the future slots, the others learn its time, and each node's
+// calls holding a slot decided before it take one again at the new rate.
 //
 // A carrier's Retry-After pause is kept by the same stores too (Pause,
 // pause.lua on Redis): while its span runs every reservation is refused at
@@ -86,8 +90,8 @@
 // keep the pool's evidence of a carrier's overload answers (Evidence):
 // which peers called it and which of them it refused lately. A Pacer
 // remembers what it learns of each carrier's pause and last decrease from
-// every reply (its own Pause and Adapt at once, the pool's through Paused
-// and Adapt): Acquire skips a carrier it knows paused without a store
+// every reply (its own Pause, Adapt and Respace at once, the pool's
+// through Paused and Adapt): Acquire skips a carrier it knows paused without a store
 // call, and checks a slot again just before the send, giving back one
 // reserved before a pause (unless it is the probe) and taking again one
 // spaced for a rate decreased since.

@@ -3,6 +3,7 @@ package pacing
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -100,12 +101,34 @@ func (g *sendGate) ring(k GateKey) *sendRing {
 	limit, window := admission.LimitFor(k.CPS)
 	window -= gateSlack
 	r := g.rings[k.Key]
-	if r == nil || r.limit != limit || r.window != window {
-		// New key, or its limit changed on reload: start a fresh history.
+	switch {
+	case r == nil:
 		r = &sendRing{limit: limit, window: window}
+		g.rings[k.Key] = r
+	case r.limit != limit || r.window != window:
+		// Its limit changed (a reload, a live override), and the calls
+		// that started before the change still pass the old one: keep
+		// the sends already made, so that neither limit starts from an
+		// empty history each time the two alternate.
+		r = r.resized(limit, window)
 		g.rings[k.Key] = r
 	}
 	return r
+}
+
+// resized returns a ring of limit entries holding r's latest sends (up to
+// limit of them), oldest first.
+func (r *sendRing) resized(limit int, window time.Duration) *sendRing {
+	var at []time.Time
+	if len(r.at) < r.limit {
+		at = r.at
+	} else {
+		at = append(slices.Clone(r.at[r.next:]), r.at[:r.next]...)
+	}
+	if len(at) > limit {
+		at = at[len(at)-limit:]
+	}
+	return &sendRing{limit: limit, window: window, at: slices.Clip(slices.Clone(at))}
 }
 
 // reserve returns 0 and a ticket when a send now respects every key (and

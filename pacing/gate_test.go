@@ -189,3 +189,38 @@ func TestSendGateRingGrowsWithSends(t *testing.T) {
 		}
 	}
 }
+
+// TestSendGateKeepsSendsAcrossALimitChange: the calls that started before
+// a reload pass the gate with the old limit, the others with the new one;
+// each change keeps the latest sends, so the lowered limit holds at once
+// and the two alternating never empty the history.
+func TestSendGateKeepsSendsAcrossALimitChange(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	window := time.Second + admission.WindowGuard - gateSlack
+	g := newSendGate()
+	old, lowered := []GateKey{{"carrier:a", 10}}, []GateKey{{"carrier:a", 4}}
+	for i := range 12 { // the ring wraps: 10 entries, the oldest at next
+		d, tk := g.reserve(old, ms(i*110))
+		if d != 0 {
+			t.Fatalf("old limit, send %d: wait %v", i, d)
+		}
+		g.sent(tk, ms(i*110))
+	}
+	// The ring holds 220..1210 ms; the lowered limit's last four are 880,
+	// 990, 1100 and 1210 ms.
+	if d, _ := g.reserve(lowered, ms(1250)); d != ms(880).Add(window).Sub(ms(1250)) {
+		t.Fatalf("lowered limit at 1250 ms: wait %v, want %v (until the send 4 back is a window old)", d, ms(880).Add(window).Sub(ms(1250)))
+	}
+	// A call that started before the change passes the old limit (the
+	// oldest of its ten, 220 ms, is a window old)...
+	d, tk := g.reserve(old, ms(1260))
+	if d != 0 {
+		t.Fatalf("old limit at 1260 ms: wait %v, want 0", d)
+	}
+	g.sent(tk, ms(1260))
+	// ...and the lowered limit still counts it and the three before it.
+	if d, _ := g.reserve(lowered, ms(1270)); d != ms(990).Add(window).Sub(ms(1270)) {
+		t.Errorf("lowered limit after the alternation: wait %v, want %v (until the send 4 back, at 990 ms, is a window old)", d, ms(990).Add(window).Sub(ms(1270)))
+	}
+}

@@ -33,6 +33,15 @@ type LocalSlots struct {
 	pauses    map[string]*pauseState
 	evidence  map[string]*evidenceSets
 	fair      map[string]*fairState
+	respaced  map[string]*respaceState
+}
+
+// respaceState is one carrier's last respace (respace.lua's hash), on the
+// local clock.
+type respaceState struct {
+	interval time.Duration
+	at       time.Duration // of the last respace that removed slots; longAgo: none
+	expires  time.Duration
 }
 
 // pauseState is one carrier's pause (pause.lua's hash), on the local clock.
@@ -84,7 +93,8 @@ var _ SlotStore = (*LocalSlots)(nil)
 // Clock readings that go backwards are treated as the latest reading.
 func NewLocalSlots(clock func() time.Time) *LocalSlots {
 	return &LocalSlots{clock: monoclock.New(clock), sets: make(map[string]*slotSet), rates: make(map[string]*rateState),
-		pauses: make(map[string]*pauseState), evidence: make(map[string]*evidenceSets), fair: make(map[string]*fairState)}
+		pauses: make(map[string]*pauseState), evidence: make(map[string]*evidenceSets), fair: make(map[string]*fairState),
+		respaced: make(map[string]*respaceState)}
 }
 
 type slotEntry struct {
@@ -146,6 +156,11 @@ func (l *LocalSlots) sweep(now time.Duration) {
 	for k, f := range l.fair {
 		if f.expires <= us(now) {
 			delete(l.fair, k)
+		}
+	}
+	for k, r := range l.respaced {
+		if r.expires <= now {
+			delete(l.respaced, k)
 		}
 	}
 }
@@ -432,6 +447,38 @@ func (l *LocalSlots) Adapt(_ context.Context, key string, a AIMD, overload bool)
 	}
 	l.rates[key] = &st
 	return r, nil
+}
+
+// Respace records key's new interval like respace.lua: a lowered limit
+// removes the slots still in the future unless they were respaced for
+// this interval already.
+func (l *LocalSlots) Respace(_ context.Context, key string, interval time.Duration, lowered bool) (time.Time, error) {
+	if interval <= 0 {
+		return time.Time{}, errInterval(key, interval)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	l.sweep(now)
+	r := l.respaced[key]
+	if r == nil {
+		r = &respaceState{at: longAgo}
+		l.respaced[key] = r
+	}
+	switch {
+	case r.interval == interval:
+	case !lowered:
+		r.interval, r.expires = interval, now+RespaceKeep
+	default:
+		if s := l.sets[key]; s != nil {
+			s.dropFuture(now)
+		}
+		r.interval, r.at, r.expires = interval, now, now+RespaceKeep
+	}
+	if r.at == longAgo {
+		return time.Time{}, nil
+	}
+	return l.clock.Time(r.at), nil
 }
 
 // Release removes member's slot or booking, giving its share the turn

@@ -17,8 +17,11 @@ type carrierView struct {
 	// stamp is when the operation that taught pause started: a reply to an
 	// older one does not undo what a newer one taught.
 	stamp time.Time
-	// cutAt is the store's time of the rate's last decrease (zero: none);
-	// rate is the effective rate that decrease left (0: unknown).
+	// cutAt is the store's time of the last removal of the carrier's
+	// future slots (an adaptive decrease, or a respace for a lowered
+	// limit; zero: none); rate is the rate in force since (the effective
+	// rate an adaptive read or decrease left, or the limit of the last
+	// respace; 0: unknown).
 	cutAt time.Time
 	rate  float64
 }

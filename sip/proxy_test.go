@@ -214,6 +214,10 @@ func (fakeSlots) Queue(context.Context, string, time.Duration) (pacing.QueueStat
 	return pacing.QueueState{}, errFakeSlots
 }
 
+func (s fakeSlots) Respace(ctx context.Context, key string, interval time.Duration, lowered bool) (time.Time, error) {
+	return s.f.local.Respace(ctx, key, interval, lowered)
+}
+
 // Pause records the span and pauses the carrier in the fake's LocalSlots
 // (Reserve refuses a paused carrier; no half-open).
 func (f *fakePacer) Pause(ctx context.Context, c pacing.Carrier, span time.Duration, reason string) (pacing.Pause, error) {
@@ -271,6 +275,10 @@ func (f *fakePacer) Adapt(_ context.Context, c pacing.Carrier, a pacing.AIMD, ov
 	}
 	f.rates[c.Key] = r
 	return pacing.Rate{CPS: r, Cut: overload}, nil
+}
+
+func (f *fakePacer) Respace(ctx context.Context, c pacing.Carrier, lowered bool) error {
+	return f.init().Respace(ctx, c, lowered)
 }
 
 func (f *fakePacer) counts() (reserved, released int) {

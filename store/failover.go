@@ -497,6 +497,26 @@ func (f *Failover) Adapt(ctx context.Context, key string, a pacing.AIMD, overloa
 	return f.o.LocalSlots.Adapt(ctx, key, a, overload)
 }
 
+// Respace implements pacing.SlotStore: the pool's queue on Redis; in
+// fallback, this node's own.
+func (f *Failover) Respace(ctx context.Context, key string, interval time.Duration, lowered bool) (time.Time, error) {
+	if f.redisFor(ctx) {
+		t, err := f.o.RedisSlots.Respace(ctx, key, interval, lowered)
+		if err == nil {
+			f.ok()
+			return t, nil
+		}
+		if callerGaveUp(ctx) {
+			return t, err
+		}
+		f.failCall(ctx, "respace", err)
+	}
+	if f.o.Policy == PolicyReject && f.o.Redis != nil {
+		return time.Time{}, ErrStoreDown
+	}
+	return f.o.LocalSlots.Respace(ctx, key, interval, lowered)
+}
+
 // Queue implements pacing.SlotStore. Like Counts it is a read for
 // operators and never switches the mode.
 func (f *Failover) Queue(ctx context.Context, key string, interval time.Duration) (pacing.QueueState, error) {

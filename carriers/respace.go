@@ -1,0 +1,112 @@
+package carriers
+
+import (
+	"context"
+	"sync"
+
+	"github.com/cpsguard/cpsguard/config"
+)
+
+// limitWatch remembers the limit (LimitCPS) each carrier's queue was last
+// paced for on this node, so that a reload or a live override that
+// changes it respaces the queue (Set.applyLimits) instead of letting the
+// calls already waiting reach the carrier at the old rate for up to
+// max_wait. Its map holds one entry per configured carrier.
+type limitWatch struct {
+	mu sync.RWMutex
+	// seen is the limit applied last, by carrier name.
+	seen map[string]float64
+	// tried is a changed limit whose respace failed, by carrier name: the
+	// refresh tries it again; a call that sees it does not kick again.
+	tried map[string]float64
+	// kick wakes the refresh loop (buffered 1): a call found a carrier's
+	// limit changed.
+	kick chan struct{}
+}
+
+func newLimitWatch() *limitWatch {
+	return &limitWatch{seen: map[string]float64{}, tried: map[string]float64{}, kick: make(chan struct{}, 1)}
+}
+
+// saw is called with the limit a call is paced for now: a change not yet
+// applied wakes the refresh loop, so the queue is respaced within a store
+// round trip of the first call that sees it. One read lock and a map
+// lookup.
+func (w *limitWatch) saw(name string, cps float64) {
+	w.mu.RLock()
+	v, ok := w.seen[name]
+	t, failed := w.tried[name]
+	w.mu.RUnlock()
+	if !ok || v == cps || (failed && t == cps) {
+		return
+	}
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// applyLimits respaces the queue of every carrier whose limit changed
+// since it was last applied: lowered, its slots still in the future are
+// removed (once for the pool) and this node's calls waiting on them take
+// one again at the new rate; raised, the calls reserved from now on are
+// spaced for it. A carrier new to this node is only remembered. A store
+// that fails leaves the change to the next refresh; its first failure is
+// logged.
+func (s *Set) applyLimits(ctx context.Context, cfg *config.Config) {
+	w := s.limits
+	names := make(map[string]bool, len(cfg.Carriers))
+	for i := range cfg.Carriers {
+		car := &cfg.Carriers[i]
+		names[car.Name] = true
+		limit := s.LimitCPS(car)
+		w.mu.RLock()
+		prev, known := w.seen[car.Name]
+		w.mu.RUnlock()
+		if known && prev == limit {
+			continue
+		}
+		if !known || !(limit > 0) || !(prev > 0) {
+			w.mu.Lock()
+			w.seen[car.Name] = limit
+			delete(w.tried, car.Name)
+			w.mu.Unlock()
+			continue
+		}
+		before := prev // the rate its queue was spaced for
+		if car.Adaptive {
+			if r, ok := s.rates.get(car.Name); ok && r > 0 {
+				before = min(before, r)
+			}
+		}
+		pc := s.pacingOf(cfg, car)
+		lowered := pc.CPS < before
+		rctx, cancel := context.WithTimeout(ctx, storeBudget)
+		err := s.pacer.Respace(rctx, pc, lowered)
+		cancel()
+		w.mu.Lock()
+		if err != nil {
+			first := w.tried[car.Name] != limit
+			w.tried[car.Name] = limit
+			w.mu.Unlock()
+			if first {
+				s.log.Warn("carrier limit changed; its queue could not be respaced, tried again", "carrier", car.Name,
+					"from_cps", prev, "to_cps", limit, "err", err)
+			}
+			continue
+		}
+		w.seen[car.Name] = limit
+		delete(w.tried, car.Name)
+		w.mu.Unlock()
+		s.log.Info("carrier limit changed; its queue is respaced", "carrier", car.Name, "from_cps", prev, "to_cps", limit,
+			"paced_cps", pc.CPS, "waiting_calls_retake", lowered)
+	}
+	w.mu.Lock()
+	for n := range w.seen {
+		if !names[n] {
+			delete(w.seen, n)
+			delete(w.tried, n)
+		}
+	}
+	w.mu.Unlock()
+}

@@ -1,0 +1,222 @@
+package carriers
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/pacing"
+)
+
+// respacer records the Respace calls a Set makes, failing them while
+// fail is set.
+type respacer struct {
+	*pacing.Pacer
+	mu    sync.Mutex
+	calls []respaced
+	fail  bool
+	// read, when set, is told of every pause read (the refresh's pass).
+	read chan struct{}
+}
+
+func (r *respacer) Paused(ctx context.Context, c pacing.Carrier) (pacing.Pause, error) {
+	if r.read != nil {
+		select {
+		case r.read <- struct{}{}:
+		default:
+		}
+	}
+	return r.Pacer.Paused(ctx, c)
+}
+
+type respaced struct {
+	key     string
+	cps     float64
+	lowered bool
+}
+
+func (r *respacer) Respace(ctx context.Context, c pacing.Carrier, lowered bool) error {
+	r.mu.Lock()
+	r.calls = append(r.calls, respaced{c.Key, c.CPS, lowered})
+	fail := r.fail
+	r.mu.Unlock()
+	if fail {
+		return errors.New("store down")
+	}
+	return r.Pacer.Respace(ctx, c, lowered)
+}
+
+func (r *respacer) take() []respaced {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.calls
+	r.calls = nil
+	return c
+}
+
+func respaceConfig(cps float64, adaptive bool) *config.Config {
+	return &config.Config{Carriers: []config.Carrier{
+		{Name: "a", URI: "sip:127.0.0.1:5070", CPS: cps, MaxWait: time.Second, Probe: &config.Probe{}, Adaptive: adaptive},
+	}, Routes: map[string]config.Route{"default": config.OrderedRoute("a")}}
+}
+
+// TestApplyLimitsRespacesALoweredCarrier: a carrier's limit lowered by a
+// reload respaces its queue (the calls waiting take a slot again); a
+// raised one is applied without removing anything; an unchanged, new or
+// removed one costs no store call.
+func TestApplyLimitsRespacesALoweredCarrier(t *testing.T) {
+	var cur atomic.Pointer[config.Config]
+	cur.Store(respaceConfig(10, false))
+	p := &respacer{Pacer: pacing.NewPacer(pacing.NewLocalSlots(nil))}
+	var logs bytes.Buffer
+	s, err := New(Options{Config: cur.Load, Pacer: p, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	key := s.pacingOf(cur.Load(), &cur.Load().Carriers[0]).Key
+	apply := func() []respaced { s.applyLimits(ctx, cur.Load()); return p.take() }
+
+	if got := apply(); len(got) != 0 {
+		t.Fatalf("unchanged limit: %+v, want no store call", got)
+	}
+	cur.Store(respaceConfig(4, false))
+	if got := apply(); len(got) != 1 || got[0] != (respaced{key, 4, true}) {
+		t.Fatalf("lowered 10 -> 4: %+v, want one lowered respace at 4", got)
+	}
+	if !strings.Contains(logs.String(), "its queue is respaced") {
+		t.Errorf("no log line for the respace: %s", logs.String())
+	}
+	if got := apply(); len(got) != 0 {
+		t.Fatalf("applied again: %+v, want nothing", got)
+	}
+	cur.Store(respaceConfig(8, false))
+	if got := apply(); len(got) != 1 || got[0] != (respaced{key, 8, false}) {
+		t.Fatalf("raised 4 -> 8: %+v, want one raise at 8", got)
+	}
+
+	// Removed, then added again at another rate: nothing of its queue was
+	// spaced here since.
+	cur.Store(&config.Config{Routes: map[string]config.Route{}})
+	if got := apply(); len(got) != 0 {
+		t.Fatalf("removed: %+v", got)
+	}
+	cur.Store(respaceConfig(2, false))
+	if got := apply(); len(got) != 0 {
+		t.Fatalf("added again: %+v, want nothing", got)
+	}
+}
+
+// TestApplyLimitsRetriesAFailedRespace: with the store down the change is
+// kept for the next refresh and logged once; calls that see it do not
+// kick the loop again for it.
+func TestApplyLimitsRetriesAFailedRespace(t *testing.T) {
+	var cur atomic.Pointer[config.Config]
+	cur.Store(respaceConfig(10, false))
+	p := &respacer{Pacer: pacing.NewPacer(pacing.NewLocalSlots(nil)), fail: true}
+	var logs bytes.Buffer
+	s, err := New(Options{Config: cur.Load, Pacer: p, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := respaceConfig(4, false)
+	cur.Store(cfg)
+	car := &cfg.Carriers[0]
+	s.Pacing(cfg, car)
+	select {
+	case <-s.limits.kick:
+	default:
+		t.Fatal("a call that saw the lowered limit did not wake the refresh loop")
+	}
+	for range 3 {
+		s.applyLimits(context.Background(), cfg)
+	}
+	if got := p.take(); len(got) != 3 {
+		t.Fatalf("store down: %d respace calls over 3 refreshes, want 3", len(got))
+	}
+	if n := strings.Count(logs.String(), "could not be respaced"); n != 1 {
+		t.Errorf("the failure was logged %d times, want once:\n%s", n, logs.String())
+	}
+	s.Pacing(cfg, car)
+	select {
+	case <-s.limits.kick:
+		t.Fatal("a call kicked the loop again for a change whose respace failed (the tick tries it)")
+	default:
+	}
+	p.mu.Lock()
+	p.fail = false
+	p.mu.Unlock()
+	s.applyLimits(context.Background(), cfg)
+	if got := p.take(); len(got) != 1 || !got[0].lowered {
+		t.Fatalf("store back: %+v, want the lowered respace", got)
+	}
+	s.applyLimits(context.Background(), cfg)
+	if got := p.take(); len(got) != 0 {
+		t.Fatalf("after it succeeded: %+v, want nothing", got)
+	}
+}
+
+// TestApplyLimitsAdaptiveBelowTheNewLimit: an adaptive carrier already
+// pushed back below its new limit has a queue spaced slower than it:
+// nothing to take again.
+func TestApplyLimitsAdaptiveBelowTheNewLimit(t *testing.T) {
+	var cur atomic.Pointer[config.Config]
+	cur.Store(respaceConfig(10, true))
+	p := &respacer{Pacer: pacing.NewPacer(pacing.NewLocalSlots(nil))}
+	s, err := New(Options{Config: cur.Load, Pacer: p, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.rates.set("a", 3)
+	cur.Store(respaceConfig(5, true))
+	s.applyLimits(context.Background(), cur.Load())
+	if got := p.take(); len(got) != 1 || got[0].lowered || got[0].cps != 3 {
+		t.Fatalf("adaptive at 3, limit 10 -> 5: %+v, want a respace at 3, not lowered", got)
+	}
+	cur.Store(respaceConfig(2, true))
+	s.applyLimits(context.Background(), cur.Load())
+	if got := p.take(); len(got) != 1 || !got[0].lowered || got[0].cps != 2 {
+		t.Fatalf("adaptive at 3, limit 5 -> 2: %+v, want a lowered respace at 2", got)
+	}
+}
+
+// TestRunRespacesWhenACallSeesTheChange: with the Set running, the first
+// call paced after a reload wakes the refresh loop, which respaces the
+// carrier's queue without waiting for its tick.
+func TestRunRespacesWhenACallSeesTheChange(t *testing.T) {
+	old := RefreshEvery
+	RefreshEvery = time.Hour // only the call's kick can do it
+	t.Cleanup(func() { RefreshEvery = old })
+	var cur atomic.Pointer[config.Config]
+	cur.Store(respaceConfig(10, false))
+	p := &respacer{Pacer: pacing.NewPacer(pacing.NewLocalSlots(nil)), read: make(chan struct{}, 1)}
+	s, err := New(Options{Config: cur.Load, Pacer: p, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runSet(t, s, nil)
+	<-p.read // the loop's first pass is over: it now waits for its tick
+	cfg := respaceConfig(4, false)
+	cur.Store(cfg)
+	s.Pacing(cfg, &cfg.Carriers[0])
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if got := p.take(); len(got) > 0 {
+			if got[0].cps != 4 || !got[0].lowered {
+				t.Fatalf("respace %+v, want lowered at 4", got)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no respace within 10 s of the call that saw the lowered limit")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
