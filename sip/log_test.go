@@ -3,6 +3,7 @@ package sip
 import (
 	"bufio"
 	"context"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -177,5 +178,45 @@ func TestSipgoPackageLoggerRoutedAndLowered(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(h.m.SIPErrors.WithLabelValues("tcp_read")); n != 1 {
 		t.Errorf("sip_errors_total{tcp_read} = %v, want 1 (the reset, not the timeout)", n)
+	}
+}
+
+// A party that opens TCP connections only to break their framing (a
+// Content-Length that is not a number, more headers than the bound) gets
+// each closed and counted, and writes no log line at Warn: the scan
+// closed the connection, and sipgo's own close after it failed and
+// logged "connection pool not clean cleanup" at Warn, once per
+// connection (h55: 1,000 lines from 1,000 connections in 70 ms).
+func TestBrokenTCPFramingLogsNothingAtWarn(t *testing.T) {
+	capture := newCapture()
+	prev := slog.Default()
+	slog.SetDefault(slog.New(capture))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+	car := siptest.StartCarrier(t, "127.0.0.1", nil)
+	cfg := testConfig(carrierCfg("a", car))
+	cfg.SIP.DialogSecret = "a-secret-of-sixteen-chars"
+	adm, pacer := newFakes()
+	h := startProxyOpts(t, Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer, Logger: slog.New(capture)})
+
+	const conns = 20
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.9")}, Timeout: 5 * time.Second}
+	for range conns {
+		c, err := d.Dial("tcp", h.tcp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = c.Write([]byte("INVITE x\r\nContent-Length: abc\r\n\r\n"))
+		// The node closes it: read until it does.
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, _ = io.Copy(io.Discard, c)
+		_ = c.Close()
+	}
+	waitFor(t, func() bool { return testutil.ToFloat64(h.m.SIPErrors.WithLabelValues("stream")) >= conns },
+		"every broken connection counted as stream")
+	time.Sleep(200 * time.Millisecond) // sipgo's clean-up of the last one
+	for _, rec := range capture.records() {
+		if rec.level >= slog.LevelWarn {
+			t.Errorf("%s %q %v: a connection closed for its framing must log below Warn", rec.level, rec.msg, rec.attrs)
+		}
 	}
 }

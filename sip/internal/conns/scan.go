@@ -270,12 +270,20 @@ func (c *scanConn) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// Close closes the connection and forgets it in the accepted set.
+// Close closes the connection and forgets it in the accepted set. A
+// connection this wrapper closed already (its scan refused the stream, or
+// a write failed) closes without an error: sipgo logs a failed close at
+// warn, and a party opening connections only to break their framing would
+// write one such line per connection.
 func (c *scanConn) Close() error {
 	if c.scans != nil {
 		c.scans.done(c.key)
 	}
-	return c.Conn.Close()
+	err := c.Conn.Close()
+	if errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return err
 }
 
 // skippedBySipgo reports a read sipgo's TCP loop does not parse: NULs
