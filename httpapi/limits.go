@@ -83,19 +83,19 @@ func (s *server) authorize(w http.ResponseWriter, r *http.Request, what string) 
 		token = cfg.HTTP.Token
 	}
 	if token == "" {
-		s.o.Logger.Warn(what+" refused: http.token is not set, the API is read-only", "remote", r.RemoteAddr)
+		s.refusals.warn(s.o.Logger, r, what+" refused: http.token is not set, the API is read-only")
 		writeError(w, &Error{Code: http.StatusForbidden, Message: ErrReadOnly})
 		return false
 	}
 	got, ok := bearer(r.Header.Get("Authorization"))
 	if !ok {
-		s.o.Logger.Warn(what+" refused: no bearer token", "remote", r.RemoteAddr)
+		s.refusals.warn(s.o.Logger, r, what+" refused: no bearer token")
 		w.Header().Set("WWW-Authenticate", `Bearer realm="cpsguard"`)
 		writeError(w, &Error{Code: http.StatusUnauthorized, Message: "missing bearer token"})
 		return false
 	}
 	if !tokenEqual(got, token) {
-		s.o.Logger.Warn(what+" refused: wrong bearer token", "remote", r.RemoteAddr)
+		s.refusals.warn(s.o.Logger, r, what+" refused: wrong bearer token")
 		w.Header().Set("WWW-Authenticate", `Bearer realm="cpsguard", error="invalid_token"`)
 		writeError(w, &Error{Code: http.StatusUnauthorized, Message: "invalid bearer token"})
 		return false

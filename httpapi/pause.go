@@ -37,7 +37,7 @@ func pauseView(st pacing.Pause, now time.Time) *CarrierPause {
 // pool: with no http.token configured the API is read-only (403).
 func (s *server) requireToken(w http.ResponseWriter, r *http.Request, what string) bool {
 	if cfg := s.o.Config(); cfg == nil || cfg.HTTP.Token == "" {
-		s.o.Logger.Warn(what+" refused: no http.token is configured, the API is read-only", "remote", r.RemoteAddr)
+		s.refusals.warn(s.o.Logger, r, what+" refused: no http.token is configured, the API is read-only")
 		writeError(w, &Error{Code: http.StatusForbidden, Message: "writes need http.token: with no token configured the API is read-only"})
 		return false
 	}

@@ -210,6 +210,8 @@ type server struct {
 	// that arrive meanwhile (sharedStatus); guarded by statusMu.
 	statusMu     sync.Mutex
 	statusFlight *statusFlight
+	// refusals bounds the warn lines of refused writes (refusals.go).
+	refusals refusalLog
 }
 
 type snapshot struct {
