@@ -105,6 +105,12 @@ func Parse(data []byte) (*Config, error) {
 	for _, msg := range unknownEnv(os.Environ()) {
 		errs.add("", msg)
 	}
+	if msgs, at := duplicateKeys(data); len(msgs) > 0 {
+		for i, m := range msgs {
+			errs.addAt(at[i], m)
+		}
+		return nil, errs.err()
+	}
 	if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
 		msg, at := syntaxError(data, err)
 		errs.addAt(at, "invalid YAML: "+msg)

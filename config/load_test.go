@@ -84,6 +84,7 @@ func TestBadFiles(t *testing.T) {
 		{"http_listen_host", "http.listen: host must be an IP address or a DNS name (got \"300.0.0.1\" in \"300.0.0.1:9090\")"},
 		{"advertise_host", "sip.advertise: must be host or host:port (got \"300.0.0.1\")"},
 		{"listen_host", "sip.listen[0]: host must be an IP address or a DNS name (got \"300.0.0.1\" in \"udp://300.0.0.1:5060\")"},
+		{"redis_addr_port_zero", "store.redis.addrs[0]: port must be 1-65535 (got \"127.0.0.1:0\"): it is an address to dial"},
 		{"redis_addr_host", "store.redis.addrs[0]: host must be an IP address or a DNS name (got \"redis host\" in \"redis host:6379\")"},
 		{"reject_code", "sip.reject.code: must be a 4xx, 5xx or 6xx SIP status (got 200)"},
 		{"retry_after_fraction", "sip.reject.retry_after: must be whole seconds: Retry-After counts seconds (got 1.5s)"},
@@ -103,6 +104,7 @@ func TestBadFiles(t *testing.T) {
 		{"carrier_uri_password", "carriers[0].uri: must not contain a password (RFC 3261 deprecates user:password in URIs)"},
 		{"carrier_uri_port", "carriers[1].uri: port must be 1-65535 (got 99999 in \"sip:127.0.0.1:99999\")"},
 		{"carrier_uri_host", "carriers[1].uri: host must be an IP address or a DNS name like carrier.example (got \"carrier b.example\" in \"sip:carrier b.example:5060\")"},
+		{"advertise_port_zero", "sip.advertise: port must be 1-65535 (got \"192.0.2.1:0\"): it is written into Via and Record-Route"},
 		{"advertise", "sip.advertise: must be host or host:port (got \"udp://192.0.2.1:5060\")"},
 		{"dialog_secret_short", "sip.dialog_secret: must be empty or at least 16 characters (got 6)"},
 		{"tcp_idle", "sip.tcp.idle_timeout: must be > 0 (got 0s)"},
@@ -158,6 +160,8 @@ func TestBadFiles(t *testing.T) {
 		{"repeat_dial_calls", "repeat_dial.calls: must be >= 0 (0 = off) (got -2)"},
 		{"peer_reject", "peers[0].reject.reason: must be set"},
 		{"tls_stranger_handshakes", "sip.tls.stranger_handshakes_per_second: must be between 1 and 100000 (got 0)"},
+		{"key_case_duplicate", "peers[0].cps: the key \"CPS\" repeats \"cps\" of line 8 (keys are not case-sensitive); keep one"},
+		{"key_duplicate", "routes: the key \"routes\" repeats \"routes\" of line 12; keep one"},
 		{"max_calls_no_record_route", "sip.record_route: must be true when a peer, customer, carrier or destination has max_calls (a call's BYE is seen through Record-Route)"},
 	}
 	seen := map[string]bool{"bad_many.yaml": true, "bad_yaml_syntax.yaml": true}

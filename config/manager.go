@@ -269,11 +269,13 @@ func (m *Manager) reload(trigger string, onlyIfChanged bool) error {
 		changed = []string{} // logged as [], not null
 	}
 	m.cur.Store(next)
-	m.log().Info("config reloaded", "trigger", trigger, "file", m.path,
-		"config_hash", next.Hash(), "changed", changed, "config", next)
 	for _, fn := range m.onChange {
 		fn(old, next)
 	}
+	// After the observers: one of them applies log.level, so a reload
+	// that turns info on says so at the new level.
+	m.log().Info("config reloaded", "trigger", trigger, "file", m.path,
+		"config_hash", next.Hash(), "changed", changed, "config", next)
 	m.notify(ReloadSuccess)
 	return nil
 }

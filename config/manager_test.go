@@ -450,3 +450,26 @@ func TestFileLargerThanMaxRefused(t *testing.T) {
 		t.Fatalf("Reload of a file of exactly MaxFileSize bytes: %v", err)
 	}
 }
+
+// A reload that turns log.level down to info is logged at info: the line
+// comes after the observers, one of which applies the level (h55: it was
+// checked against the old level, warn, and never written).
+func TestReloadLoggedAtTheNewLevel(t *testing.T) {
+	var buf bytes.Buffer
+	level := new(slog.LevelVar)
+	level.Set(slog.LevelWarn)
+	m, path := newTestManager(t, "log: {level: warn}\n"+versioned(1),
+		WithLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: level}))))
+	m.OnChange(func(_, next *Config) {
+		if next.Log.Level == "info" {
+			level.Set(slog.LevelInfo)
+		}
+	})
+	writeFile(t, path, "log: {level: info}\n"+versioned(2))
+	if err := m.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "config reloaded") {
+		t.Errorf("no \"config reloaded\" line after a reload to info:\n%s", buf.String())
+	}
+}

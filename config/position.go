@@ -126,6 +126,58 @@ func positions(data []byte) map[string]Position {
 	return out
 }
 
+// duplicateKeys reports every key of the YAML file data that repeats an
+// earlier key of the same mapping, compared without case: viper folds
+// every key to lower case, so "CPS" after "cps" (or "Default" beside the
+// route "default") would silently replace it, the last one winning. Each
+// is one message with the place of the repeat. Nil when data is not YAML
+// (the parse reports that).
+func duplicateKeys(data []byte) (msgs []string, at []Position) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, nil
+	}
+	var walk func(path string, n *yaml.Node, depth int)
+	walk = func(path string, n *yaml.Node, depth int) {
+		if n == nil || depth > 64 {
+			return
+		}
+		switch n.Kind {
+		case yaml.DocumentNode, yaml.SequenceNode:
+			for i, c := range n.Content {
+				p := path
+				if n.Kind == yaml.SequenceNode {
+					p = fmt.Sprintf("%s[%d]", path, i)
+				}
+				walk(p, c, depth+1)
+			}
+		case yaml.MappingNode:
+			seen := map[string]*yaml.Node{}
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k, v := n.Content[i], n.Content[i+1]
+				if k.Value == "<<" {
+					continue
+				}
+				low := strings.ToLower(k.Value)
+				p := join(path, low)
+				if first := seen[low]; first != nil {
+					what := fmt.Sprintf("the key %q repeats %q of line %d", k.Value, first.Value, first.Line)
+					if k.Value != first.Value {
+						what += " (keys are not case-sensitive)"
+					}
+					msgs = append(msgs, p+": "+what+"; keep one")
+					at = append(at, Position{Line: k.Line, Column: k.Column})
+					continue
+				}
+				seen[low] = k
+				walk(p, v, depth+1)
+			}
+		}
+	}
+	walk("", &doc, 0)
+	return msgs, at
+}
+
 // locate returns where the problem at path is: the environment variable
 // that set it, when one did, else its place in the file (or the place of
 // its nearest parent that is in the file: "peers[0].route: not set" points

@@ -19,7 +19,6 @@ func TestYAMLSyntaxErrorLine(t *testing.T) {
 		{"indent in a map", "a: 1\nb:\n  c: 2\n d: 3\n", 4},
 		{"tab", "a: 1\nb:\n  c: 2\n\td: 3\n", 4},
 		{"unclosed flow list", "a: 1\nb: [1,\n 2\nc: 3\n", 2},
-		{"duplicate key", "node_id: a\nshadow: true\nnode_id: b\n", 3},
 		{"unterminated quote", "a: 1\nb: 'x\nc: 3\n", 2},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -85,5 +84,28 @@ func TestErrorPositions(t *testing.T) {
 	_, err = Parse([]byte("peers:\n  - name: dialer-1\n    cps: 5\n" + "carriers:\n  - {name: a, uri: \"sip:127.0.0.1:5070\", cps: 1}\nroutes: {default: [a]}\n"))
 	if !errors.As(err, &ve) || len(ve.Errors) != 1 || !strings.HasPrefix(ve.Errors[0], "peers[0].sources: ") || ve.At(0) != (Position{2, 5}) {
 		t.Errorf("missing sources: got %v at %v, want peers[0].sources at line 2, column 5", err, ve.At(0))
+	}
+}
+
+// A key given twice in one mapping, or twice in different case (viper
+// folds keys to lower case, the last one would win), is reported at the
+// repeat with the first one's line, not as a YAML error whose message and
+// line disagree (h55).
+func TestDuplicateKeys(t *testing.T) {
+	_, err := Parse([]byte("node_id: a\nshadow: true\nnode_id: b\nSIP: {record_route: false}\nsip: {record_route: true}\n"))
+	var ve *ValidationError
+	if !errors.As(err, &ve) || len(ve.Errors) != 2 {
+		t.Fatalf("got %v, want two errors", err)
+	}
+	for i, want := range []struct {
+		msg string
+		at  Position
+	}{
+		{`node_id: the key "node_id" repeats "node_id" of line 1; keep one`, Position{Line: 3, Column: 1}},
+		{`sip: the key "sip" repeats "SIP" of line 4 (keys are not case-sensitive); keep one`, Position{Line: 5, Column: 1}},
+	} {
+		if ve.Errors[i] != want.msg || ve.At(i) != want.at {
+			t.Errorf("error %d: %q at %v, want %q at %v", i, ve.Errors[i], ve.At(i), want.msg, want.at)
+		}
 	}
 }

@@ -188,6 +188,9 @@ func (v *validator) sip() {
 		} else if strings.Contains(a, ":") {
 			if err := hostPort(a); err != nil {
 				v.errf("sip.advertise", "must be host or host:port (got %q)", a)
+			} else if _, port, _ := net.SplitHostPort(a); port == "0" {
+				// Written into Via and Record-Route: port 0 reaches nobody.
+				v.errf("sip.advertise", "port must be 1-65535 (got %q): it is written into Via and Record-Route", a)
 			}
 		} else if !hostOK(a) {
 			v.errf("sip.advertise", "must be host or host:port (got %q)", a)
@@ -322,6 +325,8 @@ func (v *validator) store() {
 	for i, a := range r.Addrs {
 		if err := hostPort(a); err != nil {
 			v.errf(fmt.Sprintf("store.redis.addrs[%d]", i), "%v", err)
+		} else if _, port, _ := net.SplitHostPort(a); port == "0" {
+			v.errf(fmt.Sprintf("store.redis.addrs[%d]", i), "port must be 1-65535 (got %q): it is an address to dial", a)
 		}
 	}
 	if r.DB < 0 {
