@@ -147,7 +147,7 @@ var (
 	// reads them from its source). New starts each at 0.
 	SIPErrorReasons = []string{
 		"parse", "oversized", "malformed", "transaction", "params", "headers",
-		"source", "unknown_source", "bad_dialog_token", "wrong_leg", "reinvite_limit",
+		"source", "unknown_source", "no_route", "bad_dialog_token", "wrong_leg", "reinvite_limit",
 		"cancel_source", "duplicate", "accept", "tcp_limit", "tcp_read", "read_queue_full",
 		"forged_response", "stateless_response", "stream", "no_via", "tls_name",
 		"dialog_ended", "dialog_rate", "too_many_hops", "merged_request", "tls_handshake_rate", "refused_copy",

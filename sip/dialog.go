@@ -110,7 +110,8 @@ type inDialogHop struct {
 }
 
 // prepareInDialog checks an in-dialog request and builds the one it relays.
-// The request must name the proxy in its top Route entries (else 481), one
+// The request must name the proxy in its top Route entries (else 481,
+// counted no_route), one
 // of those entries must carry a dialog token that verifies with its Call-ID
 // and tags, and it must come from the leg its direction says (else
 // refuseDialog): from its address, IP and port, when it arrived over UDP
@@ -139,6 +140,11 @@ func (p *Proxy) prepareInDialog(req *sipmsg.Request, count bool) (inDialogHop, i
 	out := forwardCopy(req)
 	popped, tokens := popOwnRoutesTokens(p, out)
 	if popped == 0 {
+		// Not routed through the proxy (its Route entries name another
+		// host, or there are none): the proxy holds no such dialog.
+		if count {
+			p.m.SIPErrors.WithLabelValues("no_route").Inc()
+		}
 		return inDialogHop{}, sipmsg.StatusCallTransactionDoesNotExists
 	}
 	id := callID(req)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	sipmsg "github.com/emiago/sipgo/sip"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cpsguard/cpsguard/admission"
 	callplaces "github.com/cpsguard/cpsguard/calls"
@@ -437,5 +438,40 @@ func TestFailedCallTokenRefused(t *testing.T) {
 	peer.send(h.udp, withVia(info, peer.addr(), "z9hG4bK.retry-info"))
 	if r := finalOfSeq(21); r == nil || r.StatusCode != 200 {
 		t.Fatalf("an INFO of the retried call: %v, want 200", r)
+	}
+}
+
+// An in-dialog request from a peer that does not name the proxy in its
+// Route (none at all here) gets 481, the proxy holding no such dialog,
+// and is counted no_route: it was counted nowhere (h55).
+func TestInDialogWithoutRouteCounted(t *testing.T) {
+	car := startUDPEnd(t, "127.0.0.1", nil)
+	_, pacer := newFakes()
+	h := startProxy(t, testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second}), admission.NewLocalStore(nil), pacer)
+	peer := startUDPEnd(t, "127.0.0.2", nil)
+	bye := "BYE sip:callee@" + car.addr() + " SIP/2.0\r\n" +
+		"Via: SIP/2.0/UDP " + peer.addr() + ";branch=z9hG4bK-noroute-1\r\n" +
+		"Max-Forwards: 70\r\nFrom: <sip:dialer@127.0.0.2>;tag=f1\r\nTo: <sip:callee@127.0.0.1>;tag=t1\r\n" +
+		"Call-ID: noroute-1@127.0.0.2\r\nCSeq: 2 BYE\r\nContent-Length: 0\r\n\r\n"
+	addr, err := net.ResolveUDPAddr("udp", h.udp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := peer.conn.WriteToUDP([]byte(bye), addr); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		for _, r := range peer.responses() {
+			if r.StatusCode == 481 {
+				return true
+			}
+		}
+		return false
+	}, "481 for the BYE without a Route")
+	if n := testutil.ToFloat64(h.m.SIPErrors.WithLabelValues("no_route")); n != 1 {
+		t.Errorf("sip_errors_total{no_route} = %v, want 1", n)
+	}
+	if len(car.requests(sipmsg.BYE)) != 0 {
+		t.Error("the BYE without a Route reached the carrier")
 	}
 }
