@@ -47,9 +47,8 @@ func callsMain(args []string, stdout, stderr io.Writer) int {
 		switch args[0] {
 		case "end":
 			sub, args = "end", args[1:]
-		case "help", "-h", "--help":
-			callsUsage(stdout)
-			return exitOK
+		case "help", "--help":
+			args = []string{"-h"} // the usage and every flag, as -h prints them
 		}
 	}
 	fs := flag.NewFlagSet("calls", flag.ContinueOnError)
@@ -68,7 +67,7 @@ func callsMain(args []string, stdout, stderr io.Writer) int {
 	for {
 		if err := fs.Parse(rest); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				return exitOK
+				return exitOK // fs.Usage printed the usage and every flag
 			}
 			return exitUsage
 		}
@@ -83,7 +82,7 @@ func callsMain(args []string, stdout, stderr io.Writer) int {
 		want = 1
 	}
 	if len(pos) != want {
-		fmt.Fprintf(stderr, "cpsguard calls: want %d argument(s), got %d: %s\n", want, len(pos), strings.Join(pos, " "))
+		fmt.Fprintf(stderr, "cpsguard calls: want %d argument(s), got %d%s\n", want, len(pos), listed(pos))
 		callsUsage(stderr)
 		return exitUsage
 	}
@@ -120,4 +119,13 @@ func callsMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "note: %s\n", res.Error)
 	}
 	return exitOK
+}
+
+// listed is ": a b" for the arguments given, "" for none: a usage error's
+// tail that never ends on a dangling colon.
+func listed(args []string) string {
+	if len(args) == 0 {
+		return ""
+	}
+	return ": " + strings.Join(args, " ")
 }

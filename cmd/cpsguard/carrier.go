@@ -38,7 +38,7 @@ func carrierUsage(w io.Writer) {
 		"$CPSGUARD_HTTP_TOKEN); a node without one refuses every change. Common\n"+
 		"flags: --addr, --config (find the node as `cpsguard status` does),\n"+
 		"--token. `cpsguard status` shows the carriers out of service and the\n"+
-		"pauses in force.\n")
+		"pauses in force. `cpsguard carrier SUBCOMMAND -h` lists every flag.\n")
 }
 
 func carrierMain(args []string, stdout, stderr io.Writer) int {

@@ -6,11 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/cpsguard/cpsguard/httpapi"
+	"github.com/cpsguard/cpsguard/limits"
 )
 
 func init() {
@@ -36,7 +39,8 @@ func limitUsage(w io.Writer) {
 		"Overrides one configured limit on every node of the pool until the TTL\n"+
 		"ends or it is removed. set and rm need http.token: --token or\n"+
 		"$CPSGUARD_HTTP_TOKEN. Common flags: --addr, --config (find the node as\n"+
-		"`cpsguard status` does), --token.\n")
+		"`cpsguard status` does), --token. `cpsguard limit SUBCOMMAND -h` lists\n"+
+		"every flag.\n")
 }
 
 func limitMain(args []string, stdout, stderr io.Writer) int {
@@ -88,9 +92,28 @@ func limitMain(args []string, stdout, stderr io.Writer) int {
 		want = 0
 	}
 	if len(pos) != want {
-		fmt.Fprintf(stderr, "cpsguard limit %s: want %d arguments (scope and name), got %d: %s\n", sub, want, len(pos), strings.Join(pos, " "))
+		fmt.Fprintf(stderr, "cpsguard limit %s: want %d arguments (scope and name), got %d%s\n", sub, want, len(pos), listed(pos))
 		limitUsage(stderr)
 		return exitUsage
+	}
+	if want == 2 && !slices.Contains([]string{limits.ScopePeer, limits.ScopeCustomer, limits.ScopeCarrier}, pos[0]) {
+		fmt.Fprintf(stderr, "cpsguard limit %s: scope must be peer, customer or carrier (got %q)\n", sub, pos[0])
+		return exitUsage
+	}
+	if sub == "set" {
+		// Checked here as the node would, so a typo is a usage error
+		// before any request (and NaN never reaches the JSON encoder).
+		var bad []string
+		if math.IsNaN(*cps) || math.IsInf(*cps, 0) || *cps <= 0 {
+			bad = append(bad, fmt.Sprintf("--cps must be a number > 0 (got %v)", *cps))
+		}
+		if *ttl == "" {
+			bad = append(bad, "--ttl is required, e.g. 30m, 1h, 7d")
+		}
+		if len(bad) > 0 {
+			fmt.Fprintf(stderr, "cpsguard limit set: %s\n", strings.Join(bad, "; "))
+			return exitUsage
+		}
 	}
 	addr, err := node.url()
 	if err != nil {

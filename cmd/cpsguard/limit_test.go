@@ -23,7 +23,7 @@ func TestLimitCommand(t *testing.T) {
 		t.Errorf("set of an unknown peer: exit %d, stderr %q", r.code, r.stderr)
 	}
 	r = cpsguard(t, tok, "limit", "set", "peer", "dialer-1", "--cps", "0", "--config", cfgPath)
-	if r.code != 1 || !strings.Contains(r.stderr, "cps: must be > 0") || !strings.Contains(r.stderr, "ttl: required") {
+	if r.code != 2 || !strings.Contains(r.stderr, "--cps must be a number > 0") || !strings.Contains(r.stderr, "--ttl is required") {
 		t.Errorf("set with no cps and no ttl: exit %d, stderr %q; want both errors", r.code, r.stderr)
 	}
 	r = cpsguard(t, tok, "limit", "set", "peer", "dialer-1", "--cps", "20", "--ttl", "1h", "--config", cfgPath)
@@ -56,5 +56,21 @@ func TestLimitCommand(t *testing.T) {
 	}
 	if r := cpsguard(t, nil, "limit", "set", "peer"); r.code != 2 {
 		t.Errorf("set with one argument: exit %d, want 2", r.code)
+	}
+	// Usage errors are told before any request (no node at this address).
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"set", "peer", "dialer-1", "--ttl", "1h"}, "--cps must be a number > 0 (got 0)"},
+		{[]string{"set", "peer", "dialer-1", "--cps", "NaN", "--ttl", "1h"}, "--cps must be a number > 0 (got NaN)"},
+		{[]string{"set", "peer", "dialer-1", "--cps", "5"}, "--ttl is required"},
+		{[]string{"set", "peers", "dialer-1", "--cps", "5", "--ttl", "1h"}, `scope must be peer, customer or carrier (got "peers")`},
+		{[]string{"rm", "carier", "a"}, `scope must be peer, customer or carrier (got "carier")`},
+	} {
+		r := cpsguard(t, nil, append([]string{"limit"}, append(tc.args, "--addr", "http://127.0.0.1:1")...)...)
+		if r.code != 2 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("limit %q: exit %d, stderr %q; want 2 and %q", tc.args, r.code, r.stderr, tc.want)
+		}
 	}
 }

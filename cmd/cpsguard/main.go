@@ -43,6 +43,15 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "help", "-h", "-help", "--help":
+		if len(args) > 1 && args[0] == "help" {
+			// `cpsguard help serve` is `cpsguard serve -h`.
+			if cmd, ok := commands[args[1]]; ok {
+				return cmd.run([]string{"-h"})
+			}
+			fmt.Fprintf(stderr, "cpsguard help: unknown command %q\n\n", args[1])
+			usage(stderr)
+			return exitUsage
+		}
 		usage(stdout)
 		return exitOK
 	case "--version", "-version", "-v":

@@ -206,10 +206,19 @@ func TestCheckExitCodes(t *testing.T) {
 // call it, under its own name (version said only "Usage of version:").
 func TestEveryCommandHelp(t *testing.T) {
 	for name := range commands {
-		r := cpsguard(t, nil, name, "-h")
-		if r.code != 0 || !strings.Contains(r.stdout+r.stderr, "cpsguard "+name) {
-			t.Errorf("%s -h: exit %d, want 0 and a usage naming \"cpsguard %s\":\n%s%s", name, r.code, name, r.stdout, r.stderr)
+		for _, args := range [][]string{{name, "-h"}, {"help", name}} {
+			r := cpsguard(t, nil, args...)
+			if r.code != 0 || !strings.Contains(r.stdout+r.stderr, "cpsguard "+name) {
+				t.Errorf("%q: exit %d, want 0 and a usage naming \"cpsguard %s\":\n%s%s", args, r.code, name, r.stdout, r.stderr)
+			}
 		}
+	}
+	if r := cpsguard(t, nil, "help", "nosuch"); r.code != exitUsage || !strings.Contains(r.stderr, `unknown command "nosuch"`) {
+		t.Errorf("help nosuch: exit %d, want %d and the unknown command named:\n%s", r.code, exitUsage, r.stderr)
+	}
+	// A command with flags of its own lists them (calls had only its text).
+	if r := cpsguard(t, nil, "calls", "-h"); r.code != 0 || !strings.Contains(r.stdout+r.stderr, "-peer") {
+		t.Errorf("calls -h: exit %d, want 0 and its flags:\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
 

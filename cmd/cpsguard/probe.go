@@ -38,6 +38,10 @@ func runProbe(args []string) int {
 		fmt.Fprintf(os.Stderr, "cpsguard probe: unexpected argument %q\n", fs.Arg(0))
 		return exitUsage
 	}
+	if *timeout <= 0 {
+		fmt.Fprintf(os.Stderr, "cpsguard probe: --timeout must be > 0 (got %v)\n", *timeout)
+		return exitUsage
+	}
 	base, err := node.url()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "cpsguard probe: %v\n", err)

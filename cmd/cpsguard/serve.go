@@ -49,7 +49,7 @@ func runServe(args []string) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	path := fs.String("config", configPathFlag(), "configuration `file` (also $CPSGUARD_CONFIG)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: cpsguard serve [--config FILE]\n\nRun cpsguard. SIGHUP or a change of FILE reloads the configuration;\nSIGINT or SIGTERM stops it.")
+		fmt.Fprintln(fs.Output(), "Usage: cpsguard serve [--config FILE]\n\nRun cpsguard. SIGHUP or a change of FILE reloads the configuration;\nSIGTERM or SIGINT drains it (new INVITEs get 503; calls in progress get\nsip.drain_grace to finish), then stops it.")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
