@@ -100,8 +100,9 @@
 // The rate a carrier is held to is limits.InForce's (its cps, or a live
 // override's): the pacing interval, the send gate and an adaptive
 // carrier's AIMD maximum all read it (LimitCPS, Pacing). When it changes,
-// the carrier's queue is respaced (respace.go): lowered, the calls already
-// waiting take a slot again at the new rate instead of reaching the carrier
+// the pacer is told (respace.go): every call of the node is paced and
+// gated at the new limit from then on, and when it was lowered the calls
+// already waiting take a slot again at it instead of reaching the carrier
 // at the old one for up to max_wait. The first call that sees the change
 // starts it; otherwise the next refresh does, and one that fails (the
 // store down) is tried again at each refresh and logged once.

@@ -108,10 +108,15 @@ func (s *Set) EffectiveCPS(name string) float64 {
 // its effective rate with its max_wait, and the send gate's key of the
 // carrier at the rate it is held to (LimitCPS).
 func (s *Set) Pacing(cfg *config.Config, car *config.Carrier) (pacing.Carrier, pacing.GateKey) {
+	pc, gate := s.pacingAndGate(cfg, car)
+	s.limits.saw(car.Name, gate.CPS)
+	return pc, gate
+}
+
+// pacingAndGate is Pacing without watching the limit.
+func (s *Set) pacingAndGate(cfg *config.Config, car *config.Carrier) (pacing.Carrier, pacing.GateKey) {
 	pc := policy.Of(cfg).Carrier(car)
-	limit := s.LimitCPS(car)
-	s.limits.saw(car.Name, limit)
-	return pc.Pacing(s.effectiveCPS(car)), pacing.GateKey{Key: pc.ID, CPS: limit}
+	return pc.Pacing(s.effectiveCPS(car)), pacing.GateKey{Key: pc.ID, CPS: s.LimitCPS(car)}
 }
 
 // OverloadAnswer reports whether a final answer of car (its status code

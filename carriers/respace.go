@@ -46,13 +46,13 @@ func (w *limitWatch) saw(name string, cps float64) {
 	}
 }
 
-// applyLimits respaces the queue of every carrier whose limit changed
-// since it was last applied: lowered, its slots still in the future are
-// removed (once for the pool) and this node's calls waiting on them take
-// one again at the new rate; raised, the calls reserved from now on are
-// spaced for it. A carrier new to this node is only remembered. A store
-// that fails leaves the change to the next refresh; its first failure is
-// logged.
+// applyLimits applies every carrier's limit (LimitCPS) that changed since
+// it was last applied, or is new to this node, to the pacer: its calls
+// are paced and gated at it from then on, whatever limit they started
+// with. A lowered limit also makes this node's calls already waiting take
+// a slot again at the new rate (their slots removed from the store). A
+// store that fails leaves the change to the next refresh; its first
+// failure is logged.
 func (s *Set) applyLimits(ctx context.Context, cfg *config.Config) {
 	w := s.limits
 	names := make(map[string]bool, len(cfg.Carriers))
@@ -66,23 +66,19 @@ func (s *Set) applyLimits(ctx context.Context, cfg *config.Config) {
 		if known && prev == limit {
 			continue
 		}
-		if !known || !(limit > 0) || !(prev > 0) {
-			w.mu.Lock()
-			w.seen[car.Name] = limit
-			delete(w.tried, car.Name)
-			w.mu.Unlock()
-			continue
-		}
-		before := prev // the rate its queue was spaced for
-		if car.Adaptive {
-			if r, ok := s.rates.get(car.Name); ok && r > 0 {
-				before = min(before, r)
+		lowered := false
+		if known {
+			before := prev // the rate its queue was spaced for
+			if car.Adaptive {
+				if r, ok := s.rates.get(car.Name); ok && r > 0 {
+					before = min(before, r)
+				}
 			}
+			lowered = s.effectiveCPS(car) < before
 		}
-		pc := s.pacingOf(cfg, car)
-		lowered := pc.CPS < before
+		pc, gate := s.pacingAndGate(cfg, car)
 		rctx, cancel := context.WithTimeout(ctx, storeBudget)
-		err := s.pacer.Respace(rctx, pc, lowered)
+		err := s.pacer.Respace(rctx, pc, gate, lowered)
 		cancel()
 		w.mu.Lock()
 		if err != nil {
@@ -90,16 +86,18 @@ func (s *Set) applyLimits(ctx context.Context, cfg *config.Config) {
 			w.tried[car.Name] = limit
 			w.mu.Unlock()
 			if first {
-				s.log.Warn("carrier limit changed; its queue could not be respaced, tried again", "carrier", car.Name,
-					"from_cps", prev, "to_cps", limit, "err", err)
+				s.log.Warn("carrier limit changed; its waiting calls keep their slots until the store answers (tried again)",
+					"carrier", car.Name, "from_cps", prev, "to_cps", limit, "err", err)
 			}
 			continue
 		}
 		w.seen[car.Name] = limit
 		delete(w.tried, car.Name)
 		w.mu.Unlock()
-		s.log.Info("carrier limit changed; its queue is respaced", "carrier", car.Name, "from_cps", prev, "to_cps", limit,
-			"paced_cps", pc.CPS, "waiting_calls_retake", lowered)
+		if known {
+			s.log.Info("carrier limit changed; its calls are paced at it from now on", "carrier", car.Name,
+				"from_cps", prev, "to_cps", limit, "paced_cps", pc.CPS, "waiting_calls_retake", lowered)
+		}
 	}
 	w.mu.Lock()
 	for n := range w.seen {

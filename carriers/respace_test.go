@@ -39,18 +39,19 @@ func (r *respacer) Paused(ctx context.Context, c pacing.Carrier) (pacing.Pause, 
 type respaced struct {
 	key     string
 	cps     float64
+	gate    float64
 	lowered bool
 }
 
-func (r *respacer) Respace(ctx context.Context, c pacing.Carrier, lowered bool) error {
+func (r *respacer) Respace(ctx context.Context, c pacing.Carrier, gate pacing.GateKey, lowered bool) error {
 	r.mu.Lock()
-	r.calls = append(r.calls, respaced{c.Key, c.CPS, lowered})
+	r.calls = append(r.calls, respaced{c.Key, c.CPS, gate.CPS, lowered})
 	fail := r.fail
 	r.mu.Unlock()
 	if fail {
 		return errors.New("store down")
 	}
-	return r.Pacer.Respace(ctx, c, lowered)
+	return r.Pacer.Respace(ctx, c, gate, lowered)
 }
 
 func (r *respacer) take() []respaced {
@@ -67,10 +68,11 @@ func respaceConfig(cps float64, adaptive bool) *config.Config {
 	}, Routes: map[string]config.Route{"default": config.OrderedRoute("a")}}
 }
 
-// TestApplyLimitsRespacesALoweredCarrier: a carrier's limit lowered by a
-// reload respaces its queue (the calls waiting take a slot again); a
-// raised one is applied without removing anything; an unchanged, new or
-// removed one costs no store call.
+// TestApplyLimitsRespacesALoweredCarrier: the carriers' limits reach the
+// pacer at start without a store call; one lowered by a reload makes the
+// calls waiting take a slot again; a raised one is applied without;
+// an unchanged one costs nothing; one removed and added again is applied
+// as new.
 func TestApplyLimitsRespacesALoweredCarrier(t *testing.T) {
 	var cur atomic.Pointer[config.Config]
 	cur.Store(respaceConfig(10, false))
@@ -82,35 +84,36 @@ func TestApplyLimitsRespacesALoweredCarrier(t *testing.T) {
 	}
 	ctx := context.Background()
 	key := s.pacingOf(cur.Load(), &cur.Load().Carriers[0]).Key
+	if got := p.take(); len(got) != 1 || got[0] != (respaced{key, 10, 10, false}) {
+		t.Fatalf("at start: %+v, want the limit applied, not lowered", got)
+	}
 	apply := func() []respaced { s.applyLimits(ctx, cur.Load()); return p.take() }
 
 	if got := apply(); len(got) != 0 {
-		t.Fatalf("unchanged limit: %+v, want no store call", got)
+		t.Fatalf("unchanged limit: %+v, want nothing", got)
 	}
 	cur.Store(respaceConfig(4, false))
-	if got := apply(); len(got) != 1 || got[0] != (respaced{key, 4, true}) {
+	if got := apply(); len(got) != 1 || got[0] != (respaced{key, 4, 4, true}) {
 		t.Fatalf("lowered 10 -> 4: %+v, want one lowered respace at 4", got)
 	}
-	if !strings.Contains(logs.String(), "its queue is respaced") {
-		t.Errorf("no log line for the respace: %s", logs.String())
+	if !strings.Contains(logs.String(), "its calls are paced at it from now on") {
+		t.Errorf("no log line for the change: %s", logs.String())
 	}
 	if got := apply(); len(got) != 0 {
 		t.Fatalf("applied again: %+v, want nothing", got)
 	}
 	cur.Store(respaceConfig(8, false))
-	if got := apply(); len(got) != 1 || got[0] != (respaced{key, 8, false}) {
+	if got := apply(); len(got) != 1 || got[0] != (respaced{key, 8, 8, false}) {
 		t.Fatalf("raised 4 -> 8: %+v, want one raise at 8", got)
 	}
 
-	// Removed, then added again at another rate: nothing of its queue was
-	// spaced here since.
 	cur.Store(&config.Config{Routes: map[string]config.Route{}})
 	if got := apply(); len(got) != 0 {
 		t.Fatalf("removed: %+v", got)
 	}
 	cur.Store(respaceConfig(2, false))
-	if got := apply(); len(got) != 0 {
-		t.Fatalf("added again: %+v, want nothing", got)
+	if got := apply(); len(got) != 1 || got[0] != (respaced{key, 2, 2, false}) {
+		t.Fatalf("added again at 2: %+v, want it applied, not lowered (nothing of it waits)", got)
 	}
 }
 
@@ -120,12 +123,16 @@ func TestApplyLimitsRespacesALoweredCarrier(t *testing.T) {
 func TestApplyLimitsRetriesAFailedRespace(t *testing.T) {
 	var cur atomic.Pointer[config.Config]
 	cur.Store(respaceConfig(10, false))
-	p := &respacer{Pacer: pacing.NewPacer(pacing.NewLocalSlots(nil)), fail: true}
+	p := &respacer{Pacer: pacing.NewPacer(pacing.NewLocalSlots(nil))}
 	var logs bytes.Buffer
 	s, err := New(Options{Config: cur.Load, Pacer: p, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
+	p.take() // the start's
+	p.mu.Lock()
+	p.fail = true
+	p.mu.Unlock()
 	cfg := respaceConfig(4, false)
 	cur.Store(cfg)
 	car := &cfg.Carriers[0]
@@ -141,7 +148,7 @@ func TestApplyLimitsRetriesAFailedRespace(t *testing.T) {
 	if got := p.take(); len(got) != 3 {
 		t.Fatalf("store down: %d respace calls over 3 refreshes, want 3", len(got))
 	}
-	if n := strings.Count(logs.String(), "could not be respaced"); n != 1 {
+	if n := strings.Count(logs.String(), "keep their slots until the store answers"); n != 1 {
 		t.Errorf("the failure was logged %d times, want once:\n%s", n, logs.String())
 	}
 	s.Pacing(cfg, car)
@@ -174,6 +181,7 @@ func TestApplyLimitsAdaptiveBelowTheNewLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	p.take() // the start's
 	s.rates.set("a", 3)
 	cur.Store(respaceConfig(5, true))
 	s.applyLimits(context.Background(), cur.Load())
@@ -203,6 +211,7 @@ func TestRunRespacesWhenACallSeesTheChange(t *testing.T) {
 	}
 	runSet(t, s, nil)
 	<-p.read // the loop's first pass is over: it now waits for its tick
+	p.take() // the start's
 	cfg := respaceConfig(4, false)
 	cur.Store(cfg)
 	s.Pacing(cfg, &cfg.Carriers[0])

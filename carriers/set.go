@@ -45,9 +45,10 @@ type Pacer interface {
 	// Adapt returns adaptive carrier c's effective rate, first decreasing
 	// it when overload (AIMD, pool-wide).
 	Adapt(ctx context.Context, c pacing.Carrier, a pacing.AIMD, overload bool) (pacing.Rate, error)
-	// Respace paces c at c.CPS from now on, its limit changed on this
-	// node; lowered, the calls already waiting take a slot again at it.
-	Respace(ctx context.Context, c pacing.Carrier, lowered bool) error
+	// Respace paces c at c.CPS, and gates it at gate.CPS, from now on:
+	// its limit changed on this node. Lowered, this node's calls already
+	// waiting take a slot again at it.
+	Respace(ctx context.Context, c pacing.Carrier, gate pacing.GateKey, lowered bool) error
 	// Queue reads c's slots: the calls waiting, the slots of the last
 	// second and the least wait of a call reserving now (least_wait
 	// routes).
@@ -159,7 +160,7 @@ func New(o Options) (*Set, error) {
 	s.health = newHealthTracker(o.Clock, s.onHealthChange)
 	if cfg := o.Config(); cfg != nil {
 		s.syncHealth(cfg)
-		s.applyLimits(context.Background(), cfg) // remembers them: nothing has a queue yet
+		s.applyLimits(context.Background(), cfg) // no store call: nothing waits yet
 		for i := range cfg.Carriers {
 			s.setInService(cfg.Carriers[i].Name)
 		}

@@ -16,7 +16,12 @@
 // and TCP, a flood of garbage and of INVITEs from unknown sources, an INVITE
 // larger than 1300 bytes over UDP, the bearer token of the write API, and a
 // live limit override set on one node that another node applies within a
-// second and drops on DELETE and at its TTL (override_test.go), and real
+// second and drops on DELETE and at its TTL (override_test.go); a
+// carrier's cps lowered by a reload or a live override while calls wait for
+// its slots (queue full or half full; one node, and a pool of two that
+// reload one after the other): from the change on the carrier gets the new
+// rate in every rolling second, not the old one for up to max_wait, and is
+// not starved (respace_test.go); and real
 // clients around a node: Kamailio (testdata/kamailio/kamailio.cfg) in front
 // of it, a transaction-aware SIPp caller behind Kamailio and a SIPp carrier
 // that copies Vias with [last_Via:] (interop_test.go); and baresip, a

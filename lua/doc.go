@@ -34,9 +34,9 @@
 //     overload answers, lately (two sorted sets beside its slot set);
 //   - rate.lua: an adaptive carrier's effective rate (AIMD), in milli-cps;
 //     a decrease removes the slots still in the future;
-//   - respace.lua: a carrier's limit changed on a node (reload, live
-//     override): lowered, the slots still in the future are removed, once
-//     for the pool (a hash beside the slot set remembers the interval);
+//   - respace.lua: a carrier's limit lowered on a node (reload, live
+//     override): the slots that node's waiting calls hold in the future
+//     are removed (theirs only: the other nodes do not know);
 //   - heartbeat.lua: node liveness, to count the live pool, the live
 //     nodes of a release that cannot read dialog tokens in opaque text,
 //     and other processes beating under the same node id (heartbeat.go);

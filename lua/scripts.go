@@ -735,52 +735,48 @@ func DecodeRate(v any, minM, maxM int64) (RateReply, error) {
 	return RateReply{RateM: a[0], NowUS: a[1], Cut: a[2] == 1, CutUS: a[3]}, nil
 }
 
-// RespaceKey is the hash respace.lua keeps a carrier's last respace in,
-// beside the carrier's slot set (same hash tag, so same Cluster slot).
-func RespaceKey(slotKey string) string { return slotKey + ":respace" }
-
 // RespaceReply is the decoded reply of respace.lua.
 type RespaceReply struct {
-	// CutUS is Redis TIME of the last respace, in µs (0: none
-	// remembered): a slot decided before it was spaced for another limit.
-	CutUS int64
-	// NowUS is Redis TIME at the call, in µs.
+	// NowUS is Redis TIME at the call, in µs: a slot decided before it was
+	// spaced for the old limit.
 	NowUS int64
-	// Cut reports that this call removed the future slots.
-	Cut bool
+	// Removed is the number of slots removed.
+	Removed int64
 }
 
-// Respace runs respace.lua on the carrier whose slot set is slotKey: its
-// limit changed on this node, and its slots are intervalUS apart from now
-// on. A lowered limit removes the slots still in the future, unless a node
-// of the pool already respaced them for this interval; a raised one only
-// records the interval. keepUS is how long the record lives.
-func Respace(ctx context.Context, c redis.Scripter, slotKey string, intervalUS int64, lowered bool, keepUS int64) (RespaceReply, error) {
-	key := RespaceKey(slotKey)
-	if intervalUS <= 0 || keepUS <= 0 {
-		return RespaceReply{}, fmt.Errorf("%w: respace %q: interval %dµs and keep %dµs must be > 0", ErrArgs, key, intervalUS, keepUS)
+// MaxRespaceMembers is the most members one respace.lua call is given; a
+// caller with more makes several calls.
+const MaxRespaceMembers = 1000
+
+// Respace runs respace.lua on the carrier whose slot set is slotKey: the
+// slots of members (a node's calls waiting for the carrier, at most
+// MaxRespaceMembers) still in the future are removed, its limit lowered.
+func Respace(ctx context.Context, c redis.Scripter, slotKey string, members []string) (RespaceReply, error) {
+	if len(members) > MaxRespaceMembers {
+		return RespaceReply{}, fmt.Errorf("%w: respace %q: %d members, at most %d a call", ErrArgs, slotKey, len(members), MaxRespaceMembers)
 	}
-	low := 0
-	if lowered {
-		low = 1
+	args := make([]any, len(members))
+	for i, m := range members {
+		args[i] = m
 	}
-	v, err := respaceScript.Run(ctx, c, []string{slotKey, key}, intervalUS, low, keepUS).Result()
+	v, err := respaceScript.Run(ctx, c, []string{slotKey}, args...).Result()
 	if err != nil {
 		return RespaceReply{}, err
 	}
-	return DecodeRespace(v)
+	return DecodeRespace(v, len(members))
 }
 
-// DecodeRespace decodes a respace.lua reply. It never panics.
-func DecodeRespace(v any) (RespaceReply, error) {
-	a, err := ints(v, 3, ScriptRespace)
+// DecodeRespace decodes a respace.lua reply for a call with n members. It
+// never panics.
+func DecodeRespace(v any, n int) (RespaceReply, error) {
+	a, err := ints(v, 2, ScriptRespace)
 	if err != nil {
 		return RespaceReply{}, err
 	}
-	if a[0] < 0 || a[1] < 0 || a[0] > a[1] || (a[2] != 0 && a[2] != 1) || (a[2] == 1 && a[0] != a[1]) {
-		return RespaceReply{}, fmt.Errorf("%w: respace: got %v, want a time of respace, a time and a 0/1 flag", ErrReply, a)
+	if a[0] < 0 || a[1] < 0 || a[1] > int64(n) {
+		return RespaceReply{}, fmt.Errorf("%w: respace: got %v, want a time and at most %d removed", ErrReply, a, n)
 	}
-	return RespaceReply{CutUS: a[0], NowUS: a[1], Cut: a[2] == 1}, nil
+	return RespaceReply{NowUS: a[0], Removed: a[1]}, nil
 }
 
 // DecodeRelease decodes a release.lua reply. It never panics.

@@ -157,6 +157,9 @@ func (p *Pacer) Acquire(ctx context.Context, c Carrier, member string, trace Tra
 	if first != nil && first.Asked.Before(start) {
 		start = first.Asked // MaxWait counts from the reservation
 	}
+	// A respace of this node removes the slots of the calls waiting here.
+	p.waiting.add(c.Key, member)
+	defer p.waiting.remove(c.Key, member)
 	if v := p.views.of(c.Key).pause; v.Paused && p.clock.Now().Before(v.Until) {
 		// Known paused: no store call, no slot (one made ahead is given back).
 		p.dropFirst(ctx, first)
@@ -183,9 +186,9 @@ func (p *Pacer) Acquire(ctx context.Context, c Carrier, member string, trace Tra
 		// again after a late wake must still fit in what is left of
 		// MaxWait.
 		try := c
-		if r := p.views.of(c.Key).rate; (tries > 0 || bookings > 0) && r > 0 {
-			// Taken again (or a booking turned into a slot): at the
-			// rate in force now.
+		if r := p.views.of(c.Key).rate; r > 0 {
+			// At the rate in force now: an adaptive carrier's, or a
+			// limit lowered since the call started (Respace).
 			try.CPS = min(c.CPS, r)
 		}
 		try.MaxWait = max(c.MaxWait-p.clock.Now().Sub(start), 0)

@@ -36,12 +36,16 @@ func (p *Pacer) FirstAsk(ctx context.Context, c Carrier, member string) (a Ask, 
 	if IsPriority(ctx) || ctx.Err() != nil {
 		return Ask{}, false
 	}
+	v := p.views.of(c.Key)
+	if v.rate > 0 {
+		c.CPS = min(c.CPS, v.rate) // the rate in force now, as Acquire reserves
+	}
 	interval := Interval(c.CPS)
 	if interval <= 0 {
 		return Ask{}, false
 	}
 	now := p.clock.Now()
-	if v := p.views.of(c.Key).pause; v.Paused && now.Before(v.Until) {
+	if v.pause.Paused && now.Before(v.pause.Until) {
 		return Ask{}, false
 	}
 	maxWait := c.MaxWait

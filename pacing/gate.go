@@ -3,7 +3,6 @@ package pacing
 import (
 	"context"
 	"errors"
-	"slices"
 	"sync"
 	"time"
 
@@ -30,6 +29,9 @@ import (
 type sendGate struct {
 	mu    sync.Mutex
 	rings map[string]*sendRing
+	// limits are the keys' limits in force (setLimit), which a call's own
+	// GateKey, taken when it started, may predate.
+	limits map[string]float64
 }
 
 // sendRing holds the last limit send times of one key. It grows with the
@@ -82,7 +84,29 @@ type gateTicket struct {
 }
 
 func newSendGate() *sendGate {
-	return &sendGate{rings: map[string]*sendRing{}}
+	return &sendGate{rings: map[string]*sendRing{}, limits: map[string]float64{}}
+}
+
+// setLimit makes k.CPS the limit of k.Key for every send from now on,
+// whatever limit the calls that pass carry (a reload or an override
+// changed it after they started). A changed limit starts a fresh
+// history: the carrier is held to the new one from the change on.
+func (g *sendGate) setLimit(k GateKey) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if old, ok := g.limits[k.Key]; ok && old == k.CPS {
+		return
+	}
+	g.limits[k.Key] = k.CPS
+	delete(g.rings, k.Key)
+}
+
+// inForce returns k with the limit in force for its key.
+func (g *sendGate) inForce(k GateKey) GateKey {
+	if cps, ok := g.limits[k.Key]; ok {
+		k.CPS = cps
+	}
+	return k
 }
 
 // gateSlack is how much shorter the gate's window is than the stores'.
@@ -101,34 +125,12 @@ func (g *sendGate) ring(k GateKey) *sendRing {
 	limit, window := admission.LimitFor(k.CPS)
 	window -= gateSlack
 	r := g.rings[k.Key]
-	switch {
-	case r == nil:
+	if r == nil || r.limit != limit || r.window != window {
+		// New key, or its limit changed: start a fresh history.
 		r = &sendRing{limit: limit, window: window}
-		g.rings[k.Key] = r
-	case r.limit != limit || r.window != window:
-		// Its limit changed (a reload, a live override), and the calls
-		// that started before the change still pass the old one: keep
-		// the sends already made, so that neither limit starts from an
-		// empty history each time the two alternate.
-		r = r.resized(limit, window)
 		g.rings[k.Key] = r
 	}
 	return r
-}
-
-// resized returns a ring of limit entries holding r's latest sends (up to
-// limit of them), oldest first.
-func (r *sendRing) resized(limit int, window time.Duration) *sendRing {
-	var at []time.Time
-	if len(r.at) < r.limit {
-		at = r.at
-	} else {
-		at = append(slices.Clone(r.at[r.next:]), r.at[:r.next]...)
-	}
-	if len(at) > limit {
-		at = at[len(at)-limit:]
-	}
-	return &sendRing{limit: limit, window: window, at: slices.Clip(slices.Clone(at))}
 }
 
 // reserve returns 0 and a ticket when a send now respects every key (and
@@ -139,7 +141,7 @@ func (g *sendGate) reserve(keys []GateKey, now time.Time) (time.Duration, gateTi
 	var wait time.Duration
 	rings := make([]*sendRing, 0, len(keys))
 	for _, k := range keys {
-		if k.CPS <= 0 {
+		if k = g.inForce(k); k.CPS <= 0 {
 			continue
 		}
 		r := g.ring(k)

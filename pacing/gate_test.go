@@ -190,37 +190,41 @@ func TestSendGateRingGrowsWithSends(t *testing.T) {
 	}
 }
 
-// TestSendGateKeepsSendsAcrossALimitChange: the calls that started before
-// a reload pass the gate with the old limit, the others with the new one;
-// each change keeps the latest sends, so the lowered limit holds at once
-// and the two alternating never empty the history.
-func TestSendGateKeepsSendsAcrossALimitChange(t *testing.T) {
+// TestSendGateHoldsTheLimitInForce: after a limit change (setLimit) every
+// send of the key is held to the new limit, the calls that started
+// before it too (their GateKey says the old one), so the two never
+// alternate; the new limit counts the sends from the change on. Setting
+// the same limit again keeps the history.
+func TestSendGateHoldsTheLimitInForce(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
 	window := time.Second + admission.WindowGuard - gateSlack
 	g := newSendGate()
 	old, lowered := []GateKey{{"carrier:a", 10}}, []GateKey{{"carrier:a", 4}}
-	for i := range 12 { // the ring wraps: 10 entries, the oldest at next
-		d, tk := g.reserve(old, ms(i*110))
-		if d != 0 {
+	send := func(keys []GateKey, at int) time.Duration {
+		d, tk := g.reserve(keys, ms(at))
+		if d == 0 {
+			g.sent(tk, ms(at))
+		}
+		return d
+	}
+	for i := range 5 {
+		if d := send(old, i*100); d != 0 {
 			t.Fatalf("old limit, send %d: wait %v", i, d)
 		}
-		g.sent(tk, ms(i*110))
 	}
-	// The ring holds 220..1210 ms; the lowered limit's last four are 880,
-	// 990, 1100 and 1210 ms.
-	if d, _ := g.reserve(lowered, ms(1250)); d != ms(880).Add(window).Sub(ms(1250)) {
-		t.Fatalf("lowered limit at 1250 ms: wait %v, want %v (until the send 4 back is a window old)", d, ms(880).Add(window).Sub(ms(1250)))
+	g.setLimit(lowered[0])
+	// From the change on, at most 4 in a window, whichever key a call has.
+	for i, keys := range [][]GateKey{old, lowered, old, lowered} {
+		if d := send(keys, 500+i*10); d != 0 {
+			t.Fatalf("send %d after the change: wait %v, want 0 (a fresh history)", i, d)
+		}
 	}
-	// A call that started before the change passes the old limit (the
-	// oldest of its ten, 220 ms, is a window old)...
-	d, tk := g.reserve(old, ms(1260))
-	if d != 0 {
-		t.Fatalf("old limit at 1260 ms: wait %v, want 0", d)
+	if d := send(old, 600); d != ms(500).Add(window).Sub(ms(600)) {
+		t.Errorf("a fifth send after the change, with the old key: wait %v, want %v", d, ms(500).Add(window).Sub(ms(600)))
 	}
-	g.sent(tk, ms(1260))
-	// ...and the lowered limit still counts it and the three before it.
-	if d, _ := g.reserve(lowered, ms(1270)); d != ms(990).Add(window).Sub(ms(1270)) {
-		t.Errorf("lowered limit after the alternation: wait %v, want %v (until the send 4 back, at 990 ms, is a window old)", d, ms(990).Add(window).Sub(ms(1270)))
+	g.setLimit(lowered[0]) // the same limit: the history stays
+	if d := send(lowered, 610); d == 0 {
+		t.Error("setting the same limit again emptied the history")
 	}
 }

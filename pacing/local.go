@@ -33,15 +33,6 @@ type LocalSlots struct {
 	pauses    map[string]*pauseState
 	evidence  map[string]*evidenceSets
 	fair      map[string]*fairState
-	respaced  map[string]*respaceState
-}
-
-// respaceState is one carrier's last respace (respace.lua's hash), on the
-// local clock.
-type respaceState struct {
-	interval time.Duration
-	at       time.Duration // of the last respace that removed slots; longAgo: none
-	expires  time.Duration
 }
 
 // pauseState is one carrier's pause (pause.lua's hash), on the local clock.
@@ -93,8 +84,7 @@ var _ SlotStore = (*LocalSlots)(nil)
 // Clock readings that go backwards are treated as the latest reading.
 func NewLocalSlots(clock func() time.Time) *LocalSlots {
 	return &LocalSlots{clock: monoclock.New(clock), sets: make(map[string]*slotSet), rates: make(map[string]*rateState),
-		pauses: make(map[string]*pauseState), evidence: make(map[string]*evidenceSets), fair: make(map[string]*fairState),
-		respaced: make(map[string]*respaceState)}
+		pauses: make(map[string]*pauseState), evidence: make(map[string]*evidenceSets), fair: make(map[string]*fairState)}
 }
 
 type slotEntry struct {
@@ -158,11 +148,7 @@ func (l *LocalSlots) sweep(now time.Duration) {
 			delete(l.fair, k)
 		}
 	}
-	for k, r := range l.respaced {
-		if r.expires <= now {
-			delete(l.respaced, k)
-		}
-	}
+
 }
 
 // dropFuture removes the slots after now (their holders must not send,
@@ -449,36 +435,20 @@ func (l *LocalSlots) Adapt(_ context.Context, key string, a AIMD, overload bool)
 	return r, nil
 }
 
-// Respace records key's new interval like respace.lua: a lowered limit
-// removes the slots still in the future unless they were respaced for
-// this interval already.
-func (l *LocalSlots) Respace(_ context.Context, key string, interval time.Duration, lowered bool) (time.Time, error) {
-	if interval <= 0 {
-		return time.Time{}, errInterval(key, interval)
-	}
+// Respace removes the slots of members still in the future, like
+// respace.lua.
+func (l *LocalSlots) Respace(_ context.Context, key string, members []string) (time.Time, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
-	l.sweep(now)
-	r := l.respaced[key]
-	if r == nil {
-		r = &respaceState{at: longAgo}
-		l.respaced[key] = r
-	}
-	switch {
-	case r.interval == interval:
-	case !lowered:
-		r.interval, r.expires = interval, now+RespaceKeep
-	default:
-		if s := l.sets[key]; s != nil {
-			s.dropFuture(now)
+	if s := l.sets[key]; s != nil {
+		for _, m := range members {
+			if at, ok := s.members[m]; ok && at > now {
+				s.remove(m, at)
+			}
 		}
-		r.interval, r.at, r.expires = interval, now, now+RespaceKeep
 	}
-	if r.at == longAgo {
-		return time.Time{}, nil
-	}
-	return l.clock.Time(r.at), nil
+	return l.clock.Time(now), nil
 }
 
 // Release removes member's slot or booking, giving its share the turn
@@ -491,10 +461,14 @@ func (l *LocalSlots) Release(_ context.Context, key, member string) error {
 	if s == nil {
 		return nil
 	}
-	at, ok := s.members[member]
-	if !ok {
-		return nil
+	if at, ok := s.members[member]; ok {
+		s.remove(member, at)
 	}
+	return nil
+}
+
+// remove removes member's slot, at at.
+func (s *slotSet) remove(member string, at time.Duration) {
 	delete(s.members, member)
 	// Slots are strictly increasing in time, so at finds the one slot.
 	if i, found := slices.BinarySearchFunc(s.slots, at, func(e slotEntry, t time.Duration) int {
@@ -502,7 +476,6 @@ func (l *LocalSlots) Release(_ context.Context, key, member string) error {
 	}); found && s.slots[i].member == member {
 		s.slots = slices.Delete(s.slots, i, i+1)
 	}
-	return nil
 }
 
 // Queue reports the slots still in the future, those of the last second, and

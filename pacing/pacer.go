@@ -27,6 +27,8 @@ type Pacer struct {
 	gate *sendGate
 	// views is what this node knows of each carrier's pause and rate cuts.
 	views views
+	// waiting are this node's calls inside Acquire, by carrier (respace.go).
+	waiting waitingCalls
 }
 
 // NewPacer returns a Pacer on store that reads and waits on SystemClock.

@@ -135,21 +135,14 @@ type SlotStore interface {
 	Adapt(ctx context.Context, key string, a AIMD, overload bool) (Rate, error)
 	// Queue reports the state of a carrier's slots (see QueueState).
 	Queue(ctx context.Context, key string, interval time.Duration) (QueueState, error)
-	// Respace records that the carrier whose slot set is key has slots
-	// interval apart from now on: its limit changed on this node (a
-	// reload, a live override). lowered removes the slots still in the
-	// future, as an adaptive decrease does (their holders take one again
-	// at the new interval, see Acquire), unless a node of the pool
-	// already respaced them for this interval (RespaceKeep ago at most);
-	// a raised limit removes nothing. It returns the store's time of the
-	// last respace that removed slots (zero: none remembered).
-	Respace(ctx context.Context, key string, interval time.Duration, lowered bool) (time.Time, error)
+	// Respace removes the slots of members (this node's calls waiting for
+	// the carrier whose slot set is key) still in the future: the
+	// carrier's limit was lowered on this node and they were spaced for
+	// the old one (their holders take one again at the new interval, see
+	// Acquire). Slots due already, and every other member's, stay. It
+	// returns the store's time of the removal.
+	Respace(ctx context.Context, key string, members []string) (time.Time, error)
 }
-
-// RespaceKeep is how long a store remembers a carrier's last respace, so
-// that every node of a pool applying the same change (each at its own
-// reload) respaces the carrier's queue once, not once per node.
-const RespaceKeep = 10 * time.Minute
 
 // Pause is a carrier's Retry-After pause, pool-wide: while its span runs
 // no call gets a slot; after it the carrier is half-open (one probe call,

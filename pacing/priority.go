@@ -103,7 +103,7 @@ func (g *sendGate) pass(keys []GateKey, now time.Time) gateTicket {
 	defer g.mu.Unlock()
 	t := gateTicket{rings: make([]*sendRing, 0, len(keys))}
 	for _, k := range keys {
-		if k.CPS <= 0 {
+		if k = g.inForce(k); k.CPS <= 0 {
 			continue
 		}
 		r := g.ring(k)

@@ -194,23 +194,24 @@ func (s *RedisSlots) Adapt(ctx context.Context, key string, a AIMD, overload boo
 	return rate, nil
 }
 
-// Respace runs respace.lua on the carrier's slot set.
-func (s *RedisSlots) Respace(ctx context.Context, key string, interval time.Duration, lowered bool) (time.Time, error) {
-	if interval <= 0 {
-		return time.Time{}, errInterval(key, interval)
+// Respace runs respace.lua on the carrier's slot set, lua.MaxRespaceMembers
+// members a call; the time is the last call's.
+func (s *RedisSlots) Respace(ctx context.Context, key string, members []string) (time.Time, error) {
+	var at time.Time
+	for first := true; first || len(members) > 0; first = false {
+		chunk := members[:min(len(members), lua.MaxRespaceMembers)]
+		members = members[len(chunk):]
+		var r lua.RespaceReply
+		err := s.run.Run(ctx, lua.ScriptRespace, func(ctx context.Context, sc redis.Scripter) (err error) {
+			r, err = lua.Respace(ctx, sc, key, chunk)
+			return err
+		})
+		if err != nil {
+			return time.Time{}, fmt.Errorf("pacing: slot set %q: %w", key, err)
+		}
+		at = lua.Time(r.NowUS)
 	}
-	var r lua.RespaceReply
-	err := s.run.Run(ctx, lua.ScriptRespace, func(ctx context.Context, sc redis.Scripter) (err error) {
-		r, err = lua.Respace(ctx, sc, key, lua.Micros(interval), lowered, lua.Micros(RespaceKeep))
-		return err
-	})
-	if err != nil {
-		return time.Time{}, fmt.Errorf("pacing: slot set %q: %w", key, err)
-	}
-	if r.CutUS == 0 {
-		return time.Time{}, nil
-	}
-	return lua.Time(r.CutUS), nil
+	return at, nil
 }
 
 // Queue runs queue.lua (no writes).

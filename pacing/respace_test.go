@@ -5,94 +5,44 @@ import (
 	"fmt"
 	"testing"
 	"time"
-
-	"github.com/cpsguard/cpsguard/lua"
 )
 
-// TestRespaceRemovesFutureSlotsOnce: a lowered limit removes the slots
-// still in the future (spaced for the old rate), once for the pool: a
-// second node applying the same change learns the first one's time and
-// removes nothing, not even the slots reserved since at the new rate. A
-// raised limit removes nothing; lowering it again respaces again.
-func TestRespaceRemovesFutureSlotsOnce(t *testing.T) {
+// TestRespaceRemovesTheMembersFutureSlots: a lowered limit removes the
+// slots of the node's waiting calls still in the future; a slot due
+// already, and every other member's (another node's calls, which do not
+// know), stay. The store's time of the removal comes after every slot
+// decided before it.
+func TestRespaceRemovesTheMembersFutureSlots(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend, key string) {
 		ctx := context.Background()
-		old, lower := Interval(10), Interval(4)
 		var last Slot
-		for i := range 3 {
-			last = reserve(t, b.store, key, fmt.Sprintf("old-%d", i), old, 5*time.Second)
+		for i := range 4 {
+			last = reserve(t, b.store, key, fmt.Sprintf("call-%d", i), Interval(10), 5*time.Second)
 		}
-		at, err := b.store.Respace(ctx, key, lower, true)
+		// call-0's slot is now; call-3 is another node's.
+		at, err := b.store.Respace(ctx, key, []string{"call-0", "call-1", "call-2", "unknown"})
 		if err != nil || at.IsZero() || at.Before(last.At) {
-			t.Fatalf("Respace = %v, %v; want a respace after the last reservation (%v)", at, err, last.At)
+			t.Fatalf("Respace = %v, %v; want a time after the last reservation (%v)", at, err, last.At)
 		}
-		for i, want := range []bool{true, false, false} {
-			if got := b.held(key, fmt.Sprintf("old-%d", i)); got != want {
-				t.Errorf("old-%d held %v after the respace, want %v (only the slot due now stays)", i, got, want)
+		for i, want := range []bool{true, false, false, true} {
+			if got := b.held(key, fmt.Sprintf("call-%d", i)); got != want {
+				t.Errorf("call-%d held %v after the respace, want %v", i, got, want)
 			}
 		}
-		if b.advance != nil {
-			b.advance(time.Millisecond)
+		// Many members: more than one script call's worth on Redis.
+		many := make([]string, 2500)
+		for i := range many {
+			many[i] = fmt.Sprintf("m-%d", i)
 		}
-		reserve(t, b.store, key, "new-0", lower, 5*time.Second)
-		reserve(t, b.store, key, "new-1", lower, 5*time.Second)
-
-		// Another node of the pool applies the same change.
-		at2, err := b.store.Respace(ctx, key, lower, true)
-		if err != nil || !at2.Equal(at) {
-			t.Fatalf("second Respace = %v, %v; want the first one's time %v", at2, err, at)
-		}
-		if !b.held(key, "new-1") {
-			t.Error("the second node's respace removed a slot reserved at the new interval")
-		}
-
-		// Raised: nothing removed, the time of the last respace kept.
-		at3, err := b.store.Respace(ctx, key, old, false)
-		if err != nil || !at3.Equal(at) || !b.held(key, "new-1") {
-			t.Fatalf("raise: Respace = %v, %v (new-1 held %v); want %v and nothing removed", at3, err, b.held(key, "new-1"), at)
-		}
-		// Lowered again to the interval of the first respace.
-		if b.advance != nil {
-			b.advance(time.Millisecond)
-		}
-		at4, err := b.store.Respace(ctx, key, lower, true)
-		if err != nil || !at4.After(at) {
-			t.Fatalf("lowered again: Respace = %v, %v; want a new respace after %v", at4, err, at)
-		}
-		if b.held(key, "new-1") {
-			t.Error("lowered again: new-1's future slot is still held")
-		}
-
-		if _, err := b.store.Respace(ctx, key, 0, true); err == nil {
-			t.Error("Respace with interval 0 accepted")
-		}
-	})
-}
-
-// TestRespaceRecordExpires: the record of a respace is a bounded entry
-// per carrier that expires (RespaceKeep), on both stores.
-func TestRespaceRecordExpires(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b backend, key string) {
-		if _, err := b.store.Respace(context.Background(), key, Interval(4), true); err != nil {
+		many[2400] = "call-3"
+		if _, err := b.store.Respace(ctx, key, many); err != nil {
 			t.Fatal(err)
 		}
-		if b.ttl != nil {
-			if d := b.ttl(lua.RespaceKey(key)); d <= 0 || d > RespaceKeep {
-				t.Errorf("the respace record's TTL is %v, want in (0, %v]", d, RespaceKeep)
-			}
-			return
+		if b.held(key, "call-3") {
+			t.Error("call-3, member 2,400 of 2,500, still holds its future slot")
 		}
-		l, ok := b.store.(*LocalSlots)
-		if !ok || b.advance == nil {
-			t.Fatalf("backend %s: neither a TTL nor an in-process store on a fake clock", b.name)
-		}
-		b.advance(RespaceKeep + sweepEvery + time.Second)
-		l.mu.Lock()
-		l.sweep(l.now())
-		n := len(l.respaced)
-		l.mu.Unlock()
-		if n != 0 {
-			t.Errorf("%d respace records left after RespaceKeep", n)
+		if _, err := b.store.Respace(ctx, key, nil); err != nil {
+			t.Errorf("Respace with no member: %v", err)
 		}
 	})
 }
@@ -100,11 +50,13 @@ func TestRespaceRecordExpires(t *testing.T) {
 // TestAcquireRetakesASlotAfterARespace: calls hold slots spaced for 10
 // CPS when the carrier's limit is lowered to 4 (a reload); a call waking
 // on such a slot does not send on it but takes one at the new rate,
-// though it was asked with the old Carrier.
+// though it was asked with the old Carrier, and the send gate holds it to
+// the new limit though its GateKey says the old one.
 func TestAcquireRetakesASlotAfterARespace(t *testing.T) {
 	p, store, clock := pacerOnLocal()
 	ctx := context.Background()
 	c := Carrier{Key: "t:{carrier:a}", CPS: 10, MaxWait: 5 * time.Second}
+	oldGate := GateKey{Key: "carrier:a", CPS: 10}
 	if _, err := store.Reserve(ctx, c.Key, "first", Share{}, Interval(c.CPS), c.MaxWait); err != nil {
 		t.Fatal(err)
 	}
@@ -116,10 +68,10 @@ func TestAcquireRetakesASlotAfterARespace(t *testing.T) {
 			done = true
 			lowered := c
 			lowered.CPS = 4
-			respaceErr = p.Respace(ctx, lowered, true)
+			respaceErr = p.Respace(ctx, lowered, GateKey{Key: "carrier:a", CPS: 4}, true)
 		}
 	}}
-	tk, err := p.Acquire(ctx, c, "second", trace)
+	tk, err := p.Acquire(ctx, c, "second", trace, oldGate)
 	if respaceErr != nil {
 		t.Fatal(respaceErr)
 	}
@@ -131,13 +83,69 @@ func TestAcquireRetakesASlotAfterARespace(t *testing.T) {
 	if got, want := clock.Now().Sub(start), Interval(4); got != want {
 		t.Errorf("the call went %v after it started, want %v (one interval at the new rate)", got, want)
 	}
+	tk.Sent(clock.Now())
 
-	// Raised back: a call that started at 4 and takes a slot again is
-	// not held below its own rate, and nothing is removed.
-	if err := p.Respace(ctx, Carrier{Key: c.Key, CPS: 10, MaxWait: c.MaxWait}, false); err != nil {
+	// A call that started before the change (its Carrier and GateKey say
+	// 10) reserves at 4 from the start, and the gate counts it at 4.
+	tk2, err := p.Acquire(ctx, c, "third", nil, oldGate)
+	if err != nil || !tk2.OK {
+		t.Fatalf("third Acquire = %+v, %v", tk2, err)
+	}
+	if got, want := clock.Now().Sub(start), 2*Interval(4); got != want {
+		t.Errorf("the third call went %v after the start, want %v (two intervals at the new rate)", got, want)
+	}
+	p.gate.mu.Lock()
+	r := p.gate.rings["carrier:a"]
+	p.gate.mu.Unlock()
+	if r == nil || r.limit != 4 {
+		t.Fatalf("the gate's ring for carrier:a: %+v, want limit 4 (the one in force, not the call's 10)", r)
+	}
+
+	// Raised back: no store call, calls reserve at the new rate.
+	if err := p.Respace(ctx, Carrier{Key: c.Key, CPS: 10, MaxWait: c.MaxWait}, oldGate, false); err != nil {
 		t.Fatal(err)
 	}
 	if v := p.views.of(c.Key); v.rate != 10 {
 		t.Errorf("after the raise the view's rate is %v, want 10", v.rate)
+	}
+}
+
+// TestAcquireRegistersItsCall: a call is among the node's waiting calls
+// while it is inside Acquire, and only then.
+func TestAcquireRegistersItsCall(t *testing.T) {
+	p, _, _ := pacerOnLocal()
+	c := Carrier{Key: "t:{carrier:a}", CPS: 10, MaxWait: 5 * time.Second}
+	var during []string
+	trace := &Trace{Queued: func(d int) {
+		if d > 0 {
+			during = p.waiting.members(c.Key)
+		}
+	}}
+	if _, err := p.Acquire(context.Background(), c, "x", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Acquire(context.Background(), c, "y", trace); err != nil {
+		t.Fatal(err)
+	}
+	if len(during) != 1 || during[0] != "y" {
+		t.Errorf("waiting while y waited: %q, want [y]", during)
+	}
+	if got := p.waiting.members(c.Key); len(got) != 0 {
+		t.Errorf("waiting after both sent: %q, want none", got)
+	}
+}
+
+// TestFirstAskAtTheRateInForce: the reservation made ahead of Acquire
+// (admission and the first slot in one store call) is spaced for the
+// limit in force, not the one the call started with.
+func TestFirstAskAtTheRateInForce(t *testing.T) {
+	p, _, _ := pacerOnLocal()
+	c := Carrier{Key: "t:{carrier:a}", CPS: 10, MaxWait: time.Second}
+	if err := p.Respace(context.Background(), Carrier{Key: c.Key, CPS: 4, MaxWait: c.MaxWait}, GateKey{Key: "carrier:a", CPS: 4}, true); err != nil {
+		t.Fatal(err)
+	}
+	a, ok := p.FirstAsk(context.Background(), c, "m")
+	if !ok || a.Interval != Interval(4) {
+		t.Errorf("FirstAsk = %+v, %v; want the interval of 4 cps (%v)", a, ok, Interval(4))
 	}
 }

@@ -214,8 +214,8 @@ func (fakeSlots) Queue(context.Context, string, time.Duration) (pacing.QueueStat
 	return pacing.QueueState{}, errFakeSlots
 }
 
-func (s fakeSlots) Respace(ctx context.Context, key string, interval time.Duration, lowered bool) (time.Time, error) {
-	return s.f.local.Respace(ctx, key, interval, lowered)
+func (s fakeSlots) Respace(ctx context.Context, key string, members []string) (time.Time, error) {
+	return s.f.local.Respace(ctx, key, members)
 }
 
 // Pause records the span and pauses the carrier in the fake's LocalSlots
@@ -277,8 +277,8 @@ func (f *fakePacer) Adapt(_ context.Context, c pacing.Carrier, a pacing.AIMD, ov
 	return pacing.Rate{CPS: r, Cut: overload}, nil
 }
 
-func (f *fakePacer) Respace(ctx context.Context, c pacing.Carrier, lowered bool) error {
-	return f.init().Respace(ctx, c, lowered)
+func (f *fakePacer) Respace(ctx context.Context, c pacing.Carrier, gate pacing.GateKey, lowered bool) error {
+	return f.init().Respace(ctx, c, gate, lowered)
 }
 
 func (f *fakePacer) counts() (reserved, released int) {

@@ -497,11 +497,11 @@ func (f *Failover) Adapt(ctx context.Context, key string, a pacing.AIMD, overloa
 	return f.o.LocalSlots.Adapt(ctx, key, a, overload)
 }
 
-// Respace implements pacing.SlotStore: the pool's queue on Redis; in
-// fallback, this node's own.
-func (f *Failover) Respace(ctx context.Context, key string, interval time.Duration, lowered bool) (time.Time, error) {
+// Respace implements pacing.SlotStore: the slots in Redis; in fallback,
+// this node's own.
+func (f *Failover) Respace(ctx context.Context, key string, members []string) (time.Time, error) {
 	if f.redisFor(ctx) {
-		t, err := f.o.RedisSlots.Respace(ctx, key, interval, lowered)
+		t, err := f.o.RedisSlots.Respace(ctx, key, members)
 		if err == nil {
 			f.ok()
 			return t, nil
@@ -514,7 +514,7 @@ func (f *Failover) Respace(ctx context.Context, key string, interval time.Durati
 	if f.o.Policy == PolicyReject && f.o.Redis != nil {
 		return time.Time{}, ErrStoreDown
 	}
-	return f.o.LocalSlots.Respace(ctx, key, interval, lowered)
+	return f.o.LocalSlots.Respace(ctx, key, members)
 }
 
 // Queue implements pacing.SlotStore. Like Counts it is a read for
