@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -150,11 +151,51 @@ func (s *server) limitsChange(w http.ResponseWriter, r *http.Request) {
 	s.limitSet(w, r, cfg, scope, name)
 }
 
+// repeatedKey returns a key the top-level JSON object data gives twice,
+// compared without case as encoding/json matches fields, or "" (none, or
+// not an object: the decoder says what is wrong).
+func repeatedKey(data []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return ""
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		k, ok := t.(string)
+		if !ok {
+			return ""
+		}
+		low := strings.ToLower(k)
+		if seen[low] {
+			return k
+		}
+		seen[low] = true
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return ""
+		}
+	}
+	return ""
+}
+
 // parseLimit decodes and validates a PUT body against the configured
 // limits of scope's name: every problem at once, each naming its field.
 func parseLimit(body io.Reader, scope string) (LimitRequest, time.Duration, []string) {
 	var req LimitRequest
-	dec := json.NewDecoder(io.LimitReader(body, maxLimitBody))
+	data, err := io.ReadAll(io.LimitReader(body, maxLimitBody))
+	if err != nil {
+		return req, 0, []string{"body: " + err.Error()}
+	}
+	if k := repeatedKey(data); k != "" {
+		// encoding/json keeps the last of two keys, in any case: a body
+		// that says two things is refused, not read as the last one.
+		return req, 0, []string{fmt.Sprintf("body: the key %q is given twice (keys are not case-sensitive)", k)}
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
 		msg := err.Error()
@@ -164,6 +205,9 @@ func parseLimit(body io.Reader, scope string) (LimitRequest, time.Duration, []st
 			return req, 0, []string{"max_calls: not supported by this version (cps, burst and ttl are)"}
 		}
 		return req, 0, []string{"body: want JSON {\"cps\": 20, \"ttl\": \"1h\"}: " + strings.TrimPrefix(msg, "json: ")}
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return req, 0, []string{"body: want one JSON object, and nothing after it"}
 	}
 	var errs []string
 	switch {
@@ -179,8 +223,8 @@ func parseLimit(body io.Reader, scope string) (LimitRequest, time.Duration, []st
 		errs = append(errs, `ttl: required (a duration such as "90s", "1h"; at most `+fmtTTL(limits.MaxTTL)+")")
 	} else if d, err := parseTTL(req.TTL); err != nil {
 		errs = append(errs, fmt.Sprintf("ttl: %q is not a duration (e.g. \"30m\", \"1h\", \"7d\")", req.TTL))
-	} else if d <= 0 {
-		errs = append(errs, fmt.Sprintf("ttl: must be > 0 (got %s)", req.TTL))
+	} else if d < limits.MinTTL {
+		errs = append(errs, fmt.Sprintf("ttl: must be at least %s (got %s): every node must have time to see it", limits.MinTTL, req.TTL))
 	} else if d > limits.MaxTTL {
 		errs = append(errs, fmt.Sprintf("ttl: must be at most %s (got %s); a lasting limit belongs in the configuration", fmtTTL(limits.MaxTTL), req.TTL))
 	} else {

@@ -26,6 +26,11 @@ const (
 	ScopeRepeatDial = "repeat_dial"
 )
 
+// MinTTL is the shortest an override may live: each node reads the pool's
+// overrides every 250 ms, and one that ends before they all have seen it
+// would apply on some nodes only.
+const MinTTL = time.Second
+
 // MaxTTL is the longest an override may live. An override is for an
 // incident or a campaign; a lasting limit belongs in the configuration.
 const MaxTTL = 30 * 24 * time.Hour
