@@ -35,6 +35,10 @@ func Warnings(c *Config) []string {
 			add(fmt.Sprintf("carriers[%d].overload", i), "set without adaptive: true, so it does nothing "+
 				"(a 503 or 500 with Retry-After pauses any carrier; only an adaptive carrier's overload answers lower its cps)")
 		}
+		if car.MaxWait == 0 {
+			add(fmt.Sprintf("carriers[%d].max_wait", i), "0s (the default): a call that would wait at all for one of "+
+				"its slots goes to the next carrier of its route, or gets 503; set how long a call may wait, e.g. 2s")
+		}
 		if car.MaxWait > LongestWaitBucket {
 			add(fmt.Sprintf("carriers[%d].max_wait", i), "%s is beyond the wait histogram's last bucket (%s): "+
 				"longer waits show only as +Inf in cpsguard_pacing_wait_seconds", car.MaxWait, LongestWaitBucket)

@@ -12,6 +12,7 @@ func TestWarnings(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		c.Carriers[0].MaxWait = 2 * time.Second // its own warning below
 		return c
 	}
 	if w := Warnings(base()); len(w) != 0 {
@@ -67,8 +68,9 @@ func TestWarnings(t *testing.T) {
 		{"shadow", func(c *Config) { c.Shadow = true }, "shadow: true: limits are counted"},
 		{"debug log", func(c *Config) { c.Log.Level = "debug" }, "log.level: debug writes several lines per call"},
 		{"carrier in no route", func(c *Config) {
-			c.Carriers = append(c.Carriers, Carrier{Name: "carrier-z", URI: "sip:127.0.0.1:5099", CPS: 1})
+			c.Carriers = append(c.Carriers, Carrier{Name: "carrier-z", URI: "sip:127.0.0.1:5099", CPS: 1, MaxWait: time.Second})
 		}, "carriers[1]: carrier-z is in no route: it never gets a call"},
+		{"no max_wait", func(c *Config) { c.Carriers[0].MaxWait = 0 }, "carriers[0].max_wait: 0s (the default): a call that would wait at all"},
 		{"customer no peer names", func(c *Config) {
 			c.Customers = append(c.Customers, Customer{Name: "ghost", CPS: 5})
 		}, "customers[0]: ghost is no peer's customer nor in any peer's customers"},
