@@ -148,7 +148,6 @@ func (l *LocalSlots) sweep(now time.Duration) {
 			delete(l.fair, k)
 		}
 	}
-
 }
 
 // dropFuture removes the slots after now (their holders must not send,
