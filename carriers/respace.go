@@ -7,37 +7,44 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 )
 
-// limitWatch remembers the limit (LimitCPS) each carrier's queue was last
-// paced for on this node, so that a reload or a live override that
-// changes it respaces the queue (Set.applyLimits) instead of letting the
-// calls already waiting reach the carrier at the old rate for up to
+// limitWatch remembers the limit (LimitCPS) each carrier's calls were
+// last paced for on this node, so that a reload or a live override that
+// changes it reaches the pacer (Set.applyLimits): otherwise the calls
+// already waiting would reach the carrier at the old rate for up to
 // max_wait. Its map holds one entry per configured carrier.
 type limitWatch struct {
 	mu sync.RWMutex
-	// seen is the limit applied last, by carrier name.
-	seen map[string]float64
-	// tried is a changed limit whose respace failed, by carrier name: the
-	// refresh tries it again; a call that sees it does not kick again.
-	tried map[string]float64
+	// seen is what was applied last, by carrier name.
+	seen map[string]applied
 	// kick wakes the refresh loop (buffered 1): a call found a carrier's
 	// limit changed.
 	kick chan struct{}
 }
 
+// applied is what the pacer was last told of one carrier.
+type applied struct {
+	// limit is its LimitCPS, adaptive whether it was adaptive.
+	limit    float64
+	adaptive bool
+	// owed is a lowering whose removal of the waiting calls' slots failed
+	// (the store): each refresh tries it again. The pacer paces at the
+	// new limit meanwhile.
+	owed bool
+}
+
 func newLimitWatch() *limitWatch {
-	return &limitWatch{seen: map[string]float64{}, tried: map[string]float64{}, kick: make(chan struct{}, 1)}
+	return &limitWatch{seen: map[string]applied{}, kick: make(chan struct{}, 1)}
 }
 
 // saw is called with the limit a call is paced for now: a change not yet
-// applied wakes the refresh loop, so the queue is respaced within a store
+// applied wakes the refresh loop, so it reaches the pacer within a store
 // round trip of the first call that sees it. One read lock and a map
 // lookup.
 func (w *limitWatch) saw(name string, cps float64) {
 	w.mu.RLock()
-	v, ok := w.seen[name]
-	t, failed := w.tried[name]
+	a, ok := w.seen[name]
 	w.mu.RUnlock()
-	if !ok || v == cps || (failed && t == cps) {
+	if !ok || a.limit == cps {
 		return
 	}
 	select {
@@ -46,13 +53,14 @@ func (w *limitWatch) saw(name string, cps float64) {
 	}
 }
 
-// applyLimits applies every carrier's limit (LimitCPS) that changed since
-// it was last applied, or is new to this node, to the pacer: its calls
-// are paced and gated at it from then on, whatever limit they started
-// with. A lowered limit also makes this node's calls already waiting take
-// a slot again at the new rate (their slots removed from the store). A
-// store that fails leaves the change to the next refresh; its first
-// failure is logged.
+// applyLimits tells the pacer every carrier's limit (LimitCPS) that
+// changed since it was last applied, or whose adaptive setting did, or
+// that is new to this node: its calls are paced and gated at it from then
+// on, whatever limit they started with. A lowered limit also makes this
+// node's calls already holding a slot take one again at the new rate
+// (their slots removed from the store); when the store fails that part
+// is owed, tried again at each refresh (the first failure is logged),
+// and forgotten if the limit goes back up meanwhile.
 func (s *Set) applyLimits(ctx context.Context, cfg *config.Config) {
 	w := s.limits
 	names := make(map[string]bool, len(cfg.Carriers))
@@ -63,13 +71,14 @@ func (s *Set) applyLimits(ctx context.Context, cfg *config.Config) {
 		w.mu.RLock()
 		prev, known := w.seen[car.Name]
 		w.mu.RUnlock()
-		if known && prev == limit {
+		changed := !known || prev.limit != limit || prev.adaptive != car.Adaptive
+		if !changed && !prev.owed {
 			continue
 		}
-		lowered := false
-		if known {
-			before := prev // the rate its queue was spaced for
-			if car.Adaptive {
+		lowered := prev.owed // a lowering whose removal failed
+		if known && changed {
+			before := prev.limit // the rate its calls were spaced for
+			if prev.adaptive {
 				if r, ok := s.rates.get(car.Name); ok && r > 0 {
 					before = min(before, r)
 				}
@@ -81,29 +90,25 @@ func (s *Set) applyLimits(ctx context.Context, cfg *config.Config) {
 		err := s.pacer.Respace(rctx, pc, gate, lowered)
 		cancel()
 		w.mu.Lock()
-		if err != nil {
-			first := w.tried[car.Name] != limit
-			w.tried[car.Name] = limit
-			w.mu.Unlock()
-			if first {
-				s.log.Warn("carrier limit changed; its waiting calls keep their slots until the store answers (tried again)",
-					"carrier", car.Name, "from_cps", prev, "to_cps", limit, "err", err)
-			}
-			continue
-		}
-		w.seen[car.Name] = limit
-		delete(w.tried, car.Name)
+		// Paced and gated at the new limit even when the store failed.
+		w.seen[car.Name] = applied{limit: limit, adaptive: car.Adaptive, owed: err != nil}
 		w.mu.Unlock()
-		if known {
+		switch {
+		case err != nil && !prev.owed:
+			s.log.Warn("carrier limit lowered; the calls already waiting keep their slots until the store answers (tried again)",
+				"carrier", car.Name, "from_cps", prev.limit, "to_cps", limit, "err", err)
+		case err == nil && known && changed:
 			s.log.Info("carrier limit changed; its calls are paced at it from now on", "carrier", car.Name,
-				"from_cps", prev, "to_cps", limit, "paced_cps", pc.CPS, "waiting_calls_retake", lowered)
+				"from_cps", prev.limit, "to_cps", limit, "paced_cps", pc.CPS, "waiting_calls_retake", lowered)
+		case err == nil && prev.owed:
+			s.log.Info("carrier limit lowered earlier; the calls waiting take a slot again at it now", "carrier", car.Name,
+				"cps", limit)
 		}
 	}
 	w.mu.Lock()
 	for n := range w.seen {
 		if !names[n] {
 			delete(w.seen, n)
-			delete(w.tried, n)
 		}
 	}
 	w.mu.Unlock()

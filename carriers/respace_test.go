@@ -48,7 +48,7 @@ func (r *respacer) Respace(ctx context.Context, c pacing.Carrier, gate pacing.Ga
 	r.calls = append(r.calls, respaced{c.Key, c.CPS, gate.CPS, lowered})
 	fail := r.fail
 	r.mu.Unlock()
-	if fail {
+	if fail && lowered { // a raise makes no store call
 		return errors.New("store down")
 	}
 	return r.Pacer.Respace(ctx, c, gate, lowered)
@@ -227,5 +227,58 @@ func TestRunRespacesWhenACallSeesTheChange(t *testing.T) {
 			t.Fatal("no respace within 10 s of the call that saw the lowered limit")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestApplyLimitsAdaptiveOff: an adaptive carrier pushed back to 3 and
+// reloaded as non-adaptive at the same cps is paced at its cps again: the
+// pacer was told nothing, its limit being unchanged, and kept the last
+// adaptive rate (h56: 4-5 a second for good at a carrier of 10).
+func TestApplyLimitsAdaptiveOff(t *testing.T) {
+	var cur atomic.Pointer[config.Config]
+	cur.Store(respaceConfig(10, true))
+	p := &respacer{Pacer: pacing.NewPacer(pacing.NewLocalSlots(nil))}
+	s, err := New(Options{Config: cur.Load, Pacer: p, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.take() // the start's
+	s.rates.set("a", 3)
+	cur.Store(respaceConfig(10, false))
+	s.applyLimits(context.Background(), cur.Load())
+	if got := p.take(); len(got) != 1 || got[0].cps != 10 || got[0].lowered {
+		t.Fatalf("adaptive at 3, reloaded non-adaptive at 10: %+v, want the pacer told 10, not lowered", got)
+	}
+}
+
+// TestApplyLimitsRevertWhileOwed: a lowering whose store call failed is
+// owed; the limit going back up meanwhile paces at it again and owes
+// nothing (h56: the node stayed at the lowered rate, the revert looking
+// like no change).
+func TestApplyLimitsRevertWhileOwed(t *testing.T) {
+	var cur atomic.Pointer[config.Config]
+	cur.Store(respaceConfig(10, false))
+	p := &respacer{Pacer: pacing.NewPacer(pacing.NewLocalSlots(nil))}
+	s, err := New(Options{Config: cur.Load, Pacer: p, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.take()
+	p.mu.Lock()
+	p.fail = true
+	p.mu.Unlock()
+	cur.Store(respaceConfig(4, false))
+	s.applyLimits(context.Background(), cur.Load())
+	if got := p.take(); len(got) != 1 || !got[0].lowered {
+		t.Fatalf("lowered with the store down: %+v", got)
+	}
+	cur.Store(respaceConfig(10, false))
+	s.applyLimits(context.Background(), cur.Load())
+	if got := p.take(); len(got) != 1 || got[0].cps != 10 || got[0].lowered {
+		t.Fatalf("back to 10 while the lowering was owed: %+v, want the pacer told 10, not lowered", got)
+	}
+	s.applyLimits(context.Background(), cur.Load())
+	if got := p.take(); len(got) != 0 {
+		t.Fatalf("after the revert: %+v, want nothing owed", got)
 	}
 }

@@ -35,8 +35,9 @@
 //   - rate.lua: an adaptive carrier's effective rate (AIMD), in milli-cps;
 //     a decrease removes the slots still in the future;
 //   - respace.lua: a carrier's limit lowered on a node (reload, live
-//     override): the slots that node's waiting calls hold in the future
-//     are removed (theirs only: the other nodes do not know);
+//     override): the slots that node's process holds in the future are
+//     removed, found by its member prefix (its own only: the other nodes
+//     do not know);
 //   - heartbeat.lua: node liveness, to count the live pool, the live
 //     nodes of a release that cannot read dialog tokens in opaque text,
 //     and other processes beating under the same node id (heartbeat.go);

@@ -744,37 +744,28 @@ type RespaceReply struct {
 	Removed int64
 }
 
-// MaxRespaceMembers is the most members one respace.lua call is given; a
-// caller with more makes several calls.
-const MaxRespaceMembers = 1000
-
 // Respace runs respace.lua on the carrier whose slot set is slotKey: the
-// slots of members (a node's calls waiting for the carrier, at most
-// MaxRespaceMembers) still in the future are removed, its limit lowered.
-func Respace(ctx context.Context, c redis.Scripter, slotKey string, members []string) (RespaceReply, error) {
-	if len(members) > MaxRespaceMembers {
-		return RespaceReply{}, fmt.Errorf("%w: respace %q: %d members, at most %d a call", ErrArgs, slotKey, len(members), MaxRespaceMembers)
+// slots still in the future whose members start with prefix (one
+// process's, never empty) are removed, its limit lowered.
+func Respace(ctx context.Context, c redis.Scripter, slotKey, prefix string) (RespaceReply, error) {
+	if prefix == "" {
+		return RespaceReply{}, fmt.Errorf("%w: respace %q: an empty member prefix would remove every node's slots", ErrArgs, slotKey)
 	}
-	args := make([]any, len(members))
-	for i, m := range members {
-		args[i] = m
-	}
-	v, err := respaceScript.Run(ctx, c, []string{slotKey}, args...).Result()
+	v, err := respaceScript.Run(ctx, c, []string{slotKey}, prefix).Result()
 	if err != nil {
 		return RespaceReply{}, err
 	}
-	return DecodeRespace(v, len(members))
+	return DecodeRespace(v)
 }
 
-// DecodeRespace decodes a respace.lua reply for a call with n members. It
-// never panics.
-func DecodeRespace(v any, n int) (RespaceReply, error) {
+// DecodeRespace decodes a respace.lua reply. It never panics.
+func DecodeRespace(v any) (RespaceReply, error) {
 	a, err := ints(v, 2, ScriptRespace)
 	if err != nil {
 		return RespaceReply{}, err
 	}
-	if a[0] < 0 || a[1] < 0 || a[1] > int64(n) {
-		return RespaceReply{}, fmt.Errorf("%w: respace: got %v, want a time and at most %d removed", ErrReply, a, n)
+	if a[0] < 0 || a[1] < 0 {
+		return RespaceReply{}, fmt.Errorf("%w: respace: got %v, want a time and a count", ErrReply, a)
 	}
 	return RespaceReply{NowUS: a[0], Removed: a[1]}, nil
 }

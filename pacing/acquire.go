@@ -157,9 +157,6 @@ func (p *Pacer) Acquire(ctx context.Context, c Carrier, member string, trace Tra
 	if first != nil && first.Asked.Before(start) {
 		start = first.Asked // MaxWait counts from the reservation
 	}
-	// A respace of this node removes the slots of the calls waiting here.
-	p.waiting.add(c.Key, member)
-	defer p.waiting.remove(c.Key, member)
 	if v := p.views.of(c.Key).pause; v.Paused && p.clock.Now().Before(v.Until) {
 		// Known paused: no store call, no slot (one made ahead is given back).
 		p.dropFirst(ctx, first)

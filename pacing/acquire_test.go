@@ -68,7 +68,7 @@ func (s *stubSlots) Evidence(context.Context, string, string, bool, EvidenceWind
 
 func (s *stubSlots) Adapt(context.Context, string, AIMD, bool) (Rate, error) { return Rate{}, nil }
 
-func (s *stubSlots) Respace(context.Context, string, []string) (time.Time, error) {
+func (s *stubSlots) Respace(context.Context, string, string) (time.Time, error) {
 	return time.Time{}, nil
 }
 

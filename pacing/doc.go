@@ -75,11 +75,12 @@
 // A decrease removes the slots still in the future; a call holding one
 // takes a slot again at the new rate before it sends (Acquire).
 // A carrier's limit lowered by a reload or a live override does the same
-// for this node's calls (Respace, respace.lua): the slots they hold in the
-// future are removed — theirs only, since another node's calls would not
-// know and would send on theirs — and they take one again at the new rate;
-// from then on every call of the node reserves at it and passes the send
-// gate at the new limit, whatever limit it started with.
+// for this process's slots (Respace, respace.lua), found by the prefix
+// every member it makes carries (MemberOf): the slots still in the future
+// are removed — its own only, since another node's calls would not know
+// and would send on theirs — and its calls take one again at the new
+// rate; from then on every call of the node reserves at it and passes
+// the send gate at the new limit, whatever limit it started with.
 //
 // A carrier's Retry-After pause is kept by the same stores too (Pause,
 // pause.lua on Redis): while its span runs every reservation is refused at

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -434,18 +435,26 @@ func (l *LocalSlots) Adapt(_ context.Context, key string, a AIMD, overload bool)
 	return r, nil
 }
 
-// Respace removes the slots of members still in the future, like
-// respace.lua.
-func (l *LocalSlots) Respace(_ context.Context, key string, members []string) (time.Time, error) {
+// Respace removes the slots still in the future whose members start with
+// prefix, like respace.lua.
+func (l *LocalSlots) Respace(_ context.Context, key, prefix string) (time.Time, error) {
+	if prefix == "" {
+		return time.Time{}, fmt.Errorf("pacing: slot set %q: an empty member prefix would remove every slot", key)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
 	if s := l.sets[key]; s != nil {
-		for _, m := range members {
-			if at, ok := s.members[m]; ok && at > now {
-				s.remove(m, at)
+		kept := s.slots[:0]
+		for _, e := range s.slots {
+			if e.at > now && strings.HasPrefix(e.member, prefix) {
+				delete(s.members, e.member)
+				continue
 			}
+			kept = append(kept, e)
 		}
+		clear(s.slots[len(kept):])
+		s.slots = kept
 	}
 	return l.clock.Time(now), nil
 }

@@ -27,8 +27,8 @@ type Pacer struct {
 	gate *sendGate
 	// views is what this node knows of each carrier's pause and rate cuts.
 	views views
-	// waiting are this node's calls inside Acquire, by carrier (respace.go).
-	waiting waitingCalls
+	// tag starts every member MemberOf makes (respace.go).
+	tag string
 }
 
 // NewPacer returns a Pacer on store that reads and waits on SystemClock.
@@ -36,7 +36,7 @@ func NewPacer(store SlotStore) *Pacer { return NewPacerClock(store, SystemClock)
 
 // NewPacerClock returns a Pacer on store that reads and waits on clock.
 func NewPacerClock(store SlotStore, clock Clock) *Pacer {
-	return &Pacer{store: store, clock: clock, gate: newSendGate()}
+	return &Pacer{store: store, clock: clock, gate: newSendGate(), tag: newTag()}
 }
 
 // Reserve reserves the next slot of carrier c for member (unique per call

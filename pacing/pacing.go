@@ -135,13 +135,14 @@ type SlotStore interface {
 	Adapt(ctx context.Context, key string, a AIMD, overload bool) (Rate, error)
 	// Queue reports the state of a carrier's slots (see QueueState).
 	Queue(ctx context.Context, key string, interval time.Duration) (QueueState, error)
-	// Respace removes the slots of members (this node's calls waiting for
-	// the carrier whose slot set is key) still in the future: the
-	// carrier's limit was lowered on this node and they were spaced for
-	// the old one (their holders take one again at the new interval, see
-	// Acquire). Slots due already, and every other member's, stay. It
-	// returns the store's time of the removal.
-	Respace(ctx context.Context, key string, members []string) (time.Time, error)
+	// Respace removes the slots still in the future of the carrier whose
+	// slot set is key whose members start with prefix (one process's,
+	// Pacer.MemberOf; never empty): the carrier's limit was lowered on
+	// this node and they were spaced for the old one (their holders take
+	// one again at the new interval, see Acquire). Slots due already, and
+	// every other member's, stay. It returns the store's time of the
+	// removal.
+	Respace(ctx context.Context, key, prefix string) (time.Time, error)
 }
 
 // Pause is a carrier's Retry-After pause, pool-wide: while its span runs

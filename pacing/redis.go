@@ -194,24 +194,17 @@ func (s *RedisSlots) Adapt(ctx context.Context, key string, a AIMD, overload boo
 	return rate, nil
 }
 
-// Respace runs respace.lua on the carrier's slot set, lua.MaxRespaceMembers
-// members a call; the time is the last call's.
-func (s *RedisSlots) Respace(ctx context.Context, key string, members []string) (time.Time, error) {
-	var at time.Time
-	for first := true; first || len(members) > 0; first = false {
-		chunk := members[:min(len(members), lua.MaxRespaceMembers)]
-		members = members[len(chunk):]
-		var r lua.RespaceReply
-		err := s.run.Run(ctx, lua.ScriptRespace, func(ctx context.Context, sc redis.Scripter) (err error) {
-			r, err = lua.Respace(ctx, sc, key, chunk)
-			return err
-		})
-		if err != nil {
-			return time.Time{}, fmt.Errorf("pacing: slot set %q: %w", key, err)
-		}
-		at = lua.Time(r.NowUS)
+// Respace runs respace.lua on the carrier's slot set.
+func (s *RedisSlots) Respace(ctx context.Context, key, prefix string) (time.Time, error) {
+	var r lua.RespaceReply
+	err := s.run.Run(ctx, lua.ScriptRespace, func(ctx context.Context, sc redis.Scripter) (err error) {
+		r, err = lua.Respace(ctx, sc, key, prefix)
+		return err
+	})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("pacing: slot set %q: %w", key, err)
 	}
-	return at, nil
+	return lua.Time(r.NowUS), nil
 }
 
 // Queue runs queue.lua (no writes).

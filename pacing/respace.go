@@ -2,7 +2,8 @@ package pacing
 
 import (
 	"context"
-	"sync"
+	"crypto/rand"
+	"strconv"
 	"time"
 )
 
@@ -10,11 +11,13 @@ import (
 // on (a reload, a live override): c.CPS is the rate its calls are paced
 // at, gate the carrier's send-gate key at its new limit. Every call of
 // this node reserves at c.CPS from then on, whatever rate it started with,
-// and passes the gate at gate.CPS. When lowered, the slots this node's
-// waiting calls hold in the future are removed from the store (theirs
-// only, SlotStore.Respace), and those calls take a slot again at c.CPS
-// before they send (Acquire), so the carrier does not see the old rate
-// for up to max_wait. A raise makes no store call. An error means the
+// and passes the gate at gate.CPS. When lowered, the slots this Pacer's
+// members (MemberOf) hold in the future are removed from the store
+// (theirs only, SlotStore.Respace): its calls waiting for one take a slot
+// again at c.CPS before they send (Acquire), so the carrier does not see
+// the old rate for up to max_wait, and a slot reserved with a call's
+// admission, or a priority call's place, no longer holds the old queue's
+// tail for the calls that come next. A raise makes no store call. An error means the
 // store failed: the calls keep their slots, and the caller tries again.
 func (p *Pacer) Respace(ctx context.Context, c Carrier, gate GateKey, lowered bool) error {
 	if Interval(c.CPS) <= 0 {
@@ -27,7 +30,7 @@ func (p *Pacer) Respace(ctx context.Context, c Carrier, gate GateKey, lowered bo
 	if !lowered {
 		return nil
 	}
-	at, err := p.store.Respace(ctx, c.Key, p.waiting.members(c.Key))
+	at, err := p.store.Respace(ctx, c.Key, p.tag)
 	if err != nil {
 		return err
 	}
@@ -52,45 +55,15 @@ func (v *views) cutAt(key string, at time.Time) {
 	}
 }
 
-// waitingCalls holds, per carrier slot-set key, the members of this node's
-// calls inside Acquire (reserving, or waiting for a slot or the gate):
-// the slots a respace of this node removes. Keys are configured carriers';
-// a key's set holds the calls waiting at once.
-type waitingCalls struct {
-	mu sync.Mutex
-	m  map[string]map[string]struct{}
+// MemberOf is the store member of a call's attempt-th carrier attempt
+// (call: unique per call on this node): the call's, behind this Pacer's
+// own prefix, so that a respace removes this process's slots only.
+func (p *Pacer) MemberOf(call string, attempt int) string {
+	return p.tag + call + "#" + strconv.Itoa(attempt)
 }
 
-// add records member as waiting for key's carrier.
-func (w *waitingCalls) add(key, member string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.m == nil {
-		w.m = map[string]map[string]struct{}{}
-	}
-	set := w.m[key]
-	if set == nil {
-		set = map[string]struct{}{}
-		w.m[key] = set
-	}
-	set[member] = struct{}{}
-}
-
-// remove forgets member. Its key's set stays, empty, for the next call
-// (one per carrier ever asked for).
-func (w *waitingCalls) remove(key, member string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	delete(w.m[key], member)
-}
-
-// members returns the members waiting for key's carrier now.
-func (w *waitingCalls) members(key string) []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	out := make([]string, 0, len(w.m[key]))
-	for m := range w.m[key] {
-		out = append(out, m)
-	}
-	return out
+// newTag returns a Pacer's member prefix: random, so that two processes
+// (a restart, two nodes under one node id) never share one.
+func newTag() string {
+	return "p" + rand.Text()[:12] + "~"
 }

@@ -2,47 +2,40 @@ package pacing
 
 import (
 	"context"
-	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
 
-// TestRespaceRemovesTheMembersFutureSlots: a lowered limit removes the
-// slots of the node's waiting calls still in the future; a slot due
-// already, and every other member's (another node's calls, which do not
-// know), stay. The store's time of the removal comes after every slot
-// decided before it.
-func TestRespaceRemovesTheMembersFutureSlots(t *testing.T) {
+// TestRespaceRemovesTheProcessFutureSlots: a lowered limit removes the
+// slots still in the future whose members carry the process's prefix; a
+// slot due already, and every other process's (another node's calls,
+// which do not know), stay. The store's time of the removal comes after
+// every slot decided before it. An empty prefix is refused: it would
+// remove every node's slots.
+func TestRespaceRemovesTheProcessFutureSlots(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b backend, key string) {
 		ctx := context.Background()
 		var last Slot
-		for i := range 4 {
-			last = reserve(t, b.store, key, fmt.Sprintf("call-%d", i), Interval(10), 5*time.Second)
+		members := []string{"pA~call-0", "pA~call-1", "pB~call-2", "pA~call-3"}
+		for _, m := range members {
+			last = reserve(t, b.store, key, m, Interval(10), 5*time.Second)
 		}
-		// call-0's slot is now; call-3 is another node's.
-		at, err := b.store.Respace(ctx, key, []string{"call-0", "call-1", "call-2", "unknown"})
+		// pA~call-0's slot is now: due, it stays.
+		at, err := b.store.Respace(ctx, key, "pA~")
 		if err != nil || at.IsZero() || at.Before(last.At) {
 			t.Fatalf("Respace = %v, %v; want a time after the last reservation (%v)", at, err, last.At)
 		}
-		for i, want := range []bool{true, false, false, true} {
-			if got := b.held(key, fmt.Sprintf("call-%d", i)); got != want {
-				t.Errorf("call-%d held %v after the respace, want %v", i, got, want)
+		for i, want := range []bool{true, false, true, false} {
+			if got := b.held(key, members[i]); got != want {
+				t.Errorf("%s held %v after the respace, want %v", members[i], got, want)
 			}
 		}
-		// Many members: more than one script call's worth on Redis.
-		many := make([]string, 2500)
-		for i := range many {
-			many[i] = fmt.Sprintf("m-%d", i)
+		if _, err := b.store.Respace(ctx, key, ""); err == nil {
+			t.Error("Respace with an empty prefix accepted")
 		}
-		many[2400] = "call-3"
-		if _, err := b.store.Respace(ctx, key, many); err != nil {
-			t.Fatal(err)
-		}
-		if b.held(key, "call-3") {
-			t.Error("call-3, member 2,400 of 2,500, still holds its future slot")
-		}
-		if _, err := b.store.Respace(ctx, key, nil); err != nil {
-			t.Errorf("Respace with no member: %v", err)
+		if !b.held(key, "pB~call-2") {
+			t.Error("the refused empty prefix removed another process's slot")
 		}
 	})
 }
@@ -57,7 +50,7 @@ func TestAcquireRetakesASlotAfterARespace(t *testing.T) {
 	ctx := context.Background()
 	c := Carrier{Key: "t:{carrier:a}", CPS: 10, MaxWait: 5 * time.Second}
 	oldGate := GateKey{Key: "carrier:a", CPS: 10}
-	if _, err := store.Reserve(ctx, c.Key, "first", Share{}, Interval(c.CPS), c.MaxWait); err != nil {
+	if _, err := store.Reserve(ctx, c.Key, p.MemberOf("first", 0), Share{}, Interval(c.CPS), c.MaxWait); err != nil {
 		t.Fatal(err)
 	}
 	start := clock.Now()
@@ -71,7 +64,7 @@ func TestAcquireRetakesASlotAfterARespace(t *testing.T) {
 			respaceErr = p.Respace(ctx, lowered, GateKey{Key: "carrier:a", CPS: 4}, true)
 		}
 	}}
-	tk, err := p.Acquire(ctx, c, "second", trace, oldGate)
+	tk, err := p.Acquire(ctx, c, p.MemberOf("second", 0), trace, oldGate)
 	if respaceErr != nil {
 		t.Fatal(respaceErr)
 	}
@@ -87,7 +80,7 @@ func TestAcquireRetakesASlotAfterARespace(t *testing.T) {
 
 	// A call that started before the change (its Carrier and GateKey say
 	// 10) reserves at 4 from the start, and the gate counts it at 4.
-	tk2, err := p.Acquire(ctx, c, "third", nil, oldGate)
+	tk2, err := p.Acquire(ctx, c, p.MemberOf("third", 0), nil, oldGate)
 	if err != nil || !tk2.OK {
 		t.Fatalf("third Acquire = %+v, %v", tk2, err)
 	}
@@ -110,28 +103,48 @@ func TestAcquireRetakesASlotAfterARespace(t *testing.T) {
 	}
 }
 
-// TestAcquireRegistersItsCall: a call is among the node's waiting calls
-// while it is inside Acquire, and only then.
-func TestAcquireRegistersItsCall(t *testing.T) {
-	p, _, _ := pacerOnLocal()
+// TestMemberOfCarriesThePrefix: a Pacer's members start with its own
+// prefix, another Pacer's (another process) with another.
+func TestMemberOfCarriesThePrefix(t *testing.T) {
+	a, _, _ := pacerOnLocal()
+	b, _, _ := pacerOnLocal()
+	m := a.MemberOf("call-1/branch/127.0.0.1:5060/UDP", 2)
+	if !strings.HasPrefix(m, a.tag) || !strings.HasSuffix(m, "call-1/branch/127.0.0.1:5060/UDP#2") {
+		t.Errorf("MemberOf = %q, want %q + the call + #2", m, a.tag)
+	}
+	if a.tag == b.tag || a.tag == "" {
+		t.Errorf("two Pacers' prefixes: %q and %q, want two different ones", a.tag, b.tag)
+	}
+}
+
+// TestRespaceFreesTheTailForTheNextCalls: a slot this node holds outside
+// Acquire — reserved with a call's admission for a call not yet waiting,
+// or a priority call's place — is removed too (h56): left at the old
+// queue's tail, it made every call after the change queue behind it.
+func TestRespaceFreesTheTailForTheNextCalls(t *testing.T) {
+	p, store, clock := pacerOnLocal()
+	ctx := context.Background()
 	c := Carrier{Key: "t:{carrier:a}", CPS: 10, MaxWait: 5 * time.Second}
-	var during []string
-	trace := &Trace{Queued: func(d int) {
-		if d > 0 {
-			during = p.waiting.members(c.Key)
+	for i := range 18 { // the old queue: 1.7 s of slots at 10 cps
+		if _, err := store.Reserve(ctx, c.Key, p.MemberOf("old", i), Share{}, Interval(10), c.MaxWait); err != nil {
+			t.Fatal(err)
 		}
-	}}
-	if _, err := p.Acquire(context.Background(), c, "x", nil); err != nil {
+	}
+	if tk, err := p.Acquire(WithPriority(ctx), c, p.MemberOf("priority", 0), nil); err != nil || !tk.OK {
 		t.Fatal(err)
 	}
-	if _, err := p.Acquire(context.Background(), c, "y", trace); err != nil {
+	lowered := Carrier{Key: c.Key, CPS: 4, MaxWait: c.MaxWait}
+	if err := p.Respace(ctx, lowered, GateKey{Key: "carrier:a", CPS: 4}, true); err != nil {
 		t.Fatal(err)
 	}
-	if len(during) != 1 || during[0] != "y" {
-		t.Errorf("waiting while y waited: %q, want [y]", during)
+	s, err := p.Reserve(ctx, lowered, p.MemberOf("next", 0))
+	if err != nil || !s.OK {
+		t.Fatalf("the next call's Reserve = %+v, %v", s, err)
 	}
-	if got := p.waiting.members(c.Key); len(got) != 0 {
-		t.Errorf("waiting after both sent: %q, want none", got)
+	// The first old slot (now) was due and stays; the next call's comes
+	// one interval at 4 cps after it, not behind the old tail.
+	if s.Wait != Interval(4) {
+		t.Errorf("the next call waits %v, want %v (one interval after the slot due now); clock %v", s.Wait, Interval(4), clock.Now())
 	}
 }
 

@@ -71,7 +71,7 @@ func (c *call) firstAsk(route string) {
 		return
 	}
 	pc, gate := p.pacingOf(cfg, car, c.peer, c.customer)
-	ask, ok := fp.FirstAsk(c.ctx, pc, attemptMember(c.member, 0))
+	ask, ok := fp.FirstAsk(c.ctx, pc, p.memberOf(c.member, 0))
 	if !ok {
 		return
 	}
@@ -137,7 +137,13 @@ func (c *call) dropFirst() {
 // given back only delays the carrier's next calls until it passes.
 const firstReleaseTimeout = time.Second
 
-// attemptMember is the store member of a call's i-th carrier attempt.
-func attemptMember(member string, i int) string {
+// memberOf is the pacing store member of a call's i-th carrier attempt:
+// the pacer's (pacing.Pacer.MemberOf: behind its process's prefix, which a
+// respace of a lowered carrier limit removes this node's slots by), else
+// member#i.
+func (p *Proxy) memberOf(member string, i int) string {
+	if m, ok := p.pacer.(interface{ MemberOf(string, int) string }); ok {
+		return m.MemberOf(member, i)
+	}
 	return member + "#" + strconv.Itoa(i)
 }

@@ -555,7 +555,7 @@ func (c *call) route(route string) {
 			c.skipped(name, "max_calls full")
 			continue
 		}
-		member := attemptMember(c.member, i)
+		member := p.memberOf(c.member, i)
 		t0 := time.Now()
 		pc, gate := c.pacingFor(i, car)
 		ticket, state, wait, err := p.awaitCarrier(c.ctx, c.log, car, pc, gate, member, c.gateKeys, c.takeFirst(i, name))

@@ -214,8 +214,8 @@ func (fakeSlots) Queue(context.Context, string, time.Duration) (pacing.QueueStat
 	return pacing.QueueState{}, errFakeSlots
 }
 
-func (s fakeSlots) Respace(ctx context.Context, key string, members []string) (time.Time, error) {
-	return s.f.local.Respace(ctx, key, members)
+func (s fakeSlots) Respace(ctx context.Context, key, prefix string) (time.Time, error) {
+	return s.f.local.Respace(ctx, key, prefix)
 }
 
 // Pause records the span and pauses the carrier in the fake's LocalSlots

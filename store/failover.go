@@ -499,9 +499,9 @@ func (f *Failover) Adapt(ctx context.Context, key string, a pacing.AIMD, overloa
 
 // Respace implements pacing.SlotStore: the slots in Redis; in fallback,
 // this node's own.
-func (f *Failover) Respace(ctx context.Context, key string, members []string) (time.Time, error) {
+func (f *Failover) Respace(ctx context.Context, key, prefix string) (time.Time, error) {
 	if f.redisFor(ctx) {
-		t, err := f.o.RedisSlots.Respace(ctx, key, members)
+		t, err := f.o.RedisSlots.Respace(ctx, key, prefix)
 		if err == nil {
 			f.ok()
 			return t, nil
@@ -514,7 +514,7 @@ func (f *Failover) Respace(ctx context.Context, key string, members []string) (t
 	if f.o.Policy == PolicyReject && f.o.Redis != nil {
 		return time.Time{}, ErrStoreDown
 	}
-	return f.o.LocalSlots.Respace(ctx, key, members)
+	return f.o.LocalSlots.Respace(ctx, key, prefix)
 }
 
 // Queue implements pacing.SlotStore. Like Counts it is a read for
