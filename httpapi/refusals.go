@@ -3,8 +3,10 @@ package httpapi
 import (
 	"log/slog"
 	"net/http"
-	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/cpsguard/cpsguard/internal/lograte"
 )
 
 // refusalLogRate is how many refused API writes (401, 403) a node logs a
@@ -16,56 +18,38 @@ import (
 const refusalLogRate = 10
 
 // refusalLog writes the refused writes' warn lines, at most refusalLogRate
-// a second (a token bucket). It is safe for concurrent use.
+// a second. It is safe for concurrent use.
 type refusalLog struct {
-	mu         sync.Mutex
-	tokens     float64
-	last       time.Time
-	suppressed int64
+	lograte.Bucket
 	// flushing is set while a flush of the suppressed count is due.
-	flushing bool
+	flushing atomic.Bool
 }
 
 // warn logs msg for r at warn when the rate allows, with the count of
 // the lines suppressed since the last one.
 func (l *refusalLog) warn(log *slog.Logger, r *http.Request, msg string) {
-	now := time.Now()
-	l.mu.Lock()
-	const rate = float64(refusalLogRate)
-	if l.last.IsZero() {
-		l.tokens = rate
-	} else if d := now.Sub(l.last); d > 0 {
-		l.tokens = min(rate, l.tokens+d.Seconds()*rate)
-	}
-	l.last = now
-	if l.tokens < 1 {
-		l.suppressed++
-		if !l.flushing {
+	ok, n := l.Allow(time.Now(), refusalLogRate)
+	if !ok {
+		if l.flushing.CompareAndSwap(false, true) {
 			// The count reaches the log even if no refused request
 			// comes after the burst.
-			l.flushing = true
-			time.AfterFunc(time.Second, func() { l.flush(log) })
+			time.AfterFunc(time.Second, func() { l.flushing.Store(false); l.flush(log) })
 		}
-		l.mu.Unlock()
 		return
 	}
-	l.tokens--
-	n := l.suppressed
-	l.suppressed = 0
-	l.mu.Unlock()
 	if n > 0 {
-		log.Warn("refused API writes not logged", "count", n, "reason", "more than 10 a second")
+		logSuppressed(log, n)
 	}
 	log.Warn(msg, "remote", r.RemoteAddr)
 }
 
 // flush logs the count of the lines suppressed, if any.
 func (l *refusalLog) flush(log *slog.Logger) {
-	l.mu.Lock()
-	n := l.suppressed
-	l.suppressed, l.flushing = 0, false
-	l.mu.Unlock()
-	if n > 0 {
-		log.Warn("refused API writes not logged", "count", n, "reason", "more than 10 a second")
+	if n := l.Take(); n > 0 {
+		logSuppressed(log, n)
 	}
+}
+
+func logSuppressed(log *slog.Logger, n int64) {
+	log.Warn("refused API writes not logged", "count", n, "reason", "more than 10 a second")
 }

@@ -4,9 +4,9 @@ import (
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/cpsguard/cpsguard/internal/lograte"
 	"github.com/cpsguard/cpsguard/internal/safetext"
 )
 
@@ -46,42 +46,19 @@ const maxEventField = 128
 // allows again, or by flush. It is safe for concurrent use.
 type eventLog struct {
 	log *slog.Logger
-
-	mu         sync.Mutex
-	tokens     float64
-	last       time.Time
-	suppressed int64
+	lograte.Bucket
 }
 
 // allow takes a token at rate per second; false means the line is
 // suppressed (and counted).
 func (e *eventLog) allow(now time.Time, rate int) (ok bool, suppressed int64) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	r := float64(rate)
-	if e.last.IsZero() {
-		e.tokens = r
-	} else if d := now.Sub(e.last); d > 0 {
-		e.tokens = min(r, e.tokens+d.Seconds()*r)
-	}
-	e.last = now
-	if e.tokens < 1 {
-		e.suppressed++
-		return false, 0
-	}
-	e.tokens--
-	suppressed, e.suppressed = e.suppressed, 0
-	return true, suppressed
+	return e.Allow(now, rate)
 }
 
 // flush logs the count of suppressed lines, if any (called every second,
 // so a burst's count is not held until the next event).
 func (e *eventLog) flush() {
-	e.mu.Lock()
-	n := e.suppressed
-	e.suppressed = 0
-	e.mu.Unlock()
-	if n > 0 {
+	if n := e.Take(); n > 0 {
 		e.log.Info("call events suppressed", "count", n, "reason", "log.events_per_second")
 	}
 }
