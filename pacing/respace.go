@@ -17,8 +17,9 @@ import (
 // again at c.CPS before they send (Acquire), so the carrier does not see
 // the old rate for up to max_wait, and a slot reserved with a call's
 // admission, or a priority call's place, no longer holds the old queue's
-// tail for the calls that come next. A raise makes no store call. An error means the
-// store failed: the calls keep their slots, and the caller tries again.
+// tail for the calls that come next. A raise makes no store call. An
+// error means the store failed: the rate and the gate are the new ones
+// already, the calls waiting keep their slots, and the caller tries again.
 func (p *Pacer) Respace(ctx context.Context, c Carrier, gate GateKey, lowered bool) error {
 	if Interval(c.CPS) <= 0 {
 		return errInterval(c.Key, Interval(c.CPS))
