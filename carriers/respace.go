@@ -28,8 +28,10 @@ type applied struct {
 	adaptive bool
 	// owed is a lowering whose removal of the waiting calls' slots failed
 	// (the store): each refresh tries it again. The pacer paces at the
-	// new limit meanwhile.
-	owed bool
+	// new limit meanwhile. spacedFor is the rate the slots still there
+	// were spaced for: a later change is a lowering against it.
+	owed      bool
+	spacedFor float64
 }
 
 func newLimitWatch() *limitWatch {
@@ -60,7 +62,8 @@ func (w *limitWatch) saw(name string, cps float64) {
 // node's calls already holding a slot take one again at the new rate
 // (their slots removed from the store); when the store fails that part
 // is owed, tried again at each refresh (the first failure is logged),
-// and forgotten if the limit goes back up meanwhile.
+// and forgotten if the limit goes back up to the rate the slots still
+// there were spaced for.
 func (s *Set) applyLimits(ctx context.Context, cfg *config.Config) {
 	w := s.limits
 	names := make(map[string]bool, len(cfg.Carriers))
@@ -75,14 +78,18 @@ func (s *Set) applyLimits(ctx context.Context, cfg *config.Config) {
 		if !changed && !prev.owed {
 			continue
 		}
-		lowered := prev.owed // a lowering whose removal failed
-		if known && changed {
-			before := prev.limit // the rate its calls were spaced for
-			if prev.adaptive {
-				if r, ok := s.rates.get(car.Name); ok && r > 0 {
-					before = min(before, r)
-				}
+		// before is the rate the slots held now were spaced for.
+		before := prev.limit
+		if prev.adaptive {
+			if r, ok := s.rates.get(car.Name); ok && r > 0 {
+				before = min(before, r)
 			}
+		}
+		if prev.owed {
+			before = prev.spacedFor // those slots are still there
+		}
+		lowered := prev.owed // unchanged: the owed removal again
+		if known && changed {
 			lowered = s.effectiveCPS(car) < before
 		}
 		pc, gate := s.pacingAndGate(cfg, car)
@@ -91,7 +98,7 @@ func (s *Set) applyLimits(ctx context.Context, cfg *config.Config) {
 		cancel()
 		w.mu.Lock()
 		// Paced and gated at the new limit even when the store failed.
-		w.seen[car.Name] = applied{limit: limit, adaptive: car.Adaptive, owed: err != nil}
+		w.seen[car.Name] = applied{limit: limit, adaptive: car.Adaptive, owed: err != nil, spacedFor: before}
 		w.mu.Unlock()
 		switch {
 		case err != nil && !prev.owed:

@@ -282,3 +282,39 @@ func TestApplyLimitsRevertWhileOwed(t *testing.T) {
 		t.Fatalf("after the revert: %+v, want nothing owed", got)
 	}
 }
+
+// TestApplyLimitsPartialRaiseWhileOwed: lowered 10 -> 4 with the store
+// down, then raised to 6 before it is back: the slots still there were
+// spaced for 10, so the removal is still owed (h57: it was dropped, 6
+// being above 4).
+func TestApplyLimitsPartialRaiseWhileOwed(t *testing.T) {
+	var cur atomic.Pointer[config.Config]
+	cur.Store(respaceConfig(10, false))
+	p := &respacer{Pacer: pacing.NewPacer(pacing.NewLocalSlots(nil))}
+	s, err := New(Options{Config: cur.Load, Pacer: p, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.take()
+	p.mu.Lock()
+	p.fail = true
+	p.mu.Unlock()
+	cur.Store(respaceConfig(4, false))
+	s.applyLimits(context.Background(), cur.Load())
+	cur.Store(respaceConfig(6, false))
+	s.applyLimits(context.Background(), cur.Load())
+	if got := p.take(); len(got) != 2 || !got[1].lowered || got[1].cps != 6 {
+		t.Fatalf("10 -> 4 (store down) -> 6: %+v, want the second a lowered respace at 6", got)
+	}
+	p.mu.Lock()
+	p.fail = false
+	p.mu.Unlock()
+	s.applyLimits(context.Background(), cur.Load())
+	if got := p.take(); len(got) != 1 || !got[0].lowered || got[0].cps != 6 {
+		t.Fatalf("store back: %+v, want the owed removal at 6", got)
+	}
+	s.applyLimits(context.Background(), cur.Load())
+	if got := p.take(); len(got) != 0 {
+		t.Fatalf("after it: %+v, want nothing owed", got)
+	}
+}
