@@ -109,7 +109,10 @@ func (s *Set) EffectiveCPS(name string) float64 {
 // carrier at the rate it is held to (LimitCPS).
 func (s *Set) Pacing(cfg *config.Config, car *config.Carrier) (pacing.Carrier, pacing.GateKey) {
 	pc, gate := s.pacingAndGate(cfg, car)
-	s.limits.saw(car.Name, gate.CPS)
+	if cfg == s.cfg() {
+		// A call of an older snapshot reports the limit it started with.
+		s.limits.saw(car.Name, gate.CPS)
+	}
 	return pc, gate
 }
 

@@ -108,6 +108,12 @@ func (v *validator) enum(path, val string, allowed ...string) {
 	}
 }
 
+// portZero reports a port that is 0 however written ("0", "00").
+func portZero(port string) bool {
+	n, err := strconv.Atoi(port)
+	return err == nil && n == 0
+}
+
 // hostPort checks "host:port" with a numeric port 0-65535 (0 = any free
 // port, useful in tests) and a host that is an address or a name
 // ([hostOK]), or none (":9090").
@@ -188,7 +194,7 @@ func (v *validator) sip() {
 		} else if strings.Contains(a, ":") {
 			if err := hostPort(a); err != nil {
 				v.errf("sip.advertise", "must be host or host:port (got %q)", a)
-			} else if _, port, _ := net.SplitHostPort(a); port == "0" {
+			} else if _, port, _ := net.SplitHostPort(a); portZero(port) {
 				// Written into Via and Record-Route: port 0 reaches nobody.
 				v.errf("sip.advertise", "port must be 1-65535 (got %q): it is written into Via and Record-Route", a)
 			}
@@ -325,7 +331,7 @@ func (v *validator) store() {
 	for i, a := range r.Addrs {
 		if err := hostPort(a); err != nil {
 			v.errf(fmt.Sprintf("store.redis.addrs[%d]", i), "%v", err)
-		} else if _, port, _ := net.SplitHostPort(a); port == "0" {
+		} else if _, port, _ := net.SplitHostPort(a); portZero(port) {
 			v.errf(fmt.Sprintf("store.redis.addrs[%d]", i), "port must be 1-65535 (got %q): it is an address to dial", a)
 		}
 	}

@@ -36,7 +36,7 @@ func Warnings(c *Config) []string {
 				"(a 503 or 500 with Retry-After pauses any carrier; only an adaptive carrier's overload answers lower its cps)")
 		}
 		if car.MaxWait == 0 {
-			add(fmt.Sprintf("carriers[%d].max_wait", i), "0s (the default): a call that would wait at all for one of "+
+			add(fmt.Sprintf("carriers[%d].max_wait", i), "0s (the default when unset): a call that would wait at all for one of "+
 				"its slots goes to the next carrier of its route, or gets 503; set how long a call may wait, e.g. 2s")
 		}
 		if car.MaxWait > LongestWaitBucket {

@@ -70,7 +70,7 @@ func TestWarnings(t *testing.T) {
 		{"carrier in no route", func(c *Config) {
 			c.Carriers = append(c.Carriers, Carrier{Name: "carrier-z", URI: "sip:127.0.0.1:5099", CPS: 1, MaxWait: time.Second})
 		}, "carriers[1]: carrier-z is in no route: it never gets a call"},
-		{"no max_wait", func(c *Config) { c.Carriers[0].MaxWait = 0 }, "carriers[0].max_wait: 0s (the default): a call that would wait at all"},
+		{"no max_wait", func(c *Config) { c.Carriers[0].MaxWait = 0 }, "carriers[0].max_wait: 0s (the default when unset): a call that would wait at all"},
 		{"customer no peer names", func(c *Config) {
 			c.Customers = append(c.Customers, Customer{Name: "ghost", CPS: 5})
 		}, "customers[0]: ghost is no peer's customer nor in any peer's customers"},

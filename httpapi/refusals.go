@@ -3,6 +3,7 @@ package httpapi
 import (
 	"log/slog"
 	"net/http"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -51,5 +52,5 @@ func (l *refusalLog) flush(log *slog.Logger) {
 }
 
 func logSuppressed(log *slog.Logger, n int64) {
-	log.Warn("refused API writes not logged", "count", n, "reason", "more than 10 a second")
+	log.Warn("refused API writes not logged", "count", n, "reason", "more than "+strconv.Itoa(refusalLogRate)+" a second")
 }

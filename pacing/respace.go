@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -18,8 +19,9 @@ import (
 // the old rate for up to max_wait, and a slot reserved with a call's
 // admission, or a priority call's place, no longer holds the old queue's
 // tail for the calls that come next. A raise makes no store call. An
-// error means the store failed: the rate and the gate are the new ones
-// already, the calls waiting keep their slots, and the caller tries again.
+// error means the store failed (the rate and the gate are the new ones
+// already, the calls waiting keep their slots, and the caller tries
+// again), or c.CPS is not positive (nothing changed).
 func (p *Pacer) Respace(ctx context.Context, c Carrier, gate GateKey, lowered bool) error {
 	if Interval(c.CPS) <= 0 {
 		return errInterval(c.Key, Interval(c.CPS))
@@ -68,3 +70,18 @@ func (p *Pacer) MemberOf(call string, attempt int) string {
 func newTag() string {
 	return "p" + rand.Text()[:12] + "~"
 }
+
+// CallOfMember returns the call a member MemberOf made names (the call
+// argument), or member itself when it has no Pacer's prefix.
+func CallOfMember(member string) string {
+	if len(member) > tagLen && member[0] == 'p' && member[tagLen-1] == '~' {
+		member = member[tagLen:]
+	}
+	if i := strings.LastIndexByte(member, '#'); i >= 0 {
+		member = member[:i]
+	}
+	return member
+}
+
+// tagLen is the length of newTag's prefix.
+const tagLen = 14

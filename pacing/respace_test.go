@@ -112,8 +112,14 @@ func TestMemberOfCarriesThePrefix(t *testing.T) {
 	if !strings.HasPrefix(m, a.tag) || !strings.HasSuffix(m, "call-1/branch/127.0.0.1:5060/UDP#2") {
 		t.Errorf("MemberOf = %q, want %q + the call + #2", m, a.tag)
 	}
-	if a.tag == b.tag || a.tag == "" {
-		t.Errorf("two Pacers' prefixes: %q and %q, want two different ones", a.tag, b.tag)
+	if a.tag == b.tag || a.tag == "" || len(a.tag) != tagLen {
+		t.Errorf("two Pacers' prefixes: %q and %q, want two different ones of %d bytes", a.tag, b.tag, tagLen)
+	}
+	if got := CallOfMember(m); got != "call-1/branch/127.0.0.1:5060/UDP" {
+		t.Errorf("CallOfMember(%q) = %q, want the call back", m, got)
+	}
+	if got := CallOfMember("old/branch#0"); got != "old/branch" {
+		t.Errorf("CallOfMember of an unprefixed member = %q", got)
 	}
 }
 

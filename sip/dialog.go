@@ -111,20 +111,18 @@ type inDialogHop struct {
 
 // prepareInDialog checks an in-dialog request and builds the one it relays.
 // The request must name the proxy in its top Route entries (else 481,
-// counted no_route), one
-// of those entries must carry a dialog token that verifies with its Call-ID
-// and tags, and it must come from the leg its direction says (else
-// refuseDialog): from its address, IP and port, when it arrived over UDP
-// (where a source is easily forged), from its IP over a connection (whose
-// source port is the sender's own choice, and whose source cannot be
-// forged off-path). With no hop left (Max-Forwards 0) it is not relayed
-// (483, RFC 3261 16.3). It then
-// goes to the other leg, whatever its Request-URI
-// and remaining Route entries say (they travel on unchanged): the request
-// never reaches a host:port that is neither leg of its dialog. Refusals
-// are counted in cpsguard_sip_errors_total when count is set (not for an
-// ACK: the ACK of the proxy's own 403 to a forged request would count it
-// twice).
+// counted no_route), one of those entries must carry a dialog token that
+// verifies with its Call-ID and tags, and it must come from the leg its
+// direction says (else refuseDialog): from its address, IP and port, when
+// it arrived over UDP (where a source is easily forged), from its IP over
+// a connection (whose source port is the sender's own choice, and whose
+// source cannot be forged off-path). With no hop left (Max-Forwards 0) it
+// is not relayed (483, RFC 3261 16.3). It then goes to the other leg,
+// whatever its Request-URI and remaining Route entries say (they travel on
+// unchanged): the request never reaches a host:port that is neither leg
+// of its dialog. Refusals are counted in cpsguard_sip_errors_total when
+// count is set (not for an ACK: the ACK of the proxy's own 403 to a
+// forged request would count it twice).
 func (p *Proxy) prepareInDialog(req *sipmsg.Request, count bool) (inDialogHop, int) {
 	cfg := p.cfg()
 	refuse := func(reason string) (inDialogHop, int) {

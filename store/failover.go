@@ -497,8 +497,11 @@ func (f *Failover) Adapt(ctx context.Context, key string, a pacing.AIMD, overloa
 	return f.o.LocalSlots.Adapt(ctx, key, a, overload)
 }
 
-// Respace implements pacing.SlotStore: the slots in Redis; in fallback,
-// this node's own.
+// Respace implements pacing.SlotStore where the node's slots are: in
+// Redis while the node uses it, else (in fallback) in its own store. A
+// Redis call that fails is an error, never the fallback's answer: the
+// slots to remove are in Redis, and the fallback's empty store would
+// report them removed (h58); the caller owes the removal and tries again.
 func (f *Failover) Respace(ctx context.Context, key, prefix string) (time.Time, error) {
 	if f.redisFor(ctx) {
 		t, err := f.o.RedisSlots.Respace(ctx, key, prefix)
@@ -506,10 +509,10 @@ func (f *Failover) Respace(ctx context.Context, key, prefix string) (time.Time, 
 			f.ok()
 			return t, nil
 		}
-		if callerGaveUp(ctx) {
-			return t, err
+		if !callerGaveUp(ctx) {
+			f.failCall(ctx, "respace", err)
 		}
-		f.failCall(ctx, "respace", err)
+		return t, err
 	}
 	if f.o.Policy == PolicyReject && f.o.Redis != nil {
 		return time.Time{}, ErrStoreDown

@@ -468,3 +468,25 @@ func TestCallMeetsOneRedisTimeout(t *testing.T) {
 		t.Fatalf("reservations at Redis: %d, want 2 (another call's, and one outside any call)", n)
 	}
 }
+
+// A respace whose Redis call fails is an error, not the fallback's
+// answer: the node's slots are in Redis, and the fallback's empty store
+// would say they were removed, the removal then never owed and never
+// retried (h58). In fallback the node's own store answers.
+func TestRespaceFailsWithRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	s, _ := open(t, redisConfig(srv.Addr(), PolicyLocal))
+	ctx := context.Background()
+	if _, err := s.Respace(ctx, "t:{carrier:a}", "pX~"); err != nil {
+		t.Fatalf("respace on Redis: %v", err)
+	}
+	srv.Pause()
+	defer srv.Resume()
+	if _, err := s.Respace(ctx, "t:{carrier:a}", "pX~"); err == nil {
+		t.Fatal("respace with Redis hung: nil error, want Redis's (the slots there were not removed)")
+	}
+	waitMode(t, s, ModeFallback)
+	if _, err := s.Respace(ctx, "t:{carrier:a}", "pX~"); err != nil {
+		t.Fatalf("respace in fallback: %v, want the node's own store's answer", err)
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/cpsguard/cpsguard/bench/internal/stats"
 	"github.com/cpsguard/cpsguard/internal/siptest"
 	"github.com/cpsguard/cpsguard/lua"
+	"github.com/cpsguard/cpsguard/pacing"
 )
 
 type pacingResult struct {
@@ -51,7 +52,8 @@ func (w *slotWatcher) run(ctx context.Context, c *redis.Client, key string) {
 			w.mu.Lock()
 			for _, z := range zs {
 				m, _ := z.Member.(string)
-				id, _, _ := strings.Cut(m, "/")
+				// The member is the node's prefix, then Call-ID/branch/….
+				id, _, _ := strings.Cut(pacing.CallOfMember(m), "/")
 				if _, ok := w.slots[id]; !ok {
 					w.slots[id] = time.UnixMicro(int64(z.Score))
 				}
