@@ -1,7 +1,6 @@
 package carriers
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/internal/testlog"
 	"github.com/cpsguard/cpsguard/pacing"
 )
 
@@ -68,51 +68,78 @@ func respaceConfig(cps float64, adaptive bool) *config.Config {
 	}, Routes: map[string]config.Route{"default": config.OrderedRoute("a")}}
 }
 
+// respaceRig is a Set on a respacer whose configuration a test swaps
+// through cur, logging into logs.
+type respaceRig struct {
+	s    *Set
+	p    *respacer
+	cur  *atomic.Pointer[config.Config]
+	logs *testlog.Buffer
+}
+
+// newRespaceRig builds a Set whose carrier "a" has cps (adaptive or
+// not), and forgets the pacer calls of its start.
+func newRespaceRig(t *testing.T, cps float64, adaptive bool, p *respacer) *respaceRig {
+	t.Helper()
+	r := &respaceRig{p: p, cur: &atomic.Pointer[config.Config]{}, logs: &testlog.Buffer{}}
+	r.cur.Store(respaceConfig(cps, adaptive))
+	s, err := New(Options{Config: r.cur.Load, Pacer: p, Logger: slog.New(slog.NewTextHandler(r.logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.s = s
+	return r
+}
+
+// set makes carrier "a" have cps (adaptive or not) and applies the limits.
+func (r *respaceRig) set(cps float64, adaptive bool) {
+	r.cur.Store(respaceConfig(cps, adaptive))
+	r.s.applyLimits(context.Background(), r.cur.Load())
+}
+
+// storeDown makes the respacer's lowerings fail (down) or not.
+func (p *respacer) storeDown(down bool) {
+	p.mu.Lock()
+	p.fail = down
+	p.mu.Unlock()
+}
+
 // TestApplyLimitsRespacesALoweredCarrier: the carriers' limits reach the
 // pacer at start without a store call; one lowered by a reload makes the
 // calls waiting take a slot again; a raised one is applied without;
 // an unchanged one costs nothing; one removed and added again is applied
 // as new.
 func TestApplyLimitsRespacesALoweredCarrier(t *testing.T) {
-	var cur atomic.Pointer[config.Config]
-	cur.Store(respaceConfig(10, false))
 	p := &respacer{Pacer: pacing.NewPacer(pacing.NewLocalSlots(nil))}
-	var logs bytes.Buffer
-	s, err := New(Options{Config: cur.Load, Pacer: p, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	key := s.pacingOf(cur.Load(), &cur.Load().Carriers[0]).Key
+	r := newRespaceRig(t, 10, false, p)
+	key := r.s.pacingOf(r.cur.Load(), &r.cur.Load().Carriers[0]).Key
 	if got := p.take(); len(got) != 1 || got[0] != (respaced{key, 10, 10, false}) {
 		t.Fatalf("at start: %+v, want the limit applied, not lowered", got)
 	}
-	apply := func() []respaced { s.applyLimits(ctx, cur.Load()); return p.take() }
+	apply := func(cps float64) []respaced { r.set(cps, false); return p.take() }
 
-	if got := apply(); len(got) != 0 {
+	if got := apply(10); len(got) != 0 {
 		t.Fatalf("unchanged limit: %+v, want nothing", got)
 	}
-	cur.Store(respaceConfig(4, false))
-	if got := apply(); len(got) != 1 || got[0] != (respaced{key, 4, 4, true}) {
+	if got := apply(4); len(got) != 1 || got[0] != (respaced{key, 4, 4, true}) {
 		t.Fatalf("lowered 10 -> 4: %+v, want one lowered respace at 4", got)
 	}
-	if !strings.Contains(logs.String(), "its calls are paced at it from now on") {
-		t.Errorf("no log line for the change: %s", logs.String())
+	if !strings.Contains(r.logs.String(), "its calls are paced at it from now on") {
+		t.Errorf("no log line for the change: %s", r.logs.String())
 	}
-	if got := apply(); len(got) != 0 {
+	if got := apply(4); len(got) != 0 {
 		t.Fatalf("applied again: %+v, want nothing", got)
 	}
-	cur.Store(respaceConfig(8, false))
-	if got := apply(); len(got) != 1 || got[0] != (respaced{key, 8, 8, false}) {
+	if got := apply(8); len(got) != 1 || got[0] != (respaced{key, 8, 8, false}) {
 		t.Fatalf("raised 4 -> 8: %+v, want one raise at 8", got)
 	}
 
-	cur.Store(&config.Config{Routes: map[string]config.Route{}})
-	if got := apply(); len(got) != 0 {
+	r.cur.Store(&config.Config{Routes: map[string]config.Route{}})
+	r.s.applyLimits(context.Background(), r.cur.Load())
+	if got := p.take(); len(got) != 0 {
 		t.Fatalf("removed: %+v", got)
 	}
-	cur.Store(respaceConfig(2, false))
-	if got := apply(); len(got) != 1 || got[0] != (respaced{key, 2, 2, false}) {
+	if got := apply(2); len(got) != 1 || got[0] != (respaced{key, 2, 2, false}) {
 		t.Fatalf("added again at 2: %+v, want it applied, not lowered (nothing of it waits)", got)
 	}
 }
@@ -121,20 +148,13 @@ func TestApplyLimitsRespacesALoweredCarrier(t *testing.T) {
 // kept for the next refresh and logged once; calls that see it do not
 // kick the loop again for it.
 func TestApplyLimitsRetriesAFailedRespace(t *testing.T) {
-	var cur atomic.Pointer[config.Config]
-	cur.Store(respaceConfig(10, false))
 	p := &respacer{Pacer: pacing.NewPacer(pacing.NewLocalSlots(nil))}
-	var logs bytes.Buffer
-	s, err := New(Options{Config: cur.Load, Pacer: p, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newRespaceRig(t, 10, false, p)
+	s, logs := r.s, r.logs
 	p.take() // the start's
-	p.mu.Lock()
-	p.fail = true
-	p.mu.Unlock()
+	p.storeDown(true)
 	cfg := respaceConfig(4, false)
-	cur.Store(cfg)
+	r.cur.Store(cfg)
 	car := &cfg.Carriers[0]
 	s.Pacing(cfg, car)
 	select {
@@ -157,9 +177,7 @@ func TestApplyLimitsRetriesAFailedRespace(t *testing.T) {
 		t.Fatal("a call kicked the loop again for a change whose respace failed (the tick tries it)")
 	default:
 	}
-	p.mu.Lock()
-	p.fail = false
-	p.mu.Unlock()
+	p.storeDown(false)
 	s.applyLimits(context.Background(), cfg)
 	if got := p.take(); len(got) != 1 || !got[0].lowered {
 		t.Fatalf("store back: %+v, want the lowered respace", got)
@@ -174,22 +192,15 @@ func TestApplyLimitsRetriesAFailedRespace(t *testing.T) {
 // pushed back below its new limit has a queue spaced slower than it:
 // nothing to take again.
 func TestApplyLimitsAdaptiveBelowTheNewLimit(t *testing.T) {
-	var cur atomic.Pointer[config.Config]
-	cur.Store(respaceConfig(10, true))
 	p := &respacer{Pacer: pacing.NewPacer(pacing.NewLocalSlots(nil))}
-	s, err := New(Options{Config: cur.Load, Pacer: p, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newRespaceRig(t, 10, true, p)
 	p.take() // the start's
-	s.rates.set("a", 3)
-	cur.Store(respaceConfig(5, true))
-	s.applyLimits(context.Background(), cur.Load())
+	r.s.rates.set("a", 3)
+	r.set(5, true)
 	if got := p.take(); len(got) != 1 || got[0].lowered || got[0].cps != 3 {
 		t.Fatalf("adaptive at 3, limit 10 -> 5: %+v, want a respace at 3, not lowered", got)
 	}
-	cur.Store(respaceConfig(2, true))
-	s.applyLimits(context.Background(), cur.Load())
+	r.set(2, true)
 	if got := p.take(); len(got) != 1 || !got[0].lowered || got[0].cps != 2 {
 		t.Fatalf("adaptive at 3, limit 5 -> 2: %+v, want a lowered respace at 2", got)
 	}
@@ -202,19 +213,14 @@ func TestRunRespacesWhenACallSeesTheChange(t *testing.T) {
 	old := RefreshEvery
 	RefreshEvery = time.Hour // only the call's kick can do it
 	t.Cleanup(func() { RefreshEvery = old })
-	var cur atomic.Pointer[config.Config]
-	cur.Store(respaceConfig(10, false))
 	p := &respacer{Pacer: pacing.NewPacer(pacing.NewLocalSlots(nil)), read: make(chan struct{}, 1)}
-	s, err := New(Options{Config: cur.Load, Pacer: p, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runSet(t, s, nil)
+	r := newRespaceRig(t, 10, false, p)
+	runSet(t, r.s, nil)
 	<-p.read // the loop's first pass is over: it now waits for its tick
 	p.take() // the start's
 	cfg := respaceConfig(4, false)
-	cur.Store(cfg)
-	s.Pacing(cfg, &cfg.Carriers[0])
+	r.cur.Store(cfg)
+	r.s.Pacing(cfg, &cfg.Carriers[0])
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if got := p.take(); len(got) > 0 {
@@ -235,17 +241,11 @@ func TestRunRespacesWhenACallSeesTheChange(t *testing.T) {
 // pacer was told nothing, its limit being unchanged, and kept the last
 // adaptive rate (h56: 4-5 a second for good at a carrier of 10).
 func TestApplyLimitsAdaptiveOff(t *testing.T) {
-	var cur atomic.Pointer[config.Config]
-	cur.Store(respaceConfig(10, true))
 	p := &respacer{Pacer: pacing.NewPacer(pacing.NewLocalSlots(nil))}
-	s, err := New(Options{Config: cur.Load, Pacer: p, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newRespaceRig(t, 10, true, p)
 	p.take() // the start's
-	s.rates.set("a", 3)
-	cur.Store(respaceConfig(10, false))
-	s.applyLimits(context.Background(), cur.Load())
+	r.s.rates.set("a", 3)
+	r.set(10, false)
 	if got := p.take(); len(got) != 1 || got[0].cps != 10 || got[0].lowered {
 		t.Fatalf("adaptive at 3, reloaded non-adaptive at 10: %+v, want the pacer told 10, not lowered", got)
 	}
@@ -256,28 +256,19 @@ func TestApplyLimitsAdaptiveOff(t *testing.T) {
 // nothing (h56: the node stayed at the lowered rate, the revert looking
 // like no change).
 func TestApplyLimitsRevertWhileOwed(t *testing.T) {
-	var cur atomic.Pointer[config.Config]
-	cur.Store(respaceConfig(10, false))
 	p := &respacer{Pacer: pacing.NewPacer(pacing.NewLocalSlots(nil))}
-	s, err := New(Options{Config: cur.Load, Pacer: p, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newRespaceRig(t, 10, false, p)
 	p.take()
-	p.mu.Lock()
-	p.fail = true
-	p.mu.Unlock()
-	cur.Store(respaceConfig(4, false))
-	s.applyLimits(context.Background(), cur.Load())
+	p.storeDown(true)
+	r.set(4, false)
 	if got := p.take(); len(got) != 1 || !got[0].lowered {
 		t.Fatalf("lowered with the store down: %+v", got)
 	}
-	cur.Store(respaceConfig(10, false))
-	s.applyLimits(context.Background(), cur.Load())
+	r.set(10, false)
 	if got := p.take(); len(got) != 1 || got[0].cps != 10 || got[0].lowered {
 		t.Fatalf("back to 10 while the lowering was owed: %+v, want the pacer told 10, not lowered", got)
 	}
-	s.applyLimits(context.Background(), cur.Load())
+	r.set(10, false)
 	if got := p.take(); len(got) != 0 {
 		t.Fatalf("after the revert: %+v, want nothing owed", got)
 	}
@@ -288,32 +279,21 @@ func TestApplyLimitsRevertWhileOwed(t *testing.T) {
 // spaced for 10, so the removal is still owed (h57: it was dropped, 6
 // being above 4).
 func TestApplyLimitsPartialRaiseWhileOwed(t *testing.T) {
-	var cur atomic.Pointer[config.Config]
-	cur.Store(respaceConfig(10, false))
 	p := &respacer{Pacer: pacing.NewPacer(pacing.NewLocalSlots(nil))}
-	s, err := New(Options{Config: cur.Load, Pacer: p, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newRespaceRig(t, 10, false, p)
 	p.take()
-	p.mu.Lock()
-	p.fail = true
-	p.mu.Unlock()
-	cur.Store(respaceConfig(4, false))
-	s.applyLimits(context.Background(), cur.Load())
-	cur.Store(respaceConfig(6, false))
-	s.applyLimits(context.Background(), cur.Load())
+	p.storeDown(true)
+	r.set(4, false)
+	r.set(6, false)
 	if got := p.take(); len(got) != 2 || !got[1].lowered || got[1].cps != 6 {
 		t.Fatalf("10 -> 4 (store down) -> 6: %+v, want the second a lowered respace at 6", got)
 	}
-	p.mu.Lock()
-	p.fail = false
-	p.mu.Unlock()
-	s.applyLimits(context.Background(), cur.Load())
+	p.storeDown(false)
+	r.set(6, false)
 	if got := p.take(); len(got) != 1 || !got[0].lowered || got[0].cps != 6 {
 		t.Fatalf("store back: %+v, want the owed removal at 6", got)
 	}
-	s.applyLimits(context.Background(), cur.Load())
+	r.set(6, false)
 	if got := p.take(); len(got) != 0 {
 		t.Fatalf("after it: %+v, want nothing owed", got)
 	}
