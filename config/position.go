@@ -92,37 +92,11 @@ func positions(data []byte) map[string]Position {
 		return nil
 	}
 	out := map[string]Position{}
-	var walk func(path string, n *yaml.Node, depth int)
-	walk = func(path string, n *yaml.Node, depth int) {
-		if n == nil || depth > 64 {
-			return
-		}
-		switch n.Kind {
-		case yaml.DocumentNode:
-			for _, c := range n.Content {
-				walk(path, c, depth+1)
-			}
-		case yaml.AliasNode:
-			walk(path, n.Alias, depth+1)
-		case yaml.MappingNode:
-			for i := 0; i+1 < len(n.Content); i += 2 {
-				k, v := n.Content[i], n.Content[i+1]
-				if k.Value == "<<" {
-					continue
-				}
-				p := join(path, strings.ToLower(k.Value))
-				out[p] = Position{Line: k.Line, Column: k.Column}
-				walk(p, v, depth+1)
-			}
-		case yaml.SequenceNode:
-			for i, c := range n.Content {
-				p := fmt.Sprintf("%s[%d]", path, i)
-				out[p] = Position{Line: c.Line, Column: c.Column}
-				walk(p, c, depth+1)
-			}
-		}
-	}
-	walk("", &doc, 0)
+	at := func(path string, n *yaml.Node) { out[path] = Position{Line: n.Line, Column: n.Column} }
+	walkYAML(&doc, true, func(path string, k *yaml.Node, _ map[string]*yaml.Node) bool {
+		at(path, k)
+		return true
+	}, at)
 	return out
 }
 
@@ -137,22 +111,47 @@ func duplicateKeys(data []byte) (msgs []string, at []Position) {
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, nil
 	}
+	// Aliases are not followed: an anchor's mapping is walked where it
+	// stands, and its repeats would be reported once per alias.
+	walkYAML(&doc, false, func(path string, k *yaml.Node, earlier map[string]*yaml.Node) bool {
+		first := earlier[strings.ToLower(k.Value)]
+		if first == nil {
+			return true
+		}
+		what := fmt.Sprintf("the key %q repeats %q of line %d", k.Value, first.Value, first.Line)
+		if k.Value != first.Value {
+			what += " (keys are not case-sensitive)"
+		}
+		msgs = append(msgs, path+": "+what+"; keep one")
+		at = append(at, Position{Line: k.Line, Column: k.Column})
+		return false
+	}, nil)
+	return msgs, at
+}
+
+// walkYAML walks the YAML tree n: key is called with every key of every
+// mapping (its path as the decoder names it, keys in lower case, and the
+// mapping's earlier keys by lower-case name) and walks its value when it
+// returns true; item, when set, is called with every list item. Keys
+// merged with "<<" are skipped; aliases are followed when aliases is set.
+// The walk stops 64 levels deep.
+func walkYAML(n *yaml.Node, aliases bool, key func(path string, k *yaml.Node, earlier map[string]*yaml.Node) bool, item func(path string, c *yaml.Node)) {
 	var walk func(path string, n *yaml.Node, depth int)
 	walk = func(path string, n *yaml.Node, depth int) {
 		if n == nil || depth > 64 {
 			return
 		}
 		switch n.Kind {
-		case yaml.DocumentNode, yaml.SequenceNode:
-			for i, c := range n.Content {
-				p := path
-				if n.Kind == yaml.SequenceNode {
-					p = fmt.Sprintf("%s[%d]", path, i)
-				}
-				walk(p, c, depth+1)
+		case yaml.DocumentNode:
+			for _, c := range n.Content {
+				walk(path, c, depth+1)
+			}
+		case yaml.AliasNode:
+			if aliases {
+				walk(path, n.Alias, depth+1)
 			}
 		case yaml.MappingNode:
-			seen := map[string]*yaml.Node{}
+			earlier := map[string]*yaml.Node{}
 			for i := 0; i+1 < len(n.Content); i += 2 {
 				k, v := n.Content[i], n.Content[i+1]
 				if k.Value == "<<" {
@@ -160,22 +159,25 @@ func duplicateKeys(data []byte) (msgs []string, at []Position) {
 				}
 				low := strings.ToLower(k.Value)
 				p := join(path, low)
-				if first := seen[low]; first != nil {
-					what := fmt.Sprintf("the key %q repeats %q of line %d", k.Value, first.Value, first.Line)
-					if k.Value != first.Value {
-						what += " (keys are not case-sensitive)"
-					}
-					msgs = append(msgs, p+": "+what+"; keep one")
-					at = append(at, Position{Line: k.Line, Column: k.Column})
-					continue
+				descend := key(p, k, earlier)
+				if _, ok := earlier[low]; !ok {
+					earlier[low] = k
 				}
-				seen[low] = k
-				walk(p, v, depth+1)
+				if descend {
+					walk(p, v, depth+1)
+				}
+			}
+		case yaml.SequenceNode:
+			for i, c := range n.Content {
+				p := fmt.Sprintf("%s[%d]", path, i)
+				if item != nil {
+					item(p, c)
+				}
+				walk(p, c, depth+1)
 			}
 		}
 	}
-	walk("", &doc, 0)
-	return msgs, at
+	walk("", n, 0)
 }
 
 // locate returns where the problem at path is: the environment variable
