@@ -52,7 +52,7 @@ func TestPipelinerConcurrentAdmit(t *testing.T) {
 			p := NewPipeliner(c, PipelineOptions{Flushers: flushers, MaxBatch: 16})
 			defer p.Close()
 			ctx := context.Background()
-			if err := Load(ctx, p); err != nil {
+			if err := Load(ctx, c); err != nil {
 				t.Fatal(err)
 			}
 			b := AdmitBucket{Key: Key("pipetest", "peer", t.Name()), Limit: 100, WindowUS: 60_000_000}
@@ -111,7 +111,7 @@ func TestPipelinerPausedRedis(t *testing.T) {
 	p := NewPipeliner(c, PipelineOptions{Flushers: 2})
 	defer p.Close()
 	bg := context.Background()
-	if err := Load(bg, p); err != nil {
+	if err := Load(bg, c); err != nil {
 		t.Fatal(err)
 	}
 	b := AdmitBucket{Key: Key("pipetest", "peer", "paused"), Limit: 1000, WindowUS: 60_000_000}
@@ -241,7 +241,7 @@ func TestPipelinerCluster(t *testing.T) {
 	p := NewPipeliner(c, PipelineOptions{Flushers: 1})
 	defer p.Close()
 	ctx := context.Background()
-	if err := Load(ctx, p); err != nil {
+	if err := Load(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 	const keys, limit, per = 24, 3, 10
@@ -366,7 +366,7 @@ func TestRoundTripBoundIsTheSockets(t *testing.T) {
 	p := NewPipeliner(c, PipelineOptions{})
 	defer p.Close()
 	bg := context.Background()
-	if err := Load(bg, p); err != nil {
+	if err := Load(bg, c); err != nil {
 		t.Fatal(err)
 	}
 	// A second of round trip, two of whole call: the check after the

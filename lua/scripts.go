@@ -70,37 +70,89 @@ var ErrReply = errors.New("lua: malformed script reply")
 // or interval that is not positive).
 var ErrArgs = errors.New("lua: invalid script arguments")
 
-// Load sends SCRIPT LOAD for every script, so a script Redis rejects fails at
-// start and not on the first call. On a ClusterClient go-redis loads the
-// scripts on every master.
-func Load(ctx context.Context, c redis.Scripter) error {
-	for _, s := range []struct {
-		name   string
-		script *redis.Script
-	}{
-		{ScriptAdmit, admitScript},
-		{ScriptAdmitPace, admitPaceScript},
-		{ScriptCounts, countsScript},
-		{ScriptPace, paceScript},
-		{ScriptRelease, releaseScript},
-		{ScriptQueue, queueScript},
-		{ScriptPause, pauseScript},
-		{ScriptEvidence, evidenceScript},
-		{ScriptRefund, refundScript},
-		{ScriptRate, rateScript},
-		{ScriptRespace, respaceScript},
-		{ScriptHeartbeat, heartbeatScript},
-		{ScriptCallsOccupy, callsOccupyScript},
-		{ScriptCallsFree, callsFreeScript},
-		{ScriptCallsRefresh, callsRefreshScript},
-		{ScriptCallsCount, callsCountScript},
-		{ScriptOverrides, overridesScript},
-		{ScriptDialogsEnded, dialogsEndedScript},
-		{ScriptLive, liveScript},
-		{ScriptService, serviceScript},
-	} {
-		if err := s.script.Load(ctx, c).Err(); err != nil {
+// Load makes sure every script is in Redis's script cache, so a script
+// Redis rejects fails at start and not on the first call, and the first
+// calls after a restart (an empty cache) do not each send their script's
+// text. It takes one round trip (SCRIPT EXISTS for all) when the cache
+// holds them, two when some must be loaded (their SCRIPT LOADs pipelined):
+// the fallback's probe runs it within store.redis.timeout, and a Redis a
+// few milliseconds away must pass it (one SCRIPT LOAD per script, 21 round
+// trips with the PING, did not). On a ClusterClient it runs on every
+// master, concurrently.
+func Load(ctx context.Context, c redis.UniversalClient) error {
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			return loadOn(ctx, m)
+		})
+	}
+	return loadOn(ctx, c)
+}
+
+// allScripts is every script Load loads: its name, its text and the
+// script run with it (whose Hash the text must get).
+var allScripts = []struct {
+	name   string
+	src    string
+	script *redis.Script
+}{
+	{ScriptAdmit, admitSrc, admitScript},
+	{ScriptAdmitPace, admitPaceSrc, admitPaceScript},
+	{ScriptCounts, countsSrc, countsScript},
+	{ScriptPace, paceSrc, paceScript},
+	{ScriptRelease, releaseSrc, releaseScript},
+	{ScriptQueue, queueSrc, queueScript},
+	{ScriptPause, pauseSrc, pauseScript},
+	{ScriptEvidence, evidenceSrc, evidenceScript},
+	{ScriptRefund, refundSrc, refundScript},
+	{ScriptRate, rateSrc, rateScript},
+	{ScriptRespace, respaceSrc, respaceScript},
+	{ScriptHeartbeat, heartbeatSrc, heartbeatScript},
+	{ScriptCallsOccupy, callsOccupySrc, callsOccupyScript},
+	{ScriptCallsFree, callsFreeSrc, callsFreeScript},
+	{ScriptCallsRefresh, callsRefreshSrc, callsRefreshScript},
+	{ScriptCallsCount, callsCountSrc, callsCountScript},
+	{ScriptOverrides, overridesSrc, overridesScript},
+	{ScriptDialogsEnded, dialogsEndedSrc, dialogsEndedScript},
+	{ScriptLive, liveSrc, liveScript},
+	{ScriptService, serviceSrc, serviceScript},
+}
+
+// loadOn is Load on one server.
+func loadOn(ctx context.Context, c redis.Cmdable) error {
+	hashes := make([]string, len(allScripts))
+	for i, s := range allScripts {
+		hashes[i] = s.script.Hash()
+	}
+	have, err := c.ScriptExists(ctx, hashes...).Result()
+	if err != nil {
+		return fmt.Errorf("lua: script exists: %w", err)
+	}
+	if len(have) != len(hashes) {
+		return fmt.Errorf("%w: SCRIPT EXISTS answered %d flags for %d scripts", ErrReply, len(have), len(hashes))
+	}
+	pipe := c.Pipeline()
+	var cmds []*redis.StringCmd
+	var missing []int
+	for i, s := range allScripts {
+		if !have[i] {
+			// Never s.script.Load on a pipeline: it sets the script's
+			// hash to the reply, empty before the pipeline runs.
+			cmds = append(cmds, pipe.ScriptLoad(ctx, s.src))
+			missing = append(missing, i)
+		}
+	}
+	if len(cmds) == 0 {
+		return nil
+	}
+	_, _ = pipe.Exec(ctx) // each command's own error is read below
+	for i, cmd := range cmds {
+		s := allScripts[missing[i]]
+		sha, err := cmd.Result()
+		if err != nil {
 			return fmt.Errorf("lua: load %s.lua: %w", s.name, err)
+		}
+		if want := s.script.Hash(); sha != want {
+			return fmt.Errorf("%w: SCRIPT LOAD of %s.lua answered %q, want %q", ErrReply, s.name, sha, want)
 		}
 	}
 	return nil

@@ -3,6 +3,7 @@ package lua_test
 import (
 	"context"
 	"errors"
+	"regexp"
 	"strconv"
 	"testing"
 	"time"
@@ -183,5 +184,55 @@ func TestSlotMatchesServer(t *testing.T) {
 		if got := lua.HashSlot(key); int64(got) != want {
 			t.Fatalf("Slot(%q) = %d, want %d", key, got, want)
 		}
+	}
+}
+
+// Load is what the fallback's probe runs within one store.redis.timeout:
+// with the scripts cached it is one SCRIPT EXISTS, with the cache empty (a
+// restarted Redis) one more round trip of SCRIPT LOADs, and it never changes
+// the hash a script is run by.
+func TestLoadSendsOnlyWhatIsMissing(t *testing.T) {
+	ctx := context.Background()
+	c, _ := newClient(t)
+	want := lua.SHA(lua.ScriptAdmit)
+	calls := func(cmd string) int {
+		t.Helper()
+		info, err := c.Info(ctx, "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := regexp.MustCompile(`cmdstat_` + regexp.QuoteMeta(cmd) + `:calls=(\d+)`).FindStringSubmatch(info)
+		if m == nil {
+			return 0
+		}
+		n, _ := strconv.Atoi(m[1])
+		return n
+	}
+	for round, wantLoads := range []int{20, 0} {
+		if err := c.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := lua.Load(ctx, c); err != nil {
+			t.Fatalf("Load %d: %v", round, err)
+		}
+		if got := calls("script|load"); got != wantLoads {
+			t.Errorf("Load %d sent %d SCRIPT LOAD, want %d", round, got, wantLoads)
+		}
+		if got := calls("script|exists"); got != 1 {
+			t.Errorf("Load %d sent %d SCRIPT EXISTS, want 1", round, got)
+		}
+	}
+	if got := lua.SHA(lua.ScriptAdmit); got != want {
+		t.Fatalf("admit's hash after Load: %q, want %q", got, want)
+	}
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := lua.Load(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	r, err := lua.Admit(ctx, c, "m1", []lua.AdmitBucket{{Key: lua.Key("t", "peer", "flushed"), Limit: 1, WindowUS: 1_000_000}})
+	if err != nil || !r.Admitted {
+		t.Fatalf("Admit after a flush and Load = %+v, %v", r, err)
 	}
 }

@@ -67,7 +67,9 @@ type Options struct {
 	// or flapping must not make the node switch back and forth, since every
 	// switch starts the other store without the last second's history.
 	RecoverAfter int
-	// Timeout bounds one probe (default 50 ms).
+	// Timeout bounds one round trip of a probe (default 50 ms); a probe
+	// is given three (PING, SCRIPT EXISTS, and the SCRIPT LOADs a
+	// restarted Redis lacks).
 	Timeout time.Duration
 	// Quiet is how long Redis must have answered no call before a timeout
 	// switches to the fallback (default 5 × Timeout, at least 250 ms): a
@@ -561,10 +563,14 @@ func (f *Failover) Run(ctx context.Context) {
 	}
 }
 
+// probeRoundTrips is how many round trips of Options.Timeout one probe
+// may take: PING, SCRIPT EXISTS, SCRIPT LOAD (store/open.go's pinger).
+const probeRoundTrips = 3
+
 // probe pings Redis once; a panic is a failed probe (logged once, counted).
 func (f *Failover) probe(ctx context.Context) (err error) {
 	defer f.o.Panics.Recover("store.probe", func(e error) { err = e })
-	pctx, cancel := context.WithTimeout(ctx, f.o.Timeout)
+	pctx, cancel := context.WithTimeout(ctx, probeRoundTrips*f.o.Timeout)
 	defer cancel()
 	return f.o.Probe.Ping(pctx)
 }

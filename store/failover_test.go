@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -488,5 +489,33 @@ func TestRespaceFailsWithRedis(t *testing.T) {
 	waitMode(t, s, ModeFallback)
 	if _, err := s.Respace(ctx, "t:{carrier:a}", "pX~"); err != nil {
 		t.Fatalf("respace in fallback: %v, want the node's own store's answer", err)
+	}
+}
+
+// A Redis a few milliseconds away (another zone) is the usual production
+// case: a node that fell back must come back to it. The probe once sent
+// PING and every SCRIPT LOAD one after another within store.redis.timeout,
+// 21 round trips: with 8 ms of round trip against 50 ms of timeout it
+// never succeeded, and the node stayed on the fallback for good.
+func TestFallbackReturnsToADistantRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	addr := redistest.Delayed(t, srv.Addr(), 4*time.Millisecond)
+	s, m := open(t, redisConfig(addr, PolicyLocal))
+	if got := s.Mode(); got != ModeRedis {
+		t.Fatalf("mode at start: got %s, want redis (8 ms of round trip is well inside 50 ms)", got)
+	}
+	// A script cache lost with the fallback (a restarted Redis) must be
+	// loaded again by the probe.
+	if out, err := srv.CLI(context.Background(), "SCRIPT", "FLUSH"); err != nil {
+		t.Fatalf("script flush: %v %s", err, out)
+	}
+	s.fail("test", errors.New("a blip"))
+	waitMode(t, s, ModeRedis)
+	if got, want := fmt.Sprint(m.list()), "[fallback redis]"; got != want {
+		t.Fatalf("mode switches: got %s, want %s", got, want)
+	}
+	out, err := srv.CLI(context.Background(), "SCRIPT", "EXISTS", lua.SHA(lua.ScriptAdmit), lua.SHA(lua.ScriptRespace))
+	if err != nil || strings.Count(out, "1") != 2 {
+		t.Fatalf("scripts after the probe: %q, %v; want both loaded", out, err)
 	}
 }

@@ -103,7 +103,7 @@ func Open(ctx context.Context, cfg *config.Config, o OpenOptions) (*Stores, erro
 		RedisSlots:    pacing.NewRedisSlots(client, pacing.RedisOptions{Timeout: rc.Timeout, Observe: observe, Pipeline: pipe}),
 		Local:         local,
 		LocalSlots:    localSlots,
-		Probe:         pinger{client: client},
+		Probe:         pinger{client: client, timeout: rc.Timeout},
 		Nodes:         hb,
 		Policy:        cfg.Store.OnError,
 		ProbeInterval: o.ProbeInterval,
@@ -175,7 +175,13 @@ func (s *Stores) Close() error {
 // pinger adapts a go-redis client to Pinger; a successful probe also reloads
 // the scripts (a restarted Redis has none; EVALSHA would fall back to EVAL,
 // but loading them here keeps that off the call path).
-type pinger struct{ client redis.UniversalClient }
+// pinger is the fallback's probe of Redis: PING, then the scripts
+// (lua.Load: SCRIPT EXISTS, and SCRIPT LOAD for those a restarted Redis
+// lost), each step within timeout, as a call's round trip is.
+type pinger struct {
+	client  redis.UniversalClient
+	timeout time.Duration
+}
 
 func (p pinger) Ping(ctx context.Context) (err error) {
 	defer func() {
@@ -186,8 +192,13 @@ func (p pinger) Ping(ctx context.Context) (err error) {
 			cc.ReloadState(ctx)
 		}
 	}()
-	if err := p.client.Ping(ctx).Err(); err != nil {
+	step := func(f func(context.Context) error) error {
+		sctx, cancel := context.WithTimeout(ctx, p.timeout)
+		defer cancel()
+		return f(sctx)
+	}
+	if err := step(func(ctx context.Context) error { return p.client.Ping(ctx).Err() }); err != nil {
 		return err
 	}
-	return lua.Load(ctx, p.client)
+	return step(func(ctx context.Context) error { return lua.Load(ctx, p.client) })
 }

@@ -1,10 +1,10 @@
 // Package redistest starts private redis-server processes for tests: one
 // server (Start, StartOnPort), one that also serves TLS with a test PKI
-// (NewTLSFiles, StartTLS), a Redis Cluster (StartCluster), a master with
-// replicas and sentinels (StartSentinel), and a hostile fake Redis whose
-// replies no client can hold (StartHostile). Require finds any tool a test
-// needs (redis-server, redis-cli, kamailio, ...) on PATH or in the sbin
-// directories.
+// (NewTLSFiles, StartTLS), a proxy that delays every byte to one (Delayed), a
+// Redis Cluster (StartCluster), a master with replicas and sentinels
+// (StartSentinel), and a hostile fake Redis whose replies no client can hold
+// (StartHostile). Require finds any tool a test needs (redis-server,
+// redis-cli, kamailio, ...) on PATH or in the sbin directories.
 //
 // Every server listens on a free loopback port, keeps nothing on disk and is
 // stopped when the test ends. Tests never talk to a Redis they did not start.

@@ -14,8 +14,9 @@ const HugeBulk = "$9223372036854775806\r\n"
 
 // StartHostile starts a fake Redis on a free loopback port that answers the
 // connection handshake sensibly (HELLO refused, so clients speak RESP2;
-// PING, CLIENT, SELECT, AUTH answered) and every other command with
-// HugeBulk. It stops when the test ends. It returns the address.
+// PING, CLIENT, SELECT, AUTH answered, SCRIPT EXISTS "all cached") and
+// every other command with HugeBulk. It stops when the test ends. It returns
+// the address.
 func StartHostile(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -53,6 +54,12 @@ func serveHostile(c net.Conn) {
 			reply = "+PONG\r\n"
 		case "CLIENT", "SELECT", "AUTH":
 			reply = "+OK\r\n"
+		case "SCRIPT":
+			if len(args) > 1 && strings.EqualFold(args[1], "EXISTS") {
+				// Every script "cached": the client goes on to run them,
+				// and meets HugeBulk there.
+				reply = "*" + strconv.Itoa(len(args)-2) + "\r\n" + strings.Repeat(":1\r\n", len(args)-2)
+			}
 		}
 		if _, err := c.Write([]byte(reply)); err != nil {
 			return
