@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -34,6 +35,14 @@ type Leaver interface {
 // The rule: a node is live when its last beat is younger than TTL (3 ×
 // Interval). The figure is the one last seen while Redis answered; a node that
 // starts while Redis is down assumes HeartbeatOptions.MinNodes (default 1).
+// A count that falls reaches the figure only once the larger count is older
+// than HeartbeatOptions.Hold (default 10 × Interval): a node whose beats
+// fail (its link to Redis, its own stall) still decides calls on its
+// fallback, and a Redis restarted empty answers a node's first beat with
+// that node alone; either way the others, dividing by the lower count
+// when Redis then fails them too, would together admit more than the
+// limit. Holding the count errs the other way: after a node leaves, the
+// fallback shares the limits among one node too many for up to Hold.
 //
 // Two processes beating under one node_id (a copied configuration, a node
 // started twice) are a mistake the share cannot see by node id alone: the
@@ -48,7 +57,13 @@ type Heartbeat struct {
 	interval time.Duration
 	ttl      time.Duration
 	minNodes int
-	live     atomic.Int64
+	hold     time.Duration
+	// live is the figure Live answers: count, or a larger count of the
+	// last hold (peakAt, under mu).
+	live   atomic.Int64
+	count  atomic.Int64
+	mu     sync.Mutex
+	peakAt time.Time
 	// older is the live nodes of a release that cannot read dialog tokens
 	// in opaque text at the last beat; -1 before the first.
 	older   atomic.Int64
@@ -66,6 +81,9 @@ type HeartbeatOptions struct {
 	// MinNodes is the figure assumed before the first successful beat
 	// (default 1).
 	MinNodes int
+	// Hold is how long a larger count of live nodes stays the figure after
+	// the count falls (default 10 × Interval).
+	Hold time.Duration
 	// OnError is told of a failed beat (the failover uses it to switch).
 	OnError func(error)
 	// OnDuplicate is told when another process starts (true) or stops
@@ -84,12 +102,16 @@ func NewHeartbeat(b Beater, o HeartbeatOptions) *Heartbeat {
 	if o.MinNodes < 1 {
 		o.MinNodes = 1
 	}
+	if o.Hold <= 0 {
+		o.Hold = 10 * o.Interval
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	h := &Heartbeat{beater: b, node: o.Node, interval: o.Interval, ttl: 3 * o.Interval,
-		minNodes: o.MinNodes, onError: o.OnError, onDup: o.OnDuplicate, log: o.Logger, panics: o.Panics}
+		minNodes: o.MinNodes, hold: o.Hold, onError: o.OnError, onDup: o.OnDuplicate, log: o.Logger, panics: o.Panics}
 	h.live.Store(int64(o.MinNodes))
+	h.count.Store(int64(o.MinNodes))
 	h.older.Store(-1)
 	return h
 }
@@ -103,7 +125,9 @@ func (h *Heartbeat) OpaqueTokens() bool {
 	return h == nil || h.older.Load() == 0
 }
 
-// Live is the number of live nodes last seen (at least 1).
+// Live is the number of live nodes the fallback divides the limits by (at
+// least 1): the count last seen, or a larger one seen within the last
+// Hold.
 func (h *Heartbeat) Live() int {
 	if h == nil {
 		return 1
@@ -122,9 +146,24 @@ func (h *Heartbeat) Beat(ctx context.Context, timeout time.Duration) error {
 		}
 		return err
 	}
-	n := r.Live
-	if old := h.live.Swap(int64(max(n, 1))); old != int64(max(n, 1)) {
+	n := int64(max(r.Live, 1))
+	h.mu.Lock()
+	now := time.Now()
+	held := h.live.Load()
+	if n >= held || now.Sub(h.peakAt) >= h.hold {
+		h.live.Store(n)
+		h.peakAt = now
+	}
+	share := h.live.Load()
+	h.mu.Unlock()
+	switch old := h.count.Swap(n); {
+	case old != n && share != n:
+		h.log.Info("live nodes changed; the fallback keeps dividing the limits by the larger count a while",
+			"live_nodes", n, "was", old, "fallback_share_nodes", share, "hold", h.hold)
+	case old != n:
 		h.log.Info("live nodes changed", "live_nodes", n, "was", old)
+	case share != held:
+		h.log.Info("the fallback divides the limits by the live nodes again", "live_nodes", n, "was", held)
 	}
 	// Logged when the text changes, not at every change of the count.
 	if old := h.older.Swap(int64(r.Older)); (old > 0) != (r.Older > 0) {

@@ -155,3 +155,55 @@ type scriptedBeater struct {
 func (b *scriptedBeater) Beat(context.Context, string, time.Duration) (lua.BeatReply, error) {
 	return b.reply, b.err
 }
+
+// beats answers each Beat with the next count.
+type beats struct {
+	mu     sync.Mutex
+	counts []int
+}
+
+func (b *beats) Beat(context.Context, string, time.Duration) (lua.BeatReply, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := b.counts[0]
+	if len(b.counts) > 1 {
+		b.counts = b.counts[1:]
+	}
+	return lua.BeatReply{Live: n}, nil
+}
+
+// The fallback's figure falls only after a while: a Redis restarted empty
+// answers a node's first beat with that node alone, and a node whose
+// beats fail still decides calls; dividing by the lower count, the pool
+// would admit more than its limits if Redis then failed. A larger count
+// counts at once, and the expected_nodes assumed before the first beat
+// gives way to the first count.
+func TestLiveNodesFallSlowly(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		hold time.Duration
+		want []int // Live after each beat
+	}{
+		{"held", time.Hour, []int{3, 3, 3, 4, 4}},
+		{"follows", time.Nanosecond, []int{3, 1, 2, 4, 2}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := NewHeartbeat(&beats{counts: []int{3, 1, 2, 4, 2}}, HeartbeatOptions{MinNodes: 5, Hold: c.hold})
+			if got := h.Live(); got != 5 {
+				t.Fatalf("before any beat: %d, want expected_nodes 5", got)
+			}
+			for i, want := range c.want {
+				if c.hold == time.Nanosecond {
+					time.Sleep(time.Millisecond)
+				}
+				if err := h.Beat(ctx, time.Second); err != nil {
+					t.Fatal(err)
+				}
+				if got := h.Live(); got != want {
+					t.Fatalf("after beat %d: Live %d, want %d", i, got, want)
+				}
+			}
+		})
+	}
+}
