@@ -3,7 +3,6 @@ package sip
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"reflect"
 	"time"
 	"unsafe"
@@ -59,7 +58,17 @@ func (p *Proxy) openTx(ctx context.Context, req *sipmsg.Request) (sipmsg.ClientT
 	if !req.IsInvite() {
 		return p.tl.Request(ctx, req)
 	}
-	return openInviteTx(ctx, p.tl, req, p.log)
+	return openInviteTx(ctx, p.tl, req, p.writeBlocked)
+}
+
+// writeBlocked is told of a TCP or TLS connection to a next hop closed
+// because a write to it blocked past streamWriteBound: logged (once per
+// connection) and counted (sip_errors_total{reason="write_blocked"}), since
+// its calls show only as reroutes "failed".
+func (p *Proxy) writeBlocked(remote string) {
+	p.m.SIPErrors.WithLabelValues("write_blocked").Inc()
+	p.log.Warn("a next hop stopped reading: its connection is closed after a write blocked past the bound, and its calls move on",
+		"remote", remote, "bound", streamWriteBound.String())
 }
 
 // openInviteTx is sipgo's TransactionLayer.Request for an INVITE (create
@@ -67,12 +76,12 @@ func (p *Proxy) openTx(ctx context.Context, req *sipmsg.Request) (sipmsg.ClientT
 // run), with the transaction's connection wrapped in between, before
 // anything is written on it or read from it, so that its ACK of a non-2xx
 // answer carries one Via.
-func openInviteTx(ctx context.Context, tl *sipmsg.TransactionLayer, req *sipmsg.Request, log *slog.Logger) (*sipmsg.ClientTx, error) {
+func openInviteTx(ctx context.Context, tl *sipmsg.TransactionLayer, req *sipmsg.Request, blocked func(remote string)) (*sipmsg.ClientTx, error) {
 	tx, err := tl.NewClientTransaction(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	if err := wrapTxConn(tx, log); err != nil {
+	if err := wrapTxConn(tx, blocked); err != nil {
 		tx.Terminate()
 		return nil, err
 	}
@@ -83,9 +92,9 @@ func openInviteTx(ctx context.Context, tl *sipmsg.TransactionLayer, req *sipmsg.
 	return tx, nil
 }
 
-// wrapTxConn replaces tx's connection by an ackConn around it, which logs
-// to log.
-func wrapTxConn(tx *sipmsg.ClientTx, log *slog.Logger) error {
+// wrapTxConn replaces tx's connection by an ackConn around it, which tells
+// blocked of a connection it closed.
+func wrapTxConn(tx *sipmsg.ClientTx, blocked func(remote string)) error {
 	if clientTxConn == nil {
 		return errNoTxConn
 	}
@@ -98,7 +107,7 @@ func wrapTxConn(tx *sipmsg.ClientTx, log *slog.Logger) error {
 	if _, done := conn.(ackConn); done {
 		return nil
 	}
-	f.Set(reflect.ValueOf(ackConn{Connection: conn, log: log}))
+	f.Set(reflect.ValueOf(ackConn{Connection: conn, blocked: blocked}))
 	return nil
 }
 
@@ -106,8 +115,9 @@ func wrapTxConn(tx *sipmsg.ClientTx, log *slog.Logger) error {
 // top Via only; everything else passes unchanged.
 type ackConn struct {
 	sipmsg.Connection
-	// log is told of a connection closed for a blocked write (nil: not).
-	log *slog.Logger
+	// blocked is told of a connection closed for a blocked write, with
+	// its remote address (nil: not).
+	blocked func(remote string)
 }
 
 // WriteMsg writes m; an ACK loses every Via but its first. The ACK is the
@@ -128,14 +138,13 @@ func (c ackConn) WriteMsg(m sipmsg.Message) error {
 	if conn, stream := c.Connection.(*sipmsg.TCPConnection); stream {
 		// TCP and TLS alike (sipgo's TLS connection is a TCPConnection);
 		// never a UDP listener, whose close would end the node's reads.
-		log := c.log
+		blocked := c.blocked
 		t := time.AfterFunc(streamWriteBound, func() {
 			_ = conn.Close()
-			if log != nil {
+			if blocked != nil {
 				// Once per connection closed: its calls show as reroutes
 				// "failed" (no answer), this says why.
-				log.Warn("a next hop stopped reading: its connection is closed after a write blocked past the bound, and its calls move on",
-					"remote", conn.RemoteAddr().String(), "bound", streamWriteBound.String())
+				blocked(conn.RemoteAddr().String())
 			}
 		})
 		defer t.Stop()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/siptest"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // smallReadBuffer dials with a receive buffer as small as the kernel
@@ -226,5 +227,8 @@ func TestCarrierThatNeverReadsIsLeftBehind(t *testing.T) {
 	// The operator learns why the carrier's calls moved on (h52).
 	if !strings.Contains(logs.String(), "a next hop stopped reading") {
 		t.Errorf("no log line for the connection closed on a blocked write:\n%s", logs.String())
+	}
+	if n := testutil.ToFloat64(h.m.SIPErrors.WithLabelValues("write_blocked")); n < 1 {
+		t.Errorf("sip_errors_total{write_blocked} = %v, want >= 1", n)
 	}
 }
