@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/cpsguard/cpsguard/config"
 )
@@ -27,19 +28,30 @@ func NewClient(cfg *config.Redis) (redis.UniversalClient, error) {
 		return nil, fmt.Errorf("store: store.redis.tls: %w", err)
 	}
 	return redis.NewUniversalClient(&redis.UniversalOptions{
-		TLSConfig:             tc,
-		Addrs:                 cfg.Addrs,
-		MasterName:            cfg.MasterName,
-		Username:              cfg.Username,
-		Password:              cfg.Password,
-		SentinelUsername:      cfg.Username,
-		SentinelPassword:      cfg.Password,
-		DB:                    cfg.DB,
-		ClientName:            "cpsguard",
-		DialTimeout:           max(timeout, 250*time.Millisecond),
-		ReadTimeout:           timeout,
-		WriteTimeout:          timeout,
-		ContextTimeoutEnabled: true,
+		TLSConfig:        tc,
+		Addrs:            cfg.Addrs,
+		MasterName:       cfg.MasterName,
+		Username:         cfg.Username,
+		Password:         cfg.Password,
+		SentinelUsername: cfg.Username,
+		SentinelPassword: cfg.Password,
+		DB:               cfg.DB,
+		// A new connection is set up inside the first command's bound
+		// (go-redis), so every round trip of its handshake counts against
+		// store.redis.timeout: HELLO alone, not HELLO, CLIENT SETNAME,
+		// CLIENT MAINT_NOTIFICATIONS and CLIENT SETINFO (h60: with those,
+		// a Redis 20 ms away failed every new connection at the default
+		// 50 ms, the nodes fell back one by one, and a pool half on Redis,
+		// half on its fallback admitted 1.5 times its limits). So no
+		// client name (CLIENT LIST shows the nodes by address), no
+		// library identity, no maintenance notifications (a feature of
+		// Redis Enterprise and Cloud the failover does not use).
+		DisableIdentity:          true,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+		DialTimeout:              max(timeout, 250*time.Millisecond),
+		ReadTimeout:              timeout,
+		WriteTimeout:             timeout,
+		ContextTimeoutEnabled:    true,
 		// A retry would double the time a call waits for a failing Redis;
 		// the failover store moves to the fallback instead.
 		MaxRetries:   -1,

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cpsguard/cpsguard/admission"
@@ -179,17 +181,28 @@ func isTimeout(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
 
+// connLost reports an error of a connection that was closed under the
+// command (EOF, a reset, a broken pipe): a pooled connection Redis, a
+// proxy or a load balancer closed while it was idle, whose close had not
+// reached this node when the command took it. It says nothing of Redis
+// itself; a Redis that is gone refuses the new connection.
+func connLost(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed)
+}
+
 // fail switches to fallback after a Redis error (once per outage). A
 // timeout while Redis answered another call within the last Quiet is not
 // an outage: on a CPU-saturated node some replies are read late while
-// Redis is well (issue 15); that call alone is decided by the fallback
-// (per Policy). Any other error (refused, reset, a hostile reply), or a
-// timeout after Quiet without an answer, switches.
+// Redis is well (issue 15); nor is a connection lost under a command
+// then (connLost). That call alone is decided by the fallback (per
+// Policy). Any other error (refused, a hostile reply), or a timeout or a
+// lost connection after Quiet without an answer, switches.
 func (f *Failover) fail(op string, err error) {
 	if f.o.Redis == nil || f.down.Load() {
 		return
 	}
-	if isTimeout(err) && f.answeredLately() {
+	if (isTimeout(err) || connLost(err)) && f.answeredLately() {
 		return
 	}
 	if !f.down.CompareAndSwap(false, true) {

@@ -69,6 +69,7 @@ type Heartbeat struct {
 	older   atomic.Int64
 	dup     atomic.Bool
 	onError func(error)
+	onBeat  func()
 	onDup   func(bool)
 	log     *slog.Logger
 	panics  *panics.Reporter
@@ -86,6 +87,9 @@ type HeartbeatOptions struct {
 	Hold time.Duration
 	// OnError is told of a failed beat (the failover uses it to switch).
 	OnError func(error)
+	// OnBeat is told of a beat Redis answered (the failover counts it as
+	// Redis answering).
+	OnBeat func()
 	// OnDuplicate is told when another process starts (true) or stops
 	// (false) beating under Node.
 	OnDuplicate func(duplicate bool)
@@ -109,7 +113,7 @@ func NewHeartbeat(b Beater, o HeartbeatOptions) *Heartbeat {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	h := &Heartbeat{beater: b, node: o.Node, interval: o.Interval, ttl: 3 * o.Interval,
-		minNodes: o.MinNodes, hold: o.Hold, onError: o.OnError, onDup: o.OnDuplicate, log: o.Logger, panics: o.Panics}
+		minNodes: o.MinNodes, hold: o.Hold, onError: o.OnError, onBeat: o.OnBeat, onDup: o.OnDuplicate, log: o.Logger, panics: o.Panics}
 	h.live.Store(int64(o.MinNodes))
 	h.count.Store(int64(o.MinNodes))
 	h.older.Store(-1)
@@ -140,11 +144,19 @@ func (h *Heartbeat) Beat(ctx context.Context, timeout time.Duration) error {
 	bctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	r, err := h.beater.Beat(bctx, h.node, h.ttl)
+	if err != nil && connLost(err) && bctx.Err() == nil {
+		// A pooled connection Redis (or a proxy, a load balancer) closed
+		// while idle, its close still on the way: a new one answers.
+		r, err = h.beater.Beat(bctx, h.node, h.ttl)
+	}
 	if err != nil {
 		if h.onError != nil && ctx.Err() == nil {
 			h.onError(err)
 		}
 		return err
+	}
+	if h.onBeat != nil {
+		h.onBeat()
 	}
 	n := int64(max(r.Live, 1))
 	h.mu.Lock()

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -203,6 +205,58 @@ func TestLiveNodesFallSlowly(t *testing.T) {
 				if got := h.Live(); got != want {
 					t.Fatalf("after beat %d: Live %d, want %d", i, got, want)
 				}
+			}
+		})
+	}
+}
+
+// flaky fails its first beats with err, then answers.
+type flaky struct {
+	mu    sync.Mutex
+	fails int
+	err   error
+	calls int
+}
+
+func (f *flaky) Beat(context.Context, string, time.Duration) (lua.BeatReply, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if f.calls <= f.fails {
+		return lua.BeatReply{}, f.err
+	}
+	return lua.BeatReply{Live: 2}, nil
+}
+
+// A beat that met a pooled connection closed under it (Redis's idle
+// timeout, a load balancer's, its close still on the way) beats again on
+// a new one before it reports a failure: an idle node's beats come a
+// second apart, past the span in which the failover forgives such an
+// error, and one stale connection switched the node to its fallback.
+// Anything else is reported at once, and a second loss too.
+func TestBeatRetriesALostConnectionOnce(t *testing.T) {
+	lost := fmt.Errorf("lua: run heartbeat.lua: %w", io.EOF)
+	for _, c := range []struct {
+		name      string
+		fails     int
+		err       error
+		wantErr   bool
+		wantCalls int
+	}{
+		{"lost once", 1, lost, false, 2},
+		{"lost twice", 2, lost, true, 2},
+		{"refused", 1, errors.New("dial tcp: connection refused"), true, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := &flaky{fails: c.fails, err: c.err}
+			var reported []error
+			h := NewHeartbeat(b, HeartbeatOptions{OnError: func(err error) { reported = append(reported, err) }})
+			err := h.Beat(context.Background(), time.Second)
+			if (err != nil) != c.wantErr || (len(reported) > 0) != c.wantErr {
+				t.Fatalf("Beat: %v, reported %v; want an error: %v", err, reported, c.wantErr)
+			}
+			if b.calls != c.wantCalls {
+				t.Fatalf("%d beats sent, want %d", b.calls, c.wantCalls)
 			}
 		})
 	}

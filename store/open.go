@@ -87,11 +87,15 @@ func Open(ctx context.Context, cfg *config.Config, o OpenOptions) (*Stores, erro
 	if o.Instance == "" {
 		o.Instance = NewInstanceID()
 	}
-	hb := NewHeartbeat(&lua.Heartbeater{Client: client, Key: policy.NodesKey(cfg.Store.KeyPrefix), Instance: o.Instance},
+	hb := NewHeartbeat(&lua.Heartbeater{Client: client, Key: policy.NodesKey(cfg.Store.KeyPrefix), Instance: o.Instance, Observe: observe},
 		HeartbeatOptions{
-			Node:        cfg.NodeID,
-			Interval:    o.HeartbeatInterval,
-			MinNodes:    rc.ExpectedNodes,
+			Node:     cfg.NodeID,
+			Interval: o.HeartbeatInterval,
+			MinNodes: rc.ExpectedNodes,
+			// A beat Redis answered is Redis answering, as a call's is: on
+			// a node without calls, one slow beat must not count as an
+			// outage.
+			OnBeat:      func() { s.ok() },
 			OnError:     func(err error) { s.fail("heartbeat", err) },
 			OnDuplicate: o.OnDuplicateNodeID,
 			Logger:      o.Logger,
@@ -132,10 +136,20 @@ func Open(ctx context.Context, cfg *config.Config, o OpenOptions) (*Stores, erro
 func (s *Stores) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	if s.heartbeat != nil {
-		wg.Go(func() { s.heartbeat.Run(ctx, s.timeout) })
+		wg.Go(func() { s.heartbeat.Run(ctx, beatBound(s.timeout)) })
 	}
 	s.Failover.Run(ctx)
 	wg.Wait()
+}
+
+// beatBound is how long one heartbeat may wait for Redis: no call waits
+// for it, so not the call's timeout but the span without an answer that
+// makes a timeout an outage (Options.Quiet: 5 × the timeout, at least
+// 250 ms). With the call's own bound, one beat that needed a new
+// connection (a dial and a handshake before the script) switched an idle
+// node to its fallback at a few milliseconds of round trip (h60).
+func beatBound(timeout time.Duration) time.Duration {
+	return max(5*timeout, 250*time.Millisecond)
 }
 
 // RedisClient is the client of the configured Redis, for the stores of

@@ -1,0 +1,73 @@
+package store
+
+import (
+	"context"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/internal/redistest"
+)
+
+// commandCalls reads how many times Redis ran cmd (INFO commandstats).
+func commandCalls(t *testing.T, srv *redistest.Server, cmd string) int {
+	t.Helper()
+	out, err := srv.CLI(context.Background(), "INFO", "commandstats")
+	if err != nil {
+		t.Fatalf("info: %v %s", err, out)
+	}
+	m := regexp.MustCompile(`cmdstat_` + regexp.QuoteMeta(cmd) + `:calls=(\d+)`).FindStringSubmatch(out)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+// A new connection is set up inside its first command's bound, so its
+// handshake is HELLO alone: with CLIENT SETNAME, CLIENT MAINT_NOTIFICATIONS
+// and CLIENT SETINFO besides, a Redis 20 ms away failed every new
+// connection at the default 50 ms (h60).
+func TestNewConnectionIsOneRoundTrip(t *testing.T) {
+	srv := redistest.Start(t)
+	c, err := NewClient(&config.Redis{Addrs: []string{srv.Addr()}, Timeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n := commandCalls(t, srv, "hello"); n != 1 {
+		t.Errorf("HELLO sent %d times, want 1", n)
+	}
+	for _, cmd := range []string{"client|setname", "client|setinfo", "client|maint_notifications", "select"} {
+		if n := commandCalls(t, srv, cmd); n != 0 {
+			t.Errorf("%s sent %d times by one new connection, want 0", cmd, n)
+		}
+	}
+}
+
+// An idle node's heartbeat that needs a new connection (Redis closed the
+// old ones) waits for it as long as an outage takes to show, not the
+// call's timeout: at 40 ms of round trip HELLO and the script are 80 ms,
+// over the 50 ms timeout, and the node fell back with Redis well.
+func TestIdleNodeStaysOnADistantRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	addr := redistest.Delayed(t, srv.Addr(), 20*time.Millisecond)
+	s, m := open(t, redisConfig(addr, PolicyLocal))
+	if got := s.Mode(); got != ModeRedis {
+		t.Fatalf("mode at start: %s, want redis", got)
+	}
+	for range 3 {
+		if out, err := srv.CLI(context.Background(), "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"); err != nil {
+			t.Fatalf("client kill: %v %s", err, out)
+		}
+		time.Sleep(400 * time.Millisecond) // 4 beats of the test's 100 ms
+	}
+	if got := m.list(); len(got) != 0 {
+		t.Fatalf("mode switches of an idle node with Redis 40 ms away: %v, want none", got)
+	}
+}
