@@ -35,10 +35,38 @@ func carrierUsage(w io.Writer) {
 		"skip it until `carrier in` puts it back (its probes go on). unpause\n"+
 		"ends the carrier's Retry-After pause on every node of the pool at\n"+
 		"once: calls go to it again. Each needs http.token (--token or\n"+
-		"$CPSGUARD_HTTP_TOKEN); a node without one refuses every change. Common\n"+
-		"flags: --addr, --config (find the node as `cpsguard status` does),\n"+
-		"--token. `cpsguard status` shows the carriers out of service and the\n"+
-		"pauses in force. `cpsguard carrier SUBCOMMAND -h` lists every flag.\n")
+		"$CPSGUARD_HTTP_TOKEN); a node without one refuses every change.\n"+
+		"--addr and --config find the node as `cpsguard status` does.\n"+
+		"`cpsguard status` shows the carriers out of service and the pauses in\n"+
+		"force.\n")
+}
+
+// carrierSubs are carrier's subcommands, in the order its usage lists them.
+var carrierSubs = []string{"out", "in", "unpause"}
+
+// carrierFlags are the flags of `cpsguard carrier SUB`; reason is nil
+// but for out.
+type carrierFlags struct {
+	fs            *flag.FlagSet
+	node          *nodeFlags
+	token, reason *string
+}
+
+func newCarrierFlags(sub string) carrierFlags {
+	fs := flag.NewFlagSet("carrier "+sub, flag.ContinueOnError)
+	f := carrierFlags{fs: fs, node: addNodeFlags(fs)}
+	f.token = fs.String("token", os.Getenv("CPSGUARD_HTTP_TOKEN"), "bearer `token` (http.token; also $CPSGUARD_HTTP_TOKEN)")
+	if sub == "out" {
+		f.reason = fs.String("reason", "", "why, shown in status and logs (`text`, at most 200 characters)")
+	}
+	return f
+}
+
+// carrierHelp is `cpsguard carrier -h`: the usage and every subcommand's
+// flags.
+func carrierHelp(w io.Writer) {
+	carrierUsage(w)
+	printGroupFlags(w, "carrier", carrierSubs, func(sub string) *flag.FlagSet { return newCarrierFlags(sub).fs })
 }
 
 func carrierMain(args []string, stdout, stderr io.Writer) int {
@@ -49,22 +77,17 @@ func carrierMain(args []string, stdout, stderr io.Writer) int {
 	sub := args[0]
 	switch sub {
 	case "unpause", "out", "in":
-	case "help", "-h", "--help":
-		carrierUsage(stdout)
+	case "help", "-h", "-help", "--help":
+		carrierHelp(stdout)
 		return exitOK
 	default:
 		fmt.Fprintf(stderr, "cpsguard carrier: unknown subcommand %q\n\n", sub)
 		carrierUsage(stderr)
 		return exitUsage
 	}
-	fs := flag.NewFlagSet("carrier "+sub, flag.ContinueOnError)
+	f := newCarrierFlags(sub)
+	fs, node, token, reason := f.fs, f.node, f.token, f.reason
 	fs.SetOutput(stderr)
-	node := addNodeFlags(fs)
-	token := fs.String("token", os.Getenv("CPSGUARD_HTTP_TOKEN"), "bearer `token` (http.token; also $CPSGUARD_HTTP_TOKEN)")
-	var reason *string
-	if sub == "out" {
-		reason = fs.String("reason", "", "why, shown in status and logs (`text`, at most 200 characters)")
-	}
 	fs.Usage = func() { carrierUsage(fs.Output()); fmt.Fprintln(fs.Output()); fs.PrintDefaults() }
 	// Flags may come before or after the carrier's name.
 	var pos []string

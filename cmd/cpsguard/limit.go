@@ -38,9 +38,40 @@ func limitUsage(w io.Writer) {
 		"  cpsguard limit ls\n\n"+
 		"Overrides one configured limit on every node of the pool until the TTL\n"+
 		"ends or it is removed. set and rm need http.token: --token or\n"+
-		"$CPSGUARD_HTTP_TOKEN. Common flags: --addr, --config (find the node as\n"+
-		"`cpsguard status` does), --token. `cpsguard limit SUBCOMMAND -h` lists\n"+
-		"every flag.\n")
+		"$CPSGUARD_HTTP_TOKEN. --addr and --config find the node as\n"+
+		"`cpsguard status` does.\n")
+}
+
+// limitSubs are limit's subcommands, in the order its usage lists them.
+var limitSubs = []string{"set", "rm", "ls"}
+
+// limitFlags are the flags of `cpsguard limit SUB`; cps, ttl and burst
+// are nil but for set.
+type limitFlags struct {
+	fs         *flag.FlagSet
+	node       *nodeFlags
+	token, ttl *string
+	cps        *float64
+	burst      *int
+}
+
+func newLimitFlags(sub string) limitFlags {
+	fs := flag.NewFlagSet("limit "+sub, flag.ContinueOnError)
+	f := limitFlags{fs: fs, node: addNodeFlags(fs)}
+	f.token = fs.String("token", os.Getenv("CPSGUARD_HTTP_TOKEN"), "bearer `token` (http.token; also $CPSGUARD_HTTP_TOKEN)")
+	if sub == "set" {
+		f.cps = fs.Float64("cps", 0, "calls per second for the pool (required)")
+		f.ttl = fs.String("ttl", "", "how long the override lives, e.g. 30m, 1h, 7d (required; at most 30d)")
+		f.burst = fs.Int("burst", -1, "token bucket capacity of a peer or customer (0: none; default: the configured one)")
+	}
+	return f
+}
+
+// limitHelp is `cpsguard limit -h`: the usage and every subcommand's
+// flags.
+func limitHelp(w io.Writer) {
+	limitUsage(w)
+	printGroupFlags(w, "limit", limitSubs, func(sub string) *flag.FlagSet { return newLimitFlags(sub).fs })
 }
 
 func limitMain(args []string, stdout, stderr io.Writer) int {
@@ -49,27 +80,19 @@ func limitMain(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	sub := args[0]
-	fs := flag.NewFlagSet("limit "+sub, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	node := addNodeFlags(fs)
-	token := fs.String("token", os.Getenv("CPSGUARD_HTTP_TOKEN"), "bearer `token` (http.token; also $CPSGUARD_HTTP_TOKEN)")
-	var cps *float64
-	var ttl *string
-	var burst *int
 	switch sub {
-	case "set":
-		cps = fs.Float64("cps", 0, "calls per second for the pool (required)")
-		ttl = fs.String("ttl", "", "how long the override lives, e.g. 30m, 1h, 7d (required; at most 30d)")
-		burst = fs.Int("burst", -1, "token bucket capacity of a peer or customer (0: none; default: the configured one)")
-	case "rm", "ls":
-	case "help", "-h", "--help":
-		limitUsage(stdout)
+	case "set", "rm", "ls":
+	case "help", "-h", "-help", "--help":
+		limitHelp(stdout)
 		return exitOK
 	default:
 		fmt.Fprintf(stderr, "cpsguard limit: unknown subcommand %q\n\n", sub)
 		limitUsage(stderr)
 		return exitUsage
 	}
+	f := newLimitFlags(sub)
+	fs, node, token, cps, ttl, burst := f.fs, f.node, f.token, f.cps, f.ttl, f.burst
+	fs.SetOutput(stderr)
 	fs.Usage = func() { limitUsage(fs.Output()); fmt.Fprintln(fs.Output()); fs.PrintDefaults() }
 	// Flags may come before, between or after the positional arguments.
 	var pos []string

@@ -74,3 +74,28 @@ func TestLimitCommand(t *testing.T) {
 		}
 	}
 }
+
+// `cpsguard limit -h` and `cpsguard carrier -h` list the flags of every
+// subcommand, not only the subcommands (each subcommand's own -h did, the
+// group's help did not).
+func TestGroupHelpListsFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"limit", "-h"}, []string{"-addr URL", "-config file", "-token token", "Flags of cpsguard limit set:", "-cps float", "-ttl string", "-burst int"}},
+		{[]string{"help", "limit"}, []string{"-token token", "-cps float"}},
+		{[]string{"carrier", "-h"}, []string{"-addr URL", "-config file", "-token token", "Flags of cpsguard carrier out:", "-reason text"}},
+		{[]string{"carrier", "help"}, []string{"-token token", "-reason text"}},
+	} {
+		r := cpsguard(t, nil, tc.args...)
+		if r.code != 0 {
+			t.Errorf("%q: exit %d, want 0", tc.args, r.code)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(r.stdout, w) {
+				t.Errorf("%q: help lacks %q:\n%s", tc.args, w, r.stdout)
+			}
+		}
+	}
+}
