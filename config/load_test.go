@@ -132,6 +132,8 @@ func TestBadFiles(t *testing.T) {
 		{"window_duplicate", "peers[0].windows[1].per: duplicate window of 1m0s (also peers[0].windows[0]): give one window per length"},
 		{"window_carrier", "carriers[0].windows: not supported on carriers: pacing holds a carrier to cps per rolling second only; set windows on the peer or customer"},
 		{"probe_timeout", "carriers[0].probe.timeout: must be between 10ms and the interval, 5s (got 10s)"},
+		{"probe_interval_negative", "carriers[0].probe.interval: must be 0s (off) or between 100ms and 1h (got -5s)"},
+		{"probe_interval_short", "carriers[0].probe.interval: must be 0s (off) or between 100ms and 1h (got 50ms)"},
 		{"probe_down_after", "carriers[0].probe.down_after: must be between 1 and 100 (got 0)"},
 		{"overload_decrease", "carriers[0].overload.decrease: must be between 0 and 1, exclusive (got 1.5)"},
 		{"overload_code", "carriers[0].overload.codes[1]: must be a final non-2xx status, 300-699 (got 200)"},

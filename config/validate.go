@@ -570,8 +570,14 @@ func (v *validator) probe(path string, pr Probe) {
 	}
 	if pr.Interval < 100*time.Millisecond || pr.Interval > time.Hour {
 		v.errf(path+".interval", "must be 0s (off) or between 100ms and 1h (got %s)", pr.Interval)
-	}
-	if pr.Timeout < 10*time.Millisecond || pr.Timeout > pr.Interval {
+		// The timeout is not measured against a wrong interval: with
+		// interval -5s, the default timeout, 1s, is not wrong, the
+		// interval is. It is still held to bounds that hold for every
+		// valid interval.
+		if pr.Timeout < 10*time.Millisecond || pr.Timeout > time.Hour {
+			v.errf(path+".timeout", "must be between 10ms and the interval (got %s)", pr.Timeout)
+		}
+	} else if pr.Timeout < 10*time.Millisecond || pr.Timeout > pr.Interval {
 		v.errf(path+".timeout", "must be between 10ms and the interval, %s (got %s)", pr.Interval, pr.Timeout)
 	}
 	if pr.DownAfter < 1 || pr.DownAfter > 100 {
