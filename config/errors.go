@@ -67,6 +67,18 @@ type errorList struct {
 	// locate, when set, says where the problem at a path is: in the file,
 	// or set by the environment variable it returns.
 	locate func(path string) (Position, string)
+	// envOnly, when set, returns the environment variables that set keys
+	// under a block the file does not have (sorted): the block exists
+	// only because of them. Nil when the file has the block.
+	envOnly func(block string) []string
+}
+
+// envOnlyVars is envOnly's answer, nil when the list has no envOnly.
+func (l *errorList) envOnlyVars(block string) []string {
+	if l.envOnly == nil {
+		return nil
+	}
+	return l.envOnly(block)
 }
 
 func (l *errorList) addDecode(path, msg string) {

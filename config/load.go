@@ -120,6 +120,7 @@ func Parse(data []byte) (*Config, error) {
 
 	pos, env := positions(data), envOverrides()
 	errs.locate = func(path string) (Position, string) { return locate(pos, env, path) }
+	errs.envOnly = func(block string) []string { return envOnly(pos, env, block) }
 	c := Default()
 	d := decoder{errs: errs}
 	d.decode("", tree, reflect.ValueOf(c).Elem())

@@ -366,6 +366,28 @@ func TestEnvOverrideInvalid(t *testing.T) {
 	}
 }
 
+// A store.redis setting from the environment with no store.redis.addrs in
+// the file or the environment: the error names the variable (it said only
+// "store.redis.addrs: must list at least one address", at the file's
+// store: line, which sets nothing of Redis).
+func TestEnvRedisWithoutAddrs(t *testing.T) {
+	t.Setenv("CPSGUARD_STORE_REDIS_PASSWORD", "s3cret")
+	_, err := Parse([]byte("store: {key_prefix: x}\n" + minimal))
+	var ve *ValidationError
+	want := "CPSGUARD_STORE_REDIS_PASSWORD is set, but store.redis has no addrs: set CPSGUARD_STORE_REDIS_ADDRS (or store.redis.addrs in the file) to use Redis, or unset CPSGUARD_STORE_REDIS_PASSWORD for the in-process store"
+	if !errors.As(err, &ve) || len(ve.Errors) != 1 || ve.Errors[0] != want || ve.At(0) != (Position{}) {
+		t.Fatalf("got %v, want one error with no place in the file: %s", err, want)
+	}
+	if strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("the error shows the password: %s", err)
+	}
+	// A store.redis block in the file without addrs is the file's error.
+	_, err = Parse([]byte("store: {redis: {timeout: 1s}}\n" + minimal))
+	if !errors.As(err, &ve) || len(ve.Errors) != 1 || !strings.HasPrefix(ve.Errors[0], "store.redis.addrs: must list at least one address") {
+		t.Fatalf("store.redis in the file without addrs: got %v", err)
+	}
+}
+
 func TestEnvVars(t *testing.T) {
 	vars := EnvVars()
 	for _, want := range []string{"CPSGUARD_STORE_REDIS_PASSWORD", "CPSGUARD_HTTP_LISTEN", "CPSGUARD_NODE_ID", "CPSGUARD_SIP_REJECT_RETRY_AFTER", "CPSGUARD_CUSTOMER_HEADER", "CPSGUARD_SIP_DIALOG_SECRET"} {

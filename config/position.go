@@ -6,6 +6,7 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -199,6 +200,23 @@ func locate(pos map[string]Position, envSet map[string]string, path string) (Pos
 		p = p[:i]
 	}
 	return Position{}, ""
+}
+
+// envOnly returns the environment variables that set keys under block
+// (sorted) when the file does not have block: store.redis built from
+// CPSGUARD_STORE_REDIS_PASSWORD alone. Nil when the file has it.
+func envOnly(pos map[string]Position, envSet map[string]string, block string) []string {
+	if _, ok := pos[block]; ok {
+		return nil
+	}
+	var names []string
+	for path, name := range envSet {
+		if strings.HasPrefix(path, block+".") {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	return names
 }
 
 // settingOf strips list indexes from a path: "sip.listen[1]" is the

@@ -326,7 +326,19 @@ func (v *validator) store() {
 		return
 	}
 	if len(r.Addrs) == 0 {
-		v.errf("store.redis.addrs", "must list at least one address like 127.0.0.1:6379 (omit store.redis for the in-process store)")
+		if vars := v.errs.envOnlyVars("store.redis"); len(vars) > 0 {
+			// No store.redis in the file: the block is there because
+			// of these variables (a password set for a Redis never
+			// configured, or left over). Name them, not the file.
+			isAre, them := "is", vars[0]
+			if len(vars) > 1 {
+				isAre, them = "are", "them"
+			}
+			v.errs.addAt(Position{}, fmt.Sprintf("%s %s set, but store.redis has no addrs: set %s_STORE_REDIS_ADDRS (or store.redis.addrs in the file) to use Redis, or unset %s for the in-process store",
+				joinAnd(vars), isAre, EnvPrefix, them))
+		} else {
+			v.errf("store.redis.addrs", "must list at least one address like 127.0.0.1:6379 (omit store.redis for the in-process store)")
+		}
 	}
 	for i, a := range r.Addrs {
 		if err := hostPort(a); err != nil {
@@ -770,4 +782,12 @@ func (v *validator) defaultRoute() {
 				"not set and %s, so calls use route %q, which is not defined in routes", reason, DefaultRoute)
 		}
 	}
+}
+
+// joinAnd writes names as "a", "a and b" or "a, b and c".
+func joinAnd(names []string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
