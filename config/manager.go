@@ -30,7 +30,8 @@ const (
 // Manager.PendingRestart). Everything else (limits, peers, customers,
 // carriers, routes, reject answer, shadow, log level, http.token,
 // sip.dialog_secret, sip.drain_grace, …) takes effect at once. An entry
-// names a setting or a whole block ("store"), by the path of the file.
+// names a setting or a whole block ("store"), by the path of the file; a
+// change is reported by the keys that changed ("store.key_prefix").
 var RestartOnly = []string{
 	"node_id", "sip.listen", "sip.advertise",
 	// The call tracker is built at start with these two.
@@ -41,16 +42,18 @@ var RestartOnly = []string{
 	"store", "http.listen", "log.format",
 }
 
-// NeedsRestart returns the RestartOnly settings whose value differs between
-// running and next, in RestartOnly order.
+// NeedsRestart returns the keys under RestartOnly settings whose value
+// differs between running and next, in RestartOnly order and named as
+// Changed names them: a change of store.key_prefix is "store.key_prefix",
+// not the whole "store" block, so the operator knows what waits.
 func NeedsRestart(running, next *Config) []string {
 	var out []string
 	a, b := reflect.ValueOf(running).Elem(), reflect.ValueOf(next).Elem()
 	for _, path := range RestartOnly {
 		x, okx := settingAt(a, path)
 		y, oky := settingAt(b, path)
-		if okx && oky && !reflect.DeepEqual(x.Interface(), y.Interface()) {
-			out = append(out, path)
+		if okx && oky {
+			diff(&out, path, x, y)
 		}
 	}
 	return out
@@ -180,7 +183,7 @@ func (m *Manager) log() *slog.Logger { return m.logger.Load() }
 // Failures is the number of failed reloads since the Manager was created.
 func (m *Manager) Failures() uint64 { return m.failures.Load() }
 
-// PendingRestart lists the RestartOnly settings whose value in the file (as
+// PendingRestart lists the keys under RestartOnly settings whose value in the file (as
 // of the last successful reload) differs from the running one. Empty when
 // nothing waits for a restart.
 func (m *Manager) PendingRestart() []string {

@@ -151,13 +151,59 @@ func TestRestartOnlyPaths(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"sip.max_call_duration", "sip.call_refresh_ttl", "store"}
+	want := []string{"sip.max_call_duration", "sip.call_refresh_ttl", "store.redis.tls.enabled"}
 	if got := NeedsRestart(running, next); !slices.Equal(got, want) {
 		t.Errorf("NeedsRestart: got %q, want %q", got, want)
 	}
 	kept := keepRunning(running, next)
 	if got := Changed(running, kept); got != nil {
 		t.Errorf("keepRunning left changes: %q", got)
+	}
+}
+
+// The restart warning names the keys that changed, not the block they are
+// in: a change of store.key_prefix said "store", and the operator had to
+// diff the file to learn what waits for the restart. A block added or
+// removed is named once; a secret by its key, never its value.
+func TestRestartWarningNamesKeys(t *testing.T) {
+	buf := &lockedBuffer{}
+	running := "store: {key_prefix: a, redis: {addrs: [127.0.0.1:6379]}}\n" + versioned(1)
+	m, path := newTestManager(t, running, WithLogger(slog.New(slog.NewJSONHandler(buf, nil))))
+	for _, tc := range []struct {
+		file string
+		want []string
+	}{
+		{"store: {key_prefix: b, redis: {addrs: [127.0.0.1:6379]}}\n", []string{"store.key_prefix"}},
+		{"store: {key_prefix: a, on_error: reject, redis: {addrs: [127.0.0.1:6380], password: pw-not-logged}}\n",
+			[]string{"store.redis.addrs", "store.redis.password", "store.on_error"}},
+		{"store: {key_prefix: a}\nlog: {format: text}\nhttp: {listen: 127.0.0.1:9999}\n", []string{"store.redis", "http.listen", "log.format"}},
+		{"node_id: other\nsip: {listen: [udp://127.0.0.1:5999], tcp: {idle_timeout: 5s}}\nstore: {key_prefix: a, redis: {addrs: [127.0.0.1:6379]}}\n",
+			[]string{"node_id", "sip.listen", "sip.tcp.idle_timeout"}},
+	} {
+		buf.Reset()
+		writeFile(t, path, tc.file+versioned(1))
+		if err := m.Reload(); err != nil {
+			t.Fatal(err)
+		}
+		if got := m.PendingRestart(); !slices.Equal(got, tc.want) {
+			t.Errorf("%q: PendingRestart %q, want %q", tc.file, got, tc.want)
+		}
+		var warned []string
+		for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+			var rec map[string]any
+			if err := json.Unmarshal([]byte(line), &rec); err != nil {
+				t.Fatalf("log line %q: %v", line, err)
+			}
+			if rec["msg"] == "config settings changed but need a restart; the running values stay" {
+				warned = strs(rec["settings"])
+			}
+		}
+		if !slices.Equal(warned, tc.want) {
+			t.Errorf("%q: the warning names %q, want %q", tc.file, warned, tc.want)
+		}
+		if strings.Contains(buf.String(), "pw-not-logged") {
+			t.Errorf("the reload log shows the password:\n%s", buf.String())
+		}
 	}
 }
 
