@@ -91,6 +91,7 @@ func Warnings(c *Config) []string {
 		add("log.level", "debug writes several lines per call; at a few hundred CPS the log costs more than the calls")
 	}
 	w = append(w, families(c)...)
+	w = append(w, peerSources(c)...)
 	w = append(w, unused(c)...)
 	for i, p := range c.Peers {
 		if p.AllowResourcePriority && len(c.Priority.ResourcePriority) == 0 {
@@ -166,6 +167,94 @@ func families(c *Config) []string {
 			i, fam, scheme, fam, eg))
 	}
 	return w
+}
+
+// peerSources reports peer sources the node cannot hear or should not
+// trust: a source of an address family (IPv4, IPv6) no sip.listen address
+// serves (its calls never reach the node), a source of 0.0.0.0/0 or ::/0
+// (every address of the family is that peer, so unknown_source never
+// applies and strangers' calls count against its limits), and, when every
+// listener is on loopback, a peer's sources beyond this machine (their
+// calls cannot reach a loopback address).
+func peerSources(c *Config) []string {
+	var v4, v6 bool // a listener serves the family
+	allLoopback := len(c.SIP.Listen) > 0
+	for _, l := range c.SIP.Listen {
+		u, err := url.Parse(l)
+		if err != nil {
+			continue
+		}
+		if !loopback(u.Host) {
+			allLoopback = false
+		}
+		ip, err := netip.ParseAddr(u.Hostname())
+		switch {
+		case err != nil: // a name: either family, as it resolves
+			v4, v6 = true, true
+		case ip.Unmap().Is4():
+			v4 = true
+		default:
+			v6 = true
+			if ip.IsUnspecified() {
+				v4 = true // [::] takes IPv4 too when no IPv4 listener does
+			}
+		}
+	}
+	var w []string
+	for i, p := range c.Peers {
+		var beyond []string // reachable family, not loopback
+		for j, pfx := range p.Sources {
+			path := fmt.Sprintf("peers[%d].sources[%d]", i, j)
+			is6 := pfx.Addr().Is6()
+			if pfx.Bits() == 0 {
+				fam := "IPv4"
+				if is6 {
+					fam = "IPv6"
+				}
+				w = append(w, fmt.Sprintf("%s: %s makes every %s address on the internet peer %s: unknown_source never "+
+					"applies to them and every stranger's call counts against %s's limits; list the peer's own addresses",
+					path, pfx, fam, p.Name, p.Name))
+			}
+			if served := (is6 && v6) || (!is6 && v4); !served {
+				fam, eg := "IPv4", "udp://0.0.0.0:5060"
+				if is6 {
+					fam, eg = "IPv6", "udp://[::]:5060"
+				}
+				w = append(w, fmt.Sprintf("%s: %s source but sip.listen has no listener on %s: calls from %s cannot reach "+
+					"the node (add e.g. %s)", path, fam, fam, pfx, eg))
+				continue
+			}
+			if !loopbackPrefix(pfx) {
+				beyond = append(beyond, pfx.String())
+			}
+		}
+		if allLoopback && len(beyond) > 0 {
+			isAre := "is"
+			if len(beyond) > 1 {
+				isAre = "are"
+			}
+			w = append(w, fmt.Sprintf("peers[%d].sources: %s %s beyond this machine, but every sip.listen address is on "+
+				"loopback: calls of %s from there cannot reach the node (listen on an address the peer reaches, e.g. udp://0.0.0.0:5060)",
+				i, listed3(beyond), isAre, p.Name))
+		}
+	}
+	return w
+}
+
+// loopbackPrefix reports whether every address of pfx is a loopback one.
+func loopbackPrefix(pfx netip.Prefix) bool {
+	if pfx.Addr().Is4() {
+		return pfx.Bits() >= 8 && pfx.Addr().IsLoopback()
+	}
+	return pfx.Bits() == 128 && pfx.Addr().IsLoopback()
+}
+
+// listed3 names up to three items, then how many more: "a, b, c and 4 more".
+func listed3(items []string) string {
+	if len(items) <= 3 {
+		return joinAnd(items)
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(items[:3], ", "), len(items)-3)
 }
 
 // uriTransport is the sip.listen scheme a carrier's URI goes over: tls

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -74,6 +75,39 @@ func TestWarnings(t *testing.T) {
 		{"customer no peer names", func(c *Config) {
 			c.Customers = append(c.Customers, Customer{Name: "ghost", CPS: 5})
 		}, "customers[0]: ghost is no peer's customer nor in any peer's customers"},
+		{"IPv6 source, IPv4 listener", func(c *Config) {
+			public(c, "udp://0.0.0.0:5060")
+			c.Peers[0].Sources = prefixes("127.0.0.1/32", "2001:db8::/32")
+		}, "peers[0].sources[1]: IPv6 source but sip.listen has no listener on IPv6: calls from 2001:db8::/32 cannot reach the node"},
+		{"IPv6 loopback source, IPv4 loopback listeners", func(c *Config) { c.Peers[0].Sources = prefixes("::1/128") },
+			"peers[0].sources[0]: IPv6 source but sip.listen has no listener on IPv6"},
+		{"IPv4 source, IPv6 listener", func(c *Config) {
+			public(c, "udp://[2001:db8::5]:5060")
+			c.Carriers[0].URI = "sip:[2001:db8::9]:5060"
+			c.Peers[0].Sources = prefixes("192.0.2.0/24")
+		}, "peers[0].sources[0]: IPv4 source but sip.listen has no listener on IPv4"},
+		{"IPv4 source, lone [::] takes both", func(c *Config) {
+			public(c, "udp://[::]:5060")
+			c.Peers[0].Sources = prefixes("192.0.2.0/24", "2001:db8::/32")
+		}, ""},
+		{"IPv4 everyone", func(c *Config) {
+			public(c, "udp://0.0.0.0:5060")
+			c.Peers[0].Sources = prefixes("0.0.0.0/0")
+		}, "peers[0].sources[0]: 0.0.0.0/0 makes every IPv4 address on the internet peer dialer-1"},
+		{"IPv6 everyone", func(c *Config) {
+			public(c, "udp://[::]:5060")
+			c.Peers[0].Sources = prefixes("192.0.2.7/32", "::/0")
+		}, "peers[0].sources[1]: ::/0 makes every IPv6 address on the internet peer dialer-1"},
+		{"public sources, loopback listeners", func(c *Config) { c.Peers[0].Sources = prefixes("127.0.0.1/32", "10.0.0.0/8") },
+			"peers[0].sources: 10.0.0.0/8 is beyond this machine, but every sip.listen address is on loopback: calls of dialer-1 from there cannot reach the node"},
+		{"many public sources, loopback listeners", func(c *Config) {
+			c.Peers[0].Sources = prefixes("10.0.0.1/32", "10.0.0.2/32", "10.0.0.3/32", "10.0.0.4/32")
+		}, "peers[0].sources: 10.0.0.1/32, 10.0.0.2/32, 10.0.0.3/32 and 1 more are beyond this machine"},
+		{"loopback sources, loopback listeners", func(c *Config) { c.Peers[0].Sources = prefixes("127.0.0.0/8") }, ""},
+		{"public sources, public listener", func(c *Config) {
+			public(c, "udp://192.0.2.1:5060")
+			c.Peers[0].Sources = prefixes("10.0.0.0/8")
+		}, ""},
 		{"customer a peer may name", func(c *Config) {
 			c.Customers = append(c.Customers, Customer{Name: "acme", CPS: 5})
 			c.Peers[0].Customers = []string{"acme"}
@@ -94,6 +128,22 @@ func TestWarnings(t *testing.T) {
 			}
 		})
 	}
+}
+
+// public makes c listen on l alone, with the settings a listener beyond
+// loopback wants (so its own warnings stay quiet).
+func public(c *Config, l string) {
+	c.SIP.Listen = []string{l}
+	c.SIP.UnknownSource = "drop"
+	c.SIP.Advertise = "sip.example.net"
+}
+
+func prefixes(ps ...string) []netip.Prefix {
+	out := make([]netip.Prefix, len(ps))
+	for i, p := range ps {
+		out[i] = netip.MustParsePrefix(p)
+	}
+	return out
 }
 
 func TestFamilyWarnings(t *testing.T) {
