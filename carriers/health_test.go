@@ -49,36 +49,36 @@ func TestProbesMarkDownAndUp(t *testing.T) {
 	if !tr.Up("a") {
 		t.Fatal("down after 2 failed probes, want up until down_after (3)")
 	}
-	tr.Probed("a", true, "200 OK") // resets the count
+	tr.Probed("a", true, "answered 200") // resets the count
 	tr.Probed("a", false, "no answer in 1s")
 	tr.Probed("a", false, "no answer in 1s")
 	if !tr.Up("a") {
 		t.Fatal("down after a good probe broke the series, want up")
 	}
 	*now = now.Add(5 * time.Second)
-	tr.Probed("a", false, "503 Service Unavailable")
+	tr.Probed("a", false, "answered 503")
 	if tr.Up("a") {
 		t.Fatal("up after 3 failed probes in a row, want down")
 	}
 	st, _ := tr.health("a")
-	if st.Up || !st.Since.Equal(*now) || st.Reason != "probe: 3 failures in a row (last: 503 Service Unavailable)" {
+	if st.Up || !st.Since.Equal(*now) || st.Reason != "probe: 3 failures in a row (last: answered 503)" {
 		t.Errorf("state = %+v", st)
 	}
-	tr.Probed("a", true, "200 OK")
+	tr.Probed("a", true, "answered 200")
 	if tr.Up("a") {
 		t.Fatal("up after 1 good probe, want down until up_after (2)")
 	}
 	tr.Probed("a", false, "no answer in 1s")
-	tr.Probed("a", true, "200 OK")
+	tr.Probed("a", true, "answered 200")
 	if tr.Up("a") {
 		t.Fatal("up after good probes not in a row, want down")
 	}
-	tr.Probed("a", true, "404 Not Found")
+	tr.Probed("a", true, "answered 404")
 	if !tr.Up("a") {
 		t.Fatal("down after 2 good probes in a row, want up")
 	}
 	got := rec.list()
-	if len(got) != 2 || got[0].Up || !got[1].Up || got[1].Reason != "probe: 2 good answers in a row (404 Not Found)" {
+	if len(got) != 2 || got[0].Up || !got[1].Up || got[1].Reason != "probe: 2 good answers in a row (answered 404)" {
 		t.Errorf("changes = %+v, want down then up", got)
 	}
 }
@@ -98,22 +98,22 @@ func TestCallsAskForAProbeThatDecides(t *testing.T) {
 		t.Fatal("down after failures not in a row, want up")
 	}
 	suspected := *now
-	if !tr.Called("a", false, "500 Server Internal Error") {
+	if !tr.Called("a", false, "answered 500") {
 		t.Fatal("3 failed calls in a row: no probe asked for")
 	}
 	if tr.Up("a") {
 		t.Fatal("3 failed calls in a row left the carrier up; want it down at once while probes confirm")
 	}
-	if st, _ := tr.health("a"); !st.Since.Equal(suspected) || st.Reason != "calls: 3 failures in a row (last: 500 Server Internal Error), confirming with 3 probes" {
+	if st, _ := tr.health("a"); !st.Since.Equal(suspected) || st.Reason != "calls: 3 failures in a row (last: answered 500), confirming with 3 probes" {
 		t.Errorf("suspected: %+v", st)
 	}
-	if tr.Called("a", false, "500 Server Internal Error") {
+	if tr.Called("a", false, "answered 500") {
 		t.Error("a second probe asked for while the first is pending")
 	}
 	// The carrier answers its probe: the calls' failures were the calls'
 	// (a peer dialling numbers the carrier refuses), not the carrier's.
 	// It was only suspected: back at once, not after up_after answers.
-	tr.Probed("a", true, "200 OK")
+	tr.Probed("a", true, "answered 200")
 	if !tr.Up("a") {
 		t.Fatal("a good confirming probe left the carrier down")
 	}
@@ -122,13 +122,13 @@ func TestCallsAskForAProbeThatDecides(t *testing.T) {
 	}
 	rec.changes = nil
 	for i := range 3 {
-		if tr.Called("a", false, "503 Service Unavailable") {
+		if tr.Called("a", false, "answered 503") {
 			t.Fatalf("failed call %d: a second confirmation within the probe interval", i+1)
 		}
 	}
 	*now = now.Add(5 * time.Second) // one confirmation per interval at most
 	for i := range 3 {
-		if got := tr.Called("a", false, "503 Service Unavailable"); got != (i == 0) {
+		if got := tr.Called("a", false, "answered 503"); got != (i == 0) {
 			t.Fatalf("failed call %d, an interval later: probe asked %v", i+1, got)
 		}
 	}
@@ -151,7 +151,7 @@ func TestCallsAskForAProbeThatDecides(t *testing.T) {
 		t.Errorf("confirmed down since %v, want since its calls took it down (%v)", st.Since, suspected)
 	}
 	ch := rec.list()
-	if len(ch) != 2 || !ch[0].Suspect || !ch[1].Confirmed || ch[1].Reason != "calls: 6 failures in a row (last: 503 Service Unavailable), confirmed by 3 failed probes (last: no answer in 1s)" {
+	if len(ch) != 2 || !ch[0].Suspect || !ch[1].Confirmed || ch[1].Reason != "calls: 6 failures in a row (last: answered 503), confirmed by 3 failed probes (last: no answer in 1s)" {
 		t.Errorf("changes = %+v", ch)
 	}
 	for range 10 {
@@ -165,12 +165,12 @@ func TestCallsAskForAProbeThatDecides(t *testing.T) {
 		t.Error("a carrier with probing off, or unknown, went down; want always up")
 	}
 	// Confirmed down: only good probes bring it back, not a call result.
-	tr.Called("a", true, "200 OK")
+	tr.Called("a", true, "answered 200")
 	if tr.Up("a") {
 		t.Error("a call result brought a down carrier up, want only probes to")
 	}
-	tr.Probed("a", true, "200 OK")
-	tr.Probed("a", true, "200 OK")
+	tr.Probed("a", true, "answered 200")
+	tr.Probed("a", true, "answered 200")
 	if !tr.Up("a") {
 		t.Error("2 good probes did not bring it up")
 	}
@@ -188,7 +188,7 @@ func TestSyncKeepsStateAndForgets(t *testing.T) {
 	if !tr.Up("b") {
 		t.Error("a new carrier starts down, want up")
 	}
-	tr.Probed("a", true, "200 OK") // UpAfter is 1 now
+	tr.Probed("a", true, "answered 200") // UpAfter is 1 now
 	if !tr.Up("a") {
 		t.Error("the new policy (up_after 1) was not applied")
 	}
@@ -355,7 +355,7 @@ func TestProbesIgnoredWhileCallsAreAnswered(t *testing.T) {
 		t.Fatalf("up %v, changes %+v", tr.Up("a"), rec.list())
 	}
 	// A probe answered: probes count again.
-	tr.Probed("a", true, "200 OK")
+	tr.Probed("a", true, "answered 200")
 	for range 3 {
 		*now = now.Add(time.Minute)
 		tr.Probed("a", false, "no answer in 1s")

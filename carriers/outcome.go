@@ -42,8 +42,9 @@ type Outcome struct {
 	Result Result
 	// Peer is the calling peer's name (the overload evidence is per peer).
 	Peer string
-	// Detail says what happened, for the health reason ("503 Service
-	// Unavailable", "no ringing within 2s", "send: …").
+	// Detail says what happened in a few stable words, for the health
+	// reason ("answered 503", "no ringing within 2s", "connection
+	// refused").
 	Detail string
 	// Code is the final answer's status code (Failed, Overloaded).
 	Code int

@@ -33,8 +33,14 @@ type ProbeResult struct {
 	// sent is not OK, but answered: the failure is not the node's
 	// lateness).
 	Unanswered bool
-	// Detail describes it ("200 OK", "no answer in 1s", "send: …").
+	// Detail says what happened in a few stable words, for the health
+	// reason ("answered 200", "no answer in 1s", "connection refused"):
+	// never the SIP stack's error text.
 	Detail string
+	// Raw is the answer or error as it came ("503 Service Unavailable",
+	// the SIP stack's or the system's error text), for the debug log
+	// only; empty when Detail says it all.
+	Raw string
 }
 
 // probeSyncEvery is how often the probe loops look for a new
@@ -277,7 +283,7 @@ func (s *Set) probed(ctx context.Context, prober Prober, cfg *config.Config, car
 	}
 	s.m.CarrierProbes.WithLabelValues(name, result).Inc()
 	if s.log.Enabled(ctx, slog.LevelDebug) {
-		s.log.Debug("carrier probed", "carrier", name, "ok", r.OK, "answer", r.Detail)
+		s.log.Debug("carrier probed", "carrier", name, "ok", r.OK, "answer", r.Detail, "raw", r.Raw)
 	}
 	return again
 }

@@ -31,7 +31,7 @@ func (g *gatedProber) Probe(ctx context.Context, _ *config.Carrier, _ time.Durat
 	g.sent++
 	if g.sent == 1 {
 		g.mu.Unlock()
-		return ProbeResult{OK: true, Detail: "200 OK"}
+		return ProbeResult{OK: true, Detail: "answered 200"}
 	}
 	g.inflight++
 	g.most = max(g.most, g.inflight)

@@ -851,7 +851,7 @@ func (c *call) forward(car *config.Carrier, ticket pacing.Ticket, probe string) 
 			// TLS certificate did not verify). A UDP send error is this
 			// node's (an INVITE too large for a datagram, say): the
 			// peer's INVITE, not the carrier's health.
-			hooks.settle(carriers.Outcome{Result: carriers.Failed, Detail: "send: " + err.Error()})
+			hooks.settle(carriers.Outcome{Result: carriers.Failed, Detail: sendReason(err)})
 		}
 		return nil, true
 	}
@@ -960,7 +960,7 @@ func (h *carrierHooks) failed(r *sipmsg.Response) bool {
 		return true
 	}
 	if r.StatusCode == 408 || (r.StatusCode >= 500 && r.StatusCode < 600) {
-		h.settle(carriers.Outcome{Result: carriers.Failed, Code: r.StatusCode, Detail: strconv.Itoa(r.StatusCode) + " " + phrase(r.Reason)})
+		h.settle(carriers.Outcome{Result: carriers.Failed, Code: r.StatusCode, Detail: answered(r.StatusCode)})
 		return true
 	}
 	return false

@@ -23,27 +23,31 @@ func (pr prober) Behind() bool { return pr.p.nodeBehind() }
 
 // Probe implements carriers.Prober.
 func (pr prober) Probe(ctx context.Context, car *config.Carrier, timeout time.Duration) carriers.ProbeResult {
-	ok, detail := pr.p.probeOnce(ctx, car.URI, timeout)
-	return carriers.ProbeResult{OK: ok, Unanswered: !ok && strings.HasPrefix(detail, noAnswer), Detail: detail}
+	ok, reason, full := pr.p.probeOnce(ctx, car.URI, timeout)
+	return carriers.ProbeResult{OK: ok, Unanswered: !ok && strings.HasPrefix(reason, noAnswer), Detail: reason, Raw: full}
 }
 
 // probeOnce sends one SIP OPTIONS to the carrier at uri and waits up to
 // timeout for a final answer. Any answer other than a 5xx or a 408 means
 // the carrier is alive (a 404 or 405 comes from a live SIP stack, as
-// Kamailio's dispatcher counts it). detail describes the outcome; a probe
-// that got no final answer in time has one starting noAnswer.
-func (p *Proxy) probeOnce(ctx context.Context, uri string, timeout time.Duration) (ok bool, detail string) {
+// Kamailio's dispatcher counts it). reason says what happened in stable
+// words ("answered 503", "connection refused", sendReason), for the
+// carrier's health reason; a probe that got no final answer in time has
+// one starting noAnswer. full is the answer or error as it came (the
+// carrier's reason phrase, the SIP stack's error text), for the debug
+// log.
+func (p *Proxy) probeOnce(ctx context.Context, uri string, timeout time.Duration) (ok bool, reason, full string) {
 	t, err := parseCarrierURI(uri)
 	if err != nil {
-		return false, err.Error()
+		return false, "invalid URI", err.Error()
 	}
 	dest, err := p.carrierAddrPort(t)
 	if err != nil {
-		return false, "address: " + err.Error()
+		return false, addressReason(err), "address: " + err.Error()
 	}
 	var ruri sipmsg.Uri
 	if err := sipmsg.ParseUri(uri, &ruri); err != nil {
-		return false, err.Error()
+		return false, "invalid URI", err.Error()
 	}
 	req := p.optionsRequest(ruri, t.transport, dest.Addr())
 	lo := addVia(p, req, t.transport, dest.Addr())
@@ -54,11 +58,11 @@ func (p *Proxy) probeOnce(ctx context.Context, uri string, timeout time.Duration
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := p.tls.CheckHop(ctx, req, []string{strings.Trim(t.host, "[]")}); err != nil {
-		return false, "send: " + err.Error()
+		return false, sendReason(err), "send: " + err.Error()
 	}
 	tx, err := p.tl.Request(ctx, req)
 	if err != nil {
-		return false, "send: " + err.Error()
+		return false, sendReason(err), "send: " + err.Error()
 	}
 	defer tx.Terminate()
 	for {
@@ -68,15 +72,14 @@ func (p *Proxy) probeOnce(ctx context.Context, uri string, timeout time.Duration
 				continue
 			}
 			code := r.StatusCode
-			detail := strconv.Itoa(code) + " " + phrase(r.Reason)
-			return !(code == sipmsg.StatusRequestTimeout || (code >= 500 && code < 600)), detail
+			return !(code == sipmsg.StatusRequestTimeout || (code >= 500 && code < 600)), answered(code), strconv.Itoa(code) + " " + phrase(r.Reason)
 		case <-tx.Done():
 			if err := tx.Err(); err != nil {
-				return false, err.Error()
+				return false, sendReason(err), err.Error()
 			}
-			return false, noAnswer
+			return false, noAnswer, noAnswer
 		case <-ctx.Done():
-			return false, noAnswer + " in " + timeout.String()
+			return false, noAnswer + " in " + timeout.String(), noAnswer + " in " + timeout.String()
 		}
 	}
 }

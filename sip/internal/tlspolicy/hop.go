@@ -71,7 +71,7 @@ func (s *Policy) checkConn(c sipmsg.Connection, req *sipmsg.Request, names []str
 	}
 	cs := conn.ConnectionState()
 	if len(cs.PeerCertificates) == 0 {
-		return errors.New("sip: TLS next hop sent no certificate")
+		return ErrNoCertificate
 	}
 	leaf := cs.PeerCertificates[0]
 	roots, err := s.carrierRoots(s.cfg())

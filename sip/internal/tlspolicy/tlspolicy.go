@@ -192,12 +192,15 @@ func (s *Policy) verifyChain(cs tls.ConnectionState) error {
 	return err
 }
 
+// ErrNoCertificate: a carrier's TLS server sent no certificate.
+var ErrNoCertificate = errors.New("sip: TLS next hop sent no certificate")
+
 // verifyName checks cs's certificate chain and, when name is not empty,
 // that the certificate names it (a host name, or an address for its IP
 // SANs). It returns the roots it checked against.
 func (s *Policy) verifyName(cs tls.ConnectionState, name string) (*x509.CertPool, error) {
 	if len(cs.PeerCertificates) == 0 {
-		return nil, errors.New("sip: TLS next hop sent no certificate")
+		return nil, ErrNoCertificate
 	}
 	roots, err := s.carrierRoots(s.cfg())
 	if err != nil {
