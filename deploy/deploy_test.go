@@ -115,7 +115,8 @@ func TestCompose(t *testing.T) {
 	}
 }
 
-// The configuration the compose nodes run is valid, shares Redis and is
+// The configuration the compose nodes run is valid and warning-free with
+// the environment docker-compose.yml gives them, shares Redis and is
 // reachable by Prometheus.
 func TestComposeConfigIsValid(t *testing.T) {
 	for _, kv := range os.Environ() {
@@ -127,9 +128,15 @@ func TestComposeConfigIsValid(t *testing.T) {
 	t.Setenv("CPSGUARD_NODE_ID", "cpsguard-1")
 	t.Setenv("CPSGUARD_SIP_ADVERTISE", "cpsguard-1:5060")
 	t.Setenv("CPSGUARD_HTTP_TOKEN", "change-me")
+	t.Setenv("CPSGUARD_SIP_DIALOG_SECRET", "0123456789abcdef0123") // required by docker-compose.yml
 	cfg, err := config.Load("cpsguard-compose.yaml")
 	if err != nil {
 		t.Fatalf("cpsguard-compose.yaml: %v", err)
+	}
+	// cpsguard check is quiet on the example it ships (it warned about
+	// its placeholder carrier names and unknown_source: reject).
+	if w := config.Warnings(cfg); len(w) != 0 {
+		t.Errorf("cpsguard-compose.yaml with the nodes' environment: cpsguard check warns:\n%s", strings.Join(w, "\n"))
 	}
 	if cfg.Store.Redis == nil || !slices.Equal(cfg.Store.Redis.Addrs, []string{"redis:6379"}) {
 		t.Errorf("store.redis: got %+v, want addrs [redis:6379] (the compose service)", cfg.Store.Redis)

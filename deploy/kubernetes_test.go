@@ -528,7 +528,9 @@ func loadConfigMap(t *testing.T, m manifests) *config.Config {
 	}
 	// What the kubelet would fill in, then $(VAR) expansion in order.
 	vars := map[string]string{"POD_NAME": "cpsguard-7d9f-abcde", "NODE_IP": "10.20.0.5"}
-	secrets := map[string]string{"http-token": "token-0123456789", "dialog-secret": "0123456789abcdef0123"}
+	// With a Redis password, as the ConfigMap's Sentinel expects (the
+	// key is optional: without it nothing crosses the network to warn of).
+	secrets := map[string]string{"http-token": "token-0123456789", "dialog-secret": "0123456789abcdef0123", "redis-password": "redis-pw-0123"}
 	ref := regexp.MustCompile(`\$\(([A-Z_][A-Z0-9_]*)\)`)
 	for _, e := range m.ds.Spec.Template.Spec.Containers[0].Env {
 		v := ref.ReplaceAllStringFunc(e.Value, func(s string) string { return vars[ref.FindStringSubmatch(s)[1]] })
