@@ -54,7 +54,7 @@ func callsMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("calls", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	node := addNodeFlags(fs)
-	token := fs.String("token", os.Getenv("CPSGUARD_HTTP_TOKEN"), "bearer `token` (http.token; also $CPSGUARD_HTTP_TOKEN)")
+	token := addTokenFlag(fs)
 	var peer, carrier *string
 	if sub == "ls" {
 		peer = fs.String("peer", "", "only the calls of this peer")

@@ -55,7 +55,7 @@ type carrierFlags struct {
 func newCarrierFlags(sub string) carrierFlags {
 	fs := flag.NewFlagSet("carrier "+sub, flag.ContinueOnError)
 	f := carrierFlags{fs: fs, node: addNodeFlags(fs)}
-	f.token = fs.String("token", os.Getenv("CPSGUARD_HTTP_TOKEN"), "bearer `token` (http.token; also $CPSGUARD_HTTP_TOKEN)")
+	f.token = addTokenFlag(fs)
 	if sub == "out" {
 		f.reason = fs.String("reason", "", "why, shown in status and logs (`text`, at most 200 characters)")
 	}

@@ -24,7 +24,7 @@ func init() {
 func runDrain(args []string) int {
 	fs := flag.NewFlagSet("drain", flag.ContinueOnError)
 	node := addNodeFlags(fs)
-	token := fs.String("token", os.Getenv("CPSGUARD_HTTP_TOKEN"), "bearer `token` (http.token; also $CPSGUARD_HTTP_TOKEN)")
+	token := addTokenFlag(fs)
 	timeout := fs.Duration("timeout", 60*time.Second, "give up waiting after this long (the drain goes on)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "usage: cpsguard drain [--addr URL | --config FILE] [--token T] [--timeout D]\n\n"+

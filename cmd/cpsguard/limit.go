@@ -58,7 +58,7 @@ type limitFlags struct {
 func newLimitFlags(sub string) limitFlags {
 	fs := flag.NewFlagSet("limit "+sub, flag.ContinueOnError)
 	f := limitFlags{fs: fs, node: addNodeFlags(fs)}
-	f.token = fs.String("token", os.Getenv("CPSGUARD_HTTP_TOKEN"), "bearer `token` (http.token; also $CPSGUARD_HTTP_TOKEN)")
+	f.token = addTokenFlag(fs)
 	if sub == "set" {
 		f.cps = fs.Float64("cps", 0, "calls per second for the pool (required)")
 		f.ttl = fs.String("ttl", "", "how long the override lives, e.g. 30m, 1h, 7d (required; at most 30d)")

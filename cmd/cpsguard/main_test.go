@@ -222,6 +222,18 @@ func TestEveryCommandHelp(t *testing.T) {
 	}
 }
 
+// -h never shows the token of $CPSGUARD_HTTP_TOKEN: the --token flags took
+// it as their default and printed it, `(default "…")`.
+func TestHelpHidesToken(t *testing.T) {
+	env := []string{"CPSGUARD_HTTP_TOKEN=token-should-not-show"}
+	for _, args := range [][]string{{"limit", "-h"}, {"limit", "set", "-h"}, {"carrier", "-h"}, {"carrier", "out", "-h"}, {"calls", "-h"}, {"drain", "-h"}} {
+		r := cpsguard(t, env, args...)
+		if r.code != 0 || !strings.Contains(r.stdout+r.stderr, "-token") || strings.Contains(r.stdout+r.stderr, "should-not-show") {
+			t.Errorf("%q: exit %d, want 0 and --token listed without its value:\n%s%s", args, r.code, r.stdout, r.stderr)
+		}
+	}
+}
+
 func TestCheckHidesSecrets(t *testing.T) {
 	r := cpsguard(t, []string{
 		"CPSGUARD_STORE_REDIS_ADDRS=127.0.0.1:6379",

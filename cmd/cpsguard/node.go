@@ -59,3 +59,19 @@ func (n *nodeFlags) url() (string, error) {
 		return "", err
 	}
 }
+
+// tokenValue is a --token flag: $CPSGUARD_HTTP_TOKEN unless the flag is
+// given. Its String is empty, so -h never prints the variable's value as
+// the flag's default (it printed the token to a terminal or a CI log).
+type tokenValue struct{ v string }
+
+func (t *tokenValue) String() string     { return "" }
+func (t *tokenValue) Set(s string) error { t.v = s; return nil }
+
+// addTokenFlag defines --token on fs: the bearer token of the node's write
+// endpoints (http.token), $CPSGUARD_HTTP_TOKEN by default.
+func addTokenFlag(fs *flag.FlagSet) *string {
+	t := &tokenValue{v: os.Getenv(config.EnvPrefix + "_HTTP_TOKEN")}
+	fs.Var(t, "token", "bearer `token` (http.token; also $CPSGUARD_HTTP_TOKEN)")
+	return &t.v
+}
