@@ -26,7 +26,8 @@ var _ Store = (*RedisStore)(nil)
 
 // RedisOptions configure a RedisStore.
 type RedisOptions struct {
-	// Timeout bounds one script run (store.redis.timeout); 0: the caller's
+	// Timeout bounds one script run (serve gives it
+	// store.BackgroundTimeout: no SIP call waits for it); 0: the caller's
 	// context only.
 	Timeout time.Duration
 	// Observe is told of every script run (metrics); nil: nobody.

@@ -136,19 +136,21 @@ func Open(ctx context.Context, cfg *config.Config, o OpenOptions) (*Stores, erro
 func (s *Stores) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	if s.heartbeat != nil {
-		wg.Go(func() { s.heartbeat.Run(ctx, beatBound(s.timeout)) })
+		wg.Go(func() { s.heartbeat.Run(ctx, BackgroundTimeout(s.timeout)) })
 	}
 	s.Failover.Run(ctx)
 	wg.Wait()
 }
 
-// beatBound is how long one heartbeat may wait for Redis: no call waits
-// for it, so not the call's timeout but the span without an answer that
-// makes a timeout an outage (Options.Quiet: 5 × the timeout, at least
-// 250 ms). With the call's own bound, one beat that needed a new
-// connection (a dial and a handshake before the script) switched an idle
-// node to its fallback at a few milliseconds of round trip (h60).
-func beatBound(timeout time.Duration) time.Duration {
+// BackgroundTimeout is how long a Redis call that no SIP call waits for
+// (the heartbeat, the limit overrides' reads and writes) may take, given
+// store.redis.timeout: not the call's bound but the span without an
+// answer that makes a timeout an outage (Options.Quiet: 5 × the timeout,
+// at least 250 ms). With the call's own bound, one heartbeat that needed
+// a new connection (a dial and a handshake before the script) switched an
+// idle node to its fallback at a few milliseconds of round trip, and the
+// overrides' reads failed and recovered every second (h60).
+func BackgroundTimeout(timeout time.Duration) time.Duration {
 	return max(5*timeout, 250*time.Millisecond)
 }
 

@@ -2,8 +2,12 @@ package main
 
 import (
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/cpsguard/cpsguard/internal/redistest"
 )
 
 // `cpsguard limit set|ls|rm` against a running node: the token is needed,
@@ -96,6 +100,33 @@ func TestGroupHelpListsFlags(t *testing.T) {
 			if !strings.Contains(r.stdout, w) {
 				t.Errorf("%q: help lacks %q:\n%s", tc.args, w, r.stdout)
 			}
+		}
+	}
+}
+
+// The limit overrides' store calls wait for no SIP call (calls read the
+// node's snapshot), so they are bounded like the heartbeat, not by
+// store.redis.timeout: with Redis 30 ms of round trip away and that
+// timeout at 50 ms, a `limit set` that needed a new connection (HELLO,
+// then the script: 60 ms) failed with 503, and the refresh's reads
+// failed and recovered again and again (h60).
+func TestLimitCommandWithADistantRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	addr := redistest.Delayed(t, srv.Addr(), 15*time.Millisecond)
+	http, cfgPath := startNodeEnv(t, "CPSGUARD_HTTP_TOKEN=t0ken", "CPSGUARD_STORE_REDIS_ADDRS="+addr, "CPSGUARD_STORE_REDIS_TIMEOUT=50ms")
+	waitFor(t, "the node to answer", func() bool {
+		return cpsguard(t, nil, "probe", "--addr", http).code == 0
+	})
+	tok := []string{"CPSGUARD_HTTP_TOKEN=t0ken"}
+	for i := range 3 {
+		// Redis (or a load balancer) closed the node's connections.
+		if out, err := srv.CLI(t.Context(), "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"); err != nil {
+			t.Fatalf("client kill: %v %s", err, out)
+		}
+		time.Sleep(50 * time.Millisecond) // the closes reach the node
+		r := cpsguard(t, tok, "limit", "set", "peer", "dialer-1", "--cps", strconv.Itoa(20+i), "--ttl", "1h", "--config", cfgPath)
+		if r.code != 0 || !strings.HasPrefix(r.stdout, "override set: peer dialer-1 cps "+strconv.Itoa(20+i)) {
+			t.Fatalf("set %d with Redis 30 ms away, on a new connection: exit %d, stdout %q, stderr %q", i, r.code, r.stdout, r.stderr)
 		}
 	}
 }

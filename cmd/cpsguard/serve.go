@@ -221,7 +221,10 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 	// keeps cpsguard_limit_cps on the limit in force.
 	var limStore limits.Store = limits.NewLocalStore(nil)
 	if rc := stores.RedisClient(); rc != nil {
-		limStore = limits.NewRedisStore(rc, cfg.Store.KeyPrefix, limits.RedisOptions{Timeout: cfg.Store.Redis.Timeout, Observe: m.ObserveStore})
+		// No SIP call waits for these (calls read the snapshot): an
+		// operator's write or the refresh's read gets the background bound.
+		limStore = limits.NewRedisStore(rc, cfg.Store.KeyPrefix, limits.RedisOptions{
+			Timeout: store.BackgroundTimeout(cfg.Store.Redis.Timeout), Observe: m.ObserveStore})
 	}
 	overrides := limits.New(limStore, limits.Options{
 		Logger:   logger.With("component", "limits"),
