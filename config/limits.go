@@ -22,11 +22,12 @@ const (
 	MaxWindowPer = 24 * time.Hour
 )
 
-// limits checks the burst and extra windows of a peer or customer at path.
-func (v *validator) limits(path string, cps float64, burst int, windows []Window) {
+// limits checks the burst and extra windows of a peer or customer at path;
+// the burst is measured against cps only when cpsOK (a valid cps).
+func (v *validator) limits(path string, cps float64, cpsOK bool, burst int, windows []Window) {
 	switch {
 	case burst == 0:
-	case burst < 0 || float64(burst) < cps:
+	case burst < 0 || (cpsOK && float64(burst) < cps):
 		v.errf(path+".burst", "must be 0 (no burst) or >= cps %g (got %d)", cps, burst)
 	case burst > MaxBurst:
 		v.errf(path+".burst", "must be <= %d (got %d)", MaxBurst, burst)

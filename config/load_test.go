@@ -90,6 +90,8 @@ func TestBadFiles(t *testing.T) {
 		{"retry_after_fraction", "sip.reject.retry_after: must be whole seconds: Retry-After counts seconds (got 1.5s)"},
 		{"unknown_source", "sip.unknown_source: must be one of \"reject\", \"drop\" (got \"ignore\")"},
 		{"on_error", "store.on_error: must be one of \"local\", \"admit\", \"reject\" (got \"retry\")"},
+		{"cps_huge_with_burst", "peers[0].cps: must be <= 100000 (got 200000)"},
+		{"carrier_cps_with_min_cps", "carriers[0].cps: must be > 0 (got -3)"},
 		{"redis_timeout", "store.redis.timeout: must be > 0 (got 0s)"},
 		{"redis_timeout_huge", "store.redis.timeout: must be at most 10s: a call waits for Redis that long before its fallback (got 1m0s)"},
 		{"redis_expected_nodes", "store.redis.expected_nodes: must be 0 to 1000: the nodes sharing this Redis (got -2)"},

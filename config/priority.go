@@ -193,13 +193,11 @@ func (v *validator) destinations() {
 				seen[key] = i
 			}
 		}
-		if d.CPS != 0 {
-			v.cps(path+".cps", d.CPS)
-		}
+		cpsOK := d.CPS == 0 || v.cps(path+".cps", d.CPS)
 		if d.Burst != 0 && d.CPS == 0 {
 			v.errf(path+".burst", "needs cps: a burst is a token bucket refilled at cps")
 		} else {
-			v.limits(path, d.CPS, d.Burst, d.Windows)
+			v.limits(path, d.CPS, cpsOK, d.Burst, d.Windows)
 		}
 		v.maxCalls(path+".max_calls", d.MaxCalls)
 		v.route(path+".route", d.Route)

@@ -91,7 +91,11 @@ const MaxCPS = 100000
 // call per 1/cps overflows a time.Duration.
 const MinCPS = 0.001
 
-func (v *validator) cps(path string, cps float64) {
+// cps checks a cps at path and reports whether it is valid: the checks of
+// values bounded by it (a burst, an overload's min_cps) are made only
+// against a valid one, so a wrong cps is one error, not one more for
+// every value the file did not get wrong.
+func (v *validator) cps(path string, cps float64) bool {
 	switch {
 	case !(cps > 0) || math.IsInf(cps, 0):
 		v.errf(path, "must be > 0 (got %g)", cps)
@@ -99,7 +103,10 @@ func (v *validator) cps(path string, cps float64) {
 		v.errf(path, "must be >= %g, one call every 1000 s (got %g)", MinCPS, cps)
 	case cps > MaxCPS:
 		v.errf(path, "must be <= %d (got %g)", MaxCPS, cps)
+	default:
+		return true
 	}
+	return false
 }
 
 func (v *validator) enum(path, val string, allowed ...string) {
@@ -470,9 +477,9 @@ func (v *validator) peers() {
 			}
 			owners[pfx] = owner{path: spath, peer: p.Name, i: i}
 		}
-		v.cps(path+".cps", p.CPS)
+		cpsOK := v.cps(path+".cps", p.CPS)
 		v.maxCalls(path+".max_calls", p.MaxCalls)
-		v.limits(path, p.CPS, p.Burst, p.Windows)
+		v.limits(path, p.CPS, cpsOK, p.Burst, p.Windows)
 		if p.Reject != nil {
 			v.reject(path+".reject", *p.Reject)
 		}
@@ -510,9 +517,9 @@ func (v *validator) customers() {
 		} else if cu.Name != "" {
 			names[cu.Name] = i
 		}
-		v.cps(path+".cps", cu.CPS)
+		cpsOK := v.cps(path+".cps", cu.CPS)
 		v.maxCalls(path+".max_calls", cu.MaxCalls)
-		v.limits(path, cu.CPS, cu.Burst, cu.Windows)
+		v.limits(path, cu.CPS, cpsOK, cu.Burst, cu.Windows)
 		if cu.Reject != nil {
 			v.reject(path+".reject", *cu.Reject)
 		}
@@ -540,7 +547,7 @@ func (v *validator) carriers() {
 		if err := checkCarrierURI(ca.URI); err != nil {
 			v.errf(path+".uri", "%v", err)
 		}
-		v.cps(path+".cps", ca.CPS)
+		cpsOK := v.cps(path+".cps", ca.CPS)
 		v.maxCalls(path+".max_calls", ca.MaxCalls)
 		v.carrierLimits(path, ca)
 		if d := ca.SetupTimeout; d < 0 || d > 5*time.Minute {
@@ -559,7 +566,7 @@ func (v *validator) carriers() {
 			v.probe(path+".probe", *ca.Probe)
 		}
 		if ca.Overload != nil {
-			v.overload(path+".overload", ca)
+			v.overload(path+".overload", ca, cpsOK)
 		}
 		if ca.MinASR < 0 || ca.MinASR > 100 {
 			v.errf(path+".min_asr", "must be a percentage between 0 (off) and 100 (got %g)", ca.MinASR)
@@ -600,7 +607,7 @@ func (v *validator) probe(path string, pr Probe) {
 	}
 }
 
-func (v *validator) overload(path string, ca Carrier) {
+func (v *validator) overload(path string, ca Carrier, cpsOK bool) {
 	o := ca.Overload
 	for i, c := range o.Codes {
 		if c < 300 || c > 699 {
@@ -615,7 +622,11 @@ func (v *validator) overload(path string, ca Carrier) {
 	if o.Decrease != 0 && !(o.Decrease > 0 && o.Decrease < 1) {
 		v.errf(path+".decrease", "must be between 0 and 1, exclusive (got %g)", o.Decrease)
 	}
-	if o.MinCPS != 0 && !(o.MinCPS > 0 && o.MinCPS <= ca.CPS) {
+	switch {
+	case o.MinCPS == 0:
+	case !(o.MinCPS > 0) || math.IsInf(o.MinCPS, 0):
+		v.errf(path+".min_cps", "must be > 0 (got %g)", o.MinCPS)
+	case cpsOK && o.MinCPS > ca.CPS:
 		v.errf(path+".min_cps", "must be > 0 and <= the carrier's cps, %g (got %g)", ca.CPS, o.MinCPS)
 	}
 	if o.Increase != 0 && !(o.Increase > 0 && o.Increase <= MaxCPS) {
