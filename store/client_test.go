@@ -55,12 +55,7 @@ func TestNewConnectionIsOneRoundTrip(t *testing.T) {
 // call's timeout: at 40 ms of round trip HELLO and the script are 80 ms,
 // over the 50 ms timeout, and the node fell back with Redis well.
 func TestIdleNodeStaysOnADistantRedis(t *testing.T) {
-	srv := redistest.Start(t)
-	addr := redistest.Delayed(t, srv.Addr(), 20*time.Millisecond)
-	s, m := open(t, redisConfig(addr, PolicyLocal))
-	if got := s.Mode(); got != ModeRedis {
-		t.Fatalf("mode at start: %s, want redis", got)
-	}
+	srv, _, m := openDistant(t, 20*time.Millisecond)
 	for range 3 {
 		if out, err := srv.CLI(context.Background(), "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"); err != nil {
 			t.Fatalf("client kill: %v %s", err, out)

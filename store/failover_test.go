@@ -505,12 +505,7 @@ func TestRespaceFailsWithRedis(t *testing.T) {
 // 21 round trips: with 8 ms of round trip against 50 ms of timeout it
 // never succeeded, and the node stayed on the fallback for good.
 func TestFallbackReturnsToADistantRedis(t *testing.T) {
-	srv := redistest.Start(t)
-	addr := redistest.Delayed(t, srv.Addr(), 4*time.Millisecond)
-	s, m := open(t, redisConfig(addr, PolicyLocal))
-	if got := s.Mode(); got != ModeRedis {
-		t.Fatalf("mode at start: got %s, want redis (8 ms of round trip is well inside 50 ms)", got)
-	}
+	srv, s, m := openDistant(t, 4*time.Millisecond)
 	// A script cache lost with the fallback (a restarted Redis) must be
 	// loaded again by the probe.
 	if out, err := srv.CLI(context.Background(), "SCRIPT", "FLUSH"); err != nil {
@@ -525,4 +520,17 @@ func TestFallbackReturnsToADistantRedis(t *testing.T) {
 	if err != nil || strings.Count(out, "1") != 2 {
 		t.Fatalf("scripts after the probe: %q, %v; want both loaded", out, err)
 	}
+}
+
+// openDistant opens the stores (timeout 50 ms) on a Redis of its own
+// behind a proxy that delays every byte by oneWay each way, and checks
+// that they start on Redis.
+func openDistant(t *testing.T, oneWay time.Duration) (*redistest.Server, *Stores, *modes) {
+	t.Helper()
+	srv := redistest.Start(t)
+	s, m := open(t, redisConfig(redistest.Delayed(t, srv.Addr(), oneWay), PolicyLocal))
+	if got := s.Mode(); got != ModeRedis {
+		t.Fatalf("mode at start with Redis %s of round trip away: %s, want redis", 2*oneWay, got)
+	}
+	return srv, s, m
 }
