@@ -87,7 +87,14 @@ func Open(ctx context.Context, cfg *config.Config, o OpenOptions) (*Stores, erro
 	if o.Instance == "" {
 		o.Instance = NewInstanceID()
 	}
-	hb := NewHeartbeat(&lua.Heartbeater{Client: client, Key: policy.NodesKey(cfg.Store.KeyPrefix), Instance: o.Instance, Observe: observe},
+	slow := &slowWatch{timeout: rc.Timeout, log: o.Logger}
+	observeBeat := func(script string, d time.Duration, err error) {
+		slow.beat(d, err)
+		if observe != nil {
+			observe(script, d, err)
+		}
+	}
+	hb := NewHeartbeat(&lua.Heartbeater{Client: client, Key: policy.NodesKey(cfg.Store.KeyPrefix), Instance: o.Instance, Observe: observeBeat},
 		HeartbeatOptions{
 			Node:     cfg.NodeID,
 			Interval: o.HeartbeatInterval,
