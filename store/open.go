@@ -150,7 +150,8 @@ func (s *Stores) Run(ctx context.Context) {
 }
 
 // BackgroundTimeout is how long a Redis call that no SIP call waits for
-// (the heartbeat, the limit overrides' reads and writes) may take, given
+// (the heartbeat, the limit overrides' reads and writes, the pool's list
+// of live calls, the exchange of ended dialogs) may take, given
 // store.redis.timeout: not the call's bound but the span without an
 // answer that makes a timeout an outage (Options.Quiet: 5 × the timeout,
 // at least 250 ms). With the call's own bound, one heartbeat that needed

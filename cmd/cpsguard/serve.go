@@ -203,7 +203,10 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 	// queues: in the same Redis, else in this process.
 	var registry calls.Registry = calls.NewLocalRegistry(nil)
 	if rc := stores.RedisClient(); rc != nil {
-		registry = calls.NewRedisRegistry(rc, cfg.Store.KeyPrefix, calls.RegistryOptions{Timeout: cfg.Store.Redis.Timeout, Observe: m.ObserveStore})
+		// Written in the background and read by the API: no SIP call
+		// waits for it.
+		registry = calls.NewRedisRegistry(rc, cfg.Store.KeyPrefix, calls.RegistryOptions{
+			Timeout: store.BackgroundTimeout(cfg.Store.Redis.Timeout), Observe: m.ObserveStore})
 	}
 	// The calls this node sets up: their max_calls places and their
 	// listing; TTL and maximum duration are read at start. Failed frees,
@@ -241,8 +244,9 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 	// ends it saw.
 	var dialogEnds sip.DialogEnds
 	if rc := stores.RedisClient(); rc != nil {
+		// Exchanged by one goroutine of the proxy's: no SIP call waits.
 		dialogEnds = calls.NewRedisEnded(rc, policy.EndedDialogsKey(cfg.Store.KeyPrefix),
-			calls.RedisOptions{Timeout: cfg.Store.Redis.Timeout, Observe: m.ObserveStore})
+			calls.RedisOptions{Timeout: store.BackgroundTimeout(cfg.Store.Redis.Timeout), Observe: m.ObserveStore})
 	}
 
 	// The carriers: health, pauses, adaptive rates, addresses and route
