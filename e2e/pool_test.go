@@ -131,3 +131,43 @@ func TestPoolCarrierPacedByAllNodes(t *testing.T) {
 		t.Errorf("outcomes %v: want forwarded = carrier (%d) and forwarded + rejected_queue = %d", out, len(arr), offered)
 	}
 }
+
+// A pool on a Redis 10 ms of round trip away (another zone) at the default
+// 50 ms timeout holds the peer's limit on Redis, and stays there: the
+// usual production case, end to end. (What broke it further away, h60,
+// is pinned by store's tests: a new connection's handshake, the probe's
+// round trips, the heartbeat's bound. At this load and distance the
+// connections the pool starts with suffice, so this one guards the whole,
+// not those.)
+func TestPoolOnADistantRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	addr := redistest.Delayed(t, srv.Addr(), 5*time.Millisecond)
+	car := startCarrier(t, "127.0.0.1")
+	const limit, seconds, nodesN = 20, 5, 2
+	var nodes []*node
+	for i := range nodesN {
+		nodes = append(nodes, startNode(t, nodeConf{id: fmt.Sprintf("far-%d", i), redis: addr,
+			redisTimeout: 50 * time.Millisecond,
+			peers:        []peerConf{{name: "dialer", sources: []string{"127.0.0.2/32"}, cps: limit}},
+			carriers:     []carrierConf{{name: "carrier", addr: car.addr, cps: 1000, maxWait: time.Second}}}, true))
+	}
+	rate := 1.5 * limit / nodesN
+	calls := int(rate * seconds)
+	dialAll(t, nodes, "127.0.0.2", rate, calls, 40*time.Second)
+	out := poolOutcomes(t, nodes, calls*nodesN)
+	arr := car.arrivalTimes()
+	if got := siptest.MaxInWindow(arr, time.Second); got > limit {
+		t.Errorf("max INVITEs in a rolling second at the carrier = %d, want <= %d (one limit for the pool); gaps: %s",
+			got, limit, gaps(arr))
+	}
+	t.Logf("carrier got %d of %d offered, at most %d in a rolling second; outcomes %v",
+		len(arr), calls*nodesN, siptest.MaxInWindow(arr, time.Second), out)
+	for _, n := range nodes {
+		if up := n.metric("cpsguard_store_up"); up != 1 {
+			t.Errorf("node %s: cpsguard_store_up = %v, want 1 (on Redis)", n.id, up)
+		}
+		if c := n.logCount("switching to fallback"); c != 0 {
+			t.Errorf("node %s switched to its fallback %d times with Redis 10 ms away:\n%s", n.id, c, n.logTail())
+		}
+	}
+}
