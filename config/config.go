@@ -278,7 +278,8 @@ type Redis struct {
 	// ExpectedNodes is the pool's size that the fallback assumes until
 	// this node has counted the live nodes in Redis: a node that starts
 	// while Redis is down divides every limit by it (0 means 1, a node
-	// alone). Set it to the number of nodes sharing this Redis, or a pool
+	// alone), and until 10 heartbeats were answered it divides by no
+	// fewer. Set it to the number of nodes sharing this Redis, or a pool
 	// started during an outage admits that many times its limits. At most
 	// MaxExpectedNodes. Read at start.
 	ExpectedNodes int `cfg:"expected_nodes"`

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,14 +36,16 @@ type Leaver interface {
 // The rule: a node is live when its last beat is younger than TTL (3 ×
 // Interval). The figure is the one last seen while Redis answered; a node that
 // starts while Redis is down assumes HeartbeatOptions.MinNodes (default 1).
-// A count that falls reaches the figure only once the larger count is older
-// than HeartbeatOptions.Hold (default 10 × Interval): a node whose beats
-// fail (its link to Redis, its own stall) still decides calls on its
-// fallback, and a Redis restarted empty answers a node's first beat with
-// that node alone; either way the others, dividing by the lower count
-// when Redis then fails them too, would together admit more than the
-// limit. Holding the count errs the other way: after a node leaves, the
-// fallback shares the limits among one node too many for up to Hold.
+// The figure is the largest count of the last HeartbeatOptions.Hold
+// answered beats (default 10), MinNodes counting as one of them until that
+// many were answered: a count that falls reaches it only 10 answered beats
+// later. A node whose beats fail (its link to Redis, its own stall) still
+// decides calls on its fallback, and a Redis restarted empty (after an
+// outage of any length: failed beats do not age the window) answers a
+// node's first beat with that node alone; either way the others, dividing
+// by the lower count, would together admit more than the limit. Holding
+// the count errs the other way: after a node leaves, the fallback shares
+// the limits among one node too many for 10 beats.
 //
 // Two processes beating under one node_id (a copied configuration, a node
 // started twice) are a mistake the share cannot see by node id alone: the
@@ -57,13 +60,14 @@ type Heartbeat struct {
 	interval time.Duration
 	ttl      time.Duration
 	minNodes int
-	hold     time.Duration
-	// live is the figure Live answers: count, or a larger count of the
-	// last hold (peakAt, under mu).
-	live   atomic.Int64
-	count  atomic.Int64
-	mu     sync.Mutex
-	peakAt time.Time
+	// live is the figure Live answers: the largest of counts.
+	live  atomic.Int64
+	count atomic.Int64
+	mu    sync.Mutex
+	// counts are the counts of the last answered beats (a ring at next),
+	// seeded with MinNodes.
+	counts []int64
+	next   int
 	// older is the live nodes of a release that cannot read dialog tokens
 	// in opaque text at the last beat; -1 before the first.
 	older   atomic.Int64
@@ -82,9 +86,9 @@ type HeartbeatOptions struct {
 	// MinNodes is the figure assumed before the first successful beat
 	// (default 1).
 	MinNodes int
-	// Hold is how long a larger count of live nodes stays the figure after
-	// the count falls (default 10 × Interval).
-	Hold time.Duration
+	// Hold is how many answered beats a larger count of live nodes stays
+	// the figure after the count falls (default 10).
+	Hold int
 	// OnError is told of a failed beat (the failover uses it to switch).
 	OnError func(error)
 	// OnBeat is told of a beat Redis answered (the failover counts it as
@@ -107,15 +111,18 @@ func NewHeartbeat(b Beater, o HeartbeatOptions) *Heartbeat {
 		o.MinNodes = 1
 	}
 	if o.Hold <= 0 {
-		o.Hold = 10 * o.Interval
+		o.Hold = 10
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	h := &Heartbeat{beater: b, node: o.Node, interval: o.Interval, ttl: 3 * o.Interval,
-		minNodes: o.MinNodes, hold: o.Hold, onError: o.OnError, onBeat: o.OnBeat, onDup: o.OnDuplicate, log: o.Logger, panics: o.Panics}
+		minNodes: o.MinNodes, counts: make([]int64, o.Hold), onError: o.OnError, onBeat: o.OnBeat, onDup: o.OnDuplicate, log: o.Logger, panics: o.Panics}
 	h.live.Store(int64(o.MinNodes))
 	h.count.Store(int64(o.MinNodes))
+	for i := range h.counts {
+		h.counts[i] = int64(o.MinNodes)
+	}
 	h.older.Store(-1)
 	return h
 }
@@ -130,8 +137,8 @@ func (h *Heartbeat) OpaqueTokens() bool {
 }
 
 // Live is the number of live nodes the fallback divides the limits by (at
-// least 1): the count last seen, or a larger one seen within the last
-// Hold.
+// least 1): the largest count of the last Hold answered beats (MinNodes
+// among them until Hold beats were answered).
 func (h *Heartbeat) Live() int {
 	if h == nil {
 		return 1
@@ -160,22 +167,20 @@ func (h *Heartbeat) Beat(ctx context.Context, timeout time.Duration) error {
 	}
 	n := int64(max(r.Live, 1))
 	h.mu.Lock()
-	now := time.Now()
 	held := h.live.Load()
-	if n >= held || now.Sub(h.peakAt) >= h.hold {
-		h.live.Store(n)
-		h.peakAt = now
-	}
-	share := h.live.Load()
+	h.counts[h.next] = n
+	h.next = (h.next + 1) % len(h.counts)
+	share := slices.Max(h.counts)
+	h.live.Store(share)
 	h.mu.Unlock()
 	switch old := h.count.Swap(n); {
 	case old != n && share != n:
 		h.log.Info("live nodes changed; the fallback keeps dividing the limits by the larger count a while",
-			"live_nodes", n, "was", old, "fallback_share_nodes", share, "hold", h.hold)
+			"live_nodes", n, "was", old, "fallback_share_nodes", share, "beats", len(h.counts))
 	case old != n:
 		h.log.Info("live nodes changed", "live_nodes", n, "was", old)
 	case share != held:
-		h.log.Info("the fallback divides the limits by the live nodes again", "live_nodes", n, "was", held)
+		h.log.Info("the fallback divides the limits by the live nodes again", "live_nodes", n, "fallback_share_nodes", share, "was", held)
 	}
 	// Logged when the text changes, not at every change of the count.
 	if old := h.older.Swap(int64(r.Older)); (old > 0) != (r.Older > 0) {
