@@ -16,7 +16,7 @@ import (
 // heartbeat). Through this hook a hostile or broken Redis, or anything that
 // answers on its address, is a store failure (the Failover falls back),
 // never a crash. It wraps every command and pipeline of the client it is
-// added to, on every topology.
+// added to; on a Cluster, Open adds it to each node's client too.
 type panicHook struct{ r *panics.Reporter }
 
 var _ redis.Hook = panicHook{}

@@ -77,8 +77,14 @@ func Open(ctx context.Context, cfg *config.Config, o OpenOptions) (*Stores, erro
 	if err != nil {
 		return nil, err
 	}
-	// A panic in go-redis (a hostile reply) is a failed command.
-	client.AddHook(panicHook{r: o.Panics})
+	// A panic in go-redis (a hostile reply) is a failed command. A
+	// Cluster runs commands on a client per node, which does not inherit
+	// the cluster client's hooks, some in go-redis's own goroutines (h62).
+	hook := panicHook{r: o.Panics}
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		cc.OnNewNode(func(n *redis.Client) { n.AddHook(hook) })
+	}
+	client.AddHook(hook)
 	// One pipeliner for both Redis stores: admissions and pacing
 	// reservations of concurrent calls share round trips.
 	pipe := lua.NewPipeliner(client, lua.PipelineOptions{Panics: o.Panics})

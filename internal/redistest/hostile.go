@@ -38,7 +38,49 @@ func StartHostile(t testing.TB) string {
 	return l.Addr().String()
 }
 
-func serveHostile(c net.Conn) {
+// StartHostileCluster is StartHostile as the one master of a Redis
+// Cluster (CLUSTER SLOTS names it for every slot): go-redis runs the
+// commands of a cluster on clients of its own, per node. With cached
+// false its SCRIPT EXISTS answers with HugeArray (a client loading the
+// scripts meets it); with cached true it answers "all cached", and the
+// scripts' runs meet HugeBulk.
+func StartHostileCluster(t testing.TB, cached bool) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("hostile cluster: %v", err)
+	}
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	slots := "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:" + port + "\r\n"
+	exists := HugeArray
+	if cached {
+		exists = ""
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go serveHostileAs(c, slots, exists)
+		}
+	}()
+	t.Cleanup(func() { l.Close(); <-done })
+	return l.Addr().String()
+}
+
+// HugeArray is an array header announcing more elements than any client
+// can hold.
+const HugeArray = "*9223372036854775806\r\n"
+
+func serveHostile(c net.Conn) { serveHostileAs(c, "", "") }
+
+// serveHostileAs serves one connection of StartHostile, or of
+// StartHostileCluster when slots (its CLUSTER SLOTS reply) is set; exists
+// is the reply to SCRIPT EXISTS ("": every script cached).
+func serveHostileAs(c net.Conn, slots, exists string) {
 	defer c.Close()
 	r := bufio.NewReader(c)
 	for {
@@ -54,8 +96,14 @@ func serveHostile(c net.Conn) {
 			reply = "+PONG\r\n"
 		case "CLIENT", "SELECT", "AUTH":
 			reply = "+OK\r\n"
+		case "CLUSTER":
+			if slots != "" {
+				reply = slots
+			}
 		case "SCRIPT":
-			if len(args) > 1 && strings.EqualFold(args[1], "EXISTS") {
+			if exists != "" {
+				reply = exists
+			} else if len(args) > 1 && strings.EqualFold(args[1], "EXISTS") {
 				// Every script "cached": the client goes on to run them,
 				// and meets HugeBulk there.
 				reply = "*" + strconv.Itoa(len(args)-2) + "\r\n" + strings.Repeat(":1\r\n", len(args)-2)
