@@ -78,7 +78,9 @@ var ErrArgs = errors.New("lua: invalid script arguments")
 // the fallback's probe runs it within store.redis.timeout, and a Redis a
 // few milliseconds away must pass it (one SCRIPT LOAD per script, 21 round
 // trips with the PING, did not). On a ClusterClient it runs on every
-// master, concurrently.
+// master, concurrently; not on replicas, so that a replica down does not
+// fail the fallback's probe while the masters serve (a replica promoted
+// later runs each script by EVAL once, then has it).
 func Load(ctx context.Context, c redis.UniversalClient) error {
 	if cc, ok := c.(*redis.ClusterClient); ok {
 		return cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
@@ -162,47 +164,10 @@ func loadOn(ctx context.Context, c redis.Cmdable) error {
 // by EVALSHA; "" for an unknown name. Benchmarks and operators use it to run a
 // script by hand.
 func SHA(name string) string {
-	switch name {
-	case ScriptAdmit:
-		return admitScript.Hash()
-	case ScriptAdmitPace:
-		return admitPaceScript.Hash()
-	case ScriptCounts:
-		return countsScript.Hash()
-	case ScriptPace:
-		return paceScript.Hash()
-	case ScriptRelease:
-		return releaseScript.Hash()
-	case ScriptQueue:
-		return queueScript.Hash()
-	case ScriptPause:
-		return pauseScript.Hash()
-	case ScriptEvidence:
-		return evidenceScript.Hash()
-	case ScriptRefund:
-		return refundScript.Hash()
-	case ScriptRate:
-		return rateScript.Hash()
-	case ScriptRespace:
-		return respaceScript.Hash()
-	case ScriptHeartbeat:
-		return heartbeatScript.Hash()
-	case ScriptCallsOccupy:
-		return callsOccupyScript.Hash()
-	case ScriptCallsFree:
-		return callsFreeScript.Hash()
-	case ScriptCallsRefresh:
-		return callsRefreshScript.Hash()
-	case ScriptCallsCount:
-		return callsCountScript.Hash()
-	case ScriptOverrides:
-		return overridesScript.Hash()
-	case ScriptDialogsEnded:
-		return dialogsEndedScript.Hash()
-	case ScriptLive:
-		return liveScript.Hash()
-	case ScriptService:
-		return serviceScript.Hash()
+	for _, s := range allScripts {
+		if s.name == name {
+			return s.script.Hash()
+		}
 	}
 	return ""
 }

@@ -3,8 +3,9 @@ package lua_test
 import (
 	"context"
 	"errors"
-	"regexp"
+	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -193,21 +194,9 @@ func TestSlotMatchesServer(t *testing.T) {
 // the hash a script is run by.
 func TestLoadSendsOnlyWhatIsMissing(t *testing.T) {
 	ctx := context.Background()
-	c, _ := newClient(t)
+	c, srv := newClient(t)
 	want := lua.SHA(lua.ScriptAdmit)
-	calls := func(cmd string) int {
-		t.Helper()
-		info, err := c.Info(ctx, "commandstats").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := regexp.MustCompile(`cmdstat_` + regexp.QuoteMeta(cmd) + `:calls=(\d+)`).FindStringSubmatch(info)
-		if m == nil {
-			return 0
-		}
-		n, _ := strconv.Atoi(m[1])
-		return n
-	}
+	calls := func(cmd string) int { return srv.CommandCalls(t, cmd) }
 	for round, wantLoads := range []int{20, 0} {
 		if err := c.ConfigResetStat(ctx).Err(); err != nil {
 			t.Fatal(err)
@@ -234,5 +223,52 @@ func TestLoadSendsOnlyWhatIsMissing(t *testing.T) {
 	r, err := lua.Admit(ctx, c, "m1", []lua.AdmitBucket{{Key: lua.Key("t", "peer", "flushed"), Limit: 1, WindowUS: 1_000_000}})
 	if err != nil || !r.Admitted {
 		t.Fatalf("Admit after a flush and Load = %+v, %v", r, err)
+	}
+}
+
+// A server whose SCRIPT EXISTS or SCRIPT LOAD replies are not what Redis
+// answers (a proxy, a wrong server, a hostile one) fails Load with an
+// error naming the script or the reply: the node stays on its fallback,
+// and no script's hash is changed by a reply.
+func TestLoadRefusesWrongReplies(t *testing.T) {
+	want := lua.SHA(lua.ScriptAdmit)
+	for _, c := range []struct {
+		name   string
+		exists func(args []string) string
+		load   string
+		err    string
+	}{
+		{"too few flags", func([]string) string { return "*1\r\n:1\r\n" }, "", "SCRIPT EXISTS answered 1 flags for 20 scripts"},
+		{"not an array", func([]string) string { return "+OK\r\n" }, "", "script exists"},
+		{"exists refused", func([]string) string { return "-NOPERM no scripts\r\n" }, "", "NOPERM"},
+		{"load answers another hash", func(a []string) string {
+			return "*" + fmt.Sprint(len(a)-2) + "\r\n" + strings.Repeat(":0\r\n", len(a)-2)
+		},
+			"$40\r\n0000000000000000000000000000000000000000\r\n", "SCRIPT LOAD of admit.lua answered \"0000000000000000000000000000000000000000\""},
+		{"load refused", func(a []string) string {
+			return "*" + fmt.Sprint(len(a)-2) + "\r\n" + strings.Repeat(":0\r\n", len(a)-2)
+		},
+			"-ERR Error compiling script\r\n", "lua: load admit.lua: ERR Error compiling script"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			addr := redistest.StartFake(t, func(args []string) string {
+				if !strings.EqualFold(args[0], "SCRIPT") || len(args) < 2 {
+					return ""
+				}
+				if strings.EqualFold(args[1], "EXISTS") {
+					return c.exists(args)
+				}
+				return c.load
+			})
+			cl := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DisableIdentity: true})
+			defer cl.Close()
+			err := lua.Load(context.Background(), cl)
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Fatalf("Load: %v, want an error with %q", err, c.err)
+			}
+			if got := lua.SHA(lua.ScriptAdmit); got != want {
+				t.Fatalf("admit's hash after Load: %q, want %q", got, want)
+			}
+		})
 	}
 }

@@ -38,14 +38,15 @@ func NewClient(cfg *config.Redis) (redis.UniversalClient, error) {
 		DB:               cfg.DB,
 		// A new connection is set up inside the first command's bound
 		// (go-redis), so every round trip of its handshake counts against
-		// store.redis.timeout: HELLO alone, not HELLO, CLIENT SETNAME,
-		// CLIENT MAINT_NOTIFICATIONS and CLIENT SETINFO (h60: with those,
-		// a Redis 20 ms away failed every new connection at the default
-		// 50 ms, the nodes fell back one by one, and a pool half on Redis,
-		// half on its fallback admitted 1.5 times its limits). So no
-		// client name (CLIENT LIST shows the nodes by address), no
-		// library identity, no maintenance notifications (a feature of
-		// Redis Enterprise and Cloud the failover does not use).
+		// store.redis.timeout: HELLO alone (and SELECT for a db above 0),
+		// not HELLO, CLIENT SETNAME, CLIENT MAINT_NOTIFICATIONS and CLIENT
+		// SETINFO (h60: with those, a Redis 20 ms away failed every new
+		// connection at the default 50 ms, the nodes fell back one by one,
+		// and a pool half on Redis, half on its fallback admitted 1.5
+		// times its limits). So no client name (CLIENT LIST shows the
+		// nodes by address), no library identity, no maintenance
+		// notifications (a feature of Redis Enterprise and Cloud the
+		// failover does not use).
 		DisableIdentity:          true,
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 		DialTimeout:              max(timeout, 250*time.Millisecond),

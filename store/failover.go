@@ -69,9 +69,8 @@ type Options struct {
 	// or flapping must not make the node switch back and forth, since every
 	// switch starts the other store without the last second's history.
 	RecoverAfter int
-	// Timeout bounds one round trip of a probe (default 50 ms); a probe
-	// is given three (PING, SCRIPT EXISTS, and the SCRIPT LOADs a
-	// restarted Redis lacks).
+	// Timeout is store.redis.timeout (default 50 ms): Quiet's default
+	// derives from it.
 	Timeout time.Duration
 	// Quiet is how long Redis must have answered no call before a timeout
 	// switches to the fallback (default 5 × Timeout, at least 250 ms): a
@@ -122,7 +121,7 @@ func NewFailover(o Options) *Failover {
 		o.Timeout = 50 * time.Millisecond
 	}
 	if o.Quiet <= 0 {
-		o.Quiet = max(5*o.Timeout, 250*time.Millisecond)
+		o.Quiet = BackgroundTimeout(o.Timeout)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -576,14 +575,13 @@ func (f *Failover) Run(ctx context.Context) {
 	}
 }
 
-// probeRoundTrips is how many round trips of Options.Timeout one probe
-// may take: PING, SCRIPT EXISTS, SCRIPT LOAD (store/open.go's pinger).
-const probeRoundTrips = 3
-
 // probe pings Redis once; a panic is a failed probe (logged once, counted).
 func (f *Failover) probe(ctx context.Context) (err error) {
 	defer f.o.Panics.Recover("store.probe", func(e error) { err = e })
-	pctx, cancel := context.WithTimeout(ctx, probeRoundTrips*f.o.Timeout)
+	// Within Quiet, the span without an answer that is an outage: a probe
+	// takes a few round trips (store/open.go's pinger), each still bounded
+	// by the client's read timeout.
+	pctx, cancel := context.WithTimeout(ctx, f.o.Quiet)
 	defer cancel()
 	return f.o.Probe.Ping(pctx)
 }

@@ -120,7 +120,7 @@ func Open(ctx context.Context, cfg *config.Config, o OpenOptions) (*Stores, erro
 		RedisSlots:    pacing.NewRedisSlots(client, pacing.RedisOptions{Timeout: rc.Timeout, Observe: observe, Pipeline: pipe}),
 		Local:         local,
 		LocalSlots:    localSlots,
-		Probe:         pinger{client: client, timeout: rc.Timeout},
+		Probe:         pinger{client: client},
 		Nodes:         hb,
 		Policy:        cfg.Store.OnError,
 		ProbeInterval: o.ProbeInterval,
@@ -202,16 +202,13 @@ func (s *Stores) Close() error {
 	return s.client.Close()
 }
 
-// pinger adapts a go-redis client to Pinger; a successful probe also reloads
-// the scripts (a restarted Redis has none; EVALSHA would fall back to EVAL,
-// but loading them here keeps that off the call path).
-// pinger is the fallback's probe of Redis: PING, then the scripts
-// (lua.Load: SCRIPT EXISTS, and SCRIPT LOAD for those a restarted Redis
-// lost), each step within timeout, as a call's round trip is.
-type pinger struct {
-	client  redis.UniversalClient
-	timeout time.Duration
-}
+// pinger adapts a go-redis client to Pinger, the fallback's probe of
+// Redis: PING, then the scripts (lua.Load: SCRIPT EXISTS, and SCRIPT LOAD
+// for those a restarted Redis lost; EVALSHA would fall back to EVAL, but
+// loading them here keeps that off the call path), within the probe's
+// bound (Failover's Quiet); each read is bounded by the client's read
+// timeout (store.redis.timeout), as a call's is.
+type pinger struct{ client redis.UniversalClient }
 
 func (p pinger) Ping(ctx context.Context) (err error) {
 	defer func() {
@@ -222,13 +219,8 @@ func (p pinger) Ping(ctx context.Context) (err error) {
 			cc.ReloadState(ctx)
 		}
 	}()
-	step := func(f func(context.Context) error) error {
-		sctx, cancel := context.WithTimeout(ctx, p.timeout)
-		defer cancel()
-		return f(sctx)
-	}
-	if err := step(func(ctx context.Context) error { return p.client.Ping(ctx).Err() }); err != nil {
+	if err := p.client.Ping(ctx).Err(); err != nil {
 		return err
 	}
-	return step(func(ctx context.Context) error { return lua.Load(ctx, p.client) })
+	return lua.Load(ctx, p.client)
 }

@@ -5,6 +5,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -12,16 +13,17 @@ import (
 // go-redis' reader panics in makeslice on it.
 const HugeBulk = "$9223372036854775806\r\n"
 
-// StartHostile starts a fake Redis on a free loopback port that answers the
-// connection handshake sensibly (HELLO refused, so clients speak RESP2;
-// PING, CLIENT, SELECT, AUTH answered, SCRIPT EXISTS "all cached") and
-// every other command with HugeBulk. It stops when the test ends. It returns
-// the address.
-func StartHostile(t testing.TB) string {
+// StartFake starts a fake Redis on a free loopback port whose reply to
+// each command (its arguments, the command first) is reply's: raw RESP,
+// "" for the handshake's usual answer (HELLO refused, so clients speak
+// RESP2; PING, CLIENT, SELECT, AUTH answered) and an error for anything
+// else. It serves each connection in a goroutine, stops when the test
+// ends, and returns its address.
+func StartFake(t testing.TB, reply func(args []string) string) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("hostile redis: %v", err)
+		t.Fatalf("fake redis: %v", err)
 	}
 	done := make(chan struct{})
 	go func() {
@@ -31,11 +33,46 @@ func StartHostile(t testing.TB) string {
 			if err != nil {
 				return
 			}
-			go serveHostile(c)
+			go serveFake(c, reply)
 		}
 	}()
 	t.Cleanup(func() { l.Close(); <-done })
 	return l.Addr().String()
+}
+
+func serveFake(c net.Conn, reply func(args []string) string) {
+	defer c.Close()
+	r := bufio.NewReader(c)
+	for {
+		args, err := readCommand(r)
+		if err != nil {
+			return
+		}
+		out := reply(args)
+		if out == "" {
+			switch strings.ToUpper(args[0]) {
+			case "HELLO":
+				out = "-ERR unknown command 'HELLO'\r\n"
+			case "PING":
+				out = "+PONG\r\n"
+			case "CLIENT", "SELECT", "AUTH":
+				out = "+OK\r\n"
+			default:
+				out = "-ERR unknown command\r\n"
+			}
+		}
+		if _, err := c.Write([]byte(out)); err != nil {
+			return
+		}
+	}
+}
+
+// StartHostile starts a fake Redis (StartFake) that answers the connection
+// handshake sensibly, SCRIPT EXISTS with "all cached", and every other
+// command with HugeBulk.
+func StartHostile(t testing.TB) string {
+	t.Helper()
+	return StartFake(t, func(args []string) string { return hostileReply(args, "", "") })
 }
 
 // StartHostileCluster is StartHostile as the one master of a Redis
@@ -46,73 +83,51 @@ func StartHostile(t testing.TB) string {
 // scripts' runs meet HugeBulk.
 func StartHostileCluster(t testing.TB, cached bool) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("hostile cluster: %v", err)
-	}
-	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-	slots := "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:" + port + "\r\n"
 	exists := HugeArray
 	if cached {
 		exists = ""
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go serveHostileAs(c, slots, exists)
-		}
-	}()
-	t.Cleanup(func() { l.Close(); <-done })
-	return l.Addr().String()
+	var slots atomic.Pointer[string] // its own port, known once it listens
+	addr := StartFake(t, func(args []string) string { return hostileReply(args, *slots.Load(), exists) })
+	_, port, _ := net.SplitHostPort(addr)
+	reply := "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:" + port + "\r\n"
+	slots.Store(&reply)
+	return addr
 }
 
 // HugeArray is an array header announcing more elements than any client
 // can hold.
 const HugeArray = "*9223372036854775806\r\n"
 
-func serveHostile(c net.Conn) { serveHostileAs(c, "", "") }
+// ScriptsCached is the reply to SCRIPT EXISTS args that says every script
+// asked for is cached.
+func ScriptsCached(args []string) string {
+	n := max(len(args)-2, 0)
+	return "*" + strconv.Itoa(n) + "\r\n" + strings.Repeat(":1\r\n", n)
+}
 
-// serveHostileAs serves one connection of StartHostile, or of
-// StartHostileCluster when slots (its CLUSTER SLOTS reply) is set; exists
-// is the reply to SCRIPT EXISTS ("": every script cached).
-func serveHostileAs(c net.Conn, slots, exists string) {
-	defer c.Close()
-	r := bufio.NewReader(c)
-	for {
-		args, err := readCommand(r)
-		if err != nil {
-			return
+// hostileReply is StartHostile's reply, and StartHostileCluster's when
+// slots (its CLUSTER SLOTS reply) is set; exists is the reply to SCRIPT
+// EXISTS ("": every script cached).
+func hostileReply(args []string, slots, exists string) string {
+	switch strings.ToUpper(args[0]) {
+	case "HELLO", "PING", "CLIENT", "SELECT", "AUTH":
+		return ""
+	case "CLUSTER":
+		if slots != "" {
+			return slots
 		}
-		reply := HugeBulk
-		switch strings.ToUpper(args[0]) {
-		case "HELLO":
-			reply = "-ERR unknown command 'HELLO'\r\n"
-		case "PING":
-			reply = "+PONG\r\n"
-		case "CLIENT", "SELECT", "AUTH":
-			reply = "+OK\r\n"
-		case "CLUSTER":
-			if slots != "" {
-				reply = slots
-			}
-		case "SCRIPT":
-			if exists != "" {
-				reply = exists
-			} else if len(args) > 1 && strings.EqualFold(args[1], "EXISTS") {
-				// Every script "cached": the client goes on to run them,
-				// and meets HugeBulk there.
-				reply = "*" + strconv.Itoa(len(args)-2) + "\r\n" + strings.Repeat(":1\r\n", len(args)-2)
-			}
+	case "SCRIPT":
+		if exists != "" {
+			return exists
 		}
-		if _, err := c.Write([]byte(reply)); err != nil {
-			return
+		if len(args) > 1 && strings.EqualFold(args[1], "EXISTS") {
+			// Every script "cached": the client goes on to run them, and
+			// meets HugeBulk there.
+			return ScriptsCached(args)
 		}
 	}
+	return HugeBulk
 }
 
 // readCommand reads one RESP array of bulk strings.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"sync"
 	"syscall"
@@ -249,6 +250,23 @@ func (s *Server) CLI(ctx context.Context, args ...string) (string, error) {
 	full := append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(s.port)}, args...)
 	out, err := exec.CommandContext(ctx, bin, full...).CombinedOutput()
 	return string(out), err
+}
+
+// CommandCalls is how many times the server ran cmd since it started or
+// its last CONFIG RESETSTAT (INFO commandstats; a subcommand as
+// "script|load"). A failure to read it fails the test.
+func (s *Server) CommandCalls(t testing.TB, cmd string) int {
+	t.Helper()
+	out, err := s.CLI(context.Background(), "INFO", "commandstats")
+	if err != nil {
+		t.Fatalf("redis-cli INFO commandstats: %v %s", err, out)
+	}
+	m := regexp.MustCompile(`cmdstat_` + regexp.QuoteMeta(cmd) + `:calls=(\d+)`).FindStringSubmatch(out)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
 }
 
 var netListen = func(addr string) (interface{ Close() error }, error) { return net.Listen("tcp", addr) }
