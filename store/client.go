@@ -12,9 +12,11 @@ import (
 
 // NewClient builds the go-redis client for cfg: standalone for one address,
 // Cluster for several, Sentinel when MasterName is set (Addrs are then the
-// sentinels). Every socket operation is bounded by cfg.Timeout and context
-// deadlines reach the socket (ContextTimeoutEnabled), so no SIP call waits
-// longer than the timeout for Redis.
+// sentinels). Context deadlines reach the socket (ContextTimeoutEnabled):
+// a call's round trip is bounded by cfg.Timeout through its context
+// (lua.WithTimeout), so no SIP call waits longer than the timeout for a
+// Redis round trip; what no call waits for is bounded by
+// BackgroundTimeout.
 // With store.redis.tls enabled every connection (to sentinels too) is TLS;
 // the files were checked when the configuration was validated, so an error
 // here means they changed since.
@@ -50,9 +52,17 @@ func NewClient(cfg *config.Redis) (redis.UniversalClient, error) {
 		DisableIdentity:          true,
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 		DialTimeout:              max(timeout, 250*time.Millisecond),
-		ReadTimeout:              timeout,
-		WriteTimeout:             timeout,
-		ContextTimeoutEnabled:    true,
+		// Every call's command carries its own deadline (lua.WithTimeout:
+		// the round trip within store.redis.timeout from its send), so the
+		// sockets' own bounds only cap what no call waits for (the
+		// heartbeat, the probe, the background reads), which may wait
+		// BackgroundTimeout: with the call's timeout here each of their
+		// reads was cut at it whatever their context allowed (go-redis
+		// takes the sooner), and one slow reply switched an idle node to
+		// its fallback (h61).
+		ReadTimeout:           BackgroundTimeout(timeout),
+		WriteTimeout:          BackgroundTimeout(timeout),
+		ContextTimeoutEnabled: true,
 		// A retry would double the time a call waits for a failing Redis;
 		// the failover store moves to the fallback instead.
 		MaxRetries:   -1,

@@ -50,3 +50,26 @@ func TestIdleNodeStaysOnADistantRedis(t *testing.T) {
 		t.Fatalf("mode switches of an idle node with Redis 30 ms away: %v, want none", got)
 	}
 }
+
+// A heartbeat's reads wait for Redis as long as the beat may (the
+// client's read timeout is BackgroundTimeout; a call's own deadline bounds
+// its round trips): with it at store.redis.timeout, each read was cut at
+// 50 ms whatever the beat's context allowed, and an idle node switched to
+// its fallback on one reply 60 ms late (h61).
+func TestIdleNodeStaysThroughSlowReplies(t *testing.T) {
+	_, s, m := openDistant(t, 30*time.Millisecond) // every reply 60 ms away
+	time.Sleep(time.Second)                        // 10 beats of the test's 100 ms
+	if got := m.list(); len(got) != 0 {
+		t.Fatalf("mode switches of an idle node with every reply 60 ms away: %v, want none", got)
+	}
+	// A call's round trip is still bounded by the timeout: it meets it,
+	// and is decided on the fallback at once.
+	start := time.Now()
+	d, err := s.Admit(context.Background(), "late", bucket)
+	if err != nil || !d.Admit {
+		t.Fatalf("admit: %+v, %v; want it decided by the fallback", d, err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("admit took %v: the call's timeout did not bound it", took)
+	}
+}

@@ -99,6 +99,8 @@ type Failover struct {
 	mu   sync.Mutex // serialises mode switches and their logs
 	// lastOK is when Redis last answered a call (Unix nanoseconds).
 	lastOK atomic.Int64
+	// confirming is set while a confirm probe runs.
+	confirming atomic.Bool
 }
 
 var (
@@ -201,9 +203,43 @@ func (f *Failover) fail(op string, err error) {
 	if f.o.Redis == nil || f.down.Load() {
 		return
 	}
-	if (isTimeout(err) || connLost(err)) && f.answeredLately() {
+	if isTimeout(err) || connLost(err) {
+		if f.answeredLately() {
+			return
+		}
+		if f.o.Probe != nil {
+			// No answer within Quiet may be for want of asking: a node
+			// with few calls has no recent answer, and one slow reply (a
+			// spike every node saw) switched it alone while the busy
+			// nodes stayed on Redis, a pool half on each (h61). Ask Redis
+			// once, within Quiet, and switch only if it does not answer;
+			// calls meanwhile are decided one by one, as on a busy node.
+			f.confirm(op, err)
+			return
+		}
+	}
+	f.switchDown(op, err)
+}
+
+// confirm probes Redis in the background (one at a time) after a timeout
+// or a lost connection of op with no answer within Quiet: an answer
+// counts as one (the node stays), none switches to the fallback.
+func (f *Failover) confirm(op string, err error) {
+	if !f.confirming.CompareAndSwap(false, true) {
 		return
 	}
+	go func() {
+		defer f.confirming.Store(false)
+		if f.probe(context.Background()) == nil {
+			f.ok()
+			return
+		}
+		f.switchDown(op, err)
+	}()
+}
+
+// switchDown switches to the fallback (once per outage) after op met err.
+func (f *Failover) switchDown(op string, err error) {
 	if !f.down.CompareAndSwap(false, true) {
 		return
 	}
@@ -552,7 +588,7 @@ func (f *Failover) Run(ctx context.Context) {
 	}
 	t := time.NewTicker(f.o.ProbeInterval)
 	defer t.Stop()
-	good := 0
+	good, failed := 0, 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -560,16 +596,24 @@ func (f *Failover) Run(ctx context.Context) {
 		case <-t.C:
 		}
 		if !f.down.Load() {
-			good = 0
+			good, failed = 0, 0
 			continue
 		}
 		err := f.probe(ctx)
 		if err != nil {
+			// Why the node stays on its fallback: the first failure of an
+			// outage at Info, the others at Debug (one every interval).
+			level := slog.LevelDebug
+			if failed == 0 {
+				level = slog.LevelInfo
+			}
+			failed++
+			f.o.Logger.Log(ctx, level, "redis probe failed: staying on the fallback", "error", err, "failed_probes", failed)
 			good = 0
 			continue
 		}
 		if good++; good >= f.o.RecoverAfter {
-			good = 0
+			good, failed = 0, 0
 			f.recover()
 		}
 	}

@@ -534,3 +534,48 @@ func openDistant(t *testing.T, oneWay time.Duration) (*redistest.Server, *Stores
 	}
 	return srv, s, m
 }
+
+// pingErr is a Pinger that answers err.
+type pingErr struct{ err error }
+
+func (p pingErr) Ping(context.Context) error { return p.err }
+
+// A quiet node's call that timed out with no answer within Quiet (a spike
+// of latency every node saw; a busy node has a recent answer and stays)
+// asks Redis once before it switches: it stays on Redis when Redis answers
+// the probe, and switches when it does not (h61: the quiet node alone
+// switched, a pool half on Redis and half on the fallback).
+func TestQuietNodeAsksBeforeItSwitches(t *testing.T) {
+	timeoutErr := fmt.Errorf("admission: run admit.lua: %w", context.DeadlineExceeded)
+	for _, tc := range []struct {
+		name  string
+		probe error
+		want  string
+	}{
+		{"redis answers the probe", nil, ModeRedis},
+		{"redis silent", timeoutErr, ModeFallback},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &modes{}
+			f := NewFailover(Options{Redis: &errStore{Store: admission.NewLocalStore(nil), err: timeoutErr},
+				RedisSlots: pacing.NewLocalSlots(nil), Local: admission.NewLocalStore(nil), LocalSlots: pacing.NewLocalSlots(nil),
+				Probe: pingErr{tc.probe}, Quiet: 100 * time.Millisecond, OnMode: m.add})
+			if d, err := f.Admit(context.Background(), "late", bucket); err != nil || !d.Admit {
+				t.Fatalf("admit meeting a timeout: %+v, %v; want it decided by the fallback", d, err)
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for f.confirming.Load() || (tc.want == ModeFallback && f.Mode() != ModeFallback) {
+				if time.Now().After(deadline) {
+					t.Fatal("the confirm probe did not end in 5 s")
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			if got := f.Mode(); got != tc.want {
+				t.Fatalf("mode: got %s, want %s (switches %v)", got, tc.want, m.list())
+			}
+			if tc.want == ModeRedis && !f.answeredLately() {
+				t.Fatal("the probe's answer was not counted as Redis answering")
+			}
+		})
+	}
+}
