@@ -23,7 +23,12 @@
 // the command is sent (lua.WithTimeout), and a timeout while Redis answered
 // another call lately (Options.Quiet, 5 × the timeout, at least 250 ms) is
 // that call's alone, never a switch, so a CPU-saturated node that reads some
-// replies late stays on Redis.
+// replies late stays on Redis; without such an answer (a node with few
+// calls) the node probes Redis once and switches only if that probe fails
+// too. A connection lost under a command (an idle close) counts as a
+// timeout. Work no call waits for (the heartbeat, the probe, the
+// background reads) is bounded by BackgroundTimeout instead, its socket
+// reads too.
 //
 // Everything here is safe for concurrent use.
 package store

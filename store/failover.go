@@ -197,8 +197,10 @@ func connLost(err error) bool {
 // an outage: on a CPU-saturated node some replies are read late while
 // Redis is well (issue 15); nor is a connection lost under a command
 // then (connLost). That call alone is decided by the fallback (per
-// Policy). Any other error (refused, a hostile reply), or a timeout or a
-// lost connection after Quiet without an answer, switches.
+// Policy). Any other error (refused, a hostile reply) switches at once; a
+// timeout or a lost connection after Quiet without an answer switches
+// once a probe of Redis (Options.Probe, within Quiet) gets no answer
+// either (confirm).
 func (f *Failover) fail(op string, err error) {
 	if f.o.Redis == nil || f.down.Load() {
 		return
