@@ -232,21 +232,24 @@ func (f *Failover) confirm(op string, err error) {
 	}
 	go func() {
 		defer f.confirming.Store(false)
-		if f.probe(context.Background()) == nil {
+		perr := f.probe(context.Background())
+		if perr == nil {
 			f.ok()
 			return
 		}
-		f.switchDown(op, err)
+		f.switchDown(op, err, "probe_error", perr)
 	}()
 }
 
-// switchDown switches to the fallback (once per outage) after op met err.
-func (f *Failover) switchDown(op string, err error) {
+// switchDown switches to the fallback (once per outage) after op met err;
+// attrs are logged with it.
+func (f *Failover) switchDown(op string, err error, attrs ...any) {
 	if !f.down.CompareAndSwap(false, true) {
 		return
 	}
 	f.mu.Lock()
-	f.o.Logger.Warn("redis failed, switching to fallback", "op", op, "policy", f.o.Policy, "live_nodes", f.nodes(), "error", err)
+	f.o.Logger.Warn("redis failed, switching to fallback",
+		append([]any{"op", op, "policy", f.o.Policy, "live_nodes", f.nodes(), "error", err}, attrs...)...)
 	if f.o.OnMode != nil {
 		f.o.OnMode(ModeFallback)
 	}

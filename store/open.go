@@ -156,11 +156,11 @@ func (s *Stores) Run(ctx context.Context) {
 }
 
 // BackgroundTimeout is how long a Redis call that no SIP call waits for
-// (the heartbeat, the limit overrides' reads and writes, the pool's list
-// of live calls, the exchange of ended dialogs) may take, given
-// store.redis.timeout: not the call's bound but the span without an
-// answer that makes a timeout an outage (Options.Quiet: 5 × the timeout,
-// at least 250 ms). With the call's own bound, one heartbeat that needed
+// (the heartbeat, the probe, the limit overrides' reads and writes, the
+// pool's list of live calls, the exchange of ended dialogs, the carriers'
+// service marks) may take, given store.redis.timeout: not the call's
+// bound but the span without an answer that makes a timeout an outage
+// (Options.Quiet: 5 × the timeout, at least 250 ms). With the call's own bound, one heartbeat that needed
 // a new connection (a dial and a handshake before the script) switched an
 // idle node to its fallback at a few milliseconds of round trip, and the
 // overrides' reads failed and recovered every second (h60).
@@ -206,8 +206,8 @@ func (s *Stores) Close() error {
 // Redis: PING, then the scripts (lua.Load: SCRIPT EXISTS, and SCRIPT LOAD
 // for those a restarted Redis lost; EVALSHA would fall back to EVAL, but
 // loading them here keeps that off the call path), within the probe's
-// bound (Failover's Quiet); each read is bounded by the client's read
-// timeout (store.redis.timeout), as a call's is.
+// bound (Failover's Quiet), as are its reads (the client's read timeout
+// is BackgroundTimeout).
 type pinger struct{ client redis.UniversalClient }
 
 func (p pinger) Ping(ctx context.Context) (err error) {

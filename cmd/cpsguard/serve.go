@@ -257,7 +257,9 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 	// in this process.
 	var service carriers.ServiceStore
 	if rc := stores.RedisClient(); rc != nil {
-		service = carriers.NewRedisService(rc, cfg.Store.KeyPrefix, cfg.Store.Redis.Timeout, m.ObserveStore)
+		// Read by the carriers' refresh loop, written by operators: no
+		// SIP call waits for it.
+		service = carriers.NewRedisService(rc, cfg.Store.KeyPrefix, store.BackgroundTimeout(cfg.Store.Redis.Timeout), m.ObserveStore)
 	}
 	carrierSet, err := carriers.New(carriers.Options{
 		Config:    mgr.Current,
