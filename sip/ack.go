@@ -58,7 +58,7 @@ func (p *Proxy) openTx(ctx context.Context, req *sipmsg.Request) (sipmsg.ClientT
 	if !req.IsInvite() {
 		return p.tl.Request(ctx, req)
 	}
-	return openInviteTx(ctx, p.tl, req, p.writeBlocked)
+	return openInviteTx(ctx, p.tl, req, p.onWriteBlocked)
 }
 
 // writeBlocked is told of a TCP or TLS connection to a next hop closed

@@ -360,6 +360,9 @@ type Proxy struct {
 	// dialogEnds is Options.DialogEnds.
 	dialogs    *dialogGuard
 	dialogEnds DialogEnds
+	// onWriteBlocked is writeBlocked, made once: a method value made per
+	// INVITE would be one more allocation per call.
+	onWriteBlocked func(remote string)
 	// carriers is Options.Carriers (or the Set New built).
 	carriers Carriers
 	// tls is SIP over TLS: sip.tls's files, the listeners' and dialled
@@ -426,6 +429,7 @@ func New(opts Options) (*Proxy, error) {
 
 		ackOrder: ackOrder{Limit: connectTimeout},
 	}
+	p.onWriteBlocked = p.writeBlocked
 	if p.calls == nil {
 		p.ownCalls = callplaces.NewTracker(callplaces.NewLocalStore(nil), callplaces.TrackerOptions{Logger: p.log})
 		p.calls = p.ownCalls
