@@ -23,19 +23,8 @@ import (
 // announce an impossible length (go-redis' reader panics on them) makes the
 // store fail over; the process does not die, and the panics are counted.
 func TestHostileRedisIsAStoreFailure(t *testing.T) {
-	addr := redistest.StartHostile(t)
-	cfg := &config.Config{NodeID: "n1", Store: config.Store{KeyPrefix: "t", OnError: "local",
-		Redis: &config.Redis{Addrs: []string{addr}, Timeout: 200 * time.Millisecond}}}
-	count := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "panics_total"}, []string{"where"})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	s, err := Open(ctx, cfg, OpenOptions{Logger: slog.New(slog.DiscardHandler),
-		Panics: &panics.Reporter{Log: slog.New(slog.DiscardHandler), Count: count}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	go s.Run(ctx)
+	ctx := t.Context()
+	s, count := openHostile(t, redistest.StartHostile(t))
 	for i := 0; i < 5; i++ {
 		d, err := s.Admit(ctx, "call-"+string(rune('a'+i)), []admission.Bucket{{Key: "t:{peer:p}", Limit: 10, Window: time.Second}})
 		if err != nil || !d.Admit {
@@ -59,22 +48,11 @@ func TestHostileRedisIsAStoreFailure(t *testing.T) {
 func TestHostileClusterIsAStoreFailure(t *testing.T) {
 	for _, cached := range []bool{false, true} {
 		t.Run(fmt.Sprint("scripts cached ", cached), func(t *testing.T) {
-			cfg := &config.Config{NodeID: "n1", Store: config.Store{KeyPrefix: "t", OnError: "local",
-				Redis: &config.Redis{Addrs: []string{redistest.StartHostileCluster(t, cached), redistest.StartHostileCluster(t, cached)},
-					Timeout: 200 * time.Millisecond}}}
-			count := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "panics_total"}, []string{"where"})
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			s, err := Open(ctx, cfg, OpenOptions{Logger: slog.New(slog.DiscardHandler),
-				Panics: &panics.Reporter{Log: slog.New(slog.DiscardHandler), Count: count}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
+			ctx := t.Context()
+			s, count := openHostile(t, redistest.StartHostileCluster(t, cached), redistest.StartHostileCluster(t, cached))
 			if _, ok := s.client.(*redis.ClusterClient); !ok {
 				t.Fatalf("client %T, want a ClusterClient for two addresses", s.client)
 			}
-			go s.Run(ctx)
 			var wg sync.WaitGroup
 			for i := range 8 { // concurrent: the pipeliner batches them
 				wg.Go(func() {
@@ -88,7 +66,7 @@ func TestHostileClusterIsAStoreFailure(t *testing.T) {
 			waitMode(t, s, ModeFallback)
 			// The pipeliner's batches are cluster pipelines: run on the
 			// node's client, in a goroutine of go-redis's.
-			_, err = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 				p.EvalSha(ctx, lua.SHA(lua.ScriptAdmit), []string{"t:{peer:p}"})
 				p.EvalSha(ctx, lua.SHA(lua.ScriptAdmit), []string{"t:{peer:q}"})
 				return nil
@@ -101,4 +79,25 @@ func TestHostileClusterIsAStoreFailure(t *testing.T) {
 			}
 		})
 	}
+}
+
+// openHostile opens and runs the stores (on_error local, timeout 200 ms)
+// on the fake Redis at addrs until the test ends, counting panics in the
+// counter it returns.
+func openHostile(t *testing.T, addrs ...string) (*Stores, *prometheus.CounterVec) {
+	t.Helper()
+	cfg := &config.Config{NodeID: "n1", Store: config.Store{KeyPrefix: "t", OnError: "local",
+		Redis: &config.Redis{Addrs: addrs, Timeout: 200 * time.Millisecond}}}
+	count := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "panics_total"}, []string{"where"})
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := Open(ctx, cfg, OpenOptions{Logger: slog.New(slog.DiscardHandler),
+		Panics: &panics.Reporter{Log: slog.New(slog.DiscardHandler), Count: count}})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done; _ = s.Close() })
+	return s, count
 }
