@@ -198,6 +198,12 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 	if stores.Mode() == store.ModeRedis {
 		m.StoreUp.Set(1)
 	}
+	// bgTimeout bounds the Redis calls of the stores below, which no SIP
+	// call waits for (store.BackgroundTimeout).
+	var bgTimeout time.Duration
+	if cfg.Store.Redis != nil {
+		bgTimeout = store.BackgroundTimeout(cfg.Store.Redis.Timeout)
+	}
 
 	// The pool's list of live calls (GET /api/v1/calls) and the nodes' end
 	// queues: in the same Redis, else in this process.
@@ -206,7 +212,7 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 		// Written in the background and read by the API: no SIP call
 		// waits for it.
 		registry = calls.NewRedisRegistry(rc, cfg.Store.KeyPrefix, calls.RegistryOptions{
-			Timeout: store.BackgroundTimeout(cfg.Store.Redis.Timeout), Observe: m.ObserveStore})
+			Timeout: bgTimeout, Observe: m.ObserveStore})
 	}
 	// The calls this node sets up: their max_calls places and their
 	// listing; TTL and maximum duration are read at start. Failed frees,
@@ -227,7 +233,7 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 		// No SIP call waits for these (calls read the snapshot): an
 		// operator's write or the refresh's read gets the background bound.
 		limStore = limits.NewRedisStore(rc, cfg.Store.KeyPrefix, limits.RedisOptions{
-			Timeout: store.BackgroundTimeout(cfg.Store.Redis.Timeout), Observe: m.ObserveStore})
+			Timeout: bgTimeout, Observe: m.ObserveStore})
 	}
 	overrides := limits.New(limStore, limits.Options{
 		Logger:   logger.With("component", "limits"),
@@ -246,7 +252,7 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 	if rc := stores.RedisClient(); rc != nil {
 		// Exchanged by one goroutine of the proxy's: no SIP call waits.
 		dialogEnds = calls.NewRedisEnded(rc, policy.EndedDialogsKey(cfg.Store.KeyPrefix),
-			calls.RedisOptions{Timeout: store.BackgroundTimeout(cfg.Store.Redis.Timeout), Observe: m.ObserveStore})
+			calls.RedisOptions{Timeout: bgTimeout, Observe: m.ObserveStore})
 	}
 
 	// The carriers: health, pauses, adaptive rates, addresses and route
@@ -259,7 +265,7 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 	if rc := stores.RedisClient(); rc != nil {
 		// Read by the carriers' refresh loop, written by operators: no
 		// SIP call waits for it.
-		service = carriers.NewRedisService(rc, cfg.Store.KeyPrefix, store.BackgroundTimeout(cfg.Store.Redis.Timeout), m.ObserveStore)
+		service = carriers.NewRedisService(rc, cfg.Store.KeyPrefix, bgTimeout, m.ObserveStore)
 	}
 	carrierSet, err := carriers.New(carriers.Options{
 		Config:    mgr.Current,
