@@ -28,6 +28,12 @@ type PipelineOptions struct {
 	Queue int
 	// Cap bounds a batch none of whose callers has a deadline; default 5 s.
 	Cap time.Duration
+	// OnNoScript, when set, is called when Redis answers an EVALSHA with
+	// NOSCRIPT: it no longer has a script that was loaded (a restart, a
+	// failover, SCRIPT FLUSH), so it may have lost what it held too.
+	// redis.Script.Run sends the script itself next. It must be fast and
+	// safe for concurrent use.
+	OnNoScript func()
 	// Panics logs and counts a panic while a batch is sent (its calls then
 	// fail with the panic as their error); nil logs only.
 	Panics *panics.Reporter
@@ -145,7 +151,7 @@ func (p *Pipeliner) Eval(ctx context.Context, script string, keys []string, args
 
 // EvalSha implements redis.Scripter through the queue.
 func (p *Pipeliner) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	return p.run(ctx, "evalsha", sha1, keys, args)
+	return p.noScript(p.run(ctx, "evalsha", sha1, keys, args))
 }
 
 // EvalRO implements redis.Scripter through the queue.
@@ -155,7 +161,16 @@ func (p *Pipeliner) EvalRO(ctx context.Context, script string, keys []string, ar
 
 // EvalShaRO implements redis.Scripter through the queue.
 func (p *Pipeliner) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	return p.run(ctx, "evalsha_ro", sha1, keys, args)
+	return p.noScript(p.run(ctx, "evalsha_ro", sha1, keys, args))
+}
+
+// noScript tells OnNoScript of cmd's NOSCRIPT reply, and returns cmd.
+func (p *Pipeliner) noScript(cmd *redis.Cmd) *redis.Cmd {
+	if err := cmd.Err(); p.opt.OnNoScript != nil && err != nil &&
+		(errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")) {
+		p.opt.OnNoScript()
+	}
+	return cmd
 }
 
 // ScriptExists implements redis.Scripter on the client directly.

@@ -26,7 +26,10 @@
 // replies late stays on Redis; without such an answer (a node with few
 // calls) the node probes Redis once and switches only if that probe fails
 // too. A connection lost under a command (an idle close) counts as a
-// timeout. Work no call waits for (the heartbeat, the probe, the
+// timeout. For one window of each limit after the node comes back from
+// the fallback, or after Redis answers NOSCRIPT (it restarted and may have
+// lost the last window), a call is admitted only when Redis and this
+// node's fallback share both allow it (careful.go). Work no call waits for (the heartbeat, the probe, the
 // background reads) is bounded by BackgroundTimeout instead, its socket
 // reads too.
 //

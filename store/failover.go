@@ -101,6 +101,9 @@ type Failover struct {
 	lastOK atomic.Int64
 	// confirming is set while a confirm probe runs.
 	confirming atomic.Bool
+	// carefulSince is when the last careful span began (Unix nanoseconds;
+	// 0: never): careful.go.
+	carefulSince atomic.Int64
 }
 
 var (
@@ -262,6 +265,9 @@ func (f *Failover) recover() {
 	}
 	f.mu.Lock()
 	f.o.Logger.Info("redis answers again, back on the shared store")
+	// Redis has not seen the calls the fallback admitted in the last
+	// window (careful.go).
+	f.careful("back_from_fallback")
 	if f.o.OnMode != nil {
 		f.o.OnMode(ModeRedis)
 	}
@@ -286,10 +292,18 @@ func (f *Failover) nodes() int {
 // Admit implements admission.Store.
 func (f *Failover) Admit(ctx context.Context, member string, buckets []admission.Bucket) (admission.Decision, error) {
 	if f.redisFor(ctx) {
+		mine, careful := f.carefulBuckets(buckets, time.Now())
+		if careful {
+			// This node's share first (careful.go); a call it holds but
+			// Redis refuses stays counted here, on the safe side.
+			if ld, err := f.o.Local.Admit(ctx, member, mine); err == nil && !ld.Admit {
+				return ld, nil
+			}
+		}
 		d, err := f.o.Redis.Admit(ctx, member, buckets)
 		if err == nil {
 			f.ok()
-			if d.Admit && !d.Duplicate {
+			if d.Admit && !d.Duplicate && !careful {
 				// Mirror the admission into the in-process windows (full
 				// limits: this node's own calls never exceed the pool's), so
 				// a switch to the fallback starts with this node's last
@@ -336,7 +350,7 @@ func (f *Failover) admitFallback(ctx context.Context, member string, buckets []a
 // in-process windows, the same switch to the fallback when Redis fails.
 func (f *Failover) AdmitReserve(ctx context.Context, member string, buckets []admission.Bucket, ask pacing.Ask) (d admission.Decision, first pacing.First, reserved bool, err error) {
 	ap, ok := f.o.Redis.(admitPacer)
-	if !f.redisFor(ctx) || !ok || len(buckets) == 0 {
+	if _, careful := f.carefulBuckets(buckets, time.Now()); !f.redisFor(ctx) || !ok || len(buckets) == 0 || careful {
 		d, err = f.Admit(ctx, member, buckets)
 		return d, pacing.First{}, false, err
 	}
@@ -402,23 +416,27 @@ func (f *Failover) share(buckets []admission.Bucket) []admission.Bucket {
 	}
 	out := make([]admission.Bucket, len(buckets))
 	for i, b := range buckets {
-		if b.RateMicros > 0 {
-			// A token bucket: each node refills at rate/n with capacity
-			// burst/n (at least one token, so a node is never shut).
-			b.RateMicros = max(b.RateMicros/int64(n), 1)
-			b.Limit = max(b.Limit/n, 1)
-			out[i] = b
-			continue
-		}
-		if q := b.Limit / n; q >= 1 {
-			b.Limit = q
-		} else {
-			b.Window = time.Duration(int64(b.Window) * int64(n) / int64(max(b.Limit, 1)))
-			b.Limit = 1
-		}
-		out[i] = b
+		out[i] = shareOf(b, n)
 	}
 	return out
+}
+
+// shareOf is b's share on one of n nodes (share).
+func shareOf(b admission.Bucket, n int) admission.Bucket {
+	if b.RateMicros > 0 {
+		// A token bucket: each node refills at rate/n with capacity
+		// burst/n (at least one token, so a node is never shut).
+		b.RateMicros = max(b.RateMicros/int64(n), 1)
+		b.Limit = max(b.Limit/n, 1)
+		return b
+	}
+	if q := b.Limit / n; q >= 1 {
+		b.Limit = q
+	} else {
+		b.Window = time.Duration(int64(b.Window) * int64(n) / int64(max(b.Limit, 1)))
+		b.Limit = 1
+	}
+	return b
 }
 
 // Reserve implements pacing.SlotStore. In fallback the slot interval is

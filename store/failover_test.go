@@ -136,6 +136,9 @@ func TestFallbackAndBack(t *testing.T) {
 
 	srv.Restart()
 	waitMode(t, s, ModeRedis)
+	// Back on Redis, the node keeps to its share until the window the
+	// fallback filled has passed (TestBackFromFallbackKeepsTheShare).
+	time.Sleep(bucket[0].Window)
 	d, err = s.Admit(ctx, "after", bucket)
 	if err != nil || !d.Admit {
 		t.Fatalf("admit after recovery: %+v, %v", d, err)
@@ -577,5 +580,91 @@ func TestQuietNodeAsksBeforeItSwitches(t *testing.T) {
 				t.Fatal("the probe's answer was not counted as Redis answering")
 			}
 		})
+	}
+}
+
+// careful10s is a window long enough that a test's outage, restart and
+// recovery all fall inside it, however slow the machine.
+var careful10s = []admission.Bucket{{Key: lua.Key("fo", "peer", "careful"), Limit: 4, Window: 10 * time.Second}}
+
+// admitted counts how many of n calls named prefix0.. Admit lets through.
+func admitted(t *testing.T, s *Stores, prefix string, n int, buckets []admission.Bucket) int {
+	t.Helper()
+	got := 0
+	for i := range n {
+		d, err := s.Admit(context.Background(), fmt.Sprint(prefix, i), buckets)
+		if err != nil {
+			t.Fatalf("admit %s%d: %v", prefix, i, err)
+		}
+		if d.Admit {
+			got++
+		}
+	}
+	return got
+}
+
+// TestBackFromFallbackKeepsTheShare: the calls a node admitted on its
+// fallback share are not in Redis; back on Redis, the node keeps to its
+// share for the rest of their window, so the pool does not admit its
+// limit again on top of them (h61: 50–54 a second at a peer's 30).
+func TestBackFromFallbackKeepsTheShare(t *testing.T) {
+	srv := redistest.Start(t)
+	s, _ := open(t, redisConfig(srv.Addr(), PolicyLocal))
+	ctx := context.Background()
+	other := &lua.Heartbeater{Client: s.client, Key: lua.Key("fo", "nodes", "all")}
+	if _, err := other.Beat(ctx, "node-b", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.heartbeat.Beat(ctx, time.Second); err != nil || s.LiveNodes() != 2 {
+		t.Fatalf("live nodes: got %d, %v; want 2", s.LiveNodes(), err)
+	}
+	srv.Kill()
+	waitMode(t, s, ModeFallback)
+	// Limit 4 over 2 nodes: this node's share is 2.
+	if got := admitted(t, s, "down", 4, careful10s); got != 2 {
+		t.Fatalf("fallback admitted %d of 4, want its share, 2", got)
+	}
+	srv.Restart()
+	waitMode(t, s, ModeRedis)
+	if got := admitted(t, s, "back", 4, careful10s); got != 0 {
+		t.Fatalf("back on redis, admitted %d more within the window the fallback filled, want 0 (the share is used)", got)
+	}
+	if n := s.client.ZCard(ctx, careful10s[0].Key).Val(); n != 0 {
+		t.Fatalf("redis counts %d calls, want 0: a call the share refuses is not sent to redis", n)
+	}
+	// A limit whose window began after the switch back is Redis's alone.
+	fresh := []admission.Bucket{{Key: lua.Key("fo", "peer", "fresh"), Limit: 4, Window: 10 * time.Millisecond}}
+	time.Sleep(20 * time.Millisecond)
+	if got := admitted(t, s, "fresh", 4, fresh); got != 4 {
+		t.Fatalf("a window shorter than the time since the switch: admitted %d of 4, want 4", got)
+	}
+}
+
+// TestRedisThatLostItsScriptsKeepsTheShare: a Redis that restarted empty
+// without the node noticing an outage answers NOSCRIPT; from then on, for
+// a window, the node admits only what its own windows (its calls of the
+// last window, mirrored) allow too (h61: 31–37 at 30 on a restart).
+func TestRedisThatLostItsScriptsKeepsTheShare(t *testing.T) {
+	srv := redistest.Start(t)
+	s, m := open(t, redisConfig(srv.Addr(), PolicyLocal))
+	ctx := context.Background()
+	if got := admitted(t, s, "before", 3, careful10s); got != 3 {
+		t.Fatalf("admitted %d of 3 on redis, want 3", got)
+	}
+	// What a restart without persistence leaves: no keys, no scripts.
+	if out, err := srv.CLI(ctx, "FLUSHALL"); err != nil {
+		t.Fatalf("FLUSHALL: %v %s", err, out)
+	}
+	if out, err := srv.CLI(ctx, "SCRIPT", "FLUSH"); err != nil {
+		t.Fatalf("SCRIPT FLUSH: %v %s", err, out)
+	}
+	// The first call meets NOSCRIPT and is decided by Redis (empty: it
+	// admits); the node is careful from then on: 4 in the window is the
+	// limit of this one node.
+	if got := admitted(t, s, "after", 4, careful10s); got != 1 {
+		t.Fatalf("admitted %d of 4 after redis lost its keys, want 1 (limit 4, 3 admitted before)", got)
+	}
+	if got := s.Mode(); got != ModeRedis || len(m.list()) != 0 {
+		t.Fatalf("mode %s, switches %v: a Redis that lost its scripts is not an outage", got, m.list())
 	}
 }

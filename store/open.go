@@ -87,8 +87,13 @@ func Open(ctx context.Context, cfg *config.Config, o OpenOptions) (*Stores, erro
 	client.AddHook(hook)
 	// One pipeliner for both Redis stores: admissions and pacing
 	// reservations of concurrent calls share round trips.
-	pipe := lua.NewPipeliner(client, lua.PipelineOptions{Panics: o.Panics})
-	s := &Stores{client: client, pipeline: pipe, timeout: rc.Timeout}
+	s := &Stores{client: client, timeout: rc.Timeout}
+	pipe := lua.NewPipeliner(client, lua.PipelineOptions{Panics: o.Panics,
+		// A Redis that lost its scripts may have lost the last window's
+		// calls too (careful.go). The Failover is set below, before any
+		// script runs.
+		OnNoScript: func() { s.Failover.noScript() }})
+	s.pipeline = pipe
 	observe := o.Observe
 	if o.Instance == "" {
 		o.Instance = NewInstanceID()

@@ -1,0 +1,80 @@
+package store
+
+import (
+	"time"
+
+	"github.com/cpsguard/cpsguard/admission"
+)
+
+// A node that starts deciding on Redis again after Redis forgot, or never
+// saw, some of the pool's calls of the last window admits, for one window
+// of each limit, only what Redis admits and what its own share of the
+// limit (as in the fallback) still holds: "careful" windows.
+//
+//   - Back from the fallback (recover): the calls the nodes admitted on
+//     their fallback shares in the last second are in their in-process
+//     windows, not in Redis. Deciding on Redis alone, the pool admitted
+//     up to its limits again on top of them (h61: 50–54 a second at a
+//     peer's 30 after an outage).
+//   - Redis lost its scripts (noScript: a reply NOSCRIPT to a script this
+//     node had loaded): Redis restarted or a replica took over, and its
+//     windows may be empty or behind (h61: 31–37 at 30 on a restart the
+//     nodes did not notice as an outage). The in-process windows hold
+//     this node's own calls (Admit mirrors them).
+//
+// Each node then keeps to its share of the limit over windows that began
+// before the careful span: after a fallback that bounds the pool by its
+// limits (every node kept its share there too); after a restart it bounds
+// it by the limits when the nodes' calls were spread evenly, and by at
+// most 2 - 1/n times them otherwise (a node that had made few of the last
+// second's calls can still make its share), against twice before.
+//
+// Only rolling windows are kept careful: a token bucket's level in the
+// in-process store is kept at the full rate (the mirror), so a Redis that
+// forgot a bucket may still let one burst more through.
+
+// careful marks the start of a careful span (now).
+func (f *Failover) careful(reason string) {
+	now := time.Now()
+	prev := f.carefulSince.Swap(now.UnixNano())
+	if now.Sub(time.Unix(0, prev)) > carefulLogEvery {
+		f.o.Logger.Info("redis may not count the pool's last calls: this node admits within its share as well for one window of each limit",
+			"reason", reason, "live_nodes", f.nodes())
+	}
+}
+
+// carefulLogEvery spaces careful's log lines: a restarted Redis answers
+// NOSCRIPT once for every script the node runs, one after another.
+const carefulLogEvery = 10 * time.Second
+
+// noScript is told that Redis answered NOSCRIPT to a script this node had
+// loaded (lua.PipelineOptions.OnNoScript).
+func (f *Failover) noScript() {
+	if f.o.Redis != nil {
+		f.careful("scripts_lost")
+	}
+}
+
+// carefulBuckets returns, when some of buckets are careful at now, the
+// buckets of the call's in-process check: each careful one as its share
+// on this node (shareOf), the others as they are (the mirror). ok is
+// false when none is careful.
+func (f *Failover) carefulBuckets(buckets []admission.Bucket, now time.Time) (out []admission.Bucket, ok bool) {
+	since := f.carefulSince.Load()
+	if since == 0 {
+		return nil, false
+	}
+	age := now.Sub(time.Unix(0, since))
+	n := f.nodes()
+	for i, b := range buckets {
+		if b.RateMicros > 0 || age >= b.Window {
+			continue
+		}
+		if out == nil {
+			out = make([]admission.Bucket, len(buckets))
+			copy(out, buckets)
+		}
+		out[i] = shareOf(b, n)
+	}
+	return out, out != nil
+}
