@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/cpsguard/cpsguard/admission"
 )
 
 // maxLateWakes bounds the slots one Acquire may miss by waking too late
@@ -272,7 +274,8 @@ func (p *Pacer) Acquire(ctx context.Context, c Carrier, member string, trace Tra
 		}
 	}
 	// The whole wait (slots, then gate) stays within MaxWait.
-	passed, err := p.gate.wait(ctx, p.clock, gate, start.Add(c.MaxWait))
+	cs, span := p.careful(c)
+	passed, err := p.gate.wait(ctx, p.clock, gate, start.Add(c.MaxWait), cs, span)
 	switch {
 	case errors.Is(err, errGateFull):
 		// This node already sent a limit's worth within its window: the
@@ -339,4 +342,37 @@ func (p *Pacer) awaitSlot(ctx context.Context, slot Slot, trace Tracer) (paused 
 		return true, nil
 	}
 	return false, nil
+}
+
+// Careful is what a SlotStore that may have lost the pool's schedule
+// tells the Pacer (store.Failover): since when, and among how many
+// nodes. Calls waiting for slots of the lost schedule still go at their
+// times while new calls take slots from now; so for the carrier's
+// max_wait and one window after since, this node's send gate holds each
+// of its limits to its share of the pool's (limit / nodes): the pool
+// stays within the limits when its calls are spread evenly. A zero since
+// is nothing lost.
+type Careful interface {
+	Careful() (since time.Time, nodes int)
+}
+
+// careful returns what the send gate asks at each check for a call to c
+// (shareAt): the store when it can be Careful, and for how long after its
+// since (c's max_wait and one window).
+func (p *Pacer) careful(c Carrier) (Careful, time.Duration) {
+	cs, _ := p.store.(Careful)
+	return cs, c.MaxWait + time.Second + admission.WindowGuard
+}
+
+// shareAt is the send gate's share at now: the live nodes while cs is
+// Careful since less than span, else 1.
+func shareAt(cs Careful, span time.Duration, now time.Time) int {
+	if cs == nil {
+		return 1
+	}
+	since, n := cs.Careful()
+	if n <= 1 || since.IsZero() || !now.Before(since.Add(span)) {
+		return 1
+	}
+	return n
 }

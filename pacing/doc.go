@@ -22,7 +22,10 @@
 // customer) leave room in the key's rolling window (admission.LimitFor of
 // its cps, less half of admission.WindowGuard), counted from when they
 // really left (Ticket.Sent), so a timer woken late never puts limit+1 calls
-// into one second. It only delays, never past max_wait. A Pacer reads and
+// into one second. It only delays, never past max_wait. While the store
+// is Careful (Redis restarted empty, or came back from the fallback: the
+// pool's schedule is lost), the gate holds each key to this node's share
+// of its limit for the carrier's max_wait and one window. A Pacer reads and
 // waits on a Clock (SystemClock, or a fake one in tests). Pacing keeps no
 // metrics: a Tracer (Trace, a struct of funcs, is one) tells the caller of
 // each reservation, wait and late wake.

@@ -45,13 +45,17 @@ type sendRing struct {
 	next   int
 }
 
-// oldest returns the send limit places back, or the zero time when fewer
-// than limit sends were recorded.
-func (r *sendRing) oldest() time.Time {
+// back returns the send k places back (1: the last; limit: the oldest
+// kept, with 1 <= k <= limit), or the zero time when fewer than k sends
+// were recorded.
+func (r *sendRing) back(k int) time.Time {
 	if len(r.at) < r.limit {
-		return time.Time{}
+		if len(r.at) < k {
+			return time.Time{}
+		}
+		return r.at[len(r.at)-k]
 	}
-	return r.at[r.next]
+	return r.at[(r.next-k+r.limit)%r.limit]
 }
 
 // record stores a send time and returns its index.
@@ -134,8 +138,10 @@ func (g *sendGate) ring(k GateKey) *sendRing {
 }
 
 // reserve returns 0 and a ticket when a send now respects every key (and
-// records it), or how long to wait before asking again.
-func (g *sendGate) reserve(keys []GateKey, now time.Time) (time.Duration, gateTicket) {
+// records it), or how long to wait before asking again. With share above
+// 1, a key's limit on this node is its share of the pool's (limit/share,
+// at least 1): the store may have lost the pool's schedule (Careful).
+func (g *sendGate) reserve(keys []GateKey, now time.Time, share int) (time.Duration, gateTicket) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	var wait time.Duration
@@ -146,7 +152,7 @@ func (g *sendGate) reserve(keys []GateKey, now time.Time) (time.Duration, gateTi
 		}
 		r := g.ring(k)
 		rings = append(rings, r)
-		if oldest := r.oldest(); !oldest.IsZero() {
+		if oldest := r.back(max(r.limit/max(share, 1), 1)); !oldest.IsZero() {
 			if d := oldest.Add(r.window).Sub(now); d > wait {
 				wait = d
 			}
@@ -183,11 +189,12 @@ var errGateFull = errors.New("pacing: send gate wait over max_wait")
 // since other sends may take the room a waiter was waiting for) it returns
 // errGateFull at once, so a call is never held past its carrier's max_wait
 // and a carrier whose slots come faster than the gate lets them out
-// (fractional CPS above 1) cannot build an ever-growing queue.
-func (g *sendGate) wait(ctx context.Context, clock Clock, keys []GateKey, deadline time.Time) (gateTicket, error) {
+// (fractional CPS above 1) cannot build an ever-growing queue. reserve's
+// share is shareAt(cs, span) at each check.
+func (g *sendGate) wait(ctx context.Context, clock Clock, keys []GateKey, deadline time.Time, cs Careful, span time.Duration) (gateTicket, error) {
 	for {
 		now := clock.Now()
-		d, t := g.reserve(keys, now)
+		d, t := g.reserve(keys, now, shareAt(cs, span, now))
 		if d <= 0 {
 			return t, nil
 		}

@@ -32,13 +32,13 @@ func TestSendGate(t *testing.T) {
 			g := newSendGate()
 			keys := []GateKey{{"carrier:a", tc.cps}}
 			for _, s := range tc.sends {
-				d, tk := g.reserve(keys, ms(s))
+				d, tk := g.reserve(keys, ms(s), 1)
 				if d != 0 {
 					t.Fatalf("send at %d ms: wait %v, want 0", s, d)
 				}
 				g.sent(tk, ms(s))
 			}
-			if d, _ := g.reserve(keys, ms(tc.at)); d != tc.wantWait {
+			if d, _ := g.reserve(keys, ms(tc.at), 1); d != tc.wantWait {
 				t.Errorf("send at %d ms: wait = %v, want %v", tc.at, d, tc.wantWait)
 			}
 		})
@@ -49,9 +49,9 @@ func TestSendGateStampsRealSendTime(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	g := newSendGate()
 	keys := []GateKey{{"peer:p", 1}, {"carrier:a", 100}}
-	_, tk := g.reserve(keys, t0)
+	_, tk := g.reserve(keys, t0, 1)
 	g.sent(tk, t0.Add(40*time.Millisecond)) // the write left 40 ms after the check
-	if d, _ := g.reserve(keys, t0.Add(time.Second)); d != 45*time.Millisecond {
+	if d, _ := g.reserve(keys, t0.Add(time.Second), 1); d != 45*time.Millisecond {
 		t.Errorf("wait = %v, want 45ms (1.005 s after the real send)", d)
 	}
 }
@@ -60,15 +60,15 @@ func TestSendGateWaitGivesUpOverLimit(t *testing.T) {
 	clock := newTestClock()
 	g := newSendGate()
 	keys := []GateKey{{"carrier:a", 1}}
-	if _, err := g.wait(context.Background(), clock, keys, clock.Now().Add(time.Second)); err != nil {
+	if _, err := g.wait(context.Background(), clock, keys, clock.Now().Add(time.Second), nil, 0); err != nil {
 		t.Fatalf("first send: %v", err)
 	}
-	if _, err := g.wait(context.Background(), clock, keys, clock.Now().Add(100*time.Millisecond)); !errors.Is(err, errGateFull) {
+	if _, err := g.wait(context.Background(), clock, keys, clock.Now().Add(100*time.Millisecond), nil, 0); !errors.Is(err, errGateFull) {
 		t.Fatalf("second send within the window, limit 100ms: err = %v, want errGateFull", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := g.wait(ctx, clock, keys, clock.Now().Add(2*time.Second)); !errors.Is(err, context.Canceled) {
+	if _, err := g.wait(ctx, clock, keys, clock.Now().Add(2*time.Second), nil, 0); !errors.Is(err, context.Canceled) {
 		t.Fatalf("wait cut by its context: err = %v, want Canceled", err)
 	}
 	if n := clock.Sleeps(); n != 1 {
@@ -90,7 +90,7 @@ func TestSendGateWaitDeadlineOnEveryLoop(t *testing.T) {
 			g := newSendGate()
 			keys := []GateKey{{"carrier:a", 1}} // one send per 1.005 s
 			_, window := admission.LimitFor(1)
-			if d, _ := g.reserve(keys, t0); d != 0 {
+			if d, _ := g.reserve(keys, t0, 1); d != 0 {
 				t.Fatalf("first send: wait %v", d)
 			}
 			clock.onSleep = func(ctx context.Context, d time.Duration) error {
@@ -99,14 +99,14 @@ func TestSendGateWaitDeadlineOnEveryLoop(t *testing.T) {
 				}
 				if competitor {
 					// Another call of this node takes the room first.
-					if w, _ := g.reserve(keys, clock.Now()); w != 0 {
+					if w, _ := g.reserve(keys, clock.Now(), 1); w != 0 {
 						t.Errorf("competitor: wait %v", w)
 					}
 				}
 				return nil
 			}
 			clock.Set(t0.Add(window - 50*time.Millisecond))
-			_, err := g.wait(context.Background(), clock, keys, clock.Now().Add(100*time.Millisecond))
+			_, err := g.wait(context.Background(), clock, keys, clock.Now().Add(100*time.Millisecond), nil, 0)
 			sleeps := clock.Sleeps()
 			if competitor && !errors.Is(err, errGateFull) {
 				t.Errorf("room taken while sleeping: err = %v after %d sleeps, want errGateFull after 1", err, sleeps)
@@ -141,7 +141,7 @@ func TestSendGateNoLatenessRatchet(t *testing.T) {
 		slot := t0.Add(time.Duration(i) * interval)
 		at := slot.Add(jitter[i%len(jitter)])
 		for {
-			d, tk := g.reserve(keys, at)
+			d, tk := g.reserve(keys, at, 1)
 			if d == 0 {
 				g.sent(tk, at)
 				break
@@ -165,7 +165,7 @@ func TestSendGateRingGrowsWithSends(t *testing.T) {
 	g := newSendGate()
 	big := []GateKey{{"carrier:big", 100000}}
 	for i := 0; i < 10; i++ {
-		if d, tk := g.reserve(big, t0); d != 0 {
+		if d, tk := g.reserve(big, t0, 1); d != 0 {
 			t.Fatalf("send %d: wait %v", i, d)
 		} else {
 			g.sent(tk, t0)
@@ -178,13 +178,13 @@ func TestSendGateRingGrowsWithSends(t *testing.T) {
 	for round := 0; round < 3; round++ {
 		base := t0.Add(time.Duration(round) * 2 * time.Second)
 		for i := 0; i < 3; i++ {
-			d, tk := g.reserve(small, base.Add(time.Duration(i)*time.Millisecond))
+			d, tk := g.reserve(small, base.Add(time.Duration(i)*time.Millisecond), 1)
 			if d != 0 {
 				t.Fatalf("round %d send %d: wait %v", round, i, d)
 			}
 			g.sent(tk, base.Add(time.Duration(i)*time.Millisecond))
 		}
-		if d, _ := g.reserve(small, base.Add(10*time.Millisecond)); d == 0 {
+		if d, _ := g.reserve(small, base.Add(10*time.Millisecond), 1); d == 0 {
 			t.Fatalf("round %d: fourth send in the window passed", round)
 		}
 	}
@@ -202,7 +202,7 @@ func TestSendGateHoldsTheLimitInForce(t *testing.T) {
 	g := newSendGate()
 	old, lowered := []GateKey{{"carrier:a", 10}}, []GateKey{{"carrier:a", 4}}
 	send := func(keys []GateKey, at int) time.Duration {
-		d, tk := g.reserve(keys, ms(at))
+		d, tk := g.reserve(keys, ms(at), 1)
 		if d == 0 {
 			g.sent(tk, ms(at))
 		}
@@ -226,5 +226,54 @@ func TestSendGateHoldsTheLimitInForce(t *testing.T) {
 	g.setLimit(lowered[0]) // the same limit: the history stays
 	if d := send(lowered, 610); d == 0 {
 		t.Error("setting the same limit again emptied the history")
+	}
+}
+
+// fixedCareful is a store that reports a careful span since since among n
+// nodes.
+type fixedCareful struct {
+	since time.Time
+	n     int
+}
+
+func (c fixedCareful) Careful() (time.Time, int) { return c.since, c.n }
+
+// TestGateHoldsItsShareWhileCareful: while the store may have lost the
+// pool's schedule, this node's sends of a key are held to the key's share
+// (limit / nodes) over the window; after the span, to the whole limit.
+func TestGateHoldsItsShareWhileCareful(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	keys := []GateKey{{Key: "carrier:a", CPS: 10}}
+	g := newSendGate()
+	for i := range 5 {
+		if d, tk := g.reserve(keys, t0.Add(time.Duration(i)*time.Millisecond), 1); d != 0 {
+			t.Fatalf("send %d: held %v", i, d)
+		} else {
+			g.sent(tk, t0.Add(time.Duration(i)*time.Millisecond))
+		}
+	}
+	now := t0.Add(100 * time.Millisecond)
+	if d, _ := g.reserve(keys, now, 2); d <= 0 {
+		t.Fatal("5 sends of a 10 cps key in the window, share 2: the sixth must wait")
+	}
+	if d, _ := g.reserve(keys, now, 3); d <= 0 {
+		t.Fatal("share 3 (limit 3): must wait")
+	}
+	span := 2 * time.Second
+	cs := fixedCareful{since: t0, n: 2}
+	if got := shareAt(cs, span, now); got != 2 {
+		t.Fatalf("share inside the span: %d, want 2", got)
+	}
+	if got := shareAt(cs, span, t0.Add(span)); got != 1 {
+		t.Fatalf("share at the span's end: %d, want 1", got)
+	}
+	if got := shareAt(fixedCareful{n: 2}, span, now); got != 1 {
+		t.Fatalf("share with nothing lost: %d, want 1", got)
+	}
+	if got := shareAt(nil, span, now); got != 1 {
+		t.Fatalf("share without a careful store: %d, want 1", got)
+	}
+	if d, _ := g.reserve(keys, now, 1); d != 0 {
+		t.Fatalf("share 1: 5 of 10 sent, held %v", d)
 	}
 }

@@ -78,3 +78,16 @@ func (f *Failover) carefulBuckets(buckets []admission.Bucket, now time.Time) (ou
 	}
 	return out, out != nil
 }
+
+// Careful implements pacing.Careful: when the last careful span began
+// (zero when none did, or while the fallback decides: its slots are
+// shared already) and among how many live nodes. The Pacer's send gate
+// holds this node's sends to its share for the carrier's max_wait and one
+// window after it.
+func (f *Failover) Careful() (since time.Time, nodes int) {
+	ns := f.carefulSince.Load()
+	if ns == 0 || !f.redisInUse() {
+		return time.Time{}, 1
+	}
+	return time.Unix(0, ns), f.nodes()
+}

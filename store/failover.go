@@ -109,6 +109,7 @@ type Failover struct {
 var (
 	_ admission.Store  = (*Failover)(nil)
 	_ pacing.SlotStore = (*Failover)(nil)
+	_ pacing.Careful   = (*Failover)(nil)
 )
 
 // NewFailover returns a Failover in Redis mode (or local mode without Redis).

@@ -668,3 +668,52 @@ func TestRedisThatLostItsScriptsKeepsTheShare(t *testing.T) {
 		t.Fatalf("mode %s, switches %v: a Redis that lost its scripts is not an outage", got, m.list())
 	}
 }
+
+// TestRedisThatLostItsScriptsKeepsTheCarrierShare: a Redis restarted
+// empty forgot the carrier's schedule; calls waiting for its slots still
+// go while new calls take slots from now. For the carrier's max_wait and
+// a window after, this node's send gate holds it to its share of the
+// carrier's cps.
+func TestRedisThatLostItsScriptsKeepsTheCarrierShare(t *testing.T) {
+	srv := redistest.Start(t)
+	s, _ := open(t, redisConfig(srv.Addr(), PolicyLocal))
+	ctx := context.Background()
+	other := &lua.Heartbeater{Client: s.client, Key: lua.Key("fo", "nodes", "all")}
+	if _, err := other.Beat(ctx, "node-b", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.heartbeat.Beat(ctx, time.Second); err != nil || s.LiveNodes() != 2 {
+		t.Fatalf("live nodes: got %d, %v; want 2", s.LiveNodes(), err)
+	}
+	p := pacing.NewPacer(s)
+	// 4 cps over 2 nodes: this node's share is 2 a second.
+	c := pacing.Carrier{Key: lua.Key("fo", "carrier", "lost"), CPS: 4, MaxWait: 300 * time.Millisecond}
+	gate := pacing.GateKey{Key: "carrier:lost", CPS: 4}
+	send := func(name string) bool {
+		t.Helper()
+		tk, err := p.Acquire(ctx, c, p.MemberOf(name, 0), nil, gate)
+		if err != nil {
+			t.Fatalf("acquire %s: %v", name, err)
+		}
+		if tk.OK {
+			tk.Sent(time.Now())
+		}
+		return tk.OK
+	}
+	for i := range 2 {
+		if !send(fmt.Sprint("before", i)) {
+			t.Fatalf("call %d before the restart had no slot", i)
+		}
+	}
+	if out, err := srv.CLI(ctx, "FLUSHALL"); err != nil {
+		t.Fatalf("FLUSHALL: %v %s", err, out)
+	}
+	if out, err := srv.CLI(ctx, "SCRIPT", "FLUSH"); err != nil {
+		t.Fatalf("SCRIPT FLUSH: %v %s", err, out)
+	}
+	// Redis gives a slot at once (its schedule is empty), and the pool's
+	// 4 would leave room for this node's third send; its share does not.
+	if send("after") {
+		t.Fatal("a third send within the second after redis lost the schedule: over this node's share of 2")
+	}
+}
