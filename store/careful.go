@@ -1,6 +1,8 @@
 package store
 
 import (
+	"context"
+	"log/slog"
 	"time"
 
 	"github.com/cpsguard/cpsguard/admission"
@@ -21,6 +23,11 @@ import (
 //     windows may be empty or behind (h61: 31–37 at 30 on a restart the
 //     nodes did not notice as an outage). The in-process windows hold
 //     this node's own calls (Admit mirrors them).
+//   - A call met a Redis timeout that was no outage (Redis answered other
+//     calls lately: fail) and the fallback admitted it (uncounted): Redis
+//     does not count it, and let the whole limit through beside the calls
+//     so decided (h61: 60 a second at a peer's 30 through a 600 ms spike
+//     shorter than the switch).
 //
 // Each node then keeps to its share of the limit over windows that began
 // before the careful span: after a fallback that bounds the pool by its
@@ -38,7 +45,13 @@ func (f *Failover) careful(reason string) {
 	now := time.Now()
 	prev := f.carefulSince.Swap(now.UnixNano())
 	if now.Sub(time.Unix(0, prev)) > carefulLogEvery {
-		f.o.Logger.Info("redis may not count the pool's last calls: this node admits within its share as well for one window of each limit",
+		// A call decided uncounted is one slow reply, which a
+		// saturated node may see all the time: Debug.
+		level := slog.LevelInfo
+		if reason == "uncounted" {
+			level = slog.LevelDebug
+		}
+		f.o.Logger.Log(context.Background(), level, "redis may not count the pool's last calls: this node admits within its share as well for one window of each limit",
 			"reason", reason, "live_nodes", f.nodes())
 	}
 }

@@ -335,7 +335,14 @@ func (f *Failover) admitFallback(ctx context.Context, member string, buckets []a
 			return admission.Decision{Refused: -1}, ErrStoreDown
 		}
 	}
-	return f.o.Local.Admit(ctx, member, f.share(buckets))
+	d, err := f.o.Local.Admit(ctx, member, f.share(buckets))
+	if err == nil && d.Admit && !d.Duplicate && f.redisInUse() {
+		// Decided here while the pool decides on Redis (a timeout that
+		// was no outage): Redis does not count it, and would let the
+		// pool's whole limit through beside it (careful.go).
+		f.careful("uncounted")
+	}
+	return d, err
 }
 
 // AdmitReserve decides like Admit and, while the shared Redis store is in
@@ -461,7 +468,13 @@ func (f *Failover) Reserve(ctx context.Context, key, member string, share pacing
 	if f.o.Policy == PolicyReject && f.o.Redis != nil {
 		return pacing.Slot{Key: key, Member: member}, ErrStoreDown
 	}
-	return f.o.LocalSlots.Reserve(ctx, key, member, share, f.shareInterval(interval), maxWait)
+	s, err := f.o.LocalSlots.Reserve(ctx, key, member, share, f.shareInterval(interval), maxWait)
+	if err == nil && s.OK && f.redisInUse() {
+		// A slot Redis's schedule does not hold (as Admit's uncounted
+		// call): the send gate keeps this node to its share meanwhile.
+		f.careful("uncounted")
+	}
+	return s, err
 }
 
 func (f *Failover) shareInterval(interval time.Duration) time.Duration {

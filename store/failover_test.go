@@ -717,3 +717,46 @@ func TestRedisThatLostItsScriptsKeepsTheCarrierShare(t *testing.T) {
 		t.Fatal("a third send within the second after redis lost the schedule: over this node's share of 2")
 	}
 }
+
+// onceStore fails its fail-th Admit (counting from 1) with err.
+type onceStore struct {
+	admission.Store
+	n, fail int
+	err     error
+}
+
+func (s *onceStore) Admit(ctx context.Context, member string, b []admission.Bucket) (admission.Decision, error) {
+	if s.n++; s.n == s.fail {
+		return admission.Decision{}, s.err
+	}
+	return s.Store.Admit(ctx, member, b)
+}
+
+// TestCallDecidedUncountedKeepsTheShare: a call that met a timeout while
+// Redis answered the others is decided by the fallback, and Redis never
+// counts it; for its window the node admits only what its share allows
+// too, so Redis's room does not add to it (h61: 60 a second at 30).
+func TestCallDecidedUncountedKeepsTheShare(t *testing.T) {
+	rs := &onceStore{Store: admission.NewLocalStore(nil), fail: 3,
+		err: fmt.Errorf("admission: run admit.lua: %w", context.DeadlineExceeded)}
+	f := NewFailover(Options{Redis: rs, RedisSlots: pacing.NewLocalSlots(nil), Local: admission.NewLocalStore(nil),
+		LocalSlots: pacing.NewLocalSlots(nil), Quiet: time.Hour})
+	got := 0
+	for i := range 6 {
+		d, err := f.Admit(context.Background(), fmt.Sprint("c", i), careful10s)
+		if err != nil {
+			t.Fatalf("admit %d: %v", i, err)
+		}
+		if d.Admit {
+			got++
+		}
+	}
+	if f.Mode() != ModeRedis {
+		t.Fatalf("mode %s: a timeout while redis answers is no outage", f.Mode())
+	}
+	// Calls 1-2 on "Redis", 3 on the fallback (uncounted there), then
+	// Redis has room for 2 more but the node's windows for 1.
+	if got != 4 {
+		t.Fatalf("admitted %d of 6 with limit 4 and one call decided uncounted, want 4", got)
+	}
+}
