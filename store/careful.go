@@ -104,3 +104,21 @@ func (f *Failover) Careful() (since time.Time, nodes int) {
 	}
 	return time.Unix(0, ns), f.nodes()
 }
+
+// admitMine is a careful call's decision on this node's share, made before
+// Redis is asked (Admit, AdmitReserve): careful is false, and d empty,
+// when no bucket of the call is careful now. A call it admits is counted
+// in the in-process windows (the mirror Redis's admission then skips),
+// and stays counted there if Redis refuses it, on the safe side. A local
+// store error (a bucket it refuses to read) leaves the decision to Redis.
+func (f *Failover) admitMine(ctx context.Context, member string, buckets []admission.Bucket) (d admission.Decision, careful bool) {
+	mine, careful := f.carefulBuckets(buckets, time.Now())
+	if !careful {
+		return admission.Decision{}, false
+	}
+	d, err := f.o.Local.Admit(ctx, member, mine)
+	if err != nil {
+		return admission.Decision{Admit: true}, true
+	}
+	return d, true
+}

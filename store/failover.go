@@ -293,13 +293,9 @@ func (f *Failover) nodes() int {
 // Admit implements admission.Store.
 func (f *Failover) Admit(ctx context.Context, member string, buckets []admission.Bucket) (admission.Decision, error) {
 	if f.redisFor(ctx) {
-		mine, careful := f.carefulBuckets(buckets, time.Now())
-		if careful {
-			// This node's share first (careful.go); a call it holds but
-			// Redis refuses stays counted here, on the safe side.
-			if ld, err := f.o.Local.Admit(ctx, member, mine); err == nil && !ld.Admit {
-				return ld, nil
-			}
+		ld, careful := f.admitMine(ctx, member, buckets)
+		if careful && !ld.Admit {
+			return ld, nil
 		}
 		d, err := f.o.Redis.Admit(ctx, member, buckets)
 		if err == nil {
@@ -358,7 +354,7 @@ func (f *Failover) admitFallback(ctx context.Context, member string, buckets []a
 // in-process windows, the same switch to the fallback when Redis fails.
 func (f *Failover) AdmitReserve(ctx context.Context, member string, buckets []admission.Bucket, ask pacing.Ask) (d admission.Decision, first pacing.First, reserved bool, err error) {
 	ap, ok := f.o.Redis.(admitPacer)
-	if _, careful := f.carefulBuckets(buckets, time.Now()); !f.redisFor(ctx) || !ok || len(buckets) == 0 || careful {
+	if !f.redisFor(ctx) || !ok || len(buckets) == 0 {
 		d, err = f.Admit(ctx, member, buckets)
 		return d, pacing.First{}, false, err
 	}
@@ -366,6 +362,10 @@ func (f *Failover) AdmitReserve(ctx context.Context, member string, buckets []ad
 	if err != nil {
 		d, err = f.Admit(ctx, member, buckets)
 		return d, pacing.First{}, false, err
+	}
+	ld, careful := f.admitMine(ctx, member, buckets) // as Admit does
+	if careful && !ld.Admit {
+		return ld, pacing.First{}, false, nil
 	}
 	asked := time.Now()
 	d, r, paced, err := ap.AdmitPace(ctx, member, buckets, pc)
@@ -378,7 +378,7 @@ func (f *Failover) AdmitReserve(ctx context.Context, member string, buckets []ad
 		return d, pacing.First{}, false, err
 	}
 	f.ok()
-	if d.Admit && !d.Duplicate {
+	if d.Admit && !d.Duplicate && !careful {
 		_, _ = f.o.Local.Admit(ctx, member, buckets) // as Admit does
 	}
 	if !paced {

@@ -590,11 +590,26 @@ var careful10s = []admission.Bucket{{Key: lua.Key("fo", "peer", "careful"), Limi
 // admitted counts how many of n calls named prefix0.. Admit lets through.
 func admitted(t *testing.T, s *Stores, prefix string, n int, buckets []admission.Bucket) int {
 	t.Helper()
+	return admittedBy(t, s, false, prefix, n, buckets)
+}
+
+// admittedBy is admitted through AdmitReserve (the proxy's call on the
+// shared store, with the first carrier slot) when reserve is set.
+func admittedBy(t *testing.T, s *Stores, reserve bool, prefix string, n int, buckets []admission.Bucket) int {
+	t.Helper()
 	got := 0
 	for i := range n {
-		d, err := s.Admit(context.Background(), fmt.Sprint(prefix, i), buckets)
+		m := fmt.Sprint(prefix, i)
+		var d admission.Decision
+		var err error
+		if reserve {
+			d, _, _, err = s.AdmitReserve(context.Background(), m, buckets,
+				pacing.Ask{Key: lua.Key("fo", "carrier", "careful"), Member: m, Interval: time.Millisecond, MaxWait: time.Second})
+		} else {
+			d, err = s.Admit(context.Background(), m, buckets)
+		}
 		if err != nil {
-			t.Fatalf("admit %s%d: %v", prefix, i, err)
+			t.Fatalf("admit %s: %v", m, err)
 		}
 		if d.Admit {
 			got++
@@ -645,27 +660,31 @@ func TestBackFromFallbackKeepsTheShare(t *testing.T) {
 // a window, the node admits only what its own windows (its calls of the
 // last window, mirrored) allow too (h61: 31–37 at 30 on a restart).
 func TestRedisThatLostItsScriptsKeepsTheShare(t *testing.T) {
-	srv := redistest.Start(t)
-	s, m := open(t, redisConfig(srv.Addr(), PolicyLocal))
-	ctx := context.Background()
-	if got := admitted(t, s, "before", 3, careful10s); got != 3 {
-		t.Fatalf("admitted %d of 3 on redis, want 3", got)
-	}
-	// What a restart without persistence leaves: no keys, no scripts.
-	if out, err := srv.CLI(ctx, "FLUSHALL"); err != nil {
-		t.Fatalf("FLUSHALL: %v %s", err, out)
-	}
-	if out, err := srv.CLI(ctx, "SCRIPT", "FLUSH"); err != nil {
-		t.Fatalf("SCRIPT FLUSH: %v %s", err, out)
-	}
-	// The first call meets NOSCRIPT and is decided by Redis (empty: it
-	// admits); the node is careful from then on: 4 in the window is the
-	// limit of this one node.
-	if got := admitted(t, s, "after", 4, careful10s); got != 1 {
-		t.Fatalf("admitted %d of 4 after redis lost its keys, want 1 (limit 4, 3 admitted before)", got)
-	}
-	if got := s.Mode(); got != ModeRedis || len(m.list()) != 0 {
-		t.Fatalf("mode %s, switches %v: a Redis that lost its scripts is not an outage", got, m.list())
+	for _, reserve := range []bool{false, true} {
+		t.Run(fmt.Sprint("reserve=", reserve), func(t *testing.T) {
+			srv := redistest.Start(t)
+			s, m := open(t, redisConfig(srv.Addr(), PolicyLocal))
+			ctx := context.Background()
+			if got := admittedBy(t, s, reserve, "before", 3, careful10s); got != 3 {
+				t.Fatalf("admitted %d of 3 on redis, want 3", got)
+			}
+			// What a restart without persistence leaves: no keys, no scripts.
+			if out, err := srv.CLI(ctx, "FLUSHALL"); err != nil {
+				t.Fatalf("FLUSHALL: %v %s", err, out)
+			}
+			if out, err := srv.CLI(ctx, "SCRIPT", "FLUSH"); err != nil {
+				t.Fatalf("SCRIPT FLUSH: %v %s", err, out)
+			}
+			// The first call meets NOSCRIPT and is decided by Redis (empty:
+			// it admits); the node is careful from then on: 4 in the window
+			// is the limit of this one node.
+			if got := admittedBy(t, s, reserve, "after", 4, careful10s); got != 1 {
+				t.Fatalf("admitted %d of 4 after redis lost its keys, want 1 (limit 4, 3 admitted before)", got)
+			}
+			if got := s.Mode(); got != ModeRedis || len(m.list()) != 0 {
+				t.Fatalf("mode %s, switches %v: a Redis that lost its scripts is not an outage", got, m.list())
+			}
+		})
 	}
 }
 
