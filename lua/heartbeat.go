@@ -129,9 +129,6 @@ type Heartbeater struct {
 	// Instance identifies this process (see Beat.Instance); empty turns
 	// the search for duplicates off.
 	Instance string
-	// Observe, when set, is told of every beat (its time and error), as
-	// the stores tell of their scripts (ScriptHeartbeat).
-	Observe func(script string, d time.Duration, err error)
 
 	since atomic.Int64
 }
@@ -139,11 +136,7 @@ type Heartbeater struct {
 // Beat implements store.Beater: it returns the live nodes, the older ones
 // among them and the instance ids of other processes beating under node.
 func (h *Heartbeater) Beat(ctx context.Context, node string, ttl time.Duration) (BeatReply, error) {
-	start := time.Now()
 	r, err := Heartbeat(ctx, h.Client, h.Key, Beat{Node: node, Instance: h.Instance, TTL: ttl, Since: h.since.Load()})
-	if h.Observe != nil {
-		h.Observe(ScriptHeartbeat, time.Since(start), err)
-	}
 	if err != nil {
 		return BeatReply{}, err
 	}

@@ -74,6 +74,7 @@ type Heartbeat struct {
 	dup     atomic.Bool
 	onError func(error)
 	onBeat  func()
+	observe func(script string, d time.Duration, err error)
 	onDup   func(bool)
 	log     *slog.Logger
 	panics  *panics.Reporter
@@ -94,6 +95,10 @@ type HeartbeatOptions struct {
 	// OnBeat is told of a beat Redis answered (the failover counts it as
 	// Redis answering).
 	OnBeat func()
+	// Observe, when set, is told of every beat (its time and error, a
+	// retry on a new connection included: one beat, one observation), as
+	// the stores tell of their scripts (lua.ScriptHeartbeat).
+	Observe func(script string, d time.Duration, err error)
 	// OnDuplicate is told when another process starts (true) or stops
 	// (false) beating under Node.
 	OnDuplicate func(duplicate bool)
@@ -117,7 +122,7 @@ func NewHeartbeat(b Beater, o HeartbeatOptions) *Heartbeat {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	h := &Heartbeat{beater: b, node: o.Node, interval: o.Interval, ttl: 3 * o.Interval,
-		minNodes: o.MinNodes, counts: make([]int64, o.Hold), onError: o.OnError, onBeat: o.OnBeat, onDup: o.OnDuplicate, log: o.Logger, panics: o.Panics}
+		minNodes: o.MinNodes, counts: make([]int64, o.Hold), onError: o.OnError, onBeat: o.OnBeat, observe: o.Observe, onDup: o.OnDuplicate, log: o.Logger, panics: o.Panics}
 	h.live.Store(int64(o.MinNodes))
 	h.count.Store(int64(o.MinNodes))
 	for i := range h.counts {
@@ -150,11 +155,15 @@ func (h *Heartbeat) Live() int {
 func (h *Heartbeat) Beat(ctx context.Context, timeout time.Duration) error {
 	bctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	start := time.Now()
 	r, err := h.beater.Beat(bctx, h.node, h.ttl)
 	if err != nil && connLost(err) && bctx.Err() == nil {
 		// A pooled connection Redis (or a proxy, a load balancer) closed
 		// while idle, its close still on the way: a new one answers.
 		r, err = h.beater.Beat(bctx, h.node, h.ttl)
+	}
+	if h.observe != nil {
+		h.observe(lua.ScriptHeartbeat, time.Since(start), err)
 	}
 	if err != nil {
 		if h.onError != nil && ctx.Err() == nil {

@@ -262,11 +262,19 @@ func TestBeatRetriesALostConnectionOnce(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			b := &flaky{fails: c.fails, err: c.err}
-			var reported []error
-			h := NewHeartbeat(b, HeartbeatOptions{OnError: func(err error) { reported = append(reported, err) }})
+			var reported, observed []error
+			h := NewHeartbeat(b, HeartbeatOptions{
+				OnError: func(err error) { reported = append(reported, err) },
+				Observe: func(script string, _ time.Duration, err error) { observed = append(observed, err) },
+			})
 			err := h.Beat(context.Background(), time.Second)
 			if (err != nil) != c.wantErr || (len(reported) > 0) != c.wantErr {
 				t.Fatalf("Beat: %v, reported %v; want an error: %v", err, reported, c.wantErr)
+			}
+			// One beat, one observation: a retry that answered is no
+			// store error (h62).
+			if len(observed) != 1 || (observed[0] != nil) != c.wantErr {
+				t.Fatalf("observed %v, want one beat, failed: %v", observed, c.wantErr)
 			}
 			if b.calls != c.wantCalls {
 				t.Fatalf("%d beats sent, want %d", b.calls, c.wantCalls)

@@ -105,7 +105,7 @@ func Open(ctx context.Context, cfg *config.Config, o OpenOptions) (*Stores, erro
 			observe(script, d, err)
 		}
 	}
-	hb := NewHeartbeat(&lua.Heartbeater{Client: client, Key: policy.NodesKey(cfg.Store.KeyPrefix), Instance: o.Instance, Observe: observeBeat},
+	hb := NewHeartbeat(&lua.Heartbeater{Client: client, Key: policy.NodesKey(cfg.Store.KeyPrefix), Instance: o.Instance},
 		HeartbeatOptions{
 			Node:     cfg.NodeID,
 			Interval: o.HeartbeatInterval,
@@ -114,6 +114,7 @@ func Open(ctx context.Context, cfg *config.Config, o OpenOptions) (*Stores, erro
 			// a node without calls, one slow beat must not count as an
 			// outage.
 			OnBeat:      func() { s.ok() },
+			Observe:     observeBeat,
 			OnError:     func(err error) { s.fail("heartbeat", err) },
 			OnDuplicate: o.OnDuplicateNodeID,
 			Logger:      o.Logger,
