@@ -122,3 +122,23 @@ func (f *Failover) admitMine(ctx context.Context, member string, buckets []admis
 	}
 	return d, true
 }
+
+// counted records in this node's windows a call Redis decided (d), after
+// admitMine (careful: the share was checked before Redis was asked). A
+// call Redis admitted is mirrored at the full limits (this node's own
+// calls never exceed the pool's), so a switch to the fallback starts with
+// this node's last window instead of empty windows; but a call that made
+// the node careful while Redis decided it (its NOSCRIPT: Redis restarted)
+// is checked against the share instead, like the calls after it, and ok
+// false returns the share's refusal (Redis keeps counting the call, on the
+// safe side).
+func (f *Failover) counted(ctx context.Context, member string, buckets []admission.Bucket, d admission.Decision, careful bool) (refused admission.Decision, ok bool) {
+	if !d.Admit || d.Duplicate || careful {
+		return admission.Decision{}, true
+	}
+	if ld, late := f.admitMine(ctx, member, buckets); late {
+		return ld, ld.Admit
+	}
+	_, _ = f.o.Local.Admit(ctx, member, buckets)
+	return admission.Decision{}, true
+}

@@ -300,12 +300,8 @@ func (f *Failover) Admit(ctx context.Context, member string, buckets []admission
 		d, err := f.o.Redis.Admit(ctx, member, buckets)
 		if err == nil {
 			f.ok()
-			if d.Admit && !d.Duplicate && !careful {
-				// Mirror the admission into the in-process windows (full
-				// limits: this node's own calls never exceed the pool's), so
-				// a switch to the fallback starts with this node's last
-				// second instead of empty windows.
-				_, _ = f.o.Local.Admit(ctx, member, buckets)
+			if ld, ok := f.counted(ctx, member, buckets, d, careful); !ok {
+				return ld, nil
 			}
 			return d, nil
 		}
@@ -378,8 +374,13 @@ func (f *Failover) AdmitReserve(ctx context.Context, member string, buckets []ad
 		return d, pacing.First{}, false, err
 	}
 	f.ok()
-	if d.Admit && !d.Duplicate && !careful {
-		_, _ = f.o.Local.Admit(ctx, member, buckets) // as Admit does
+	if ld, ok := f.counted(ctx, member, buckets, d, careful); !ok {
+		if paced {
+			// The slot no call will take: given back at once, as the
+			// caller gives back one no attempt takes.
+			_ = f.Release(ctx, ask.Key, ask.Member)
+		}
+		return ld, pacing.First{}, false, nil
 	}
 	if !paced {
 		return d, pacing.First{}, false, nil
