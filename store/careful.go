@@ -29,6 +29,12 @@ import (
 //     so decided (h61: 60 a second at a peer's 30 through a 600 ms spike
 //     shorter than the switch).
 //
+//   - The node switched to the fallback (switchDown): the calls waiting
+//     for slots of Redis's schedule go at their times while the
+//     fallback's slots start from now; only the send gate's share
+//     (Careful) applies then, the fallback's admissions being shared
+//     already.
+//
 // Each node then keeps to its share of the limit over windows that began
 // before the careful span: after a fallback that bounds the pool by its
 // limits (every node kept its share there too); after a restart it bounds
@@ -40,20 +46,30 @@ import (
 // in-process store is kept at the full rate (the mirror), so a Redis that
 // forgot a bucket may still let one burst more through.
 
-// careful marks the start of a careful span (now).
+// careful marks the start of a careful span (now) and logs why (at most
+// every carefulLogEvery).
 func (f *Failover) careful(reason string) {
-	now := time.Now()
-	prev := f.carefulSince.Swap(now.UnixNano())
-	if now.Sub(time.Unix(0, prev)) > carefulLogEvery {
-		// A call decided uncounted is one slow reply, which a
-		// saturated node may see all the time: Debug.
-		level := slog.LevelInfo
-		if reason == "uncounted" {
-			level = slog.LevelDebug
-		}
-		f.o.Logger.Log(context.Background(), level, "redis may not count the pool's last calls: this node admits within its share as well for one window of each limit",
-			"reason", reason, "live_nodes", f.nodes())
+	now := f.markCareful()
+	last := f.carefulLogged.Load()
+	if now.Sub(time.Unix(0, last)) <= carefulLogEvery || !f.carefulLogged.CompareAndSwap(last, now.UnixNano()) {
+		return
 	}
+	// A call decided uncounted is one slow reply, which a saturated
+	// node may see all the time: Debug.
+	level := slog.LevelInfo
+	if reason == "uncounted" {
+		level = slog.LevelDebug
+	}
+	f.o.Logger.Log(context.Background(), level, "redis may not count the pool's last calls: this node admits within its share as well for one window of each limit",
+		"reason", reason, "live_nodes", f.nodes())
+}
+
+// markCareful starts a careful span now, without a log line (a switch to
+// the fallback logs its own), and returns now.
+func (f *Failover) markCareful() time.Time {
+	now := time.Now()
+	f.carefulSince.Store(now.UnixNano())
+	return now
 }
 
 // carefulLogEvery spaces careful's log lines: a restarted Redis answers
@@ -93,13 +109,14 @@ func (f *Failover) carefulBuckets(buckets []admission.Bucket, now time.Time) (ou
 }
 
 // Careful implements pacing.Careful: when the last careful span began
-// (zero when none did, or while the fallback decides: its slots are
-// shared already) and among how many live nodes. The Pacer's send gate
-// holds this node's sends to its share for the carrier's max_wait and one
-// window after it.
+// (zero when none did) and among how many live nodes. The Pacer's send
+// gate holds this node's sends to its share for the carrier's max_wait
+// and one window after it. A switch to the fallback starts one too: the
+// calls waiting for slots of Redis's schedule go at their times while
+// the fallback's slots start from now.
 func (f *Failover) Careful() (since time.Time, nodes int) {
 	ns := f.carefulSince.Load()
-	if ns == 0 || !f.redisInUse() {
+	if ns == 0 || f.o.Redis == nil {
 		return time.Time{}, 1
 	}
 	return time.Unix(0, ns), f.nodes()
@@ -107,7 +124,9 @@ func (f *Failover) Careful() (since time.Time, nodes int) {
 
 // admitMine is a careful call's decision on this node's share, made before
 // Redis is asked (Admit, AdmitReserve): careful is false, and d empty,
-// when no bucket of the call is careful now. A call it admits is counted
+// when no bucket of the call is careful now. A refusal or a duplicate (the
+// call is counted in this node's windows: it was admitted here) is the
+// call's decision; Redis is asked only about a call it admits. A call it admits is counted
 // in the in-process windows (the mirror Redis's admission then skips),
 // and stays counted there if Redis refuses it, on the safe side. A local
 // store error (a bucket it refuses to read) leaves the decision to Redis.
@@ -141,4 +160,18 @@ func (f *Failover) counted(ctx context.Context, member string, buckets []admissi
 	}
 	_, _ = f.o.Local.Admit(ctx, member, buckets)
 	return admission.Decision{}, true
+}
+
+// mineOnFailure is the fallback's decision for a careful call Redis failed
+// after admitMine decided it (mine) on this node's windows: under
+// PolicyLocal that decision is the fallback's (the call's careful buckets
+// were checked at the share, and it is counted there already: deciding
+// again would find it a duplicate, which the proxy takes for a
+// retransmission and never forwards); under the other policies theirs.
+func (f *Failover) mineOnFailure(ctx context.Context, member string, buckets []admission.Bucket, mine admission.Decision) (admission.Decision, error) {
+	if f.o.Policy != PolicyLocal {
+		return f.admitFallback(ctx, member, buckets)
+	}
+	f.uncounted(mine)
+	return mine, nil
 }

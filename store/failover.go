@@ -101,9 +101,9 @@ type Failover struct {
 	lastOK atomic.Int64
 	// confirming is set while a confirm probe runs.
 	confirming atomic.Bool
-	// carefulSince is when the last careful span began (Unix nanoseconds;
-	// 0: never): careful.go.
-	carefulSince atomic.Int64
+	// carefulSince is when the last careful span began, carefulLogged
+	// when one was last logged (Unix nanoseconds; 0: never): careful.go.
+	carefulSince, carefulLogged atomic.Int64
 }
 
 var (
@@ -251,6 +251,7 @@ func (f *Failover) switchDown(op string, err error, attrs ...any) {
 	if !f.down.CompareAndSwap(false, true) {
 		return
 	}
+	f.markCareful() // the carriers' schedule (careful.go)
 	f.mu.Lock()
 	f.o.Logger.Warn("redis failed, switching to fallback",
 		append([]any{"op", op, "policy", f.o.Policy, "live_nodes", f.nodes(), "error", err}, attrs...)...)
@@ -294,7 +295,7 @@ func (f *Failover) nodes() int {
 func (f *Failover) Admit(ctx context.Context, member string, buckets []admission.Bucket) (admission.Decision, error) {
 	if f.redisFor(ctx) {
 		ld, careful := f.admitMine(ctx, member, buckets)
-		if careful && !ld.Admit {
+		if careful && (!ld.Admit || ld.Duplicate) {
 			return ld, nil
 		}
 		d, err := f.o.Redis.Admit(ctx, member, buckets)
@@ -309,6 +310,9 @@ func (f *Failover) Admit(ctx context.Context, member string, buckets []admission
 			return d, err // the caller gave up (CANCEL); Redis is not to blame
 		}
 		f.failCall(ctx, "admit", err)
+		if careful {
+			return f.mineOnFailure(ctx, member, buckets, ld)
+		}
 	}
 	return f.admitFallback(ctx, member, buckets)
 }
@@ -328,13 +332,20 @@ func (f *Failover) admitFallback(ctx context.Context, member string, buckets []a
 		}
 	}
 	d, err := f.o.Local.Admit(ctx, member, f.share(buckets))
-	if err == nil && d.Admit && !d.Duplicate && f.redisInUse() {
-		// Decided here while the pool decides on Redis (a timeout that
-		// was no outage): Redis does not count it, and would let the
-		// pool's whole limit through beside it (careful.go).
-		f.careful("uncounted")
+	if err == nil {
+		f.uncounted(d)
 	}
 	return d, err
+}
+
+// uncounted starts a careful span for a call the fallback admitted while
+// the pool decides on Redis (a timeout that was no outage): Redis does not
+// count it, and would let the pool's whole limit through beside it
+// (careful.go).
+func (f *Failover) uncounted(d admission.Decision) {
+	if d.Admit && !d.Duplicate && f.redisInUse() {
+		f.careful("uncounted")
+	}
 }
 
 // AdmitReserve decides like Admit and, while the shared Redis store is in
@@ -360,7 +371,7 @@ func (f *Failover) AdmitReserve(ctx context.Context, member string, buckets []ad
 		return d, pacing.First{}, false, err
 	}
 	ld, careful := f.admitMine(ctx, member, buckets) // as Admit does
-	if careful && !ld.Admit {
+	if careful && (!ld.Admit || ld.Duplicate) {
 		return ld, pacing.First{}, false, nil
 	}
 	asked := time.Now()
@@ -370,7 +381,11 @@ func (f *Failover) AdmitReserve(ctx context.Context, member string, buckets []ad
 			return d, pacing.First{}, false, err
 		}
 		f.failCall(ctx, "admit", err)
-		d, err = f.admitFallback(ctx, member, buckets) // as Admit does
+		if careful { // as Admit does
+			d, err = f.mineOnFailure(ctx, member, buckets, ld)
+		} else {
+			d, err = f.admitFallback(ctx, member, buckets)
+		}
 		return d, pacing.First{}, false, err
 	}
 	f.ok()

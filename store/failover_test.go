@@ -737,15 +737,16 @@ func TestRedisThatLostItsScriptsKeepsTheCarrierShare(t *testing.T) {
 	}
 }
 
-// onceStore fails its fail-th Admit (counting from 1) with err.
+// onceStore fails the Admits numbered in fail (counting from 1) with err.
 type onceStore struct {
 	admission.Store
-	n, fail int
-	err     error
+	n    int
+	fail map[int]bool
+	err  error
 }
 
 func (s *onceStore) Admit(ctx context.Context, member string, b []admission.Bucket) (admission.Decision, error) {
-	if s.n++; s.n == s.fail {
+	if s.n++; s.fail[s.n] {
 		return admission.Decision{}, s.err
 	}
 	return s.Store.Admit(ctx, member, b)
@@ -756,7 +757,7 @@ func (s *onceStore) Admit(ctx context.Context, member string, b []admission.Buck
 // counts it; for its window the node admits only what its share allows
 // too, so Redis's room does not add to it (h61: 60 a second at 30).
 func TestCallDecidedUncountedKeepsTheShare(t *testing.T) {
-	rs := &onceStore{Store: admission.NewLocalStore(nil), fail: 3,
+	rs := &onceStore{Store: admission.NewLocalStore(nil), fail: map[int]bool{3: true},
 		err: fmt.Errorf("admission: run admit.lua: %w", context.DeadlineExceeded)}
 	f := NewFailover(Options{Redis: rs, RedisSlots: pacing.NewLocalSlots(nil), Local: admission.NewLocalStore(nil),
 		LocalSlots: pacing.NewLocalSlots(nil), Quiet: time.Hour})
@@ -777,5 +778,44 @@ func TestCallDecidedUncountedKeepsTheShare(t *testing.T) {
 	// Redis has room for 2 more but the node's windows for 1.
 	if got != 4 {
 		t.Fatalf("admitted %d of 6 with limit 4 and one call decided uncounted, want 4", got)
+	}
+}
+
+// TestCarefulCallThatMeetsATimeoutIsAdmittedOnce: a careful call counted
+// in this node's share before Redis was asked, then failed by Redis, is
+// admitted on that count; deciding it again found it a duplicate, which
+// the proxy absorbs as a retransmission: the call was never forwarded
+// (TestRedisFailureDuringLoad/hung, 17 of 400 calls unanswered).
+func TestCarefulCallThatMeetsATimeoutIsAdmittedOnce(t *testing.T) {
+	for _, policy := range []string{PolicyLocal, PolicyAdmit, PolicyReject} {
+		t.Run(policy, func(t *testing.T) {
+			rs := &onceStore{Store: admission.NewLocalStore(nil), fail: map[int]bool{2: true},
+				err: fmt.Errorf("admission: run admit.lua: %w", context.DeadlineExceeded)}
+			f := NewFailover(Options{Redis: rs, RedisSlots: pacing.NewLocalSlots(nil), Local: admission.NewLocalStore(nil),
+				LocalSlots: pacing.NewLocalSlots(nil), Policy: policy, Quiet: time.Hour})
+			ctx := context.Background()
+			if d, err := f.Admit(ctx, "first", careful10s); err != nil || !d.Admit {
+				t.Fatalf("first call: %+v, %v", d, err)
+			}
+			f.careful("test")
+			d, err := f.Admit(ctx, "careful", careful10s)
+			switch policy {
+			case PolicyReject:
+				if !errors.Is(err, ErrStoreDown) {
+					t.Fatalf("careful call meeting a timeout under reject: %+v, %v; want ErrStoreDown", d, err)
+				}
+			default:
+				if err != nil || !d.Admit || d.Duplicate {
+					t.Fatalf("careful call meeting a timeout: %+v, %v; want admitted, not a duplicate", d, err)
+				}
+			}
+			if policy != PolicyLocal {
+				return
+			}
+			// A retransmission of it is one.
+			if d, err := f.Admit(ctx, "careful", careful10s); err != nil || !d.Admit || !d.Duplicate {
+				t.Fatalf("its retransmission: %+v, %v; want a duplicate", d, err)
+			}
+		})
 	}
 }
