@@ -91,39 +91,40 @@ func Load(ctx context.Context, c redis.UniversalClient) error {
 }
 
 // allScripts is every script Load loads: its name, its text and the
-// script run with it (whose Hash the text must get).
+// variable holding the script run with it (whose Hash the text, after
+// SetVariant's line, must get).
 var allScripts = []struct {
 	name   string
 	src    string
-	script *redis.Script
+	script **redis.Script // the variable, which SetVariant replaces
 }{
-	{ScriptAdmit, admitSrc, admitScript},
-	{ScriptAdmitPace, admitPaceSrc, admitPaceScript},
-	{ScriptCounts, countsSrc, countsScript},
-	{ScriptPace, paceSrc, paceScript},
-	{ScriptRelease, releaseSrc, releaseScript},
-	{ScriptQueue, queueSrc, queueScript},
-	{ScriptPause, pauseSrc, pauseScript},
-	{ScriptEvidence, evidenceSrc, evidenceScript},
-	{ScriptRefund, refundSrc, refundScript},
-	{ScriptRate, rateSrc, rateScript},
-	{ScriptRespace, respaceSrc, respaceScript},
-	{ScriptHeartbeat, heartbeatSrc, heartbeatScript},
-	{ScriptCallsOccupy, callsOccupySrc, callsOccupyScript},
-	{ScriptCallsFree, callsFreeSrc, callsFreeScript},
-	{ScriptCallsRefresh, callsRefreshSrc, callsRefreshScript},
-	{ScriptCallsCount, callsCountSrc, callsCountScript},
-	{ScriptOverrides, overridesSrc, overridesScript},
-	{ScriptDialogsEnded, dialogsEndedSrc, dialogsEndedScript},
-	{ScriptLive, liveSrc, liveScript},
-	{ScriptService, serviceSrc, serviceScript},
+	{ScriptAdmit, admitSrc, &admitScript},
+	{ScriptAdmitPace, admitPaceSrc, &admitPaceScript},
+	{ScriptCounts, countsSrc, &countsScript},
+	{ScriptPace, paceSrc, &paceScript},
+	{ScriptRelease, releaseSrc, &releaseScript},
+	{ScriptQueue, queueSrc, &queueScript},
+	{ScriptPause, pauseSrc, &pauseScript},
+	{ScriptEvidence, evidenceSrc, &evidenceScript},
+	{ScriptRefund, refundSrc, &refundScript},
+	{ScriptRate, rateSrc, &rateScript},
+	{ScriptRespace, respaceSrc, &respaceScript},
+	{ScriptHeartbeat, heartbeatSrc, &heartbeatScript},
+	{ScriptCallsOccupy, callsOccupySrc, &callsOccupyScript},
+	{ScriptCallsFree, callsFreeSrc, &callsFreeScript},
+	{ScriptCallsRefresh, callsRefreshSrc, &callsRefreshScript},
+	{ScriptCallsCount, callsCountSrc, &callsCountScript},
+	{ScriptOverrides, overridesSrc, &overridesScript},
+	{ScriptDialogsEnded, dialogsEndedSrc, &dialogsEndedScript},
+	{ScriptLive, liveSrc, &liveScript},
+	{ScriptService, serviceSrc, &serviceScript},
 }
 
 // loadOn is Load on one server.
 func loadOn(ctx context.Context, c redis.Cmdable) error {
 	hashes := make([]string, len(allScripts))
 	for i, s := range allScripts {
-		hashes[i] = s.script.Hash()
+		hashes[i] = (*s.script).Hash()
 	}
 	have, err := c.ScriptExists(ctx, hashes...).Result()
 	if err != nil {
@@ -139,7 +140,7 @@ func loadOn(ctx context.Context, c redis.Cmdable) error {
 		if !have[i] {
 			// Never s.script.Load on a pipeline: it sets the script's
 			// hash to the reply, empty before the pipeline runs.
-			cmds = append(cmds, pipe.ScriptLoad(ctx, s.src))
+			cmds = append(cmds, pipe.ScriptLoad(ctx, variant+s.src))
 			missing = append(missing, i)
 		}
 	}
@@ -153,7 +154,7 @@ func loadOn(ctx context.Context, c redis.Cmdable) error {
 		if err != nil {
 			return fmt.Errorf("lua: load %s.lua: %w", s.name, err)
 		}
-		if want := s.script.Hash(); sha != want {
+		if want := (*s.script).Hash(); sha != want {
 			return fmt.Errorf("%w: SCRIPT LOAD of %s.lua answered %q, want %q", ErrReply, s.name, sha, want)
 		}
 	}
@@ -166,7 +167,7 @@ func loadOn(ctx context.Context, c redis.Cmdable) error {
 func SHA(name string) string {
 	for _, s := range allScripts {
 		if s.name == name {
-			return s.script.Hash()
+			return (*s.script).Hash()
 		}
 	}
 	return ""

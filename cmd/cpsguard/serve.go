@@ -26,6 +26,7 @@ import (
 	"github.com/cpsguard/cpsguard/internal/safetext"
 	"github.com/cpsguard/cpsguard/internal/sdnotify"
 	"github.com/cpsguard/cpsguard/limits"
+	"github.com/cpsguard/cpsguard/lua"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/pacing"
 	"github.com/cpsguard/cpsguard/policy"
@@ -169,6 +170,11 @@ func run(ctx context.Context, mgr *config.Manager, logger *slog.Logger, level *s
 	// in use: the calls this node set up in the fallback take their places
 	// in the pool's sets at once, not at the next refresh period.
 	var liveCalls atomic.Pointer[calls.Tracker]
+	// This node's own version of the scripts: after a Redis restart every
+	// node meets NOSCRIPT, and so learns Redis may have lost the pool's
+	// last window (store's careful spans), not only the first one to run
+	// each script.
+	lua.SetVariant(cfg.NodeID)
 	stores, err := store.Open(ctx, cfg, store.OpenOptions{
 		Observe: m.ObserveStore,
 		OnMode: func(mode string) {
