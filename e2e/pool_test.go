@@ -171,3 +171,82 @@ func TestPoolOnADistantRedis(t *testing.T) {
 		}
 	}
 }
+
+// msgCareful is the log line of a node's careful span (store/careful.go).
+const msgCareful = "redis may not count the pool's last calls: this node admits within its share as well for one window of each limit"
+
+// A Redis that forgets the pool's last window under load, while two nodes
+// are offered 1.5 × a peer's limit or 1.5 × a carrier's cps: restarted
+// (killed and started again empty: the nodes fall back and come back), or
+// wiped at once without a restart (FLUSHALL and SCRIPT FLUSH back to back:
+// what a restart the nodes do not notice, or a failover to a replica that
+// never had the scripts, leaves). Redis alone let the pool through up to
+// twice its limits in the second after (h61: 31–37 at 30); the nodes now
+// keep to their shares for a window (store's careful spans).
+//
+// The bound is 1.25 × the limit, not the limit: the shares are exact only
+// when the nodes had made equal parts of the last window's calls (here
+// one call apart at most: 20–21 at a peer's 20), and the carriers' send
+// gate only holds each node to its share while the calls waiting for
+// slots of the lost schedule go (22–24 at a carrier's 20). The code before
+// gave 27–31 and 38–40 in these runs (BENCHMARKS.md, session 23).
+func TestPoolHoldsThroughARedisRestartedEmpty(t *testing.T) {
+	type limitCase struct {
+		name      string
+		peer, car float64
+	}
+	type event struct {
+		name string
+		run  func(*redistest.Server)
+	}
+	var cases []struct {
+		limitCase
+		event
+	}
+	for _, l := range []limitCase{{"peer limit", 20, 1000}, {"carrier cps", 1000, 20}} {
+		for _, e := range []event{
+			{"restarted", func(s *redistest.Server) { s.Kill(); s.Restart() }},
+			{"forgot", func(s *redistest.Server) { s.Forget(t) }},
+		} {
+			cases = append(cases, struct {
+				limitCase
+				event
+			}{l, e})
+		}
+	}
+	for _, tc := range cases {
+		t.Run(tc.limitCase.name+" "+tc.event.name, func(t *testing.T) {
+			srv := redistest.Start(t)
+			car := startCarrier(t, "127.0.0.1")
+			const seconds, nodesN = 6, 2
+			limit := int(min(tc.peer, tc.car))
+			nodes := startPool(t, srv.Addr(), nodesN,
+				[]peerConf{{name: "dialer", sources: []string{"127.0.0.2/32"}, cps: tc.peer}},
+				[]carrierConf{{name: "carrier", addr: car.addr, cps: tc.car, maxWait: time.Second}})
+			rate := 1.5 * float64(limit) / nodesN
+			calls := int(rate * seconds)
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				time.Sleep(seconds * time.Second / 2)
+				tc.run(srv)
+			})
+			dialAll(t, nodes, "127.0.0.2", rate, calls, 40*time.Second)
+			wg.Wait()
+			out := poolOutcomes(t, nodes, calls*nodesN)
+			arr := car.arrivalTimes()
+			got := siptest.MaxInWindow(arr, time.Second)
+			t.Logf("carrier got %d of %d offered, at most %d in a rolling second (limit %d); outcomes %v",
+				len(arr), calls*nodesN, got, limit, out)
+			if bound := limit * 5 / 4; got > bound {
+				t.Errorf("max INVITEs in a rolling second at the carrier = %d, want <= %d (1.25 × %d); gaps: %s", got, bound, limit, gaps(arr))
+			}
+			for _, n := range nodes {
+				// Every node learns it: each runs its own variant of the
+				// scripts (lua.SetVariant), so each meets NOSCRIPT.
+				if c := n.logCount(msgCareful); c == 0 {
+					t.Errorf("node %s did not log its careful span:\n%s", n.id, n.logTail())
+				}
+			}
+		})
+	}
+}

@@ -270,3 +270,27 @@ func (s *Server) CommandCalls(t testing.TB, cmd string) int {
 }
 
 var netListen = func(addr string) (interface{ Close() error }, error) { return net.Listen("tcp", addr) }
+
+// Forget makes the server forget everything, as a restart without
+// persistence does, at once: FLUSHALL and SCRIPT FLUSH sent in one write,
+// which Redis runs back to back (no other client's command between
+// them), unlike two redis-cli calls. A failure fails the test.
+func (s *Server) Forget(t testing.TB) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", s.Addr(), 5*time.Second)
+	if err != nil {
+		t.Fatalf("redistest: forget: %v", err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write([]byte("FLUSHALL\r\nSCRIPT FLUSH\r\n")); err != nil {
+		t.Fatalf("redistest: forget: %v", err)
+	}
+	r := bufio.NewReader(c)
+	for range 2 {
+		line, err := r.ReadString('\n')
+		if err != nil || line != "+OK\r\n" {
+			t.Fatalf("redistest: forget: reply %q, %v", line, err)
+		}
+	}
+}
