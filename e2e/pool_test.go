@@ -185,11 +185,10 @@ const msgCareful = "redis may not count the pool's last calls: this node admits 
 // keep to their shares for a window (store's careful spans).
 //
 // The bound is 1.25 × the limit, not the limit: the shares are exact only
-// when the nodes had made equal parts of the last window's calls (here
-// one call apart at most: 20–21 at a peer's 20), and the carriers' send
-// gate only holds each node to its share while the calls waiting for
-// slots of the lost schedule go (22–24 at a carrier's 20). The code before
-// gave 27–31 and 38–40 in these runs (BENCHMARKS.md, session 23).
+// when the nodes had made equal parts of the last window's calls, and a
+// carrier's schedule is whole again only once every node has put its
+// waiting calls' slots back (measured: 20–21 at a peer's 20 and at a
+// carrier's 20). The code before gave 27–31 and 38–40 in these runs.
 func TestPoolHoldsThroughARedisRestartedEmpty(t *testing.T) {
 	type limitCase struct {
 		name      string

@@ -38,6 +38,9 @@
 //     override): the slots that node's process holds in the future are
 //     removed, found by its member prefix (its own only: the other nodes
 //     do not know);
+//   - rebook.lua: put the slots of one node's waiting calls back into a
+//     carrier's slot set that lost them (a Redis restarted empty, a node
+//     back from its fallback), at their due times (rebook.go);
 //   - heartbeat.lua: node liveness, to count the live pool, the live
 //     nodes of a release that cannot read dialog tokens in opaque text,
 //     and other processes beating under the same node id (heartbeat.go);
@@ -57,7 +60,8 @@
 // and pace.lua hand every number to redis.call that way too, as Redis 7.0
 // formats a Lua number with %.17g at several times the cost. Keys carry a
 // Redis Cluster hash tag (Key); a script call must only name keys of one
-// slot (HashSlot).
+// slot (HashSlot). Each node loads its own variant of every script
+// (SetVariant), so a Redis that lost them answers NOSCRIPT to every node.
 //
 // Failure: a wrapper returns the go-redis error as is (network, timeout,
 // script error) and a reply of the wrong shape as an error wrapping ErrReply;

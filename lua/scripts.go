@@ -118,6 +118,7 @@ var allScripts = []struct {
 	{ScriptDialogsEnded, dialogsEndedSrc, &dialogsEndedScript},
 	{ScriptLive, liveSrc, &liveScript},
 	{ScriptService, serviceSrc, &serviceScript},
+	{ScriptRebook, rebookSrc, &rebookScript},
 }
 
 // loadOn is Load on one server.

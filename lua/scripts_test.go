@@ -29,7 +29,7 @@ func TestLoadAndRunEveryScript(t *testing.T) {
 	if err := lua.Load(ctx, c); err != nil {
 		t.Fatalf("Load: %v", err)
 	}
-	for _, name := range []string{lua.ScriptAdmit, lua.ScriptAdmitPace, lua.ScriptCounts, lua.ScriptPace, lua.ScriptRelease, lua.ScriptQueue, lua.ScriptPause, lua.ScriptEvidence, lua.ScriptRate, lua.ScriptRespace, lua.ScriptHeartbeat, lua.ScriptRefund, lua.ScriptOverrides, lua.ScriptCallsOccupy, lua.ScriptCallsFree, lua.ScriptCallsRefresh, lua.ScriptCallsCount, lua.ScriptDialogsEnded, lua.ScriptLive, lua.ScriptService} {
+	for _, name := range []string{lua.ScriptAdmit, lua.ScriptAdmitPace, lua.ScriptCounts, lua.ScriptPace, lua.ScriptRelease, lua.ScriptQueue, lua.ScriptPause, lua.ScriptEvidence, lua.ScriptRate, lua.ScriptRespace, lua.ScriptHeartbeat, lua.ScriptRefund, lua.ScriptOverrides, lua.ScriptCallsOccupy, lua.ScriptCallsFree, lua.ScriptCallsRefresh, lua.ScriptCallsCount, lua.ScriptDialogsEnded, lua.ScriptLive, lua.ScriptService, lua.ScriptRebook} {
 		ok, err := c.ScriptExists(ctx, lua.SHA(name)).Result()
 		if err != nil || len(ok) != 1 || !ok[0] {
 			t.Errorf("script %s (sha %s) not loaded: %v %v", name, lua.SHA(name), ok, err)
@@ -197,7 +197,7 @@ func TestLoadSendsOnlyWhatIsMissing(t *testing.T) {
 	c, srv := newClient(t)
 	want := lua.SHA(lua.ScriptAdmit)
 	calls := func(cmd string) int { return srv.CommandCalls(t, cmd) }
-	for round, wantLoads := range []int{20, 0} {
+	for round, wantLoads := range []int{21, 0} {
 		if err := c.ConfigResetStat(ctx).Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -238,7 +238,7 @@ func TestLoadRefusesWrongReplies(t *testing.T) {
 		load   string
 		err    string
 	}{
-		{"too few flags", func([]string) string { return "*1\r\n:1\r\n" }, "", "SCRIPT EXISTS answered 1 flags for 20 scripts"},
+		{"too few flags", func([]string) string { return "*1\r\n:1\r\n" }, "", "SCRIPT EXISTS answered 1 flags for 21 scripts"},
 		{"not an array", func([]string) string { return "+OK\r\n" }, "", "script exists"},
 		{"exists refused", func([]string) string { return "-NOPERM no scripts\r\n" }, "", "NOPERM"},
 		{"load answers another hash", func(a []string) string {
@@ -270,5 +270,43 @@ func TestLoadRefusesWrongReplies(t *testing.T) {
 				t.Fatalf("admit's hash after Load: %q, want %q", got, want)
 			}
 		})
+	}
+}
+
+// Rebook puts slots back at their due times (a member already there keeps
+// its), and pace.lua gives the next slot after the last one put back.
+func TestRebookPutsSlotsBack(t *testing.T) {
+	ctx := context.Background()
+	c, _ := newClient(t)
+	key := lua.Key("t", "carrier", "rebook")
+	r, err := lua.Pace(ctx, c, key, "kept", 100_000, 5_000_000, 1_000_000, lua.PaceShare{})
+	if err != nil || !r.OK {
+		t.Fatalf("pace: %+v, %v", r, err)
+	}
+	kept, _ := c.ZScore(ctx, key, "kept").Result()
+	n, err := lua.Rebook(ctx, c, key, time.Second, []lua.Waiting{
+		{Member: "kept", In: 3 * time.Second},
+		{Member: "a", In: 300 * time.Millisecond},
+		{Member: "b", In: 600 * time.Millisecond},
+	})
+	if err != nil || n != 2 {
+		t.Fatalf("Rebook = %d, %v; want 2 added", n, err)
+	}
+	if got, _ := c.ZScore(ctx, key, "kept").Result(); got != kept {
+		t.Fatalf("a member already there moved: %v, was %v", got, kept)
+	}
+	b, _ := c.ZScore(ctx, key, "b").Result()
+	next, err := lua.Pace(ctx, c, key, "next", 100_000, 5_000_000, 1_000_000, lua.PaceShare{})
+	if err != nil || !next.OK {
+		t.Fatalf("pace after: %+v, %v", next, err)
+	}
+	if got, _ := c.ZScore(ctx, key, "next").Result(); got != b+100_000 {
+		t.Fatalf("next slot at %v, want the last slot put back plus the interval, %v", got, b+100_000)
+	}
+	if ttl := c.PTTL(ctx, key).Val(); ttl < 1500*time.Millisecond {
+		t.Fatalf("slot set expires in %v, want past its last slot plus keep", ttl)
+	}
+	if _, err := lua.Rebook(ctx, c, key, 0, []lua.Waiting{{Member: "x"}}); !errors.Is(err, lua.ErrArgs) {
+		t.Fatalf("keep 0: %v, want ErrArgs", err)
 	}
 }

@@ -177,7 +177,7 @@ var (
 	StoreScripts = []string{
 		"admit", "admit_pace", "counts", "refund", "pace", "release", "queue", "pause", "evidence", "rate", "respace",
 		"heartbeat", "calls_occupy", "calls_free", "calls_refresh", "calls_count", "overrides",
-		"dialogs_ended", "live", "service",
+		"dialogs_ended", "live", "service", "rebook",
 	}
 )
 

@@ -155,6 +155,9 @@ func (p *Pacer) Acquire(ctx context.Context, c Carrier, member string, trace Tra
 		p.dropFirst(ctx, first) // FirstAsk makes none for a priority call
 		return p.acquirePriority(ctx, c, member, trace, gate)
 	}
+	// The store lost a schedule (a Redis restarted empty, a switch): this
+	// node's waiting slots go back first, so this call's comes after them.
+	p.rebook(ctx)
 	start := p.clock.Now()
 	if first != nil && first.Asked.Before(start) {
 		start = first.Asked // MaxWait counts from the reservation
@@ -169,6 +172,7 @@ func (p *Pacer) Acquire(ctx context.Context, c Carrier, member string, trace Tra
 	}
 	var slot Slot
 	var retaken time.Time // the decrease a slot was last taken again for
+	rebooked := false     // a slot taken again behind the slots put back
 	bookings := 0         // bookings followed
 	following := false    // this reservation asks again at a booked turn
 	// waited is the wait of s for the Ticket: from the start once the
@@ -214,6 +218,16 @@ func (p *Pacer) Acquire(ctx context.Context, c Carrier, member string, trace Tra
 			return Ticket{}, err
 		}
 		p.learnSlot(slot, asked)
+		if slot.OK && !slot.Probe && !rebooked && p.rebook(ctx) {
+			// The store lost its schedule while it gave this slot (its
+			// NOSCRIPT): taken from an empty schedule, ahead of the slots
+			// this node's waiting calls just put back. Taken again, once,
+			// behind them.
+			rebooked = true
+			p.releaseAfter(ctx, slot)
+			tries-- // not a late wake
+			continue
+		}
 		if slot.Paused {
 			if bookings > 0 {
 				// Paused while the call waited for its turn: the
@@ -231,7 +245,7 @@ func (p *Pacer) Acquire(ctx context.Context, c Carrier, member string, trace Tra
 				return Ticket{Wait: waited(slot)}, nil
 			}
 			// A booking is given back when ctx ends (Wait).
-			if paused, err := p.awaitSlot(ctx, slot, trace); err != nil || paused {
+			if paused, err := p.awaitSlot(ctx, slot, try, trace); err != nil || paused {
 				return Ticket{Paused: paused, Wait: waited(slot)}, err
 			}
 			tries-- // the turn has come: not a late wake
@@ -239,7 +253,7 @@ func (p *Pacer) Acquire(ctx context.Context, c Carrier, member string, trace Tra
 			continue
 		}
 
-		if paused, err := p.awaitSlot(ctx, slot, trace); err != nil || paused {
+		if paused, err := p.awaitSlot(ctx, slot, try, trace); err != nil || paused {
 			return Ticket{Paused: paused, Wait: waited(slot)}, err
 		}
 		// Slots are spaced so that a send up to MaxLate after its slot
@@ -325,9 +339,11 @@ func (p *Pacer) pausedSince(s Slot) bool {
 // awaitSlot waits for slot to come due, counted in trace's queue. A slot
 // whose ctx ended as it came due is given back, and so is one whose
 // carrier was paused meanwhile (paused): the call is then not sent.
-func (p *Pacer) awaitSlot(ctx context.Context, slot Slot, trace Tracer) (paused bool, err error) {
+func (p *Pacer) awaitSlot(ctx context.Context, slot Slot, c Carrier, trace Tracer) (paused bool, err error) {
 	trace.TraceQueued(+1)
+	p.waiting.add(slot.Key, Waiting{Member: slot.Member, Due: slot.Due(), Keep: keepFor(Interval(c.CPS))})
 	err = p.Wait(ctx, slot)
+	p.waiting.remove(slot.Key, slot.Member)
 	trace.TraceQueued(-1)
 	if err == nil && ctx.Err() != nil {
 		err = ctx.Err()

@@ -29,6 +29,9 @@ type Pacer struct {
 	views views
 	// tag starts every member MemberOf makes (respace.go).
 	tag string
+	// waiting is the slots this node's calls wait for, put back into a
+	// schedule the store lost (rebook.go).
+	waiting waitingSet
 }
 
 // NewPacer returns a Pacer on store that reads and waits on SystemClock.

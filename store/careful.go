@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cpsguard/cpsguard/admission"
+	"github.com/cpsguard/cpsguard/pacing"
 )
 
 // A node that starts deciding on Redis again after Redis forgot, or never
@@ -72,6 +73,42 @@ func (f *Failover) markCareful() time.Time {
 	return now
 }
 
+// markLost records that the schedule in use lost the carriers' slots
+// (a switch either way, a Redis that lost its scripts): the Pacer puts
+// this node's waiting slots back (Rebook).
+func (f *Failover) markLost() { f.lostAt.Store(time.Now().UnixNano()) }
+
+// Lost implements pacing.Rebooker: when the schedule in use last lost the
+// carriers' slots (zero: never; never without Redis).
+func (f *Failover) Lost() time.Time {
+	ns := f.lostAt.Load()
+	if ns == 0 || f.o.Redis == nil {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
+}
+
+// Rebook implements pacing.Rebooker: the slots go back into the schedule
+// in use, Redis's or, in the fallback, the in-process one. A failure is
+// returned, never a switch: the calls then go at their times, and the send
+// gate holds this node to its share meanwhile (Careful).
+func (f *Failover) Rebook(ctx context.Context, key string, slots []pacing.Waiting) error {
+	to := f.o.LocalSlots
+	if f.redisInUse() {
+		to = f.o.RedisSlots
+	}
+	if rb, ok := to.(slotRebooker); ok {
+		return rb.Rebook(ctx, key, slots)
+	}
+	return nil
+}
+
+// slotRebooker is a slot store that can put slots back (pacing's
+// RedisSlots and LocalSlots).
+type slotRebooker interface {
+	Rebook(ctx context.Context, key string, slots []pacing.Waiting) error
+}
+
 // carefulLogEvery spaces careful's log lines: a restarted Redis answers
 // NOSCRIPT once for every script the node runs, one after another.
 const carefulLogEvery = 10 * time.Second
@@ -80,6 +117,7 @@ const carefulLogEvery = 10 * time.Second
 // loaded (lua.PipelineOptions.OnNoScript).
 func (f *Failover) noScript() {
 	if f.o.Redis != nil {
+		f.markLost()
 		f.careful("scripts_lost")
 	}
 }

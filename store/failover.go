@@ -104,12 +104,16 @@ type Failover struct {
 	// carefulSince is when the last careful span began, carefulLogged
 	// when one was last logged (Unix nanoseconds; 0: never): careful.go.
 	carefulSince, carefulLogged atomic.Int64
+	// lostAt is when the schedule in use last lost the carriers' slots
+	// (Unix nanoseconds; 0: never): careful.go, Lost.
+	lostAt atomic.Int64
 }
 
 var (
 	_ admission.Store  = (*Failover)(nil)
 	_ pacing.SlotStore = (*Failover)(nil)
 	_ pacing.Careful   = (*Failover)(nil)
+	_ pacing.Rebooker  = (*Failover)(nil)
 )
 
 // NewFailover returns a Failover in Redis mode (or local mode without Redis).
@@ -252,6 +256,7 @@ func (f *Failover) switchDown(op string, err error, attrs ...any) {
 		return
 	}
 	f.markCareful() // the carriers' schedule (careful.go)
+	f.markLost()
 	f.mu.Lock()
 	f.o.Logger.Warn("redis failed, switching to fallback",
 		append([]any{"op", op, "policy", f.o.Policy, "live_nodes", f.nodes(), "error", err}, attrs...)...)
@@ -268,7 +273,8 @@ func (f *Failover) recover() {
 	f.mu.Lock()
 	f.o.Logger.Info("redis answers again, back on the shared store")
 	// Redis has not seen the calls the fallback admitted in the last
-	// window (careful.go).
+	// window, nor the slots it gave (careful.go).
+	f.markLost()
 	f.careful("back_from_fallback")
 	if f.o.OnMode != nil {
 		f.o.OnMode(ModeRedis)
