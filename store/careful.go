@@ -43,14 +43,17 @@ import (
 // most 2 - 1/n times them otherwise (a node that had made few of the last
 // second's calls can still make its share), against twice before.
 //
-// Only rolling windows are kept careful: a token bucket's level in the
-// in-process store is kept at the full rate (the mirror), so a Redis that
-// forgot a bucket may still let one burst more through.
+// Only rolling windows of up to carefulMaxWindow are kept careful: a
+// token bucket's level in the in-process store is kept at the full rate
+// (the mirror), so a Redis that forgot a bucket may still let one burst
+// more through, and a longer window Redis forgot may admit its limit
+// once more.
 
 // careful marks the start of a careful span (now) and logs why (at most
 // every carefulLogEvery).
 func (f *Failover) careful(reason string) {
-	now := f.markCareful()
+	now := f.markGate()
+	f.carefulSince.Store(now.UnixNano())
 	last := f.carefulLogged.Load()
 	if now.Sub(time.Unix(0, last)) <= carefulLogEvery || !f.carefulLogged.CompareAndSwap(last, now.UnixNano()) {
 		return
@@ -65,11 +68,12 @@ func (f *Failover) careful(reason string) {
 		"reason", reason, "live_nodes", f.nodes())
 }
 
-// markCareful starts a careful span now, without a log line (a switch to
-// the fallback logs its own), and returns now.
-func (f *Failover) markCareful() time.Time {
+// markGate starts a careful span of the send gate alone (Careful) now,
+// and returns now: a switch to the fallback, whose admissions are shared
+// already, logs its own line.
+func (f *Failover) markGate() time.Time {
 	now := time.Now()
-	f.carefulSince.Store(now.UnixNano())
+	f.gateSince.Store(now.UnixNano())
 	return now
 }
 
@@ -109,6 +113,16 @@ type slotRebooker interface {
 	Rebook(ctx context.Context, key string, slots []pacing.Waiting) error
 }
 
+// carefulMaxWindow is the longest window kept careful. A careful window
+// holds the node to its share of its own calls over the whole window: for
+// an extra window of minutes to a day (windows, repeat_dial) whose calls
+// come to some nodes more than others (a peer sending to one node), that
+// refused the peer for up to the window's length after a one-second spike
+// (h64: 131 calls refused in 9 s with a 20 s window), while what Redis
+// missed is at most the outage's calls. Longer windows, like token
+// buckets, are Redis's alone.
+const carefulMaxWindow = 10 * time.Second
+
 // carefulLogEvery spaces careful's log lines: a restarted Redis answers
 // NOSCRIPT once for every script the node runs, one after another.
 const carefulLogEvery = 10 * time.Second
@@ -134,7 +148,7 @@ func (f *Failover) carefulBuckets(buckets []admission.Bucket, now time.Time) (ou
 	age := now.Sub(time.Unix(0, since))
 	n := f.nodes()
 	for i, b := range buckets {
-		if b.RateMicros > 0 || age >= b.Window {
+		if b.RateMicros > 0 || age >= b.Window || b.Window > carefulMaxWindow {
 			continue
 		}
 		if out == nil {
@@ -153,7 +167,7 @@ func (f *Failover) carefulBuckets(buckets []admission.Bucket, now time.Time) (ou
 // calls waiting for slots of Redis's schedule go at their times while
 // the fallback's slots start from now.
 func (f *Failover) Careful() (since time.Time, nodes int) {
-	ns := f.carefulSince.Load()
+	ns := f.gateSince.Load()
 	if ns == 0 || f.o.Redis == nil {
 		return time.Time{}, 1
 	}

@@ -101,9 +101,11 @@ type Failover struct {
 	lastOK atomic.Int64
 	// confirming is set while a confirm probe runs.
 	confirming atomic.Bool
-	// carefulSince is when the last careful span began, carefulLogged
-	// when one was last logged (Unix nanoseconds; 0: never): careful.go.
-	carefulSince, carefulLogged atomic.Int64
+	// carefulSince is when the last careful span of admissions began,
+	// gateSince the last of the send gate (those and a switch to the
+	// fallback), carefulLogged when one was last logged (Unix
+	// nanoseconds; 0: never): careful.go.
+	carefulSince, gateSince, carefulLogged atomic.Int64
 	// lostAt is when the schedule in use last lost the carriers' slots
 	// (Unix nanoseconds; 0: never): careful.go, Lost.
 	lostAt atomic.Int64
@@ -255,7 +257,7 @@ func (f *Failover) switchDown(op string, err error, attrs ...any) {
 	if !f.down.CompareAndSwap(false, true) {
 		return
 	}
-	f.markCareful() // the carriers' schedule (careful.go)
+	f.markGate() // the carriers' schedule (careful.go)
 	f.markLost()
 	f.mu.Lock()
 	f.o.Logger.Warn("redis failed, switching to fallback",
@@ -273,9 +275,15 @@ func (f *Failover) recover() {
 	f.mu.Lock()
 	f.o.Logger.Info("redis answers again, back on the shared store")
 	// Redis has not seen the calls the fallback admitted in the last
-	// window, nor the slots it gave (careful.go).
+	// window, nor the slots it gave (careful.go). Only the local policy
+	// admitted calls in the fallback and counted them in-process: under
+	// reject there were none, under admit they are counted nowhere, and a
+	// careful span would only refuse calls on the node's Redis-era
+	// history (h64).
 	f.markLost()
-	f.careful("back_from_fallback")
+	if f.o.Policy == PolicyLocal {
+		f.careful("back_from_fallback")
+	}
 	if f.o.OnMode != nil {
 		f.o.OnMode(ModeRedis)
 	}

@@ -819,3 +819,58 @@ func TestCarefulCallThatMeetsATimeoutIsAdmittedOnce(t *testing.T) {
 		})
 	}
 }
+
+// Under on_error reject the fallback admitted nothing, so Redis missed
+// nothing: back from it, the node decides on Redis alone.
+func TestBackFromRejectIsNotCareful(t *testing.T) {
+	srv := redistest.Start(t)
+	s, _ := open(t, redisConfig(srv.Addr(), PolicyReject))
+	ctx := context.Background()
+	other := &lua.Heartbeater{Client: s.client, Key: lua.Key("fo", "nodes", "all")}
+	if _, err := other.Beat(ctx, "node-b", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.heartbeat.Beat(ctx, time.Second); err != nil || s.LiveNodes() != 2 {
+		t.Fatalf("live nodes: got %d, %v; want 2", s.LiveNodes(), err)
+	}
+	if got := admitted(t, s, "before", 3, careful10s); got != 3 {
+		t.Fatalf("admitted %d of 3 on redis, want 3", got)
+	}
+	srv.Pause()
+	for i := 0; i < 100 && s.Mode() != ModeFallback; i++ {
+		_, _ = s.Admit(ctx, fmt.Sprint("hang", i), bucket)
+		time.Sleep(20 * time.Millisecond)
+	}
+	srv.Resume()
+	waitMode(t, s, ModeRedis)
+	// Share 2, this node's 3 calls are in its window; Redis holds 3 of 4.
+	if got := admitted(t, s, "back", 2, careful10s); got != 1 {
+		t.Fatalf("back from the reject fallback: admitted %d of 2, want 1 (Redis's limit 4, 3 held)", got)
+	}
+}
+
+// A window longer than carefulMaxWindow (an extra window, repeat_dial) is
+// not kept careful: holding the node to its share of a day's calls for a
+// day refused a peer whose calls all came to this node (h64).
+func TestLongWindowIsNotCareful(t *testing.T) {
+	srv := redistest.Start(t)
+	s, _ := open(t, redisConfig(srv.Addr(), PolicyLocal))
+	ctx := context.Background()
+	other := &lua.Heartbeater{Client: s.client, Key: lua.Key("fo", "nodes", "all")}
+	if _, err := other.Beat(ctx, "node-b", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.heartbeat.Beat(ctx, time.Second); err != nil || s.LiveNodes() != 2 {
+		t.Fatalf("live nodes: got %d, %v; want 2", s.LiveNodes(), err)
+	}
+	hour := []admission.Bucket{{Key: lua.Key("fo", "peer", "hourly"), Limit: 10, Window: time.Hour}}
+	if got := admitted(t, s, "before", 6, hour); got != 6 {
+		t.Fatalf("admitted %d of 6, want 6", got)
+	}
+	if out, err := srv.CLI(ctx, "SCRIPT", "FLUSH"); err != nil {
+		t.Fatalf("SCRIPT FLUSH: %v %s", err, out)
+	}
+	if got := admitted(t, s, "after", 4, hour); got != 4 {
+		t.Fatalf("an hourly window after NOSCRIPT: admitted %d of 4, want 4 (Redis holds 6 of 10)", got)
+	}
+}
