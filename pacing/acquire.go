@@ -155,10 +155,11 @@ func (p *Pacer) Acquire(ctx context.Context, c Carrier, member string, trace Tra
 		p.dropFirst(ctx, first) // FirstAsk makes none for a priority call
 		return p.acquirePriority(ctx, c, member, trace, gate)
 	}
-	// The store lost a schedule (a Redis restarted empty, a switch): this
-	// node's waiting slots go back first, so this call's comes after them.
-	p.rebook(ctx)
 	start := p.clock.Now()
+	// The store lost a schedule (a Redis restarted empty, a switch): this
+	// node's waiting slots go back first, so this call's comes after them
+	// (within this call's max_wait: start is taken before).
+	p.rebook(ctx)
 	if first != nil && first.Asked.Before(start) {
 		start = first.Asked // MaxWait counts from the reservation
 	}
@@ -341,9 +342,15 @@ func (p *Pacer) pausedSince(s Slot) bool {
 // carrier was paused meanwhile (paused): the call is then not sent.
 func (p *Pacer) awaitSlot(ctx context.Context, slot Slot, c Carrier, trace Tracer) (paused bool, err error) {
 	trace.TraceQueued(+1)
-	p.waiting.add(slot.Key, Waiting{Member: slot.Member, Due: slot.Due(), Keep: keepFor(Interval(c.CPS))})
+	// A booking's Due is when to ask again, not a slot: put back as one,
+	// it would be a slot off the carrier's spacing (h65).
+	if !slot.Booked {
+		p.waiting.add(slot.Key, Waiting{Member: slot.Member, Due: slot.Due(), Keep: keepFor(Interval(c.CPS))})
+	}
 	err = p.Wait(ctx, slot)
-	p.waiting.remove(slot.Key, slot.Member)
+	if !slot.Booked {
+		p.waiting.remove(slot.Key, slot.Member)
+	}
 	trace.TraceQueued(-1)
 	if err == nil && ctx.Err() != nil {
 		err = ctx.Err()

@@ -104,7 +104,8 @@ const rebookTimeout = time.Second
 // take then come after them). A store that fails it leaves the calls as
 // they are; the send gate still holds this node to its share (Careful).
 //
-// It reports whether it acted on a loss (whether or not a call waited).
+// It reports whether it put slots back (a call that took its own slot as
+// the loss was found then takes it again behind them).
 func (p *Pacer) rebook(ctx context.Context) bool {
 	rb, ok := p.store.(Rebooker)
 	if !ok {
@@ -114,9 +115,9 @@ func (p *Pacer) rebook(ctx context.Context) bool {
 	if lost.IsZero() {
 		return false
 	}
-	byKey, acted := p.waiting.take(lost)
+	byKey, _ := p.waiting.take(lost)
 	if len(byKey) == 0 {
-		return acted
+		return false
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rebookTimeout)
 	defer cancel()

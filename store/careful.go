@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"log/slog"
 	"time"
 
 	"github.com/cpsguard/cpsguard/admission"
@@ -24,12 +23,6 @@ import (
 //     windows may be empty or behind (h61: 31–37 at 30 on a restart the
 //     nodes did not notice as an outage). The in-process windows hold
 //     this node's own calls (Admit mirrors them).
-//   - A call met a Redis timeout that was no outage (Redis answered other
-//     calls lately: fail) and the fallback admitted it (uncounted): Redis
-//     does not count it, and let the whole limit through beside the calls
-//     so decided (h61: 60 a second at a peer's 30 through a 600 ms spike
-//     shorter than the switch).
-//
 //   - The node switched to the fallback (switchDown): the calls waiting
 //     for slots of Redis's schedule go at their times while the
 //     fallback's slots start from now; only the send gate's share
@@ -58,13 +51,7 @@ func (f *Failover) careful(reason string) {
 	if now.Sub(time.Unix(0, last)) <= carefulLogEvery || !f.carefulLogged.CompareAndSwap(last, now.UnixNano()) {
 		return
 	}
-	// A call decided uncounted is one slow reply, which a saturated
-	// node may see all the time: Debug.
-	level := slog.LevelInfo
-	if reason == "uncounted" {
-		level = slog.LevelDebug
-	}
-	f.o.Logger.Log(context.Background(), level, "redis may not count the pool's last calls: this node admits within its share as well for one window of each limit",
+	f.o.Logger.Info("redis may not count the pool's last calls: this node admits within its share as well for one window of each limit",
 		"reason", reason, "live_nodes", f.nodes())
 }
 
@@ -129,10 +116,26 @@ const carefulLogEvery = 10 * time.Second
 
 // noScript is told that Redis answered NOSCRIPT to a script this node had
 // loaded (lua.PipelineOptions.OnNoScript).
+//
+// One NOSCRIPT counts as a loss at most every carefulMaxWindow: a Redis
+// that keeps evicting scripts (Redis 7.4 and later evict those EVAL
+// loaded, past 500) would otherwise keep the node careful and make every
+// call put its node's waiting slots back (h65). The scripts still missing
+// are loaded again in the background (the probe's lua.Load), so the
+// scripts this node has not run since do not each meet NOSCRIPT later.
 func (f *Failover) noScript() {
-	if f.o.Redis != nil {
-		f.markLost()
-		f.careful("scripts_lost")
+	if f.o.Redis == nil {
+		return
+	}
+	now := time.Now()
+	last := f.noScriptAt.Load()
+	if now.Sub(time.Unix(0, last)) < carefulMaxWindow || !f.noScriptAt.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	f.markLost()
+	f.careful("scripts_lost")
+	if f.o.Probe != nil {
+		go func() { _ = f.probe(context.Background()) }()
 	}
 }
 
@@ -224,6 +227,6 @@ func (f *Failover) mineOnFailure(ctx context.Context, member string, buckets []a
 	if f.o.Policy != PolicyLocal {
 		return f.admitFallback(ctx, member, buckets)
 	}
-	f.uncounted(mine)
+	f.recountAdmission(member, buckets, mine)
 	return mine, nil
 }

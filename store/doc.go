@@ -26,12 +26,13 @@
 // replies late stays on Redis; without such an answer (a node with few
 // calls) the node probes Redis once and switches only if that probe fails
 // too. A connection lost under a command (an idle close) counts as a
-// timeout. For one window of each limit after the node comes back from
-// the fallback, after Redis answers NOSCRIPT (it restarted and may have
-// lost the last window), or after a call decided uncounted on the
-// fallback while on Redis, a call is admitted only when Redis and this
-// node's fallback share both allow it, and the Pacer's send gate keeps
-// this node to its share of each carrier's cps (careful.go). Work no call waits for (the heartbeat, the probe, the
+// timeout; such a call (and a carrier slot taken the same way) is counted
+// in Redis afterwards (recount.go). For one window of each limit up to
+// 10 s after the node comes back from the fallback, or after Redis
+// answers NOSCRIPT (it restarted and may have lost the last window), a
+// call is admitted only when Redis and this node's fallback share both
+// allow it, the Pacer puts its waiting calls' slots back and its send
+// gate keeps this node to its share of each carrier's cps (careful.go). Work no call waits for (the heartbeat, the probe, the
 // background reads) is bounded by BackgroundTimeout instead, its socket
 // reads too.
 //

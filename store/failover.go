@@ -107,8 +107,12 @@ type Failover struct {
 	// nanoseconds; 0: never): careful.go.
 	carefulSince, gateSince, carefulLogged atomic.Int64
 	// lostAt is when the schedule in use last lost the carriers' slots
-	// (Unix nanoseconds; 0: never): careful.go, Lost.
-	lostAt atomic.Int64
+	// (Unix nanoseconds; 0: never): careful.go, Lost. noScriptAt is when
+	// a NOSCRIPT last counted as a loss.
+	lostAt, noScriptAt atomic.Int64
+	// recounts are the decisions made on the fallback while Redis is in
+	// use, to be counted in Redis (recount.go); nil without Redis.
+	recounts chan recount
 }
 
 var (
@@ -138,7 +142,11 @@ func NewFailover(o Options) *Failover {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Failover{o: o}
+	f := &Failover{o: o}
+	if o.Redis != nil {
+		f.recounts = make(chan recount, recountQueue)
+	}
+	return f
 }
 
 // Mode reports which store decides now: ModeRedis, ModeFallback or ModeLocal.
@@ -347,19 +355,9 @@ func (f *Failover) admitFallback(ctx context.Context, member string, buckets []a
 	}
 	d, err := f.o.Local.Admit(ctx, member, f.share(buckets))
 	if err == nil {
-		f.uncounted(d)
+		f.recountAdmission(member, buckets, d)
 	}
 	return d, err
-}
-
-// uncounted starts a careful span for a call the fallback admitted while
-// the pool decides on Redis (a timeout that was no outage): Redis does not
-// count it, and would let the pool's whole limit through beside it
-// (careful.go).
-func (f *Failover) uncounted(d admission.Decision) {
-	if d.Admit && !d.Duplicate && f.redisInUse() {
-		f.careful("uncounted")
-	}
 }
 
 // AdmitReserve decides like Admit and, while the shared Redis store is in
@@ -499,10 +497,9 @@ func (f *Failover) Reserve(ctx context.Context, key, member string, share pacing
 		return pacing.Slot{Key: key, Member: member}, ErrStoreDown
 	}
 	s, err := f.o.LocalSlots.Reserve(ctx, key, member, share, f.shareInterval(interval), maxWait)
-	if err == nil && s.OK && f.redisInUse() {
-		// A slot Redis's schedule does not hold (as Admit's uncounted
-		// call): the send gate keeps this node to its share meanwhile.
-		f.careful("uncounted")
+	if err == nil {
+		// A slot Redis's schedule does not hold (recount.go).
+		f.recountSlot(key, s, interval)
 	}
 	return s, err
 }
@@ -646,9 +643,14 @@ func (f *Failover) Queue(ctx context.Context, key string, interval time.Duration
 	return f.o.LocalSlots.Queue(ctx, key, f.shareInterval(interval))
 }
 
-// Run probes Redis while in fallback and switches back when it answers. It
-// returns when ctx is done. Without Redis it just waits for ctx.
+// Run probes Redis while in fallback and switches back when it answers,
+// and counts in Redis the decisions made without it while it was in use
+// (recount.go). It returns when ctx is done. Without Redis it just waits
+// for ctx.
 func (f *Failover) Run(ctx context.Context) {
+	if f.o.Redis != nil {
+		go f.runRecounts(ctx)
+	}
 	if f.o.Redis == nil || f.o.Probe == nil {
 		<-ctx.Done()
 		return

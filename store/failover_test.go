@@ -752,32 +752,52 @@ func (s *onceStore) Admit(ctx context.Context, member string, b []admission.Buck
 	return s.Store.Admit(ctx, member, b)
 }
 
-// TestCallDecidedUncountedKeepsTheShare: a call that met a timeout while
-// Redis answered the others is decided by the fallback, and Redis never
-// counts it; for its window the node admits only what its share allows
-// too, so Redis's room does not add to it (h61: 60 a second at 30).
-func TestCallDecidedUncountedKeepsTheShare(t *testing.T) {
-	rs := &onceStore{Store: admission.NewLocalStore(nil), fail: map[int]bool{3: true},
+// TestCallDecidedUncountedIsCountedLater: a call that met a timeout while
+// Redis answered the others is decided by the fallback; Redis then counts
+// it too (Run), so its room does not add to it (h61: 60 a second at 30),
+// and the node is not held to its share meanwhile (h65).
+func TestCallDecidedUncountedIsCountedLater(t *testing.T) {
+	redis := admission.NewLocalStore(nil)
+	rs := &onceStore{Store: redis, fail: map[int]bool{3: true},
 		err: fmt.Errorf("admission: run admit.lua: %w", context.DeadlineExceeded)}
 	f := NewFailover(Options{Redis: rs, RedisSlots: pacing.NewLocalSlots(nil), Local: admission.NewLocalStore(nil),
 		LocalSlots: pacing.NewLocalSlots(nil), Quiet: time.Hour})
-	got := 0
-	for i := range 6 {
-		d, err := f.Admit(context.Background(), fmt.Sprint("c", i), careful10s)
-		if err != nil {
-			t.Fatalf("admit %d: %v", i, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go f.Run(ctx)
+	admit := func(from, to int) int {
+		got := 0
+		for i := from; i < to; i++ {
+			d, err := f.Admit(context.Background(), fmt.Sprint("c", i), careful10s)
+			if err != nil {
+				t.Fatalf("admit %d: %v", i, err)
+			}
+			if d.Admit {
+				got++
+			}
 		}
-		if d.Admit {
-			got++
-		}
+		return got
+	}
+	// Calls 0-1 on "Redis", 2 on the fallback (Redis failed it).
+	if got := admit(0, 3); got != 3 {
+		t.Fatalf("admitted %d of 3, want 3", got)
 	}
 	if f.Mode() != ModeRedis {
 		t.Fatalf("mode %s: a timeout while redis answers is no outage", f.Mode())
 	}
-	// Calls 1-2 on "Redis", 3 on the fallback (uncounted there), then
-	// Redis has room for 2 more but the node's windows for 1.
-	if got != 4 {
-		t.Fatalf("admitted %d of 6 with limit 4 and one call decided uncounted, want 4", got)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n, err := redis.Counts(context.Background(), careful10s)
+		if err == nil && n[0] == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redis counts %v, %v: want the call the fallback decided counted too (3)", n, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := admit(3, 6); got != 1 {
+		t.Fatalf("then admitted %d of 3 with limit 4 and 3 counted, want 1", got)
 	}
 }
 
@@ -872,5 +892,79 @@ func TestLongWindowIsNotCareful(t *testing.T) {
 	}
 	if got := admitted(t, s, "after", 4, hour); got != 4 {
 		t.Fatalf("an hourly window after NOSCRIPT: admitted %d of 4, want 4 (Redis holds 6 of 10)", got)
+	}
+}
+
+// onceSlots fails its fail-th Reserve (counting from 1) with err.
+type onceSlots struct {
+	*pacing.LocalSlots
+	n, fail int
+	err     error
+}
+
+func (s *onceSlots) Reserve(ctx context.Context, key, member string, share pacing.Share, interval, maxWait time.Duration) (pacing.Slot, error) {
+	if s.n++; s.n == s.fail {
+		return pacing.Slot{}, s.err
+	}
+	return s.LocalSlots.Reserve(ctx, key, member, share, interval, maxWait)
+}
+
+// A carrier slot the local slots gave while Redis answered the other
+// calls goes into Redis's schedule too (Run), so the next slot Redis
+// gives comes after it.
+func TestSlotDecidedUncountedIsCountedLater(t *testing.T) {
+	redisSlots := &onceSlots{LocalSlots: pacing.NewLocalSlots(nil), fail: 2,
+		err: fmt.Errorf("pacing: run pace.lua: %w", context.DeadlineExceeded)}
+	local := pacing.NewLocalSlots(nil)
+	f := NewFailover(Options{Redis: admission.NewLocalStore(nil), RedisSlots: redisSlots, Local: admission.NewLocalStore(nil),
+		LocalSlots: local, Quiet: time.Hour})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go f.Run(ctx)
+	const key, interval = "carrier:x", 100 * time.Millisecond
+	// The in-process schedule is 300 ms ahead (slots from an earlier
+	// fallback): the fallback's slot is due then.
+	for i := range 3 {
+		if s, err := local.Reserve(context.Background(), key, fmt.Sprint("earlier", i), pacing.Share{}, interval, 5*time.Second); err != nil || !s.OK {
+			t.Fatal(s, err)
+		}
+	}
+	for _, m := range []string{"on-redis", "on-fallback"} {
+		if s, err := f.Reserve(context.Background(), key, m, pacing.Share{}, interval, 5*time.Second); err != nil || !s.OK {
+			t.Fatalf("reserve %s: %+v, %v", m, s, err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		q, err := redisSlots.Queue(context.Background(), key, interval)
+		if err == nil && q.Queued >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redis's schedule %+v, %v: want the fallback's slot in it", q, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	s, err := f.Reserve(context.Background(), key, "next", pacing.Share{}, interval, 5*time.Second)
+	if err != nil || !s.OK || s.Wait < 300*time.Millisecond {
+		t.Fatalf("next slot on redis: %+v, %v; want it after the fallback's (due at 300 ms)", s, err)
+	}
+}
+
+// A Redis that keeps answering NOSCRIPT (one evicting scripts) counts as
+// one loss per carefulMaxWindow: otherwise every call would put this
+// node's waiting slots back and take its own twice (h65).
+func TestNoScriptCountsOncePerWindow(t *testing.T) {
+	f := NewFailover(Options{Redis: admission.NewLocalStore(nil), RedisSlots: pacing.NewLocalSlots(nil), Local: admission.NewLocalStore(nil),
+		LocalSlots: pacing.NewLocalSlots(nil)})
+	f.noScript()
+	first := f.Lost()
+	if first.IsZero() {
+		t.Fatal("a NOSCRIPT is no loss")
+	}
+	time.Sleep(time.Millisecond)
+	f.noScript()
+	if got := f.Lost(); !got.Equal(first) {
+		t.Fatalf("a second NOSCRIPT within %v counted again: %v, then %v", carefulMaxWindow, first, got)
 	}
 }
