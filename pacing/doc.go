@@ -25,7 +25,10 @@
 // into one second. It only delays, never past max_wait. While the store
 // is Careful (Redis restarted empty, or came back from the fallback: the
 // pool's schedule is lost), the gate holds each key to this node's share
-// of its limit for the carrier's max_wait and one window. A Pacer reads and
+// of its limit for the carrier's max_wait and one window; and the Pacer,
+// which keeps the slots its calls wait for, puts them back into the
+// schedule in use (a Rebooker store) before its next call reserves
+// (rebook.go). A Pacer reads and
 // waits on a Clock (SystemClock, or a fake one in tests). Pacing keeps no
 // metrics: a Tracer (Trace, a struct of funcs, is one) tells the caller of
 // each reservation, wait and late wake.

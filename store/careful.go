@@ -181,10 +181,11 @@ func (f *Failover) Careful() (since time.Time, nodes int) {
 // Redis is asked (Admit, AdmitReserve): careful is false, and d empty,
 // when no bucket of the call is careful now. A refusal or a duplicate (the
 // call is counted in this node's windows: it was admitted here) is the
-// call's decision; Redis is asked only about a call it admits. A call it admits is counted
-// in the in-process windows (the mirror Redis's admission then skips),
-// and stays counted there if Redis refuses it, on the safe side. A local
-// store error (a bucket it refuses to read) leaves the decision to Redis.
+// call's decision; Redis is asked only about a call it admits. A call it
+// admits is counted in the in-process windows (the mirror Redis's
+// admission then skips), and stays counted there if Redis refuses it, on
+// the safe side. A local store error (a bucket it refuses to read) leaves
+// the decision to Redis.
 func (f *Failover) admitMine(ctx context.Context, member string, buckets []admission.Bucket) (d admission.Decision, careful bool) {
 	mine, careful := f.carefulBuckets(buckets, time.Now())
 	if !careful {
