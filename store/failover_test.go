@@ -583,6 +583,20 @@ func TestQuietNodeAsksBeforeItSwitches(t *testing.T) {
 	}
 }
 
+// secondNode makes s count two live nodes: another beats into its pool
+// for a minute.
+func secondNode(t *testing.T, s *Stores) {
+	t.Helper()
+	ctx := context.Background()
+	other := &lua.Heartbeater{Client: s.client, Key: lua.Key("fo", "nodes", "all")}
+	if _, err := other.Beat(ctx, "node-b", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.heartbeat.Beat(ctx, time.Second); err != nil || s.LiveNodes() != 2 {
+		t.Fatalf("live nodes: got %d, %v; want 2", s.LiveNodes(), err)
+	}
+}
+
 // careful10s is a window long enough that a test's outage, restart and
 // recovery all fall inside it, however slow the machine.
 var careful10s = []admission.Bucket{{Key: lua.Key("fo", "peer", "careful"), Limit: 4, Window: 10 * time.Second}}
@@ -626,13 +640,7 @@ func TestBackFromFallbackKeepsTheShare(t *testing.T) {
 	srv := redistest.Start(t)
 	s, _ := open(t, redisConfig(srv.Addr(), PolicyLocal))
 	ctx := context.Background()
-	other := &lua.Heartbeater{Client: s.client, Key: lua.Key("fo", "nodes", "all")}
-	if _, err := other.Beat(ctx, "node-b", time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.heartbeat.Beat(ctx, time.Second); err != nil || s.LiveNodes() != 2 {
-		t.Fatalf("live nodes: got %d, %v; want 2", s.LiveNodes(), err)
-	}
+	secondNode(t, s)
 	srv.Kill()
 	waitMode(t, s, ModeFallback)
 	// Limit 4 over 2 nodes: this node's share is 2.
@@ -697,13 +705,7 @@ func TestRedisThatLostItsScriptsKeepsTheCarrierShare(t *testing.T) {
 	srv := redistest.Start(t)
 	s, _ := open(t, redisConfig(srv.Addr(), PolicyLocal))
 	ctx := context.Background()
-	other := &lua.Heartbeater{Client: s.client, Key: lua.Key("fo", "nodes", "all")}
-	if _, err := other.Beat(ctx, "node-b", time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.heartbeat.Beat(ctx, time.Second); err != nil || s.LiveNodes() != 2 {
-		t.Fatalf("live nodes: got %d, %v; want 2", s.LiveNodes(), err)
-	}
+	secondNode(t, s)
 	p := pacing.NewPacer(s)
 	// 4 cps over 2 nodes: this node's share is 2 a second.
 	c := pacing.Carrier{Key: lua.Key("fo", "carrier", "lost"), CPS: 4, MaxWait: 300 * time.Millisecond}
@@ -846,13 +848,7 @@ func TestBackFromRejectIsNotCareful(t *testing.T) {
 	srv := redistest.Start(t)
 	s, _ := open(t, redisConfig(srv.Addr(), PolicyReject))
 	ctx := context.Background()
-	other := &lua.Heartbeater{Client: s.client, Key: lua.Key("fo", "nodes", "all")}
-	if _, err := other.Beat(ctx, "node-b", time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.heartbeat.Beat(ctx, time.Second); err != nil || s.LiveNodes() != 2 {
-		t.Fatalf("live nodes: got %d, %v; want 2", s.LiveNodes(), err)
-	}
+	secondNode(t, s)
 	if got := admitted(t, s, "before", 3, careful10s); got != 3 {
 		t.Fatalf("admitted %d of 3 on redis, want 3", got)
 	}
@@ -876,13 +872,7 @@ func TestLongWindowIsNotCareful(t *testing.T) {
 	srv := redistest.Start(t)
 	s, _ := open(t, redisConfig(srv.Addr(), PolicyLocal))
 	ctx := context.Background()
-	other := &lua.Heartbeater{Client: s.client, Key: lua.Key("fo", "nodes", "all")}
-	if _, err := other.Beat(ctx, "node-b", time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.heartbeat.Beat(ctx, time.Second); err != nil || s.LiveNodes() != 2 {
-		t.Fatalf("live nodes: got %d, %v; want 2", s.LiveNodes(), err)
-	}
+	secondNode(t, s)
 	hour := []admission.Bucket{{Key: lua.Key("fo", "peer", "hourly"), Limit: 10, Window: time.Hour}}
 	if got := admitted(t, s, "before", 6, hour); got != 6 {
 		t.Fatalf("admitted %d of 6, want 6", got)
