@@ -158,7 +158,14 @@ func (p *Pacer) Acquire(ctx context.Context, c Carrier, member string, trace Tra
 	start := p.clock.Now()
 	// The store lost a schedule (a Redis restarted empty, a switch): this
 	// node's waiting slots go back first, so this call's comes after them
-	// (within this call's max_wait: start is taken before).
+	// (within this call's max_wait: start is taken before). A loss after
+	// asked (this call's first reservation, made ahead or here) may have
+	// given it a slot before they were back, or a slot of the schedule
+	// lost: it takes one again once they are (below).
+	asked0 := time.Now()
+	if first != nil && first.Asked.Before(asked0) {
+		asked0 = first.Asked
+	}
 	p.rebook(ctx)
 	if first != nil && first.Asked.Before(start) {
 		start = first.Asked // MaxWait counts from the reservation
@@ -219,10 +226,11 @@ func (p *Pacer) Acquire(ctx context.Context, c Carrier, member string, trace Tra
 			return Ticket{}, err
 		}
 		p.learnSlot(slot, asked)
-		if slot.OK && !slot.Probe && !rebooked && p.rebook(ctx) {
-			// The store lost its schedule while it gave this slot (its
-			// NOSCRIPT): taken from an empty schedule, ahead of the slots
-			// this node's waiting calls just put back. Taken again, once,
+		if slot.OK && !slot.Probe && !rebooked && p.rebook(ctx).After(asked0) {
+			// The store lost its schedule while this call reserved (its
+			// NOSCRIPT, a switch by this or another call): its slot came
+			// from the schedule lost, or from the new one before this
+			// node's waiting slots were back in it. Taken again, once,
 			// behind them.
 			rebooked = true
 			p.releaseAfter(ctx, slot)

@@ -36,12 +36,17 @@ type Waiting struct {
 }
 
 // waitingSet is the slots this node's calls are waiting for, by carrier
-// key (Pacer.awaitSlot), for Rebook. Safe for concurrent use.
+// key (Pacer.awaitSlot), for Rebook, and the losses acted on. Safe for
+// concurrent use.
 type waitingSet struct {
 	mu   sync.Mutex
 	keys map[string]map[string]Waiting
-	// lost is the Rebooker's Lost last acted on (Unix nanoseconds).
-	lost atomic.Int64
+	// rebooking is held while a loss's slots are put back, so a call
+	// that finds the loss waits until they are (Pacer.rebook).
+	rebooking sync.Mutex
+	// done is the Rebooker's Lost last acted on, once its slots were put
+	// back (Unix nanoseconds).
+	done atomic.Int64
 }
 
 func (w *waitingSet) add(key string, s Waiting) {
@@ -67,19 +72,10 @@ func (w *waitingSet) remove(key, member string) {
 	delete(w.keys[key], member)
 }
 
-// take returns the waiting slots by key, ordered by due time, and true
-// when lost is later than the last loss acted on (and marks it acted on);
-// else nil and false.
-func (w *waitingSet) take(lost time.Time) (map[string][]Waiting, bool) {
-	if lost.IsZero() || lost.UnixNano() <= w.lost.Load() {
-		return nil, false // the fast path of every call
-	}
+// snapshot returns the waiting slots by key, ordered by due time.
+func (w *waitingSet) snapshot() map[string][]Waiting {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if lost.UnixNano() <= w.lost.Load() {
-		return nil, false
-	}
-	w.lost.Store(lost.UnixNano())
 	out := make(map[string][]Waiting, len(w.keys))
 	for k, m := range w.keys {
 		if len(m) == 0 {
@@ -92,7 +88,7 @@ func (w *waitingSet) take(lost time.Time) (map[string][]Waiting, bool) {
 		slices.SortFunc(s, func(a, b Waiting) int { return a.Due.Compare(b.Due) })
 		out[k] = s
 	}
-	return out, true
+	return out
 }
 
 // rebookTimeout bounds one loss's rebooking, all carriers together.
@@ -100,31 +96,31 @@ const rebookTimeout = time.Second
 
 // rebook puts this node's waiting slots back when the store lost a
 // schedule since the last time (once per loss, by the first call that
-// sees it, before it reserves its own slot: the slots it and later calls
-// take then come after them). A store that fails it leaves the calls as
+// sees it; the calls that see it meanwhile wait until the slots are back,
+// so the slots they take come after them), and returns the store's Lost
+// (zero without a Rebooker). A store that fails it leaves the calls as
 // they are; the send gate still holds this node to its share (Careful).
-//
-// It reports whether it put slots back (a call that took its own slot as
-// the loss was found then takes it again behind them).
-func (p *Pacer) rebook(ctx context.Context) bool {
+func (p *Pacer) rebook(ctx context.Context) time.Time {
 	rb, ok := p.store.(Rebooker)
 	if !ok {
-		return false
+		return time.Time{}
 	}
 	lost := rb.Lost()
-	if lost.IsZero() {
-		return false
+	if lost.IsZero() || lost.UnixNano() <= p.waiting.done.Load() {
+		return lost // the fast path of every call
 	}
-	byKey, _ := p.waiting.take(lost)
-	if len(byKey) == 0 {
-		return false
+	p.waiting.rebooking.Lock()
+	defer p.waiting.rebooking.Unlock()
+	if lost.UnixNano() <= p.waiting.done.Load() {
+		return lost // put back meanwhile, by another call
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rebookTimeout)
 	defer cancel()
-	for key, slots := range byKey {
+	for key, slots := range p.waiting.snapshot() {
 		_ = rb.Rebook(ctx, key, slots)
 	}
-	return true
+	p.waiting.done.Store(lost.UnixNano())
+	return lost
 }
 
 // Rebook implements Rebooker's Rebook for the shared slots (rebook.lua).
