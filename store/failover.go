@@ -110,6 +110,9 @@ type Failover struct {
 	// (Unix nanoseconds; 0: never): careful.go, Lost. noScriptAt is when
 	// a NOSCRIPT last counted as a loss.
 	lostAt, noScriptAt atomic.Int64
+	// lostLocal reports that the last loss was the in-process schedule's
+	// alone (markLostLocal).
+	lostLocal atomic.Bool
 	// recounts are the decisions made on the fallback while Redis is in
 	// use, to be counted in Redis (recount.go); nil without Redis.
 	recounts chan recount
@@ -497,9 +500,13 @@ func (f *Failover) Reserve(ctx context.Context, key, member string, share pacing
 		return pacing.Slot{Key: key, Member: member}, ErrStoreDown
 	}
 	s, err := f.o.LocalSlots.Reserve(ctx, key, member, share, f.shareInterval(interval), maxWait)
-	if err == nil {
-		// A slot Redis's schedule does not hold (recount.go).
+	if err == nil && s.OK && f.redisInUse() {
+		// A slot Redis's schedule does not hold (recount.go), from an
+		// in-process schedule that may not hold this node's waiting
+		// slots: a loss, so the Pacer puts them there and this call
+		// takes its slot again after them (Rebook).
 		f.recountSlot(key, s, interval)
+		f.markLostLocal()
 	}
 	return s, err
 }

@@ -958,3 +958,45 @@ func TestNoScriptCountsOncePerWindow(t *testing.T) {
 		t.Fatalf("a second NOSCRIPT within %v counted again: %v, then %v", carefulMaxWindow, first, got)
 	}
 }
+
+// A slot the in-process schedule gave while the node stays on Redis (its
+// pace call met a lost connection) is a loss: the Pacer puts this node's
+// waiting slots into the in-process schedule as well, and the call takes
+// its slot again after them (h66: 38 a second at a carrier's 30 at a
+// Redis kill).
+func TestSlotFromTheFallbackOnRedisIsALoss(t *testing.T) {
+	redisSlots := &onceSlots{LocalSlots: pacing.NewLocalSlots(nil), fail: 1,
+		err: fmt.Errorf("pacing: run pace.lua: %w", io.EOF)}
+	local := pacing.NewLocalSlots(nil)
+	f := NewFailover(Options{Redis: admission.NewLocalStore(nil), RedisSlots: redisSlots, Local: admission.NewLocalStore(nil),
+		LocalSlots: local, Quiet: time.Hour})
+	f.ok() // Redis answered lately: the lost connection is forgiven
+	const key, interval = "carrier:x", 100 * time.Millisecond
+	if s, err := f.Reserve(context.Background(), key, "met-eof", pacing.Share{}, interval, 5*time.Second); err != nil || !s.OK {
+		t.Fatalf("reserve: %+v, %v", s, err)
+	}
+	if f.Mode() != ModeRedis || f.Lost().IsZero() {
+		t.Fatalf("mode %s, lost %v: want still on redis, and a loss", f.Mode(), f.Lost())
+	}
+	waiting := []pacing.Waiting{{Member: "waiting", Due: time.Now().Add(400 * time.Millisecond), Keep: time.Second}}
+	if err := f.Rebook(context.Background(), key, waiting); err != nil {
+		t.Fatal(err)
+	}
+	// Into the in-process schedule only: Redis's lost nothing, and a
+	// round trip to it per slow reply held every call behind it.
+	if q, err := local.Queue(context.Background(), key, interval); err != nil || q.Queued < 1 {
+		t.Fatalf("in-process schedule %+v, %v: want the waiting slot in it", q, err)
+	}
+	if q, err := redisSlots.Queue(context.Background(), key, interval); err != nil || q.Queued != 0 {
+		t.Fatalf("redis schedule %+v, %v: want it untouched", q, err)
+	}
+	// A loss of Redis's schedule (a switch, a NOSCRIPT) puts them into
+	// both.
+	f.markLost()
+	if err := f.Rebook(context.Background(), key, waiting); err != nil {
+		t.Fatal(err)
+	}
+	if q, err := redisSlots.Queue(context.Background(), key, interval); err != nil || q.Queued < 1 {
+		t.Fatalf("redis schedule %+v, %v: want the waiting slot in it", q, err)
+	}
+}
