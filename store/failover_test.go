@@ -739,6 +739,14 @@ func TestRedisThatLostItsScriptsKeepsTheCarrierShare(t *testing.T) {
 	}
 }
 
+// fakeRedisFailover is a Failover whose "Redis" is rs and rslots (in
+// process, failing as the test makes them), with local as its in-process
+// slots; a timeout is never an outage (Quiet: an hour).
+func fakeRedisFailover(rs admission.Store, rslots, local pacing.SlotStore, policy string) *Failover {
+	return NewFailover(Options{Redis: rs, RedisSlots: rslots, Local: admission.NewLocalStore(nil),
+		LocalSlots: local, Policy: policy, Quiet: time.Hour})
+}
+
 // onceStore fails the Admits numbered in fail (counting from 1) with err.
 type onceStore struct {
 	admission.Store
@@ -762,8 +770,7 @@ func TestCallDecidedUncountedIsCountedLater(t *testing.T) {
 	redis := admission.NewLocalStore(nil)
 	rs := &onceStore{Store: redis, fail: map[int]bool{3: true},
 		err: fmt.Errorf("admission: run admit.lua: %w", context.DeadlineExceeded)}
-	f := NewFailover(Options{Redis: rs, RedisSlots: pacing.NewLocalSlots(nil), Local: admission.NewLocalStore(nil),
-		LocalSlots: pacing.NewLocalSlots(nil), Quiet: time.Hour})
+	f := fakeRedisFailover(rs, pacing.NewLocalSlots(nil), pacing.NewLocalSlots(nil), PolicyLocal)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go f.Run(ctx)
@@ -813,8 +820,7 @@ func TestCarefulCallThatMeetsATimeoutIsAdmittedOnce(t *testing.T) {
 		t.Run(policy, func(t *testing.T) {
 			rs := &onceStore{Store: admission.NewLocalStore(nil), fail: map[int]bool{2: true},
 				err: fmt.Errorf("admission: run admit.lua: %w", context.DeadlineExceeded)}
-			f := NewFailover(Options{Redis: rs, RedisSlots: pacing.NewLocalSlots(nil), Local: admission.NewLocalStore(nil),
-				LocalSlots: pacing.NewLocalSlots(nil), Policy: policy, Quiet: time.Hour})
+			f := fakeRedisFailover(rs, pacing.NewLocalSlots(nil), pacing.NewLocalSlots(nil), policy)
 			ctx := context.Background()
 			if d, err := f.Admit(ctx, "first", careful10s); err != nil || !d.Admit {
 				t.Fatalf("first call: %+v, %v", d, err)
@@ -906,8 +912,7 @@ func TestSlotDecidedUncountedIsCountedLater(t *testing.T) {
 	redisSlots := &onceSlots{LocalSlots: pacing.NewLocalSlots(nil), fail: 2,
 		err: fmt.Errorf("pacing: run pace.lua: %w", context.DeadlineExceeded)}
 	local := pacing.NewLocalSlots(nil)
-	f := NewFailover(Options{Redis: admission.NewLocalStore(nil), RedisSlots: redisSlots, Local: admission.NewLocalStore(nil),
-		LocalSlots: local, Quiet: time.Hour})
+	f := fakeRedisFailover(admission.NewLocalStore(nil), redisSlots, local, PolicyLocal)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go f.Run(ctx)
@@ -945,8 +950,7 @@ func TestSlotDecidedUncountedIsCountedLater(t *testing.T) {
 // one loss per carefulMaxWindow: otherwise every call would put this
 // node's waiting slots back and take its own twice (h65).
 func TestNoScriptCountsOncePerWindow(t *testing.T) {
-	f := NewFailover(Options{Redis: admission.NewLocalStore(nil), RedisSlots: pacing.NewLocalSlots(nil), Local: admission.NewLocalStore(nil),
-		LocalSlots: pacing.NewLocalSlots(nil)})
+	f := fakeRedisFailover(admission.NewLocalStore(nil), pacing.NewLocalSlots(nil), pacing.NewLocalSlots(nil), PolicyLocal)
 	f.noScript()
 	first := f.Lost()
 	if first.IsZero() {
@@ -968,8 +972,7 @@ func TestSlotFromTheFallbackOnRedisIsALoss(t *testing.T) {
 	redisSlots := &onceSlots{LocalSlots: pacing.NewLocalSlots(nil), fail: 1,
 		err: fmt.Errorf("pacing: run pace.lua: %w", io.EOF)}
 	local := pacing.NewLocalSlots(nil)
-	f := NewFailover(Options{Redis: admission.NewLocalStore(nil), RedisSlots: redisSlots, Local: admission.NewLocalStore(nil),
-		LocalSlots: local, Quiet: time.Hour})
+	f := fakeRedisFailover(admission.NewLocalStore(nil), redisSlots, local, PolicyLocal)
 	f.ok() // Redis answered lately: the lost connection is forgiven
 	const key, interval = "carrier:x", 100 * time.Millisecond
 	if s, err := f.Reserve(context.Background(), key, "met-eof", pacing.Share{}, interval, 5*time.Second); err != nil || !s.OK {

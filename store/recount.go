@@ -60,9 +60,8 @@ func (f *Failover) recountSlot(key string, s pacing.Slot, interval time.Duration
 	if !s.OK || !f.redisInUse() || f.recounts == nil {
 		return
 	}
-	due := s.Due()
-	f.queueRecount(recount{key: key, slot: pacing.Waiting{Member: s.Member, Due: due, Keep: max(interval, time.Second)},
-		until: due.Add(max(interval, time.Second))})
+	due, keep := s.Due(), max(interval, time.Second) // pace.lua's keep
+	f.queueRecount(recount{key: key, slot: pacing.Waiting{Member: s.Member, Due: due, Keep: keep}, until: due.Add(keep)})
 }
 
 func (f *Failover) queueRecount(r recount) {
