@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/cpsguard/cpsguard/config"
@@ -30,16 +31,8 @@ func runCheck(args []string) int {
 		return exitUsage
 	}
 	c, err := config.Load(*path)
-	var ve *config.ValidationError
-	switch {
-	case errors.As(err, &ve):
-		fmt.Fprintf(os.Stderr, "%s: invalid, %d error(s):\n", *path, len(ve.Errors))
-		for i, line := range ve.Errors {
-			fmt.Fprintln(os.Stderr, placed(*path, ve.At(i))+line)
-		}
-		return exitFail
-	case err != nil:
-		fmt.Fprintf(os.Stderr, "cpsguard check: %v\n", err)
+	if err != nil {
+		printLoadError(os.Stderr, "check", *path, err)
 		return exitFail
 	}
 	if !*quiet {
@@ -49,6 +42,23 @@ func runCheck(args []string) int {
 		fmt.Printf("warning: %s\n", w)
 	}
 	return exitOK
+}
+
+// printLoadError writes why the configuration at path did not load, the
+// same way for every command that loads one (check, serve): a
+// ValidationError as a count and then every error on a line of its own,
+// each after its place in the file ("FILE:7:5: ") when it has one; any
+// other error (an unreadable file) on one line after the command's name.
+func printLoadError(w io.Writer, command, path string, err error) {
+	var ve *config.ValidationError
+	if !errors.As(err, &ve) {
+		fmt.Fprintf(w, "cpsguard %s: %v\n", command, err)
+		return
+	}
+	fmt.Fprintf(w, "%s: invalid, %d error(s):\n", path, len(ve.Errors))
+	for i, line := range ve.Errors {
+		fmt.Fprintln(w, placed(path, ve.At(i))+line)
+	}
 }
 
 // placed is the "file:line:column: " prefix of an error at a place in the

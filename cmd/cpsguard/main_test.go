@@ -424,6 +424,23 @@ func TestServeBadConfig(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stderr, "peers[0].cps: must be > 0 (got 0)") {
 		t.Errorf("got exit %d, stderr %q; want 1 and the error", r.code, r.stderr)
 	}
+	// serve reports a bad file as check does, each error after its place
+	// (an operator who ran one knows how to read the other).
+	for _, file := range []string{"bad_many.yaml", "bad_yaml_indent.yaml", "does-not-exist.yaml"} {
+		path := "../../testdata/config/" + file
+		serve := cpsguard(t, nil, "serve", "--config", path)
+		check := cpsguard(t, nil, "check", "--config", path)
+		if serve.code != 1 || check.code != 1 {
+			t.Errorf("%s: exit serve %d, check %d; want 1 from both", file, serve.code, check.code)
+		}
+		if want := strings.ReplaceAll(check.stderr, "cpsguard check:", "cpsguard serve:"); serve.stderr != want {
+			t.Errorf("%s: serve wrote\n%s\ncheck wrote\n%s", file, serve.stderr, check.stderr)
+		}
+	}
+	if r := cpsguard(t, nil, "serve", "--config", "../../testdata/config/bad_many.yaml"); !strings.Contains(r.stderr,
+		"\n../../testdata/config/bad_many.yaml:27:56: carriers[1].cps: must be > 0 (got -3)\n") {
+		t.Errorf("serve's errors have no FILE:LINE:COLUMN place:\n%s", r.stderr)
+	}
 }
 
 func TestServeHTTPPortInUse(t *testing.T) {

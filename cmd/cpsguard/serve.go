@@ -63,7 +63,7 @@ func runServe(args []string) int {
 
 	mgr, err := config.NewManager(*path)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "cpsguard serve: %v\n", err)
+		printLoadError(os.Stderr, "serve", *path, err)
 		return exitFail
 	}
 	cfg := mgr.Current()
