@@ -52,7 +52,8 @@ type SIP struct {
 	// "tls://host:port" (SIP over TLS; needs sip.tls.cert_file). IPv4 and
 	// IPv6 addresses may be listed together: each address family sends
 	// from its own listener, and a lone IPv6 wildcard ([::]) takes IPv4
-	// too.
+	// too. An IPv4 address in brackets ("udp://[10.1.2.3]:5060", from a
+	// template of either family) is taken without them.
 	Listen []string `cfg:"listen"`
 	// Advertise is host[:port] put in Via and Record-Route; empty means the
 	// listen address.

@@ -123,3 +123,38 @@ func TestEveryReadEnvVarIsKnown(t *testing.T) {
 		t.Error("found no Getenv of a CPSGUARD_ variable: the scan is broken")
 	}
 }
+
+// A host IP templated into brackets ("udp://[$(NODE_IP)]:5060", as the
+// Kubernetes examples write it so an IPv6 node works) is taken for an IPv4
+// one too, and written without them; an IPv6 one keeps them, and what is
+// not an address in brackets is still refused.
+func TestBracketedHostIP(t *testing.T) {
+	for _, tc := range []struct {
+		ip, listen, advertise, http string
+	}{
+		{"10.20.0.5", "udp://10.20.0.5:5060", "10.20.0.5", "10.20.0.5:9090"},
+		{"fd00::5", "udp://[fd00::5]:5060", "fd00::5", "[fd00::5]:9090"},
+	} {
+		t.Setenv("CPSGUARD_SIP_LISTEN", "udp://["+tc.ip+"]:5060")
+		t.Setenv("CPSGUARD_SIP_ADVERTISE", tc.ip)
+		t.Setenv("CPSGUARD_HTTP_LISTEN", "["+tc.ip+"]:9090")
+		c, err := Parse([]byte(minimal))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.ip, err)
+		}
+		if !slices.Equal(c.SIP.Listen, []string{tc.listen}) || c.SIP.Advertise != tc.advertise || c.HTTP.Listen != tc.http {
+			t.Errorf("%s: sip.listen %v, sip.advertise %q, http.listen %q; want [%s], %q, %q",
+				tc.ip, c.SIP.Listen, c.SIP.Advertise, c.HTTP.Listen, tc.listen, tc.advertise, tc.http)
+		}
+	}
+	t.Setenv("CPSGUARD_SIP_ADVERTISE", "[10.20.0.5]")
+	if c, err := Parse([]byte(minimal)); err != nil || c.SIP.Advertise != "10.20.0.5" {
+		t.Errorf("sip.advertise [10.20.0.5]: got %v, %v", c, err)
+	}
+	for _, bad := range []string{"udp://[example.com]:5060", "udp://[10.20.0.5:5060", "udp://[10.20.0.5]5060", "udp://[10.20.0.500]:5060"} {
+		t.Setenv("CPSGUARD_SIP_LISTEN", bad)
+		if _, err := Parse([]byte(minimal)); err == nil {
+			t.Errorf("sip.listen %q accepted", bad)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package config
 import (
 	"bytes"
 	"errors"
+	"net/netip"
 	"os"
 	"reflect"
 	"strings"
@@ -147,6 +148,13 @@ func yamlMessage(err error) string {
 // reference to "Premium" must find it. Route names are therefore
 // case-insensitive.
 func normalize(c *Config) {
+	for i, l := range c.SIP.Listen {
+		if scheme, hp, ok := strings.Cut(l, "://"); ok {
+			c.SIP.Listen[i] = scheme + "://" + unbracketIPv4(hp)
+		}
+	}
+	c.SIP.Advertise = unbracketIPv4(c.SIP.Advertise)
+	c.HTTP.Listen = unbracketIPv4(c.HTTP.Listen)
 	for i := range c.Peers {
 		c.Peers[i].Route = strings.ToLower(c.Peers[i].Route)
 	}
@@ -156,6 +164,26 @@ func normalize(c *Config) {
 	for i := range c.Destinations {
 		c.Destinations[i].Route = strings.ToLower(c.Destinations[i].Route)
 	}
+}
+
+// unbracketIPv4 writes "[10.0.0.7]:5060" as "10.0.0.7:5060" (and
+// "[10.0.0.7]" as "10.0.0.7"); anything else is returned as it is. Brackets
+// belong around IPv6 literals only, but an address templated from a host
+// IP whose family is not known in advance (Kubernetes' status.hostIP in
+// "udp://[$(NODE_IP)]:5060") has them either way.
+func unbracketIPv4(hostport string) string {
+	rest, ok := strings.CutPrefix(hostport, "[")
+	if !ok {
+		return hostport
+	}
+	host, port, ok := strings.Cut(rest, "]")
+	if !ok || (port != "" && !strings.HasPrefix(port, ":")) {
+		return hostport
+	}
+	if a, err := netip.ParseAddr(host); err != nil || !a.Is4() {
+		return hostport
+	}
+	return host + port
 }
 
 // bindEnv binds CPSGUARD_<PATH> for every scalar or scalar-list setting of

@@ -412,7 +412,7 @@ func TestKubernetesImageAndDrain(t *testing.T) {
 		timeout = d
 	}
 	grace := time.Duration(pod.TerminationGracePeriodSeconds) * time.Second
-	cfg := loadConfigMap(t, m)
+	cfg := loadConfigMap(t, m, "10.20.0.5")
 	// The hook waits out the drain, and the kubelet's grace covers the hook
 	// and the stop after it.
 	if timeout < cfg.SIP.DrainGrace+time.Second || grace < timeout+5*time.Second {
@@ -502,10 +502,15 @@ func TestKubernetesDeployment(t *testing.T) {
 // environment the DaemonSet gives each pod.
 func TestKubernetesConfigIsValid(t *testing.T) {
 	m := readManifests(t)
-	cfg := loadConfigMap(t, m)
+	cfg := loadConfigMap(t, m, "10.20.0.5")
 	if cfg.NodeID != "cpsguard-7d9f-abcde" || cfg.HTTP.Listen != "10.20.0.5:9090" || cfg.SIP.Advertise != "10.20.0.5" ||
 		!slices.Equal(cfg.SIP.Listen, []string{"udp://10.20.0.5:5060", "tcp://10.20.0.5:5060"}) {
 		t.Errorf("per-pod settings: node_id %q http.listen %q sip.advertise %q sip.listen %v", cfg.NodeID, cfg.HTTP.Listen, cfg.SIP.Advertise, cfg.SIP.Listen)
+	}
+	// On a node whose status.hostIP is IPv6, the same manifest.
+	if v6 := loadConfigMap(t, m, "fd00:20::5"); v6.HTTP.Listen != "[fd00:20::5]:9090" || v6.SIP.Advertise != "fd00:20::5" ||
+		!slices.Equal(v6.SIP.Listen, []string{"udp://[fd00:20::5]:5060", "tcp://[fd00:20::5]:5060"}) {
+		t.Errorf("IPv6 node: http.listen %q sip.advertise %q sip.listen %v", v6.HTTP.Listen, v6.SIP.Advertise, v6.SIP.Listen)
 	}
 	if cfg.Store.Redis == nil || cfg.Store.Redis.MasterName == "" || len(cfg.Peers) != 2 || len(cfg.Carriers) != 3 {
 		t.Errorf("production example: want Sentinel, two dialers and three carriers; got %s, %d peers, %d carriers", cfg.StoreMode(), len(cfg.Peers), len(cfg.Carriers))
@@ -518,7 +523,7 @@ func TestKubernetesConfigIsValid(t *testing.T) {
 // loadConfigMap loads the ConfigMap's cpsguard.yaml with the environment
 // the DaemonSet gives a pod (what the kubelet fills in, then $(VAR)
 // expansion in order), as the pod's cpsguard does.
-func loadConfigMap(t *testing.T, m manifests) *config.Config {
+func loadConfigMap(t *testing.T, m manifests, nodeIP string) *config.Config {
 	t.Helper()
 	for _, kv := range os.Environ() {
 		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, config.EnvPrefix+"_") {
@@ -527,7 +532,7 @@ func loadConfigMap(t *testing.T, m manifests) *config.Config {
 		}
 	}
 	// What the kubelet would fill in, then $(VAR) expansion in order.
-	vars := map[string]string{"POD_NAME": "cpsguard-7d9f-abcde", "NODE_IP": "10.20.0.5"}
+	vars := map[string]string{"POD_NAME": "cpsguard-7d9f-abcde", "NODE_IP": nodeIP}
 	// With a Redis password, as the ConfigMap's Sentinel expects (the
 	// key is optional: without it nothing crosses the network to warn of).
 	secrets := map[string]string{"http-token": "token-0123456789", "dialog-secret": "0123456789abcdef0123", "redis-password": "redis-pw-0123"}

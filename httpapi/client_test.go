@@ -19,6 +19,9 @@ func TestListenURL(t *testing.T) {
 		{"0.0.0.0:9090", "http://127.0.0.1:9090"},
 		{":9090", "http://127.0.0.1:9090"},
 		{"[::]:9090", "http://[::1]:9090"},
+		// The Kubernetes examples bracket the node IP of either family.
+		{"[10.20.0.5]:9090", "http://10.20.0.5:9090"},
+		{"[fd00:20::5]:9090", "http://[fd00:20::5]:9090"},
 		{"[::1]:9191", "http://[::1]:9191"},
 		{"10.0.0.5:9090", "http://10.0.0.5:9090"},
 		{"localhost:9090", "http://localhost:9090"},
