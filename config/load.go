@@ -26,12 +26,8 @@ const keyDelim = "::"
 // Default returns the configuration used for every setting the file leaves
 // out (DESIGN.md "Configuration"). NodeID defaults to the host name.
 func Default() *Config {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "cpsguard"
-	}
 	c := &Config{
-		NodeID: host,
+		NodeID: defaultNodeID(),
 		SIP: SIP{
 			Listen:          []string{"udp://127.0.0.1:5060", "tcp://127.0.0.1:5060"},
 			RecordRoute:     true,
@@ -122,6 +118,20 @@ func Parse(data []byte) (*Config, error) {
 	pos, env := positions(data), envOverrides()
 	errs.locate = func(path string) (Position, string) { return locate(pos, env, path) }
 	errs.envOnly = func(block string) []string { return envOnly(pos, env, block) }
+	if line := extraDocuments(data); line > 0 {
+		errs.addAt(Position{Line: line}, "a second YAML document (after \"---\"): cpsguard reads the first only; keep one")
+	}
+	for _, path := range valueless(data) {
+		if inTree(tree, path) {
+			continue // the environment gives it a value
+		}
+		if path == "store.redis" {
+			errs.add(path, "empty: give its addrs (one: a standalone server; several: a Cluster; with master_name: Sentinels), "+
+				"or remove it for the in-process store, where each node counts alone")
+			continue
+		}
+		errs.add(path, "has no value: give it one, or remove the key for its default")
+	}
 	c := Default()
 	d := decoder{errs: errs}
 	d.decode("", tree, reflect.ValueOf(c).Elem())
@@ -148,6 +158,10 @@ func yamlMessage(err error) string {
 // reference to "Premium" must find it. Route names are therefore
 // case-insensitive.
 func normalize(c *Config) {
+	if c.NodeID == "" {
+		// node_id: "" is the default, as DESIGN.md's example writes it.
+		c.NodeID = defaultNodeID()
+	}
 	for i, l := range c.SIP.Listen {
 		if scheme, hp, ok := strings.Cut(l, "://"); ok {
 			c.SIP.Listen[i] = scheme + "://" + unbracketIPv4(hp)
@@ -164,6 +178,15 @@ func normalize(c *Config) {
 	for i := range c.Destinations {
 		c.Destinations[i].Route = strings.ToLower(c.Destinations[i].Route)
 	}
+}
+
+// defaultNodeID is the host name ("cpsguard" when it has none).
+func defaultNodeID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		return "cpsguard"
+	}
+	return host
 }
 
 // unbracketIPv4 writes "[10.0.0.7]:5060" as "10.0.0.7:5060" (and

@@ -850,3 +850,54 @@ func TestHostPort(t *testing.T) {
 		}
 	}
 }
+
+// A key the file gives no value (null, or an empty mapping) is an error:
+// the YAML library hands it to the decoder as if it were not there, and
+// "store: {redis: {}}" was the in-process store, every node of a pool
+// counting alone (h68). So is a second YAML document, which was ignored.
+func TestKeysWithoutValue(t *testing.T) {
+	for _, tc := range []struct{ name, extra, want string }{
+		{"redis null", "store:\n  redis:\n", "store.redis: empty: give its addrs"},
+		{"redis empty", "store:\n  redis: {}\n", "store.redis: empty: give its addrs"},
+		{"scalar null", "sip:\n  advertise: ~\n", "sip.advertise: has no value: give it one, or remove the key for its default"},
+		{"mapping null", "http:\n", "http: has no value"},
+		{"second document", "---\nshadow: true\n", "a second YAML document"},
+	} {
+		_, err := Parse([]byte(minimal + tc.extra))
+		var ve *ValidationError
+		if !errors.As(err, &ve) || !strings.Contains(strings.Join(ve.Errors, "\n"), tc.want) {
+			t.Errorf("%s: got %v, want an error with %q", tc.name, err, tc.want)
+		}
+	}
+	// A route given no carriers, where an empty list was refused already.
+	routes := strings.Replace(minimal, "  default: [carrier-a]\n", "  default: [carrier-a]\n  premium: ~\n", 1)
+	if _, err := Parse([]byte(routes)); err == nil || !strings.Contains(err.Error(), "routes.premium: has no value") {
+		t.Errorf("routes.premium: ~: got %v", err)
+	}
+	// The environment gives the empty block its value; a "---" at the end
+	// starts no document; an empty list is a value.
+	t.Setenv("CPSGUARD_STORE_REDIS_ADDRS", "127.0.0.1:6379")
+	for _, ok := range []string{"store:\n  redis:\n", "---\n", "sip:\n  strip_headers: []\n"} {
+		if _, err := Parse([]byte(minimal + ok)); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+}
+
+// Store addresses that would start the wrong client, and node_id "" as
+// DESIGN.md's example writes it (the default, the host name).
+func TestStoreAddrsAndEmptyNodeID(t *testing.T) {
+	for _, tc := range []struct{ store, want string }{
+		{"store:\n  redis:\n    addrs: [127.0.0.1:6379, 127.0.0.1:6379]\n", `store.redis.addrs[1]: duplicate of store.redis.addrs[0] ("127.0.0.1:6379")`},
+		{"store:\n  redis:\n    addrs: [127.0.0.1:26379]\n    master_name: \" \"\n", `store.redis.master_name: must not start or end with a blank (got " ")`},
+	} {
+		_, err := Parse([]byte(minimal + tc.store))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: got %v, want %q", tc.store, err, tc.want)
+		}
+	}
+	c, err := Parse([]byte("node_id: \"\"\n" + minimal))
+	if host := defaultNodeID(); err != nil || c.NodeID != host {
+		t.Errorf("node_id \"\": got %v, %v; want the host name %q", c, err, defaultNodeID())
+	}
+}

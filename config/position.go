@@ -244,3 +244,90 @@ func envOverrides() map[string]string {
 	}
 	return out
 }
+
+// valueless returns the paths of the file's keys whose value is null or an
+// empty mapping ("redis:", "redis: {}", "premium: ~"), in file order. The
+// YAML library hands such a key to the decoder as if it were not there:
+// "store: {redis: {}}" would be the in-process store, every node of a pool
+// counting alone, where the file asks for Redis.
+func valueless(data []byte) []string {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil
+	}
+	var out []string
+	var walk func(path string, n *yaml.Node, depth int)
+	walk = func(path string, n *yaml.Node, depth int) {
+		if n == nil || depth > 64 {
+			return
+		}
+		switch n.Kind {
+		case yaml.DocumentNode:
+			for _, c := range n.Content {
+				walk(path, c, depth+1)
+			}
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k, v := n.Content[i], n.Content[i+1]
+				if k.Value == "<<" {
+					continue
+				}
+				p := join(path, strings.ToLower(k.Value))
+				if (v.Kind == yaml.ScalarNode && v.Tag == "!!null") || (v.Kind == yaml.MappingNode && len(v.Content) == 0) {
+					out = append(out, p)
+					continue
+				}
+				walk(p, v, depth+1)
+			}
+		case yaml.SequenceNode:
+			for i, c := range n.Content {
+				walk(fmt.Sprintf("%s[%d]", path, i), c, depth+1)
+			}
+		}
+	}
+	walk("", &doc, 0)
+	return out
+}
+
+// inTree reports whether path ("store.redis", "peers[0].reject") names a
+// value in tree, the settings as viper hands them to the decoder.
+func inTree(tree map[string]any, path string) bool {
+	var cur any = tree
+	for _, seg := range strings.Split(path, ".") {
+		name, idx, _ := strings.Cut(seg, "[")
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return false
+		}
+		if cur, ok = m[name]; !ok {
+			return false
+		}
+		for idx != "" {
+			var n string
+			n, idx, _ = strings.Cut(idx, "]")
+			idx = strings.TrimPrefix(idx, "[")
+			i, err := strconv.Atoi(n)
+			l, ok := cur.([]any)
+			if err != nil || !ok || i < 0 || i >= len(l) {
+				return false
+			}
+			cur = l[i]
+		}
+	}
+	return true
+}
+
+// extraDocuments returns the line of the file's second YAML document, 0
+// when it has one: cpsguard reads the first only, so settings after a
+// "---" would be ignored without a word.
+func extraDocuments(data []byte) int {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var first, second yaml.Node
+	if dec.Decode(&first) != nil || dec.Decode(&second) != nil {
+		return 0
+	}
+	if len(second.Content) == 0 || (second.Content[0].Kind == yaml.ScalarNode && second.Content[0].Tag == "!!null") {
+		return 0 // a "---" with nothing after it
+	}
+	return max(second.Content[0].Line, 1)
+}

@@ -347,12 +347,22 @@ func (v *validator) store() {
 			v.errf("store.redis.addrs", "must list at least one address like 127.0.0.1:6379 (omit store.redis for the in-process store)")
 		}
 	}
+	seen := map[string]int{}
 	for i, a := range r.Addrs {
 		if err := hostPort(a); err != nil {
 			v.errf(fmt.Sprintf("store.redis.addrs[%d]", i), "%v", err)
 		} else if _, port, _ := net.SplitHostPort(a); portZero(port) {
 			v.errf(fmt.Sprintf("store.redis.addrs[%d]", i), "port must be 1-65535 (got %q): it is an address to dial", a)
+		} else if j, dup := seen[strings.ToLower(a)]; dup {
+			// Two addresses make a Cluster client, which a standalone
+			// server refuses on every call.
+			v.errf(fmt.Sprintf("store.redis.addrs[%d]", i), "duplicate of store.redis.addrs[%d] (%q): one address is a standalone server, several a Cluster or Sentinels", j, a)
+		} else {
+			seen[strings.ToLower(a)] = i
 		}
+	}
+	if r.MasterName != "" && strings.TrimSpace(r.MasterName) != r.MasterName {
+		v.errf("store.redis.master_name", "must not start or end with a blank (got %q)", r.MasterName)
 	}
 	if r.DB < 0 {
 		v.errf("store.redis.db", "must be >= 0 (got %d)", r.DB)
