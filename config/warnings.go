@@ -91,6 +91,15 @@ func Warnings(c *Config) []string {
 		add("log.level", "debug writes several lines per call; at a few hundred CPS the log costs more than the calls")
 	}
 	w = append(w, families(c)...)
+	w = append(w, selfCarriers(c)...)
+	for i, n := range c.Priority.Numbers {
+		digits := strings.TrimPrefix(n, "+")
+		if !strings.HasSuffix(n, "$") && len(digits) < 3 {
+			add(fmt.Sprintf("priority.numbers[%d]", i), "%q is a prefix of %d digit(s): every called number that starts with it "+
+				"is a priority call that passes every limit (\"1\" is every North American number in national form); "+
+				"write %s$ to match that number only", n, len(digits), n)
+		}
+	}
 	w = append(w, peerSources(c)...)
 	w = append(w, unused(c)...)
 	for i, p := range c.Peers {
@@ -255,6 +264,65 @@ func listed3(items []string) string {
 		return joinAnd(items)
 	}
 	return fmt.Sprintf("%s and %d more", strings.Join(items[:3], ", "), len(items)-3)
+}
+
+// selfCarriers reports carriers whose URI is one of the node's own SIP
+// listeners (an IP address and port a listener of the carrier's transport
+// has, or a loopback address under a listener on every interface): each
+// call to such a carrier comes back to the node as a new INVITE, admitted
+// and counted again, until Max-Forwards runs out (482).
+func selfCarriers(c *Config) []string {
+	var w []string
+	for i, car := range c.Carriers {
+		ip, port, ok := uriAddrPort(car.URI)
+		if !ok {
+			continue
+		}
+		tr := uriTransport(car.URI)
+		for _, l := range c.SIP.Listen {
+			u, err := url.Parse(l)
+			if err != nil || u.Scheme != tr || u.Port() != port {
+				continue
+			}
+			lip, err := netip.ParseAddr(u.Hostname())
+			if err != nil {
+				continue
+			}
+			if lip.Unmap() == ip || (lip.IsUnspecified() && ip.IsLoopback()) {
+				w = append(w, fmt.Sprintf("carriers[%d].uri: %s is this node's own listener %s: its calls come back as new INVITEs, "+
+					"admitted and counted again each time, until Max-Forwards runs out (482)", i, car.URI, l))
+				break
+			}
+		}
+	}
+	return w
+}
+
+// uriAddrPort is the IP address and port of a sip: or sips: URI written
+// with an IP address (the port its transport's default when not given);
+// false for a host name.
+func uriAddrPort(uri string) (netip.Addr, string, bool) {
+	host := uriHost(uri)
+	ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
+	if err != nil {
+		return netip.Addr{}, "", false
+	}
+	port := "5060"
+	if uriTransport(uri) == "tls" {
+		port = "5061"
+	}
+	rest := strings.ToLower(uri)
+	rest = rest[strings.IndexByte(rest, ':')+1:]
+	if i := strings.IndexAny(rest, ";?"); i >= 0 {
+		rest = rest[:i]
+	}
+	if i := strings.LastIndexByte(rest, '@'); i >= 0 {
+		rest = rest[i+1:]
+	}
+	if _, p, err := net.SplitHostPort(rest); err == nil {
+		port = p
+	}
+	return ip.Unmap(), port, true
 }
 
 // uriTransport is the sip.listen scheme a carrier's URI goes over: tls

@@ -43,6 +43,21 @@ func TestWarnings(t *testing.T) {
 			c.Peers[0].AllowResourcePriority = true
 			c.Priority.ResourcePriority = []string{"esnet"}
 		}, ""},
+		{"carrier is the node itself", func(c *Config) { c.Carriers[0].URI = "sip:127.0.0.1:5060" },
+			"carriers[0].uri: sip:127.0.0.1:5060 is this node's own listener udp://127.0.0.1:5060: its calls come back"},
+		{"carrier on the node's wildcard listener", func(c *Config) {
+			c.SIP.Listen = []string{"tcp://0.0.0.0:5070"}
+			c.SIP.UnknownSource, c.SIP.Advertise = "drop", "192.0.2.1"
+			c.Carriers[0].URI = "sip:127.0.0.1:5070;transport=tcp"
+		}, "carriers[0].uri: sip:127.0.0.1:5070;transport=tcp is this node's own listener tcp://0.0.0.0:5070"},
+		{"carrier on the node's port, other transport", func(c *Config) {
+			c.SIP.Listen = []string{"tcp://127.0.0.1:5070", "udp://127.0.0.1:5080"}
+			c.Carriers[0].URI = "sip:127.0.0.1:5070"
+		}, ""},
+		{"carrier on the default port", func(c *Config) { c.Carriers[0].URI = "sip:127.0.0.1" }, "carriers[0].uri: sip:127.0.0.1 is this node's own listener udp://127.0.0.1:5060"},
+		{"one-digit priority prefix", func(c *Config) { c.Priority.Numbers = []string{"911", "+1"} },
+			`priority.numbers[1]: "+1" is a prefix of 1 digit(s): every called number that starts with it is a priority call`},
+		{"two-digit priority number, exact", func(c *Config) { c.Priority.Numbers = []string{"15$", "112"} }, ""},
 		{"public reject", func(c *Config) { c.SIP.Listen = []string{"udp://192.0.2.10:5060"} }, "sip.unknown_source: reject answers every stranger"},
 		{"no record-route", func(c *Config) { c.SIP.RecordRoute = false }, "sip.record_route: false"},
 		{"wildcard listen without advertise", func(c *Config) {
