@@ -33,6 +33,30 @@ func (e *ValidationError) At(i int) Position {
 	return e.Where[i]
 }
 
+// Placed returns the problems, each after its place in the file as
+// compilers write it ("cpsguard.yaml:7:5: peers[0].cps: must be > 0 (got
+// 0)", "FILE:7: " when only the line is known); a problem without a place
+// (an environment variable's) as it is. The same lines cpsguard check
+// prints, the reload log and the reload API answer with.
+func (e *ValidationError) Placed() []string {
+	file := e.File
+	if file == "" {
+		file = "configuration"
+	}
+	out := make([]string, len(e.Errors))
+	for i, line := range e.Errors {
+		switch at := e.At(i); {
+		case at.Line <= 0:
+			out[i] = line
+		case at.Column <= 0:
+			out[i] = fmt.Sprintf("%s:%d: %s", file, at.Line, line)
+		default:
+			out[i] = fmt.Sprintf("%s:%d:%d: %s", file, at.Line, at.Column, line)
+		}
+	}
+	return out
+}
+
 // Error joins the problems one per line, after a header naming the file and
 // the count; a problem with a place in the file starts with it ("line 7,
 // column 5: peers[0].cps: must be > 0 (got 0)").

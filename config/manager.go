@@ -292,7 +292,7 @@ func (m *Manager) fail(trigger string, err error, sum [32]byte) {
 		var ve *ValidationError
 		if errors.As(err, &ve) {
 			m.log().Error("config reload failed; keeping the running configuration",
-				"trigger", trigger, "file", m.path, "errors", ve.Errors)
+				"trigger", trigger, "file", m.path, "errors", ve.Placed())
 		} else {
 			m.log().Error("config reload failed; keeping the running configuration",
 				"trigger", trigger, "file", m.path, "error", err.Error())

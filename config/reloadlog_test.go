@@ -109,6 +109,10 @@ func TestReloadFailureNamesTrigger(t *testing.T) {
 	if !strings.Contains(buf.String(), `"msg":"config reload failed; keeping the running configuration","trigger":"sighup"`) {
 		t.Errorf("failure record lacks the trigger:\n%s", buf)
 	}
+	// Each error after its place in the file, as cpsguard check prints it.
+	if want := path + `:7:50: carriers[0].cps: must be > 0`; !strings.Contains(buf.String(), want) {
+		t.Errorf("failure record's errors have no %s place:\n%s", want, buf)
+	}
 }
 
 func TestChanged(t *testing.T) {

@@ -623,7 +623,7 @@ func (s *server) reload(w http.ResponseWriter, r *http.Request) {
 			writeError(w, &Error{
 				Code:    http.StatusUnprocessableEntity,
 				Message: "configuration rejected; the previous configuration stays in use",
-				Errors:  ve.Errors,
+				Errors:  ve.Placed(),
 			})
 			return
 		}

@@ -355,7 +355,14 @@ func TestReload(t *testing.T) {
 	bad := &config.ValidationError{File: "/etc/cpsguard/cpsguard.yaml", Errors: []string{
 		"carriers[1].cps: must be > 0 (got -3)",
 		"routes.default[0]: unknown carrier \"nope\"",
-	}}
+		"CPSGUARD_HTTP_LISTEN (http.listen): must be host:port (got \"x\")",
+	}, Where: []config.Position{{Line: 27, Column: 56}, {Line: 29}, {}}}
+	// Each error after its place in the file, as cpsguard check prints it.
+	badErrs := []string{
+		"/etc/cpsguard/cpsguard.yaml:27:56: carriers[1].cps: must be > 0 (got -3)",
+		"/etc/cpsguard/cpsguard.yaml:29: routes.default[0]: unknown carrier \"nope\"",
+		"CPSGUARD_HTTP_LISTEN (http.listen): must be host:port (got \"x\")",
+	}
 	tests := []struct {
 		name      string
 		token     string
@@ -376,9 +383,9 @@ func TestReload(t *testing.T) {
 		{name: "token set, right token", token: "s3cret", auth: "Bearer s3cret", want: 200, wantCalls: 1},
 		{name: "token set, scheme in lower case", token: "s3cret", auth: "bearer s3cret", want: 200, wantCalls: 1},
 		{name: "bad file", token: "s3cret", auth: "Bearer s3cret", reloadErr: bad, want: 422,
-			wantErrs: bad.Errors, wantCalls: 1},
+			wantErrs: badErrs, wantCalls: 1},
 		{name: "bad file wrapped", token: "s3cret", auth: "Bearer s3cret", reloadErr: errors.Join(errors.New("reload"), bad), want: 422,
-			wantErrs: bad.Errors, wantCalls: 1},
+			wantErrs: badErrs, wantCalls: 1},
 		{name: "unreadable file", token: "s3cret", auth: "Bearer s3cret", reloadErr: errors.New("open /etc/cpsguard/cpsguard.yaml: permission denied"), want: 500,
 			wantErrs: []string{"open /etc/cpsguard/cpsguard.yaml: permission denied"}, wantCalls: 1},
 		{name: "reload not wired", token: "s3cret", auth: "Bearer s3cret", noReload: true, want: 501},

@@ -56,21 +56,8 @@ func printLoadError(w io.Writer, command, path string, err error) {
 		return
 	}
 	fmt.Fprintf(w, "%s: invalid, %d error(s):\n", path, len(ve.Errors))
-	for i, line := range ve.Errors {
-		fmt.Fprintln(w, placed(path, ve.At(i))+line)
-	}
-}
-
-// placed is the "file:line:column: " prefix of an error at a place in the
-// file (the form editors and CI annotations jump to), "" for one without.
-func placed(file string, at config.Position) string {
-	switch {
-	case at.Line <= 0:
-		return ""
-	case at.Column <= 0:
-		return fmt.Sprintf("%s:%d: ", file, at.Line)
-	default:
-		return fmt.Sprintf("%s:%d:%d: ", file, at.Line, at.Column)
+	for _, line := range ve.Placed() {
+		fmt.Fprintln(w, line)
 	}
 }
 
