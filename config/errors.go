@@ -95,6 +95,16 @@ type errorList struct {
 	// under a block the file does not have (sorted): the block exists
 	// only because of them. Nil when the file has the block.
 	envOnly func(block string) []string
+	// given, when set, reports whether the file or the environment sets
+	// the key at path: a required key left out is "required", not "must
+	// be > 0 (got 0)".
+	given func(path string) bool
+}
+
+// missing reports whether the key at path is known to be set by neither
+// the file nor the environment (false when the list cannot tell).
+func (l *errorList) missing(path string) bool {
+	return l.given != nil && !l.given(path)
 }
 
 // envOnlyVars is envOnly's answer, nil when the list has no envOnly.

@@ -118,6 +118,11 @@ func Parse(data []byte) (*Config, error) {
 	pos, env := positions(data), envOverrides()
 	errs.locate = func(path string) (Position, string) { return locate(pos, env, path) }
 	errs.envOnly = func(block string) []string { return envOnly(pos, env, block) }
+	errs.given = func(path string) bool {
+		_, inFile := pos[path]
+		_, inEnv := env[settingOf(path)]
+		return inFile || inEnv
+	}
 	if line := extraDocuments(data); line > 0 {
 		errs.addAt(Position{Line: line}, "a second YAML document (after \"---\"): cpsguard reads the first only; keep one")
 	}

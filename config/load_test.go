@@ -901,3 +901,18 @@ func TestStoreAddrsAndEmptyNodeID(t *testing.T) {
 		t.Errorf("node_id \"\": got %v, %v; want the host name %q", c, err, defaultNodeID())
 	}
 }
+
+// A cps left out is "required", one written as 0 "must be > 0" (h68: both
+// read "must be > 0 (got 0)").
+func TestMissingCPSIsRequired(t *testing.T) {
+	missing := strings.Replace(minimal, "cps: 50}", "}", 1)
+	_, err := Parse([]byte(missing))
+	if err == nil || !strings.Contains(err.Error(), "peers[0].cps: required: the calls a second allowed, > 0") {
+		t.Errorf("peer without cps: got %v", err)
+	}
+	zero := strings.Replace(minimal, "cps: 50}", "cps: 0}", 1)
+	_, err = Parse([]byte(zero))
+	if err == nil || !strings.Contains(err.Error(), "peers[0].cps: must be > 0 (got 0)") {
+		t.Errorf("peer with cps 0: got %v", err)
+	}
+}

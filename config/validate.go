@@ -97,6 +97,8 @@ const MinCPS = 0.001
 // every value the file did not get wrong.
 func (v *validator) cps(path string, cps float64) bool {
 	switch {
+	case cps == 0 && v.errs.missing(path):
+		v.errf(path, "required: the calls a second allowed, > 0")
 	case !(cps > 0) || math.IsInf(cps, 0):
 		v.errf(path, "must be > 0 (got %g)", cps)
 	case cps < MinCPS:

@@ -127,6 +127,11 @@ func answerError(code int, body []byte) *Error {
 			e.Message = http.StatusText(code)
 		}
 	}
+	if code == http.StatusUnauthorized {
+		// What the command line's user is missing (the node's answer
+		// says what was wrong with the request, not how to fix it).
+		e.Message += " (give the node's http.token with --token or CPSGUARD_HTTP_TOKEN)"
+	}
 	return e
 }
 

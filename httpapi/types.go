@@ -25,7 +25,7 @@ const (
 
 // ErrReadOnly is the message of the 403 every write endpoint answers while
 // http.token is empty: without a token the API is read-only.
-const ErrReadOnly = "the API is read-only: set http.token in the configuration to allow writes (reload, limits)"
+const ErrReadOnly = "the API is read-only: set http.token in the configuration to allow writes (reload, drain, limits, carriers, ending calls)"
 
 // Status is the JSON answer of GET /api/v1/status.
 type Status struct {

@@ -18,8 +18,8 @@ func TestLimitCommand(t *testing.T) {
 		return cpsguard(t, nil, "probe", "--addr", addr).code == 0
 	})
 	r := cpsguard(t, nil, "limit", "set", "peer", "dialer-1", "--cps", "20", "--ttl", "1h", "--addr", addr)
-	if r.code != 1 || !strings.Contains(r.stderr, "http 401: missing bearer token") {
-		t.Errorf("set without token: exit %d, stderr %q; want 1 and 401", r.code, r.stderr)
+	if r.code != 1 || !strings.Contains(r.stderr, "http 401: missing bearer token (give the node's http.token with --token or CPSGUARD_HTTP_TOKEN)") {
+		t.Errorf("set without token: exit %d, stderr %q; want 1, 401 and how to give the token", r.code, r.stderr)
 	}
 	tok := []string{"CPSGUARD_HTTP_TOKEN=t0ken"}
 	r = cpsguard(t, tok, "limit", "set", "peer", "nobody", "--cps", "20", "--ttl", "1h", "--config", cfgPath)
