@@ -397,7 +397,7 @@ type txUpstream struct {
 // final answer that ends its call ends its dialog first (dialogs.go), so
 // the sender's next request of the dialog is refused.
 func (u *txUpstream) relay(r *sipmsg.Response) error {
-	if u.hop != nil && u.req.Method == sipmsg.BYE && r.StatusCode >= 200 && endsCall(r.StatusCode) {
+	if u.hop != nil && u.req.Method == sipmsg.BYE && r.StatusCode >= 200 && endsCall(r.StatusCode, u.hop.dir) {
 		var bye uint64
 		if c := u.req.CSeq(); c != nil {
 			bye = byeID(c.SeqNo, u.req.Via())

@@ -224,6 +224,7 @@ func TestByeFreesPlacesOnItsAnswer(t *testing.T) {
 		}{
 			{name: "200", carrier: 200, want: 200, ends: true},
 			{name: "481", carrier: 481, want: 481, ends: true},
+			{name: "408", carrier: 408, want: 408, ends: true}, // RFC 3261 15.1.1: the dialog is over
 			{name: "500 stale CSeq", carrier: 500, want: 500},
 			{name: "420 unknown Require", carrier: 420, want: 420,
 				mutate: func(r *sipmsg.Request) { r.AppendHeader(sipmsg.NewHeader("Require", "x-unknown")) }},
@@ -270,6 +271,72 @@ func TestByeFreesPlacesOnItsAnswer(t *testing.T) {
 				}
 				if tr.Live() != 1 {
 					t.Fatalf("tracked calls = %d, want 1", tr.Live())
+				}
+			})
+		}
+	}
+}
+
+// TestCarrierByeEndsTheCallWhateverThePeerAnswers: the carrier's BYE ends
+// the call, and frees its places, whatever the peer answers but a
+// challenge (h67: a peer that answered 500 held the call, and the
+// carrier's places with it, until max_call_duration; with a peer
+// max_calls only its own calls, without one as many as its cps let it
+// place). A 401 or 407 keeps it: the carrier's BYE comes again with
+// credentials. Both relays.
+func TestCarrierByeEndsTheCallWhateverThePeerAnswers(t *testing.T) {
+	for _, stateful := range []bool{false, true} {
+		for _, tc := range []struct {
+			peer int // the peer's answer to the carrier's BYE
+			ends bool
+		}{{500, true}, {486, true}, {403, true}, {408, true}, {407, false}, {401, false}} {
+			t.Run(fmt.Sprintf("stateful=%v/%d", stateful, tc.peer), func(t *testing.T) {
+				statefulOnly.Store(stateful)
+				defer statefulOnly.Store(false)
+				var byeCode atomic.Int64
+				byeCode.Store(200)
+				h, tr, car, store := startRawCallsProxy(t, 1, &byeCode)
+				peer := startUDPEnd(t, "127.0.0.2", func(req *sipmsg.Request) *sipmsg.Response {
+					if req.Method == sipmsg.BYE {
+						return sipmsg.NewResponseFromRequest(req, tc.peer, "Answer", nil)
+					}
+					return nil
+				})
+				rawAnsweredCall(t, peer, h.udp, "first")
+				waitFor(t, func() bool { return len(car.requests(sipmsg.ACK)) == 1 }, "the ACK at the carrier")
+				inv := car.requests(sipmsg.INVITE)[0]
+				bye := sipmsg.NewRequest(sipmsg.BYE, *inv.Contact().Address.Clone())
+				for _, rr := range inv.GetHeaders("Record-Route") {
+					bye.AppendHeader(sipmsg.NewHeader("Route", rr.Value()))
+				}
+				mf := sipmsg.MaxForwardsHeader(70)
+				bye.AppendHeader(&mf)
+				from := inv.To().AsFrom()
+				from.Params = sipmsg.NewParams()
+				from.Params.Add("tag", "raw-callee")
+				bye.AppendHeader(&from)
+				to := inv.From().AsTo()
+				bye.AppendHeader(&to)
+				bye.AppendHeader(sipmsg.HeaderClone(inv.CallID()))
+				bye.AppendHeader(&sipmsg.CSeqHeader{SeqNo: 1, MethodName: sipmsg.BYE})
+				car.send(h.udp, withVia(bye, car.addr(), "z9hG4bK.callee-bye"))
+				waitFor(t, func() bool {
+					for _, r := range car.responses() {
+						if r.CSeq().MethodName == sipmsg.BYE && r.StatusCode == tc.peer {
+							return true
+						}
+					}
+					return false
+				}, "the peer's answer relayed to the carrier")
+				if tc.ends {
+					live := peerPlaces(t, store)
+					waitFor(t, func() bool { return tr.Live() == 0 && live() == 0 }, "the call's places freed")
+					rawAnsweredCall(t, peer, h.udp, "second")
+					return
+				}
+				time.Sleep(100 * time.Millisecond) // the end it must not make
+				if tr.Live() != 1 {
+					t.Fatalf("tracked calls after a challenged BYE = %d, want 1", tr.Live())
 				}
 			})
 		}

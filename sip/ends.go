@@ -154,10 +154,27 @@ func (t *pendingByes) size() int {
 	return len(t.m)
 }
 
-// endsCall reports whether the final outcome of a relayed BYE ends its
-// call: a 2xx, a 481, or no final answer (code 0: a timeout).
-func endsCall(code int) bool {
-	return code == 0 || (code >= 200 && code < 300) || code == sipmsg.StatusCallTransactionDoesNotExists
+// endsCall reports whether the final outcome of a BYE relayed from dir's
+// leg ends its call: a 2xx, a 481 or a 408, or no final answer (code 0: a
+// timeout), as RFC 3261 15.1.1 has its sender end the dialog. A carrier's
+// BYE ends it whatever the peer answers, but for a challenge (401, 407:
+// the carrier's BYE comes again with credentials): the carrier ended its
+// session when it sent the BYE, and a peer that answered 500 held the
+// carrier's max_calls places for max_call_duration (h67). A peer's BYE
+// that the carrier refuses otherwise does not: a peer could free its
+// places with a BYE its carrier refuses while the call goes on (issue
+// 22, A2); those calls end by hand (DELETE /api/v1/calls/{id}) or at
+// max_call_duration.
+func endsCall(code int, dir direction) bool {
+	switch {
+	case code == 0 || (code >= 200 && code < 300):
+		return true
+	case code == sipmsg.StatusCallTransactionDoesNotExists || code == sipmsg.StatusRequestTimeout:
+		return true
+	case dir == fromCarrier && code >= 300:
+		return code != sipmsg.StatusUnauthorized && code != sipmsg.StatusProxyAuthRequired
+	}
+	return false
 }
 
 // inDialogDone is told of the outcome of an in-dialog request the proxy
@@ -167,7 +184,7 @@ func endsCall(code int) bool {
 // and writes its record (ended_by the BYE's sender). It may wait on the
 // store: never call it from a read path worker.
 func (p *Proxy) inDialogDone(method sipmsg.RequestMethod, k callKey, calleeTag string, dir direction, code int) {
-	if method != sipmsg.BYE || !endsCall(code) {
+	if method != sipmsg.BYE || !endsCall(code, dir) {
 		return
 	}
 	p.dialogEnded(k, calleeTag, code, 0, dir)

@@ -510,7 +510,7 @@ func (p *Proxy) statelessDone(res *sipmsg.Response, up *sipmsg.ViaHeader, flags 
 	}
 	_, callee := dialogTags(res, dir)
 	p.byes.answered(pendingBye{key: key, callee: callee})
-	if !endsCall(res.StatusCode) {
+	if !endsCall(res.StatusCode, dir) {
 		return
 	}
 	// Dead before the answer is relayed: the sender's next request of the
