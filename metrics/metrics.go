@@ -151,7 +151,7 @@ var (
 		"cancel_source", "duplicate", "accept", "tcp_limit", "tcp_read", "read_queue_full",
 		"forged_response", "stateless_response", "stream", "no_via", "tls_name",
 		"dialog_ended", "dialog_rate", "too_many_hops", "merged_request", "tls_handshake_rate", "refused_copy",
-		"write_blocked",
+		"write_blocked", "record_route",
 	}
 
 	// PanicPlaces are the where labels of cpsguard_panics_total: every

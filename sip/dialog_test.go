@@ -183,13 +183,24 @@ func TestInviteWithoutFromTagIsRefused(t *testing.T) {
 // no answer).
 func startRawCallsProxy(t *testing.T, peerMax int, byeCode *atomic.Int64) (*harness, *callplaces.Tracker, *udpEnd, *callplaces.LocalStore) {
 	t.Helper()
+	return startRawCallsProxyOK(t, peerMax, byeCode, nil)
+}
+
+// startRawCallsProxyOK is startRawCallsProxy whose carrier passes its 2xx
+// to edit (when not nil) before sending it.
+func startRawCallsProxyOK(t *testing.T, peerMax int, byeCode *atomic.Int64, edit func(*sipmsg.Response)) (*harness, *callplaces.Tracker, *udpEnd, *callplaces.LocalStore) {
+	t.Helper()
 	car := startUDPEnd(t, "127.0.0.1", nil)
 	self := car.addr()
 	invite := rawAnswerer(func() string { return self }, nil)
 	car.mu.Lock()
 	car.answer = func(req *sipmsg.Request) *sipmsg.Response {
 		if req.Method != sipmsg.BYE {
-			return invite(req)
+			res := invite(req)
+			if res != nil && res.IsSuccess() && edit != nil {
+				edit(res)
+			}
+			return res
 		}
 		if c := int(byeCode.Load()); c != 0 {
 			return sipmsg.NewResponseFromRequest(req, c, "Answer", nil)

@@ -245,6 +245,9 @@ func (l *relayLeg) again(r *sipmsg.Response) {
 		return
 	}
 	if !l.abandoned.Load() {
+		if l.carrier != nil && r.IsSuccess() {
+			l.p.mendRecordRoute(l.out, r) // a copy of the 2xx the caller took its route set from
+		}
 		_ = l.up.relay(r)
 	}
 }
@@ -390,6 +393,10 @@ func (l *relayLeg) response(r *sipmsg.Response) (res *sipmsg.Response, retry, en
 	// 3261 16.7, 16.10), or a 2xx that crossed the CANCEL, which the
 	// sender must then ACK (and, for a call, BYE).
 	if r.IsSuccess() && l.carrier != nil {
+		if l.p.mendRecordRoute(l.out, r) {
+			l.p.log.Debug("a carrier's 2xx did not keep the node's Record-Route at the end of its list: mended",
+				"call_id", callID(r), "next_hop", l.out.Destination())
+		}
 		l.carrier.answering(r)
 	}
 	err := l.up.relay(r)

@@ -1,0 +1,100 @@
+package sip
+
+import (
+	"strings"
+
+	sipmsg "github.com/emiago/sipgo/sip"
+)
+
+// A UAS copies the Record-Route of the request into its 2xx, in order
+// (RFC 3261 12.1.1), and the caller takes its route set from that list:
+// the proxy's own entries, and those of the proxies before it, must end
+// the list as the forwarded INVITE had them. A carrier whose 2xx drops
+// them, or puts entries of its own below them, makes the caller send its
+// ACK and BYE around the node: the node never sees the call end, and its
+// max_calls places stay taken until max_call_duration (h67). Such a 2xx
+// is mended before the node reads it and relays it: what the carrier put
+// above the node's entries stays, the tail is the forwarded INVITE's.
+
+// mendRecordRoute makes the Record-Route list of r, a 2xx to the INVITE
+// out, end with out's Record-Route list, and reports whether it had to
+// (counted as sip_errors_total{reason="record_route"}). Nothing is done
+// when out has none (sip.record_route false).
+func (p *Proxy) mendRecordRoute(out *sipmsg.Request, r *sipmsg.Response) bool {
+	want := recordRoutesOf(out)
+	if len(want) == 0 {
+		return false
+	}
+	got := recordRoutesOf(r)
+	if n := len(got) - len(want); n >= 0 {
+		same := true
+		for i, w := range want {
+			if !sameHop(got[n+i], w) {
+				same = false
+				break
+			}
+		}
+		if same {
+			return false
+		}
+	}
+	// What the carrier's side put above the node's first entry; when the
+	// node's entries are gone, every entry that does not name the node.
+	var above []*sipmsg.RecordRouteHeader
+	first := -1
+	for i, g := range got {
+		if sameHop(g, want[0]) {
+			first = i
+			break
+		}
+	}
+	for i, g := range got {
+		if (first >= 0 && i >= first) || (first < 0 && p.isMe(&g.Address)) {
+			continue
+		}
+		above = append(above, g)
+	}
+	for r.RemoveHeader("Record-Route") {
+	}
+	for _, h := range above {
+		r.AppendHeader(h)
+	}
+	for _, w := range want {
+		r.AppendHeader(sipmsg.HeaderClone(w))
+	}
+	p.m.SIPErrors.WithLabelValues("record_route").Inc()
+	return true
+}
+
+// recordRoutesOf returns the Record-Route entries of m, in order.
+func recordRoutesOf(m interface{ Headers() []sipmsg.Header }) []*sipmsg.RecordRouteHeader {
+	var out []*sipmsg.RecordRouteHeader
+	for _, h := range m.Headers() {
+		if rr, ok := h.(*sipmsg.RecordRouteHeader); ok {
+			out = append(out, rr)
+		}
+	}
+	return out
+}
+
+// sameHop reports whether the Record-Route entry got is want as a next
+// hop reads it: the same host, port and transport, and, when want
+// carries the node's dialog token, the same token (a carrier may write
+// the entry anew: brackets, parameter order, case).
+func sameHop(got, want *sipmsg.RecordRouteHeader) bool {
+	g, w := &got.Address, &want.Address
+	if !strings.EqualFold(strings.Trim(g.Host, "[]"), strings.Trim(w.Host, "[]")) || g.Port != w.Port {
+		return false
+	}
+	gt, _ := g.UriParams.Get("transport")
+	wt, _ := w.UriParams.Get("transport")
+	if !strings.EqualFold(gt, wt) {
+		return false
+	}
+	if tok, ok := w.UriParams.Get(tokenParam); ok {
+		if gtok, _ := g.UriParams.Get(tokenParam); gtok != tok {
+			return false
+		}
+	}
+	return true
+}
