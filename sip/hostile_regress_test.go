@@ -81,8 +81,8 @@ func TestStatelessViaCollisionNotRelayed(t *testing.T) {
 	}
 }
 
-// A BYE that cannot be sent on (too large for a datagram once the proxy's
-// Via is added) leaves the call up at the carrier: it frees none of the
+// A BYE that cannot be sent on (too large for a datagram once the proxy
+// writes it again) leaves the call up at the carrier: it frees none of the
 // call's max_calls places, so a peer cannot run more calls than it may by
 // sending such BYEs. Both relays.
 func TestUnsendableByeKeepsPlaces(t *testing.T) {
@@ -102,11 +102,13 @@ func TestUnsendableByeKeepsPlaces(t *testing.T) {
 			bye := withVia(inDialogOf(t, peer.caller(), h.udp, ok, sipmsg.BYE), peer.addr(), "z9hG4bK.big-bye")
 			raw := bye.String()
 			i := strings.Index(raw, "\r\n\r\n")
-			// Short headers grow by a blank each when sipgo writes them
-			// again ("X: a"), and one long one fills the datagram (not
-			// thousands of short ones: the read path drops a message of more
-			// than 200 header fields before parsing it).
-			short := strings.Repeat("X:a\r\n", 180)
+			// Compact Content-Types grow by 12 bytes each when sipgo writes
+			// them again ("c:" is "Content-Type: "), past what the proxy
+			// allows a forward to grow (forwardGrowth), and one long header
+			// fills the datagram (not thousands of short ones: the read
+			// path drops a message of more than 200 header fields before
+			// parsing it).
+			short := strings.Repeat("c:a/b\r\n", 185)
 			raw = raw[:i+2] + short + "Y: " + strings.Repeat("a", MaxMessageSize-len(raw)-len(short)-10) + "\r\n" + raw[i+2:]
 			if len(raw) > MaxMessageSize {
 				t.Fatalf("the BYE is %d bytes, over what the proxy parses: the test proves nothing", len(raw))
@@ -496,5 +498,37 @@ func TestPlainParamsRefusesOnlyWhatReadsOtherwise(t *testing.T) {
 		if got := plainParams(m.(*sipmsg.Request).From().Params); got != want {
 			t.Errorf("plainParams(From%s) = %v, want %v", params, got, want)
 		}
+	}
+}
+
+// An INVITE of MaxMessageSize, the largest the proxy reads, is forwarded:
+// it was admitted, took its pacing slots and failed at every carrier,
+// because the proxy's Via and Record-Route took it past the UDP send
+// limit (h67; 503 No Carrier Available). What the proxy adds stays well
+// inside forwardGrowth.
+func TestLargestInviteIsForwarded(t *testing.T) {
+	car := startAnsweringEnd(t, nil)
+	adm, pacer := newFakes()
+	h := startProxy(t, testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second}), adm, pacer)
+	peer := startUDPEnd(t, "127.0.0.2", nil)
+	raw := rawInviteFrom(peer, h.udp, "largest", "ftag-largest").String()
+	i := strings.Index(raw, "\r\n\r\n")
+	raw = raw[:i+2] + "X-Pad: " + strings.Repeat("p", MaxMessageSize-len(raw)-9) + "\r\n" + raw[i+2:]
+	if len(raw) != MaxMessageSize {
+		t.Fatalf("the INVITE is %d bytes, want %d", len(raw), MaxMessageSize)
+	}
+	ra, _ := net.ResolveUDPAddr("udp", h.udp)
+	if _, err := peer.conn.WriteToUDP([]byte(raw), ra); err != nil {
+		t.Fatal(err)
+	}
+	if r := finalOfRaw(peer, "largest", sipmsg.INVITE, 0); r == nil || r.StatusCode != 200 {
+		t.Fatalf("the largest INVITE: final %v, want the carrier's 200", r)
+	}
+	invs := car.requests(sipmsg.INVITE)
+	if len(invs) != 1 {
+		t.Fatalf("INVITEs at the carrier: %d, want 1", len(invs))
+	}
+	if grown := len(invs[0].String()) - MaxMessageSize; grown <= 0 || 2*grown > forwardGrowth {
+		t.Errorf("the forward grew by %d bytes; forwardGrowth (%d) must hold twice that (two Record-Route entries)", grown, forwardGrowth)
 	}
 }

@@ -144,6 +144,11 @@ type Options struct {
 // in cpsguard_sip_errors_total{reason="oversized"}.
 const MaxMessageSize = 16 * 1024
 
+// forwardGrowth bounds what the proxy adds to a message it forwards: its
+// Via, two Record-Route entries with the dialog token, a transport
+// parameter (TestLargestInviteIsForwarded measures it).
+const forwardGrowth = 2048
+
 func init() {
 	// sipgo refuses to send a UDP message longer than UDPMTUSize-200 bytes
 	// (1300 by default), so an INVITE with a large SDP could not be
@@ -151,8 +156,12 @@ func init() {
 	// prefers TCP, but a carrier's URI decides the transport here): allow
 	// what the proxy accepts. This is process-wide; cpsguard is the only SIP
 	// stack user of its process.
-	if sipmsg.UDPMTUSize < MaxMessageSize+200 {
-		sipmsg.UDPMTUSize = MaxMessageSize + 200
+	// A forwarded message is the received one and the proxy's Via and
+	// Record-Route entries (forwardGrowth), so an INVITE of MaxMessageSize
+	// that the proxy admitted can still leave (h67: one of 16,200 bytes
+	// was admitted, took its slots and failed at every carrier).
+	if sipmsg.UDPMTUSize < MaxMessageSize+forwardGrowth+200 {
+		sipmsg.UDPMTUSize = MaxMessageSize + forwardGrowth + 200
 	}
 	// sipgo answers an INVITE 100 Trying by itself when its handler has not
 	// answered within Timer_1xx (200 ms). The proxy sends exactly one 100
