@@ -23,7 +23,8 @@ import (
 // SIP/TCP connections end, and any other read error (a peer's reset) ends
 // one connection whose sender reconnects; those others are counted as
 // tcp_read. sipgo's reference-count warnings about a connection already
-// closed ("TCP ref went negative") are its own bookkeeping: Debug.
+// closed ("TCP ref went negative") are its own bookkeeping, and its "ACK
+// loop" error is a next hop's retransmitted final answer: Debug.
 type sipgoHandler struct {
 	inner slog.Handler
 	errs  *prometheus.CounterVec // nil: count nothing
@@ -39,6 +40,11 @@ const (
 	// msgRefNegative ends "TCP ref went negative", "WS ref went negative"
 	// and "UDP ref went negative on try close" (package logger too).
 	msgRefNegative = "ref went negative"
+	// msgAckLoop starts what an INVITE client transaction logs when the
+	// next hop sends its non-2xx final again after the ACK ("ACK loop
+	// retransimission. Resending after T2", sic): a lost ACK, or a carrier
+	// that retransmits; routine, and a carrier's to repeat at will (h67).
+	msgAckLoop = "ACK loop retrans"
 )
 
 // timeoutErr reports whether the error attribute of a record is a timeout.
@@ -99,7 +105,7 @@ func (h *sipgoHandler) Handle(ctx context.Context, r slog.Record) error {
 		}
 		level = slog.LevelDebug
 	default:
-		if level < slog.LevelWarn || strings.HasSuffix(r.Message, msgRefNegative) ||
+		if level < slog.LevelWarn || strings.HasSuffix(r.Message, msgRefNegative) || strings.HasPrefix(r.Message, msgAckLoop) ||
 			strings.HasSuffix(r.Message, msgRefNegative+" on try close") {
 			level = slog.LevelDebug
 		}

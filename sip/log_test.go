@@ -220,3 +220,18 @@ func TestBrokenTCPFramingLogsNothingAtWarn(t *testing.T) {
 		}
 	}
 }
+
+// sipgo's "ACK loop" error, which its INVITE client transaction logs for
+// every non-2xx final a next hop sends again after the ACK (h67: a
+// carrier's retransmissions were ERROR lines), is Debug; an error sipgo
+// logs otherwise stays an error.
+func TestSipgoAckLoopAtDebug(t *testing.T) {
+	capture := newCapture()
+	log := slog.New(&sipgoHandler{inner: capture})
+	log.Error("ACK loop retransimission. Resending after T2", "tx", "z9hG4bK.x__INVITE")
+	log.Error("something else failed")
+	recs := capture.records()
+	if len(recs) != 2 || recs[0].level != slog.LevelDebug || recs[1].level != slog.LevelError {
+		t.Fatalf("records %+v: want the ACK loop at Debug, the other at Error", recs)
+	}
+}
