@@ -33,7 +33,9 @@ import (
 // when the node is at its inflight bound (rawshed.go), or parses it with
 // sipgo's parser and runs the screen and sipgo's transaction layer, as
 // sipgo's loop did: so different calls are parsed and decided on
-// different cores, and a dialog's messages stay in order on one worker.
+// different cores, and a dialog's messages stay in order on one worker
+// (up to sipgo's transaction layer, which runs each on a goroutine of its
+// own: doc.go).
 //
 // sipgo still keeps the transactions: a server transaction answers on
 // the connection its request's source address names in sipgo's pool, so
