@@ -670,7 +670,8 @@ func (p *Proxy) Serve(ctx context.Context) error {
 					// bounds apply to the plaintext, above TLS.
 					ln = tls.NewListener(ln, l.tls)
 				}
-				ln = &conns.ScanListener{Listener: ln, Bounds: ingress.DefaultBounds, Count: count, Scans: p.streams}
+				ln = &conns.ScanListener{Listener: ln, Bounds: ingress.DefaultBounds, Count: count, Scans: p.streams,
+					Idle: func() time.Duration { return tcpLimitsOf(p.cfg()).Idle }}
 				if l.tls != nil {
 					err = p.srv.ServeTLS(ln)
 				} else {

@@ -205,6 +205,12 @@ type ScanListener struct {
 	Count func(reason string)
 	// Scans records the accepted connections (nil: not recorded).
 	Scans *StreamScans
+	// Idle, when set, is the connections' idle timeout: a message must
+	// be read whole within it of its first byte, or its connection is
+	// closed (counted "stream"). sipgo's read deadline, renewed by every
+	// read, let a message trickled a byte at a time hold a connection
+	// for good (h67).
+	Idle func() time.Duration
 }
 
 // Accept returns the next connection, its reads scanned.
@@ -213,7 +219,7 @@ func (l *ScanListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	sc := &scanConn{Conn: c, scan: ingress.NewStreamScanner(l.Bounds), count: l.Count, scans: l.Scans, key: keyOfConn(c)}
+	sc := &scanConn{Conn: c, scan: ingress.NewStreamScanner(l.Bounds), count: l.Count, scans: l.Scans, key: keyOfConn(c), idle: l.Idle}
 	if l.Scans != nil {
 		l.Scans.accept(sc.key)
 	}
@@ -230,6 +236,10 @@ type scanConn struct {
 	mu     sync.Mutex // Read is sipgo's loop alone; mu guards against a second reader
 	scan   *ingress.StreamScanner
 	closed bool
+	// idle is ScanListener.Idle; since is when the message being read
+	// began (zero between messages).
+	idle  func() time.Duration
+	since time.Time
 }
 
 func (c *scanConn) Read(p []byte) (int, error) {
@@ -245,15 +255,32 @@ func (c *scanConn) Read(p []byte) (int, error) {
 	if skippedBySipgo(p[:n], c.scan.Idle()) {
 		return n, err
 	}
+	idle, ended := c.scan.Idle(), c.scan.Ended()
 	if serr := c.scan.Write(p[:n]); serr != nil {
-		c.closed = true
-		c.count(scanReason(serr))
-		_ = c.Conn.Close()
-		// io.EOF: sipgo ends the connection quietly (the count above is
-		// the record of it).
-		return 0, io.EOF
+		return c.refuse(scanReason(serr))
+	}
+	if c.idle != nil {
+		now := time.Now()
+		switch {
+		case c.scan.Idle():
+			c.since = time.Time{}
+		case idle || c.scan.Ended() != ended || c.since.IsZero():
+			c.since = now // a message began in this read
+		case now.Sub(c.since) > c.idle():
+			return c.refuse("stream") // a message trickled past the idle timeout
+		}
 	}
 	return n, err
+}
+
+// refuse closes the connection for reason (c.mu held).
+func (c *scanConn) refuse(reason string) (int, error) {
+	c.closed = true
+	c.count(reason)
+	_ = c.Conn.Close()
+	// io.EOF: sipgo ends the connection quietly (the count is the record
+	// of it).
+	return 0, io.EOF
 }
 
 // Write writes to the connection; a write that fails (its deadline, the

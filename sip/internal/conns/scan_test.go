@@ -3,6 +3,7 @@ package conns
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"testing"
@@ -129,5 +130,68 @@ func TestStreamScansKeepAConnectionsScanner(t *testing.T) {
 	s.mu.Unlock()
 	if _, err := s.Filter(local, remote, []byte(rest+hostile), count); !errors.Is(err, ingress.ErrParams) {
 		t.Fatalf("the rest of the body, then a message over the bounds, read past the idle timeout: %v, want ErrParams", err)
+	}
+}
+
+// A message trickled into an accepted connection must be read whole
+// within the idle timeout of its first byte: sipgo's read deadline,
+// renewed by every read, let one byte every few seconds hold a
+// connection for good (h67). Messages read whole in pieces, however many
+// follow one another, and a slow one that ends in the read past the
+// timeout, keep it.
+func TestTrickledMessageClosesTheConnection(t *testing.T) {
+	const idle = 60 * time.Millisecond
+	good := "OPTIONS sip:a@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/TCP 127.0.0.2;branch=z9hG4bK-1\r\nContent-Length: 2\r\n\r\nab"
+	open := func() (*scanConn, net.Conn, *int) {
+		c1, c2 := net.Pipe()
+		t.Cleanup(func() { c1.Close(); c2.Close() })
+		closed := new(int)
+		sc := &scanConn{Conn: c1, scan: ingress.NewStreamScanner(ingress.DefaultBounds),
+			count: func(r string) {
+				if r == "stream" {
+					*closed++
+				}
+			}, idle: func() time.Duration { return idle }}
+		return sc, c2, closed
+	}
+	// send writes s to the far end and reads it through the scanConn.
+	send := func(sc *scanConn, far net.Conn, s string) error {
+		go func() { _, _ = far.Write([]byte(s)) }()
+		buf := make([]byte, len(s))
+		_, err := io.ReadFull(sc, buf)
+		return err
+	}
+
+	sc, far, closed := open()
+	for range 3 { // messages in pieces, each whole within the timeout
+		for i := 0; i < len(good); i += 40 {
+			if err := send(sc, far, good[i:min(i+40, len(good))]); err != nil {
+				t.Fatalf("a message in pieces: %v", err)
+			}
+		}
+	}
+	if err := send(sc, far, good[:30]); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * idle)
+	if err := send(sc, far, good[30:]); err != nil || *closed != 0 {
+		t.Fatalf("a slow message that ends in the late read: %v, closed %d; want it kept", err, *closed)
+	}
+
+	sc, far, closed = open()
+	if err := send(sc, far, good[:30]); err != nil {
+		t.Fatal(err)
+	}
+	for i := 30; i < 33; i++ { // a byte now and then, never the end
+		time.Sleep(idle / 2)
+		if err := send(sc, far, good[i:i+1]); err != nil {
+			break
+		}
+	}
+	if *closed != 1 {
+		t.Fatalf("a trickled message: closed %d times as \"stream\", want 1", *closed)
+	}
+	if err := send(sc, far, good[33:34]); err == nil {
+		t.Fatal("the connection of a trickled message still reads")
 	}
 }

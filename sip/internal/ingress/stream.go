@@ -49,6 +49,8 @@ type StreamScanner struct {
 	// The current message.
 	headers, params int
 	bodyLeft        int64
+	// ended counts the messages whose end was read.
+	ended uint64
 }
 
 type streamState uint8
@@ -82,6 +84,7 @@ func (s *StreamScanner) Write(p []byte) error {
 			i += int(n) - 1
 			if s.bodyLeft == 0 {
 				s.state = stateStart
+				s.ended++
 			}
 			continue
 		}
@@ -199,6 +202,10 @@ func (s *StreamScanner) Write(p []byte) error {
 // keepalive and does not parse it.
 func (s *StreamScanner) Idle() bool { return s.state == stateStart && !s.crSeen }
 
+// Ended is how many messages the stream has held so far (the end of each
+// was read).
+func (s *StreamScanner) Ended() uint64 { return s.ended }
+
 // endLine ends the current line: the start line, a header line, or the
 // empty line that ends the header section.
 func (s *StreamScanner) endLine() error {
@@ -219,6 +226,8 @@ func (s *StreamScanner) endLine() error {
 		s.state = stateStart
 		if s.bodyLeft > 0 {
 			s.state = stateBody
+		} else {
+			s.ended++
 		}
 		s.atStart = false
 		return nil
