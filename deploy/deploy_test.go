@@ -126,7 +126,7 @@ func TestComposeConfigIsValid(t *testing.T) {
 		}
 	}
 	t.Setenv("CPSGUARD_NODE_ID", "cpsguard-1")
-	t.Setenv("CPSGUARD_SIP_ADVERTISE", "cpsguard-1:5060")
+	t.Setenv("CPSGUARD_SIP_ADVERTISE", "127.0.0.1:5060") // docker-compose.yml's default for node 1
 	t.Setenv("CPSGUARD_HTTP_TOKEN", "change-me")
 	t.Setenv("CPSGUARD_SIP_DIALOG_SECRET", "0123456789abcdef0123") // required by docker-compose.yml
 	cfg, err := config.Load("cpsguard-compose.yaml")
