@@ -916,3 +916,28 @@ func TestMissingCPSIsRequired(t *testing.T) {
 		t.Errorf("peer with cps 0: got %v", err)
 	}
 }
+
+// http.listen on a TCP port a SIP listener takes is an error: serve failed
+// at bind, after check had passed it (h68).
+func TestHTTPListenBesideSIP(t *testing.T) {
+	for _, tc := range []struct {
+		sip, http string
+		clash     bool
+	}{
+		{"tcp://127.0.0.1:5060", "127.0.0.1:5060", true},
+		{"tls://127.0.0.1:5061", "127.0.0.1:5061", true},
+		{"tcp://0.0.0.0:5060", "127.0.0.1:5060", true},
+		{"tcp://127.0.0.1:5060", "[::]:5060", true},
+		{"tcp://[::1]:5060", "127.0.0.1:5060", false},
+		{"udp://127.0.0.1:5060", "127.0.0.1:5060", false},
+		{"tcp://127.0.0.1:5060", "127.0.0.1:9090", false},
+		{"tcp://127.0.0.1:5060", "127.0.0.2:5060", false},
+	} {
+		t.Setenv("CPSGUARD_SIP_LISTEN", tc.sip)
+		t.Setenv("CPSGUARD_HTTP_LISTEN", tc.http)
+		_, err := Parse([]byte(minimal))
+		if got := err != nil && strings.Contains(err.Error(), "takes the TCP port of sip.listen[0]"); got != tc.clash {
+			t.Errorf("sip %s, http %s: got %v, want a clash %v", tc.sip, tc.http, err, tc.clash)
+		}
+	}
+}

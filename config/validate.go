@@ -389,7 +389,46 @@ func (v *validator) store() {
 func (v *validator) http() {
 	if err := hostPort(v.c.HTTP.Listen); err != nil {
 		v.errf("http.listen", "%v", err)
+		return
 	}
+	for i, l := range v.c.SIP.Listen {
+		u, err := url.Parse(l)
+		if err != nil || u.Scheme == "udp" {
+			continue
+		}
+		if sameTCPPort(u.Host, v.c.HTTP.Listen) {
+			v.errf("http.listen", "%s takes the TCP port of sip.listen[%d] (%s): one of the two cannot listen", v.c.HTTP.Listen, i, l)
+		}
+	}
+}
+
+// sameTCPPort reports whether two host:port listen addresses need the
+// same TCP port of one address: the same port, and the same host, or a
+// wildcard (or empty) host on either side that covers the other's
+// address family.
+func sameTCPPort(a, b string) bool {
+	ha, pa, errA := net.SplitHostPort(a)
+	hb, pb, errB := net.SplitHostPort(b)
+	if errA != nil || errB != nil || pa != pb || pa == "0" {
+		return false
+	}
+	if strings.EqualFold(ha, hb) {
+		return true
+	}
+	ipA, errA := netip.ParseAddr(ha)
+	ipB, errB := netip.ParseAddr(hb)
+	wild := func(h string, ip netip.Addr, err error) bool { return h == "" || (err == nil && ip.IsUnspecified()) }
+	switch {
+	case ha == "" || hb == "":
+		return true
+	case errA != nil || errB != nil:
+		return false // a host name: its address is known only when it resolves
+	case wild(ha, ipA, errA) && (ipA.Is6() || ipA.Is4() == ipB.Unmap().Is4()):
+		return true // [::] covers IPv4 too, on Linux by default
+	case wild(hb, ipB, errB) && (ipB.Is6() || ipB.Is4() == ipA.Unmap().Is4()):
+		return true
+	}
+	return ipA.Unmap() == ipB.Unmap()
 }
 
 // Bounds of the records block.
