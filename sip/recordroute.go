@@ -21,11 +21,12 @@ import (
 // (counted as sip_errors_total{reason="record_route"}). Nothing is done
 // when out has none (sip.record_route false).
 func (p *Proxy) mendRecordRoute(out *sipmsg.Request, r *sipmsg.Response) bool {
-	want := recordRoutesOf(out)
+	var wantBuf, gotBuf [8]*sipmsg.RecordRouteHeader
+	want := recordRoutesOf(out, wantBuf[:0])
 	if len(want) == 0 {
 		return false
 	}
-	got := recordRoutesOf(r)
+	got := recordRoutesOf(r, gotBuf[:0])
 	if n := len(got) - len(want); n >= 0 {
 		same := true
 		for i, w := range want {
@@ -66,9 +67,9 @@ func (p *Proxy) mendRecordRoute(out *sipmsg.Request, r *sipmsg.Response) bool {
 	return true
 }
 
-// recordRoutesOf returns the Record-Route entries of m, in order.
-func recordRoutesOf(m interface{ Headers() []sipmsg.Header }) []*sipmsg.RecordRouteHeader {
-	var out []*sipmsg.RecordRouteHeader
+// recordRoutesOf appends the Record-Route entries of m to dst, in order.
+func recordRoutesOf(m interface{ Headers() []sipmsg.Header }, dst []*sipmsg.RecordRouteHeader) []*sipmsg.RecordRouteHeader {
+	out := dst
 	for _, h := range m.Headers() {
 		if rr, ok := h.(*sipmsg.RecordRouteHeader); ok {
 			out = append(out, rr)

@@ -52,7 +52,7 @@ func TestCarrierRecordRouteMended(t *testing.T) {
 			h, tr, car, store := startRawCallsProxyOK(t, 1, &byeCode, tc.edit)
 			peer := startUDPEnd(t, "127.0.0.2", nil)
 			ok := rawAnsweredCall(t, peer, h.udp, "first")
-			rrs := recordRoutesOf(ok)
+			rrs := recordRoutesOf(ok, nil)
 			if len(rrs) == 0 || !h.p.isMe(&rrs[len(rrs)-1].Address) {
 				t.Fatalf("the caller's 2xx does not end with the node's Record-Route:\n%s", ok)
 			}
