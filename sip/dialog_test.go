@@ -219,8 +219,8 @@ func startRawCallsProxyOK(t *testing.T, peerMax int, byeCode *atomic.Int64, edit
 }
 
 // TestByeFreesPlacesOnItsAnswer: a call's max_calls places are freed when
-// the far leg answers its BYE 2xx or 481, never on another 3xx-6xx (the
-// call goes on), nor for a BYE that is not relayed: Max-Forwards 0 (483
+// the carrier answers the peer's BYE 2xx or 481, never on another 3xx-6xx,
+// 408 included (the call goes on), nor for a BYE that is not relayed: Max-Forwards 0 (483
 // here) or one from the peer's IP on another port (403). They were freed when the BYE was sent,
 // so a peer with max_calls 1 held two live calls. Both relays.
 func TestByeFreesPlacesOnItsAnswer(t *testing.T) {
@@ -235,7 +235,9 @@ func TestByeFreesPlacesOnItsAnswer(t *testing.T) {
 		}{
 			{name: "200", carrier: 200, want: 200, ends: true},
 			{name: "481", carrier: 481, want: 481, ends: true},
-			{name: "408", carrier: 408, want: 408, ends: true}, // RFC 3261 15.1.1: the dialog is over
+			// A far proxy's 408 to a BYE the peer aimed at nobody (its
+			// Request-URI, its Route) while the carrier's call goes on (h69).
+			{name: "408", carrier: 408, want: 408},
 			{name: "500 stale CSeq", carrier: 500, want: 500},
 			{name: "420 unknown Require", carrier: 420, want: 420,
 				mutate: func(r *sipmsg.Request) { r.AppendHeader(sipmsg.NewHeader("Require", "x-unknown")) }},
@@ -331,17 +333,37 @@ func TestCarrierByeEndsTheCallWhateverThePeerAnswers(t *testing.T) {
 				bye.AppendHeader(sipmsg.HeaderClone(inv.CallID()))
 				bye.AppendHeader(&sipmsg.CSeqHeader{SeqNo: 1, MethodName: sipmsg.BYE})
 				car.send(h.udp, withVia(bye, car.addr(), "z9hG4bK.callee-bye"))
-				waitFor(t, func() bool {
+				answers := func() int {
+					n := 0
 					for _, r := range car.responses() {
 						if r.CSeq().MethodName == sipmsg.BYE && r.StatusCode == tc.peer {
-							return true
+							n++
 						}
 					}
-					return false
-				}, "the peer's answer relayed to the carrier")
+					return n
+				}
+				waitFor(t, func() bool { return answers() == 1 }, "the peer's answer relayed to the carrier")
 				if tc.ends {
 					live := peerPlaces(t, store)
 					waitFor(t, func() bool { return tr.Live() == 0 && live() == 0 }, "the call's places freed")
+					// The dialog is over at the node: the carrier's BYE sent
+					// again gets 481, not a second relay to the peer.
+					again := sipmsg.HeaderClone(bye.CSeq()).(*sipmsg.CSeqHeader)
+					again.SeqNo = 2
+					bye.ReplaceHeader(again)
+					bye.RemoveHeader("Via")
+					car.send(h.udp, withVia(bye, car.addr(), "z9hG4bK.callee-bye-2"))
+					waitFor(t, func() bool {
+						for _, r := range car.responses() {
+							if r.CSeq().SeqNo == 2 && r.StatusCode == 481 {
+								return true
+							}
+						}
+						return false
+					}, "481 to the carrier's second BYE")
+					if n := len(peer.requests(sipmsg.BYE)); n != 1 {
+						t.Fatalf("BYEs at the peer: %d, want 1", n)
+					}
 					rawAnsweredCall(t, peer, h.udp, "second")
 					return
 				}

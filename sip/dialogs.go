@@ -24,8 +24,9 @@ import (
 // What a dialog may still do, per node.
 //
 // A dialog token dies with its dialog: at max_call_duration (its mint
-// time, token.go), or when the call ended (a BYE answered 2xx or 481, or
-// not answered in time: ends.go). The second needs state: the dialogs that
+// time, token.go), or when the call ended (a BYE answered 2xx or 481, the
+// carrier's answered at all but with a challenge, or not answered in time:
+// ends.go). The second needs state: the dialogs that
 // ended, each kept until its token would have expired anyway, in a
 // node-local table (bounded: maxEndedDialogs, the oldest forgotten first;
 // the ends of call attempts' tokens in one of their own, maxEndedTokens)

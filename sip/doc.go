@@ -67,7 +67,8 @@
 // call frees its places when its INVITE handler returns; an answered one
 // when the far leg answers a BYE that passed the dialog-token check with a
 // 2xx or 481, or gives it no final answer before Timer F (ends.go; either
-// direction), or by the Tracker at max_call_duration or the places'
+// direction), or the peer answers the carrier's BYE at all but with a
+// challenge, or by the Tracker at max_call_duration or the places'
 // expiry. A call whose dialog had such a BYE before its answer (a
 // carrier's BYE racing its own 2xx, or sent before it answered) ends at
 // its answer: once the 2xx is relayed the node sends its own BYE to both
@@ -175,7 +176,8 @@
 // requests, another Via branch each) is answered 482 before admission:
 // each in-dialog request and end of one of them looks at all of them.
 // A token also dies with its call (dialogs.go): once a BYE
-// of the dialog was answered 2xx or 481 or timed out (a 481 or timeout
+// of the dialog was answered 2xx or 481 or timed out (the carrier's: any
+// final answer but a challenge) (a 481 or timeout
 // of a BYE naming another callee tag than the answer of a call the node
 // holds ends nothing, and is not remembered), the dialog's
 // requests get 481 (counted dialog_ended), on this node at once and, with

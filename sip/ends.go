@@ -16,11 +16,14 @@ import (
 // A BYE is relayed from one leg of its dialog to the other; the call is
 // over when the far leg says so: a 2xx, or a 481 (it has no such dialog),
 // or when the BYE gets no final answer before its transaction would time
-// out (RFC 3261 15.1.1: the UAC then considers the dialog ended). A 3xx to
-// 6xx other than 481 leaves the call up (a stale CSeq, an unknown Require,
-// a far proxy's 483), and so does a BYE never sent. Only then are its
-// max_calls places freed (CallPlaces.EndDialog, which also wants the BYE to
-// name the callee's tag of the call's answer).
+// out (RFC 3261 15.1.1: the UAC then considers the dialog ended). A peer's
+// BYE that its carrier answers otherwise leaves the call up (a stale CSeq,
+// an unknown Require, a far proxy's 483 or 408), and so does a BYE never
+// sent: a peer must not free its places while the carrier's call goes on.
+// The carrier's BYE frees them on any final answer but a challenge: the
+// carrier ended its session when it sent it. Only then are the max_calls
+// places freed (CallPlaces.EndDialog, which also wants the BYE to name the
+// callee's tag of the call's answer); see endsCall and endsDialog.
 //
 // The stateful relay learns the outcome from its client transaction. The
 // stateless one (stateless.go) keeps no transaction: its Via branch
@@ -155,26 +158,26 @@ func (t *pendingByes) size() int {
 }
 
 // endsCall reports whether the final outcome of a BYE relayed from dir's
-// leg ends its call: a 2xx, a 481 or a 408, or no final answer (code 0: a
-// timeout), as RFC 3261 15.1.1 has its sender end the dialog. A carrier's
-// BYE ends it whatever the peer answers, but for a challenge (401, 407:
-// the carrier's BYE comes again with credentials): the carrier ended its
-// session when it sent the BYE, and a peer that answered 500 held the
-// carrier's max_calls places for max_call_duration (h67). A peer's BYE
-// that the carrier refuses otherwise does not: a peer could free its
-// places with a BYE its carrier refuses while the call goes on (issue
-// 22, A2); those calls end by hand (DELETE /api/v1/calls/{id}) or at
-// max_call_duration.
+// leg ends its call, its dialog and its places: a 2xx, a 481, or no final
+// answer (code 0: a timeout); for the carrier's BYE any final answer but a
+// challenge (401, 407: the BYE comes again with credentials). The carrier
+// ended its session when it sent its BYE (RFC 3261 15.1.1), and a peer
+// that answered 500 held the carrier's max_calls places, which other
+// customers' calls need, for max_call_duration (h67). The dialog's token
+// dies with it, so the carrier's BYE sent again after the peer's refusal
+// gets 481 (the carrier takes its dialog for ended; the peer, which
+// refused the BYE, keeps its side up until its own timers end it). A
+// peer's BYE that its carrier refuses otherwise ends nothing, 408
+// included: a peer could aim its BYE (its Request-URI, its Route) at a
+// far proxy that answers 408, or 483, while the carrier's call goes on,
+// and free its places (issue 22, A2; h69). Those calls end by hand
+// (DELETE /api/v1/calls/{id}) or at max_call_duration.
 func endsCall(code int, dir direction) bool {
-	switch {
-	case code == 0 || (code >= 200 && code < 300):
+	if code == 0 || (code >= 200 && code < 300) || code == sipmsg.StatusCallTransactionDoesNotExists {
 		return true
-	case code == sipmsg.StatusCallTransactionDoesNotExists || code == sipmsg.StatusRequestTimeout:
-		return true
-	case dir == fromCarrier && code >= 300:
-		return code != sipmsg.StatusUnauthorized && code != sipmsg.StatusProxyAuthRequired
 	}
-	return false
+	return dir == fromCarrier && code >= 300 &&
+		code != sipmsg.StatusUnauthorized && code != sipmsg.StatusProxyAuthRequired
 }
 
 // inDialogDone is told of the outcome of an in-dialog request the proxy

@@ -1002,7 +1002,7 @@ func (h *carrierHooks) answering(r *sipmsg.Response) {
 }
 
 // relayed is told that the 2xx reached upstream. A call the Tracker ended
-// at its answer (a BYE of its dialog answered 2xx or 481 came first: a
+// at its answer (a BYE of its dialog that ended it came first: a
 // carrier's BYE racing its own 2xx, or one a carrier sent before it
 // answered) is over on the node's books, its places free and its record
 // written, while the caller has just been told it is up: the node ends it
