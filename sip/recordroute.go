@@ -1,6 +1,7 @@
 package sip
 
 import (
+	"slices"
 	"strings"
 
 	sipmsg "github.com/emiago/sipgo/sip"
@@ -19,11 +20,13 @@ import (
 // mendRecordRoute makes the Record-Route list of r, a 2xx to the INVITE
 // out, end with out's Record-Route list, and reports whether it had to
 // (counted as sip_errors_total{reason="record_route"}). Nothing is done
-// when out has none (sip.record_route false).
+// when out's list does not start with the node's own entry
+// (sip.record_route false: only the entries of the proxies before the
+// node, if any, which are theirs to keep).
 func (p *Proxy) mendRecordRoute(out *sipmsg.Request, r *sipmsg.Response) bool {
 	var wantBuf, gotBuf [8]*sipmsg.RecordRouteHeader
 	want := recordRoutesOf(out, wantBuf[:0])
-	if len(want) == 0 {
+	if len(want) == 0 || !p.isMe(&want[0].Address) {
 		return false
 	}
 	got := recordRoutesOf(r, gotBuf[:0])
@@ -39,21 +42,18 @@ func (p *Proxy) mendRecordRoute(out *sipmsg.Request, r *sipmsg.Response) bool {
 			return false
 		}
 	}
-	// What the carrier's side put above the node's first entry; when the
-	// node's entries are gone, every entry that does not name the node.
+	// What the carrier's side put above the entries out had: the list up
+	// to the first of them (the node's, or, when the carrier dropped the
+	// node's, one of the proxies' before it), less any entry naming the
+	// node. Each of out's entries is then written once, in its place.
 	var above []*sipmsg.RecordRouteHeader
-	first := -1
-	for i, g := range got {
-		if sameHop(g, want[0]) {
-			first = i
+	for _, g := range got {
+		if slices.ContainsFunc(want, func(w *sipmsg.RecordRouteHeader) bool { return sameHop(g, w) }) {
 			break
 		}
-	}
-	for i, g := range got {
-		if (first >= 0 && i >= first) || (first < 0 && p.isMe(&g.Address)) {
-			continue
+		if !p.isMe(&g.Address) {
+			above = append(above, g)
 		}
-		above = append(above, g)
 	}
 	for r.RemoveHeader("Record-Route") {
 	}
