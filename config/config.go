@@ -155,8 +155,9 @@ func (s SIP) Inflight(procs int) int {
 // not hold a goroutine and a descriptor for ever.
 type TCP struct {
 	// IdleTimeout closes a connection that sends nothing for that long,
-	// does not read what the node writes to it for that long, or takes
-	// longer to send a message whole, counted from its first byte.
+	// or does not read what the node writes to it for that long; and a
+	// connection a party opened to the node that takes longer to send a
+	// message whole, counted from its first byte.
 	IdleTimeout time.Duration `cfg:"idle_timeout"`
 	// MaxConnections caps accepted connections open at once; strangers
 	// (neither a peer's source nor a carrier's address) hold at most a

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -126,16 +127,15 @@ func Parse(data []byte) (*Config, error) {
 	if line := extraDocuments(data); line > 0 {
 		errs.addAt(Position{Line: line}, "a second YAML document (after \"---\"): cpsguard reads the first only; keep one")
 	}
-	for _, path := range valueless(data) {
-		if inTree(tree, path) {
-			continue // the environment gives it a value
-		}
-		if path == "store.redis" {
-			errs.add(path, "empty: give its addrs (one: a standalone server; several: a Cluster; with master_name: Sentinels), "+
-				"or remove it for the in-process store, where each node counts alone")
-			continue
-		}
-		errs.add(path, "has no value: give it one, or remove the key for its default")
+	// store.redis left empty or null: the YAML library drops it without a
+	// word, so "store: {redis: {}}" was the in-process store, each node of
+	// a pool counting alone (h68). Other keys left empty (a list whose
+	// items are all commented out, a setting with no value) are unset, as
+	// they always were; blocks inside list items keep their place (an
+	// empty reject or probe is refused by its own checks).
+	if slices.Contains(valueless(data), "store.redis") && !inTree(tree, "store.redis") {
+		errs.add("store.redis", "empty: give its addrs (one: a standalone server; several: a Cluster; with master_name: Sentinels), "+
+			"or remove it for the in-process store, where each node counts alone")
 	}
 	c := Default()
 	d := decoder{errs: errs}

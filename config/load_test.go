@@ -851,36 +851,42 @@ func TestHostPort(t *testing.T) {
 	}
 }
 
-// A key the file gives no value (null, or an empty mapping) is an error:
-// the YAML library hands it to the decoder as if it were not there, and
+// store.redis given no value, null or an empty mapping, is an error: the
+// YAML library hands it to the decoder as if it were not there, and
 // "store: {redis: {}}" was the in-process store, every node of a pool
-// counting alone (h68). So is a second YAML document, which was ignored.
+// counting alone (h68); a carrier's probe left null was refused already. So is a second YAML document, which was ignored.
+// Any other key left empty (a list whose items are commented out, a
+// setting with no value) is unset, as it always was (h69).
 func TestKeysWithoutValue(t *testing.T) {
-	for _, tc := range []struct{ name, extra, want string }{
-		{"redis null", "store:\n  redis:\n", "store.redis: empty: give its addrs"},
-		{"redis empty", "store:\n  redis: {}\n", "store.redis: empty: give its addrs"},
-		{"scalar null", "sip:\n  advertise: ~\n", "sip.advertise: has no value: give it one, or remove the key for its default"},
-		{"mapping null", "http:\n", "http: has no value"},
-		{"second document", "---\nshadow: true\n", "a second YAML document"},
+	withCarrier := func(extra string) string {
+		return strings.Replace(minimal, `cps: 10}`, `cps: 10, `+extra+`}`, 1)
+	}
+	for _, tc := range []struct{ name, file, want string }{
+		{"redis null", minimal + "store:\n  redis:\n", "store.redis: empty: give its addrs"},
+		{"redis empty", minimal + "store:\n  redis: {}\n", "store.redis: empty: give its addrs"},
+		{"probe null", withCarrier("probe: ~"), "carriers[0].probe: must be a map (got nothing)"},
+		{"second document", minimal + "---\nshadow: true\n", "a second YAML document"},
+		{"third document after an empty one", minimal + "---\n---\nshadow: true\n", "a second YAML document"},
+		{"second document not YAML", minimal + "---\nshadow: [\n", "a second YAML document"},
 	} {
-		_, err := Parse([]byte(minimal + tc.extra))
+		_, err := Parse([]byte(tc.file))
 		var ve *ValidationError
 		if !errors.As(err, &ve) || !strings.Contains(strings.Join(ve.Errors, "\n"), tc.want) {
 			t.Errorf("%s: got %v, want an error with %q", tc.name, err, tc.want)
 		}
 	}
-	// A route given no carriers, where an empty list was refused already.
-	routes := strings.Replace(minimal, "  default: [carrier-a]\n", "  default: [carrier-a]\n  premium: ~\n", 1)
-	if _, err := Parse([]byte(routes)); err == nil || !strings.Contains(err.Error(), "routes.premium: has no value") {
-		t.Errorf("routes.premium: ~: got %v", err)
-	}
-	// The environment gives the empty block its value; a "---" at the end
-	// starts no document; an empty list is a value.
-	t.Setenv("CPSGUARD_STORE_REDIS_ADDRS", "127.0.0.1:6379")
-	for _, ok := range []string{"store:\n  redis:\n", "---\n", "sip:\n  strip_headers: []\n"} {
+	// Unset, as before: a setting with no value, a section whose items are
+	// commented out, an empty list, a "---" at the end; and an empty
+	// store.redis the environment gives its value.
+	for _, ok := range []string{"sip:\n  advertise: ~\n", "customers:\n#  - {name: acme, cps: 5}\n", "http:\n",
+		"sip:\n  strip_headers: []\n", "---\n"} {
 		if _, err := Parse([]byte(minimal + ok)); err != nil {
 			t.Errorf("%q: %v", ok, err)
 		}
+	}
+	t.Setenv("CPSGUARD_STORE_REDIS_ADDRS", "127.0.0.1:6379")
+	if _, err := Parse([]byte(minimal + "store:\n  redis:\n")); err != nil {
+		t.Errorf("store.redis from the environment: %v", err)
 	}
 }
 

@@ -2,7 +2,9 @@ package config
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"reflect"
 	"regexp"
@@ -246,10 +248,9 @@ func envOverrides() map[string]string {
 }
 
 // valueless returns the paths of the file's keys whose value is null or an
-// empty mapping ("redis:", "redis: {}", "premium: ~"), in file order. The
-// YAML library hands such a key to the decoder as if it were not there:
-// "store: {redis: {}}" would be the in-process store, every node of a pool
-// counting alone, where the file asks for Redis.
+// empty mapping ("redis:", "redis: {}", "premium: ~"), in file order: the
+// YAML library hands such a key to the decoder as if it were not there
+// (presenceMatters says where that matters).
 func valueless(data []byte) []string {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
@@ -322,12 +323,33 @@ func inTree(tree map[string]any, path string) bool {
 // "---" would be ignored without a word.
 func extraDocuments(data []byte) int {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var first, second yaml.Node
-	if dec.Decode(&first) != nil || dec.Decode(&second) != nil {
-		return 0
+	var first yaml.Node
+	if dec.Decode(&first) != nil {
+		return 0 // not YAML: the parse says so
 	}
-	if len(second.Content) == 0 || (second.Content[0].Kind == yaml.ScalarNode && second.Content[0].Tag == "!!null") {
-		return 0 // a "---" with nothing after it
+	for range 1000 {
+		var next yaml.Node
+		err := dec.Decode(&next)
+		switch {
+		case errors.Is(err, io.EOF):
+			return 0
+		case err != nil:
+			return lineOfErr(err) // a later document that is not YAML either
+		case len(next.Content) == 0 || (next.Content[0].Kind == yaml.ScalarNode && next.Content[0].Tag == "!!null"):
+			continue // a "---" with nothing after it
+		}
+		return max(next.Content[0].Line, 1)
 	}
-	return max(second.Content[0].Line, 1)
+	return 1
+}
+
+// lineOfErr is the line the YAML library names in err ("yaml: line 7:
+// …"), 1 when it names none.
+func lineOfErr(err error) int {
+	if m := yamlLine.FindStringSubmatch(strings.TrimPrefix(err.Error(), "yaml: ")); m != nil {
+		if n, _ := strconv.Atoi(m[1]); n > 0 {
+			return n
+		}
+	}
+	return 1
 }

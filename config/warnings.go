@@ -93,7 +93,8 @@ func Warnings(c *Config) []string {
 	w = append(w, families(c)...)
 	w = append(w, selfCarriers(c)...)
 	for i, n := range c.Priority.Numbers {
-		digits := strings.TrimPrefix(n, "+")
+		// As calls are matched: separators out ("1-1" is "11").
+		digits := strings.TrimPrefix(NormalizeNumber(n), "+")
 		if !strings.HasSuffix(n, "$") && len(digits) < 3 {
 			add(fmt.Sprintf("priority.numbers[%d]", i), "%q is a prefix of %d digit(s): every called number that starts with it "+
 				"is a priority call that passes every limit (\"1\" is every North American number in national form); "+
@@ -279,6 +280,17 @@ func selfCarriers(c *Config) []string {
 			continue
 		}
 		tr := uriTransport(car.URI)
+		if adv := c.SIP.Advertise; adv != "" {
+			host, aport, err := net.SplitHostPort(adv)
+			if err != nil {
+				host, aport = adv, ""
+			}
+			if a, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil && a.Unmap() == ip && (aport == port || aport == "" && listensOnPort(c, tr, port)) {
+				w = append(w, fmt.Sprintf("carriers[%d].uri: %s is this node's sip.advertise %s: its calls come back as new INVITEs, "+
+					"admitted and counted again each time, until Max-Forwards runs out (482)", i, car.URI, adv))
+				continue
+			}
+		}
 		for _, l := range c.SIP.Listen {
 			u, err := url.Parse(l)
 			if err != nil || u.Scheme != tr || u.Port() != port {
@@ -296,6 +308,17 @@ func selfCarriers(c *Config) []string {
 		}
 	}
 	return w
+}
+
+// listensOnPort reports whether a sip.listen entry of scheme listens on
+// port.
+func listensOnPort(c *Config, scheme, port string) bool {
+	for _, l := range c.SIP.Listen {
+		if u, err := url.Parse(l); err == nil && u.Scheme == scheme && u.Port() == port {
+			return true
+		}
+	}
+	return false
 }
 
 // uriAddrPort is the IP address and port of a sip: or sips: URI written

@@ -58,6 +58,15 @@ func TestWarnings(t *testing.T) {
 		{"one-digit priority prefix", func(c *Config) { c.Priority.Numbers = []string{"911", "+1"} },
 			`priority.numbers[1]: "+1" is a prefix of 1 digit(s): every called number that starts with it is a priority call`},
 		{"two-digit priority number, exact", func(c *Config) { c.Priority.Numbers = []string{"15$", "112"} }, ""},
+		{"priority prefix with separators", func(c *Config) { c.Priority.Numbers = []string{"(1)"} }, `priority.numbers[0]: "(1)" is a prefix of 1 digit(s)`},
+		{"carrier at the advertised address", func(c *Config) {
+			c.SIP.Advertise = "192.0.2.1:5060"
+			c.Carriers[0].URI = "sip:192.0.2.1:5060"
+		}, "carriers[0].uri: sip:192.0.2.1:5060 is this node's sip.advertise 192.0.2.1:5060"},
+		{"carrier on the advertised host, another port", func(c *Config) {
+			c.SIP.Advertise = "192.0.2.1"
+			c.Carriers[0].URI = "sip:192.0.2.1:5080"
+		}, ""},
 		{"public reject", func(c *Config) { c.SIP.Listen = []string{"udp://192.0.2.10:5060"} }, "sip.unknown_source: reject answers every stranger"},
 		{"no record-route", func(c *Config) { c.SIP.RecordRoute = false }, "sip.record_route: false"},
 		{"wildcard listen without advertise", func(c *Config) {

@@ -146,7 +146,10 @@ const MaxMessageSize = 16 * 1024
 
 // forwardGrowth bounds what the proxy adds to a message it forwards: its
 // Via, two Record-Route entries with the dialog token, a transport
-// parameter (TestLargestInviteIsForwarded measures it).
+// parameter (TestLargestInviteIsForwarded measures it). A message a
+// sender crafted to grow more when sipgo writes it again (compact header
+// names, comma lists split into lines) can still go past it and fail to
+// leave: its sender's own call, answered 503 (TestUnsendableByeKeepsPlaces).
 const forwardGrowth = 2048
 
 func init() {

@@ -140,7 +140,7 @@ func TestStreamScansKeepAConnectionsScanner(t *testing.T) {
 // follow one another, and a slow one that ends in the read past the
 // timeout, keep it.
 func TestTrickledMessageClosesTheConnection(t *testing.T) {
-	const idle = 60 * time.Millisecond
+	const idle = 300 * time.Millisecond
 	good := "OPTIONS sip:a@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/TCP 127.0.0.2;branch=z9hG4bK-1\r\nContent-Length: 2\r\n\r\nab"
 	open := func() (*scanConn, net.Conn, *int) {
 		c1, c2 := net.Pipe()
