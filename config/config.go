@@ -251,7 +251,9 @@ type Reject struct {
 
 // Store selects and tunes the shared store.
 type Store struct {
-	// Redis is nil for the in-process store.
+	// Redis is nil for the in-process store (no store.redis in the file
+	// and no CPSGUARD_STORE_REDIS_* variable); a store.redis left empty
+	// or null is an error, not the in-process store.
 	Redis *Redis `cfg:"redis"`
 	// KeyPrefix starts every Redis key of the pool; nodes that share it
 	// share their limits.
