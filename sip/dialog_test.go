@@ -295,9 +295,12 @@ func TestByeFreesPlacesOnItsAnswer(t *testing.T) {
 // challenge (h67: a peer that answered 500 held the call, and the
 // carrier's places with it, until max_call_duration; with a peer
 // max_calls only its own calls, without one as many as its cps let it
-// place). A 401 or 407 keeps it: the carrier's BYE comes again with
-// credentials. Both relays.
+// place). A 401 or 407 keeps it for Timer F, for the carrier's BYE to come
+// again with credentials, and ends it then. Both relays.
 func TestCarrierByeEndsTheCallWhateverThePeerAnswers(t *testing.T) {
+	old := byeTimeout
+	byeTimeout = 600 * time.Millisecond
+	defer func() { byeTimeout = old }()
 	for _, stateful := range []bool{false, true} {
 		for _, tc := range []struct {
 			peer int // the peer's answer to the carrier's BYE
@@ -367,10 +370,15 @@ func TestCarrierByeEndsTheCallWhateverThePeerAnswers(t *testing.T) {
 					rawAnsweredCall(t, peer, h.udp, "second")
 					return
 				}
-				time.Sleep(100 * time.Millisecond) // the end it must not make
+				time.Sleep(100 * time.Millisecond) // the end it must not make yet
 				if tr.Live() != 1 {
 					t.Fatalf("tracked calls after a challenged BYE = %d, want 1", tr.Live())
 				}
+				// No BYE with credentials within Timer F (shortened here):
+				// the call ends as for a BYE never answered (h70: a peer
+				// that challenged every BYE held the carrier's places).
+				live := peerPlaces(t, store)
+				waitFor(t, func() bool { return tr.Live() == 0 && live() == 0 }, "the challenged call ended after Timer F")
 			})
 		}
 	}

@@ -160,7 +160,9 @@ func (t *pendingByes) size() int {
 // endsCall reports whether the final outcome of a BYE relayed from dir's
 // leg ends its call, its dialog and its places: a 2xx, a 481, or no final
 // answer (code 0: a timeout); for the carrier's BYE any final answer but a
-// challenge (401, 407: the BYE comes again with credentials). The carrier
+// challenge (401, 407: the BYE comes again with credentials; if it does
+// not within Timer F, the call ends as for a BYE never answered: see
+// challengedBye). The carrier
 // ended its session when it sent its BYE (RFC 3261 15.1.1), and a peer
 // that answered 500 held the carrier's max_calls places, which other
 // customers' calls need, for max_call_duration (h67). The dialog's token
@@ -187,11 +189,27 @@ func endsCall(code int, dir direction) bool {
 // and writes its record (ended_by the BYE's sender). It may wait on the
 // store: never call it from a read path worker.
 func (p *Proxy) inDialogDone(method sipmsg.RequestMethod, k callKey, calleeTag string, dir direction, code int) {
-	if method != sipmsg.BYE || !endsCall(code, dir) {
+	if method != sipmsg.BYE {
+		return
+	}
+	p.challengedBye(k, calleeTag, dir, code)
+	if !endsCall(code, dir) {
 		return
 	}
 	p.dialogEnded(k, calleeTag, code, 0, dir)
 	p.calls.EndDialog(p.base, k.String(), calleeTag, byOf(dir))
+}
+
+// challengedBye gives the carrier's BYE that the peer challenged (401,
+// 407) Timer F for the BYE to come again with credentials: the call ends
+// then, as for a BYE never answered (sweepByes), unless a BYE of the
+// dialog ended it before. A peer that challenged every carrier BYE held
+// the call, and the carrier's max_calls places, until max_call_duration
+// (h70).
+func (p *Proxy) challengedBye(k callKey, calleeTag string, dir direction, code int) {
+	if dir == fromCarrier && (code == sipmsg.StatusUnauthorized || code == sipmsg.StatusProxyAuthRequired) {
+		p.byes.add(pendingBye{key: k, callee: calleeTag}, byOf(dir), time.Now())
+	}
 }
 
 // byOf names who sent a request from dir's leg, as a record says it.

@@ -511,6 +511,7 @@ func (p *Proxy) statelessDone(res *sipmsg.Response, up *sipmsg.ViaHeader, flags 
 	_, callee := dialogTags(res, dir)
 	p.byes.answered(pendingBye{key: key, callee: callee})
 	if !endsCall(res.StatusCode, dir) {
+		p.challengedBye(key, callee, dir, res.StatusCode)
 		return
 	}
 	// Dead before the answer is relayed: the sender's next request of the
