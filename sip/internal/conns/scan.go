@@ -253,6 +253,11 @@ func (c *scanConn) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	if skippedBySipgo(p[:n], c.scan.Idle()) {
+		// NULs in the middle of a message renew sipgo's deadline too:
+		// they must not stretch the message's (h70).
+		if c.idle != nil && !c.since.IsZero() && time.Since(c.since) > c.idle() {
+			return c.refuse("stream")
+		}
 		return n, err
 	}
 	idle, ended := c.scan.Idle(), c.scan.Ended()

@@ -194,4 +194,20 @@ func TestTrickledMessageClosesTheConnection(t *testing.T) {
 	if err := send(sc, far, good[33:34]); err == nil {
 		t.Fatal("the connection of a trickled message still reads")
 	}
+
+	// NULs, which sipgo skips (and which renew its deadline), trickled in
+	// the middle of a message (h70).
+	sc, far, closed = open()
+	if err := send(sc, far, good[:30]); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		time.Sleep(idle / 2)
+		if err := send(sc, far, "\x00"); err != nil {
+			break
+		}
+	}
+	if *closed != 1 {
+		t.Fatalf("a message stretched with NULs: closed %d times as \"stream\", want 1", *closed)
+	}
 }
