@@ -23,7 +23,7 @@ import (
 // The carrier's BYE frees them on any final answer but a challenge: the
 // carrier ended its session when it sent it. Only then are the max_calls
 // places freed (CallPlaces.EndDialog, which also wants the BYE to name the
-// callee's tag of the call's answer); see endsCall and endsDialog.
+// callee's tag of the call's answer); see endsCall and challengedBye.
 //
 // The stateful relay learns the outcome from its client transaction. The
 // stateless one (stateless.go) keeps no transaction: its Via branch
@@ -162,10 +162,10 @@ func (t *pendingByes) size() int {
 // answer (code 0: a timeout); for the carrier's BYE any final answer but a
 // challenge (401, 407: the BYE comes again with credentials; if it does
 // not within Timer F, the call ends as for a BYE never answered: see
-// challengedBye). The carrier
-// ended its session when it sent its BYE (RFC 3261 15.1.1), and a peer
-// that answered 500 held the carrier's max_calls places, which other
-// customers' calls need, for max_call_duration (h67). The dialog's token
+// challengedBye). The carrier ended its session when it sent its BYE (RFC
+// 3261 15.1.1), and a peer that answered 500 held the carrier's max_calls
+// places, which other customers' calls need, for max_call_duration (h67).
+// The dialog's token
 // dies with it, so the carrier's BYE sent again after the peer's refusal
 // gets 481 (the carrier takes its dialog for ended; the peer, which
 // refused the BYE, keeps its side up until its own timers end it). A
