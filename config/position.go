@@ -250,7 +250,7 @@ func envOverrides() map[string]string {
 // valueless returns the paths of the file's keys whose value is null or an
 // empty mapping ("redis:", "redis: {}", "premium: ~"), in file order: the
 // YAML library hands such a key to the decoder as if it were not there
-// (presenceMatters says where that matters).
+// (outside a list item), which matters for store.redis (Parse).
 func valueless(data []byte) []string {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
@@ -318,9 +318,10 @@ func inTree(tree map[string]any, path string) bool {
 	return true
 }
 
-// extraDocuments returns the line of the file's second YAML document, 0
-// when it has one: cpsguard reads the first only, so settings after a
-// "---" would be ignored without a word.
+// extraDocuments returns the line of the file's second YAML document
+// (the first after the first that is not empty), 0 when it has none:
+// cpsguard reads the first only, so settings after a "---" would be
+// ignored without a word.
 func extraDocuments(data []byte) int {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var first yaml.Node
