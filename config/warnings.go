@@ -334,15 +334,7 @@ func uriAddrPort(uri string) (netip.Addr, string, bool) {
 	if uriTransport(uri) == "tls" {
 		port = "5061"
 	}
-	rest := strings.ToLower(uri)
-	rest = rest[strings.IndexByte(rest, ':')+1:]
-	if i := strings.IndexAny(rest, ";?"); i >= 0 {
-		rest = rest[:i]
-	}
-	if i := strings.LastIndexByte(rest, '@'); i >= 0 {
-		rest = rest[i+1:]
-	}
-	if _, p, err := net.SplitHostPort(rest); err == nil {
+	if _, p, err := net.SplitHostPort(uriHostPort(uri)); err == nil {
 		port = p
 	}
 	return ip.Unmap(), port, true
@@ -403,6 +395,16 @@ func unspecified(host string) bool {
 
 // uriHost returns the host of a sip: or sips: URI ("" when it has none).
 func uriHost(uri string) string {
+	rest := uriHostPort(uri)
+	if h, _, err := net.SplitHostPort(rest); err == nil {
+		return h
+	}
+	return rest
+}
+
+// uriHostPort returns the host[:port] of a sip: or sips: URI, lower case
+// ("" when it is neither).
+func uriHostPort(uri string) string {
 	rest, ok := strings.CutPrefix(strings.ToLower(uri), "sip:")
 	if !ok {
 		if rest, ok = strings.CutPrefix(strings.ToLower(uri), "sips:"); !ok {
@@ -414,9 +416,6 @@ func uriHost(uri string) string {
 	}
 	if i := strings.LastIndexByte(rest, '@'); i >= 0 {
 		rest = rest[i+1:]
-	}
-	if h, _, err := net.SplitHostPort(rest); err == nil {
-		return h
 	}
 	return rest
 }
