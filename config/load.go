@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"os"
 	"reflect"
-	"slices"
 	"strings"
 	"time"
 
@@ -133,7 +132,7 @@ func Parse(data []byte) (*Config, error) {
 	// items are all commented out, a setting with no value) are unset, as
 	// they always were; blocks inside list items keep their place (an
 	// empty reject or probe is refused by its own checks).
-	if slices.Contains(valueless(data), "store.redis") && !inTree(tree, "store.redis") {
+	if valueless(data, "store", "redis") && !inTree(tree, "store.redis") {
 		errs.add("store.redis", "empty: give its addrs (one: a standalone server; several: a Cluster; with master_name: Sentinels), "+
 			"or remove it for the in-process store, where each node counts alone")
 	}

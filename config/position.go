@@ -247,47 +247,33 @@ func envOverrides() map[string]string {
 	return out
 }
 
-// valueless returns the paths of the file's keys whose value is null or an
-// empty mapping ("redis:", "redis: {}", "premium: ~"), in file order: the
-// YAML library hands such a key to the decoder as if it were not there
-// (outside a list item), which matters for store.redis (Parse).
-func valueless(data []byte) []string {
+// valueless reports whether the file has the key at keys (each a key of
+// a mapping, from the top: "store", "redis") with a null or empty-mapping
+// value ("redis:", "redis: {}"): the YAML library hands such a key to the
+// decoder as if it were not there (outside a list item), which matters
+// for store.redis (Parse).
+func valueless(data []byte, keys ...string) bool {
 	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil
+	if yaml.Unmarshal(data, &doc) != nil || len(doc.Content) == 0 {
+		return false
 	}
-	var out []string
-	var walk func(path string, n *yaml.Node, depth int)
-	walk = func(path string, n *yaml.Node, depth int) {
-		if n == nil || depth > 64 {
-			return
+	n := doc.Content[0]
+	for _, key := range keys {
+		if n.Kind != yaml.MappingNode {
+			return false
 		}
-		switch n.Kind {
-		case yaml.DocumentNode:
-			for _, c := range n.Content {
-				walk(path, c, depth+1)
-			}
-		case yaml.MappingNode:
-			for i := 0; i+1 < len(n.Content); i += 2 {
-				k, v := n.Content[i], n.Content[i+1]
-				if k.Value == "<<" {
-					continue
-				}
-				p := join(path, strings.ToLower(k.Value))
-				if (v.Kind == yaml.ScalarNode && v.Tag == "!!null") || (v.Kind == yaml.MappingNode && len(v.Content) == 0) {
-					out = append(out, p)
-					continue
-				}
-				walk(p, v, depth+1)
-			}
-		case yaml.SequenceNode:
-			for i, c := range n.Content {
-				walk(fmt.Sprintf("%s[%d]", path, i), c, depth+1)
+		var next *yaml.Node
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if strings.EqualFold(n.Content[i].Value, key) {
+				next = n.Content[i+1]
 			}
 		}
+		if next == nil {
+			return false
+		}
+		n = next
 	}
-	walk("", &doc, 0)
-	return out
+	return (n.Kind == yaml.ScalarNode && n.Tag == "!!null") || (n.Kind == yaml.MappingNode && len(n.Content) == 0)
 }
 
 // inTree reports whether path ("store.redis", "peers[0].reject") names a

@@ -320,21 +320,7 @@ func TestCarrierByeEndsTheCallWhateverThePeerAnswers(t *testing.T) {
 				})
 				rawAnsweredCall(t, peer, h.udp, "first")
 				waitFor(t, func() bool { return len(car.requests(sipmsg.ACK)) == 1 }, "the ACK at the carrier")
-				inv := car.requests(sipmsg.INVITE)[0]
-				bye := sipmsg.NewRequest(sipmsg.BYE, *inv.Contact().Address.Clone())
-				for _, rr := range inv.GetHeaders("Record-Route") {
-					bye.AppendHeader(sipmsg.NewHeader("Route", rr.Value()))
-				}
-				mf := sipmsg.MaxForwardsHeader(70)
-				bye.AppendHeader(&mf)
-				from := inv.To().AsFrom()
-				from.Params = sipmsg.NewParams()
-				from.Params.Add("tag", "raw-callee")
-				bye.AppendHeader(&from)
-				to := inv.From().AsTo()
-				bye.AppendHeader(&to)
-				bye.AppendHeader(sipmsg.HeaderClone(inv.CallID()))
-				bye.AppendHeader(&sipmsg.CSeqHeader{SeqNo: 1, MethodName: sipmsg.BYE})
+				bye := calleeByeOf(car.requests(sipmsg.INVITE)[0], "raw-callee")
 				car.send(h.udp, withVia(bye, car.addr(), "z9hG4bK.callee-bye"))
 				answers := func() int {
 					n := 0

@@ -745,21 +745,7 @@ func TestCarrierByeBeforeItsAnswerEndsTheCall(t *testing.T) {
 	inv := car.requests(sipmsg.INVITE)[0]
 
 	// The carrier's BYE of the dialog it is about to answer with tag evil.
-	bye := sipmsg.NewRequest(sipmsg.BYE, *inv.Contact().Address.Clone())
-	for _, rr := range inv.GetHeaders("Record-Route") {
-		bye.AppendHeader(sipmsg.NewHeader("Route", rr.Value()))
-	}
-	mf := sipmsg.MaxForwardsHeader(70)
-	bye.AppendHeader(&mf)
-	from := inv.To().AsFrom()
-	from.Params = sipmsg.NewParams()
-	from.Params.Add("tag", "evil")
-	bye.AppendHeader(&from)
-	to := inv.From().AsTo()
-	bye.AppendHeader(&to)
-	bye.AppendHeader(sipmsg.HeaderClone(inv.CallID()))
-	bye.AppendHeader(&sipmsg.CSeqHeader{SeqNo: 1, MethodName: sipmsg.BYE})
-	car.send(h.udp, withVia(bye, car.addr(), "z9hG4bK.evil-bye"))
+	car.send(h.udp, withVia(calleeByeOf(inv, "evil"), car.addr(), "z9hG4bK.evil-bye"))
 	waitFor(t, func() bool { return len(car.responses()) == 1 }, "the caller's 481 at the carrier")
 	if r := car.responses()[0]; r.StatusCode != 481 {
 		t.Fatalf("the carrier's early BYE: %s, want the caller's 481", r.StartLine())
@@ -777,6 +763,27 @@ func TestCarrierByeBeforeItsAnswerEndsTheCall(t *testing.T) {
 	waitFor(t, func() bool {
 		return len(peer.requests(sipmsg.BYE)) == 2 && len(car.requests(sipmsg.BYE)) == 1
 	}, "the node's BYEs to both legs of a call it counts as ended")
+}
+
+// calleeByeOf is the carrier's BYE (CSeq 1) of the dialog of inv, the
+// INVITE it received, answered with callee tag tag: to inv's Contact,
+// through its Record-Route.
+func calleeByeOf(inv *sipmsg.Request, tag string) *sipmsg.Request {
+	bye := sipmsg.NewRequest(sipmsg.BYE, *inv.Contact().Address.Clone())
+	for _, rr := range inv.GetHeaders("Record-Route") {
+		bye.AppendHeader(sipmsg.NewHeader("Route", rr.Value()))
+	}
+	mf := sipmsg.MaxForwardsHeader(70)
+	bye.AppendHeader(&mf)
+	from := inv.To().AsFrom()
+	from.Params = sipmsg.NewParams()
+	from.Params.Add("tag", tag)
+	bye.AppendHeader(&from)
+	to := inv.From().AsTo()
+	bye.AppendHeader(&to)
+	bye.AppendHeader(sipmsg.HeaderClone(inv.CallID()))
+	bye.AppendHeader(&sipmsg.CSeqHeader{SeqNo: 1, MethodName: sipmsg.BYE})
+	return bye
 }
 
 // TestMadeUpTagByesRecordNothing: BYEs of a live call that name made-up
