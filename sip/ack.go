@@ -56,9 +56,13 @@ func checkAckHook() error {
 // Request does.
 func (p *Proxy) openTx(ctx context.Context, req *sipmsg.Request) (sipmsg.ClientTransaction, error) {
 	if !req.IsInvite() {
-		return p.tl.Request(ctx, req)
+		tx, err := p.tl.Request(ctx, req)
+		if err == nil {
+			p.txOrder.add(tx) // an answer faster than this takes sipgo's way
+		}
+		return tx, err
 	}
-	return openInviteTx(ctx, p.tl, req, p.onWriteBlocked)
+	return openInviteTx(ctx, p.tl, req, p.onWriteBlocked, p.txOrder.add)
 }
 
 // writeBlocked is told of a TCP or TLS connection to a next hop closed
@@ -76,7 +80,7 @@ func (p *Proxy) writeBlocked(remote string) {
 // run), with the transaction's connection wrapped in between, before
 // anything is written on it or read from it, so that its ACK of a non-2xx
 // answer carries one Via.
-func openInviteTx(ctx context.Context, tl *sipmsg.TransactionLayer, req *sipmsg.Request, blocked func(remote string)) (*sipmsg.ClientTx, error) {
+func openInviteTx(ctx context.Context, tl *sipmsg.TransactionLayer, req *sipmsg.Request, blocked func(remote string), opened func(*sipmsg.ClientTx)) (*sipmsg.ClientTx, error) {
 	tx, err := tl.NewClientTransaction(ctx, req)
 	if err != nil {
 		return nil, err
@@ -84,6 +88,9 @@ func openInviteTx(ctx context.Context, tl *sipmsg.TransactionLayer, req *sipmsg.
 	if err := wrapTxConn(tx, blocked); err != nil {
 		tx.Terminate()
 		return nil, err
+	}
+	if opened != nil {
+		opened(tx) // before the INVITE is written: its first answer too
 	}
 	if err := tx.Init(); err != nil {
 		tx.Terminate()

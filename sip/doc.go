@@ -327,13 +327,13 @@
 // takes peers' and carriers' responses and in-dialog requests before their
 // new INVITEs, CANCELs and OPTIONS (one of those after every 16), and
 // strangers' datagrams last, then sheds, or parses and runs the screen and
-// sipgo's transaction layer: a dialog stays in order on one worker up to
-// that hand-off, calls are decided on every core. (sipgo then runs each
-// message on a goroutine of its own, so a carrier's 180 sent right
-// before its 200 can reach the call's transaction after the 200 and be
-// dropped there, as h67 saw in half its runs with no gap between them:
-// order past the hand-off is sipgo's, and keeping it needs a transaction
-// layer of the node's own; issue 23.) Each party has a share of each lane in
+// sipgo's transaction layer: a dialog stays in order on one worker, calls
+// are decided on every core. (sipgo runs each message it is handed on a
+// goroutine of its own, so a carrier's 180 sent right before its 200
+// reached the call's transaction after the 200 and was dropped, as h67
+// saw in half its runs; the responses to the transactions the node opens
+// itself go to them through a queue of their own, in order: txorder.go.
+// A request's server transaction still gets it on sipgo's goroutine.) Each party has a share of each lane in
 // datagrams and in bytes, and the last places are kept for quiet parties;
 // while the inflight bound is taken a new INVITE waits in its lane up to
 // sip.inflight_wait (100 ms by default) for a unit (a burst is decided,

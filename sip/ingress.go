@@ -34,8 +34,7 @@ import (
 // sipgo's parser and runs the screen and sipgo's transaction layer, as
 // sipgo's loop did: so different calls are parsed and decided on
 // different cores, and a dialog's messages stay in order on one worker
-// (up to sipgo's transaction layer, which runs each on a goroutine of its
-// own: doc.go).
+// (and in the node's client transactions: txorder.go).
 //
 // sipgo still keeps the transactions: a server transaction answers on
 // the connection its request's source address names in sipgo's pool, so
@@ -396,9 +395,7 @@ func (p *Proxy) deliver(msg sipmsg.Message, conn *net.UDPConn, from netip.AddrPo
 		}
 	}
 	pprof.SetGoroutineLabels(labelTx)
-	for _, h := range p.txLayer {
-		h(msg)
-	}
+	p.toTxLayer(msg)
 	pprof.SetGoroutineLabels(labelWorker)
 }
 

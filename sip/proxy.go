@@ -339,6 +339,9 @@ type Proxy struct {
 	// layer's: installScreen); the UDP workers call them once the screen
 	// let a message pass (ingress.go).
 	txLayer []sipmsg.MessageHandler
+	// txOrder hands the responses to the node's own client transactions
+	// to them in order (txorder.go).
+	txOrder txOrder
 	// ingress reads the UDP listeners (ingress.go); set in Serve.
 	ingress *ingress.Ingress
 	// streams applies the stream bounds to the TCP and TLS connections
@@ -536,7 +539,7 @@ func New(opts Options) (*Proxy, error) {
 	}
 	p.ua, p.srv = ua, srv
 	p.tl, p.tp = ua.TransactionLayer(), ua.TransportLayer()
-	txLayer, err := installScreen(p.tp, p.screen)
+	txLayer, err := installScreen(p.tp, p.screen, p.toTxLayer)
 	if err != nil {
 		_ = ua.Close()
 		return nil, err

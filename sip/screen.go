@@ -55,7 +55,7 @@ import (
 //
 // It returns the handlers the screen guards (the transaction layer's), for
 // the UDP workers, which run the screen themselves (ingress.go).
-func installScreen(tp *sipmsg.TransportLayer, screen func(sipmsg.Message) bool) ([]sipmsg.MessageHandler, error) {
+func installScreen(tp *sipmsg.TransportLayer, screen func(sipmsg.Message) bool, pass func(sipmsg.Message)) ([]sipmsg.MessageHandler, error) {
 	f := reflect.ValueOf(tp).Elem().FieldByName("handlers")
 	if !f.IsValid() || f.Type() != reflect.TypeFor[[]sipmsg.MessageHandler]() {
 		return nil, errors.New("sip: sipgo's transport layer has no handler list to screen (sipgo changed?)")
@@ -67,9 +67,7 @@ func installScreen(tp *sipmsg.TransportLayer, screen func(sipmsg.Message) bool) 
 	}
 	screened := func(m sipmsg.Message) {
 		if screen(m) {
-			for _, h := range next {
-				h(m)
-			}
+			pass(m)
 		}
 	}
 	f.Set(reflect.ValueOf([]sipmsg.MessageHandler{screened}))
