@@ -74,11 +74,8 @@ func TestHungUpAnswerGoesToCarrierNotContact(t *testing.T) {
 // that kept both ran two calls on one place, and once the first ended the
 // second's BYE was refused 481, so it stayed up at the carrier.
 func TestForkedSecondAnswerHungUp(t *testing.T) {
-	car := startUDPEnd(t, "127.0.0.1", nil)
-	self := car.addr()
-	first := rawAnswerer(func() string { return self }, nil)
-	car.mu.Lock()
-	car.answer = func(req *sipmsg.Request) *sipmsg.Response {
+	var car *udpEnd
+	car = startAnsweringEndWith(t, func(req *sipmsg.Request, first func(*sipmsg.Request) *sipmsg.Response) *sipmsg.Response {
 		res := first(req)
 		if req.IsInvite() && !req.To().Params.Has("tag") {
 			fork := sipmsg.NewResponseFromRequest(req, 200, "OK", nil)
@@ -93,8 +90,7 @@ func TestForkedSecondAnswerHungUp(t *testing.T) {
 			}()
 		}
 		return res
-	}
-	car.mu.Unlock()
+	})
 	cfg := testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second})
 	cfg.Peers[0].MaxCalls = 5
 	adm, pacer := newFakes()

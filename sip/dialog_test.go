@@ -190,11 +190,7 @@ func startRawCallsProxy(t *testing.T, peerMax int, byeCode *atomic.Int64) (*harn
 // to edit (when not nil) before sending it.
 func startRawCallsProxyOK(t *testing.T, peerMax int, byeCode *atomic.Int64, edit func(*sipmsg.Response)) (*harness, *callplaces.Tracker, *udpEnd, *callplaces.LocalStore) {
 	t.Helper()
-	car := startUDPEnd(t, "127.0.0.1", nil)
-	self := car.addr()
-	invite := rawAnswerer(func() string { return self }, nil)
-	car.mu.Lock()
-	car.answer = func(req *sipmsg.Request) *sipmsg.Response {
+	car := startAnsweringEndWith(t, func(req *sipmsg.Request, invite func(*sipmsg.Request) *sipmsg.Response) *sipmsg.Response {
 		if req.Method != sipmsg.BYE {
 			res := invite(req)
 			if res != nil && res.IsSuccess() && edit != nil {
@@ -206,8 +202,7 @@ func startRawCallsProxyOK(t *testing.T, peerMax int, byeCode *atomic.Int64, edit
 			return sipmsg.NewResponseFromRequest(req, c, "Answer", nil)
 		}
 		return nil
-	}
-	car.mu.Unlock()
+	})
 	adm, pacer := newFakes()
 	cfg := testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second})
 	cfg.Peers[0].MaxCalls = peerMax

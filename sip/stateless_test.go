@@ -171,6 +171,20 @@ func startAnsweringEnd(t *testing.T, answerBye func() bool) *udpEnd {
 	return car
 }
 
+// startAnsweringEndWith starts a raw UDP carrier on 127.0.0.1 whose answer to
+// each request is answer's, given the request and what rawAnswerer (at the
+// carrier's own address) would answer.
+func startAnsweringEndWith(t *testing.T, answer func(req *sipmsg.Request, plain func(*sipmsg.Request) *sipmsg.Response) *sipmsg.Response) *udpEnd {
+	t.Helper()
+	car := startUDPEnd(t, "127.0.0.1", nil)
+	self := car.addr()
+	plain := rawAnswerer(func() string { return self }, nil)
+	car.mu.Lock()
+	car.answer = func(req *sipmsg.Request) *sipmsg.Response { return answer(req, plain) }
+	car.mu.Unlock()
+	return car
+}
+
 // withVia puts a Via for the raw end point at addr with branch on req and
 // addresses it to proxy.
 func withVia(req *sipmsg.Request, addr, branch string) *sipmsg.Request {
@@ -792,17 +806,12 @@ func calleeByeOf(inv *sipmsg.Request, tag string) *sipmsg.Request {
 // push the ended calls' records out of it; the call goes on. Each such
 // 481 was recorded as an ended dialog (and published to the pool).
 func TestMadeUpTagByesRecordNothing(t *testing.T) {
-	car := startUDPEnd(t, "127.0.0.1", nil)
-	self := car.addr()
-	answer := rawAnswerer(func() string { return self }, nil)
-	car.mu.Lock()
-	car.answer = func(req *sipmsg.Request) *sipmsg.Response {
+	car := startAnsweringEndWith(t, func(req *sipmsg.Request, answer func(*sipmsg.Request) *sipmsg.Response) *sipmsg.Response {
 		if req.Method == sipmsg.BYE && req.To().Params.GetOr("tag", "") != "raw-callee" {
 			return sipmsg.NewResponseFromRequest(req, 481, "Call/Transaction Does Not Exist", nil)
 		}
 		return answer(req)
-	}
-	car.mu.Unlock()
+	})
 	adm, pacer := newFakes()
 	h := startProxy(t, testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second}), adm, pacer)
 	peer := startUDPEnd(t, "127.0.0.2", nil)

@@ -17,11 +17,8 @@ import (
 // or 183 came before 180 (h67: in half the runs). The transactions the
 // node opened are forgotten when they end (at the caller's ACK).
 func TestCarrierAnswersKeepTheirOrder(t *testing.T) {
-	car := startUDPEnd(t, "127.0.0.1", nil)
-	self := car.addr()
-	ok200 := rawAnswerer(func() string { return self }, nil)
-	car.mu.Lock()
-	car.answer = func(req *sipmsg.Request) *sipmsg.Response {
+	var car *udpEnd
+	car = startAnsweringEndWith(t, func(req *sipmsg.Request, ok200 func(*sipmsg.Request) *sipmsg.Response) *sipmsg.Response {
 		if !req.IsInvite() {
 			return ok200(req)
 		}
@@ -33,8 +30,7 @@ func TestCarrierAnswersKeepTheirOrder(t *testing.T) {
 			_, _ = car.conn.WriteToUDP([]byte(res.String()), to)
 		}
 		return ok200(req)
-	}
-	car.mu.Unlock()
+	})
 	adm, pacer := newFakes()
 	h := startProxy(t, testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 1000, MaxWait: time.Second}), adm, pacer)
 	peer := startUDPEnd(t, "127.0.0.2", nil)
