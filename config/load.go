@@ -102,7 +102,8 @@ func Parse(data []byte) (*Config, error) {
 	for _, msg := range unknownEnv(os.Environ()) {
 		errs.add("", msg)
 	}
-	if msgs, at := duplicateKeys(data); len(msgs) > 0 {
+	doc := yamlTree(data)
+	if msgs, at := duplicateKeys(doc); len(msgs) > 0 {
 		for i, m := range msgs {
 			errs.addAt(at[i], m)
 		}
@@ -115,7 +116,7 @@ func Parse(data []byte) (*Config, error) {
 	}
 	tree := v.AllSettings()
 
-	pos, env := positions(data), envOverrides()
+	pos, env := positions(doc), envOverrides()
 	errs.locate = func(path string) (Position, string) { return locate(pos, env, path) }
 	errs.envOnly = func(block string) []string { return envOnly(pos, env, block) }
 	errs.given = func(path string) bool {
@@ -132,7 +133,7 @@ func Parse(data []byte) (*Config, error) {
 	// items are all commented out, a setting with no value) are unset, as
 	// they always were; blocks inside list items keep their place (an
 	// empty reject or probe is refused by its own checks).
-	if valueless(data, "store", "redis") && !inTree(tree, "store.redis") {
+	if valueless(doc, "store", "redis") && !inTree(tree, "store.redis") {
 		errs.add("store.redis", "empty: give its addrs (one: a standalone server; several: a Cluster; with master_name: Sentinels), "+
 			"or remove it for the in-process store, where each node counts alone")
 	}

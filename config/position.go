@@ -85,38 +85,47 @@ func parses(data []byte) bool {
 	return yaml.Unmarshal(data, &v) == nil
 }
 
-// positions maps the path of every key and list item of the YAML file data
-// (as the decoder names them: "carriers[1].cps", keys in lower case, as
-// viper folds them) to where it starts. It returns nil when data is not
-// YAML. Aliases are followed; keys merged with "<<" have no place.
-func positions(data []byte) map[string]Position {
+// yamlTree is the YAML tree of the file data, nil when data is not YAML
+// (the parse reports that). Parse reads it once for positions,
+// duplicateKeys and valueless.
+func yamlTree(data []byte) *yaml.Node {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil
 	}
+	return &doc
+}
+
+// positions maps the path of every key and list item of the YAML tree doc
+// (as the decoder names them: "carriers[1].cps", keys in lower case, as
+// viper folds them) to where it starts. It returns nil for a nil doc.
+// Aliases are followed; keys merged with "<<" have no place.
+func positions(doc *yaml.Node) map[string]Position {
+	if doc == nil {
+		return nil
+	}
 	out := map[string]Position{}
 	at := func(path string, n *yaml.Node) { out[path] = Position{Line: n.Line, Column: n.Column} }
-	walkYAML(&doc, true, func(path string, k *yaml.Node, _ map[string]*yaml.Node) bool {
+	walkYAML(doc, true, func(path string, k *yaml.Node, _ map[string]*yaml.Node) bool {
 		at(path, k)
 		return true
 	}, at)
 	return out
 }
 
-// duplicateKeys reports every key of the YAML file data that repeats an
+// duplicateKeys reports every key of the YAML tree doc that repeats an
 // earlier key of the same mapping, compared without case: viper folds
 // every key to lower case, so "CPS" after "cps" (or "Default" beside the
 // route "default") would silently replace it, the last one winning. Each
-// is one message with the place of the repeat. Nil when data is not YAML
-// (the parse reports that).
-func duplicateKeys(data []byte) (msgs []string, at []Position) {
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+// is one message with the place of the repeat. Nil for a nil doc (not
+// YAML: the parse reports that).
+func duplicateKeys(doc *yaml.Node) (msgs []string, at []Position) {
+	if doc == nil {
 		return nil, nil
 	}
 	// Aliases are not followed: an anchor's mapping is walked where it
 	// stands, and its repeats would be reported once per alias.
-	walkYAML(&doc, false, func(path string, k *yaml.Node, earlier map[string]*yaml.Node) bool {
+	walkYAML(doc, false, func(path string, k *yaml.Node, earlier map[string]*yaml.Node) bool {
 		first := earlier[strings.ToLower(k.Value)]
 		if first == nil {
 			return true
@@ -247,14 +256,13 @@ func envOverrides() map[string]string {
 	return out
 }
 
-// valueless reports whether the file has the key at keys (each a key of
-// a mapping, from the top: "store", "redis") with a null or empty-mapping
-// value ("redis:", "redis: {}"): the YAML library hands such a key to the
-// decoder as if it were not there (outside a list item), which matters
-// for store.redis (Parse).
-func valueless(data []byte, keys ...string) bool {
-	var doc yaml.Node
-	if yaml.Unmarshal(data, &doc) != nil || len(doc.Content) == 0 {
+// valueless reports whether the YAML tree doc has the key at keys (each a
+// key of a mapping, from the top: "store", "redis") with a null or
+// empty-mapping value ("redis:", "redis: {}"): the YAML library hands such
+// a key to the decoder as if it were not there (outside a list item),
+// which matters for store.redis (Parse).
+func valueless(doc *yaml.Node, keys ...string) bool {
+	if doc == nil || len(doc.Content) == 0 {
 		return false
 	}
 	n := doc.Content[0]
