@@ -74,8 +74,7 @@ func TestHungUpAnswerGoesToCarrierNotContact(t *testing.T) {
 // that kept both ran two calls on one place, and once the first ended the
 // second's BYE was refused 481, so it stayed up at the carrier.
 func TestForkedSecondAnswerHungUp(t *testing.T) {
-	var car *udpEnd
-	car = startAnsweringEndWith(t, func(req *sipmsg.Request, first func(*sipmsg.Request) *sipmsg.Response) *sipmsg.Response {
+	car := startAnsweringEndWith(t, func(car *udpEnd, req *sipmsg.Request, first func(*sipmsg.Request) *sipmsg.Response) *sipmsg.Response {
 		res := first(req)
 		if req.IsInvite() && !req.To().Params.Has("tag") {
 			fork := sipmsg.NewResponseFromRequest(req, 200, "OK", nil)

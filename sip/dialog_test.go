@@ -190,7 +190,7 @@ func startRawCallsProxy(t *testing.T, peerMax int, byeCode *atomic.Int64) (*harn
 // to edit (when not nil) before sending it.
 func startRawCallsProxyOK(t *testing.T, peerMax int, byeCode *atomic.Int64, edit func(*sipmsg.Response)) (*harness, *callplaces.Tracker, *udpEnd, *callplaces.LocalStore) {
 	t.Helper()
-	car := startAnsweringEndWith(t, func(req *sipmsg.Request, invite func(*sipmsg.Request) *sipmsg.Response) *sipmsg.Response {
+	car := startAnsweringEndWith(t, func(car *udpEnd, req *sipmsg.Request, invite func(*sipmsg.Request) *sipmsg.Response) *sipmsg.Response {
 		if req.Method != sipmsg.BYE {
 			res := invite(req)
 			if res != nil && res.IsSuccess() && edit != nil {

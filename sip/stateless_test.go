@@ -171,16 +171,16 @@ func startAnsweringEnd(t *testing.T, answerBye func() bool) *udpEnd {
 	return car
 }
 
-// startAnsweringEndWith starts a raw UDP carrier on 127.0.0.1 whose answer to
-// each request is answer's, given the request and what rawAnswerer (at the
-// carrier's own address) would answer.
-func startAnsweringEndWith(t *testing.T, answer func(req *sipmsg.Request, plain func(*sipmsg.Request) *sipmsg.Response) *sipmsg.Response) *udpEnd {
+// startAnsweringEndWith starts a raw UDP carrier on 127.0.0.1 whose answer
+// to each request is answer's, given the carrier itself, the request and
+// what rawAnswerer (at the carrier's own address) would answer.
+func startAnsweringEndWith(t *testing.T, answer func(car *udpEnd, req *sipmsg.Request, plain func(*sipmsg.Request) *sipmsg.Response) *sipmsg.Response) *udpEnd {
 	t.Helper()
 	car := startUDPEnd(t, "127.0.0.1", nil)
 	self := car.addr()
 	plain := rawAnswerer(func() string { return self }, nil)
 	car.mu.Lock()
-	car.answer = func(req *sipmsg.Request) *sipmsg.Response { return answer(req, plain) }
+	car.answer = func(req *sipmsg.Request) *sipmsg.Response { return answer(car, req, plain) }
 	car.mu.Unlock()
 	return car
 }
@@ -806,7 +806,7 @@ func calleeByeOf(inv *sipmsg.Request, tag string) *sipmsg.Request {
 // push the ended calls' records out of it; the call goes on. Each such
 // 481 was recorded as an ended dialog (and published to the pool).
 func TestMadeUpTagByesRecordNothing(t *testing.T) {
-	car := startAnsweringEndWith(t, func(req *sipmsg.Request, answer func(*sipmsg.Request) *sipmsg.Response) *sipmsg.Response {
+	car := startAnsweringEndWith(t, func(car *udpEnd, req *sipmsg.Request, answer func(*sipmsg.Request) *sipmsg.Response) *sipmsg.Response {
 		if req.Method == sipmsg.BYE && req.To().Params.GetOr("tag", "") != "raw-callee" {
 			return sipmsg.NewResponseFromRequest(req, 481, "Call/Transaction Does Not Exist", nil)
 		}

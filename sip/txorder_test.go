@@ -17,8 +17,7 @@ import (
 // or 183 came before 180 (h67: in half the runs). The transactions the
 // node opened are forgotten when they end (at the caller's ACK).
 func TestCarrierAnswersKeepTheirOrder(t *testing.T) {
-	var car *udpEnd
-	car = startAnsweringEndWith(t, func(req *sipmsg.Request, ok200 func(*sipmsg.Request) *sipmsg.Response) *sipmsg.Response {
+	car := startAnsweringEndWith(t, func(car *udpEnd, req *sipmsg.Request, ok200 func(*sipmsg.Request) *sipmsg.Response) *sipmsg.Response {
 		if !req.IsInvite() {
 			return ok200(req)
 		}
