@@ -156,7 +156,7 @@ func (c ackConn) WriteMsg(m sipmsg.Message) error {
 		})
 		defer t.Stop()
 	}
-	return c.Connection.WriteMsg(m)
+	return writeMsg(c.Connection, m)
 }
 
 // streamWriteBound is how long a write of an INVITE's transaction over TCP

@@ -15,6 +15,7 @@ import (
 	sipmsg "github.com/emiago/sipgo/sip"
 
 	"github.com/cpsguard/cpsguard/internal/fifo"
+	"github.com/cpsguard/cpsguard/sip/internal/wire"
 )
 
 // An answered call's INVITE transactions (sipgo's server transaction of
@@ -402,11 +403,12 @@ func (p *Proxy) ackedAnswer(res *sipmsg.Response) bool {
 func (a *ackedCall) keepAck(ack *sipmsg.Request) {
 	if ack.Transport() == "UDP" && ack.Laddr.IP != nil && ack.Laddr.Port > 0 {
 		if to, err := netip.ParseAddrPort(ack.Destination()); err == nil {
-			var b bytes.Buffer
-			ack.StringWrite(&b)
-			a.wire = bytes.Clone(b.Bytes())
-			a.wireTo, a.wireFrom = to, ack.Laddr.String()
-			return
+			var buf [1024]byte
+			if b, ok := wire.Append(buf[:0], ack); ok {
+				a.wire = bytes.Clone(b)
+				a.wireTo, a.wireFrom = to, ack.Laddr.String()
+				return
+			}
 		}
 	}
 	a.ack = ack
@@ -477,5 +479,5 @@ func (p *Proxy) writeRequest(ctx context.Context, req *sipmsg.Request) error {
 		return err
 	}
 	defer func() { _, _ = c.TryClose() }()
-	return c.WriteMsg(req)
+	return writeMsg(c, req)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/sip/internal/ingress"
 	"github.com/cpsguard/cpsguard/sip/internal/rawsip"
+	"github.com/cpsguard/cpsguard/sip/internal/wire"
 )
 
 // The UDP read path (package ingress) and what sits between it and sipgo.
@@ -413,6 +414,16 @@ func (p *Proxy) sendUDP(m sipmsg.Message) error {
 	}
 	if conn == nil {
 		return errors.New("sip: no UDP listener")
+	}
+	return writeMsg(conn, m)
+}
+
+// writeMsg writes m on conn: over UDP with the node's own writer
+// (wire.WriteUDP: sipgo's bytes without sipgo's allocations), else with
+// the connection's.
+func writeMsg(conn sipmsg.Connection, m sipmsg.Message) error {
+	if uc, ok := conn.(*sipmsg.UDPConnection); ok {
+		return wire.WriteUDP(uc, m)
 	}
 	return conn.WriteMsg(m)
 }

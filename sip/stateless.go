@@ -143,7 +143,7 @@ func (p *Proxy) screenInDialog(cfg *config.Config, req *sipmsg.Request, stranger
 		flags |= branchFromCarrier
 	}
 	own.Params.Add("branch", p.statelessBranch(cfg, up, out, hop.to.Addr.Addr(), flags, hop.key))
-	err = p.tp.WriteMsg(out)
+	err = p.writeRequest(context.Background(), out)
 	if req.Method == sipmsg.BYE && err == nil {
 		// The call ends on the far leg's answer (relayStatelessResponse)
 		// or when none comes in time (sweepByes); a BYE that could not be
@@ -202,7 +202,7 @@ func (p *Proxy) screenAck(req *sipmsg.Request) bool {
 	if p.admitInDialog(&hop, false, req) != 0 {
 		return true // ended, or over its rate: dropped
 	}
-	if err := p.tp.WriteMsg(hop.out); err != nil {
+	if err := p.writeRequest(context.Background(), hop.out); err != nil {
 		p.log.Debug("ACK forward failed", "call_id", callID(req), "error", err)
 		return true
 	}
