@@ -96,7 +96,7 @@ type inDialogHop struct {
 	callee string
 	// minted is when the dialog token was minted (Unix seconds): once
 	// its call is over (Proxy.callOver) the tokens minted until its end,
-	// in that second too, are refused (dialogGuard.admit).
+	// in that second too, are refused (dialogguard.Guard.Admit).
 	minted int64
 	// token is the token that opened: its ID (a call attempt that ended
 	// unanswered refuses its tokens, tokensOver) and whether this proxy

@@ -1,15 +1,12 @@
 package sip
 
 import (
-	"encoding/binary"
 	"log/slog"
 	"net/netip"
-	"runtime"
 	"strconv"
 	"sync/atomic"
 	"syscall"
 	"testing"
-	"time"
 
 	sipmsg "github.com/emiago/sipgo/sip"
 
@@ -114,64 +111,4 @@ func BenchmarkInDialogPieces(b *testing.B) {
 			dialogKeyOf(callKey{1}, "ttag")
 		}
 	})
-	b.Run("guard", func(b *testing.B) {
-		oldBurst, oldRate := dialogBurst, dialogRate
-		dialogBurst, dialogRate = 1e15, 1e15
-		defer func() { dialogBurst, dialogRate = oldBurst, oldRate }()
-		g := newDialogGuard()
-		now := time.Now()
-		b.ReportAllocs()
-		for b.Loop() {
-			if g.admit(dialogKey{1}, callKey{1}, fromPeer, 0, 0, now) != dialogPass {
-				b.Fatal("refused")
-			}
-		}
-	})
-}
-
-// BenchmarkCollectFullDialogTables is a full collection of a heap that
-// holds a node's per-dialog tables at their bound: the ended dialogs and
-// the ended tokens (2×262,144 ends, what a node at a few hundred answered
-// CPS keeps for the tokens' lifetime) and the dialogs' rate buckets
-// (262,144): the share of every mark phase these tables cost (and, as
-// tables-MiB, the heap they take). Their entries hold no pointer, so the collector skips them; with time.Time
-// fields (a Location pointer each) and a pointer per bucket it scanned
-// all of them on every cycle.
-//
-//	go test ./sip/ -run '^$' -bench CollectFullDialogTables -benchtime 20x -count 3
-func BenchmarkCollectFullDialogTables(b *testing.B) {
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	g := newDialogGuard()
-	now := time.Now()
-	exp := now.Add(4 * time.Hour)
-	var k dialogKey
-	for i := range maxEndedDialogs {
-		binary.BigEndian.PutUint64(k[:], uint64(i))
-		g.end(k, now, exp, uint64(i), fromPeer, false)
-	}
-	for i := range maxEndedTokens {
-		binary.BigEndian.PutUint64(k[:], uint64(i)|1<<63)
-		g.endToken(k, now, exp, false)
-	}
-	var ck callKey
-	g.mu.Lock()
-	for i := range maxDialogRates {
-		binary.BigEndian.PutUint64(ck[:], uint64(i)|1<<62)
-		g.admitLocked(dialogKey(ck), ck, fromPeer, 0, 0, now)
-	}
-	g.mu.Unlock()
-	if n := len(g.rates); n != maxDialogRates {
-		b.Fatalf("%d rate buckets, want %d", n, maxDialogRates)
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	b.ResetTimer()
-	for range b.N {
-		runtime.GC()
-	}
-	b.StopTimer()
-	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/(1<<20), "tables-MiB")
-	runtime.KeepAlive(g)
 }

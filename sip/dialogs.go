@@ -2,120 +2,69 @@ package sip
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
-	"hash/fnv"
-	"math"
 	"strconv"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	sipmsg "github.com/emiago/sipgo/sip"
 
 	callplaces "github.com/cpsguard/cpsguard/calls"
 	"github.com/cpsguard/cpsguard/config"
-	"github.com/cpsguard/cpsguard/internal/fifo"
 	"github.com/cpsguard/cpsguard/lua"
+	"github.com/cpsguard/cpsguard/sip/internal/dialogguard"
 )
 
-// What a dialog may still do, per node.
+// What a dialog may still do, per node: package dialogguard keeps it
+// (the ended dialogs, calls and call attempts, and each dialog's rate
+// bucket); this file decides what it is told and what becomes of a
+// request it refuses, and shares the ends with the pool.
 //
-// A dialog token dies with its dialog: at max_call_duration (its mint
-// time, token.go), or when the call ended (a BYE answered 2xx or 481, the
-// carrier's answered at all but with a challenge, or not answered in time:
-// ends.go). The second needs state: the dialogs that
-// ended, each kept until its token would have expired anyway, in a
-// node-local table (bounded: maxEndedDialogs, the oldest forgotten first;
-// the ends of call attempts' tokens in one of their own, maxEndedTokens)
-// that every in-dialog request is checked against. With a pool store
-// (Options.DialogEnds) each node publishes the ends it saw and takes in the
-// others' once every dialogSyncEvery, in store calls of a few hundred
-// ends each (a call of a thousand held Redis, and every admission behind
-// it, for milliseconds: BENCHMARKS.md, session 13): a dialog ended
-// through one node is dead on all of them within a fraction of a second,
-// and the check itself never waits on the network (the stateless relay
-// runs in the read loop). A request of an ended dialog gets 481 and is counted
-// dialog_ended, except a copy of the BYE that ended it, from the same
-// side, on the node that saw the end, within byeTimeout of the end and at
-// most maxEndedByeCopies times: it is relayed again, so that a sender
-// whose answer was lost or late gets it (a real UAC retransmits a BYE no
-// more often and no longer: RFC 3261 17.1.2.2; past that bound a copy,
-// whose headers and body are its sender's choice, would be a relay that
-// outlives its call). An ended dialog is named by its call key and the callee's
-// tag (dialogKeyOf): a BYE naming a made-up callee tag ends nothing (the
-// far leg refuses it, 481, and the call goes on). The call itself is over
-// once its answered dialog ended (its BYE), an operator ended it or it
-// reached max_call_duration (callOver, from the call places' end): then
-// every request of a token minted before that end is refused, whatever
-// callee tag it names (the token names the call by its Call-ID and
-// caller's tag only, so a made-up To tag would otherwise make a dialog
-// that never ended, relayed for the token's whole life), and the end is
-// shared with the pool as a dialog's is. A call attempt's token, which its
-// carrier got in the INVITE's Record-Route (and the caller maybe in a
-// response), is ended by its ID (tokensOver), not the call key, when the
-// call moves on from that carrier and when the call ends unanswered: a
-// retry of the call with the same Call-ID and tag passes, and so do the
-// requests of the carrier that holds the call.
-//
-// In-dialog requests are also bounded per dialog and direction: a token
-// bucket of dialogBurst requests refilled at dialogRate a second, a rate
-// a real user agent never reaches (a call's ACK, re-INVITEs, UPDATEs,
-// PRACKs, DTMF as INFO, NOTIFYs of a transfer, its BYE). Past it a request
-// gets 503 (an ACK is dropped), is counted dialog_rate, and the node logs
-// it at Warn at most once every dialogRateLogEvery. The buckets of
-// dialogs idle long enough to have refilled are swept every second, so
-// the table holds the dialogs active in the last few seconds (at most
-// maxDialogRates; past that new dialogs pass unbounded until the sweep).
+// With a pool store (Options.DialogEnds) each node publishes the ends it
+// saw and takes in the others' once every dialogSyncEvery, in store calls
+// of a few hundred ends each (a call of a thousand held Redis, and every
+// admission behind it, for milliseconds: BENCHMARKS.md, session 13): a
+// dialog ended through one node is dead on all of them within a fraction
+// of a second, and the check itself never waits on the network (the
+// stateless relay runs in the read loop). A request of an ended dialog
+// gets 481 and is counted dialog_ended; one over its dialog's rate gets
+// 503 (an ACK is dropped), is counted dialog_rate, and the node logs it
+// at Warn at most once every dialogRateLogEvery.
 
-// dialogKey names one dialog of a call: its call key and the callee's tag.
-type dialogKey [8]byte
-
-// dialogKeyOf returns the key of the dialog of call k answered with
-// calleeTag (SHA-256: no made-up tag names another dialog).
-func dialogKeyOf(k callKey, calleeTag string) dialogKey {
-	var buf [128]byte // on the stack for the usual tag
-	in := append(buf[:0], k[:]...)
-	in = append(in, calleeTag...)
-	sum := sha256.Sum256(in)
-	return dialogKey(sum[:8])
-}
-
-// Bounds of the per-dialog state (see above).
 const (
-	// maxEndedDialogs bounds the ended dialogs and calls (callEndKey) a
-	// node remembers: an answered call's end takes two places. About
-	// 220 bytes each with the map and the FIFO (endedDialog is 80): some
-	// 56 MB at the bound, measured.
-	maxEndedDialogs = 1 << 18
-	// maxEndedTokens bounds the ended call attempts' tokens
-	// (tokenEndKey) a node remembers, in a table of their own: one per
-	// carrier tried that did not take its call (a reroute, an unanswered
-	// call). The same 220 bytes each: some 56 MB more at the bound,
-	// measured.
-	maxEndedTokens = 1 << 18
-	// maxDialogRates bounds the dialogs whose rate is tracked at once.
-	maxDialogRates = 1 << 18
 	// dialogSyncEvery is how often a node exchanges ended dialogs with the
 	// pool store: often enough that one exchange moves a few hundred ends
 	// at a thousand calls a second, not a thousand.
 	dialogSyncEvery = 100 * time.Millisecond
-	// maxEndsPending bounds the ends waiting to be published (a store
-	// that is down loses the oldest).
-	maxEndsPending = 1 << 16
 	// dialogRateLogEvery is the least time between two Warn lines about
 	// dialogs over their rate.
 	dialogRateLogEvery = 10 * time.Second
 )
 
-// The per-dialog rate bound, per direction (variables: tests and the
-// benchmark change them).
+// The per-dialog rate bound, per direction, a proxy's guard is made with
+// (variables: tests and the benchmark change them before they start one).
 var (
 	dialogBurst = 40.0
 	dialogRate  = 10.0 // requests a second
 )
+
+// dialogKey names one dialog of a call (dialogguard.DialogOf), a whole
+// call's end or a call attempt's token's end.
+type dialogKey = dialogguard.Key
+
+// dialogKeyOf returns the key of the dialog of call k answered with
+// calleeTag.
+func dialogKeyOf(k callKey, calleeTag string) dialogKey {
+	return dialogguard.DialogOf(dialogguard.Key(k), calleeTag)
+}
+
+// byeID identifies a BYE transaction by its CSeq number and the branch of
+// its sender's top Via (dialogguard.ByeID).
+func byeID(seq uint32, via *sipmsg.ViaHeader) uint64 {
+	var branch string
+	if via != nil {
+		branch, _ = via.Params.Get("branch")
+	}
+	return dialogguard.ByeID(seq, branch)
+}
 
 // DialogEnds shares the ends of dialogs among the nodes of a pool.
 // *calls.RedisEnded satisfies it.
@@ -126,381 +75,6 @@ type DialogEnds interface {
 	// cursor to pass next. Cursor 0 reads from the oldest kept. The keys
 	// recorded by this call may be left out (the node has them).
 	Sync(ctx context.Context, cursor int64, ended []string, ttl time.Duration) (keys []string, next int64, more bool, err error)
-}
-
-// dialogRateBucket is one dialog direction's token bucket, kept by value
-// with its last use in Unix nanoseconds: the map of up to 262,144 holds
-// no pointer for the collector to scan, and a new dialog allocates none.
-type dialogRateBucket struct {
-	tokens float64
-	last   int64
-}
-
-// rateKey is a dialog direction (the call key is the dialog's caller side,
-// so a made-up callee tag does not give a fresh bucket).
-type rateKey struct {
-	key callKey
-	dir direction
-}
-
-// rateAt is a queued rate bucket's key and the time it was queued at (the
-// bucket's last use then).
-type rateAt struct {
-	k  rateKey
-	at int64 // Unix nanoseconds
-}
-
-// endedDialog is what a node keeps of an ended dialog: until when, and
-// the BYE that ended it here (byeID of its CSeq number and its sender's
-// branch, and its direction; bye 0 when not known: a timeout, or an end
-// learned from the pool), whose retransmissions are still relayed so that
-// their sender gets the answer it is waiting for (RFC 3261 17.1.2: a UAC
-// retransmits a BYE until a final answer reaches it), until copyUntil and
-// while copies (those relayed since the end) stays below
-// maxEndedByeCopies. A new BYE, even with the same CSeq, is another
-// transaction and is refused.
-//
-// Its times are Unix nanoseconds (wall clock, as the token's mint times):
-// with no pointer in it (a time.Time holds its Location's), the tables
-// of up to 2×262,144 ends are memory the collector never scans.
-type endedDialog struct {
-	exp       int64
-	copyUntil int64
-	// before: for a call's end (callEndKey), the tokens minted at or
-	// before it (Unix seconds) are dead; a later call that reuses the
-	// Call-ID and tag has a token of its own.
-	before int64
-	bye    uint64
-	dir    direction
-	copies uint8
-}
-
-// callEndKey is the key of the end of the whole call k (callOver) in the
-// ended table: the call key itself, which no dialogKeyOf (a SHA-256 of it
-// and a tag) names but by a 64-bit chance.
-func callEndKey(k callKey) dialogKey { return dialogKey(k) }
-
-// maxEndedByeCopies bounds the copies of a dialog's ending BYE relayed
-// after the end: a UAC sends a non-INVITE request at most 11 times within
-// Timer F (T1 doubling to T2: RFC 3261 17.1.2.2), the first of which went
-// before the end.
-const maxEndedByeCopies = 10
-
-// byeID identifies a BYE transaction of a dialog by its CSeq number seq
-// and the branch of its sender's Via (RFC 3261 17.2.3); never 0, so 0
-// stays "not a BYE / not known".
-func byeID(seq uint32, via *sipmsg.ViaHeader) uint64 {
-	var branch string
-	if via != nil {
-		branch, _ = via.Params.Get("branch")
-	}
-	h := fnv.New64a()
-	var b [4]byte
-	binary.BigEndian.PutUint32(b[:], seq)
-	h.Write(b[:])
-	h.Write([]byte(branch))
-	if id := h.Sum64(); id != 0 {
-		return id
-	}
-	return 1
-}
-
-// endedRef is an ended dialog in the order it was recorded.
-type endedRef struct {
-	key dialogKey
-	exp int64 // Unix nanoseconds
-}
-
-// endedSet is a bounded table of ends, each kept until its expiry; when
-// full, the oldest recorded is forgotten first. Not safe for concurrent
-// use (dialogGuard.mu guards it).
-type endedSet struct {
-	m     map[dialogKey]endedDialog
-	order fifo.Queue[endedRef] // of m, for expiry and eviction
-	max   int
-}
-
-func newEndedSet(max int) endedSet {
-	return endedSet{m: make(map[dialogKey]endedDialog), max: max}
-}
-
-// live returns k's end when it is known and not expired at now.
-func (s *endedSet) live(k dialogKey, now time.Time) (endedDialog, bool) {
-	e, ok := s.m[k]
-	return e, ok && now.UnixNano() < e.exp
-}
-
-// add records e as k's end, forgetting the oldest end first when full.
-func (s *endedSet) add(k dialogKey, e endedDialog) {
-	if len(s.m) >= s.max {
-		s.evictAt(math.MinInt64, 1)
-	}
-	s.m[k] = e
-	s.order.Push(endedRef{k, e.exp})
-}
-
-// evict drops, from the oldest recorded, the ends expired at now, and at
-// least atLeast more.
-func (s *endedSet) evict(now time.Time, atLeast int) { s.evictAt(now.UnixNano(), atLeast) }
-
-// evictAt is evict at now in Unix nanoseconds (math.MinInt64: only the
-// atLeast oldest).
-func (s *endedSet) evictAt(now int64, atLeast int) {
-	for r, ok := s.order.Front(); ok && (atLeast > 0 || now >= r.exp); r, ok = s.order.Front() {
-		if e, ok := s.m[r.key]; ok && e.exp == r.exp {
-			delete(s.m, r.key)
-			atLeast--
-		}
-		s.order.Pop()
-	}
-}
-
-// dialogGuard is the node's per-dialog state: the ended dialogs and
-// calls, the ended call attempts' tokens (apart, so that ends of tokens,
-// one per carrier tried that did not take its call, never push a
-// dialog's or a call's end out: each table forgets its own oldest) and
-// the rate buckets. Safe for concurrent use.
-type dialogGuard struct {
-	mu sync.Mutex
-	// ended holds the ends of dialogs (dialogKeyOf) and calls
-	// (callEndKey), at most maxEndedDialogs.
-	ended endedSet
-	// endedTokens holds the ends of call attempts' tokens (tokenEndKey),
-	// at most maxEndedTokens.
-	endedTokens endedSet
-	rates       map[rateKey]dialogRateBucket
-	// rateQ holds the key of each bucket in rates, in the order they were
-	// made (or found in use by the sweep), with that time: the sweep pops
-	// the ones idle long enough instead of walking the whole map under mu
-	// (at 1,000 calls a second that walk held mu, and every in-dialog
-	// request behind it, for milliseconds each second).
-	rateQ fifo.Queue[rateAt]
-
-	// pending are the ends to publish to the pool store.
-	pending []string
-	// lastLog is when a dialog over its rate was last logged (Unix ns);
-	// overRate counts those since.
-	lastLog  atomic.Int64
-	overRate atomic.Int64
-}
-
-func newDialogGuard() *dialogGuard {
-	return &dialogGuard{ended: newEndedSet(maxEndedDialogs), endedTokens: newEndedSet(maxEndedTokens),
-		rates: make(map[rateKey]dialogRateBucket)}
-}
-
-// Outcomes of dialogGuard.admit.
-const (
-	dialogPass = iota
-	dialogEnded
-	dialogOverRate
-)
-
-// admit checks a verified in-dialog request of dialog d (call k,
-// direction dir, its token minted at minted, Unix seconds) at now:
-// dialogEnded when its dialog or its call ended, dialogOverRate when its
-// direction has no token left (and takes one otherwise). bye is the
-// request's byeID when it is a BYE, else 0: a copy of the BYE that ended
-// the dialog here, from the same side, is not refused while the sender
-// may still be retransmitting it (endedDialog).
-func (g *dialogGuard) admit(d dialogKey, k callKey, dir direction, bye uint64, minted int64, now time.Time) int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.admitLocked(d, k, dir, bye, minted, now)
-}
-
-// admitToken is admit for a request whose token is tok (tokenEndKey) under
-// one hold of g.mu: dialogEnded when the call attempt that minted tok ended
-// unanswered (tokensOver), or when gone (the token is this proxy's and its
-// call no longer live here, ownTokenGone) and the table knows nothing of
-// d's end; else admit's verdict.
-func (g *dialogGuard) admitToken(tok dialogKey, gone bool, d dialogKey, k callKey, dir direction, bye uint64, minted int64, now time.Time) int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if _, ok := g.endedTokens.live(tok, now); ok {
-		return dialogEnded
-	}
-	if _, ok := g.ended.live(tok, now); ok {
-		// A token's end published by a node of an earlier release, which
-		// sends it as a dialog's (syncDialogs).
-		return dialogEnded
-	}
-	if _, ok := g.ended.live(d, now); gone && !ok {
-		return dialogEnded
-	}
-	return g.admitLocked(d, k, dir, bye, minted, now)
-}
-
-// admitLocked is admit with g.mu held.
-func (g *dialogGuard) admitLocked(d dialogKey, k callKey, dir direction, bye uint64, minted int64, now time.Time) int {
-	if e, ok := g.ended.live(d, now); ok {
-		if bye == 0 || e.bye != bye || e.dir != dir || now.UnixNano() >= e.copyUntil || e.copies >= maxEndedByeCopies {
-			return dialogEnded
-		}
-		e.copies++
-		g.ended.m[d] = e
-	} else if c, ok := g.ended.live(callEndKey(k), now); ok && minted <= c.before {
-		return dialogEnded
-	}
-	rk, at := rateKey{k, dir}, now.UnixNano()
-	b, ok := g.rates[rk]
-	if !ok {
-		if len(g.rates) >= maxDialogRates {
-			return dialogPass
-		}
-		b = dialogRateBucket{tokens: dialogBurst, last: at}
-		g.rateQ.Push(rateAt{rk, at})
-	}
-	if el := float64(at-b.last) / float64(time.Second); el > 0 {
-		b.tokens = min(dialogBurst, b.tokens+el*dialogRate)
-		b.last = at
-	} else if el < 0 {
-		// The wall clock stepped back: it refills from now on, not from
-		// when the clock is back at its last use.
-		b.last = at
-	}
-	verdict := dialogOverRate
-	if b.tokens >= 1 {
-		b.tokens--
-		verdict = dialogPass
-	}
-	g.rates[rk] = b
-	return verdict
-}
-
-// end records at now that dialog d ended (or, with d a callEndKey, its
-// call), until exp, by the BYE bye (byeID) from dir (0: not known);
-// publish queues it for the pool store. A dialog known to have ended
-// keeps its first record (the pool store hands a node's own ends back to
-// it), but for its before, which moves to now: a call that reused the
-// key and ended again is over too.
-func (g *dialogGuard) end(d dialogKey, now, exp time.Time, bye uint64, dir direction, publish bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if old, ok := g.ended.live(d, now); ok {
-		old.before = max(old.before, now.Unix())
-		g.ended.m[d] = old
-		return
-	}
-	e := endedDialog{exp: exp.UnixNano(), before: now.Unix(), bye: bye, dir: dir}
-	if bye != 0 {
-		e.copyUntil = now.Add(byeTimeout).UnixNano()
-	}
-	g.ended.add(d, e)
-	if publish {
-		g.publishLocked(hex.EncodeToString(d[:]))
-	}
-}
-
-// tokenEndPrefix marks a token's end (tokenEndKey) among the ends shared
-// with the pool, so that the other nodes keep it in their token table:
-// "t" and the key in hex, where a dialog's or a call's is the hex alone.
-const tokenEndPrefix = "t"
-
-// endToken records at now that the call attempt whose token's end key
-// is t is over, until exp; publish queues it for the pool store. It goes
-// in the token table (endedTokens): a storm of them forgets older token
-// ends, never a dialog's or a call's.
-func (g *dialogGuard) endToken(t dialogKey, now, exp time.Time, publish bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if _, ok := g.endedTokens.live(t, now); ok {
-		return
-	}
-	g.endedTokens.add(t, endedDialog{exp: exp.UnixNano(), before: now.Unix()})
-	if publish {
-		g.publishLocked(tokenEndPrefix + hex.EncodeToString(t[:]))
-	}
-}
-
-// publishLocked queues the end key for the pool store (the oldest go
-// first past maxEndsPending); g.mu held.
-func (g *dialogGuard) publishLocked(key string) {
-	if len(g.pending) >= maxEndsPending {
-		g.pending = g.pending[1:]
-	}
-	g.pending = append(g.pending, key)
-}
-
-// isEnded reports whether dialog d (or what another key of the ended
-// table names) is known to have ended at now (tests).
-func (g *dialogGuard) isEnded(d dialogKey, now time.Time) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if _, ok := g.ended.live(d, now); ok {
-		return true
-	}
-	_, ok := g.endedTokens.live(d, now)
-	return ok
-}
-
-// sweep forgets the ended dialogs that expired and the rate buckets that
-// have refilled (idle since).
-func (g *dialogGuard) sweep(now time.Time) {
-	full := time.Hour
-	if s := dialogBurst / dialogRate; s > 0 && s < full.Seconds() {
-		full = time.Duration(s * float64(time.Second))
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.ended.evict(now, 0)
-	g.endedTokens.evict(now, 0)
-	// Each key queued before this sweep is looked at once: one in use
-	// since it was queued goes to the back with its last use, which is
-	// later than now-full, so the loop stops when it comes round.
-	// A key queued, or a bucket last used, after now (the wall clock
-	// stepped back since) is taken as used now: the sweep goes on past it,
-	// and forgets it once idle for full from now.
-	at := now.UnixNano()
-	for {
-		e, ok := g.rateQ.Front()
-		if !ok || (e.at <= at && at-e.at < int64(full)) {
-			return
-		}
-		g.rateQ.Pop()
-		b, ok := g.rates[e.k]
-		switch {
-		case !ok:
-		case b.last > at:
-			b.last = at
-			g.rates[e.k] = b
-			g.rateQ.Push(rateAt{e.k, at})
-		case at-b.last >= int64(full):
-			delete(g.rates, e.k)
-		default:
-			g.rateQ.Push(rateAt{e.k, b.last})
-		}
-	}
-}
-
-// takePending returns the ends to publish (up to n) and forgets them.
-func (g *dialogGuard) takePending(n int) []string {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	n = min(n, len(g.pending))
-	out := append([]string(nil), g.pending[:n]...)
-	g.pending = g.pending[n:]
-	if len(g.pending) == 0 {
-		g.pending = nil
-	}
-	return out
-}
-
-// pendingLen is the number of ends waiting to be published.
-func (g *dialogGuard) pendingLen() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return len(g.pending)
-}
-
-// requeue puts back ends a failed store call did not publish.
-func (g *dialogGuard) requeue(keys []string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.pending = append(keys, g.pending...)
-	if over := len(g.pending) - maxEndsPending; over > 0 {
-		g.pending = g.pending[over:]
-	}
 }
 
 // endedTTL is how long an ended dialog is remembered: until its token has
@@ -527,7 +101,7 @@ func (p *Proxy) dialogEnded(k callKey, calleeTag string, code int, bye uint64, d
 		return
 	}
 	now := time.Now()
-	p.dialogs.end(dialogKeyOf(k, calleeTag), now, now.Add(endedTTL(p.cfg())), bye, dir, p.dialogEnds != nil)
+	p.dialogs.End(dialogKeyOf(k, calleeTag), now, now.Add(endedTTL(p.cfg())), bye, dialogguard.Dir(dir), byeTimeout, p.dialogEnds != nil)
 }
 
 // answeredOtherTag reports whether this node holds an answered call of
@@ -563,7 +137,7 @@ func (p *Proxy) answeredOtherTag(k callKey, calleeTag string) bool {
 // others at their next sync.
 func (p *Proxy) callOver(k callKey) {
 	now := time.Now()
-	p.dialogs.end(callEndKey(k), now, now.Add(endedTTL(p.cfg())), 0, 0, p.dialogEnds != nil)
+	p.dialogs.End(dialogguard.CallEnd(dialogguard.Key(k)), now, now.Add(endedTTL(p.cfg())), 0, 0, 0, p.dialogEnds != nil)
 }
 
 // tokenEndKey is the key of the end of the call attempt that minted the
@@ -591,7 +165,7 @@ func (p *Proxy) tokensOver(ids []tokenID) {
 	now := time.Now()
 	exp := now.Add(endedTTL(p.cfg()))
 	for _, id := range ids {
-		p.dialogs.endToken(tokenEndKey(id), now, exp, p.dialogEnds != nil)
+		p.dialogs.EndToken(tokenEndKey(id), now, exp, p.dialogEnds != nil)
 	}
 }
 
@@ -608,15 +182,15 @@ func (p *Proxy) admitInDialog(hop *inDialogHop, count bool, req *sipmsg.Request)
 			bye = byeID(c.SeqNo, req.Via())
 		}
 	}
-	r := p.dialogs.admitToken(tokenEndKey(hop.token.id), p.ownTokenGone(hop),
-		dialogKeyOf(hop.key, hop.callee), hop.key, hop.dir, bye, hop.minted, now)
+	r := p.dialogs.AdmitToken(tokenEndKey(hop.token.id), p.ownTokenGone(hop),
+		dialogKeyOf(hop.key, hop.callee), dialogguard.Key(hop.key), dialogguard.Dir(hop.dir), bye, hop.minted, now)
 	switch r {
-	case dialogEnded:
+	case dialogguard.Ended:
 		if count {
 			p.m.SIPErrors.WithLabelValues("dialog_ended").Inc()
 		}
 		return sipmsg.StatusCallTransactionDoesNotExists
-	case dialogOverRate:
+	case dialogguard.OverRate:
 		if count {
 			p.m.SIPErrors.WithLabelValues("dialog_rate").Inc()
 		}
@@ -629,9 +203,9 @@ func (p *Proxy) admitInDialog(hop *inDialogHop, count bool, req *sipmsg.Request)
 // ownTokenGone reports whether hop's token is one this proxy minted for a
 // call it no longer holds (its Tracker has no live call of the token's
 // call key: the call ended, answered or not). Such a token is refused
-// unless the ended table still knows its dialog's end (admitToken: a copy
+// unless the ended table still knows its dialog's end (dialogguard.Guard.AdmitToken: a copy
 // of the BYE that ended it is judged there). The table is bounded
-// (maxEndedDialogs) and forgets the oldest ends first, at a few answered
+// (dialogguard.MaxEndedDialogs) and forgets the oldest ends first, at a few answered
 // calls a second before their tokens expire (docs/security.md); a token of
 // this process needs no memory of the end: its call is live here or it is
 // over. Tokens of the pool's other nodes, or of an earlier process, keep
@@ -680,16 +254,14 @@ func (hop *inDialogHop) liveCalls(p *Proxy) []callplaces.Found {
 // logOverRate logs a dialog over its rate at Warn, at most once every
 // dialogRateLogEvery, with how many were refused since the last line.
 func (p *Proxy) logOverRate(now time.Time, callID string) {
-	g := p.dialogs
-	n := g.overRate.Add(1)
-	last := g.lastLog.Load()
-	if now.UnixNano()-last < int64(dialogRateLogEvery) || !g.lastLog.CompareAndSwap(last, now.UnixNano()) {
+	n, log := p.dialogs.NoteOverRate(now, dialogRateLogEvery)
+	if !log {
 		return
 	}
-	g.overRate.Add(-n)
+	burst, rate := p.dialogs.Limits()
 	p.log.Warn("in-dialog requests over the per-dialog rate refused (503)",
 		"call_id", clip(callID), "refused", n,
-		"limit", strconv.FormatFloat(dialogRate, 'f', -1, 64)+"/s, burst "+strconv.FormatFloat(dialogBurst, 'f', -1, 64))
+		"limit", strconv.FormatFloat(rate, 'f', -1, 64)+"/s, burst "+strconv.FormatFloat(burst, 'f', -1, 64))
 }
 
 // runDialogs exchanges ended dialogs with the pool store, when there is
@@ -731,30 +303,21 @@ func (p *Proxy) syncDialogs(ctx context.Context, cursor int64) int64 {
 	}
 	ttl := endedTTL(p.cfg())
 	for page := 0; page < maxSyncPages; page++ {
-		mine := p.dialogs.takePending(endsPublishBatch)
+		mine := p.dialogs.TakePending(endsPublishBatch)
 		sctx, cancel := context.WithTimeout(ctx, storeBudget)
 		keys, next, more, err := p.dialogEnds.Sync(sctx, cursor, mine, ttl)
 		cancel()
 		if err != nil {
-			p.dialogs.requeue(mine)
+			p.dialogs.Requeue(mine)
 			p.log.Debug("sharing ended dialogs with the store failed; retried", "error", err)
 			return cursor
 		}
 		now := time.Now()
 		for _, k := range keys {
-			var d dialogKey
-			h, token := strings.CutPrefix(k, tokenEndPrefix)
-			if b, err := hex.DecodeString(h); err == nil && len(b) == len(d) {
-				copy(d[:], b)
-				if token {
-					p.dialogs.endToken(d, now, now.Add(ttl), false)
-				} else {
-					p.dialogs.end(d, now, now.Add(ttl), 0, 0, false)
-				}
-			}
+			p.dialogs.Learn(k, now, now.Add(ttl))
 		}
 		cursor = next
-		if !more && p.dialogs.pendingLen() == 0 {
+		if !more && p.dialogs.PendingLen() == 0 {
 			break
 		}
 	}

@@ -175,7 +175,8 @@
 // peer leg) that has maxCallsPerDialog calls live already (merged
 // requests, another Via branch each) is answered 482 before admission:
 // each in-dialog request and end of one of them looks at all of them.
-// A token also dies with its call (dialogs.go): once a BYE
+// A token also dies with its call (dialogs.go; the tables are package
+// sip/internal/dialogguard's): once a BYE
 // of the dialog was answered 2xx or 481 or timed out (the carrier's: any
 // final answer but a challenge) (a 481 or timeout
 // of a BYE naming another callee tag than the answer of a call the node

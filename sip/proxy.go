@@ -31,6 +31,7 @@ import (
 	"github.com/cpsguard/cpsguard/pacing"
 	"github.com/cpsguard/cpsguard/policy"
 	"github.com/cpsguard/cpsguard/sip/internal/conns"
+	"github.com/cpsguard/cpsguard/sip/internal/dialogguard"
 	"github.com/cpsguard/cpsguard/sip/internal/ingress"
 	"github.com/cpsguard/cpsguard/sip/internal/invites"
 	"github.com/cpsguard/cpsguard/sip/internal/oc"
@@ -373,7 +374,7 @@ type Proxy struct {
 	byes pendingByes
 	// dialogs are the ended dialogs and the per-dialog rates (dialogs.go);
 	// dialogEnds is Options.DialogEnds.
-	dialogs    *dialogGuard
+	dialogs    *dialogguard.Guard
 	dialogEnds DialogEnds
 	// onWriteBlocked is writeBlocked, made once: a method value made per
 	// INVITE would be one more allocation per call.
@@ -434,7 +435,7 @@ func New(opts Options) (*Proxy, error) {
 
 		invites:     invites.New(),
 		refused:     refusals.New(refusals.Max, refusals.TTL),
-		dialogs:     newDialogGuard(),
+		dialogs:     dialogguard.New(dialogBurst, dialogRate),
 		dialogEnds:  opts.DialogEnds,
 		carriers:    opts.Carriers,
 		storeUsable: opts.Usable,
@@ -757,7 +758,7 @@ func (p *Proxy) sweepOnce(now time.Time) {
 	p.invites.Sweep(now)
 	p.refused.Sweep(now)
 	p.sweepByes(now)
-	p.dialogs.sweep(now)
+	p.dialogs.Sweep(now)
 }
 
 // waitIdle polls until no initial INVITE is being handled or ctx ends.

@@ -16,6 +16,7 @@ import (
 	callplaces "github.com/cpsguard/cpsguard/calls"
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/siptest"
+	"github.com/cpsguard/cpsguard/sip/internal/dialogguard"
 	"github.com/cpsguard/cpsguard/sip/internal/dialogtoken"
 	"github.com/cpsguard/cpsguard/sip/internal/opaque"
 )
@@ -662,14 +663,14 @@ func TestEndedDialogByeCopiesBounded(t *testing.T) {
 	bye := withVia(inDialogOf(t, peer.caller(), h.udp, ok, sipmsg.BYE), peer.addr(), "z9hG4bK.ended-copies")
 	peer.send(h.udp, bye)
 	waitFor(t, func() bool { return len(peer.responses()) == 1 }, "the BYE's 200")
-	const copies = 3 * maxEndedByeCopies
+	const copies = 3 * dialogguard.MaxByeCopies
 	for i := 0; i < copies; i++ {
 		peer.send(h.udp, bye)
 		waitFor(t, func() bool { return len(peer.responses()) == 2+i }, "the answer to a copy of the BYE")
 	}
 	relayed := len(car.requests(sipmsg.BYE)) - 1
-	if relayed > maxEndedByeCopies {
-		t.Fatalf("copies of the ending BYE relayed after the end = %d of %d, want at most %d", relayed, copies, maxEndedByeCopies)
+	if relayed > dialogguard.MaxByeCopies {
+		t.Fatalf("copies of the ending BYE relayed after the end = %d of %d, want at most %d", relayed, copies, dialogguard.MaxByeCopies)
 	}
 	refused := 0
 	for _, r := range peer.responses()[1:] {
@@ -826,10 +827,8 @@ func TestMadeUpTagByesRecordNothing(t *testing.T) {
 		peer.send(h.udp, bye)
 		waitFor(t, func() bool { return len(peer.responses()) == 1+i }, "the carrier's 481 to a made-up BYE")
 	}
-	h.p.dialogs.mu.Lock()
-	ended := len(h.p.dialogs.ended.m) + len(h.p.dialogs.endedTokens.m)
-	h.p.dialogs.mu.Unlock()
-	if ended != 0 {
+	ends, tokens, _ := h.p.dialogs.Len()
+	if ended := ends + tokens; ended != 0 {
 		t.Fatalf("ended dialogs after %d BYEs with made-up tags = %d, want 0", n, ended)
 	}
 	if live := h.p.calls.(*callplaces.Tracker).Live(); live != 1 {
@@ -838,15 +837,6 @@ func TestMadeUpTagByesRecordNothing(t *testing.T) {
 	info := withVia(inDialogOf(t, peer.caller(), h.udp, ok, sipmsg.INFO), peer.addr(), "z9hG4bK.still-up")
 	peer.send(h.udp, info)
 	waitFor(t, func() bool { return len(car.requests(sipmsg.INFO)) == 1 }, "an INFO of the live call at the carrier")
-}
-
-// forgetEnds empties the node's ended-dialog table, as its bound
-// (maxEndedDialogs) does to the oldest ends at a few answered calls a
-// second, long before their tokens expire.
-func forgetEnds(g *dialogGuard) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.ended, g.endedTokens = newEndedSet(maxEndedDialogs), newEndedSet(maxEndedTokens)
 }
 
 // TestForgottenEndOwnTokenRefused: once the ended table forgot a call's
@@ -864,7 +854,7 @@ func TestForgottenEndOwnTokenRefused(t *testing.T) {
 	peer.send(h.udp, bye)
 	waitFor(t, func() bool { return len(peer.responses()) == 1 }, "the BYE's 200")
 	waitFor(t, func() bool { return h.p.calls.(*callplaces.Tracker).Live() == 0 }, "the call's end")
-	forgetEnds(h.p.dialogs)
+	h.p.dialogs.Forget() // as the table's bound does to the oldest ends
 
 	re := withVia(inDialogOf(t, peer.caller(), h.udp, ok, sipmsg.INVITE), peer.addr(), "z9hG4bK.forgotten-reinvite")
 	re.CSeq().SeqNo = 50

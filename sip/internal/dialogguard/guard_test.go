@@ -1,0 +1,254 @@
+package dialogguard
+
+import (
+	"testing"
+	"time"
+)
+
+// The directions and limits of these tests (the sip package's, as it
+// makes its guard).
+const (
+	fromPeer    Dir = 1
+	fromCarrier Dir = 2
+	burst           = 40.0
+	rate            = 10.0
+	copyFor         = 32 * time.Second
+)
+
+// TestDialogGuardBounds: the ended dialogs are forgotten when they expire,
+// and the oldest first when the table is full; idle rate buckets are swept.
+func TestDialogGuardBounds(t *testing.T) {
+	g := New(burst, rate)
+	now := time.Now()
+	key := func(i int) Key { return DialogOf(Key{byte(i), byte(i >> 8), byte(i >> 16)}, "t") }
+	for i := 0; i < MaxEndedDialogs+10; i++ {
+		g.End(key(i), now, now.Add(time.Hour+time.Duration(i)), 0, 0, copyFor, false)
+	}
+	if n := len(g.ended.m); n != MaxEndedDialogs {
+		t.Fatalf("ended dialogs held = %d, want the bound %d", n, MaxEndedDialogs)
+	}
+	if g.IsEnded(key(0), now) || !g.IsEnded(key(MaxEndedDialogs+9), now) {
+		t.Fatal("a full table forgot another dialog than the oldest")
+	}
+	g.Sweep(now.Add(2 * time.Hour))
+	if n := len(g.ended.m); n != 0 {
+		t.Fatalf("ended dialogs after they expired = %d, want 0", n)
+	}
+	g.End(key(2), now, now.Add(time.Hour), ByeID(7, "z9hG4bK-a"), fromPeer, copyFor, false)
+	for _, c := range []struct {
+		seq    uint32
+		branch string
+		dir    Dir
+		want   Verdict
+	}{
+		{7, "z9hG4bK-a", fromPeer, Pass},     // a retransmission of the BYE that ended it
+		{7, "z9hG4bK-a", fromCarrier, Ended}, // from the other side
+		{7, "z9hG4bK-b", fromPeer, Ended},    // a new BYE with the same CSeq
+		{8, "z9hG4bK-a", fromPeer, Ended},
+	} {
+		if r := g.Admit(key(2), Key{2}, c.dir, ByeID(c.seq, c.branch), 0, now); r != c.want {
+			t.Fatalf("after the BYE CSeq 7 branch a from the peer ended it, BYE %d %s from %d: admit = %d, want %d", c.seq, c.branch, c.dir, r, c.want)
+		}
+	}
+	if r := g.Admit(key(2), Key{2}, fromPeer, 0, 0, now); r != Ended {
+		t.Fatalf("after the dialog ended, a request that is no BYE: admit = %d, want ended", r)
+	}
+	g.Sweep(now.Add(2 * time.Hour))
+	k := Key{1}
+	if r := g.Admit(key(1), k, fromPeer, 0, 0, now); r != Pass {
+		t.Fatalf("admit = %d, want pass", r)
+	}
+	g.Sweep(now.Add(time.Hour))
+	if n := len(g.rates); n != 0 {
+		t.Fatalf("rate buckets after an idle hour = %d, want 0", n)
+	}
+}
+
+// TestEndedByeCopiesWindow: a copy of the ending BYE passes only within
+// copyFor of the end (a UAC stops retransmitting at Timer F), and only
+// MaxByeCopies times.
+func TestEndedByeCopiesWindow(t *testing.T) {
+	g := New(burst, rate)
+	now := time.Now()
+	d, k := Key{9}, Key{9}
+	g.End(d, now, now.Add(time.Hour), 77, fromPeer, copyFor, false)
+	if r := g.Admit(d, k, fromPeer, 77, 0, now.Add(copyFor-time.Millisecond)); r != Pass {
+		t.Fatalf("copy of the ending BYE within Timer F: admit = %d, want pass", r)
+	}
+	if r := g.Admit(d, k, fromPeer, 77, 0, now.Add(copyFor)); r != Ended {
+		t.Fatalf("copy of the ending BYE at Timer F after the end: admit = %d, want ended", r)
+	}
+	d2 := Key{10}
+	g.End(d2, now, now.Add(time.Hour), 78, fromPeer, copyFor, false)
+	for i := 0; i < MaxByeCopies; i++ {
+		if r := g.Admit(d2, Key{10}, fromPeer, 78, 0, now); r != Pass {
+			t.Fatalf("copy %d of the ending BYE: admit = %d, want pass", i+1, r)
+		}
+	}
+	if r := g.Admit(d2, Key{10}, fromPeer, 78, 0, now); r != Ended {
+		t.Fatalf("copy %d of the ending BYE: admit = %d, want ended", MaxByeCopies+1, r)
+	}
+}
+
+// TestCallOverRefusesEveryTag: once a call is over (callOver), a request
+// of a token minted before the end is refused whatever callee tag it
+// names; a later call that reuses the Call-ID, tag and peer leg (a token
+// minted after the end) is not.
+func TestCallOverRefusesEveryTag(t *testing.T) {
+	g := New(burst, rate)
+	now := time.Now()
+	k := Key{7}
+	tok := now.Unix() - 10
+	if r := g.Admit(DialogOf(k, "made-up"), k, fromPeer, 0, tok, now); r != Pass {
+		t.Fatalf("before the end: admit = %d, want pass", r)
+	}
+	g.End(CallEnd(k), now, now.Add(time.Hour), 0, 0, copyFor, false)
+	for _, tag := range []string{"callee", "made-up", "other"} {
+		if r := g.Admit(DialogOf(k, tag), k, fromPeer, 0, tok, now); r != Ended {
+			t.Fatalf("after the call's end, callee tag %q: admit = %d, want ended", tag, r)
+		}
+	}
+	if r := g.Admit(DialogOf(k, "new"), k, fromPeer, 0, now.Unix()+1, now.Add(2*time.Second)); r != Pass {
+		t.Fatalf("a later call's token: admit = %d, want pass", r)
+	}
+	if r := g.Admit(DialogOf(Key{8}, "x"), Key{8}, fromPeer, 0, tok, now); r != Pass {
+		t.Fatalf("another call: admit = %d, want pass", r)
+	}
+	// A token minted in the second the call ended (a call answered and
+	// over at once: tokens count whole seconds) is the call's.
+	if r := g.Admit(DialogOf(k, "same-second"), k, fromPeer, 0, now.Unix(), now); r != Ended {
+		t.Fatalf("a token minted in the second of the end: admit = %d, want ended", r)
+	}
+	// The later call ends too, while the first end is still remembered:
+	// its tokens die with it.
+	later := now.Add(5 * time.Second)
+	g.End(CallEnd(k), later, later.Add(time.Hour), 0, 0, copyFor, false)
+	if r := g.Admit(DialogOf(k, "new"), k, fromPeer, 0, now.Unix()+1, later); r != Ended {
+		t.Fatalf("the later call's token after its own end: admit = %d, want ended", r)
+	}
+}
+
+// TestTokenEndsKeepDialogEnds: every reroute and every unanswered call
+// ends tokens (tokensOver), one end per carrier tried. A storm of them
+// (a carrier failing every call) filled the one bounded ended table and
+// pushed out the oldest ends of answered dialogs and calls, which then
+// passed again on the nodes that did not mint their tokens. Token ends
+// have a table of their own, as bounded: at its bound the oldest token
+// end goes, never a dialog's or a call's.
+func TestTokenEndsKeepDialogEnds(t *testing.T) {
+	g := New(burst, rate)
+	now := time.Now()
+	exp := now.Add(time.Hour)
+	d, k := DialogOf(Key{1}, "callee"), Key{2}
+	g.End(d, now, exp, 0, 0, copyFor, false)
+	g.End(CallEnd(k), now, exp, 0, 0, copyFor, false)
+	tok := func(i int) Key { return Key{0xee, byte(i), byte(i >> 8), byte(i >> 16)} }
+	for i := 0; i < MaxEndedTokens+10; i++ {
+		g.EndToken(tok(i), now, exp.Add(time.Duration(i)), false)
+	}
+	if !g.IsEnded(d, now) || !g.IsEnded(CallEnd(k), now) {
+		t.Fatal("a storm of token ends pushed an ended dialog or call out of the table")
+	}
+	if g.IsEnded(tok(0), now) || !g.IsEnded(tok(MaxEndedTokens+9), now) {
+		t.Fatal("a full token table forgot another token end than the oldest")
+	}
+	if r := g.AdmitToken(tok(10), false, d, k, fromCarrier, 0, now.Unix(), now); r != Ended {
+		t.Fatalf("a request of an ended token: admit = %d, want ended", r)
+	}
+	if r := g.AdmitToken(tok(5), false, DialogOf(Key{3}, "x"), Key{3}, fromCarrier, 0, now.Unix(), now); r != Pass {
+		t.Fatalf("a request of a token whose end was forgotten (bound): admit = %d, want pass", r)
+	}
+	// A node of an earlier release publishes a token's end as a dialog's.
+	old := Key{0xef}
+	g.End(old, now, exp, 0, 0, copyFor, false)
+	if r := g.AdmitToken(old, false, DialogOf(Key{4}, "x"), Key{4}, fromCarrier, 0, now.Unix(), now); r != Ended {
+		t.Fatalf("a request of a token ended by an earlier release's node: admit = %d, want ended", r)
+	}
+	g.Sweep(exp.Add(time.Hour))
+	if g.IsEnded(tok(MaxEndedTokens+9), now) || g.IsEnded(d, now) {
+		t.Fatal("ends kept past their expiry")
+	}
+}
+
+// TestDialogRatesSweptInOrder: the sweep forgets a rate bucket once it has
+// been idle long enough to have refilled, whatever order the buckets were
+// made in, keeps one touched since (even if it was made first), and keeps
+// no more queued keys than buckets: it pops expired keys from a queue
+// instead of walking every bucket under the guard's lock.
+func TestDialogRatesSweptInOrder(t *testing.T) {
+	g := New(burst, rate)
+	now := time.Unix(1_700_000_000, 0)
+	full := time.Duration(burst / rate * float64(time.Second))
+	for i := range 100 {
+		k := Key{byte(i), byte(i >> 8)}
+		if r := g.Admit(DialogOf(k, "t"), k, fromPeer, 0, 0, now); r != Pass {
+			t.Fatalf("call %d: admit = %d, want pass", i, r)
+		}
+	}
+	// The first bucket made is used again halfway; the rest stay idle.
+	first := Key{0, 0}
+	later := now.Add(full / 2)
+	if r := g.Admit(DialogOf(first, "t"), first, fromPeer, 0, 0, later); r != Pass {
+		t.Fatalf("first call again: admit = %d, want pass", r)
+	}
+	g.Sweep(now.Add(full - time.Millisecond))
+	if n := len(g.rates); n != 100 {
+		t.Fatalf("buckets before any has refilled = %d, want 100", n)
+	}
+	g.Sweep(now.Add(full))
+	if n := len(g.rates); n != 1 || !hasRate(g, rateKey{first, fromPeer}) {
+		t.Fatalf("buckets once the idle ones refilled = %d, want only the one used since", n)
+	}
+	if n := g.rateQ.Len(); n != 1 {
+		t.Fatalf("queued bucket keys = %d, want 1 (one per bucket)", n)
+	}
+	g.Sweep(later.Add(full))
+	if n, q := len(g.rates), g.rateQ.Len(); n != 0 || q != 0 {
+		t.Fatalf("after the last one refilled: %d buckets, %d queued; want none", n, q)
+	}
+}
+
+// hasRate reports whether g keeps a rate bucket for k.
+func hasRate(g *Guard, k rateKey) bool {
+	_, ok := g.rates[k]
+	return ok
+}
+
+// TestDialogRateWallClockStepBack: the rate buckets keep wall-clock times
+// (Unix nanoseconds); when the wall clock steps back (NTP), a bucket used
+// just before still refills at rate from the step on, instead of
+// staying empty until the clock is back where it was, and the sweep still
+// forgets idle buckets, instead of stopping at the first one queued before
+// the step (while the table fills to maxDialogRates, past which new
+// dialogs get no bucket at all).
+func TestDialogRateWallClockStepBack(t *testing.T) {
+	t0 := time.Now().Round(0) // wall clock only, as the buckets keep it
+	step := t0.Add(-time.Hour)
+	t.Run("refill", func(t *testing.T) {
+		g := New(burst, rate)
+		d, k := Key{1}, Key{1}
+		for i := 0; i < int(burst); i++ {
+			if r := g.Admit(d, k, fromPeer, 0, 0, t0); r != Pass {
+				t.Fatalf("request %d of the burst: admit = %d, want pass", i+1, r)
+			}
+		}
+		if r := g.Admit(d, k, fromPeer, 0, 0, t0); r != OverRate {
+			t.Fatalf("past the burst: admit = %d, want over rate", r)
+		}
+		g.Admit(d, k, fromPeer, 0, 0, step) // right after the step: no time passed
+		if r := g.Admit(d, k, fromPeer, 0, 0, step.Add(time.Second)); r != Pass {
+			t.Fatalf("a second after the wall clock stepped back: admit = %d, want pass (refilled at %v a second)", r, rate)
+		}
+	})
+	t.Run("sweep", func(t *testing.T) {
+		g := New(burst, rate)
+		g.Admit(Key{1}, Key{1}, fromPeer, 0, 0, t0)
+		g.Admit(Key{2}, Key{2}, fromPeer, 0, 0, step) // a dialog of after the step
+		for i := 1; i <= 3; i++ {
+			g.Sweep(step.Add(time.Duration(i) * time.Hour / 8))
+		}
+		if n := len(g.rates); n != 0 {
+			t.Fatalf("rate buckets idle for %v since the wall clock stepped back = %d, want 0", 3*time.Hour/8, n)
+		}
+	})
+}
