@@ -309,6 +309,9 @@ func TestCarrierByeEndsTheCallWhateverThePeerAnswers(t *testing.T) {
 				h, tr, car, store := startRawCallsProxy(t, 1, &byeCode)
 				peer := startUDPEnd(t, "127.0.0.2", func(req *sipmsg.Request) *sipmsg.Response {
 					if req.Method == sipmsg.BYE {
+						if req.CSeq().SeqNo > 1 {
+							return sipmsg.NewResponseFromRequest(req, 200, "OK", nil) // the BYE sent again
+						}
 						return sipmsg.NewResponseFromRequest(req, tc.peer, "Answer", nil)
 					}
 					return nil
@@ -330,23 +333,41 @@ func TestCarrierByeEndsTheCallWhateverThePeerAnswers(t *testing.T) {
 				if tc.ends {
 					live := peerPlaces(t, store)
 					waitFor(t, func() bool { return tr.Live() == 0 && live() == 0 }, "the call's places freed")
-					// The dialog is over at the node: the carrier's BYE sent
-					// again gets 481, not a second relay to the peer.
-					again := sipmsg.HeaderClone(bye.CSeq()).(*sipmsg.CSeqHeader)
-					again.SeqNo = 2
-					bye.ReplaceHeader(again)
-					bye.RemoveHeader("Via")
-					car.send(h.udp, withVia(bye, car.addr(), "z9hG4bK.callee-bye-2"))
-					waitFor(t, func() bool {
-						for _, r := range car.responses() {
-							if r.CSeq().SeqNo == 2 && r.StatusCode == 481 {
-								return true
+					// The dialog is over at the node but for the carrier's
+					// BYEs: one sent again (a new transaction, after the
+					// peer's 503 with Retry-After, say) reaches the peer, so
+					// that its side ends too (h69: it got 481, and the peer
+					// kept the call up).
+					sendCarrier := func(m *sipmsg.Request, seq uint32, branch string) {
+						c := sipmsg.HeaderClone(m.CSeq()).(*sipmsg.CSeqHeader)
+						c.SeqNo, c.MethodName = seq, m.Method
+						m.ReplaceHeader(c)
+						m.RemoveHeader("Via")
+						car.send(h.udp, withVia(m, car.addr(), branch))
+					}
+					answered := func(seq uint32, code int) func() bool {
+						return func() bool {
+							for _, r := range car.responses() {
+								if r.CSeq().SeqNo == seq && r.StatusCode == code {
+									return true
+								}
 							}
+							return false
 						}
-						return false
-					}, "481 to the carrier's second BYE")
-					if n := len(peer.requests(sipmsg.BYE)); n != 1 {
-						t.Fatalf("BYEs at the peer: %d, want 1", n)
+					}
+					sendCarrier(bye, 2, "z9hG4bK.callee-bye-2")
+					waitFor(t, answered(2, 200), "the peer's 200 to the carrier's BYE sent again")
+					if n := len(peer.requests(sipmsg.BYE)); n != 2 {
+						t.Fatalf("BYEs at the peer: %d, want 2", n)
+					}
+					// Nothing else of the dialog passes: the carrier's INFO,
+					// the peer's own BYE.
+					info := calleeByeOf(car.requests(sipmsg.INVITE)[0], "raw-callee")
+					info.Method = sipmsg.INFO
+					sendCarrier(info, 3, "z9hG4bK.callee-info")
+					waitFor(t, answered(3, 481), "481 to the carrier's INFO after the end")
+					if n := len(peer.requests(sipmsg.INFO)); n != 0 {
+						t.Fatalf("INFOs at the peer after the end: %d, want 0", n)
 					}
 					rawAnsweredCall(t, peer, h.udp, "second")
 					return

@@ -91,7 +91,8 @@ func endedTTL(cfg *config.Config) time.Duration {
 // is over (its BYE, byeID bye from dir, was answered code, 0 for no
 // answer in time; bye 0 when not known): its token is refused from now
 // on, on this node at once, on the pool's others at their next sync,
-// except to copies of that BYE on this node. A 481 or a timeout of a BYE
+// except to copies of that BYE on this node (to every BYE of the
+// carrier's for refusedByeWindow when the peer refused the carrier's). A 481 or a timeout of a BYE
 // naming another callee tag than the answer of the call this node holds
 // records nothing: the far leg knows no such dialog, and the call goes
 // on (recorded, a flood of BYEs with made-up tags would fill the ended
@@ -100,8 +101,25 @@ func (p *Proxy) dialogEnded(k callKey, calleeTag string, code int, bye uint64, d
 	if (code < 200 || code >= 300) && p.answeredOtherTag(k, calleeTag) {
 		return
 	}
+	copyFor := byeTimeout
+	if refusedCarrierBye(code, dir) {
+		bye, copyFor = dialogguard.AnyBye, refusedByeWindow
+	}
 	now := time.Now()
-	p.dialogs.End(dialogKeyOf(k, calleeTag), now, now.Add(endedTTL(p.cfg())), bye, dialogguard.Dir(dir), byeTimeout, p.dialogEnds != nil)
+	p.dialogs.End(dialogKeyOf(k, calleeTag), now, now.Add(endedTTL(p.cfg())), bye, dialogguard.Dir(dir), copyFor, p.dialogEnds != nil)
+}
+
+// refusedByeWindow is how long after the peer refused the carrier's BYE
+// the carrier's BYEs (new transactions, at most
+// dialogguard.MaxByeCopies) still reach the peer: a peer that answered
+// 503 with Retry-After, or 500, ends its side when the BYE comes again.
+const refusedByeWindow = 5 * time.Minute
+
+// refusedCarrierBye reports whether code, the final answer to a BYE from
+// dir, is the peer's refusal of the carrier's BYE (which ends the call at
+// the node all the same: endsCall).
+func refusedCarrierBye(code int, dir direction) bool {
+	return dir == fromCarrier && code >= 300 && code != sipmsg.StatusCallTransactionDoesNotExists
 }
 
 // answeredOtherTag reports whether this node holds an answered call of

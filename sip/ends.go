@@ -166,9 +166,11 @@ func (t *pendingByes) size() int {
 // 3261 15.1.1), and a peer that answered 500 held the carrier's max_calls
 // places, which other customers' calls need, for max_call_duration (h67).
 // The dialog's token
-// dies with it, so the carrier's BYE sent again after the peer's refusal
-// gets 481 (the carrier takes its dialog for ended; the peer, which
-// refused the BYE, keeps its side up until its own timers end it). A
+// dies with it, but for the carrier's BYEs: sent again after the peer's
+// refusal (a 503 with Retry-After, say), each still reaches the peer for
+// refusedByeWindow, at most dialogguard.MaxByeCopies of them, so that
+// the peer's side of the call ends too (it kept it up until its own
+// timers ended it, with the carrier's BYE answered 481: h69). A
 // peer's BYE that its carrier refuses otherwise ends nothing, 408
 // included: a peer could aim its BYE (its Request-URI, its Route) at a
 // far proxy that answers 408, or 483, while the carrier's call goes on,

@@ -13,7 +13,8 @@
 // a call's end out. Every in-dialog request is checked against them
 // (Admit, AdmitToken): a request of an ended dialog is Ended, except a
 // copy of the BYE that ended it, from the same side, within the copy
-// window End was given and at most MaxByeCopies times (a UAC whose answer
+// window End was given and at most MaxByeCopies times (with AnyBye, every
+// BYE from that side: one the far leg refused, sent again; a UAC whose answer
 // was lost retransmits its BYE that long: RFC 3261 17.1.2.2; past that
 // bound a copy, whose headers and body are its sender's choice, would be
 // a relay that outlives its call). An ended dialog is named by its call

@@ -124,16 +124,22 @@ func CallEnd(k Key) Key { return k }
 // before the end.
 const MaxByeCopies = 10
 
+// AnyBye, as End's bye, lets every BYE from the end's side pass within
+// its copy window, at most MaxByeCopies of them, not only copies of one:
+// a BYE the far leg refused (503 with Retry-After, say) comes again as a
+// new transaction, and must reach it for its side of the call to end.
+const AnyBye uint64 = math.MaxUint64
+
 // ByeID identifies a BYE transaction of a dialog by its CSeq number seq
 // and the branch of its sender's Via (RFC 3261 17.2.3); never 0, so 0
-// stays "not a BYE / not known".
+// stays "not a BYE / not known", nor AnyBye.
 func ByeID(seq uint32, branch string) uint64 {
 	h := fnv.New64a()
 	var b [4]byte
 	binary.BigEndian.PutUint32(b[:], seq)
 	h.Write(b[:])
 	h.Write([]byte(branch))
-	if id := h.Sum64(); id != 0 {
+	if id := h.Sum64(); id != 0 && id != AnyBye {
 		return id
 	}
 	return 1
@@ -269,7 +275,7 @@ func (g *Guard) AdmitToken(tok Key, gone bool, d Key, k Key, dir Dir, bye uint64
 // admitLocked is Admit with g.mu held.
 func (g *Guard) admitLocked(d Key, k Key, dir Dir, bye uint64, minted int64, now time.Time) Verdict {
 	if e, ok := g.ended.live(d, now); ok {
-		if bye == 0 || e.bye != bye || e.dir != dir || now.UnixNano() >= e.copyUntil || e.copies >= MaxByeCopies {
+		if bye == 0 || (e.bye != bye && e.bye != AnyBye) || e.dir != dir || now.UnixNano() >= e.copyUntil || e.copies >= MaxByeCopies {
 			return Ended
 		}
 		e.copies++
@@ -305,7 +311,8 @@ func (g *Guard) admitLocked(d Key, k Key, dir Dir, bye uint64, minted int64, now
 
 // End records at now that dialog d ended (or, with d a CallEnd, its
 // call), until exp, by the BYE bye (ByeID) from dir (0: not known), whose
-// copies from dir pass for copyFor (at most MaxByeCopies of them);
+// copies from dir (every BYE from dir, with AnyBye) pass for copyFor (at
+// most MaxByeCopies of them);
 // publish queues it for the pool store. A dialog known to have ended
 // keeps its first record (the pool store hands a node's own ends back to
 // it), but for its before, which moves to now: a call that reused the

@@ -252,3 +252,34 @@ func TestDialogRateWallClockStepBack(t *testing.T) {
 		}
 	})
 }
+
+// TestAnyByeLetsTheSidesByesPass: a dialog ended by a BYE its far leg
+// refused (End with AnyBye) still lets every BYE from that side pass, new
+// transactions included, within the window and at most MaxByeCopies
+// times; nothing else of the dialog passes, nor the other side's BYE.
+func TestAnyByeLetsTheSidesByesPass(t *testing.T) {
+	g := New(burst, rate)
+	now := time.Now()
+	d, k := DialogOf(Key{5}, "callee"), Key{5}
+	g.End(d, now, now.Add(time.Hour), AnyBye, fromCarrier, time.Minute, false)
+	if r := g.Admit(d, k, fromCarrier, 0, 0, now); r != Ended {
+		t.Fatalf("the carrier's INFO after the end: %d, want ended", r)
+	}
+	if r := g.Admit(d, k, fromPeer, ByeID(9, "z9hG4bK-p"), 0, now); r != Ended {
+		t.Fatalf("the peer's BYE after the end: %d, want ended", r)
+	}
+	if r := g.Admit(d, k, fromCarrier, ByeID(2, "z9hG4bK-2"), 0, now.Add(time.Minute)); r != Ended {
+		t.Fatalf("the carrier's BYE past the window: %d, want ended", r)
+	}
+	for i := range MaxByeCopies {
+		if r := g.Admit(d, k, fromCarrier, ByeID(uint32(2+i), "z9hG4bK-n"), 0, now.Add(time.Second)); r != Pass {
+			t.Fatalf("the carrier's BYE %d after the refusal: %d, want pass", i+1, r)
+		}
+	}
+	if r := g.Admit(d, k, fromCarrier, ByeID(99, "z9hG4bK-x"), 0, now.Add(time.Second)); r != Ended {
+		t.Fatalf("BYE %d after the refusal: %d, want ended (the bound)", MaxByeCopies+1, r)
+	}
+	if ByeID(1, "") == AnyBye || ByeID(1, "") == 0 {
+		t.Fatal("ByeID gave a reserved value")
+	}
+}
