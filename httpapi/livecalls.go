@@ -7,11 +7,13 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/cpsguard/cpsguard/calls"
+	"github.com/cpsguard/cpsguard/config"
 )
 
 // PathCalls lists the pool's live calls (GET, ?peer=&carrier=); DELETE on
@@ -61,15 +63,43 @@ func (s *server) callsList(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &Error{Code: http.StatusTooManyRequests, Message: "another listing of the live calls is running: try again in a second"})
 		return
 	}
+	q := r.URL.Query()
+	flt := calls.Filter{Peer: q.Get("peer"), Carrier: q.Get("carrier")}
+	var unknown string
 	body := func() []byte {
 		defer s.listing.Unlock()
 		ctx, cancel := context.WithTimeout(r.Context(), callsTimeout)
 		defer cancel()
-		q := r.URL.Query()
-		l := s.o.LiveCalls.List(ctx, calls.Filter{Peer: q.Get("peer"), Carrier: q.Get("carrier")})
+		l := s.o.LiveCalls.List(ctx, flt)
+		if len(l.Calls) == 0 && !l.Partial {
+			unknown = s.unknownFilter(flt)
+		}
 		return encodeJSON(CallList{Calls: l.Calls, Partial: l.Partial, Error: l.Error})
 	}()
+	if unknown != "" {
+		writeError(w, &Error{Code: http.StatusNotFound, Message: "no live call, and " + unknown})
+		return
+	}
 	writeJSONBody(w, http.StatusOK, body)
+}
+
+// unknownFilter names the filter's peer or carrier when the configuration
+// has none of that name ("" when both are known or not given): a listing
+// filtered by a misspelt name would otherwise answer an empty list, which
+// reads as "no call" (h68). A peer or carrier removed by a reload whose
+// calls are still live is listed as before.
+func (s *server) unknownFilter(f calls.Filter) string {
+	cfg := s.o.Config()
+	if cfg == nil {
+		return ""
+	}
+	if f.Peer != "" && !slices.ContainsFunc(cfg.Peers, func(p config.Peer) bool { return p.Name == f.Peer }) {
+		return fmt.Sprintf("no peer named %q in the configuration", f.Peer)
+	}
+	if f.Carrier != "" && !slices.ContainsFunc(cfg.Carriers, func(c config.Carrier) bool { return c.Name == f.Carrier }) {
+		return fmt.Sprintf("no carrier named %q in the configuration", f.Carrier)
+	}
+	return ""
 }
 
 func (s *server) callsEnd(w http.ResponseWriter, r *http.Request) {

@@ -8,8 +8,10 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -52,7 +54,11 @@ func TestCallsAPI(t *testing.T) {
 	}}
 	cfg := testConfig()
 	cfg.HTTP.Token = "s3cret"
-	srv := httptest.NewServer(New(Options{Config: func() *config.Config { return cfg }, LiveCalls: fl}))
+	cfg.Peers = append(cfg.Peers, config.Peer{Name: "p1"}, config.Peer{Name: "p2"})
+	cfg.Carriers = append(cfg.Carriers, config.Carrier{Name: "c1"}, config.Carrier{Name: "c2"})
+	var cur atomic.Pointer[config.Config]
+	cur.Store(cfg)
+	srv := httptest.NewServer(New(Options{Config: cur.Load, LiveCalls: fl}))
 	defer srv.Close()
 	ctx := context.Background()
 
@@ -71,6 +77,24 @@ func TestCallsAPI(t *testing.T) {
 			t.Errorf("peer %q carrier %q: got %q, want %q", tc.peer, tc.carrier, got, tc.want)
 		}
 	}
+	// A name the configuration does not have, with no call, is a 404
+	// that says so (a misspelt filter read as "no call": h68); a removed
+	// peer's calls still live are listed.
+	for _, tc := range []struct{ peer, carrier, want string }{
+		{"p3", "", `no peer named "p3"`}, {"", "c3", `no carrier named "c3"`}, {"p1", "c3", `no carrier named "c3"`},
+	} {
+		_, err := FetchCalls(ctx, srv.URL, tc.peer, tc.carrier)
+		if e, ok := err.(*Error); !ok || e.Code != http.StatusNotFound || !strings.Contains(e.Message, tc.want) {
+			t.Errorf("peer %q carrier %q: got %v, want a 404 saying %s", tc.peer, tc.carrier, err, tc.want)
+		}
+	}
+	reloaded := *cfg // p2 removed by a reload, its call still up
+	reloaded.Peers = slices.Clone(cfg.Peers[:len(cfg.Peers)-1])
+	cur.Store(&reloaded)
+	if l, err := FetchCalls(ctx, srv.URL, "p2", ""); err != nil || len(l.Calls) != 1 {
+		t.Errorf("a removed peer's live call: got %+v, %v; want it listed", l, err)
+	}
+
 	// The JSON names of the contract.
 	resp, err := http.Get(srv.URL + PathCalls)
 	if err != nil {
