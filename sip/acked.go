@@ -471,8 +471,9 @@ func (p *Proxy) sendAck(ack *sipmsg.Request, names []string) error {
 // one within ctx: WriteMsg dials under no deadline but its dialer's
 // minute, so a carrier that drops SYNs would hold the goroutine that long
 // (and a fork's ACK sent again, forkSet.hangUp, its lock). Every ACK the
-// node sends outside a transaction goes through it but the stateless UDP
-// relays' (screenAck, screenInDialog), which never dial.
+// node sends outside a transaction goes through it, and so do the
+// stateless UDP relays (screenAck, screenInDialog: over UDP it never
+// dials, and writes with the node's own writer, writeMsg).
 func (p *Proxy) writeRequest(ctx context.Context, req *sipmsg.Request) error {
 	c, err := p.tp.ClientRequestConnection(ctx, req)
 	if err != nil {

@@ -3,13 +3,17 @@ package sip
 import (
 	"flag"
 	"fmt"
+	"net"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	sipmsg "github.com/emiago/sipgo/sip"
 
+	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/siptest"
 	"github.com/cpsguard/cpsguard/sip/internal/wire"
 )
@@ -71,4 +75,102 @@ func TestUDPSendsUseTheNodesWriter(t *testing.T) {
 	if n := wireSends.Load() - before; n < 2 {
 		t.Fatalf("%d sends of an answered call went through the node's writer, want at least 2", n)
 	}
+}
+
+// TestNonSuccessAckOfReinviteGoesToTheCarrier: a peer in an answered
+// call sends a re-INVITE whose Request-URI (or whose Route entry below the
+// proxy's) names a third host. The proxy relays the re-INVITE to the
+// carrier leg (prepareInDialog: "the request never reaches a host:port
+// that is neither leg of its dialog"); the carrier refuses it (488) and
+// the hop-by-hop ACK sipgo's transaction sends must go to the carrier.
+// The ACK has no destination of its own (sipgo sends it where the INVITE
+// went), and the node's writer at first sent it where its Route or
+// Request-URI said: to the third host (h71).
+func TestNonSuccessAckOfReinviteGoesToTheCarrier(t *testing.T) {
+	for _, how := range []string{"request-uri", "route"} {
+		t.Run(how, func(t *testing.T) {
+			h, peer, car, ok := statelessSetup(t, nil)
+			victim := startUDPEnd(t, "127.0.0.9", nil)
+			vhost, vport, _ := net.SplitHostPort(victim.addr())
+			vp, _ := strconv.Atoi(vport)
+			car.mu.Lock()
+			prev := car.answer
+			car.answer = func(req *sipmsg.Request) *sipmsg.Response {
+				if req.IsInvite() && req.To().Params.Has("tag") {
+					return sipmsg.NewResponseFromRequest(req, 488, "Not Acceptable Here", nil)
+				}
+				return prev(req)
+			}
+			car.mu.Unlock()
+			re := inDialogOf(t, peer.caller(), h.udp, ok, sipmsg.INVITE)
+			switch how {
+			case "request-uri":
+				re.Recipient = sipmsg.Uri{Scheme: "sip", User: "victim", Host: vhost, Port: vp}
+			case "route":
+				re.AppendHeader(sipmsg.NewHeader("Route", "<sip:"+victim.addr()+";lr>"))
+			}
+			peer.send(h.udp, withVia(re, peer.addr(), "z9hG4bK.nonsuccess-"+how))
+			waitFor(t, func() bool { return len(car.requests(sipmsg.INVITE)) == 1 }, "the re-INVITE at the carrier")
+			waitFor(t, func() bool {
+				for _, r := range peer.responses() {
+					if r.StatusCode == 488 {
+						return true
+					}
+				}
+				return false
+			}, "the 488 at the peer")
+			atCarrier := within(2*time.Second, func() bool { return len(car.requests(sipmsg.ACK)) > 0 })
+			atVictim := len(victim.requests(sipmsg.ACK))
+			if !atCarrier || atVictim > 0 {
+				t.Errorf("ACK of the carrier's 488: at the carrier %v, at the peer-chosen %s %d (want the carrier's, none elsewhere)",
+					atCarrier, victim.addr(), atVictim)
+			}
+		})
+	}
+}
+
+// TestNonSuccessAckOfSRVCarrierGoesWhereTheInviteWent: a carrier named by
+// host name without a port is reached at its SRV target's port; the
+// INVITE's Request-URI carries the transport's default port (5060). The
+// ACK of its 486 must go where the INVITE went, not to the SRV target's
+// address at 5060 (h71).
+func TestNonSuccessAckOfSRVCarrierGoesWhereTheInviteWent(t *testing.T) {
+	car := startUDPEnd(t, "127.0.0.77", func(req *sipmsg.Request) *sipmsg.Response {
+		if req.IsInvite() {
+			res := sipmsg.NewResponseFromRequest(req, 486, "Busy Here", nil)
+			res.To().Params.Add("tag", "busy")
+			return res
+		}
+		return nil
+	})
+	dns := startStubDNS(t)
+	dns.setSRV("_sip._udp.carrier.test", srvRec(10, 1, uint16(mustPort(t, car.addr())), "sbc.carrier.test"))
+	dns.setIPs("sbc.carrier.test", "127.0.0.77")
+	cfg := testConfig(config.Carrier{Name: "a", URI: "sip:carrier.test", CPS: 100, MaxWait: time.Second})
+	adm, pacer := newFakes()
+	h := startProxyOpts(t, Options{Config: func() *config.Config { return cfg }, Admission: adm, Pacer: pacer, Resolver: dns.resolver()})
+	peer := startUDPEnd(t, "127.0.0.2", nil)
+	peer.send(h.udp, rawInviteFrom(peer, h.udp, "srv-busy", "ftag-srv"))
+	if r := finalOfRaw(peer, "srv-busy", sipmsg.INVITE, 0); r == nil || r.StatusCode != 486 {
+		t.Fatalf("final = %v, want the carrier's 486", r)
+	}
+	if len(car.requests(sipmsg.INVITE)) == 0 {
+		t.Fatal("no INVITE at the SRV target")
+	}
+	if !within(2*time.Second, func() bool { return len(car.requests(sipmsg.ACK)) > 0 }) {
+		t.Errorf("the ACK of the 486 never reached the carrier at %s (the INVITE's Request-URI is %s)",
+			car.addr(), car.requests(sipmsg.INVITE)[0].Recipient.String())
+	}
+}
+
+// within waits up to d for cond and reports whether it held.
+func within(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return cond()
 }

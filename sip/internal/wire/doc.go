@@ -19,9 +19,10 @@
 // write; a header type it does not know is written through its Value, as
 // sipgo does; a message with compact headers is left to sipgo (Append
 // reports false). WriteUDP leaves to sipgo's WriteMsg every message it
-// cannot send the same way (a destination that is not an IP literal with
-// a port, an IPv6 zone, a socket that is not a *net.UDPConn, sipgo's
-// SIPDebug on) and returns sipgo's errors: ErrUDPMTUCongestion for a
+// cannot send the same way (a request with no destination set, whose
+// address only sipgo's transport layer knows; a destination that is not
+// an IP literal with a port, an IPv6 zone, the unspecified address; a
+// socket that is not a *net.UDPConn; sipgo's SIPDebug on) and returns sipgo's errors: ErrUDPMTUCongestion for a
 // message longer than UDPMTUSize-200, the socket's error wrapped as sipgo
 // wraps it. Everything here is safe for concurrent use.
 package wire

@@ -235,14 +235,28 @@ const maxPooled = 64 << 10
 
 // WriteUDP sends m from c to m's destination as c.WriteMsg would (same
 // bytes, same checks, same errors), or through c.WriteMsg when it cannot
-// (see the package doc).
+// (see the package doc). A request goes where its destination, set
+// explicitly, says: the node sets it on every request it sends, and
+// sipgo's transport layer resolves the address it sends to from it; a
+// request without one (the ACK of a non-2xx answer sipgo's INVITE
+// transaction builds) goes through c.WriteMsg.
 func WriteUDP(c *sipmsg.UDPConnection, m sipmsg.Message) error {
 	uc, ok := c.PacketConn.(*net.UDPConn)
 	if !ok || sipmsg.SIPDebug {
 		return c.WriteMsg(m)
 	}
+	if r, ok := m.(*sipmsg.Request); ok && r.MessageData.Destination() == "" {
+		// sipgo sends a request to the address its transport layer
+		// resolved (raddr, which it does not show), and the ACK its INVITE
+		// transaction builds for a non-2xx answer has only the INVITE's:
+		// Destination() of a request with none set is its top Route's or
+		// Request-URI's, which a party chooses (h71).
+		return c.WriteMsg(m)
+	}
 	ap, err := netip.ParseAddrPort(m.Destination())
-	if err != nil || ap.Addr().Zone() != "" {
+	if err != nil || ap.Addr().Zone() != "" || ap.Addr().Unmap().IsUnspecified() {
+		// A name, a zone, or 0.0.0.0 (which sipgo's net.UDPAddr sends to
+		// [::] on a dual-stack socket, netip to 127.0.0.1): sipgo's way.
 		return c.WriteMsg(m)
 	}
 	port := ap.Port()
