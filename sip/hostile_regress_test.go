@@ -131,21 +131,27 @@ func TestUnsendableByeKeepsPlaces(t *testing.T) {
 	}
 }
 
+// refuseReInvites has car answer every re-INVITE (an INVITE with a To
+// tag) code, and everything else as before.
+func refuseReInvites(car *udpEnd, code int, reason string) {
+	car.mu.Lock()
+	defer car.mu.Unlock()
+	prev := car.answer
+	car.answer = func(req *sipmsg.Request) *sipmsg.Response {
+		if req.IsInvite() && req.To().Params.Has("tag") {
+			return sipmsg.NewResponseFromRequest(req, code, reason, nil)
+		}
+		return prev(req)
+	}
+}
+
 // The hop-by-hop ACK of a re-INVITE's non-2xx, arriving after the 2 s
 // tombstone of a refused INVITE would have gone, still reaches sipgo's
 // server transaction (which absorbs it), not the carrier.
 func TestLateAckOfFailedReinviteNotRelayed(t *testing.T) {
 	h, peer, car, ok := statelessSetup(t, nil)
 	caller := peer.caller()
-	car.mu.Lock()
-	prev := car.answer
-	car.answer = func(req *sipmsg.Request) *sipmsg.Response {
-		if req.IsInvite() && req.To().Params.Has("tag") {
-			return sipmsg.NewResponseFromRequest(req, 488, "Not Acceptable Here", nil)
-		}
-		return prev(req)
-	}
-	car.mu.Unlock()
+	refuseReInvites(car, 488, "Not Acceptable Here")
 	acks0 := len(car.requests(sipmsg.ACK))
 	re := withVia(inDialogOf(t, caller, h.udp, ok, sipmsg.INVITE), peer.addr(), "z9hG4bK.reinv-1")
 	peer.send(h.udp, re)

@@ -93,15 +93,7 @@ func TestNonSuccessAckOfReinviteGoesToTheCarrier(t *testing.T) {
 			victim := startUDPEnd(t, "127.0.0.9", nil)
 			vhost, vport, _ := net.SplitHostPort(victim.addr())
 			vp, _ := strconv.Atoi(vport)
-			car.mu.Lock()
-			prev := car.answer
-			car.answer = func(req *sipmsg.Request) *sipmsg.Response {
-				if req.IsInvite() && req.To().Params.Has("tag") {
-					return sipmsg.NewResponseFromRequest(req, 488, "Not Acceptable Here", nil)
-				}
-				return prev(req)
-			}
-			car.mu.Unlock()
+			refuseReInvites(car, 488, "Not Acceptable Here")
 			re := inDialogOf(t, peer.caller(), h.udp, ok, sipmsg.INVITE)
 			switch how {
 			case "request-uri":
