@@ -7,13 +7,11 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/cpsguard/cpsguard/calls"
-	"github.com/cpsguard/cpsguard/config"
 )
 
 // PathCalls lists the pool's live calls (GET, ?peer=&carrier=); DELETE on
@@ -93,10 +91,10 @@ func (s *server) unknownFilter(f calls.Filter) string {
 	if cfg == nil {
 		return ""
 	}
-	if f.Peer != "" && !slices.ContainsFunc(cfg.Peers, func(p config.Peer) bool { return p.Name == f.Peer }) {
+	if f.Peer != "" && cfg.Peer(f.Peer) == nil {
 		return fmt.Sprintf("no peer named %q in the configuration", f.Peer)
 	}
-	if f.Carrier != "" && !slices.ContainsFunc(cfg.Carriers, func(c config.Carrier) bool { return c.Name == f.Carrier }) {
+	if f.Carrier != "" && cfg.Carrier(f.Carrier) == nil {
 		return fmt.Sprintf("no carrier named %q in the configuration", f.Carrier)
 	}
 	return ""

@@ -1,7 +1,9 @@
 -- dialogs_ended.lua — share the ends of dialogs among a pool's nodes.
 --
 -- KEYS[1]      sorted set of ended dialogs: member a dialog's or call's
---              key (hex; a call attempt's token's: "t" and hex), score
+--              key (hex; a call attempt's token's: "t" and hex; a mark
+--              that one side's BYEs still pass: "a", the side, ":" and
+--              hex), score
 --              the Redis TIME (µs) a node recorded it at
 -- ARGV[1]      ttl: integer µs an end is kept (> 0)
 -- ARGV[2]      cap: the most ends kept (the oldest go first; > 0)

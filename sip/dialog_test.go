@@ -585,3 +585,74 @@ func TestInDialogWithoutRouteCounted(t *testing.T) {
 		t.Error("the BYE without a Route reached the carrier")
 	}
 }
+
+// TestRefusedByeBudgetSameOnBothRelays: after the peer refused the
+// carrier's BYE, the carrier's BYE sent again (BYE 2) goes unanswered for
+// a while, so the carrier retransmits it (10 copies, same branch: RFC
+// 3261 17.1.2.2 sends 11 within Timer F). Then it sends BYE 3, a new
+// transaction, well within the window: it reaches the peer over both
+// relays. Over the stateless relay each copy took one of the BYEs the
+// window allows, and BYE 3 got 481 (h72).
+func TestRefusedByeBudgetSameOnBothRelays(t *testing.T) {
+	old := byeTimeout
+	byeTimeout = 600 * time.Millisecond
+	defer func() { byeTimeout = old }()
+	for _, stateful := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stateful=%v", stateful), func(t *testing.T) {
+			statefulOnly.Store(stateful)
+			defer statefulOnly.Store(false)
+			var byeCode atomic.Int64
+			byeCode.Store(200)
+			h, tr, car, store := startRawCallsProxy(t, 1, &byeCode)
+			peer := startUDPEnd(t, "127.0.0.2", func(req *sipmsg.Request) *sipmsg.Response {
+				if req.Method == sipmsg.BYE {
+					switch req.CSeq().SeqNo {
+					case 1:
+						return sipmsg.NewResponseFromRequest(req, 503, "Busy", nil)
+					case 2:
+						return nil // slow: not answered yet
+					}
+					return sipmsg.NewResponseFromRequest(req, 200, "OK", nil)
+				}
+				return nil
+			})
+			rawAnsweredCall(t, peer, h.udp, "budget")
+			waitFor(t, func() bool { return len(car.requests(sipmsg.ACK)) == 1 }, "the ACK at the carrier")
+			bye := calleeByeOf(car.requests(sipmsg.INVITE)[0], "raw-callee")
+			car.send(h.udp, withVia(bye, car.addr(), "z9hG4bK.refused-bye-1"))
+			live := peerPlaces(t, store)
+			waitFor(t, func() bool { return tr.Live() == 0 && live() == 0 }, "the call's places freed")
+			send := func(seq uint32, branch string) {
+				m := calleeByeOf(car.requests(sipmsg.INVITE)[0], "raw-callee")
+				c := sipmsg.HeaderClone(m.CSeq()).(*sipmsg.CSeqHeader)
+				c.SeqNo, c.MethodName = seq, sipmsg.BYE
+				m.ReplaceHeader(c)
+				car.send(h.udp, withVia(m, car.addr(), branch))
+			}
+			for i := 0; i < 10; i++ { // BYE 2 and its retransmissions
+				send(2, "z9hG4bK.refused-bye-2")
+				time.Sleep(20 * time.Millisecond)
+			}
+			send(3, "z9hG4bK.refused-bye-3")
+			deadline := time.Now().Add(3 * time.Second)
+			for time.Now().Before(deadline) {
+				for _, r := range car.responses() {
+					if r.CSeq().SeqNo == 3 && r.StatusCode >= 200 {
+						byes3 := 0
+						for _, q := range peer.requests(sipmsg.BYE) {
+							if q.CSeq().SeqNo == 3 {
+								byes3++
+							}
+						}
+						if r.StatusCode != 200 || byes3 == 0 {
+							t.Fatalf("BYE 3 (the second BYE since the refusal, 5 min window): carrier got %d, BYE 3 at the peer %d times; want 200 from the peer", r.StatusCode, byes3)
+						}
+						return
+					}
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			t.Fatal("no final answer to BYE 3")
+		})
+	}
+}

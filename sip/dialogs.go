@@ -332,7 +332,7 @@ func (p *Proxy) syncDialogs(ctx context.Context, cursor int64) int64 {
 		}
 		now := time.Now()
 		for _, k := range keys {
-			p.dialogs.Learn(k, now, now.Add(ttl))
+			p.dialogs.Learn(k, now, now.Add(ttl), refusedByeWindow)
 		}
 		cursor = next
 		if !more && p.dialogs.PendingLen() == 0 {

@@ -168,9 +168,10 @@ func (t *pendingByes) size() int {
 // The dialog's token
 // dies with it, but for the carrier's BYEs: sent again after the peer's
 // refusal (a 503 with Retry-After, say), each still reaches the peer for
-// refusedByeWindow, at most dialogguard.MaxByeCopies of them, so that
-// the peer's side of the call ends too (it kept it up until its own
-// timers ended it, with the carrier's BYE answered 481: h69). A
+// refusedByeWindow, at most dialogguard.MaxByeCopies of them (each with
+// its retransmissions), on the pool's other nodes too once they learn the
+// end, so that the peer's side of the call ends too (it kept it up until
+// its own timers ended it, with the carrier's BYE answered 481: h69). A
 // peer's BYE that its carrier refuses otherwise ends nothing, 408
 // included: a peer could aim its BYE (its Request-URI, its Route) at a
 // far proxy that answers 408, or 483, while the carrier's call goes on,

@@ -52,6 +52,11 @@ func TestCallsCommand(t *testing.T) {
 	if r := cpsguard(t, nil, "calls", "--peer", "dialer-1", "--addr", addr); r.code != 0 || !strings.Contains(r.stdout, "0 live call(s)") {
 		t.Errorf("calls --peer dialer-1: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
+	// A misspelt peer is an error that says so, its name escaped.
+	if r := cpsguard(t, nil, "calls", "--peer", "dialer-9\x1b[2J", "--addr", addr); r.code != 1 ||
+		!strings.Contains(r.stderr, `404: no live call, and no peer named "dialer-9\x1b[2J"`) || strings.Contains(r.stderr, "\x1b") {
+		t.Errorf("calls --peer unknown: exit %d, stderr %q; want 1 and a 404 naming it escaped", r.code, r.stderr)
+	}
 	if r := cpsguard(t, nil, "calls", "end", id, "--addr", addr); r.code != 1 || !strings.Contains(r.stderr, "401") {
 		t.Errorf("end without token: exit %d, stderr %q; want 1 and 401", r.code, r.stderr)
 	}

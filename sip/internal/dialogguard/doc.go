@@ -13,11 +13,13 @@
 // a call's end out. Every in-dialog request is checked against them
 // (Admit, AdmitToken): a request of an ended dialog is Ended, except a
 // copy of the BYE that ended it, from the same side, within the copy
-// window End was given and at most MaxByeCopies times (with AnyBye, every
-// BYE from that side: one the far leg refused, sent again; a UAC whose answer
+// window End was given and at most MaxByeCopies times (a UAC whose answer
 // was lost retransmits its BYE that long: RFC 3261 17.1.2.2; past that
 // bound a copy, whose headers and body are its sender's choice, would be
-// a relay that outlives its call). An ended dialog is named by its call
+// a relay that outlives its call). An end recorded with AnyBye (the far
+// leg refused that side's BYE) lets up to MaxByeCopies new BYEs of that
+// side pass within the window too, each with up to MaxByeCopies copies:
+// sent again, they must reach the far leg for its side to end. An ended dialog is named by its call
 // key and the callee's tag (DialogOf): a BYE naming a made-up callee tag
 // ends nothing. A whole call's end (CallEnd) refuses every request of a
 // token minted until then, whatever callee tag it names; a later call
@@ -27,8 +29,8 @@
 //
 // Ends a node saw are queued for the pool (TakePending, Requeue; at most
 // MaxPending, the oldest dropped first), as "t"+hex for a token's end and
-// hex for the others; the ends of the pool's other nodes come back in
-// through Learn. No call of the package does I/O: the sip package's
+// hex for the others (an AnyBye end adds "a", its side, ":" and hex); the
+// ends of the pool's other nodes come back in through Learn. No call of the package does I/O: the sip package's
 // stateless relay checks requests from its read loop.
 //
 // In-dialog requests are also bounded per dialog and direction: a token

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"hash/fnv"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -96,7 +97,10 @@ type rateAt struct {
 // retransmits a BYE until a final answer reaches it), until copyUntil and
 // while copies (those relayed since the end) stays below
 // MaxByeCopies. A new BYE, even with the same CSeq, is another
-// transaction and is refused.
+// transaction and is refused, unless anyBye (End with AnyBye: the far leg
+// refused dir's BYE): then each new BYE from dir within copyUntil, up to
+// MaxByeCopies of them (byes), becomes the one whose copies pass, up to
+// MaxByeCopies datagrams each.
 //
 // Its times are Unix nanoseconds (wall clock, as the token's mint times):
 // with no pointer in it (a time.Time holds its Location's), the tables
@@ -111,6 +115,8 @@ type endedDialog struct {
 	bye    uint64
 	dir    Dir
 	copies uint8
+	byes   uint8
+	anyBye bool
 }
 
 // CallEnd is the key of the end of the whole call k in the ended table:
@@ -275,7 +281,16 @@ func (g *Guard) AdmitToken(tok Key, gone bool, d Key, k Key, dir Dir, bye uint64
 // admitLocked is Admit with g.mu held.
 func (g *Guard) admitLocked(d Key, k Key, dir Dir, bye uint64, minted int64, now time.Time) Verdict {
 	if e, ok := g.ended.live(d, now); ok {
-		if bye == 0 || (e.bye != bye && e.bye != AnyBye) || e.dir != dir || now.UnixNano() >= e.copyUntil || e.copies >= MaxByeCopies {
+		if e.anyBye && bye != 0 && bye != e.bye && e.dir == dir && now.UnixNano() < e.copyUntil && e.byes < MaxByeCopies {
+			// A new BYE transaction of the side whose BYE was refused: its
+			// copies pass from now on (over UDP each datagram is one). Like
+			// an ending BYE's copies, it skips the call's end (below) and,
+			// in AdmitToken, the own-token rule; a carrier the call moved
+			// on from is still refused by its token's end (EndToken).
+			e.byes++
+			e.bye, e.copies = bye, 0
+		}
+		if bye == 0 || e.bye != bye || e.dir != dir || now.UnixNano() >= e.copyUntil || e.copies >= MaxByeCopies {
 			return Ended
 		}
 		e.copies++
@@ -313,26 +328,48 @@ func (g *Guard) admitLocked(d Key, k Key, dir Dir, bye uint64, minted int64, now
 // call), until exp, by the BYE bye (ByeID) from dir (0: not known), whose
 // copies from dir (every BYE from dir, with AnyBye) pass for copyFor (at
 // most MaxByeCopies of them);
-// publish queues it for the pool store. A dialog known to have ended
-// keeps its first record (the pool store hands a node's own ends back to
-// it), but for its before, which moves to now: a call that reused the
-// key and ended again is over too.
+// publish queues it for the pool store (with AnyBye, a second key that
+// says so: anyByeKey). A dialog known to have ended keeps its first
+// record (the pool store hands a node's own ends back to it), but for its
+// before, which moves to now (a call that reused the key and ended again
+// is over too), and for AnyBye, which it takes on.
 func (g *Guard) End(d Key, now, exp time.Time, bye uint64, dir Dir, copyFor time.Duration, publish bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	until := now.Add(copyFor).UnixNano()
 	if old, ok := g.ended.live(d, now); ok {
 		old.before = max(old.before, now.Unix())
+		if bye == AnyBye && !old.anyBye {
+			old.anyBye, old.dir, old.copyUntil = true, dir, max(old.copyUntil, until)
+		}
 		g.ended.m[d] = old
 		return
 	}
 	e := endedDialog{exp: exp.UnixNano(), before: now.Unix(), bye: bye, dir: dir}
+	if bye == AnyBye {
+		e.bye, e.anyBye = 0, true
+	}
 	if bye != 0 {
-		e.copyUntil = now.Add(copyFor).UnixNano()
+		e.copyUntil = until
 	}
 	g.ended.add(d, e)
 	if publish {
 		g.publishLocked(hex.EncodeToString(d[:]))
+		if e.anyBye {
+			g.publishLocked(anyByeKey(d, dir))
+		}
 	}
+}
+
+// AnyByePrefix marks, among the ends shared with the pool, that the BYEs
+// of one side of an ended dialog still pass (End with AnyBye): "a", the
+// side (Dir, in decimal), ":" and the dialog's key in hex. The end itself
+// is published as well under its plain key, which is all a node of an
+// earlier release reads (it ignores this one).
+const AnyByePrefix = "a"
+
+func anyByeKey(d Key, dir Dir) string {
+	return AnyByePrefix + strconv.Itoa(int(dir)) + ":" + hex.EncodeToString(d[:])
 }
 
 // TokenEndPrefix marks a token's end (EndToken) among the ends shared
@@ -446,20 +483,35 @@ func (g *Guard) Requeue(keys []string) {
 	}
 }
 
-// Learn records an end another node of the pool published (key as
-// publishLocked writes it: a token's end with TokenEndPrefix), until exp,
+// Learn records an end another node of the pool published (key as End
+// and EndToken write it: a token's end with TokenEndPrefix, a side's BYEs
+// still passing with AnyByePrefix, for anyByeFor from now), until exp,
 // without publishing it again. It reports false for a key it cannot read.
-func (g *Guard) Learn(key string, now, exp time.Time) bool {
+func (g *Guard) Learn(key string, now, exp time.Time, anyByeFor time.Duration) bool {
 	var d Key
+	dir, anyBye := Dir(0), false
 	h, token := strings.CutPrefix(key, TokenEndPrefix)
+	if head, hx, ok := strings.Cut(key, ":"); ok {
+		// Only an AnyBye key has a colon (a plain key is hex, which may
+		// start with an "a").
+		side, ok := strings.CutPrefix(head, AnyByePrefix)
+		n, err := strconv.Atoi(side)
+		if !ok || err != nil || n < 0 || len(side) > 3 {
+			return false
+		}
+		dir, anyBye, h = Dir(n), true, hx
+	}
 	b, err := hex.DecodeString(h)
 	if err != nil || len(b) != len(d) {
 		return false
 	}
 	copy(d[:], b)
-	if token {
+	switch {
+	case token:
 		g.EndToken(d, now, exp, false)
-	} else {
+	case anyBye:
+		g.End(d, now, exp, AnyBye, dir, anyByeFor, false)
+	default:
 		g.End(d, now, exp, 0, 0, 0, false)
 	}
 	return true

@@ -1,6 +1,7 @@
 package dialogguard
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -281,5 +282,113 @@ func TestAnyByeLetsTheSidesByesPass(t *testing.T) {
 	}
 	if ByeID(1, "") == AnyBye || ByeID(1, "") == 0 {
 		t.Fatal("ByeID gave a reserved value")
+	}
+}
+
+// TestLearnRoundTrip: what one node publishes, another learns into the
+// same table: a dialog's or call's end as hex, a token's as "t"+hex; a key
+// it cannot read is refused (h72). And NoteOverRate's Warn line counter.
+func TestLearnRoundTrip(t *testing.T) {
+	a, b := New(burst, rate), New(burst, rate)
+	now := time.Now()
+	d, tok := DialogOf(Key{1}, "x"), Key{7, 7, 7}
+	a.End(d, now, now.Add(time.Hour), ByeID(1, "z9hG4bK-1"), fromPeer, copyFor, true)
+	a.EndToken(tok, now, now.Add(time.Hour), true)
+	keys := a.TakePending(10)
+	if len(keys) != 2 || strings.HasPrefix(keys[0], TokenEndPrefix) || !strings.HasPrefix(keys[1], TokenEndPrefix) {
+		t.Fatalf("published %q", keys)
+	}
+	for _, k := range keys {
+		if !b.Learn(k, now, now.Add(time.Hour), time.Minute) {
+			t.Fatalf("Learn(%q) = false", k)
+		}
+	}
+	for _, bad := range []string{"", "t", "zz", "t0102", strings.ToUpper(keys[0]) + "00", "a:" + keys[0], "ax:" + keys[0], "a-1:" + keys[0], "a2:zz", "b2:" + keys[0]} {
+		if b.Learn(bad, now, now.Add(time.Hour), time.Minute) {
+			t.Fatalf("Learn(%q) = true", bad)
+		}
+	}
+	if ends, toks, _ := b.Len(); ends != 1 || toks != 1 {
+		t.Fatalf("learned ends %d tokens %d, want 1 1", ends, toks)
+	}
+	if r := b.AdmitToken(tok, false, DialogOf(Key{2}, "y"), Key{2}, fromPeer, 0, 0, now); r != Ended {
+		t.Fatalf("learned token end: %d, want ended", r)
+	}
+	// A learned end knows no BYE: even a copy of the ending BYE is refused
+	// on the node that learned it (as before the move).
+	if r := b.Admit(d, Key{1}, fromPeer, ByeID(1, "z9hG4bK-1"), 0, now); r != Ended {
+		t.Fatalf("copy of the ending BYE on a learning node: %d, want ended", r)
+	}
+	n1, log1 := b.NoteOverRate(now, 10*time.Second)
+	n2, log2 := b.NoteOverRate(now.Add(time.Second), 10*time.Second)
+	n3, log3 := b.NoteOverRate(now.Add(11*time.Second), 10*time.Second)
+	if n1 != 1 || !log1 || n2 != 1 || log2 || n3 != 2 || !log3 {
+		t.Fatalf("NoteOverRate: (%d %v) (%d %v) (%d %v)", n1, log1, n2, log2, n3, log3)
+	}
+}
+
+// TestAnyByeReachesThePoolsOtherNodes: the peer refused the carrier's BYE
+// on node A (AnyBye, 5 minutes). The carrier sends its BYE again a minute
+// later (Retry-After: 60), and with a shared sip.advertise it lands on
+// node B, which learned the end from the pool: it passes there too (h72:
+// B learned it with no BYE, and answered 481). A plain key learned first
+// takes AnyBye on when its marker comes; a node of an earlier release
+// reads the plain key alone.
+func TestAnyByeReachesThePoolsOtherNodes(t *testing.T) {
+	a, b := New(burst, rate), New(burst, rate)
+	now := time.Now()
+	k := Key{3}
+	d := DialogOf(k, "callee")
+	a.End(d, now, now.Add(time.Hour), AnyBye, fromCarrier, 5*time.Minute, true)
+	for _, key := range a.TakePending(10) {
+		b.Learn(key, now, now.Add(time.Hour), 5*time.Minute)
+	}
+	later := now.Add(time.Minute)
+	if r := a.Admit(d, k, fromCarrier, ByeID(2, "z9hG4bK-2"), 0, later); r != Pass {
+		t.Fatalf("node A: %d, want pass", r)
+	}
+	if r := b.Admit(d, k, fromCarrier, ByeID(2, "z9hG4bK-2b"), 0, later); r != Pass {
+		t.Fatalf("node B (learned the end from the pool): the carrier's BYE sent again = %d, want pass (CHANGELOG: reaches the peer for 5 minutes)", r)
+	}
+	if r := b.Admit(d, k, fromPeer, ByeID(9, "z9hG4bK-p"), 0, later); r != Ended {
+		t.Fatalf("node B: the peer's BYE = %d, want ended", r)
+	}
+	// The marker before or after the plain key: the same.
+	keys := []string{}
+	a2 := New(burst, rate)
+	a2.End(d, now, now.Add(time.Hour), AnyBye, fromCarrier, 5*time.Minute, true)
+	keys = a2.TakePending(10)
+	if len(keys) != 2 || !strings.HasPrefix(keys[1], AnyByePrefix) {
+		t.Fatalf("published %q, want the plain key and the AnyBye marker", keys)
+	}
+	c := New(burst, rate)
+	c.Learn(keys[1], now, now.Add(time.Hour), 5*time.Minute)
+	c.Learn(keys[0], now, now.Add(time.Hour), 5*time.Minute)
+	if r := c.Admit(d, k, fromCarrier, ByeID(2, "z9hG4bK-2c"), 0, later); r != Pass {
+		t.Fatalf("node C (marker first): %d, want pass", r)
+	}
+}
+
+// TestAnyByeBudgetIsPerTransaction: after the refusal, a BYE sent again
+// and retransmitted (each copy a datagram over UDP) takes one of the
+// MaxByeCopies BYEs, not one per copy (h72: ten copies of one BYE spent
+// the whole budget, and the next BYE got 481); its copies are bounded as
+// an ending BYE's are.
+func TestAnyByeBudgetIsPerTransaction(t *testing.T) {
+	g := New(burst, rate)
+	now := time.Now()
+	d, k := DialogOf(Key{6}, "callee"), Key{6}
+	g.End(d, now, now.Add(time.Hour), AnyBye, fromCarrier, time.Minute, false)
+	bye2 := ByeID(2, "z9hG4bK-2")
+	for i := range MaxByeCopies {
+		if r := g.Admit(d, k, fromCarrier, bye2, 0, now); r != Pass {
+			t.Fatalf("copy %d of BYE 2: %d, want pass", i+1, r)
+		}
+	}
+	if r := g.Admit(d, k, fromCarrier, bye2, 0, now); r != Ended {
+		t.Fatalf("copy %d of BYE 2: %d, want ended", MaxByeCopies+1, r)
+	}
+	if r := g.Admit(d, k, fromCarrier, ByeID(3, "z9hG4bK-3"), 0, now); r != Pass {
+		t.Fatalf("BYE 3 after BYE 2's copies: %d, want pass", r)
 	}
 }
