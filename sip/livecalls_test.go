@@ -3,6 +3,8 @@ package sip
 import (
 	"context"
 	"net/http/httptest"
+	"net/netip"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -54,6 +56,8 @@ func TestCallsAPIListsAndEndsACall(t *testing.T) {
 	c := carrierCfg("a", car)
 	c.MaxCalls = 5
 	cfg := testConfig(c)
+	// A second peer, which sends nothing: a filter by it lists no call.
+	cfg.Peers = append(cfg.Peers, config.Peer{Name: "dialer-2", Sources: []netip.Prefix{netip.MustParsePrefix("127.0.0.99/32")}, CPS: 10, Customer: "acme"})
 	h, read, tr, reg := recordsProxy(t, cfg)
 	api := apiFor(t, h, tr, reg, cfg)
 	caller := siptest.StartCaller(t, "127.0.0.2")
@@ -70,10 +74,14 @@ func TestCallsAPIListsAndEndsACall(t *testing.T) {
 	if got := l.Calls[0]; got.CallID != id || got.Node != "node-a" || got.Customer != "acme" || got.StartedAt.IsZero() {
 		t.Fatalf("listed call: %+v", got)
 	}
-	for _, f := range [][2]string{{"dialer-2", ""}, {"", "b"}} {
+	for _, f := range [][2]string{{"dialer-2", ""}, {"dialer-2", "a"}} {
 		if l, err := httpapi.FetchCalls(ctx, api, f[0], f[1]); err != nil || len(l.Calls) != 0 {
 			t.Fatalf("filter peer %q carrier %q: got %+v, %v; want none", f[0], f[1], l.Calls, err)
 		}
+	}
+	// A carrier the configuration does not have: 404, saying so.
+	if _, err := httpapi.FetchCalls(ctx, api, "", "b"); err == nil || !strings.Contains(err.Error(), `no carrier named "b"`) {
+		t.Fatalf("filter by an unknown carrier: %v; want a 404 naming it", err)
 	}
 
 	res, err := httpapi.EndCall(ctx, api, apiToken, id)
