@@ -348,7 +348,12 @@
 // handled, so a handler that sipgo runs late draws no retransmission storm.
 // A request whose source is one of the node's own listeners
 // never registers that address: the listener's entry in sipgo's pool
-// stays the listener's.
+// stays the listener's. What the node sends over UDP it writes itself
+// (writeMsg, package sip/internal/wire: sipgo's bytes, without sipgo's
+// allocations), but for the responses of sipgo's server transactions
+// (their connection is sipgo's) and requests with no destination set (the
+// ACK sipgo's INVITE transaction builds for a refusal goes where its
+// INVITE went, an address only sipgo knows).
 // While the node is behind on its own read queues, and for 5 s after, a
 // carrier that did not ring a call in time or did not answer a probe is
 // not held against it: the answer may be waiting in the node's own queue.
