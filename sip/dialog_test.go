@@ -307,15 +307,12 @@ func TestCarrierByeEndsTheCallWhateverThePeerAnswers(t *testing.T) {
 				var byeCode atomic.Int64
 				byeCode.Store(200)
 				h, tr, car, store := startRawCallsProxy(t, 1, &byeCode)
-				peer := startUDPEnd(t, "127.0.0.2", func(req *sipmsg.Request) *sipmsg.Response {
-					if req.Method == sipmsg.BYE {
-						if req.CSeq().SeqNo > 1 {
-							return sipmsg.NewResponseFromRequest(req, 200, "OK", nil) // the BYE sent again
-						}
-						return sipmsg.NewResponseFromRequest(req, tc.peer, "Answer", nil)
+				peer := startUDPEnd(t, "127.0.0.2", byeAnswers(func(seq uint32) int {
+					if seq > 1 {
+						return 200 // the BYE sent again
 					}
-					return nil
-				})
+					return tc.peer
+				}))
 				rawAnsweredCall(t, peer, h.udp, "first")
 				waitFor(t, func() bool { return len(car.requests(sipmsg.ACK)) == 1 }, "the ACK at the carrier")
 				bye := calleeByeOf(car.requests(sipmsg.INVITE)[0], "raw-callee")
@@ -338,13 +335,6 @@ func TestCarrierByeEndsTheCallWhateverThePeerAnswers(t *testing.T) {
 					// peer's 503 with Retry-After, say) reaches the peer, so
 					// that its side ends too (h69: it got 481, and the peer
 					// kept the call up).
-					sendCarrier := func(m *sipmsg.Request, seq uint32, branch string) {
-						c := sipmsg.HeaderClone(m.CSeq()).(*sipmsg.CSeqHeader)
-						c.SeqNo, c.MethodName = seq, m.Method
-						m.ReplaceHeader(c)
-						m.RemoveHeader("Via")
-						car.send(h.udp, withVia(m, car.addr(), branch))
-					}
 					answered := func(seq uint32, code int) func() bool {
 						return func() bool {
 							for _, r := range car.responses() {
@@ -355,16 +345,14 @@ func TestCarrierByeEndsTheCallWhateverThePeerAnswers(t *testing.T) {
 							return false
 						}
 					}
-					sendCarrier(bye, 2, "z9hG4bK.callee-bye-2")
+					carrierRequest(car, h.udp, sipmsg.BYE, 2, "z9hG4bK.callee-bye-2")
 					waitFor(t, answered(2, 200), "the peer's 200 to the carrier's BYE sent again")
 					if n := len(peer.requests(sipmsg.BYE)); n != 2 {
 						t.Fatalf("BYEs at the peer: %d, want 2", n)
 					}
 					// Nothing else of the dialog passes: the carrier's INFO,
 					// the peer's own BYE.
-					info := calleeByeOf(car.requests(sipmsg.INVITE)[0], "raw-callee")
-					info.Method = sipmsg.INFO
-					sendCarrier(info, 3, "z9hG4bK.callee-info")
+					carrierRequest(car, h.udp, sipmsg.INFO, 3, "z9hG4bK.callee-info")
 					waitFor(t, answered(3, 481), "481 to the carrier's INFO after the end")
 					if n := len(peer.requests(sipmsg.INFO)); n != 0 {
 						t.Fatalf("INFOs at the peer after the end: %d, want 0", n)
@@ -604,36 +592,26 @@ func TestRefusedByeBudgetSameOnBothRelays(t *testing.T) {
 			var byeCode atomic.Int64
 			byeCode.Store(200)
 			h, tr, car, store := startRawCallsProxy(t, 1, &byeCode)
-			peer := startUDPEnd(t, "127.0.0.2", func(req *sipmsg.Request) *sipmsg.Response {
-				if req.Method == sipmsg.BYE {
-					switch req.CSeq().SeqNo {
-					case 1:
-						return sipmsg.NewResponseFromRequest(req, 503, "Busy", nil)
-					case 2:
-						return nil // slow: not answered yet
-					}
-					return sipmsg.NewResponseFromRequest(req, 200, "OK", nil)
+			peer := startUDPEnd(t, "127.0.0.2", byeAnswers(func(seq uint32) int {
+				switch seq {
+				case 1:
+					return 503
+				case 2:
+					return 0 // slow: not answered yet
 				}
-				return nil
-			})
+				return 200
+			}))
 			rawAnsweredCall(t, peer, h.udp, "budget")
 			waitFor(t, func() bool { return len(car.requests(sipmsg.ACK)) == 1 }, "the ACK at the carrier")
 			bye := calleeByeOf(car.requests(sipmsg.INVITE)[0], "raw-callee")
 			car.send(h.udp, withVia(bye, car.addr(), "z9hG4bK.refused-bye-1"))
 			live := peerPlaces(t, store)
 			waitFor(t, func() bool { return tr.Live() == 0 && live() == 0 }, "the call's places freed")
-			send := func(seq uint32, branch string) {
-				m := calleeByeOf(car.requests(sipmsg.INVITE)[0], "raw-callee")
-				c := sipmsg.HeaderClone(m.CSeq()).(*sipmsg.CSeqHeader)
-				c.SeqNo, c.MethodName = seq, sipmsg.BYE
-				m.ReplaceHeader(c)
-				car.send(h.udp, withVia(m, car.addr(), branch))
-			}
 			for i := 0; i < 10; i++ { // BYE 2 and its retransmissions
-				send(2, "z9hG4bK.refused-bye-2")
+				carrierRequest(car, h.udp, sipmsg.BYE, 2, "z9hG4bK.refused-bye-2")
 				time.Sleep(20 * time.Millisecond)
 			}
-			send(3, "z9hG4bK.refused-bye-3")
+			carrierRequest(car, h.udp, sipmsg.BYE, 3, "z9hG4bK.refused-bye-3")
 			deadline := time.Now().Add(3 * time.Second)
 			for time.Now().Before(deadline) {
 				for _, r := range car.responses() {
@@ -655,4 +633,28 @@ func TestRefusedByeBudgetSameOnBothRelays(t *testing.T) {
 			t.Fatal("no final answer to BYE 3")
 		})
 	}
+}
+
+// byeAnswers is a peer that answers each BYE the code code gives for its
+// CSeq number (0: no answer) and nothing else.
+func byeAnswers(code func(seq uint32) int) func(*sipmsg.Request) *sipmsg.Response {
+	return func(req *sipmsg.Request) *sipmsg.Response {
+		if req.Method != sipmsg.BYE {
+			return nil
+		}
+		if c := code(req.CSeq().SeqNo); c != 0 {
+			return sipmsg.NewResponseFromRequest(req, c, "Answer", nil)
+		}
+		return nil
+	}
+}
+
+// carrierRequest sends, from car to proxy, the carrier's in-dialog request
+// method of the raw call it answered (calleeByeOf's dialog), with CSeq
+// number seq and a Via of branch.
+func carrierRequest(car *udpEnd, proxy string, method sipmsg.RequestMethod, seq uint32, branch string) {
+	m := calleeByeOf(car.requests(sipmsg.INVITE)[0], "raw-callee")
+	m.Method = method
+	m.ReplaceHeader(&sipmsg.CSeqHeader{SeqNo: seq, MethodName: method})
+	car.send(proxy, withVia(m, car.addr(), branch))
 }
