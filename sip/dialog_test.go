@@ -181,6 +181,26 @@ func TestInviteWithoutFromTagIsRefused(t *testing.T) {
 // places in a Tracker on an in-process store, and one carrier: the raw end
 // point car, which answers initial INVITEs 200 and BYEs with *byeCode (0:
 // no answer).
+// byeRelayProxy is startRawCallsProxy for a test of one relay (stateful:
+// sipgo's transactions only, else the stateless one too, for the test's
+// length) whose carrier answers BYEs 200.
+func byeRelayProxy(t *testing.T, stateful bool, peerMax int) (*harness, *callplaces.Tracker, *udpEnd, *callplaces.LocalStore) {
+	t.Helper()
+	statefulOnly.Store(stateful)
+	t.Cleanup(func() { statefulOnly.Store(false) })
+	var byeCode atomic.Int64
+	byeCode.Store(200)
+	return startRawCallsProxy(t, peerMax, &byeCode)
+}
+
+// shortByeTimeout sets byeTimeout (Timer F for the node's BYE ends) to d
+// for the test's length.
+func shortByeTimeout(t *testing.T, d time.Duration) {
+	old := byeTimeout
+	byeTimeout = d
+	t.Cleanup(func() { byeTimeout = old })
+}
+
 func startRawCallsProxy(t *testing.T, peerMax int, byeCode *atomic.Int64) (*harness, *callplaces.Tracker, *udpEnd, *callplaces.LocalStore) {
 	t.Helper()
 	return startRawCallsProxyOK(t, peerMax, byeCode, nil)
@@ -293,20 +313,14 @@ func TestByeFreesPlacesOnItsAnswer(t *testing.T) {
 // place). A 401 or 407 keeps it for Timer F, for the carrier's BYE to come
 // again with credentials, and ends it then. Both relays.
 func TestCarrierByeEndsTheCallWhateverThePeerAnswers(t *testing.T) {
-	old := byeTimeout
-	byeTimeout = 600 * time.Millisecond
-	defer func() { byeTimeout = old }()
+	shortByeTimeout(t, 600*time.Millisecond)
 	for _, stateful := range []bool{false, true} {
 		for _, tc := range []struct {
 			peer int // the peer's answer to the carrier's BYE
 			ends bool
 		}{{500, true}, {486, true}, {403, true}, {408, true}, {407, false}, {401, false}} {
 			t.Run(fmt.Sprintf("stateful=%v/%d", stateful, tc.peer), func(t *testing.T) {
-				statefulOnly.Store(stateful)
-				defer statefulOnly.Store(false)
-				var byeCode atomic.Int64
-				byeCode.Store(200)
-				h, tr, car, store := startRawCallsProxy(t, 1, &byeCode)
+				h, tr, car, store := byeRelayProxy(t, stateful, 1)
 				peer := startUDPEnd(t, "127.0.0.2", byeAnswers(func(seq uint32) int {
 					if seq > 1 {
 						return 200 // the BYE sent again
@@ -379,9 +393,7 @@ func TestCarrierByeEndsTheCallWhateverThePeerAnswers(t *testing.T) {
 // the stateful relay's transaction does; the table of BYEs waiting for
 // their answer is empty again.
 func TestStatelessByeTimeoutEndsTheCall(t *testing.T) {
-	old := byeTimeout
-	byeTimeout = 300 * time.Millisecond
-	defer func() { byeTimeout = old }()
+	shortByeTimeout(t, 300*time.Millisecond)
 	var byeCode atomic.Int64 // the carrier never answers a BYE
 	h, tr, car, _ := startRawCallsProxy(t, 1, &byeCode)
 	peer := startUDPEnd(t, "127.0.0.2", nil)
@@ -582,16 +594,10 @@ func TestInDialogWithoutRouteCounted(t *testing.T) {
 // relays. Over the stateless relay each copy took one of the BYEs the
 // window allows, and BYE 3 got 481 (h72).
 func TestRefusedByeBudgetSameOnBothRelays(t *testing.T) {
-	old := byeTimeout
-	byeTimeout = 600 * time.Millisecond
-	defer func() { byeTimeout = old }()
+	shortByeTimeout(t, 600*time.Millisecond)
 	for _, stateful := range []bool{false, true} {
 		t.Run(fmt.Sprintf("stateful=%v", stateful), func(t *testing.T) {
-			statefulOnly.Store(stateful)
-			defer statefulOnly.Store(false)
-			var byeCode atomic.Int64
-			byeCode.Store(200)
-			h, tr, car, store := startRawCallsProxy(t, 1, &byeCode)
+			h, tr, car, store := byeRelayProxy(t, stateful, 1)
 			peer := startUDPEnd(t, "127.0.0.2", byeAnswers(func(seq uint32) int {
 				switch seq {
 				case 1:

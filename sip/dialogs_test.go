@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,11 +28,7 @@ var methodsAfterTheEnd = []sipmsg.RequestMethod{sipmsg.BYE, sipmsg.INFO, sipmsg.
 func TestEndedDialogIsClosed(t *testing.T) {
 	for _, stateful := range []bool{false, true} {
 		t.Run("stateful="+strconv.FormatBool(stateful), func(t *testing.T) {
-			statefulOnly.Store(stateful)
-			defer statefulOnly.Store(false)
-			var byeCode atomic.Int64
-			byeCode.Store(200)
-			h, _, car, _ := startRawCallsProxy(t, 0, &byeCode)
+			h, _, car, _ := byeRelayProxy(t, stateful, 0)
 			car.mu.Lock()
 			inner := car.answer
 			car.answer = func(req *sipmsg.Request) *sipmsg.Response {

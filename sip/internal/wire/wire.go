@@ -67,11 +67,7 @@ func appendValue(b []byte, h sipmsg.Header) []byte {
 		b = append(b, '/')
 		b = append(b, h.Transport...)
 		b = append(b, ' ')
-		b = appendHost(b, h.Host)
-		if h.Port > 0 {
-			b = append(b, ':')
-			b = strconv.AppendInt(b, int64(h.Port), 10)
-		}
+		b = appendHostPort(b, h.Host, h.Port)
 		return appendHeaderParams(b, h.Params)
 	case *sipmsg.FromHeader:
 		return appendNameAddr(b, h.DisplayName, &h.Address, h.Params)
@@ -175,11 +171,7 @@ func appendURI(b []byte, u *sipmsg.Uri) []byte {
 		}
 		b = append(b, '@')
 	}
-	b = appendHost(b, u.Host)
-	if u.Port > 0 {
-		b = append(b, ':')
-		b = strconv.AppendInt(b, int64(u.Port), 10)
-	}
+	b = appendHostPort(b, u.Host, u.Port)
 	if len(u.UriParams) > 0 {
 		b = append(b, ';')
 		b = appendParams(b, u.UriParams, ';')
@@ -187,6 +179,17 @@ func appendURI(b []byte, u *sipmsg.Uri) []byte {
 	if len(u.Headers) > 0 {
 		b = append(b, '?')
 		b = appendParams(b, u.Headers, '&')
+	}
+	return b
+}
+
+// appendHostPort is a Via's sent-by or a URI's hostport as sipgo writes
+// them: the host (appendHost), then the port when above 0.
+func appendHostPort(b []byte, host string, port int) []byte {
+	b = appendHost(b, host)
+	if port > 0 {
+		b = append(b, ':')
+		b = strconv.AppendInt(b, int64(port), 10)
 	}
 	return b
 }
