@@ -31,8 +31,9 @@ import (
 // in batches, classifies and bounds each datagram from its raw bytes,
 // budgets it against its party, and hands it to one of GOMAXPROCS
 // workers by a hash of its Call-ID. The worker sheds it from raw bytes
-// when the node is at its inflight bound (rawshed.go), or parses it with
-// sipgo's parser and runs the screen and sipgo's transaction layer, as
+// when the node is at its inflight bound (rawshed.go), or parses it into
+// sipgo's message (wire.Parser: sipgo's parse, in a third of sipgo's
+// allocations) and runs the screen and sipgo's transaction layer, as
 // sipgo's loop did: so different calls are parsed and decided on
 // different cores, and a dialog's messages stay in order on one worker
 // (and in the node's client transactions: txorder.go).
@@ -45,18 +46,21 @@ import (
 // (sendUDP). sipgo's own read loop kept every source address it ever read
 // from, in two maps, for good (issue 22, C8).
 //
-// Why sipgo's parser and transaction layer stay, measured (BENCHMARKS.md,
+// Why sipgo's messages and transaction layer stay, measured (BENCHMARKS.md,
 // "Session 8"): once the parse left the socket's goroutine, the one serial
 // stage (the reader) is 7.9 % of the node's CPU per call, so the node
 // scales with cores until CPU per call, not a goroutine, is the ceiling.
-// Of that CPU, sipgo's parser is ~14 %, its sends ~21 % (most of it the
+// Of that CPU, sipgo's parser was ~14 %, its sends ~21 % (most of it the
 // sendto system call, which no layer avoids), its goroutine per message
-// ~6 % of scheduling, allocation and GC ~17 %. Replacing the transaction
-// layer (INVITE server and client state machines, timers and
-// retransmissions on UDP, connection-bound answers on TCP and TLS) and
-// parsing lazily would attack the rest; that is a SIP stack of the
-// proxy's own, done behind this file's hand-over if it is done, since
-// the workers already hand sipgo parsed messages one at a time.
+// ~6 % of scheduling, allocation and GC ~17 %. The node now writes
+// (session 25) and parses (session 26) sipgo's messages itself, byte for
+// byte and field for field as sipgo does (sip/internal/wire), without most
+// of sipgo's allocations. Replacing the transaction layer (INVITE server
+// and client state machines, timers and retransmissions on UDP,
+// connection-bound answers on TCP and TLS) and the message type would
+// attack the rest; that is a SIP stack of the proxy's own, done behind
+// this file's hand-over if it is done, since the workers already hand
+// sipgo parsed messages one at a time.
 
 // sourcesMax bounds the UDP source addresses registered in sipgo's pool;
 // sourceIdle is how long an unused one stays. A server transaction takes

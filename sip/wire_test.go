@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"reflect"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -25,16 +26,22 @@ var (
 	wireSends      atomic.Int64
 	wireMu         sync.Mutex
 	wireMismatches []string
+	// parses counts the datagrams the node parsed with wire.Parser, and
+	// parseMismatches keeps the first few sipgo parses otherwise.
+	parses          atomic.Int64
+	parseMismatches []string
 )
 
 // TestMain holds every message the proxy writes with wire.WriteUDP in
-// this package's tests to sipgo's own bytes for it: any difference fails
+// this package's tests to sipgo's own bytes for it, and every datagram it
+// parses with wire.Parser to sipgo's message for it: any difference fails
 // the run. Not in a benchmark run (-bench), whose figures would count
-// sipgo's writer again.
+// sipgo's writer and parser again.
 func TestMain(m *testing.M) {
 	flag.Parse()
 	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
 		wire.Verify = verifyWire
+		wire.VerifyParse = verifyParse
 	}
 	code := m.Run()
 	wireMu.Lock()
@@ -42,8 +49,27 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "FAIL: a message the node wrote differs from sipgo's bytes:", s)
 		code = 1
 	}
+	for _, s := range parseMismatches {
+		fmt.Fprintln(os.Stderr, "FAIL: a datagram the node parsed differs from sipgo's message for it:", s)
+		code = 1
+	}
 	wireMu.Unlock()
 	os.Exit(code)
+}
+
+// verifyParse is wire.VerifyParse in the package's tests: sipgo's parser
+// must read the datagram into the same message, field by field.
+func verifyParse(data []byte, m sipmsg.Message, sp *sipmsg.Parser) {
+	parses.Add(1)
+	want, err := sp.ParseSIP(data)
+	if err == nil && reflect.DeepEqual(m, want) {
+		return
+	}
+	wireMu.Lock()
+	if len(parseMismatches) < 5 {
+		parseMismatches = append(parseMismatches, fmt.Sprintf("%q: parsed\n%#v\nsipgo parses (error %v)\n%#v", data, m, err, want))
+	}
+	wireMu.Unlock()
 }
 
 // verifyWire is wire.Verify in the package's tests.
@@ -61,7 +87,8 @@ func verifyWire(_ sipmsg.Message, got []byte, want string) {
 
 // TestUDPSendsUseTheNodesWriter: a UDP call's 100 Trying and the INVITE
 // to the carrier go through wire.WriteUDP (the ACK and BYE relays too,
-// which the package's other tests hold to sipgo's bytes).
+// which the package's other tests hold to sipgo's bytes), and the
+// datagrams of the call through wire.Parser (held to sipgo's messages).
 func TestUDPSendsUseTheNodesWriter(t *testing.T) {
 	if wire.Verify == nil {
 		t.Skip("a benchmark run: sends are not counted (TestMain)")
@@ -70,10 +97,13 @@ func TestUDPSendsUseTheNodesWriter(t *testing.T) {
 	adm, pacer := newFakes()
 	h := startProxy(t, testConfig(carrierCfg("a", car)), adm, pacer)
 	caller := siptest.StartCaller(t, "127.0.0.2")
-	before := wireSends.Load()
+	before, parsedBefore := wireSends.Load(), parses.Load()
 	answeredCall(t, caller, h.udp)
 	if n := wireSends.Load() - before; n < 2 {
 		t.Fatalf("%d sends of an answered call went through the node's writer, want at least 2", n)
+	}
+	if n := parses.Load() - parsedBefore; n < 2 {
+		t.Fatalf("%d datagrams of an answered call went through the node's parser, want at least 2 (the INVITE, the 200)", n)
 	}
 }
 
