@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -205,6 +206,10 @@ func (t *Tracker) SetOnEnd(f func(Ended)) {
 // next carrier). It is forgotten like any call: End, EndDialog, EndAs,
 // MaxDuration, Shutdown.
 func (t *Tracker) Track(member string, info Live, data any) {
+	// The Tracker keeps the call for its whole life: its own copies, not
+	// parts of the message they came from (whose parser may have put all
+	// its headers in one string).
+	info.CallID = strings.Clone(info.CallID)
 	t.mu.Lock()
 	c := t.calls[member]
 	if c == nil {
@@ -490,7 +495,7 @@ func (t *Tracker) Answer(ctx context.Context, member, calleeTag string) bool {
 		t.mu.Unlock()
 		return false
 	}
-	c.callee = calleeTag
+	c.callee = strings.Clone(calleeTag)
 	if c.pendingEnd == "" || c.pendingEnd != calleeTag {
 		if c.info.ID != "" {
 			at := t.o.Now().UTC().Truncate(time.Millisecond)

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"reflect"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -132,10 +133,10 @@ type answeredTxs struct {
 // Everything but fk is set before it is shared and never changed.
 type ackedCall struct {
 	// The INVITE sent to the carrier, what the node's own ACK and BYE of
-	// a fork take from it (hangUp, through invite): its Request-URI, From
-	// (the header object the INVITE carried, never changed once it was
-	// answered), CSeq number, transport, destination and local address,
-	// and callID. Built into a request only for a fork, which is rare.
+	// a fork take from it (hangUp, through invite): its Request-URI, From,
+	// CSeq number, transport, destination and local address, and callID,
+	// copies that share no memory with the INVITE (answeredOf). Built into
+	// a request only for a fork, which is rare.
 	ruri     sipmsg.Uri
 	from     *sipmsg.FromHeader
 	seq      uint32
@@ -289,11 +290,14 @@ func answeredOf(c *call) *answeredTxs {
 	if cs == nil {
 		return nil
 	}
+	// Kept for the linger and beyond the INVITE: copies, not parts of the
+	// INVITE (wire.Parser puts its headers in one allocation and its
+	// text in one string).
 	return &answeredTxs{server: c.tx, client: l.tx, branch: branch, call: &ackedCall{
-		ruri: l.out.Recipient, from: l.out.From(), seq: cs.SeqNo,
+		ruri: detachedURI(l.out.Recipient), from: detachedFrom(l.out.From()), seq: cs.SeqNo,
 		tp: l.out.Transport(), dest: l.out.Destination(), laddr: l.out.Laddr,
 		carrier: carrier.Addr().Unmap(),
-		callID:  callID(l.out), fk: l.fk,
+		callID:  strings.Clone(callID(l.out)), fk: l.fk,
 		exp: c.answeredAt.Add(answeredLinger),
 	}}
 }
@@ -481,4 +485,40 @@ func (p *Proxy) writeRequest(ctx context.Context, req *sipmsg.Request) error {
 	}
 	defer func() { _, _ = c.TryClose() }()
 	return writeMsg(c, req)
+}
+
+// detachedFrom is a copy of f that shares no memory with the message f
+// came from (nil for nil), but a non-SIP URI's text (detachedURI).
+func detachedFrom(f *sipmsg.FromHeader) *sipmsg.FromHeader {
+	if f == nil {
+		return nil
+	}
+	return &sipmsg.FromHeader{
+		DisplayName: strings.Clone(f.DisplayName),
+		Address:     detachedURI(f.Address),
+		Params:      detachedParams(f.Params),
+	}
+}
+
+// detachedURI is a copy of u that shares no memory with the message u
+// came from, but the text of a URI of another scheme than sip and sips,
+// which sipgo keeps unexported (Uri.Clone's).
+func detachedURI(u sipmsg.Uri) sipmsg.Uri {
+	c := *u.Clone()
+	c.Scheme, c.User = strings.Clone(c.Scheme), strings.Clone(c.User)
+	c.Password, c.Host = strings.Clone(c.Password), strings.Clone(c.Host)
+	c.UriParams, c.Headers = detachedParams(u.UriParams), detachedParams(u.Headers)
+	return c
+}
+
+// detachedParams is a copy of ps with copies of its strings (nil for nil).
+func detachedParams(ps sipmsg.HeaderParams) sipmsg.HeaderParams {
+	if ps == nil {
+		return nil
+	}
+	c := make(sipmsg.HeaderParams, len(ps))
+	for i, kv := range ps {
+		c[i] = sipmsg.HeaderKV{K: strings.Clone(kv.K), V: strings.Clone(kv.V)}
+	}
+	return c
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/redistest"
 	"github.com/cpsguard/cpsguard/internal/siptest"
+	"github.com/cpsguard/cpsguard/sip/internal/wire"
 )
 
 // TestAckedCallEndsItsTransactions: once the caller's ACK of an answered
@@ -620,5 +621,57 @@ func TestStopTxTimerFires(t *testing.T) {
 				t.Fatal("the linger timer did not fire within 10 s of stopTxTimer")
 			}
 		})
+	}
+}
+
+// TestDetachedFromSharesNothing: what an answered call keeps of its
+// INVITE after the INVITE (ackedCall's From and Request-URI) shares no
+// byte with the parsed message, whose parser put all its text in one
+// string: a kept part would keep the whole message's text.
+func TestDetachedFromSharesNothing(t *testing.T) {
+	raw := "INVITE sip:+1555@192.0.2.1:5060;user=phone?X=y SIP/2.0\r\n" +
+		"Via: SIP/2.0/UDP 127.0.0.2:5060;branch=z9hG4bK-1\r\n" +
+		"From: \"Alice\" <sip:alice:pw@example.com;transport=udp>;tag=abc;x\r\n" +
+		"To: <sip:+1555@example.com>\r\nCall-ID: c1\r\nCSeq: 1 INVITE\r\nContent-Length: 0\r\n\r\n"
+	m, err := wire.NewParser(MaxMessageSize).ParseSIP([]byte(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := m.(*sipmsg.Request)
+	from, ruri := detachedFrom(req.From()), detachedURI(req.Recipient)
+	if from.String() != req.From().String() || ruri.String() != req.Recipient.String() {
+		t.Fatalf("copies %q %q differ from %q %q", from, ruri.String(), req.From(), req.Recipient.String())
+	}
+	var shared []string
+	check := func(what, got, orig string) {
+		if got != "" && unsafe.StringData(got) == unsafe.StringData(orig) {
+			shared = append(shared, what)
+		}
+	}
+	checkURI := func(what string, got, orig sipmsg.Uri) {
+		check(what+" scheme", got.Scheme, orig.Scheme)
+		check(what+" user", got.User, orig.User)
+		check(what+" password", got.Password, orig.Password)
+		check(what+" host", got.Host, orig.Host)
+		for i := range orig.UriParams {
+			check(what+" parameter", got.UriParams[i].K, orig.UriParams[i].K)
+			check(what+" parameter value", got.UriParams[i].V, orig.UriParams[i].V)
+		}
+		for i := range orig.Headers {
+			check(what+" header", got.Headers[i].K, orig.Headers[i].K)
+		}
+	}
+	check("display name", from.DisplayName, req.From().DisplayName)
+	checkURI("From", from.Address, req.From().Address)
+	for i := range req.From().Params {
+		check("From parameter", from.Params[i].K, req.From().Params[i].K)
+		check("From parameter value", from.Params[i].V, req.From().Params[i].V)
+	}
+	checkURI("Request-URI", ruri, req.Recipient)
+	if len(shared) > 0 {
+		t.Fatalf("the copies share the INVITE's text: %v", shared)
+	}
+	if detachedFrom(nil) != nil || detachedParams(nil) != nil {
+		t.Fatal("nil not copied as nil")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -120,10 +121,13 @@ func (c *call) track(carrier string) {
 	}
 }
 
-// record is the call's record as it stands: everything but its end.
+// record is the call's record as it stands: everything but its end. An
+// answered call keeps it for its whole life (liveCall.rec): its strings
+// are copies, not parts of the INVITE (wire.Parser puts all of a
+// message's headers in one string).
 func (c *call) record() records.Record {
 	r := records.Record{
-		CallID: callplaces.ClipCallID(callID(c.req)), Peer: c.peer, Customer: c.customer,
+		CallID: strings.Clone(callplaces.ClipCallID(callID(c.req))), Peer: c.peer, Customer: c.customer,
 		Source: c.req.Source(), CarriersTried: slices.Clone(c.tried), Code: c.code, Outcome: c.outcome,
 		Reason: c.reason, Detail: c.detail,
 		AdmissionWaitMS: c.admissionWait.Milliseconds(), PacingWaitMS: c.pacingWait.Milliseconds(),
@@ -136,10 +140,10 @@ func (c *call) record() records.Record {
 		r.CarriersTried = []string{}
 	}
 	if f := c.req.From(); f != nil {
-		r.FromUser = clip(f.Address.User)
+		r.FromUser = strings.Clone(clip(f.Address.User))
 	}
 	if t := c.req.To(); t != nil {
-		r.ToUser = clip(t.Address.User)
+		r.ToUser = strings.Clone(clip(t.Address.User))
 	}
 	if len(c.tried) > 0 {
 		r.Carrier = c.tried[len(c.tried)-1]
@@ -198,7 +202,7 @@ func (c *call) keepAnswered(ok *sipmsg.Response, dest leg) {
 	d := dialogState{
 		peer:    leg{Addr: netip.AddrPortFrom(src.Addr().Unmap(), src.Port()), Proto: legTransportOf(c.req.Transport())},
 		carrier: dest,
-		callID:  callID(c.req),
+		callID:  strings.Clone(callID(c.req)),
 	}
 	d.keepIdentities(c.req, ok)
 	// The received INVITE's Record-Routes are the proxies between the
@@ -448,7 +452,7 @@ func (d *dialogState) keepIdentities(inv *sipmsg.Request, ok *sipmsg.Response) {
 	}
 	if t := ok.To(); t != nil {
 		to = b.header(t, len("To: "), t.Address, t.Params)
-		d.calleeTag = tagOf(t.Params)
+		d.calleeTag = strings.Clone(tagOf(t.Params))
 	}
 	if ct := ok.Contact(); ct != nil && ct.Address.Host != "" {
 		calleeURI = b.uri(&ct.Address)
