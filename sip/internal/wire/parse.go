@@ -15,15 +15,17 @@ import (
 // string of its own (and a generic header's name too), Parser copies the
 // start line and the headers once and hands sipgo's header parsers parts
 // of that one string; the headers the node reads on every call (Via,
-// From, To, Call-ID, CSeq, Max-Forwards, Content-Length) are parsed into
-// one allocation per message.
+// From, To, Contact, Call-ID, CSeq, Max-Forwards, Content-Length) are
+// parsed into one allocation per message, with room for their
+// parameters. A value sipgo splits at commas (SIPp answers with every
+// Via in one header) is split where sipgo splits it.
 //
 // Parser takes the common shape of a message: lines ended by CRLF, no
-// folded header line, no header value that sipgo's parsers would split at
-// a comma or refuse. Any other message, and every message sipgo refuses,
-// is left to sipgo's parser, which reads it again from its first byte:
-// what ParseSIP returns, message or error, is always what sipgo's
-// ParseSIP returns for the same bytes (FuzzParse compares the two).
+// folded header line, no header sipgo's parsers refuse. Any other
+// message, and every message sipgo refuses, is left to sipgo's parser,
+// which reads it again from its first byte: what ParseSIP returns,
+// message or error, is always what sipgo's ParseSIP returns for the same
+// bytes (FuzzParse compares the two).
 //
 // The strings of a parsed message share one allocation: a part of it kept
 // for long (a tag, a Call-ID) keeps the whole start line and headers
@@ -306,9 +308,11 @@ func (b *block) paramsFor(value string) sipmsg.HeaderParams {
 func (b *block) header(key, value string) (h sipmsg.Header, rest string, more, ok bool) {
 	switch key {
 	case "via", "v":
-		v := new(sipmsg.ViaHeader)
+		var v *sipmsg.ViaHeader
 		if b.vias < len(b.via) {
 			v = &b.via[b.vias]
+		} else {
+			v = new(sipmsg.ViaHeader)
 		}
 		if rest, more, ok = b.parseVia(value, v); !ok {
 			*v = sipmsg.ViaHeader{}

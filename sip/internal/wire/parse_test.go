@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -131,8 +130,10 @@ var corners = []string{
 }
 
 func TestParseMatchesSipgo(t *testing.T) {
-	for _, s := range append(append(append([]string{}, callMessages...), corners...), seeds...) {
-		sameParse(t, []byte(s))
+	for _, ms := range [][]string{callMessages, corners, seeds} {
+		for _, s := range ms {
+			sameParse(t, []byte(s))
+		}
 	}
 }
 
@@ -167,18 +168,11 @@ func TestParseAllocatesLessThanSipgo(t *testing.T) {
 	}
 }
 
+// FuzzParse: whatever the bytes, Parser returns what sipgo's parser
+// returns (sameParse). Seeds: the call's messages, the corners, the
+// writer's seeds and the sip package's raw-message corpora.
 func FuzzParse(f *testing.F) {
-	for _, s := range append(append(append([]string{}, callMessages...), corners...), seeds...) {
-		f.Add([]byte(s))
-	}
-	for _, dir := range []string{"../../testdata/fuzz/FuzzRawShed", "../ingress/testdata/fuzz/FuzzScanBoundsWhatSipgoParses"} {
-		files, _ := filepath.Glob(filepath.Join(dir, "*"))
-		for _, name := range files {
-			if b, ok := corpusBytes(name); ok {
-				f.Add(b)
-			}
-		}
-	}
+	addSeeds(f, callMessages, corners, seeds)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		sameParse(t, data)
 	})

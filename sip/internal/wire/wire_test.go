@@ -144,17 +144,7 @@ func TestIsIPv6AsSipgo(t *testing.T) {
 // FuzzAppend: on whatever sipgo's parser reads, Append writes what sipgo
 // writes. Seeds: the ones above and the sip package's raw-message corpora.
 func FuzzAppend(f *testing.F) {
-	for _, s := range seeds {
-		f.Add([]byte(s))
-	}
-	for _, dir := range []string{"../../testdata/fuzz/FuzzRawShed", "../ingress/testdata/fuzz/FuzzScanBoundsWhatSipgoParses"} {
-		files, _ := filepath.Glob(filepath.Join(dir, "*"))
-		for _, name := range files {
-			if b, ok := corpusBytes(name); ok {
-				f.Add(b)
-			}
-		}
-	}
+	addSeeds(f, seeds)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := sipmsg.NewParser().ParseSIP(data)
 		if err != nil {
@@ -168,6 +158,24 @@ func FuzzAppend(f *testing.F) {
 			t.Fatalf("Append wrote\n%q\nsipgo writes\n%q", got, want)
 		}
 	})
+}
+
+// addSeeds adds each of the messages to f's corpus, and the entries of
+// the sip package's raw-message corpora.
+func addSeeds(f *testing.F, messages ...[]string) {
+	for _, ms := range messages {
+		for _, s := range ms {
+			f.Add([]byte(s))
+		}
+	}
+	for _, dir := range []string{"../../testdata/fuzz/FuzzRawShed", "../ingress/testdata/fuzz/FuzzScanBoundsWhatSipgoParses"} {
+		files, _ := filepath.Glob(filepath.Join(dir, "*"))
+		for _, name := range files {
+			if b, ok := corpusBytes(name); ok {
+				f.Add(b)
+			}
+		}
+	}
 }
 
 // corpusBytes reads a one-value []byte entry of a Go fuzz corpus file.
