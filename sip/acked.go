@@ -502,13 +502,12 @@ func detachedFrom(f *sipmsg.FromHeader) *sipmsg.FromHeader {
 
 // detachedURI is a copy of u that shares no memory with the message u
 // came from, but the text of a URI of another scheme than sip and sips,
-// which sipgo keeps unexported (Uri.Clone's).
+// which sipgo keeps in an unexported field.
 func detachedURI(u sipmsg.Uri) sipmsg.Uri {
-	c := *u.Clone()
-	c.Scheme, c.User = strings.Clone(c.Scheme), strings.Clone(c.User)
-	c.Password, c.Host = strings.Clone(c.Password), strings.Clone(c.Host)
-	c.UriParams, c.Headers = detachedParams(u.UriParams), detachedParams(u.Headers)
-	return c
+	u.Scheme, u.User = strings.Clone(u.Scheme), strings.Clone(u.User)
+	u.Password, u.Host = strings.Clone(u.Password), strings.Clone(u.Host)
+	u.UriParams, u.Headers = detachedParams(u.UriParams), detachedParams(u.Headers)
+	return u
 }
 
 // detachedParams is a copy of ps with copies of its strings (nil for nil).
