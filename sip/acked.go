@@ -297,7 +297,7 @@ func answeredOf(c *call) *answeredTxs {
 		ruri: detachedURI(l.out.Recipient), from: detachedFrom(l.out.From()), seq: cs.SeqNo,
 		tp: l.out.Transport(), dest: l.out.Destination(), laddr: l.out.Laddr,
 		carrier: carrier.Addr().Unmap(),
-		callID:  strings.Clone(callID(l.out)), fk: l.fk,
+		callID:  c.callID, fk: l.fk,
 		exp: c.answeredAt.Add(answeredLinger),
 	}}
 }
@@ -488,7 +488,7 @@ func (p *Proxy) writeRequest(ctx context.Context, req *sipmsg.Request) error {
 }
 
 // detachedFrom is a copy of f that shares no memory with the message f
-// came from (nil for nil), but a non-SIP URI's text (detachedURI).
+// came from (nil for nil).
 func detachedFrom(f *sipmsg.FromHeader) *sipmsg.FromHeader {
 	if f == nil {
 		return nil
@@ -501,9 +501,17 @@ func detachedFrom(f *sipmsg.FromHeader) *sipmsg.FromHeader {
 }
 
 // detachedURI is a copy of u that shares no memory with the message u
-// came from, but the text of a URI of another scheme than sip and sips,
-// which sipgo keeps in an unexported field.
+// came from. A URI of another scheme than sip and sips (tel:) keeps its
+// text in a field sipgo does not export: it is parsed again from a copy
+// of its text (h73).
 func detachedURI(u sipmsg.Uri) sipmsg.Uri {
+	if u.Raw() != "" {
+		// String writes a new string.
+		var c sipmsg.Uri
+		if sipmsg.ParseUri(u.String(), &c) == nil {
+			return c
+		}
+	}
 	u.Scheme, u.User = strings.Clone(u.Scheme), strings.Clone(u.User)
 	u.Password, u.Host = strings.Clone(u.Password), strings.Clone(u.Host)
 	u.UriParams, u.Headers = detachedParams(u.UriParams), detachedParams(u.Headers)

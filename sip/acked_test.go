@@ -675,3 +675,26 @@ func TestDetachedFromSharesNothing(t *testing.T) {
 		t.Fatal("nil not copied as nil")
 	}
 }
+
+// TestDetachedTelURISharesNothing: a tel: URI keeps its text in a field
+// sipgo does not export; the copy still shares none of the INVITE's (h73).
+func TestDetachedTelURISharesNothing(t *testing.T) {
+	raw := "INVITE tel:+15551234567;phone-context=example.com SIP/2.0\r\n" +
+		"Via: SIP/2.0/UDP 127.0.0.2:5060;branch=z9hG4bK-1\r\nFrom: <tel:+15550000000>;tag=abc\r\n" +
+		"To: <tel:+15551234567>\r\nCall-ID: c1\r\nCSeq: 1 INVITE\r\nContent-Length: 0\r\n\r\n"
+	m, err := wire.NewParser(MaxMessageSize).ParseSIP([]byte(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := m.(*sipmsg.Request)
+	ru, f := detachedURI(req.Recipient), detachedFrom(req.From())
+	if !reflect.DeepEqual(ru, req.Recipient) || !reflect.DeepEqual(f.Address, req.From().Address) {
+		t.Fatalf("copies %#v %#v differ from %#v %#v", ru, f.Address, req.Recipient, req.From().Address)
+	}
+	if unsafe.StringData(ru.Raw()) == unsafe.StringData(req.Recipient.Raw()) {
+		t.Errorf("the copied Request-URI %q shares the INVITE's text", ru.Raw())
+	}
+	if unsafe.StringData(f.Address.Raw()) == unsafe.StringData(req.From().Address.Raw()) {
+		t.Errorf("the copied From URI %q shares the INVITE's text", f.Address.Raw())
+	}
+}

@@ -29,13 +29,18 @@ const PeerUnknown = "unknown"
 // call is one initial INVITE on its way through the proxy. It lives in the
 // goroutine sipgo runs the INVITE handler in and ends when that returns.
 type call struct {
-	p    *Proxy
-	cfg  *config.Config
-	req  *sipmsg.Request
-	tx   sipmsg.ServerTransaction
-	ctx  context.Context
-	log  *slog.Logger
-	peer string // metric label
+	p   *Proxy
+	cfg *config.Config
+	req *sipmsg.Request
+	// callID is req's Call-ID, a copy of its own: what the call keeps
+	// for its life (its record, its dialog, the Tracker's entry, what
+	// its ACK ends) shares it rather than the INVITE's text, which
+	// wire.Parser keeps in one string per message.
+	callID string
+	tx     sipmsg.ServerTransaction
+	ctx    context.Context
+	log    *slog.Logger
+	peer   string // metric label
 	// fromPeer: the INVITE came from a peer's source (c.peer names it).
 	fromPeer bool
 	// oc: the peer's INVITE asks for overload control (oc.go); its
@@ -151,7 +156,8 @@ func (p *Proxy) onInvite(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
 	entry.OnCancel(func() { cancel(errCallCanceled) })
 	tx.OnTerminate(func(string, error) { cancel(errTxTerminated) })
 
-	c := &call{p: p, cfg: p.cfg(), req: req, tx: tx, ctx: ctx, log: p.log, trying: entry.Trying, cancel: cancel, started: started}
+	c := &call{p: p, cfg: p.cfg(), req: req, callID: strings.Clone(callID(req)), tx: tx, ctx: ctx, log: p.log,
+		trying: entry.Trying, cancel: cancel, started: started}
 	// A forwarded call's transaction outlives the handler (send never
 	// ends it), for answeredLinger after a 2xx: its tombstone absorbs an
 	// answered call's copies for 32 s; a refused one's are answered from
@@ -278,7 +284,7 @@ func (c *call) run() {
 	}
 
 	branch, _ := req.Via().Params.Get("branch")
-	c.member = callID(req) + "/" + branch + "/" + req.Source() + "/" + req.Transport()
+	c.member = c.callID + "/" + branch + "/" + req.Source() + "/" + req.Transport()
 
 	// The called number: its priority, destination and repeat_dial bucket.
 	pol := policy.Of(cfg)

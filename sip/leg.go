@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -171,7 +172,7 @@ func (f *forkSet) hangUp(p *Proxy, inv *sipmsg.Request, r *sipmsg.Response, name
 	if f.acks == nil {
 		f.acks = make(map[string]*sipmsg.Request)
 	}
-	f.acks[tag] = p.hangUp(inv, r, names)
+	f.acks[strings.Clone(tag)] = p.hangUp(inv, r, names)
 }
 
 // maxForks bounds the 2xx copies a leg holds until its first 2xx is read,
@@ -265,7 +266,9 @@ func (l *relayLeg) answeredWith(r *sipmsg.Response) {
 		f.mu.Unlock()
 		return
 	}
-	f.okKnown, f.okTag = true, tag
+	// Kept until the linger ends (ackedCall.fk): a copy, not a part of
+	// the 2xx's text (wire.Parser's one string per message; h73).
+	f.okKnown, f.okTag = true, strings.Clone(tag)
 	early := f.early
 	f.early = nil
 	f.mu.Unlock()

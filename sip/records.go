@@ -107,7 +107,7 @@ func (c *call) track(carrier string) {
 		c.lc = &liveCall{cancel: c.cancel}
 	}
 	info := callplaces.Live{
-		ID: liveID(c.member), CallID: callplaces.ClipCallID(callID(c.req)),
+		ID: liveID(c.member), CallID: callplaces.ClipCallID(c.callID),
 		Peer: c.peer, Customer: c.customer, Carrier: carrier,
 		Node: c.cfg.NodeID, StartedAt: records.Stamp(c.started),
 	}
@@ -124,10 +124,10 @@ func (c *call) track(carrier string) {
 // record is the call's record as it stands: everything but its end. An
 // answered call keeps it for its whole life (liveCall.rec): its strings
 // are copies, not parts of the INVITE (wire.Parser puts all of a
-// message's headers in one string).
+// message's headers in one string): c.callID, the users cloned.
 func (c *call) record() records.Record {
 	r := records.Record{
-		CallID: strings.Clone(callplaces.ClipCallID(callID(c.req))), Peer: c.peer, Customer: c.customer,
+		CallID: callplaces.ClipCallID(c.callID), Peer: c.peer, Customer: c.customer,
 		Source: c.req.Source(), CarriersTried: slices.Clone(c.tried), Code: c.code, Outcome: c.outcome,
 		Reason: c.reason, Detail: c.detail,
 		AdmissionWaitMS: c.admissionWait.Milliseconds(), PacingWaitMS: c.pacingWait.Milliseconds(),
@@ -202,7 +202,7 @@ func (c *call) keepAnswered(ok *sipmsg.Response, dest leg) {
 	d := dialogState{
 		peer:    leg{Addr: netip.AddrPortFrom(src.Addr().Unmap(), src.Port()), Proto: legTransportOf(c.req.Transport())},
 		carrier: dest,
-		callID:  strings.Clone(callID(c.req)),
+		callID:  c.callID,
 	}
 	d.keepIdentities(c.req, ok)
 	// The received INVITE's Record-Routes are the proxies between the
