@@ -13,16 +13,19 @@
 // parsers parts of that string, and parses the headers a call reads
 // every time (Via, From, To, Contact, Call-ID, CSeq, Max-Forwards,
 // Content-Length) into one allocation with room for their parameters,
-// through sipgo's exported address and parameter parsers. It takes the
-// common shape of a message only (CRLF lines, no folding, no comma that
-// sipgo would split a header at, no IPv6 Via host, no header sipgo
-// refuses) and leaves every other datagram to sipgo's parser, from its
-// first byte. What it returns is sipgo's: FuzzParse compares the two
+// through sipgo's exported address and parameter parsers; a header it
+// does not read itself (an IPv6 Via host, a comma outside a Via) goes to
+// sipgo's parser for that header. It takes the common shape of a message
+// only (CRLF lines, no folding, no header sipgo refuses) and leaves every
+// other datagram to sipgo's parser, from its first byte. What it returns
+// is sipgo's: FuzzParse compares the two
 // field by field through every pointer (reflect.DeepEqual) and error for
 // error, and the sip package's tests compare them on every datagram the
 // node parses in them (VerifyParse). The price: the strings of a message
 // share one allocation, so a string kept from it keeps the message's
-// headers alive (the node's long-lived records copy what they keep).
+// headers alive (the node's long-lived records copy what they keep), and
+// a message takes 7-33 % more bytes than sipgo's (the block has room for
+// every header it may hold).
 //
 // Writing. sipgo renders a message into a pooled buffer through
 // io.StringWriter: every port, CSeq and Max-Forwards number becomes a

@@ -14,13 +14,21 @@ const testMax = 65535
 // same message (field by field, through every pointer) and the same error.
 func sameParse(t testing.TB, data []byte) {
 	t.Helper()
-	want, wantErr := sipmsg.NewParser().ParseSIP(data)
-	got, gotErr := NewParser(testMax).ParseSIP(data)
+	sameParseLimit(t, testMax, data)
+}
+
+// sameParseLimit is sameParse with both parsers' length limit max.
+func sameParseLimit(t testing.TB, max int, data []byte) {
+	t.Helper()
+	sp := sipmsg.NewParser()
+	sp.MaxMessageLength = max
+	want, wantErr := sp.ParseSIP(data)
+	got, gotErr := NewParser(max).ParseSIP(data)
 	if (wantErr == nil) != (gotErr == nil) || wantErr != nil && wantErr.Error() != gotErr.Error() {
-		t.Fatalf("%q: error %v, sipgo's %v", data, gotErr, wantErr)
+		t.Fatalf("max %d, %q: error %v, sipgo's %v", max, data, gotErr, wantErr)
 	}
 	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("%q: parsed\n%#v\nsipgo parses\n%#v", data, got, want)
+		t.Fatalf("max %d, %q: parsed\n%#v\nsipgo parses\n%#v", max, data, got, want)
 	}
 }
 
