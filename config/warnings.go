@@ -269,11 +269,13 @@ func listed3(items []string) string {
 
 // selfCarriers reports carriers whose URI is one of the node's own SIP
 // listeners (an IP address and port a listener of the carrier's transport
-// has, or a loopback address under a listener on every interface): each
-// call to such a carrier comes back to the node as a new INVITE, admitted
-// and counted again, until Max-Forwards runs out (482).
+// has, or, under a listener on every interface, a loopback address or an
+// address of this host's interfaces): each call to such a carrier comes
+// back to the node as a new INVITE, admitted and counted again, until
+// Max-Forwards runs out (482).
 func selfCarriers(c *Config) []string {
 	var w []string
+	var own map[netip.Addr]bool // the host's addresses, read once if needed
 	for i, car := range c.Carriers {
 		ip, port, ok := uriAddrPort(car.URI)
 		if !ok {
@@ -305,9 +307,37 @@ func selfCarriers(c *Config) []string {
 					"admitted and counted again each time, until Max-Forwards runs out (482)", i, car.URI, l))
 				break
 			}
+			if lip.IsUnspecified() {
+				if own == nil {
+					own = hostAddrs()
+				}
+				if own[ip] {
+					w = append(w, fmt.Sprintf("carriers[%d].uri: %s is this node's own listener %s (%s is an address of this host): "+
+						"its calls come back as new INVITEs, admitted and counted again each time, until Max-Forwards runs out (482)",
+						i, car.URI, l, ip))
+					break
+				}
+			}
 		}
 	}
 	return w
+}
+
+// hostAddrs returns the addresses of this host's network interfaces
+// (none when they cannot be read: the check then knows only loopback).
+// A variable for tests.
+var hostAddrs = func() map[netip.Addr]bool {
+	m := map[netip.Addr]bool{}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return m
+	}
+	for _, a := range addrs {
+		if pfx, err := netip.ParsePrefix(a.String()); err == nil {
+			m[pfx.Addr().Unmap()] = true
+		}
+	}
+	return m
 }
 
 // listensOnPort reports whether a sip.listen entry of scheme listens on

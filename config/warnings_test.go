@@ -8,6 +8,13 @@ import (
 )
 
 func TestWarnings(t *testing.T) {
+	// This host, as the checks see it: loopback and one documentation
+	// address (the machine's own would make the cases depend on it).
+	saved := hostAddrs
+	hostAddrs = func() map[netip.Addr]bool {
+		return map[netip.Addr]bool{netip.MustParseAddr("127.0.0.1"): true, netip.MustParseAddr("192.0.2.77"): true}
+	}
+	t.Cleanup(func() { hostAddrs = saved })
 	base := func() *Config {
 		c, err := Parse([]byte(minimal))
 		if err != nil {
@@ -50,6 +57,16 @@ func TestWarnings(t *testing.T) {
 			c.SIP.UnknownSource, c.SIP.Advertise = "drop", "192.0.2.1"
 			c.Carriers[0].URI = "sip:127.0.0.1:5070;transport=tcp"
 		}, "carriers[0].uri: sip:127.0.0.1:5070;transport=tcp is this node's own listener tcp://0.0.0.0:5070"},
+		{"carrier at the host's address under the wildcard listener", func(c *Config) {
+			c.SIP.Listen = []string{"udp://0.0.0.0:5060"}
+			c.SIP.UnknownSource, c.SIP.Advertise = "drop", "sip.example.net"
+			c.Carriers[0].URI = "sip:192.0.2.77:5060"
+		}, "carriers[0].uri: sip:192.0.2.77:5060 is this node's own listener udp://0.0.0.0:5060 (192.0.2.77 is an address of this host)"},
+		{"carrier at another host under the wildcard listener", func(c *Config) {
+			c.SIP.Listen = []string{"udp://0.0.0.0:5060"}
+			c.SIP.UnknownSource, c.SIP.Advertise = "drop", "sip.example.net"
+			c.Carriers[0].URI = "sip:192.0.2.78:5060"
+		}, ""},
 		{"carrier on the node's port, other transport", func(c *Config) {
 			c.SIP.Listen = []string{"tcp://127.0.0.1:5070", "udp://127.0.0.1:5080"}
 			c.Carriers[0].URI = "sip:127.0.0.1:5070"
@@ -213,5 +230,13 @@ func TestFamilyWarnings(t *testing.T) {
 				t.Errorf("warnings %q, want one starting %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestHostAddrsKnowsLoopback: the host's interface addresses, as
+// selfCarriers reads them, include loopback's (every Linux host has it).
+func TestHostAddrsKnowsLoopback(t *testing.T) {
+	if !hostAddrs()[netip.MustParseAddr("127.0.0.1")] {
+		t.Fatalf("127.0.0.1 not among this host's addresses: %v", hostAddrs())
 	}
 }
