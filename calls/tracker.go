@@ -538,7 +538,10 @@ func (t *Tracker) EndDialog(ctx context.Context, dialog, calleeTag, by string) b
 	for _, m := range t.dialogs[dialog] {
 		c := t.calls[m]
 		if c != nil && c.callee == "" && c.pendingEnd == "" && (match == nil || c.start.Before(match.start)) {
-			c.pendingEnd, c.pendingBy = calleeTag, by
+			// A copy: it may stay for the call's life (an answer that
+			// names another tag does not clear it), and a part of a BYE
+			// parsed by wire.Parser would keep the whole BYE (h74).
+			c.pendingEnd, c.pendingBy = strings.Clone(calleeTag), by
 		}
 	}
 	if member == "" {

@@ -302,12 +302,12 @@ func selfCarriers(c *Config) []string {
 			if err != nil {
 				continue
 			}
-			if lip.Unmap() == ip || (lip.IsUnspecified() && ip.IsLoopback()) {
+			if lip.Unmap() == ip || (lip.IsUnspecified() && ip.IsLoopback() && wildcardTakes(c, lip, tr, ip)) {
 				w = append(w, fmt.Sprintf("carriers[%d].uri: %s is this node's own listener %s: its calls come back as new INVITEs, "+
 					"admitted and counted again each time, until Max-Forwards runs out (482)", i, car.URI, l))
 				break
 			}
-			if lip.IsUnspecified() {
+			if lip.IsUnspecified() && wildcardTakes(c, lip, tr, ip) {
 				if own == nil {
 					own = hostAddrs()
 				}
@@ -321,6 +321,30 @@ func selfCarriers(c *Config) []string {
 		}
 	}
 	return w
+}
+
+// wildcardTakes reports whether the wildcard listener lip of scheme
+// receives what is sent to ip, as the node binds it (sip's
+// socketNetwork): 0.0.0.0 takes IPv4 only; [::] takes IPv6, and IPv4 too
+// unless an IPv4 listener of the same scheme is listed (each family then
+// has its own socket).
+func wildcardTakes(c *Config, lip netip.Addr, scheme string, ip netip.Addr) bool {
+	if lip.Is4() {
+		return ip.Is4()
+	}
+	if !ip.Is4() {
+		return true
+	}
+	for _, l := range c.SIP.Listen {
+		u, err := url.Parse(l)
+		if err != nil || u.Scheme != scheme {
+			continue
+		}
+		if a, err := netip.ParseAddr(u.Hostname()); err == nil && a.Is4() {
+			return false
+		}
+	}
+	return true
 }
 
 // hostAddrs returns the addresses of this host's network interfaces

@@ -12,7 +12,8 @@ func TestWarnings(t *testing.T) {
 	// address (the machine's own would make the cases depend on it).
 	saved := hostAddrs
 	hostAddrs = func() map[netip.Addr]bool {
-		return map[netip.Addr]bool{netip.MustParseAddr("127.0.0.1"): true, netip.MustParseAddr("192.0.2.77"): true}
+		return map[netip.Addr]bool{netip.MustParseAddr("127.0.0.1"): true, netip.MustParseAddr("192.0.2.77"): true,
+			netip.MustParseAddr("2001:db8::77"): true}
 	}
 	t.Cleanup(func() { hostAddrs = saved })
 	base := func() *Config {
@@ -62,6 +63,21 @@ func TestWarnings(t *testing.T) {
 			c.SIP.UnknownSource, c.SIP.Advertise = "drop", "sip.example.net"
 			c.Carriers[0].URI = "sip:192.0.2.77:5060"
 		}, "carriers[0].uri: sip:192.0.2.77:5060 is this node's own listener udp://0.0.0.0:5060 (192.0.2.77 is an address of this host)"},
+		{"IPv6 host address under an IPv4 wildcard", func(c *Config) {
+			c.SIP.Listen = []string{"udp://0.0.0.0:5060", "udp://[2001:db8::1]:5060"}
+			c.SIP.UnknownSource, c.SIP.Advertise = "drop", "sip.example.net"
+			c.Carriers[0].URI = "sip:[2001:db8::77]:5060"
+		}, ""},
+		{"IPv4 host address under an IPv6-only wildcard", func(c *Config) {
+			c.SIP.Listen = []string{"udp://[::]:5060", "udp://192.0.2.10:5060"}
+			c.SIP.UnknownSource, c.SIP.Advertise = "drop", "sip.example.net"
+			c.Carriers[0].URI = "sip:192.0.2.77:5060"
+		}, ""},
+		{"IPv4 host address under a dual-stack wildcard", func(c *Config) {
+			c.SIP.Listen = []string{"udp://[::]:5060"}
+			c.SIP.UnknownSource, c.SIP.Advertise = "drop", "sip.example.net"
+			c.Carriers[0].URI = "sip:192.0.2.77:5060"
+		}, "carriers[0].uri: sip:192.0.2.77:5060 is this node's own listener udp://[::]:5060 (192.0.2.77 is an address of this host)"},
 		{"carrier at another host under the wildcard listener", func(c *Config) {
 			c.SIP.Listen = []string{"udp://0.0.0.0:5060"}
 			c.SIP.UnknownSource, c.SIP.Advertise = "drop", "sip.example.net"

@@ -184,7 +184,7 @@ func TestAckBeforeHandlerReturns(t *testing.T) {
 		ack := requestOf(out, sipmsg.ACK, out.Recipient, false, to, seq)
 		stx, ctx := &fakeServerTx{done: make(chan struct{})}, newFakeClientTx()
 		lc := &liveCall{answered: true, ackFirst: ack}
-		c := &call{p: h.p, tx: stx, lc: lc, answered: true, answeredAt: time.Now(),
+		c := &call{p: h.p, callID: callID(out), tx: stx, lc: lc, answered: true, answeredAt: time.Now(),
 			ackLeg: &relayLeg{p: h.p, out: out, tx: ctx, fk: &forkSet{okKnown: true, okTag: "callee"}}}
 		return c, stx, ctx, branch
 	}
@@ -495,7 +495,7 @@ func TestHoldAnsweredTxEndsMeanwhile(t *testing.T) {
 	out.SetTransport("UDP")
 	out.SetDestination("127.0.0.1:5999")
 	lc := &liveCall{answered: true}
-	c := &call{p: h.p, tx: &fakeServerTx{done: make(chan struct{})}, lc: lc, answered: true, answeredAt: time.Now(),
+	c := &call{p: h.p, callID: callID(out), tx: &fakeServerTx{done: make(chan struct{})}, lc: lc, answered: true, answeredAt: time.Now(),
 		ackLeg: &relayLeg{p: h.p, out: out, tx: endingClientTx{newFakeClientTx()}, fk: &forkSet{okKnown: true, okTag: "callee"}}}
 	h.p.holdAnswered(c)
 	lc.mu.Lock()
@@ -678,6 +678,9 @@ func TestDetachedFromSharesNothing(t *testing.T) {
 
 // TestDetachedTelURISharesNothing: a tel: URI keeps its text in a field
 // sipgo does not export; the copy still shares none of the INVITE's (h73).
+// It is parsed again from its written form: what the node writes of it
+// (scheme and text) is kept, not a host or port set on it, which sipgo
+// neither writes nor routes by for such a URI (h74).
 func TestDetachedTelURISharesNothing(t *testing.T) {
 	raw := "INVITE tel:+15551234567;phone-context=example.com SIP/2.0\r\n" +
 		"Via: SIP/2.0/UDP 127.0.0.2:5060;branch=z9hG4bK-1\r\nFrom: <tel:+15550000000>;tag=abc\r\n" +

@@ -62,8 +62,8 @@ func TestAnsweredCallPinsNoDatagram(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if n == 0 {
-		t.Fatal("no datagram of the call went through wire.Parser")
+	if n < 3 {
+		t.Fatalf("%d datagrams of the call went through wire.Parser, want the INVITE, the 200 and the ACK at least", n)
 	}
 	for k := range alive {
 		t.Errorf("the call is up and its ACK in, yet %s is still reachable", k)
