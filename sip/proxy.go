@@ -1132,7 +1132,7 @@ func (p *Proxy) readFilter(props sipmsg.TransportReadProps, data []byte) (out []
 }
 
 // dropEarly reports a UDP datagram from `from` dropped before any other
-// work: one over MaxMessageSize (sipgo's parser refuses it; one that
+// work: one over MaxMessageSize (the parser refuses it, as sipgo's; one that
 // filled the read buffer was cut short by the socket and cannot be a whole
 // SIP message either), a stranger's with unknown_source drop,
 // and the ACK of one of the proxy's shed answers from a known source.

@@ -159,7 +159,8 @@ func (p *Proxy) shedRawFrom(conn *net.UDPConn, from netip.AddrPort, data []byte,
 // shedParsed is shedRawFrom's answer, when the new-call lane has no room
 // for it, to a peer's INVITE the raw path does not read (a quoted Via
 // parameter, such as an overload-control client's oc-algo="loss", or any
-// other form it leaves to sipgo): sipgo's parser reads it here, on the
+// other form it leaves to sipgo): the node's parser (sipgo's message,
+// wire.Parser) reads it here, on the
 // shed lane's worker, and it gets the content of the screen's stateless
 // 503 (shedResponse), with the overload-control values it asks for.
 // Dropped instead, it would be retransmitted into a queue that is
