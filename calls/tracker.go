@@ -204,12 +204,10 @@ func (t *Tracker) SetOnEnd(f func(Ended)) {
 // holds places, with the owner's data; info (with an ID) lists it in the
 // Registry. Tracking it again updates info and data (a call routed to its
 // next carrier). It is forgotten like any call: End, EndDialog, EndAs,
-// MaxDuration, Shutdown.
+// MaxDuration, Shutdown. info's strings are kept for the call's life as
+// given: pass strings of their own, not parts of a parsed message (the
+// node passes its call's copied Call-ID, call.callID).
 func (t *Tracker) Track(member string, info Live, data any) {
-	// The Tracker keeps the call for its whole life: its own copies, not
-	// parts of the message they came from (whose parser may have put all
-	// its headers in one string).
-	info.CallID = strings.Clone(info.CallID)
 	t.mu.Lock()
 	c := t.calls[member]
 	if c == nil {

@@ -33,9 +33,9 @@ type call struct {
 	cfg *config.Config
 	req *sipmsg.Request
 	// callID is req's Call-ID, a copy of its own: what the call keeps
-	// for its life (its record, its dialog, what its ACK ends) shares it
-	// rather than the INVITE's text, which wire.Parser keeps in one
-	// string per message (the Tracker keeps a copy of its own).
+	// for its life (its record, its dialog, the Tracker's entry, what its
+	// ACK ends) shares it rather than the INVITE's text, which wire.Parser
+	// keeps in one string per message.
 	callID string
 	tx     sipmsg.ServerTransaction
 	ctx    context.Context
