@@ -2,12 +2,12 @@ package sip
 
 import (
 	"context"
-	"errors"
-	"reflect"
 	"time"
-	"unsafe"
 
 	sipmsg "github.com/emiago/sipgo/sip"
+
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
+	"github.com/cpsguard/cpsguard/sip/internal/sipgohook"
 )
 
 // The ACK of a non-2xx answer to a forwarded INVITE.
@@ -25,31 +25,10 @@ import (
 // So the INVITE goes out as it should, and the transaction's connection is
 // wrapped (ackConn) before the transaction starts: every ACK written on it
 // keeps only its top Via. sipgo offers no hook for that; openInviteTx sets
-// the transaction's unexported connection field by reflection, as
-// installScreen does for the handler list. If a sipgo upgrade renames the
-// field, New fails with an error (and TestClientTxConnHook fails), never
-// silently.
-
-// clientTxConn is the index path of sipgo's ClientTx connection field.
-var clientTxConn = func() []int {
-	f, ok := reflect.TypeFor[sipmsg.ClientTx]().FieldByName("conn")
-	if !ok || f.Type != reflect.TypeFor[sipmsg.Connection]() {
-		return nil
-	}
-	return f.Index
-}()
-
-// errNoTxConn: sipgo's ClientTx has no connection field to wrap.
-var errNoTxConn = errors.New("sip: sipgo's client transaction has no connection to wrap (sipgo changed?)")
-
-// checkAckHook reports whether openInviteTx can wrap a transaction's
-// connection (New fails otherwise).
-func checkAckHook() error {
-	if clientTxConn == nil {
-		return errNoTxConn
-	}
-	return nil
-}
+// the transaction's unexported connection field by reflection
+// (sipgohook.WrapClientTxConn), as the screen does for the handler list.
+// If a sipgo upgrade renames the field, New fails with an error (and
+// TestClientTxConnHook fails), never silently.
 
 // openTx opens a client transaction for req on the proxy's transaction
 // layer: an INVITE's through openInviteTx, anything else as sipgo's
@@ -102,20 +81,12 @@ func openInviteTx(ctx context.Context, tl *sipmsg.TransactionLayer, req *sipmsg.
 // wrapTxConn replaces tx's connection by an ackConn around it, which tells
 // blocked of a connection it closed.
 func wrapTxConn(tx *sipmsg.ClientTx, blocked func(remote string)) error {
-	if clientTxConn == nil {
-		return errNoTxConn
-	}
-	f := reflect.ValueOf(tx).Elem().FieldByIndex(clientTxConn)
-	f = reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem()
-	conn, _ := f.Interface().(sipmsg.Connection)
-	if conn == nil {
-		return errNoTxConn
-	}
-	if _, done := conn.(ackConn); done {
-		return nil
-	}
-	f.Set(reflect.ValueOf(ackConn{Connection: conn, blocked: blocked}))
-	return nil
+	return sipgohook.WrapClientTxConn(tx, func(conn sipmsg.Connection) sipmsg.Connection {
+		if _, done := conn.(ackConn); done {
+			return nil
+		}
+		return ackConn{Connection: conn, blocked: blocked}
+	})
 }
 
 // ackConn is a transaction's connection that writes every ACK with its
@@ -140,7 +111,7 @@ type ackConn struct {
 // and the next INVITE dials a new connection.
 func (c ackConn) WriteMsg(m sipmsg.Message) error {
 	if r, ok := m.(*sipmsg.Request); ok && r.IsAck() {
-		keepTopVia(r)
+		msgpart.KeepTopVia(r)
 	}
 	if conn, stream := c.Connection.(*sipmsg.TCPConnection); stream {
 		// TCP and TLS alike (sipgo's TLS connection is a TCPConnection);
@@ -162,15 +133,3 @@ func (c ackConn) WriteMsg(m sipmsg.Message) error {
 // streamWriteBound is how long a write of an INVITE's transaction over TCP
 // or TLS may block before its connection is closed (a var for tests).
 var streamWriteBound = 4 * time.Second
-
-// keepTopVia removes every Via of r but the first, which stays on top.
-func keepTopVia(r *sipmsg.Request) {
-	vias := r.GetHeaders("Via")
-	if len(vias) < 2 {
-		return
-	}
-	top := vias[0]
-	for r.RemoveHeader("Via") {
-	}
-	r.PrependHeader(top)
-}

@@ -3,19 +3,17 @@ package sip
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
-	"reflect"
-	"strings"
 	"sync"
 	"time"
-	"unsafe"
 
 	sipmsg "github.com/emiago/sipgo/sip"
 
 	"github.com/cpsguard/cpsguard/internal/fifo"
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
+	"github.com/cpsguard/cpsguard/sip/internal/sipgohook"
 	"github.com/cpsguard/cpsguard/sip/internal/wire"
 )
 
@@ -51,70 +49,11 @@ import (
 // so every message of the call, until it fires at the end of the linger:
 // ending a transaction early would free nothing. endAnswered stops the
 // two timers itself (they fire at once: a stopped one would hold the
-// transaction as long), through their unexported fields (stopTxTimer), as
-// ack.go wraps a transaction's connection. If a sipgo upgrade renames or
-// retypes them, New fails (checkTxTimers) and TestAckedCallFreesItsTransactions
-// fails, never silently.
-
-// serverTxTimerL and clientTxTimerM are the index paths of sipgo's
-// ServerTx.timer_l and ClientTx.timer_m (nil when missing).
-var (
-	serverTxTimerL = txTimerField(reflect.TypeFor[sipmsg.ServerTx](), "timer_l")
-	clientTxTimerM = txTimerField(reflect.TypeFor[sipmsg.ClientTx](), "timer_m")
-)
-
-// txTimerField returns the index path of t's *time.Timer field name.
-func txTimerField(t reflect.Type, name string) []int {
-	f, ok := t.FieldByName(name)
-	if !ok || f.Type != reflect.TypeFor[*time.Timer]() {
-		return nil
-	}
-	return f.Index
-}
-
-// errNoTxTimers: sipgo's transactions have no linger timer fields to stop.
-var errNoTxTimers = errors.New("sip: sipgo's INVITE transactions have no timer_l / timer_m to stop (sipgo changed?)")
-
-// checkTxTimers reports whether endAnswered can stop the transactions'
-// linger timers (New fails otherwise).
-func checkTxTimers() error {
-	if serverTxTimerL == nil || clientTxTimerM == nil {
-		return errNoTxTimers
-	}
-	return nil
-}
-
-// stopTxTimer ends the linger of the timer at index in tx, a
-// *sipmsg.ServerTx or *sipmsg.ClientTx that was terminated by this
-// goroutine (its Terminate took the transaction's lock, after the timer
-// was set under it); other types are left alone. The timer fires at once
-// rather than being stopped: a stopped timer stays in the runtime's timer
-// heap, its function and so the transaction with it, until its deadline
-// reaches the heap's head or stopped timers are a quarter of the heap
-// (Go 1.23 on), often the whole linger. Fired, it is taken out, and its
-// function finds the transaction terminated (sipgo's delete of a
-// terminated transaction does nothing). The timers sipgo stopped itself
-// (a client transaction's Timers A and B, a server transaction's 1xx
-// timer) are left to the runtime, which sweeps a heap once a timer reset
-// in it comes due, as these two are (reset to now): at once under load.
-// Firing those too cost ~4 % of the node's CPU per call
-// (sweepTimerHeaps).
-func stopTxTimer(tx any, index []int) {
-	v := reflect.ValueOf(tx)
-	switch tx.(type) {
-	case *sipmsg.ServerTx, *sipmsg.ClientTx:
-	default:
-		return
-	}
-	if index == nil || v.IsNil() {
-		return
-	}
-	f := v.Elem().FieldByIndex(index)
-	f = reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem()
-	if t, _ := f.Interface().(*time.Timer); t != nil {
-		t.Reset(0)
-	}
-}
+// transaction as long), through their unexported fields
+// (sipgohook.EndLinger), as ack.go wraps a transaction's connection. If a
+// sipgo upgrade renames or retypes them, New fails
+// (sipgohook.CheckTimers) and TestAckedCallFreesItsTransactions fails,
+// never silently.
 
 // answeredTxs is what an answered call's handler leaves behind for the
 // caller's ACK to end (liveCall.txs): the call's two INVITE transactions
@@ -294,7 +233,7 @@ func answeredOf(c *call) *answeredTxs {
 	// INVITE (wire.Parser puts its headers in one allocation and its
 	// text in one string).
 	return &answeredTxs{server: c.tx, client: l.tx, branch: branch, call: &ackedCall{
-		ruri: detachedURI(l.out.Recipient), from: detachedFrom(l.out.From()), seq: cs.SeqNo,
+		ruri: msgpart.DetachedURI(l.out.Recipient), from: msgpart.DetachedFrom(l.out.From()), seq: cs.SeqNo,
 		tp: l.out.Transport(), dest: l.out.Destination(), laddr: l.out.Laddr,
 		carrier: carrier.Addr().Unmap(),
 		callID:  c.callID, fk: l.fk,
@@ -355,7 +294,7 @@ func (p *Proxy) ackPassed(hop *inDialogHop, out *sipmsg.Request) {
 // the INVITE's and its To tag the answer's.
 func acknowledges(ack *sipmsg.Request, a *ackedCall) bool {
 	cs, to := ack.CSeq(), ack.To()
-	return cs != nil && to != nil && cs.SeqNo == a.seq && tagOf(to.Params) == a.fk.first()
+	return cs != nil && to != nil && cs.SeqNo == a.seq && msgpart.Tag(to.Params) == a.fk.first()
 }
 
 // endAnswered ends an answered call's INVITE transactions at its caller's
@@ -371,8 +310,8 @@ func (p *Proxy) endAnswered(txs *answeredTxs, ack *sipmsg.Request) {
 	p.acked.add(txs.branch, txs.call, time.Now())
 	txs.client.Terminate()
 	txs.server.Terminate()
-	stopTxTimer(txs.client, clientTxTimerM)
-	stopTxTimer(txs.server, serverTxTimerL)
+	sipgohook.EndLinger(txs.client)
+	sipgohook.EndLinger(txs.server)
 }
 
 // ackedAnswer handles a 2xx of an INVITE that matched no client
@@ -391,10 +330,10 @@ func (p *Proxy) ackedAnswer(res *sipmsg.Response) bool {
 		return false
 	}
 	src, err := netip.ParseAddrPort(res.Source())
-	if err != nil || src.Addr().Unmap() != a.carrier || callID(res) != a.callID {
+	if err != nil || src.Addr().Unmap() != a.carrier || msgpart.CallID(res) != a.callID {
 		return false
 	}
-	if to := res.To(); to != nil && tagOf(to.Params) == a.fk.first() {
+	if to := res.To(); to != nil && msgpart.Tag(to.Params) == a.fk.first() {
 		p.ackAgain(a)
 		return true
 	}
@@ -485,47 +424,4 @@ func (p *Proxy) writeRequest(ctx context.Context, req *sipmsg.Request) error {
 	}
 	defer func() { _, _ = c.TryClose() }()
 	return writeMsg(c, req)
-}
-
-// detachedFrom is a copy of f that shares no memory with the message f
-// came from (nil for nil).
-func detachedFrom(f *sipmsg.FromHeader) *sipmsg.FromHeader {
-	if f == nil {
-		return nil
-	}
-	return &sipmsg.FromHeader{
-		DisplayName: strings.Clone(f.DisplayName),
-		Address:     detachedURI(f.Address),
-		Params:      detachedParams(f.Params),
-	}
-}
-
-// detachedURI is a copy of u that shares no memory with the message u
-// came from. A URI of another scheme than sip and sips (tel:) keeps its
-// text in a field sipgo does not export: it is parsed again from a copy
-// of its text (h73).
-func detachedURI(u sipmsg.Uri) sipmsg.Uri {
-	if u.Raw() != "" {
-		// String writes a new string.
-		var c sipmsg.Uri
-		if sipmsg.ParseUri(u.String(), &c) == nil {
-			return c
-		}
-	}
-	u.Scheme, u.User = strings.Clone(u.Scheme), strings.Clone(u.User)
-	u.Password, u.Host = strings.Clone(u.Password), strings.Clone(u.Host)
-	u.UriParams, u.Headers = detachedParams(u.UriParams), detachedParams(u.Headers)
-	return u
-}
-
-// detachedParams is a copy of ps with copies of its strings (nil for nil).
-func detachedParams(ps sipmsg.HeaderParams) sipmsg.HeaderParams {
-	if ps == nil {
-		return nil
-	}
-	c := make(sipmsg.HeaderParams, len(ps))
-	for i, kv := range ps {
-		c[i] = sipmsg.HeaderKV{K: strings.Clone(kv.K), V: strings.Clone(kv.V)}
-	}
-	return c
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/siptest"
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 )
 
 // blackholeListener listens on TCP ip:0 with an accept backlog of 0: once
@@ -106,7 +107,7 @@ func TestStrayAnswerOverUDPDoesNotStallTheWorker(t *testing.T) {
 	opt := "OPTIONS sip:" + h.udp + " SIP/2.0\r\n" +
 		"Via: SIP/2.0/UDP 127.0.0.1:" + strconv.Itoa(la.Port) + ";branch=z9hG4bK-opt-stall;rport\r\n" +
 		"Max-Forwards: 70\r\nFrom: <sip:car@127.0.0.1>;tag=o1\r\nTo: <sip:node@" + h.udp + ">\r\n" +
-		"Call-ID: " + callID(ok) + "\r\nCSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n"
+		"Call-ID: " + msgpart.CallID(ok) + "\r\nCSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n"
 	ra, _ := net.ResolveUDPAddr("udp", h.udp)
 	time.Sleep(100 * time.Millisecond) // the 2xx first
 	if _, err := uc.WriteToUDP([]byte(opt), ra); err != nil {
@@ -132,7 +133,7 @@ func TestAckAgainDialBounded(t *testing.T) {
 	var a *ackedCall
 	h.p.acked.mu.Lock()
 	for _, c := range h.p.acked.m {
-		if c.callID == callID(ok) {
+		if c.callID == msgpart.CallID(ok) {
 			a = c
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"net"
 	"net/netip"
-	"reflect"
 	"runtime"
 	"strconv"
 	"strings"
@@ -12,7 +11,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-	"unsafe"
 	"weak"
 
 	sipmsg "github.com/emiago/sipgo/sip"
@@ -20,7 +18,7 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/redistest"
 	"github.com/cpsguard/cpsguard/internal/siptest"
-	"github.com/cpsguard/cpsguard/sip/internal/wire"
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 )
 
 // TestAckedCallEndsItsTransactions: once the caller's ACK of an answered
@@ -47,7 +45,7 @@ func TestAckedCallEndsItsTransactions(t *testing.T) {
 	acks := func(tag string) []*sipmsg.Request {
 		var out []*sipmsg.Request
 		for _, r := range car.requests(sipmsg.ACK) {
-			if tagOf(r.To().Params) == tag {
+			if msgpart.Tag(r.To().Params) == tag {
 				out = append(out, r)
 			}
 		}
@@ -93,7 +91,7 @@ func TestAckedCallEndsItsTransactions(t *testing.T) {
 	byes := func() int {
 		n := 0
 		for _, r := range car.requests(sipmsg.BYE) {
-			if tagOf(r.To().Params) == "fork-callee" {
+			if msgpart.Tag(r.To().Params) == "fork-callee" {
 				n++
 			}
 		}
@@ -181,10 +179,10 @@ func TestAckBeforeHandlerReturns(t *testing.T) {
 		out.SetDestination("127.0.0.1:5999")
 		to := &sipmsg.ToHeader{Address: out.Recipient, Params: sipmsg.NewParams()}
 		to.Params.Add("tag", tag)
-		ack := requestOf(out, sipmsg.ACK, out.Recipient, false, to, seq)
+		ack := msgpart.RequestOf(out, sipmsg.ACK, out.Recipient, false, to, seq)
 		stx, ctx := &fakeServerTx{done: make(chan struct{})}, newFakeClientTx()
 		lc := &liveCall{answered: true, ackFirst: ack}
-		c := &call{p: h.p, callID: callID(out), tx: stx, lc: lc, answered: true, answeredAt: time.Now(),
+		c := &call{p: h.p, callID: msgpart.CallID(out), tx: stx, lc: lc, answered: true, answeredAt: time.Now(),
 			ackLeg: &relayLeg{p: h.p, out: out, tx: ctx, fk: &forkSet{okKnown: true, okTag: "callee"}}}
 		return c, stx, ctx, branch
 	}
@@ -243,7 +241,7 @@ func TestAckedTableBounds(t *testing.T) {
 // INVITE transactions are not only ended but unreachable, so the
 // collector frees the call's messages then, not at the end of the linger
 // (sipgo's Terminate leaves the Accepted state's timer armed, and its
-// function holds the transaction: stopTxTimer). A call whose caller has
+// function holds the transaction: sipgohook.EndLinger). A call whose caller has
 // not ACKed yet keeps them.
 func TestAckedCallFreesItsTransactions(t *testing.T) {
 	h, _, peer, _ := rawAnsweringSetup(t)
@@ -398,7 +396,7 @@ func TestAckedStreamCallEndsItsTransactions(t *testing.T) {
 				caller = siptest.StartTLSCaller(t, "127.0.0.2", k.clientTLS(t, "", ""))
 			}
 			ok := answeredCall(t, caller, proxy)
-			id := callID(ok)
+			id := msgpart.CallID(ok)
 			gone := heldTxs(t, h, id)
 
 			ack := inDialogOf(t, caller, proxy, ok, sipmsg.ACK)
@@ -421,7 +419,7 @@ func TestAckedStreamCallEndsItsTransactions(t *testing.T) {
 			}
 			again := sipmsg.NewResponseFromRequest(inv[0], 200, "OK", nil)
 			again.To().Params.Remove("tag")
-			again.To().Params.Add("tag", tagOf(ok.To().Params))
+			again.To().Params.Add("tag", msgpart.Tag(ok.To().Params))
 			again.SetSource(car.Addr)
 			again.SetTransport(strings.ToUpper(tc.carrier))
 			if !h.p.ackedAnswer(again) {
@@ -495,7 +493,7 @@ func TestHoldAnsweredTxEndsMeanwhile(t *testing.T) {
 	out.SetTransport("UDP")
 	out.SetDestination("127.0.0.1:5999")
 	lc := &liveCall{answered: true}
-	c := &call{p: h.p, callID: callID(out), tx: &fakeServerTx{done: make(chan struct{})}, lc: lc, answered: true, answeredAt: time.Now(),
+	c := &call{p: h.p, callID: msgpart.CallID(out), tx: &fakeServerTx{done: make(chan struct{})}, lc: lc, answered: true, answeredAt: time.Now(),
 		ackLeg: &relayLeg{p: h.p, out: out, tx: endingClientTx{newFakeClientTx()}, fk: &forkSet{okKnown: true, okTag: "callee"}}}
 	h.p.holdAnswered(c)
 	lc.mu.Lock()
@@ -588,116 +586,5 @@ func TestAckedCallSendsItsAckAgainAsRelayed(t *testing.T) {
 				t.Errorf("the ACK sent again left from %s, the first from %s", again.from, first.from)
 			}
 		})
-	}
-}
-
-// TestStopTxTimerFires: endAnswered's linger timers (Timers L and M) are
-// fired, not stopped. txsFreed has the runtime sweep stopped timers from
-// its heaps before it looks, so a Stop there would free the transactions
-// in the tests and hold them for the whole linger on a quiet node; this
-// is the check that tells the two apart.
-func TestStopTxTimerFires(t *testing.T) {
-	if err := checkTxTimers(); err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		name  string
-		tx    any
-		index []int
-	}{
-		{"server tx, timer L", &sipmsg.ServerTx{}, serverTxTimerL},
-		{"client tx, timer M", &sipmsg.ClientTx{}, clientTxTimerM},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			fired := make(chan struct{})
-			tm := time.AfterFunc(time.Hour, func() { close(fired) })
-			defer tm.Stop()
-			f := reflect.ValueOf(tc.tx).Elem().FieldByIndex(tc.index)
-			reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Set(reflect.ValueOf(tm))
-			stopTxTimer(tc.tx, tc.index)
-			select {
-			case <-fired:
-			case <-time.After(10 * time.Second):
-				t.Fatal("the linger timer did not fire within 10 s of stopTxTimer")
-			}
-		})
-	}
-}
-
-// TestDetachedFromSharesNothing: what an answered call keeps of its
-// INVITE after the INVITE (ackedCall's From and Request-URI) shares no
-// byte with the parsed message, whose parser put all its text in one
-// string: a kept part would keep the whole message's text.
-func TestDetachedFromSharesNothing(t *testing.T) {
-	raw := "INVITE sip:+1555@192.0.2.1:5060;user=phone?X=y SIP/2.0\r\n" +
-		"Via: SIP/2.0/UDP 127.0.0.2:5060;branch=z9hG4bK-1\r\n" +
-		"From: \"Alice\" <sip:alice:pw@example.com;transport=udp>;tag=abc;x\r\n" +
-		"To: <sip:+1555@example.com>\r\nCall-ID: c1\r\nCSeq: 1 INVITE\r\nContent-Length: 0\r\n\r\n"
-	m, err := wire.NewParser(MaxMessageSize).ParseSIP([]byte(raw))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := m.(*sipmsg.Request)
-	from, ruri := detachedFrom(req.From()), detachedURI(req.Recipient)
-	if from.String() != req.From().String() || ruri.String() != req.Recipient.String() {
-		t.Fatalf("copies %q %q differ from %q %q", from, ruri.String(), req.From(), req.Recipient.String())
-	}
-	var shared []string
-	check := func(what, got, orig string) {
-		if got != "" && unsafe.StringData(got) == unsafe.StringData(orig) {
-			shared = append(shared, what)
-		}
-	}
-	checkURI := func(what string, got, orig sipmsg.Uri) {
-		check(what+" scheme", got.Scheme, orig.Scheme)
-		check(what+" user", got.User, orig.User)
-		check(what+" password", got.Password, orig.Password)
-		check(what+" host", got.Host, orig.Host)
-		for i := range orig.UriParams {
-			check(what+" parameter", got.UriParams[i].K, orig.UriParams[i].K)
-			check(what+" parameter value", got.UriParams[i].V, orig.UriParams[i].V)
-		}
-		for i := range orig.Headers {
-			check(what+" header", got.Headers[i].K, orig.Headers[i].K)
-		}
-	}
-	check("display name", from.DisplayName, req.From().DisplayName)
-	checkURI("From", from.Address, req.From().Address)
-	for i := range req.From().Params {
-		check("From parameter", from.Params[i].K, req.From().Params[i].K)
-		check("From parameter value", from.Params[i].V, req.From().Params[i].V)
-	}
-	checkURI("Request-URI", ruri, req.Recipient)
-	if len(shared) > 0 {
-		t.Fatalf("the copies share the INVITE's text: %v", shared)
-	}
-	if detachedFrom(nil) != nil || detachedParams(nil) != nil {
-		t.Fatal("nil not copied as nil")
-	}
-}
-
-// TestDetachedTelURISharesNothing: a tel: URI keeps its text in a field
-// sipgo does not export; the copy still shares none of the INVITE's (h73).
-// It is parsed again from its written form: what the node writes of it
-// (scheme and text) is kept, not a host or port set on it, which sipgo
-// neither writes nor routes by for such a URI (h74).
-func TestDetachedTelURISharesNothing(t *testing.T) {
-	raw := "INVITE tel:+15551234567;phone-context=example.com SIP/2.0\r\n" +
-		"Via: SIP/2.0/UDP 127.0.0.2:5060;branch=z9hG4bK-1\r\nFrom: <tel:+15550000000>;tag=abc\r\n" +
-		"To: <tel:+15551234567>\r\nCall-ID: c1\r\nCSeq: 1 INVITE\r\nContent-Length: 0\r\n\r\n"
-	m, err := wire.NewParser(MaxMessageSize).ParseSIP([]byte(raw))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := m.(*sipmsg.Request)
-	ru, f := detachedURI(req.Recipient), detachedFrom(req.From())
-	if !reflect.DeepEqual(ru, req.Recipient) || !reflect.DeepEqual(f.Address, req.From().Address) {
-		t.Fatalf("copies %#v %#v differ from %#v %#v", ru, f.Address, req.Recipient, req.From().Address)
-	}
-	if unsafe.StringData(ru.Raw()) == unsafe.StringData(req.Recipient.Raw()) {
-		t.Errorf("the copied Request-URI %q shares the INVITE's text", ru.Raw())
-	}
-	if unsafe.StringData(f.Address.Raw()) == unsafe.StringData(req.From().Address.Raw()) {
-		t.Errorf("the copied From URI %q shares the INVITE's text", f.Address.Raw())
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/siptest"
 	"github.com/cpsguard/cpsguard/sip/internal/invites"
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 	"github.com/cpsguard/cpsguard/sip/internal/refusals"
 )
 
@@ -104,7 +105,7 @@ func FuzzRefusedKeys(f *testing.F) {
 		}
 		if raw := tab.AttemptHash(inv.CallID(), inv.FromTag(), inv.CSeqNo(), from, "UDP"); raw != attempt {
 			t.Errorf("%q: attempt raw (%q %q %d), parsed (%q %q %d)", msg, inv.CallID(), inv.FromTag(), inv.CSeqNo(),
-				callID(req), tagOf(req.From().Params), req.CSeq().SeqNo)
+				msgpart.CallID(req), msgpart.Tag(req.From().Params), req.CSeq().SeqNo)
 		}
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/cpsguard/cpsguard/admission"
 	callplaces "github.com/cpsguard/cpsguard/calls"
 	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 )
 
 // TestHungUpAnswerGoesToCarrierNotContact: a 2xx the node hangs up itself
@@ -99,7 +100,7 @@ func TestForkedSecondAnswerHungUp(t *testing.T) {
 	rawAnsweredCall(t, peer, h.udp, "forked")
 	waitFor(t, func() bool {
 		for _, r := range car.requests(sipmsg.BYE) {
-			if tagOf(r.To().Params) == "fork-b" {
+			if msgpart.Tag(r.To().Params) == "fork-b" {
 				return true
 			}
 		}
@@ -110,20 +111,20 @@ func TestForkedSecondAnswerHungUp(t *testing.T) {
 	waitFor(t, func() bool {
 		n := 0
 		for _, r := range car.requests(sipmsg.ACK) {
-			if tagOf(r.To().Params) == "fork-b" {
+			if msgpart.Tag(r.To().Params) == "fork-b" {
 				n++
 			}
 		}
 		return n == 3
 	}, "an ACK of each copy of the second answer")
 	for _, r := range peer.responses() {
-		if r.IsSuccess() && r.CSeq().MethodName == sipmsg.INVITE && tagOf(r.To().Params) != "raw-callee" {
-			t.Errorf("the caller got a second answer, To tag %q", tagOf(r.To().Params))
+		if r.IsSuccess() && r.CSeq().MethodName == sipmsg.INVITE && msgpart.Tag(r.To().Params) != "raw-callee" {
+			t.Errorf("the caller got a second answer, To tag %q", msgpart.Tag(r.To().Params))
 		}
 	}
 	byes := 0
 	for _, r := range car.requests(sipmsg.BYE) {
-		if tagOf(r.To().Params) == "fork-b" {
+		if msgpart.Tag(r.To().Params) == "fork-b" {
 			byes++
 		}
 	}
@@ -162,7 +163,7 @@ func TestCarrierByeWithCallersTagEndsTheCall(t *testing.T) {
 	car.answer = func(req *sipmsg.Request) *sipmsg.Response {
 		if req.IsInvite() {
 			res := sipmsg.NewResponseFromRequest(req, 200, "OK", nil)
-			res.To().Params.Add("tag", tagOf(req.From().Params))
+			res.To().Params.Add("tag", msgpart.Tag(req.From().Params))
 			res.AppendHeader(car.contact())
 			return res
 		}
@@ -342,7 +343,7 @@ func calleeRequest(e *udpEnd, method sipmsg.RequestMethod, routes []string, ok *
 // refused 503 (a refresh refused ends the call). The budget is now the
 // dialog's with its carrier leg: x's re-INVITEs count against x's.
 func TestFailedCarrierCannotSpendTheReinviteBudget(t *testing.T) {
-	x, y, cfg := rerouteCarriers(t, func(req *sipmsg.Request) bool { return req.IsInvite() && !hasToTag(req) })
+	x, y, cfg := rerouteCarriers(t, func(req *sipmsg.Request) bool { return req.IsInvite() && !msgpart.HasToTag(req) })
 	cfg.SIP.DialogSecret = "a-pool-secret-of-sixteen-chars"
 	store := admission.NewLocalStore(nil)
 	_, pacer1 := newFakes()
@@ -387,7 +388,7 @@ func TestFailedCarrierCannotSpendTheReinviteBudget(t *testing.T) {
 	for _, rr := range y.requests(sipmsg.INVITE)[0].GetHeaders("Record-Route") {
 		yRoutes = append(yRoutes, rr.Value())
 	}
-	calleeTag := tagOf(ok.To().Params)
+	calleeTag := msgpart.Tag(ok.To().Params)
 	before := len(peer.requests(sipmsg.INVITE))
 	y.send(h1.udp, calleeRequest(y, sipmsg.INVITE, yRoutes, ok, calleeTag, 200, "z9hG4bK.y-refresh"))
 	waitFor(t, func() bool {

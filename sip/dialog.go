@@ -15,6 +15,7 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/policy"
 	"github.com/cpsguard/cpsguard/sip/internal/invites"
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 	"github.com/cpsguard/cpsguard/sip/internal/oc"
 )
 
@@ -32,13 +33,6 @@ const (
 	reinviteWindow = time.Minute
 )
 
-// hasToTag reports whether req's To header has a tag: the mark of a
-// request inside a dialog (RFC 3261 12.2) as its sender presents it.
-func hasToTag(req *sipmsg.Request) bool {
-	to := req.To()
-	return to != nil && to.Params.Has("tag")
-}
-
 // inDialog reports whether the proxy treats req as a request inside a
 // dialog: its To tag is set, or one of the proxy's own entries on top of
 // its Route carries a dialog token (";cg="), whatever its tags say. Such a
@@ -46,7 +40,7 @@ func hasToTag(req *sipmsg.Request) bool {
 // tags); it is never taken for a new call (which would lose its Route and
 // be admitted) nor answered as an out-of-dialog request.
 func (p *Proxy) inDialog(req *sipmsg.Request) bool {
-	return hasToTag(req) || p.routesOwnToken(req)
+	return msgpart.HasToTag(req) || p.routesOwnToken(req)
 }
 
 // routesOwnToken reports whether one of the proxy's own entries on top of
@@ -65,15 +59,6 @@ func (p *Proxy) routesOwnToken(req *sipmsg.Request) bool {
 		n++
 	}
 	return false
-}
-
-// tagOf returns the tag parameter of a From or To header.
-func tagOf(ps sipmsg.HeaderParams) string {
-	if ps == nil {
-		return ""
-	}
-	v, _ := ps.Get("tag")
-	return v
 }
 
 // prepareInDialog's statuses besides SIP codes.
@@ -135,7 +120,7 @@ func (p *Proxy) prepareInDialog(req *sipmsg.Request, count bool) (inDialogHop, i
 	if err != nil {
 		return refuse("source")
 	}
-	out := forwardCopy(req)
+	out := msgpart.ForwardCopy(req)
 	popped, tokens := popOwnRoutesTokens(p, out)
 	if popped == 0 {
 		// Not routed through the proxy (its Route entries name another
@@ -145,13 +130,13 @@ func (p *Proxy) prepareInDialog(req *sipmsg.Request, count bool) (inDialogHop, i
 		}
 		return inDialogHop{}, sipmsg.StatusCallTransactionDoesNotExists
 	}
-	id := callID(req)
+	id := msgpart.CallID(req)
 	fromTag, toTag := "", ""
 	if f := req.From(); f != nil {
-		fromTag = tagOf(f.Params)
+		fromTag = msgpart.Tag(f.Params)
 	}
 	if t := req.To(); t != nil {
-		toTag = tagOf(t.Params)
+		toTag = msgpart.Tag(t.Params)
 	}
 	if fromTag == "" || toTag == "" {
 		// A request inside a dialog names both ends' tags (every dialog
@@ -209,7 +194,7 @@ func (p *Proxy) prepareInDialog(req *sipmsg.Request, count bool) (inDialogHop, i
 		callerTag, calleeTag = toTag, fromTag
 	}
 	hop.key, hop.callee = callKeyOf(id, callerTag, hop.legs.Peer.Addr), calleeTag
-	decMaxForwards(out)
+	msgpart.DecMaxForwards(out)
 	tp := hop.to.Name()
 	lo := addVia(p, out, tp, hop.to.Addr.Addr())
 	out.SetTransport(tp)
@@ -227,7 +212,7 @@ func (p *Proxy) refuseInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction,
 	case refuseDialog:
 		if p.log.Enabled(context.Background(), slog.LevelDebug) {
 			p.log.Debug("in-dialog request without a valid dialog token or from the wrong leg refused",
-				"method", string(req.Method), "call_id", callID(req), "source", req.Source())
+				"method", string(req.Method), "call_id", msgpart.CallID(req), "source", req.Source())
 		}
 		p.answerOnce(req, tx, sipmsg.StatusForbidden, "Forbidden")
 	default:
@@ -263,9 +248,9 @@ func refusalReason(code int) string {
 func (p *Proxy) reinviteAllowed(cfg *config.Config, req *sipmsg.Request, hop inDialogHop) (bool, error) {
 	ftag := ""
 	if hop.dir == fromPeer {
-		ftag = tagOf(req.From().Params)
+		ftag = msgpart.Tag(req.From().Params)
 	} else {
-		ftag = tagOf(req.To().Params)
+		ftag = msgpart.Tag(req.To().Params)
 	}
 	// The dialog with its carrier leg: a carrier the call moved on from
 	// still holds the token of its own attempt, which another node of the
@@ -273,9 +258,9 @@ func (p *Proxy) reinviteAllowed(cfg *config.Config, req *sipmsg.Request, hop inD
 	// reaches it (tokensOver: about a second; never without
 	// Options.DialogEnds); its re-INVITEs count against that leg, never
 	// the budget of the carrier holding the call.
-	sum := sha256.Sum256([]byte(callID(req) + "\x00" + ftag + "\x00" + hop.legs.Carrier.Addr.String()))
+	sum := sha256.Sum256([]byte(msgpart.CallID(req) + "\x00" + ftag + "\x00" + hop.legs.Carrier.Addr.String()))
 	b := admission.Bucket{Key: policy.DialogKey(cfg.Store.KeyPrefix, hex.EncodeToString(sum[:12])), Limit: reinviteLimit, Window: reinviteWindow}
-	tx := sha256.Sum256([]byte(callID(req) + "\x00" + string(invites.KeyOf(req)) + "\x00" + req.Source() + "\x00" + req.Transport()))
+	tx := sha256.Sum256([]byte(msgpart.CallID(req) + "\x00" + string(invites.KeyOf(req)) + "\x00" + req.Source() + "\x00" + req.Transport()))
 	ctx, cancel := context.WithTimeout(p.base, storeBudget)
 	defer cancel()
 	dec, err := p.adm.Admit(ctx, "reinvite/"+hex.EncodeToString(tx[:16]), []admission.Bucket{b})
@@ -315,7 +300,7 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 		ok, err := p.reinviteAllowed(p.cfg(), req, hop)
 		if err != nil || !ok {
 			if err != nil {
-				p.log.Debug("re-INVITE limit store failed", "call_id", callID(req), "error", err)
+				p.log.Debug("re-INVITE limit store failed", "call_id", msgpart.CallID(req), "error", err)
 			} else {
 				p.m.SIPErrors.WithLabelValues("reinvite_limit").Inc()
 			}
@@ -333,7 +318,7 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 	p.ackOrder.Wait(ackOrderKey{hop.key, hop.dir})
 	d := &dialogLeg{
 		relayLeg: relayLeg{p: p, out: hop.out, ctx: context.Background(), shutdown: p.base.Done()},
-		server:   txUpstream{p: p, req: req, tx: tx, dest: upstreamOf(req), oc: p.dialogOCPeer(req, &hop), hop: &hop},
+		server:   txUpstream{p: p, req: req, tx: tx, dest: msgpart.UpstreamOf(req), oc: p.dialogOCPeer(req, &hop), hop: &hop},
 	}
 	l := &d.relayLeg
 	l.up = &d.server
@@ -346,7 +331,7 @@ func (p *Proxy) forwardInDialog(req *sipmsg.Request, tx sipmsg.ServerTransaction
 	}
 	err := l.send(target{host: hop.to.Addr.Addr().String(), port: int(hop.to.Addr.Port()), transport: hop.to.Name()})
 	if err != nil {
-		p.log.Debug("in-dialog forward failed", "method", string(req.Method), "call_id", callID(req), "error", err)
+		p.log.Debug("in-dialog forward failed", "method", string(req.Method), "call_id", msgpart.CallID(req), "error", err)
 		p.answer(req, tx, sipmsg.StatusServiceUnavailable, "Service Unavailable")
 		return
 	}
@@ -387,7 +372,7 @@ type txUpstream struct {
 	p    *Proxy
 	req  *sipmsg.Request
 	tx   sipmsg.ServerTransaction
-	dest string // upstreamOf(req)
+	dest string // msgpart.UpstreamOf(req)
 	oc   string // the dialog's peer's name when req is its and asks for overload control (oc.go), else ""
 	hop  *inDialogHop
 }
@@ -404,7 +389,7 @@ func (u *txUpstream) relay(r *sipmsg.Response) error {
 		}
 		u.p.dialogEnded(u.hop.key, u.hop.callee, r.StatusCode, bye, u.hop.dir)
 	}
-	out := relayResponse(r, u.dest, u.req.Transport())
+	out := msgpart.RelayResponse(r, u.dest, u.req.Transport())
 	if out.Via() == nil {
 		return u.p.noVia(out)
 	}
@@ -418,47 +403,6 @@ func (u *txUpstream) relay(r *sipmsg.Response) error {
 
 // respond answers upstream with the proxy's own response.
 func (u *txUpstream) respond(code int, reason string) { u.p.answer(u.req, u.tx, code, reason) }
-
-// requestOf builds a request the proxy originates in the dialog of inv, a
-// request it forwarded: method to ruri, inv's SIP version, its Route set
-// (when routes), Max-Forwards 70, inv's From and Call-ID, the given To
-// (the answer's, with the callee's tag, or inv's own), CSeq seq, no body.
-// Headers missing from inv or to are left out (never a nil header). The
-// caller adds the Via and the addressing.
-func requestOf(inv *sipmsg.Request, method sipmsg.RequestMethod, ruri sipmsg.Uri, routes bool, to sipmsg.Header, seq uint32) *sipmsg.Request {
-	r := sipmsg.NewRequest(method, ruri)
-	r.SipVersion = inv.SipVersion
-	if routes {
-		for _, h := range inv.GetHeaders("Route") {
-			r.AppendHeader(sipmsg.HeaderClone(h))
-		}
-	}
-	mf := sipmsg.MaxForwardsHeader(70)
-	r.AppendHeader(&mf)
-	if f := inv.From(); f != nil {
-		r.AppendHeader(sipmsg.HeaderClone(f))
-	}
-	if to != nil && !isNilHeader(to) {
-		r.AppendHeader(sipmsg.HeaderClone(to))
-	}
-	if id := inv.CallID(); id != nil {
-		r.AppendHeader(sipmsg.HeaderClone(id))
-	}
-	r.AppendHeader(&sipmsg.CSeqHeader{SeqNo: seq, MethodName: method})
-	r.SetBody(nil)
-	return r
-}
-
-// isNilHeader reports a typed nil header (a nil *ToHeader in an interface).
-func isNilHeader(h sipmsg.Header) bool {
-	switch v := h.(type) {
-	case *sipmsg.ToHeader:
-		return v == nil
-	case *sipmsg.FromHeader:
-		return v == nil
-	}
-	return false
-}
 
 // onAck forwards ACKs for 2xx between the legs of their dialog,
 // statelessly. ACKs for the proxy's own or relayed non-2xx responses are
@@ -481,7 +425,7 @@ func (p *Proxy) relayAck(hop *inDialogHop, req *sipmsg.Request) {
 		return // ended, or over its rate: dropped
 	}
 	if err := p.sendAck(hop.out, nil); err != nil {
-		p.log.Debug("ACK forward failed", "call_id", callID(req), "error", err)
+		p.log.Debug("ACK forward failed", "call_id", msgpart.CallID(req), "error", err)
 		return
 	}
 	p.ackPassed(hop, hop.out)
@@ -540,7 +484,7 @@ func (p *Proxy) dialogOCPeer(req *sipmsg.Request, hop *inDialogHop) string {
 	if hop.dir != fromPeer || !oc.Asked(req.Via()) {
 		return ""
 	}
-	src, ok := sourceAddr(req)
+	src, ok := msgpart.SourceAddr(req)
 	if !ok {
 		return ""
 	}

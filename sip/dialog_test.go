@@ -16,6 +16,7 @@ import (
 	callplaces "github.com/cpsguard/cpsguard/calls"
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/siptest"
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 )
 
 // rawInvite builds an initial INVITE from the raw end point e to proxy
@@ -48,7 +49,7 @@ func finalOfRaw(e *udpEnd, id string, m sipmsg.RequestMethod, skip int) *sipmsg.
 	for time.Now().Before(deadline) {
 		n := 0
 		for _, r := range e.responses() {
-			if r.StatusCode >= 200 && callID(r) == id && r.CSeq().MethodName == m {
+			if r.StatusCode >= 200 && msgpart.CallID(r) == id && r.CSeq().MethodName == m {
 				if n == skip {
 					return r
 				}
@@ -473,10 +474,10 @@ func TestFailedCallTokenRefused(t *testing.T) {
 	}
 	car.mu.Lock()
 	car.answer = func(req *sipmsg.Request) *sipmsg.Response {
-		if req.IsInvite() && !hasToTag(req) && busy.Load() {
+		if req.IsInvite() && !msgpart.HasToTag(req) && busy.Load() {
 			return early(req, 180, "Ringing") // Record-Route copied; the 486 follows
 		}
-		if req.IsInvite() && hasToTag(req) {
+		if req.IsInvite() && msgpart.HasToTag(req) {
 			return sipmsg.NewResponseFromRequest(req, 200, "OK", nil) // a UAS that takes it
 		}
 		return answer(req)
@@ -511,7 +512,7 @@ func TestFailedCallTokenRefused(t *testing.T) {
 		deadline := time.Now().Add(5 * time.Second)
 		for time.Now().Before(deadline) {
 			for _, r := range peer.responses() {
-				if r.StatusCode >= 200 && callID(r) == id && r.CSeq().SeqNo == seq {
+				if r.StatusCode >= 200 && msgpart.CallID(r) == id && r.CSeq().SeqNo == seq {
 					return r
 				}
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/lua"
 	"github.com/cpsguard/cpsguard/sip/internal/dialogguard"
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 )
 
 // What a dialog may still do, per node: package dialogguard keeps it
@@ -212,7 +213,7 @@ func (p *Proxy) admitInDialog(hop *inDialogHop, count bool, req *sipmsg.Request)
 		if count {
 			p.m.SIPErrors.WithLabelValues("dialog_rate").Inc()
 		}
-		p.logOverRate(now, callID(req))
+		p.logOverRate(now, msgpart.CallID(req))
 		return sipmsg.StatusServiceUnavailable
 	}
 	return 0

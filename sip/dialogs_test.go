@@ -15,6 +15,7 @@ import (
 	sipmsg "github.com/emiago/sipgo/sip"
 
 	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 )
 
 // methodsAfterTheEnd are the requests a peer sent in a dialog after its
@@ -234,7 +235,7 @@ func TestDialogEndsSharedAcrossNodes(t *testing.T) {
 		t.Fatalf("BYE through node A: %v, want 200", r)
 	}
 	src := netip.MustParseAddrPort(peer.addr())
-	d := dialogKeyOf(callKeyOf("pooled", tagOf(ok.From().Params), src), tagOf(ok.To().Params))
+	d := dialogKeyOf(callKeyOf("pooled", msgpart.Tag(ok.From().Params), src), msgpart.Tag(ok.To().Params))
 	waitFor(t, func() bool { return b.p.dialogs.IsEnded(d, time.Now()) }, "node B knows the dialog ended")
 	info := inDialogOf(t, peer.caller(), a.udp, ok, sipmsg.INFO)
 	peer.send(b.udp, withVia(info, peer.addr(), "z9hG4bK.pool-info"))

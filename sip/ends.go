@@ -9,6 +9,8 @@ import (
 	"time"
 
 	sipmsg "github.com/emiago/sipgo/sip"
+
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 )
 
 // How a call ends, as the proxy learns it.
@@ -56,7 +58,7 @@ func callKeyOf(callID, callerTag string, peer netip.AddrPort) callKey {
 // From tag (From must be there) and source leg.
 func peerCallKey(req *sipmsg.Request) callKey {
 	src, _ := netip.ParseAddrPort(req.Source())
-	return callKeyOf(callID(req), tagOf(req.From().Params), netip.AddrPortFrom(src.Addr().Unmap(), src.Port()))
+	return callKeyOf(msgpart.CallID(req), msgpart.Tag(req.From().Params), netip.AddrPortFrom(src.Addr().Unmap(), src.Port()))
 }
 
 // String is the key as the call places tracker names the dialog (Bind,
@@ -67,10 +69,10 @@ func (k callKey) String() string { return hex.EncodeToString(k[:]) }
 // the peer's, swapped for the carrier's.
 func dialogTags(req sipmsg.Message, dir direction) (caller, callee string) {
 	if f := req.From(); f != nil {
-		caller = tagOf(f.Params)
+		caller = msgpart.Tag(f.Params)
 	}
 	if t := req.To(); t != nil {
-		callee = tagOf(t.Params)
+		callee = msgpart.Tag(t.Params)
 	}
 	if dir == fromCarrier {
 		caller, callee = callee, caller

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cpsguard/cpsguard/internal/lograte"
 	"github.com/cpsguard/cpsguard/internal/safetext"
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 )
 
 // Reasons of the event lines ("reason" key): why a call was not forwarded
@@ -90,7 +91,7 @@ func (c *call) event() {
 	}
 	attrs := make([]slog.Attr, 0, 12)
 	attrs = append(attrs,
-		slog.String("call_id", clip(callID(c.req))),
+		slog.String("call_id", clip(msgpart.CallID(c.req))),
 		slog.String("source", c.req.Source()),
 		slog.String("peer", c.peer),
 	)

@@ -8,6 +8,7 @@ import (
 	sipmsg "github.com/emiago/sipgo/sip"
 
 	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 )
 
 // FuzzRequestHandling runs what the proxy does with a message before and
@@ -53,14 +54,14 @@ func FuzzRequestHandling(f *testing.F) {
 		if !wellFormed(req) {
 			return // the screen never lets such a request reach the paths below
 		}
-		_ = headerValue(req, "X-Customer")
-		if hasToTag(req) {
+		_ = msgpart.HeaderValue(req, "X-Customer")
+		if msgpart.HasToTag(req) {
 			if hop, code := p.prepareInDialog(req, true); code == 0 {
 				_ = hop.out.String()
 			}
 			return
 		}
-		tok, _ := p.keys.mint(cfg, dialogLegs{}, callID(req), tagOf(req.From().Params))
+		tok, _ := p.keys.mint(cfg, dialogLegs{}, msgpart.CallID(req), msgpart.Tag(req.From().Params))
 		out := p.outboundInvite(cfg, req, target{host: "127.0.0.1", port: 5070, transport: "UDP"}, tok)
 		_ = out.String()
 	})

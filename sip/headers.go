@@ -3,7 +3,6 @@ package sip
 import (
 	"net"
 	"net/netip"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -11,6 +10,7 @@ import (
 
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/policy"
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 	"github.com/cpsguard/cpsguard/sip/internal/opaque"
 )
 
@@ -96,25 +96,6 @@ func popOwnRoutesFunc(p *Proxy, req *sipmsg.Request, visit func(*sipmsg.Uri)) in
 	}
 }
 
-// decMaxForwards replaces Max-Forwards by its value minus one (70 - 1 when
-// absent). The header is replaced, not changed in place: sipgo's clones
-// share it with the original request.
-func decMaxForwards(req *sipmsg.Request) {
-	v := uint32(70)
-	if mf := req.MaxForwards(); mf != nil {
-		v = mf.Val()
-	}
-	if v > 0 {
-		v--
-	}
-	mf := sipmsg.MaxForwardsHeader(v)
-	if req.MaxForwards() != nil {
-		req.ReplaceHeader(&mf)
-	} else {
-		req.AppendHeader(&mf)
-	}
-}
-
 // addVia puts the proxy's Via (new branch) on top of req for transport tp
 // towards the next hop's address to, and returns how the proxy names
 // itself on it (localFor).
@@ -163,7 +144,7 @@ func prependVia(p *Proxy, req *sipmsg.Request, tp string, to netip.Addr, below [
 		var buf [8]sipmsg.Header
 		hs := append(buf[:0], via)
 		for _, h := range req.Headers() {
-			if isVia(h) {
+			if msgpart.IsVia(h) {
 				hs = append(hs, h)
 			}
 		}
@@ -185,27 +166,6 @@ func prependVia(p *Proxy, req *sipmsg.Request, tp string, to netip.Addr, below [
 // INVITE before it is forwarded (sip.strip_headers; by default the
 // customer header).
 func stripHeaders(cfg *config.Config) []string { return cfg.Stripped() }
-
-// removeHeaders removes every header of m named name, in any case: header
-// names are case-insensitive (RFC 3261 7.3.1), but sipgo's RemoveHeader
-// matches a name exactly as the sender wrote it, and keeps the sender's
-// spelling of the headers it does not know (x-customer stayed in a
-// forwarded INVITE that sip.strip_headers said to strip as X-Customer).
-func removeHeaders(m interface {
-	Headers() []sipmsg.Header
-	RemoveHeader(string) bool
-}, name string) {
-	var spellings []string
-	for _, h := range m.Headers() {
-		if n := h.Name(); strings.EqualFold(n, name) && !slices.Contains(spellings, n) {
-			spellings = append(spellings, n)
-		}
-	}
-	for _, n := range spellings {
-		for m.RemoveHeader(n) {
-		}
-	}
-}
 
 // legSide is one side of a forwarded request, as the proxy's
 // Record-Route names itself to it: its transport and address.
@@ -229,7 +189,7 @@ func recordRoutes(dst []sipmsg.Header, p *Proxy, in, out legSide, token string) 
 			Port:      lo.port,
 			UriParams: sipmsg.NewParams(),
 		}}
-		h.Address.UriParams.Add("transport", lowerTransport(tp))
+		h.Address.UriParams.Add("transport", msgpart.LowerTransport(tp))
 		h.Address.UriParams.Add("lr", "")
 		if token != "" {
 			h.Address.UriParams.Add(tokenParam, token)
@@ -243,27 +203,4 @@ func recordRoutes(dst []sipmsg.Header, p *Proxy, in, out legSide, token string) 
 		dst = append(dst, rr(in.transport, loIn))
 	}
 	return dst
-}
-
-// hostAddr is host (a URI's or Via's, brackets allowed) as an address;
-// invalid when it is a name.
-func hostAddr(host string) netip.Addr {
-	a, err := netip.ParseAddr(strings.Trim(host, "[]"))
-	if err != nil {
-		return netip.Addr{}
-	}
-	return a.Unmap().WithZone("")
-}
-
-// headerList is a SIP message's header list (*sipmsg.Request and
-// *sipmsg.Response): walked in place, where GetHeaders would allocate a
-// slice of the matches.
-type headerList interface {
-	Headers() []sipmsg.Header
-}
-
-// isVia reports a Via header, as GetHeaders("Via") matches one (its name
-// folded to lower case).
-func isVia(h sipmsg.Header) bool {
-	return sipmsg.HeaderToLower(h.Name()) == "via"
 }

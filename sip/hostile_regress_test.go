@@ -15,6 +15,7 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/siptest"
 	"github.com/cpsguard/cpsguard/sip/internal/invites"
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 )
 
 // Regression tests of the session-5 attack review of the stateless relay
@@ -354,14 +355,14 @@ func TestDuplicateToNotRelayed(t *testing.T) {
 	firstTo := "To: " + (&sipmsg.ToHeader{Address: ok.To().Address}).Value() + "\r\n"
 	raw = strings.Replace(raw, "To: ", firstTo+"To: ", 1)
 	m, err := sipmsg.ParseMessage([]byte(raw))
-	if err != nil || tagOf(m.To().Params) == "" {
+	if err != nil || msgpart.Tag(m.To().Params) == "" {
 		t.Fatalf("sipgo must read the test's re-INVITE with the To tag (err %v):\n%s", err, raw)
 	}
 	ra, _ := net.ResolveUDPAddr("udp", h.udp)
 	if _, err := peer.conn.WriteToUDP([]byte(raw), ra); err != nil {
 		t.Fatal(err)
 	}
-	r := finalOfRaw(peer, callID(ok), sipmsg.INVITE, 0)
+	r := finalOfRaw(peer, msgpart.CallID(ok), sipmsg.INVITE, 0)
 	if r == nil || r.StatusCode != 400 {
 		t.Fatalf("re-INVITE with two To headers: %v, want 400", r)
 	}
@@ -458,14 +459,14 @@ func TestQuotedToParamNotRelayed(t *testing.T) {
 		re = withVia(re, peer.addr(), "z9hG4bK.quoted-to-"+strconv.Itoa(i))
 		raw := strings.Replace(re.String(), ";tag=raw-callee", to, 1)
 		m, err := sipmsg.ParseMessage([]byte(raw))
-		if err != nil || !hasToTag(m.(*sipmsg.Request)) {
+		if err != nil || !msgpart.HasToTag(m.(*sipmsg.Request)) {
 			t.Fatalf("sipgo must read a To tag in the test's re-INVITE (err %v):\n%s", err, raw)
 		}
 		ra, _ := net.ResolveUDPAddr("udp", h.udp)
 		if _, err := peer.conn.WriteToUDP([]byte(raw), ra); err != nil {
 			t.Fatal(err)
 		}
-		r := finalOfRaw(peer, callID(ok), sipmsg.INVITE, i)
+		r := finalOfRaw(peer, msgpart.CallID(ok), sipmsg.INVITE, i)
 		if r == nil || r.StatusCode != 400 {
 			t.Fatalf("re-INVITE with To %q: %v, want 400", to, r)
 		}

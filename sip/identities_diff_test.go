@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	sipmsg "github.com/emiago/sipgo/sip"
+
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 )
 
 // oldIdentities is keepIdentities as it was before it wrote into one
@@ -36,7 +38,7 @@ func oldIdentities(inv *sipmsg.Request, ok *sipmsg.Response) (from, callerURI, t
 		callerURI = uriText(ct.Address)
 	}
 	if t := ok.To(); t != nil {
-		to, tag = addrText(t.Value(), t.Address, t.Params), tagOf(t.Params)
+		to, tag = addrText(t.Value(), t.Address, t.Params), msgpart.Tag(t.Params)
 	}
 	calleeURI = uriText(inv.Recipient)
 	if ct := ok.Contact(); ct != nil && ct.Address.Host != "" {

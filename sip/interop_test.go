@@ -27,6 +27,7 @@ import (
 
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/redistest"
+	"github.com/cpsguard/cpsguard/sip/internal/sipgohook"
 )
 
 // viaCopy says which Via lines a copyCarrier copies into its answers.
@@ -618,7 +619,7 @@ func sippCounts(t *testing.T, dir string) map[string]int {
 // wrapped connection writes an ACK with its top Via only (anything else
 // as it is).
 func TestClientTxConnHook(t *testing.T) {
-	if err := checkAckHook(); err != nil {
+	if err := sipgohook.CheckClientTxConn(); err != nil {
 		t.Fatal(err)
 	}
 	ack := "ACK sip:b@127.0.0.9 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:5060;branch=z9hG4bK-proxy\r\n" +

@@ -20,6 +20,7 @@ import (
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/pacing"
 	"github.com/cpsguard/cpsguard/policy"
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 	"github.com/cpsguard/cpsguard/sip/internal/oc"
 )
 
@@ -156,7 +157,7 @@ func (p *Proxy) onInvite(req *sipmsg.Request, tx sipmsg.ServerTransaction) {
 	entry.OnCancel(func() { cancel(errCallCanceled) })
 	tx.OnTerminate(func(string, error) { cancel(errTxTerminated) })
 
-	c := &call{p: p, cfg: p.cfg(), req: req, callID: strings.Clone(callID(req)), tx: tx, ctx: ctx, log: p.log,
+	c := &call{p: p, cfg: p.cfg(), req: req, callID: strings.Clone(msgpart.CallID(req)), tx: tx, ctx: ctx, log: p.log,
 		trying: entry.Trying, cancel: cancel, started: started}
 	// A forwarded call's transaction outlives the handler (send never
 	// ends it), for answeredLinger after a 2xx: its tombstone absorbs an
@@ -199,7 +200,7 @@ func (c *call) run() {
 		c.respond(sipmsg.StatusServiceUnavailable, "Service Unavailable")
 		return
 	}
-	src, ok := sourceAddr(req)
+	src, ok := msgpart.SourceAddr(req)
 	if !ok {
 		p.m.SIPErrors.WithLabelValues("source").Inc()
 		return
@@ -222,7 +223,7 @@ func (c *call) run() {
 		c.respond(sipmsg.StatusTrying, "Trying")
 	}
 	if c.log.Enabled(c.ctx, slog.LevelDebug) {
-		c.log = c.log.With("call_id", callID(req), "peer", peer.Name)
+		c.log = c.log.With("call_id", msgpart.CallID(req), "peer", peer.Name)
 	}
 
 	if req.From() == nil || req.To() == nil || req.CallID() == nil {
@@ -261,7 +262,7 @@ func (c *call) run() {
 
 	// Customer: the header, if this peer may name it; else the peer's default.
 	var cu *config.Customer
-	if name := headerValue(req, cfg.CustomerHeader); name != "" {
+	if name := msgpart.HeaderValue(req, cfg.CustomerHeader); name != "" {
 		if !peer.MayUseCustomer(name) {
 			c.refuse(metrics.OutcomeRejectedForbidden, reasonCustomerNotAllow)
 			c.detail = "customer header names " + strconv.Quote(clip(name))
@@ -758,15 +759,15 @@ func (c *call) send(res *sipmsg.Response) {
 }
 
 // relay passes a carrier's response upstream without the proxy's Via
-// (res itself is changed, see relayResponse). An error means the caller
+// (res itself is changed, see msgpart.RelayResponse). An error means the caller
 // could not be reached (e.g. its TCP connection is gone), or errNoVia: the
 // response had no Via left for the caller and was not relayed.
 func (c *call) relay(res *sipmsg.Response) error {
 	if c.upstream == "" {
-		c.upstream = upstreamOf(c.req)
+		c.upstream = msgpart.UpstreamOf(c.req)
 	}
 	status := res.StatusCode
-	out := relayResponse(res, c.upstream, c.req.Transport())
+	out := msgpart.RelayResponse(res, c.upstream, c.req.Transport())
 	if out.Via() == nil {
 		return c.p.noVia(out)
 	}
@@ -815,7 +816,7 @@ func (c *call) forward(car *config.Carrier, ticket pacing.Ticket, probe string) 
 		// The current snapshot, not the call's: a call admitted before a
 		// reload that changed sip.dialog_secret must not turn the keys back.
 		var err error
-		if token, err = p.keys.mint(p.cfg(), legs, callID(c.req), tagOf(c.req.From().Params)); err != nil {
+		if token, err = p.keys.mint(p.cfg(), legs, msgpart.CallID(c.req), msgpart.Tag(c.req.From().Params)); err != nil {
 			c.log.Debug("dialog token", "error", err)
 			return nil, true
 		}
@@ -842,7 +843,7 @@ func (c *call) forward(car *config.Carrier, ticket pacing.Ticket, probe string) 
 	if c.refusedClaim {
 		// The peer may not claim priority: a carrier that honours the
 		// header must not learn the claim either (h46).
-		removeHeaders(out, "Resource-Priority")
+		msgpart.RemoveHeaders(out, "Resource-Priority")
 	}
 	l := &relayLeg{p: p, up: c, out: out, ctx: c.ctx,
 		setup: car.Setup(), ring: ringTimeout, carrier: hooks, fk: &forkSet{}}
@@ -1003,7 +1004,7 @@ func (h *carrierHooks) answering(r *sipmsg.Response) {
 		c.keepAnswered(r, h.dest)
 	}
 	if to := r.To(); to != nil {
-		h.endedEarly = c.p.calls.Answer(c.ctx, c.member, tagOf(to.Params)) && c.lc != nil
+		h.endedEarly = c.p.calls.Answer(c.ctx, c.member, msgpart.Tag(to.Params)) && c.lc != nil
 	}
 }
 
@@ -1081,11 +1082,11 @@ func retryAfter(r *sipmsg.Response) (time.Duration, bool) {
 // empty) added above the upstream Vias, each kept a plain Via line (the
 // ACK of a non-2xx answer still carries one Via: ack.go).
 func (p *Proxy) outboundInvite(cfg *config.Config, req *sipmsg.Request, target target, token string) *sipmsg.Request {
-	out := forwardCopy(req)
+	out := msgpart.ForwardCopy(req)
 	for out.RemoveHeader("Route") {
 	}
 	for _, name := range stripHeaders(cfg) {
-		removeHeaders(out, name)
+		msgpart.RemoveHeaders(out, name)
 	}
 	out.Recipient.Host = target.host
 	out.Recipient.Port = target.port
@@ -1098,39 +1099,18 @@ func (p *Proxy) outboundInvite(cfg *config.Config, req *sipmsg.Request, target t
 		if out.Recipient.UriParams == nil {
 			out.Recipient.UriParams = sipmsg.NewParams()
 		}
-		out.Recipient.UriParams.Add("transport", lowerTransport(target.transport))
+		out.Recipient.UriParams.Add("transport", msgpart.LowerTransport(target.transport))
 	}
-	decMaxForwards(out)
+	msgpart.DecMaxForwards(out)
 	var buf [2]sipmsg.Header
 	below := buf[:0]
 	if cfg.SIP.RecordRoute {
-		src, _ := sourceAddr(req)
-		below = recordRoutes(below, p, legSide{req.Transport(), src}, legSide{target.transport, hostAddr(target.host)}, token)
+		src, _ := msgpart.SourceAddr(req)
+		below = recordRoutes(below, p, legSide{req.Transport(), src}, legSide{target.transport, msgpart.HostAddr(target.host)}, token)
 	}
-	lo := prependVia(p, out, target.transport, hostAddr(target.host), below)
+	lo := prependVia(p, out, target.transport, msgpart.HostAddr(target.host), below)
 	out.SetTransport(target.transport)
 	out.SetDestination(target.hostPort())
 	out.Laddr = lo.laddr
 	return out
-}
-
-// sourceAddr is the packet source of a request, never a header.
-func sourceAddr(req *sipmsg.Request) (netip.Addr, bool) {
-	ap, err := netip.ParseAddrPort(req.MessageData.Source())
-	if err != nil {
-		return netip.Addr{}, false
-	}
-	return ap.Addr().Unmap(), true
-}
-
-// headerValue returns the trimmed value of the first header called name.
-func headerValue(req *sipmsg.Request, name string) string {
-	if name == "" {
-		return ""
-	}
-	h := req.GetHeader(name)
-	if h == nil {
-		return ""
-	}
-	return strings.TrimSpace(h.Value())
 }

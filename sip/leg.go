@@ -10,13 +10,15 @@ import (
 	"time"
 
 	sipmsg "github.com/emiago/sipgo/sip"
+
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 )
 
 // legUpstream is where a leg's answers go: the server transaction its
 // request came in on.
 type legUpstream interface {
 	// relay passes a response of the next hop upstream, without the
-	// proxy's Via (relayResponse changes res itself). An error means the
+	// proxy's Via (msgpart.RelayResponse changes res itself). An error means the
 	// request's sender could not be reached, or errNoVia: res had no Via
 	// left for it (RFC 3261 16.7 step 3), was counted and not relayed.
 	relay(res *sipmsg.Response) error
@@ -47,12 +49,6 @@ type legCarrier interface {
 	answering(res *sipmsg.Response)
 	lost()
 	relayed()
-}
-
-// toTagged reports whether r's To header carries a tag.
-func toTagged(r *sipmsg.Response) bool {
-	to := r.To()
-	return to != nil && tagOf(to.Params) != ""
 }
 
 // relayLeg is one request the proxy sends to a next hop over a sipgo client
@@ -157,7 +153,7 @@ func (f *forkSet) first() string {
 func (f *forkSet) hangUp(p *Proxy, inv *sipmsg.Request, r *sipmsg.Response, names []string) {
 	tag := ""
 	if to := r.To(); to != nil {
-		tag = tagOf(to.Params)
+		tag = msgpart.Tag(to.Params)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -168,7 +164,7 @@ func (f *forkSet) hangUp(p *Proxy, inv *sipmsg.Request, r *sipmsg.Response, name
 	if len(f.acks) >= maxForks {
 		return
 	}
-	p.log.Debug("a second answer with another To tag hung up", "call_id", callID(inv))
+	p.log.Debug("a second answer with another To tag hung up", "call_id", msgpart.CallID(inv))
 	if f.acks == nil {
 		f.acks = make(map[string]*sipmsg.Request)
 	}
@@ -236,7 +232,7 @@ func (l *relayLeg) attach(tx sipmsg.ClientTransaction) {
 // another To tag than the first's is hung up (fork).
 func (l *relayLeg) again(r *sipmsg.Response) {
 	if l.carrier != nil {
-		if to := r.To(); to == nil || tagOf(to.Params) != l.fk.first() {
+		if to := r.To(); to == nil || msgpart.Tag(to.Params) != l.fk.first() {
 			l.fk.hangUp(l.p, l.out, r, l.tlsNames)
 			return
 		}
@@ -258,7 +254,7 @@ func (l *relayLeg) again(r *sipmsg.Response) {
 func (l *relayLeg) answeredWith(r *sipmsg.Response) {
 	tag := ""
 	if to := r.To(); to != nil {
-		tag = tagOf(to.Params)
+		tag = msgpart.Tag(to.Params)
 	}
 	f := l.fk
 	f.mu.Lock()
@@ -380,7 +376,7 @@ func (l *relayLeg) response(r *sipmsg.Response) (res *sipmsg.Response, retry, en
 		}
 		return r, false, true
 	}
-	if r.IsSuccess() && l.carrier != nil && !toTagged(r) {
+	if r.IsSuccess() && l.carrier != nil && !msgpart.ToTagged(r) {
 		// A UAS tags the To of its 2xx (RFC 3261 8.2.6.2); without the
 		// tag no dialog can be formed, so the caller could neither ACK
 		// nor end the call, and it would hold its places until
@@ -398,7 +394,7 @@ func (l *relayLeg) response(r *sipmsg.Response) (res *sipmsg.Response, retry, en
 	if r.IsSuccess() && l.carrier != nil {
 		if l.p.mendRecordRoute(l.out, r) {
 			l.p.log.Debug("a carrier's 2xx did not keep the node's Record-Route at the end of its list: mended",
-				"call_id", callID(r), "next_hop", l.out.Destination())
+				"call_id", msgpart.CallID(r), "next_hop", l.out.Destination())
 		}
 		l.carrier.answering(r)
 	}
@@ -596,7 +592,7 @@ func (p *Proxy) hangUp(inv *sipmsg.Request, ok *sipmsg.Response, names []string)
 		to = ap.Addr()
 	}
 	build := func(method sipmsg.RequestMethod, seq uint32) *sipmsg.Request {
-		r := requestOf(inv, method, *ruri.Clone(), false, ok.To(), seq)
+		r := msgpart.RequestOf(inv, method, *ruri.Clone(), false, ok.To(), seq)
 		lo := addVia(p, r, tp, to)
 		r.SetTransport(tp)
 		r.SetDestination(dest)
@@ -608,16 +604,16 @@ func (p *Proxy) hangUp(inv *sipmsg.Request, ok *sipmsg.Response, names []string)
 	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
 	defer cancel()
 	if err := p.tls.CheckHop(ctx, ack, names); err != nil {
-		p.log.Debug("ACK of a crossing 2xx failed", "call_id", callID(inv), "error", err)
+		p.log.Debug("ACK of a crossing 2xx failed", "call_id", msgpart.CallID(inv), "error", err)
 		return ack
 	}
 	if err := p.writeRequest(ctx, ack); err != nil {
-		p.log.Debug("ACK of a crossing 2xx failed", "call_id", callID(inv), "error", err)
+		p.log.Debug("ACK of a crossing 2xx failed", "call_id", msgpart.CallID(inv), "error", err)
 	}
 	bye := build(sipmsg.BYE, seq+1)
 	tx, err := p.tl.Request(ctx, bye)
 	if err != nil {
-		p.log.Debug("BYE of a crossing 2xx failed", "call_id", callID(inv), "error", err)
+		p.log.Debug("BYE of a crossing 2xx failed", "call_id", msgpart.CallID(inv), "error", err)
 		return ack
 	}
 	go drain(tx)
@@ -647,7 +643,7 @@ func drain(tx sipmsg.ClientTransaction) {
 // cancelUpstream sends a CANCEL for a forwarded INVITE (RFC 3261 9.1) and
 // drains its transaction in the background until it ends.
 func (p *Proxy) cancelUpstream(inv *sipmsg.Request) {
-	cr := requestOf(inv, sipmsg.CANCEL, *inv.Recipient.Clone(), true, inv.To(), inv.CSeq().SeqNo)
+	cr := msgpart.RequestOf(inv, sipmsg.CANCEL, *inv.Recipient.Clone(), true, inv.To(), inv.CSeq().SeqNo)
 	// The INVITE's own Via, branch included (RFC 3261 9.1), on top.
 	cr.PrependHeader(inv.Via().Clone())
 	cr.SetTransport(inv.Transport())
@@ -657,12 +653,12 @@ func (p *Proxy) cancelUpstream(inv *sipmsg.Request) {
 	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
 	defer cancel()
 	if err := p.tls.CheckHop(ctx, cr, nil); err != nil {
-		p.log.Debug("send CANCEL failed", "call_id", callID(inv), "error", err)
+		p.log.Debug("send CANCEL failed", "call_id", msgpart.CallID(inv), "error", err)
 		return
 	}
 	tx, err := p.tl.Request(ctx, cr)
 	if err != nil {
-		p.log.Debug("send CANCEL failed", "call_id", callID(inv), "error", err)
+		p.log.Debug("send CANCEL failed", "call_id", msgpart.CallID(inv), "error", err)
 		return
 	}
 	go drain(tx)

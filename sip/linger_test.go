@@ -9,6 +9,7 @@ import (
 	"github.com/cpsguard/cpsguard/admission"
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/siptest"
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 )
 
 // rawAnsweringSetup starts a raw carrier on 127.0.0.1 that answers every
@@ -33,7 +34,7 @@ func rawAnsweringSetup(t *testing.T) (h *harness, car, peer *udpEnd, answer func
 func inviteAnswers(e *udpEnd, id string, code int) int {
 	n := 0
 	for _, r := range e.responses() {
-		if r.StatusCode == code && callID(r) == id && r.CSeq().MethodName == sipmsg.INVITE {
+		if r.StatusCode == code && msgpart.CallID(r) == id && r.CSeq().MethodName == sipmsg.INVITE {
 			n++
 		}
 	}
@@ -135,7 +136,7 @@ func TestForwardedRefusalCopyAnsweredAgain(t *testing.T) {
 	time.Sleep(sipmsg.T4 + time.Second) // Timer I: the transaction is gone
 	peer.send(h.udp, rawInviteFrom(peer, h.udp, id, "ftag-"+id))
 	again := finalOfRaw(peer, id, sipmsg.INVITE, 1)
-	if again == nil || again.StatusCode != 486 || tagOf(again.To().Params) != "busy-callee" {
+	if again == nil || again.StatusCode != 486 || msgpart.Tag(again.To().Params) != "busy-callee" {
 		t.Errorf("the copy's answer: %v, want the same 486 (To tag busy-callee)", again)
 	}
 	if n := len(car.requests(sipmsg.INVITE)); n != 1 {

@@ -19,6 +19,7 @@ import (
 	"github.com/cpsguard/cpsguard/internal/siptest"
 	"github.com/cpsguard/cpsguard/lua"
 	"github.com/cpsguard/cpsguard/records"
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 )
 
 // apiToken is the http.token of the test APIs.
@@ -64,7 +65,7 @@ func TestCallsAPIListsAndEndsACall(t *testing.T) {
 	ctx := ctxT(t, 20*time.Second)
 
 	ok := answeredCall(t, caller, h.udp)
-	id := callID(ok)
+	id := msgpart.CallID(ok)
 	var l httpapi.CallList
 	waitFor(t, func() bool {
 		var err error
@@ -90,7 +91,7 @@ func TestCallsAPIListsAndEndsACall(t *testing.T) {
 	}
 	waitFor(t, func() bool { return len(caller.Byes()) == 1 && car.Count("BYE") == 1 }, "a BYE at the caller and at the carrier")
 	bye := caller.Byes()[0]
-	if callID(bye) != id || tagOf(bye.From().Params) != tagOf(ok.To().Params) || tagOf(bye.To().Params) != tagOf(ok.From().Params) {
+	if msgpart.CallID(bye) != id || msgpart.Tag(bye.From().Params) != msgpart.Tag(ok.To().Params) || msgpart.Tag(bye.To().Params) != msgpart.Tag(ok.From().Params) {
 		t.Errorf("the caller's BYE is not in its dialog:\n%s", bye)
 	}
 	r := recordOf(t, read, id)
@@ -117,7 +118,7 @@ func TestCallsAPIListsAndEndsACall(t *testing.T) {
 		l, err := httpapi.FetchCalls(ctx, api, "", "")
 		return err == nil && len(l.Calls) == 1
 	}, "the ringing call listed")
-	if res, err := httpapi.EndCall(ctx, api, apiToken, callID(inv)); err != nil || res.Ended != 1 {
+	if res, err := httpapi.EndCall(ctx, api, apiToken, msgpart.CallID(inv)); err != nil || res.Ended != 1 {
 		t.Fatalf("DELETE of a ringing call: %+v, %v", res, err)
 	}
 	var final *sipmsg.Response
@@ -135,7 +136,7 @@ func TestCallsAPIListsAndEndsACall(t *testing.T) {
 		t.Errorf("ringing call ended: caller got %d, want 503", final.StatusCode)
 	}
 	waitFor(t, func() bool { return car.Cancelled() == 1 }, "a CANCEL at the carrier")
-	if r := recordOf(t, read, callID(inv)); r.EndedBy != records.ByNode || r.EndReason != records.EndOperator {
+	if r := recordOf(t, read, msgpart.CallID(inv)); r.EndedBy != records.ByNode || r.EndReason != records.EndOperator {
 		t.Errorf("record of the ended ringing call: %+v", r)
 	}
 }
@@ -182,7 +183,7 @@ func endAnotherNodesCall(t *testing.T, reg callplaces.Registry) {
 		l, err := httpapi.FetchCalls(ctx, apiA, "", "")
 		return err == nil && len(l.Calls) == 1 && l.Calls[0].Node == "node-b"
 	}, "b's call listed through a")
-	res, err := httpapi.EndCall(ctx, apiA, apiToken, callID(ok))
+	res, err := httpapi.EndCall(ctx, apiA, apiToken, msgpart.CallID(ok))
 	if err != nil || res.Ended != 0 || len(res.Requested) != 1 || res.Requested[0] != "node-b" || len(res.Pending) != 0 {
 		t.Fatalf("DELETE through a: got %+v, %v; want node-b asked and done", res, err)
 	}

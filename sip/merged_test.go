@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	sipmsg "github.com/emiago/sipgo/sip"
+
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 )
 
 // TestMergedInvitesBounded: INVITEs of one dialog id (the same Call-ID
@@ -26,7 +28,7 @@ func TestMergedInvitesBounded(t *testing.T) {
 	}
 	finals := func() (ok, merged int) {
 		for _, r := range peer.responses() {
-			if callID(r) != id || r.CSeq().MethodName != sipmsg.INVITE {
+			if msgpart.CallID(r) != id || r.CSeq().MethodName != sipmsg.INVITE {
 				continue
 			}
 			switch r.StatusCode {

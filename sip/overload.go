@@ -15,6 +15,7 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/sip/internal/invites"
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 )
 
 // Overload: the node sheds its own excess before it reaches the store.
@@ -152,7 +153,7 @@ func shedResponse(req *sipmsg.Request, tag string) *sipmsg.Response {
 // ends there (an ACK of a non-2xx is hop by hop) and costs nothing more.
 func shedAck(req *sipmsg.Request) bool {
 	to := req.To()
-	return to != nil && strings.HasPrefix(tagOf(to.Params), shedTag)
+	return to != nil && strings.HasPrefix(msgpart.Tag(to.Params), shedTag)
 }
 
 // decidingKey carries a call's invites.Entry in its context, so the pacing

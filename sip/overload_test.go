@@ -19,6 +19,7 @@ import (
 	"github.com/cpsguard/cpsguard/internal/redistest"
 	"github.com/cpsguard/cpsguard/internal/siptest"
 	"github.com/cpsguard/cpsguard/metrics"
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 )
 
 // slowAdmitter is a store that holds every admission until released, once
@@ -83,7 +84,7 @@ func TestOverloadShedsNewCallsNotDialogs(t *testing.T) {
 	if got := testutil.ToFloat64(h.m.Calls.WithLabelValues("dialer-1", metrics.OutcomeRejectedOverload)); got != 1 {
 		t.Errorf("calls_total{rejected_overload}: got %v, want 1", got)
 	}
-	if to := res.To(); to == nil || !strings.HasPrefix(tagOf(to.Params), shedTag) {
+	if to := res.To(); to == nil || !strings.HasPrefix(msgpart.Tag(to.Params), shedTag) {
 		t.Errorf("overload answer's To tag: got %v, want one starting %q (its ACK is dropped by the screen)", to, shedTag)
 	}
 

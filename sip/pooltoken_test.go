@@ -14,6 +14,7 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/redistest"
 	"github.com/cpsguard/cpsguard/lua"
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 )
 
 // startRedisPool starts two nodes of one pool on cfg: a real redis-server
@@ -104,7 +105,7 @@ func awaitRefused(t *testing.T, e *udpEnd, node string, routes []string, final *
 // requests and the caller's towards y still pass on both nodes, and y's
 // BYE through node 2 ends the call.
 func TestMovedOnTokenEndedPoolWide(t *testing.T) {
-	x, y, cfg := rerouteCarriers(t, func(req *sipmsg.Request) bool { return req.IsInvite() && !hasToTag(req) })
+	x, y, cfg := rerouteCarriers(t, func(req *sipmsg.Request) bool { return req.IsInvite() && !msgpart.HasToTag(req) })
 	h1, h2 := startRedisPool(t, cfg)
 	peer := startUDPEnd(t, "127.0.0.2", func(req *sipmsg.Request) *sipmsg.Response {
 		if req.IsAck() {
@@ -119,7 +120,7 @@ func TestMovedOnTokenEndedPoolWide(t *testing.T) {
 	}
 	xRoutes := routesVia(xInv[0].GetHeaders("Record-Route"), h1.udp, h2.udp)
 	yRoutes := routesVia(yInv[0].GetHeaders("Record-Route"), h1.udp, h2.udp)
-	calleeTag := tagOf(ok.To().Params)
+	calleeTag := msgpart.Tag(ok.To().Params)
 
 	awaitRefused(t, x, h2.udp, xRoutes, ok, "x")
 	if n := sipErrors(h2, "dialog_ended"); n < 1 {
@@ -180,7 +181,7 @@ func TestUnansweredRerouteTokensEndedPoolWide(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			refuse := func(code int) func(*sipmsg.Request) *sipmsg.Response {
 				return func(req *sipmsg.Request) *sipmsg.Response {
-					if req.IsInvite() && !hasToTag(req) {
+					if req.IsInvite() && !msgpart.HasToTag(req) {
 						return sipmsg.NewResponseFromRequest(req, code, "No", nil)
 					}
 					return nil

@@ -14,6 +14,7 @@ import (
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/policy"
 	"github.com/cpsguard/cpsguard/sip/internal/ingress"
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 	"github.com/cpsguard/cpsguard/sip/internal/rawsip"
 )
 
@@ -209,6 +210,6 @@ func (c *call) notePriority(kind string, refused bool) {
 		l.log.Info("priority call lines suppressed", "count", suppressed)
 	}
 	l.log.LogAttrs(context.Background(), slog.LevelInfo, "priority call",
-		slog.String("call_id", clip(callID(c.req))), slog.String("peer", c.peer),
+		slog.String("call_id", clip(msgpart.CallID(c.req))), slog.String("peer", c.peer),
 		slog.String("kind", kind), slog.String("to_user", clip(c.req.Recipient.User)))
 }

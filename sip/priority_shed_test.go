@@ -17,6 +17,7 @@ import (
 	"github.com/cpsguard/cpsguard/internal/siptest"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/sip/internal/ingress"
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 )
 
 // holdAdmitter holds the admissions of calls whose Call-ID starts with
@@ -360,7 +361,7 @@ func TestRecordsOfPriorityAndDestinationCalls(t *testing.T) {
 	plain := inviteWithCallID(caller, h.udp, "100", "rec-plain")
 	for _, inv := range []*sipmsg.Request{prio, plain} {
 		if res := caller.Final(ctxT(t, 5*time.Second), inv); res == nil || res.StatusCode != 486 {
-			t.Fatalf("%s: got %v, want the carrier's 486", callID(inv), res)
+			t.Fatalf("%s: got %v, want the carrier's 486", msgpart.CallID(inv), res)
 		}
 	}
 	if r := recordOf(t, read, "rec-prio"); !r.Priority {

@@ -34,8 +34,10 @@ import (
 	"github.com/cpsguard/cpsguard/sip/internal/dialogguard"
 	"github.com/cpsguard/cpsguard/sip/internal/ingress"
 	"github.com/cpsguard/cpsguard/sip/internal/invites"
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 	"github.com/cpsguard/cpsguard/sip/internal/oc"
 	"github.com/cpsguard/cpsguard/sip/internal/refusals"
+	"github.com/cpsguard/cpsguard/sip/internal/sipgohook"
 	"github.com/cpsguard/cpsguard/sip/internal/tlspolicy"
 	"github.com/cpsguard/cpsguard/sip/internal/wire"
 )
@@ -340,7 +342,7 @@ type Proxy struct {
 	// parsed bounds shedParsed's parsing (rawshed.go).
 	parsed parseBudget
 	// txLayer are the handlers the screen guards (sipgo's transaction
-	// layer's: installScreen); the UDP workers call them once the screen
+	// layer's: sipgohook.Screen); the UDP workers call them once the screen
 	// let a message pass (ingress.go).
 	txLayer []sipmsg.MessageHandler
 	// txOrder hands the responses to the node's own client transactions
@@ -541,18 +543,18 @@ func New(opts Options) (*Proxy, error) {
 	}
 	p.ua, p.srv = ua, srv
 	p.tl, p.tp = ua.TransactionLayer(), ua.TransportLayer()
-	txLayer, err := installScreen(p.tp, p.screen, p.toTxLayer)
+	txLayer, err := sipgohook.Screen(p.tp, p.screen, p.toTxLayer)
 	if err != nil {
 		_ = ua.Close()
 		return nil, err
 	}
 	p.txLayer = txLayer
 	p.sources = newSources(p.tp.Pool("udp"))
-	if err := checkAckHook(); err != nil {
+	if err := sipgohook.CheckClientTxConn(); err != nil {
 		_ = ua.Close()
 		return nil, err
 	}
-	if err := checkTxTimers(); err != nil {
+	if err := sipgohook.CheckTimers(); err != nil {
 		_ = ua.Close()
 		return nil, err
 	}
@@ -991,21 +993,6 @@ func unmap(ap netip.AddrPort) netip.AddrPort {
 	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }
 
-// lowerTransport is strings.ToLower for a transport name without the
-// allocation for the usual upper-case "UDP", "TCP" and "TLS" (once per
-// forwarded message).
-func lowerTransport(tp string) string {
-	switch tp {
-	case "UDP":
-		return "udp"
-	case "TCP":
-		return "tcp"
-	case "TLS":
-		return "tls"
-	}
-	return strings.ToLower(tp)
-}
-
 // transports are the proxy's SIP transports, by sip.listen scheme.
 var transports = [...]string{"udp", "tcp", "tls"}
 
@@ -1018,7 +1005,7 @@ var transports = [...]string{"udp", "tcp", "tls"}
 // first listener; to invalid (unknown) picks the transport's first
 // listener.
 func (p *Proxy) localFor(tp string, to netip.Addr) local {
-	n := lowerTransport(tp)
+	n := msgpart.LowerTransport(tp)
 	if !to.IsValid() {
 		if lo, ok := p.firstLocal[n]; ok {
 			return lo
@@ -1202,13 +1189,6 @@ func (p *Proxy) onStrayResponse(res *sipmsg.Response) {
 		return
 	}
 	if p.log.Enabled(context.Background(), slog.LevelDebug) {
-		p.log.Debug("stray response dropped", "status", res.StatusCode, "call_id", callID(res))
+		p.log.Debug("stray response dropped", "status", res.StatusCode, "call_id", msgpart.CallID(res))
 	}
-}
-
-func callID(m sipmsg.Message) string {
-	if h := m.CallID(); h != nil {
-		return h.Value()
-	}
-	return ""
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/cpsguard/cpsguard/internal/siptest"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/pacing"
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 )
 
 // fakeAdmitter answers admissions from a script.
@@ -1042,7 +1043,7 @@ func startRawCarrierOpt(t *testing.T, answerInitial bool) *rawCarrier {
 			send := func(res *sipmsg.Response) { _, _ = conn.WriteToUDP([]byte(res.String()), from) }
 			switch req.Method {
 			case sipmsg.INVITE:
-				if answerInitial && !hasToTag(req) {
+				if answerInitial && !msgpart.HasToTag(req) {
 					ok := sipmsg.NewResponseFromRequest(req, 200, "OK", nil)
 					ok.To().Params.Add("tag", "raw-initial")
 					ok.AppendHeader(&sipmsg.ContactHeader{Address: sipmsg.Uri{Scheme: "sip", User: "raw", Host: "127.0.0.1", Port: conn.LocalAddr().(*net.UDPAddr).Port}})
@@ -1558,7 +1559,7 @@ func answeredCall(t *testing.T, c *siptest.Caller, proxy string) *sipmsg.Respons
 // ringReInvites answers initial INVITEs 200 at once and rings on
 // re-INVITEs (To tag) until they are cancelled.
 func ringReInvites(req *sipmsg.Request) siptest.Answer {
-	if hasToTag(req) {
+	if msgpart.HasToTag(req) {
 		return siptest.Answer{Ring: -1}
 	}
 	return siptest.Answer{}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/sip/internal/invites"
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 	"github.com/cpsguard/cpsguard/sip/internal/rawsip"
 	"github.com/cpsguard/cpsguard/sip/internal/refusals"
 )
@@ -191,7 +192,7 @@ func (p *Proxy) shedParsed(conn *net.UDPConn, from netip.AddrPort, data []byte, 
 	}
 	req.SetTransport("UDP")
 	req.SetSource(from.String())
-	if !wellFormed(req) || !req.IsInvite() || p.inDialog(req) || tagOf(req.From().Params) == "" {
+	if !wellFormed(req) || !req.IsInvite() || p.inDialog(req) || msgpart.Tag(req.From().Params) == "" {
 		return false
 	}
 	if p.answerRefusedCopy(req, peer) {

@@ -13,6 +13,7 @@ import (
 	"github.com/cpsguard/cpsguard/internal/siptest"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/sip/internal/invites"
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 )
 
 // parsedShed is what the screen's path makes of data from src while the
@@ -32,7 +33,7 @@ func parsedShed(data []byte, src, tag string) (res *sipmsg.Response, key invites
 	}
 	req.SetTransport("UDP")
 	req.SetSource(src)
-	if !wellFormed(req) || !req.IsInvite() || hasToTag(req) || tagOf(req.From().Params) == "" {
+	if !wellFormed(req) || !req.IsInvite() || msgpart.HasToTag(req) || msgpart.Tag(req.From().Params) == "" {
 		return nil, "", false // not an initial INVITE, or answered 400
 	}
 	for _, h := range req.GetHeaders("Route") {
@@ -206,7 +207,7 @@ func TestReadFilterShedsFromRawBytes(t *testing.T) {
 	if res == nil || res.StatusCode != 503 {
 		t.Fatalf("a new INVITE while the bound is taken: got %v, want 503", res)
 	}
-	if to := res.To(); to == nil || !strings.HasPrefix(tagOf(to.Params), shedTag) {
+	if to := res.To(); to == nil || !strings.HasPrefix(msgpart.Tag(to.Params), shedTag) {
 		t.Errorf("raw overload answer's To tag: got %v, want one starting %q", to, shedTag)
 	}
 	if n := h.p.rawSheds.Load(); n != 1 {

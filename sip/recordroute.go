@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	sipmsg "github.com/emiago/sipgo/sip"
+
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 )
 
 // A UAS copies the Record-Route of the request into its 2xx, in order
@@ -25,11 +27,11 @@ import (
 // node, if any, which are theirs to keep).
 func (p *Proxy) mendRecordRoute(out *sipmsg.Request, r *sipmsg.Response) bool {
 	var wantBuf, gotBuf [8]*sipmsg.RecordRouteHeader
-	want := recordRoutesOf(out, wantBuf[:0])
+	want := msgpart.RecordRoutes(out, wantBuf[:0])
 	if len(want) == 0 || !p.isMe(&want[0].Address) {
 		return false
 	}
-	got := recordRoutesOf(r, gotBuf[:0])
+	got := msgpart.RecordRoutes(r, gotBuf[:0])
 	if n := len(got) - len(want); n >= 0 {
 		same := true
 		for i, w := range want {
@@ -65,17 +67,6 @@ func (p *Proxy) mendRecordRoute(out *sipmsg.Request, r *sipmsg.Response) bool {
 	}
 	p.m.SIPErrors.WithLabelValues("record_route").Inc()
 	return true
-}
-
-// recordRoutesOf appends the Record-Route entries of m to dst, in order.
-func recordRoutesOf(m interface{ Headers() []sipmsg.Header }, dst []*sipmsg.RecordRouteHeader) []*sipmsg.RecordRouteHeader {
-	out := dst
-	for _, h := range m.Headers() {
-		if rr, ok := h.(*sipmsg.RecordRouteHeader); ok {
-			out = append(out, rr)
-		}
-	}
-	return out
 }
 
 // sameHop reports whether the Record-Route entry got is want as a next

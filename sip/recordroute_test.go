@@ -8,6 +8,8 @@ import (
 
 	sipmsg "github.com/emiago/sipgo/sip"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 )
 
 // TestCarrierRecordRouteMended: a carrier's 2xx whose Record-Route list
@@ -42,7 +44,7 @@ func TestCarrierRecordRouteMended(t *testing.T) {
 			}
 		}, false, "192.0.2.98"},
 		{"node's entries dropped, the others kept", func(r *sipmsg.Response) {
-			rrs := recordRoutesOf(r, nil)
+			rrs := msgpart.RecordRoutes(r, nil)
 			for r.RemoveHeader("Record-Route") {
 			}
 			for _, h := range rrs {
@@ -86,7 +88,7 @@ func mendCase(t *testing.T, edit func(*sipmsg.Response), mended bool, carrier st
 	if ok == nil || ok.StatusCode != 200 {
 		t.Fatalf("the call: final %v, want 200", ok)
 	}
-	rrs := recordRoutesOf(ok, nil)
+	rrs := msgpart.RecordRoutes(ok, nil)
 	if upstream {
 		if len(rrs) < 2 || rrs[len(rrs)-1].Address.Host != "127.0.0.2" || rrs[len(rrs)-1].Address.Port != 5099 {
 			t.Fatalf("the caller's 2xx does not end with the upstream proxy's Record-Route:\n%s", ok)
@@ -142,7 +144,7 @@ func TestNoRecordRouteNoMend(t *testing.T) {
 	res := sipmsg.NewResponseFromRequest(out, 200, "OK", nil)
 	for res.RemoveHeader("Record-Route") {
 	}
-	if h.p.mendRecordRoute(out, res) || len(recordRoutesOf(res, nil)) != 0 {
+	if h.p.mendRecordRoute(out, res) || len(msgpart.RecordRoutes(res, nil)) != 0 {
 		t.Fatalf("a 2xx mended without the node's Record-Route in the INVITE:\n%s", res)
 	}
 	if got := testutil.ToFloat64(h.m.SIPErrors.WithLabelValues("record_route")); got != 0 {

@@ -18,6 +18,7 @@ import (
 	callplaces "github.com/cpsguard/cpsguard/calls"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/records"
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 )
 
 // Recorder takes the call records. *records.Writer satisfies it.
@@ -452,7 +453,7 @@ func (d *dialogState) keepIdentities(inv *sipmsg.Request, ok *sipmsg.Response) {
 	}
 	if t := ok.To(); t != nil {
 		to = b.header(t, len("To: "), t.Address, t.Params)
-		d.calleeTag = strings.Clone(tagOf(t.Params))
+		d.calleeTag = strings.Clone(msgpart.Tag(t.Params))
 	}
 	if ct := ok.Contact(); ct != nil && ct.Address.Host != "" {
 		calleeURI = b.uri(&ct.Address)

@@ -17,6 +17,7 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/siptest"
 	"github.com/cpsguard/cpsguard/records"
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 )
 
 // recordsProxy starts a proxy whose records go to a JSON-lines file (the
@@ -108,7 +109,7 @@ func TestRecordsAnsweredCallHungUpByEachSide(t *testing.T) {
 	for _, side := range []string{records.ByCaller, records.ByCallee} {
 		t.Run(side, func(t *testing.T) {
 			ok := answeredCall(t, caller, h.udp)
-			id := callID(ok)
+			id := msgpart.CallID(ok)
 			waitFor(t, func() bool { return len(tr.Find(id)) == 1 }, "the call tracked")
 			// Not written while the call is up.
 			time.Sleep(50 * time.Millisecond)
@@ -170,7 +171,7 @@ func TestRecordsUnansweredCalls(t *testing.T) {
 	if res := caller.Final(ctxT(t, 5*time.Second), inv); res == nil || res.StatusCode != 403 {
 		t.Fatalf("unknown customer: got %v, want 403", res)
 	}
-	r := recordOf(t, read, callID(inv))
+	r := recordOf(t, read, msgpart.CallID(inv))
 	if r.Code != 403 || r.Outcome != "rejected_forbidden" || r.Reason != "customer_not_allowed" || r.EndedBy != records.ByNode ||
 		r.EndReason != records.EndAnswer || len(r.CarriersTried) != 0 || r.Carrier != "" || r.AnsweredAt != nil || r.SetupMS != nil {
 		t.Errorf("refused call's record: %+v", r)
@@ -181,7 +182,7 @@ func TestRecordsUnansweredCalls(t *testing.T) {
 	if res := caller.Final(ctxT(t, 5*time.Second), inv); res == nil || res.StatusCode != 486 {
 		t.Fatalf("busy: got %v, want 486", res)
 	}
-	r = recordOf(t, read, callID(inv))
+	r = recordOf(t, read, msgpart.CallID(inv))
 	if r.Code != 486 || r.EndedBy != records.ByCallee || r.Carrier != "a" || !slices.Equal(r.CarriersTried, []string{"a"}) ||
 		r.SetupMS == nil || r.AnsweredAt != nil || r.DurationS != 0 {
 		t.Errorf("busy call's record: %+v", r)
@@ -205,12 +206,12 @@ func TestRecordsUnansweredCalls(t *testing.T) {
 	// Ringing, the call is listed for the pool (not answered yet).
 	waitFor(t, func() bool {
 		ls, _ := reg.List(t.Context())
-		return len(ls) == 1 && ls[0].CallID == callID(inv) && ls[0].AnsweredAt == nil && ls[0].Carrier == "a"
+		return len(ls) == 1 && ls[0].CallID == msgpart.CallID(inv) && ls[0].AnsweredAt == nil && ls[0].Carrier == "a"
 	}, "the ringing call listed")
 	if res := caller.Final(ctxT(t, 5*time.Second), siptest.CancelFor(inv)); res == nil || res.StatusCode != 200 {
 		t.Fatalf("CANCEL: got %v", res)
 	}
-	r = recordOf(t, read, callID(inv))
+	r = recordOf(t, read, msgpart.CallID(inv))
 	if r.Code != 487 || r.EndedBy != records.ByCaller || r.EndReason != records.EndCancel {
 		t.Errorf("cancelled call's record: %+v", r)
 	}
@@ -233,7 +234,7 @@ func TestRecordsUnsupervisedWithoutRecordRoute(t *testing.T) {
 	if res := caller.Final(ctxT(t, 5*time.Second), inv); res == nil || res.StatusCode != 200 {
 		t.Fatalf("call: got %v, want 200", res)
 	}
-	r := recordOf(t, read, callID(inv))
+	r := recordOf(t, read, msgpart.CallID(inv))
 	if r.Code != 200 || r.AnsweredAt == nil || !r.EndedAt.Equal(*r.AnsweredAt) || r.DurationS != 0 ||
 		r.EndedBy != records.ByNode || r.EndReason != records.EndUnsupervised {
 		t.Errorf("record: %+v", r)

@@ -9,6 +9,7 @@ import (
 	sipmsg "github.com/emiago/sipgo/sip"
 
 	"github.com/cpsguard/cpsguard/sip/internal/invites"
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 	"github.com/cpsguard/cpsguard/sip/internal/refusals"
 )
 
@@ -97,9 +98,9 @@ func (p *Proxy) refusedKeys(req *sipmsg.Request) (tx, attempt uint64, ok bool) {
 	var buf [128]byte
 	tx = p.refused.TxHash(invites.AppendKey(buf[:0], req))
 	var idBuf [128]byte
-	id := append(idBuf[:0], callID(req)...)
+	id := append(idBuf[:0], msgpart.CallID(req)...)
 	var tagBuf [64]byte
-	tag := append(tagBuf[:0], tagOf(from.Params)...)
+	tag := append(tagBuf[:0], msgpart.Tag(from.Params)...)
 	return tx, p.refused.AttemptHash(id, tag, cseq.SeqNo, src, req.Transport()), true
 }
 
@@ -115,7 +116,7 @@ func (p *Proxy) rememberRefusal(req *sipmsg.Request, res *sipmsg.Response, relay
 		r.Reason = strings.ToValidUTF8(r.Reason[:refusedMaxText], "")
 	}
 	if to := res.To(); to != nil {
-		tag := tagOf(to.Params)
+		tag := msgpart.Tag(to.Params)
 		if len(tag) > refusedMaxText {
 			return
 		}

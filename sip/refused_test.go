@@ -18,6 +18,7 @@ import (
 	"github.com/cpsguard/cpsguard/internal/siptest"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/sip/internal/ingress"
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 	"github.com/cpsguard/cpsguard/sip/internal/refusals"
 )
 
@@ -101,7 +102,7 @@ func TestE2ERefusedCopyAnsweredAgain(t *testing.T) {
 	if again.StatusCode != refusal.StatusCode || again.Reason != refusal.Reason {
 		t.Fatalf("the copy of B: %d %s, want the refusal again: %d %s", again.StatusCode, again.Reason, refusal.StatusCode, refusal.Reason)
 	}
-	if got, want := tagOf(again.To().Params), tagOf(refusal.To().Params); got != want || got == "" {
+	if got, want := msgpart.Tag(again.To().Params), msgpart.Tag(refusal.To().Params); got != want || got == "" {
 		t.Errorf("the copy's answer has To tag %q, want the refusal's %q", got, want)
 	}
 	if n := car.Count("INVITE"); n != 1 {
@@ -197,7 +198,7 @@ func toTagIn(t *testing.T, raw string) string {
 	if !ok || res.To() == nil {
 		t.Fatalf("answer %q is no response with a To", raw)
 	}
-	return tagOf(res.To().Params)
+	return msgpart.Tag(res.To().Params)
 }
 
 // TestE2EShedCopyAnsweredAgain: a copy of an INVITE shed with the

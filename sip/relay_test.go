@@ -46,7 +46,7 @@ func viaParams(hs []sipmsg.Header, i int) sipmsg.HeaderParams {
 }
 
 // TestForwardingLeavesTheReceivedRequestUnchanged: the forwarded request
-// shares header objects with the received one (forwardCopy), which sipgo's
+// shares header objects with the received one (msgpart.ForwardCopy), which sipgo's
 // server transaction keeps for its responses and for matching; forwarding
 // must not change it by a byte, and two forwards of it must not disturb
 // each other.
@@ -188,35 +188,6 @@ func TestForwardingLeavesTheReceivedRequestUnchanged(t *testing.T) {
 			t.Errorf("Max-Forwards %v", mf)
 		}
 	})
-}
-
-// TestRelayedResponseDropsOnlyTheTopVia: relayResponse changes the
-// response it is given (no copy): the proxy's Via goes, the rest stays.
-func TestRelayedResponseDropsOnlyTheTopVia(t *testing.T) {
-	raw := "SIP/2.0 200 OK\r\n" +
-		"Via: SIP/2.0/UDP 127.0.0.1:5060;branch=z9hG4bK-proxy\r\n" +
-		"Via: SIP/2.0/UDP 127.0.0.2:5070;branch=z9hG4bK-top;rport=5070;received=127.0.0.2\r\n" +
-		"From: <sip:a@127.0.0.2>;tag=f1\r\n" +
-		"To: <sip:b@127.0.0.9>;tag=t1\r\n" +
-		"Call-ID: relay-test\r\n" +
-		"CSeq: 2 BYE\r\n" +
-		"Content-Length: 0\r\n\r\n"
-	msg, err := sipmsg.ParseMessage([]byte(raw))
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := msg.(*sipmsg.Response)
-	want := strings.Replace(raw, "Via: SIP/2.0/UDP 127.0.0.1:5060;branch=z9hG4bK-proxy\r\n", "", 1)
-	r := relayResponse(res, "127.0.0.2:5070", "UDP")
-	if got := r.String(); got != want {
-		t.Fatalf("relayed:\n%s\nwant:\n%s", got, want)
-	}
-	if r.Destination() != "127.0.0.2:5070" || r.Transport() != "UDP" {
-		t.Errorf("addressed to %s over %s", r.Destination(), r.Transport())
-	}
-	if v := r.Via(); v == nil || v.Host != "127.0.0.2" {
-		t.Errorf("top Via now %v", v)
-	}
 }
 
 // TestInDialogAnswerGoesToViaPort: a UA that sends an in-dialog request

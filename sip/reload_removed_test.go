@@ -10,6 +10,7 @@ import (
 
 	callplaces "github.com/cpsguard/cpsguard/calls"
 	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 )
 
 // TestRemovedPartiesEndTheirCalls: a reload that removes a peer, or a
@@ -97,7 +98,7 @@ func TestRemovedPartiesEndTheirCalls(t *testing.T) {
 				for _, rr := range ok.GetHeaders("Record-Route") {
 					routes = append(routes, rr.Value())
 				}
-				bye := calleeRequest(car, sipmsg.BYE, routes, ok, tagOf(ok.To().Params), 50, "z9hG4bK.removed-car-bye")
+				bye := calleeRequest(car, sipmsg.BYE, routes, ok, msgpart.Tag(ok.To().Params), 50, "z9hG4bK.removed-car-bye")
 				car.send(h.udp, bye)
 				waitFor(t, func() bool { return len(peer.requests(sipmsg.BYE)) == 1 }, "the removed carrier's BYE at the caller")
 				waitFor(t, func() bool { return len(car.responses()) > 0 }, "the caller's 200 at the removed carrier")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/policy"
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 )
 
 // Carriers' host names are resolved by the carriers.Set (SRV, A, AAAA;
@@ -43,7 +44,7 @@ func (p *Proxy) runFamilyGaps(ctx context.Context) {
 func (p *Proxy) familyGaps() []string {
 	var gaps []string
 	for _, name := range p.carriers.Resolved() {
-		n := lowerTransport(name.Transport)
+		n := msgpart.LowerTransport(name.Transport)
 		fams := map[bool]bool{}
 		ok := false
 		for _, a := range name.Addrs {
@@ -94,7 +95,7 @@ func (p *Proxy) isCarrierAddr(cfg *config.Config, a netip.Addr) bool {
 // AAAA; an address of a family the node listens on for t's transport
 // first).
 func (p *Proxy) carrierAddrPort(t target) (netip.AddrPort, error) {
-	n := lowerTransport(t.transport)
+	n := msgpart.LowerTransport(t.transport)
 	return p.carriers.Addr(p.base, policy.Target{Host: t.host, Port: t.port, PortGiven: t.portGiven, Transport: t.transport, HostPort: t.hp},
 		func(a netip.Addr) bool {
 			_, ok := p.locals[localKey{network: n, v6: !a.Is4()}]

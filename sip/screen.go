@@ -1,13 +1,9 @@
 package sip
 
 import (
-	"errors"
 	"net/netip"
-	"reflect"
-	"slices"
 	"strings"
 	"time"
-	"unsafe"
 
 	"github.com/emiago/sipgo"
 	sipmsg "github.com/emiago/sipgo/sip"
@@ -15,6 +11,7 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/sip/internal/invites"
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 )
 
 // The screen is the proxy's first look at every parsed message, before
@@ -45,34 +42,10 @@ import (
 //
 // sipgo v1.7.2 offers no hook between parsing and the transaction layer:
 // the transport layer calls a list of handlers, the transaction layer's
-// first. installScreen wraps that list once, before any listener is
-// served, so the screen decides what the transaction layer sees. It reads
-// an unexported field by reflection; if a sipgo upgrade renames it, New
-// fails with an error (and TestScreenInstalled fails), never silently.
-
-// installScreen puts screen in front of the handlers of tp: a message
-// reaches them only when screen returns true.
-//
-// It returns the handlers the screen guards (the transaction layer's), for
-// the UDP workers, which run the screen themselves (ingress.go).
-func installScreen(tp *sipmsg.TransportLayer, screen func(sipmsg.Message) bool, pass func(sipmsg.Message)) ([]sipmsg.MessageHandler, error) {
-	f := reflect.ValueOf(tp).Elem().FieldByName("handlers")
-	if !f.IsValid() || f.Type() != reflect.TypeFor[[]sipmsg.MessageHandler]() {
-		return nil, errors.New("sip: sipgo's transport layer has no handler list to screen (sipgo changed?)")
-	}
-	f = reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem()
-	next := slices.Clone(f.Interface().([]sipmsg.MessageHandler))
-	if len(next) == 0 {
-		return nil, errors.New("sip: sipgo's transport layer has no handler to screen")
-	}
-	screened := func(m sipmsg.Message) {
-		if screen(m) {
-			pass(m)
-		}
-	}
-	f.Set(reflect.ValueOf([]sipmsg.MessageHandler{screened}))
-	return next, nil
-}
+// first. New wraps that list once (sipgohook.Screen), before any listener
+// is served, so the screen decides what the transaction layer sees. It
+// reads an unexported field by reflection; if a sipgo upgrade renames it,
+// New fails with an error, never silently.
 
 // screen decides whether sipgo's transaction layer sees m. A panic drops
 // the message (counted in cpsguard_panics_total{where="sip.screen"}).
@@ -92,7 +65,7 @@ func (p *Proxy) screenRequest(req *sipmsg.Request) bool {
 	if cfg == nil {
 		return false
 	}
-	src, ok := sourceAddr(req)
+	src, ok := msgpart.SourceAddr(req)
 	if !ok {
 		p.m.SIPErrors.WithLabelValues("source").Inc()
 		return false
@@ -102,7 +75,7 @@ func (p *Proxy) screenRequest(req *sipmsg.Request) bool {
 			return false
 		}
 		p.m.SIPErrors.WithLabelValues("unknown_source").Inc()
-		if req.IsInvite() && !hasToTag(req) {
+		if req.IsInvite() && !msgpart.HasToTag(req) {
 			p.m.Calls.WithLabelValues(PeerUnknown, metrics.OutcomeRejectedForbidden).Inc()
 		}
 		if cfg.SIP.UnknownSource != "drop" && !req.IsAck() && req.Via() != nil {
@@ -121,7 +94,7 @@ func (p *Proxy) screenRequest(req *sipmsg.Request) bool {
 	case req.IsCancel():
 		return p.screenCancel(req)
 	case req.IsInvite():
-		if tagOf(req.From().Params) == "" && !p.inDialog(req) {
+		if msgpart.Tag(req.From().Params) == "" && !p.inDialog(req) {
 			// RFC 3261 8.1.1.3: a UAC puts a tag in From. A call without one
 			// has no dialog the carrier's BYE could name (it has no To tag
 			// then, and is refused), so it would hold its max_calls places
@@ -160,7 +133,7 @@ func (p *Proxy) screenRequest(req *sipmsg.Request) bool {
 // without a dialog token of the node's, one the stateless relay leaves to
 // sipgo) is refused as any stranger's.
 func (p *Proxy) screenFormerParty(cfg *config.Config, req *sipmsg.Request) bool {
-	if req.Transport() != "UDP" || req.IsInvite() || req.IsCancel() || req.Via() == nil || !hasToTag(req) ||
+	if req.Transport() != "UDP" || req.IsInvite() || req.IsCancel() || req.Via() == nil || !msgpart.HasToTag(req) ||
 		!p.routesOwnToken(req) || !wellFormed(req) {
 		return false
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/sip/internal/dialogtoken"
 	"github.com/cpsguard/cpsguard/sip/internal/invites"
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 	"github.com/cpsguard/cpsguard/sip/internal/oc"
 	"github.com/cpsguard/cpsguard/sip/internal/opaque"
 )
@@ -117,7 +118,7 @@ func (p *Proxy) screenInDialog(cfg *config.Config, req *sipmsg.Request, stranger
 		if code == refuseDialog {
 			if p.log.Enabled(context.Background(), slog.LevelDebug) {
 				p.log.Debug("in-dialog request without a valid dialog token or from the wrong leg refused",
-					"method", string(req.Method), "call_id", callID(req), "source", req.Source())
+					"method", string(req.Method), "call_id", msgpart.CallID(req), "source", req.Source())
 			}
 			p.stateless(req, sipmsg.StatusForbidden, "Forbidden")
 		} else {
@@ -152,7 +153,7 @@ func (p *Proxy) screenInDialog(cfg *config.Config, req *sipmsg.Request, stranger
 		p.byes.add(pendingBye{key: hop.key, callee: hop.callee}, byOf(hop.dir), time.Now())
 	}
 	if err != nil {
-		p.log.Debug("in-dialog forward failed", "method", string(req.Method), "call_id", callID(req), "error", err)
+		p.log.Debug("in-dialog forward failed", "method", string(req.Method), "call_id", msgpart.CallID(req), "error", err)
 		p.stateless(req, sipmsg.StatusServiceUnavailable, "Service Unavailable")
 	}
 	return true
@@ -203,7 +204,7 @@ func (p *Proxy) screenAck(req *sipmsg.Request) bool {
 		return true // ended, or over its rate: dropped
 	}
 	if err := p.writeRequest(context.Background(), hop.out); err != nil {
-		p.log.Debug("ACK forward failed", "call_id", callID(req), "error", err)
+		p.log.Debug("ACK forward failed", "call_id", msgpart.CallID(req), "error", err)
 		return true
 	}
 	p.ackPassed(&hop, hop.out)
@@ -224,9 +225,9 @@ func (p *Proxy) ackToStream(hop inDialogHop, req *sipmsg.Request) {
 
 // topVias returns the first two Via values of m (the proxy's own and the
 // upstream one on a forwarded request), nil when missing.
-func topVias(m headerList) (first, second *sipmsg.ViaHeader) {
+func topVias(m msgpart.HeaderList) (first, second *sipmsg.ViaHeader) {
 	for _, h := range m.Headers() {
-		if !isVia(h) {
+		if !msgpart.IsVia(h) {
 			continue
 		}
 		v, ok := h.(*sipmsg.ViaHeader)
@@ -253,11 +254,11 @@ func viaMangled(v *sipmsg.ViaHeader) bool { return oc.Mangled(v) }
 
 // setReceived makes up, the top Via of a request received from src over
 // UDP, name where its responses go, as sipgo's stateful path would send
-// them (upstreamOf): received is the packet's source IP whenever the
+// them (msgpart.UpstreamOf): received is the packet's source IP whenever the
 // sent-by host is not that IP or a received is present already (a
 // received the sender wrote itself is never trusted), and an rport
 // parameter is set to the packet's source port (RFC 3581 4). up is the
-// forwarded request's own copy (forwardCopy).
+// forwarded request's own copy (msgpart.ForwardCopy).
 func setReceived(up *sipmsg.ViaHeader, src netip.AddrPort) {
 	if up.Params == nil {
 		up.Params = sipmsg.NewParams()
@@ -375,7 +376,7 @@ func statelessMACOf(k *tokenKey, in []byte, flags byte, key callKey, id string) 
 // back: ends.go), then the MAC over them and statelessInput.
 func (p *Proxy) statelessBranch(cfg *config.Config, up *sipmsg.ViaHeader, m sipmsg.Message, next netip.Addr, flags byte, key callKey) string {
 	var in [statelessInputBytes]byte
-	sum := statelessMACOf(p.keys.keys(cfg).cur, statelessInput(in[:0], up, m.CSeq(), next), flags, key, callID(m))
+	sum := statelessMACOf(p.keys.keys(cfg).cur, statelessInput(in[:0], up, m.CSeq(), next), flags, key, msgpart.CallID(m))
 	var b [statelessBranchBytes]byte
 	b[0] = flags
 	copy(b[1:], key[:])
@@ -440,7 +441,7 @@ func (p *Proxy) relayStatelessResponse(cfg *config.Config, res *sipmsg.Response,
 		p.m.SIPErrors.WithLabelValues(reason).Inc()
 		if p.log.Enabled(context.Background(), slog.LevelDebug) {
 			p.log.Debug("response to a stateless relay dropped", "reason", reason,
-				"status", res.StatusCode, "call_id", callID(res), "source", res.Source())
+				"status", res.StatusCode, "call_id", msgpart.CallID(res), "source", res.Source())
 		}
 	}
 	own, up := topVias(res)
@@ -466,7 +467,7 @@ func (p *Proxy) relayStatelessResponse(cfg *config.Config, res *sipmsg.Response,
 		if k == nil {
 			continue
 		}
-		want := statelessMACOf(k, in, flags, key, callID(res))
+		want := statelessMACOf(k, in, flags, key, msgpart.CallID(res))
 		if hmac.Equal(mac, want[:statelessMACBytes]) {
 			ok = true
 			break
@@ -527,6 +528,6 @@ func (p *Proxy) statelessDone(res *sipmsg.Response, up *sipmsg.ViaHeader, flags 
 // sendUDPResponse sends res over UDP to its destination (sendUDP).
 func (p *Proxy) sendUDPResponse(res *sipmsg.Response) {
 	if err := p.sendUDP(res); err != nil {
-		p.log.Debug("stateless relay of a response failed", "status", res.StatusCode, "call_id", callID(res), "error", err)
+		p.log.Debug("stateless relay of a response failed", "status", res.StatusCode, "call_id", msgpart.CallID(res), "error", err)
 	}
 }

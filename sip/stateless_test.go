@@ -18,6 +18,7 @@ import (
 	"github.com/cpsguard/cpsguard/internal/siptest"
 	"github.com/cpsguard/cpsguard/sip/internal/dialogguard"
 	"github.com/cpsguard/cpsguard/sip/internal/dialogtoken"
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 	"github.com/cpsguard/cpsguard/sip/internal/opaque"
 )
 
@@ -348,11 +349,11 @@ func TestAckThenByeKeepTheirOrder(t *testing.T) {
 	seq := map[string][]sipmsg.RequestMethod{}
 	for _, r := range car.reqs {
 		if r.Method == sipmsg.ACK || r.Method == sipmsg.BYE {
-			seq[callID(r)] = append(seq[callID(r)], r.Method)
+			seq[msgpart.CallID(r)] = append(seq[msgpart.CallID(r)], r.Method)
 		}
 	}
 	for i, ok := range oks {
-		got := seq[callID(ok)]
+		got := seq[msgpart.CallID(ok)]
 		if len(got) != 2 || got[0] != sipmsg.ACK || got[1] != sipmsg.BYE {
 			t.Fatalf("call %d: carrier saw %v, want ACK then BYE", i, got)
 		}
@@ -860,7 +861,7 @@ func TestForgottenEndOwnTokenRefused(t *testing.T) {
 	re.CSeq().SeqNo = 50
 	peer.send(h.udp, re)
 	waitFor(t, func() bool { return len(peer.responses()) >= 2 }, "the answer to the re-INVITE")
-	if r := finalOfRaw(peer, callID(ok), sipmsg.INVITE, 0); r == nil || r.CSeq().SeqNo != 50 || r.StatusCode != 481 {
+	if r := finalOfRaw(peer, msgpart.CallID(ok), sipmsg.INVITE, 0); r == nil || r.CSeq().SeqNo != 50 || r.StatusCode != 481 {
 		t.Fatalf("re-INVITE of the ended call after its end was forgotten: %v, want 481", r)
 	}
 	if n := len(car.requests(sipmsg.INVITE)); n != 0 {
@@ -871,7 +872,7 @@ func TestForgottenEndOwnTokenRefused(t *testing.T) {
 	// node's key, another process's nonces): the table's rule only, which
 	// forgot the end, so it is relayed as before.
 	cfg := h.p.cfg()
-	legs, _, _, _, st := h.p.keys.open(cfg, tokenOf(t, ok), callID(ok), tagOf(ok.From().Params), tagOf(ok.To().Params))
+	legs, _, _, _, st := h.p.keys.open(cfg, tokenOf(t, ok), msgpart.CallID(ok), msgpart.Tag(ok.From().Params), msgpart.Tag(ok.To().Params))
 	if st != tokenOK {
 		t.Fatalf("the call's own token: status %v", st)
 	}
@@ -882,7 +883,7 @@ func TestForgottenEndOwnTokenRefused(t *testing.T) {
 	if otherNonces.Instance() == h.p.keys.nonces.Instance() {
 		t.Fatal("two processes drew one instance")
 	}
-	tok, err := h.p.keys.keys(cfg).cur.MintNonce(legs, callID(ok), tagOf(ok.From().Params), time.Now(), otherNonces.Next())
+	tok, err := h.p.keys.keys(cfg).cur.MintNonce(legs, msgpart.CallID(ok), msgpart.Tag(ok.From().Params), time.Now(), otherNonces.Next())
 	if err != nil {
 		t.Fatal(err)
 	}

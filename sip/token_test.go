@@ -21,6 +21,7 @@ import (
 	"github.com/cpsguard/cpsguard/internal/siptest"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/sip/internal/dialogtoken"
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 	"github.com/cpsguard/cpsguard/sip/internal/opaque"
 
 	"github.com/cpsguard/cpsguard/internal/testlog"
@@ -311,7 +312,7 @@ func TestTokenIsSealed(t *testing.T) {
 	}
 	// The same legs in clear, signed with the secret the old way: refused.
 	legs := dialogLegs{Peer: leg{Addr: peer}, Carrier: leg{Addr: carAddr}}
-	old := v2Token(cfg.SIP.DialogSecret, legs, callID(ok), tagOf(ok.From().Params))
+	old := v2Token(cfg.SIP.DialogSecret, legs, msgpart.CallID(ok), msgpart.Tag(ok.From().Params))
 	bye := inDialogOf(t, caller, h.udp, ok, sipmsg.BYE)
 	bye.RemoveHeader("Route")
 	bye.AppendHeader(sipmsg.NewHeader("Route", "<sip:"+h.udp+";lr;"+tokenParam+"="+old+">"))

@@ -8,6 +8,8 @@ import (
 
 	"github.com/cpsguard/cpsguard/config"
 	sipmsg "github.com/emiago/sipgo/sip"
+
+	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 )
 
 // TestCarrierAnswersKeepTheirOrder: a carrier's 180, 183 and 200 sent back
@@ -42,7 +44,7 @@ func TestCarrierAnswersKeepTheirOrder(t *testing.T) {
 		id := fmt.Sprint("order-", i)
 		var got []int
 		for _, r := range peer.responses() {
-			if callID(r) == id && r.StatusCode > 100 {
+			if msgpart.CallID(r) == id && r.StatusCode > 100 {
 				got = append(got, r.StatusCode)
 			}
 		}
