@@ -26,7 +26,7 @@ type latResult struct {
 func latencyCmd(fs *flag.FlagSet) func(*env) error {
 	rate := fs.Int("rate", 1000, "CPS offered")
 	seconds := fs.Int("seconds", 5, "seconds per run")
-	systems := fs.String("systems", "direct,cpsguard,kamailio", "systems (direct = caller straight to the sink: the harness floor)")
+	systems := fs.String("systems", "direct,cpsguard,kamailio", "systems (direct = caller straight to the sink: the harness floor; cpsguard-local = the node on its in-process store)")
 	warmup := fs.Int("warmup", 0, "seconds of calls at -rate before each measured run (0: half a second's); a few minutes fill the node's bounded tables (ended dialogs: 262,144 ends, two per answered call), as on a node that has run a while")
 	traced := fs.Bool("trace", false, "take cpsguard's execution trace during each measured run (needs the cpsguardprof build) and say what the node ran during each stall (stalls.txt)")
 	return func(e *env) error {
@@ -90,6 +90,17 @@ func latencyOnce(e *env, name string, run, rate, seconds, warmup int, traced boo
 		}
 		defer sys.stop()
 		target, guard = sys.addr, sys.guard
+	case "cpsguard-local":
+		// The same node on its in-process store: what the Redis round
+		// trip (and Redis's share of the box) adds to the setup time.
+		g, err := procs.StartCpsguard(procs.CpsguardOptions{
+			Bin: e.cpsguard, Dir: dir, PeerCPS: 100000, CarrierCPS: 100000, MaxWait: time.Second, Carrier: sk.Addr(),
+		})
+		if err != nil {
+			return latResult{}, err
+		}
+		defer g.Stop(5 * time.Second)
+		target, guard = g.SIP, g
 	case "kamailio":
 		sys, err := startKamailio(e, dir, sk.Addr(), 0)
 		if err != nil {

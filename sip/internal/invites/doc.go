@@ -19,6 +19,9 @@
 // (RegAbsorbed: sipgo's transaction lasts 8 s, the tombstone 32 s), a
 // copy of a forwarded one passes to sipgo (RegAnswered), and another
 // attempt reusing the transaction key is a new INVITE, with its unit.
+// A tombstone keeps no string and no pointer (its key's keyed 128-bit
+// hash, its time, its attempt and two flags): the collector never walks
+// the hundred thousand a node keeps at 3,000 CPS.
 //
 // # Failure
 //

@@ -1,6 +1,7 @@
 package invites
 
 import (
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -218,5 +219,71 @@ func TestTombstoneTellsCopiesFromOtherAttempts(t *testing.T) {
 				t.Fatalf("register of a copy of the first after an orphan reused its branch: got %d, want %d", got, tc.copyGets)
 			}
 		})
+	}
+}
+
+// TestTombstonesHoldNoPointer: the tombstones (a hundred thousand at 3,000
+// CPS, each kept 32 s) are kept in a map and queues the garbage collector
+// never has to walk. A string or pointer added to them brings that back.
+func TestTombstonesHoldNoPointer(t *testing.T) {
+	for _, typ := range []reflect.Type{reflect.TypeFor[tombKey](), reflect.TypeFor[tomb](), reflect.TypeFor[tombRef]()} {
+		if p := pointerIn(typ); p != "" {
+			t.Errorf("%s holds a pointer: %s", typ, p)
+		}
+	}
+}
+
+// pointerIn names a part of typ that is or holds a pointer ("" when none).
+func pointerIn(typ reflect.Type) string {
+	switch typ.Kind() {
+	case reflect.Struct:
+		for i := range typ.NumField() {
+			if p := pointerIn(typ.Field(i).Type); p != "" {
+				return typ.Field(i).Name + "." + p
+			}
+		}
+		return ""
+	case reflect.Array:
+		return pointerIn(typ.Elem())
+	case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
+		reflect.Float32, reflect.Float64, reflect.Complex64, reflect.Complex128:
+		return ""
+	}
+	return typ.Kind().String()
+}
+
+// TestReusedKeyKeepsItsNewerTombstone: when an attempt reusing a finished
+// INVITE's key finishes too, its tombstone takes the key; the older one's
+// expiry (a shorter TTL) must not remove it, or the newer call's copies
+// would be taken for new calls.
+func TestReusedKeyKeepsItsNewerTombstone(t *testing.T) {
+	build := func(id string) *sipmsg.Request {
+		req := sipmsg.NewRequest(sipmsg.INVITE, sipmsg.Uri{Scheme: "sip", User: "100", Host: "127.0.0.1", Port: 5060})
+		via := &sipmsg.ViaHeader{ProtocolName: "SIP", ProtocolVersion: "2.0", Transport: "UDP",
+			Host: "127.0.0.2", Port: 5062, Params: sipmsg.NewParams()}
+		via.Params.Add("branch", "z9hG4bK-again")
+		req.AppendHeader(via)
+		cid := sipmsg.CallIDHeader(id)
+		req.AppendHeader(&cid)
+		req.AppendHeader(&sipmsg.CSeqHeader{SeqNo: 1, MethodName: sipmsg.INVITE})
+		req.SetSource("127.0.0.2:5062")
+		return req
+	}
+	tb := New()
+	old, done := tb.Claim(build("old"))
+	done(false, false) // refused by the node: a short tombstone
+	newer, done := tb.Claim(build("newer"))
+	done(true, true) // answered: kept keptTTL
+	if !tb.Has(KeyOf(build("x"))) {
+		t.Fatal("no tombstone for the key")
+	}
+	tb.Sweep(old.finished.Add(TombstoneTTL + time.Millisecond))
+	if got := tb.Register(build("newer"), func() bool { t.Error("a copy took a unit"); return false }, nil); got != RegAbsorbed {
+		t.Fatalf("a copy of the newer call after the older tombstone's TTL: got %d, want RegAbsorbed", got)
+	}
+	tb.Sweep(newer.finished.Add(keptTTL + time.Millisecond))
+	if got := tb.size(); got != 0 {
+		t.Fatalf("entries after the newer tombstone's TTL: %d, want 0", got)
 	}
 }
