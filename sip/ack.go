@@ -37,11 +37,11 @@ func (p *Proxy) openTx(ctx context.Context, req *sipmsg.Request) (sipmsg.ClientT
 	if !req.IsInvite() {
 		tx, err := p.tl.Request(ctx, req)
 		if err == nil {
-			p.txOrder.add(tx) // an answer faster than this takes sipgo's way
+			p.txOrder.Add(tx) // an answer faster than this takes sipgo's way
 		}
 		return tx, err
 	}
-	return openInviteTx(ctx, p.tl, req, p.onWriteBlocked, p.txOrder.add)
+	return openInviteTx(ctx, p.tl, req, p.onWriteBlocked, p.txOrder.Add)
 }
 
 // writeBlocked is told of a TCP or TLS connection to a next hop closed

@@ -333,7 +333,7 @@
 // goroutine of its own, so a carrier's 180 sent right before its 200
 // reached the call's transaction after the 200 and was dropped, as h67
 // saw in half its runs; the responses to the transactions the node opens
-// itself go to them through a queue of their own, in order: txorder.go.
+// itself go to them through a queue of their own, in order (sip/internal/txorder).
 // A request's server transaction still gets it on sipgo's goroutine.) Each party has a share of each lane in
 // datagrams and in bytes, and the last places are kept for quiet parties;
 // while the inflight bound is taken a new INVITE waits in its lane up to

@@ -17,6 +17,7 @@ import (
 
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/sip/internal/ingress"
+	"github.com/cpsguard/cpsguard/sip/internal/load"
 	"github.com/cpsguard/cpsguard/sip/internal/rawsip"
 	"github.com/cpsguard/cpsguard/sip/internal/wire"
 )
@@ -36,7 +37,7 @@ import (
 // allocations) and runs the screen and sipgo's transaction layer, as
 // sipgo's loop did: so different calls are parsed and decided on
 // different cores, and a dialog's messages stay in order on one worker
-// (and in the node's client transactions: txorder.go).
+// (and in the node's client transactions: package sip/internal/txorder).
 //
 // sipgo still keeps the transactions: a server transaction answers on
 // the connection its request's source address names in sipgo's pool, so
@@ -214,7 +215,7 @@ func (p *Proxy) newIngress() (*ingress.Ingress, error) {
 		},
 		Congested: func(l ingress.Lane) {
 			if l == ingress.LaneFast {
-				p.noteBehind(time.Now())
+				p.behind.Note(time.Now())
 			}
 		},
 		Panic: func(where string, v any) {
@@ -224,7 +225,7 @@ func (p *Proxy) newIngress() (*ingress.Ingress, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.inflight.onRelease(g.WakeHeld)
+	p.inflight.OnRelease(g.WakeHeld)
 	return g, nil
 }
 
@@ -235,7 +236,7 @@ func slowShare(cfg *config.Config) int {
 	if cfg == nil {
 		return readQueueSlowMin
 	}
-	return min(readQueueSlowMax/4, max(readQueueSlowMin, int(inflightLimit(cfg))*readQueueSlowPerUnit))
+	return min(readQueueSlowMax/4, max(readQueueSlowMin, int(load.Limit(cfg))*readQueueSlowPerUnit))
 }
 
 // Sizes of the new-call lane's shares (ingress.DefaultBudget's LaneSlow
@@ -322,7 +323,7 @@ var (
 // its arrival (a burst is decided, not shed).
 func (p *Proxy) holdInvite(d *ingress.Datagram, now time.Time) time.Duration {
 	cfg := p.cfg()
-	if cfg == nil || p.inflight.Load() < inflightLimit(cfg) || p.priorityRawFrom(cfg, d.From, d.Data) {
+	if cfg == nil || p.inflight.Load() < load.Limit(cfg) || p.priorityRawFrom(cfg, d.From, d.Data) {
 		return 0 // a priority call is not held back: it passes the bound
 	}
 	return cfg.SIP.InflightWait - now.Sub(d.At)
@@ -345,9 +346,9 @@ func (p *Proxy) shedDatagram(d *ingress.Datagram) bool {
 // handed to the screen and sipgo's transaction layer.
 func (p *Proxy) handleDatagram(d *ingress.Datagram) {
 	if d.Lane == ingress.LaneFast {
-		if now := time.Now(); now.Sub(d.At) > behindLag {
+		if now := time.Now(); now.Sub(d.At) > load.Lag {
 			// An answer waited this long in the node's own queue.
-			p.noteBehind(now)
+			p.behind.Note(now)
 		}
 	}
 	if d.Info.Kind == ingress.KindInvite && d.Known && p.shedRawFrom(d.Conn, d.From, d.Data, false, nil) {
@@ -400,7 +401,7 @@ func (p *Proxy) deliver(msg sipmsg.Message, conn *net.UDPConn, from netip.AddrPo
 		}
 	}
 	pprof.SetGoroutineLabels(labelTx)
-	p.toTxLayer(msg)
+	p.txOrder.Handle(msg)
 	pprof.SetGoroutineLabels(labelWorker)
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/sip/internal/ingress"
 	"github.com/cpsguard/cpsguard/sip/internal/invites"
+	"github.com/cpsguard/cpsguard/sip/internal/load"
 )
 
 // peerSocket is a socket on a peer's address (127.0.0.2 is dialer-1's).
@@ -411,7 +412,7 @@ func TestParameterBoundOnTCPAfterNULs(t *testing.T) {
 
 // TestNodeBehind (issue 22, item C10): the node counts as behind (carrier
 // timeouts are then not held against carriers) only when its own read
-// path delays answers: a fast-lane datagram handled more than behindLag
+// path delays answers: a fast-lane datagram handled more than load.Lag
 // after it was read, or the fast lane full for every party (the ingress
 // says so: TestCongested there). An answer handled in time is not.
 func TestNodeBehind(t *testing.T) {
@@ -423,13 +424,13 @@ func TestNodeBehind(t *testing.T) {
 	bye := []byte(strangerRequest("BYE", h.udp, "127.0.0.1:5999", "dlg")(from.String()))
 	d := &ingress.Datagram{Data: bye, From: from, Conn: h.p.listeners[0].udp, Known: true, Lane: ingress.LaneFast, At: time.Now()}
 	h.p.handleDatagram(d)
-	if h.p.nodeBehind() {
+	if h.p.behind.Recent() {
 		t.Fatal("behind after a BYE handled at once")
 	}
-	d.At = time.Now().Add(-2 * behindLag)
+	d.At = time.Now().Add(-2 * load.Lag)
 	h.p.handleDatagram(d)
-	if !h.p.nodeBehind() {
-		t.Fatal("not behind after a BYE waited twice behindLag")
+	if !h.p.behind.Recent() {
+		t.Fatal("not behind after a BYE waited twice load.Lag")
 	}
 }
 

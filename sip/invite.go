@@ -974,11 +974,11 @@ func (h *carrierHooks) failed(r *sipmsg.Response) bool {
 }
 
 // timedOut counts a carrier that did not ring within its setup timeout.
-// While this node is behind (nodeBehind) it is no verdict on the carrier:
+// While this node is behind (p.behind) it is no verdict on the carrier:
 // its answer may be waiting in the node's own queue.
 func (h *carrierHooks) timedOut() {
 	h.c.p.m.CarrierResponses.WithLabelValues(h.car.Name, metrics.ClassTimeout).Inc()
-	if h.c.p.nodeBehind() {
+	if h.c.p.behind.Recent() {
 		h.settle(carriers.Outcome{Result: carriers.Undecided})
 		return
 	}

@@ -4,10 +4,8 @@ import (
 	"context"
 	"math/rand/v2"
 	"net/netip"
-	"runtime"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	sipmsg "github.com/emiago/sipgo/sip"
@@ -15,6 +13,7 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/sip/internal/invites"
+	"github.com/cpsguard/cpsguard/sip/internal/load"
 	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 )
 
@@ -46,21 +45,25 @@ import (
 // The unit lives in the INVITE's invites.Entry: the handler that claims the
 // entry releases it; an entry no handler claims (sipgo absorbed the INVITE
 // as a retransmission of a transaction whose handler had ended) gives it
-// back when the sweep finds it older than inflightOrphan (5 s).
+// back when the sweep finds it older than inflightOrphan (5 s). The count
+// and its bound are package sip/internal/load's (p.inflight, load.Limit).
+//
+// The node counts as behind (p.behind, load.Behind) for load.Memory after
+// a datagram of its read path's fast lane (carriers' and peers' answers
+// and in-dialog requests) waited more than load.Lag before a worker took
+// it, or found that lane full for everyone, not one party's share of it
+// (ingress.go). While it is, carrier timeouts (a call not rung in time, a
+// probe not answered) are not held against the carrier (invite.go,
+// probe.go): the answer may be waiting in the node's own queue, as store
+// timeouts measure the node as much as the store (store.Failover). Sheds
+// do not count (noteShed): one peer overrunning its share of the read
+// path, or its burst finding the inflight bound taken, says nothing of how
+// fast the node reads the carriers' answers, and must not keep a dead
+// carrier up.
 
 // shedTag prefixes the To tag of the proxy's stateless overload answers,
 // so the screen can drop the ACKs they draw without handing them to sipgo.
 const shedTag = "cgshed."
-
-// inflightLimit is the current bound (sip.max_inflight, or derived from
-// GOMAXPROCS).
-func inflightLimit(cfg *config.Config) int64 {
-	return int64(cfg.SIP.Inflight(runtime.GOMAXPROCS(0)))
-}
-
-// tryInflight takes one unit of the bound, or reports false when the node
-// already decides limit calls.
-func (p *Proxy) tryInflight(limit int64) bool { return p.inflight.tryTake(limit) }
 
 // Inflight returns the number of new calls being decided now (tests,
 // status).
@@ -93,15 +96,15 @@ func (p *Proxy) screenInvite(cfg *config.Config, req *sipmsg.Request, src netip.
 				// again, and no new decision (refused.go).
 				return false
 			}
-			limit := inflightLimit(cfg)
+			limit := load.Limit(cfg)
 			acquire = func() bool {
-				if !p.tryInflight(limit) {
+				if !p.inflight.TryTake(limit) {
 					if !isPriority(cfg, pe, req) {
 						return false
 					}
 					// Never shed (priority.go): it takes its unit beyond
 					// the bound, so it still counts in flight.
-					p.inflight.Add(1)
+					p.inflight.Take()
 				}
 				p.ocMeters.Of(peer).AddTaken()
 				return true
@@ -173,71 +176,6 @@ func decided(ctx context.Context) {
 	}
 }
 
-// inflightCount is the number of new calls being decided, with the read
-// path's hook that wakes the workers holding INVITEs back while the bound
-// is taken (ingress.go): a unit given back wakes them, and only them.
-type inflightCount struct {
-	atomic.Int64
-	wake atomic.Pointer[func()]
-}
-
-// tryTake takes a unit when fewer than limit are taken. The count never
-// goes over limit, not even for an instant: a worker holding an INVITE
-// back reads it (holdInvite), and an overshoot given back without a wake
-// would keep it holding until inflight_wait.
-func (c *inflightCount) tryTake(limit int64) bool {
-	for {
-		n := c.Load()
-		if n >= limit {
-			return false
-		}
-		if c.CompareAndSwap(n, n+1) {
-			return true
-		}
-	}
-}
-
-// onRelease sets the hook called whenever a unit is given back.
-func (c *inflightCount) onRelease(f func()) { c.wake.Store(&f) }
-
-// Release gives one unit back (invites.Bound).
-func (c *inflightCount) Release() {
-	c.Add(-1)
-	if f := c.wake.Load(); f != nil {
-		(*f)()
-	}
-}
-
-// overloadMemory is how long after the node was last seen behind (see
-// nodeBehind) it counts as overloaded for carrier health: a call forwarded
-// then may wait out its whole setup_timeout (2 s by default) with the
-// carrier's answer in the node's own queue.
-const overloadMemory = 5 * time.Second
-
-// behindLag is how long a response or in-dialog request may wait in the
-// UDP read path's fast lane (ingress.go) before the node counts as behind:
-// a quarter of a probe's default timeout.
-const behindLag = 250 * time.Millisecond
-
-// nodeBehind reports whether the node itself was behind within
-// overloadMemory: a datagram of its read path's fast lane (carriers' and
-// peers' answers and in-dialog requests) waited more than behindLag
-// before a worker took it, or found that lane full for everyone (not one
-// party's share of it). While it is, carrier timeouts (a call not rung in
-// time, a probe not answered) are not held against the carrier (probe.go):
-// the answer may be waiting in the node's own queue, as store timeouts
-// measure the node as much as the store (store.Failover). Sheds do not
-// count: one peer overrunning its share of the read path, or its burst
-// finding the inflight bound taken, says nothing of how fast the node
-// reads the carriers' answers, and must not keep a dead carrier up.
-func (p *Proxy) nodeBehind() bool {
-	last := p.behindAt.Load()
-	return last != 0 && time.Since(time.Unix(0, last)) < overloadMemory
-}
-
-// noteBehind records that the node was behind at now (nodeBehind).
-func (p *Proxy) noteBehind(now time.Time) { p.behindAt.Store(now.UnixNano()) }
-
 // noteShed records a call of peer shed for overload at now. A shed at the
 // inflight bound (bound) counts toward the reduction peer is asked for when
 // it asks for overload control (oc.go), which is recomputed here when its
@@ -245,7 +183,7 @@ func (p *Proxy) noteBehind(now time.Time) { p.behindAt.Store(now.UnixNano()) }
 // sends anything. A shed only because the caller's own share of the read
 // path's new-call lane is full (ingress.go) does not: that is one party's
 // overrun of its own share, not the node's overload. No shed makes the node
-// count as behind (nodeBehind).
+// count as behind (p.behind).
 func (p *Proxy) noteShed(peer string, now time.Time, bound bool) {
 	if bound && peer != "" {
 		p.ocMeters.Of(peer).AddShed(now)

@@ -17,6 +17,7 @@ import (
 	"github.com/cpsguard/cpsguard/internal/siptest"
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/sip/internal/ingress"
+	"github.com/cpsguard/cpsguard/sip/internal/load"
 	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 )
 
@@ -210,8 +211,10 @@ func TestPriorityInTheShedLane(t *testing.T) {
 		return &ingress.Datagram{Data: data, From: from, Conn: conn, Known: true, At: time.Now()}
 	}
 
-	limit := inflightLimit(cfg)
-	h.p.inflight.Add(limit) // the bound is taken
+	limit := load.Limit(cfg)
+	for range limit {
+		h.p.inflight.Take() // the bound is taken
+	}
 	prio := invite("911", "lane-prio", "")
 	claim := invite("100", "lane-claim", "Resource-Priority:\r\n esnet.2\r\n")
 	normal := invite("100", "lane-normal", "")
@@ -242,7 +245,9 @@ func TestPriorityInTheShedLane(t *testing.T) {
 			t.Errorf("a priority INVITE (%s) in the shed lane: final %q, want 200 OK", name, got)
 		}
 	}
-	h.p.inflight.Add(-limit)
+	for range limit {
+		h.p.inflight.Release()
+	}
 	if got := testutil.ToFloat64(h.m.Calls.WithLabelValues("dialer-1", metrics.OutcomeRejectedOverload)); got != 1 {
 		t.Errorf("calls_total{rejected_overload}: got %v, want 1", got)
 	}

@@ -18,8 +18,8 @@ import (
 // stack (carriers.Prober): the probe loops are the carriers.Set's.
 type prober struct{ p *Proxy }
 
-// Behind implements carriers.Prober (nodeBehind, overload.go).
-func (pr prober) Behind() bool { return pr.p.nodeBehind() }
+// Behind implements carriers.Prober (p.behind, overload.go).
+func (pr prober) Behind() bool { return pr.p.behind.Recent() }
 
 // Probe implements carriers.Prober.
 func (pr prober) Probe(ctx context.Context, car *config.Carrier, timeout time.Duration) carriers.ProbeResult {

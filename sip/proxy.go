@@ -34,11 +34,13 @@ import (
 	"github.com/cpsguard/cpsguard/sip/internal/dialogguard"
 	"github.com/cpsguard/cpsguard/sip/internal/ingress"
 	"github.com/cpsguard/cpsguard/sip/internal/invites"
+	"github.com/cpsguard/cpsguard/sip/internal/load"
 	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 	"github.com/cpsguard/cpsguard/sip/internal/oc"
 	"github.com/cpsguard/cpsguard/sip/internal/refusals"
 	"github.com/cpsguard/cpsguard/sip/internal/sipgohook"
 	"github.com/cpsguard/cpsguard/sip/internal/tlspolicy"
+	"github.com/cpsguard/cpsguard/sip/internal/txorder"
 	"github.com/cpsguard/cpsguard/sip/internal/wire"
 )
 
@@ -324,10 +326,10 @@ type Proxy struct {
 	draining   atomic.Bool
 	active     atomic.Int64
 	// inflight counts the new calls being decided (overload.go).
-	inflight inflightCount
-	// behindAt is when the node was last seen behind reading its own
-	// queues (Unix ns, overload.go: nodeBehind).
-	behindAt atomic.Int64
+	inflight load.Inflight
+	// behind is when the node was last seen behind reading its own
+	// queues (overload.go).
+	behind load.Behind
 	// ocMeters are the reductions asked of overload-control clients, per
 	// peer (oc.go).
 	ocMeters oc.Meters
@@ -341,13 +343,12 @@ type Proxy struct {
 	parser *wire.Parser
 	// parsed bounds shedParsed's parsing (rawshed.go).
 	parsed parseBudget
-	// txLayer are the handlers the screen guards (sipgo's transaction
-	// layer's: sipgohook.Screen); the UDP workers call them once the screen
-	// let a message pass (ingress.go).
-	txLayer []sipmsg.MessageHandler
-	// txOrder hands the responses to the node's own client transactions
-	// to them in order (txorder.go).
-	txOrder txOrder
+	// txOrder hands what the screen let pass to sipgo's transaction
+	// layer (its Next: the handlers the screen guards, sipgohook.Screen),
+	// the responses to the node's own client transactions to them in
+	// order (package sip/internal/txorder); the UDP workers call it once
+	// the screen let a message pass (ingress.go).
+	txOrder txorder.Table
 	// ingress reads the UDP listeners (ingress.go); set in Serve.
 	ingress *ingress.Ingress
 	// streams applies the stream bounds to the TCP and TLS connections
@@ -543,12 +544,12 @@ func New(opts Options) (*Proxy, error) {
 	}
 	p.ua, p.srv = ua, srv
 	p.tl, p.tp = ua.TransactionLayer(), ua.TransportLayer()
-	txLayer, err := sipgohook.Screen(p.tp, p.screen, p.toTxLayer)
+	txLayer, err := sipgohook.Screen(p.tp, p.screen, p.txOrder.Handle)
 	if err != nil {
 		_ = ua.Close()
 		return nil, err
 	}
-	p.txLayer = txLayer
+	p.txOrder.Next = txLayer
 	p.sources = newSources(p.tp.Pool("udp"))
 	if err := sipgohook.CheckClientTxConn(); err != nil {
 		_ = ua.Close()

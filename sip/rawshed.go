@@ -13,6 +13,7 @@ import (
 
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/sip/internal/invites"
+	"github.com/cpsguard/cpsguard/sip/internal/load"
 	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 	"github.com/cpsguard/cpsguard/sip/internal/rawsip"
 	"github.com/cpsguard/cpsguard/sip/internal/refusals"
@@ -109,7 +110,7 @@ func (p *Proxy) shedRawFrom(conn *net.UDPConn, from netip.AddrPort, data []byte,
 	if peer == nil {
 		return false
 	}
-	bound := p.inflight.Load() >= inflightLimit(cfg)
+	bound := p.inflight.Load() >= load.Limit(cfg)
 	if !force && !bound {
 		return false
 	}

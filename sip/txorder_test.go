@@ -52,5 +52,5 @@ func TestCarrierAnswersKeepTheirOrder(t *testing.T) {
 			t.Errorf("call %s: the caller got %v, want 180, 183, 200 in that order", id, got)
 		}
 	}
-	waitFor(t, func() bool { return h.p.txOrder.size() == 0 }, "the ended transactions forgotten")
+	waitFor(t, func() bool { return h.p.txOrder.Len() == 0 }, "the ended transactions forgotten")
 }
