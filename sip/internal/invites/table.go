@@ -66,21 +66,9 @@ type Entry struct {
 	created   time.Time
 	claimed   bool // a handler owns the entry (and removes it when done)
 
-	// finished is when the handler returned (zero while it runs): the
-	// entry stays a while as a tombstone, so a retransmission of the
-	// INVITE that arrives just after its answer is known as one (it passes
-	// without a unit of the inflight bound, and sipgo absorbs it).
+	// finished is when the handler returned (zero while it runs); the
+	// entry then leaves the table for a tombstone (tomb).
 	finished time.Time
-	// kept: the handler left sipgo's server transaction alive (the call
-	// was forwarded, so its final answer is the carrier's): sipgo absorbs
-	// copies of the INVITE until Timer L or H (RFC 6026, RFC 3261 17.2.1),
-	// and the tombstone lets them reach it for as long (keptTTL) instead of
-	// deciding or shedding them as new calls.
-	kept bool
-	// answered: the call was answered (a 2xx relayed); its copies are
-	// absorbed by the tombstone itself (Register: RegAbsorbed), since
-	// sipgo's transaction lasts answeredLinger only.
-	answered bool
 	// attempt: attemptOf the INVITE (its Call-ID, From tag and CSeq). A
 	// tombstone's key is the transaction's, which a caller may reuse for
 	// another call; only an INVITE of the same attempt is its copy.
@@ -140,7 +128,7 @@ func (e *Entry) OnCancel(fn func()) {
 // finished, its attempt and two flags, in a map and queues that hold no
 // pointer, so the garbage collector never walks them. Kept as the finished
 // Entry with its key and source strings, they were four in ten of the
-// objects the collector marked at that rate, and a third of the live heap.
+// objects the collector marked at that rate, and a fifth of the live heap.
 type Table struct {
 	mu    sync.Mutex
 	m     map[Key]*Entry   // in progress (handler running, or not yet claimed)
@@ -168,12 +156,23 @@ func tombOf(k Key) tombKey {
 }
 
 // tomb is what a finished INVITE leaves: what Register needs to tell its
-// copies (Entry's fields of the same names) and which tombstone it is.
+// copies and which tombstone it is.
 type tomb struct {
-	finished       int64 // nanoseconds since the table's epoch
-	seq            uint64
-	attempt        uint64
-	kept, answered bool
+	finished int64 // nanoseconds since the table's epoch
+	seq      uint64
+	// attempt: the INVITE's attemptOf; only an INVITE of the same attempt
+	// is its copy (a caller may reuse a transaction key for another call).
+	attempt uint64
+	// kept: the handler left sipgo's server transaction alive (the call
+	// was forwarded, so its final answer is the carrier's): sipgo absorbs
+	// copies of the INVITE until Timer L or H (RFC 6026, RFC 3261 17.2.1),
+	// and the tombstone lets them reach it for as long (keptTTL) instead of
+	// deciding or shedding them as new calls.
+	kept bool
+	// answered: the call was answered (a 2xx relayed); its copies are
+	// absorbed by the tombstone itself (Register: RegAbsorbed), since
+	// sipgo's transaction lasts answeredLinger only.
+	answered bool
 }
 
 // tombQueue is a FIFO of tombstones, appended as they finish, so in
@@ -192,7 +191,7 @@ func (q *tombQueue) push(k tombKey, t tomb) { q.Push(tombRef{k, t.finished, t.se
 // ttl before now (nanoseconds since the epoch; a key since reused by a
 // newer tombstone is left alone).
 func (q *tombQueue) popExpired(tombs map[tombKey]tomb, now int64, ttl time.Duration) {
-	for r, ok := q.Front(); ok && now-r.finished > int64(ttl); r, ok = q.Front() {
+	for r, ok := q.Front(); ok && now > r.finished+int64(ttl); r, ok = q.Front() {
 		if t, ok := tombs[r.k]; ok && t.seq == r.seq {
 			delete(tombs, r.k)
 		}
@@ -247,10 +246,9 @@ const (
 // through ctr): when that fails nothing is recorded (RegShed).
 func (t *Table) Register(req *sipmsg.Request, acquire func() bool, ctr Bound) int {
 	k := KeyOf(req)
+	attempt, tk := attemptOf(req), tombOf(k)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	attempt := attemptOf(req)
-	tk := tombOf(k)
 	if e, ok := t.tombs[tk]; ok && e.attempt == attempt {
 		// A copy of a finished INVITE, looked at first: another attempt
 		// reusing its key (below) must not open the way to its copies.
@@ -317,6 +315,7 @@ func (t *Table) Claim(req *sipmsg.Request) (*Entry, func(kept, answered bool)) {
 	}
 	e.claimed = true
 	t.mu.Unlock()
+	tk := tombOf(k)
 	return e, func(kept, answered bool) {
 		e.ReleaseInflight()
 		// A tombstone lives up to keptTTL: it keeps none of the call's
@@ -328,11 +327,8 @@ func (t *Table) Claim(req *sipmsg.Request) (*Entry, func(kept, answered bool)) {
 		if t.m[k] == e {
 			delete(t.m, k)
 			e.finished = time.Now()
-			e.kept = kept
-			e.answered = answered
 			t.seq++
 			tb := tomb{finished: int64(e.finished.Sub(t.epoch)), seq: t.seq, attempt: e.attempt, kept: kept, answered: answered}
-			tk := tombOf(k)
 			t.tombs[tk] = tb
 			if kept {
 				t.kept.push(tk, tb)
@@ -372,19 +368,22 @@ func (t *Table) Sweep(now time.Time) {
 			e.ReleaseInflight()
 		}
 	}
-	at := int64(now.Sub(t.epoch))
+	// On the table's monotonic clock whether or not now has a monotonic
+	// reading (a wall clock stepped since the epoch moves no expiry).
+	at := int64(time.Since(t.epoch) + now.Sub(time.Now()))
 	t.short.popExpired(t.tombs, at, TombstoneTTL)
 	t.kept.popExpired(t.tombs, at, keptTTL)
 }
 
 // Has reports whether k names an INVITE in progress or a tombstone.
 func (t *Table) Has(k Key) bool {
+	tk := tombOf(k)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if _, ok := t.m[k]; ok {
 		return true
 	}
-	_, ok := t.tombs[tombOf(k)]
+	_, ok := t.tombs[tk]
 	return ok
 }
 

@@ -226,10 +226,40 @@ func TestTombstoneTellsCopiesFromOtherAttempts(t *testing.T) {
 // CPS, each kept 32 s) are kept in a map and queues the garbage collector
 // never has to walk. A string or pointer added to them brings that back.
 func TestTombstonesHoldNoPointer(t *testing.T) {
-	for _, typ := range []reflect.Type{reflect.TypeFor[tombKey](), reflect.TypeFor[tomb](), reflect.TypeFor[tombRef]()} {
+	table := reflect.TypeFor[Table]()
+	tombs, _ := table.FieldByName("tombs")
+	queue, _ := table.FieldByName("kept")
+	front := reflect.ValueOf(&tombQueue{}).MethodByName("Front").Type().Out(0)
+	for name, typ := range map[string]reflect.Type{
+		"the tombs map's key":     tombs.Type.Key(),
+		"the tombs map's element": tombs.Type.Elem(),
+		"a queue's element":       front,
+	} {
 		if p := pointerIn(typ); p != "" {
-			t.Errorf("%s holds a pointer: %s", typ, p)
+			t.Errorf("%s (%s) holds a pointer: %s", name, typ, p)
 		}
+	}
+	if queue.Type != reflect.TypeFor[tombQueue]() {
+		t.Errorf("the kept queue is a %s, not a tombQueue", queue.Type)
+	}
+}
+
+// TestSweepBeforeTheEpochKeepsTombstones (h77): a sweep given a time
+// before the table was made (the zero time) expires nothing, as the
+// pointer-based table did; the tombstones' ages must not wrap around.
+func TestSweepBeforeTheEpochKeepsTombstones(t *testing.T) {
+	tb := New()
+	time.Sleep(time.Millisecond) // finished > 0 ns after the epoch
+	req := sipmsg.NewRequest(sipmsg.INVITE, sipmsg.Uri{Scheme: "sip", User: "100", Host: "127.0.0.1", Port: 5060})
+	via := &sipmsg.ViaHeader{ProtocolName: "SIP", ProtocolVersion: "2.0", Transport: "UDP",
+		Host: "127.0.0.2", Port: 5062, Params: sipmsg.NewParams()}
+	via.Params.Add("branch", "z9hG4bK-zero-time")
+	req.AppendHeader(via)
+	_, done := tb.Claim(req)
+	done(true, true)
+	tb.Sweep(time.Time{})
+	if got := tb.size(); got != 1 {
+		t.Fatalf("entries after a sweep at the zero time: %d, want 1", got)
 	}
 }
 
