@@ -17,6 +17,7 @@ import (
 	"github.com/cpsguard/cpsguard/config"
 	"github.com/cpsguard/cpsguard/internal/siptest"
 	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
+	"github.com/cpsguard/cpsguard/sip/internal/statelessbranch"
 )
 
 // rawInvite builds an initial INVITE from the raw end point e to proxy
@@ -401,7 +402,7 @@ func TestStatelessByeTimeoutEndsTheCall(t *testing.T) {
 	ok := rawAnsweredCall(t, peer, h.udp, "silent")
 	peer.send(h.udp, withVia(inDialogOf(t, peer.caller(), h.udp, ok, sipmsg.BYE), peer.addr(), "z9hG4bK.bye-silent"))
 	waitFor(t, func() bool { return len(car.requests(sipmsg.BYE)) == 1 }, "the BYE at the carrier")
-	if b, _ := car.requests(sipmsg.BYE)[0].Via().Params.Get("branch"); !strings.HasPrefix(b, statelessBranchPrefix) {
+	if b, _ := car.requests(sipmsg.BYE)[0].Via().Params.Get("branch"); !strings.HasPrefix(b, statelessbranch.Prefix) {
 		t.Fatalf("BYE branch %q: not relayed statelessly", b)
 	}
 	waitFor(t, func() bool { return tr.Live() == 0 && h.p.byes.size() == 0 }, "the call ended by the BYE's timeout")

@@ -52,22 +52,6 @@ func TestInviteKeyBytes(t *testing.T) {
 	}
 }
 
-// TestTopViasInPlace: topVias finds the top two Vias (a compact "v:" one
-// too) without allocating.
-func TestTopViasInPlace(t *testing.T) {
-	req := parseInvite(t, twoViaInvite)
-	first, second := topVias(req)
-	if first == nil || second == nil || first.Host != "127.0.0.2" || second.Host != "10.0.0.1" {
-		t.Fatalf("got %v and %v, want the Vias of 127.0.0.2 and 10.0.0.1", first, second)
-	}
-	if raceEnabled {
-		return
-	}
-	if n := testing.AllocsPerRun(100, func() { topVias(req) }); n != 0 {
-		t.Errorf("got %v allocations, want 0", n)
-	}
-}
-
 // TestPrependViaWithRecordRoute: the proxy's Via goes on top, the
 // received Vias follow in order, then the Record-Route, then the rest;
 // gathering the received Vias allocates no list of its own.

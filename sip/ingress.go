@@ -19,6 +19,7 @@ import (
 	"github.com/cpsguard/cpsguard/sip/internal/ingress"
 	"github.com/cpsguard/cpsguard/sip/internal/load"
 	"github.com/cpsguard/cpsguard/sip/internal/rawsip"
+	"github.com/cpsguard/cpsguard/sip/internal/statelessbranch"
 	"github.com/cpsguard/cpsguard/sip/internal/wire"
 )
 
@@ -315,7 +316,7 @@ func formerPartyRaw(d *ingress.Datagram) bool {
 
 var (
 	formerTokenMark  = []byte(";" + tokenParam + "=")
-	formerBranchMark = []byte(statelessBranchPrefix)
+	formerBranchMark = []byte(statelessbranch.Prefix)
 )
 
 // holdInvite is how much longer a worker holds a new INVITE back: while

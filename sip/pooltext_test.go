@@ -10,6 +10,7 @@ import (
 	sipmsg "github.com/emiago/sipgo/sip"
 
 	"github.com/cpsguard/cpsguard/config"
+	"github.com/cpsguard/cpsguard/sip/internal/statelessbranch"
 )
 
 // textRig is a proxy with a UDP caller and an answering carrier, for the
@@ -58,7 +59,7 @@ func (r *textRig) bye(name string, ok *sipmsg.Response) (*sipmsg.Response, strin
 		r.t.Fatalf("%s: %d BYEs at the carrier, want 1", name, len(fwd))
 	}
 	branch, _ := fwd[0].Via().Params.Get("branch")
-	rest, found := strings.CutPrefix(branch, statelessBranchPrefix)
+	rest, found := strings.CutPrefix(branch, statelessbranch.Prefix)
 	if !found {
 		r.t.Fatalf("%s: BYE branch %q, want the stateless prefix", name, branch)
 	}
@@ -92,8 +93,8 @@ func TestOlderNodesInPoolGetBase64Text(t *testing.T) {
 			t.Errorf("token %q with an older node in the pool: want version 3 in base64url (64 characters)", tok)
 		}
 	}
-	if b := bye("a1", a1); len(b) != statelessBranchChars64 || isOpaque(b) {
-		t.Errorf("stateless branch %q with an older node in the pool: want %d characters of base64url", b, statelessBranchChars64)
+	if b := bye("a1", a1); len(b) != statelessbranch.Chars64 || isOpaque(b) {
+		t.Errorf("stateless branch %q with an older node in the pool: want %d characters of base64url", b, statelessbranch.Chars64)
 	}
 
 	opaqueOK.Store(true) // the older node left
@@ -102,8 +103,8 @@ func TestOlderNodesInPoolGetBase64Text(t *testing.T) {
 		t.Errorf("token %q once every node reads opaque text: want 77 characters of it", tok)
 	}
 	for name, ok := range map[string]*sipmsg.Response{"a2": a2, "b1": b1} { // a2 holds a base64url token
-		if b := bye(name, ok); len(b) != statelessBranchChars || !isOpaque(b) {
-			t.Errorf("%s: stateless branch %q, want %d characters of opaque text", name, b, statelessBranchChars)
+		if b := bye(name, ok); len(b) != statelessbranch.Chars || !isOpaque(b) {
+			t.Errorf("%s: stateless branch %q, want %d characters of opaque text", name, b, statelessbranch.Chars)
 		}
 	}
 }
@@ -117,8 +118,8 @@ func TestDialogTokenTextBase64URL(t *testing.T) {
 	if tok := tokenOf(t, ok); len(tok) != 64 || isOpaque(tok) || !strings.HasPrefix(tok, "A") { // version 3 in base64url
 		t.Errorf("token %q under dialog_token_text base64url: want version 3 in base64url (64 characters)", tok)
 	}
-	if _, b := r.bye("text-1", ok); len(b) != statelessBranchChars64 || isOpaque(b) {
-		t.Errorf("stateless branch %q under dialog_token_text base64url: want %d characters of base64url", b, statelessBranchChars64)
+	if _, b := r.bye("text-1", ok); len(b) != statelessbranch.Chars64 || isOpaque(b) {
+		t.Errorf("stateless branch %q under dialog_token_text base64url: want %d characters of base64url", b, statelessbranch.Chars64)
 	}
 	auto := *cfg
 	auto.SIP.DialogTokenText = "auto"
@@ -127,7 +128,7 @@ func TestDialogTokenTextBase64URL(t *testing.T) {
 	if tok := tokenOf(t, ok); len(tok) != 77 || !isOpaque(tok) {
 		t.Errorf("token %q after a reload to auto: want 77 characters of opaque text", tok)
 	}
-	if _, b := r.bye("text-2", ok); len(b) != statelessBranchChars || !isOpaque(b) {
-		t.Errorf("stateless branch %q after a reload to auto: want %d characters of opaque text", b, statelessBranchChars)
+	if _, b := r.bye("text-2", ok); len(b) != statelessbranch.Chars || !isOpaque(b) {
+		t.Errorf("stateless branch %q after a reload to auto: want %d characters of opaque text", b, statelessbranch.Chars)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/cpsguard/cpsguard/metrics"
 	"github.com/cpsguard/cpsguard/sip/internal/invites"
 	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
+	"github.com/cpsguard/cpsguard/sip/internal/statelessbranch"
 )
 
 // The screen is the proxy's first look at every parsed message, before
@@ -145,7 +146,7 @@ func (p *Proxy) screenFormerParty(cfg *config.Config, req *sipmsg.Request) bool 
 
 func (p *Proxy) screenResponse(res *sipmsg.Response) bool {
 	src, err := netip.ParseAddrPort(res.Source())
-	if err == nil && !p.knownSource(p.cfg(), src.Addr().Unmap()) && wellFormed(res) && statelessBranchOf(res) {
+	if err == nil && !p.knownSource(p.cfg(), src.Addr().Unmap()) && wellFormed(res) && statelessbranch.OnTop(res) {
 		// The answer to an in-dialog request relayed statelessly to a
 		// party a reload removed (screenFormerParty): the branch's MAC
 		// names the address the request went to, so only that party's
@@ -161,7 +162,7 @@ func (p *Proxy) screenResponse(res *sipmsg.Response) bool {
 		p.m.SIPErrors.WithLabelValues("malformed").Inc()
 		return false
 	}
-	if statelessBranchOf(res) {
+	if statelessbranch.OnTop(res) {
 		// No transaction of sipgo's: relayed or dropped here (stateless.go).
 		p.relayStatelessResponse(p.cfg(), res, src.Addr().Unmap())
 		return false

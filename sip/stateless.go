@@ -2,13 +2,8 @@ package sip
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/binary"
 	"log/slog"
 	"net/netip"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -16,11 +11,10 @@ import (
 	sipmsg "github.com/emiago/sipgo/sip"
 
 	"github.com/cpsguard/cpsguard/config"
-	"github.com/cpsguard/cpsguard/sip/internal/dialogtoken"
 	"github.com/cpsguard/cpsguard/sip/internal/invites"
 	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 	"github.com/cpsguard/cpsguard/sip/internal/oc"
-	"github.com/cpsguard/cpsguard/sip/internal/opaque"
+	"github.com/cpsguard/cpsguard/sip/internal/statelessbranch"
 )
 
 // Stateless relay of in-dialog non-INVITE requests (RFC 3261 16.11).
@@ -39,42 +33,23 @@ import (
 //
 // The proxy keeps nothing per relayed request (but a BYE's wait for its
 // answer, bounded). Its Via on the forwarded request carries everything a
-// response needs, authenticated: the branch is statelessBranchPrefix
-// followed by, in opaque's text (which cannot spell a header name), a
-// flags byte (the direction), the call's key
-// (ends.go) and the first statelessMACBytes bytes of an HMAC-SHA256 (under
-// the dialog-token key, token.go) over
-//
-//   - the upstream Via as the proxy forwarded it (transport, host, port,
-//     branch, and the received and rport parameters the proxy set from the
-//     packet's source: where the response will go),
-//   - the Call-ID, the CSeq number and method,
-//   - the next hop's IP (where the response must come from),
-//   - the flags and the call key.
-//
-// It is deterministic, so a retransmission gets the same branch (16.11)
-// and the next hop recognises it. A response whose top Via branch has the
-// prefix is never shown to sipgo (it has no transaction for it): it is
-// relayed only when the MAC verifies over the response's own second Via,
-// Call-ID, CSeq and packet source IP, with the proxy's Via removed and sent
-// to the address that second Via names (received, rport: RFC 3261 18.2.2,
-// RFC 3581). Anything else is dropped and counted in
+// response needs, authenticated: the branch (package statelessbranch, the
+// codec: its bytes, MAC input and text) holds the direction and the
+// call's key (ends.go) in clear and a MAC under the dialog-token key
+// (token.go) over them, the upstream Via as the proxy forwarded it (with
+// the received and rport parameters it set from the packet's source:
+// where the response will go), the Call-ID, the CSeq and the next hop's
+// IP (where the response must come from). It is deterministic, so a
+// retransmission gets the same branch (16.11) and the next hop recognises
+// it. A response whose top Via branch has the prefix is never shown to
+// sipgo (it has no transaction for it): it is relayed only when the MAC
+// verifies over the response's own second Via, Call-ID, CSeq and packet
+// source IP, under the current or the previous key, with the proxy's Via
+// removed and sent to the address that second Via names (received, rport:
+// RFC 3261 18.2.2, RFC 3581). Anything else is dropped and counted in
 // cpsguard_sip_errors_total (reason forged_response, or stateless_response
 // for one that cannot be relayed statelessly at all). A response with a
 // forged proxy Via is thus never relayed anywhere.
-
-// statelessBranchPrefix begins the branch of the proxy's Via on a request
-// relayed statelessly. The proxy's stateful branches are the magic cookie
-// and a '.' (opaque.Branch, as sipgo's GenerateBranchN), so none of them
-// starts with it.
-const statelessBranchPrefix = sipmsg.RFC3261BranchMagicCookie + "-cgs-"
-
-// statelessMACBytes is how much of the HMAC a stateless branch keeps (96 bits).
-const statelessMACBytes = 12
-
-// statelessMACDomain starts the MAC's input: a dialog token's payload
-// starts with its version byte (2), so the two MACs never share an input.
-const statelessMACDomain = "cgs1"
 
 // statefulOnly turns the stateless relay off (every in-dialog request goes
 // to sipgo's transactions, as before it existed). Only the benchmark of
@@ -130,7 +105,7 @@ func (p *Proxy) screenInDialog(cfg *config.Config, req *sipmsg.Request, stranger
 		return false // a TCP or TLS write may block: the stateful path sends it
 	}
 	out := hop.out
-	own, up := topVias(out)
+	own, up := msgpart.TopVias(out)
 	if own == nil || up == nil || viaMangled(up) {
 		return false
 	}
@@ -138,10 +113,10 @@ func (p *Proxy) screenInDialog(cfg *config.Config, req *sipmsg.Request, stranger
 		p.stateless(req, code, refusalReason(code))
 		return true
 	}
-	setReceived(up, src)
+	statelessbranch.SetReceived(up, src)
 	var flags byte
 	if hop.dir == fromCarrier {
-		flags |= branchFromCarrier
+		flags |= statelessbranch.FromCarrier
 	}
 	own.Params.Add("branch", p.statelessBranch(cfg, up, out, hop.to.Addr.Addr(), flags, hop.key))
 	err = p.writeRequest(context.Background(), out)
@@ -223,26 +198,6 @@ func (p *Proxy) ackToStream(hop inDialogHop, req *sipmsg.Request) {
 	p.relayAck(&hop, req)
 }
 
-// topVias returns the first two Via values of m (the proxy's own and the
-// upstream one on a forwarded request), nil when missing.
-func topVias(m msgpart.HeaderList) (first, second *sipmsg.ViaHeader) {
-	for _, h := range m.Headers() {
-		if !msgpart.IsVia(h) {
-			continue
-		}
-		v, ok := h.(*sipmsg.ViaHeader)
-		if !ok {
-			return nil, nil
-		}
-		if first == nil {
-			first = v
-			continue
-		}
-		return first, v
-	}
-	return first, nil
-}
-
 // viaMangled reports a Via whose parameters sipgo's parser (v1.7.2)
 // mangled: a quoted value makes the rest of the header one key, and the
 // next key start with ';' (oc.Mangled). Such a Via, forwarded,
@@ -252,187 +207,20 @@ func topVias(m msgpart.HeaderList) (first, second *sipmsg.ViaHeader) {
 // stateful relay, whose transaction matches the response instead.
 func viaMangled(v *sipmsg.ViaHeader) bool { return oc.Mangled(v) }
 
-// setReceived makes up, the top Via of a request received from src over
-// UDP, name where its responses go, as sipgo's stateful path would send
-// them (msgpart.UpstreamOf): received is the packet's source IP whenever the
-// sent-by host is not that IP or a received is present already (a
-// received the sender wrote itself is never trusted), and an rport
-// parameter is set to the packet's source port (RFC 3581 4). up is the
-// forwarded request's own copy (msgpart.ForwardCopy).
-func setReceived(up *sipmsg.ViaHeader, src netip.AddrPort) {
-	if up.Params == nil {
-		up.Params = sipmsg.NewParams()
-	}
-	ip := src.Addr().Unmap().WithZone("")
-	host, err := netip.ParseAddr(strings.Trim(up.Host, "[]"))
-	if err != nil || host.Unmap().WithZone("") != ip || up.Params.Has("received") {
-		up.Params.Add("received", ip.String())
-	}
-	if up.Params.Has("rport") {
-		up.Params.Add("rport", strconv.Itoa(int(src.Port())))
-	}
-}
-
-// statelessDest is where a response whose next Via is up goes: the
-// received IP (else the sent-by host, which must be an IP), the rport
-// port (else the sent-by port, else 5060). ok is false when up names no
-// IP address.
-func statelessDest(up *sipmsg.ViaHeader) (netip.AddrPort, bool) {
-	host := strings.Trim(up.Host, "[]")
-	if r, ok := up.Params.Get("received"); ok {
-		host = r
-	}
-	ip, err := netip.ParseAddr(host)
-	if err != nil || ip.Zone() != "" {
-		return netip.AddrPort{}, false
-	}
-	port := up.Port
-	if r, ok := up.Params.Get("rport"); ok && r != "" {
-		n, err := strconv.Atoi(r)
-		if err != nil {
-			return netip.AddrPort{}, false
-		}
-		port = n
-	}
-	if port <= 0 {
-		port = sipmsg.DefaultPort("UDP")
-	}
-	if port > 65535 {
-		return netip.AddrPort{}, false
-	}
-	return netip.AddrPortFrom(ip.Unmap(), uint16(port)), true
-}
-
-// statelessInput is the MAC's input besides the Call-ID (see the top of
-// this file): the upstream Via's routing fields, the CSeq and the next
-// hop's IP. Every field is length-prefixed and taken byte for byte (no
-// case folding), so no two different Vias give one input: a Via whose
-// host or parameters hold a separator cannot pass for another that sends
-// the response elsewhere. It is appended to b (a caller's stack buffer:
-// statelessInputBytes covers the usual input) and returned.
-func statelessInput(b []byte, up *sipmsg.ViaHeader, cseq *sipmsg.CSeqHeader, next netip.Addr) []byte {
-	field := func(s string) {
-		b = binary.AppendUvarint(b, uint64(len(s)))
-		b = append(b, s...)
-	}
-	field(statelessMACDomain)
-	field(up.Transport)
-	field(up.Host)
-	b = binary.AppendVarint(b, int64(up.Port))
-	for _, k := range []string{"branch", "received", "rport"} {
-		v, ok := up.Params.Get(k)
-		if ok {
-			b = append(b, 1)
-		} else {
-			b = append(b, 0)
-		}
-		field(v)
-	}
-	if cseq != nil {
-		b = append(b, 1)
-		b = binary.AppendUvarint(b, uint64(cseq.SeqNo))
-		field(string(cseq.MethodName))
-	} else {
-		b = append(b, 0)
-	}
-	next = next.Unmap().WithZone("")
-	if !next.IsValid() {
-		field(next.String()) // "invalid IP", as before; AppendTo writes nothing
-		return b
-	}
-	// Addr.AppendTo writes what Addr.String returns, without a string.
-	var ip [len("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")]byte
-	t := next.AppendTo(ip[:0])
-	b = binary.AppendUvarint(b, uint64(len(t)))
-	return append(b, t...)
-}
-
-// statelessInputBytes sizes the stack buffers statelessInput appends to:
-// enough for a Via of a usual length (a longer input grows onto the heap).
-const statelessInputBytes = 256
-
-// Flags of a stateless branch.
-const (
-	// branchFromCarrier: the request came from the dialog's carrier leg
-	// (its callee's tag is its From tag).
-	branchFromCarrier = 1 << 0
-)
-
-// statelessBranchBytes is a stateless branch's length before encoding:
-// flags, the call key, the MAC.
-const statelessBranchBytes = 1 + len(callKey{}) + statelessMACBytes
-
-// statelessMACOf is the MAC of a stateless branch under k.
-func statelessMACOf(k *tokenKey, in []byte, flags byte, key callKey, id string) (sum [sha256.Size]byte) {
-	in = append(in, flags)
-	in = append(in, key[:]...)
-	k.Sum(&sum, in, id, "")
-	return sum
-}
-
 // statelessBranch is the branch of the proxy's Via on a request m relayed
-// statelessly to next, whose upstream Via is up, under the current key:
-// flags and the call key in clear (the far leg's response brings them
-// back: ends.go), then the MAC over them and statelessInput.
+// statelessly to next, whose upstream Via is up, under the current key
+// and in the text the pool reads: flags and the call key in clear (the
+// far leg's response brings them back: ends.go), then the MAC over them
+// and statelessbranch.Input.
 func (p *Proxy) statelessBranch(cfg *config.Config, up *sipmsg.ViaHeader, m sipmsg.Message, next netip.Addr, flags byte, key callKey) string {
-	var in [statelessInputBytes]byte
-	sum := statelessMACOf(p.keys.keys(cfg).cur, statelessInput(in[:0], up, m.CSeq(), next), flags, key, msgpart.CallID(m))
-	var b [statelessBranchBytes]byte
-	b[0] = flags
-	copy(b[1:], key[:])
-	copy(b[1+len(key):], sum[:statelessMACBytes])
-	// The prefix and the encoding built in place: one allocation, the
-	// string's.
-	var out [len(statelessBranchPrefix) + statelessBranchChars]byte
-	copy(out[:], statelessBranchPrefix)
-	if p.keys.text(cfg) == dialogtoken.Base64URL {
-		// A node of an older release in the pool reads only this.
-		base64.RawURLEncoding.Encode(out[len(statelessBranchPrefix):], b[:])
-		return string(out[:len(statelessBranchPrefix)+statelessBranchChars64])
-	}
-	opaque.Encode(out[len(statelessBranchPrefix):], b[:])
-	return string(out[:])
-}
-
-// statelessBranchChars is a stateless branch's length in opaque's text
-// (no padding), without its prefix.
-const statelessBranchChars = (statelessBranchBytes*8 + 4) / 5
-
-// statelessBranchChars64 is the length of a stateless branch of an
-// earlier release, in base64url: a pool's nodes of both releases relay
-// each other's answers during an upgrade.
-const statelessBranchChars64 = (statelessBranchBytes*8 + 5) / 6
-
-// decodeStatelessBranch decodes the part of a stateless branch after its
-// prefix, into a stack buffer: exactly statelessBranchChars of opaque's
-// text, or statelessBranchChars64 of base64url (an earlier release's, and
-// this one's while such a node is in the pool), decode to
-// statelessBranchBytes. The two texts of one branch both decode: the MAC
-// binds the bytes, and nothing keys on the text.
-func decodeStatelessBranch(enc string) (raw [statelessBranchBytes]byte, ok bool) {
-	var n int
-	switch len(enc) {
-	case statelessBranchChars:
-		n, ok = opaque.Decode(raw[:], enc)
-	case statelessBranchChars64:
-		n, ok = dialogtoken.DecodeBase64URL(raw[:], enc)
-	}
-	return raw, ok && n == statelessBranchBytes
-}
-
-// statelessBranchOf reports whether res's top Via is the proxy's on a
-// request it relayed statelessly.
-func statelessBranchOf(res *sipmsg.Response) bool {
-	v := res.Via()
-	if v == nil {
-		return false
-	}
-	b, _ := v.Params.Get("branch")
-	return strings.HasPrefix(b, statelessBranchPrefix)
+	var in [statelessbranch.InputBytes]byte
+	b := statelessbranch.Branch{Flags: flags, Key: key}
+	b.Seal(p.keys.keys(cfg).cur, statelessbranch.Input(in[:0], up, m.CSeq(), next), msgpart.CallID(m))
+	return b.Text(p.keys.text(cfg))
 }
 
 // relayStatelessResponse relays a response to a request the proxy relayed
-// statelessly (its top Via branch has statelessBranchPrefix), from the
+// statelessly (its top Via branch has statelessbranch.Prefix), from the
 // screen, only when the branch's MAC verifies against the response's own
 // second Via, Call-ID, CSeq and source IP src; else it drops and counts
 // it. sipgo never sees it.
@@ -444,31 +232,26 @@ func (p *Proxy) relayStatelessResponse(cfg *config.Config, res *sipmsg.Response,
 				"status", res.StatusCode, "call_id", msgpart.CallID(res), "source", res.Source())
 		}
 	}
-	own, up := topVias(res)
+	own, up := msgpart.TopVias(res)
 	if own == nil || up == nil || res.Transport() != "UDP" {
 		drop("stateless_response")
 		return
 	}
 	branch, _ := own.Params.Get("branch")
-	raw, decoded := decodeStatelessBranch(strings.TrimPrefix(branch, statelessBranchPrefix))
-	if !decoded || raw[0]&^branchFromCarrier != 0 {
+	b, decoded := statelessbranch.Decode(strings.TrimPrefix(branch, statelessbranch.Prefix))
+	if !decoded {
 		drop("forged_response")
 		return
 	}
-	flags := raw[0]
-	var key callKey
-	copy(key[:], raw[1:])
-	mac := raw[1+len(key):]
-	var inb [statelessInputBytes]byte
-	in := statelessInput(inb[:0], up, res.CSeq(), src)
+	var inb [statelessbranch.InputBytes]byte
+	in := statelessbranch.Input(inb[:0], up, res.CSeq(), src)
 	s := p.keys.keys(cfg)
 	ok := false
 	for _, k := range []*tokenKey{s.cur, s.prev} {
 		if k == nil {
 			continue
 		}
-		want := statelessMACOf(k, in, flags, key, msgpart.CallID(res))
-		if hmac.Equal(mac, want[:statelessMACBytes]) {
+		if b.Verify(k, in, msgpart.CallID(res)) {
 			ok = true
 			break
 		}
@@ -477,7 +260,7 @@ func (p *Proxy) relayStatelessResponse(cfg *config.Config, res *sipmsg.Response,
 		drop("forged_response")
 		return
 	}
-	dest, ok := statelessDest(up)
+	dest, ok := statelessbranch.Dest(up)
 	if !ok {
 		drop("stateless_response")
 		return
@@ -486,7 +269,7 @@ func (p *Proxy) relayStatelessResponse(cfg *config.Config, res *sipmsg.Response,
 		return // hop by hop, as the stateful relay does
 	}
 	if res.StatusCode >= 200 {
-		p.statelessDone(res, up, flags, key)
+		p.statelessDone(res, up, b.Flags, b.Key)
 	}
 	res.RemoveHeader("Via")
 	oc.Strip(res.Via()) // the party below does not speak for the node (oc.go)
@@ -506,7 +289,7 @@ func (p *Proxy) statelessDone(res *sipmsg.Response, up *sipmsg.ViaHeader, flags 
 		return
 	}
 	dir := fromPeer
-	if flags&branchFromCarrier != 0 {
+	if flags&statelessbranch.FromCarrier != 0 {
 		dir = fromCarrier
 	}
 	_, callee := dialogTags(res, dir)

@@ -20,6 +20,7 @@ import (
 	"github.com/cpsguard/cpsguard/sip/internal/dialogtoken"
 	"github.com/cpsguard/cpsguard/sip/internal/msgpart"
 	"github.com/cpsguard/cpsguard/sip/internal/opaque"
+	"github.com/cpsguard/cpsguard/sip/internal/statelessbranch"
 )
 
 // udpEnd is a raw UDP end point: it records every message it reads and,
@@ -263,8 +264,8 @@ func TestStatelessByeRelayedBothWays(t *testing.T) {
 		t.Fatalf("BYEs at the carrier = %d, want 3", len(fwd))
 	}
 	branch, _ := fwd[0].Via().Params.Get("branch")
-	if !strings.HasPrefix(branch, statelessBranchPrefix) {
-		t.Fatalf("forwarded BYE branch %q, want the stateless prefix %q", branch, statelessBranchPrefix)
+	if !strings.HasPrefix(branch, statelessbranch.Prefix) {
+		t.Fatalf("forwarded BYE branch %q, want the stateless prefix %q", branch, statelessbranch.Prefix)
 	}
 	if mf := fwd[0].MaxForwards(); mf == nil || mf.Val() != 69 {
 		t.Errorf("forwarded Max-Forwards = %v, want 69", mf)
@@ -378,7 +379,7 @@ func TestStatelessForgedResponsesDropped(t *testing.T) {
 	b, _ := r.Via().Params.Get("branch")
 	pos := len(b) - 5
 	next := opaque.Alphabet[(strings.IndexByte(opaque.Alphabet, b[pos])+1)%len(opaque.Alphabet)]
-	if _, ok := decodeStatelessBranch(strings.TrimPrefix(b[:pos]+string(next)+b[pos+1:], statelessBranchPrefix)); !ok {
+	if _, ok := statelessbranch.Decode(strings.TrimPrefix(b[:pos]+string(next)+b[pos+1:], statelessbranch.Prefix)); !ok {
 		t.Fatalf("the changed branch does not decode: the case would not reach the MAC")
 	}
 	r.Via().Params.Add("branch", b[:pos]+string(next)+b[pos+1:])
@@ -398,7 +399,7 @@ func TestStatelessForgedResponsesDropped(t *testing.T) {
 	car.send(h.udp, r)
 	// A branch in no alphabet at all.
 	r = genuine()
-	r.Via().Params.Add("branch", statelessBranchPrefix+"!!")
+	r.Via().Params.Add("branch", statelessbranch.Prefix+"!!")
 	car.send(h.udp, r)
 
 	waitFor(t, func() bool { return sipErrors(h, "forged_response")-forged == 5 }, "5 forged responses counted")
@@ -498,32 +499,6 @@ func TestStatelessByeFreesMaxCallsOnce(t *testing.T) {
 	}
 	// The carrier's server transaction absorbed the retransmission and
 	// answered it again: the second 200 above is the proof it was relayed.
-}
-
-// TestStatelessDest: where a response goes from the Via the proxy
-// forwarded (received, rport, defaults), and what it refuses.
-func TestStatelessDest(t *testing.T) {
-	via := func(s string) *sipmsg.ViaHeader {
-		msg, err := sipmsg.ParseMessage([]byte("SIP/2.0 200 OK\r\nVia: " + s + "\r\nContent-Length: 0\r\n\r\n"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return msg.Via()
-	}
-	for _, c := range []struct{ via, want string }{
-		{"SIP/2.0/UDP 10.0.0.1:5070;branch=z9hG4bK1", "10.0.0.1:5070"},
-		{"SIP/2.0/UDP 10.0.0.1;branch=z9hG4bK1", "10.0.0.1:5060"},
-		{"SIP/2.0/UDP host.example:5070;branch=z9hG4bK1;received=10.0.0.2", "10.0.0.2:5070"},
-		{"SIP/2.0/UDP 10.0.0.1:5070;branch=z9hG4bK1;rport=4000;received=10.0.0.2", "10.0.0.2:4000"},
-		{"SIP/2.0/UDP [2001:db8::1]:5070;branch=z9hG4bK1", "[2001:db8::1]:5070"},
-		{"SIP/2.0/UDP host.example:5070;branch=z9hG4bK1", ""},
-		{"SIP/2.0/UDP 10.0.0.1:5070;branch=z9hG4bK1;rport=x", ""},
-	} {
-		got, ok := statelessDest(via(c.via))
-		if (c.want == "") != !ok || (ok && got.String() != c.want) {
-			t.Errorf("%s: got %v %v, want %q", c.via, got, ok, c.want)
-		}
-	}
 }
 
 // benchEnd is a raw UDP end point read synchronously by the benchmark.
@@ -644,7 +619,7 @@ func TestStatelessLeavesMangledViaToStatefulRelay(t *testing.T) {
 	if len(fwd) != 1 {
 		t.Fatalf("BYEs at the carrier = %d, want 1", len(fwd))
 	}
-	if b, _ := fwd[0].Via().Params.Get("branch"); strings.HasPrefix(b, statelessBranchPrefix) {
+	if b, _ := fwd[0].Via().Params.Get("branch"); strings.HasPrefix(b, statelessbranch.Prefix) {
 		t.Fatalf("forwarded BYE branch %q: relayed statelessly", b)
 	}
 	if n := sipErrors(h, "forged_response") + sipErrors(h, "stateless_response"); n != 0 {

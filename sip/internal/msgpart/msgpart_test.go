@@ -121,3 +121,27 @@ func TestRelayedResponseDropsOnlyTheTopVia(t *testing.T) {
 		t.Errorf("top Via now %v", v)
 	}
 }
+
+// TestTopViasInPlace: TopVias finds the top two Vias (a compact "v:" one
+// too) without allocating.
+func TestTopViasInPlace(t *testing.T) {
+	m, err := sipmsg.ParseMessage([]byte("INVITE sip:100@127.0.0.1 SIP/2.0\r\n" +
+		"Via: SIP/2.0/UDP 127.0.0.2:5070;branch=z9hG4bK-top;rport\r\n" +
+		"Max-Forwards: 70\r\n" +
+		"v: SIP/2.0/UDP 10.0.0.1;branch=z9hG4bK-second\r\n" +
+		"From: <sip:a@x>;tag=1\r\nTo: <sip:100@127.0.0.1>\r\nCall-ID: c1\r\nCSeq: 1 INVITE\r\nContent-Length: 0\r\n\r\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := m.(*sipmsg.Request)
+	first, second := TopVias(req)
+	if first == nil || second == nil || first.Host != "127.0.0.2" || second.Host != "10.0.0.1" {
+		t.Fatalf("got %v and %v, want the Vias of 127.0.0.2 and 10.0.0.1", first, second)
+	}
+	if raceEnabled {
+		return
+	}
+	if n := testing.AllocsPerRun(100, func() { TopVias(req) }); n != 0 {
+		t.Errorf("got %v allocations, want 0", n)
+	}
+}

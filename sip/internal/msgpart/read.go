@@ -81,6 +81,26 @@ func IsVia(h sipmsg.Header) bool {
 	return sipmsg.HeaderToLower(h.Name()) == "via"
 }
 
+// TopVias returns the first two Via values of m (the proxy's own and the
+// upstream one on a forwarded request), nil when missing.
+func TopVias(m HeaderList) (first, second *sipmsg.ViaHeader) {
+	for _, h := range m.Headers() {
+		if !IsVia(h) {
+			continue
+		}
+		v, ok := h.(*sipmsg.ViaHeader)
+		if !ok {
+			return nil, nil
+		}
+		if first == nil {
+			first = v
+			continue
+		}
+		return first, v
+	}
+	return first, nil
+}
+
 // RecordRoutes appends the Record-Route entries of m to dst, in order.
 func RecordRoutes(m interface{ Headers() []sipmsg.Header }, dst []*sipmsg.RecordRouteHeader) []*sipmsg.RecordRouteHeader {
 	out := dst

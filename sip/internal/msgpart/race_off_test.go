@@ -1,0 +1,5 @@
+//go:build !race
+
+package msgpart
+
+const raceEnabled = false

@@ -1,0 +1,5 @@
+//go:build !race
+
+package statelessbranch
+
+const raceEnabled = false
