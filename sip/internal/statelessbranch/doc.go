@@ -22,7 +22,8 @@
 //   - the next hop's IP (where the response must come from),
 //   - the flags and the call key,
 //
-// each field length-prefixed (Input), after a domain string that no
+// each text length-prefixed and every other field of a fixed or
+// self-delimiting width (Input), after a domain string that no
 // dialog token's payload starts with. It is deterministic, so a
 // retransmission gets the same branch (16.11) and the next hop recognises
 // it. A response whose top Via branch has the prefix (OnTop) carries its
@@ -45,6 +46,8 @@
 // # Concurrency
 //
 // Everything here is safe for concurrent use (a dialogtoken.Key is); the
-// functions keep no state. SetReceived changes the Via it is given, which
+// functions keep no state, and Seal and Verify only read the input they
+// are given, so one input may be checked against several branches at
+// once. SetReceived changes the Via it is given, which
 // the caller owns.
 package statelessbranch

@@ -66,7 +66,8 @@ type Branch struct {
 
 // Input is the MAC's input besides the Call-ID (see the package's doc):
 // the upstream Via's routing fields, the CSeq and the next hop's IP. Every
-// field is length-prefixed and taken byte for byte (no case folding), so
+// text is length-prefixed and taken byte for byte (no case folding), every
+// other field a varint or one presence byte, so
 // no two different Vias give one input: a Via whose host or parameters
 // hold a separator cannot pass for another that sends the response
 // elsewhere. It is appended to b (a caller's stack buffer: InputBytes
@@ -109,11 +110,14 @@ func Input(b []byte, up *sipmsg.ViaHeader, cseq *sipmsg.CSeqHeader, next netip.A
 }
 
 // mac is the MAC of a stateless branch under k: in (Input's), then the
-// flags and the call key, and the Call-ID id.
+// flags and the call key, and the Call-ID id. The three are put together
+// in a buffer of its own: appended to in, they went into the spare room
+// of the caller's buffer, where two goroutines checking two branches over
+// one input would each hash the other's flags and key (h79).
 func mac(k *dialogtoken.Key, in []byte, flags byte, key [KeyBytes]byte, id string) (sum [sha256.Size]byte) {
-	in = append(in, flags)
-	in = append(in, key[:]...)
-	k.Sum(&sum, in, id, "")
+	var buf [InputBytes + 1 + KeyBytes]byte
+	b := append(append(append(buf[:0], in...), flags), key[:]...)
+	k.Sum(&sum, b, id, "")
 	return sum
 }
 

@@ -243,3 +243,28 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestSealAndVerifyLeaveTheInputAlone: Seal and Verify never write into
+// the caller's buffer, not even past the input's length, so one input may
+// be checked against several branches at once (the package says it is
+// safe for concurrent use). They used to append the flags and the key to
+// it (h79).
+func TestSealAndVerifyLeaveTheInputAlone(t *testing.T) {
+	k, req := fixture(t)
+	buf := make([]byte, 0, 512)
+	in := Input(buf, req.Via(), req.CSeq(), netip.MustParseAddr("10.0.0.9"))
+	spare := in[len(in):cap(in)]
+	for i := range spare {
+		spare[i] = 0xee
+	}
+	b := Branch{Flags: FromCarrier, Key: [KeyBytes]byte{1, 2, 3, 4, 5, 6, 7, 8}}
+	b.Seal(k, in, "id")
+	if !b.Verify(k, in, "id") {
+		t.Fatal("a sealed branch does not verify")
+	}
+	for i, c := range spare {
+		if c != 0xee {
+			t.Fatalf("byte %d past the input was written (%#x)", i, c)
+		}
+	}
+}
