@@ -1,7 +1,6 @@
 package sip
 
 import (
-	"sync"
 	"testing"
 	"time"
 
@@ -18,16 +17,7 @@ import (
 // the middle secret still verifies then.
 func TestStatelessBranchAcrossSecretReload(t *testing.T) {
 	car := startAnsweringEnd(t, func() bool { return false }) // answers no in-dialog request
-	adm, pacer := newFakes()
-	withSecret := func(s string) *config.Config {
-		c := testConfig(config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second})
-		c.SIP.DialogSecret = s
-		return c
-	}
-	var mu sync.Mutex
-	cur := withSecret("first-secret-0123456789")
-	reload := func(s string) { mu.Lock(); cur = withSecret(s); mu.Unlock() }
-	h := startProxyWith(t, func() *config.Config { mu.Lock(); defer mu.Unlock(); return cur }, adm, pacer)
+	h, reload := startProxyWithSecret(t, config.Carrier{Name: "raw", URI: "sip:" + car.addr(), CPS: 100, MaxWait: time.Second}, "first-secret-0123456789")
 	peer := startUDPEnd(t, "127.0.0.2", nil)
 	ok := rawAnsweredCall(t, peer, h.udp, "secret-reload")
 	waitFor(t, func() bool { return len(car.requests(sipmsg.ACK)) == 1 }, "the call's ACK at the carrier")

@@ -136,16 +136,7 @@ func TestReInviteWithRecordRouteIsRelayed(t *testing.T) {
 // after a second change the oldest secret's tokens are refused.
 func TestReInviteAcrossSecretReload(t *testing.T) {
 	car := siptest.StartCarrier(t, "127.0.0.1", nil)
-	adm, pacer := newFakes()
-	withSecret := func(s string) *config.Config {
-		c := testConfig(carrierCfg("a", car))
-		c.SIP.DialogSecret = s
-		return c
-	}
-	var mu sync.Mutex
-	cur := withSecret("first-secret-0123456789")
-	reload := func(s string) { mu.Lock(); cur = withSecret(s); mu.Unlock() }
-	h := startProxyWith(t, func() *config.Config { mu.Lock(); defer mu.Unlock(); return cur }, adm, pacer)
+	h, reload := startProxyWithSecret(t, carrierCfg("a", car), "first-secret-0123456789")
 	caller := siptest.StartCaller(t, "127.0.0.2")
 	reinvite := func(ok *sipmsg.Response) int {
 		res := caller.Final(ctxT(t, 5*time.Second), inDialogOf(t, caller, h.udp, ok, sipmsg.INVITE))
@@ -509,4 +500,22 @@ func TestDialogTokenTransports(t *testing.T) {
 func isOpaque(s string) bool {
 	_, ok := opaque.DecodeString(s)
 	return ok
+}
+
+// startProxyWithSecret starts a proxy with one carrier under
+// sip.dialog_secret secret; reload replaces the secret in the snapshot it
+// serves, as a reload of the file does.
+func startProxyWithSecret(t *testing.T, car config.Carrier, secret string) (h *harness, reload func(secret string)) {
+	t.Helper()
+	adm, pacer := newFakes()
+	withSecret := func(s string) *config.Config {
+		c := testConfig(car)
+		c.SIP.DialogSecret = s
+		return c
+	}
+	var mu sync.Mutex
+	cur := withSecret(secret)
+	reload = func(s string) { mu.Lock(); cur = withSecret(s); mu.Unlock() }
+	h = startProxyWith(t, func() *config.Config { mu.Lock(); defer mu.Unlock(); return cur }, adm, pacer)
+	return h, reload
 }
