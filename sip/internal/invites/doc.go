@@ -12,7 +12,9 @@
 // bound, taken by the acquire function given to Register and given back
 // through the Bound (ReleaseInflight: once, when its handler finishes, its
 // call is decided, or the sweep finds it unclaimed after inflightOrphan,
-// 5 s).
+// 5 s). An INVITE on such an orphan's key takes a unit again, a copy as
+// much as another attempt: sipgo may now make a transaction of it, whose
+// handler claims the entry.
 //
 // A tombstone answers for its own attempt only (the INVITE's Call-ID,
 // From tag and CSeq, hashed): a copy of an answered INVITE is absorbed

@@ -274,12 +274,31 @@ func (t *Table) Register(req *sipmsg.Request, acquire func() bool, ctr Bound) in
 		delete(t.tombs, tk)
 	}
 	if e, ok := t.m[k]; ok {
-		if !e.claimed && time.Since(e.created) > inflightOrphan {
+		if e.claimed || time.Since(e.created) <= inflightOrphan {
+			return RegLive
+		}
+		if e.attempt == attempt {
 			// No handler took it in time: sipgo may never have made a
 			// transaction of it (or absorbed it); let sipgo see this copy.
+			// sipgo may make one of it now, and its handler claim this
+			// entry: it holds a unit again (the sweep gave the orphan's
+			// back), or the call would be decided outside the bound (h80).
+			if acquire != nil && !e.held.Load() {
+				if !acquire() {
+					return RegShed
+				}
+				e.ctr = ctr
+				e.held.Store(true)
+				e.created = time.Now() // an orphan's again after inflightOrphan
+			}
 			return RegAnswered
 		}
-		return RegLive
+		// Another attempt on an orphan's key is a new INVITE (below), not
+		// a copy of the orphan: passed to sipgo as one, it went without a
+		// unit, and its call was decided outside the bound (h80). The
+		// orphan's unit, if the sweep has not given it back yet, goes
+		// back now.
+		e.ReleaseInflight()
 	}
 	// Another attempt on a finished INVITE's transaction key (a caller
 	// reusing a branch) is a new INVITE, with its unit of the inflight
@@ -312,6 +331,11 @@ func (t *Table) Claim(req *sipmsg.Request) (*Entry, func(kept, answered bool)) {
 	if !ok || e.claimed {
 		e = &Entry{Src: req.Source(), Transport: req.Transport(), created: time.Now(), attempt: attemptOf(req)}
 		t.m[k] = e
+	} else {
+		// The INVITE sipgo made a transaction of is the attempt the
+		// tombstone answers for, whichever attempt registered the entry
+		// (an orphan's copy: h80).
+		e.attempt = attemptOf(req)
 	}
 	e.claimed = true
 	t.mu.Unlock()

@@ -317,3 +317,88 @@ func TestReusedKeyKeepsItsNewerTombstone(t *testing.T) {
 		t.Fatalf("entries after the newer tombstone's TTL: %d, want 0", got)
 	}
 }
+
+// orphanInvite is an INVITE on branch z9hG4bK-orphan of the attempt id
+// (its Call-ID and From tag).
+func orphanInvite(id string) *sipmsg.Request {
+	req := sipmsg.NewRequest(sipmsg.INVITE, sipmsg.Uri{Scheme: "sip", User: "100", Host: "127.0.0.1", Port: 5060})
+	via := &sipmsg.ViaHeader{ProtocolName: "SIP", ProtocolVersion: "2.0", Transport: "UDP",
+		Host: "127.0.0.2", Port: 5062, Params: sipmsg.NewParams()}
+	via.Params.Add("branch", "z9hG4bK-orphan")
+	req.AppendHeader(via)
+	from := &sipmsg.FromHeader{Address: sipmsg.Uri{Scheme: "sip", User: "a", Host: "127.0.0.2"}, Params: sipmsg.NewParams()}
+	from.Params.Add("tag", "f-"+id)
+	req.AppendHeader(from)
+	cid := sipmsg.CallIDHeader(id)
+	req.AppendHeader(&cid)
+	req.AppendHeader(&sipmsg.CSeqHeader{SeqNo: 1, MethodName: sipmsg.INVITE})
+	req.SetSource("127.0.0.2:5062")
+	return req
+}
+
+// orphaned registers req with a unit and lets it become an orphan whose
+// unit the sweep gave back (sipgo absorbed it: no handler claimed it).
+func orphaned(t *testing.T, tb *Table, ctr *count, req *sipmsg.Request) {
+	t.Helper()
+	if got := tb.Register(req, func() bool { ctr.Add(1); return true }, ctr); got != RegNew {
+		t.Fatalf("register: got %d, want RegNew", got)
+	}
+	tb.m[KeyOf(req)].created = time.Now().Add(-inflightOrphan - time.Millisecond)
+	tb.Sweep(time.Now())
+	if ctr.Load() != 0 {
+		t.Fatalf("units after the orphan's sweep: %d, want 0", ctr.Load())
+	}
+}
+
+// TestOrphansKeyTakesAUnit (h80): after an orphan's unit went back, an
+// INVITE on its key, a copy or another attempt, is one sipgo may now make
+// a transaction of, whose handler claims the entry: it must hold a unit of
+// the inflight bound. Before, both passed to sipgo without one, and a peer
+// reusing the branches of its answered calls had calls decided outside
+// the bound.
+func TestOrphansKeyTakesAUnit(t *testing.T) {
+	for _, tc := range []struct{ name, id string }{{"a copy of the orphan", "B"}, {"another attempt", "D"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var ctr count
+			tb := New()
+			orphaned(t, tb, &ctr, orphanInvite("B"))
+			asked := false
+			got := tb.Register(orphanInvite(tc.id), func() bool { asked = true; ctr.Add(1); return true }, &ctr)
+			if got == RegShed || got == RegAbsorbed || !asked {
+				t.Fatalf("register: got %d, unit asked %v; want it passed on with a unit", got, asked)
+			}
+			e, done := tb.Claim(orphanInvite(tc.id))
+			if !e.held.Load() || ctr.Load() != 1 {
+				t.Fatalf("the claimed entry holds a unit: %v (units %d), want one", e.held.Load(), ctr.Load())
+			}
+			done(true, true)
+			if ctr.Load() != 0 {
+				t.Fatalf("units after the handler: %d, want 0", ctr.Load())
+			}
+			if got := tb.Register(orphanInvite(tc.id), func() bool { t.Error("a copy took a unit"); return false }, &ctr); got != RegAbsorbed {
+				t.Fatalf("a copy of the answered call: got %d, want RegAbsorbed", got)
+			}
+		})
+	}
+	// With the bound taken, the copy is shed, not passed on without a unit.
+	var ctr count
+	tb := New()
+	orphaned(t, tb, &ctr, orphanInvite("B"))
+	if got := tb.Register(orphanInvite("B"), func() bool { return false }, &ctr); got != RegShed {
+		t.Fatalf("a copy of an orphan at the bound: got %d, want RegShed", got)
+	}
+}
+
+// TestClaimTakesTheClaimedAttempt (h80): a handler that claims an entry
+// another attempt on its key registered gives the tombstone its own
+// attempt, so the copies of its call are told apart from new calls.
+func TestClaimTakesTheClaimedAttempt(t *testing.T) {
+	var ctr count
+	tb := New()
+	tb.Register(orphanInvite("B"), nil, &ctr)
+	_, done := tb.Claim(orphanInvite("D"))
+	done(true, true)
+	if got := tb.Register(orphanInvite("D"), func() bool { t.Error("a copy took a unit"); return false }, &ctr); got != RegAbsorbed {
+		t.Fatalf("a copy of the answered D: got %d, want RegAbsorbed", got)
+	}
+}
